@@ -1,0 +1,2 @@
+//! Injection bench (being written).
+fn main() {}

@@ -1,0 +1,76 @@
+//! Which provider API a request speaks.
+
+/// The API shape of a request body (and of the summary request sent for it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ApiShape {
+    /// OpenAI Chat Completions (`POST …/chat/completions`, `messages`).
+    ChatCompletions,
+    /// OpenAI Responses (`POST …/responses`, `input`).
+    Responses,
+    /// Anthropic Messages (`POST …/messages`, `messages` + top-level `system`).
+    AnthropicMessages,
+    /// Google Gemini `generateContent` (`contents`, `systemInstruction`).
+    Gemini,
+}
+
+impl ApiShape {
+    /// The shape a request path names, ignoring any query string.
+    ///
+    /// `…/messages/count_tokens` is not a conversation turn and gives `None`.
+    ///
+    /// ```
+    /// use context_relay_core::ApiShape;
+    /// assert_eq!(ApiShape::from_path("/v1/messages?beta=true"), Some(ApiShape::AnthropicMessages));
+    /// assert_eq!(ApiShape::from_path("/v1/responses"), Some(ApiShape::Responses));
+    /// assert_eq!(ApiShape::from_path("/v1/models"), None);
+    /// ```
+    pub fn from_path(path: &str) -> Option<Self> {
+        let path = path.split('?').next().unwrap_or(path).trim_end_matches('/');
+        if path.ends_with("/chat/completions") {
+            Some(Self::ChatCompletions)
+        } else if path.ends_with("/responses") {
+            Some(Self::Responses)
+        } else if path.ends_with("/messages") {
+            Some(Self::AnthropicMessages)
+        } else if path.ends_with(":generateContent") || path.ends_with(":streamGenerateContent") {
+            Some(Self::Gemini)
+        } else {
+            None
+        }
+    }
+
+    /// A short lower-case name, for logs and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ChatCompletions => "chat",
+            Self::Responses => "responses",
+            Self::AnthropicMessages => "anthropic",
+            Self::Gemini => "gemini",
+        }
+    }
+}
+
+impl std::fmt::Display for ApiShape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths() {
+        assert_eq!(
+            ApiShape::from_path("/v1/chat/completions"),
+            Some(ApiShape::ChatCompletions)
+        );
+        assert_eq!(ApiShape::from_path("/v1/messages/count_tokens"), None);
+        assert_eq!(
+            ApiShape::from_path("/v1beta/models/gemini-2.5-pro:generateContent"),
+            Some(ApiShape::Gemini)
+        );
+        assert_eq!(ApiShape::from_path("/"), None);
+    }
+}

@@ -1,0 +1,125 @@
+//! The handoff: the compact structured summary written for a session before its account runs
+//! out, its key, and the record a store keeps (DESIGN §4.4, §5.1).
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+/// Longest `summary` kept, in chars.
+pub const MAX_SUMMARY_CHARS: usize = 2000;
+/// Longest `task_progress` kept, in chars.
+pub const MAX_TASK_PROGRESS_CHARS: usize = 1200;
+/// Most `key_decisions` items kept.
+pub const MAX_KEY_DECISIONS: usize = 8;
+/// Most `active_entities` items kept.
+pub const MAX_ACTIVE_ENTITIES: usize = 10;
+/// Longest list item (`key_decisions`, `active_entities`) kept, in chars.
+pub const MAX_ITEM_CHARS: usize = 240;
+
+/// Version of the serialized [`HandoffRecord`] layout, for migrations.
+pub const RECORD_VERSION: u32 = 1;
+
+/// `(tenant, session, combo)`: one live handoff per key. Keys never cross tenants.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct HandoffKey {
+    /// Who owns the session (the gateway's caller identity).
+    pub tenant: Arc<str>,
+    /// The session id of the conversation.
+    pub session: Arc<str>,
+    /// The combo (routing target name) the client asked for.
+    pub combo: Arc<str>,
+}
+
+impl HandoffKey {
+    /// Builds a key from its three parts.
+    pub fn new(
+        tenant: impl Into<Arc<str>>,
+        session: impl Into<Arc<str>>,
+        combo: impl Into<Arc<str>>,
+    ) -> Self {
+        Self {
+            tenant: tenant.into(),
+            session: session.into(),
+            combo: combo.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for HandoffKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}/{}", self.tenant, self.session, self.combo)
+    }
+}
+
+/// The summary content of a handoff, already clamped to its limits (see [`crate::parse`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Handoff {
+    /// What matters to continue (≤ [`MAX_SUMMARY_CHARS`]); never empty in a stored handoff.
+    pub summary: String,
+    /// Decisions taken so far (≤ [`MAX_KEY_DECISIONS`] items).
+    #[serde(default)]
+    pub key_decisions: Vec<String>,
+    /// Done / pending / next step (≤ [`MAX_TASK_PROGRESS_CHARS`]).
+    #[serde(default)]
+    pub task_progress: String,
+    /// Files, features and identifiers in play (≤ [`MAX_ACTIVE_ENTITIES`] items).
+    #[serde(default)]
+    pub active_entities: Vec<String>,
+}
+
+/// A stored handoff: the payload plus where it came from and how long it lives (DESIGN §5.1).
+///
+/// Serialized as JSON so that a stored record stays human-inspectable; times are Unix
+/// milliseconds. Lease bookkeeping belongs to the store, not to this record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HandoffRecord {
+    /// Layout version ([`RECORD_VERSION`]).
+    #[serde(default = "default_version")]
+    pub version: u32,
+    /// Tenant part of the key.
+    pub tenant: Arc<str>,
+    /// Session part of the key.
+    pub session: Arc<str>,
+    /// Combo part of the key.
+    pub combo: Arc<str>,
+    /// Provider of the account that served when the handoff was written.
+    pub from_provider: String,
+    /// The account that served when the handoff was written.
+    pub from_account: String,
+    /// The summary content.
+    #[serde(flatten)]
+    pub handoff: Handoff,
+    /// Number of conversation entries the summary was made from.
+    pub message_count: u32,
+    /// The model that wrote the summary.
+    pub model: String,
+    /// The handoff threshold in force when it was written.
+    pub threshold: f64,
+    /// When the summary was stored.
+    #[serde(with = "crate::time::unix_millis")]
+    pub generated_at: SystemTime,
+    /// When the record stops being live.
+    #[serde(with = "crate::time::unix_millis")]
+    pub expires_at: SystemTime,
+}
+
+fn default_version() -> u32 {
+    RECORD_VERSION
+}
+
+impl HandoffRecord {
+    /// The key this record is stored under.
+    pub fn key(&self) -> HandoffKey {
+        HandoffKey {
+            tenant: self.tenant.clone(),
+            session: self.session.clone(),
+            combo: self.combo.clone(),
+        }
+    }
+
+    /// Whether the record is still live at `now`.
+    pub fn is_live(&self, now: SystemTime) -> bool {
+        now < self.expires_at
+    }
+}

@@ -1,0 +1,39 @@
+//! The context-relay protocol as pure functions: no I/O, no async, no tower.
+//!
+//! Everything the relay decides and rewrites lives here, so that the tower layers, the gateway
+//! and a pingora-style proxy (which has no tower adapter) can all call it, and so that it can be
+//! tested exhaustively:
+//!
+//! - generation side: [`conversation`] (a read-only view over a request's conversation),
+//!   [`select`] (what is summarised), [`prompt`] (the summary request), [`reply`] (the summary
+//!   text out of a reply), [`parse`] (the structured handoff out of that text);
+//! - injection side: [`render`] (the `<context_handoff>` message), [`inject`] (placing it in the
+//!   raw JSON body), [`portable`] (removing account-bound state);
+//! - signals and identity: [`quota`], [`session`], [`decode`];
+//! - shared types: [`handoff`], [`config`], [`api`], [`time`].
+//!
+//! Functions that need a clock take `now` as an argument.
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+
+pub mod api;
+pub mod config;
+pub mod conversation;
+pub mod decode;
+pub mod handoff;
+pub mod inject;
+pub mod json;
+pub mod parse;
+pub mod portable;
+pub mod prompt;
+pub mod quota;
+pub mod render;
+pub mod reply;
+pub mod select;
+pub mod session;
+pub mod time;
+
+pub use api::ApiShape;
+pub use config::{RelayConfig, RelayMode, RelayOverrides};
+pub use handoff::{Handoff, HandoffKey, HandoffRecord};
+pub use quota::QuotaSignal;

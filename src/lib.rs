@@ -1,0 +1,10 @@
+//! context-relay: tower middleware that keeps long LLM coding sessions alive when a gateway
+//! rotates between several accounts of the same provider.
+//!
+//! This facade re-exports the workspace crates:
+//! - [`core`]: the protocol as pure functions (selection, prompts, parsing, rendering,
+//!   injection, portability, quota and session derivation).
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+
+pub use context_relay_core as core;
