@@ -3,8 +3,10 @@
 //!
 //! This facade re-exports the workspace crates:
 //! - [`core`]: the protocol as pure functions (selection, prompts, parsing, rendering,
-//!   injection, portability, quota and session derivation).
+//!   injection, portability, quota and session derivation);
+//! - [`tower`]: the extension types and the layers.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 pub use context_relay_core as core;
+pub use context_relay_tower as tower;
