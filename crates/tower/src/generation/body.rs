@@ -1,0 +1,250 @@
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use bytes::{Bytes, BytesMut};
+use context_relay_core::reply::ReplyCapture;
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+
+use super::task::Job;
+
+pin_project! {
+    /// The request body [`Generation`](super::Generation) hands to the inner service.
+    ///
+    /// It forwards the client's body frame by frame, keeping a copy of the frames it forwards
+    /// (cheap `Bytes` clones, bounded by `max_body_bytes`) when the request may need a
+    /// summary later; it never delays a frame. It also carries the bodies of the layer's own
+    /// summary requests.
+    #[project = RequestBodyProj]
+    pub enum RequestBody<B> {
+        /// Forwarded as is.
+        Passthrough { #[pin] inner: B },
+        /// Forwarded as is, with a copy kept.
+        Tee { #[pin] inner: B, capture: Arc<Capture> },
+        /// A body the layer made (a summary request).
+        Full { data: Option<Bytes> },
+    }
+}
+
+impl<B> RequestBody<B> {
+    pub(crate) fn passthrough(inner: B) -> Self {
+        Self::Passthrough { inner }
+    }
+
+    pub(crate) fn tee(inner: B, capture: Arc<Capture>) -> Self {
+        Self::Tee { inner, capture }
+    }
+
+    /// A complete body made of `data`.
+    pub fn full(data: Bytes) -> Self {
+        Self::Full {
+            data: (!data.is_empty()).then_some(data),
+        }
+    }
+}
+
+impl<B> Body for RequestBody<B>
+where
+    B: Body<Data = Bytes>,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        match self.project() {
+            RequestBodyProj::Passthrough { inner } => inner.poll_frame(cx),
+            RequestBodyProj::Tee { inner, capture } => {
+                let polled = inner.poll_frame(cx);
+                match &polled {
+                    Poll::Ready(Some(Ok(frame))) => {
+                        if let Some(data) = frame.data_ref() {
+                            capture.push(data);
+                        }
+                    }
+                    Poll::Ready(None) => capture.finish(),
+                    Poll::Ready(Some(Err(_))) => capture.fail(),
+                    Poll::Pending => {}
+                }
+                polled
+            }
+            RequestBodyProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Self::Passthrough { inner } | Self::Tee { inner, .. } => inner.is_end_stream(),
+            Self::Full { data } => data.is_none(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Self::Passthrough { inner } | Self::Tee { inner, .. } => inner.size_hint(),
+            Self::Full { data } => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
+        }
+    }
+}
+
+/// The copy of a request body kept for a later summary.
+#[derive(Debug)]
+pub(crate) struct Capture {
+    limit: usize,
+    state: Mutex<CaptureState>,
+}
+
+#[derive(Debug, Default)]
+struct CaptureState {
+    frames: Vec<Bytes>,
+    len: usize,
+    // Over the limit or failed: nothing usable is kept.
+    abandoned: bool,
+    complete: bool,
+}
+
+impl Capture {
+    pub(crate) fn new(limit: usize) -> Self {
+        Self {
+            limit,
+            state: Mutex::new(CaptureState::default()),
+        }
+    }
+
+    fn with_state<R>(&self, f: impl FnOnce(&mut CaptureState) -> R) -> R {
+        match self.state.lock() {
+            Ok(mut s) => f(&mut s),
+            Err(poisoned) => f(&mut poisoned.into_inner()),
+        }
+    }
+
+    fn push(&self, data: &Bytes) {
+        let limit = self.limit;
+        self.with_state(|s| {
+            if s.abandoned {
+                return;
+            }
+            if s.len + data.len() > limit {
+                s.abandoned = true;
+                s.frames = Vec::new();
+                return;
+            }
+            s.len += data.len();
+            s.frames.push(data.clone());
+        });
+    }
+
+    fn finish(&self) {
+        self.with_state(|s| s.complete = true);
+    }
+
+    fn fail(&self) {
+        self.with_state(|s| {
+            s.abandoned = true;
+            s.frames = Vec::new();
+        });
+    }
+
+    /// The whole body, once it was forwarded completely within the limit.
+    pub(crate) fn bytes(&self) -> Option<Bytes> {
+        self.with_state(|s| {
+            if s.abandoned || !s.complete {
+                return None;
+            }
+            Some(match s.frames.len() {
+                0 => Bytes::new(),
+                1 => s.frames[0].clone(),
+                _ => {
+                    let mut all = BytesMut::with_capacity(s.len);
+                    for f in &s.frames {
+                        all.extend_from_slice(f);
+                    }
+                    all.freeze()
+                }
+            })
+        })
+    }
+}
+
+pin_project! {
+    /// The response body [`Generation`](super::Generation) returns.
+    ///
+    /// When the response qualified for a summary, it captures the assistant's reply of this
+    /// turn as it streams by (bounded) and starts the summary as soon as the inner body
+    /// reports its end. A failed or dropped body starts nothing and frees the session's
+    /// in-flight key.
+    pub struct ResponseBody<B> {
+        #[pin]
+        inner: B,
+        trigger: Option<Trigger>,
+    }
+}
+
+pub(crate) struct Trigger {
+    pub(crate) reply: ReplyCapture,
+    pub(crate) job: Job,
+}
+
+impl<B: Body> ResponseBody<B> {
+    pub(crate) fn new(inner: B, mut trigger: Option<Trigger>) -> Self {
+        // An empty body may never be polled: its turn has ended already.
+        if inner.is_end_stream() {
+            fire(&mut trigger);
+        }
+        Self { inner, trigger }
+    }
+}
+
+impl<B> Body for ResponseBody<B>
+where
+    B: Body,
+    B::Data: AsRef<[u8]>,
+{
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let this = self.project();
+        let polled = this.inner.poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let (Some(trigger), Some(data)) = (this.trigger.as_mut(), frame.data_ref()) {
+                    trigger.reply.push(data.as_ref());
+                }
+                // The consumer may never poll again after the last frame: fire now.
+                if this.inner.is_end_stream() {
+                    fire(this.trigger);
+                }
+            }
+            Poll::Ready(None) => fire(this.trigger),
+            Poll::Ready(Some(Err(_))) => {
+                // A failed stream: the turn did not complete; free the key.
+                this.trigger.take();
+            }
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+fn fire(trigger: &mut Option<Trigger>) {
+    if let Some(Trigger { reply, job }) = trigger.take() {
+        job.start(reply.finish());
+    }
+}

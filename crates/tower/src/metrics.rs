@@ -1,0 +1,32 @@
+//! Metric names of the relay (recorded through the [`metrics`] facade).
+//!
+//! Nothing is recorded on the pass-through path: counters only move when the relay acts or
+//! fails.
+
+/// Summary generations by `outcome`: `generated`, `unavailable`, `unparseable`.
+pub const GENERATIONS: &str = "context_relay_generations_total";
+/// Duration of summary generations, in seconds, by `outcome`.
+pub const GENERATION_SECONDS: &str = "context_relay_generation_seconds";
+/// Qualifying responses that did not start a generation, by `reason`
+/// (`exhausted`, `fresh`, `cooling_down`, `in_flight`, `no_session`, `no_body`).
+pub const GENERATIONS_SKIPPED: &str = "context_relay_generations_skipped_total";
+/// Handoffs injected into a request.
+pub const INJECTED: &str = "context_relay_injected_total";
+/// Handoffs deleted after a request carrying them succeeded.
+pub const CONSUMED: &str = "context_relay_consumed_total";
+/// Claimed handoffs given back after a failed or dropped request.
+pub const RELEASED: &str = "context_relay_released_total";
+/// Requests made portable on an account switch.
+pub const SWITCHES: &str = "context_relay_switches_total";
+/// Account-bound items removed from bodies, by `kind`.
+pub const SCRUBBED: &str = "context_relay_scrubbed_total";
+/// Store operations that failed, by `op`.
+pub const STORE_ERRORS: &str = "context_relay_store_errors_total";
+/// Requests the relay wanted to rewrite but passed through unchanged, by `reason`
+/// (`too_large`, `undecodable`, `not_json`, `not_applicable`).
+pub const REWRITE_SKIPPED: &str = "context_relay_rewrite_skipped_total";
+
+pub(crate) fn store_error(op: &'static str, err: &dyn std::fmt::Display) {
+    tracing::warn!(op, error = %err, "context-relay store error; passing through");
+    metrics::counter!(STORE_ERRORS, "op" => op).increment(1);
+}

@@ -1,0 +1,230 @@
+//! GenerationLayer behaviour (DESIGN §4), through the whole stack over a fake upstream.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use context_relay_core::HandoffKey;
+use context_relay_store::{HandoffStore, MemoryStore};
+use http::StatusCode;
+use support::{Stack, Turn, chat};
+use tokio::sync::Semaphore;
+
+fn tenant_of(key: &str) -> String {
+    let mut h = http::HeaderMap::new();
+    h.insert("authorization", format!("Bearer {key}").parse().unwrap());
+    context_relay_core::session::tenant(&h)
+}
+
+fn key(session: &str, credential: &str) -> HandoffKey {
+    HandoffKey::new(tenant_of(credential), session, "codex-relay")
+}
+
+#[tokio::test]
+async fn below_threshold_no_summary() {
+    let stack = Stack::new();
+    stack.upstream.set_percent("acct-a", 70.0);
+    let (status, _) = stack.send(chat("s1", "k1", 3)).await;
+    assert_eq!(status, StatusCode::OK);
+    stack.idle().await;
+    assert!(stack.upstream.summaries().is_empty());
+    assert!(stack.store.get(&key("s1", "k1")).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn over_threshold_one_summary_marked_skip_relay_and_stored() {
+    let stack = Stack::new();
+    stack.upstream.set_percent("acct-a", 88.0);
+    let (status, _) = stack.send(chat("s1", "k1", 3)).await;
+    assert_eq!(status, StatusCode::OK);
+    stack.idle().await;
+
+    let summaries = stack.upstream.summaries();
+    assert_eq!(summaries.len(), 1, "exactly one summary request");
+    let s = &summaries[0];
+    // It went through the injection layer without being relayed or injected.
+    assert!(!s.has_handoff());
+    let body = s.json();
+    assert_eq!(body["temperature"], serde_json::json!(0.1));
+    assert_eq!(body["max_tokens"], serde_json::json!(800));
+    assert_eq!(body["stream"], serde_json::json!(false));
+    assert_eq!(body["model"], "gpt-5");
+    assert_eq!(s.path, "/v1/chat/completions");
+    // Sent to the session's current account.
+    assert_eq!(s.account.as_deref(), Some("acct-a"));
+
+    let stored = stack.store.get(&key("s1", "k1")).await.unwrap().expect("stored");
+    assert_eq!(stored.from_account, "acct-a");
+    assert_eq!(stored.from_provider, "codex");
+    assert_eq!(stored.handoff.summary, "Adding a --json flag to the CLI");
+    assert_eq!(stored.handoff.key_decisions, vec!["use serde"]);
+    assert_eq!(stored.threshold, 0.85);
+    assert!(stored.message_count >= 6, "system + 5 turns + the captured reply");
+}
+
+#[tokio::test]
+async fn at_or_above_exhaustion_no_summary() {
+    for p in [95.0, 99.0, 100.0] {
+        let stack = Stack::new();
+        stack.upstream.set_percent("acct-a", p);
+        stack.send(chat("s1", "k1", 2)).await;
+        stack.idle().await;
+        assert!(stack.upstream.summaries().is_empty(), "{p}");
+    }
+}
+
+#[tokio::test]
+async fn empty_providers_no_summary() {
+    let stack = Stack::with(
+        Arc::new(MemoryStore::new()),
+        |g| g.providers(Vec::<String>::new()),
+        |i| i,
+    );
+    stack.upstream.set_percent("acct-a", 92.0);
+    stack.send(chat("s1", "k1", 2)).await;
+    stack.idle().await;
+    assert!(stack.upstream.summaries().is_empty());
+}
+
+#[tokio::test]
+async fn other_provider_not_listed_no_summary() {
+    let stack = Stack::new();
+    *stack.account.lock().unwrap() = context_relay_tower::ResolvedAccount::new("anthropic", "x");
+    stack.upstream.set_percent("x", 90.0);
+    stack.send(chat("s1", "k1", 2)).await;
+    stack.idle().await;
+    assert!(stack.upstream.summaries().is_empty());
+}
+
+#[tokio::test]
+async fn response_returned_before_the_summary_finishes() {
+    let stack = Stack::new();
+    let gate = Arc::new(Semaphore::new(0));
+    stack.upstream.with(|s| s.summary_gate = Some(gate.clone()));
+    stack.upstream.set_percent("acct-a", 88.0);
+    // The turn's response arrives and completes while the summary is held open.
+    let (status, body) = stack.send(chat("s1", "k1", 2)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(!body.is_empty());
+    assert!(stack.generation.in_flight() >= 1, "summary still running");
+    assert!(stack.store.get(&key("s1", "k1")).await.unwrap().is_none());
+    gate.add_permits(1);
+    stack.idle().await;
+    assert!(stack.store.get(&key("s1", "k1")).await.unwrap().is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousand_concurrent_qualifying_responses_one_summary() {
+    let stack = Arc::new(Stack::new());
+    let gate = Arc::new(Semaphore::new(0));
+    stack.upstream.with(|s| s.summary_gate = Some(gate.clone()));
+    stack.upstream.set_percent("acct-a", 88.0);
+    let mut tasks = Vec::new();
+    for _ in 0..1000 {
+        let stack = stack.clone();
+        tasks.push(tokio::spawn(async move { stack.send(chat("s1", "k1", 4)).await }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap().0, StatusCode::OK);
+    }
+    gate.add_permits(1000);
+    stack.idle().await;
+    assert_eq!(stack.upstream.summaries().len(), 1);
+}
+
+#[tokio::test]
+async fn failed_summary_frees_the_key_and_next_response_retries() {
+    let stack = Stack::new();
+    stack.upstream.set_percent("acct-a", 88.0);
+    stack.upstream.with(|s| s.summary_status = StatusCode::INTERNAL_SERVER_ERROR);
+    stack.send(chat("s1", "k1", 2)).await;
+    stack.idle().await;
+    assert_eq!(stack.upstream.summaries().len(), 1);
+    assert!(stack.store.get(&key("s1", "k1")).await.unwrap().is_none());
+
+    stack.upstream.with(|s| s.summary_status = StatusCode::OK);
+    stack.send(chat("s1", "k1", 2)).await;
+    stack.idle().await;
+    assert_eq!(stack.upstream.summaries().len(), 2, "unavailable: no cool-down");
+    assert!(stack.store.get(&key("s1", "k1")).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn unparseable_replies_cool_the_key_down() {
+    let stack = Stack::new();
+    stack.upstream.set_percent("acct-a", 88.0);
+    stack.upstream.with(|s| s.summary_content = "I cannot do that.".to_owned());
+    for _ in 0..200 {
+        stack.send(chat("s1", "k1", 2)).await;
+        stack.idle().await;
+    }
+    assert_eq!(stack.upstream.summaries().len(), 1);
+    assert!(stack.store.get(&key("s1", "k1")).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn parseable_reply_stored_once_until_refresh() {
+    let stack = Stack::new();
+    stack.upstream.set_percent("acct-a", 88.0);
+    for _ in 0..5 {
+        stack.send(chat("s1", "k1", 3)).await;
+        stack.idle().await;
+    }
+    assert_eq!(stack.upstream.summaries().len(), 1, "fresh handoff: no regeneration");
+    // 20+ new messages later the handoff is refreshed.
+    stack.send(chat("s1", "k1", 14)).await;
+    stack.idle().await;
+    assert_eq!(stack.upstream.summaries().len(), 2);
+}
+
+#[tokio::test]
+async fn summary_timeout_is_unavailable() {
+    let stack = Stack::with(
+        Arc::new(MemoryStore::new()),
+        |g| g.summary_timeout(Duration::from_millis(20)),
+        |i| i,
+    );
+    let gate = Arc::new(Semaphore::new(0));
+    stack.upstream.with(|s| s.summary_gate = Some(gate.clone()));
+    stack.upstream.set_percent("acct-a", 88.0);
+    stack.send(chat("s1", "k1", 2)).await;
+    stack.generation.idle().await;
+    assert!(stack.store.get(&key("s1", "k1")).await.unwrap().is_none());
+    gate.add_permits(10);
+}
+
+#[tokio::test]
+async fn failed_response_stream_starts_no_summary() {
+    let stack = Stack::new();
+    stack.upstream.set_percent("acct-a", 88.0);
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    stack
+        .upstream
+        .with(|s| s.turn = Turn::Stream(Arc::new(std::sync::Mutex::new(Some(rx)))));
+    tx.send(Ok(http_body::Frame::data(bytes::Bytes::from_static(b"data: {}\n\n"))))
+        .await
+        .unwrap();
+    tx.send(Err("upstream reset".into())).await.unwrap();
+    drop(tx);
+    stack.send(chat("s1", "k1", 2)).await;
+    stack.idle().await;
+    assert!(stack.upstream.summaries().is_empty());
+    // The key was freed: a later good turn summarises.
+    stack.upstream.with(|s| s.turn = Turn::Json);
+    stack.send(chat("s1", "k1", 2)).await;
+    stack.idle().await;
+    assert_eq!(stack.upstream.summaries().len(), 1);
+}
+
+#[tokio::test]
+async fn skip_relay_requests_pass_through() {
+    let stack = Stack::new();
+    stack.upstream.set_percent("acct-a", 88.0);
+    let mut req = chat("s1", "k1", 2);
+    req.extensions_mut().insert(context_relay_tower::SkipRelay);
+    stack.send(req).await;
+    stack.idle().await;
+    // Only the request itself reached upstream (as a "summary" since it carries SkipRelay).
+    assert_eq!(stack.upstream.seen().len(), 1);
+}

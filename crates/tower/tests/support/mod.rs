@@ -1,0 +1,302 @@
+//! A relay stack over a scripted fake upstream, for layer tests.
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use context_relay_store::{HandoffStore, MemoryStore};
+use context_relay_tower::{
+    Background, BoxError, ComboName, GenerationLayer, InjectionLayer, ResolvedAccount, SkipRelay,
+};
+use http::{Request, Response, StatusCode};
+use http_body::Frame;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use tokio::sync::{Semaphore, mpsc};
+use tower::util::BoxCloneService;
+use tower::{Service, ServiceBuilder, ServiceExt};
+
+pub type Body = BoxBody<Bytes, BoxError>;
+
+pub fn full(data: impl Into<Bytes>) -> Body {
+    Full::new(data.into()).map_err(|e: Infallible| match e {}).boxed()
+}
+
+/// One request the upstream received.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub path: String,
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+    pub skip_relay: bool,
+    pub account: Option<String>,
+}
+
+impl Seen {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).expect("upstream received JSON")
+    }
+
+    pub fn has_handoff(&self) -> bool {
+        self.body.windows(18).any(|w| w == b"<context_handoff>")
+    }
+}
+
+/// How the fake upstream answers turns.
+#[derive(Clone)]
+pub enum Turn {
+    /// A JSON chat reply.
+    Json,
+    /// Status only, JSON error body.
+    Status(StatusCode),
+    /// An SSE body whose frames the test sends itself.
+    Stream(Arc<Mutex<Option<mpsc::Receiver<Result<Frame<Bytes>, BoxError>>>>>),
+}
+
+pub struct Script {
+    /// Percent used reported per account (Codex header), default 10.
+    pub percent: HashMap<String, f64>,
+    pub turn: Turn,
+    /// Reply to summary requests (`content` of a chat reply).
+    pub summary_content: String,
+    pub summary_status: StatusCode,
+    /// When set, summary requests wait for a permit (lets a test hold a summary open).
+    pub summary_gate: Option<Arc<Semaphore>>,
+    pub seen: Vec<Seen>,
+}
+
+impl Default for Script {
+    fn default() -> Self {
+        Self {
+            percent: HashMap::new(),
+            turn: Turn::Json,
+            summary_content: r#"{"summary":"Adding a --json flag to the CLI","keyDecisions":["use serde"],"taskProgress":"flag parsed; tests pending","activeEntities":["src/cli.rs"]}"#.to_owned(),
+            summary_status: StatusCode::OK,
+            summary_gate: None,
+            seen: Vec::new(),
+        }
+    }
+}
+
+#[derive(Clone, Default)]
+pub struct Upstream {
+    pub script: Arc<Mutex<Script>>,
+}
+
+impl Upstream {
+    pub fn set_percent(&self, account: &str, p: f64) {
+        self.script.lock().unwrap().percent.insert(account.to_owned(), p);
+    }
+    pub fn seen(&self) -> Vec<Seen> {
+        self.script.lock().unwrap().seen.clone()
+    }
+    pub fn turns(&self) -> Vec<Seen> {
+        self.seen().into_iter().filter(|s| !s.skip_relay).collect()
+    }
+    pub fn summaries(&self) -> Vec<Seen> {
+        self.seen().into_iter().filter(|s| s.skip_relay).collect()
+    }
+    pub fn with<R>(&self, f: impl FnOnce(&mut Script) -> R) -> R {
+        f(&mut self.script.lock().unwrap())
+    }
+
+    async fn answer<B>(self, req: Request<B>) -> Result<Response<Body>, Infallible>
+    where
+        B: http_body::Body<Data = Bytes>,
+        B::Error: std::fmt::Debug,
+    {
+        let skip_relay = req.extensions().get::<SkipRelay>().is_some();
+        let account = req
+            .extensions()
+            .get::<ResolvedAccount>()
+            .map(|a| a.account.to_string());
+        let path = req.uri().path().to_owned();
+        let headers = req.headers().clone();
+        let body = req.into_body().collect().await.expect("body").to_bytes();
+        let (percent, turn, summary, gate) = {
+            let mut s = self.script.lock().unwrap();
+            s.seen.push(Seen {
+                path,
+                headers,
+                body,
+                skip_relay,
+                account: account.clone(),
+            });
+            let p = account
+                .as_ref()
+                .and_then(|a| s.percent.get(a).copied())
+                .unwrap_or(10.0);
+            (
+                p,
+                s.turn.clone(),
+                (s.summary_status, s.summary_content.clone()),
+                s.summary_gate.clone(),
+            )
+        };
+        let mut res = if skip_relay {
+            if let Some(gate) = gate {
+                gate.acquire().await.expect("gate").forget();
+            }
+            let body = serde_json::json!({"choices":[{"message":{"role":"assistant","content": summary.1}}]});
+            let mut r = Response::new(full(body.to_string()));
+            *r.status_mut() = summary.0;
+            r
+        } else {
+            match turn {
+                Turn::Json => Response::new(full(
+                    r#"{"choices":[{"message":{"role":"assistant","content":"Done: the flag parses."}}]}"#,
+                )),
+                Turn::Status(code) => {
+                    let mut r = Response::new(full(r#"{"error":{"message":"upstream failed"}}"#));
+                    *r.status_mut() = code;
+                    r
+                }
+                Turn::Stream(rx) => {
+                    let rx = rx.lock().unwrap().take().expect("one streamed turn per receiver");
+                    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+                        rx.recv().await.map(|item| (item, rx))
+                    });
+                    let mut r = Response::new(BodyExt::boxed(StreamBody::new(stream)));
+                    r.headers_mut()
+                        .insert("content-type", "text/event-stream".parse().unwrap());
+                    r
+                }
+            }
+        };
+        res.headers_mut().insert(
+            "x-codex-primary-used-percent",
+            format!("{percent}").parse().unwrap(),
+        );
+        Ok(res)
+    }
+}
+
+/// Sets `ResolvedAccount` on the request and the response, like a real account resolver.
+#[derive(Clone)]
+pub struct Resolver<S> {
+    inner: S,
+    pub account: Arc<Mutex<ResolvedAccount>>,
+}
+
+impl<S, B> Service<Request<B>> for Resolver<S>
+where
+    S: Service<Request<B>, Response = Response<Body>> + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response<Body>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
+        let account = self.account.lock().unwrap().clone();
+        req.extensions_mut().insert(account.clone());
+        let fut = self.inner.call(req);
+        Box::pin(async move {
+            let mut res = fut.await?;
+            res.extensions_mut().insert(account);
+            Ok(res)
+        })
+    }
+}
+
+/// The whole stack of DESIGN §3 (minus the combo service: tests set `ComboName` themselves).
+pub struct Stack {
+    pub svc: BoxCloneService<Request<Body>, Response<Body>, BoxError>,
+    pub upstream: Upstream,
+    pub store: Arc<dyn HandoffStore>,
+    pub account: Arc<Mutex<ResolvedAccount>>,
+    pub generation: Background,
+    pub injection: Background,
+}
+
+impl Stack {
+    pub fn new() -> Self {
+        Self::with(Arc::new(MemoryStore::new()), |g| g, |i| i)
+    }
+
+    pub fn with(
+        store: Arc<dyn HandoffStore>,
+        gen_cfg: impl FnOnce(GenerationLayer) -> GenerationLayer,
+        inj_cfg: impl FnOnce(InjectionLayer) -> InjectionLayer,
+    ) -> Self {
+        let upstream = Upstream::default();
+        let account = Arc::new(Mutex::new(ResolvedAccount::new("codex", "acct-a")));
+        let generation = gen_cfg(GenerationLayer::new(store.clone()));
+        let injection = inj_cfg(InjectionLayer::new(store.clone()));
+        let (gbg, ibg) = (generation.background(), injection.background());
+        let up = upstream.clone();
+        let up_svc = tower::service_fn(move |req| up.clone().answer(req));
+        let acc = account.clone();
+        let svc = ServiceBuilder::new()
+            .map_response(|r: Response<_>| r.map(|b: context_relay_tower::generation::ResponseBody<_>| BodyExt::boxed(b)))
+            .layer(generation)
+            .layer_fn(move |inner| Resolver {
+                inner,
+                account: acc.clone(),
+            })
+            .map_response(|r: Response<_>| r.map(|b: context_relay_tower::injection::ResponseBody<Body>| BodyExt::boxed(b)))
+            .layer(injection)
+            .service(up_svc)
+            .map_err(|e: Infallible| -> BoxError { match e {} });
+        Self {
+            svc: BoxCloneService::new(svc),
+            upstream,
+            store,
+            account,
+            generation: gbg,
+            injection: ibg,
+        }
+    }
+
+    pub fn use_account(&self, account: &str) {
+        *self.account.lock().unwrap() = ResolvedAccount::new("codex", account);
+    }
+
+    /// Sends a request and reads the whole response.
+    pub async fn send(&self, req: Request<Body>) -> (StatusCode, Bytes) {
+        let res = self.svc.clone().oneshot(req).await.expect("stack never fails");
+        let status = res.status();
+        let body = res.into_body().collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+        (status, body)
+    }
+
+    pub async fn idle(&self) {
+        self.generation.idle().await;
+        self.injection.idle().await;
+        // A completion may have been spawned by the generation side's body end and vice versa.
+        self.generation.idle().await;
+    }
+}
+
+/// A Chat Completions turn of session `session`, tenant credential `key`.
+pub fn chat(session: &str, key: &str, user_turns: usize) -> Request<Body> {
+    let mut messages = vec![serde_json::json!({"role":"system","content":"You are a coding agent."})];
+    for i in 0..user_turns {
+        messages.push(serde_json::json!({"role":"user","content": format!("step {i}: add the --json flag")}));
+        if i + 1 < user_turns {
+            messages.push(serde_json::json!({"role":"assistant","content": format!("did step {i}")}));
+        }
+    }
+    let body = serde_json::json!({"model":"gpt-5","messages": messages});
+    request("/v1/chat/completions", session, key, body.to_string())
+}
+
+pub fn request(path: &str, session: &str, key: &str, body: impl Into<Bytes>) -> Request<Body> {
+    let mut req = Request::post(path)
+        .header("x-session-id", session)
+        .header("authorization", format!("Bearer {key}"))
+        .header("content-type", "application/json")
+        .body(full(body))
+        .unwrap();
+    req.extensions_mut().insert(ComboName::new("codex-relay"));
+    req
+}
