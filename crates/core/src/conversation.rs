@@ -196,9 +196,8 @@ impl Conversation {
 /// 1. a `contents` key → Gemini;
 /// 2. an `input` key → Responses;
 /// 3. a `messages` key with an Anthropic-only marker → Anthropic Messages. Markers: a top-level
-///    `system`, `anthropic_version` (Bedrock / Vertex), `stop_sequences`, `top_k` or `thinking`
-///    key, or a content block of type `tool_use`, `tool_result`, `thinking` or
-///    `redacted_thinking`. `max_tokens` alone decides nothing: Chat accepts it too, and a Chat
+///    `system`, `anthropic_version` (Bedrock / Vertex), `stop_sequences` or `thinking` key,
+///    or a content block of type `tool_use`, `tool_result`, `thinking` or `redacted_thinking`. `max_tokens` alone decides nothing: Chat accepts it too, and a Chat
 ///    body misread as Anthropic would get a summary request its API rejects;
 /// 4. any other `messages` key → Chat Completions;
 /// 5. otherwise `None` (also for a body that is not an object).
@@ -221,13 +220,8 @@ pub fn detect(path: Option<&str>, body: &Value) -> Option<ApiShape> {
         return Some(ApiShape::Responses);
     }
     let messages = obj.get("messages")?;
-    const MARKERS: [&str; 5] = [
-        "system",
-        "anthropic_version",
-        "stop_sequences",
-        "top_k",
-        "thinking",
-    ];
+    // `top_k` is no marker: OpenAI-compatible servers (vLLM and others) accept it in Chat.
+    const MARKERS: [&str; 4] = ["system", "anthropic_version", "stop_sequences", "thinking"];
     let anthropic_block = messages.as_array().is_some_and(|ms| {
         ms.iter()
             .filter_map(|m| m.get("content").and_then(Value::as_array))
