@@ -19,11 +19,13 @@ const DOMAIN: &[u8] = b"context-relay/session-fingerprint/v1\n";
 ///   `systemInstruction` (Gemini), else the first `system`/`developer` entry of `messages`
 ///   (Chat) or `input` (Responses); text parts are joined with `\n`;
 /// - **first user message**: the text of the first `user` entry of `messages`, `input` (a string
-///   `input` is one) or `contents`. A user entry that is nothing but a tagged context block
-///   (trimmed text starting with `<` and ending with `>`, like the `<environment_context>`
-///   message Codex sends before every prompt) is passed over in favour of the next user entry,
-///   since it is the same for every conversation started in one directory; when all user
-///   entries are such blocks, the first one is used;
+///   `input` is one) or `contents`. A user entry whose text parts are all tagged context
+///   blocks (each, trimmed, starts with `<` and a letter and ends with `>`, like the
+///   `<environment_context>` message Codex sends before every prompt) is passed over in
+///   favour of the next user entry, since it is the same for every conversation started in
+///   one directory; when all user entries are such blocks, the first one is used. (Claude
+///   Code's first message mixes a `<system-reminder>` part with the prompt: it is not passed
+///   over.)
 /// - **tool names**: `name` of each `tools` entry (else `function.name`, else each
 ///   `functionDeclarations[].name`, else its `type`), sorted and deduplicated.
 ///
@@ -164,9 +166,17 @@ impl<'a> FirstEntries<'a> {
 }
 
 fn is_context_block(text: &Text<'_>) -> bool {
-    let joined = text.joined();
-    let trimmed = joined.trim();
-    trimmed.starts_with('<') && trimmed.ends_with('>')
+    let mut parts = text
+        .0
+        .iter()
+        .map(|p| p.trim())
+        .filter(|p| !p.is_empty())
+        .peekable();
+    parts.peek().is_some()
+        && parts.all(|p| {
+            let tagged = p.strip_prefix('<').and_then(|rest| rest.chars().next());
+            tagged.is_some_and(|c| c.is_ascii_alphabetic()) && p.ends_with('>')
+        })
 }
 
 impl<'de: 'a, 'a> Deserialize<'de> for FirstEntries<'a> {

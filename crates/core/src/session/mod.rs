@@ -311,9 +311,11 @@ pub fn tenant(headers: &HeaderMap) -> String {
         (!value.is_empty()).then_some(value)
     };
     let from_authorization = credential("authorization").and_then(|v| {
-        let token = match v.split_once(' ') {
-            Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => token.trim(),
-            _ => v,
+        let (scheme, rest) = v.split_once([' ', '\t']).unwrap_or((v, ""));
+        let token = if scheme.eq_ignore_ascii_case("bearer") {
+            rest.trim()
+        } else {
+            v
         };
         (!token.is_empty()).then_some(token)
     });
