@@ -426,6 +426,12 @@ proptest! {
             check(quota::from_headers(kind, &h, now));
             check(quota::from_response(kind, status, &h, body.as_deref(), now));
         }
+        // The one-pass family scan of `auto` must not change what the parsers find.
+        let chained = quota::from_headers(QuotaKind::Codex, &h, now)
+            .or_else(|| quota::from_headers(QuotaKind::Anthropic, &h, now))
+            .or_else(|| quota::from_headers(QuotaKind::OpenAi, &h, now))
+            .or_else(|| quota::from_headers(QuotaKind::Ietf, &h, now));
+        prop_assert_eq!(quota::from_headers(QuotaKind::Auto, &h, now), chained);
         if status == StatusCode::TOO_MANY_REQUESTS {
             let s = quota::from_response(QuotaKind::Auto, status, &h, body.as_deref(), now).unwrap();
             prop_assert!(s.percent_used >= 1.0);

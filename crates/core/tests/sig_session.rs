@@ -267,6 +267,24 @@ fn tenants() {
     assert_ne!(tenant(&basic), a);
 }
 
+#[test]
+fn deeply_nested_bodies_are_refused_not_overflowed() {
+    let deep = format!(
+        r#"{{"model":"m","messages":[{{"role":"user","content":{}"x"{}}}]}}"#,
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    assert_eq!(fingerprint(deep.as_bytes()), None);
+    assert_eq!(
+        session_id(
+            &HeaderMap::new(),
+            Some(deep.as_bytes()),
+            &SessionSources::default()
+        ),
+        None
+    );
+}
+
 proptest! {
     #[test]
     fn session_id_never_panics(

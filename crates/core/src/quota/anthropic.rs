@@ -14,12 +14,43 @@ use http::HeaderMap;
 use super::QuotaSignal;
 use super::value::{header, header_number, instant, signal, used_of, worst};
 
-const UNIFIED_WINDOWS: [(&str, Duration); 2] = [
-    ("5h", Duration::from_secs(5 * 3600)),
-    ("7d", Duration::from_secs(7 * 24 * 3600)),
+/// Unified windows: utilization header, reset header, window length.
+const UNIFIED_WINDOWS: [(&str, &str, Duration); 2] = [
+    (
+        "anthropic-ratelimit-unified-5h-utilization",
+        "anthropic-ratelimit-unified-5h-reset",
+        Duration::from_secs(5 * 3600),
+    ),
+    (
+        "anthropic-ratelimit-unified-7d-utilization",
+        "anthropic-ratelimit-unified-7d-reset",
+        Duration::from_secs(7 * 24 * 3600),
+    ),
 ];
 
-const DIMENSIONS: [&str; 4] = ["requests", "tokens", "input-tokens", "output-tokens"];
+/// API-key dimensions: limit, remaining and reset headers.
+const DIMENSIONS: [[&str; 3]; 4] = [
+    [
+        "anthropic-ratelimit-requests-limit",
+        "anthropic-ratelimit-requests-remaining",
+        "anthropic-ratelimit-requests-reset",
+    ],
+    [
+        "anthropic-ratelimit-tokens-limit",
+        "anthropic-ratelimit-tokens-remaining",
+        "anthropic-ratelimit-tokens-reset",
+    ],
+    [
+        "anthropic-ratelimit-input-tokens-limit",
+        "anthropic-ratelimit-input-tokens-remaining",
+        "anthropic-ratelimit-input-tokens-reset",
+    ],
+    [
+        "anthropic-ratelimit-output-tokens-limit",
+        "anthropic-ratelimit-output-tokens-remaining",
+        "anthropic-ratelimit-output-tokens-reset",
+    ],
+];
 
 /// The worst Anthropic window or dimension.
 ///
@@ -47,16 +78,9 @@ fn unified(headers: &HeaderMap) -> Option<QuotaSignal> {
         .is_some_and(|s| s.eq_ignore_ascii_case("rejected"));
     let mut found = UNIFIED_WINDOWS
         .iter()
-        .map(|(name, length)| {
-            let used = header_number(
-                headers,
-                &format!("anthropic-ratelimit-unified-{name}-utilization"),
-            )?;
-            let reset = header(
-                headers,
-                &format!("anthropic-ratelimit-unified-{name}-reset"),
-            )
-            .and_then(instant);
+        .map(|(utilization, reset, length)| {
+            let used = header_number(headers, utilization)?;
+            let reset = header(headers, reset).and_then(instant);
             signal(used, reset, Some(*length))
         })
         .fold(None, worst);
@@ -72,10 +96,10 @@ fn unified(headers: &HeaderMap) -> Option<QuotaSignal> {
     found
 }
 
-fn dimension(headers: &HeaderMap, dim: &str) -> Option<QuotaSignal> {
-    let limit = header_number(headers, &format!("anthropic-ratelimit-{dim}-limit"))?;
-    let remaining = header_number(headers, &format!("anthropic-ratelimit-{dim}-remaining"))?;
-    let reset = header(headers, &format!("anthropic-ratelimit-{dim}-reset")).and_then(instant);
+fn dimension(headers: &HeaderMap, [limit, remaining, reset]: &[&str; 3]) -> Option<QuotaSignal> {
+    let limit = header_number(headers, limit)?;
+    let remaining = header_number(headers, remaining)?;
+    let reset = header(headers, reset).and_then(instant);
     signal(used_of(limit, remaining)?, reset, None)
 }
 

@@ -28,20 +28,39 @@ use super::value::{after, epoch, header_number, seconds, signal, worst};
 /// ```
 pub fn from_headers(headers: &HeaderMap, now: SystemTime) -> Option<QuotaSignal> {
     worst(
-        window(headers, now, "primary"),
-        window(headers, now, "secondary"),
+        window(headers, now, &PRIMARY),
+        window(headers, now, &SECONDARY),
     )
 }
 
-fn window(headers: &HeaderMap, now: SystemTime, which: &str) -> Option<QuotaSignal> {
-    let name = |suffix: &str| format!("x-codex-{which}-{suffix}");
-    let used = header_number(headers, &name("used-percent"))?;
-    let resets_at = header_number(headers, &name("reset-at"))
+/// The header names of one window, spelled out so a lookup allocates nothing.
+struct Window {
+    used: &'static str,
+    reset_at: &'static str,
+    reset_after: &'static str,
+    minutes: &'static str,
+}
+
+const PRIMARY: Window = Window {
+    used: "x-codex-primary-used-percent",
+    reset_at: "x-codex-primary-reset-at",
+    reset_after: "x-codex-primary-reset-after-seconds",
+    minutes: "x-codex-primary-window-minutes",
+};
+
+const SECONDARY: Window = Window {
+    used: "x-codex-secondary-used-percent",
+    reset_at: "x-codex-secondary-reset-at",
+    reset_after: "x-codex-secondary-reset-after-seconds",
+    minutes: "x-codex-secondary-window-minutes",
+};
+
+fn window(headers: &HeaderMap, now: SystemTime, names: &Window) -> Option<QuotaSignal> {
+    let used = header_number(headers, names.used)?;
+    let resets_at = header_number(headers, names.reset_at)
         .and_then(epoch)
-        .or_else(|| {
-            header_number(headers, &name("reset-after-seconds")).and_then(|s| after(now, s))
-        });
-    let window = header_number(headers, &name("window-minutes")).and_then(|m| seconds(m * 60.0));
+        .or_else(|| header_number(headers, names.reset_after).and_then(|s| after(now, s)));
+    let window = header_number(headers, names.minutes).and_then(|m| seconds(m * 60.0));
     signal(used / 100.0, resets_at, window)
 }
 

@@ -38,8 +38,8 @@ pub fn from_headers(headers: &HeaderMap, now: SystemTime) -> Option<QuotaSignal>
     let policy = members(headers, "ratelimit-policy");
     structured(&ratelimit, &policy, now)
         .or_else(|| dictionary(&ratelimit, &policy, now))
-        .or_else(|| separate(headers, "ratelimit-", now))
-        .or_else(|| separate(headers, "x-ratelimit-", now))
+        .or_else(|| separate(headers, SEPARATE, now))
+        .or_else(|| separate(headers, SEPARATE_X, now))
 }
 
 /// One list or dictionary member: `name`/`key=value` followed by `;param=value`s.
@@ -179,17 +179,26 @@ fn dictionary(
     signal(used_of(limit, remaining)?, reset, window)
 }
 
-fn separate(headers: &HeaderMap, prefix: &str, now: SystemTime) -> Option<QuotaSignal> {
+/// Limit, remaining and reset headers of the pre-structured-fields forms.
+const SEPARATE: [&str; 3] = ["ratelimit-limit", "ratelimit-remaining", "ratelimit-reset"];
+const SEPARATE_X: [&str; 3] = [
+    "x-ratelimit-limit",
+    "x-ratelimit-remaining",
+    "x-ratelimit-reset",
+];
+
+fn separate(headers: &HeaderMap, names: [&str; 3], now: SystemTime) -> Option<QuotaSignal> {
+    let [limit_name, remaining_name, reset_name] = names;
     // `RateLimit-Limit: 100, 100;w=60, 1000;w=3600` (early drafts) lists the current limit
     // first, then the policies; the first member is the one that applies.
-    let limit_line = header(headers, &format!("{prefix}limit"))?;
+    let limit_line = header(headers, limit_name)?;
     let limits: Vec<Member<'_>> = split_outside_quotes(limit_line, b',')
         .filter_map(member)
         .collect();
     let limit = limits.first().and_then(|m| m.value).and_then(number)?;
     let window = limits.iter().find_map(|m| m.param("w")).and_then(seconds);
-    let remaining = header(headers, &format!("{prefix}remaining")).and_then(number)?;
-    let reset = header(headers, &format!("{prefix}reset"))
+    let remaining = header(headers, remaining_name).and_then(number)?;
+    let reset = header(headers, reset_name)
         .and_then(number)
         .and_then(|t| delta_or_epoch(now, t));
     signal(used_of(limit, remaining)?, reset, window)

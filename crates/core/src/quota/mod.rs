@@ -135,15 +135,56 @@ impl FromStr for QuotaKind {
 /// The quota signal in `headers`, read as `kind` says.
 pub fn from_headers(kind: QuotaKind, headers: &HeaderMap, now: SystemTime) -> Option<QuotaSignal> {
     match kind {
-        QuotaKind::Auto => codex::from_headers(headers, now)
-            .or_else(|| anthropic::from_headers(headers, now))
-            .or_else(|| openai::from_headers(headers, now))
-            .or_else(|| ietf::from_headers(headers, now)),
+        QuotaKind::Auto => {
+            type Parser = fn(&HeaderMap, SystemTime) -> Option<QuotaSignal>;
+            let present = Families::of(headers);
+            let run = |on: bool, parse: Parser| if on { parse(headers, now) } else { None };
+            run(present.codex, codex::from_headers)
+                .or_else(|| run(present.anthropic, anthropic::from_headers))
+                .or_else(|| run(present.openai, openai::from_headers))
+                .or_else(|| run(present.ietf, ietf::from_headers))
+        }
         QuotaKind::Codex => codex::from_headers(headers, now),
         QuotaKind::Anthropic => anthropic::from_headers(headers, now),
         QuotaKind::OpenAi => openai::from_headers(headers, now),
         QuotaKind::Ietf => ietf::from_headers(headers, now),
         QuotaKind::None => None,
+    }
+}
+
+/// Which header families a response carries, found in one pass over its header names so
+/// that `auto` does not look up two dozen absent names on every response (most responses of
+/// a gateway carry one family or none).
+#[derive(Default)]
+struct Families {
+    codex: bool,
+    anthropic: bool,
+    openai: bool,
+    ietf: bool,
+}
+
+impl Families {
+    fn of(headers: &HeaderMap) -> Self {
+        let mut found = Self::default();
+        for name in headers.keys() {
+            // Header names are stored lower-case.
+            let name = name.as_str();
+            if name.starts_with("x-codex-") {
+                found.codex = true;
+            } else if name.starts_with("anthropic-ratelimit-") {
+                found.anthropic = true;
+            } else if let Some(rest) = name.strip_prefix("x-ratelimit-") {
+                // `x-ratelimit-limit-tokens` is OpenAI's, `x-ratelimit-limit` the generic form.
+                if rest.contains('-') {
+                    found.openai = true;
+                } else {
+                    found.ietf = true;
+                }
+            } else if name.starts_with("ratelimit") {
+                found.ietf = true;
+            }
+        }
+        found
     }
 }
 

@@ -11,7 +11,19 @@ use http::HeaderMap;
 use super::QuotaSignal;
 use super::value::{go_duration, header, header_number, signal, used_of, worst};
 
-const DIMENSIONS: [&str; 2] = ["requests", "tokens"];
+/// Limit, remaining and reset headers of each dimension.
+const DIMENSIONS: [[&str; 3]; 2] = [
+    [
+        "x-ratelimit-limit-requests",
+        "x-ratelimit-remaining-requests",
+        "x-ratelimit-reset-requests",
+    ],
+    [
+        "x-ratelimit-limit-tokens",
+        "x-ratelimit-remaining-tokens",
+        "x-ratelimit-reset-tokens",
+    ],
+];
 
 /// The worst OpenAI dimension.
 ///
@@ -34,11 +46,15 @@ pub fn from_headers(headers: &HeaderMap, now: SystemTime) -> Option<QuotaSignal>
         .fold(None, worst)
 }
 
-fn dimension(headers: &HeaderMap, now: SystemTime, dim: &str) -> Option<QuotaSignal> {
+fn dimension(
+    headers: &HeaderMap,
+    now: SystemTime,
+    [limit, remaining, reset]: &[&str; 3],
+) -> Option<QuotaSignal> {
     // A negative limit fails `header_number`, which is exactly "not limited".
-    let limit = header_number(headers, &format!("x-ratelimit-limit-{dim}"))?;
-    let remaining = header_number(headers, &format!("x-ratelimit-remaining-{dim}"))?;
-    let reset = header(headers, &format!("x-ratelimit-reset-{dim}"))
+    let limit = header_number(headers, limit)?;
+    let remaining = header_number(headers, remaining)?;
+    let reset = header(headers, reset)
         .and_then(go_duration)
         .and_then(|d| now.checked_add(d));
     signal(used_of(limit, remaining)?, reset, None)
