@@ -56,7 +56,8 @@ fn header_f64(headers: &HeaderMap, name: &str) -> Option<f64> {
 
 fn epoch(secs: f64) -> Option<SystemTime> {
     // Values far beyond any real reset (year ~2500) are treated as malformed.
-    (secs.is_finite() && secs >= 0.0 && secs < 17_000_000_000.0)
+    (0.0..17_000_000_000.0)
+        .contains(&secs)
         .then(|| UNIX_EPOCH + Duration::from_secs_f64(secs))
 }
 

@@ -672,3 +672,29 @@ fn binary_check_reports_config_errors_clearly() {
     assert!(!success);
     assert!(text.contains("/nonexistent/gateway.toml"), "{text}");
 }
+
+#[tokio::test]
+async fn chat_stream_passes_through() {
+    let env = setup().await;
+    let body = r#"{"model":"codex-relay","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}"#;
+    let (status, out) = env.post("/v1/chat/completions", Some("s"), body).await;
+    assert_eq!(status, 200);
+    let text = std::str::from_utf8(&out).unwrap();
+    let chunks: Vec<serde_json::Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let content: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(content, "Reply 1 from account acct-a.");
+    assert!(chunks.last().unwrap()["usage"]["total_tokens"].is_u64());
+    assert!(text.trim_end().ends_with("data: [DONE]"));
+    assert_eq!(
+        &env.sim.requests()[0].body[..],
+        body.replace("codex-relay", "gpt-5.5").as_bytes()
+    );
+}
