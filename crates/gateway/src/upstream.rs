@@ -213,9 +213,14 @@ where
                     Ok(res.map(Either::Left))
                 }
                 Err(e) => {
-                    let source = std::error::Error::source(&e)
-                        .map(|s| format!(": {s}"))
-                        .unwrap_or_default();
+                    // hyper's top-level message is generic ("client error (Connect)"); the
+                    // cause chain says what happened ("Connection refused").
+                    let mut source = String::new();
+                    let mut cause = std::error::Error::source(&e);
+                    while let Some(c) = cause {
+                        source.push_str(&format!(": {c}"));
+                        cause = c.source();
+                    }
                     tracing::warn!(base_url = %endpoint.base_url, error = %e, "upstream request failed");
                     metrics::counter!("context_relay_gateway_upstream_errors_total").increment(1);
                     bad_gateway(format!(
