@@ -835,6 +835,12 @@ fn open_error(path: &Path, e: DatabaseError) -> StoreError {
         {
             format!("permission denied ({io})")
         }
+        // redb reports a foreign file (wrong magic number) as invalid data.
+        DatabaseError::Storage(StorageError::Io(io))
+            if io.kind() == std::io::ErrorKind::InvalidData =>
+        {
+            format!("not a redb file, or a damaged one ({io})")
+        }
         DatabaseError::Storage(StorageError::Corrupted(what)) => {
             format!("not a redb file, or a damaged one ({what})")
         }
