@@ -141,10 +141,10 @@ mod tests {
     fn panic_frees_the_key() {
         let reg = InFlight::new();
         let r2 = reg.clone();
-        let res = std::panic::catch_unwind(move || {
+        let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
             let _g = r2.try_begin(&key("a")).unwrap();
             panic!("generation blew up");
-        });
+        }));
         assert!(res.is_err());
         assert!(reg.try_begin(&key("a")).is_some());
     }

@@ -158,7 +158,8 @@ fn ready<T: Send + 'static>(value: T) -> StoreFuture<'static, T> {
 
 impl HandoffStore for MemoryStore {
     fn upsert(&self, record: HandoffRecord) -> StoreFuture<'_, ()> {
-        ready(self.upsert_now(record))
+        self.upsert_now(record);
+        ready(())
     }
 
     fn get<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, Option<HandoffRecord>> {

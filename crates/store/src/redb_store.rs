@@ -52,9 +52,17 @@ pub struct RedbStoreBuilder {
     clock: Arc<dyn Clock>,
     max_batch: usize,
     affinity_ttl: Duration,
+    cache_size: Option<usize>,
 }
 
 impl RedbStoreBuilder {
+    /// Bytes of redb's page cache (default: redb's own default). The in-memory index is kept
+    /// apart from it and is not bounded by it.
+    pub fn cache_size(mut self, bytes: usize) -> Self {
+        self.cache_size = Some(bytes);
+        self
+    }
+
     /// Reads the time from `clock` (default: the system clock).
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
@@ -106,6 +114,8 @@ struct Inner {
 }
 
 type Done = oneshot::Sender<Result<(), StoreError>>;
+/// Resolves when the queued write is committed (or failed).
+type Pending = oneshot::Receiver<Result<(), StoreError>>;
 
 enum Op {
     Put {
@@ -154,6 +164,7 @@ impl RedbStore {
             clock: Arc::new(SystemClock),
             max_batch: DEFAULT_MAX_BATCH,
             affinity_ttl: DEFAULT_AFFINITY_TTL,
+            cache_size: None,
         }
     }
 
@@ -174,9 +185,11 @@ impl RedbStore {
 
     fn open_with(opts: RedbStoreBuilder) -> Result<Self, StoreError> {
         let path = opts.path;
-        let db = Database::builder()
-            .create(&path)
-            .map_err(|e| open_error(&path, e))?;
+        let mut builder = Database::builder();
+        if let Some(bytes) = opts.cache_size {
+            builder.set_cache_size(bytes);
+        }
+        let db = builder.create(&path).map_err(|e| open_error(&path, e))?;
         let fail = |what: &str, e: &dyn fmt::Display| StoreError::Open {
             path: path.clone(),
             reason: format!("{what}: {e}"),
@@ -316,10 +329,7 @@ impl RedbStore {
             .map_err(|_| StoreError::Closed)
     }
 
-    fn upsert_queue(
-        &self,
-        record: &HandoffRecord,
-    ) -> Result<oneshot::Receiver<Result<(), StoreError>>, StoreError> {
+    fn upsert_queue(&self, record: &HandoffRecord) -> Result<Pending, StoreError> {
         let version = self.next();
         let expires_ms = to_unix_millis(record.expires_at);
         let value = encode(version, expires_ms, record)?;
@@ -346,7 +356,7 @@ impl RedbStore {
         &self,
         key: &HandoffKey,
         pred: impl FnOnce(&Meta) -> bool,
-    ) -> Result<Option<(Meta, oneshot::Receiver<Result<(), StoreError>>)>, StoreError> {
+    ) -> Result<Option<(Meta, Pending)>, StoreError> {
         match self.inner.index.entry(key.clone()) {
             Entry::Occupied(e) if pred(e.get()) => {
                 let (done, rx) = oneshot::channel();
@@ -469,9 +479,7 @@ impl RedbStore {
         Ok(out)
     }
 
-    fn purge_queue(
-        &self,
-    ) -> Result<(usize, Option<oneshot::Receiver<Result<(), StoreError>>>), StoreError> {
+    fn purge_queue(&self) -> Result<(usize, Option<Pending>), StoreError> {
         let now = self.now_ms();
         let mut keys = Vec::new();
         self.inner.index.retain(|k, m| {
@@ -503,7 +511,7 @@ impl RedbStore {
         session: &str,
         provider: &str,
         account: &str,
-    ) -> Result<Option<oneshot::Receiver<Result<(), StoreError>>>, StoreError> {
+    ) -> Result<Option<Pending>, StoreError> {
         let now = self.now_ms();
         let map = &self.inner.affinity;
         if map.needs_write(
@@ -538,7 +546,7 @@ impl RedbStore {
 }
 
 /// Awaits the commit of a queued write.
-async fn committed(rx: oneshot::Receiver<Result<(), StoreError>>) -> Result<(), StoreError> {
+async fn committed(rx: Pending) -> Result<(), StoreError> {
     rx.await.map_err(|_| StoreError::Closed)?
 }
 
