@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dashmap::DashMap;
+use crate::index::FastMap;
 
 use crate::Affinity;
 use crate::clock::after_ms;
@@ -19,7 +19,7 @@ pub(crate) struct Entry {
 #[derive(Debug, Default)]
 pub(crate) struct AffinityMap {
     // Keyed by one string (see `key`): a lookup by two `&str` then needs no tuple of `Arc`s.
-    map: DashMap<String, Entry>,
+    map: FastMap<String, Entry>,
 }
 
 /// Length-prefixed, so that no two `(tenant, session)` pairs share a key whatever they contain.

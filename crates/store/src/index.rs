@@ -4,6 +4,11 @@ use std::time::Duration;
 
 use crate::clock::after_ms;
 
+/// The concurrent map behind the hot path. foldhash is several times faster than SipHash on
+/// short keys and is randomly seeded per process, which keeps client-chosen session ids from
+/// steering keys into one bucket.
+pub(crate) type FastMap<K, V> = dashmap::DashMap<K, V, foldhash::fast::RandomState>;
+
 /// What the store knows about a stored record without reading it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Meta {

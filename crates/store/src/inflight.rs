@@ -10,7 +10,6 @@ use std::fmt;
 use std::sync::Arc;
 
 use context_relay_core::HandoffKey;
-use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 
 /// Keys whose summary is being generated right now, shared by cloning.
@@ -28,7 +27,7 @@ use dashmap::mapref::entry::Entry;
 /// ```
 #[derive(Clone, Default)]
 pub struct InFlight {
-    keys: Arc<DashMap<HandoffKey, ()>>,
+    keys: Arc<crate::index::FastMap<HandoffKey, ()>>,
 }
 
 impl InFlight {
@@ -82,7 +81,7 @@ impl fmt::Debug for InFlight {
 /// Proof that a key is in flight; frees it on drop.
 #[must_use = "the key is freed as soon as the guard is dropped"]
 pub struct InFlightGuard {
-    keys: Arc<DashMap<HandoffKey, ()>>,
+    keys: Arc<crate::index::FastMap<HandoffKey, ()>>,
     key: HandoffKey,
 }
 

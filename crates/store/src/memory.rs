@@ -7,12 +7,11 @@ use std::time::Duration;
 
 use context_relay_core::time::to_unix_millis;
 use context_relay_core::{HandoffKey, HandoffRecord};
-use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 
 use crate::affinity::{self, AffinityMap, Write};
 use crate::clock::{Clock, SystemClock, now_ms};
-use crate::index::Meta;
+use crate::index::{FastMap, Meta};
 use crate::{Affinity, Claim, DEFAULT_AFFINITY_TTL, HandoffStore, StoreFuture};
 
 /// An in-process store for tests and ephemeral gateways; every operation completes without
@@ -25,7 +24,7 @@ pub struct MemoryStore {
 }
 
 struct Inner {
-    records: DashMap<HandoffKey, Slot>,
+    records: FastMap<HandoffKey, Slot>,
     affinity: AffinityMap,
     affinity_ttl: Duration,
     clock: Arc<dyn Clock>,
@@ -53,7 +52,7 @@ impl MemoryStore {
     pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
         Self {
             inner: Arc::new(Inner {
-                records: DashMap::new(),
+                records: FastMap::default(),
                 affinity: AffinityMap::default(),
                 affinity_ttl: DEFAULT_AFFINITY_TTL,
                 clock,
@@ -171,11 +170,11 @@ impl HandoffStore for MemoryStore {
     }
 
     fn may_contain(&self, key: &HandoffKey) -> bool {
-        let now = self.now_ms();
+        // The clock is read only for a key that is there: an absent key costs one lookup.
         self.inner
             .records
             .get(key)
-            .is_some_and(|s| s.meta.is_live(now))
+            .is_some_and(|s| s.meta.is_live(self.now_ms()))
     }
 
     fn claim<'a>(&'a self, key: &'a HandoffKey, lease: Duration) -> StoreFuture<'a, Option<Claim>> {

@@ -19,7 +19,6 @@ use std::time::Duration;
 
 use context_relay_core::time::to_unix_millis;
 use context_relay_core::{HandoffKey, HandoffRecord};
-use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 use redb::{
     Database, DatabaseError, ReadableDatabase, ReadableTable, StorageError, TableDefinition,
@@ -29,7 +28,7 @@ use tokio::sync::oneshot;
 
 use crate::affinity::{self, AffinityMap, Write};
 use crate::clock::{Clock, SystemClock, after_ms, now_ms};
-use crate::index::Meta;
+use crate::index::{FastMap, Meta};
 use crate::{
     Affinity, Claim, DEFAULT_AFFINITY_TTL, HandoffStore, StoreError, StoreFuture, report_corrupt,
 };
@@ -102,7 +101,7 @@ pub struct RedbStore {
 struct Inner {
     db: Arc<Database>,
     path: PathBuf,
-    index: DashMap<HandoffKey, Meta>,
+    index: FastMap<HandoffKey, Meta>,
     affinity: AffinityMap,
     affinity_ttl: Duration,
     clock: Arc<dyn Clock>,
@@ -208,7 +207,7 @@ impl RedbStore {
         w.commit().map_err(|e| fail("cannot commit", &e))?;
 
         let now = now_ms(&*opts.clock);
-        let index = DashMap::new();
+        let index = FastMap::default();
         let affinity = AffinityMap::default();
         let mut corrupt = 0u64;
         let mut max_version = 0u64;
@@ -565,8 +564,11 @@ impl HandoffStore for RedbStore {
     }
 
     fn may_contain(&self, key: &HandoffKey) -> bool {
-        let now = self.now_ms();
-        self.inner.index.get(key).is_some_and(|m| m.is_live(now))
+        // The clock is read only for a key that is there: an absent key costs one lookup.
+        self.inner
+            .index
+            .get(key)
+            .is_some_and(|m| m.is_live(self.now_ms()))
     }
 
     fn claim<'a>(&'a self, key: &'a HandoffKey, lease: Duration) -> StoreFuture<'a, Option<Claim>> {
