@@ -4,9 +4,12 @@
 //! This facade re-exports the workspace crates:
 //! - [`core`]: the protocol as pure functions (selection, prompts, parsing, rendering,
 //!   injection, portability, quota and session derivation);
+//! - [`store`]: where handoffs wait between accounts (redb, memory and redis backends), the
+//!   in-flight registry and the unparseable cool-down;
 //! - [`tower`]: the extension types and the layers.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 pub use context_relay_core as core;
+pub use context_relay_store as store;
 pub use context_relay_tower as tower;

@@ -1,0 +1,433 @@
+//! Session id and tenant derivation (DESIGN §7).
+//!
+//! A handoff is keyed by `(tenant, session, combo)`. The session id says which conversation a
+//! request continues; the tenant says whose it is, so that two callers who happen to send
+//! the same session id never see each other's handoffs. Both are derived here from the
+//! inbound request, before any rewriting; the tower layers use them unless the caller put a
+//! `SessionId` / `Tenant` extension on the request.
+//!
+//! The session id is the first present of the configured [`SessionSources`], by default:
+//! 1. the headers `x-session-id`, `x-claude-code-session-id`, `session-id`, `session_id`,
+//!    `conversation_id`, `x-opencode-session`, `thread-id`;
+//! 2. Anthropic `metadata.user_id`: the `session_id` of its JSON-string form (Claude Code) or
+//!    the part after `_session_` of its legacy `user_…_account_…_session_<uuid>` form (a plain
+//!    user id names a user, not a conversation, and is not used);
+//! 3. the body's `prompt_cache_key` (Codex sets it to the session id);
+//! 4. a [`fingerprint`] of the conversation's stable parts.
+//!
+//! Values are trimmed and capped at [`MAX_SESSION_ID_CHARS`] characters; a blank value counts
+//! as absent and the next source is tried. The body is only parsed when no header gave an
+//! id, and then only the needed fields are picked out of it.
+//!
+//! ```
+//! use context_relay_core::session::{session_id, SessionSource, SessionSources};
+//!
+//! let mut headers = http::HeaderMap::new();
+//! headers.insert("session-id", " 01a22e1a-2c39 ".parse().unwrap());
+//! let found = session_id(&headers, None, &SessionSources::default()).unwrap();
+//! assert_eq!(found.id, "01a22e1a-2c39");
+//! assert_eq!(found.source, SessionSource::Header(http::HeaderName::from_static("session-id")));
+//!
+//! let body = br#"{"model":"m","prompt_cache_key":"abc","input":"hi"}"#;
+//! let found = session_id(&http::HeaderMap::new(), Some(body), &SessionSources::default()).unwrap();
+//! assert_eq!((found.id.as_str(), found.source), ("abc", SessionSource::PromptCacheKey));
+//! ```
+
+use http::{HeaderMap, HeaderName};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+#[macro_use]
+mod lenient;
+mod fingerprint;
+
+pub use fingerprint::fingerprint;
+use lenient::{Object, Str};
+
+/// Longest session id kept, in characters; longer ones are cut (on a character boundary).
+pub const MAX_SESSION_ID_CHARS: usize = 128;
+
+/// The default session headers, in the order they are tried.
+pub const DEFAULT_SESSION_HEADERS: [&str; 7] = [
+    "x-session-id",
+    "x-claude-code-session-id",
+    "session-id",
+    "session_id",
+    "conversation_id",
+    "x-opencode-session",
+    "thread-id",
+];
+
+/// Where session ids are looked for, in order: the headers, then `metadata.user_id`, then
+/// `prompt_cache_key`, then the fingerprint; each body source can be switched off.
+///
+/// Its serde form is `{"headers": [..], "metadata_user_id": bool, "prompt_cache_key": bool,
+/// "fingerprint": bool}`, every field optional (defaults as in [`Default`]).
+///
+/// ```
+/// use context_relay_core::session::SessionSources;
+///
+/// let sources = SessionSources::default()
+///     .headers([http::HeaderName::from_static("x-my-session")])
+///     .fingerprint(false);
+/// assert_eq!(sources.header_names().len(), 1);
+/// assert!(!sources.uses_fingerprint());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SessionSources {
+    #[serde(with = "header_names")]
+    headers: Vec<HeaderName>,
+    metadata_user_id: bool,
+    prompt_cache_key: bool,
+    fingerprint: bool,
+}
+
+impl Default for SessionSources {
+    fn default() -> Self {
+        Self {
+            headers: DEFAULT_SESSION_HEADERS
+                .into_iter()
+                .map(HeaderName::from_static)
+                .collect(),
+            metadata_user_id: true,
+            prompt_cache_key: true,
+            fingerprint: true,
+        }
+    }
+}
+
+impl SessionSources {
+    /// No source at all: [`session_id`] always gives `None`. A start for an explicit list.
+    pub fn none() -> Self {
+        Self {
+            headers: Vec::new(),
+            metadata_user_id: false,
+            prompt_cache_key: false,
+            fingerprint: false,
+        }
+    }
+
+    /// Replaces the header list (tried in the order given).
+    pub fn headers(mut self, names: impl IntoIterator<Item = HeaderName>) -> Self {
+        self.headers = names.into_iter().collect();
+        self
+    }
+
+    /// Whether Anthropic `metadata.user_id` is read.
+    pub fn metadata_user_id(mut self, on: bool) -> Self {
+        self.metadata_user_id = on;
+        self
+    }
+
+    /// Whether the body's `prompt_cache_key` is read.
+    pub fn prompt_cache_key(mut self, on: bool) -> Self {
+        self.prompt_cache_key = on;
+        self
+    }
+
+    /// Whether the [`fingerprint`] is the last resort.
+    pub fn fingerprint(mut self, on: bool) -> Self {
+        self.fingerprint = on;
+        self
+    }
+
+    /// The headers tried, in order.
+    pub fn header_names(&self) -> &[HeaderName] {
+        &self.headers
+    }
+
+    /// Whether Anthropic `metadata.user_id` is read.
+    pub fn uses_metadata_user_id(&self) -> bool {
+        self.metadata_user_id
+    }
+
+    /// Whether the body's `prompt_cache_key` is read.
+    pub fn uses_prompt_cache_key(&self) -> bool {
+        self.prompt_cache_key
+    }
+
+    /// Whether the [`fingerprint`] is the last resort.
+    pub fn uses_fingerprint(&self) -> bool {
+        self.fingerprint
+    }
+}
+
+/// Where a session id came from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum SessionSource {
+    /// This request header.
+    Header(HeaderName),
+    /// Anthropic `metadata.user_id`.
+    MetadataUserId,
+    /// The body's `prompt_cache_key`.
+    PromptCacheKey,
+    /// The conversation [`fingerprint`].
+    Fingerprint,
+}
+
+/// A session id and where it was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionMatch {
+    /// The id: trimmed, non-empty, at most [`MAX_SESSION_ID_CHARS`] characters.
+    pub id: String,
+    /// Its source.
+    pub source: SessionSource,
+}
+
+/// The session id of a request, from the first source in `sources` that has one.
+///
+/// `body` is the decoded request body (see [`crate::decode`]), or `None` when it is not
+/// available (too large, undecodable): then only headers are read.
+pub fn session_id(
+    headers: &HeaderMap,
+    body: Option<&[u8]>,
+    sources: &SessionSources,
+) -> Option<SessionMatch> {
+    for name in &sources.headers {
+        let value = headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| std::str::from_utf8(v.as_bytes()).ok())
+            .find_map(clean);
+        if let Some(id) = value {
+            return Some(SessionMatch {
+                id,
+                source: SessionSource::Header(name.clone()),
+            });
+        }
+    }
+    let body = body?;
+    if sources.metadata_user_id || sources.prompt_cache_key {
+        // One pass over the body for both fields; a body that is not a JSON object gives none.
+        let ids: BodyIds<'_> = serde_json::from_slice(body).unwrap_or_default();
+        let from_metadata = sources
+            .metadata_user_id
+            .then(|| {
+                ids.metadata
+                    .0
+                    .as_ref()?
+                    .user_id
+                    .as_deref()
+                    .and_then(session_of_user_id)
+            })
+            .flatten();
+        if let Some(id) = from_metadata {
+            return Some(SessionMatch {
+                id,
+                source: SessionSource::MetadataUserId,
+            });
+        }
+        let from_cache_key = sources
+            .prompt_cache_key
+            .then(|| ids.prompt_cache_key.as_deref().and_then(clean))
+            .flatten();
+        if let Some(id) = from_cache_key {
+            return Some(SessionMatch {
+                id,
+                source: SessionSource::PromptCacheKey,
+            });
+        }
+    }
+    if sources.fingerprint {
+        return fingerprint(body).map(|id| SessionMatch {
+            id,
+            source: SessionSource::Fingerprint,
+        });
+    }
+    None
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct BodyIds<'a> {
+    #[serde(borrow)]
+    metadata: Object<Metadata<'a>>,
+    #[serde(borrow)]
+    prompt_cache_key: Str<'a>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Metadata<'a> {
+    #[serde(borrow)]
+    user_id: Str<'a>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct UserIdJson<'a> {
+    #[serde(borrow)]
+    session_id: Str<'a>,
+}
+
+/// The session part of an Anthropic `metadata.user_id`.
+fn session_of_user_id(user_id: &str) -> Option<String> {
+    let trimmed = user_id.trim();
+    if trimmed.starts_with('{') {
+        let parsed: UserIdJson<'_> = serde_json::from_str(trimmed).ok()?;
+        return parsed.session_id.as_deref().and_then(clean);
+    }
+    // Legacy form `user_<hash>_account_<uuid>_session_<uuid>` (the account part may be empty,
+    // giving `account__session_`): the session is whatever follows the last marker.
+    let (_, session) = trimmed.rsplit_once("_session_")?;
+    clean(session)
+}
+
+/// Trims, caps at [`MAX_SESSION_ID_CHARS`] characters, and treats blank as absent.
+fn clean(value: &str) -> Option<String> {
+    let trimmed = value.trim();
+    let capped = match trimmed.char_indices().nth(MAX_SESSION_ID_CHARS) {
+        Some((end, _)) => trimmed[..end].trim_end(),
+        None => trimmed,
+    };
+    (!capped.is_empty()).then(|| capped.to_owned())
+}
+
+/// The tenant of a request without a `Tenant` extension: 16 hex characters of the SHA-256 of
+/// its credential, or `"anonymous"` when it has none.
+///
+/// The credential is the `authorization` value with a `Bearer ` scheme removed, else
+/// `x-api-key`. Removing the scheme makes one key the same tenant whichever header a client
+/// puts it in (Anthropic SDKs 0.x send `x-api-key`, 2.x `Authorization: Bearer`). Other
+/// schemes (`Basic …`) are hashed whole. Blank or non-UTF-8 values are skipped.
+///
+/// ```
+/// use context_relay_core::session::tenant;
+///
+/// let mut a = http::HeaderMap::new();
+/// a.insert("authorization", "Bearer sk-one".parse().unwrap());
+/// let mut b = http::HeaderMap::new();
+/// b.insert("x-api-key", "sk-one".parse().unwrap());
+/// assert_eq!(tenant(&a), tenant(&b));
+/// assert_eq!(tenant(&a).len(), 16);
+/// assert_eq!(tenant(&http::HeaderMap::new()), "anonymous");
+/// ```
+pub fn tenant(headers: &HeaderMap) -> String {
+    let credential = |name: &str| {
+        let value = std::str::from_utf8(headers.get(name)?.as_bytes())
+            .ok()?
+            .trim();
+        (!value.is_empty()).then_some(value)
+    };
+    let from_authorization = credential("authorization").and_then(|v| {
+        let (scheme, rest) = v.split_once([' ', '\t']).unwrap_or((v, ""));
+        let token = if scheme.eq_ignore_ascii_case("bearer") {
+            rest.trim()
+        } else {
+            v
+        };
+        (!token.is_empty()).then_some(token)
+    });
+    match from_authorization.or_else(|| credential("x-api-key")) {
+        Some(secret) => hex16(&Sha256::digest(secret.as_bytes())),
+        None => "anonymous".to_owned(),
+    }
+}
+
+/// The first 8 bytes of a digest as 16 lower-case hex characters.
+fn hex16(digest: &[u8]) -> String {
+    use std::fmt::Write;
+    digest
+        .iter()
+        .take(8)
+        .fold(String::with_capacity(16), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+/// `serde(with)` for a list of header names as strings.
+mod header_names {
+    use http::HeaderName;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(names: &[HeaderName], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(names.iter().map(HeaderName::as_str))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Vec<HeaderName>, D::Error> {
+        Vec::<String>::deserialize(d)?
+            .into_iter()
+            .map(|name| {
+                HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
+                    serde::de::Error::custom(format!(
+                        "expected an HTTP header name, found `{name}`"
+                    ))
+                })
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn legacy_and_json_user_ids() {
+        assert_eq!(
+            session_of_user_id("user_abc_account__session_6f1c-22").as_deref(),
+            Some("6f1c-22")
+        );
+        assert_eq!(
+            session_of_user_id("user_abc_account_9a8b_session_xyz").as_deref(),
+            Some("xyz")
+        );
+        assert_eq!(
+            session_of_user_id(r#"{"device_id":"d","account_uuid":"","session_id":"s-1"}"#)
+                .as_deref(),
+            Some("s-1")
+        );
+        assert_eq!(session_of_user_id("customer-42"), None);
+        assert_eq!(session_of_user_id("user_abc_session_   "), None);
+        assert_eq!(session_of_user_id(r#"{"session_id":7}"#), None);
+        assert_eq!(session_of_user_id("{broken"), None);
+    }
+
+    #[test]
+    fn clean_caps_on_char_boundary() {
+        let long = "é".repeat(200);
+        let id = clean(&long).unwrap();
+        assert_eq!(id.chars().count(), MAX_SESSION_ID_CHARS);
+        assert_eq!(clean("   "), None);
+        assert_eq!(clean(" a "), Some("a".into()));
+    }
+
+    #[test]
+    fn sources_serde_and_defaults() {
+        let parsed: SessionSources =
+            serde_json::from_str(r#"{"headers":["X-Trace-Session"],"fingerprint":false}"#).unwrap();
+        assert_eq!(
+            parsed.header_names(),
+            &[HeaderName::from_static("x-trace-session")]
+        );
+        assert!(parsed.uses_prompt_cache_key() && !parsed.uses_fingerprint());
+        let err =
+            serde_json::from_str::<SessionSources>(r#"{"headers":["bad header"]}"#).unwrap_err();
+        assert!(err.to_string().contains("`bad header`"));
+        assert!(serde_json::from_str::<SessionSources>(r#"{"fingerprnt":false}"#).is_err());
+        let round: SessionSources =
+            serde_json::from_str(&serde_json::to_string(&SessionSources::default()).unwrap())
+                .unwrap();
+        assert_eq!(round, SessionSources::default());
+    }
+
+    #[test]
+    fn disabled_sources_are_skipped() {
+        let body = br#"{"metadata":{"user_id":"u_session_m"},"prompt_cache_key":"k","input":"hi"}"#;
+        let h = HeaderMap::new();
+        let only_key = SessionSources::none().prompt_cache_key(true);
+        assert_eq!(session_id(&h, Some(body), &only_key).unwrap().id, "k");
+        let only_fp = SessionSources::none().fingerprint(true);
+        assert_eq!(
+            session_id(&h, Some(body), &only_fp).unwrap().source,
+            SessionSource::Fingerprint
+        );
+        assert_eq!(session_id(&h, Some(body), &SessionSources::none()), None);
+        let d = SessionSources::default();
+        assert_eq!(session_id(&h, Some(body), &d).unwrap().id, "m");
+    }
+}

@@ -1,0 +1,583 @@
+//! ComboService: buffers and decodes the request body, resolves its `model` to routing targets
+//! and rewrites `model` to the first target's.
+//!
+//! It is the first service of the proxy stack (DESIGN §3):
+//!
+//! ```text
+//! client ─▶ ComboService ─▶ GenerationLayer ─▶ AccountResolver ─▶ InjectionLayer ─▶ Upstream
+//!           sets ComboName + RouteTargets
+//! ```
+//!
+//! - `model` names a combo → [`ComboName`] (for `context-relay` combos) and [`RouteTargets`]
+//!   (the combo's targets, tried in order) are set;
+//! - `model` is `provider/model` → [`RouteTargets`] with that one target, no combo;
+//! - anything else → a 404 in the client's error shape.
+//!
+//! The body is forwarded as a [`Full<Bytes>`]: decoded (no `content-encoding`), `content-length`
+//! fixed, every byte but the `model` literal as the client sent it. Bodies that are not JSON or
+//! have no `model` get a 400, bodies over the limit a 413; none of them reaches the inner service.
+//!
+//! ```
+//! # use std::convert::Infallible;
+//! # use bytes::Bytes;
+//! # use http::{Request, Response};
+//! # use http_body_util::{BodyExt, Full};
+//! # use tower::{ServiceBuilder, ServiceExt, service_fn};
+//! use context_relay_gateway::combo::{ComboLayer, RouteTargets, Routes};
+//! use context_relay_gateway::config::Config;
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! # let config = Config::from_toml_str(r#"
+//! # [[providers]]
+//! # name = "codex"
+//! # base_url = "http://127.0.0.1:9/v1"
+//! # [[providers.accounts]]
+//! # id = "a"
+//! # api_key = "k"
+//! # [[combos]]
+//! # name = "codex-relay"
+//! # targets = ["codex/gpt-5.5"]
+//! # "#, |_| None).unwrap();
+//! let svc = ServiceBuilder::new()
+//!     .layer(ComboLayer::new(Routes::from_config(&config), 8 << 20))
+//!     .service(service_fn(|req: Request<Full<Bytes>>| async move {
+//!         let targets = req.extensions().get::<RouteTargets>().unwrap().clone();
+//!         assert_eq!(&*targets.0[0].provider, "codex");
+//!         let body = req.into_body().collect().await.unwrap().to_bytes();
+//!         Ok::<_, Infallible>(Response::new(Full::new(body)))
+//!     }));
+//! let req = Request::post("/v1/responses")
+//!     .body(Full::new(Bytes::from_static(br#"{"model":"codex-relay","input":"hi"}"#)))
+//!     .unwrap();
+//! let res = svc.oneshot(req).await.unwrap();
+//! let echoed = res.into_body().collect().await.unwrap().to_bytes();
+//! assert_eq!(&echoed[..], br#"{"model":"gpt-5.5","input":"hi"}"#);
+//! # }
+//! ```
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use context_relay_tower::ComboName;
+use http::{HeaderValue, Request, Response, StatusCode, header};
+use http_body::Body;
+use http_body_util::{BodyExt, Either, Full, Limited};
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::config::{Config, Strategy};
+use crate::error::{ErrorShape, error_response};
+use crate::model::{find_model, replace_model};
+
+/// Boxed error used for body errors.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// One `provider/model` routing target.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Target {
+    /// Provider name as configured.
+    pub provider: Arc<str>,
+    /// The model sent upstream.
+    pub model: Arc<str>,
+}
+
+/// Request extension: the targets of a request, tried in order by the account resolver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteTargets(pub Arc<[Target]>);
+
+/// The routing table: combos and the providers reachable as `provider/model`.
+#[derive(Debug, Clone, Default)]
+pub struct Routes {
+    combos: HashMap<String, (Option<ComboName>, RouteTargets)>,
+    /// Combo names in configuration order (for `/v1/models`).
+    order: Vec<String>,
+    providers: Vec<Arc<str>>,
+}
+
+/// Why a `model` could not be routed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RouteError {
+    /// Neither a combo nor `provider/model` with a known provider.
+    #[error(
+        "the model {model:?} is neither a configured combo ({combos}) nor \"provider/model\" with a configured provider ({providers})"
+    )]
+    UnknownModel {
+        /// The model asked for.
+        model: String,
+        /// The combo names, comma separated.
+        combos: String,
+        /// The provider names, comma separated.
+        providers: String,
+    },
+}
+
+impl Routes {
+    /// The routing table of a configuration.
+    pub fn from_config(config: &Config) -> Self {
+        let mut routes = Routes {
+            providers: config
+                .providers
+                .iter()
+                .map(|p| Arc::from(p.name.as_str()))
+                .collect(),
+            ..Routes::default()
+        };
+        for c in &config.combos {
+            let targets: Arc<[Target]> = c
+                .targets
+                .iter()
+                .map(|t| Target {
+                    provider: Arc::from(t.provider.as_str()),
+                    model: Arc::from(t.model.as_str()),
+                })
+                .collect();
+            let combo = match c.strategy {
+                Strategy::ContextRelay => Some(ComboName::new(c.name.as_str())),
+                Strategy::Priority => None,
+            };
+            routes
+                .combos
+                .insert(c.name.clone(), (combo, RouteTargets(targets)));
+            routes.order.push(c.name.clone());
+        }
+        routes
+    }
+
+    /// Resolves a client's `model`: a combo name first, then `provider/model`.
+    pub fn resolve(&self, model: &str) -> Result<(Option<ComboName>, RouteTargets), RouteError> {
+        if let Some((combo, targets)) = self.combos.get(model) {
+            return Ok((combo.clone(), targets.clone()));
+        }
+        if let Some((provider, m)) = model.split_once('/')
+            && !m.is_empty()
+            && let Some(p) = self.providers.iter().find(|p| &***p == provider)
+        {
+            let target = Target {
+                provider: p.clone(),
+                model: Arc::from(m),
+            };
+            return Ok((None, RouteTargets(Arc::from([target]))));
+        }
+        Err(RouteError::UnknownModel {
+            model: model.to_owned(),
+            combos: self.order.join(", "),
+            providers: self
+                .providers
+                .iter()
+                .map(|p| &**p)
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+    }
+
+    /// The model ids clients can ask for: combos, then every distinct combo target.
+    pub fn model_ids(&self) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = self
+            .order
+            .iter()
+            .map(|c| (c.clone(), "context-relay".to_owned()))
+            .collect();
+        for name in &self.order {
+            if let Some((_, targets)) = self.combos.get(name) {
+                for t in targets.0.iter() {
+                    let id = format!("{}/{}", t.provider, t.model);
+                    if !out.iter().any(|(o, _)| *o == id) {
+                        out.push((id, t.provider.to_string()));
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Layer building [`ComboService`].
+#[derive(Debug, Clone)]
+pub struct ComboLayer {
+    routes: Arc<Routes>,
+    max_body_bytes: usize,
+}
+
+impl ComboLayer {
+    /// A layer routing with `routes`, buffering at most `max_body_bytes` (decoded).
+    pub fn new(routes: Routes, max_body_bytes: usize) -> Self {
+        Self::from_arc(Arc::new(routes), max_body_bytes)
+    }
+
+    /// A layer sharing an existing routing table.
+    pub fn from_arc(routes: Arc<Routes>, max_body_bytes: usize) -> Self {
+        Self {
+            routes,
+            max_body_bytes,
+        }
+    }
+}
+
+impl<S> Layer<S> for ComboLayer {
+    type Service = ComboService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        ComboService {
+            inner,
+            routes: self.routes.clone(),
+            max_body_bytes: self.max_body_bytes,
+        }
+    }
+}
+
+/// See the [module docs](self).
+#[derive(Debug, Clone)]
+pub struct ComboService<S> {
+    inner: S,
+    routes: Arc<Routes>,
+    max_body_bytes: usize,
+}
+
+impl<S> ComboService<S> {
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Consumes `self`, returning the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+/// The future of [`ComboService`].
+pub type ResponseFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
+
+impl<S, B, ResBody> Service<Request<B>> for ComboService<S>
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    type Response = Response<Either<ResBody, Full<Bytes>>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<Self::Response, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        // The clone may not be ready; the service that was polled ready is the one we call.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let routes = self.routes.clone();
+        let limit = self.max_body_bytes;
+        Box::pin(async move {
+            match prepare(req, &routes, limit).await {
+                Ok(req) => inner.call(req).await.map(|r| r.map(Either::Left)),
+                Err(rejection) => Ok(rejection.map(Either::Right)),
+            }
+        })
+    }
+}
+
+/// Turns the client request into the routed one, or into the error response to send back.
+async fn prepare<B>(
+    req: Request<B>,
+    routes: &Routes,
+    limit: usize,
+) -> Result<Request<Full<Bytes>>, Response<Full<Bytes>>>
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let (mut parts, body) = req.into_parts();
+    let shape = ErrorShape::for_path(parts.uri.path());
+    let too_large = || {
+        error_response(
+            shape,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            kind(shape, "request_too_large"),
+            &format!("the request body is larger than the gateway's limit of {limit} bytes"),
+        )
+    };
+    let bad_request = |message: &str| {
+        error_response(
+            shape,
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            message,
+        )
+    };
+
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    let raw = match Limited::new(body, limit).collect().await {
+        Ok(c) => c.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large()),
+        Err(e) => {
+            return Err(bad_request(&format!(
+                "the request body could not be read: {e}"
+            )));
+        }
+    };
+
+    let body = match parts.headers.remove(header::CONTENT_ENCODING) {
+        None => raw,
+        Some(encoding) => {
+            let encoding = encoding.to_str().unwrap_or("<non-ASCII>");
+            match crate::decode::decode(encoding, &raw, limit) {
+                Ok(b) => b,
+                Err(crate::decode::DecodeError::TooLarge { .. }) => return Err(too_large()),
+                Err(e @ crate::decode::DecodeError::Unsupported(_)) => {
+                    return Err(error_response(
+                        shape,
+                        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                        "invalid_request_error",
+                        &e.to_string(),
+                    ));
+                }
+                Err(e) => return Err(bad_request(&e.to_string())),
+            }
+        }
+    };
+
+    let field = find_model(&body).map_err(|e| bad_request(&e.to_string()))?;
+    let (combo, targets) = routes.resolve(&field.value).map_err(|e| {
+        error_response(
+            shape,
+            StatusCode::NOT_FOUND,
+            kind(shape, "model_not_found"),
+            &e.to_string(),
+        )
+    })?;
+    let body = match targets.0.first() {
+        Some(first) if *first.model != field.value => {
+            replace_model(&body, &field, &first.model).unwrap_or(body)
+        }
+        _ => body,
+    };
+
+    parts
+        .headers
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    if let Some(combo) = combo {
+        parts.extensions.insert(combo);
+    }
+    parts.extensions.insert(targets);
+    Ok(Request::from_parts(parts, Full::new(body)))
+}
+
+/// Error type names differ per API: Anthropic has a fixed list of `*_error` types.
+fn kind(shape: ErrorShape, openai: &'static str) -> &'static str {
+    match (shape, openai) {
+        (ErrorShape::OpenAi, k) => k,
+        (ErrorShape::Anthropic, "model_not_found") => "not_found_error",
+        (ErrorShape::Anthropic, "request_too_large") => "request_too_large",
+        (ErrorShape::Anthropic, _) => "invalid_request_error",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::io::Write;
+
+    use tower::{ServiceExt, service_fn};
+
+    use super::*;
+
+    fn config() -> Config {
+        Config::from_toml_str(
+            r#"
+[[providers]]
+name = "codex"
+base_url = "http://127.0.0.1:9/v1"
+[[providers.accounts]]
+id = "a"
+api_key = "k"
+[[providers]]
+name = "anthropic"
+base_url = "http://127.0.0.1:9/v1"
+[[providers.accounts]]
+id = "a"
+api_key = "k"
+[[combos]]
+name = "codex-relay"
+targets = ["codex/gpt-5.5", "anthropic/claude"]
+[[combos]]
+name = "plain"
+strategy = "priority"
+targets = ["anthropic/claude"]
+"#,
+            |_| None,
+        )
+        .unwrap()
+    }
+
+    type Seen = (Request<()>, Bytes);
+
+    async fn run(req: Request<Full<Bytes>>) -> (StatusCode, Bytes, Option<Seen>) {
+        let seen = Arc::new(std::sync::Mutex::new(None));
+        let s2 = seen.clone();
+        let svc = ComboLayer::new(Routes::from_config(&config()), 1024).layer(service_fn(
+            move |req: Request<Full<Bytes>>| {
+                let seen = s2.clone();
+                async move {
+                    let (parts, body) = req.into_parts();
+                    let bytes = body.collect().await.unwrap().to_bytes();
+                    *seen.lock().unwrap() = Some((Request::from_parts(parts, ()), bytes));
+                    Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
+                }
+            },
+        ));
+        let res = svc.oneshot(req).await.unwrap();
+        let status = res.status();
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        let seen = seen.lock().unwrap().take();
+        (status, body, seen)
+    }
+
+    fn post(path: &str, body: &'static [u8]) -> Request<Full<Bytes>> {
+        Request::post(path)
+            .header("content-length", body.len())
+            .body(Full::new(Bytes::from_static(body)))
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn combo_sets_extensions_and_rewrites() {
+        let (status, _, seen) = run(post(
+            "/v1/chat/completions",
+            br#"{"model": "codex-relay", "messages":[]}"#,
+        ))
+        .await;
+        assert_eq!(status, 200);
+        let (req, body) = seen.unwrap();
+        assert_eq!(&body[..], br#"{"model": "gpt-5.5", "messages":[]}"#);
+        assert_eq!(
+            req.headers()["content-length"],
+            body.len().to_string().as_str()
+        );
+        assert_eq!(
+            req.extensions().get::<ComboName>(),
+            Some(&ComboName::new("codex-relay"))
+        );
+        let t = req.extensions().get::<RouteTargets>().unwrap();
+        assert_eq!(t.0.len(), 2);
+        assert_eq!(&*t.0[1].model, "claude");
+    }
+
+    #[tokio::test]
+    async fn priority_combo_and_direct_targets_set_no_combo_name() {
+        let (_, _, seen) = run(post("/v1/messages", br#"{"model":"plain"}"#)).await;
+        assert!(seen.unwrap().0.extensions().get::<ComboName>().is_none());
+        let (_, _, seen) = run(post("/v1/messages", br#"{"model":"anthropic/claude-x/y"}"#)).await;
+        let (req, body) = seen.unwrap();
+        assert_eq!(&body[..], br#"{"model":"claude-x/y"}"#);
+        assert!(req.extensions().get::<ComboName>().is_none());
+        assert_eq!(
+            &*req.extensions().get::<RouteTargets>().unwrap().0[0].provider,
+            "anthropic"
+        );
+    }
+
+    #[tokio::test]
+    async fn errors_in_the_api_shape() {
+        let (status, body, seen) = run(post("/v1/responses", b"{not json")).await;
+        assert_eq!(status, 400);
+        assert!(seen.is_none());
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert!(v["error"]["message"].as_str().unwrap().contains("JSON"));
+
+        let (status, body, _) = run(post("/v1/messages", br#"{"messages":[]}"#)).await;
+        assert_eq!(status, 400);
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["type"], "error");
+        assert!(v["error"]["message"].as_str().unwrap().contains("model"));
+
+        let (status, body, _) = run(post("/v1/messages", br#"{"model":"gpt-4"}"#)).await;
+        assert_eq!(status, 404);
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["error"]["type"], "not_found_error");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("codex-relay")
+        );
+    }
+
+    #[tokio::test]
+    async fn too_large_bodies() {
+        // Declared length over the limit.
+        let big: &'static [u8] = Box::leak(vec![b' '; 2000].into_boxed_slice());
+        let (status, _, seen) = run(post("/v1/responses", big)).await;
+        assert_eq!(status, 413);
+        assert!(seen.is_none());
+        // Undeclared length over the limit.
+        let req = Request::post("/v1/responses")
+            .body(Full::new(Bytes::from_static(big)))
+            .unwrap();
+        assert_eq!(run(req).await.0, 413);
+        // Compressed under the limit, decoded over it.
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(&[b' '; 5000]).unwrap();
+        let gz = e.finish().unwrap();
+        let req = Request::post("/v1/responses")
+            .header("content-encoding", "gzip")
+            .body(Full::new(Bytes::from(gz)))
+            .unwrap();
+        assert_eq!(run(req).await.0, 413);
+    }
+
+    #[tokio::test]
+    async fn compressed_bodies_are_forwarded_decoded() {
+        let plain = br#"{"model":"codex-relay","input":"x"}"#;
+        let z = ruzstd::encoding::compress_to_vec(
+            &plain[..],
+            ruzstd::encoding::CompressionLevel::Fastest,
+        );
+        let req = Request::post("/v1/responses")
+            .header("content-encoding", "zstd")
+            .header("content-length", z.len())
+            .body(Full::new(Bytes::from(z)))
+            .unwrap();
+        let (status, _, seen) = run(req).await;
+        assert_eq!(status, 200);
+        let (req, body) = seen.unwrap();
+        assert_eq!(&body[..], br#"{"model":"gpt-5.5","input":"x"}"#);
+        assert!(req.headers().get("content-encoding").is_none());
+        assert_eq!(
+            req.headers()["content-length"],
+            body.len().to_string().as_str()
+        );
+
+        let req = Request::post("/v1/responses")
+            .header("content-encoding", "lz4")
+            .body(Full::new(Bytes::from_static(plain)))
+            .unwrap();
+        assert_eq!(run(req).await.0, 415);
+    }
+
+    #[test]
+    fn model_ids() {
+        let ids = Routes::from_config(&config()).model_ids();
+        let names: Vec<&str> = ids.iter().map(|(i, _)| i.as_str()).collect();
+        assert_eq!(
+            names,
+            ["codex-relay", "plain", "codex/gpt-5.5", "anthropic/claude"]
+        );
+    }
+}

@@ -1,0 +1,785 @@
+//! The gateway's TOML configuration: schema, defaults, environment references and validation.
+//!
+//! Every table rejects unknown keys (`deny_unknown_fields`), so a typo fails loudly at start-up
+//! instead of silently falling back to a default. Validation errors name the field and the
+//! offending value (never a secret).
+//!
+//! ```
+//! use context_relay_gateway::config::Config;
+//!
+//! let toml = r#"
+//! [[providers]]
+//! name = "codex"
+//! base_url = "https://codex.example/v1"
+//!   [[providers.accounts]]
+//!   id = "acct-a"
+//!   api_key = "sk-a"
+//! [[combos]]
+//! name = "codex-relay"
+//! targets = ["codex/gpt-5.5"]
+//! "#;
+//! let config = Config::from_toml_str(toml, |_| None).unwrap();
+//! assert_eq!(config.listen.to_string(), "127.0.0.1:4000");
+//! assert_eq!(config.providers[0].rotate_at, 0.95);
+//! assert_eq!(config.combos[0].targets[0].model, "gpt-5.5");
+//! ```
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use context_relay_core::config::{ConfigWarning, RelayConfig, RelayOverrides};
+use http::HeaderValue;
+use serde::Deserialize;
+
+/// Default listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:4000";
+/// Default usage fraction at which an account stops taking new turns.
+pub const DEFAULT_ROTATE_AT: f64 = 0.95;
+/// Default largest request body the gateway buffers (8 MiB).
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 8 * 1024 * 1024;
+/// Default redb file.
+pub const DEFAULT_STORE_PATH: &str = "context-relay.redb";
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read configuration file {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The text is not valid TOML or does not match the schema (unknown key, wrong type).
+    #[error("invalid configuration: {0}")]
+    Parse(#[from] toml::de::Error),
+    /// An `api_key_env` names a variable that is not set (or is empty).
+    #[error(
+        "{field}: expected environment variable `{variable}` to hold the API key, but it is {found}"
+    )]
+    MissingEnv {
+        /// The field path, e.g. `providers["codex"].accounts["acct-a"].api_key_env`.
+        field: String,
+        /// The variable name.
+        variable: String,
+        /// `not set` or `empty`.
+        found: &'static str,
+    },
+    /// A value is out of range or inconsistent with the rest of the file.
+    #[error("{field}: expected {expected}, found {found}")]
+    Invalid {
+        /// The field path, e.g. `combos["codex-relay"].targets[0]`.
+        field: String,
+        /// What a valid value looks like.
+        expected: String,
+        /// The offending value (secrets are never printed).
+        found: String,
+    },
+}
+
+fn invalid(
+    field: impl Into<String>,
+    expected: impl Into<String>,
+    found: impl Into<String>,
+) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.into(),
+        expected: expected.into(),
+        found: found.into(),
+    }
+}
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Address the gateway listens on (`127.0.0.1:4000`).
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// Bearer token of the admin routes; without it they are off.
+    #[serde(default)]
+    pub admin_token: Option<String>,
+    /// Largest request body buffered for routing (8 MiB); larger bodies get a 413.
+    #[serde(default = "default_max_request_bytes")]
+    pub max_request_bytes: usize,
+    /// Where handoffs are kept.
+    #[serde(default)]
+    pub store: StoreConfig,
+    /// Global relay settings (DESIGN §8 names, durations in seconds: `ttl_secs`, …).
+    #[serde(default)]
+    pub relay: RelayOverrides,
+    /// Upstream providers and their accounts, in the order accounts are filled.
+    #[serde(default)]
+    pub providers: Vec<ProviderConfig>,
+    /// Named routing targets clients ask for with `model`.
+    #[serde(default)]
+    pub combos: Vec<ComboConfig>,
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 4000))
+}
+
+fn default_max_request_bytes() -> usize {
+    DEFAULT_MAX_REQUEST_BYTES
+}
+
+/// `[store]`: the handoff store backend.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// Which backend (`redb` by default).
+    #[serde(default)]
+    pub backend: StoreBackend,
+    /// The redb file (`context-relay.redb`).
+    #[serde(default = "default_store_path")]
+    pub path: PathBuf,
+    /// The redis URL (`redis://…` or `rediss://…`), required by the redis backend.
+    #[serde(default)]
+    pub url: Option<String>,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            backend: StoreBackend::default(),
+            path: default_store_path(),
+            url: None,
+        }
+    }
+}
+
+fn default_store_path() -> PathBuf {
+    PathBuf::from(DEFAULT_STORE_PATH)
+}
+
+/// Handoff store backends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreBackend {
+    /// An embedded redb file (survives restarts of one replica).
+    #[default]
+    Redb,
+    /// In memory (lost on restart).
+    Memory,
+    /// A redis server shared by several replicas.
+    Redis,
+}
+
+/// How the account credential is sent upstream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum AuthScheme {
+    /// `Authorization: Bearer <key>` (OpenAI, Codex).
+    #[default]
+    #[serde(rename = "bearer")]
+    Bearer,
+    /// `x-api-key: <key>` (Anthropic).
+    #[serde(rename = "x-api-key")]
+    XApiKey,
+}
+
+/// Which quota headers a provider sends (DESIGN §6).
+///
+/// This is the gateway's own copy of the list; the gateway's local parser (`quota.rs`) reads the
+/// Codex and Anthropic unified headers. `openai` and `ietf` are accepted so that configuration
+/// files stay valid when the core parsers (`context_relay_core::quota::QuotaKind`) take over;
+/// until then they read no headers and only a 429 exhausts the account.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QuotaFormat {
+    /// Try every known format.
+    #[default]
+    Auto,
+    /// `x-codex-{primary,secondary}-*`.
+    Codex,
+    /// `x-ratelimit-*`.
+    Openai,
+    /// `anthropic-ratelimit-*`.
+    Anthropic,
+    /// IETF `RateLimit` fields.
+    Ietf,
+    /// No quota headers: only a 429 exhausts the account.
+    None,
+}
+
+/// `[[providers]]`: one upstream API and its accounts.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    /// Unique name, used in targets (`name/model`).
+    pub name: String,
+    /// Upstream base URL ending where the client path after `/v1` is appended:
+    /// `/v1/responses` → `{base_url}/responses`.
+    pub base_url: String,
+    /// How the account key is sent.
+    #[serde(default)]
+    pub auth: AuthScheme,
+    /// Which quota headers to read.
+    #[serde(default)]
+    pub quota: QuotaFormat,
+    /// Usage fraction in `(0, 1]` at which an account is treated as exhausted.
+    #[serde(default = "default_rotate_at")]
+    pub rotate_at: f64,
+    /// Send the summary request with `stream: true` (the ChatGPT Codex backend needs it).
+    #[serde(default)]
+    pub summary_stream: bool,
+    /// Accounts, filled in this order.
+    #[serde(default)]
+    pub accounts: Vec<AccountConfig>,
+}
+
+fn default_rotate_at() -> f64 {
+    DEFAULT_ROTATE_AT
+}
+
+/// `[[providers.accounts]]`: one credential.
+///
+/// After loading, [`AccountConfig::api_key`] holds the key whichever way it was given.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccountConfig {
+    /// Unique id within the provider.
+    pub id: String,
+    /// The key itself.
+    #[serde(default)]
+    pub api_key: Option<String>,
+    /// The environment variable holding the key.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+}
+
+impl std::fmt::Debug for AccountConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AccountConfig")
+            .field("id", &self.id)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("api_key_env", &self.api_key_env)
+            .finish()
+    }
+}
+
+/// How a combo routes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    /// Targets in order, with context relay across account switches.
+    #[default]
+    ContextRelay,
+    /// Targets in order, without context relay (no `ComboName` is set, so the relay layers
+    /// pass these requests through).
+    Priority,
+}
+
+/// `[[combos]]`: a named routing target.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ComboConfig {
+    /// The name clients send as `model`.
+    pub name: String,
+    /// Routing strategy.
+    #[serde(default)]
+    pub strategy: Strategy,
+    /// `provider/model` targets, tried in order.
+    pub targets: Vec<TargetSpec>,
+    /// Per-combo relay overrides (same keys as `[relay]`).
+    #[serde(default)]
+    pub relay: RelayOverrides,
+}
+
+/// A `provider/model` target. The model may itself contain `/`; the provider is the part
+/// before the first one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetSpec {
+    /// Provider name.
+    pub provider: String,
+    /// Model sent upstream.
+    pub model: String,
+}
+
+impl TargetSpec {
+    /// Splits `provider/model`; `None` when either part is empty.
+    ///
+    /// ```
+    /// use context_relay_gateway::config::TargetSpec;
+    /// let t = TargetSpec::parse("router/openai/gpt-5").unwrap();
+    /// assert_eq!((t.provider.as_str(), t.model.as_str()), ("router", "openai/gpt-5"));
+    /// assert!(TargetSpec::parse("gpt-5").is_none());
+    /// ```
+    pub fn parse(s: &str) -> Option<Self> {
+        let (provider, model) = s.split_once('/')?;
+        let (provider, model) = (provider.trim(), model.trim());
+        (!provider.is_empty() && !model.is_empty()).then(|| Self {
+            provider: provider.to_owned(),
+            model: model.to_owned(),
+        })
+    }
+}
+
+impl std::fmt::Display for TargetSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.provider, self.model)
+    }
+}
+
+impl<'de> Deserialize<'de> for TargetSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        TargetSpec::parse(&s).ok_or_else(|| {
+            serde::de::Error::custom(format!("expected a target \"provider/model\", found {s:?}"))
+        })
+    }
+}
+
+impl Config {
+    /// Reads, parses, resolves `api_key_env` from the process environment and validates `path`.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_toml_str(&text, |name| std::env::var(name).ok())
+    }
+
+    /// Parses and validates `text`, looking `api_key_env` variables up with `env`.
+    pub fn from_toml_str(
+        text: &str,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let mut config: Config = toml::from_str(text)?;
+        config.resolve_keys(env)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn resolve_keys(&mut self, env: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+        for p in &mut self.providers {
+            for a in &mut p.accounts {
+                let field = format!("providers[{:?}].accounts[{:?}]", p.name, a.id);
+                match (&a.api_key, &a.api_key_env) {
+                    (Some(_), Some(_)) => {
+                        return Err(invalid(field, "either `api_key` or `api_key_env`", "both"));
+                    }
+                    (None, None) => {
+                        return Err(invalid(field, "`api_key` or `api_key_env`", "neither"));
+                    }
+                    (Some(_), None) => {}
+                    (None, Some(var)) => {
+                        let found = match env(var) {
+                            Some(v) if !v.trim().is_empty() => {
+                                a.api_key = Some(v.trim().to_owned());
+                                continue;
+                            }
+                            Some(_) => "empty",
+                            None => "not set",
+                        };
+                        return Err(ConfigError::MissingEnv {
+                            field: format!("{field}.api_key_env"),
+                            variable: var.clone(),
+                            found,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.max_request_bytes == 0 {
+            return Err(invalid(
+                "max_request_bytes",
+                "a positive size in bytes",
+                "0",
+            ));
+        }
+        if let Some(t) = &self.admin_token
+            && t.trim().is_empty()
+        {
+            return Err(invalid(
+                "admin_token",
+                "a non-empty token",
+                "an empty string",
+            ));
+        }
+        self.store.validate()?;
+
+        let mut provider_names = HashSet::new();
+        for p in &self.providers {
+            let field = format!("providers[{:?}]", p.name);
+            if p.name.trim().is_empty() || p.name.contains('/') || p.name != p.name.trim() {
+                return Err(invalid(
+                    format!("{field}.name"),
+                    "a non-empty name without `/` or surrounding spaces",
+                    format!("{:?}", p.name),
+                ));
+            }
+            if !provider_names.insert(p.name.to_ascii_lowercase()) {
+                return Err(invalid(
+                    format!("{field}.name"),
+                    "a unique provider name",
+                    format!("{:?} twice", p.name),
+                ));
+            }
+            validate_base_url(&format!("{field}.base_url"), &p.base_url)?;
+            if !(p.rotate_at.is_finite() && p.rotate_at > 0.0 && p.rotate_at <= 1.0) {
+                return Err(invalid(
+                    format!("{field}.rotate_at"),
+                    "a number in (0, 1]",
+                    p.rotate_at.to_string(),
+                ));
+            }
+            if p.accounts.is_empty() {
+                return Err(invalid(
+                    format!("{field}.accounts"),
+                    "at least one account",
+                    "none",
+                ));
+            }
+            let mut ids = HashSet::new();
+            for a in &p.accounts {
+                let afield = format!("{field}.accounts[{:?}]", a.id);
+                if a.id.trim().is_empty() {
+                    return Err(invalid(format!("{afield}.id"), "a non-empty id", "\"\""));
+                }
+                if !ids.insert(a.id.as_str()) {
+                    return Err(invalid(
+                        format!("{afield}.id"),
+                        "an account id unique within the provider",
+                        format!("{:?} twice", a.id),
+                    ));
+                }
+                let key = a.api_key.as_deref().unwrap_or_default();
+                if key.is_empty() || HeaderValue::from_str(key).is_err() {
+                    // The key itself is never printed.
+                    return Err(invalid(
+                        format!("{afield}.api_key"),
+                        "a non-empty key of visible ASCII characters",
+                        "an empty key or one with invalid characters",
+                    ));
+                }
+            }
+        }
+
+        let mut combo_names = HashSet::new();
+        for c in &self.combos {
+            let field = format!("combos[{:?}]", c.name);
+            if c.name.trim().is_empty() || c.name.contains('/') {
+                return Err(invalid(
+                    format!("{field}.name"),
+                    "a non-empty name without `/` (names with `/` are provider/model targets)",
+                    format!("{:?}", c.name),
+                ));
+            }
+            if !combo_names.insert(c.name.as_str()) {
+                return Err(invalid(
+                    format!("{field}.name"),
+                    "a unique combo name",
+                    format!("{:?} twice", c.name),
+                ));
+            }
+            if c.targets.is_empty() {
+                return Err(invalid(
+                    format!("{field}.targets"),
+                    "at least one \"provider/model\" target",
+                    "[]",
+                ));
+            }
+            for (i, t) in c.targets.iter().enumerate() {
+                if !self.providers.iter().any(|p| p.name == t.provider) {
+                    let known: Vec<&str> = self.providers.iter().map(|p| p.name.as_str()).collect();
+                    return Err(invalid(
+                        format!("{field}.targets[{i}]"),
+                        format!("a configured provider (one of {known:?})"),
+                        format!("{:?} (provider {:?})", t.to_string(), t.provider),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The provider named `name`.
+    pub fn provider(&self, name: &str) -> Option<&ProviderConfig> {
+        self.providers.iter().find(|p| p.name == name)
+    }
+
+    /// Resolved relay settings of every combo (built-in < `[relay]` < `[combos.relay]`),
+    /// with the warnings of values that fell back to their default.
+    pub fn relay_configs(&self) -> Vec<(String, RelayConfig, Vec<ConfigWarning>)> {
+        self.combos
+            .iter()
+            .map(|c| {
+                let (config, warnings) = RelayConfig::resolve(&self.relay, &c.relay);
+                (c.name.clone(), config, warnings)
+            })
+            .collect()
+    }
+}
+
+impl StoreConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        match self.backend {
+            StoreBackend::Redis => match self.url.as_deref() {
+                Some(u) if u.starts_with("redis://") || u.starts_with("rediss://") => Ok(()),
+                Some(u) => Err(invalid(
+                    "store.url",
+                    "a redis:// or rediss:// URL",
+                    format!("{u:?}"),
+                )),
+                None => Err(invalid(
+                    "store.url",
+                    "a redis URL with backend = \"redis\"",
+                    "none",
+                )),
+            },
+            StoreBackend::Redb if self.path.as_os_str().is_empty() => {
+                Err(invalid("store.path", "a file path", "\"\""))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+fn validate_base_url(field: &str, url: &str) -> Result<(), ConfigError> {
+    let expected =
+        "an absolute http:// or https:// URL without query, e.g. \"https://api.example/v1\"";
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|_| invalid(field, expected, format!("{url:?}")))?;
+    let scheme_ok = matches!(uri.scheme_str(), Some("http" | "https"));
+    if !scheme_ok || uri.authority().is_none() || uri.query().is_some() {
+        return Err(invalid(field, expected, format!("{url:?}")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+[[providers]]
+name = "codex"
+base_url = "http://127.0.0.1:9/v1"
+  [[providers.accounts]]
+  id = "a"
+  api_key = "k-a"
+[[combos]]
+name = "codex-relay"
+targets = ["codex/gpt-5.5"]
+"#;
+
+    fn load(text: &str) -> Result<Config, ConfigError> {
+        Config::from_toml_str(text, |name| (name == "KEY_B").then(|| "k-b".to_owned()))
+    }
+
+    fn err(text: &str) -> String {
+        load(text).expect_err("config must be rejected").to_string()
+    }
+
+    #[test]
+    fn defaults() {
+        let c = load(MINIMAL).unwrap();
+        assert_eq!(c.listen, "127.0.0.1:4000".parse().unwrap());
+        assert_eq!(c.admin_token, None);
+        assert_eq!(c.max_request_bytes, 8 * 1024 * 1024);
+        assert_eq!(c.store, StoreConfig::default());
+        assert_eq!(c.store.backend, StoreBackend::Redb);
+        assert_eq!(c.store.path, PathBuf::from("context-relay.redb"));
+        let p = &c.providers[0];
+        assert_eq!(p.auth, AuthScheme::Bearer);
+        assert_eq!(p.quota, QuotaFormat::Auto);
+        assert_eq!(p.rotate_at, 0.95);
+        assert!(!p.summary_stream);
+        assert_eq!(c.combos[0].strategy, Strategy::ContextRelay);
+        assert_eq!(c.relay, RelayOverrides::default());
+    }
+
+    #[test]
+    fn full_schema_of_the_issue() {
+        let text = r#"
+listen = "0.0.0.0:4100"
+admin_token = "adm"
+[store]
+backend = "redis"
+url = "redis://127.0.0.1:6379/"
+[relay]
+handoff_threshold = 0.85
+handoff_model = ""
+handoff_providers = ["codex"]
+max_messages_for_summary = 30
+relay_mode = "schema-locked"
+ttl_secs = 18000
+[[providers]]
+name = "codex"
+base_url = "https://chatgpt.example/backend/codex"
+auth = "bearer"
+quota = "codex"
+rotate_at = 0.9
+summary_stream = true
+  [[providers.accounts]]
+  id = "acct-a"
+  api_key = "sk-a"
+  [[providers.accounts]]
+  id = "acct-b"
+  api_key_env = "KEY_B"
+[[providers]]
+name = "anthropic"
+base_url = "https://api.anthropic.example/v1"
+auth = "x-api-key"
+quota = "anthropic"
+  [[providers.accounts]]
+  id = "main"
+  api_key = "sk-ant"
+[[combos]]
+name = "codex-relay"
+strategy = "context-relay"
+targets = ["codex/gpt-5.5", "anthropic/claude-sonnet-4-5"]
+  [combos.relay]
+  handoff_threshold = 0.8
+[[combos]]
+name = "plain"
+strategy = "priority"
+targets = ["anthropic/claude-opus-4-8"]
+"#;
+        let c = load(text).unwrap();
+        assert_eq!(c.listen.port(), 4100);
+        assert_eq!(c.store.backend, StoreBackend::Redis);
+        assert_eq!(c.providers[0].accounts[1].api_key.as_deref(), Some("k-b"));
+        assert_eq!(c.providers[1].auth, AuthScheme::XApiKey);
+        assert_eq!(c.combos[1].strategy, Strategy::Priority);
+        let relay = c.relay_configs();
+        assert_eq!(relay[0].1.handoff_threshold, 0.8);
+        assert_eq!(relay[1].1.handoff_threshold, 0.85);
+        assert!(relay.iter().all(|(_, _, w)| w.is_empty()));
+        // Keys are never printed by Debug.
+        assert!(!format!("{c:?}").contains("sk-a"));
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_everywhere() {
+        assert!(err(&format!("{MINIMAL}\nlisten_addr = \"x\"")).contains("listen_addr"));
+        let e = err(&MINIMAL.replace(
+            "name = \"codex\"\n",
+            "name = \"codex\"\nrotate_after = 0.5\n",
+        ));
+        assert!(e.contains("rotate_after"), "{e}");
+        let e = err(&MINIMAL.replace("api_key = \"k-a\"", "api_key = \"k-a\"\nkey = 1"));
+        assert!(e.contains("key"), "{e}");
+        let e = err(&format!("{MINIMAL}\n[relay]\nhandoff_treshold = 0.8\n"));
+        assert!(e.contains("handoff_treshold"), "{e}");
+        let e = err(&format!("{MINIMAL}\n[store]\nbackend = \"sqlite\"\n"));
+        assert!(e.contains("sqlite"), "{e}");
+    }
+
+    #[test]
+    fn missing_env_var_is_named() {
+        let e = err(&MINIMAL.replace("api_key = \"k-a\"", "api_key_env = \"CR_NOT_SET\""));
+        assert!(e.contains("CR_NOT_SET"), "{e}");
+        assert!(e.contains("not set"), "{e}");
+        assert!(
+            e.contains("providers[\"codex\"].accounts[\"a\"].api_key_env"),
+            "{e}"
+        );
+        let e = Config::from_toml_str(
+            &MINIMAL.replace("api_key = \"k-a\"", "api_key_env = \"EMPTY\""),
+            |_| Some(" ".into()),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("EMPTY") && e.contains("empty"), "{e}");
+    }
+
+    #[test]
+    fn key_sources_are_exclusive() {
+        let e = err(&MINIMAL.replace(
+            "api_key = \"k-a\"",
+            "api_key = \"x\"\napi_key_env = \"KEY_B\"",
+        ));
+        assert!(e.contains("both"), "{e}");
+        let e = err(&MINIMAL.replace("api_key = \"k-a\"", ""));
+        assert!(e.contains("neither"), "{e}");
+        let e = err(&MINIMAL.replace("api_key = \"k-a\"", "api_key = \"bad\\nkey\""));
+        assert!(e.contains("api_key") && !e.contains("bad"), "{e}");
+    }
+
+    #[test]
+    fn unknown_provider_in_target() {
+        let e = err(&MINIMAL.replace("codex/gpt-5.5", "codx/gpt-5.5"));
+        assert!(e.contains("combos[\"codex-relay\"].targets[0]"), "{e}");
+        assert!(e.contains("codx"), "{e}");
+        let e = err(&MINIMAL.replace("codex/gpt-5.5", "gpt-5.5"));
+        assert!(e.contains("provider/model") && e.contains("gpt-5.5"), "{e}");
+    }
+
+    #[test]
+    fn duplicates() {
+        let twice =
+            format!("{MINIMAL}\n[[combos]]\nname = \"codex-relay\"\ntargets = [\"codex/x\"]\n");
+        assert!(err(&twice).contains("\"codex-relay\" twice"));
+        let dup_provider = MINIMAL.replace(
+            "[[combos]]",
+            "[[providers]]\nname = \"Codex\"\nbase_url = \"http://h/v1\"\n[[providers.accounts]]\nid = \"a\"\napi_key = \"k\"\n[[combos]]",
+        );
+        assert!(err(&dup_provider).contains("twice"));
+        let dup_account = MINIMAL.replace(
+            "[[combos]]",
+            "  [[providers.accounts]]\n  id = \"a\"\n  api_key = \"k2\"\n[[combos]]",
+        );
+        let e = err(&dup_account);
+        assert!(
+            e.contains("accounts[\"a\"].id") && e.contains("twice"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bad_urls() {
+        for bad in ["ftp://h/v1", "not a url", "/v1", "http://h/v1?x=1"] {
+            let e = err(&MINIMAL.replace("http://127.0.0.1:9/v1", bad));
+            assert!(e.contains("base_url") && e.contains(bad), "{e}");
+        }
+    }
+
+    #[test]
+    fn rotate_at_range() {
+        for bad in ["0.0", "-0.5", "1.01", "nan", "inf"] {
+            let text = MINIMAL.replace(
+                "name = \"codex\"\n",
+                &format!("name = \"codex\"\nrotate_at = {bad}\n"),
+            );
+            let e = err(&text);
+            assert!(
+                e.contains("rotate_at") && e.contains("(0, 1]"),
+                "{bad}: {e}"
+            );
+        }
+        let ok = MINIMAL.replace("name = \"codex\"\n", "name = \"codex\"\nrotate_at = 1.0\n");
+        assert_eq!(load(&ok).unwrap().providers[0].rotate_at, 1.0);
+    }
+
+    #[test]
+    fn store_validation() {
+        let e = err(&format!("{MINIMAL}\n[store]\nbackend = \"redis\"\n"));
+        assert!(e.contains("store.url"), "{e}");
+        let e = err(&format!(
+            "{MINIMAL}\n[store]\nbackend = \"redis\"\nurl = \"http://x\"\n"
+        ));
+        assert!(e.contains("http://x"), "{e}");
+        let c = load(&format!("{MINIMAL}\n[store]\nbackend = \"memory\"\n")).unwrap();
+        assert_eq!(c.store.backend, StoreBackend::Memory);
+    }
+
+    #[test]
+    fn no_accounts_and_empty_targets() {
+        let e = err(&MINIMAL.replace(
+            "  [[providers.accounts]]\n  id = \"a\"\n  api_key = \"k-a\"\n",
+            "",
+        ));
+        assert!(e.contains("accounts") && e.contains("at least one"), "{e}");
+        let e = err(&MINIMAL.replace("targets = [\"codex/gpt-5.5\"]", "targets = []"));
+        assert!(e.contains("targets"), "{e}");
+    }
+}

@@ -1,0 +1,46 @@
+//! An OpenAI/Anthropic-compatible gateway that pools several accounts per provider and keeps
+//! long coding sessions alive across account rotation.
+//!
+//! It is a thin crate made of a router ([`app`]), a combo service ([`combo`]), an account
+//! resolver ([`resolver`] over [`pool`]), the upstream client ([`upstream`]) and, in the spots
+//! marked in [`app::proxy_stack`], the relay layers of `context-relay-tower` (DESIGN §3):
+//!
+//! ```text
+//! client ─▶ [router] ─▶ ComboService ─▶ GenerationLayer ─▶ AccountResolver ─▶ InjectionLayer ─▶ Upstream
+//! ```
+//!
+//! [`sim`] is a simulated provider (a test double) used by the tests and the quickstart.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use context_relay_gateway::{app::Gateway, config::Config};
+//! let config = Config::load("gateway.toml".as_ref())?;
+//! let listen = config.listen;
+//! let gateway = Gateway::new(config)?.spawn(listen).await?;
+//! println!("listening on {}", gateway.url());
+//! # Ok(()) }
+//! ```
+//!
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+
+pub mod app;
+pub mod combo;
+pub mod config;
+pub mod decode;
+pub mod error;
+pub mod model;
+pub mod pool;
+pub mod quota;
+pub mod resolver;
+pub mod server;
+pub mod sim;
+pub mod upstream;
+
+pub use app::{Gateway, GatewayError, ProxyService, proxy_stack};
+pub use combo::{ComboLayer, ComboService, RouteTargets, Routes, Target};
+pub use config::Config;
+pub use resolver::{AccountResolver, AccountResolverLayer};
+pub use server::RunningGateway;
+pub use upstream::{Upstream, UpstreamEndpoint};

@@ -1,0 +1,98 @@
+//! `context-relay-gateway --config FILE`: an OpenAI/Anthropic-compatible gateway that pools
+//! provider accounts and keeps sessions alive across account rotation.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use context_relay_gateway::Gateway;
+use context_relay_gateway::config::Config;
+use context_relay_gateway::server::{serve, shutdown_signal};
+use tracing_subscriber::EnvFilter;
+
+/// OpenAI/Anthropic-compatible gateway that pools several accounts per provider and keeps long
+/// coding sessions alive across account rotation.
+///
+/// Logging follows RUST_LOG (default: info), e.g. RUST_LOG=context_relay_gateway=debug.
+#[derive(Debug, Parser)]
+#[command(name = "context-relay-gateway", version)]
+struct Args {
+    /// The TOML configuration file (see the crate README for the schema).
+    #[arg(long, short = 'c', value_name = "FILE")]
+    config: PathBuf,
+    /// Listen on this address instead of the file's `listen` (e.g. 0.0.0.0:4000).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+    /// Validate the configuration (keys, values, environment variables), print the result
+    /// and exit: 0 when valid, 1 otherwise.
+    #[arg(long)]
+    check: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+
+    let mut config = match Config::load(&args.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(listen) = args.listen {
+        config.listen = listen;
+    }
+    if args.check {
+        for (combo, _, warnings) in config.relay_configs() {
+            for w in warnings {
+                println!("warning: combos[{combo:?}].relay: {w} (the default is used)");
+            }
+        }
+        let accounts: usize = config.providers.iter().map(|p| p.accounts.len()).sum();
+        println!(
+            "{}: valid ({} providers, {accounts} accounts, {} combos)",
+            args.config.display(),
+            config.providers.len(),
+            config.combos.len()
+        );
+        return ExitCode::SUCCESS;
+    }
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
+    let listen = config.listen;
+    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+    let gateway = Gateway::new(config)?.with_metrics(metrics);
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    tracing::info!(addr = %listener.local_addr()?, "context-relay-gateway listening");
+    serve(listener, gateway.router(), shutdown_signal()).await?;
+    tracing::info!("in-flight requests finished; bye");
+    Ok(())
+}

@@ -1,0 +1,277 @@
+//! The upstream client: the last service of the proxy stack.
+//!
+//! It sends each request to `{base_url}{client path after /v1}{?query}` of the
+//! [`UpstreamEndpoint`] the account resolver chose, with the client's credentials and the
+//! hop-by-hop headers removed and the account's credential added. Bodies stream both ways:
+//! nothing is buffered, so an SSE event reaches the client as soon as the provider sends it.
+//! Connection errors become a 502 in the client's error shape (the service never fails).
+//!
+//! It uses hyper-util's pooled client with rustls (ring provider, webpki roots) for `https`
+//! and plain TCP for `http`, HTTP/1.1 and HTTP/2 (ALPN).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, Uri, header};
+use http_body::Body;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Either, Full};
+use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use tower_service::Service;
+
+use crate::combo::BoxError;
+use crate::error::{ErrorShape, error_response};
+
+/// Request extension set by the account resolver: where the request goes and with which
+/// credential.
+#[derive(Clone)]
+pub struct UpstreamEndpoint {
+    /// Provider base URL without a trailing `/` (the client path after `/v1` is appended).
+    pub base_url: Arc<str>,
+    /// The header carrying the account's credential.
+    pub credential: Option<(HeaderName, HeaderValue)>,
+}
+
+impl std::fmt::Debug for UpstreamEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamEndpoint")
+            .field("base_url", &self.base_url)
+            .field("credential", &self.credential.as_ref().map(|(n, _)| n))
+            .finish()
+    }
+}
+
+/// Why the upstream client could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// rustls refused the TLS configuration.
+    #[error("the TLS client configuration was rejected: {0}")]
+    Tls(#[from] rustls::Error),
+}
+
+type OutBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// See the [module docs](self).
+#[derive(Clone, Debug)]
+pub struct Upstream {
+    client: Client<HttpsConnector<HttpConnector>, OutBody>,
+}
+
+/// Headers that describe one connection, not the message (RFC 9110 §7.6.1), plus `host`,
+/// which the client derives from the upstream URL.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+impl Upstream {
+    /// A pooled client for http and https upstreams.
+    pub fn new() -> Result<Self, UpstreamError> {
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(Duration::from_secs(10)));
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())?
+            .https_or_http()
+            .enable_http1()
+            .enable_http2()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build(https);
+        Ok(Self { client })
+    }
+}
+
+/// The upstream URL of a client request: `base_url` + the path after `/v1` + the query.
+///
+/// ```
+/// use context_relay_gateway::upstream::upstream_uri;
+/// let uri: http::Uri = "/v1/messages?beta=true".parse().unwrap();
+/// assert_eq!(
+///     upstream_uri("https://api.example/v1", &uri).unwrap(),
+///     "https://api.example/v1/messages?beta=true"
+/// );
+/// ```
+pub fn upstream_uri(base_url: &str, client: &Uri) -> Result<Uri, http::uri::InvalidUri> {
+    let path = client.path();
+    let rest = match path.strip_prefix("/v1") {
+        Some(r) if r.is_empty() || r.starts_with('/') => r,
+        _ => path,
+    };
+    let mut url = String::with_capacity(base_url.len() + path.len() + 16);
+    url.push_str(base_url.trim_end_matches('/'));
+    url.push_str(rest);
+    if let Some(q) = client.query() {
+        url.push('?');
+        url.push_str(q);
+    }
+    url.parse()
+}
+
+/// Removes hop-by-hop headers, including those the `connection` header names.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for n in named {
+        headers.remove(n);
+    }
+    for n in HOP_BY_HOP {
+        headers.remove(n);
+    }
+}
+
+/// The future of [`Upstream`].
+pub type ResponseFuture = Pin<
+    Box<dyn Future<Output = Result<Response<Either<Incoming, Full<Bytes>>>, Infallible>> + Send>,
+>;
+
+impl<B> Service<Request<B>> for Upstream
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    type Response = Response<Either<Incoming, Full<Bytes>>>;
+    type Error = Infallible;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // The legacy client queues internally; it is always ready.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let client = self.client.clone();
+        Box::pin(async move {
+            let shape = ErrorShape::for_path(req.uri().path());
+            let bad_gateway = |message: String| {
+                let kind = match shape {
+                    ErrorShape::OpenAi => "upstream_error",
+                    ErrorShape::Anthropic => "api_error",
+                };
+                Ok(
+                    error_response(shape, StatusCode::BAD_GATEWAY, kind, &message)
+                        .map(Either::Right),
+                )
+            };
+            let (mut parts, body) = req.into_parts();
+            let Some(endpoint) = parts.extensions.remove::<UpstreamEndpoint>() else {
+                return bad_gateway(
+                    "the gateway resolved no upstream for this request (no UpstreamEndpoint)"
+                        .into(),
+                );
+            };
+            let uri = match upstream_uri(&endpoint.base_url, &parts.uri) {
+                Ok(u) => u,
+                Err(e) => {
+                    return bad_gateway(format!(
+                        "the upstream URL for {} is invalid: {e}",
+                        endpoint.base_url
+                    ));
+                }
+            };
+            strip_hop_by_hop(&mut parts.headers);
+            parts.headers.remove(header::HOST);
+            parts.headers.remove(header::AUTHORIZATION);
+            parts.headers.remove("x-api-key");
+            // hyper sets the length from the body (exact for buffered bodies, chunked for
+            // streams), so a stale client value can never disagree with what is sent.
+            parts.headers.remove(header::CONTENT_LENGTH);
+            if let Some((name, value)) = endpoint.credential {
+                parts.headers.insert(name, value);
+            }
+            parts.uri = uri;
+            // The client picks the protocol per connection; a client's HTTP/2 request must not
+            // force HTTP/2 on an HTTP/1 upstream.
+            parts.version = http::Version::HTTP_11;
+            let out = Request::from_parts(parts, body.map_err(Into::into).boxed_unsync());
+            match client.request(out).await {
+                Ok(mut res) => {
+                    strip_hop_by_hop(res.headers_mut());
+                    Ok(res.map(Either::Left))
+                }
+                Err(e) => {
+                    // hyper's top-level message is generic ("client error (Connect)"); the
+                    // cause chain says what happened ("Connection refused").
+                    let mut source = String::new();
+                    let mut cause = std::error::Error::source(&e);
+                    while let Some(c) = cause {
+                        source.push_str(&format!(": {c}"));
+                        cause = c.source();
+                    }
+                    tracing::warn!(base_url = %endpoint.base_url, error = %e, "upstream request failed");
+                    metrics::counter!("context_relay_gateway_upstream_errors_total").increment(1);
+                    bad_gateway(format!(
+                        "the upstream {} could not be reached: {e}{source}",
+                        endpoint.base_url
+                    ))
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uris() {
+        let u = |s: &str| s.parse::<Uri>().unwrap();
+        assert_eq!(
+            upstream_uri("http://h:1/v1/", &u("/v1/chat/completions")).unwrap(),
+            "http://h:1/v1/chat/completions"
+        );
+        assert_eq!(
+            upstream_uri(
+                "https://chatgpt.example/backend-api/codex",
+                &u("/v1/responses")
+            )
+            .unwrap(),
+            "https://chatgpt.example/backend-api/codex/responses"
+        );
+        assert_eq!(
+            upstream_uri("http://h", &u("/v1x/other?a=1&b")).unwrap(),
+            "http://h/v1x/other?a=1&b"
+        );
+    }
+
+    #[test]
+    fn hop_by_hop() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "connection",
+            HeaderValue::from_static("keep-alive, x-private"),
+        );
+        h.insert("x-private", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert("te", HeaderValue::from_static("trailers"));
+        h.insert("upgrade", HeaderValue::from_static("h2c"));
+        h.insert("x-codex-turn-state", HeaderValue::from_static("s"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key("x-codex-turn-state"));
+    }
+}

@@ -1,0 +1,273 @@
+//! Where a handoff waits between the account that wrote it and the account that consumes it,
+//! possibly across a gateway restart and across several gateway replicas.
+//!
+//! This crate sits under the tower layers (DESIGN §2): the generation layer upserts handoffs
+//! and takes in-flight keys, the injection layer asks [`HandoffStore::may_contain`] on every
+//! request (from memory, no I/O), claims a handoff when an account switch happens, and records
+//! the serving account as the session's [`Affinity`].
+//!
+//! Backends, all passing one conformance suite (`tests/conformance.rs`):
+//! - [`RedbStore`] (feature `redb`, default): one file, one writer thread that group-commits
+//!   everything queued, point reads inline, an in-memory index of live keys;
+//! - [`MemoryStore`]: the same semantics without persistence;
+//! - `RedisStore` (feature `redis`): for several replicas sharing one store.
+//!
+//! Decisions the design leaves open, taken here:
+//! - Leases (of [`HandoffStore::claim`]) are bookkeeping, not data: redb and memory keep them in
+//!   memory only, so a restart frees every lease (the claimant died with the process).
+//! - A write is queued when the method is called, not when its future is first polled; dropping
+//!   the future does not cancel it.
+//! - An upsert replaces the record and ends any lease on the old one.
+//! - `complete` deletes when the record is still the claimed version, even if the lease has run
+//!   out meanwhile (the handoff was consumed either way).
+//! - Affinity entries expire after `affinity_ttl` (default 7 days) without a change or refresh,
+//!   so that the table does not grow forever; `set_affinity` rewrites an unchanged entry once a
+//!   quarter of that time has passed.
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! use std::time::{Duration, SystemTime};
+//! use context_relay_core::{Handoff, HandoffKey, HandoffRecord};
+//! use context_relay_store::{HandoffStore, MemoryStore};
+//!
+//! let store = MemoryStore::new();
+//! let now = SystemTime::now();
+//! let record = HandoffRecord {
+//!     version: 1,
+//!     tenant: "acme".into(),
+//!     session: "s1".into(),
+//!     combo: "codex-relay".into(),
+//!     from_provider: "codex".into(),
+//!     from_account: "alice".into(),
+//!     handoff: Handoff { summary: "Refactoring the parser".into(), ..Handoff::default() },
+//!     message_count: 12,
+//!     model: "gpt-5-mini".into(),
+//!     threshold: 0.85,
+//!     generated_at: now,
+//!     expires_at: now + Duration::from_secs(3600),
+//! };
+//! let key = record.key();
+//! store.upsert(record).await?;
+//! assert!(store.may_contain(&key));
+//! let claim = store.claim(&key, Duration::from_secs(30)).await?.expect("live and unleased");
+//! assert!(store.claim(&key, Duration::from_secs(30)).await?.is_none(), "leased");
+//! assert!(store.complete(&claim).await?);
+//! assert!(!store.contains(&key).await?);
+//! # Ok::<(), context_relay_store::StoreError>(())
+//! # }).unwrap();
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use context_relay_core::{HandoffKey, HandoffRecord};
+
+mod affinity;
+pub mod clock;
+pub mod cooldown;
+mod error;
+mod index;
+pub mod inflight;
+mod memory;
+mod purger;
+#[cfg(feature = "redb")]
+mod redb_store;
+#[cfg(feature = "redis")]
+mod redis_store;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use cooldown::CoolDown;
+pub use error::StoreError;
+pub use inflight::{InFlight, InFlightGuard};
+pub use memory::MemoryStore;
+pub use purger::{DEFAULT_PURGE_INTERVAL, PurgerHandle, spawn_purger};
+#[cfg(feature = "redb")]
+pub use redb_store::{DEFAULT_MAX_BATCH, RedbStore, RedbStoreBuilder};
+#[cfg(feature = "redis")]
+pub use redis_store::{
+    DEFAULT_AFFINITY_CACHE_TTL, DEFAULT_TIMEOUT as DEFAULT_REDIS_TIMEOUT, RedisStore,
+    RedisStoreBuilder,
+};
+
+/// How long an unchanged affinity lives by default.
+pub const DEFAULT_AFFINITY_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The boxed future every [`HandoffStore`] operation returns (the trait is object-safe).
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// A store of handoffs keyed by `(tenant, session, combo)` (DESIGN §5.2).
+///
+/// Object-safe: the layers hold an `Arc<dyn HandoffStore>`. Expired records are absent from
+/// every read. Every backend passes the same conformance suite.
+pub trait HandoffStore: Send + Sync + 'static {
+    /// Inserts the record, or replaces the record of its key (ending any lease on it).
+    fn upsert(&self, record: HandoffRecord) -> StoreFuture<'_, ()>;
+
+    /// The live record of `key`.
+    fn get<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, Option<HandoffRecord>>;
+
+    /// Whether `key` has a live record (leased or not). redb and memory answer from memory.
+    fn contains<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, bool>;
+
+    /// Synchronous, from memory, no I/O: `false` means "certainly no live handoff here" (the hot
+    /// path); redb and memory answer exactly, redis answers `true` ("ask me").
+    fn may_contain(&self, key: &HandoffKey) -> bool;
+
+    /// Takes the live, unleased record of `key` for `lease`; a second claim during the lease gets
+    /// `None`.
+    fn claim<'a>(&'a self, key: &'a HandoffKey, lease: Duration) -> StoreFuture<'a, Option<Claim>>;
+
+    /// Deletes the claimed record if it is still the claimed version (a newer upsert survives);
+    /// `true` when it deleted.
+    fn complete<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, bool>;
+
+    /// Ends the lease of `claim` and keeps the record (the handoff was not used).
+    fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ()>;
+
+    /// Deletes the record of `key`; `true` when there was a live one.
+    fn delete<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, bool>;
+
+    /// Removes expired records (and stale affinities); returns how many records it removed.
+    fn purge_expired(&self) -> StoreFuture<'_, usize>;
+
+    /// Live records, optionally only of one tenant and/or one session (the admin view).
+    fn list<'a>(
+        &'a self,
+        tenant: Option<&'a str>,
+        session: Option<&'a str>,
+    ) -> StoreFuture<'a, Vec<HandoffRecord>>;
+
+    /// The last account that served `(tenant, session)`.
+    fn affinity<'a>(
+        &'a self,
+        tenant: &'a str,
+        session: &'a str,
+    ) -> StoreFuture<'a, Option<Affinity>>;
+
+    /// Synchronous cache look-up: `Some(x)` when the in-memory cache knows the answer (`x` may be
+    /// `None` = known absent), `None` when only [`affinity`](Self::affinity) can tell.
+    fn cached_affinity(&self, tenant: &str, session: &str) -> Option<Option<Affinity>>;
+
+    /// Records the serving account of `(tenant, session)`; writes only when it changed.
+    fn set_affinity<'a>(
+        &'a self,
+        tenant: &'a str,
+        session: &'a str,
+        provider: &'a str,
+        account: &'a str,
+    ) -> StoreFuture<'a, ()>;
+
+    /// Backend name for logs and metrics (`"redb"`, `"memory"`, `"redis"`).
+    fn backend(&self) -> &'static str;
+
+    /// Takes the store-wide right to generate the summary of `key` for at most `ttl`.
+    ///
+    /// Complements the process-local [`InFlight`] registry: a distributed backend (redis) grants
+    /// it to one replica at a time; single-process backends always grant it.
+    fn begin_generation<'a>(
+        &'a self,
+        key: &'a HandoffKey,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Option<GenerationLease>> {
+        let _ = ttl;
+        Box::pin(std::future::ready(Ok(Some(GenerationLease::local(key)))))
+    }
+
+    /// Gives back a lease taken by [`begin_generation`](Self::begin_generation) (a no-op when it
+    /// already ran out or was local).
+    fn end_generation<'a>(&'a self, lease: &'a GenerationLease) -> StoreFuture<'a, ()> {
+        let _ = lease;
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+/// A claimed handoff: the record plus the version and lease it was claimed at.
+#[derive(Clone, PartialEq)]
+pub struct Claim {
+    /// The claimed record.
+    pub record: HandoffRecord,
+    pub(crate) version: u64,
+    pub(crate) token: u64,
+}
+
+impl Claim {
+    /// The key of the claimed record.
+    pub fn key(&self) -> HandoffKey {
+        self.record.key()
+    }
+}
+
+impl fmt::Debug for Claim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Claim")
+            .field("key", &self.record.key())
+            .field("version", &self.version)
+            .field("token", &self.token)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The account that last served a session (DESIGN §5.4).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Affinity {
+    /// Provider of the serving account.
+    pub provider: Arc<str>,
+    /// The serving account.
+    pub account: Arc<str>,
+}
+
+impl Affinity {
+    /// An affinity to `account` of `provider`.
+    pub fn new(provider: impl Into<Arc<str>>, account: impl Into<Arc<str>>) -> Self {
+        Self {
+            provider: provider.into(),
+            account: account.into(),
+        }
+    }
+}
+
+/// The right to generate one key's summary, from [`HandoffStore::begin_generation`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GenerationLease {
+    key: HandoffKey,
+    // `None` for a local (always granted) lease; the Redis token otherwise.
+    token: Option<u64>,
+}
+
+impl GenerationLease {
+    /// A lease that needs no coordination (single-process backends).
+    pub fn local(key: &HandoffKey) -> Self {
+        Self {
+            key: key.clone(),
+            token: None,
+        }
+    }
+
+    /// The key the lease is for.
+    pub fn key(&self) -> &HandoffKey {
+        &self.key
+    }
+
+    /// Whether another replica could have been refused because of this lease.
+    pub fn is_distributed(&self) -> bool {
+        self.token.is_some()
+    }
+}
+
+/// Metric counting stored records skipped because they could not be read.
+pub const CORRUPT_RECORDS_METRIC: &str = "context_relay_store_corrupt_records_total";
+
+/// Reports a stored record that could not be read: logged, counted, skipped.
+pub(crate) fn report_corrupt(
+    backend: &'static str,
+    key: &dyn fmt::Display,
+    why: &dyn fmt::Display,
+) {
+    tracing::warn!(backend, key = %key, error = %why, "skipping a stored handoff that cannot be read");
+    metrics::counter!(CORRUPT_RECORDS_METRIC, "backend" => backend).increment(1);
+}

@@ -1,0 +1,267 @@
+//! The memory backend: the semantics of every store, nothing persisted.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use context_relay_core::time::to_unix_millis;
+use context_relay_core::{HandoffKey, HandoffRecord};
+use dashmap::mapref::entry::Entry;
+
+use crate::affinity::{self, AffinityMap, Write};
+use crate::clock::{Clock, SystemClock, now_ms};
+use crate::index::{FastMap, Meta};
+use crate::{Affinity, Claim, DEFAULT_AFFINITY_TTL, HandoffStore, StoreFuture};
+
+/// An in-process store for tests and ephemeral gateways; every operation completes without
+/// waiting.
+///
+/// Cloning shares the store.
+#[derive(Clone)]
+pub struct MemoryStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    records: FastMap<HandoffKey, Slot>,
+    affinity: AffinityMap,
+    affinity_ttl: Duration,
+    clock: Arc<dyn Clock>,
+    next: AtomicU64,
+}
+
+struct Slot {
+    meta: Meta,
+    record: HandoffRecord,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryStore {
+    /// An empty store on the system clock.
+    pub fn new() -> Self {
+        Self::with_clock(Arc::new(SystemClock))
+    }
+
+    /// An empty store reading the time from `clock`.
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                records: FastMap::default(),
+                affinity: AffinityMap::default(),
+                affinity_ttl: DEFAULT_AFFINITY_TTL,
+                clock,
+                next: AtomicU64::new(1),
+            }),
+        }
+    }
+
+    /// How many records are held, expired ones included until purged.
+    pub fn len(&self) -> usize {
+        self.inner.records.len()
+    }
+
+    /// Whether no record is held.
+    pub fn is_empty(&self) -> bool {
+        self.inner.records.is_empty()
+    }
+
+    fn now_ms(&self) -> u64 {
+        now_ms(&*self.inner.clock)
+    }
+
+    fn next(&self) -> u64 {
+        self.inner.next.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn upsert_now(&self, record: HandoffRecord) {
+        let meta = Meta::new(self.next(), to_unix_millis(record.expires_at));
+        self.inner
+            .records
+            .insert(record.key(), Slot { meta, record });
+    }
+
+    fn get_now(&self, key: &HandoffKey) -> Option<HandoffRecord> {
+        let now = self.now_ms();
+        self.inner
+            .records
+            .get(key)
+            .filter(|s| s.meta.is_live(now))
+            .map(|s| s.record.clone())
+    }
+
+    fn claim_now(&self, key: &HandoffKey, lease: Duration) -> Option<Claim> {
+        let now = self.now_ms();
+        let token = self.next();
+        let mut slot = self.inner.records.get_mut(key)?;
+        if !slot.meta.try_lease(now, lease, token) {
+            return None;
+        }
+        Some(Claim {
+            record: slot.record.clone(),
+            version: slot.meta.version,
+            token,
+        })
+    }
+
+    fn complete_now(&self, claim: &Claim) -> bool {
+        match self.inner.records.entry(claim.key()) {
+            Entry::Occupied(e) if e.get().meta.version == claim.version => {
+                e.remove();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn delete_now(&self, key: &HandoffKey) -> bool {
+        let now = self.now_ms();
+        self.inner
+            .records
+            .remove(key)
+            .is_some_and(|(_, s)| s.meta.is_live(now))
+    }
+
+    fn purge_now(&self) -> usize {
+        let now = self.now_ms();
+        let before = self.inner.records.len();
+        self.inner.records.retain(|_, s| s.meta.is_live(now));
+        self.inner.affinity.purge(now, self.inner.affinity_ttl);
+        before.saturating_sub(self.inner.records.len())
+    }
+
+    fn list_now(&self, tenant: Option<&str>, session: Option<&str>) -> Vec<HandoffRecord> {
+        let now = self.now_ms();
+        let mut out: Vec<HandoffRecord> = self
+            .inner
+            .records
+            .iter()
+            .filter(|s| s.meta.is_live(now))
+            .filter(|s| tenant.is_none_or(|t| *s.record.tenant == *t))
+            .filter(|s| session.is_none_or(|x| *s.record.session == *x))
+            .map(|s| s.record.clone())
+            .collect();
+        out.sort_by_key(HandoffRecord::key);
+        out
+    }
+}
+
+fn ready<T: Send + 'static>(value: T) -> StoreFuture<'static, T> {
+    Box::pin(std::future::ready(Ok(value)))
+}
+
+impl HandoffStore for MemoryStore {
+    fn upsert(&self, record: HandoffRecord) -> StoreFuture<'_, ()> {
+        self.upsert_now(record);
+        ready(())
+    }
+
+    fn get<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, Option<HandoffRecord>> {
+        ready(self.get_now(key))
+    }
+
+    fn contains<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, bool> {
+        ready(self.may_contain(key))
+    }
+
+    fn may_contain(&self, key: &HandoffKey) -> bool {
+        // The clock is read only for a key that is there: an absent key costs one lookup.
+        self.inner
+            .records
+            .get(key)
+            .is_some_and(|s| s.meta.is_live(self.now_ms()))
+    }
+
+    fn claim<'a>(&'a self, key: &'a HandoffKey, lease: Duration) -> StoreFuture<'a, Option<Claim>> {
+        ready(self.claim_now(key, lease))
+    }
+
+    fn complete<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, bool> {
+        ready(self.complete_now(claim))
+    }
+
+    fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ()> {
+        if let Some(mut slot) = self.inner.records.get_mut(&claim.key()) {
+            slot.meta.release(claim.version, claim.token);
+        }
+        ready(())
+    }
+
+    fn delete<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, bool> {
+        ready(self.delete_now(key))
+    }
+
+    fn purge_expired(&self) -> StoreFuture<'_, usize> {
+        ready(self.purge_now())
+    }
+
+    fn list<'a>(
+        &'a self,
+        tenant: Option<&'a str>,
+        session: Option<&'a str>,
+    ) -> StoreFuture<'a, Vec<HandoffRecord>> {
+        ready(self.list_now(tenant, session))
+    }
+
+    fn affinity<'a>(
+        &'a self,
+        tenant: &'a str,
+        session: &'a str,
+    ) -> StoreFuture<'a, Option<Affinity>> {
+        ready(
+            self.inner
+                .affinity
+                .get(tenant, session, self.now_ms(), self.inner.affinity_ttl),
+        )
+    }
+
+    fn cached_affinity(&self, tenant: &str, session: &str) -> Option<Option<Affinity>> {
+        Some(
+            self.inner
+                .affinity
+                .get(tenant, session, self.now_ms(), self.inner.affinity_ttl),
+        )
+    }
+
+    fn set_affinity<'a>(
+        &'a self,
+        tenant: &'a str,
+        session: &'a str,
+        provider: &'a str,
+        account: &'a str,
+    ) -> StoreFuture<'a, ()> {
+        let now = self.now_ms();
+        let map = &self.inner.affinity;
+        if map.needs_write(
+            tenant,
+            session,
+            provider,
+            account,
+            now,
+            self.inner.affinity_ttl / 4,
+        ) == Write::Store
+        {
+            map.insert(tenant, session, affinity::affinity(provider, account), now);
+        }
+        ready(())
+    }
+
+    fn backend(&self) -> &'static str {
+        "memory"
+    }
+}
+
+impl fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("records", &self.inner.records.len())
+            .field("affinities", &self.inner.affinity.len())
+            .field("clock", &self.inner.clock)
+            .finish()
+    }
+}

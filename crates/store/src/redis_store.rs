@@ -1,0 +1,680 @@
+//! The Redis backend: several gateway replicas share one store.
+//!
+//! Every record is a hash `{prefix}h:<key>` with fields `rec` (the JSON record), `ver` (a
+//! version from the `{prefix}seq` counter), `exp` (expiry, Unix ms) and, while leased, `lu`
+//! (lease end, Unix ms) and `lt` (lease token). Claim, complete, release and delete are Lua
+//! scripts, so each is atomic on the server. Expiry and lease ends are compared with the
+//! caller's [`Clock`] (passed to the scripts), which keeps the semantics of the other backends;
+//! the record's Redis TTL (`PEXPIREAT exp`) only collects garbage.
+//!
+//! Every call is bounded by a timeout (default 2 s): while Redis restarts, callers get an error
+//! quickly and the layers fail open, instead of waiting for reconnection.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use context_relay_core::time::to_unix_millis;
+use context_relay_core::{HandoffKey, HandoffRecord};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{RedisError, Script};
+
+use crate::affinity::{self, AffinityMap, Write};
+use crate::clock::{Clock, SystemClock, after_ms, now_ms};
+use crate::{
+    Affinity, Claim, DEFAULT_AFFINITY_TTL, GenerationLease, HandoffStore, StoreError, StoreFuture,
+    report_corrupt,
+};
+
+/// Time limit of every Redis call by default.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a replica trusts its cached affinity by default before asking Redis again.
+pub const DEFAULT_AFFINITY_CACHE_TTL: Duration = Duration::from_secs(5);
+
+const UPSERT: &str = r"
+local v = redis.call('INCR', KEYS[2])
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'rec', ARGV[1], 'ver', v, 'exp', ARGV[2])
+redis.call('PEXPIREAT', KEYS[1], ARGV[2])
+return v
+";
+
+const CLAIM: &str = r"
+local f = redis.call('HMGET', KEYS[1], 'rec', 'ver', 'exp', 'lu')
+if not f[1] or not f[3] then return false end
+if tonumber(f[3]) <= tonumber(ARGV[1]) then return false end
+if f[4] and tonumber(f[4]) > tonumber(ARGV[1]) then return false end
+local t = redis.call('INCR', KEYS[2])
+redis.call('HSET', KEYS[1], 'lu', ARGV[2], 'lt', t)
+return {f[1], f[2], t}
+";
+
+const COMPLETE: &str = r"
+if redis.call('HGET', KEYS[1], 'ver') == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+";
+
+const RELEASE: &str = r"
+local f = redis.call('HMGET', KEYS[1], 'ver', 'lt')
+if f[1] == ARGV[1] and f[2] == ARGV[2] then
+  redis.call('HDEL', KEYS[1], 'lu', 'lt')
+end
+return 0
+";
+
+/// Deletes the record; 1 when it was live at ARGV[1].
+const DELETE: &str = r"
+local e = redis.call('HGET', KEYS[1], 'exp')
+redis.call('DEL', KEYS[1])
+if e and tonumber(e) > tonumber(ARGV[1]) then return 1 end
+return 0
+";
+
+/// Deletes the record if it expired at ARGV[1].
+const PURGE_ONE: &str = r"
+local e = redis.call('HGET', KEYS[1], 'exp')
+if e and tonumber(e) <= tonumber(ARGV[1]) then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+";
+
+/// Writes the affinity unless it holds the same account and was written recently (its TTL is
+/// still above ARGV[4]): the common case costs no write.
+const SET_AFFINITY: &str = r"
+local f = redis.call('HMGET', KEYS[1], 'p', 'a')
+if f[1] == ARGV[1] and f[2] == ARGV[2] and redis.call('PTTL', KEYS[1]) > tonumber(ARGV[4]) then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'p', ARGV[1], 'a', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+";
+
+const BEGIN_GENERATION: &str = r"
+local t = redis.call('INCR', KEYS[2])
+if redis.call('SET', KEYS[1], t, 'NX', 'PX', ARGV[1]) then return t end
+return false
+";
+
+const END_GENERATION: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 0
+";
+
+struct Scripts {
+    upsert: Script,
+    claim: Script,
+    complete: Script,
+    release: Script,
+    delete: Script,
+    purge_one: Script,
+    set_affinity: Script,
+    begin_generation: Script,
+    end_generation: Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        Self {
+            upsert: Script::new(UPSERT),
+            claim: Script::new(CLAIM),
+            complete: Script::new(COMPLETE),
+            release: Script::new(RELEASE),
+            delete: Script::new(DELETE),
+            purge_one: Script::new(PURGE_ONE),
+            set_affinity: Script::new(SET_AFFINITY),
+            begin_generation: Script::new(BEGIN_GENERATION),
+            end_generation: Script::new(END_GENERATION),
+        }
+    }
+}
+
+/// Options for connecting a [`RedisStore`].
+#[derive(Debug, Clone)]
+pub struct RedisStoreBuilder {
+    url: String,
+    prefix: String,
+    timeout: Duration,
+    clock: Arc<dyn Clock>,
+    affinity_ttl: Duration,
+    affinity_cache_ttl: Duration,
+}
+
+impl RedisStoreBuilder {
+    /// Prefix of every key this store writes (default `"context-relay:"`): lets several
+    /// deployments share one Redis.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Time limit of every call, connecting included (default 2 s).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Reads the time from `clock` (default: the system clock).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// How long an unchanged affinity lives in Redis (default 7 days).
+    pub fn affinity_ttl(mut self, ttl: Duration) -> Self {
+        self.affinity_ttl = ttl;
+        self
+    }
+
+    /// How long this replica trusts its cached affinity of a session (default 5 s): another
+    /// replica may have served the session meanwhile.
+    pub fn affinity_cache_ttl(mut self, ttl: Duration) -> Self {
+        self.affinity_cache_ttl = ttl;
+        self
+    }
+
+    /// Connects; fails within the timeout when Redis cannot be reached.
+    pub async fn connect(self) -> Result<RedisStore, StoreError> {
+        let client = redis::Client::open(self.url.as_str()).map_err(redis_err("connect"))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout))
+            // Reconnection happens in the background; a caller never waits for more than one try.
+            .set_number_of_retries(1);
+        let conn = bounded(
+            "connect",
+            self.timeout,
+            ConnectionManager::new_with_config(client, config),
+        )
+        .await?;
+        Ok(RedisStore {
+            inner: Arc::new(Inner {
+                conn,
+                scripts: Scripts::new(),
+                seq_key: format!("{}seq", self.prefix),
+                prefix: self.prefix,
+                timeout: self.timeout,
+                clock: self.clock,
+                affinity_ttl: self.affinity_ttl,
+                affinity_cache_ttl: self.affinity_cache_ttl,
+                affinity_cache: AffinityMap::default(),
+            }),
+        })
+    }
+}
+
+/// The shared backend: one Redis (or a managed Redis-compatible service) behind several
+/// gateway replicas.
+///
+/// [`may_contain`](HandoffStore::may_contain) always answers `true` ("ask me"): another
+/// replica may have written the handoff. Cloning shares the connection.
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    conn: ConnectionManager,
+    scripts: Scripts,
+    prefix: String,
+    seq_key: String,
+    timeout: Duration,
+    clock: Arc<dyn Clock>,
+    affinity_ttl: Duration,
+    affinity_cache_ttl: Duration,
+    affinity_cache: AffinityMap,
+}
+
+impl RedisStore {
+    /// Connects to `url` (`redis://host:port/db`) with default options.
+    pub async fn connect(url: impl Into<String>) -> Result<Self, StoreError> {
+        Self::builder(url).connect().await
+    }
+
+    /// Options for connecting to `url`.
+    pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
+        RedisStoreBuilder {
+            url: url.into(),
+            prefix: "context-relay:".to_owned(),
+            timeout: DEFAULT_TIMEOUT,
+            clock: Arc::new(SystemClock),
+            affinity_ttl: DEFAULT_AFFINITY_TTL,
+            affinity_cache_ttl: DEFAULT_AFFINITY_CACHE_TTL,
+        }
+    }
+
+    /// Takes the cluster-wide right to summarise `key` for `ttl` (`SET NX PX`); `None` when
+    /// another replica holds it. Same as [`HandoffStore::begin_generation`].
+    pub async fn try_begin_generation(
+        &self,
+        key: &HandoffKey,
+        ttl: Duration,
+    ) -> Result<Option<GenerationLease>, StoreError> {
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        let mut inv = self.inner.scripts.begin_generation.prepare_invoke();
+        inv.key(self.key("g", key))
+            .key(&self.inner.seq_key)
+            .arg(ttl_ms);
+        let mut conn = self.conn();
+        let token: Option<u64> = self
+            .call("begin_generation", inv.invoke_async(&mut conn))
+            .await?;
+        Ok(token.map(|t| GenerationLease {
+            key: key.clone(),
+            token: Some(t),
+        }))
+    }
+
+    fn conn(&self) -> ConnectionManager {
+        self.inner.conn.clone()
+    }
+
+    fn now_ms(&self) -> u64 {
+        now_ms(&*self.inner.clock)
+    }
+
+    /// `{prefix}{kind}:` then the three parts, length-prefixed so that no two keys collide
+    /// whatever characters they contain.
+    fn key(&self, kind: &str, key: &HandoffKey) -> String {
+        format!(
+            "{}{kind}:{}.{}.{}:{}{}{}",
+            self.inner.prefix,
+            key.tenant.len(),
+            key.session.len(),
+            key.combo.len(),
+            key.tenant,
+            key.session,
+            key.combo
+        )
+    }
+
+    fn affinity_key(&self, tenant: &str, session: &str) -> String {
+        format!("{}a:{}", self.inner.prefix, affinity::key(tenant, session))
+    }
+
+    async fn call<T>(
+        &self,
+        op: &'static str,
+        fut: impl Future<Output = Result<T, RedisError>>,
+    ) -> Result<T, StoreError> {
+        bounded(op, self.inner.timeout, fut).await
+    }
+
+    /// Parses a stored record, reporting (and skipping) one that does not parse or belongs to
+    /// another key.
+    fn decode(&self, key: &HandoffKey, json: &[u8]) -> Option<HandoffRecord> {
+        match serde_json::from_slice::<HandoffRecord>(json) {
+            Ok(r) if r.key() == *key => Some(r),
+            Ok(r) => {
+                report_corrupt("redis", key, &format_args!("a record of {}", r.key()));
+                None
+            }
+            Err(e) => {
+                report_corrupt("redis", key, &e);
+                None
+            }
+        }
+    }
+
+    async fn fetch(&self, key: &HandoffKey) -> Result<Option<HandoffRecord>, StoreError> {
+        let mut conn = self.conn();
+        let cmd = redis::cmd("HMGET")
+            .arg(self.key("h", key))
+            .arg("rec")
+            .arg("exp")
+            .to_owned();
+        let (rec, exp): (Option<Vec<u8>>, Option<u64>) =
+            self.call("get", cmd.query_async(&mut conn)).await?;
+        let now = self.now_ms();
+        match (rec, exp) {
+            (Some(rec), Some(exp)) if now < exp => Ok(self.decode(key, &rec)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Every record key under the prefix (SCAN: never blocks the server like KEYS would).
+    async fn scan_records(&self) -> Result<Vec<String>, StoreError> {
+        let pattern = format!("{}h:*", glob_escape(&self.inner.prefix));
+        let mut conn = self.conn();
+        let mut cursor = 0u64;
+        let mut keys = Vec::new();
+        loop {
+            let cmd = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .to_owned();
+            let (next, batch): (u64, Vec<String>) =
+                self.call("scan", cmd.query_async(&mut conn)).await?;
+            keys.extend(batch);
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        // SCAN may return a key twice.
+        keys.sort_unstable();
+        keys.dedup();
+        Ok(keys)
+    }
+}
+
+/// Runs `fut` within `limit`, naming `op` in the error.
+async fn bounded<T>(
+    op: &'static str,
+    limit: Duration,
+    fut: impl Future<Output = Result<T, RedisError>>,
+) -> Result<T, StoreError> {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(r) => r.map_err(redis_err(op)),
+        Err(_) => Err(StoreError::Timeout { op, after: limit }),
+    }
+}
+
+fn redis_err(op: &'static str) -> impl Fn(RedisError) -> StoreError {
+    move |e| StoreError::Redis {
+        op,
+        reason: e.to_string(),
+    }
+}
+
+/// Escapes glob metacharacters for SCAN MATCH.
+fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl HandoffStore for RedisStore {
+    fn upsert(&self, record: HandoffRecord) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            let json = serde_json::to_vec(&record)?;
+            let mut inv = self.inner.scripts.upsert.prepare_invoke();
+            inv.key(self.key("h", &record.key()))
+                .key(&self.inner.seq_key)
+                .arg(json)
+                .arg(to_unix_millis(record.expires_at));
+            let mut conn = self.conn();
+            let _version: u64 = self.call("upsert", inv.invoke_async(&mut conn)).await?;
+            Ok(())
+        })
+    }
+
+    fn get<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, Option<HandoffRecord>> {
+        Box::pin(self.fetch(key))
+    }
+
+    fn contains<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let mut conn = self.conn();
+            let cmd = redis::cmd("HGET")
+                .arg(self.key("h", key))
+                .arg("exp")
+                .to_owned();
+            let exp: Option<u64> = self.call("contains", cmd.query_async(&mut conn)).await?;
+            Ok(exp.is_some_and(|e| self.now_ms() < e))
+        })
+    }
+
+    fn may_contain(&self, _key: &HandoffKey) -> bool {
+        // Another replica may have written it: only Redis knows.
+        true
+    }
+
+    fn claim<'a>(&'a self, key: &'a HandoffKey, lease: Duration) -> StoreFuture<'a, Option<Claim>> {
+        Box::pin(async move {
+            let now = self.now_ms();
+            let mut inv = self.inner.scripts.claim.prepare_invoke();
+            inv.key(self.key("h", key))
+                .key(&self.inner.seq_key)
+                .arg(now)
+                .arg(after_ms(now, lease));
+            let mut conn = self.conn();
+            let got: Option<(Vec<u8>, u64, u64)> =
+                self.call("claim", inv.invoke_async(&mut conn)).await?;
+            let Some((json, version, token)) = got else {
+                return Ok(None);
+            };
+            match self.decode(key, &json) {
+                Some(record) => Ok(Some(Claim {
+                    record,
+                    version,
+                    token,
+                })),
+                None => {
+                    // Unreadable: give the lease back so the record's fate stays its expiry.
+                    let mut inv = self.inner.scripts.release.prepare_invoke();
+                    inv.key(self.key("h", key)).arg(version).arg(token);
+                    let _: i64 = self.call("release", inv.invoke_async(&mut conn)).await?;
+                    Ok(None)
+                }
+            }
+        })
+    }
+
+    fn complete<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let mut inv = self.inner.scripts.complete.prepare_invoke();
+            inv.key(self.key("h", &claim.key())).arg(claim.version);
+            let mut conn = self.conn();
+            let n: i64 = self.call("complete", inv.invoke_async(&mut conn)).await?;
+            Ok(n == 1)
+        })
+    }
+
+    fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let mut inv = self.inner.scripts.release.prepare_invoke();
+            inv.key(self.key("h", &claim.key()))
+                .arg(claim.version)
+                .arg(claim.token);
+            let mut conn = self.conn();
+            let _: i64 = self.call("release", inv.invoke_async(&mut conn)).await?;
+            Ok(())
+        })
+    }
+
+    fn delete<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let mut inv = self.inner.scripts.delete.prepare_invoke();
+            inv.key(self.key("h", key)).arg(self.now_ms());
+            let mut conn = self.conn();
+            let n: i64 = self.call("delete", inv.invoke_async(&mut conn)).await?;
+            Ok(n == 1)
+        })
+    }
+
+    fn purge_expired(&self) -> StoreFuture<'_, usize> {
+        // Redis TTLs already drop records once the server clock passes their expiry; this sweeps
+        // what the callers' clock considers expired earlier (clock skew, tests).
+        Box::pin(async move {
+            let now = self.now_ms();
+            let mut conn = self.conn();
+            let mut purged = 0usize;
+            for k in self.scan_records().await? {
+                let mut inv = self.inner.scripts.purge_one.prepare_invoke();
+                inv.key(&k).arg(now);
+                let n: i64 = self.call("purge", inv.invoke_async(&mut conn)).await?;
+                purged += usize::from(n == 1);
+            }
+            Ok(purged)
+        })
+    }
+
+    fn list<'a>(
+        &'a self,
+        tenant: Option<&'a str>,
+        session: Option<&'a str>,
+    ) -> StoreFuture<'a, Vec<HandoffRecord>> {
+        Box::pin(async move {
+            let now = self.now_ms();
+            let mut conn = self.conn();
+            let mut out = Vec::new();
+            for k in self.scan_records().await? {
+                let cmd = redis::cmd("HMGET").arg(&k).arg("rec").arg("exp").to_owned();
+                let (rec, exp): (Option<Vec<u8>>, Option<u64>) =
+                    self.call("list", cmd.query_async(&mut conn)).await?;
+                let (Some(rec), Some(exp)) = (rec, exp) else {
+                    continue;
+                };
+                if exp <= now {
+                    continue;
+                }
+                match serde_json::from_slice::<HandoffRecord>(&rec) {
+                    // The record must live under its own key, or it would show up in another
+                    // tenant's view.
+                    Ok(r) if self.key("h", &r.key()) == k => {
+                        if tenant.is_none_or(|t| *r.tenant == *t)
+                            && session.is_none_or(|s| *r.session == *s)
+                        {
+                            out.push(r);
+                        }
+                    }
+                    Ok(r) => report_corrupt("redis", &k, &format_args!("a record of {}", r.key())),
+                    Err(e) => report_corrupt("redis", &k, &e),
+                }
+            }
+            out.sort_by_key(HandoffRecord::key);
+            Ok(out)
+        })
+    }
+
+    fn affinity<'a>(
+        &'a self,
+        tenant: &'a str,
+        session: &'a str,
+    ) -> StoreFuture<'a, Option<Affinity>> {
+        Box::pin(async move {
+            let mut conn = self.conn();
+            let cmd = redis::cmd("HMGET")
+                .arg(self.affinity_key(tenant, session))
+                .arg("p")
+                .arg("a")
+                .to_owned();
+            let (p, a): (Option<String>, Option<String>) =
+                self.call("affinity", cmd.query_async(&mut conn)).await?;
+            let (Some(p), Some(a)) = (p, a) else {
+                return Ok(None);
+            };
+            let found = affinity::affinity(&p, &a);
+            self.inner
+                .affinity_cache
+                .insert(tenant, session, found.clone(), self.now_ms());
+            Ok(Some(found))
+        })
+    }
+
+    fn cached_affinity(&self, tenant: &str, session: &str) -> Option<Option<Affinity>> {
+        self.inner
+            .affinity_cache
+            .get(
+                tenant,
+                session,
+                self.now_ms(),
+                self.inner.affinity_cache_ttl,
+            )
+            .map(Some)
+    }
+
+    fn set_affinity<'a>(
+        &'a self,
+        tenant: &'a str,
+        session: &'a str,
+        provider: &'a str,
+        account: &'a str,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let now = self.now_ms();
+            let cache = &self.inner.affinity_cache;
+            if cache.needs_write(
+                tenant,
+                session,
+                provider,
+                account,
+                now,
+                self.inner.affinity_cache_ttl,
+            ) == Write::Skip
+            {
+                return Ok(());
+            }
+            let ttl = millis(self.inner.affinity_ttl).max(1);
+            let mut inv = self.inner.scripts.set_affinity.prepare_invoke();
+            inv.key(self.affinity_key(tenant, session))
+                .arg(provider)
+                .arg(account)
+                .arg(ttl)
+                .arg(ttl / 4 * 3);
+            let mut conn = self.conn();
+            let _: i64 = self
+                .call("set_affinity", inv.invoke_async(&mut conn))
+                .await?;
+            cache.insert(tenant, session, affinity::affinity(provider, account), now);
+            Ok(())
+        })
+    }
+
+    fn backend(&self) -> &'static str {
+        "redis"
+    }
+
+    fn begin_generation<'a>(
+        &'a self,
+        key: &'a HandoffKey,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Option<GenerationLease>> {
+        Box::pin(self.try_begin_generation(key, ttl))
+    }
+
+    fn end_generation<'a>(&'a self, lease: &'a GenerationLease) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let Some(token) = lease.token else {
+                return Ok(());
+            };
+            let mut inv = self.inner.scripts.end_generation.prepare_invoke();
+            inv.key(self.key("g", &lease.key)).arg(token);
+            let mut conn = self.conn();
+            let _: i64 = self
+                .call("end_generation", inv.invoke_async(&mut conn))
+                .await?;
+            Ok(())
+        })
+    }
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.inner.prefix)
+            .field("timeout", &self.inner.timeout)
+            .field("clock", &self.inner.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glob_metacharacters_are_escaped() {
+        assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
+        assert_eq!(glob_escape("context-relay:"), "context-relay:");
+    }
+}

@@ -1,0 +1,172 @@
+//! What only the redis backend has to show: replicas share claims and generation leases, and
+//! an unreachable or vanished Redis gives errors within the timeout, never a hang.
+#![cfg(feature = "redis")]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use common::{RedisServer, record, unique_prefix};
+use context_relay_core::HandoffKey;
+use context_relay_store::{HandoffStore, RedisStore, StoreError};
+
+const HOUR: Duration = Duration::from_secs(3600);
+/// Far above the store's own timeout: only a hang would reach it.
+const HANG: Duration = Duration::from_secs(30);
+
+async fn replicas(url: &str, n: usize) -> Vec<Arc<dyn HandoffStore>> {
+    let prefix = unique_prefix();
+    let mut out: Vec<Arc<dyn HandoffStore>> = Vec::new();
+    for _ in 0..n {
+        let s = RedisStore::builder(url)
+            .prefix(prefix.clone())
+            .connect()
+            .await
+            .unwrap();
+        out.push(Arc::new(s));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_share_records_claims_and_generation_leases() {
+    let server = RedisServer::start();
+    let stores = replicas(&server.url, 4).await;
+    let k = HandoffKey::new("acme", "s1", "combo");
+    stores[0]
+        .upsert(record(&k, "shared", SystemTime::now(), HOUR))
+        .await
+        .unwrap();
+    assert!(stores[3].contains(&k).await.unwrap());
+
+    let tasks: Vec<_> = (0..200)
+        .map(|i| {
+            let store = Arc::clone(&stores[i % stores.len()]);
+            let k = k.clone();
+            tokio::spawn(async move { store.claim(&k, HOUR).await.unwrap() })
+        })
+        .collect();
+    let mut winners = 0;
+    for t in tasks {
+        winners += usize::from(t.await.unwrap().is_some());
+    }
+    assert_eq!(winners, 1);
+
+    let lease = stores[1].begin_generation(&k, HOUR).await.unwrap().unwrap();
+    assert!(lease.is_distributed());
+    assert!(
+        stores[2]
+            .begin_generation(&k, HOUR)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    stores[1].end_generation(&lease).await.unwrap();
+    assert!(
+        stores[2]
+            .begin_generation(&k, HOUR)
+            .await
+            .unwrap()
+            .is_some()
+    );
+
+    // Affinity written by one replica is read by another (its cache had nothing).
+    stores[0]
+        .set_affinity("acme", "s1", "codex", "bob")
+        .await
+        .unwrap();
+    assert_eq!(stores[3].cached_affinity("acme", "s1"), None);
+    let seen = stores[3].affinity("acme", "s1").await.unwrap().unwrap();
+    assert_eq!(&*seen.account, "bob");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefixes_keep_deployments_apart() {
+    let server = RedisServer::start();
+    let a = replicas(&server.url, 1).await.remove(0);
+    let b = replicas(&server.url, 1).await.remove(0);
+    let k = HandoffKey::new("acme", "s1", "combo");
+    a.upsert(record(&k, "a's", SystemTime::now(), HOUR))
+        .await
+        .unwrap();
+    assert!(!b.contains(&k).await.unwrap());
+    assert!(b.list(None, None).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn unreachable_redis_fails_within_the_timeout() {
+    let connect = RedisStore::builder("redis://127.0.0.1:1/")
+        .timeout(Duration::from_millis(500))
+        .connect();
+    let err = tokio::time::timeout(HANG, connect)
+        .await
+        .expect("connect must not hang")
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Redis { op: "connect", .. } | StoreError::Timeout { op: "connect", .. }
+        ),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vanished_redis_fails_every_call_within_the_timeout() {
+    let mut server = RedisServer::start_own();
+    let store = RedisStore::builder(server.url.clone())
+        .prefix(unique_prefix())
+        .timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .unwrap();
+    let k = HandoffKey::new("acme", "s1", "combo");
+    store
+        .upsert(record(&k, "x", SystemTime::now(), HOUR))
+        .await
+        .unwrap();
+    server.kill();
+    let get = tokio::time::timeout(HANG, store.get(&k))
+        .await
+        .expect("get must not hang");
+    assert!(get.is_err());
+    let claim = tokio::time::timeout(HANG, store.claim(&k, HOUR))
+        .await
+        .expect("claim must not hang");
+    assert!(claim.is_err());
+    let up = tokio::time::timeout(HANG, store.upsert(record(&k, "y", SystemTime::now(), HOUR)))
+        .await
+        .expect("upsert must not hang");
+    assert!(up.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_record_is_skipped_not_fatal() {
+    let server = RedisServer::start();
+    let prefix = unique_prefix();
+    let store = RedisStore::builder(server.url.clone())
+        .prefix(prefix.clone())
+        .connect()
+        .await
+        .unwrap();
+    let k = HandoffKey::new("acme", "s1", "combo");
+    store
+        .upsert(record(&k, "x", SystemTime::now(), HOUR))
+        .await
+        .unwrap();
+    // Overwrite the stored JSON behind the store's back.
+    let client = redis::Client::open(server.url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let hkey = format!("{prefix}h:4.2.5:acmes1combo");
+    let () = redis::cmd("HSET")
+        .arg(&hkey)
+        .arg("rec")
+        .arg("{not json")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(store.get(&k).await.unwrap(), None);
+    assert!(store.claim(&k, HOUR).await.unwrap().is_none());
+    assert!(store.list(None, None).await.unwrap().is_empty());
+}
