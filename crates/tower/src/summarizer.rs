@@ -6,6 +6,7 @@
 //! [`Summarizer`] (for instance a dedicated summary model behind another client) replaces that.
 
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
@@ -106,20 +107,22 @@ impl SummaryRequest {
 }
 
 /// The default summarizer: sends the request through a clone of the inner service.
-pub(crate) struct InnerSummarizer<S> {
+pub(crate) struct InnerSummarizer<S, B> {
     // A Mutex makes a `Send` but not `Sync` service shareable; it is only held to clone.
     service: Mutex<S>,
+    _body: PhantomData<fn(B)>,
 }
 
-impl<S> InnerSummarizer<S> {
+impl<S, B> InnerSummarizer<S, B> {
     pub(crate) fn new(service: S) -> Self {
         Self {
             service: Mutex::new(service),
+            _body: PhantomData,
         }
     }
 }
 
-impl<S, B, ResBody> Summarizer for InnerSummarizer<S>
+impl<S, B, ResBody> Summarizer for InnerSummarizer<S, B>
 where
     S: Service<Request<RequestBody<B>>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send + 'static,

@@ -133,7 +133,7 @@ impl<S> Generation<S> {
         let tenant = ext.get::<Tenant>().map(|t| t.0.clone());
         self.shared
             .summarizer
-            .get_or_init(|| Arc::new(InnerSummarizer::new(self.inner.clone())));
+            .get_or_init(|| Arc::new(InnerSummarizer::<S, B>::new(self.inner.clone())));
         Some(Box::new(Pending {
             shared: self.shared.clone(),
             capture: Arc::new(Capture::new(config.max_body_bytes)),

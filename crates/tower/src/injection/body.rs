@@ -162,8 +162,8 @@ impl<B: Body> Body for ResponseBody<B> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        let this = self.project();
-        let polled = this.inner.poll_frame(cx);
+        let mut this = self.project();
+        let polled = this.inner.as_mut().poll_frame(cx);
         match &polled {
             Poll::Ready(Some(Ok(_))) => {
                 // The consumer may never poll again after the last frame.
