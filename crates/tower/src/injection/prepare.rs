@@ -125,7 +125,7 @@ where
             }
             return (RequestBody::full(raw), Some(after));
         };
-        let message = claim.as_ref().map(|c| render::render_handoff(&c.record));
+        let message = claim.as_ref().map(|c| render::render_record(&c.record));
         match portable::rewrite_for_switch(
             shape,
             &decoded,
