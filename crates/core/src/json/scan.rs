@@ -1,0 +1,449 @@
+//! The validating scanner behind [`super`]: skips values without building them.
+
+use std::borrow::Cow;
+
+use super::{Array, Field, JsonError, Object, Span};
+
+pub(super) struct Scanner<'a> {
+    b: &'a [u8],
+    /// Offsets of the open brackets while skipping a nested value: an explicit stack instead
+    /// of recursion, so depth is bounded by memory, not by the thread's stack.
+    stack: Vec<usize>,
+}
+
+impl<'a> Scanner<'a> {
+    pub(super) fn new(b: &'a [u8]) -> Self {
+        Self {
+            b,
+            stack: Vec::new(),
+        }
+    }
+
+    #[inline]
+    pub(super) fn skip_ws(&self, mut i: usize) -> usize {
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.b.get(i) {
+            i += 1;
+        }
+        i
+    }
+
+    /// Only whitespace may follow the top-level value ending at `end`.
+    pub(super) fn expect_end(&self, end: usize) -> Result<(), JsonError> {
+        let i = self.skip_ws(end);
+        if i < self.b.len() {
+            Err(JsonError::TrailingData { at: i })
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The error for a position where a value should start but none does.
+    pub(super) fn value_error(&self, at: usize) -> JsonError {
+        match self.b.get(at) {
+            None => JsonError::UnexpectedEnd {
+                at,
+                expected: "a value",
+            },
+            Some(&found) => JsonError::Unexpected {
+                at,
+                expected: "a value",
+                found,
+            },
+        }
+    }
+
+    /// `b[i]` must be `want`; `open_at` is the enclosing bracket, for the end-of-input error.
+    #[inline]
+    fn expect_byte(
+        &self,
+        i: usize,
+        want: u8,
+        expected: &'static str,
+        open_at: usize,
+    ) -> Result<(), JsonError> {
+        match self.b.get(i) {
+            Some(&c) if c == want => Ok(()),
+            Some(&found) => Err(JsonError::Unexpected {
+                at: i,
+                expected,
+                found,
+            }),
+            None => Err(self.unclosed(open_at)),
+        }
+    }
+
+    fn unclosed(&self, open_at: usize) -> JsonError {
+        JsonError::Unclosed {
+            open_at,
+            open: self.b.get(open_at).copied().unwrap_or(b'{'),
+        }
+    }
+
+    /// Parses the object whose `{` is at `start` into its members.
+    pub(super) fn object(&mut self, start: usize) -> Result<Object<'a>, JsonError> {
+        let mut fields = Vec::new();
+        let mut i = self.skip_ws(start + 1);
+        if self.b.get(i) == Some(&b'}') {
+            return Ok(Object {
+                span: start..i + 1,
+                fields,
+            });
+        }
+        loop {
+            self.expect_byte(i, b'"', "a string key", start)?;
+            let key_end = self.skip_string(i)?;
+            let key = decode_string(self.b, i..key_end)?;
+            let colon = self.skip_ws(key_end);
+            self.expect_byte(colon, b':', "`:`", start)?;
+            let value_start = self.skip_ws(colon + 1);
+            if value_start >= self.b.len() {
+                return Err(self.unclosed(start));
+            }
+            let value_end = self.skip_value(value_start)?;
+            fields.push(Field {
+                key,
+                key_span: i..key_end,
+                value: value_start..value_end,
+            });
+            i = self.skip_ws(value_end);
+            match self.b.get(i) {
+                Some(b',') => i = self.skip_ws(i + 1),
+                Some(b'}') => {
+                    return Ok(Object {
+                        span: start..i + 1,
+                        fields,
+                    });
+                }
+                Some(&found) => {
+                    return Err(JsonError::Unexpected {
+                        at: i,
+                        expected: "`,` or `}`",
+                        found,
+                    });
+                }
+                None => return Err(self.unclosed(start)),
+            }
+        }
+    }
+
+    /// Parses the array whose `[` is at `start` into its item spans.
+    pub(super) fn array(&mut self, start: usize) -> Result<Array, JsonError> {
+        let mut items = Vec::new();
+        let mut i = self.skip_ws(start + 1);
+        if self.b.get(i) == Some(&b']') {
+            return Ok(Array {
+                span: start..i + 1,
+                items,
+            });
+        }
+        loop {
+            if i >= self.b.len() {
+                return Err(self.unclosed(start));
+            }
+            let end = self.skip_value(i)?;
+            items.push(i..end);
+            i = self.skip_ws(end);
+            match self.b.get(i) {
+                Some(b',') => i = self.skip_ws(i + 1),
+                Some(b']') => {
+                    return Ok(Array {
+                        span: start..i + 1,
+                        items,
+                    });
+                }
+                Some(&found) => {
+                    return Err(JsonError::Unexpected {
+                        at: i,
+                        expected: "`,` or `]`",
+                        found,
+                    });
+                }
+                None => return Err(self.unclosed(start)),
+            }
+        }
+    }
+
+    /// Skips the value starting at `start` (no leading whitespace), validating it, and returns
+    /// the offset just past it.
+    pub(super) fn skip_value(&mut self, start: usize) -> Result<usize, JsonError> {
+        self.stack.clear();
+        let mut i = start;
+        loop {
+            // A value starts at `i`.
+            i = match self.b.get(i) {
+                Some(b'"') => self.skip_string(i)?,
+                Some(b'{') => {
+                    let j = self.skip_ws(i + 1);
+                    if self.b.get(j) == Some(&b'}') {
+                        j + 1
+                    } else {
+                        self.stack.push(i);
+                        i = self.skip_member_key(j, i)?;
+                        continue;
+                    }
+                }
+                Some(b'[') => {
+                    let j = self.skip_ws(i + 1);
+                    if self.b.get(j) == Some(&b']') {
+                        j + 1
+                    } else if j >= self.b.len() {
+                        return Err(self.unclosed(i));
+                    } else {
+                        self.stack.push(i);
+                        i = j;
+                        continue;
+                    }
+                }
+                Some(b't') => self.literal(i, b"true")?,
+                Some(b'f') => self.literal(i, b"false")?,
+                Some(b'n') => self.literal(i, b"null")?,
+                Some(b'-' | b'0'..=b'9') => self.number(i)?,
+                _ => {
+                    return Err(match self.stack.last() {
+                        Some(&open) if i >= self.b.len() => self.unclosed(open),
+                        _ => self.value_error(i),
+                    });
+                }
+            };
+            // A value ended at `i`: close containers until one continues.
+            loop {
+                let Some(&open) = self.stack.last() else {
+                    return Ok(i);
+                };
+                let is_object = self.b[open] == b'{';
+                i = self.skip_ws(i);
+                match self.b.get(i) {
+                    Some(b',') => {
+                        let j = self.skip_ws(i + 1);
+                        i = if is_object {
+                            self.skip_member_key(j, open)?
+                        } else if j >= self.b.len() {
+                            return Err(self.unclosed(open));
+                        } else {
+                            j
+                        };
+                        break;
+                    }
+                    Some(b'}') if is_object => {
+                        self.stack.pop();
+                        i += 1;
+                    }
+                    Some(b']') if !is_object => {
+                        self.stack.pop();
+                        i += 1;
+                    }
+                    Some(&found) => {
+                        return Err(JsonError::Unexpected {
+                            at: i,
+                            expected: if is_object { "`,` or `}`" } else { "`,` or `]`" },
+                            found,
+                        });
+                    }
+                    None => return Err(self.unclosed(open)),
+                }
+            }
+        }
+    }
+
+    /// Skips `"key" :` and the whitespace after it; returns where the value starts.
+    fn skip_member_key(&self, i: usize, open: usize) -> Result<usize, JsonError> {
+        self.expect_byte(i, b'"', "a string key", open)?;
+        let colon = self.skip_ws(self.skip_string(i)?);
+        self.expect_byte(colon, b':', "`:`", open)?;
+        let value = self.skip_ws(colon + 1);
+        if value >= self.b.len() {
+            return Err(self.unclosed(open));
+        }
+        Ok(value)
+    }
+
+    fn literal(&self, i: usize, word: &'static [u8]) -> Result<usize, JsonError> {
+        if self.b[i..].starts_with(word) {
+            Ok(i + word.len())
+        } else {
+            Err(JsonError::BadLiteral { at: i })
+        }
+    }
+
+    /// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`
+    fn number(&self, start: usize) -> Result<usize, JsonError> {
+        let b = self.b;
+        let bad = JsonError::BadNumber { at: start };
+        let digits = |mut i: usize| {
+            let from = i;
+            while b.get(i).is_some_and(u8::is_ascii_digit) {
+                i += 1;
+            }
+            (i, i > from)
+        };
+        let mut i = start;
+        if b.get(i) == Some(&b'-') {
+            i += 1;
+        }
+        match b.get(i) {
+            Some(b'0') => i += 1,
+            Some(b'1'..=b'9') => i = digits(i).0,
+            _ => return Err(bad),
+        }
+        if b.get(i) == Some(&b'.') {
+            let (j, any) = digits(i + 1);
+            if !any {
+                return Err(bad);
+            }
+            i = j;
+        }
+        if let Some(b'e' | b'E') = b.get(i) {
+            i += 1;
+            if let Some(b'+' | b'-') = b.get(i) {
+                i += 1;
+            }
+            let (j, any) = digits(i);
+            if !any {
+                return Err(bad);
+            }
+            i = j;
+        }
+        Ok(i)
+    }
+
+    /// Skips the string whose opening quote is at `start`; returns the offset past its
+    /// closing quote.
+    pub(super) fn skip_string(&self, start: usize) -> Result<usize, JsonError> {
+        let b = self.b;
+        let mut i = start + 1;
+        loop {
+            // Long runs of plain text dominate real bodies: jump to the next quote or
+            // backslash, then check the run in bulk.
+            let Some(k) = memchr::memchr2(b'"', b'\\', &b[i.min(b.len())..]) else {
+                return Err(JsonError::UnterminatedString { start });
+            };
+            check_plain(b, i, i + k)?;
+            i += k;
+            if b[i] == b'"' {
+                return Ok(i + 1);
+            }
+            i = match b.get(i + 1) {
+                Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i + 2,
+                Some(b'u') => {
+                    match b.get(i + 2..i + 6) {
+                        Some(hex) if hex.iter().all(u8::is_ascii_hexdigit) => {}
+                        Some(_) => return Err(JsonError::InvalidEscape { at: i }),
+                        None => return Err(JsonError::UnterminatedString { start }),
+                    }
+                    i + 6
+                }
+                Some(_) => return Err(JsonError::InvalidEscape { at: i }),
+                None => return Err(JsonError::UnterminatedString { start }),
+            };
+        }
+    }
+}
+
+/// Checks a run of string bytes holding no quote and no backslash: no raw control
+/// characters, valid UTF-8.
+#[inline]
+fn check_plain(b: &[u8], from: usize, to: usize) -> Result<(), JsonError> {
+    let run = &b[from..to];
+    if !has_control_or_non_ascii(run) {
+        return Ok(());
+    }
+    if let Some(k) = run.iter().position(|&c| c < 0x20) {
+        return Err(JsonError::ControlCharacter {
+            at: from + k,
+            byte: run[k],
+        });
+    }
+    match std::str::from_utf8(run) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(JsonError::InvalidUtf8 {
+            at: from + e.valid_up_to(),
+        }),
+    }
+}
+
+/// Whether any byte is below 0x20 or above 0x7f. Written as a branch-free fold over fixed
+/// chunks so that the compiler turns it into vector compares: this test runs over every
+/// string byte of the body and decides most of the scan's speed.
+#[inline]
+fn has_control_or_non_ascii(run: &[u8]) -> bool {
+    // 0x20..=0x7f maps to 0x00..=0x5f; everything else lands at 0x60 and above.
+    let outside = |c: u8| c.wrapping_sub(0x20) >= 0x60;
+    let mut chunks = run.chunks_exact(64);
+    for chunk in &mut chunks {
+        if chunk.iter().fold(false, |acc, &c| acc | outside(c)) {
+            return true;
+        }
+    }
+    chunks.remainder().iter().any(|&c| outside(c))
+}
+
+/// Decodes a string already checked by [`Scanner::skip_string`] (quotes included).
+///
+/// Lone surrogates in `\u` escapes decode to U+FFFD: they are valid JSON syntax, and keys and
+/// type tags holding them only need to compare unequal to the names we look for.
+pub(super) fn decode_string(b: &[u8], span: Span) -> Result<Cow<'_, str>, JsonError> {
+    let inner_start = span.start + 1;
+    let inner = b
+        .get(inner_start..span.end.saturating_sub(1))
+        .ok_or(JsonError::UnterminatedString { start: span.start })?;
+    let utf8 = |bytes| {
+        std::str::from_utf8(bytes).map_err(|e| JsonError::InvalidUtf8 {
+            at: inner_start + e.valid_up_to(),
+        })
+    };
+    if memchr::memchr(b'\\', inner).is_none() {
+        return utf8(inner).map(Cow::Borrowed);
+    }
+    let mut out = String::with_capacity(inner.len());
+    let mut i = 0;
+    while i < inner.len() {
+        let Some(k) = memchr::memchr(b'\\', &inner[i..]) else {
+            out.push_str(utf8(&inner[i..])?);
+            break;
+        };
+        out.push_str(utf8(&inner[i..i + k])?);
+        i += k;
+        let bad = JsonError::InvalidEscape {
+            at: inner_start + i,
+        };
+        let c = match inner.get(i + 1) {
+            Some(b'"') => '"',
+            Some(b'\\') => '\\',
+            Some(b'/') => '/',
+            Some(b'b') => '\u{8}',
+            Some(b'f') => '\u{c}',
+            Some(b'n') => '\n',
+            Some(b'r') => '\r',
+            Some(b't') => '\t',
+            Some(b'u') => {
+                let hi = hex4(inner, i + 2).ok_or(bad.clone())?;
+                i += 6;
+                if (0xD800..0xDC00).contains(&hi) {
+                    let lo = (inner.get(i) == Some(&b'\\') && inner.get(i + 1) == Some(&b'u'))
+                        .then(|| hex4(inner, i + 2))
+                        .flatten()
+                        .filter(|lo| (0xDC00..0xE000).contains(lo));
+                    if let Some(lo) = lo {
+                        i += 6;
+                        let cp = 0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00);
+                        out.push(char::from_u32(cp).unwrap_or('\u{FFFD}'));
+                    } else {
+                        out.push('\u{FFFD}');
+                    }
+                } else {
+                    out.push(char::from_u32(hi).unwrap_or('\u{FFFD}'));
+                }
+                continue;
+            }
+            _ => return Err(bad),
+        };
+        out.push(c);
+        i += 2;
+    }
+    Ok(Cow::Owned(out))
+}
+
+fn hex4(b: &[u8], at: usize) -> Option<u32> {
+    let s = std::str::from_utf8(b.get(at..at + 4)?).ok()?;
+    u32::from_str_radix(s, 16).ok()
+}
