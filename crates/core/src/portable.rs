@@ -130,7 +130,9 @@ impl From<JsonError> for PortableError {
             InjectError::NotAnObject { found } => PortableError::NotAnObject { found },
             InjectError::NotJson(e) => PortableError::NotJson(e),
             // `root_error` gives only the two variants above.
-            _ => PortableError::NotAnObject { found: "another value" },
+            _ => PortableError::NotAnObject {
+                found: "another value",
+            },
         }
     }
 }
@@ -315,12 +317,12 @@ fn anthropic(plan: &mut Plan<'_>, removed: &mut Removed) -> Result<(), PortableE
         }
         turns.push(turn);
     }
-    if thinking_needs_disabling(plan, &turns)? {
-        if let Some(t) = plan.field("thinking")? {
-            plan.edits
-                .replace(plan.value(t), br#"{"type":"disabled"}"#.to_vec());
-            removed.thinking_disabled = 1;
-        }
+    if thinking_needs_disabling(plan, &turns)?
+        && let Some(t) = plan.field("thinking")?
+    {
+        plan.edits
+            .replace(plan.value(t), br#"{"type":"disabled"}"#.to_vec());
+        removed.thinking_disabled = 1;
     }
     if !list.is_noop() {
         list.finish(&mut plan.edits);

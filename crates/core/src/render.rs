@@ -78,8 +78,16 @@ pub fn render_handoff(handoff: &Handoff, messages_processed: u32) -> String {
     let mut out = String::with_capacity(
         512 + handoff.summary.len()
             + handoff.task_progress.len()
-            + handoff.key_decisions.iter().map(|d| d.len() + 6).sum::<usize>()
-            + handoff.active_entities.iter().map(|e| e.len() + 2).sum::<usize>(),
+            + handoff
+                .key_decisions
+                .iter()
+                .map(|d| d.len() + 6)
+                .sum::<usize>()
+            + handoff
+                .active_entities
+                .iter()
+                .map(|e| e.len() + 2)
+                .sum::<usize>(),
     );
     out.push_str("<context_handoff>\n");
     let _ = writeln!(out, "<transfer_reason>{TRANSFER_REASON}</transfer_reason>");

@@ -65,8 +65,8 @@ fn real_captures_are_already_portable_and_accept_injection() {
         assert_eq!(p.body, None, "{path:?} changed");
         assert!(p.removed.is_empty(), "{path:?}: {:?}", p.removed);
         for slot in [InjectionSlot::InputItem, InjectionSlot::Instructions] {
-            let out = inject(shape, &body, "HANDOFF", slot)
-                .unwrap_or_else(|e| panic!("{path:?}: {e}"));
+            let out =
+                inject(shape, &body, "HANDOFF", slot).unwrap_or_else(|e| panic!("{path:?}: {e}"));
             let out: Value = serde_json::from_slice(&out).expect("output is JSON");
             assert!(
                 out.to_string().contains("HANDOFF"),

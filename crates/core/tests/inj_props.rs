@@ -101,7 +101,10 @@ fn message() -> impl Strategy<Value = J> {
 }
 
 /// A request body: the conversation member at a random position among extra members.
-fn body(conversation_key: &'static str, conversation: impl Strategy<Value = J>) -> impl Strategy<Value = String> {
+fn body(
+    conversation_key: &'static str,
+    conversation: impl Strategy<Value = J>,
+) -> impl Strategy<Value = String> {
     (
         conversation,
         prop::collection::vec(("extra_[a-z]{1,5}", value()), 0..5),

@@ -172,7 +172,9 @@ impl<'a> Plan<'a> {
         expected: &'static str,
         allow_string: bool,
     ) -> Result<(Span, Kind), InjectError> {
-        let index = self.field(key)?.ok_or(InjectError::MissingField { shape, field: key })?;
+        let index = self
+            .field(key)?
+            .ok_or(InjectError::MissingField { shape, field: key })?;
         let span = self.value(index);
         let kind = self.kind(&span);
         match kind {

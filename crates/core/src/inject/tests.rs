@@ -54,7 +54,10 @@ fn responses_input_item_first_and_other_items_unchanged() {
     let at = body.find('[').unwrap() + 1;
     assert_eq!(&out[..at], &body[..at]);
     let tail = &body[at..];
-    assert!(out.ends_with(tail), "everything after the insertion is unchanged");
+    assert!(
+        out.ends_with(tail),
+        "everything after the insertion is unchanged"
+    );
     let v = parsed(&out);
     assert_eq!(
         v["input"][0],
@@ -208,9 +211,8 @@ fn gemini_part_appended_to_system_instruction() {
     let part = json!({"text": MSG});
     let v = g(r#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}"#);
     assert_eq!(v["systemInstruction"], json!({"parts":[part]}));
-    let v = g(
-        r#"{"systemInstruction":{"role":"system","parts":[{"text":"be brief"}]},"contents":[]}"#,
-    );
+    let v =
+        g(r#"{"systemInstruction":{"role":"system","parts":[{"text":"be brief"}]},"contents":[]}"#);
     assert_eq!(
         v["systemInstruction"],
         json!({"role":"system","parts":[{"text":"be brief"}, part]})
@@ -277,7 +279,10 @@ fn bad_bodies_are_typed_errors() {
         // Trailing garbage after a valid body.
         let mut extra = full.to_vec();
         extra.extend_from_slice(b" x");
-        assert!(matches!(i(&extra), Err(InjectError::NotJson(JsonError::TrailingData { .. }))));
+        assert!(matches!(
+            i(&extra),
+            Err(InjectError::NotJson(JsonError::TrailingData { .. }))
+        ));
     }
     let wrong = inject(
         ApiShape::ChatCompletions,

@@ -17,8 +17,8 @@
 //! skipped with an explicit stack, never by recursion, so hostile input cannot overflow the
 //! call stack.
 //!
-//! String contents are skipped with `memchr`, which makes the scan of a typical body (long
-//! strings between short structural parts) run at a small multiple of `memcpy` speed.
+//! UTF-8 is checked once per call over the whole input; string contents are then skipped 16
+//! bytes at a time (see `find_special`), since long strings dominate real bodies.
 //!
 //! ```
 //! use context_relay_core::json;
@@ -125,13 +125,17 @@ pub enum JsonError {
         open: u8,
     },
     /// A string without its closing quote.
-    #[error("expected a closing `\"` for the string opened at byte {start}, found the end of the input")]
+    #[error(
+        "expected a closing `\"` for the string opened at byte {start}, found the end of the input"
+    )]
     UnterminatedString {
         /// Offset of the opening quote.
         start: usize,
     },
     /// A raw control character (U+0000..U+001F) inside a string.
-    #[error("expected control characters in strings to be escaped, found raw 0x{byte:02x} at byte {at}")]
+    #[error(
+        "expected control characters in strings to be escaped, found raw 0x{byte:02x} at byte {at}"
+    )]
     ControlCharacter {
         /// Offset of the character.
         at: usize,
@@ -139,7 +143,9 @@ pub enum JsonError {
         byte: u8,
     },
     /// A backslash not followed by a defined escape.
-    #[error("expected one of \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX at byte {at}, found another escape")]
+    #[error(
+        "expected one of \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX at byte {at}, found another escape"
+    )]
     InvalidEscape {
         /// Offset of the backslash.
         at: usize,
@@ -276,7 +282,8 @@ pub struct Array {
 
 /// Validates a whole document: one JSON value surrounded by optional whitespace.
 pub fn validate(body: &[u8]) -> Result<Span, JsonError> {
-    let mut s = scan::Scanner::new(body);
+    scan::check_utf8(body, 0)?;
+    let mut s = scan::Scanner::new(body, 0);
     let start = s.skip_ws(0);
     let end = s.skip_value(start)?;
     s.expect_end(end)?;
@@ -287,7 +294,8 @@ pub fn validate(body: &[u8]) -> Result<Span, JsonError> {
 ///
 /// A well-formed document of another kind gives [`JsonError::WrongKind`].
 pub fn parse_object(body: &[u8]) -> Result<Object<'_>, JsonError> {
-    let mut s = scan::Scanner::new(body);
+    scan::check_utf8(body, 0)?;
+    let mut s = scan::Scanner::new(body, 0);
     let start = s.skip_ws(0);
     match Kind::at(body, start) {
         Some(Kind::Object) => {
@@ -312,7 +320,8 @@ pub fn parse_object(body: &[u8]) -> Result<Object<'_>, JsonError> {
 /// Parses the object occupying exactly `span` of `body` (a value span from this module).
 pub fn object_at(body: &[u8], span: Span) -> Result<Object<'_>, JsonError> {
     let bounded = bounded(body, &span)?;
-    let mut s = scan::Scanner::new(bounded);
+    scan::check_utf8(bounded, span.start)?;
+    let mut s = scan::Scanner::new(bounded, span.start);
     match Kind::at(bounded, span.start) {
         Some(Kind::Object) => {
             let obj = s.object(span.start)?;
@@ -331,7 +340,8 @@ pub fn object_at(body: &[u8], span: Span) -> Result<Object<'_>, JsonError> {
 /// Parses the array occupying exactly `span` of `body` (a value span from this module).
 pub fn array_at(body: &[u8], span: Span) -> Result<Array, JsonError> {
     let bounded = bounded(body, &span)?;
-    let mut s = scan::Scanner::new(bounded);
+    scan::check_utf8(bounded, span.start)?;
+    let mut s = scan::Scanner::new(bounded, span.start);
     match Kind::at(bounded, span.start) {
         Some(Kind::Array) => {
             let arr = s.array(span.start)?;
@@ -352,7 +362,8 @@ pub fn array_at(body: &[u8], span: Span) -> Result<Array, JsonError> {
 /// Borrows when the string has no escapes, which is the common case for keys and type tags.
 pub fn decode_str(body: &[u8], span: Span) -> Result<Cow<'_, str>, JsonError> {
     let bounded = bounded(body, &span)?;
-    let s = scan::Scanner::new(bounded);
+    scan::check_utf8(bounded, span.start)?;
+    let s = scan::Scanner::new(bounded, span.start);
     match Kind::at(bounded, span.start) {
         Some(Kind::String) => {
             let end = s.skip_string(span.start)?;

@@ -24,30 +24,72 @@ fn accepts_well_formed_documents() {
 
 #[test]
 fn typed_errors() {
-    assert!(matches!(err(r#"{"a":"abc"#), JsonError::UnterminatedString { start: 5 }));
-    assert!(matches!(err(r#""ab\"#), JsonError::UnterminatedString { start: 0 }));
+    assert!(matches!(
+        err(r#"{"a":"abc"#),
+        JsonError::UnterminatedString { start: 5 }
+    ));
+    assert!(matches!(
+        err(r#""ab\"#),
+        JsonError::UnterminatedString { start: 0 }
+    ));
     assert!(matches!(
         err(r#"{"a":[1,2}"#),
-        JsonError::Unexpected { at: 9, found: b'}', .. }
+        JsonError::Unexpected {
+            at: 9,
+            found: b'}',
+            ..
+        }
     ));
-    assert!(matches!(err(r#"{"a":[1,2]"#), JsonError::Unclosed { open_at: 0, open: b'{' }));
-    assert!(matches!(err("[[1]"), JsonError::Unclosed { open_at: 0, open: b'[' }));
+    assert!(matches!(
+        err(r#"{"a":[1,2]"#),
+        JsonError::Unclosed {
+            open_at: 0,
+            open: b'{'
+        }
+    ));
+    assert!(matches!(
+        err("[[1]"),
+        JsonError::Unclosed {
+            open_at: 0,
+            open: b'['
+        }
+    ));
     assert!(matches!(err("[1,"), JsonError::Unclosed { open_at: 0, .. }));
-    assert!(matches!(err(r#"{"a":1} x"#), JsonError::TrailingData { at: 8 }));
+    assert!(matches!(
+        err(r#"{"a":1} x"#),
+        JsonError::TrailingData { at: 8 }
+    ));
     assert!(matches!(err("{} {}"), JsonError::TrailingData { at: 3 }));
     assert!(matches!(err("[tru]"), JsonError::BadLiteral { at: 1 }));
     assert!(matches!(err("nul"), JsonError::BadLiteral { at: 0 }));
-    assert!(matches!(err("[truex]"), JsonError::Unexpected { at: 5, .. }));
+    assert!(matches!(
+        err("[truex]"),
+        JsonError::Unexpected { at: 5, .. }
+    ));
     assert!(matches!(
         err("\"a\u{1}b\""),
         JsonError::ControlCharacter { at: 2, byte: 1 }
     ));
-    assert!(matches!(err("\"a\nb\""), JsonError::ControlCharacter { at: 2, byte: b'\n' }));
-    assert!(matches!(err(r#""a\x""#), JsonError::InvalidEscape { at: 2 }));
-    assert!(matches!(err(r#""\u12G4""#), JsonError::InvalidEscape { at: 1 }));
+    assert!(matches!(
+        err("\"a\nb\""),
+        JsonError::ControlCharacter { at: 2, byte: b'\n' }
+    ));
+    assert!(matches!(
+        err(r#""a\x""#),
+        JsonError::InvalidEscape { at: 2 }
+    ));
+    assert!(matches!(
+        err(r#""\u12G4""#),
+        JsonError::InvalidEscape { at: 1 }
+    ));
     for bad in ["01", "1.", "-", "1e", "1e+", ".5", "+1", "-a"] {
         assert!(
-            matches!(err(bad), JsonError::BadNumber { .. } | JsonError::TrailingData { .. } | JsonError::Unexpected { .. }),
+            matches!(
+                err(bad),
+                JsonError::BadNumber { .. }
+                    | JsonError::TrailingData { .. }
+                    | JsonError::Unexpected { .. }
+            ),
             "{bad}"
         );
     }
@@ -55,9 +97,30 @@ fn typed_errors() {
     assert!(matches!(err("1."), JsonError::BadNumber { at: 0 }));
     assert!(matches!(err(""), JsonError::UnexpectedEnd { at: 0, .. }));
     assert!(matches!(err("   "), JsonError::UnexpectedEnd { at: 3, .. }));
-    assert!(matches!(err(r#"{"a" 1}"#), JsonError::Unexpected { at: 5, found: b'1', .. }));
-    assert!(matches!(err(r#"{"a":1,}"#), JsonError::Unexpected { at: 7, found: b'}', .. }));
-    assert!(matches!(err(r#"{a:1}"#), JsonError::Unexpected { at: 1, found: b'a', .. }));
+    assert!(matches!(
+        err(r#"{"a" 1}"#),
+        JsonError::Unexpected {
+            at: 5,
+            found: b'1',
+            ..
+        }
+    ));
+    assert!(matches!(
+        err(r#"{"a":1,}"#),
+        JsonError::Unexpected {
+            at: 7,
+            found: b'}',
+            ..
+        }
+    ));
+    assert!(matches!(
+        err(r#"{a:1}"#),
+        JsonError::Unexpected {
+            at: 1,
+            found: b'a',
+            ..
+        }
+    ));
     assert!(matches!(err("[1 2]"), JsonError::Unexpected { at: 3, .. }));
     assert!(matches!(
         validate(b"\"\xff\"").unwrap_err(),
@@ -80,7 +143,11 @@ fn deep_nesting_does_not_overflow_the_stack() {
     assert!(matches!(err(&open), JsonError::Unclosed { .. }));
     let deep = format!("{}{}", "[".repeat(200_000), "]".repeat(200_000));
     assert!(validate(deep.as_bytes()).is_ok());
-    let obj = format!(r#"{{"a":{}1{}}}"#, r#"{"b":"#.repeat(50_000), "}".repeat(50_000));
+    let obj = format!(
+        r#"{{"a":{}1{}}}"#,
+        r#"{"b":"#.repeat(50_000),
+        "}".repeat(50_000)
+    );
     assert!(parse_object(obj.as_bytes()).is_ok());
 }
 
@@ -109,30 +176,54 @@ fn object_fields_and_spans() {
 fn kinds_and_wrong_kinds() {
     assert!(matches!(
         parse_object(b" [1] ").unwrap_err(),
-        JsonError::WrongKind { found: Kind::Array, .. }
+        JsonError::WrongKind {
+            found: Kind::Array,
+            ..
+        }
     ));
     assert!(matches!(
         parse_object(b"\"s\"").unwrap_err(),
-        JsonError::WrongKind { found: Kind::String, .. }
+        JsonError::WrongKind {
+            found: Kind::String,
+            ..
+        }
     ));
     // Not JSON at all stays a syntax error, not a kind error.
-    assert!(matches!(parse_object(b"[1,"), Err(JsonError::Unclosed { .. })));
-    assert!(matches!(parse_object(b"hello"), Err(JsonError::Unexpected { .. })));
+    assert!(matches!(
+        parse_object(b"[1,"),
+        Err(JsonError::Unclosed { .. })
+    ));
+    assert!(matches!(
+        parse_object(b"hello"),
+        Err(JsonError::Unexpected { .. })
+    ));
     let body = br#"[1,"a",{}]"#;
     assert!(matches!(
         object_at(body, 1..2),
-        Err(JsonError::WrongKind { found: Kind::Number, .. })
+        Err(JsonError::WrongKind {
+            found: Kind::Number,
+            ..
+        })
     ));
-    assert!(matches!(array_at(body, 0..4), Err(JsonError::UnterminatedString { start: 3 })));
-    assert!(matches!(array_at(body, 0..99), Err(JsonError::OutOfBounds { .. })));
-    assert!(matches!(object_at(body, 7..9), Ok(_)));
+    assert!(matches!(
+        array_at(body, 0..4),
+        Err(JsonError::UnterminatedString { start: 3 })
+    ));
+    assert!(matches!(
+        array_at(body, 0..99),
+        Err(JsonError::OutOfBounds { .. })
+    ));
+    assert!(object_at(body, 7..9).is_ok());
 }
 
 #[test]
 fn decoding_strings() {
     let d = |s: &str| decode_str(s.as_bytes(), 0..s.len()).unwrap().into_owned();
     assert_eq!(d(r#""plain""#), "plain");
-    assert!(matches!(decode_str(br#""plain""#, 0..7).unwrap(), Cow::Borrowed(_)));
+    assert!(matches!(
+        decode_str(br#""plain""#, 0..7).unwrap(),
+        Cow::Borrowed(_)
+    ));
     assert_eq!(d(r#""a\"b\\c\/\b\f\n\r\t""#), "a\"b\\c/\u{8}\u{c}\n\r\t");
     assert_eq!(d(r#""\u00e9\uD83D\uDE00x""#), "\u{e9}\u{1f600}x");
     assert_eq!(d(r#""\uD83Dx\uDE00""#), "\u{fffd}x\u{fffd}");
@@ -143,9 +234,29 @@ fn decoding_strings() {
 /// Fragments that combine into well-formed and malformed documents.
 fn token() -> impl Strategy<Value = &'static str> {
     prop::sample::select(vec![
-        "{", "}", "[", "]", ",", ":", " ", "\n", r#""k""#, r#""a\"b""#, r#""\u00e9""#,
-        r#""\x""#, "\"\u{e9}\"", "\"raw\ttab\"", "1", "-0.5e3", "01", "1.", "true", "nul",
-        "null", "\"", "\\",
+        "{",
+        "}",
+        "[",
+        "]",
+        ",",
+        ":",
+        " ",
+        "\n",
+        r#""k""#,
+        r#""a\"b""#,
+        r#""\u00e9""#,
+        r#""\x""#,
+        "\"\u{e9}\"",
+        "\"raw\ttab\"",
+        "1",
+        "-0.5e3",
+        "01",
+        "1.",
+        "true",
+        "nul",
+        "null",
+        "\"",
+        "\\",
     ])
 }
 
@@ -199,4 +310,39 @@ pub(crate) fn arb_value() -> impl Strategy<Value = serde_json::Value> {
                 .prop_map(|m| Value::Object(m.into_iter().collect())),
         ]
     })
+}
+
+#[test]
+fn string_scan_finds_every_position_in_both_modes() {
+    // With a newline outside the string the scanner cannot take the control-free path.
+    for outside in ["", "\n"] {
+        for len in 0..80 {
+            for (special, want_ok) in [
+                ("\\n", true),
+                ("\\\"", true),
+                ("\\u00e9", true),
+                ("\u{1}", false),
+                ("\\q", false),
+            ] {
+                let s = format!(
+                    "[{outside}\"{}{special}{}\"]",
+                    "a".repeat(len),
+                    "b".repeat(80 - len)
+                );
+                assert_eq!(validate(s.as_bytes()).is_ok(), want_ok, "{s:?}");
+                assert_eq!(
+                    serde_json::from_str::<serde_json::Value>(&s).is_ok(),
+                    want_ok
+                );
+            }
+            let s = format!("[{outside}\"{}\", 1]", "é".repeat(len));
+            let o = validate(s.as_bytes()).unwrap();
+            assert_eq!(o, 0..s.len());
+            let cut = format!("[{outside}\"{}", "x".repeat(len));
+            assert!(matches!(
+                validate(cut.as_bytes()),
+                Err(JsonError::UnterminatedString { .. })
+            ));
+        }
+    }
 }

@@ -5,7 +5,8 @@ fn portable(shape: ApiShape, body: &Value) -> (Option<Value>, Removed) {
     let bytes = serde_json::to_vec(body).unwrap();
     let p = make_portable(shape, &bytes).unwrap();
     (
-        p.body.map(|b| serde_json::from_slice(&b).expect("output is JSON")),
+        p.body
+            .map(|b| serde_json::from_slice(&b).expect("output is JSON")),
         p.removed,
     )
 }
@@ -78,8 +79,14 @@ fn responses_only_reasoning_leaves_an_empty_input() {
 fn nothing_to_do_is_none() {
     for (shape, body) in [
         (ApiShape::Responses, json!({"input": "hi", "store": false})),
-        (ApiShape::Responses, json!({"input": [{"role": "user", "content": "x"}, 1, "s"]})),
-        (ApiShape::ChatCompletions, json!({"messages": [{"role": "user", "content": "x"}]})),
+        (
+            ApiShape::Responses,
+            json!({"input": [{"role": "user", "content": "x"}, 1, "s"]}),
+        ),
+        (
+            ApiShape::ChatCompletions,
+            json!({"messages": [{"role": "user", "content": "x"}]}),
+        ),
         (ApiShape::Gemini, json!({"contents": []})),
         (
             ApiShape::AnthropicMessages,
@@ -149,7 +156,10 @@ fn tool_cycle(thinking: &str, first_block: Value) -> Value {
 #[test]
 fn anthropic_tool_cycle_that_began_with_thinking_disables_thinking() {
     for mode in ["enabled", "adaptive"] {
-        let body = tool_cycle(mode, json!({"type": "thinking", "thinking": "t", "signature": "s"}));
+        let body = tool_cycle(
+            mode,
+            json!({"type": "thinking", "thinking": "t", "signature": "s"}),
+        );
         let (out, removed) = portable(ApiShape::AnthropicMessages, &body);
         let out = out.unwrap();
         assert_eq!(out["thinking"], json!({"type": "disabled"}));
@@ -240,7 +250,10 @@ fn rewrite_keeps_portability_when_injection_fails() {
     .unwrap();
     assert!(matches!(
         r.inject_error,
-        Some(InjectError::WrongType { field: "system", .. })
+        Some(InjectError::WrongType {
+            field: "system",
+            ..
+        })
     ));
     assert!(!r.injected(Some("H")));
     let v: Value = serde_json::from_slice(&r.body.unwrap()).unwrap();
@@ -253,7 +266,11 @@ fn rewrite_keeps_portability_when_injection_fails() {
 
 #[test]
 fn bad_bodies_are_typed_errors() {
-    for shape in [ApiShape::Responses, ApiShape::AnthropicMessages, ApiShape::ChatCompletions] {
+    for shape in [
+        ApiShape::Responses,
+        ApiShape::AnthropicMessages,
+        ApiShape::ChatCompletions,
+    ] {
         assert!(matches!(
             make_portable(shape, b"{\"input\":["),
             Err(PortableError::NotJson(_))
