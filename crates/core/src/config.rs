@@ -242,9 +242,7 @@ impl RelayConfig {
             if b == 0 {
                 warnings.push(ConfigWarning {
                     field: "max_body_bytes",
-                    message: format!(
-                        "expected a positive size, found 0; using {DEFAULT_MAX_BODY_BYTES}"
-                    ),
+                    message: format!("expected a positive size, found 0; using {DEFAULT_MAX_BODY_BYTES}"),
                 });
             } else {
                 c.max_body_bytes = b;
@@ -415,8 +413,7 @@ mod tests {
 
     #[test]
     fn three_levels() {
-        let global =
-            o(r#"{"handoff_threshold": 0.8, "ttl_secs": 60, "relay_mode": "schema-locked"}"#);
+        let global = o(r#"{"handoff_threshold": 0.8, "ttl_secs": 60, "relay_mode": "schema-locked"}"#);
         let combo = o(r#"{"handoff_threshold": 0.9, "max_messages_for_summary": 10}"#);
         let (c, w) = RelayConfig::resolve(&global, &combo);
         assert!(w.is_empty());
@@ -447,10 +444,7 @@ mod tests {
     #[test]
     fn slot_and_mode_names() {
         let x = o(r#"{"injection_slot_responses": "instructions", "relay_mode": "standard"}"#);
-        assert_eq!(
-            x.injection_slot_responses,
-            Some(InjectionSlot::Instructions)
-        );
+        assert_eq!(x.injection_slot_responses, Some(InjectionSlot::Instructions));
         assert_eq!(x.relay_mode, Some(RelayMode::Standard));
     }
 }
