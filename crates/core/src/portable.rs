@@ -154,16 +154,11 @@ pub struct Rewrite {
     pub body: Option<Vec<u8>>,
     /// What was removed to make it portable.
     pub removed: Removed,
+    /// Whether the message was injected.
+    pub injected: bool,
     /// Why the message could not be injected, if it could not; the body is then only made
     /// portable.
     pub inject_error: Option<InjectError>,
-}
-
-impl Rewrite {
-    /// Whether the message was injected.
-    pub fn injected(&self, message: Option<&str>) -> bool {
-        message.is_some() && self.inject_error.is_none()
-    }
 }
 
 /// Makes `body` portable and, with a `message`, injects it, from one scan of the body.
@@ -180,16 +175,22 @@ pub fn rewrite_for_switch(
     let mut plan = Plan::new(body)?;
     let removed = plan_portable(&mut plan, shape)?;
     let mut inject_error = None;
+    let mut injected = false;
     if let Some(message) = message {
         let before = plan.clone();
-        if let Err(e) = inject::plan_injection(&mut plan, shape, message, slot) {
-            plan = before;
-            inject_error = Some(e);
+        match inject::plan_injection(&mut plan, shape, message, slot) {
+            Ok(()) => injected = true,
+            Err(e) => {
+                // Drop the half-planned injection, keep the portability edits.
+                plan = before;
+                inject_error = Some(e);
+            }
         }
     }
     Ok(Rewrite {
         body: plan.finish()?,
         removed,
+        injected,
         inject_error,
     })
 }

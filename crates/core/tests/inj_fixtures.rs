@@ -146,7 +146,7 @@ fn claude_thinking_blocks_go_and_the_handoff_is_the_last_system_block() {
     assert_eq!(shape, ApiShape::AnthropicMessages);
     let r = rewrite_for_switch(shape, &body, Some("HANDOFF"), InjectionSlot::InputItem)
         .expect("rewrite");
-    assert!(r.injected(Some("HANDOFF")));
+    assert!(r.injected);
     let out: Value = serde_json::from_slice(&r.body.expect("changed")).expect("JSON");
     let before = &fixture["body"];
 

@@ -17,8 +17,10 @@
 //! skipped with an explicit stack, never by recursion, so hostile input cannot overflow the
 //! call stack.
 //!
-//! UTF-8 is checked once per call over the whole input; string contents are then skipped 16
-//! bytes at a time (see `find_special`), since long strings dominate real bodies.
+//! Long strings dominate real bodies, so that is where the speed is: UTF-8 is checked once
+//! per call over the whole input (`simdutf8`), string contents are classified 64 bytes at a
+//! time into bit masks with safe SIMD types (`wide`) so that escapes cost no branch
+//! mispredictions, and long plain runs are crossed with `memchr2`.
 //!
 //! ```
 //! use context_relay_core::json;

@@ -320,20 +320,21 @@ fn string_scan_finds_every_position_in_both_modes() {
             for (special, want_ok) in [
                 ("\\n", true),
                 ("\\\"", true),
+                ("\\\\", true),
+                ("\\\\\\\\\\\"", true),
                 ("\\u00e9", true),
                 ("\u{1}", false),
                 ("\\q", false),
+                ("\\u12x", false),
             ] {
-                let s = format!(
-                    "[{outside}\"{}{special}{}\"]",
-                    "a".repeat(len),
-                    "b".repeat(80 - len)
-                );
-                assert_eq!(validate(s.as_bytes()).is_ok(), want_ok, "{s:?}");
-                assert_eq!(
-                    serde_json::from_str::<serde_json::Value>(&s).is_ok(),
-                    want_ok
-                );
+                for tail in ["b".repeat(80 - len), String::new(), "b".repeat(200)] {
+                    let s = format!("[{outside}\"{}{special}{tail}\"]", "a".repeat(len));
+                    assert_eq!(validate(s.as_bytes()).is_ok(), want_ok, "{s:?}");
+                    assert_eq!(
+                        serde_json::from_str::<serde_json::Value>(&s).is_ok(),
+                        want_ok
+                    );
+                }
             }
             let s = format!("[{outside}\"{}\", 1]", "é".repeat(len));
             let o = validate(s.as_bytes()).unwrap();

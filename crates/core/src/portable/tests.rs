@@ -211,7 +211,7 @@ fn rewrite_for_switch_does_both_in_one_pass() {
         InjectionSlot::InputItem,
     )
     .unwrap();
-    assert!(r.injected(Some("H")));
+    assert!(r.injected);
     assert_eq!(
         String::from_utf8(r.body.unwrap()).unwrap(),
         r#"{"input":[{"type":"message","role":"developer","content":[{"type":"input_text","text":"H"}]},{"type":"message","role":"user","content":"hi"}]}"#
@@ -255,7 +255,7 @@ fn rewrite_keeps_portability_when_injection_fails() {
             ..
         })
     ));
-    assert!(!r.injected(Some("H")));
+    assert!(!r.injected);
     let v: Value = serde_json::from_slice(&r.body.unwrap()).unwrap();
     assert_eq!(v["system"], 42);
     assert_eq!(
