@@ -1,0 +1,409 @@
+//! A raw JSON scanner over bytes: spans instead of values.
+//!
+//! The injection side of the relay ([`crate::inject`], [`crate::portable`]) rewrites request
+//! bodies of up to several MiB on the request path. Parsing such a body into a
+//! `serde_json::Value` and serialising it again costs far more than the edit itself and
+//! loses the client's key order and number formatting, so this module never builds a value of
+//! the whole body. It finds where things are ([`Span`]s into the original bytes), validates
+//! the whole document on the way (so that an edit is never applied to malformed JSON), and
+//! lets callers splice new bytes in with [`Edits`].
+//!
+//! Validation follows RFC 8259: strings must be closed, contain no raw control characters,
+//! use only the defined escapes and be valid UTF-8; numbers follow the JSON grammar; literals
+//! are `true`, `false` and `null`; brackets balance; only whitespace may follow the top-level
+//! value. Two things are deliberately not checked: lone UTF-16 surrogates in `\u` escapes
+//! (they are syntactically valid JSON and are forwarded untouched) and duplicate keys (callers
+//! that care look for them with [`Object::unique`]). Nesting depth is unbounded: values are
+//! skipped with an explicit stack, never by recursion, so hostile input cannot overflow the
+//! call stack.
+//!
+//! Long strings dominate real bodies, so that is where the speed is: UTF-8 is checked once
+//! per call over the whole input (`simdutf8`), string contents are classified 64 bytes at a
+//! time into bit masks with safe SIMD types (`wide`) so that escapes cost no branch
+//! mispredictions, and long plain runs are crossed with `memchr2`.
+//!
+//! ```
+//! use context_relay_core::json;
+//!
+//! let body = br#"{"model": "gpt-5", "messages": [{"role": "user"}, 1e3]}"#;
+//! let root = json::parse_object(body).unwrap();
+//! let messages = root.get("messages").unwrap();
+//! assert_eq!(&body[messages.value.clone()], br#"[{"role": "user"}, 1e3]"#);
+//! let items = json::array_at(body, messages.value.clone()).unwrap();
+//! assert_eq!(&body[items.items[1].clone()], b"1e3");
+//!
+//! assert!(json::parse_object(br#"{"a": [1, 2}"#).is_err());
+//! ```
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+mod edit;
+mod scan;
+
+pub use edit::{EditError, Edits, ListEdit};
+
+/// A byte range into the scanned body.
+pub type Span = Range<usize>;
+
+/// What kind of JSON value a span holds (from its first byte).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// `{…}`
+    Object,
+    /// `[…]`
+    Array,
+    /// `"…"`
+    String,
+    /// A number.
+    Number,
+    /// `true` or `false`.
+    Bool,
+    /// `null`.
+    Null,
+}
+
+impl Kind {
+    /// The kind of the value starting at `body[at]`, if a value can start there.
+    pub fn at(body: &[u8], at: usize) -> Option<Kind> {
+        Some(match body.get(at)? {
+            b'{' => Kind::Object,
+            b'[' => Kind::Array,
+            b'"' => Kind::String,
+            b't' | b'f' => Kind::Bool,
+            b'n' => Kind::Null,
+            b'-' | b'0'..=b'9' => Kind::Number,
+            _ => return None,
+        })
+    }
+
+    /// The kind of the value in `span` (which must come from this module).
+    pub fn of(body: &[u8], span: &Span) -> Option<Kind> {
+        Kind::at(body, span.start)
+    }
+
+    /// An article and the JSON type name, for error messages (`"an object"`).
+    pub fn described(self) -> &'static str {
+        match self {
+            Kind::Object => "an object",
+            Kind::Array => "an array",
+            Kind::String => "a string",
+            Kind::Number => "a number",
+            Kind::Bool => "a boolean",
+            Kind::Null => "null",
+        }
+    }
+}
+
+/// Why a body is not well-formed JSON. Offsets are byte offsets into the scanned input.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JsonError {
+    /// The input ended where more was required.
+    #[error("expected {expected} at byte {at}, found the end of the input")]
+    UnexpectedEnd {
+        /// Where the input ended.
+        at: usize,
+        /// What was required there.
+        expected: &'static str,
+    },
+    /// A byte that cannot appear at this point of the grammar.
+    #[error("expected {expected} at byte {at}, found {}", show_byte(*found))]
+    Unexpected {
+        /// Offset of the byte.
+        at: usize,
+        /// What was required there.
+        expected: &'static str,
+        /// The byte found.
+        found: u8,
+    },
+    /// An object or array that is never closed.
+    #[error("expected `{}` closing the {} opened at byte {open_at}, found the end of the input",
+        if *open == b'{' { '}' } else { ']' },
+        if *open == b'{' { "object" } else { "array" })]
+    Unclosed {
+        /// Offset of the opening bracket.
+        open_at: usize,
+        /// The opening bracket (`{` or `[`).
+        open: u8,
+    },
+    /// A string without its closing quote.
+    #[error(
+        "expected a closing `\"` for the string opened at byte {start}, found the end of the input"
+    )]
+    UnterminatedString {
+        /// Offset of the opening quote.
+        start: usize,
+    },
+    /// A raw control character (U+0000..U+001F) inside a string.
+    #[error(
+        "expected control characters in strings to be escaped, found raw 0x{byte:02x} at byte {at}"
+    )]
+    ControlCharacter {
+        /// Offset of the character.
+        at: usize,
+        /// The character.
+        byte: u8,
+    },
+    /// A backslash not followed by a defined escape.
+    #[error(
+        "expected one of \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX at byte {at}, found another escape"
+    )]
+    InvalidEscape {
+        /// Offset of the backslash.
+        at: usize,
+    },
+    /// Bytes that are not UTF-8 inside a string.
+    #[error("expected UTF-8 text in a string, found an invalid sequence at byte {at}")]
+    InvalidUtf8 {
+        /// Offset of the first invalid byte.
+        at: usize,
+    },
+    /// A word that is not `true`, `false` or `null`.
+    #[error("expected `true`, `false` or `null` at byte {at}, found another word")]
+    BadLiteral {
+        /// Offset of the word.
+        at: usize,
+    },
+    /// A number that does not follow the JSON grammar (`01`, `1.`, `-`, `1e`).
+    #[error("expected a JSON number at byte {at}, found a malformed one")]
+    BadNumber {
+        /// Offset of the number.
+        at: usize,
+    },
+    /// Something other than whitespace after the top-level value.
+    #[error("expected only whitespace after the top-level value, found more data at byte {at}")]
+    TrailingData {
+        /// Offset of the first extra byte.
+        at: usize,
+    },
+    /// A well-formed value of another kind where an object or array was asked for.
+    #[error("expected {expected} at byte {at}, found {}", found.described())]
+    WrongKind {
+        /// Offset of the value.
+        at: usize,
+        /// What was asked for.
+        expected: &'static str,
+        /// What is there.
+        found: Kind,
+    },
+    /// A span that does not lie inside the input (a caller mixed up bodies).
+    #[error("expected a span inside the {len}-byte input, found {start}..{end}")]
+    OutOfBounds {
+        /// Start of the span.
+        start: usize,
+        /// End of the span.
+        end: usize,
+        /// Length of the input.
+        len: usize,
+    },
+}
+
+fn show_byte(b: u8) -> String {
+    if b.is_ascii_graphic() {
+        format!("`{}`", b as char)
+    } else {
+        format!("byte 0x{b:02x}")
+    }
+}
+
+/// One member of an object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Field<'a> {
+    /// The decoded key.
+    pub key: Cow<'a, str>,
+    /// The key with its quotes.
+    pub key_span: Span,
+    /// The value.
+    pub value: Span,
+}
+
+impl Field<'_> {
+    /// The whole member, from the key's opening quote to the end of the value.
+    pub fn member(&self) -> Span {
+        self.key_span.start..self.value.end
+    }
+}
+
+/// An object: its span (braces included) and its members in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Object<'a> {
+    /// From `{` to `}` inclusive.
+    pub span: Span,
+    /// The members, in the order of the input (duplicates kept).
+    pub fields: Vec<Field<'a>>,
+}
+
+/// A key occurs more than once in an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("expected one `{key}` member, found {count}")]
+pub struct DuplicateKey {
+    /// The key.
+    pub key: &'static str,
+    /// How many times it occurs.
+    pub count: usize,
+}
+
+impl<'a> Object<'a> {
+    /// The last member named `key` (the one most JSON parsers keep).
+    pub fn get(&self, key: &str) -> Option<&Field<'a>> {
+        self.fields.iter().rev().find(|f| f.key == key)
+    }
+
+    /// The index of the only member named `key`; an error when it occurs more than once,
+    /// because editing one of two conflicting members is a guess.
+    pub fn unique(&self, key: &'static str) -> Result<Option<usize>, DuplicateKey> {
+        let mut found = None;
+        let mut count = 0;
+        for (i, f) in self.fields.iter().enumerate() {
+            if f.key == key {
+                count += 1;
+                found = Some(i);
+            }
+        }
+        if count > 1 {
+            Err(DuplicateKey { key, count })
+        } else {
+            Ok(found)
+        }
+    }
+
+    /// The members as spans (key to end of value), for [`ListEdit`].
+    pub fn members(&self) -> Vec<Span> {
+        self.fields.iter().map(Field::member).collect()
+    }
+}
+
+/// An array: its span (brackets included) and the spans of its items.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Array {
+    /// From `[` to `]` inclusive.
+    pub span: Span,
+    /// The items, in order.
+    pub items: Vec<Span>,
+}
+
+/// Validates a whole document: one JSON value surrounded by optional whitespace.
+pub fn validate(body: &[u8]) -> Result<Span, JsonError> {
+    scan::check_utf8(body, 0)?;
+    let mut s = scan::Scanner::new(body, 0);
+    let start = s.skip_ws(0);
+    let end = s.skip_value(start)?;
+    s.expect_end(end)?;
+    Ok(start..end)
+}
+
+/// Parses a whole document that must be an object, validating every nested value.
+///
+/// A well-formed document of another kind gives [`JsonError::WrongKind`].
+pub fn parse_object(body: &[u8]) -> Result<Object<'_>, JsonError> {
+    scan::check_utf8(body, 0)?;
+    let mut s = scan::Scanner::new(body, 0);
+    let start = s.skip_ws(0);
+    match Kind::at(body, start) {
+        Some(Kind::Object) => {
+            let obj = s.object(start)?;
+            s.expect_end(obj.span.end)?;
+            Ok(obj)
+        }
+        Some(found) => {
+            // Tell "not JSON" apart from "JSON, but not an object".
+            let end = s.skip_value(start)?;
+            s.expect_end(end)?;
+            Err(JsonError::WrongKind {
+                at: start,
+                expected: "an object",
+                found,
+            })
+        }
+        None => Err(s.value_error(start)),
+    }
+}
+
+/// Parses the object occupying exactly `span` of `body` (a value span from this module).
+pub fn object_at(body: &[u8], span: Span) -> Result<Object<'_>, JsonError> {
+    let bounded = bounded(body, &span)?;
+    scan::check_utf8(bounded, span.start)?;
+    let mut s = scan::Scanner::new(bounded, span.start);
+    match Kind::at(bounded, span.start) {
+        Some(Kind::Object) => {
+            let obj = s.object(span.start)?;
+            expect_exact(&span, obj.span.end)?;
+            Ok(obj)
+        }
+        Some(found) => Err(JsonError::WrongKind {
+            at: span.start,
+            expected: "an object",
+            found,
+        }),
+        None => Err(s.value_error(span.start)),
+    }
+}
+
+/// Parses the array occupying exactly `span` of `body` (a value span from this module).
+pub fn array_at(body: &[u8], span: Span) -> Result<Array, JsonError> {
+    let bounded = bounded(body, &span)?;
+    scan::check_utf8(bounded, span.start)?;
+    let mut s = scan::Scanner::new(bounded, span.start);
+    match Kind::at(bounded, span.start) {
+        Some(Kind::Array) => {
+            let arr = s.array(span.start)?;
+            expect_exact(&span, arr.span.end)?;
+            Ok(arr)
+        }
+        Some(found) => Err(JsonError::WrongKind {
+            at: span.start,
+            expected: "an array",
+            found,
+        }),
+        None => Err(s.value_error(span.start)),
+    }
+}
+
+/// Decodes the string value in `span` (quotes included).
+///
+/// Borrows when the string has no escapes, which is the common case for keys and type tags.
+pub fn decode_str(body: &[u8], span: Span) -> Result<Cow<'_, str>, JsonError> {
+    let bounded = bounded(body, &span)?;
+    scan::check_utf8(bounded, span.start)?;
+    let s = scan::Scanner::new(bounded, span.start);
+    match Kind::at(bounded, span.start) {
+        Some(Kind::String) => {
+            let end = s.skip_string(span.start)?;
+            expect_exact(&span, end)?;
+            scan::decode_string(body, span)
+        }
+        Some(found) => Err(JsonError::WrongKind {
+            at: span.start,
+            expected: "a string",
+            found,
+        }),
+        None => Err(s.value_error(span.start)),
+    }
+}
+
+/// `body` cut at the end of `span`, so that a scan from the span's start cannot run past it
+/// (offsets stay those of `body`).
+fn bounded<'b>(body: &'b [u8], span: &Span) -> Result<&'b [u8], JsonError> {
+    if span.start < span.end && span.end <= body.len() {
+        Ok(&body[..span.end])
+    } else {
+        Err(JsonError::OutOfBounds {
+            start: span.start,
+            end: span.end,
+            len: body.len(),
+        })
+    }
+}
+
+/// A value scanned from the start of `span` must end exactly at its end: a span that ends
+/// later holds more than one value.
+fn expect_exact(span: &Span, end: usize) -> Result<(), JsonError> {
+    if end == span.end {
+        Ok(())
+    } else {
+        Err(JsonError::TrailingData { at: end })
+    }
+}
+
+#[cfg(test)]
+mod tests;
