@@ -16,30 +16,43 @@ pin_project! {
     /// (cheap `Bytes` clones, bounded by `max_body_bytes`) when the request may need a
     /// summary later; it never delays a frame. It also carries the bodies of the layer's own
     /// summary requests.
-    #[project = RequestBodyProj]
-    pub enum RequestBody<B> {
-        /// Forwarded as is.
+    pub struct RequestBody<B> {
+        #[pin]
+        kind: Kind<B>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<B> {
+        // Forwarded as is.
         Passthrough { #[pin] inner: B },
-        /// Forwarded as is, with a copy kept.
+        // Forwarded as is, with a copy kept.
         Tee { #[pin] inner: B, capture: Arc<Capture> },
-        /// A body the layer made (a summary request).
+        // A body the layer made (a summary request).
         Full { data: Option<Bytes> },
     }
 }
 
 impl<B> RequestBody<B> {
     pub(crate) fn passthrough(inner: B) -> Self {
-        Self::Passthrough { inner }
+        Self {
+            kind: Kind::Passthrough { inner },
+        }
     }
 
     pub(crate) fn tee(inner: B, capture: Arc<Capture>) -> Self {
-        Self::Tee { inner, capture }
+        Self {
+            kind: Kind::Tee { inner, capture },
+        }
     }
 
     /// A complete body made of `data`.
     pub fn full(data: Bytes) -> Self {
-        Self::Full {
-            data: (!data.is_empty()).then_some(data),
+        Self {
+            kind: Kind::Full {
+                data: (!data.is_empty()).then_some(data),
+            },
         }
     }
 }
@@ -55,9 +68,9 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        match self.project() {
-            RequestBodyProj::Passthrough { inner } => inner.poll_frame(cx),
-            RequestBodyProj::Tee { inner, capture } => {
+        match self.project().kind.project() {
+            KindProj::Passthrough { inner } => inner.poll_frame(cx),
+            KindProj::Tee { inner, capture } => {
                 let polled = inner.poll_frame(cx);
                 match &polled {
                     Poll::Ready(Some(Ok(frame))) => {
@@ -71,21 +84,21 @@ where
                 }
                 polled
             }
-            RequestBodyProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+            KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        match self {
-            Self::Passthrough { inner } | Self::Tee { inner, .. } => inner.is_end_stream(),
-            Self::Full { data } => data.is_none(),
+        match &self.kind {
+            Kind::Passthrough { inner } | Kind::Tee { inner, .. } => inner.is_end_stream(),
+            Kind::Full { data } => data.is_none(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
-        match self {
-            Self::Passthrough { inner } | Self::Tee { inner, .. } => inner.size_hint(),
-            Self::Full { data } => {
+        match &self.kind {
+            Kind::Passthrough { inner } | Kind::Tee { inner, .. } => inner.size_hint(),
+            Kind::Full { data } => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
         }

@@ -13,14 +13,21 @@ use crate::metrics;
 
 pin_project! {
     /// The request body [`Injection`](super::Injection) hands to the inner service.
-    #[project = RequestBodyProj]
-    pub enum RequestBody<B> {
-        /// The client's body, untouched (the fast path).
+    pub struct RequestBody<B> {
+        #[pin]
+        kind: Kind<B>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<B> {
+        // The client's body, untouched (the fast path).
         Passthrough { #[pin] inner: B },
-        /// A body the layer rewrote (or read whole and forwards as it was).
+        // A body the layer rewrote (or read whole and forwards as it was).
         Full { data: Option<Bytes> },
-        /// Frames the layer read before giving up on a rewrite (too large, trailers), then the
-        /// rest of the client's body.
+        // Frames the layer read before giving up on a rewrite (too large, trailers), then the
+        // rest of the client's body.
         Replay {
             buffered: VecDeque<Frame<Bytes>>,
             rest: Pin<Box<B>>,
@@ -31,12 +38,16 @@ pin_project! {
 
 impl<B> RequestBody<B> {
     pub(crate) fn passthrough(inner: B) -> Self {
-        Self::Passthrough { inner }
+        Self {
+            kind: Kind::Passthrough { inner },
+        }
     }
 
     pub(crate) fn full(data: Bytes) -> Self {
-        Self::Full {
-            data: (!data.is_empty()).then_some(data),
+        Self {
+            kind: Kind::Full {
+                data: (!data.is_empty()).then_some(data),
+            },
         }
     }
 
@@ -45,10 +56,12 @@ impl<B> RequestBody<B> {
         rest: Pin<Box<B>>,
         rest_done: bool,
     ) -> Self {
-        Self::Replay {
-            buffered,
-            rest,
-            rest_done,
+        Self {
+            kind: Kind::Replay {
+                buffered,
+                rest,
+                rest_done,
+            },
         }
     }
 }
@@ -64,10 +77,10 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        match self.project() {
-            RequestBodyProj::Passthrough { inner } => inner.poll_frame(cx),
-            RequestBodyProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
-            RequestBodyProj::Replay {
+        match self.project().kind.project() {
+            KindProj::Passthrough { inner } => inner.poll_frame(cx),
+            KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+            KindProj::Replay {
                 buffered,
                 rest,
                 rest_done,
@@ -88,10 +101,10 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        match self {
-            Self::Passthrough { inner } => inner.is_end_stream(),
-            Self::Full { data } => data.is_none(),
-            Self::Replay {
+        match &self.kind {
+            Kind::Passthrough { inner } => inner.is_end_stream(),
+            Kind::Full { data } => data.is_none(),
+            Kind::Replay {
                 buffered,
                 rest,
                 rest_done,
@@ -100,12 +113,12 @@ where
     }
 
     fn size_hint(&self) -> SizeHint {
-        match self {
-            Self::Passthrough { inner } => inner.size_hint(),
-            Self::Full { data } => {
+        match &self.kind {
+            Kind::Passthrough { inner } => inner.size_hint(),
+            Kind::Full { data } => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
-            Self::Replay {
+            Kind::Replay {
                 buffered,
                 rest,
                 rest_done,

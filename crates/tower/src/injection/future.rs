@@ -18,29 +18,43 @@ pub(crate) type Prepared<T> = Pin<Box<dyn Future<Output = (T, Option<After>)> + 
 
 pin_project! {
     /// Response future of [`Injection`](super::Injection).
-    #[project = ResponseFutureProj]
-    pub enum ResponseFuture<F>
+    pub struct ResponseFuture<F>
     where
         F: Future,
     {
-        /// The fast path: the inner future, polled in place.
+        #[pin]
+        kind: Kind<F>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<F>
+    where
+        F: Future,
+    {
+        // The fast path: the inner future, polled in place.
         Direct {
             #[pin]
             inner: F,
             after: Option<After>,
         },
-        /// The slow path: body read, possibly rewritten, then the inner future.
+        // The slow path: body read, possibly rewritten, then the inner future.
         Prepared { fut: Prepared<F::Output> },
     }
 }
 
 impl<F: Future> ResponseFuture<F> {
     pub(crate) fn direct(inner: F, after: Option<After>) -> Self {
-        Self::Direct { inner, after }
+        Self {
+            kind: Kind::Direct { inner, after },
+        }
     }
 
     pub(crate) fn prepared(fut: Prepared<F::Output>) -> Self {
-        Self::Prepared { fut }
+        Self {
+            kind: Kind::Prepared { fut },
+        }
     }
 }
 
@@ -52,12 +66,12 @@ where
     type Output = Result<Response<ResponseBody<ResBody>>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let (result, after) = match self.project() {
-            ResponseFutureProj::Direct { inner, after } => {
+        let (result, after) = match self.project().kind.project() {
+            KindProj::Direct { inner, after } => {
                 let result = ready!(inner.poll(cx));
                 (result, after.take())
             }
-            ResponseFutureProj::Prepared { fut } => ready!(fut.as_mut().poll(cx)),
+            KindProj::Prepared { fut } => ready!(fut.as_mut().poll(cx)),
         };
         match result {
             Ok(mut response) => {

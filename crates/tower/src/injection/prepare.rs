@@ -234,7 +234,7 @@ fn written_by(record: &context_relay_core::HandoffRecord, account: &ResolvedAcco
 
 /// Reads the body whole when it fits in `limit` and has no trailers; otherwise gives back a
 /// body that replays what was read, then the rest.
-async fn read_body<B>(mut body: B, limit: usize) -> Read<B>
+async fn read_body<B>(body: B, limit: usize) -> Read<B>
 where
     B: Body<Data = Bytes>,
 {
