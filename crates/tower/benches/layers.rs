@@ -41,8 +41,10 @@ where
     // The upstream reads the body, as a real client would.
     let body = req.into_body().collect().await.expect("body").to_bytes();
     let mut res = Response::new(Full::new(Bytes::from_static(b"{\"choices\":[]}")));
-    res.headers_mut()
-        .insert("content-length", body.len().to_string().parse().expect("value"));
+    res.headers_mut().insert(
+        "content-length",
+        body.len().to_string().parse().expect("value"),
+    );
     Ok(res)
 }
 
@@ -91,7 +93,11 @@ fn passthrough(c: &mut Criterion) {
         .service(tower::service_fn(upstream));
     // Warm the affinity cache: steady state of a session on its account.
     rt.block_on(async {
-        let res = layered.clone().oneshot(request("acct-a")).await.expect("ok");
+        let res = layered
+            .clone()
+            .oneshot(request("acct-a"))
+            .await
+            .expect("ok");
         drain(res).await;
         tokio::time::sleep(Duration::from_millis(10)).await;
     });
@@ -100,8 +106,13 @@ fn passthrough(c: &mut Criterion) {
     group.bench_function("bare", |b| {
         b.iter(|| {
             rt.block_on(async {
-                let mut svc = bare.clone();
-                let res = svc.ready().await.expect("ready").call(request("acct-a")).await;
+                let mut svc = bare;
+                let res = svc
+                    .ready()
+                    .await
+                    .expect("ready")
+                    .call(request("acct-a"))
+                    .await;
                 drain(res.expect("ok")).await;
             })
         })
@@ -110,7 +121,12 @@ fn passthrough(c: &mut Criterion) {
         b.iter(|| {
             rt.block_on(async {
                 let mut svc = layered.clone();
-                let res = svc.ready().await.expect("ready").call(request("acct-a")).await;
+                let res = svc
+                    .ready()
+                    .await
+                    .expect("ready")
+                    .call(request("acct-a"))
+                    .await;
                 drain(res.expect("ok")).await;
             })
         })
@@ -133,7 +149,11 @@ fn injection(c: &mut Criterion) {
         b.iter(|| {
             rt.block_on(async {
                 store.upsert(record()).await.expect("upsert");
-                let res = layered.clone().oneshot(request("acct-b")).await.expect("ok");
+                let res = layered
+                    .clone()
+                    .oneshot(request("acct-b"))
+                    .await
+                    .expect("ok");
                 drain(res).await;
                 background.idle().await;
             })

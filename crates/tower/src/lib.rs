@@ -36,5 +36,5 @@ pub use generation::{Generation, GenerationLayer};
 pub use injection::{Injection, InjectionLayer};
 pub use quota_source::{HeaderQuota, QuotaSource};
 pub use summarizer::{
-    BoxError, MAX_SUMMARY_REPLY_BYTES, SummaryError, SummaryFuture, SummaryRequest, Summarizer,
+    BoxError, MAX_SUMMARY_REPLY_BYTES, Summarizer, SummaryError, SummaryFuture, SummaryRequest,
 };

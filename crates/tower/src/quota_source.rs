@@ -25,8 +25,12 @@ use http::{HeaderMap, StatusCode};
 pub trait QuotaSource: Send + Sync + 'static {
     /// The signal of one response, or `None` when it carries none. Malformed values give
     /// `None`, never an error.
-    fn signal(&self, status: StatusCode, headers: &HeaderMap, now: SystemTime)
-    -> Option<QuotaSignal>;
+    fn signal(
+        &self,
+        status: StatusCode,
+        headers: &HeaderMap,
+        now: SystemTime,
+    ) -> Option<QuotaSignal>;
 }
 
 impl<F> QuotaSource for F

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use context_relay_core::HandoffKey;
-use context_relay_store::{HandoffStore, MemoryStore};
+use context_relay_store::MemoryStore;
 use http::StatusCode;
 use support::{Stack, Turn, chat};
 use tokio::sync::Semaphore;
@@ -54,13 +54,21 @@ async fn over_threshold_one_summary_marked_skip_relay_and_stored() {
     // Sent to the session's current account.
     assert_eq!(s.account.as_deref(), Some("acct-a"));
 
-    let stored = stack.store.get(&key("s1", "k1")).await.unwrap().expect("stored");
+    let stored = stack
+        .store
+        .get(&key("s1", "k1"))
+        .await
+        .unwrap()
+        .expect("stored");
     assert_eq!(stored.from_account, "acct-a");
     assert_eq!(stored.from_provider, "codex");
     assert_eq!(stored.handoff.summary, "Adding a --json flag to the CLI");
     assert_eq!(stored.handoff.key_decisions, vec!["use serde"]);
     assert_eq!(stored.threshold, 0.85);
-    assert!(stored.message_count >= 6, "system + 5 turns + the captured reply");
+    assert!(
+        stored.message_count >= 6,
+        "system + 5 turns + the captured reply"
+    );
 }
 
 #[tokio::test]
@@ -123,7 +131,9 @@ async fn thousand_concurrent_qualifying_responses_one_summary() {
     let mut tasks = Vec::new();
     for _ in 0..1000 {
         let stack = stack.clone();
-        tasks.push(tokio::spawn(async move { stack.send(chat("s1", "k1", 4)).await }));
+        tasks.push(tokio::spawn(async move {
+            stack.send(chat("s1", "k1", 4)).await
+        }));
     }
     for t in tasks {
         assert_eq!(t.await.unwrap().0, StatusCode::OK);
@@ -137,7 +147,9 @@ async fn thousand_concurrent_qualifying_responses_one_summary() {
 async fn failed_summary_frees_the_key_and_next_response_retries() {
     let stack = Stack::new();
     stack.upstream.set_percent("acct-a", 88.0);
-    stack.upstream.with(|s| s.summary_status = StatusCode::INTERNAL_SERVER_ERROR);
+    stack
+        .upstream
+        .with(|s| s.summary_status = StatusCode::INTERNAL_SERVER_ERROR);
     stack.send(chat("s1", "k1", 2)).await;
     stack.idle().await;
     assert_eq!(stack.upstream.summaries().len(), 1);
@@ -146,7 +158,11 @@ async fn failed_summary_frees_the_key_and_next_response_retries() {
     stack.upstream.with(|s| s.summary_status = StatusCode::OK);
     stack.send(chat("s1", "k1", 2)).await;
     stack.idle().await;
-    assert_eq!(stack.upstream.summaries().len(), 2, "unavailable: no cool-down");
+    assert_eq!(
+        stack.upstream.summaries().len(),
+        2,
+        "unavailable: no cool-down"
+    );
     assert!(stack.store.get(&key("s1", "k1")).await.unwrap().is_some());
 }
 
@@ -154,7 +170,9 @@ async fn failed_summary_frees_the_key_and_next_response_retries() {
 async fn unparseable_replies_cool_the_key_down() {
     let stack = Stack::new();
     stack.upstream.set_percent("acct-a", 88.0);
-    stack.upstream.with(|s| s.summary_content = "I cannot do that.".to_owned());
+    stack
+        .upstream
+        .with(|s| s.summary_content = "I cannot do that.".to_owned());
     for _ in 0..200 {
         stack.send(chat("s1", "k1", 2)).await;
         stack.idle().await;
@@ -171,7 +189,11 @@ async fn parseable_reply_stored_once_until_refresh() {
         stack.send(chat("s1", "k1", 3)).await;
         stack.idle().await;
     }
-    assert_eq!(stack.upstream.summaries().len(), 1, "fresh handoff: no regeneration");
+    assert_eq!(
+        stack.upstream.summaries().len(),
+        1,
+        "fresh handoff: no regeneration"
+    );
     // 20+ new messages later the handoff is refreshed.
     stack.send(chat("s1", "k1", 14)).await;
     stack.idle().await;
@@ -202,9 +224,11 @@ async fn failed_response_stream_starts_no_summary() {
     stack
         .upstream
         .with(|s| s.turn = Turn::Stream(Arc::new(std::sync::Mutex::new(Some(rx)))));
-    tx.send(Ok(http_body::Frame::data(bytes::Bytes::from_static(b"data: {}\n\n"))))
-        .await
-        .unwrap();
+    tx.send(Ok(http_body::Frame::data(bytes::Bytes::from_static(
+        b"data: {}\n\n",
+    ))))
+    .await
+    .unwrap();
     tx.send(Err("upstream reset".into())).await.unwrap();
     drop(tx);
     stack.send(chat("s1", "k1", 2)).await;

@@ -47,7 +47,11 @@ fn record(session: &str, credential: &str, from: &str) -> HandoffRecord {
 #[tokio::test]
 async fn handoff_injected_only_on_another_account() {
     let stack = Stack::new();
-    stack.store.upsert(record("s1", "k1", "acct-a")).await.unwrap();
+    stack
+        .store
+        .upsert(record("s1", "k1", "acct-a"))
+        .await
+        .unwrap();
 
     // Same account that wrote it: untouched.
     stack.send(chat("s1", "k1", 2)).await;
@@ -68,7 +72,11 @@ async fn handoff_injected_only_on_another_account() {
     assert!(text.contains("Adding a --json flag &lt;to&gt; the CLI"));
     assert_eq!(body["messages"][1]["content"], "You are a coding agent.");
     assert_eq!(
-        seen.headers.get("content-length").unwrap().to_str().unwrap(),
+        seen.headers
+            .get("content-length")
+            .unwrap()
+            .to_str()
+            .unwrap(),
         seen.body.len().to_string()
     );
     // Consumed after the successful, completed response.
@@ -83,7 +91,11 @@ async fn handoff_injected_only_on_another_account() {
 #[tokio::test]
 async fn error_status_keeps_the_handoff_for_the_next_attempt() {
     let stack = Stack::new();
-    stack.store.upsert(record("s1", "k1", "acct-a")).await.unwrap();
+    stack
+        .store
+        .upsert(record("s1", "k1", "acct-a"))
+        .await
+        .unwrap();
     stack.use_account("acct-b");
     stack
         .upstream
@@ -105,15 +117,21 @@ async fn error_status_keeps_the_handoff_for_the_next_attempt() {
 #[tokio::test]
 async fn failed_stream_keeps_the_handoff() {
     let stack = Stack::new();
-    stack.store.upsert(record("s1", "k1", "acct-a")).await.unwrap();
+    stack
+        .store
+        .upsert(record("s1", "k1", "acct-a"))
+        .await
+        .unwrap();
     stack.use_account("acct-b");
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     stack
         .upstream
         .with(|s| s.turn = Turn::Stream(Arc::new(std::sync::Mutex::new(Some(rx)))));
-    tx.send(Ok(http_body::Frame::data(Bytes::from_static(b"data: {}\n\n"))))
-        .await
-        .unwrap();
+    tx.send(Ok(http_body::Frame::data(Bytes::from_static(
+        b"data: {}\n\n",
+    ))))
+    .await
+    .unwrap();
     tx.send(Err("reset".into())).await.unwrap();
     drop(tx);
     stack.send(chat("s1", "k1", 2)).await;
@@ -125,16 +143,27 @@ async fn failed_stream_keeps_the_handoff() {
 #[tokio::test]
 async fn dropped_response_keeps_the_handoff() {
     let stack = Stack::new();
-    stack.store.upsert(record("s1", "k1", "acct-a")).await.unwrap();
+    stack
+        .store
+        .upsert(record("s1", "k1", "acct-a"))
+        .await
+        .unwrap();
     stack.use_account("acct-b");
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     stack
         .upstream
         .with(|s| s.turn = Turn::Stream(Arc::new(std::sync::Mutex::new(Some(rx)))));
-    tx.send(Ok(http_body::Frame::data(Bytes::from_static(b"data: {}\n\n"))))
+    tx.send(Ok(http_body::Frame::data(Bytes::from_static(
+        b"data: {}\n\n",
+    ))))
+    .await
+    .unwrap();
+    let res = stack
+        .svc
+        .clone()
+        .oneshot(chat("s1", "k1", 2))
         .await
         .unwrap();
-    let res = stack.svc.clone().oneshot(chat("s1", "k1", 2)).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     drop(res); // the client goes away mid-stream
     drop(tx);
@@ -146,14 +175,23 @@ async fn dropped_response_keeps_the_handoff() {
 #[tokio::test]
 async fn two_concurrent_requests_after_a_switch_inject_once_while_leased() {
     let stack = Stack::new();
-    stack.store.upsert(record("s1", "k1", "acct-a")).await.unwrap();
+    stack
+        .store
+        .upsert(record("s1", "k1", "acct-a"))
+        .await
+        .unwrap();
     stack.use_account("acct-b");
     // Hold the first response open so its claim stays leased.
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     stack
         .upstream
         .with(|s| s.turn = Turn::Stream(Arc::new(std::sync::Mutex::new(Some(rx)))));
-    let first = stack.svc.clone().oneshot(chat("s1", "k1", 2)).await.unwrap();
+    let first = stack
+        .svc
+        .clone()
+        .oneshot(chat("s1", "k1", 2))
+        .await
+        .unwrap();
     stack.upstream.with(|s| s.turn = Turn::Json);
     stack.send(chat("s1", "k1", 2)).await;
     let turns = stack.upstream.turns();
@@ -166,12 +204,23 @@ async fn two_concurrent_requests_after_a_switch_inject_once_while_leased() {
 #[tokio::test]
 async fn tenants_with_the_same_session_id_are_isolated() {
     let stack = Stack::new();
-    stack.store.upsert(record("s1", "tenant-one", "acct-a")).await.unwrap();
+    stack
+        .store
+        .upsert(record("s1", "tenant-one", "acct-a"))
+        .await
+        .unwrap();
     stack.use_account("acct-b");
     stack.send(chat("s1", "tenant-two", 2)).await;
     stack.idle().await;
     assert!(!stack.upstream.turns()[0].has_handoff());
-    assert!(stack.store.get(&key("s1", "tenant-one")).await.unwrap().is_some());
+    assert!(
+        stack
+            .store
+            .get(&key("s1", "tenant-one"))
+            .await
+            .unwrap()
+            .is_some()
+    );
     stack.send(chat("s1", "tenant-one", 2)).await;
     stack.idle().await;
     assert!(stack.upstream.turns()[1].has_handoff());
@@ -190,7 +239,8 @@ async fn switch_without_handoff_makes_the_body_portable() {
     })
     .to_string();
     let mut req = request("/v1/responses", "s9", "k1", body.clone());
-    req.headers_mut().insert("x-codex-turn-state", "ts_1".parse().unwrap());
+    req.headers_mut()
+        .insert("x-codex-turn-state", "ts_1".parse().unwrap());
     stack.send(req).await;
     stack.idle().await;
     // First request: affinity recorded, nothing changed.
@@ -198,7 +248,8 @@ async fn switch_without_handoff_makes_the_body_portable() {
 
     stack.use_account("acct-b");
     let mut req = request("/v1/responses", "s9", "k1", body);
-    req.headers_mut().insert("x-codex-turn-state", "ts_1".parse().unwrap());
+    req.headers_mut()
+        .insert("x-codex-turn-state", "ts_1".parse().unwrap());
     stack.send(req).await;
     stack.idle().await;
     let seen = &stack.upstream.turns()[1];

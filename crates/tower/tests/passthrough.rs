@@ -102,9 +102,11 @@ async fn streaming_responses_are_not_buffered() {
     // The first frame arrives while the upstream has not finished.
     let first = body.frame().await.expect("a frame").expect("ok");
     assert!(first.data_ref().unwrap().starts_with(b"data: "));
-    tx.send(Ok(http_body::Frame::data(Bytes::from_static(b"data: [DONE]\n\n"))))
-        .await
-        .unwrap();
+    tx.send(Ok(http_body::Frame::data(Bytes::from_static(
+        b"data: [DONE]\n\n",
+    ))))
+    .await
+    .unwrap();
     drop(tx);
     while body.frame().await.is_some() {}
     stack.idle().await;

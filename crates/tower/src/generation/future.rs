@@ -81,7 +81,7 @@ impl Pending {
                 .quota
                 .signal(response.status(), response.headers(), now)?,
         };
-        if !(signal.percent_used >= self.config.handoff_threshold) {
+        if signal.percent_used.is_nan() || signal.percent_used < self.config.handoff_threshold {
             return None;
         }
         // Gate 4: never spend a summary call on an account about to be cut off.
@@ -137,7 +137,8 @@ impl Pending {
     /// The session id derived from the request body, for clients that send no session header.
     fn body_session(&self) -> Option<Arc<str>> {
         let body = decoded_body(&self.capture, &self.headers, self.config.max_body_bytes)?;
-        session::session_id(&self.headers, Some(&body), &self.shared.sources).map(|m| Arc::from(m.id))
+        session::session_id(&self.headers, Some(&body), &self.shared.sources)
+            .map(|m| Arc::from(m.id))
     }
 }
 

@@ -104,10 +104,7 @@ impl<S> Generation<S> {
     /// What the response will need to decide on a summary, when the request can lead to one.
     fn pending<B, ResBody>(&self, req: &Request<B>) -> Option<Box<Pending>>
     where
-        S: Service<Request<RequestBody<B>>, Response = Response<ResBody>>
-            + Clone
-            + Send
-            + 'static,
+        S: Service<Request<RequestBody<B>>, Response = Response<ResBody>> + Clone + Send + 'static,
         S::Future: Send + 'static,
         S::Error: Into<BoxError>,
         B: Body<Data = Bytes> + Send + 'static,

@@ -155,25 +155,23 @@ impl Job {
         let Some(summarizer) = shared.summarizer.get() else {
             return Outcome::Unavailable;
         };
-        let reply_body = match tokio::time::timeout(
-            self.config.summary_timeout,
-            summarizer.summarize(request),
-        )
-        .await
-        {
-            Ok(Ok(body)) => body,
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "summary call failed");
-                return Outcome::Unavailable;
-            }
-            Err(_) => {
-                tracing::warn!(
-                    timeout_secs = self.config.summary_timeout.as_secs(),
-                    "summary call timed out"
-                );
-                return Outcome::Unavailable;
-            }
-        };
+        let reply_body =
+            match tokio::time::timeout(self.config.summary_timeout, summarizer.summarize(request))
+                .await
+            {
+                Ok(Ok(body)) => body,
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "summary call failed");
+                    return Outcome::Unavailable;
+                }
+                Err(_) => {
+                    tracing::warn!(
+                        timeout_secs = self.config.summary_timeout.as_secs(),
+                        "summary call timed out"
+                    );
+                    return Outcome::Unavailable;
+                }
+            };
         let Some(handoff) = reply::summary_text(&reply_body).and_then(|t| parse::parse_handoff(&t))
         else {
             return Outcome::Unparseable;

@@ -158,10 +158,10 @@ pin_project! {
 impl<B: Body> ResponseBody<B> {
     pub(crate) fn new(inner: B, mut hook: Option<ClaimHook>) -> Self {
         // An empty body may never be polled: the request has already succeeded.
-        if inner.is_end_stream() {
-            if let Some(h) = hook.take() {
-                h.complete();
-            }
+        if inner.is_end_stream()
+            && let Some(h) = hook.take()
+        {
+            h.complete();
         }
         Self { inner, hook }
     }
@@ -180,10 +180,10 @@ impl<B: Body> Body for ResponseBody<B> {
         match &polled {
             Poll::Ready(Some(Ok(_))) => {
                 // The consumer may never poll again after the last frame.
-                if this.inner.is_end_stream() {
-                    if let Some(h) = this.hook.take() {
-                        h.complete();
-                    }
+                if this.inner.is_end_stream()
+                    && let Some(h) = this.hook.take()
+                {
+                    h.complete();
                 }
             }
             Poll::Ready(None) => {

@@ -108,8 +108,10 @@ impl After {
             }
             return None;
         }
-        if self.record_affinity {
-            if let Some(session) = self.session.clone() {
+        if self.record_affinity
+            && let Some(session) = self.session.clone()
+        {
+            {
                 let store = self.shared.store.clone();
                 let tenant = self.tenant.clone();
                 let account = self.account.clone();

@@ -137,9 +137,13 @@ where
                 for (kind, n) in rewrite.removed.iter() {
                     ::metrics::counter!(metrics::SCRUBBED, "kind" => kind).increment(n as u64);
                 }
-                let injected = claim.is_some();
+                let injected = rewrite.injected;
                 if injected {
                     ::metrics::counter!(metrics::INJECTED).increment(1);
+                }
+                if let Some(e) = &rewrite.inject_error {
+                    skipped("not_injectable");
+                    tracing::warn!(error = %e, "handoff not injectable into this body; made portable only");
                 }
                 tracing::info!(injected, removed = ?rewrite.removed, "request made portable");
                 parts.headers.remove(TURN_STATE_HEADER);
@@ -153,7 +157,12 @@ where
                     None => raw,
                 };
                 parts.headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
-                after.claim = claim;
+                // A handoff that could not be injected stays for a later request.
+                match claim {
+                    Some(c) if injected => after.claim = Some(c),
+                    Some(c) => release(&shared, c),
+                    None => {}
+                }
                 (RequestBody::full(body), Some(after))
             }
             Err(e) => {

@@ -113,11 +113,13 @@ where
 
         // Fast path (DESIGN §9): the store's in-memory index says no handoff and the affinity
         // cache says no switch; the body is not touched at all.
-        if let Some(session) = &header_session {
-            if let Some(affinity) = self.shared.store.cached_affinity(&tenant, session) {
-                let same = affinity
-                    .as_ref()
-                    .is_some_and(|a| a.provider == account.provider && a.account == account.account);
+        if let Some(session) = &header_session
+            && let Some(affinity) = self.shared.store.cached_affinity(&tenant, session)
+        {
+            {
+                let same = affinity.as_ref().is_some_and(|a| {
+                    a.provider == account.provider && a.account == account.account
+                });
                 let switch = affinity.is_some() && !same;
                 let key = HandoffKey {
                     tenant: tenant.clone(),

@@ -11,20 +11,41 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use context_relay_store::{HandoffStore, MemoryStore};
 use context_relay_tower::{
-    Background, BoxError, ComboName, GenerationLayer, InjectionLayer, ResolvedAccount, SkipRelay,
+    Background, ComboName, GenerationLayer, InjectionLayer, ResolvedAccount, SkipRelay,
 };
 use http::{Request, Response, StatusCode};
 use http_body::Frame;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use tokio::sync::{Semaphore, mpsc};
-use tower::util::BoxCloneService;
+use tower::util::BoxCloneSyncService;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
-pub type Body = BoxBody<Bytes, BoxError>;
+pub type Body = BoxBody<Bytes, TestError>;
+
+/// A concrete body error (a `Box<dyn Error>` inside the request type trips higher-ranked
+/// lifetime inference when the stack is moved into spawned tasks).
+#[derive(Debug)]
+pub struct TestError(pub String);
+
+impl std::fmt::Display for TestError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for TestError {}
+
+impl From<&str> for TestError {
+    fn from(s: &str) -> Self {
+        Self(s.to_owned())
+    }
+}
 
 pub fn full(data: impl Into<Bytes>) -> Body {
-    Full::new(data.into()).map_err(|e: Infallible| match e {}).boxed()
+    Full::new(data.into())
+        .map_err(|e: Infallible| match e {})
+        .boxed()
 }
 
 /// One request the upstream received.
@@ -43,9 +64,13 @@ impl Seen {
     }
 
     pub fn has_handoff(&self) -> bool {
-        self.body.windows(18).any(|w| w == b"<context_handoff>")
+        let needle = b"<context_handoff>";
+        self.body.windows(needle.len()).any(|w| w == needle)
     }
 }
+
+/// The frames of one streamed turn, sent by the test.
+pub type Frames = Arc<Mutex<Option<mpsc::Receiver<Result<Frame<Bytes>, TestError>>>>>;
 
 /// How the fake upstream answers turns.
 #[derive(Clone)]
@@ -55,7 +80,7 @@ pub enum Turn {
     /// Status only, JSON error body.
     Status(StatusCode),
     /// An SSE body whose frames the test sends itself.
-    Stream(Arc<Mutex<Option<mpsc::Receiver<Result<Frame<Bytes>, BoxError>>>>>),
+    Stream(Frames),
 }
 
 pub struct Script {
@@ -90,7 +115,11 @@ pub struct Upstream {
 
 impl Upstream {
     pub fn set_percent(&self, account: &str, p: f64) {
-        self.script.lock().unwrap().percent.insert(account.to_owned(), p);
+        self.script
+            .lock()
+            .unwrap()
+            .percent
+            .insert(account.to_owned(), p);
     }
     pub fn seen(&self) -> Vec<Seen> {
         self.script.lock().unwrap().seen.clone()
@@ -157,7 +186,11 @@ impl Upstream {
                     r
                 }
                 Turn::Stream(rx) => {
-                    let rx = rx.lock().unwrap().take().expect("one streamed turn per receiver");
+                    let rx = rx
+                        .lock()
+                        .unwrap()
+                        .take()
+                        .expect("one streamed turn per receiver");
                     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
                         rx.recv().await.map(|item| (item, rx))
                     });
@@ -210,7 +243,7 @@ where
 
 /// The whole stack of DESIGN §3 (minus the combo service: tests set `ComboName` themselves).
 pub struct Stack {
-    pub svc: BoxCloneService<Request<Body>, Response<Body>, BoxError>,
+    pub svc: BoxCloneSyncService<Request<Body>, Response<Body>, Infallible>,
     pub upstream: Upstream,
     pub store: Arc<dyn HandoffStore>,
     pub account: Arc<Mutex<ResolvedAccount>>,
@@ -237,18 +270,21 @@ impl Stack {
         let up_svc = tower::service_fn(move |req| up.clone().answer(req));
         let acc = account.clone();
         let svc = ServiceBuilder::new()
-            .map_response(|r: Response<_>| r.map(|b: context_relay_tower::generation::ResponseBody<_>| BodyExt::boxed(b)))
+            .map_response(|r: Response<_>| {
+                r.map(|b: context_relay_tower::generation::ResponseBody<_>| BodyExt::boxed(b))
+            })
             .layer(generation)
             .layer_fn(move |inner| Resolver {
                 inner,
                 account: acc.clone(),
             })
-            .map_response(|r: Response<_>| r.map(|b: context_relay_tower::injection::ResponseBody<Body>| BodyExt::boxed(b)))
+            .map_response(|r: Response<_>| {
+                r.map(|b: context_relay_tower::injection::ResponseBody<Body>| BodyExt::boxed(b))
+            })
             .layer(injection)
-            .service(up_svc)
-            .map_err(|e: Infallible| -> BoxError { match e {} });
+            .service(up_svc);
         Self {
-            svc: BoxCloneService::new(svc),
+            svc: BoxCloneSyncService::new(svc),
             upstream,
             store,
             account,
@@ -262,11 +298,22 @@ impl Stack {
     }
 
     /// Sends a request and reads the whole response.
-    pub async fn send(&self, req: Request<Body>) -> (StatusCode, Bytes) {
-        let res = self.svc.clone().oneshot(req).await.expect("stack never fails");
-        let status = res.status();
-        let body = res.into_body().collect().await.map(|c| c.to_bytes()).unwrap_or_default();
-        (status, body)
+    pub fn send(
+        &self,
+        req: Request<Body>,
+    ) -> Pin<Box<dyn Future<Output = (StatusCode, Bytes)> + Send + 'static>> {
+        let svc = self.svc.clone();
+        Box::pin(async move {
+            let res = svc.oneshot(req).await.expect("stack never fails");
+            let status = res.status();
+            let body = res
+                .into_body()
+                .collect()
+                .await
+                .map(|c| c.to_bytes())
+                .unwrap_or_default();
+            (status, body)
+        })
     }
 
     pub async fn idle(&self) {
@@ -279,11 +326,15 @@ impl Stack {
 
 /// A Chat Completions turn of session `session`, tenant credential `key`.
 pub fn chat(session: &str, key: &str, user_turns: usize) -> Request<Body> {
-    let mut messages = vec![serde_json::json!({"role":"system","content":"You are a coding agent."})];
+    let mut messages =
+        vec![serde_json::json!({"role":"system","content":"You are a coding agent."})];
     for i in 0..user_turns {
-        messages.push(serde_json::json!({"role":"user","content": format!("step {i}: add the --json flag")}));
+        messages.push(
+            serde_json::json!({"role":"user","content": format!("step {i}: add the --json flag")}),
+        );
         if i + 1 < user_turns {
-            messages.push(serde_json::json!({"role":"assistant","content": format!("did step {i}")}));
+            messages
+                .push(serde_json::json!({"role":"assistant","content": format!("did step {i}")}));
         }
     }
     let body = serde_json::json!({"model":"gpt-5","messages": messages});
