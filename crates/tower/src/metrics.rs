@@ -8,7 +8,7 @@ pub const GENERATIONS: &str = "context_relay_generations_total";
 /// Duration of summary generations, in seconds, by `outcome`.
 pub const GENERATION_SECONDS: &str = "context_relay_generation_seconds";
 /// Qualifying responses that did not start a generation, by `reason`
-/// (`exhausted`, `fresh`, `cooling_down`, `in_flight`, `no_session`, `no_body`).
+/// (`exhausted`, `fresh`, `cooling_down`, `in_flight`, `in_flight_elsewhere`, `no_session`).
 pub const GENERATIONS_SKIPPED: &str = "context_relay_generations_skipped_total";
 /// Handoffs injected into a request.
 pub const INJECTED: &str = "context_relay_injected_total";

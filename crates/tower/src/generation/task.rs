@@ -32,14 +32,19 @@ pub(crate) struct Job {
     pub(crate) guard: InFlightGuard,
 }
 
+/// Extra lifetime of a distributed generation lease beyond the summary timeout, so a slow
+/// store write after the summary still happens under the lease.
+const LEASE_MARGIN: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// How a generation ended (DESIGN §4.5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Outcome {
     Generated,
     Unavailable,
     Unparseable,
-    /// A live handoff is recent enough (gate 5): nothing to do.
-    Fresh,
+    /// Nothing to do: a live handoff is recent enough (gate 5, `fresh`), or another gateway
+    /// replica is summarising this key (`in_flight_elsewhere`).
+    Skipped(&'static str),
 }
 
 impl Outcome {
@@ -48,7 +53,7 @@ impl Outcome {
             Self::Generated => "generated",
             Self::Unavailable => "unavailable",
             Self::Unparseable => "unparseable",
-            Self::Fresh => "fresh",
+            Self::Skipped(_) => "skipped",
         }
     }
 }
@@ -72,8 +77,8 @@ impl Job {
         let started = Instant::now();
         let outcome = self.generate(reply).await;
         let shared = &self.shared;
-        if outcome == Outcome::Fresh {
-            ::metrics::counter!(metrics::GENERATIONS_SKIPPED, "reason" => "fresh").increment(1);
+        if let Outcome::Skipped(reason) = outcome {
+            ::metrics::counter!(metrics::GENERATIONS_SKIPPED, "reason" => reason).increment(1);
         } else {
             ::metrics::counter!(metrics::GENERATIONS, "outcome" => outcome.as_str()).increment(1);
             ::metrics::histogram!(metrics::GENERATION_SECONDS, "outcome" => outcome.as_str())
@@ -85,7 +90,7 @@ impl Job {
                 let wait = shared.cooldown.fail(&self.key, SystemTime::now());
                 tracing::warn!(cool_down_secs = wait.as_secs(), "summary reply unparseable");
             }
-            Outcome::Unavailable | Outcome::Fresh => {}
+            Outcome::Unavailable | Outcome::Skipped(_) => {}
         }
         drop(self.guard);
     }
@@ -125,15 +130,45 @@ impl Job {
                 if message_count.saturating_sub(existing.message_count)
                     < self.config.refresh_after_messages =>
             {
-                return Outcome::Fresh;
+                return Outcome::Skipped("fresh");
             }
             Ok(_) => {}
             // Fail open: summarise anyway; the upsert will tell whether the store is back.
             Err(e) => metrics::store_error("get", &e),
         }
 
+        // Across gateway replicas (redis backend) one replica summarises a key at a time; the
+        // process-local registry already guards this one.
+        let lease = match shared
+            .store
+            .begin_generation(&self.key, self.config.summary_timeout + LEASE_MARGIN)
+            .await
+        {
+            Ok(Some(lease)) => Some(lease),
+            Ok(None) => return Outcome::Skipped("in_flight_elsewhere"),
+            Err(e) => {
+                metrics::store_error("begin_generation", &e);
+                None
+            }
+        };
+        let outcome = self.summarise(&body, &selection, message_count).await;
+        if let Some(lease) = lease
+            && let Err(e) = shared.store.end_generation(&lease).await
+        {
+            metrics::store_error("end_generation", &e);
+        }
+        outcome
+    }
+
+    async fn summarise(
+        &self,
+        body: &Bytes,
+        selection: &select::Selection,
+        message_count: u32,
+    ) -> Outcome {
+        let shared = &self.shared;
         let model = if self.config.handoff_model.is_empty() {
-            request_model(&body).unwrap_or_default()
+            request_model(body).unwrap_or_default()
         } else {
             self.config.handoff_model.clone()
         };

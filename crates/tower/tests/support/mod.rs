@@ -351,3 +351,10 @@ pub fn request(path: &str, session: &str, key: &str, body: impl Into<Bytes>) -> 
     req.extensions_mut().insert(ComboName::new("codex-relay"));
     req
 }
+
+/// The bytes of a request body (to compare with what the upstream received).
+pub async fn collect_request(req: Request<Body>) -> (http::request::Parts, Bytes) {
+    let (parts, body) = req.into_parts();
+    let bytes = body.collect().await.expect("body").to_bytes();
+    (parts, bytes)
+}
