@@ -125,11 +125,12 @@ impl<'a> From<&'a HandoffRecord> for HandoffView<'a> {
 /// assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
 /// ```
 pub fn rfc3339(t: SystemTime) -> String {
-    let ts = jiff::Timestamp::try_from(t).unwrap_or(match t.duration_since(SystemTime::UNIX_EPOCH) {
-        // Beyond jiff's range (year 9999): clamp rather than fail an admin listing.
-        Ok(_) => jiff::Timestamp::MAX,
-        Err(_) => jiff::Timestamp::MIN,
-    });
+    let ts =
+        jiff::Timestamp::try_from(t).unwrap_or(match t.duration_since(SystemTime::UNIX_EPOCH) {
+            // Beyond jiff's range (year 9999): clamp rather than fail an admin listing.
+            Ok(_) => jiff::Timestamp::MAX,
+            Err(_) => jiff::Timestamp::MIN,
+        });
     format!("{ts:.3}")
 }
 
@@ -158,7 +159,13 @@ async fn list(
     }
     let Query(q) = match query {
         Ok(q) => q,
-        Err(e) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", &e.body_text()),
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                &e.body_text(),
+            );
+        }
     };
     if q.settle
         && let Some(bg) = &admin.background
@@ -201,7 +208,13 @@ async fn remove(
     }
     let Query(q) = match query {
         Ok(q) => q,
-        Err(e) => return error(StatusCode::BAD_REQUEST, "invalid_request_error", &e.body_text()),
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                &e.body_text(),
+            );
+        }
     };
     let records = match admin.store.list(q.tenant.as_deref(), Some(&session)).await {
         Ok(r) => r,

@@ -139,9 +139,9 @@ impl Gateway {
         for (field, w) in warnings {
             tracing::warn!("{field}: {w} (the default is used)");
         }
-        let relay = config.relay_enabled.then(|| {
-            RelayLayers::new(store.clone(), configs, config.stream_summary_providers())
-        });
+        let relay = config
+            .relay_enabled
+            .then(|| RelayLayers::new(store.clone(), configs, config.stream_summary_providers()));
         Ok(Self {
             routes: Arc::new(Routes::from_config(&config)),
             pools: Arc::new(AccountPools::from_config(&config)),

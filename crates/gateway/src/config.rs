@@ -680,6 +680,63 @@ targets = ["codex/gpt-5.5"]
         assert!(!p.summary_stream);
         assert_eq!(c.combos[0].strategy, Strategy::ContextRelay);
         assert_eq!(c.relay, RelayOverrides::default());
+        assert!(c.relay_enabled);
+        let off = load(&format!("relay_enabled = false\n{MINIMAL}")).unwrap();
+        assert!(!off.relay_enabled);
+        let (configs, warnings) = c.relay_settings();
+        assert!(warnings.is_empty());
+        assert_eq!(
+            configs.for_combo("codex-relay").handoff_providers,
+            ["codex"]
+        );
+    }
+
+    #[test]
+    fn relay_warnings_are_reported_once_per_level() {
+        let text = format!(
+            "[relay]\nhandoff_threshold = 1.5\n{MINIMAL}\n  [combos.relay]\nmax_messages_for_summary = 1000\n"
+        );
+        let (configs, warnings) = load(&text).unwrap().relay_settings();
+        let fields: Vec<(&str, &str)> = warnings
+            .iter()
+            .map(|(f, w)| (f.as_str(), w.field))
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                ("relay", "handoff_threshold"),
+                ("combos[\"codex-relay\"].relay", "max_messages_for_summary")
+            ]
+        );
+        assert_eq!(configs.for_combo("codex-relay").handoff_threshold, 0.85);
+        assert_eq!(
+            configs.for_combo("codex-relay").max_messages_for_summary,
+            30
+        );
+    }
+
+    #[test]
+    fn quota_formats_map_to_core_kinds() {
+        for (name, kind) in [
+            ("auto", QuotaKind::Auto),
+            ("codex", QuotaKind::Codex),
+            ("openai", QuotaKind::OpenAi),
+            ("anthropic", QuotaKind::Anthropic),
+            ("ietf", QuotaKind::Ietf),
+            ("none", QuotaKind::None),
+        ] {
+            let text = MINIMAL.replace(
+                "name = \"codex\"\n",
+                &format!("name = \"codex\"\nquota = \"{name}\"\n"),
+            );
+            assert_eq!(
+                load(&text).unwrap().providers[0].quota.kind(),
+                kind,
+                "{name}"
+            );
+            // The configuration names are the core names.
+            assert_eq!(kind.as_str(), name);
+        }
     }
 
     #[test]

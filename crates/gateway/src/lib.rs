@@ -41,9 +41,9 @@ pub mod store;
 pub mod upstream;
 
 pub use app::{Gateway, GatewayError, ProxyService, proxy_stack};
-pub use relay::{RelayBackground, RelayLayers};
 pub use combo::{ComboLayer, ComboService, RouteTargets, Routes, Target};
 pub use config::Config;
+pub use relay::{RelayBackground, RelayLayers};
 pub use resolver::{AccountResolver, AccountResolverLayer};
 pub use server::RunningGateway;
 pub use upstream::{Upstream, UpstreamEndpoint};

@@ -190,11 +190,7 @@ where
 /// let key = session_key(req.headers(), req.extensions(), body);
 /// assert_eq!(key.as_deref(), Some("anonymous\nk9"));
 /// ```
-pub fn session_key(
-    headers: &HeaderMap,
-    extensions: &Extensions,
-    body: &[u8],
-) -> Option<Arc<str>> {
+pub fn session_key(headers: &HeaderMap, extensions: &Extensions, body: &[u8]) -> Option<Arc<str>> {
     let session: String = match extensions.get::<SessionId>().and_then(|s| clean(&s.0)) {
         Some(s) => s,
         None => session::session_id(headers, Some(body), &SESSION_SOURCES)?.id,
@@ -310,7 +306,8 @@ where
             )
             .increment(1);
             if status != StatusCode::TOO_MANY_REQUESTS {
-                let signal = quota::from_response(pool.quota_kind(), status, res.headers(), None, now);
+                let signal =
+                    quota::from_response(pool.quota_kind(), status, res.headers(), None, now);
                 if let Some(signal) = signal {
                     record_usage(&pool, idx, &account.id, &signal, now, internal);
                     res.extensions_mut().insert(signal);
@@ -487,7 +484,6 @@ fn own_error<B>(
     error_response(shape, status, kind, message).map(Either::Right)
 }
 
-
 #[cfg(test)]
 mod tests {
     use std::convert::Infallible;
@@ -514,14 +510,37 @@ api_key = "kb"
 name = "claude"
 base_url = "http://up2/v1"
 auth = "x-api-key"
+quota = "none"
 [[providers.accounts]]
 id = "c"
 api_key = "kc"
+[[combos]]
+name = "relay"
+targets = ["codex/gpt-5.5"]
 "#,
             |_| None,
         )
         .unwrap();
         Arc::new(AccountPools::from_config(&c))
+    }
+
+    fn routes() -> Arc<Routes> {
+        let c = Config::from_toml_str(
+            r#"
+[[providers]]
+name = "codex"
+base_url = "http://up/v1"
+[[providers.accounts]]
+id = "a"
+api_key = "ka"
+[[combos]]
+name = "relay"
+targets = ["codex/gpt-5.5"]
+"#,
+            |_| None,
+        )
+        .unwrap();
+        Arc::new(Routes::from_config(&c))
     }
 
     type Log = Arc<Mutex<Vec<(String, Bytes)>>>;
@@ -704,9 +723,114 @@ api_key = "kc"
         assert!(accounts(&log).is_empty());
     }
 
+    #[tokio::test]
+    async fn quota_signal_on_the_response_follows_the_provider_kind() {
+        let (p, log) = (pools(), Log::default());
+        let res = call(&p, &log, &[], "42", request("s", &[("codex", "gpt-5.5")])).await;
+        let signal = res.extensions().get::<QuotaSignal>().copied();
+        assert_eq!(signal.map(|s| s.percent_used), Some(0.42));
+        // `quota = "none"`: the same headers give no reading.
+        let res = call(&p, &log, &[], "42", request("s", &[("claude", "c")])).await;
+        assert_eq!(res.extensions().get::<QuotaSignal>(), None);
+        assert_eq!(
+            res.extensions().get::<ResolvedAccount>(),
+            Some(&ResolvedAccount::new("claude", "c"))
+        );
+        // A final 429 carries a reading of at least 100 %.
+        let res = call(
+            &p,
+            &log,
+            &["a", "b"],
+            "42",
+            request("t", &[("codex", "gpt-5.5")]),
+        )
+        .await;
+        assert_eq!(res.status(), 429);
+        let used = res
+            .extensions()
+            .get::<QuotaSignal>()
+            .map(|s| s.percent_used);
+        assert!(used.is_some_and(|u| u >= 1.0), "{used:?}");
+    }
+
+    fn internal(session: &str) -> Request<Full<Bytes>> {
+        let mut req = Request::post("/v1/responses")
+            .body(Full::new(Bytes::from_static(br#"{"model":"gpt-5.5"}"#)))
+            .unwrap();
+        req.extensions_mut().insert(SkipRelay);
+        req.extensions_mut().insert(ComboName::new("relay"));
+        req.extensions_mut().insert(SessionId::new(session));
+        req
+    }
+
+    async fn call_internal(
+        pools: &Arc<AccountPools>,
+        log: &Log,
+        limited: &'static [&'static str],
+        used: &'static str,
+        session: &str,
+    ) -> Response<Either<Full<Bytes>, Full<Bytes>>> {
+        AccountResolverLayer::new(pools.clone())
+            .routes(routes())
+            .layer(upstream(log.clone(), limited, used))
+            .oneshot(internal(session))
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn summary_calls_follow_the_session_without_moving_it() {
+        let (p, log) = (pools(), Log::default());
+        // The session lives on b (a answered 429 and is exhausted; it comes back later).
+        let _ = call(
+            &p,
+            &log,
+            &["a"],
+            "10",
+            request("s", &[("codex", "gpt-5.5")]),
+        )
+        .await;
+        assert_eq!(accounts(&log), ["a", "b"]);
+        // The summary call (no RouteTargets, only the combo) goes to the session's account.
+        let res = call_internal(&p, &log, &[], "96", "s").await;
+        assert_eq!(res.status(), 200);
+        assert_eq!(accounts(&log), ["a", "b", "b"]);
+        // Its 96 % reading is recorded but does not exhaust b: the session stays there.
+        let codex = p.get("codex").unwrap();
+        assert_eq!(codex.snapshot(SystemTime::now())[1].used, Some(0.96));
+        assert_eq!(codex.snapshot(SystemTime::now())[1].exhausted_until, None);
+        let _ = call(&p, &log, &[], "10", request("s", &[("codex", "gpt-5.5")])).await;
+        assert_eq!(accounts(&log), ["a", "b", "b", "b"]);
+    }
+
+    #[tokio::test]
+    async fn a_summary_call_gets_one_attempt_and_binds_nothing() {
+        let (p, log) = (pools(), Log::default());
+        // A 429 to the summary call: no retry on another account, the 429 goes back.
+        let res = call_internal(&p, &log, &["a"], "10", "fresh").await;
+        assert_eq!(res.status(), 429);
+        assert_eq!(accounts(&log), ["a"]);
+        // It did exhaust a (a real 429), and bound no session.
+        let codex = p.get("codex").unwrap();
+        assert!(
+            codex.snapshot(SystemTime::now())[0]
+                .exhausted_until
+                .is_some()
+        );
+        assert_eq!(codex.bound("anonymous\nfresh"), None);
+        // Without a routing table, an internal request cannot be routed: a clear 500.
+        let res = AccountResolverLayer::new(p.clone())
+            .layer(upstream(log.clone(), &[], "10"))
+            .oneshot(internal("x"))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 500);
+    }
+
     #[test]
     fn session_keys() {
-        let key = |req: &Request<()>, body: &[u8]| session_key(req.headers(), req.extensions(), body);
+        let key =
+            |req: &Request<()>, body: &[u8]| session_key(req.headers(), req.extensions(), body);
         let mut req = Request::new(());
         // No header, a body that is not JSON: no fingerprint either.
         assert_eq!(key(&req, b"not json"), None);

@@ -158,8 +158,14 @@ mod tests {
             path: dir.path().to_owned(),
             url: None,
         };
-        let e = open_store(&config).await.err().expect("a directory is refused");
-        assert!(e.to_string().contains(&dir.path().display().to_string()), "{e}");
+        let e = open_store(&config)
+            .await
+            .err()
+            .expect("a directory is refused");
+        assert!(
+            e.to_string().contains(&dir.path().display().to_string()),
+            "{e}"
+        );
 
         let config = StoreConfig {
             backend: StoreBackend::Redb,
@@ -183,7 +189,10 @@ mod tests {
             // Port 1 on loopback: nothing listens there.
             url: Some("redis://:hunter2@127.0.0.1:1/".to_owned()),
         };
-        let e = open_store(&config).await.err().expect("nothing listens on port 1");
+        let e = open_store(&config)
+            .await
+            .err()
+            .expect("nothing listens on port 1");
         let msg = e.to_string();
         assert!(msg.contains("127.0.0.1:1"), "{msg}");
         assert!(!msg.contains("hunter2"), "{msg}");

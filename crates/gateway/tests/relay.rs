@@ -75,14 +75,16 @@ impl Api {
                 _ => {
                     history.push(json!({"role": "user", "content": user}));
                     if t < turn {
-                        history.push(json!({"role": "assistant", "content": format!("did step {t}")}));
+                        history
+                            .push(json!({"role": "assistant", "content": format!("did step {t}")}));
                     }
                 }
             }
         }
         match self {
             Api::Chat => {
-                let mut messages = vec![json!({"role": "system", "content": "You are a coding agent."})];
+                let mut messages =
+                    vec![json!({"role": "system", "content": "You are a coding agent."})];
                 messages.extend(history);
                 json!({"model": "codex-relay", "stream": stream, "messages": messages})
             }
@@ -224,11 +226,19 @@ impl Env {
 
     /// Upstream requests that were client turns (not summary calls).
     fn turns(&self) -> Vec<RecordedRequest> {
-        self.sim.requests().into_iter().filter(|r| !r.summary).collect()
+        self.sim
+            .requests()
+            .into_iter()
+            .filter(|r| !r.summary)
+            .collect()
     }
 
     fn summaries(&self) -> Vec<RecordedRequest> {
-        self.sim.requests().into_iter().filter(|r| r.summary).collect()
+        self.sim
+            .requests()
+            .into_iter()
+            .filter(|r| r.summary)
+            .collect()
     }
 }
 
@@ -265,12 +275,23 @@ async fn relay_scenario(api: Api, stream: bool) {
     let summaries = env.summaries();
     assert_eq!(summaries.len(), 1, "one summary call");
     assert_eq!(summaries[0].account.as_deref(), Some(first));
-    assert_eq!(summaries[0].uri.path(), api.path().split('?').next().unwrap());
-    let stored = env.gateway.store().list(None, Some(&session)).await.unwrap();
+    assert_eq!(
+        summaries[0].uri.path(),
+        api.path().split('?').next().unwrap()
+    );
+    let stored = env
+        .gateway
+        .store()
+        .list(None, Some(&session))
+        .await
+        .unwrap();
     assert_eq!(stored.len(), 1);
     assert_eq!(stored[0].from_account, first);
     assert_eq!(stored[0].handoff.summary, SUMMARY_TEXT);
-    assert!(env.turns().iter().all(|r| !has_handoff(r)), "nothing injected yet");
+    assert!(
+        env.turns().iter().all(|r| !has_handoff(r)),
+        "nothing injected yet"
+    );
 
     // The account is used up: the next turn gets a 429 there, is retried on the next account,
     // and that attempt carries the handoff.
@@ -280,11 +301,18 @@ async fn relay_scenario(api: Api, stream: bool) {
         .turn(api, "client-1", &session, &api.body(4, stream), &[])
         .await;
     assert_eq!(status, 200, "the client never sees the 429: {out:?}");
-    assert!(std::str::from_utf8(&out).unwrap().contains(&format!("{second}.")));
+    assert!(
+        std::str::from_utf8(&out)
+            .unwrap()
+            .contains(&format!("{second}."))
+    );
     let turns = env.turns();
     assert_eq!(turns.len(), 2);
     assert_eq!(turns[0].account.as_deref(), Some(first));
-    assert!(!has_handoff(&turns[0]), "the exhausted account gets no handoff");
+    assert!(
+        !has_handoff(&turns[0]),
+        "the exhausted account gets no handoff"
+    );
     assert_eq!(turns[1].account.as_deref(), Some(second));
     assert!(has_handoff(&turns[1]), "the new account gets the handoff");
     assert!(contains(&turns[1].body, SUMMARY_TEXT));
@@ -293,7 +321,12 @@ async fn relay_scenario(api: Api, stream: bool) {
     match api {
         Api::Chat => {
             assert_eq!(v["messages"][0]["role"], "system");
-            assert!(v["messages"][0]["content"].as_str().unwrap().starts_with(HANDOFF_TAG));
+            assert!(
+                v["messages"][0]["content"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(HANDOFF_TAG)
+            );
             assert_eq!(v["messages"][1]["content"], "You are a coding agent.");
         }
         Api::Responses => {
@@ -307,7 +340,12 @@ async fn relay_scenario(api: Api, stream: bool) {
     }
     env.idle().await;
     assert!(
-        env.gateway.store().list(None, Some(&session)).await.unwrap().is_empty(),
+        env.gateway
+            .store()
+            .list(None, Some(&session))
+            .await
+            .unwrap()
+            .is_empty(),
         "the consumed handoff is deleted"
     );
 
@@ -321,7 +359,11 @@ async fn relay_scenario(api: Api, stream: bool) {
     env.idle().await;
     let turns = env.turns();
     assert_eq!(turns.len(), 4);
-    assert!(turns[2..].iter().all(|r| r.account.as_deref() == Some(second)));
+    assert!(
+        turns[2..]
+            .iter()
+            .all(|r| r.account.as_deref() == Some(second))
+    );
     assert_eq!(turns.iter().filter(|r| has_handoff(r)).count(), 1);
     env.server.shutdown().await.unwrap();
 }
@@ -359,7 +401,9 @@ async fn anthropic_messages_stream_session_relays_across_a_429() {
 /// Crosses the threshold on the first account of `api` with turns 1–3 (30, 60, 90 %).
 async fn cross_threshold(env: &Env, api: Api, key: &str, session: &str) {
     for turn in 1..=3 {
-        let (status, _) = env.turn(api, key, session, &api.body(turn, false), &[]).await;
+        let (status, _) = env
+            .turn(api, key, session, &api.body(turn, false), &[])
+            .await;
         assert_eq!(status, 200);
     }
     env.idle().await;
@@ -389,25 +433,43 @@ async fn responses_account_bound_state_is_removed_on_the_switch_only() {
     let turn_state = [("x-codex-turn-state", "ts-from-acct-a")];
     for turn in 1..=3 {
         let b = body(turn);
-        let (status, _) = env.turn(Api::Responses, "client-1", session, &b, &turn_state).await;
+        let (status, _) = env
+            .turn(Api::Responses, "client-1", session, &b, &turn_state)
+            .await;
         assert_eq!(status, 200);
         // No switch: forwarded byte for byte apart from the model, header included.
         let last = env.turns().pop().unwrap();
-        assert_eq!(&last.body[..], b.replace("codex-relay", "gpt-5.5").as_bytes());
+        assert_eq!(
+            &last.body[..],
+            b.replace("codex-relay", "gpt-5.5").as_bytes()
+        );
         assert_eq!(last.headers["x-codex-turn-state"], "ts-from-acct-a");
     }
     env.idle().await;
-    assert_eq!(env.gateway.store().list(None, Some(session)).await.unwrap().len(), 1);
+    assert_eq!(
+        env.gateway
+            .store()
+            .list(None, Some(session))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
 
     env.sim.set_used("acct-a", 100.0);
     env.sim.clear_requests();
     let b = body(4);
-    let (status, _) = env.turn(Api::Responses, "client-1", session, &b, &turn_state).await;
+    let (status, _) = env
+        .turn(Api::Responses, "client-1", session, &b, &turn_state)
+        .await;
     assert_eq!(status, 200);
     let turns = env.turns();
     assert_eq!(turns.len(), 2);
     // The attempt on the session's own account is untouched.
-    assert_eq!(&turns[0].body[..], b.replace("codex-relay", "gpt-5.5").as_bytes());
+    assert_eq!(
+        &turns[0].body[..],
+        b.replace("codex-relay", "gpt-5.5").as_bytes()
+    );
     assert_eq!(turns[0].headers["x-codex-turn-state"], "ts-from-acct-a");
     // The attempt on the new account carries no state the new account would reject.
     let moved = &turns[1];
@@ -446,12 +508,21 @@ async fn anthropic_signed_thinking_is_removed_on_the_switch() {
         ]
     })
     .to_string();
-    let (status, out) = env.turn(Api::Messages, "client-1", session, &body, &[]).await;
+    let (status, out) = env
+        .turn(Api::Messages, "client-1", session, &body, &[])
+        .await;
     assert_eq!(status, 200);
-    assert!(std::str::from_utf8(&out).unwrap().starts_with("event: message_start"));
+    assert!(
+        std::str::from_utf8(&out)
+            .unwrap()
+            .starts_with("event: message_start")
+    );
     let turns = env.turns();
     assert_eq!(turns.len(), 2);
-    assert!(contains(&turns[0].body, "SIG-bound-to-acct-c"), "own account: untouched");
+    assert!(
+        contains(&turns[0].body, "SIG-bound-to-acct-c"),
+        "own account: untouched"
+    );
     let moved = &turns[1];
     assert_eq!(moved.account.as_deref(), Some("acct-d"));
     assert_eq!(moved.uri.query(), Some("beta=true"));
@@ -479,11 +550,20 @@ async fn two_tenants_with_one_session_id_are_isolated() {
     // Tenant 2, same session id: its own binding (fill first, so acct-a → 429 → acct-b), and no
     // handoff of tenant 1 reaches it.
     let (status, _) = env
-        .turn(Api::Chat, "client-2", session, &Api::Chat.body(1, false), &[])
+        .turn(
+            Api::Chat,
+            "client-2",
+            session,
+            &Api::Chat.body(1, false),
+            &[],
+        )
         .await;
     assert_eq!(status, 200);
     env.idle().await;
-    assert!(env.turns().iter().all(|r| !has_handoff(r)), "tenant 2 gets nothing");
+    assert!(
+        env.turns().iter().all(|r| !has_handoff(r)),
+        "tenant 2 gets nothing"
+    );
     let stored = env.gateway.store().list(None, Some(session)).await.unwrap();
     assert_eq!(stored.len(), 1, "tenant 1's handoff is still there");
     assert_eq!(stored[0].tenant, tenant1);
@@ -491,15 +571,32 @@ async fn two_tenants_with_one_session_id_are_isolated() {
     // Tenant 1 moves to acct-b and gets its own handoff.
     env.sim.clear_requests();
     let (status, _) = env
-        .turn(Api::Chat, "client-1", session, &Api::Chat.body(4, false), &[])
+        .turn(
+            Api::Chat,
+            "client-1",
+            session,
+            &Api::Chat.body(4, false),
+            &[],
+        )
         .await;
     assert_eq!(status, 200);
     let turns = env.turns();
-    assert_eq!(turns.len(), 1, "acct-a is known exhausted: straight to acct-b");
+    assert_eq!(
+        turns.len(),
+        1,
+        "acct-a is known exhausted: straight to acct-b"
+    );
     assert_eq!(turns[0].account.as_deref(), Some("acct-b"));
     assert!(has_handoff(&turns[0]));
     env.idle().await;
-    assert!(env.gateway.store().list(None, Some(session)).await.unwrap().is_empty());
+    assert!(
+        env.gateway
+            .store()
+            .list(None, Some(session))
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[tokio::test]
@@ -514,11 +611,21 @@ async fn a_session_under_the_threshold_is_forwarded_byte_for_byte() {
         let (status, _) = env.turn(Api::Chat, "client-1", "under", body, &[]).await;
         assert_eq!(status, 200);
         let last = env.turns().pop().unwrap();
-        assert_eq!(&last.body[..], body.replace("\"codex-relay\"", "\"gpt-5.5\"").as_bytes());
+        assert_eq!(
+            &last.body[..],
+            body.replace("\"codex-relay\"", "\"gpt-5.5\"").as_bytes()
+        );
     }
     env.idle().await;
     assert!(env.summaries().is_empty(), "60 % used: no summary yet");
-    assert!(env.gateway.store().list(None, None).await.unwrap().is_empty());
+    assert!(
+        env.gateway
+            .store()
+            .list(None, None)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[tokio::test]
@@ -564,12 +671,24 @@ async fn odd_bodies_on_a_switch_fail_open() {
     let (status, _) = env.turn(Api::Chat, "client-1", session, body, &[]).await;
     assert_eq!(status, 200);
     let (status, _) = env
-        .turn(Api::Chat, "client-1", session, r#"{"model":"codex-relay","messages":[{"role":"user","content":{"weird":[]}}]}"#, &[])
+        .turn(
+            Api::Chat,
+            "client-1",
+            session,
+            r#"{"model":"codex-relay","messages":[{"role":"user","content":{"weird":[]}}]}"#,
+            &[],
+        )
         .await;
     assert_eq!(status, 200);
     env.idle().await;
     let (status, _) = env
-        .turn(Api::Chat, "client-1", session, &Api::Chat.body(5, false), &[])
+        .turn(
+            Api::Chat,
+            "client-1",
+            session,
+            &Api::Chat.body(5, false),
+            &[],
+        )
         .await;
     assert_eq!(status, 200);
 }
@@ -602,8 +721,10 @@ async fn provider_quota_kind_reaches_the_relay() {
     // The anthropic provider is configured to read no quota headers: its accounts never get
     // a handoff, although the simulator reports 90 % in Anthropic headers.
     let env = setup_full(SimQuotaHeaders::Anthropic, "", true).await;
-    let text = config_text(&env.sim.base_url(), "")
-        .replace("auth = \"x-api-key\"", "auth = \"x-api-key\"\nquota = \"none\"");
+    let text = config_text(&env.sim.base_url(), "").replace(
+        "auth = \"x-api-key\"",
+        "auth = \"x-api-key\"\nquota = \"none\"",
+    );
     let gateway = Gateway::new(Config::from_toml_str(&text, |_| None).unwrap()).unwrap();
     let server = gateway.spawn("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let env2 = Env {
@@ -615,7 +736,14 @@ async fn provider_quota_kind_reaches_the_relay() {
     cross_threshold(&env2, Api::Messages, "client-1", "no-quota").await;
     assert_eq!(env2.sim.used("acct-c"), Some(90.0));
     assert!(env2.summaries().is_empty());
-    assert!(env2.gateway.store().list(None, None).await.unwrap().is_empty());
+    assert!(
+        env2.gateway
+            .store()
+            .list(None, None)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // (With the default `quota = "auto"` the same turns produce a handoff: see
     // `anthropic_messages_session_relays_across_a_429`.)
 }
@@ -633,19 +761,33 @@ async fn admin_routes_list_and_delete() {
     assert_eq!(status, 401);
     let (status, _) = env.admin("GET", "/admin/handoffs", Some("wrong")).await;
     assert_eq!(status, 401);
-    let (status, _) = env.admin("DELETE", "/admin/handoffs/adm-1", Some("adm-Secret-")).await;
+    let (status, _) = env
+        .admin("DELETE", "/admin/handoffs/adm-1", Some("adm-Secret-"))
+        .await;
     assert_eq!(status, 401);
 
-    let (status, v) = env.admin("GET", "/admin/handoffs?settle=true", Some(ADMIN)).await;
+    let (status, v) = env
+        .admin("GET", "/admin/handoffs?settle=true", Some(ADMIN))
+        .await;
     assert_eq!(status, 200);
     let list = v["handoffs"].as_array().unwrap();
     assert_eq!(list.len(), 2, "{v}");
     let h = list.iter().find(|h| h["session"] == "adm-1").unwrap();
     let keys: Vec<&str> = h.as_object().unwrap().keys().map(String::as_str).collect();
     let mut expected = vec![
-        "tenant", "session", "combo", "from_provider", "from_account", "summary",
-        "key_decisions", "task_progress", "active_entities", "message_count", "model",
-        "generated_at", "expires_at",
+        "tenant",
+        "session",
+        "combo",
+        "from_provider",
+        "from_account",
+        "summary",
+        "key_decisions",
+        "task_progress",
+        "active_entities",
+        "message_count",
+        "model",
+        "generated_at",
+        "expires_at",
     ];
     expected.sort_unstable();
     let mut keys = keys;
@@ -657,48 +799,80 @@ async fn admin_routes_list_and_delete() {
     assert_eq!(h["summary"], SUMMARY_TEXT);
     assert_eq!(h["key_decisions"][1], "serde for JSON");
     assert_eq!(h["active_entities"][0], "src/cli.rs");
-    assert!(h["task_progress"].as_str().unwrap().starts_with("done: parser"));
+    assert!(
+        h["task_progress"]
+            .as_str()
+            .unwrap()
+            .starts_with("done: parser")
+    );
     assert!(h["message_count"].as_u64().unwrap() >= 5);
     assert_eq!(h["model"], "gpt-5.5");
     assert_eq!(h["tenant"].as_str().unwrap().len(), 16);
     let generated = parse_rfc3339(h["generated_at"].as_str().unwrap());
     let expires = parse_rfc3339(h["expires_at"].as_str().unwrap());
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64;
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
     assert!((generated - now).abs() < 3600, "{h}");
     assert!(expires > generated, "{h}");
 
     // Filters.
     let tenant1 = h["tenant"].as_str().unwrap().to_owned();
     let (_, v) = env
-        .admin("GET", &format!("/admin/handoffs?tenant={tenant1}"), Some(ADMIN))
+        .admin(
+            "GET",
+            &format!("/admin/handoffs?tenant={tenant1}"),
+            Some(ADMIN),
+        )
         .await;
     assert_eq!(v["handoffs"].as_array().unwrap().len(), 1);
-    let (_, v) = env.admin("GET", "/admin/handoffs?session=adm-2", Some(ADMIN)).await;
+    let (_, v) = env
+        .admin("GET", "/admin/handoffs?session=adm-2", Some(ADMIN))
+        .await;
     assert_eq!(v["handoffs"][0]["session"], "adm-2");
-    let (_, v) = env.admin("GET", "/admin/handoffs?session=none", Some(ADMIN)).await;
+    let (_, v) = env
+        .admin("GET", "/admin/handoffs?session=none", Some(ADMIN))
+        .await;
     assert_eq!(v, json!({"handoffs": []}));
 
     // Delete: filters that match nothing, then the session.
     let (status, v) = env
-        .admin("DELETE", "/admin/handoffs/adm-1?combo=claude-relay", Some(ADMIN))
+        .admin(
+            "DELETE",
+            "/admin/handoffs/adm-1?combo=claude-relay",
+            Some(ADMIN),
+        )
         .await;
     assert_eq!((status, v), (StatusCode::OK, json!({"deleted": 0})));
     let (_, v) = env
-        .admin("DELETE", "/admin/handoffs/adm-1?tenant=someone-else", Some(ADMIN))
+        .admin(
+            "DELETE",
+            "/admin/handoffs/adm-1?tenant=someone-else",
+            Some(ADMIN),
+        )
         .await;
     assert_eq!(v, json!({"deleted": 0}));
-    let (status, v) = env.admin("DELETE", "/admin/handoffs/adm-1", Some(ADMIN)).await;
+    let (status, v) = env
+        .admin("DELETE", "/admin/handoffs/adm-1", Some(ADMIN))
+        .await;
     assert_eq!((status, v), (StatusCode::OK, json!({"deleted": 1})));
     let (_, v) = env.admin("GET", "/admin/handoffs", Some(ADMIN)).await;
     assert_eq!(v["handoffs"].as_array().unwrap().len(), 1);
     assert_eq!(v["handoffs"][0]["session"], "adm-2");
-    let (_, v) = env.admin("DELETE", "/admin/handoffs/adm-1", Some(ADMIN)).await;
+    let (_, v) = env
+        .admin("DELETE", "/admin/handoffs/adm-1", Some(ADMIN))
+        .await;
     assert_eq!(v, json!({"deleted": 0}));
 }
 
 #[tokio::test]
 async fn admin_routes_are_off_without_a_token() {
-    let sim = SimProvider::builder().account("acct-a", "key-a").start().await.unwrap();
+    let sim = SimProvider::builder()
+        .account("acct-a", "key-a")
+        .start()
+        .await
+        .unwrap();
     let text = config_text(&sim.base_url(), "").replace(&format!("admin_token = \"{ADMIN}\""), "");
     let gateway = Gateway::new(Config::from_toml_str(&text, |_| None).unwrap()).unwrap();
     let server = gateway.spawn("127.0.0.1:0".parse().unwrap()).await.unwrap();
