@@ -70,17 +70,7 @@ mod tests {
 
     use super::*;
 
-    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
-        pairs
-            .iter()
-            .map(|(k, v)| {
-                (
-                    http::HeaderName::from_static(k),
-                    http::HeaderValue::from_static(v),
-                )
-            })
-            .collect()
-    }
+    use super::super::test_headers as headers;
 
     #[test]
     fn secondary_wins_when_more_used() {

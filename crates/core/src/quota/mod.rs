@@ -226,6 +226,20 @@ pub fn from_response(
     })
 }
 
+/// A header map of static pairs, for the parsers' tests.
+#[cfg(test)]
+pub(crate) fn test_headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+    pairs
+        .iter()
+        .map(|(k, v)| {
+            (
+                http::HeaderName::from_static(k),
+                http::HeaderValue::from_static(v),
+            )
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::UNIX_EPOCH;
