@@ -17,7 +17,9 @@ type Credentials = (Option<HeaderValue>, Option<HeaderValue>);
 /// Memoised [`session::tenant`], shared by every clone of a layer's services.
 #[derive(Debug, Default)]
 pub(crate) struct TenantMemo {
-    map: RwLock<HashMap<Credentials, Arc<str>>>,
+    // foldhash: SipHash's DoS resistance buys nothing here (the map is bounded and cleared)
+    // and costs more than the rest of the look-up.
+    map: RwLock<HashMap<Credentials, Arc<str>, foldhash::fast::RandomState>>,
 }
 
 impl TenantMemo {

@@ -11,6 +11,7 @@ use http::{HeaderMap, Response, Uri, header};
 use pin_project_lite::pin_project;
 
 use super::body::{Capture, ResponseBody, Trigger};
+use super::headers::KeptHeaders;
 use super::shared::Shared;
 use super::task::{Job, decoded_body};
 use crate::extensions::{ComboName, ResolvedAccount};
@@ -53,7 +54,7 @@ pub(crate) struct Pending {
     pub(crate) combo: ComboName,
     pub(crate) shape: ApiShape,
     pub(crate) uri: Uri,
-    pub(crate) headers: HeaderMap,
+    pub(crate) headers: KeptHeaders,
     pub(crate) session: Option<Arc<str>>,
     pub(crate) tenant: Option<Arc<str>>,
     pub(crate) capture: Arc<Capture>,
@@ -89,18 +90,25 @@ impl Pending {
             skipped("exhausted");
             return None;
         }
-        let Some(session) = self.session.clone().or_else(|| self.derive_session()) else {
-            skipped("no_session");
-            return None;
+        let headers = self.headers.into_map();
+        let session = match self.session {
+            Some(s) => s,
+            None => {
+                let Some(s) = derive_session(&self.shared, &self.config, &self.capture, &headers)
+                else {
+                    skipped("no_session");
+                    return None;
+                };
+                s
+            }
         };
         let tenant = self
             .tenant
-            .clone()
-            .unwrap_or_else(|| Arc::from(session::tenant(&self.headers)));
+            .unwrap_or_else(|| Arc::from(session::tenant(&headers)));
         let key = HandoffKey {
             tenant,
             session,
-            combo: self.combo.0.clone(),
+            combo: self.combo.0,
         };
         // Gate 6.
         if self.shared.cooldown.is_cooling(&key, now) {
@@ -125,7 +133,7 @@ impl Pending {
                 key,
                 shape: self.shape,
                 uri: self.uri,
-                headers: self.headers,
+                headers,
                 capture: self.capture,
                 account,
                 signal,
@@ -133,17 +141,22 @@ impl Pending {
             },
         })
     }
+}
 
-    /// The session id from the headers, else from the request body (clients that send no
-    /// session header).
-    fn derive_session(&self) -> Option<Arc<str>> {
-        let sources = &self.shared.sources;
-        if let Some(m) = session::session_id(&self.headers, None, sources) {
-            return Some(Arc::from(m.id));
-        }
-        let body = decoded_body(&self.capture, &self.headers, self.config.max_body_bytes)?;
-        session::session_id(&self.headers, Some(&body), sources).map(|m| Arc::from(m.id))
+/// The session id from the headers, else from the request body (clients that send no session
+/// header).
+fn derive_session(
+    shared: &Shared,
+    config: &RelayConfig,
+    capture: &Capture,
+    headers: &HeaderMap,
+) -> Option<Arc<str>> {
+    let sources = &shared.sources;
+    if let Some(m) = session::session_id(headers, None, sources) {
+        return Some(Arc::from(m.id));
     }
+    let body = decoded_body(capture, headers, config.max_body_bytes)?;
+    session::session_id(headers, Some(&body), sources).map(|m| Arc::from(m.id))
 }
 
 fn skipped(reason: &'static str) {

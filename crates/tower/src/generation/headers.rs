@@ -1,7 +1,7 @@
 //! The request headers a later summary needs, kept without cloning the whole header map.
 
 use context_relay_core::session::{DEFAULT_SESSION_HEADERS, SessionSources};
-use http::{HeaderMap, HeaderName};
+use http::{HeaderMap, HeaderName, HeaderValue};
 
 /// Whether a request header is kept for a possible summary of its turn: the credential (tenant
 /// derivation, and stacks that forward the client's key), the body's encoding, the session
@@ -26,15 +26,31 @@ fn kept(name: &HeaderName, sources: &SessionSources) -> bool {
         || sources.header_names().contains(name)
 }
 
-/// The kept headers of `headers` (one pass, no full clone: this runs on every relayed request).
-pub(crate) fn keep(headers: &HeaderMap, sources: &SessionSources) -> HeaderMap {
-    let mut out = HeaderMap::new();
-    for (name, value) in headers {
-        if kept(name, sources) {
-            out.append(name.clone(), value.clone());
+/// Headers kept from a request, in a plain vector: built and dropped on every relayed request,
+/// turned into a `HeaderMap` only for the rare response that leads to a summary.
+#[derive(Debug, Default)]
+pub(crate) struct KeptHeaders(Vec<(HeaderName, HeaderValue)>);
+
+impl KeptHeaders {
+    /// The kept headers of `headers` (one pass, no full clone).
+    pub(crate) fn keep(headers: &HeaderMap, sources: &SessionSources) -> Self {
+        let mut out = Vec::with_capacity(8);
+        for (name, value) in headers {
+            if kept(name, sources) {
+                out.push((name.clone(), value.clone()));
+            }
         }
+        Self(out)
     }
-    out
+
+    /// As a header map.
+    pub(crate) fn into_map(self) -> HeaderMap {
+        let mut map = HeaderMap::with_capacity(self.0.len());
+        for (name, value) in self.0 {
+            map.append(name, value);
+        }
+        map
+    }
 }
 
 #[cfg(test)]
@@ -58,7 +74,7 @@ mod tests {
         }
         let sources =
             SessionSources::default().headers([HeaderName::from_static("x-custom-session")]);
-        let kept = keep(&h, &sources);
+        let kept = KeptHeaders::keep(&h, &sources).into_map();
         let names: Vec<&str> = kept.keys().map(|n| n.as_str()).collect();
         assert_eq!(
             names,

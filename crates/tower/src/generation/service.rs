@@ -134,7 +134,7 @@ impl<S> Generation<S> {
             combo,
             shape,
             uri: req.uri().clone(),
-            headers: super::headers::keep(req.headers(), &self.shared.sources),
+            headers: super::headers::KeptHeaders::keep(req.headers(), &self.shared.sources),
             session,
             tenant,
         }))
