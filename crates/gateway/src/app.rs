@@ -1,12 +1,17 @@
 //! The gateway application: the proxy stack and the HTTP routes around it.
 //!
 //! ```text
-//! client ─▶ axum router ─▶ ComboService ─▶ [GenerationLayer] ─▶ AccountResolver ─▶ [InjectionLayer] ─▶ Upstream
+//! client ─▶ axum router ─▶ ComboService ─▶ GenerationLayer ─▶ AccountResolver ─▶ InjectionLayer ─▶ Upstream
 //! ```
 //!
 //! Routes: `POST /v1/chat/completions`, `POST /v1/responses`, `POST /v1/messages` (query kept),
 //! `POST /v1/messages/count_tokens` through the proxy stack; `GET /v1/models`, `GET /healthz`,
-//! `GET /metrics`, and `GET`/`HEAD /` (Claude Code's warm-up) answered by the gateway.
+//! `GET /metrics`, and `GET`/`HEAD /` (Claude Code's warm-up) answered by the gateway; the
+//! [`admin`](crate::admin) routes when `admin_token` is configured.
+//!
+//! The relay (GenerationLayer and InjectionLayer) is on by default; `relay_enabled = false` in
+//! the configuration or [`Gateway::relay`]`(false)` builds the same gateway without both
+//! layers (a plain pooling proxy, for comparisons and benchmarks).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -15,6 +20,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::routing::{get, post_service};
 use bytes::Bytes;
+use context_relay_store::{DEFAULT_PURGE_INTERVAL, HandoffStore, PurgerHandle, spawn_purger};
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tower::ServiceBuilder;
@@ -24,7 +30,9 @@ use crate::combo::{ComboLayer, Routes};
 use crate::config::Config;
 use crate::error::{ErrorShape, error_body};
 use crate::pool::AccountPools;
+use crate::relay::{RelayBackground, RelayLayers};
 use crate::resolver::AccountResolverLayer;
+use crate::store::{StoreOpenError, open_local_store, open_store};
 use crate::upstream::{Upstream, UpstreamError};
 
 /// The type-erased proxy stack, as the router mounts it.
@@ -36,40 +44,63 @@ pub enum GatewayError {
     /// The upstream client could not be built.
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
+    /// The handoff store could not be opened.
+    #[error(transparent)]
+    Store(#[from] StoreOpenError),
 }
 
 /// Builds the proxy stack in DESIGN §3 order.
 ///
-/// The two relay layers of `context-relay-tower` go in the marked spots (e.g. with
-/// `.option_layer(...)`): GenerationLayer between ComboService and AccountResolver, where it sees
-/// `ComboName` on the request and `ResolvedAccount` plus the quota headers on the response;
-/// InjectionLayer between AccountResolver and the upstream client, where every attempt (the
-/// resolver's retries included) carries `ResolvedAccount`.
+/// With `relay`, GenerationLayer sits between ComboService and AccountResolver, where it sees
+/// `ComboName` on the request and `ResolvedAccount` plus the resolver's `QuotaSignal` on the
+/// response, and InjectionLayer between AccountResolver and the upstream client, where every
+/// attempt (the resolver's retries included) carries `ResolvedAccount`. Without it both
+/// layers are absent.
 pub fn proxy_stack(
     routes: Arc<Routes>,
     pools: Arc<AccountPools>,
     upstream: Upstream,
     max_body_bytes: usize,
+    relay: Option<&RelayLayers>,
 ) -> ProxyService {
-    let stack = ServiceBuilder::new()
-        .map_response(|res: Response<_>| res.map(Body::new))
-        // Buffers and decodes the body, sets ComboName + RouteTargets, rewrites `model`.
-        // Request body from here on: `Full<Bytes>`.
-        .layer(ComboLayer::from_arc(routes, max_body_bytes))
-        // ── GenerationLayer goes here ──
-        .layer(AccountResolverLayer::new(pools).max_body_bytes(max_body_bytes))
-        // ── InjectionLayer goes here ──
-        .service(upstream);
-    BoxCloneSyncService::new(stack)
+    let combo = ComboLayer::from_arc(routes.clone(), max_body_bytes);
+    let resolver = AccountResolverLayer::new(pools)
+        .routes(routes)
+        .max_body_bytes(max_body_bytes);
+    match relay {
+        Some(relay) => BoxCloneSyncService::new(
+            ServiceBuilder::new()
+                .map_response(|res: Response<_>| res.map(Body::new))
+                // Buffers and decodes the body, sets ComboName, RouteTargets, Tenant and
+                // SessionId, rewrites `model`. Request body from here on: `Full<Bytes>`.
+                .layer(combo)
+                .layer(relay.generation().clone())
+                .layer(resolver)
+                .layer(relay.injection().clone())
+                .service(upstream),
+        ),
+        None => BoxCloneSyncService::new(
+            ServiceBuilder::new()
+                .map_response(|res: Response<_>| res.map(Body::new))
+                .layer(combo)
+                .layer(resolver)
+                .service(upstream),
+        ),
+    }
 }
 
-/// A configured gateway: routing table, account pools, upstream client, metrics.
+/// A configured gateway: routing table, account pools, upstream client, handoff store, relay
+/// layers and metrics.
+///
+/// Cloning shares everything (pools, store, relay state).
 #[derive(Clone)]
 pub struct Gateway {
     config: Arc<Config>,
     routes: Arc<Routes>,
     pools: Arc<AccountPools>,
     upstream: Upstream,
+    store: Arc<dyn HandoffStore>,
+    relay: Option<RelayLayers>,
     metrics: Option<PrometheusHandle>,
 }
 
@@ -78,26 +109,99 @@ impl std::fmt::Debug for Gateway {
         f.debug_struct("Gateway")
             .field("listen", &self.config.listen)
             .field("routes", &self.routes)
+            .field("store", &self.store.backend())
+            .field("relay", &self.relay.is_some())
             .finish_non_exhaustive()
     }
 }
 
 impl Gateway {
-    /// Builds the gateway of a validated configuration. Relay values that fall back to their
-    /// defaults are logged as warnings.
+    /// Builds the gateway of a validated configuration, opening its redb or memory store.
+    ///
+    /// A `redis` store connects asynchronously: use [`Gateway::connect`] for it (this returns
+    /// [`StoreOpenError::NeedsAsync`]). Relay values that fall back to their defaults are
+    /// logged as warnings.
     pub fn new(config: Config) -> Result<Self, GatewayError> {
-        for (combo, _, warnings) in config.relay_configs() {
-            for w in warnings {
-                tracing::warn!(combo = %combo, "relay setting replaced by its default: {w}");
-            }
+        let store = open_local_store(&config.store)?.ok_or(StoreOpenError::NeedsAsync)?;
+        Self::with_store(config, store)
+    }
+
+    /// Builds the gateway of a validated configuration, opening or connecting to any store
+    /// backend (what the binary uses).
+    pub async fn connect(config: Config) -> Result<Self, GatewayError> {
+        let store = open_store(&config.store).await?;
+        Self::with_store(config, store)
+    }
+
+    /// Builds the gateway over an already opened `store` (its `[store]` section is ignored).
+    pub fn with_store(config: Config, store: Arc<dyn HandoffStore>) -> Result<Self, GatewayError> {
+        let (configs, warnings) = config.relay_settings();
+        for (field, w) in warnings {
+            tracing::warn!("{field}: {w} (the default is used)");
         }
+        let relay = config
+            .relay_enabled
+            .then(|| RelayLayers::new(store.clone(), configs, config.stream_summary_providers()));
         Ok(Self {
             routes: Arc::new(Routes::from_config(&config)),
             pools: Arc::new(AccountPools::from_config(&config)),
             upstream: Upstream::new()?,
+            store,
+            relay,
             config: Arc::new(config),
             metrics: None,
         })
+    }
+
+    /// Switches the relay on or off (overriding `relay_enabled`). Off, the proxy stack has
+    /// neither GenerationLayer nor InjectionLayer: the gateway is a plain pooling proxy.
+    ///
+    /// Call it before [`proxy`](Self::proxy) / [`router`](Self::router) / [`spawn`](Self::spawn):
+    /// stacks already built keep the layers they were built with.
+    pub fn relay(mut self, on: bool) -> Self {
+        match (on, self.relay.is_some()) {
+            (false, _) => self.relay = None,
+            (true, false) => {
+                let (configs, _) = self.config.relay_settings();
+                self.relay = Some(RelayLayers::new(
+                    self.store.clone(),
+                    configs,
+                    self.config.stream_summary_providers(),
+                ));
+            }
+            (true, true) => {}
+        }
+        self
+    }
+
+    /// Whether the relay layers are in the stack.
+    pub fn relay_enabled(&self) -> bool {
+        self.relay.is_some()
+    }
+
+    /// The relay layers (`None` when the relay is off).
+    pub fn relay_layers(&self) -> Option<&RelayLayers> {
+        self.relay.as_ref()
+    }
+
+    /// The handle on the relay's background work (summaries, claim completions): tests and
+    /// examples `idle().await` on it instead of sleeping. With the relay off it never has work.
+    pub fn background(&self) -> RelayBackground {
+        self.relay
+            .as_ref()
+            .map(RelayLayers::background)
+            .unwrap_or_default()
+    }
+
+    /// The handoff store.
+    pub fn store(&self) -> &Arc<dyn HandoffStore> {
+        &self.store
+    }
+
+    /// Starts purging expired handoffs every 10 minutes on the current runtime; purging stops
+    /// when the handle drops. [`spawn`](Self::spawn) does this itself.
+    pub fn spawn_purger(&self) -> PurgerHandle {
+        spawn_purger(self.store.clone(), DEFAULT_PURGE_INTERVAL)
     }
 
     /// Serves `/metrics` from `handle` (without one, `/metrics` is an empty page). The binary
@@ -130,6 +234,7 @@ impl Gateway {
             self.pools.clone(),
             self.upstream.clone(),
             self.config.max_request_bytes,
+            self.relay.as_ref(),
         )
     }
 
@@ -138,11 +243,11 @@ impl Gateway {
         self.router_with(self.proxy())
     }
 
-    /// The HTTP routes with a given proxy service (e.g. one with the relay layers inserted).
+    /// The HTTP routes with a given proxy service.
     pub fn router_with(&self, proxy: ProxyService) -> Router {
         let models = models_body(&self.routes);
         let metrics = self.metrics.clone();
-        Router::new()
+        let router = Router::new()
             .route(
                 "/",
                 get(|| async { text(StatusCode::OK, "context-relay-gateway\n") }),
@@ -179,18 +284,26 @@ impl Gateway {
             .route("/v1/chat/completions", post_service(proxy.clone()))
             .route("/v1/responses", post_service(proxy.clone()))
             .route("/v1/messages", post_service(proxy.clone()))
-            .route("/v1/messages/count_tokens", post_service(proxy))
-            .fallback(|req: Request<Body>| async move {
-                let path = req.uri().path().to_owned();
-                json(
-                    StatusCode::NOT_FOUND,
-                    error_body(
-                        ErrorShape::for_path(&path),
-                        "not_found_error",
-                        &format!("no route for {} {path}", req.method()),
-                    ),
-                )
-            })
+            .route("/v1/messages/count_tokens", post_service(proxy));
+        let router = match &self.config.admin_token {
+            Some(token) => router.merge(crate::admin::routes(
+                self.store.clone(),
+                token,
+                self.relay.as_ref().map(RelayLayers::background),
+            )),
+            None => router,
+        };
+        router.fallback(|req: Request<Body>| async move {
+            let path = req.uri().path().to_owned();
+            json(
+                StatusCode::NOT_FOUND,
+                error_body(
+                    ErrorShape::for_path(&path),
+                    "not_found_error",
+                    &format!("no route for {} {path}", req.method()),
+                ),
+            )
+        })
     }
 }
 

@@ -11,7 +11,8 @@
 //! - `model` names a combo → [`ComboName`] (for `context-relay` combos) and [`RouteTargets`]
 //!   (the combo's targets, tried in order) are set;
 //! - `model` is `provider/model` → [`RouteTargets`] with that one target, no combo;
-//! - anything else → a 404 in the client's error shape.
+//! - anything else → a 404 in the client's error shape;
+//! - [`Tenant`] and [`SessionId`] are set for every routed request (see [`identify`]).
 //!
 //! The body is forwarded as a [`Full<Bytes>`]: decoded (no `content-encoding`), `content-length`
 //! fixed, every byte but the `model` literal as the client sent it. Bodies that are not JSON or
@@ -57,11 +58,13 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use context_relay_tower::ComboName;
+use context_relay_core::decode::{DecodeError, decode};
+use context_relay_core::session::{self, SessionSources};
+use context_relay_tower::{ComboName, SessionId, Tenant};
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body::Body;
 use http_body_util::{BodyExt, Either, Full, Limited};
@@ -171,6 +174,12 @@ impl Routes {
                 .collect::<Vec<_>>()
                 .join(", "),
         })
+    }
+
+    /// The targets of the combo `name`: internal requests (the relay's summary call) carry the
+    /// session's [`ComboName`] but no [`RouteTargets`], and are routed with these.
+    pub fn combo_targets(&self, name: &str) -> Option<&RouteTargets> {
+        self.combos.get(name).map(|(_, targets)| targets)
     }
 
     /// The model ids clients can ask for: combos, then every distinct combo target.
@@ -337,10 +346,10 @@ where
         None => raw,
         Some(encoding) => {
             let encoding = encoding.to_str().unwrap_or("<non-ASCII>");
-            match crate::decode::decode(encoding, &raw, limit) {
-                Ok(b) => b,
-                Err(crate::decode::DecodeError::TooLarge { .. }) => return Err(too_large()),
-                Err(e @ crate::decode::DecodeError::Unsupported(_)) => {
+            match decode(encoding, &raw, limit) {
+                Ok(b) => Bytes::from(b),
+                Err(DecodeError::TooLarge { .. }) => return Err(too_large()),
+                Err(e @ DecodeError::Unsupported(_)) => {
                     return Err(error_response(
                         shape,
                         StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -372,12 +381,35 @@ where
     parts
         .headers
         .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    identify(&mut parts, &body);
     if let Some(combo) = combo {
         parts.extensions.insert(combo);
     }
     parts.extensions.insert(targets);
     Ok(Request::from_parts(parts, Full::new(body)))
 }
+
+/// Sets the [`Tenant`] and [`SessionId`] extensions (unless a service before this one did),
+/// derived as DESIGN §7 says from the credential, the session headers and the decoded body.
+///
+/// Deriving them once here, where the body is already decoded, lets the account resolver (sticky
+/// sessions), GenerationLayer and InjectionLayer agree on the session of every request, also
+/// for clients that send no session header, without each of them parsing the body again.
+pub fn identify(parts: &mut http::request::Parts, body: &[u8]) {
+    if parts.extensions.get::<Tenant>().is_none() {
+        let tenant = session::tenant(&parts.headers);
+        parts.extensions.insert(Tenant::new(tenant));
+    }
+    if parts.extensions.get::<SessionId>().is_none()
+        && let Some(found) = session::session_id(&parts.headers, Some(body), &SESSION_SOURCES)
+    {
+        parts.extensions.insert(SessionId::new(found.id));
+    }
+}
+
+/// The default session sources (headers, `metadata.user_id`, `prompt_cache_key`, fingerprint),
+/// the same the relay layers use.
+static SESSION_SOURCES: LazyLock<SessionSources> = LazyLock::new(SessionSources::default);
 
 /// Error type names differ per API: Anthropic has a fixed list of `*_error` types.
 fn kind(shape: ErrorShape, openai: &'static str) -> &'static str {

@@ -29,6 +29,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use context_relay_core::config::{ConfigWarning, RelayConfig, RelayOverrides};
+use context_relay_core::quota::QuotaKind;
+use context_relay_tower::RelayConfigs;
 use http::HeaderValue;
 use serde::Deserialize;
 
@@ -101,6 +103,10 @@ pub struct Config {
     /// Bearer token of the admin routes; without it they are off.
     #[serde(default)]
     pub admin_token: Option<String>,
+    /// Whether the context relay runs (`true`): with `false` the gateway is a plain pooling
+    /// proxy, without GenerationLayer and InjectionLayer (for comparisons and benchmarks).
+    #[serde(default = "default_true")]
+    pub relay_enabled: bool,
     /// Largest request body buffered for routing (8 MiB); larger bodies get a 413.
     #[serde(default = "default_max_request_bytes")]
     pub max_request_bytes: usize,
@@ -120,6 +126,10 @@ pub struct Config {
 
 fn default_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 4000))
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn default_max_request_bytes() -> usize {
@@ -180,12 +190,8 @@ pub enum AuthScheme {
     XApiKey,
 }
 
-/// Which quota headers a provider sends (DESIGN §6).
-///
-/// This is the gateway's own copy of the list; the gateway's local parser (`quota.rs`) reads the
-/// Codex and Anthropic unified headers. `openai` and `ietf` are accepted so that configuration
-/// files stay valid when the core parsers (`context_relay_core::quota::QuotaKind`) take over;
-/// until then they read no headers and only a 429 exhausts the account.
+/// Which quota headers a provider sends (DESIGN §6), read by the parsers of
+/// `context_relay_core::quota` (see [`QuotaFormat::kind`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum QuotaFormat {
@@ -202,6 +208,32 @@ pub enum QuotaFormat {
     Ietf,
     /// No quota headers: only a 429 exhausts the account.
     None,
+}
+
+impl QuotaFormat {
+    /// The core parser selection of this format.
+    ///
+    /// ```
+    /// use context_relay_core::quota::QuotaKind;
+    /// use context_relay_gateway::config::QuotaFormat;
+    /// assert_eq!(QuotaFormat::Openai.kind(), QuotaKind::OpenAi);
+    /// ```
+    pub fn kind(self) -> QuotaKind {
+        match self {
+            Self::Auto => QuotaKind::Auto,
+            Self::Codex => QuotaKind::Codex,
+            Self::Openai => QuotaKind::OpenAi,
+            Self::Anthropic => QuotaKind::Anthropic,
+            Self::Ietf => QuotaKind::Ietf,
+            Self::None => QuotaKind::None,
+        }
+    }
+}
+
+impl From<QuotaFormat> for QuotaKind {
+    fn from(f: QuotaFormat) -> Self {
+        f.kind()
+    }
 }
 
 /// `[[providers]]`: one upstream API and its accounts.
@@ -516,6 +548,59 @@ impl Config {
             })
             .collect()
     }
+
+    /// The settings the relay layers use: `[relay]` as the default (for requests whose combo
+    /// has no entry) and each combo's resolved settings. Warnings are those of
+    /// [`relay_configs`](Self::relay_configs) plus the global ones.
+    ///
+    /// ```
+    /// use context_relay_gateway::config::Config;
+    /// let config = Config::from_toml_str(r#"
+    /// [relay]
+    /// handoff_threshold = 0.8
+    /// [[providers]]
+    /// name = "codex"
+    /// base_url = "http://127.0.0.1:9/v1"
+    ///   [[providers.accounts]]
+    ///   id = "a"
+    ///   api_key = "k"
+    /// [[combos]]
+    /// name = "codex-relay"
+    /// targets = ["codex/gpt-5.5"]
+    ///   [combos.relay]
+    ///   handoff_providers = ["*"]
+    /// "#, |_| None).unwrap();
+    /// let (configs, warnings) = config.relay_settings();
+    /// assert!(warnings.is_empty());
+    /// assert_eq!(configs.default_config().handoff_threshold, 0.8);
+    /// let combo = configs.for_combo("codex-relay");
+    /// assert_eq!((combo.handoff_threshold, combo.generates_for("anthropic")), (0.8, true));
+    /// ```
+    pub fn relay_settings(&self) -> (RelayConfigs, Vec<(String, ConfigWarning)>) {
+        let (default, global_warnings) = RelayConfig::from_overrides(&self.relay);
+        let mut configs = RelayConfigs::new(default);
+        let mut warnings: Vec<(String, ConfigWarning)> = Vec::new();
+        for (name, config, combo_warnings) in self.relay_configs() {
+            let field = format!("combos[{name:?}].relay");
+            // A bad `[relay]` value shows up in every combo that inherits it: report it once.
+            let own = combo_warnings
+                .into_iter()
+                .filter(|w| !global_warnings.contains(w));
+            warnings.extend(own.map(|w| (field.clone(), w)));
+            configs = configs.with_combo(name, config);
+        }
+        let global = global_warnings.into_iter().map(|w| ("relay".to_owned(), w));
+        (configs, global.chain(warnings).collect())
+    }
+
+    /// Providers whose summary requests are sent with `stream: true` (`summary_stream`).
+    pub fn stream_summary_providers(&self) -> Vec<String> {
+        self.providers
+            .iter()
+            .filter(|p| p.summary_stream)
+            .map(|p| p.name.clone())
+            .collect()
+    }
 }
 
 impl StoreConfig {
@@ -595,6 +680,63 @@ targets = ["codex/gpt-5.5"]
         assert!(!p.summary_stream);
         assert_eq!(c.combos[0].strategy, Strategy::ContextRelay);
         assert_eq!(c.relay, RelayOverrides::default());
+        assert!(c.relay_enabled);
+        let off = load(&format!("relay_enabled = false\n{MINIMAL}")).unwrap();
+        assert!(!off.relay_enabled);
+        let (configs, warnings) = c.relay_settings();
+        assert!(warnings.is_empty());
+        assert_eq!(
+            configs.for_combo("codex-relay").handoff_providers,
+            ["codex"]
+        );
+    }
+
+    #[test]
+    fn relay_warnings_are_reported_once_per_level() {
+        let text = format!(
+            "[relay]\nhandoff_threshold = 1.5\n{MINIMAL}\n  [combos.relay]\nmax_messages_for_summary = 1000\n"
+        );
+        let (configs, warnings) = load(&text).unwrap().relay_settings();
+        let fields: Vec<(&str, &str)> = warnings
+            .iter()
+            .map(|(f, w)| (f.as_str(), w.field))
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                ("relay", "handoff_threshold"),
+                ("combos[\"codex-relay\"].relay", "max_messages_for_summary")
+            ]
+        );
+        assert_eq!(configs.for_combo("codex-relay").handoff_threshold, 0.85);
+        assert_eq!(
+            configs.for_combo("codex-relay").max_messages_for_summary,
+            30
+        );
+    }
+
+    #[test]
+    fn quota_formats_map_to_core_kinds() {
+        for (name, kind) in [
+            ("auto", QuotaKind::Auto),
+            ("codex", QuotaKind::Codex),
+            ("openai", QuotaKind::OpenAi),
+            ("anthropic", QuotaKind::Anthropic),
+            ("ietf", QuotaKind::Ietf),
+            ("none", QuotaKind::None),
+        ] {
+            let text = MINIMAL.replace(
+                "name = \"codex\"\n",
+                &format!("name = \"codex\"\nquota = \"{name}\"\n"),
+            );
+            assert_eq!(
+                load(&text).unwrap().providers[0].quota.kind(),
+                kind,
+                "{name}"
+            );
+            // The configuration names are the core names.
+            assert_eq!(kind.as_str(), name);
+        }
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! An OpenAI/Anthropic-compatible gateway that pools several accounts per provider and keeps
 //! long coding sessions alive across account rotation.
 //!
-//! It is a thin crate made of a router ([`app`]), a combo service ([`combo`]), an account
-//! resolver ([`resolver`] over [`pool`]), the upstream client ([`upstream`]) and, in the spots
-//! marked in [`app::proxy_stack`], the relay layers of `context-relay-tower` (DESIGN §3):
+//! It is a thin crate made of a router ([`app`], [`admin`]), a combo service ([`combo`]), an
+//! account resolver ([`resolver`] over [`pool`]), the upstream client ([`upstream`]), the
+//! handoff store ([`store`]) and the relay layers of `context-relay-tower` ([`relay`]), in the
+//! order of DESIGN §3:
 //!
 //! ```text
 //! client ─▶ [router] ─▶ ComboService ─▶ GenerationLayer ─▶ AccountResolver ─▶ InjectionLayer ─▶ Upstream
@@ -25,22 +26,24 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
+pub mod admin;
 pub mod app;
 pub mod combo;
 pub mod config;
-pub mod decode;
 pub mod error;
 pub mod model;
 pub mod pool;
-pub mod quota;
+pub mod relay;
 pub mod resolver;
 pub mod server;
 pub mod sim;
+pub mod store;
 pub mod upstream;
 
 pub use app::{Gateway, GatewayError, ProxyService, proxy_stack};
 pub use combo::{ComboLayer, ComboService, RouteTargets, Routes, Target};
 pub use config::Config;
+pub use relay::{RelayBackground, RelayLayers};
 pub use resolver::{AccountResolver, AccountResolverLayer};
 pub use server::RunningGateway;
 pub use upstream::{Upstream, UpstreamEndpoint};

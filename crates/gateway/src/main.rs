@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use context_relay_gateway::Gateway;
 use context_relay_gateway::config::Config;
-use context_relay_gateway::server::{serve, shutdown_signal};
+use context_relay_gateway::server::{drain_background, serve, shutdown_signal};
 use tracing_subscriber::EnvFilter;
 
 /// OpenAI/Anthropic-compatible gateway that pools several accounts per provider and keeps long
@@ -50,10 +50,8 @@ fn main() -> ExitCode {
         config.listen = listen;
     }
     if args.check {
-        for (combo, _, warnings) in config.relay_configs() {
-            for w in warnings {
-                println!("warning: combos[{combo:?}].relay: {w} (the default is used)");
-            }
+        for (field, w) in config.relay_settings().1 {
+            println!("warning: {field}: {w} (the default is used)");
         }
         let accounts: usize = config.providers.iter().map(|p| p.accounts.len()).sum();
         println!(
@@ -87,12 +85,26 @@ fn main() -> ExitCode {
 async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     let listen = config.listen;
     let metrics = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
-    let gateway = Gateway::new(config)?.with_metrics(metrics);
+    let gateway = Gateway::connect(config).await?.with_metrics(metrics);
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-    tracing::info!(addr = %listener.local_addr()?, "context-relay-gateway listening");
+    let addr = listener.local_addr()?;
+    tracing::info!(
+        %addr,
+        store = gateway.store().backend(),
+        relay = gateway.relay_enabled(),
+        "context-relay-gateway listening"
+    );
+    // One plain line on stdout, for scripts that start the gateway on port 0.
+    println!("listening on http://{addr}");
+    let purger = gateway.spawn_purger();
     serve(listener, gateway.router(), shutdown_signal()).await?;
-    tracing::info!("in-flight requests finished; bye");
+    tracing::info!("in-flight requests finished");
+    drain_background(&gateway.background()).await;
+    drop(purger);
+    // The last handle on the store: redb commits what is queued and releases its file here.
+    drop(gateway);
+    tracing::info!("store closed; bye");
     Ok(())
 }

@@ -41,6 +41,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use context_relay_core::QuotaSignal;
+use context_relay_core::quota::QuotaKind;
 use http::{HeaderName, HeaderValue, header};
 
 use crate::config::{AuthScheme, Config, ProviderConfig, QuotaFormat};
@@ -188,6 +189,11 @@ impl ProviderPool {
         self.quota
     }
 
+    /// The core parser selection for this provider's quota headers.
+    pub fn quota_kind(&self) -> QuotaKind {
+        self.quota.kind()
+    }
+
     /// The usage fraction at which an account is exhausted.
     pub fn rotate_at(&self) -> f64 {
         self.rotate_at
@@ -260,6 +266,14 @@ impl ProviderPool {
             }
         }
         exhausted
+    }
+
+    /// Records the usage fraction of `account` without exhausting it, whatever the value (for
+    /// readings of internal requests, which must not move sessions).
+    pub fn note_usage(&self, account: usize, used: f64) {
+        if let Some(a) = self.lock().accounts.get_mut(account) {
+            a.used = Some(used);
+        }
     }
 
     /// Makes `account` unavailable until `until`.

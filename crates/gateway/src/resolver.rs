@@ -7,67 +7,73 @@
 //! ```text
 //! ComboService ─▶ GenerationLayer ─▶ AccountResolver ─▶ InjectionLayer ─▶ Upstream
 //!                 reads ResolvedAccount  sets ResolvedAccount + UpstreamEndpoint on the
-//!                 from the response      request, and ResolvedAccount on the response
+//!                 and QuotaSignal from   request, ResolvedAccount + QuotaSignal on the
+//!                 the response           response
 //! ```
 //!
-//! For each request (which needs a [`RouteTargets`] extension, set by
-//! [`ComboService`](crate::combo::ComboService)):
-//! 1. the session id is the [`SessionId`] extension, else the first of the headers
-//!    `x-session-id`, `x-claude-code-session-id`, `session-id`, `session_id`, `thread-id`
-//!    (scoped by the [`Tenant`] extension when there is one);
-//! 2. targets are tried in order; within a target's provider the [`ProviderPool`] picks the
+//! For each request:
+//! 1. the routing targets are the [`RouteTargets`] extension (set by
+//!    [`ComboService`](crate::combo::ComboService)), else the targets of its [`ComboName`]
+//!    (internal requests such as the relay's summary call carry only the combo);
+//! 2. the session is `(tenant, session id)`: the [`Tenant`] and [`SessionId`] extensions (set by
+//!    ComboService), else derived as DESIGN §7 says from the credential, the session headers
+//!    and the body (`metadata.user_id`, `prompt_cache_key`, fingerprint), the same way the relay
+//!    layers derive it, so that a session sticks to its account whatever the client sends;
+//! 3. targets are tried in order; within a target's provider the [`ProviderPool`] picks the
 //!    session's account or the first available one;
-//! 3. the attempt carries [`ResolvedAccount`] and an [`UpstreamEndpoint`] (base URL and the
+//! 4. the attempt carries [`ResolvedAccount`] and an [`UpstreamEndpoint`] (base URL and the
 //!    account's credential, applied by the upstream client after it strips the client's);
 //!    the `model` is rewritten when a later target names another model;
-//! 4. quota headers of every response are recorded (a signal at or above `rotate_at` exhausts
-//!    the account for the next requests); a 429 exhausts the account until its announced reset
+//! 5. the quota signal of every response is read with the provider's `quota` kind
+//!    (`context_relay_core::quota`) and put on the response as a [`QuotaSignal`] extension,
+//!    so GenerationLayer sees the same per-provider reading; a signal at or above `rotate_at`
+//!    exhausts the account for the next requests; a 429 exhausts it until its announced reset
 //!    and the same request is sent once to each other available account;
-//! 5. when every account is exhausted the client gets the last upstream 429 (or a 429 of the
+//! 6. when every account is exhausted the client gets the last upstream 429 (or a 429 of the
 //!    gateway when no account could be tried), with `ResolvedAccount` of the last attempt.
+//!
+//! Requests marked [`SkipRelay`] (the summary call GenerationLayer sends through this stack)
+//! are routed like the session's user requests (same sticky account) but are not user traffic:
+//! one attempt only, no re-binding of the session, and the account is only marked exhausted
+//! when the summary call itself got a 429.
 //!
 //! The request body is collected once and replayed from memory on each attempt.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::task::{Context, Poll};
 use std::time::SystemTime;
 
 use bytes::Bytes;
-use context_relay_tower::{ResolvedAccount, SessionId, Tenant};
-use http::{HeaderName, HeaderValue, Request, Response, StatusCode, header};
+use context_relay_core::QuotaSignal;
+use context_relay_core::quota;
+use context_relay_core::session::{self, MAX_SESSION_ID_CHARS, SessionSources};
+use context_relay_tower::{ComboName, ResolvedAccount, SessionId, SkipRelay, Tenant};
+use http::{Extensions, HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, header};
 use http_body::Body;
 use http_body_util::{BodyExt, Either, Full, Limited};
 use tower::ServiceExt;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::combo::{BoxError, RouteTargets, Target};
+use crate::combo::{BoxError, RouteTargets, Routes, Target};
 use crate::config::DEFAULT_MAX_REQUEST_BYTES;
 use crate::error::{ErrorShape, error_response};
 use crate::model::{find_model, replace_model};
 use crate::pool::{AccountPools, ProviderPool, reset_or_default};
-use crate::quota;
 use crate::upstream::UpstreamEndpoint;
 
-/// Headers a session id is read from, in order (DESIGN §7).
-pub const SESSION_HEADERS: [&str; 5] = [
-    "x-session-id",
-    "x-claude-code-session-id",
-    "session-id",
-    "session_id",
-    "thread-id",
-];
-/// Longest session id kept (longer ones are cut).
-const MAX_SESSION_LEN: usize = 128;
 /// Largest 429 body read to learn the reset (they are a few hundred bytes).
 const MAX_429_BODY: usize = 64 * 1024;
+
+static SESSION_SOURCES: LazyLock<SessionSources> = LazyLock::new(SessionSources::default);
 
 /// Layer building [`AccountResolver`].
 #[derive(Debug, Clone)]
 pub struct AccountResolverLayer {
     pools: Arc<AccountPools>,
+    routes: Option<Arc<Routes>>,
     max_body_bytes: usize,
 }
 
@@ -76,8 +82,16 @@ impl AccountResolverLayer {
     pub fn new(pools: Arc<AccountPools>) -> Self {
         Self {
             pools,
+            routes: None,
             max_body_bytes: DEFAULT_MAX_REQUEST_BYTES,
         }
+    }
+
+    /// Routes requests that carry a [`ComboName`] but no [`RouteTargets`] (the relay's summary
+    /// call) to that combo's targets. Without it such requests get a 500.
+    pub fn routes(mut self, routes: Arc<Routes>) -> Self {
+        self.routes = Some(routes);
+        self
     }
 
     /// Largest request body collected for replay (8 MiB); larger ones get a 413.
@@ -94,6 +108,7 @@ impl<S> Layer<S> for AccountResolverLayer {
         AccountResolver {
             inner,
             pools: self.pools.clone(),
+            routes: self.routes.clone(),
             max_body_bytes: self.max_body_bytes,
         }
     }
@@ -104,6 +119,7 @@ impl<S> Layer<S> for AccountResolverLayer {
 pub struct AccountResolver<S> {
     inner: S,
     pools: Arc<AccountPools>,
+    routes: Option<Arc<Routes>>,
     max_body_bytes: usize,
 }
 
@@ -149,37 +165,54 @@ where
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
         let pools = self.pools.clone();
+        let routes = self.routes.clone();
         let limit = self.max_body_bytes;
-        Box::pin(resolve(inner, pools, limit, req))
+        Box::pin(resolve(inner, pools, routes, limit, req))
     }
 }
 
-/// The session id of a request: the extension, else the first non-blank session header.
-pub fn session_id<B>(req: &Request<B>) -> Option<Arc<str>> {
-    let raw: Option<Arc<str>> = req
-        .extensions()
-        .get::<SessionId>()
-        .map(|s| s.0.clone())
-        .filter(|s| !s.trim().is_empty())
-        .or_else(|| {
-            SESSION_HEADERS.iter().find_map(|h| {
-                let v = req.headers().get(*h)?.to_str().ok()?.trim();
-                (!v.is_empty()).then(|| Arc::from(v))
-            })
-        });
-    let raw = raw?;
-    let trimmed = raw.trim();
-    let cut: String = trimmed.chars().take(MAX_SESSION_LEN).collect();
-    let key = match req.extensions().get::<Tenant>() {
-        Some(t) => format!("{}\n{cut}", t.0),
-        None => cut,
+/// The pool key of a request's session: `tenant` + newline + session id, so that two tenants
+/// sending the same session id never share an account binding. `None` without a session id.
+///
+/// The [`Tenant`] and [`SessionId`] extensions win; otherwise both are derived from the
+/// headers and `body` (the decoded request body) as DESIGN §7 says.
+///
+/// ```
+/// use context_relay_gateway::resolver::session_key;
+/// let req = http::Request::post("/v1/responses")
+///     .header("session-id", " s1 ")
+///     .body(())
+///     .unwrap();
+/// let key = session_key(req.headers(), req.extensions(), b"{}");
+/// assert_eq!(key.as_deref(), Some("anonymous\ns1"));
+/// let body = br#"{"model":"m","prompt_cache_key":"k9","input":"hi"}"#;
+/// let req = http::Request::post("/v1/responses").body(()).unwrap();
+/// let key = session_key(req.headers(), req.extensions(), body);
+/// assert_eq!(key.as_deref(), Some("anonymous\nk9"));
+/// ```
+pub fn session_key(headers: &HeaderMap, extensions: &Extensions, body: &[u8]) -> Option<Arc<str>> {
+    let session: String = match extensions.get::<SessionId>().and_then(|s| clean(&s.0)) {
+        Some(s) => s,
+        None => session::session_id(headers, Some(body), &SESSION_SOURCES)?.id,
+    };
+    let key = match extensions.get::<Tenant>() {
+        Some(t) => format!("{}\n{session}", t.0),
+        None => format!("{}\n{session}", session::tenant(headers)),
     };
     Some(Arc::from(key))
+}
+
+/// Trims and caps an explicit session id; blank counts as absent (as in DESIGN §7).
+fn clean(id: &str) -> Option<String> {
+    let trimmed = id.trim();
+    let capped: String = trimmed.chars().take(MAX_SESSION_ID_CHARS).collect();
+    (!capped.is_empty()).then_some(capped)
 }
 
 async fn resolve<S, B, ResBody>(
     mut inner: S,
     pools: Arc<AccountPools>,
+    routes: Option<Arc<Routes>>,
     limit: usize,
     req: Request<B>,
 ) -> Result<Response<Either<ResBody, Full<Bytes>>>, S::Error>
@@ -192,16 +225,20 @@ where
     ResBody::Error: Into<BoxError>,
 {
     let shape = ErrorShape::for_path(req.uri().path());
-    let session = session_id(&req);
-    let (parts, body) = req.into_parts();
-    let Some(targets) = parts.extensions.get::<RouteTargets>().cloned() else {
+    let internal = req.extensions().get::<SkipRelay>().is_some();
+    let targets = req.extensions().get::<RouteTargets>().cloned().or_else(|| {
+        let combo = req.extensions().get::<ComboName>()?;
+        routes.as_ref()?.combo_targets(&combo.0).cloned()
+    });
+    let Some(targets) = targets else {
         return Ok(own_error(
             shape,
             StatusCode::INTERNAL_SERVER_ERROR,
             "api_error",
-            "the gateway could not route this request: no RouteTargets extension (ComboService must run before AccountResolver)",
+            "the gateway could not route this request: no RouteTargets extension and no known ComboName (ComboService must run before AccountResolver)",
         ));
     };
+    let (parts, body) = req.into_parts();
     let body = match Limited::new(body, limit).collect().await {
         Ok(c) => c.to_bytes(),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
@@ -221,11 +258,13 @@ where
             ));
         }
     };
+    let session = session_key(&parts.headers, &parts.extensions, &body);
     let first_model = targets.0.first().map(|t| t.model.clone());
 
     let mut last_429: Option<(Response<Full<Bytes>>, ResolvedAccount)> = None;
     let mut providers_seen: Vec<Arc<ProviderPool>> = Vec::new();
-    for target in targets.0.iter() {
+    let mut attempts = 0usize;
+    'targets: for target in targets.0.iter() {
         let Some(pool) = pools.get(&target.provider).cloned() else {
             tracing::warn!(provider = %target.provider, "route target names an unknown provider");
             continue;
@@ -236,17 +275,23 @@ where
         let body = body_for_target(&body, target, first_model.as_deref());
         let mut tried: Vec<usize> = Vec::new();
         loop {
+            // The summary call gets one attempt: it is no user turn worth a retry, and a
+            // retry would spend another account's quota on bookkeeping.
+            if internal && attempts > 0 {
+                break 'targets;
+            }
             let now = SystemTime::now();
             let Some(idx) = pool.pick(session.as_deref(), &tried, now) else {
                 break;
             };
             tried.push(idx);
+            attempts += 1;
             let Some(account) = pool.accounts().get(idx) else {
                 break;
             };
             let resolved = ResolvedAccount::new(pool.name().clone(), account.id.clone());
             let attempt = attempt_request(&parts, body.clone(), &pool, idx, resolved.clone());
-            if tried.len() > 1 {
+            if attempts > 1 {
                 metrics::counter!("context_relay_gateway_retries_total", "provider" => pool.name().to_string())
                     .increment(1);
             }
@@ -260,45 +305,45 @@ where
                 "status" => status.as_str().to_owned()
             )
             .increment(1);
-            if let Some(signal) = quota::from_headers(pool.quota_format(), res.headers(), now) {
-                metrics::gauge!(
-                    "context_relay_gateway_account_used_ratio",
-                    "provider" => pool.name().to_string(),
-                    "account" => account.id.to_string()
-                )
-                .set(signal.percent_used);
-                if pool.observe(idx, &signal, now) {
-                    tracing::info!(
-                        provider = %pool.name(), account = %account.id, used = signal.percent_used,
-                        "account reached rotate_at; new turns go to the next account"
-                    );
-                    exhausted_metric(&pool, &account.id, "quota");
-                }
-            }
             if status != StatusCode::TOO_MANY_REQUESTS {
-                if let Some(s) = &session {
+                let signal =
+                    quota::from_response(pool.quota_kind(), status, res.headers(), None, now);
+                if let Some(signal) = signal {
+                    record_usage(&pool, idx, &account.id, &signal, now, internal);
+                    res.extensions_mut().insert(signal);
+                }
+                if !internal && let Some(s) = &session {
                     pool.bind(s, idx, now);
                 }
                 res.extensions_mut().insert(resolved);
                 return Ok(res.map(Either::Left));
             }
 
-            let (res_parts, res_body) = res.into_parts();
+            let (mut res_parts, res_body) = res.into_parts();
             let bytes = match Limited::new(res_body, MAX_429_BODY).collect().await {
                 Ok(c) => c.to_bytes(),
                 Err(_) => Bytes::new(),
             };
-            let until = reset_or_default(
-                quota::reset_of_429(pool.quota_format(), &res_parts.headers, &bytes, now),
+            let signal = quota::from_response(
+                pool.quota_kind(),
+                status,
+                &res_parts.headers,
+                Some(&bytes),
                 now,
             );
+            let until = reset_or_default(signal.and_then(|s| s.resets_at), now);
             pool.mark_exhausted(idx, until);
             exhausted_metric(&pool, &account.id, "429");
             tracing::info!(
-                provider = %pool.name(), account = %account.id,
-                error = quota::error_type_of_429(&bytes).as_deref().unwrap_or("-"),
-                "429 from upstream; account exhausted, retrying on the next available account"
+                provider = %pool.name(), account = %account.id, internal,
+                error = error_type_of_429(&bytes).as_deref().unwrap_or("-"),
+                "429 from upstream; account exhausted until its reset"
             );
+            // The client may still see this 429 (when no other account is left): it carries
+            // the usage reading like any other response.
+            res_parts
+                .extensions
+                .insert(signal.unwrap_or(QuotaSignal::used(1.0)));
             last_429 = Some((Response::from_parts(res_parts, Full::new(bytes)), resolved));
         }
     }
@@ -332,6 +377,45 @@ where
     res.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from(wait));
     Ok(res)
+}
+
+/// Records a usage reading of a successful response; at or above `rotate_at` the account
+/// stops taking new turns, unless the reading came from an internal request (a summary call
+/// must not move the session it summarises).
+fn record_usage(
+    pool: &ProviderPool,
+    idx: usize,
+    account: &str,
+    signal: &QuotaSignal,
+    now: SystemTime,
+    internal: bool,
+) {
+    metrics::gauge!(
+        "context_relay_gateway_account_used_ratio",
+        "provider" => pool.name().to_string(),
+        "account" => account.to_owned()
+    )
+    .set(signal.percent_used);
+    if internal {
+        pool.note_usage(idx, signal.percent_used);
+    } else if pool.observe(idx, signal, now) {
+        tracing::info!(
+            provider = %pool.name(), account, used = signal.percent_used,
+            "account reached rotate_at; new turns go to the next account"
+        );
+        exhausted_metric(pool, account, "quota");
+    }
+}
+
+/// The error type of a 429 body: Codex `usage_limit_reached`, Anthropic `rate_limit_error`,
+/// OpenAI `rate_limit_exceeded`/`insufficient_quota`, … (for logs).
+fn error_type_of_429(body: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let e = v.get("error")?;
+    e.get("type")
+        .or_else(|| e.get("code"))
+        .and_then(|t| t.as_str())
+        .map(str::to_owned)
 }
 
 fn exhausted_metric(pool: &ProviderPool, account: &str, reason: &'static str) {
@@ -426,14 +510,37 @@ api_key = "kb"
 name = "claude"
 base_url = "http://up2/v1"
 auth = "x-api-key"
+quota = "none"
 [[providers.accounts]]
 id = "c"
 api_key = "kc"
+[[combos]]
+name = "relay"
+targets = ["codex/gpt-5.5"]
 "#,
             |_| None,
         )
         .unwrap();
         Arc::new(AccountPools::from_config(&c))
+    }
+
+    fn routes() -> Arc<Routes> {
+        let c = Config::from_toml_str(
+            r#"
+[[providers]]
+name = "codex"
+base_url = "http://up/v1"
+[[providers.accounts]]
+id = "a"
+api_key = "ka"
+[[combos]]
+name = "relay"
+targets = ["codex/gpt-5.5"]
+"#,
+            |_| None,
+        )
+        .unwrap();
+        Arc::new(Routes::from_config(&c))
     }
 
     type Log = Arc<Mutex<Vec<(String, Bytes)>>>;
@@ -520,7 +627,7 @@ api_key = "kc"
             res.extensions().get::<ResolvedAccount>(),
             Some(&ResolvedAccount::new("codex", "a"))
         );
-        assert_eq!(p.get("codex").unwrap().bound("s1"), Some(0));
+        assert_eq!(p.get("codex").unwrap().bound("anonymous\ns1"), Some(0));
     }
 
     #[tokio::test]
@@ -590,7 +697,7 @@ api_key = "kc"
         assert_eq!(res.status(), 200);
         let _ = call(&p, &log, &[], "10", request("s", &[("codex", "gpt-5.5")])).await;
         assert_eq!(accounts(&log), ["a", "b"]);
-        assert_eq!(p.get("codex").unwrap().bound("s"), Some(1));
+        assert_eq!(p.get("codex").unwrap().bound("anonymous\ns"), Some(1));
     }
 
     #[tokio::test]
@@ -616,26 +723,146 @@ api_key = "kc"
         assert!(accounts(&log).is_empty());
     }
 
+    #[tokio::test]
+    async fn quota_signal_on_the_response_follows_the_provider_kind() {
+        let (p, log) = (pools(), Log::default());
+        let res = call(&p, &log, &[], "42", request("s", &[("codex", "gpt-5.5")])).await;
+        let signal = res.extensions().get::<QuotaSignal>().copied();
+        assert_eq!(signal.map(|s| s.percent_used), Some(0.42));
+        // `quota = "none"`: the same headers give no reading.
+        let res = call(&p, &log, &[], "42", request("s", &[("claude", "c")])).await;
+        assert_eq!(res.extensions().get::<QuotaSignal>(), None);
+        assert_eq!(
+            res.extensions().get::<ResolvedAccount>(),
+            Some(&ResolvedAccount::new("claude", "c"))
+        );
+        // A final 429 carries a reading of at least 100 %.
+        let res = call(
+            &p,
+            &log,
+            &["a", "b"],
+            "42",
+            request("t", &[("codex", "gpt-5.5")]),
+        )
+        .await;
+        assert_eq!(res.status(), 429);
+        let used = res
+            .extensions()
+            .get::<QuotaSignal>()
+            .map(|s| s.percent_used);
+        assert!(used.is_some_and(|u| u >= 1.0), "{used:?}");
+    }
+
+    fn internal(session: &str) -> Request<Full<Bytes>> {
+        let mut req = Request::post("/v1/responses")
+            .body(Full::new(Bytes::from_static(br#"{"model":"gpt-5.5"}"#)))
+            .unwrap();
+        req.extensions_mut().insert(SkipRelay);
+        req.extensions_mut().insert(ComboName::new("relay"));
+        req.extensions_mut().insert(SessionId::new(session));
+        req
+    }
+
+    async fn call_internal(
+        pools: &Arc<AccountPools>,
+        log: &Log,
+        limited: &'static [&'static str],
+        used: &'static str,
+        session: &str,
+    ) -> Response<Either<Full<Bytes>, Full<Bytes>>> {
+        AccountResolverLayer::new(pools.clone())
+            .routes(routes())
+            .layer(upstream(log.clone(), limited, used))
+            .oneshot(internal(session))
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn summary_calls_follow_the_session_without_moving_it() {
+        let (p, log) = (pools(), Log::default());
+        // The session lives on b (a answered 429 and is exhausted; it comes back later).
+        let _ = call(
+            &p,
+            &log,
+            &["a"],
+            "10",
+            request("s", &[("codex", "gpt-5.5")]),
+        )
+        .await;
+        assert_eq!(accounts(&log), ["a", "b"]);
+        // The summary call (no RouteTargets, only the combo) goes to the session's account.
+        let res = call_internal(&p, &log, &[], "96", "s").await;
+        assert_eq!(res.status(), 200);
+        assert_eq!(accounts(&log), ["a", "b", "b"]);
+        // Its 96 % reading is recorded but does not exhaust b: the session stays there.
+        let codex = p.get("codex").unwrap();
+        assert_eq!(codex.snapshot(SystemTime::now())[1].used, Some(0.96));
+        assert_eq!(codex.snapshot(SystemTime::now())[1].exhausted_until, None);
+        let _ = call(&p, &log, &[], "10", request("s", &[("codex", "gpt-5.5")])).await;
+        assert_eq!(accounts(&log), ["a", "b", "b", "b"]);
+    }
+
+    #[tokio::test]
+    async fn a_summary_call_gets_one_attempt_and_binds_nothing() {
+        let (p, log) = (pools(), Log::default());
+        // A 429 to the summary call: no retry on another account, the 429 goes back.
+        let res = call_internal(&p, &log, &["a"], "10", "fresh").await;
+        assert_eq!(res.status(), 429);
+        assert_eq!(accounts(&log), ["a"]);
+        // It did exhaust a (a real 429), and bound no session.
+        let codex = p.get("codex").unwrap();
+        assert!(
+            codex.snapshot(SystemTime::now())[0]
+                .exhausted_until
+                .is_some()
+        );
+        assert_eq!(codex.bound("anonymous\nfresh"), None);
+        // Without a routing table, an internal request cannot be routed: a clear 500.
+        let res = AccountResolverLayer::new(p.clone())
+            .layer(upstream(log.clone(), &[], "10"))
+            .oneshot(internal("x"))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 500);
+    }
+
     #[test]
-    fn session_ids() {
+    fn session_keys() {
+        let key =
+            |req: &Request<()>, body: &[u8]| session_key(req.headers(), req.extensions(), body);
         let mut req = Request::new(());
-        assert_eq!(session_id(&req), None);
+        // No header, a body that is not JSON: no fingerprint either.
+        assert_eq!(key(&req, b"not json"), None);
         req.headers_mut()
             .insert("thread-id", HeaderValue::from_static("t"));
         req.headers_mut()
             .insert("session-id", HeaderValue::from_static("  "));
-        assert_eq!(session_id(&req).as_deref(), Some("t"));
+        assert_eq!(key(&req, b"").as_deref(), Some("anonymous\nt"));
         req.headers_mut()
             .insert("x-claude-code-session-id", HeaderValue::from_static("cc"));
-        assert_eq!(session_id(&req).as_deref(), Some("cc"));
+        assert_eq!(key(&req, b"").as_deref(), Some("anonymous\ncc"));
+        req.headers_mut()
+            .insert("authorization", HeaderValue::from_static("Bearer k1"));
+        let tenant = context_relay_core::session::tenant(req.headers());
+        assert_eq!(key(&req, b"").as_deref(), Some(&*format!("{tenant}\ncc")));
         req.extensions_mut().insert(SessionId::new("ext"));
-        assert_eq!(session_id(&req).as_deref(), Some("ext"));
+        assert_eq!(key(&req, b"").as_deref(), Some(&*format!("{tenant}\next")));
         req.extensions_mut().insert(Tenant::new("t1"));
-        assert_eq!(session_id(&req).as_deref(), Some("t1\next"));
+        assert_eq!(key(&req, b"").as_deref(), Some("t1\next"));
+        // A blank extension counts as absent.
+        req.extensions_mut().insert(SessionId::new(" "));
+        assert_eq!(key(&req, b"").as_deref(), Some("t1\ncc"));
         let long = "x".repeat(300);
         let mut req = Request::new(());
         req.headers_mut()
             .insert("x-session-id", HeaderValue::from_str(&long).unwrap());
-        assert_eq!(session_id(&req).unwrap().len(), 128);
+        assert_eq!(key(&req, b"").unwrap().len(), "anonymous\n".len() + 128);
+        // Without headers the body gives the session (a fingerprint of the stable parts).
+        let req = Request::new(());
+        let turn1 = br#"{"model":"m","messages":[{"role":"user","content":"fix the bug"}]}"#;
+        let turn2 = br#"{"model":"m","messages":[{"role":"user","content":"fix the bug"},{"role":"assistant","content":"done"},{"role":"user","content":"thanks"}]}"#;
+        assert!(key(&req, turn1).is_some());
+        assert_eq!(key(&req, turn1), key(&req, turn2));
     }
 }

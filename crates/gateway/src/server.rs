@@ -2,18 +2,28 @@
 //! tests and examples.
 //!
 //! On shutdown the listener stops accepting, idle connections close, and in-flight requests
-//! (SSE streams included) run to completion before [`serve`] returns.
+//! (SSE streams included) run to completion before [`serve`] returns. The relay's background
+//! work (summaries being stored, consumed handoffs being deleted) is then awaited for at most
+//! [`BACKGROUND_GRACE`], and the store is dropped last, which lets redb commit what is queued
+//! and release its file.
 
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use axum::Router;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use context_relay_store::PurgerHandle;
+
 use crate::app::Gateway;
+use crate::relay::RelayBackground;
+
+/// How long shutdown waits for the relay's background work.
+pub const BACKGROUND_GRACE: Duration = Duration::from_secs(10);
 
 /// Serves `router` on `listener` until `shutdown` completes, then drains in-flight requests.
 pub async fn serve(
@@ -54,12 +64,32 @@ pub async fn shutdown_signal() {
     }
 }
 
+/// Waits (at most [`BACKGROUND_GRACE`]) for the relay's background work after the server
+/// stopped; logs when some was cut short.
+pub async fn drain_background(background: &RelayBackground) {
+    if background.in_flight() == 0 {
+        return;
+    }
+    tracing::info!(
+        tasks = background.in_flight(),
+        "waiting for relay background work"
+    );
+    if !background.idle_within(BACKGROUND_GRACE).await {
+        tracing::warn!(
+            tasks = background.in_flight(),
+            "relay background work still running after {BACKGROUND_GRACE:?}; abandoning it"
+        );
+    }
+}
+
 /// A gateway serving in the background of the current runtime.
 #[derive(Debug)]
 pub struct RunningGateway {
     addr: SocketAddr,
     shutdown: Option<oneshot::Sender<()>>,
     task: JoinHandle<io::Result<()>>,
+    background: RelayBackground,
+    purger: Option<PurgerHandle>,
 }
 
 impl RunningGateway {
@@ -76,7 +106,14 @@ impl RunningGateway {
             addr,
             shutdown: Some(tx),
             task,
+            background: RelayBackground::default(),
+            purger: None,
         })
+    }
+
+    /// The relay's background work (empty for a router started without a gateway).
+    pub fn background(&self) -> &RelayBackground {
+        &self.background
     }
 
     /// The bound address.
@@ -89,21 +126,29 @@ impl RunningGateway {
         format!("http://{}", self.addr)
     }
 
-    /// Stops accepting, waits for in-flight requests, and returns the server's result.
+    /// Stops accepting, waits for in-flight requests, then (at most [`BACKGROUND_GRACE`]) for
+    /// the relay's background work, stops the purger, and returns the server's result.
     pub async fn shutdown(mut self) -> io::Result<()> {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
-        match (&mut self.task).await {
+        let result = match (&mut self.task).await {
             Ok(r) => r,
             Err(e) => Err(io::Error::other(e)),
-        }
+        };
+        drain_background(&self.background).await;
+        drop(self.purger.take());
+        result
     }
 }
 
 impl Gateway {
-    /// Serves this gateway's [`router`](Gateway::router) on `addr` in the background.
+    /// Serves this gateway's [`router`](Gateway::router) on `addr` in the background, with the
+    /// store's purger running (every 10 minutes).
     pub async fn spawn(&self, addr: SocketAddr) -> io::Result<RunningGateway> {
-        RunningGateway::start(addr, self.router()).await
+        let mut running = RunningGateway::start(addr, self.router()).await?;
+        running.background = self.background();
+        running.purger = Some(self.spawn_purger());
+        Ok(running)
     }
 }

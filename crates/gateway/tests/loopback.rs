@@ -210,8 +210,16 @@ async fn anthropic_messages_with_x_api_key_and_beta_query() {
         &up.body[..],
         body.replace("claude-relay", "claude-sonnet-4-5").as_bytes()
     );
+    // Sessions are bound per tenant (the hash of the client's key).
+    let mut client = http::HeaderMap::new();
+    client.insert("x-api-key", "client-key".parse().unwrap());
+    let tenant = context_relay_core::session::tenant(&client);
     assert_eq!(
-        env.gateway.pools().get("anthropic").unwrap().bound("cc-1"),
+        env.gateway
+            .pools()
+            .get("anthropic")
+            .unwrap()
+            .bound(&format!("{tenant}\ncc-1")),
         Some(0)
     );
 }

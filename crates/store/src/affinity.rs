@@ -24,7 +24,47 @@ pub(crate) struct AffinityMap {
 
 /// Length-prefixed, so that no two `(tenant, session)` pairs share a key whatever they contain.
 pub(crate) fn key(tenant: &str, session: &str) -> String {
-    format!("{}:{tenant}{session}", tenant.len())
+    let mut k = String::with_capacity(tenant.len() + session.len() + 4);
+    fill_key(&mut k, tenant, session);
+    k
+}
+
+fn fill_key(buf: &mut String, tenant: &str, session: &str) {
+    buf.clear();
+    let mut digits = [0u8; 20];
+    let mut n = tenant.len();
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        // `n % 10` is below 10: the cast cannot truncate.
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[i..] {
+        buf.push(char::from(d));
+    }
+    buf.push(':');
+    buf.push_str(tenant);
+    buf.push_str(session);
+}
+
+/// Runs `f` with the key of `(tenant, session)` built in a reused per-thread buffer: look-ups
+/// are on the hot path of every relayed request, and need no allocation.
+fn with_key<R>(tenant: &str, session: &str, f: impl FnOnce(&str) -> R) -> R {
+    thread_local! {
+        static BUF: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+    }
+    BUF.with(|buf| match buf.try_borrow_mut() {
+        Ok(mut buf) => {
+            fill_key(&mut buf, tenant, session);
+            f(&buf)
+        }
+        // Re-entered from inside `f` (never done here, but cheap to survive).
+        Err(_) => f(&key(tenant, session)),
+    })
 }
 
 /// What `set_affinity` has to do.
@@ -45,10 +85,12 @@ impl AffinityMap {
         now_ms: u64,
         ttl: Duration,
     ) -> Option<Affinity> {
-        self.map
-            .get(&key(tenant, session))
-            .filter(|e| now_ms < after_ms(e.written_ms, ttl))
-            .map(|e| e.affinity.clone())
+        with_key(tenant, session, |k| {
+            self.map
+                .get(k)
+                .filter(|e| now_ms < after_ms(e.written_ms, ttl))
+                .map(|e| e.affinity.clone())
+        })
     }
 
     /// Whether `set_affinity(provider, account)` at `now_ms` must write: yes unless the same
@@ -62,7 +104,7 @@ impl AffinityMap {
         now_ms: u64,
         fresh_for: Duration,
     ) -> Write {
-        match self.map.get(&key(tenant, session)) {
+        with_key(tenant, session, |k| match self.map.get(k) {
             Some(e)
                 if &*e.affinity.provider == provider
                     && &*e.affinity.account == account
@@ -71,7 +113,7 @@ impl AffinityMap {
                 Write::Skip
             }
             _ => Write::Store,
-        }
+        })
     }
 
     pub(crate) fn insert(&self, tenant: &str, session: &str, affinity: Affinity, written_ms: u64) {
@@ -122,6 +164,12 @@ mod tests {
     fn keys_never_collide() {
         assert_ne!(key("a:b", "c"), key("a", "b:c"));
         assert_ne!(key("ab", "c"), key("a", "bc"));
+        assert_eq!(key("tenant", "s1"), "6:tenants1");
+        assert_eq!(
+            key(&"t".repeat(123), ""),
+            format!("123:{}", "t".repeat(123))
+        );
+        assert_eq!(key("", "s"), "0:s");
     }
 
     #[test]

@@ -24,6 +24,7 @@ mod background;
 mod configs;
 pub mod extensions;
 pub mod generation;
+mod identity;
 pub mod injection;
 pub mod metrics;
 mod quota_source;

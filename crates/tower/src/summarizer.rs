@@ -35,7 +35,10 @@ pub struct SummaryRequest {
     pub body: Bytes,
     /// URI of the triggering request (the summary goes to the same endpoint).
     pub uri: Uri,
-    /// Headers of the triggering request, less body-specific and turn-bound ones.
+    /// The triggering request's credential, session, API-version and account-routing headers
+    /// (`authorization`, `x-api-key`, `anthropic-version`, `anthropic-beta`, `openai-beta`,
+    /// `openai-organization`, `openai-project`, `chatgpt-account-id`, `originator`,
+    /// `user-agent`, the session headers) and `content-type: application/json`.
     pub headers: HeaderMap,
     /// Combo of the session.
     pub combo: ComboName,

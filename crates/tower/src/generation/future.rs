@@ -89,7 +89,7 @@ impl Pending {
             skipped("exhausted");
             return None;
         }
-        let Some(session) = self.session.clone().or_else(|| self.body_session()) else {
+        let Some(session) = self.session.clone().or_else(|| self.derive_session()) else {
             skipped("no_session");
             return None;
         };
@@ -134,11 +134,15 @@ impl Pending {
         })
     }
 
-    /// The session id derived from the request body, for clients that send no session header.
-    fn body_session(&self) -> Option<Arc<str>> {
+    /// The session id from the headers, else from the request body (clients that send no
+    /// session header).
+    fn derive_session(&self) -> Option<Arc<str>> {
+        let sources = &self.shared.sources;
+        if let Some(m) = session::session_id(&self.headers, None, sources) {
+            return Some(Arc::from(m.id));
+        }
         let body = decoded_body(&self.capture, &self.headers, self.config.max_body_bytes)?;
-        session::session_id(&self.headers, Some(&body), &self.shared.sources)
-            .map(|m| Arc::from(m.id))
+        session::session_id(&self.headers, Some(&body), sources).map(|m| Arc::from(m.id))
     }
 }
 

@@ -73,6 +73,7 @@
 
 mod body;
 mod future;
+mod headers;
 mod layer;
 mod service;
 mod shared;

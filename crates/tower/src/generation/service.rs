@@ -3,7 +3,6 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use context_relay_core::ApiShape;
-use context_relay_core::session;
 use context_relay_store::HandoffStore;
 use http::{Request, Response};
 use http_body::Body;
@@ -122,11 +121,8 @@ impl<S> Generation<S> {
             return None;
         }
         let shape = ApiShape::from_path(req.uri().path())?;
-        let session = match ext.get::<SessionId>() {
-            Some(s) => Some(s.0.clone()),
-            None => session::session_id(req.headers(), None, &self.shared.sources)
-                .map(|m| Arc::from(m.id)),
-        };
+        // Derived from the headers (or body) only when a response qualifies: most never do.
+        let session = ext.get::<SessionId>().map(|s| s.0.clone());
         let tenant = ext.get::<Tenant>().map(|t| t.0.clone());
         self.shared
             .summarizer
@@ -138,7 +134,7 @@ impl<S> Generation<S> {
             combo,
             shape,
             uri: req.uri().clone(),
-            headers: req.headers().clone(),
+            headers: super::headers::keep(req.headers(), &self.shared.sources),
             session,
             tenant,
         }))

@@ -10,6 +10,7 @@ use super::service::Injection;
 use super::shared::Shared;
 use crate::background::Background;
 use crate::configs::RelayConfigs;
+use crate::identity::TenantMemo;
 
 /// Applies [`Injection`] to a service: on an account switch, makes the body portable and
 /// injects the session's handoff.
@@ -19,6 +20,7 @@ pub struct InjectionLayer {
     configs: RelayConfigs,
     background: Background,
     sources: Arc<SessionSources>,
+    tenants: Arc<TenantMemo>,
 }
 
 impl std::fmt::Debug for InjectionLayer {
@@ -38,6 +40,7 @@ impl InjectionLayer {
             configs: RelayConfigs::default(),
             background: Background::new(),
             sources: Arc::new(SessionSources::default()),
+            tenants: Arc::default(),
         }
     }
 
@@ -89,6 +92,7 @@ impl<S> Layer<S> for InjectionLayer {
                 configs: self.configs.clone(),
                 background: self.background.clone(),
                 sources: self.sources.clone(),
+                tenants: self.tenants.clone(),
             }),
         )
     }

@@ -13,7 +13,7 @@ use super::future::{After, ResponseFuture};
 use super::layer::InjectionLayer;
 use super::prepare::{Prepare, prepare};
 use super::shared::Shared;
-use crate::extensions::{ComboName, ResolvedAccount, SessionId, SkipRelay, Tenant};
+use crate::extensions::{ComboName, ResolvedAccount, SessionId, SkipRelay};
 
 /// Middleware that makes a request portable and injects the session's handoff when the
 /// request was resolved to a different account. See the [module docs](super).
@@ -101,10 +101,7 @@ where
         };
         let combo = combo.0.clone();
         let account = account.clone();
-        let tenant: Arc<str> = match ext.get::<Tenant>() {
-            Some(t) => t.0.clone(),
-            None => Arc::from(session::tenant(req.headers())),
-        };
+        let tenant = self.shared.tenants.tenant(ext, req.headers());
         let header_session: Option<Arc<str>> = match ext.get::<SessionId>() {
             Some(s) => Some(s.0.clone()),
             None => session::session_id(req.headers(), None, &self.shared.sources)

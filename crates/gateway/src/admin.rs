@@ -1,0 +1,315 @@
+//! Admin routes: inspect and delete stored handoffs.
+//!
+//! Mounted only when `admin_token` is configured (otherwise these paths are 404). Every call
+//! needs `Authorization: Bearer <admin_token>`; a missing or wrong token is a 401 (the token is
+//! compared in constant time).
+//!
+//! - `GET /admin/handoffs[?tenant=…][&session=…][&settle=true]` →
+//!   `{"handoffs":[{"tenant","session","combo","from_provider","from_account","summary",
+//!   "key_decisions","task_progress","active_entities","message_count","model","generated_at",
+//!   "expires_at"}]}`, oldest first, times in RFC 3339 (UTC). With `settle=true` the gateway
+//!   first waits (at most 10 s) for the summaries and claim completions in flight, so a script
+//!   can list right after a turn and see its outcome.
+//! - `DELETE /admin/handoffs/{session}[?tenant=…][&combo=…]` deletes every handoff of that
+//!   session (of one tenant / combo when given) → `{"deleted": N}`.
+//!
+//! Store errors are a 503 with the store's message.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::routing::get;
+use bytes::Bytes;
+use context_relay_core::HandoffRecord;
+use context_relay_store::HandoffStore;
+use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::error::{ErrorShape, error_body};
+use crate::relay::RelayBackground;
+
+/// Longest `settle=true` wait.
+const SETTLE_LIMIT: Duration = Duration::from_secs(10);
+
+#[derive(Clone)]
+struct Admin {
+    store: Arc<dyn HandoffStore>,
+    /// SHA-256 of the token: comparing digests in constant time hides the token's length too.
+    token_digest: [u8; 32],
+    background: Option<RelayBackground>,
+}
+
+/// The admin routes over `store`, guarded by `token`. `background` (absent when the relay is
+/// off) is what `settle=true` waits for.
+pub fn routes(
+    store: Arc<dyn HandoffStore>,
+    token: &str,
+    background: Option<RelayBackground>,
+) -> Router {
+    let state = Admin {
+        store,
+        token_digest: Sha256::digest(token.as_bytes()).into(),
+        background,
+    };
+    Router::new()
+        .route("/admin/handoffs", get(list))
+        .route("/admin/handoffs/{session}", axum::routing::delete(remove))
+        .with_state(state)
+}
+
+#[derive(Debug, Deserialize)]
+struct ListQuery {
+    tenant: Option<String>,
+    session: Option<String>,
+    #[serde(default)]
+    settle: bool,
+}
+
+#[derive(Debug, Deserialize)]
+struct DeleteQuery {
+    tenant: Option<String>,
+    combo: Option<String>,
+}
+
+/// One handoff as the admin API shows it.
+#[derive(Debug, Serialize)]
+struct HandoffView<'a> {
+    tenant: &'a str,
+    session: &'a str,
+    combo: &'a str,
+    from_provider: &'a str,
+    from_account: &'a str,
+    summary: &'a str,
+    key_decisions: &'a [String],
+    task_progress: &'a str,
+    active_entities: &'a [String],
+    message_count: u32,
+    model: &'a str,
+    generated_at: String,
+    expires_at: String,
+}
+
+impl<'a> From<&'a HandoffRecord> for HandoffView<'a> {
+    fn from(r: &'a HandoffRecord) -> Self {
+        Self {
+            tenant: &r.tenant,
+            session: &r.session,
+            combo: &r.combo,
+            from_provider: &r.from_provider,
+            from_account: &r.from_account,
+            summary: &r.handoff.summary,
+            key_decisions: &r.handoff.key_decisions,
+            task_progress: &r.handoff.task_progress,
+            active_entities: &r.handoff.active_entities,
+            message_count: r.message_count,
+            model: &r.model,
+            generated_at: rfc3339(r.generated_at),
+            expires_at: rfc3339(r.expires_at),
+        }
+    }
+}
+
+/// `t` in RFC 3339, UTC, millisecond precision (`2026-01-02T03:04:05.678Z`).
+///
+/// ```
+/// use std::time::{Duration, UNIX_EPOCH};
+/// use context_relay_gateway::admin::rfc3339;
+/// let t = UNIX_EPOCH + Duration::from_millis(1_767_323_045_678);
+/// assert_eq!(rfc3339(t), "2026-01-02T03:04:05.678Z");
+/// assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+/// ```
+pub fn rfc3339(t: SystemTime) -> String {
+    let ts =
+        jiff::Timestamp::try_from(t).unwrap_or(match t.duration_since(SystemTime::UNIX_EPOCH) {
+            // Beyond jiff's range (year 9999): clamp rather than fail an admin listing.
+            Ok(_) => jiff::Timestamp::MAX,
+            Err(_) => jiff::Timestamp::MIN,
+        });
+    format!("{ts:.3}")
+}
+
+fn authorized(admin: &Admin, headers: &HeaderMap) -> bool {
+    let Some(token) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let (scheme, rest) = v.trim().split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+        })
+    else {
+        return false;
+    };
+    let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+    digest.ct_eq(&admin.token_digest).into()
+}
+
+async fn list(
+    State(admin): State<Admin>,
+    headers: HeaderMap,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Response<Body> {
+    if !authorized(&admin, &headers) {
+        return unauthorized();
+    }
+    let Query(q) = match query {
+        Ok(q) => q,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                &e.body_text(),
+            );
+        }
+    };
+    if q.settle
+        && let Some(bg) = &admin.background
+        && !bg.idle_within(SETTLE_LIMIT).await
+    {
+        tracing::warn!("admin list: relay background work still running after {SETTLE_LIMIT:?}");
+    }
+    match admin
+        .store
+        .list(q.tenant.as_deref(), q.session.as_deref())
+        .await
+    {
+        Ok(mut records) => {
+            records.sort_by(|a, b| {
+                (a.generated_at, &a.tenant, &a.session, &a.combo).cmp(&(
+                    b.generated_at,
+                    &b.tenant,
+                    &b.session,
+                    &b.combo,
+                ))
+            });
+            let views: Vec<HandoffView<'_>> = records.iter().map(HandoffView::from).collect();
+            json(
+                StatusCode::OK,
+                serde_json::json!({ "handoffs": views }).to_string(),
+            )
+        }
+        Err(e) => store_error(&e),
+    }
+}
+
+async fn remove(
+    State(admin): State<Admin>,
+    headers: HeaderMap,
+    Path(session): Path<String>,
+    query: Result<Query<DeleteQuery>, QueryRejection>,
+) -> Response<Body> {
+    if !authorized(&admin, &headers) {
+        return unauthorized();
+    }
+    let Query(q) = match query {
+        Ok(q) => q,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                &e.body_text(),
+            );
+        }
+    };
+    let records = match admin.store.list(q.tenant.as_deref(), Some(&session)).await {
+        Ok(r) => r,
+        Err(e) => return store_error(&e),
+    };
+    let mut deleted = 0u64;
+    for record in records
+        .iter()
+        .filter(|r| q.combo.as_deref().is_none_or(|c| *r.combo == *c))
+    {
+        match admin.store.delete(&record.key()).await {
+            Ok(true) => deleted += 1,
+            Ok(false) => {}
+            Err(e) => return store_error(&e),
+        }
+    }
+    tracing::info!(session = %session, deleted, "admin: handoffs deleted");
+    json(
+        StatusCode::OK,
+        serde_json::json!({ "deleted": deleted }).to_string(),
+    )
+}
+
+fn unauthorized() -> Response<Body> {
+    let mut res = error(
+        StatusCode::UNAUTHORIZED,
+        "authentication_error",
+        "expected `Authorization: Bearer <admin_token>`, found a missing or wrong token",
+    );
+    res.headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    res
+}
+
+fn store_error(e: &dyn std::fmt::Display) -> Response<Body> {
+    tracing::warn!(error = %e, "admin: handoff store error");
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "store_error",
+        &format!("the handoff store failed: {e}"),
+    )
+}
+
+fn error(status: StatusCode, kind: &str, message: &str) -> Response<Body> {
+    let mut res = json(status, error_body(ErrorShape::OpenAi, kind, message));
+    *res.status_mut() = status;
+    res
+}
+
+fn json(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
+    let mut res = Response::new(Body::from(body.into()));
+    *res.status_mut() = status;
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn admin(token: &str) -> Admin {
+        Admin {
+            store: Arc::new(context_relay_store::MemoryStore::new()),
+            token_digest: Sha256::digest(token.as_bytes()).into(),
+            background: None,
+        }
+    }
+
+    #[test]
+    fn bearer_token_check() {
+        let a = admin("s3cret");
+        let h = |v: &str| {
+            let mut m = HeaderMap::new();
+            m.insert(header::AUTHORIZATION, HeaderValue::from_str(v).unwrap());
+            m
+        };
+        assert!(authorized(&a, &h("Bearer s3cret")));
+        assert!(authorized(&a, &h("bearer  s3cret ")));
+        assert!(!authorized(&a, &h("Bearer s3cre")));
+        assert!(!authorized(&a, &h("Bearer s3cret2")));
+        assert!(!authorized(&a, &h("Basic s3cret")));
+        assert!(!authorized(&a, &h("s3cret")));
+        assert!(!authorized(&a, &HeaderMap::new()));
+    }
+
+    #[test]
+    fn rfc3339_is_utc_with_millis() {
+        use std::time::UNIX_EPOCH;
+        let t = UNIX_EPOCH + Duration::from_millis(951_782_400_001);
+        assert_eq!(rfc3339(t), "2000-02-29T00:00:00.001Z");
+        // Out of range values are clamped, not a panic.
+        let far = UNIX_EPOCH + Duration::from_secs(400_000_000_000);
+        assert!(rfc3339(far).starts_with("9999-12-"), "{}", rfc3339(far));
+    }
+}

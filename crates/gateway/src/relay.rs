@@ -1,0 +1,159 @@
+//! The two relay layers of the gateway and the handle on their background work.
+//!
+//! [`RelayLayers`] builds GenerationLayer and InjectionLayer over one store with the settings
+//! of the configuration (DESIGN §8: `[relay]` plus each `[combos.relay]`). The gateway keeps one
+//! instance, so every proxy stack it builds (one per router) shares the in-flight registry,
+//! the cool-downs and the background trackers.
+//!
+//! GenerationLayer reads usage from the [`QuotaSignal`] the account resolver puts on each
+//! response (computed with the provider's configured `quota` kind); it is given a quota source
+//! that reads nothing itself, so a provider configured with `quota = "none"` never triggers a
+//! summary, and a provider's headers are never read with another provider's rules.
+//!
+//! [`QuotaSignal`]: context_relay_tower::QuotaSignal
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use context_relay_core::QuotaSignal;
+use context_relay_store::HandoffStore;
+use context_relay_tower::{Background, GenerationLayer, InjectionLayer, RelayConfigs};
+use http::{HeaderMap, StatusCode};
+
+/// GenerationLayer and InjectionLayer of one gateway.
+#[derive(Debug, Clone)]
+pub struct RelayLayers {
+    generation: GenerationLayer,
+    injection: InjectionLayer,
+}
+
+impl RelayLayers {
+    /// Both layers over `store` with `configs`; summary requests to the providers in
+    /// `stream_summaries_for` are sent with `stream: true` (`summary_stream = true`).
+    pub fn new<I, P>(
+        store: Arc<dyn HandoffStore>,
+        configs: RelayConfigs,
+        stream_summaries_for: I,
+    ) -> Self
+    where
+        I: IntoIterator<Item = P>,
+        P: Into<Arc<str>>,
+    {
+        let generation = GenerationLayer::new(store.clone())
+            .configs(configs.clone())
+            .stream_summaries_for(stream_summaries_for)
+            .quota_source(resolver_signal_only);
+        let injection = InjectionLayer::new(store).configs(configs);
+        Self {
+            generation,
+            injection,
+        }
+    }
+
+    /// The layer between ComboService and AccountResolver.
+    pub fn generation(&self) -> &GenerationLayer {
+        &self.generation
+    }
+
+    /// The layer between AccountResolver and the upstream client.
+    pub fn injection(&self) -> &InjectionLayer {
+        &self.injection
+    }
+
+    /// The handle on both layers' background work.
+    pub fn background(&self) -> RelayBackground {
+        RelayBackground {
+            generation: self.generation.background(),
+            injection: self.injection.background(),
+        }
+    }
+}
+
+/// The relay's own quota source: nothing. The resolver's [`QuotaSignal`] extension, read with
+/// the provider's configured kind, is the only reading GenerationLayer acts on.
+fn resolver_signal_only(_: StatusCode, _: &HeaderMap, _: SystemTime) -> Option<QuotaSignal> {
+    None
+}
+
+/// The background work of both relay layers: summaries being generated and stored, claimed
+/// handoffs being completed or released, affinities being written.
+///
+/// Tests and examples wait for it with [`idle`](Self::idle) instead of sleeping; the gateway
+/// waits for it (bounded) on shutdown.
+#[derive(Debug, Clone, Default)]
+pub struct RelayBackground {
+    generation: Background,
+    injection: Background,
+}
+
+impl RelayBackground {
+    /// The tracker of GenerationLayer (summaries).
+    pub fn generation(&self) -> &Background {
+        &self.generation
+    }
+
+    /// The tracker of InjectionLayer (claim completion and release, affinity writes).
+    pub fn injection(&self) -> &Background {
+        &self.injection
+    }
+
+    /// Tasks still running in either layer.
+    pub fn in_flight(&self) -> usize {
+        self.generation.in_flight() + self.injection.in_flight()
+    }
+
+    /// Waits until neither layer has background work running.
+    pub async fn idle(&self) {
+        // One layer's work can start the other's (a summary call passes through the stack),
+        // so wait until both are idle at the same time.
+        loop {
+            self.generation.idle().await;
+            self.injection.idle().await;
+            if self.in_flight() == 0 {
+                return;
+            }
+        }
+    }
+
+    /// [`idle`](Self::idle), giving up after `limit`; `true` when it became idle.
+    pub async fn idle_within(&self, limit: Duration) -> bool {
+        tokio::time::timeout(limit, self.idle()).await.is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn idle_waits_for_both_layers() {
+        let bg = RelayBackground::default();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let injection = bg.injection().clone();
+        bg.generation().spawn(async move {
+            // Work of one layer that starts work in the other before it ends.
+            injection.spawn(async move {
+                let _ = rx.await;
+            });
+        });
+        let waiter = tokio::spawn({
+            let bg = bg.clone();
+            async move { bg.idle().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!bg.idle_within(Duration::from_millis(1)).await);
+        tx.send(()).expect("the injection task waits");
+        waiter.await.expect("idle returns");
+        assert_eq!(bg.in_flight(), 0);
+    }
+
+    #[test]
+    fn the_layers_read_no_headers_themselves() {
+        let mut h = HeaderMap::new();
+        h.insert("x-codex-primary-used-percent", "90".parse().unwrap());
+        assert_eq!(
+            resolver_signal_only(StatusCode::OK, &h, SystemTime::now()),
+            None
+        );
+    }
+}

@@ -1,0 +1,200 @@
+//! Opening the handoff store named by `[store]`.
+//!
+//! - `backend = "redb"` (default): one file at `path` (`context-relay.redb`), durable across
+//!   restarts and `kill -9`; one gateway process at a time may open it.
+//! - `backend = "memory"`: in process, lost on restart (tests, trying things out).
+//! - `backend = "redis"`: a Redis server at `url`, shared by several gateway replicas (needs the
+//!   `redis` feature, on by default).
+//!
+//! Errors name the file or the server (with any password in the URL hidden), so a
+//! misconfigured store fails at start-up with a message that says what to fix.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! use context_relay_gateway::config::{StoreBackend, StoreConfig};
+//! use context_relay_gateway::store::open_store;
+//! let config = StoreConfig { backend: StoreBackend::Memory, ..StoreConfig::default() };
+//! let store = open_store(&config).await.unwrap();
+//! assert_eq!(store.backend(), "memory");
+//! # }
+//! ```
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use context_relay_store::{HandoffStore, MemoryStore, RedbStore, StoreError};
+
+use crate::config::{StoreBackend, StoreConfig};
+
+/// Why the handoff store could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreOpenError {
+    /// The redb file could not be opened or created.
+    #[error("cannot open the redb handoff store at {path}: {source}")]
+    Redb {
+        /// The configured file.
+        path: PathBuf,
+        /// What the store reported (locked by another process, not a redb file, …).
+        source: StoreError,
+    },
+    /// The Redis server could not be reached or refused the connection.
+    #[error("cannot connect to the redis handoff store at {url}: {source}")]
+    Redis {
+        /// The configured URL, password hidden.
+        url: String,
+        /// What the client reported.
+        source: StoreError,
+    },
+    /// `backend = "redis"` without a URL (the configuration loader rejects this already).
+    #[error("store.url: expected a redis URL with backend = \"redis\", found none")]
+    MissingUrl,
+    /// `backend = "redis"` in a gateway built without the `redis` feature.
+    #[error(
+        "store.backend: expected \"redb\" or \"memory\" (this gateway was built without the `redis` feature), found \"redis\""
+    )]
+    RedisUnsupported,
+    /// `backend = "redis"` passed to a synchronous constructor.
+    #[error(
+        "store.backend = \"redis\" connects asynchronously: build the gateway with `Gateway::connect` instead of `Gateway::new`"
+    )]
+    NeedsAsync,
+}
+
+/// Opens the redb or memory store of `config` (no I/O beyond the file); `None` for redis,
+/// which only [`open_store`] can connect.
+pub fn open_local_store(
+    config: &StoreConfig,
+) -> Result<Option<Arc<dyn HandoffStore>>, StoreOpenError> {
+    match config.backend {
+        StoreBackend::Memory => Ok(Some(Arc::new(MemoryStore::new()))),
+        StoreBackend::Redb => {
+            let store = RedbStore::open(&config.path).map_err(|source| StoreOpenError::Redb {
+                path: config.path.clone(),
+                source,
+            })?;
+            tracing::info!(path = %config.path.display(), "handoff store: redb");
+            Ok(Some(Arc::new(store)))
+        }
+        StoreBackend::Redis => Ok(None),
+    }
+}
+
+/// Opens (or connects to) the store of `config`.
+pub async fn open_store(config: &StoreConfig) -> Result<Arc<dyn HandoffStore>, StoreOpenError> {
+    if let Some(store) = open_local_store(config)? {
+        return Ok(store);
+    }
+    connect_redis(config).await
+}
+
+#[cfg(feature = "redis")]
+async fn connect_redis(config: &StoreConfig) -> Result<Arc<dyn HandoffStore>, StoreOpenError> {
+    let url = config.url.as_deref().ok_or(StoreOpenError::MissingUrl)?;
+    let store = context_relay_store::RedisStore::connect(url)
+        .await
+        .map_err(|source| StoreOpenError::Redis {
+            url: redact_url(url),
+            source,
+        })?;
+    tracing::info!(url = %redact_url(url), "handoff store: redis");
+    Ok(Arc::new(store))
+}
+
+#[cfg(not(feature = "redis"))]
+async fn connect_redis(_config: &StoreConfig) -> Result<Arc<dyn HandoffStore>, StoreOpenError> {
+    Err(StoreOpenError::RedisUnsupported)
+}
+
+/// `url` with the password of its user-info replaced by `***` (for logs and errors).
+///
+/// ```
+/// use context_relay_gateway::store::redact_url;
+/// assert_eq!(redact_url("redis://:s3cret@cache:6379/0"), "redis://:***@cache:6379/0");
+/// assert_eq!(redact_url("redis://user:pw@cache/"), "redis://user:***@cache/");
+/// assert_eq!(redact_url("redis://127.0.0.1:6379/"), "redis://127.0.0.1:6379/");
+/// ```
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    let Some((userinfo, host)) = authority.rsplit_once('@') else {
+        return url.to_owned();
+    };
+    let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+    if userinfo.contains(':') {
+        format!("{scheme}://{user}:***@{host}{path}")
+    } else {
+        // A lone user-info part is the password in redis URLs (`redis://secret@host`).
+        format!("{scheme}://***@{host}{path}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction_never_leaks_the_password() {
+        for (url, secret) in [
+            ("redis://:pw1@h:1/0", "pw1"),
+            ("rediss://u:pw2@h/", "pw2"),
+            ("redis://pw3@h", "pw3"),
+        ] {
+            let r = redact_url(url);
+            assert!(!r.contains(secret), "{r}");
+            assert!(r.contains("***@h"), "{r}");
+        }
+        assert_eq!(redact_url("not a url"), "not a url");
+    }
+
+    #[tokio::test]
+    async fn redb_open_errors_name_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        // A directory is not a redb file.
+        let config = StoreConfig {
+            backend: StoreBackend::Redb,
+            path: dir.path().to_owned(),
+            url: None,
+        };
+        let e = open_store(&config)
+            .await
+            .err()
+            .expect("a directory is refused");
+        assert!(
+            e.to_string().contains(&dir.path().display().to_string()),
+            "{e}"
+        );
+
+        let config = StoreConfig {
+            backend: StoreBackend::Redb,
+            path: dir.path().join("relay.redb"),
+            url: None,
+        };
+        let store = open_store(&config).await.unwrap();
+        assert_eq!(store.backend(), "redb");
+        // One process at a time: a second open of the same file fails clearly.
+        if let Err(e) = open_store(&config).await {
+            assert!(e.to_string().contains("relay.redb"), "{e}");
+        }
+    }
+
+    #[cfg(feature = "redis")]
+    #[tokio::test]
+    async fn redis_errors_name_the_server_without_the_password() {
+        let config = StoreConfig {
+            backend: StoreBackend::Redis,
+            path: PathBuf::new(),
+            // Port 1 on loopback: nothing listens there.
+            url: Some("redis://:hunter2@127.0.0.1:1/".to_owned()),
+        };
+        let e = open_store(&config)
+            .await
+            .err()
+            .expect("nothing listens on port 1");
+        let msg = e.to_string();
+        assert!(msg.contains("127.0.0.1:1"), "{msg}");
+        assert!(!msg.contains("hunter2"), "{msg}");
+    }
+}

@@ -1,0 +1,104 @@
+//! `/metrics` shows the relay counters once the relay acted. This file is its own test binary
+//! (its own process) because it installs the global Prometheus recorder.
+
+use bytes::Bytes;
+use context_relay_gateway::Gateway;
+use context_relay_gateway::config::Config;
+use context_relay_gateway::sim::SimProvider;
+use http::Request;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::json;
+
+#[tokio::test]
+async fn relay_counters_appear_on_metrics() {
+    let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .unwrap();
+    let sim = SimProvider::builder()
+        .account("acct-a", "key-a")
+        .account("acct-b", "key-b")
+        .quota_step(30.0)
+        .summary_reply(
+            "writing a handoff note",
+            json!({"summary": "Renaming the crate.", "keyDecisions": [], "taskProgress": "",
+                   "activeEntities": []})
+            .to_string(),
+        )
+        .start()
+        .await
+        .unwrap();
+    let config = Config::from_toml_str(
+        &format!(
+            r#"
+[store]
+backend = "memory"
+[[providers]]
+name = "codex"
+base_url = "{}"
+  [[providers.accounts]]
+  id = "acct-a"
+  api_key = "key-a"
+  [[providers.accounts]]
+  id = "acct-b"
+  api_key = "key-b"
+[[combos]]
+name = "codex-relay"
+targets = ["codex/gpt-5.5"]
+"#,
+            sim.base_url()
+        ),
+        |_| None,
+    )
+    .unwrap();
+    let gateway = Gateway::new(config).unwrap().with_metrics(handle);
+    let server = gateway.spawn("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let client = Client::builder(TokioExecutor::new()).build_http();
+    let get_metrics = || async {
+        let req = Request::get(format!("{}/metrics", server.url()))
+            .body(Full::<Bytes>::default())
+            .unwrap();
+        let res = client.request(req).await.unwrap();
+        assert_eq!(res.status(), 200);
+        String::from_utf8(res.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap()
+    };
+    assert!(!get_metrics().await.contains("context_relay_injected_total"));
+
+    let send = |turn: usize| {
+        let req = Request::post(format!("{}/v1/chat/completions", server.url()))
+            .header("authorization", "Bearer c")
+            .header("session-id", "m1")
+            .body(Full::new(Bytes::from(
+                json!({"model": "codex-relay",
+                       "messages": [{"role": "user", "content": format!("turn {turn}")}]})
+                .to_string(),
+            )))
+            .unwrap();
+        let client = client.clone();
+        async move {
+            let res = client.request(req).await.unwrap();
+            assert_eq!(res.status(), 200);
+            res.into_body().collect().await.unwrap();
+        }
+    };
+    for t in 1..=3 {
+        send(t).await;
+    }
+    gateway.background().idle().await;
+    sim.set_used("acct-a", 100.0);
+    send(4).await;
+    gateway.background().idle().await;
+
+    let page = get_metrics().await;
+    for name in [
+        "context_relay_generations_total",
+        "context_relay_injected_total",
+        "context_relay_consumed_total",
+        "context_relay_switches_total",
+        "context_relay_gateway_retries_total",
+    ] {
+        assert!(page.contains(name), "{name} missing from\n{page}");
+    }
+    assert!(page.contains("outcome=\"generated\""), "{page}");
+}

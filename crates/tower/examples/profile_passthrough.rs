@@ -1,0 +1,72 @@
+//! Runs the pass-through path in a loop, for profilers that count instructions
+//! (`valgrind --tool=callgrind`), which stay repeatable on a busy machine where timings do not.
+//!
+//! `cargo run --release -p context-relay-tower --example profile_passthrough -- [layered|bare] [N]`
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use context_relay_store::{HandoffStore, MemoryStore};
+use context_relay_tower::{ComboName, GenerationLayer, InjectionLayer, ResolvedAccount};
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use tower::{Service, ServiceBuilder, ServiceExt};
+
+const BODY: &str =
+    r#"{"model":"gpt-5","messages":[{"role":"user","content":"add a --json flag"}]}"#;
+
+fn request() -> Request<Full<Bytes>> {
+    let mut req = Request::post("/v1/chat/completions")
+        .header("x-session-id", "bench-session")
+        .header("authorization", "Bearer sk-bench")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from_static(BODY.as_bytes())))
+        .expect("request");
+    req.extensions_mut().insert(ComboName::new("codex-relay"));
+    req.extensions_mut()
+        .insert(ResolvedAccount::new("codex", "acct-a"));
+    req
+}
+
+async fn upstream<B>(req: Request<B>) -> Result<Response<Full<Bytes>>, Infallible>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: std::fmt::Debug,
+{
+    let _ = req.into_body().collect().await.expect("body");
+    Ok(Response::new(Full::new(Bytes::from_static(b"{}"))))
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let mode = args.next().unwrap_or_else(|| "layered".to_owned());
+    let n: usize = args.next().and_then(|n| n.parse().ok()).unwrap_or(10_000);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let store: Arc<dyn HandoffStore> = Arc::new(MemoryStore::new());
+    let layered = ServiceBuilder::new()
+        .layer(GenerationLayer::new(store.clone()))
+        .layer(InjectionLayer::new(store))
+        .service(tower::service_fn(upstream));
+    let bare = tower::service_fn(upstream::<Full<Bytes>>);
+    rt.block_on(async {
+        // Warm the affinity cache: the steady state of a session on its account.
+        let res = layered.clone().oneshot(request()).await.expect("ok");
+        res.into_body().collect().await.expect("body");
+        tokio::task::yield_now().await;
+        for _ in 0..n {
+            if mode == "bare" {
+                let mut svc = bare;
+                let res = svc.ready().await.expect("ready").call(request()).await;
+                res.expect("ok").into_body().collect().await.expect("body");
+            } else {
+                let mut svc = layered.clone();
+                let res = svc.ready().await.expect("ready").call(request()).await;
+                res.expect("ok").into_body().collect().await.expect("body");
+            }
+        }
+    });
+}

@@ -1,0 +1,74 @@
+//! The request headers a later summary needs, kept without cloning the whole header map.
+
+use context_relay_core::session::{DEFAULT_SESSION_HEADERS, SessionSources};
+use http::{HeaderMap, HeaderName};
+
+/// Whether a request header is kept for a possible summary of its turn: the credential (tenant
+/// derivation, and stacks that forward the client's key), the body's encoding, the session
+/// headers, and the API-version and account-routing headers a provider requires on the summary
+/// request too. Everything else belongs to the turn and is not repeated.
+fn kept(name: &HeaderName, sources: &SessionSources) -> bool {
+    matches!(
+        name.as_str(),
+        "authorization"
+            | "x-api-key"
+            | "content-encoding"
+            | "anthropic-version"
+            | "anthropic-beta"
+            | "openai-beta"
+            | "openai-organization"
+            | "openai-project"
+            | "chatgpt-account-id"
+            | "originator"
+            | "user-agent"
+            | "version"
+    ) || DEFAULT_SESSION_HEADERS.contains(&name.as_str())
+        || sources.header_names().contains(name)
+}
+
+/// The kept headers of `headers` (one pass, no full clone: this runs on every relayed request).
+pub(crate) fn keep(headers: &HeaderMap, sources: &SessionSources) -> HeaderMap {
+    let mut out = HeaderMap::new();
+    for (name, value) in headers {
+        if kept(name, sources) {
+            out.append(name.clone(), value.clone());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_credentials_session_and_api_headers_only() {
+        let mut h = HeaderMap::new();
+        for (n, v) in [
+            ("authorization", "Bearer k"),
+            ("x-claude-code-session-id", "s"),
+            ("anthropic-version", "2023-06-01"),
+            ("content-encoding", "zstd"),
+            ("x-codex-turn-state", "ts"),
+            ("accept", "text/event-stream"),
+            ("content-length", "12"),
+            ("x-custom-session", "c"),
+        ] {
+            h.insert(n, v.parse().unwrap());
+        }
+        let sources =
+            SessionSources::default().headers([HeaderName::from_static("x-custom-session")]);
+        let kept = keep(&h, &sources);
+        let names: Vec<&str> = kept.keys().map(|n| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "authorization",
+                "x-claude-code-session-id",
+                "anthropic-version",
+                "content-encoding",
+                "x-custom-session"
+            ]
+        );
+    }
+}
