@@ -19,6 +19,12 @@
 //! direct target has no CPU figure because the simulated provider shares the load generator's
 //! process.
 //!
+//! Reading the figures: with 16 connections neither core is saturated, because every SSE answer
+//! of the simulated provider waits ~40 ms between its first and second write (its listener does
+//! not set `TCP_NODELAY`, so Nagle's algorithm meets the receiver's delayed ACK). Requests per
+//! second are therefore bounded by that latency for all four targets alike; CPU time per
+//! request is the figure that tells the targets apart (DESIGN §11 says as much).
+//!
 //! Rounds run every target once, in an order rotated each round, so that drift of a shared
 //! machine spreads over all targets. Misses of a budget are reported, never turned into a
 //! failing exit status: timings are not assertions.
@@ -30,7 +36,9 @@
 //!
 //! Environment: `GATEWAY_LOAD_ROUNDS` (5), `GATEWAY_LOAD_SECS` per target per round (3),
 //! `GATEWAY_LOAD_WARMUP_SECS` per target before the first round (0.5),
-//! `GATEWAY_LOAD_CONCURRENCY` connections (16), `GATEWAY_LOAD_CORES` as `parent,child` (`0,1`).
+//! `GATEWAY_LOAD_CONCURRENCY` connections (16), `GATEWAY_LOAD_CORES` as `parent,child` (`0,1`),
+//! `GATEWAY_LOAD_MIX`, the request kinds each connection sends in turn (`1k,100k,sse`; e.g.
+//! `1k` alone for the per-1 KB-request CPU figure of DESIGN §11).
 
 #![forbid(unsafe_code)]
 
@@ -128,6 +136,8 @@ struct Settings {
     warmup: Duration,
     concurrency: usize,
     cores: (usize, usize),
+    /// Indices into [`Kind::ALL`], sent in turn by every connection.
+    kinds: Vec<usize>,
 }
 
 impl Settings {
@@ -165,8 +175,27 @@ impl Settings {
             warmup: secs("GATEWAY_LOAD_WARMUP_SECS", 0.5)?,
             concurrency,
             cores,
+            kinds: kinds_from_env()?,
         })
     }
+}
+
+fn kinds_from_env() -> Result<Vec<usize>, BoxError> {
+    let Ok(v) = std::env::var("GATEWAY_LOAD_MIX") else {
+        return Ok((0..Kind::ALL.len()).collect());
+    };
+    v.split(',')
+        .map(|k| {
+            let k = k.trim();
+            Kind::ALL
+                .iter()
+                .position(|kind| kind.key() == k)
+                .ok_or_else(|| {
+                    format!("GATEWAY_LOAD_MIX: expected a list of 1k, 100k, sse; found {k:?}")
+                        .into()
+                })
+        })
+        .collect()
 }
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> Result<T, BoxError>
@@ -226,6 +255,15 @@ fn serve_main(args: &[String]) -> Result<(), BoxError> {
             Target::GatewayOn | Target::GatewayOff => {
                 let relay_on = args.target == Target::GatewayOn;
                 let gateway = Gateway::new(gateway_config(&args.upstream, relay_on)?)?;
+                if gateway.relay_enabled() != relay_on {
+                    return Err(format!(
+                        "{}: expected the relay {}, found it {}",
+                        args.target.name(),
+                        if relay_on { "on" } else { "off" },
+                        if relay_on { "off" } else { "on" },
+                    )
+                    .into());
+                }
                 let running = gateway.spawn(loopback).await?;
                 (running.addr(), Box::new(running))
             }
@@ -266,16 +304,13 @@ fn write_port_file(path: &Path, port: u16) -> std::io::Result<()> {
 }
 
 /// The gateway of both gateway targets: one provider (the simulated one, Codex quota headers),
-/// one context-relay combo, handoffs in memory.
-///
-/// Relay switch: this branch's gateway has no relay layers yet, so `relay_on` cannot change
-/// anything and both targets measure the same stack. Once the gateway grows its switch, it is
-/// set here from `relay_on` (see the report in the commit message).
+/// one context-relay combo, handoffs in memory; they differ only in the top-level
+/// `relay_enabled` switch (off: neither GenerationLayer nor InjectionLayer is in the stack).
 fn gateway_config(upstream: &str, relay_on: bool) -> Result<Config, BoxError> {
-    let _ = relay_on;
     let toml = format!(
         r#"
 listen = "127.0.0.1:0"
+relay_enabled = {relay_on}
 [store]
 backend = "memory"
 [relay]
@@ -512,18 +547,38 @@ enum Kind {
 
 impl Kind {
     const ALL: [Kind; 3] = [Kind::Small, Kind::Large, Kind::Stream];
+
+    /// The name in `GATEWAY_LOAD_MIX`.
+    fn key(self) -> &'static str {
+        match self {
+            Kind::Small => "1k",
+            Kind::Large => "100k",
+            Kind::Stream => "sse",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Small => "1 KB",
+            Kind::Large => "100 KB",
+            Kind::Stream => "SSE",
+        }
+    }
 }
 
 /// The request bodies, built once and shared (a `Bytes` clone is a reference count).
 struct Mix {
+    /// Indices into [`Kind::ALL`], sent in turn.
+    kinds: Vec<usize>,
     small: Bytes,
     large: Bytes,
     stream: Bytes,
 }
 
 impl Mix {
-    fn new() -> Self {
+    fn new(kinds: Vec<usize>) -> Self {
         Self {
+            kinds,
             small: chat_body(1024, 1, false),
             large: chat_body(100 * 1024, 40, false),
             stream: chat_body(1024, 1, true),
@@ -570,7 +625,8 @@ struct WindowStats {
     ok: u64,
     errors: u64,
     first_error: Option<String>,
-    latencies_us: Vec<u64>,
+    /// Per [`Kind`], in [`Kind::ALL`] order.
+    latencies_us: [Vec<u64>; 3],
 }
 
 impl WindowStats {
@@ -580,7 +636,9 @@ impl WindowStats {
         if self.first_error.is_none() {
             self.first_error = other.first_error;
         }
-        self.latencies_us.extend(other.latencies_us);
+        for (mine, theirs) in self.latencies_us.iter_mut().zip(other.latencies_us) {
+            mine.extend(theirs);
+        }
     }
 
     fn error(&mut self, e: impl fmt::Display) {
@@ -623,7 +681,8 @@ async fn worker(addr: SocketAddr, index: usize, deadline: Instant, mix: Arc<Mix>
                 }
             },
         };
-        let kind = Kind::ALL[turn % Kind::ALL.len()];
+        let kind_index = mix.kinds[turn % mix.kinds.len()];
+        let kind = Kind::ALL[kind_index];
         turn += 1;
         let mut req = Request::post(CHAT_PATH);
         if let Some(h) = req.headers_mut() {
@@ -647,8 +706,7 @@ async fn worker(addr: SocketAddr, index: usize, deadline: Instant, mix: Arc<Mix>
         match tokio::time::timeout(REQUEST_TIMEOUT, exchange).await {
             Ok(Ok((status, _))) if status.is_success() => {
                 stats.ok += 1;
-                stats
-                    .latencies_us
+                stats.latencies_us[kind_index]
                     .push(u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX));
             }
             Ok(Ok((status, _))) => stats.error(format!("status {status}")),
@@ -796,12 +854,17 @@ async fn run(settings: Settings, pinning: Pinning) -> Result<(), BoxError> {
             places.push((target, addr, Some(pid)));
         }
     }
-    let mix = Arc::new(Mix::new());
+    let mix = Arc::new(Mix::new(settings.kinds.clone()));
 
     println!("gateway_load: loopback load bench (DESIGN §11 pass-through budgets)");
     println!("  placement: {}", pinning.note);
     println!(
-        "  mix: 1/3 each of {} B chat, {} B chat, {} B chat with an SSE response; {} keep-alive connections",
+        "  mix: {} in turn ({} B chat, {} B chat, {} B chat with an SSE response); {} keep-alive connections",
+        mix.kinds
+            .iter()
+            .map(|&k| Kind::ALL[k].key())
+            .collect::<Vec<_>>()
+            .join(","),
         mix.small.len(),
         mix.large.len(),
         mix.stream.len(),
@@ -815,7 +878,7 @@ async fn run(settings: Settings, pinning: Pinning) -> Result<(), BoxError> {
         settings.warmup.as_secs_f64()
     );
     println!(
-        "  relay switch: not in this gateway yet: gateway-on and gateway-off run the same stack"
+        "  gateway-on: relay_enabled = true, `session-id` on every request, quota at 0 %; gateway-off: relay_enabled = false"
     );
 
     for &(target, addr, pid) in &places {
@@ -861,7 +924,11 @@ fn report(places: &[(Target, SocketAddr, Option<u32>)], totals: &mut [Totals], t
         "target", "req/s", "p50 ms", "p99 ms", "CPU µs/req", "per round min–max", "errors"
     );
     for ((target, _, _), t) in places.iter().zip(totals.iter_mut()) {
-        t.stats.latencies_us.sort_unstable();
+        let mut all: Vec<u64> = t.stats.latencies_us.concat();
+        all.sort_unstable();
+        for per_kind in &mut t.stats.latencies_us {
+            per_kind.sort_unstable();
+        }
         let cpu = t
             .cpu_us(tick_us)
             .map_or_else(|| "—".to_owned(), |c| format!("{c:.1}"));
@@ -876,8 +943,8 @@ fn report(places: &[(Target, SocketAddr, Option<u32>)], totals: &mut [Totals], t
             "{:<12} {:>9.0} {:>9.2} {:>9.2} {:>11} {:>17} {:>8}",
             target.name(),
             t.rps(),
-            percentile_ms(&t.stats.latencies_us, 50.0),
-            percentile_ms(&t.stats.latencies_us, 99.0),
+            percentile_ms(&all, 50.0),
+            percentile_ms(&all, 99.0),
             cpu,
             spread,
             t.stats.errors
@@ -885,6 +952,28 @@ fn report(places: &[(Target, SocketAddr, Option<u32>)], totals: &mut [Totals], t
         if let Some(e) = &t.stats.first_error {
             println!("{:<12} first error: {e}", "");
         }
+    }
+    println!();
+    print!("{:<12}", "p50 / p99 ms");
+    for kind in Kind::ALL {
+        print!(" {:>17}", kind.name());
+    }
+    println!();
+    for ((target, _, _), t) in places.iter().zip(totals.iter()) {
+        print!("{:<12}", target.name());
+        for per_kind in &t.stats.latencies_us {
+            let cell = if per_kind.is_empty() {
+                "—".to_owned()
+            } else {
+                format!(
+                    "{:.2} / {:.2}",
+                    percentile_ms(per_kind, 50.0),
+                    percentile_ms(per_kind, 99.0)
+                )
+            };
+            print!(" {cell:>17}");
+        }
+        println!();
     }
     let find = |target: Target| {
         places
