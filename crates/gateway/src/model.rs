@@ -1,7 +1,7 @@
 //! Reading and rewriting the top-level `model` of a JSON request body without touching any
 //! other byte.
 //!
-//! The value is located with a borrowed [`RawValue`], so the body is scanned once and never
+//! The value is located with the core's raw JSON scanner, so the body is scanned once and never
 //! re-serialized: key order, number formatting and unknown fields reach the provider exactly as
 //! the client sent them.
 //!
@@ -18,8 +18,7 @@
 use std::ops::Range;
 
 use bytes::{Bytes, BytesMut};
-use serde::Deserialize;
-use serde_json::value::RawValue;
+use context_relay_core::json::{self, JsonError, Kind};
 
 /// Why no model could be read.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -44,38 +43,38 @@ pub struct ModelField {
     pub span: Range<usize>,
 }
 
-#[derive(Deserialize)]
-struct Top<'a> {
-    #[serde(borrow, default)]
-    model: Option<&'a RawValue>,
-}
-
 /// Finds the top-level `model` string of `body`.
+///
+/// The body is validated whole by the core's raw JSON scanner (several times faster than a
+/// serde pass over 100 KB coding-session bodies, which every request pays), so a malformed
+/// body is answered here with a 400 instead of reaching a provider.
 pub fn find_model(body: &[u8]) -> Result<ModelField, ModelError> {
-    // serde would also accept a JSON array for a struct; only objects are requests.
-    match body.iter().find(|b| !b.is_ascii_whitespace()) {
-        Some(b'{') => {}
-        Some(_) => return Err(ModelError::NotJson("a value that is not an object".into())),
-        None => return Err(ModelError::NotJson("an empty body".into())),
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ModelError::NotJson("an empty body".into()));
     }
-    let top: Top<'_> = serde_json::from_slice(body)
-        .map_err(|e| ModelError::NotJson(format!("invalid JSON ({e})")))?;
-    let raw = top.model.ok_or(ModelError::Missing)?;
-    let text = raw.get();
-    let value = match serde_json::from_str::<String>(text) {
-        Ok(v) if !v.trim().is_empty() => v,
-        _ => return Err(ModelError::NotString(truncate(text))),
-    };
-    // `raw` borrows from `body`, so its offset is plain address arithmetic; checked anyway so a
-    // wrong assumption can only produce an error, never a bad slice.
-    let start = (text.as_ptr() as usize)
-        .checked_sub(body.as_ptr() as usize)
-        .filter(|s| s + text.len() <= body.len() && &body[*s..*s + text.len()] == text.as_bytes())
-        .ok_or_else(|| ModelError::NotJson("a body whose model could not be located".into()))?;
-    Ok(ModelField {
-        value,
-        span: start..start + text.len(),
-    })
+    let object = json::parse_object(body).map_err(|e| match e {
+        JsonError::WrongKind { found, .. } => {
+            ModelError::NotJson(format!("{} instead of an object", found.described()))
+        }
+        e => ModelError::NotJson(format!("invalid JSON ({e})")),
+    })?;
+    // Duplicate keys are ambiguous: providers disagree on which one wins.
+    let index = object
+        .unique("model")
+        .map_err(|e| ModelError::NotJson(format!("invalid JSON ({e})")))?
+        .ok_or(ModelError::Missing)?;
+    let span = object.fields[index].value.clone();
+    let text = String::from_utf8_lossy(&body[span.clone()]);
+    if Kind::of(body, &span) != Some(Kind::String) {
+        return Err(ModelError::NotString(truncate(&text)));
+    }
+    match json::decode_str(body, span.clone()) {
+        Ok(v) if !v.trim().is_empty() => Ok(ModelField {
+            value: v.into_owned(),
+            span,
+        }),
+        _ => Err(ModelError::NotString(truncate(&text))),
+    }
 }
 
 /// `body` with the string at `field.span` replaced by the JSON string `model`; `None` when the
