@@ -220,10 +220,7 @@ async fn summary_timeout_is_unavailable() {
 async fn failed_response_stream_starts_no_summary() {
     let stack = Stack::new();
     stack.upstream.set_percent("acct-a", 88.0);
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
-    stack
-        .upstream
-        .with(|s| s.turn = Turn::Stream(Arc::new(std::sync::Mutex::new(Some(rx)))));
+    let tx = stack.upstream.stream_next_turn();
     tx.send(Ok(http_body::Frame::data(bytes::Bytes::from_static(
         b"data: {}\n\n",
     ))))

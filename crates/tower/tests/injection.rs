@@ -2,7 +2,6 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -123,10 +122,7 @@ async fn failed_stream_keeps_the_handoff() {
         .await
         .unwrap();
     stack.use_account("acct-b");
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
-    stack
-        .upstream
-        .with(|s| s.turn = Turn::Stream(Arc::new(std::sync::Mutex::new(Some(rx)))));
+    let tx = stack.upstream.stream_next_turn();
     tx.send(Ok(http_body::Frame::data(Bytes::from_static(
         b"data: {}\n\n",
     ))))
@@ -149,10 +145,7 @@ async fn dropped_response_keeps_the_handoff() {
         .await
         .unwrap();
     stack.use_account("acct-b");
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
-    stack
-        .upstream
-        .with(|s| s.turn = Turn::Stream(Arc::new(std::sync::Mutex::new(Some(rx)))));
+    let tx = stack.upstream.stream_next_turn();
     tx.send(Ok(http_body::Frame::data(Bytes::from_static(
         b"data: {}\n\n",
     ))))
@@ -182,10 +175,7 @@ async fn two_concurrent_requests_after_a_switch_inject_once_while_leased() {
         .unwrap();
     stack.use_account("acct-b");
     // Hold the first response open so its claim stays leased.
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
-    stack
-        .upstream
-        .with(|s| s.turn = Turn::Stream(Arc::new(std::sync::Mutex::new(Some(rx)))));
+    let tx = stack.upstream.stream_next_turn();
     let first = stack
         .svc
         .clone()

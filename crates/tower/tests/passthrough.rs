@@ -4,12 +4,11 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use support::{Stack, Turn, full};
+use support::{Stack, full};
 use tower::ServiceExt;
 
 fn fixtures() -> Vec<PathBuf> {
@@ -83,10 +82,7 @@ async fn every_capture_passes_through_byte_identical() {
 async fn streaming_responses_are_not_buffered() {
     let stack = Stack::new();
     stack.upstream.set_percent("acct-a", 88.0); // even a qualifying turn streams through
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
-    stack
-        .upstream
-        .with(|s| s.turn = Turn::Stream(Arc::new(std::sync::Mutex::new(Some(rx)))));
+    let tx = stack.upstream.stream_next_turn();
     let res = stack
         .svc
         .clone()

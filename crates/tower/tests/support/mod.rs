@@ -130,6 +130,14 @@ impl Upstream {
     pub fn summaries(&self) -> Vec<Seen> {
         self.seen().into_iter().filter(|s| s.skip_relay).collect()
     }
+    /// The next turn streams the frames sent on the returned channel (dropping it ends the
+    /// stream).
+    pub fn stream_next_turn(&self) -> mpsc::Sender<Result<Frame<Bytes>, TestError>> {
+        let (tx, rx) = mpsc::channel(4);
+        self.with(|s| s.turn = Turn::Stream(Arc::new(Mutex::new(Some(rx)))));
+        tx
+    }
+
     pub fn with<R>(&self, f: impl FnOnce(&mut Script) -> R) -> R {
         f(&mut self.script.lock().unwrap())
     }
