@@ -21,6 +21,7 @@
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 mod background;
+mod builder;
 mod configs;
 pub mod extensions;
 pub mod generation;
@@ -31,6 +32,7 @@ mod quota_source;
 mod summarizer;
 
 pub use background::Background;
+pub use builder::ServiceBuilderExt;
 pub use configs::RelayConfigs;
 pub use extensions::{ComboName, QuotaSignal, ResolvedAccount, SessionId, SkipRelay, Tenant};
 pub use generation::{Generation, GenerationLayer};
