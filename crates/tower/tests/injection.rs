@@ -43,6 +43,23 @@ fn record(session: &str, credential: &str, from: &str) -> HandoffRecord {
     }
 }
 
+/// A stack whose session `s1` (credential `k1`) has a handoff written by acct-a and is now
+/// resolved to acct-b.
+async fn switched_with_handoff() -> Stack {
+    let stack = Stack::new();
+    stack
+        .store
+        .upsert(record("s1", "k1", "acct-a"))
+        .await
+        .unwrap();
+    stack.use_account("acct-b");
+    stack
+}
+
+fn sse_frame() -> http_body::Frame<Bytes> {
+    http_body::Frame::data(Bytes::from_static(b"data: {}\n\n"))
+}
+
 #[tokio::test]
 async fn handoff_injected_only_on_another_account() {
     let stack = Stack::new();
@@ -89,13 +106,7 @@ async fn handoff_injected_only_on_another_account() {
 
 #[tokio::test]
 async fn error_status_keeps_the_handoff_for_the_next_attempt() {
-    let stack = Stack::new();
-    stack
-        .store
-        .upsert(record("s1", "k1", "acct-a"))
-        .await
-        .unwrap();
-    stack.use_account("acct-b");
+    let stack = switched_with_handoff().await;
     stack
         .upstream
         .with(|s| s.turn = Turn::Status(StatusCode::INTERNAL_SERVER_ERROR));
@@ -115,19 +126,9 @@ async fn error_status_keeps_the_handoff_for_the_next_attempt() {
 
 #[tokio::test]
 async fn failed_stream_keeps_the_handoff() {
-    let stack = Stack::new();
-    stack
-        .store
-        .upsert(record("s1", "k1", "acct-a"))
-        .await
-        .unwrap();
-    stack.use_account("acct-b");
+    let stack = switched_with_handoff().await;
     let tx = stack.upstream.stream_next_turn();
-    tx.send(Ok(http_body::Frame::data(Bytes::from_static(
-        b"data: {}\n\n",
-    ))))
-    .await
-    .unwrap();
+    tx.send(Ok(sse_frame())).await.unwrap();
     tx.send(Err("reset".into())).await.unwrap();
     drop(tx);
     stack.send(chat("s1", "k1", 2)).await;
@@ -138,19 +139,9 @@ async fn failed_stream_keeps_the_handoff() {
 
 #[tokio::test]
 async fn dropped_response_keeps_the_handoff() {
-    let stack = Stack::new();
-    stack
-        .store
-        .upsert(record("s1", "k1", "acct-a"))
-        .await
-        .unwrap();
-    stack.use_account("acct-b");
+    let stack = switched_with_handoff().await;
     let tx = stack.upstream.stream_next_turn();
-    tx.send(Ok(http_body::Frame::data(Bytes::from_static(
-        b"data: {}\n\n",
-    ))))
-    .await
-    .unwrap();
+    tx.send(Ok(sse_frame())).await.unwrap();
     let res = stack
         .svc
         .clone()
@@ -167,13 +158,7 @@ async fn dropped_response_keeps_the_handoff() {
 
 #[tokio::test]
 async fn two_concurrent_requests_after_a_switch_inject_once_while_leased() {
-    let stack = Stack::new();
-    stack
-        .store
-        .upsert(record("s1", "k1", "acct-a"))
-        .await
-        .unwrap();
-    stack.use_account("acct-b");
+    let stack = switched_with_handoff().await;
     // Hold the first response open so its claim stays leased.
     let tx = stack.upstream.stream_next_turn();
     let first = stack
