@@ -20,6 +20,7 @@ pub mod api;
 pub mod config;
 pub mod conversation;
 pub mod decode;
+pub mod ending;
 pub mod handoff;
 pub mod inject;
 pub mod json;
