@@ -332,6 +332,14 @@ async fn a_rejected_request_is_repaired_once_even_without_a_known_switch() {
     assert_eq!(received[1].status, StatusCode::OK);
     assert!(!received[1].carries_state_of("acct-x"));
     assert_eq!(received[1].account, "acct-a", "retried on the same account");
+    // What was rejected is remembered: the next turn is scrubbed, not rejected again, and the
+    // account's own reasoning from the repaired turn is forwarded.
+    let headers = codex.turn(&relay, "and then").await;
+    assert_eq!(action(&headers), "scrubbed");
+    let received = relay.provider.received();
+    assert_eq!(received.len(), 3);
+    assert_eq!(received[2].status, StatusCode::OK);
+    assert!(received[2].text.contains("enc:acct-a:1"));
 
     // The same for Anthropic's signed thinking blocks.
     let mut claude = Claude::new("claude-stranger");
@@ -341,8 +349,8 @@ async fn a_rejected_request_is_repaired_once_even_without_a_known_switch() {
     let headers = claude.turn(&relay, "next").await;
     assert_eq!(action(&headers), "repaired");
     let received = relay.provider.received();
-    assert_eq!(received.len(), 4);
-    assert!(!received[3].carries_state_of("acct-x"));
+    assert_eq!(received.len(), 5);
+    assert!(!received[4].carries_state_of("acct-x"));
 }
 
 #[tokio::test]
