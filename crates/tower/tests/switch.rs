@@ -594,3 +594,51 @@ async fn two_replicas_on_one_redis_alternate_a_session_across_a_switch() {
     assert!(!received.last().unwrap().carries_state_of("acct-b"));
     assert_eq!(received.iter().map(|r| r.handoffs()).sum::<usize>(), 1);
 }
+
+#[tokio::test]
+async fn the_fast_path_forwards_the_body_as_it_comes() {
+    use http_body_util::StreamBody;
+    let store: Arc<dyn HandoffStore> = Arc::new(MemoryStore::new());
+    let key = HandoffKey::new(tenant(), "steady", "relay");
+    store
+        .set_affinity(&key, context_relay_store::Affinity::new("codex", "acct-a"))
+        .await
+        .unwrap();
+    // The upstream answers after the first frame of the body: a layer that buffered the body
+    // first would never let it.
+    let upstream = tower::service_fn(
+        |req: Request<context_relay_tower::injection::RequestBody<Body>>| async move {
+            let mut body = req.into_body();
+            let first = body.frame().await.expect("a frame").expect("ok");
+            let first = first.into_data().expect("data");
+            Ok::<_, Infallible>(Response::new(full(first)))
+        },
+    );
+    let svc = ServiceBuilder::new()
+        .layer(InjectionLayer::new(store))
+        .service(upstream);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<http_body::Frame<Bytes>, Infallible>>(2);
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    let mut req = Request::post("/v1/responses")
+        .header("session-id", "steady")
+        .header("authorization", format!("Bearer {KEY}"))
+        .body(BodyExt::boxed(StreamBody::new(stream)))
+        .unwrap();
+    req.extensions_mut().insert(ComboName::new("relay"));
+    req.extensions_mut()
+        .insert(ResolvedAccount::new("codex", "acct-a"));
+    tx.send(Ok(http_body::Frame::data(Bytes::from_static(
+        b"{\"input\":",
+    ))))
+    .await
+    .unwrap();
+    let res = tokio::time::timeout(Duration::from_secs(5), svc.oneshot(req))
+        .await
+        .expect("answered before the body ended")
+        .unwrap();
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, Bytes::from_static(b"{\"input\":"));
+    drop(tx);
+}
