@@ -195,6 +195,29 @@ impl From<JsonError> for PortableError {
     }
 }
 
+/// Member names only account-bound state uses.
+const BOUND_MARKERS: [&[u8]; 5] = [
+    b"\"encrypted_content\"",
+    b"\"previous_response_id\"",
+    b"\"conversation\"",
+    b"\"signature\"",
+    b"\"redacted_thinking\"",
+];
+
+/// Whether `body` may carry account-bound state, from a byte scan (no parse): `false` means
+/// certainly none, so there is nothing [`rewrite`] could remove.
+///
+/// ```
+/// use context_relay_core::portable::may_carry_bound_state;
+/// assert!(may_carry_bound_state(br#"{"input":[{"type":"reasoning","encrypted_content":"x"}]}"#));
+/// assert!(!may_carry_bound_state(br#"{"input":"hi"}"#));
+/// ```
+pub fn may_carry_bound_state(body: &[u8]) -> bool {
+    BOUND_MARKERS
+        .iter()
+        .any(|m| memchr::memmem::find(body, m).is_some())
+}
+
 /// Removes all account-bound state of `body` (see the module docs).
 pub fn make_portable(shape: ApiShape, body: &[u8]) -> Result<Portable, PortableError> {
     let r = rewrite(shape, body, Scope::All, None, InjectionSlot::default())?;

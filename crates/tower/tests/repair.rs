@@ -12,6 +12,7 @@ use bound::clients::{Claude, Codex, Relay, action, tenant};
 use bytes::Bytes;
 use context_relay_core::HandoffKey;
 use context_relay_tower::injection::RELAY_HEADER;
+use futures_util::StreamExt;
 use http::StatusCode;
 use serde_json::json;
 use tower::ServiceExt;
@@ -144,4 +145,55 @@ async fn an_error_status_releases_the_claim_before_the_response_is_handed_back()
     let headers = codex.turn(&relay, "b").await;
     assert_eq!(action(&headers), "injected, scrubbed");
     assert_eq!(relay.provider.received().last().unwrap().handoffs(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_that_goes_quiet_after_its_opening_is_passed_on() {
+    use std::convert::Infallible;
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use context_relay_store::MemoryStore;
+    use context_relay_tower::{ComboName, InjectionLayer, ResolvedAccount};
+    use http::{Request, Response};
+    use http_body_util::{BodyExt, StreamBody};
+    use tower::ServiceBuilder;
+
+    let opening = Bytes::from_static(
+        b"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"r\"}}\n\n",
+    );
+    let upstream = tower::service_fn(move |req: Request<_>| {
+        let opening = opening.clone();
+        async move {
+            // Read the request, as a provider does (the layer keeps it for a repair).
+            let _ = BodyExt::collect(req.into_body()).await;
+            // The opening event, then nothing (the provider stalls).
+            let frames =
+                futures_util::stream::iter([Ok::<_, Infallible>(http_body::Frame::data(opening))])
+                    .chain(futures_util::stream::pending());
+            let mut res = Response::new(StreamBody::new(frames));
+            res.headers_mut()
+                .insert("content-type", "text/event-stream".parse().unwrap());
+            Ok::<_, Infallible>(res)
+        }
+    });
+    let svc = ServiceBuilder::new()
+        .layer(InjectionLayer::new(Arc::new(MemoryStore::new())))
+        .service(upstream);
+    let body = json!({"stream": true, "input": [
+        {"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"enc:acct-x:1"}]});
+    let mut req = Request::post("/v1/responses")
+        .header("session-id", "quiet")
+        .body(http_body_util::Full::new(Bytes::from(body.to_string())))
+        .unwrap();
+    req.extensions_mut().insert(ComboName::new("relay"));
+    req.extensions_mut()
+        .insert(ResolvedAccount::new("codex", "acct-a"));
+    // The opening is held back while the provider is quiet, then passed on: the head and the
+    // first event arrive (in paused time, the hold's limit elapses at once).
+    let res = svc.oneshot(req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let mut body = res.into_body();
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("response.created"));
 }

@@ -512,6 +512,10 @@ mod props {
                     .map(|(i, (old, k))| item(i, *old, *k)).collect::<Vec<_>>(),
             });
             let (_, first) = scoped(ApiShape::Responses, &at_switch, Scope::All, None);
+            // A body the byte scan calls free of account-bound state has nothing to remove.
+            let bytes = serde_json::to_vec(&body).unwrap();
+            let (_, all) = scoped(ApiShape::Responses, &body, Scope::All, None);
+            prop_assert!(may_carry_bound_state(&bytes) || all.removed.is_empty());
             let foreign = ForeignSet::from_digests(first.seen.iter().copied());
             let (out, _) = scoped(ApiShape::Responses, &body, Scope::Foreign(&foreign), None);
             let text = out.to_string();

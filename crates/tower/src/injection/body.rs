@@ -212,24 +212,25 @@ impl Tee {
         self.with(|s| s.ended = true);
     }
 
-    /// The whole body, when all of it went out and was kept.
-    pub(crate) fn take(&self) -> Option<Bytes> {
+    /// The whole body, when all of it went out and was kept (joined once, kept joined).
+    pub(crate) fn whole(&self) -> Option<Bytes> {
         self.with(|s| {
             if s.given_up || !s.ended {
                 return None;
             }
-            let frames = std::mem::take(&mut s.frames);
-            Some(match frames.len() {
+            let whole = match s.frames.len() {
                 0 => Bytes::new(),
-                1 => frames.into_iter().next().unwrap_or_default(),
+                1 => s.frames[0].clone(),
                 _ => {
                     let mut all = BytesMut::with_capacity(s.len);
-                    for f in frames {
-                        all.extend_from_slice(&f);
+                    for f in &s.frames {
+                        all.extend_from_slice(f);
                     }
                     all.freeze()
                 }
-            })
+            };
+            s.frames = vec![whole.clone()];
+            Some(whole)
         })
     }
 }

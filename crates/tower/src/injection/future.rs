@@ -72,7 +72,7 @@ where
             } => {
                 let result = ready!(inner.poll(cx));
                 let look = match (&result, retry.as_ref()) {
-                    (Ok(response), Some(r)) => needs_a_look(response, r.shape),
+                    (Ok(response), Some(r)) => needs_a_look(response, r),
                     _ => false,
                 };
                 if !look {

@@ -151,6 +151,7 @@ where
                 shape,
                 slot: config.injection_slot_responses,
                 sent: Sent::Body(json),
+                turn_state: parts.headers.contains_key(TURN_STATE_HEADER),
                 resend: resend(spare, &parts),
                 remember: Some(remember),
             });
@@ -255,6 +256,7 @@ where
             shape,
             slot: config.injection_slot_responses,
             sent,
+            turn_state: parts.headers.contains_key(TURN_STATE_HEADER),
             resend: resend(spare, &parts),
             remember: Some(remember),
         };

@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use context_relay_core::ApiShape;
@@ -24,14 +24,20 @@ use crate::metrics;
 /// Most stream bytes held back while waiting for the first output event; past this the stream
 /// is passed on as it is.
 const HOLD_LIMIT: usize = 64 * 1024;
+/// Longest wait for the next event while holding a stream's opening back: a provider that goes
+/// quiet after `response.created` gets its stream passed on rather than the client's response
+/// head delayed.
+const HOLD_TIME: Duration = Duration::from_secs(10);
 
 /// What was read ahead of the consumer.
 type Prefix<B> = VecDeque<Result<Frame<<B as Body>::Data>, <B as Body>::Error>>;
 
 /// Whether a response must be looked at before it is handed on: a 400 that may blame
-/// account-bound state, or a Responses stream whose opening may be followed by such a failure.
-pub(crate) fn needs_a_look<B>(response: &Response<B>, shape: ApiShape) -> bool {
-    response.status() == StatusCode::BAD_REQUEST || holdable(response, shape)
+/// account-bound state, or a Responses stream whose opening may be followed by such a failure,
+/// when the request may carry account-bound state at all (else a repair changes nothing).
+pub(crate) fn needs_a_look<B, E>(response: &Response<B>, retry: &Retry<B, E>) -> bool {
+    (response.status() == StatusCode::BAD_REQUEST || holdable(response, retry.shape))
+        && retry.may_repair()
 }
 
 fn holdable<B>(response: &Response<B>, shape: ApiShape) -> bool {
@@ -104,7 +110,7 @@ where
             return Err(e);
         }
     };
-    let Some(retry) = retry.filter(|r| needs_a_look(&response, r.shape)) else {
+    let Some(retry) = retry.filter(|r| needs_a_look(&response, r)) else {
         return Ok(settle(response, after).await);
     };
     let shape = retry.shape;
@@ -213,7 +219,15 @@ where
             ended = body.is_end_stream();
             break;
         }
-        match body.frame().await {
+        let next = if hold {
+            match tokio::time::timeout(HOLD_TIME, body.frame()).await {
+                Ok(next) => next,
+                Err(_) => break,
+            }
+        } else {
+            body.frame().await
+        };
+        match next {
             None => {
                 ended = true;
                 break;

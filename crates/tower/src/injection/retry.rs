@@ -10,7 +10,7 @@ use std::time::Duration;
 use context_relay_core::config::InjectionSlot;
 use context_relay_core::decode;
 use context_relay_core::portable::ForeignSet;
-use context_relay_core::portable::TURN_STATE_HEADER;
+use context_relay_core::portable::{self, TURN_STATE_HEADER};
 use context_relay_core::{ApiShape, HandoffKey};
 use http::{HeaderValue, Request, Response, header};
 use tower_service::Service;
@@ -31,6 +31,15 @@ pub(crate) struct Retry<B, E> {
     pub(crate) sent: Sent,
     pub(crate) resend: Resend<B, E>,
     pub(crate) remember: Option<Remember>,
+    /// The request carried an `x-codex-turn-state` header.
+    pub(crate) turn_state: bool,
+}
+
+impl<B, E> Retry<B, E> {
+    /// Whether a repair could change anything: the request may carry account-bound state.
+    pub(crate) fn may_repair(&self) -> bool {
+        self.turn_state || self.sent.may_be_bound()
+    }
 }
 
 /// The session a repair belongs to: the state it strips is recorded as foreign to the serving
@@ -56,6 +65,20 @@ pub(crate) enum Sent {
 }
 
 impl Sent {
+    /// Whether the body that went out may carry account-bound state: without any, a rejection
+    /// cannot be repaired, and a stream need not be held back.
+    pub(crate) fn may_be_bound(&self) -> bool {
+        let scan = |b: &[u8]| portable::may_carry_bound_state(b);
+        match self {
+            Sent::Body(b) => scan(b),
+            // Compressed: cannot tell without decoding; assume it may.
+            Sent::Tee {
+                encoding: Some(_), ..
+            } => true,
+            Sent::Tee { tee, .. } => tee.whole().is_some_and(|b| scan(&b)),
+        }
+    }
+
     /// The JSON that went out, when all of it is known.
     pub(crate) fn json(self) -> Option<Bytes> {
         match self {
@@ -65,7 +88,7 @@ impl Sent {
                 encoding,
                 limit,
             } => {
-                let raw = tee.take()?;
+                let raw = tee.whole()?;
                 match encoding {
                     None => Some(raw),
                     Some(enc) => decode::decode(enc.to_str().ok()?, &raw, limit)

@@ -3,7 +3,7 @@ use std::task::{Context, Poll};
 use std::time::SystemTime;
 
 use bytes::Bytes;
-use context_relay_core::portable::ForeignSet;
+use context_relay_core::portable::{ForeignSet, TURN_STATE_HEADER};
 use context_relay_core::{ApiShape, HandoffKey, session};
 use context_relay_store::{Affinity, HandoffStore};
 use http::{Request, Response, header};
@@ -201,6 +201,7 @@ impl<S> Injection<S> {
                 encoding: parts.headers.get(header::CONTENT_ENCODING).cloned(),
                 limit,
             },
+            turn_state: parts.headers.contains_key(TURN_STATE_HEADER),
             resend: resend(self.inner.clone(), &parts),
             remember: Some(Remember {
                 key,
