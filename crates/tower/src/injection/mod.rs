@@ -29,8 +29,9 @@
 //!
 //! **Repair.** A `400` that blames account-bound state (encrypted content that cannot be
 //! verified, an unknown previous response, an invalid thinking signature), or a Responses
-//! stream that fails that way before any output (its opening events are held back until the
-//! first output event), is answered by stripping all account-bound state and sending the
+//! stream that fails that way before any output (when the request carries account-bound state,
+//! its opening events are held back until the first output event, at most 10 s per event), is
+//! answered by stripping all account-bound state and sending the
 //! request once more to the same account. Any other error is passed on untouched. This also
 //! works on the fast path: the request's frames are kept by reference as they go out.
 //!
