@@ -1,5 +1,6 @@
-//! AccountResolver: picks the provider account of each attempt, retries a 429 on the other
-//! accounts, and tells the services around it who served.
+//! AccountResolver: picks the provider account of each attempt, moves a request that an
+//! account cannot serve (quota, refused key, provider failure) to the next one, and tells the
+//! services around it who served.
 //!
 //! It sits between GenerationLayer and InjectionLayer (DESIGN §3), so a retry on a new account
 //! passes through InjectionLayer again, which is exactly where a handoff gets injected:
@@ -27,10 +28,22 @@
 //! 5. the quota signal of every response is read with the provider's `quota` kind
 //!    (`context_relay_core::quota`) and put on the response as a [`QuotaSignal`] extension,
 //!    so GenerationLayer sees the same per-provider reading; a signal at or above `rotate_at`
-//!    exhausts the account for the next requests; a 429 exhausts it until its announced reset
-//!    and the same request is sent once to each other available account;
-//! 6. when every account is exhausted the client gets the last upstream 429 (or a 429 of the
-//!    gateway when no account could be tried), with `ResolvedAccount` of the last attempt.
+//!    exhausts the account for the next requests;
+//! 6. the body of every error answer is read ahead (at most 64 KiB, decoded, and replayed
+//!    to the client whole) and judged by [`crate::verdict`]: a 429 or a quota error body in
+//!    any status (Codex `usage_limit_reached`, `rate_limit_exceeded`) exhausts the account
+//!    until its announced reset; a 401/403 disables it for a back-off (logged at error level,
+//!    counted in `context_relay_gateway_account_refused_total`); either way the same request
+//!    goes on to the next available account. A 5xx (or the upstream client's 502 for a
+//!    connection error) is retried once on the next account: nothing reached the client yet.
+//!    Any other error answer goes to the client unretried;
+//! 7. a session is bound to the account that served it only on a 2xx, so a failing account
+//!    never captures a session;
+//! 8. when no account is left the client gets the last such answer (a 429 with its reset, or
+//!    a 5xx), a 502 of the gateway when every account's credential was refused (the
+//!    provider's 401 would tell the client that *its* key is wrong), or a 429 of the gateway
+//!    with `retry-after` when no account could be tried; always with `ResolvedAccount` of the
+//!    last attempt.
 //!
 //! Requests marked [`SkipRelay`] (the summary call GenerationLayer sends through this stack)
 //! are routed like the session's user requests (same sticky account) but are not user traffic:
@@ -47,8 +60,8 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 use context_relay_core::QuotaSignal;
-use context_relay_core::quota;
 use context_relay_core::session::{self, MAX_SESSION_ID_CHARS, SessionSources};
+use context_relay_core::{decode, quota};
 use context_relay_tower::{ComboName, ResolvedAccount, SessionId, SkipRelay, Tenant};
 use http::{Extensions, HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, header};
 use http_body::Body;
@@ -59,13 +72,16 @@ use tower_service::Service;
 
 use crate::combo::{BoxError, RouteTargets, Routes, Target};
 use crate::config::DEFAULT_MAX_REQUEST_BYTES;
-use crate::error::{ErrorShape, error_response};
+use crate::error::{ErrorShape, error_body, error_response};
 use crate::model::{find_model, replace_model};
+use crate::peek::{Peeked, peek};
 use crate::pool::{AccountPools, ProviderPool, reset_or_default};
 use crate::upstream::UpstreamEndpoint;
+use crate::verdict::{Verdict, classify};
 
-/// Largest 429 body read to learn the reset (they are a few hundred bytes).
-const MAX_429_BODY: usize = 64 * 1024;
+/// Largest error body read to learn what it says (they are a few hundred bytes; a longer one
+/// is no quota or credential error and is passed on unread).
+const MAX_ERROR_BODY: usize = 64 * 1024;
 
 static SESSION_SOURCES: LazyLock<SessionSources> = LazyLock::new(SessionSources::default);
 
@@ -153,7 +169,7 @@ where
     ResBody: Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
-    type Response = Response<Either<ResBody, Full<Bytes>>>;
+    type Response = Response<Either<ResBody, Peeked<ResBody>>>;
     type Error = S::Error;
     type Future = ResponseFuture<Self::Response, S::Error>;
 
@@ -215,7 +231,7 @@ async fn resolve<S, B, ResBody>(
     routes: Option<Arc<Routes>>,
     limit: usize,
     req: Request<B>,
-) -> Result<Response<Either<ResBody, Full<Bytes>>>, S::Error>
+) -> Result<Response<Either<ResBody, Peeked<ResBody>>>, S::Error>
 where
     S: Service<Request<Full<Bytes>>, Response = Response<ResBody>> + Send,
     S::Future: Send,
@@ -261,9 +277,12 @@ where
     let session = session_key(&parts.headers, &parts.extensions, &body);
     let first_model = targets.0.first().map(|t| t.model.clone());
 
-    let mut last_429: Option<(Response<Full<Bytes>>, ResolvedAccount)> = None;
+    // The last error answer of an account that was rotated away, and its verdict: what the
+    // client gets when no account is left.
+    let mut last: Option<(Response<Peeked<ResBody>>, ResolvedAccount, Verdict)> = None;
     let mut providers_seen: Vec<Arc<ProviderPool>> = Vec::new();
     let mut attempts = 0usize;
+    let mut unavailable_retried = false;
     'targets: for target in targets.0.iter() {
         let Some(pool) = pools.get(&target.provider).cloned() else {
             tracing::warn!(provider = %target.provider, "route target names an unknown provider");
@@ -305,52 +324,127 @@ where
                 "status" => status.as_str().to_owned()
             )
             .increment(1);
-            if status != StatusCode::TOO_MANY_REQUESTS {
+            if !status.is_client_error() && !status.is_server_error() {
                 let signal =
                     quota::from_response(pool.quota_kind(), status, res.headers(), None, now);
                 if let Some(signal) = signal {
                     record_usage(&pool, idx, &account.id, &signal, now, internal);
                     res.extensions_mut().insert(signal);
                 }
-                if !internal && let Some(s) = &session {
-                    pool.bind(s, idx, now);
+                if status.is_success() {
+                    pool.succeeded(idx);
+                    if !internal && let Some(s) = &session {
+                        pool.bind(s, idx);
+                    }
                 }
                 res.extensions_mut().insert(resolved);
                 return Ok(res.map(Either::Left));
             }
 
+            // An error: its body says whether the account or the request is at fault. It is
+            // read ahead (bounded) and replayed, so the client still gets every byte.
             let (mut res_parts, res_body) = res.into_parts();
-            let bytes = match Limited::new(res_body, MAX_429_BODY).collect().await {
-                Ok(c) => c.to_bytes(),
-                Err(_) => Bytes::new(),
-            };
-            let signal = quota::from_response(
+            let (head, replay) = peek(res_body, MAX_ERROR_BODY).await;
+            let decoded = head
+                .bytes()
+                .and_then(|b| decoded_error_body(&res_parts.headers, b));
+            let verdict = classify(
                 pool.quota_kind(),
                 status,
                 &res_parts.headers,
-                Some(&bytes),
+                decoded.as_deref(),
                 now,
             );
-            let until = reset_or_default(signal.and_then(|s| s.resets_at), now);
-            pool.mark_exhausted(idx, until);
-            exhausted_metric(&pool, &account.id, "429");
-            tracing::info!(
-                provider = %pool.name(), account = %account.id, internal,
-                error = error_type_of_429(&bytes).as_deref().unwrap_or("-"),
-                "429 from upstream; account exhausted until its reset"
-            );
-            // The client may still see this 429 (when no other account is left): it carries
-            // the usage reading like any other response.
-            res_parts
-                .extensions
-                .insert(signal.unwrap_or(QuotaSignal::used(1.0)));
-            last_429 = Some((Response::from_parts(res_parts, Full::new(bytes)), resolved));
+            let error = decoded.as_deref().and_then(error_type).unwrap_or_default();
+            let rotate = match verdict {
+                Verdict::Exhausted(signal) => {
+                    let until = reset_or_default(signal.resets_at, now);
+                    pool.mark_exhausted(idx, until);
+                    exhausted_metric(
+                        &pool,
+                        &account.id,
+                        if status == StatusCode::TOO_MANY_REQUESTS {
+                            "429"
+                        } else {
+                            "quota_error"
+                        },
+                    );
+                    tracing::info!(
+                        provider = %pool.name(), account = %account.id, internal,
+                        status = status.as_u16(), error = %error,
+                        "account out of quota; exhausted until its reset"
+                    );
+                    // The client may still see this answer (when no other account is left):
+                    // it carries the usage reading like any other response.
+                    res_parts.extensions.insert(signal);
+                    true
+                }
+                Verdict::Refused => {
+                    let until = pool.disable(idx, now);
+                    let secs = until.duration_since(now).map_or(0, |d| d.as_secs());
+                    metrics::counter!(
+                        "context_relay_gateway_account_refused_total",
+                        "provider" => pool.name().to_string(),
+                        "account" => account.id.to_string(),
+                        "status" => status.as_str().to_owned()
+                    )
+                    .increment(1);
+                    tracing::error!(
+                        provider = %pool.name(), account = %account.id,
+                        status = status.as_u16(), error = %error, disabled_for_secs = secs,
+                        "the provider refused this account's credential; account disabled, check its key"
+                    );
+                    true
+                }
+                Verdict::Unavailable if !unavailable_retried && !internal => {
+                    unavailable_retried = true;
+                    metrics::counter!(
+                        "context_relay_gateway_unavailable_retries_total",
+                        "provider" => pool.name().to_string(),
+                        "account" => account.id.to_string()
+                    )
+                    .increment(1);
+                    tracing::warn!(
+                        provider = %pool.name(), account = %account.id,
+                        status = status.as_u16(), error = %error,
+                        "upstream failed before any byte reached the client; trying the next account once"
+                    );
+                    true
+                }
+                Verdict::Unavailable | Verdict::Answer => false,
+            };
+            if !rotate {
+                // The client's answer: it still carries the usage reading and who served.
+                if let Some(signal) =
+                    quota::from_response(pool.quota_kind(), status, &res_parts.headers, None, now)
+                {
+                    record_usage(&pool, idx, &account.id, &signal, now, internal);
+                    res_parts.extensions.insert(signal);
+                }
+                res_parts.extensions.insert(resolved);
+                return Ok(Response::from_parts(res_parts, Either::Right(replay)));
+            }
+            last = Some((Response::from_parts(res_parts, replay), resolved, verdict));
         }
     }
 
-    if let Some((mut res, resolved)) = last_429 {
-        res.extensions_mut().insert(resolved);
-        return Ok(res.map(Either::Right));
+    match last {
+        Some((_, resolved, Verdict::Refused)) => {
+            // Relaying the provider's 401/403 would tell the client its own key is wrong.
+            let mut res = own_error(
+                shape,
+                StatusCode::BAD_GATEWAY,
+                "upstream_error",
+                "the provider refused the credential of every account that could serve this request; the gateway's operator must check the account keys",
+            );
+            res.extensions_mut().insert(resolved);
+            return Ok(res);
+        }
+        Some((mut res, resolved, _)) => {
+            res.extensions_mut().insert(resolved);
+            return Ok(res.map(Either::Right));
+        }
+        None => {}
     }
     let now = SystemTime::now();
     let names: Vec<&str> = providers_seen.iter().map(|p| &**p.name()).collect();
@@ -407,15 +501,33 @@ fn record_usage(
     }
 }
 
-/// The error type of a 429 body: Codex `usage_limit_reached`, Anthropic `rate_limit_error`,
-/// OpenAI `rate_limit_exceeded`/`insufficient_quota`, … (for logs).
-fn error_type_of_429(body: &[u8]) -> Option<String> {
+/// The error type of an error body, for logs: Codex `usage_limit_reached`, Anthropic
+/// `rate_limit_error` / `authentication_error`, OpenAI `invalid_api_key`, … (the `code` when
+/// there is one, else the `type`).
+fn error_type(body: &[u8]) -> Option<String> {
     let v: serde_json::Value = serde_json::from_slice(body).ok()?;
     let e = v.get("error")?;
-    e.get("type")
-        .or_else(|| e.get("code"))
+    e.get("code")
         .and_then(|t| t.as_str())
+        .or_else(|| e.get("type").and_then(|t| t.as_str()))
         .map(str::to_owned)
+}
+
+/// An error body as text: decoded when the provider compressed it (the client's
+/// `accept-encoding` is forwarded). `None` when it cannot be decoded.
+fn decoded_error_body<'a>(
+    headers: &HeaderMap,
+    body: &'a [u8],
+) -> Option<std::borrow::Cow<'a, [u8]>> {
+    match headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+    {
+        None => Some(std::borrow::Cow::Borrowed(body)),
+        Some(coding) => decode::decode(coding.trim(), body, MAX_ERROR_BODY)
+            .ok()
+            .map(std::borrow::Cow::Owned),
+    }
 }
 
 fn exhausted_metric(pool: &ProviderPool, account: &str, reason: &'static str) {
@@ -473,7 +585,7 @@ fn own_error<B>(
     status: StatusCode,
     openai_kind: &str,
     message: &str,
-) -> Response<Either<B, Full<Bytes>>> {
+) -> Response<Either<B, Peeked<B>>> {
     let kind = match (shape, status) {
         (ErrorShape::OpenAi, _) => openai_kind,
         (ErrorShape::Anthropic, StatusCode::TOO_MANY_REQUESTS) => "rate_limit_error",
@@ -481,7 +593,11 @@ fn own_error<B>(
         (ErrorShape::Anthropic, StatusCode::BAD_REQUEST) => "invalid_request_error",
         (ErrorShape::Anthropic, _) => "api_error",
     };
-    error_response(shape, status, kind, message).map(Either::Right)
+    let (parts, _) = error_response(shape, status, kind, message).into_parts();
+    Response::from_parts(
+        parts,
+        Either::Right(Peeked::full(error_body(shape, kind, message))),
+    )
 }
 
 #[cfg(test)]

@@ -58,6 +58,7 @@ targets = ["codex/gpt-5.5"]
 }
 
 type Log = Arc<Mutex<Vec<(String, Bytes)>>>;
+type Res = Response<Either<Full<Bytes>, Peeked<Full<Bytes>>>>;
 
 /// A fake upstream: accounts listed in `limited` answer 429, others 200 with `used` quota.
 fn upstream(
@@ -120,7 +121,7 @@ async fn call(
     limited: &'static [&'static str],
     used: &'static str,
     req: Request<Full<Bytes>>,
-) -> Response<Either<Full<Bytes>, Full<Bytes>>> {
+) -> Res {
     AccountResolverLayer::new(pools.clone())
         .layer(upstream(log.clone(), limited, used))
         .oneshot(req)
@@ -283,7 +284,7 @@ async fn call_internal(
     limited: &'static [&'static str],
     used: &'static str,
     session: &str,
-) -> Response<Either<Full<Bytes>, Full<Bytes>>> {
+) -> Res {
     AccountResolverLayer::new(pools.clone())
         .routes(routes())
         .layer(upstream(log.clone(), limited, used))
@@ -343,8 +344,7 @@ async fn a_summary_call_gets_one_attempt_and_binds_nothing() {
 
 #[test]
 fn session_keys() {
-    let key =
-        |req: &Request<()>, body: &[u8]| session_key(req.headers(), req.extensions(), body);
+    let key = |req: &Request<()>, body: &[u8]| session_key(req.headers(), req.extensions(), body);
     let mut req = Request::new(());
     // No header, a body that is not JSON: no fingerprint either.
     assert_eq!(key(&req, b"not json"), None);
@@ -378,4 +378,153 @@ fn session_keys() {
     let turn2 = br#"{"model":"m","messages":[{"role":"user","content":"fix the bug"},{"role":"assistant","content":"done"},{"role":"user","content":"thanks"}]}"#;
     assert!(key(&req, turn1).is_some());
     assert_eq!(key(&req, turn1), key(&req, turn2));
+}
+
+/// Three Codex accounts, `a`, `b`, `c`.
+fn pools3() -> Arc<AccountPools> {
+    let accounts: String = ["a", "b", "c"]
+        .iter()
+        .map(|id| format!("[[providers.accounts]]\nid = \"{id}\"\napi_key = \"k{id}\"\n"))
+        .collect();
+    let text = format!("[[providers]]\nname = \"codex\"\nbase_url = \"http://up/v1\"\n{accounts}");
+    Arc::new(AccountPools::from_config(
+        &Config::from_toml_str(&text, |_| None).unwrap(),
+    ))
+}
+
+/// What an account of the scripted upstream answers: status, extra header, body.
+type Script = &'static [(&'static str, u16, &'static str)];
+
+/// A fake upstream answering as `script` says for the accounts it lists, 200 otherwise.
+async fn call_scripted(pools: &Arc<AccountPools>, log: &Log, script: Script, session: &str) -> Res {
+    let log2 = log.clone();
+    let svc = service_fn(move |req: Request<Full<Bytes>>| {
+        let log = log2.clone();
+        async move {
+            let acct = req.extensions().get::<ResolvedAccount>().unwrap().clone();
+            let body = req.into_body().collect().await.unwrap().to_bytes();
+            log.lock().unwrap().push((acct.account.to_string(), body));
+            let (status, body) = script
+                .iter()
+                .find(|(a, _, _)| **a == *acct.account)
+                .map_or((200, "ok"), |(_, s, b)| (*s, *b));
+            let mut res = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+            *res.status_mut() = StatusCode::from_u16(status).unwrap();
+            Ok::<_, Infallible>(res)
+        }
+    });
+    AccountResolverLayer::new(pools.clone())
+        .layer(svc)
+        .oneshot(request(session, &[("codex", "gpt-5.5")]))
+        .await
+        .unwrap()
+}
+
+async fn text(res: Res) -> String {
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8(body.to_vec()).unwrap()
+}
+
+const USAGE_LIMIT_400: &str = r#"{"error":{"type":"usage_limit_reached","message":"The usage limit has been reached","resets_in_seconds":1800}}"#;
+const BAD_KEY: &str = r#"{"error":{"message":"Incorrect API key provided: sk-****. You can find your API key at https://platform.openai.com/account/api-keys.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}"#;
+const BAD_PARAM: &str = r#"{"error":{"message":"Unsupported parameter: 'temperature' is not supported with this model.","type":"invalid_request_error","param":"temperature","code":"unsupported_parameter"}}"#;
+
+#[tokio::test]
+async fn a_quota_body_in_another_status_rotates_until_its_reset() {
+    let (p, log) = (pools3(), Log::default());
+    let res = call_scripted(&p, &log, &[("a", 400, USAGE_LIMIT_400)], "s").await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(accounts(&log), ["a", "b"]);
+    assert_eq!(p.get("codex").unwrap().bound("anonymous\ns"), Some(1));
+    let now = SystemTime::now();
+    let until = p.get("codex").unwrap().snapshot(now)[0]
+        .exhausted_until
+        .unwrap();
+    let secs = until.duration_since(now).unwrap().as_secs();
+    assert!((1700..=1800).contains(&secs), "{secs}");
+}
+
+#[tokio::test]
+async fn a_refused_credential_takes_the_account_out_and_the_request_moves_on() {
+    let (p, log) = (pools3(), Log::default());
+    let scripts: [Script; 2] = [&[("a", 401, BAD_KEY)], &[("a", 403, BAD_KEY)]];
+    for (script, status) in scripts.into_iter().zip([401, 403]) {
+        let res = call_scripted(&p, &log, script, "s").await;
+        assert_eq!(res.status(), 200, "{status}");
+        assert_eq!(
+            res.extensions().get::<ResolvedAccount>(),
+            Some(&ResolvedAccount::new("codex", "b"))
+        );
+        let snap = p.get("codex").unwrap().snapshot(SystemTime::now());
+        assert_eq!(snap[0].state(), "disabled");
+        log.lock().unwrap().clear();
+        // Re-enable for the second round.
+        p.get("codex").unwrap().succeeded(0);
+    }
+    // Disabled: the next session skips it without a new 401.
+    let res = call_scripted(&p, &log, &[], "t").await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(accounts(&log), ["b"]);
+}
+
+#[tokio::test]
+async fn every_account_refused_is_the_gateways_own_502() {
+    let (p, log) = (pools3(), Log::default());
+    let script: Script = &[
+        ("a", 401, BAD_KEY),
+        ("b", 401, BAD_KEY),
+        ("c", 403, BAD_KEY),
+    ];
+    let res = call_scripted(&p, &log, script, "s").await;
+    assert_eq!(res.status(), 502);
+    assert_eq!(accounts(&log), ["a", "b", "c"]);
+    assert!(text(res).await.contains("refused the credential"));
+    assert_eq!(p.get("codex").unwrap().bound("anonymous\ns"), None);
+}
+
+#[tokio::test]
+async fn a_server_error_is_retried_once_on_the_next_account() {
+    let (p, log) = (pools3(), Log::default());
+    let res = call_scripted(&p, &log, &[("a", 503, "upstream overloaded")], "s").await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(accounts(&log), ["a", "b"]);
+    // A 5xx does not exhaust or disable: the next session starts on a again.
+    assert_eq!(
+        p.get("codex").unwrap().snapshot(SystemTime::now())[0].state(),
+        "available"
+    );
+    log.lock().unwrap().clear();
+    // Only once: the second 5xx goes to the client, with its body intact.
+    let script: Script = &[("a", 500, "boom-a"), ("b", 502, "boom-b")];
+    let res = call_scripted(&p, &log, script, "t").await;
+    assert_eq!(res.status(), 502);
+    assert_eq!(accounts(&log), ["a", "b"]);
+    assert_eq!(text(res).await, "boom-b");
+    assert_eq!(p.get("codex").unwrap().bound("anonymous\nt"), None);
+}
+
+#[tokio::test]
+async fn other_errors_reach_the_client_unretried_and_bind_nothing() {
+    let (p, log) = (pools3(), Log::default());
+    let res = call_scripted(&p, &log, &[("a", 400, BAD_PARAM)], "s").await;
+    assert_eq!(res.status(), 400);
+    assert_eq!(accounts(&log), ["a"]);
+    assert_eq!(
+        res.extensions().get::<ResolvedAccount>(),
+        Some(&ResolvedAccount::new("codex", "a"))
+    );
+    assert_eq!(text(res).await, BAD_PARAM);
+    assert_eq!(p.get("codex").unwrap().bound("anonymous\ns"), None);
+}
+
+#[tokio::test]
+async fn a_long_error_body_is_forwarded_whole() {
+    static LONG: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(|| "x".repeat(MAX_ERROR_BODY * 2));
+    let (p, log) = (pools3(), Log::default());
+    let script: &'static [(&'static str, u16, &'static str)] =
+        Box::leak(Box::new([("a", 400, LONG.as_str())]));
+    let res = call_scripted(&p, &log, script, "s").await;
+    assert_eq!(res.status(), 400);
+    assert_eq!(text(res).await.len(), MAX_ERROR_BODY * 2);
 }
