@@ -12,6 +12,13 @@
 //!   `rate_limit_error` on `/messages`);
 //! - requests recognised as summary requests (a matcher over the body) get a canned reply and
 //!   do not count as turns;
+//! - account-bound state is minted per account and verified like the real APIs do
+//!   (Responses `reasoning` / `compaction` `encrypted_content`, `previous_response_id` of
+//!   stored responses, Anthropic `thinking` signatures, and the thinking rules of the Messages
+//!   API): another account's state is rejected with the real error bodies (see `bound.rs`);
+//!   [`SimProvider::state_owners`] tells who minted each piece of a recorded request;
+//! - faults on demand ([`SimProvider::fail_next`]): an error status, or a 200 stream that
+//!   fails in-band; [`SimProvider::revoke`] makes an account's key answer 401;
 //! - every request is recorded (headers and body bytes) for assertions;
 //! - SSE streams can be held after their first event until the test releases them
 //!   ([`SimProvider::hold_streams`]), to prove that a proxy forwards events without buffering.
@@ -28,7 +35,9 @@
 //! # }
 //! ```
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -43,8 +52,11 @@ use tokio::sync::watch;
 use crate::error::{ErrorShape, error_body};
 use crate::server::RunningGateway;
 
+mod bound;
+mod control;
 mod reply;
 
+pub use control::SimFault;
 use reply::{
     Reply, chat_events, chat_json, messages_events, messages_json, responses_events,
     responses_json, sse,
@@ -74,6 +86,8 @@ pub struct SimBuilder {
     quota_headers: SimQuotaHeaders,
     summary: Option<(Matcher, String)>,
     addr: SocketAddr,
+    blob_bytes: usize,
+    state_errors_in_band: bool,
 }
 
 impl std::fmt::Debug for SimBuilder {
@@ -98,6 +112,8 @@ impl Default for SimBuilder {
             quota_headers: SimQuotaHeaders::Codex,
             summary: None,
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            blob_bytes: 1536,
+            state_errors_in_band: false,
         }
     }
 }
@@ -148,6 +164,20 @@ impl SimBuilder {
         self
     }
 
+    /// Size in bytes of each minted `encrypted_content` blob and thinking signature (1536 by
+    /// default; real reasoning blobs are a few kilobytes).
+    pub fn blob_bytes(mut self, bytes: usize) -> Self {
+        self.blob_bytes = bytes;
+        self
+    }
+
+    /// Rejects another account's state in a streamed Responses request the way the API
+    /// sometimes does: a 200 stream that ends in `response.failed` (off by default: a 400).
+    pub fn state_errors_in_band(mut self, in_band: bool) -> Self {
+        self.state_errors_in_band = in_band;
+        self
+    }
+
     /// Starts serving on `127.0.0.1:0`.
     pub async fn start(self) -> std::io::Result<SimProvider> {
         let state = Arc::new(SimState {
@@ -165,6 +195,11 @@ impl SimBuilder {
             requests: Mutex::new(Vec::new()),
             hold: Mutex::new(None),
             counter: Mutex::new(0),
+            minter: bound::Minter::new(minting_seed(), self.blob_bytes),
+            stored: Mutex::new(bound::StoredResponses::new()),
+            faults: Mutex::new(VecDeque::new()),
+            revoked: Mutex::new(Vec::new()),
+            in_band: AtomicBool::new(self.state_errors_in_band),
             config: self.clone(),
         });
         let s = state.clone();
@@ -192,6 +227,9 @@ pub struct RecordedRequest {
     pub account: Option<String>,
     /// Whether it was recognised as a summary request.
     pub summary: bool,
+    /// The error code it was rejected with (`invalid_encrypted_content`, `invalid_signature`,
+    /// an injected fault's label, …), if it was.
+    pub rejected: Option<String>,
 }
 
 impl RecordedRequest {
@@ -213,7 +251,22 @@ struct SimState {
     requests: Mutex<Vec<RecordedRequest>>,
     hold: Mutex<Option<watch::Receiver<bool>>>,
     counter: Mutex<u64>,
+    minter: bound::Minter,
+    stored: Mutex<bound::StoredResponses>,
+    faults: Mutex<VecDeque<(Option<String>, SimFault)>>,
+    revoked: Mutex<Vec<String>>,
+    in_band: AtomicBool,
     config: SimBuilder,
+}
+
+/// A seed per sim instance, so that two sims never verify each other's state.
+fn minting_seed() -> u64 {
+    use std::sync::atomic::AtomicU64;
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() as u64);
+    (NEXT.fetch_add(1, Ordering::Relaxed) << 32) ^ nanos ^ u64::from(std::process::id())
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -346,14 +399,19 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
             .map(|a| a.id.clone())
     });
     let summary = state.config.summary.as_ref().is_some_and(|(m, _)| m(&body));
-    lock(&state.requests).push(RecordedRequest {
-        method: parts.method.clone(),
-        uri: parts.uri.clone(),
-        headers: parts.headers.clone(),
-        body: body.clone(),
-        account: account.clone(),
-        summary,
-    });
+    let recorded = {
+        let mut requests = lock(&state.requests);
+        requests.push(RecordedRequest {
+            method: parts.method.clone(),
+            uri: parts.uri.clone(),
+            headers: parts.headers.clone(),
+            body: body.clone(),
+            account: account.clone(),
+            summary,
+            rejected: None,
+        });
+        requests.len() - 1
+    };
 
     if parts.method == Method::HEAD || (parts.method == Method::GET && path == "/") {
         return Response::new(Body::empty());
@@ -371,13 +429,9 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
             );
         }
     };
-    let Some(account) = account else {
-        return error(
-            shape,
-            StatusCode::UNAUTHORIZED,
-            "authentication_error",
-            "invalid API key",
-        );
+    let Some(account) = account.filter(|a| !lock(&state.revoked).contains(a)) else {
+        state.reject(recorded, "invalid_api_key");
+        return control::unauthorized(api);
     };
     let request: Value = match serde_json::from_slice(&body) {
         Ok(v @ Value::Object(_)) => v,
@@ -394,6 +448,9 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
     let stream = request["stream"].as_bool().unwrap_or(false);
     let cfg = &state.config;
     let now = unix_now();
+    if let Some(res) = control::rejection(&state, recorded, api, &account, &request, summary) {
+        return res;
+    }
 
     let (used, turn) = {
         let mut accounts = lock(&state.accounts);
@@ -435,7 +492,10 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
         include_usage: request["stream_options"]["include_usage"]
             .as_bool()
             .unwrap_or(false),
+        reasoning: None,
+        thinking: None,
     };
+    let reply = control::mint(&state, api, &account, &request, reply);
 
     let mut res = if stream {
         let hold = lock(&state.hold).clone();

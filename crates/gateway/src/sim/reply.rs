@@ -20,6 +20,10 @@ pub(super) struct Reply {
     pub(super) input_tokens: u64,
     pub(super) output_tokens: u64,
     pub(super) include_usage: bool,
+    /// A reasoning item (id, `encrypted_content`) before the message (Responses).
+    pub(super) reasoning: Option<(String, String)>,
+    /// The signature of a thinking block before the text (Messages).
+    pub(super) thinking: Option<String>,
 }
 
 impl Reply {
@@ -76,49 +80,36 @@ fn responses_message(r: &Reply, text: &str, status: &str) -> Value {
            "content": [{"type": "output_text", "text": text, "annotations": []}]})
 }
 
+/// The reasoning item of a reply, with its account-bound blob.
+fn responses_reasoning(r: &Reply) -> Option<Value> {
+    let (id, blob) = r.reasoning.as_ref()?;
+    Some(json!({"type": "reasoning", "id": id,
+                "summary": [{"type": "summary_text", "text": "Considered the request."}],
+                "encrypted_content": blob}))
+}
+
+fn responses_output(r: &Reply) -> Value {
+    let mut out: Vec<Value> = responses_reasoning(r).into_iter().collect();
+    out.push(responses_message(r, &r.text, "completed"));
+    Value::Array(out)
+}
+
 pub(super) fn responses_json(r: &Reply) -> Value {
     json!({
         "id": format!("resp_sim_{}", r.id), "object": "response", "created_at": unix_now(),
         "status": "completed", "model": r.model,
-        "output": [responses_message(r, &r.text, "completed")],
+        "output": responses_output(r),
         "usage": {"input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
                   "total_tokens": r.input_tokens + r.output_tokens}
     })
 }
 
-pub(super) fn responses_events(r: &Reply) -> Vec<Bytes> {
-    let resp_id = format!("resp_sim_{}", r.id);
-    let item_id = format!("msg_sim_{}", r.id);
-    let base = |status: &str, output: Value, usage: Value| {
-        json!({"id": resp_id, "object": "response", "created_at": unix_now(), "status": status,
-               "model": r.model, "output": output, "usage": usage})
-    };
-    let (a, b) = r.halves();
-    let part = |text: &str| json!({"type": "output_text", "text": text, "annotations": []});
-    let events = vec![
-        json!({"type": "response.created", "response": base("in_progress", json!([]), Value::Null)}),
-        json!({"type": "response.in_progress", "response": base("in_progress", json!([]), Value::Null)}),
-        json!({"type": "response.output_item.added", "output_index": 0,
-               "item": responses_message(r, "", "in_progress")}),
-        json!({"type": "response.content_part.added", "item_id": item_id, "output_index": 0,
-               "content_index": 0, "part": part("")}),
-        json!({"type": "response.output_text.delta", "item_id": item_id, "output_index": 0,
-               "content_index": 0, "delta": a}),
-        json!({"type": "response.output_text.delta", "item_id": item_id, "output_index": 0,
-               "content_index": 0, "delta": b}),
-        json!({"type": "response.output_text.done", "item_id": item_id, "output_index": 0,
-               "content_index": 0, "text": r.text}),
-        json!({"type": "response.content_part.done", "item_id": item_id, "output_index": 0,
-               "content_index": 0, "part": part(&r.text)}),
-        json!({"type": "response.output_item.done", "output_index": 0,
-               "item": responses_message(r, &r.text, "completed")}),
-        json!({"type": "response.completed", "response": base(
-            "completed",
-            json!([responses_message(r, &r.text, "completed")]),
-            json!({"input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
-                   "total_tokens": r.input_tokens + r.output_tokens}),
-        )}),
-    ];
+fn responses_base(r: &Reply, status: &str, output: Value, usage: Value) -> Value {
+    json!({"id": format!("resp_sim_{}", r.id), "object": "response", "created_at": unix_now(),
+           "status": status, "model": r.model, "output": output, "usage": usage})
+}
+
+fn numbered(events: Vec<Value>) -> Vec<Bytes> {
     events
         .into_iter()
         .enumerate()
@@ -130,36 +121,86 @@ pub(super) fn responses_events(r: &Reply) -> Vec<Bytes> {
         .collect()
 }
 
+pub(super) fn responses_events(r: &Reply) -> Vec<Bytes> {
+    let item_id = format!("msg_sim_{}", r.id);
+    let (a, b) = r.halves();
+    let part = |text: &str| json!({"type": "output_text", "text": text, "annotations": []});
+    let mut events = vec![
+        json!({"type": "response.created", "response": responses_base(r, "in_progress", json!([]), Value::Null)}),
+        json!({"type": "response.in_progress", "response": responses_base(r, "in_progress", json!([]), Value::Null)}),
+    ];
+    let mut index = 0;
+    if let Some(item) = responses_reasoning(r) {
+        let mut added = item.clone();
+        added["summary"] = json!([]);
+        events
+            .push(json!({"type": "response.output_item.added", "output_index": 0, "item": added}));
+        events.push(json!({"type": "response.output_item.done", "output_index": 0, "item": item}));
+        index = 1;
+    }
+    events.extend([
+        json!({"type": "response.output_item.added", "output_index": index,
+               "item": responses_message(r, "", "in_progress")}),
+        json!({"type": "response.content_part.added", "item_id": item_id, "output_index": index,
+               "content_index": 0, "part": part("")}),
+        json!({"type": "response.output_text.delta", "item_id": item_id, "output_index": index,
+               "content_index": 0, "delta": a}),
+        json!({"type": "response.output_text.delta", "item_id": item_id, "output_index": index,
+               "content_index": 0, "delta": b}),
+        json!({"type": "response.output_text.done", "item_id": item_id, "output_index": index,
+               "content_index": 0, "text": r.text}),
+        json!({"type": "response.content_part.done", "item_id": item_id, "output_index": index,
+               "content_index": 0, "part": part(&r.text)}),
+        json!({"type": "response.output_item.done", "output_index": index,
+               "item": responses_message(r, &r.text, "completed")}),
+        json!({"type": "response.completed", "response": responses_base(
+            r,
+            "completed",
+            responses_output(r),
+            json!({"input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
+                   "total_tokens": r.input_tokens + r.output_tokens}),
+        )}),
+    ]);
+    numbered(events)
+}
+
+/// A Responses stream that fails before any output: `response.created`,
+/// `response.in_progress`, then `response.failed` carrying `error` (`{code, message}`).
+pub(super) fn responses_failed_events(r: &Reply, error: Value) -> Vec<Bytes> {
+    let mut failed = responses_base(r, "failed", json!([]), Value::Null);
+    failed["error"] = error;
+    numbered(vec![
+        json!({"type": "response.created", "response": responses_base(r, "in_progress", json!([]), Value::Null)}),
+        json!({"type": "response.in_progress", "response": responses_base(r, "in_progress", json!([]), Value::Null)}),
+        json!({"type": "response.failed", "response": failed}),
+    ])
+}
+
 pub(super) fn messages_json(r: &Reply) -> Value {
+    let mut content = Vec::new();
+    if let Some(signature) = &r.thinking {
+        content.push(
+            json!({"type": "thinking", "thinking": "Considering the request.",
+                            "signature": signature}),
+        );
+    }
+    content.push(json!({"type": "text", "text": r.text}));
     json!({
         "id": format!("msg_sim_{}", r.id), "type": "message", "role": "assistant",
-        "model": r.model, "content": [{"type": "text", "text": r.text}],
+        "model": r.model, "content": content,
         "stop_reason": "end_turn", "stop_sequence": null,
         "usage": {"input_tokens": r.input_tokens, "output_tokens": r.output_tokens}
     })
 }
 
-pub(super) fn messages_events(r: &Reply) -> Vec<Bytes> {
-    let (a, b) = r.halves();
-    let delta = |t: &str| {
-        json!({"type": "content_block_delta", "index": 0,
-               "delta": {"type": "text_delta", "text": t}})
-    };
-    let events = vec![
-        json!({"type": "message_start", "message": {
-            "id": format!("msg_sim_{}", r.id), "type": "message", "role": "assistant",
-            "model": r.model, "content": [], "stop_reason": null, "stop_sequence": null,
-            "usage": {"input_tokens": r.input_tokens, "output_tokens": 1}}}),
-        json!({"type": "content_block_start", "index": 0,
-               "content_block": {"type": "text", "text": ""}}),
-        json!({"type": "ping"}),
-        delta(a),
-        delta(b),
-        json!({"type": "content_block_stop", "index": 0}),
-        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null},
-               "usage": {"output_tokens": r.output_tokens}}),
-        json!({"type": "message_stop"}),
-    ];
+fn messages_start(r: &Reply) -> Value {
+    json!({"type": "message_start", "message": {
+        "id": format!("msg_sim_{}", r.id), "type": "message", "role": "assistant",
+        "model": r.model, "content": [], "stop_reason": null, "stop_sequence": null,
+        "usage": {"input_tokens": r.input_tokens, "output_tokens": 1}}})
+}
+
+fn named(events: Vec<Value>) -> Vec<Bytes> {
     events
         .into_iter()
         .map(|v| {
@@ -167,6 +208,49 @@ pub(super) fn messages_events(r: &Reply) -> Vec<Bytes> {
             Bytes::from(format!("event: {kind}\ndata: {v}\n\n"))
         })
         .collect()
+}
+
+pub(super) fn messages_events(r: &Reply) -> Vec<Bytes> {
+    let (a, b) = r.halves();
+    let mut events = vec![messages_start(r)];
+    let mut index = 0;
+    if let Some(signature) = &r.thinking {
+        events.extend([
+            json!({"type": "content_block_start", "index": 0,
+                   "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+            json!({"type": "content_block_delta", "index": 0,
+                   "delta": {"type": "thinking_delta", "thinking": "Considering the request."}}),
+            json!({"type": "content_block_delta", "index": 0,
+                   "delta": {"type": "signature_delta", "signature": signature}}),
+            json!({"type": "content_block_stop", "index": 0}),
+        ]);
+        index = 1;
+    }
+    let delta = |t: &str| {
+        json!({"type": "content_block_delta", "index": index,
+               "delta": {"type": "text_delta", "text": t}})
+    };
+    events.extend([
+        json!({"type": "content_block_start", "index": index,
+               "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "ping"}),
+        delta(a),
+        delta(b),
+        json!({"type": "content_block_stop", "index": index}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null},
+               "usage": {"output_tokens": r.output_tokens}}),
+        json!({"type": "message_stop"}),
+    ]);
+    named(events)
+}
+
+/// A Messages stream that fails before any content: `message_start`, then an `error` event
+/// (Anthropic sends `overloaded_error` this way).
+pub(super) fn messages_failed_events(r: &Reply) -> Vec<Bytes> {
+    named(vec![
+        messages_start(r),
+        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+    ])
 }
 
 /// An SSE response sending `events` one frame each; with a hold, only the first event goes out
@@ -214,6 +298,8 @@ mod tests {
             input_tokens: 3,
             output_tokens: 2,
             include_usage: true,
+            reasoning: None,
+            thinking: None,
         }
     }
 
