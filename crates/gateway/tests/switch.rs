@@ -434,3 +434,66 @@ async fn two_gateways_on_one_redis_alternate_a_session_across_a_switch() {
     );
     assert_eq!(h.handoffs(&session).await, 0);
 }
+
+#[tokio::test]
+async fn a_server_error_before_any_byte_is_retried_once_on_the_next_account() {
+    let h = Harness::start(1, MEMORY, SimProvider::builder()).await;
+    let overloaded =
+        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}});
+    h.sim.fail_next(
+        Some("acct-x"),
+        SimFault::Status(StatusCode::from_u16(529).unwrap(), overloaded.clone()),
+    );
+    let mut conv = Conversation::new(Client::Claude, "0199a1b2-0000-7000-8000-000000000007");
+    let (status, _, reply) = conv.turn(&h, 0).await;
+    assert_eq!(status, 200);
+    assert!(completed(&reply));
+    let accounts: Vec<_> = h
+        .turns()
+        .iter()
+        .map(|r| r.account.clone().unwrap())
+        .collect();
+    assert_eq!(accounts, ["acct-x", "acct-y"]);
+    // Once only: two failures in a row reach the client, body intact.
+    h.sim.clear_requests();
+    for account in ["acct-x", "acct-y"] {
+        h.sim.fail_next(
+            Some(account),
+            SimFault::Status(StatusCode::from_u16(529).unwrap(), overloaded.clone()),
+        );
+    }
+    let mut other = Conversation::new(Client::Claude, "0199a1b2-0000-7000-8000-000000000008");
+    let (status, _, reply) = other.turn(&h, 0).await;
+    assert_eq!(status.as_u16(), 529);
+    assert_eq!(serde_json::from_slice::<Value>(&reply).unwrap(), overloaded);
+    assert_eq!(h.turns().len(), 2);
+}
+
+#[tokio::test]
+async fn a_quota_error_in_another_status_rotates_the_account() {
+    let h = Harness::start(1, MEMORY, SimProvider::builder()).await;
+    let limit = json!({"error": {"type": "usage_limit_reached",
+                                 "message": "The usage limit has been reached",
+                                 "plan_type": "plus", "resets_in_seconds": 1800}});
+    h.sim.fail_next(
+        Some("acct-a"),
+        SimFault::Status(StatusCode::BAD_REQUEST, limit),
+    );
+    let mut conv = Conversation::new(Client::Codex, "0199a1b2-0000-7000-8000-000000000009");
+    let (status, _, reply) = conv.turn(&h, 0).await;
+    assert_eq!(status, 200);
+    assert!(completed(&reply));
+    let accounts: Vec<_> = h
+        .turns()
+        .iter()
+        .map(|r| r.account.clone().unwrap())
+        .collect();
+    assert_eq!(accounts, ["acct-a", "acct-b"]);
+    let pool = h.gateways[0].0.pools().get("codex").unwrap().clone();
+    let now = std::time::SystemTime::now();
+    let until = pool.snapshot(now)[0].exhausted_until.expect("exhausted");
+    assert!(
+        until.duration_since(now).unwrap().as_secs() > 1700,
+        "until its announced reset"
+    );
+}
