@@ -103,10 +103,22 @@ async fn three_turns_after_a_switch(client: Client) {
         first_size > 30_000,
         "real-sized first request: {first_size} bytes"
     );
-    for _ in 1..=3 {
+    for turn in 1..=3 {
         let (status, _, reply) = conv.turn(&h, 0).await;
         assert_eq!(status, 200);
         assert!(completed(&reply), "{}", String::from_utf8_lossy(&reply));
+        if turn == 1
+            && let Client::Codex = client
+        {
+            // Codex compacted the history on the first account (remote compaction): an
+            // encrypted `compaction` item that only that account can read.
+            let compaction = json!({"type": "compaction", "id": "cmp_sim_a1",
+                                    "encrypted_content": h.sim.mint_encrypted(a, "cmp_sim_a1")});
+            conv.body["input"]
+                .as_array_mut()
+                .unwrap()
+                .insert(3, compaction);
+        }
     }
     h.idle().await;
     assert_eq!(
