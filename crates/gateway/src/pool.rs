@@ -1,4 +1,4 @@
-//! Account pools: which account of a provider serves a request (DESIGN §10).
+//! Account pools: which account of a provider serves a request.
 //!
 //! - **Sticky sessions**: a session stays on the account that last served it while that account
 //!   is available.

@@ -2,7 +2,7 @@
 //! account cannot serve (quota, refused key, provider failure) to the next one, and tells the
 //! services around it who served.
 //!
-//! It sits between GenerationLayer and InjectionLayer (DESIGN §3), so a retry on a new account
+//! It sits between GenerationLayer and InjectionLayer, so a retry on a new account
 //! passes through InjectionLayer again, which is exactly where a handoff gets injected:
 //!
 //! ```text
@@ -17,7 +17,7 @@
 //!    [`ComboService`](crate::combo::ComboService)), else the targets of its [`ComboName`]
 //!    (internal requests such as the relay's summary call carry only the combo);
 //! 2. the session is `(tenant, session id)`: the [`Tenant`] and [`SessionId`] extensions (set by
-//!    ComboService), else derived as DESIGN §7 says from the credential, the session headers
+//!    ComboService), else derived from the credential, the session headers
 //!    and the body (`metadata.user_id`, `prompt_cache_key`, fingerprint), the same way the relay
 //!    layers derive it, so that a session sticks to its account whatever the client sends;
 //! 3. targets are tried in order; within a target's provider the [`ProviderPool`] picks the
@@ -191,7 +191,7 @@ where
 /// sending the same session id never share an account binding. `None` without a session id.
 ///
 /// The [`Tenant`] and [`SessionId`] extensions win; otherwise both are derived from the
-/// headers and `body` (the decoded request body) as DESIGN §7 says.
+/// headers and `body` (the decoded request body), the way the relay layers derive them.
 ///
 /// ```
 /// use context_relay_gateway::resolver::session_key;
@@ -218,7 +218,7 @@ pub fn session_key(headers: &HeaderMap, extensions: &Extensions, body: &[u8]) ->
     Some(Arc::from(key))
 }
 
-/// Trims and caps an explicit session id; blank counts as absent (as in DESIGN §7).
+/// Trims and caps an explicit session id; blank counts as absent.
 fn clean(id: &str) -> Option<String> {
     let trimmed = id.trim();
     let capped: String = trimmed.chars().take(MAX_SESSION_ID_CHARS).collect();

@@ -15,7 +15,7 @@
 //! - account-bound state is minted per account and verified like the real APIs do
 //!   (Responses `reasoning` / `compaction` `encrypted_content`, `previous_response_id` of
 //!   stored responses, Anthropic `thinking` signatures, and the thinking rules of the Messages
-//!   API): another account's state is rejected with the real error bodies (see `bound.rs`);
+//!   API): another account's state is rejected with the real error bodies;
 //!   [`SimProvider::state_owners`] tells who minted each piece of a recorded request;
 //! - faults on demand ([`SimProvider::fail_next`]): an error status, or a 200 stream that
 //!   fails in-band; [`SimProvider::revoke`] makes an account's key answer 401;
