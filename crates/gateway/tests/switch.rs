@@ -514,3 +514,66 @@ async fn a_quota_error_in_another_status_rotates_the_account() {
         "until its announced reset"
     );
 }
+
+/// Claude Code continues a tool cycle: the model's turn (signed thinking, text) called a tool
+/// and the next request returns its result.
+fn continue_with_tool_result(conv: &mut Conversation, reply: &[u8]) {
+    claude_next_turn(&mut conv.body, reply, "unused");
+    let messages = conv.body["messages"].as_array_mut().unwrap();
+    messages.pop();
+    let assistant = messages.last_mut().unwrap();
+    assistant["content"].as_array_mut().unwrap().push(json!({
+        "type": "tool_use", "id": "toolu_01", "name": "Bash",
+        "input": {"command": "cargo test", "description": "Run the tests"}}));
+    messages.push(json!({"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "toolu_01", "content": "test result: ok. 12 passed"},
+        {"type": "text", "text": "<system-reminder>\nThe task list is empty.\n</system-reminder>"}]}));
+}
+
+#[tokio::test]
+#[ignore = "needs the layer side of issue 9: thinking disabled with its clear_thinking edits on a switch inside a tool cycle"]
+async fn claude_code_tool_cycle_across_the_switch_stays_valid() {
+    let h = Harness::start(1, MEMORY, SimProvider::builder()).await;
+    let session = "0199a1b2-0000-7000-8000-00000000000a";
+    let mut conv = Conversation::new(Client::Claude, session);
+    for _ in 1..=2 {
+        assert_eq!(conv.turn(&h, 0).await.0, 200);
+    }
+    // Turn 3's answer calls a tool; the request after the switch returns its result.
+    let (status, _, reply) = h
+        .send(0, Client::Claude.path(), &conv.headers, &conv.body)
+        .await;
+    assert_eq!(status, 200);
+    continue_with_tool_result(&mut conv, &reply);
+    h.idle().await;
+    assert_eq!(h.handoffs(session).await, 1);
+    h.sim.set_used("acct-x", 100.0);
+    h.sim.clear_requests();
+    // The tool cycle's assistant turn started with acct-x's thinking, which acct-y cannot
+    // verify: without it, thinking must be off for this request (and its clear_thinking
+    // edits dropped), or the provider rejects the body.
+    for turn in 4..=5 {
+        let (status, _, reply) = conv.turn(&h, 0).await;
+        assert_eq!(
+            status,
+            200,
+            "turn {turn}: {}",
+            String::from_utf8_lossy(&reply)
+        );
+        assert!(completed(&reply));
+        h.idle().await;
+    }
+    let turns = h.turns();
+    let to_y: Vec<_> = turns
+        .iter()
+        .filter(|r| r.account.as_deref() == Some("acct-y"))
+        .collect();
+    assert_eq!(to_y.len(), 2);
+    for r in &to_y {
+        assert_eq!(r.rejected, None);
+        assert!(h.owners(r).iter().all(|o| o.as_deref() == Some("acct-y")));
+    }
+    // Turn 5 is a new prompt: thinking is on again.
+    let last = to_y[1].json().unwrap();
+    assert_eq!(last["thinking"]["type"], "adaptive");
+}
