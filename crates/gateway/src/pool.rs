@@ -545,6 +545,19 @@ mod tests {
     }
 
     proptest! {
+        /// Whatever sessions are bound, the table stays within its bound and the session
+        /// bound last is always remembered, with its account.
+        #[test]
+        fn bindings_stay_bounded(binds in proptest::collection::vec((0u8..64, 0usize..3), 1..400)) {
+            let p = pool(3, 0.95).with_max_sessions(16);
+            for (s, a) in &binds {
+                p.bind(&format!("s{s}"), *a);
+                prop_assert!(p.sessions() <= 16);
+            }
+            let (s, a) = binds.last().unwrap();
+            prop_assert_eq!(p.bound(&format!("s{s}")), Some(*a));
+        }
+
         /// Whatever happened before, `pick` returns an available, non-excluded account, and
         /// the first such account when the session is not bound.
         #[test]
