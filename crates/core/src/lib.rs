@@ -8,7 +8,9 @@
 //!   [`select`] (what is summarised), [`prompt`] (the summary request), [`reply`] (the summary
 //!   text out of a reply), [`parse`] (the structured handoff out of that text);
 //! - injection side: [`render`] (the `<context_handoff>` message), [`inject`] (placing it in the
-//!   raw JSON body), [`portable`] (removing account-bound state);
+//!   raw JSON body), [`portable`] (removing account-bound state, all of it or only another
+//!   account's), [`repair`] (whether a provider's rejection blames account-bound state);
+//! - responses: [`ending`] (whether a response body ended with the API's success event);
 //! - signals and identity: [`quota`], [`session`], [`decode`];
 //! - shared types: [`handoff`], [`config`], [`api`], [`time`].
 //!
@@ -20,6 +22,7 @@ pub mod api;
 pub mod config;
 pub mod conversation;
 pub mod decode;
+pub mod ending;
 pub mod handoff;
 pub mod inject;
 pub mod json;
@@ -28,6 +31,7 @@ pub mod portable;
 pub mod prompt;
 pub mod quota;
 pub mod render;
+pub mod repair;
 pub mod reply;
 pub mod select;
 pub mod session;

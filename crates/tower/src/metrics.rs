@@ -20,6 +20,10 @@ pub const RELEASED: &str = "context_relay_released_total";
 pub const SWITCHES: &str = "context_relay_switches_total";
 /// Account-bound items removed from bodies, by `kind`.
 pub const SCRUBBED: &str = "context_relay_scrubbed_total";
+/// Requests sent again once, without account-bound state, after the provider rejected that
+/// state, by `kind` (`encrypted_content`, `encrypted_output`, `previous_response`,
+/// `thinking_signature`).
+pub const REPAIRS: &str = "context_relay_repairs_total";
 /// Store operations that failed, by `op`.
 pub const STORE_ERRORS: &str = "context_relay_store_errors_total";
 /// Requests the relay wanted to rewrite but passed through unchanged, by `reason`

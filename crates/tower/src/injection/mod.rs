@@ -28,13 +28,18 @@
 //! [`ResolvedAccount`]: crate::ResolvedAccount
 //! [`SessionId`]: crate::SessionId
 
+mod action;
+mod after;
 mod body;
 mod future;
 mod layer;
 mod prepare;
+mod respond;
+mod retry;
 mod service;
 mod shared;
 
+pub use action::{RELAY_HEADER, RelayAction};
 pub use body::{RequestBody, ResponseBody};
 pub use future::ResponseFuture;
 pub use layer::InjectionLayer;

@@ -1,0 +1,99 @@
+//! Sending a request again, once, to the same account: what a repair needs of the request.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use context_relay_core::ApiShape;
+use context_relay_core::config::InjectionSlot;
+use context_relay_core::decode;
+use context_relay_core::portable::TURN_STATE_HEADER;
+use http::{HeaderValue, Request, Response, header};
+use tower_service::Service;
+
+use super::body::{RequestBody, Tee};
+
+pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// Sends a new body with the request's method, URI, headers and extensions to a fresh clone of
+/// the inner service.
+pub(crate) type Resend<B, E> = Box<dyn FnOnce(Bytes) -> BoxFuture<Result<Response<B>, E>> + Send>;
+
+/// What a repair needs: the body that went out, and a way to send another.
+pub(crate) struct Retry<B, E> {
+    pub(crate) shape: ApiShape,
+    pub(crate) slot: InjectionSlot,
+    pub(crate) sent: Sent,
+    pub(crate) resend: Resend<B, E>,
+}
+
+/// The body that went out.
+pub(crate) enum Sent {
+    /// Read (and possibly rewritten) by the layer: JSON, not compressed.
+    Body(Bytes),
+    /// Passed through, kept as it went out, possibly compressed with `encoding`.
+    Tee {
+        tee: Arc<Tee>,
+        encoding: Option<HeaderValue>,
+        limit: usize,
+    },
+}
+
+impl Sent {
+    /// The JSON that went out, when all of it is known.
+    pub(crate) fn json(self) -> Option<Bytes> {
+        match self {
+            Sent::Body(b) => Some(b),
+            Sent::Tee {
+                tee,
+                encoding,
+                limit,
+            } => {
+                let raw = tee.take()?;
+                match encoding {
+                    None => Some(raw),
+                    Some(enc) => decode::decode(enc.to_str().ok()?, &raw, limit)
+                        .ok()
+                        .map(Bytes::from),
+                }
+            }
+        }
+    }
+}
+
+/// A [`Resend`] for the request whose head is `parts`, through a clone of `inner`.
+pub(crate) fn resend<S, B, ResBody>(
+    inner: S,
+    parts: &http::request::Parts,
+) -> Resend<ResBody, S::Error>
+where
+    S: Service<Request<RequestBody<B>>, Response = Response<ResBody>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Send + 'static,
+{
+    let method = parts.method.clone();
+    let uri = parts.uri.clone();
+    let version = parts.version;
+    let headers = parts.headers.clone();
+    let extensions = parts.extensions.clone();
+    Box::new(move |body: Bytes| {
+        Box::pin(async move {
+            let mut headers = headers;
+            // A stripped body is forwarded uncompressed, and carries no account-bound state.
+            headers.remove(header::CONTENT_ENCODING);
+            headers.remove(TURN_STATE_HEADER);
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+            let mut req = Request::new(RequestBody::full(body));
+            *req.method_mut() = method;
+            *req.uri_mut() = uri;
+            *req.version_mut() = version;
+            *req.headers_mut() = headers;
+            *req.extensions_mut() = extensions;
+            let mut inner = inner;
+            std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
+            inner.call(req).await
+        }) as BoxFuture<_>
+    })
+}
