@@ -20,7 +20,7 @@
 //! - faults on demand ([`SimProvider::fail_next`]): an error status, or a 200 stream that
 //!   fails in-band; [`SimProvider::revoke`] makes an account's key answer 401;
 //! - every request is recorded (headers and body bytes) for assertions;
-//! - SSE streams can be held after their first event until the test releases them
+//! - SSE streams can be held after their first output event until the test releases them
 //!   ([`SimProvider::hold_streams`]), to prove that a proxy forwards events without buffering.
 //!
 //! ```
@@ -355,8 +355,8 @@ impl SimProvider {
             .map(|a| a.turns)
     }
 
-    /// Holds every SSE stream started from now on after its first event, until the returned
-    /// guard is released or dropped.
+    /// Holds every SSE stream started from now on after its first output event (the opening
+    /// events before it go out too), until the returned guard is released or dropped.
     pub fn hold_streams(&self) -> StreamHold {
         let (tx, rx) = watch::channel(false);
         *lock(&self.state.hold) = Some(rx);

@@ -253,19 +253,32 @@ pub(super) fn messages_failed_events(r: &Reply) -> Vec<Bytes> {
     ])
 }
 
-/// An SSE response sending `events` one frame each; with a hold, only the first event goes out
-/// before the hold is released.
+/// Whether an SSE event only opens the stream (no output yet): a relay may hold these back
+/// until it knows the stream succeeds.
+fn opening(event: &[u8]) -> bool {
+    const OPENING: [&[u8]; 4] = [
+        b"event: response.created\n",
+        b"event: response.in_progress\n",
+        b"event: message_start\n",
+        b"event: ping\n",
+    ];
+    OPENING.iter().any(|o| event.starts_with(o))
+}
+
+/// An SSE response sending `events` one frame each; with a hold, the events up to the first
+/// output event go out, then the rest waits until the hold is released.
 pub(super) fn sse(events: Vec<Bytes>, hold: Option<watch::Receiver<bool>>) -> Response<Body> {
     let (tx, rx) = mpsc::channel::<Bytes>(4);
     tokio::spawn(async move {
         let mut hold = hold;
-        for (i, e) in events.into_iter().enumerate() {
-            if i == 1
-                && let Some(h) = hold.as_mut()
-            {
+        let mut output_sent = false;
+        for e in events {
+            if output_sent && let Some(h) = hold.as_mut() {
                 // A dropped hold counts as released.
                 let _ = h.wait_for(|released| *released).await;
+                hold = None;
             }
+            output_sent |= !opening(&e);
             if tx.send(e).await.is_err() {
                 return;
             }
