@@ -347,25 +347,60 @@ async fn an_in_band_failure_keeps_the_handoff_for_the_next_attempt() {
     assert_eq!(h.handoffs(session).await, 0);
 }
 
-#[tokio::test]
-async fn a_429_on_b_hands_the_handoff_to_c_at_once() {
+/// How the second account fails the attempt that carries the handoff.
+#[derive(Clone, Copy, Debug)]
+enum BFails {
+    Quota,
+    Revoked,
+    ServerError,
+}
+
+/// B fails the first attempt after the switch; C, tried right after within the same request,
+/// must get the handoff (B's claim was released before the resolver moved on).
+async fn b_fails_and_c_gets_the_handoff(fails: BFails) {
     let h = Harness::start(1, MEMORY, SimProvider::builder()).await;
     let session = "0199a1b2-0000-7000-8000-000000000004";
     let mut conv = Conversation::new(Client::Codex, session);
     handoff_ready(&h, &mut conv, session).await;
-    h.sim.set_used("acct-b", 100.0);
+    match fails {
+        BFails::Quota => h.sim.set_used("acct-b", 100.0),
+        BFails::Revoked => h.sim.revoke("acct-b"),
+        BFails::ServerError => h.sim.fail_next(
+            Some("acct-b"),
+            SimFault::Status(
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({"error": {"message": "The server is overloaded.", "type": "server_error",
+                                 "param": null, "code": null}}),
+            ),
+        ),
+    }
     let (status, _, reply) = conv.turn(&h, 0).await;
-    assert_eq!(status, 200);
+    assert_eq!(status, 200, "{fails:?}");
     assert!(completed(&reply));
     let turns = h.turns();
     let accounts: Vec<_> = turns.iter().map(|r| r.account.clone().unwrap()).collect();
-    assert_eq!(accounts, ["acct-a", "acct-b", "acct-c"]);
-    // B was offered the handoff and answered 429; C, tried right after, got it too.
+    assert_eq!(accounts, ["acct-a", "acct-b", "acct-c"], "{fails:?}");
+    // B was offered the handoff and failed; C, tried right after, got it too.
     assert!(contains(&turns[1].body, HANDOFF_TAG));
-    assert!(contains(&turns[2].body, HANDOFF_TAG));
+    assert!(contains(&turns[2].body, HANDOFF_TAG), "{fails:?}");
     assert!(h.owners(&turns[2]).is_empty(), "C gets none of A's state");
     h.idle().await;
     assert_eq!(h.handoffs(session).await, 0);
+}
+
+#[tokio::test]
+async fn a_429_on_b_hands_the_handoff_to_c_at_once() {
+    b_fails_and_c_gets_the_handoff(BFails::Quota).await;
+}
+
+#[tokio::test]
+async fn a_401_on_b_hands_the_handoff_to_c_at_once() {
+    b_fails_and_c_gets_the_handoff(BFails::Revoked).await;
+}
+
+#[tokio::test]
+async fn a_503_on_b_hands_the_handoff_to_c_at_once() {
+    b_fails_and_c_gets_the_handoff(BFails::ServerError).await;
 }
 
 #[tokio::test]
