@@ -13,83 +13,9 @@ use context_relay_gateway::sim::{SimFault, SimProvider};
 use http::StatusCode;
 use serde_json::{Value, json};
 use support::{
-    HANDOFF_TAG, Harness, claude_first_turn, claude_next_turn, codex_first_turn, codex_next_turn,
-    completed, contains,
+    Client, Conversation, HANDOFF_TAG, Harness, MEMORY, claude_next_turn, completed, contains,
+    handoff_ready,
 };
-
-const MEMORY: &str = "backend = \"memory\"";
-
-/// One API's client: its path, how it continues a conversation, and its accounts.
-#[derive(Clone, Copy)]
-enum Client {
-    Codex,
-    Claude,
-}
-
-impl Client {
-    fn path(self) -> &'static str {
-        match self {
-            Client::Codex => "/v1/responses",
-            Client::Claude => "/v1/messages?beta=true",
-        }
-    }
-
-    fn first(self, session: &str) -> (Vec<(String, String)>, Value) {
-        match self {
-            Client::Codex => codex_first_turn("codex-relay", session),
-            Client::Claude => claude_first_turn("claude-relay", session),
-        }
-    }
-
-    fn next(self, body: &mut Value, reply: &[u8], prompt: &str) {
-        match self {
-            Client::Codex => codex_next_turn(body, reply, prompt),
-            Client::Claude => claude_next_turn(body, reply, prompt),
-        }
-    }
-
-    /// The first, second and third account of the client's provider.
-    fn accounts(self) -> [&'static str; 3] {
-        match self {
-            Client::Codex => ["acct-a", "acct-b", "acct-c"],
-            Client::Claude => ["acct-x", "acct-y", "acct-z"],
-        }
-    }
-}
-
-/// A conversation of one client through the harness.
-struct Conversation {
-    client: Client,
-    headers: Vec<(String, String)>,
-    body: Value,
-    turn: usize,
-}
-
-impl Conversation {
-    fn new(client: Client, session: &str) -> Self {
-        let (headers, body) = client.first(session);
-        Self {
-            client,
-            headers,
-            body,
-            turn: 1,
-        }
-    }
-
-    /// Sends the current history to gateway `gw`; on a completed reply, the history grows by
-    /// the reply and the next prompt.
-    async fn turn(&mut self, h: &Harness, gw: usize) -> (StatusCode, Option<String>, Vec<u8>) {
-        let (status, acted, reply) = h
-            .send(gw, self.client.path(), &self.headers, &self.body)
-            .await;
-        if status == 200 && completed(&reply) {
-            self.turn += 1;
-            let prompt = format!("Turn {}: go on with the next step.", self.turn);
-            self.client.next(&mut self.body, &reply, &prompt);
-        }
-        (status, acted, reply.to_vec())
-    }
-}
 
 /// Turns 1–3 on the first account (30, 60, 90 %: a handoff is written), then the account is
 /// used up and turns 4–6 go to the second account. Returns the upstream requests of turns 4–6.
@@ -302,17 +228,6 @@ async fn an_unrelated_400_reaches_the_client_unretried() {
     assert_eq!(acted, None);
 }
 
-/// Turns 1–3 on the first account write a handoff; the first account is then used up.
-async fn handoff_ready(h: &Harness, conv: &mut Conversation, session: &str) {
-    for _ in 1..=3 {
-        assert_eq!(conv.turn(h, 0).await.0, 200);
-    }
-    h.idle().await;
-    assert_eq!(h.handoffs(session).await, 1);
-    h.sim.set_used(conv.client.accounts()[0], 100.0);
-    h.sim.clear_requests();
-}
-
 #[tokio::test]
 async fn an_in_band_failure_keeps_the_handoff_for_the_next_attempt() {
     let h = Harness::start(1, MEMORY, SimProvider::builder()).await;
@@ -345,91 +260,6 @@ async fn an_in_band_failure_keeps_the_handoff_for_the_next_attempt() {
     assert_eq!(to_b.len(), 2);
     assert!(to_b.iter().all(|r| contains(&r.body, HANDOFF_TAG)));
     assert_eq!(h.handoffs(session).await, 0);
-}
-
-/// How the second account fails the attempt that carries the handoff.
-#[derive(Clone, Copy, Debug)]
-enum BFails {
-    Quota,
-    Revoked,
-    ServerError,
-}
-
-/// B fails the first attempt after the switch; C, tried right after within the same request,
-/// must get the handoff (B's claim was released before the resolver moved on).
-async fn b_fails_and_c_gets_the_handoff(fails: BFails) {
-    let h = Harness::start(1, MEMORY, SimProvider::builder()).await;
-    let session = "0199a1b2-0000-7000-8000-000000000004";
-    let mut conv = Conversation::new(Client::Codex, session);
-    handoff_ready(&h, &mut conv, session).await;
-    match fails {
-        BFails::Quota => h.sim.set_used("acct-b", 100.0),
-        BFails::Revoked => h.sim.revoke("acct-b"),
-        BFails::ServerError => h.sim.fail_next(
-            Some("acct-b"),
-            SimFault::Status(
-                StatusCode::SERVICE_UNAVAILABLE,
-                json!({"error": {"message": "The server is overloaded.", "type": "server_error",
-                                 "param": null, "code": null}}),
-            ),
-        ),
-    }
-    let (status, _, reply) = conv.turn(&h, 0).await;
-    assert_eq!(status, 200, "{fails:?}");
-    assert!(completed(&reply));
-    let turns = h.turns();
-    let accounts: Vec<_> = turns.iter().map(|r| r.account.clone().unwrap()).collect();
-    assert_eq!(accounts, ["acct-a", "acct-b", "acct-c"], "{fails:?}");
-    // B was offered the handoff and failed; C, tried right after, got it too.
-    assert!(contains(&turns[1].body, HANDOFF_TAG));
-    assert!(contains(&turns[2].body, HANDOFF_TAG), "{fails:?}");
-    assert!(h.owners(&turns[2]).is_empty(), "C gets none of A's state");
-    h.idle().await;
-    assert_eq!(h.handoffs(session).await, 0);
-}
-
-#[tokio::test]
-async fn a_429_on_b_hands_the_handoff_to_c_at_once() {
-    b_fails_and_c_gets_the_handoff(BFails::Quota).await;
-}
-
-#[tokio::test]
-async fn a_401_on_b_hands_the_handoff_to_c_at_once() {
-    b_fails_and_c_gets_the_handoff(BFails::Revoked).await;
-}
-
-#[tokio::test]
-async fn a_503_on_b_hands_the_handoff_to_c_at_once() {
-    b_fails_and_c_gets_the_handoff(BFails::ServerError).await;
-}
-
-#[tokio::test]
-async fn a_revoked_account_is_rotated_away() {
-    let h = Harness::start(1, MEMORY, SimProvider::builder()).await;
-    h.sim.revoke("acct-a");
-    let mut conv = Conversation::new(Client::Codex, "0199a1b2-0000-7000-8000-000000000005");
-    let (status, _, reply) = conv.turn(&h, 0).await;
-    assert_eq!(status, 200);
-    assert!(completed(&reply));
-    let accounts: Vec<_> = h
-        .turns()
-        .iter()
-        .map(|r| r.account.clone().unwrap())
-        .collect();
-    assert_eq!(accounts, ["acct-a", "acct-b"]);
-    let pool = h.gateways[0].0.pools().get("codex").unwrap().clone();
-    let snap = pool.snapshot(std::time::SystemTime::now());
-    assert_eq!(snap[0].state(), "disabled");
-    // The disabled account is skipped: another session goes straight to acct-b.
-    h.sim.clear_requests();
-    let mut other = Conversation::new(Client::Codex, "0199a1b2-0000-7000-8000-000000000006");
-    assert_eq!(other.turn(&h, 0).await.0, 200);
-    let accounts: Vec<_> = h
-        .turns()
-        .iter()
-        .map(|r| r.account.clone().unwrap())
-        .collect();
-    assert_eq!(accounts, ["acct-b"]);
 }
 
 #[tokio::test]
@@ -494,69 +324,6 @@ async fn two_gateways_on_one_redis_alternate_a_session_across_a_switch() {
             .count()
             >= 3,
         "{own:?}"
-    );
-}
-
-#[tokio::test]
-async fn a_server_error_before_any_byte_is_retried_once_on_the_next_account() {
-    let h = Harness::start(1, MEMORY, SimProvider::builder()).await;
-    let overloaded =
-        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}});
-    h.sim.fail_next(
-        Some("acct-x"),
-        SimFault::Status(StatusCode::from_u16(529).unwrap(), overloaded.clone()),
-    );
-    let mut conv = Conversation::new(Client::Claude, "0199a1b2-0000-7000-8000-000000000007");
-    let (status, _, reply) = conv.turn(&h, 0).await;
-    assert_eq!(status, 200);
-    assert!(completed(&reply));
-    let accounts: Vec<_> = h
-        .turns()
-        .iter()
-        .map(|r| r.account.clone().unwrap())
-        .collect();
-    assert_eq!(accounts, ["acct-x", "acct-y"]);
-    // Once only: two failures in a row reach the client, body intact.
-    h.sim.clear_requests();
-    for account in ["acct-x", "acct-y"] {
-        h.sim.fail_next(
-            Some(account),
-            SimFault::Status(StatusCode::from_u16(529).unwrap(), overloaded.clone()),
-        );
-    }
-    let mut other = Conversation::new(Client::Claude, "0199a1b2-0000-7000-8000-000000000008");
-    let (status, _, reply) = other.turn(&h, 0).await;
-    assert_eq!(status.as_u16(), 529);
-    assert_eq!(serde_json::from_slice::<Value>(&reply).unwrap(), overloaded);
-    assert_eq!(h.turns().len(), 2);
-}
-
-#[tokio::test]
-async fn a_quota_error_in_another_status_rotates_the_account() {
-    let h = Harness::start(1, MEMORY, SimProvider::builder()).await;
-    let limit = json!({"error": {"type": "usage_limit_reached",
-                                 "message": "The usage limit has been reached",
-                                 "plan_type": "plus", "resets_in_seconds": 1800}});
-    h.sim.fail_next(
-        Some("acct-a"),
-        SimFault::Status(StatusCode::BAD_REQUEST, limit),
-    );
-    let mut conv = Conversation::new(Client::Codex, "0199a1b2-0000-7000-8000-000000000009");
-    let (status, _, reply) = conv.turn(&h, 0).await;
-    assert_eq!(status, 200);
-    assert!(completed(&reply));
-    let accounts: Vec<_> = h
-        .turns()
-        .iter()
-        .map(|r| r.account.clone().unwrap())
-        .collect();
-    assert_eq!(accounts, ["acct-a", "acct-b"]);
-    let pool = h.gateways[0].0.pools().get("codex").unwrap().clone();
-    let now = std::time::SystemTime::now();
-    let until = pool.snapshot(now)[0].exhausted_until.expect("exhausted");
-    assert!(
-        until.duration_since(now).unwrap().as_secs() > 1700,
-        "until its announced reset"
     );
 }
 

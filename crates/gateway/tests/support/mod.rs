@@ -15,7 +15,7 @@ use context_relay_gateway::sim::{RecordedRequest, SimProvider};
 use context_relay_gateway::{Gateway, RunningGateway};
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
@@ -211,7 +211,7 @@ pub fn contains(hay: &[u8], needle: &str) -> bool {
 pub struct Harness {
     pub sim: SimProvider,
     pub gateways: Vec<(Gateway, RunningGateway)>,
-    pub client: Client<HttpConnector, Full<Bytes>>,
+    pub client: HttpClient<HttpConnector, Full<Bytes>>,
 }
 
 /// A gateway configuration over `base_url`: Codex accounts `acct-a`, `acct-b`, `acct-c` behind
@@ -281,7 +281,7 @@ impl Harness {
                 .expect("spawn");
             gateways.push((gateway, server));
         }
-        let client = Client::builder(TokioExecutor::new()).build_http();
+        let client = HttpClient::builder(TokioExecutor::new()).build_http();
         Self {
             sim,
             gateways,
@@ -410,4 +410,89 @@ impl Drop for RedisServer {
             c.wait().ok();
         }
     }
+}
+
+pub const MEMORY: &str = "backend = \"memory\"";
+
+/// One API's client: its path, how it continues a conversation, and its accounts.
+#[derive(Clone, Copy)]
+pub enum Client {
+    Codex,
+    Claude,
+}
+
+impl Client {
+    pub fn path(self) -> &'static str {
+        match self {
+            Client::Codex => "/v1/responses",
+            Client::Claude => "/v1/messages?beta=true",
+        }
+    }
+
+    pub fn first(self, session: &str) -> (Vec<(String, String)>, Value) {
+        match self {
+            Client::Codex => codex_first_turn("codex-relay", session),
+            Client::Claude => claude_first_turn("claude-relay", session),
+        }
+    }
+
+    pub fn next(self, body: &mut Value, reply: &[u8], prompt: &str) {
+        match self {
+            Client::Codex => codex_next_turn(body, reply, prompt),
+            Client::Claude => claude_next_turn(body, reply, prompt),
+        }
+    }
+
+    /// The first, second and third account of the client's provider.
+    pub fn accounts(self) -> [&'static str; 3] {
+        match self {
+            Client::Codex => ["acct-a", "acct-b", "acct-c"],
+            Client::Claude => ["acct-x", "acct-y", "acct-z"],
+        }
+    }
+}
+
+/// A conversation of one client through the harness.
+pub struct Conversation {
+    pub client: Client,
+    pub headers: Vec<(String, String)>,
+    pub body: Value,
+    pub turn: usize,
+}
+
+impl Conversation {
+    pub fn new(client: Client, session: &str) -> Self {
+        let (headers, body) = client.first(session);
+        Self {
+            client,
+            headers,
+            body,
+            turn: 1,
+        }
+    }
+
+    /// Sends the current history to gateway `gw`; on a completed reply, the history grows by
+    /// the reply and the next prompt.
+    pub async fn turn(&mut self, h: &Harness, gw: usize) -> (StatusCode, Option<String>, Vec<u8>) {
+        let (status, acted, reply) = h
+            .send(gw, self.client.path(), &self.headers, &self.body)
+            .await;
+        if status == 200 && completed(&reply) {
+            self.turn += 1;
+            let prompt = format!("Turn {}: go on with the next step.", self.turn);
+            self.client.next(&mut self.body, &reply, &prompt);
+        }
+        (status, acted, reply.to_vec())
+    }
+}
+
+/// Turns 1–3 on the first account write a handoff; the first account is then used up.
+pub async fn handoff_ready(h: &Harness, conv: &mut Conversation, session: &str) {
+    for _ in 1..=3 {
+        assert_eq!(conv.turn(h, 0).await.0, 200);
+    }
+    h.idle().await;
+    assert_eq!(h.handoffs(session).await, 1);
+    h.sim.set_used(conv.client.accounts()[0], 100.0);
+    h.sim.clear_requests();
 }
