@@ -42,7 +42,7 @@ async fn b_fails_and_c_gets_the_handoff(fails: BFails) {
     assert_eq!(status, 200, "{fails:?}");
     assert!(completed(&reply));
     let turns = h.turns();
-    let accounts: Vec<_> = turns.iter().map(|r| r.account.clone().unwrap()).collect();
+    let accounts = h.served();
     assert_eq!(accounts, ["acct-a", "acct-b", "acct-c"], "{fails:?}");
     // B was offered the handoff and failed; C, tried right after, got it too.
     assert!(contains(&turns[1].body, HANDOFF_TAG));
@@ -75,11 +75,7 @@ async fn a_revoked_account_is_rotated_away() {
     let (status, _, reply) = conv.turn(&h, 0).await;
     assert_eq!(status, 200);
     assert!(completed(&reply));
-    let accounts: Vec<_> = h
-        .turns()
-        .iter()
-        .map(|r| r.account.clone().unwrap())
-        .collect();
+    let accounts = h.served();
     assert_eq!(accounts, ["acct-a", "acct-b"]);
     let pool = h.gateways[0].0.pools().get("codex").unwrap().clone();
     let snap = pool.snapshot(std::time::SystemTime::now());
@@ -88,11 +84,7 @@ async fn a_revoked_account_is_rotated_away() {
     h.sim.clear_requests();
     let mut other = Conversation::new(Client::Codex, "0199a1b2-0000-7000-8000-000000000006");
     assert_eq!(other.turn(&h, 0).await.0, 200);
-    let accounts: Vec<_> = h
-        .turns()
-        .iter()
-        .map(|r| r.account.clone().unwrap())
-        .collect();
+    let accounts = h.served();
     assert_eq!(accounts, ["acct-b"]);
 }
 
@@ -109,11 +101,7 @@ async fn a_server_error_before_any_byte_is_retried_once_on_the_next_account() {
     let (status, _, reply) = conv.turn(&h, 0).await;
     assert_eq!(status, 200);
     assert!(completed(&reply));
-    let accounts: Vec<_> = h
-        .turns()
-        .iter()
-        .map(|r| r.account.clone().unwrap())
-        .collect();
+    let accounts = h.served();
     assert_eq!(accounts, ["acct-x", "acct-y"]);
     // Once only: two failures in a row reach the client, body intact.
     h.sim.clear_requests();
@@ -144,11 +132,7 @@ async fn a_quota_error_in_another_status_rotates_the_account() {
     let (status, _, reply) = conv.turn(&h, 0).await;
     assert_eq!(status, 200);
     assert!(completed(&reply));
-    let accounts: Vec<_> = h
-        .turns()
-        .iter()
-        .map(|r| r.account.clone().unwrap())
-        .collect();
+    let accounts = h.served();
     assert_eq!(accounts, ["acct-a", "acct-b"]);
     let pool = h.gateways[0].0.pools().get("codex").unwrap().clone();
     let now = std::time::SystemTime::now();

@@ -340,6 +340,14 @@ impl Harness {
             .collect()
     }
 
+    /// The account of each client turn the provider received, in order.
+    pub fn served(&self) -> Vec<String> {
+        self.turns()
+            .into_iter()
+            .map(|r| r.account.unwrap_or_default())
+            .collect()
+    }
+
     /// The accounts that minted the state `r` carried.
     pub fn owners(&self, r: &RecordedRequest) -> Vec<Option<String>> {
         self.sim
