@@ -20,12 +20,24 @@ use tower::{Service, ServiceBuilder, ServiceExt};
 
 const BODY: &str = r#"{"model":"gpt-5","messages":[{"role":"system","content":"You are a coding agent."},{"role":"user","content":"add a --json flag to the CLI and cover it with a test"}]}"#;
 
+const RESPONSES_BODY: &str = r#"{"model":"gpt-5.5","stream":false,"store":false,"input":[{"type":"message","role":"developer","content":[{"type":"input_text","text":"You are Codex."}]},{"type":"message","role":"user","content":[{"type":"input_text","text":"add a --json flag"}]},{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"gAAAAB-minted-by-acct-a"}]}"#;
+
 fn request(account: &str) -> Request<Full<Bytes>> {
-    let mut req = Request::post("/v1/chat/completions")
+    request_to("/v1/chat/completions", BODY, account)
+}
+
+/// A Responses turn: an API with account-bound state, whose pass-through keeps the request
+/// frames (by reference) for a repair.
+fn responses_request(account: &str) -> Request<Full<Bytes>> {
+    request_to("/v1/responses", RESPONSES_BODY, account)
+}
+
+fn request_to(path: &str, body: &'static str, account: &str) -> Request<Full<Bytes>> {
+    let mut req = Request::post(path)
         .header("x-session-id", "bench-session")
         .header("authorization", "Bearer sk-bench")
         .header("content-type", "application/json")
-        .body(Full::new(Bytes::from_static(BODY.as_bytes())))
+        .body(Full::new(Bytes::from_static(body.as_bytes())))
         .expect("request");
     req.extensions_mut().insert(ComboName::new("codex-relay"));
     req.extensions_mut()
@@ -126,6 +138,34 @@ fn passthrough(c: &mut Criterion) {
                     .await
                     .expect("ready")
                     .call(request("acct-a"))
+                    .await;
+                drain(res.expect("ok")).await;
+            })
+        })
+    });
+    group.bench_function("responses/bare", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let mut svc = bare;
+                let res = svc
+                    .ready()
+                    .await
+                    .expect("ready")
+                    .call(responses_request("acct-a"))
+                    .await;
+                drain(res.expect("ok")).await;
+            })
+        })
+    });
+    group.bench_function("responses/generation+injection", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let mut svc = layered.clone();
+                let res = svc
+                    .ready()
+                    .await
+                    .expect("ready")
+                    .call(responses_request("acct-a"))
                     .await;
                 drain(res.expect("ok")).await;
             })

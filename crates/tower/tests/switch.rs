@@ -37,7 +37,11 @@ impl Relay {
     }
 
     fn on(store: Arc<dyn HandoffStore>) -> Self {
-        let provider = Provider::default();
+        Self::sharing(store, Provider::default())
+    }
+
+    /// A relay (one replica) on `store`, in front of `provider`.
+    fn sharing(store: Arc<dyn HandoffStore>, provider: Provider) -> Self {
         let account = Arc::new(Mutex::new(ResolvedAccount::new("codex", "acct-a")));
         let layer = InjectionLayer::new(store.clone());
         let background = layer.background();
@@ -446,4 +450,139 @@ async fn a_session_that_never_switched_is_passed_through_untouched() {
     assert!(received[2].headers.get("x-codex-turn-state").is_some());
     assert!(received[2].text.contains("enc:acct-a:1") && received[2].text.contains("enc:acct-a:2"));
     assert_eq!(RelayAction::default().header_value(), None);
+}
+
+#[tokio::test]
+async fn affinity_is_kept_per_combo() {
+    let relay = Relay::new();
+    let mut codex = Codex::new("two-combos");
+    codex.turn(&relay, "on combo relay").await;
+    // The same session through another combo, served by another account: that combo's first
+    // request, not a switch of the first combo.
+    relay.use_account("acct-b");
+    let mut req = codex.request("on combo fast");
+    req.extensions_mut().insert(ComboName::new("fast"));
+    let (status, headers, body) = relay.send(req).await;
+    // acct-b rejects acct-a's reasoning: repaired, not scrubbed as a switch.
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(action(&headers), "repaired");
+    codex.absorb(&headers, &body);
+    // Back on the first combo with its own account: not a switch, nothing touched but what
+    // acct-a cannot read (the repair strips it).
+    relay.use_account("acct-a");
+    let before = relay.provider.received().len();
+    let headers = codex.turn(&relay, "on combo relay again").await;
+    assert_eq!(action(&headers), "repaired");
+    let received = relay.provider.received();
+    assert_eq!(received.len(), before + 2);
+    assert!(
+        received[before].carries_state_of("acct-a"),
+        "not scrubbed as a switch"
+    );
+}
+
+/// A redis-server of our own on a free loopback port (or `REDIS_URL`), stopped on drop.
+struct Redis {
+    url: String,
+    child: Option<std::process::Child>,
+}
+
+impl Redis {
+    fn start() -> Self {
+        use std::io::BufRead;
+        if let Ok(url) = std::env::var("REDIS_URL")
+            && !url.is_empty()
+        {
+            return Self { url, child: None };
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut child = std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("redis-server (install it or set REDIS_URL)");
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        while let Some(Ok(line)) = lines.next() {
+            if line.contains("Ready to accept connections") {
+                break;
+            }
+        }
+        std::thread::spawn(move || for _ in lines {});
+        Self {
+            url: format!("redis://127.0.0.1:{port}/"),
+            child: Some(child),
+        }
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().ok();
+            c.wait().ok();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_on_one_redis_alternate_a_session_across_a_switch() {
+    let redis = Redis::start();
+    let prefix = format!(
+        "cr-switch-test:{}:{:?}:",
+        std::process::id(),
+        SystemTime::now()
+    );
+    let provider = Provider::default();
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        let store = context_relay_store::RedisStore::builder(redis.url.clone())
+            .prefix(prefix.clone())
+            .connect()
+            .await
+            .unwrap();
+        replicas.push(Relay::sharing(Arc::new(store), provider.clone()));
+    }
+    let mut codex = Codex::new("replicated");
+    codex.turn(&replicas[0], "a1").await;
+    codex.turn(&replicas[1], "a2").await;
+    replicas[0].upsert_handoff("replicated", "acct-a").await;
+    for r in &replicas {
+        r.use_account("acct-b");
+    }
+    for (turn, i) in [0, 1, 0, 1].into_iter().enumerate() {
+        let headers = codex.turn(&replicas[i], &format!("b{turn}")).await;
+        let expected = if turn == 0 {
+            "injected, scrubbed"
+        } else {
+            "scrubbed"
+        };
+        assert_eq!(action(&headers), expected, "turn {turn} on replica {i}");
+    }
+    // And back to acct-a on the other replica: a switch again, seen at once.
+    for r in &replicas {
+        r.use_account("acct-a");
+    }
+    let headers = codex.turn(&replicas[1], "a3").await;
+    assert_eq!(action(&headers), "scrubbed");
+    let received = provider.received();
+    assert!(
+        received.iter().all(|r| r.status == StatusCode::OK),
+        "no rejection, no repair"
+    );
+    for r in received.iter().filter(|r| r.account == "acct-b") {
+        assert!(!r.carries_state_of("acct-a"));
+    }
+    assert!(!received.last().unwrap().carries_state_of("acct-b"));
+    assert_eq!(received.iter().map(|r| r.handoffs()).sum::<usize>(), 1);
 }
