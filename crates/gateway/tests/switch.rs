@@ -228,26 +228,24 @@ async fn an_unrelated_400_reaches_the_client_unretried() {
     assert_eq!(acted, None);
 }
 
-#[tokio::test]
-async fn an_in_band_failure_keeps_the_handoff_for_the_next_attempt() {
+/// acct-b takes the switch and its stream fails after the 200 (`fault`): the handoff must
+/// survive for the client's retry, which then consumes it.
+async fn a_failed_stream_keeps_the_handoff(client: Client, fault: SimFault) {
     let h = Harness::start(1, MEMORY, SimProvider::builder()).await;
     let session = "0199a1b2-0000-7000-8000-000000000003";
-    let mut conv = Conversation::new(Client::Codex, session);
+    let [_, b, _] = client.accounts();
+    let mut conv = Conversation::new(client, session);
     handoff_ready(&h, &mut conv, session).await;
-    // acct-b takes the switch, then fails the stream in-band: a 200 that ends in
-    // `response.failed`.
-    h.sim.fail_next(Some("acct-b"), SimFault::InBand);
+    h.sim.fail_next(Some(b), fault.clone());
     let (status, _, reply) = conv.turn(&h, 0).await;
     assert_eq!(status, 200);
-    assert!(!completed(&reply));
-    assert!(contains(&reply, "response.failed"));
+    assert!(!completed(&reply), "{fault:?}");
     h.idle().await;
     assert_eq!(
         h.handoffs(session).await,
         1,
-        "the handoff survives an in-band failure"
+        "the handoff survives a stream that did not complete ({fault:?})"
     );
-    // The client's retry gets it again, and this time consumes it.
     let (status, _, reply) = conv.turn(&h, 0).await;
     assert_eq!(status, 200);
     assert!(completed(&reply));
@@ -255,11 +253,27 @@ async fn an_in_band_failure_keeps_the_handoff_for_the_next_attempt() {
     let to_b: Vec<_> = h
         .turns()
         .into_iter()
-        .filter(|r| r.account.as_deref() == Some("acct-b"))
+        .filter(|r| r.account.as_deref() == Some(b))
         .collect();
     assert_eq!(to_b.len(), 2);
     assert!(to_b.iter().all(|r| contains(&r.body, HANDOFF_TAG)));
     assert_eq!(h.handoffs(session).await, 0);
+}
+
+#[tokio::test]
+async fn an_in_band_failure_keeps_the_handoff_for_the_next_attempt() {
+    a_failed_stream_keeps_the_handoff(Client::Codex, SimFault::InBand).await;
+}
+
+#[tokio::test]
+async fn an_anthropic_error_event_keeps_the_handoff_for_the_next_attempt() {
+    a_failed_stream_keeps_the_handoff(Client::Claude, SimFault::InBand).await;
+}
+
+#[tokio::test]
+async fn a_cut_stream_keeps_the_handoff_for_the_next_attempt() {
+    a_failed_stream_keeps_the_handoff(Client::Codex, SimFault::Truncated).await;
+    a_failed_stream_keeps_the_handoff(Client::Claude, SimFault::Truncated).await;
 }
 
 #[tokio::test]

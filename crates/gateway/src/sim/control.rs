@@ -8,7 +8,10 @@ use http::{HeaderValue, Response, StatusCode, header};
 use serde_json::{Value, json};
 
 use super::bound::{self, Rejection};
-use super::reply::{Reply, messages_failed_events, responses_failed_events, sse};
+use super::reply::{
+    Reply, chat_events, messages_events, messages_failed_events, responses_events,
+    responses_failed_events, sse,
+};
 use super::{Api, RecordedRequest, SimProvider, SimState, lock};
 
 /// A fault the simulated provider answers the next matching request with
@@ -22,6 +25,10 @@ pub enum SimFault {
     /// `message_start` then an `error` event (`overloaded_error`). A request that is not
     /// streamed gets a 500 instead.
     InBand,
+    /// A 200 stream cut after its first text delta: no terminal event (`response.completed`,
+    /// `message_stop`, `[DONE]`), as when the provider's connection drops. A request that is
+    /// not streamed gets a 500 instead.
+    Truncated,
 }
 
 impl SimProvider {
@@ -103,6 +110,15 @@ fn json_response(status: StatusCode, body: &Value) -> Response<Body> {
     res
 }
 
+/// A 500 as OpenAI words it.
+fn server_error() -> Response<Body> {
+    json_response(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        &json!({"error": {"message": "The server had an error while processing your request.",
+                          "type": "server_error", "param": null, "code": null}}),
+    )
+}
+
 /// The 401 of a revoked or unknown key, as each API words it.
 pub(super) fn unauthorized(api: Api) -> Response<Body> {
     let body = if api == Api::Messages {
@@ -166,12 +182,23 @@ pub(super) fn rejection(
                     None,
                 ),
                 (Api::Messages, true) => sse(messages_failed_events(&reply), None),
-                _ => json_response(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    &json!({"error": {"message": "The server had an error while processing your request.",
-                                      "type": "server_error", "param": null, "code": null}}),
-                ),
+                _ => server_error(),
             });
+        }
+        Some(SimFault::Truncated) if stream => {
+            state.reject(recorded, "truncated");
+            let mut reply = failed_reply(state, request);
+            reply.text = "Partial answer that never ends".to_owned();
+            let (events, kept) = match api {
+                Api::Responses => (responses_events(&reply), 5),
+                Api::Messages => (messages_events(&reply), 4),
+                Api::Chat => (chat_events(&reply), 2),
+            };
+            return Some(sse(events.into_iter().take(kept).collect(), None));
+        }
+        Some(SimFault::Truncated) => {
+            state.reject(recorded, "truncated");
+            return Some(server_error());
         }
         None => {}
     }
