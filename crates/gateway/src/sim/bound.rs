@@ -34,6 +34,8 @@ pub(super) struct Rejection {
     pub(super) code: &'static str,
     /// The whole JSON error body.
     pub(super) body: Value,
+    /// The HTTP status (400, or 404 for an item that was never stored).
+    pub(super) status: u16,
 }
 
 /// The minting secrets of the sim's accounts.
@@ -110,7 +112,8 @@ fn hex(bytes: &[u8]) -> String {
     s
 }
 
-/// Responses stored by `store: true` requests: id → account.
+/// Responses (and their reasoning items) stored by requests without `store: false`:
+/// id → account.
 pub(super) type StoredResponses = HashMap<String, String>;
 
 fn openai_error(message: String, param: Value, code: &'static str) -> Rejection {
@@ -118,6 +121,7 @@ fn openai_error(message: String, param: Value, code: &'static str) -> Rejection 
         code,
         body: json!({"error": {"message": message, "type": "invalid_request_error",
                                "param": param, "code": code}}),
+        status: 400,
     }
 }
 
@@ -127,6 +131,7 @@ fn anthropic_error(code: &'static str, message: String) -> Rejection {
         body: json!({"type": "error",
                      "error": {"type": "invalid_request_error", "message": message},
                      "request_id": "req_sim"}),
+        status: 400,
     }
 }
 
@@ -158,13 +163,26 @@ pub(super) fn check_responses(
     }
     let items = request.get("input").and_then(Value::as_array)?;
     for item in items {
+        let kind = item.get("type").and_then(Value::as_str).unwrap_or("");
         let Some(blob) = item.get("encrypted_content").and_then(Value::as_str) else {
+            // A reasoning item sent by id only must be one the account stored.
+            if kind == "reasoning"
+                && let Some(id) = item.get("id").and_then(Value::as_str)
+                && stored.get(id).map(String::as_str) != Some(account)
+            {
+                return Some(Rejection {
+                    code: "item_not_found",
+                    body: json!({"error": {"message": format!("Item with id '{id}' not found. Items are not persisted when `store` is set to false. Try again with `store` set to true, or remove this item from your input."),
+                                           "type": "invalid_request_error", "param": "input",
+                                           "code": null}}),
+                    status: 404,
+                });
+            }
             continue;
         };
         if minter.verifies(account, blob) {
             continue;
         }
-        let kind = item.get("type").and_then(Value::as_str).unwrap_or("");
         if kind == "reasoning" || kind == "compaction" {
             let name = item
                 .get("id")
@@ -184,6 +202,7 @@ pub(super) fn check_responses(
             body: json!({"error": {"message": "Encrypted function output content could not be decrypted or decoded.",
                                    "type": "invalid_request_error", "param": null,
                                    "code": "invalid_request_body"}}),
+            status: 400,
         });
     }
     None
@@ -382,6 +401,17 @@ mod tests {
             r.body["error"]["message"],
             "The encrypted content for item rs_9 could not be verified. Reason: Encrypted content could not be decrypted or parsed."
         );
+        // A reasoning item by id alone: only found where it was stored.
+        stored.insert("rs_stored".into(), "a".into());
+        let req = json!({"input": [{"type": "reasoning", "id": "rs_stored", "summary": []}]});
+        assert_eq!(check_responses(&m, &stored, "a", &req), None);
+        let r = check_responses(&m, &stored, "b", &req).unwrap();
+        assert_eq!(r.status, 404);
+        assert_eq!(r.body["error"]["param"], "input");
+        assert!(r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Item with id 'rs_stored' not found. Items are not persisted when `store` is set to false."));
         let req = json!({"input": [{"type": "function_call_output", "call_id": "c",
             "encrypted_content": m.encrypted("a", "y")}]});
         let r = check_responses(&m, &stored, "b", &req).unwrap();

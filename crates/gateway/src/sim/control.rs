@@ -216,7 +216,8 @@ pub(super) fn rejection(
         let error = json!({"code": r.body["error"]["code"], "message": r.body["error"]["message"]});
         return Some(sse(responses_failed_events(&reply, error), None));
     }
-    Some(json_response(StatusCode::BAD_REQUEST, &r.body))
+    let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::BAD_REQUEST);
+    Some(json_response(status, &r.body))
 }
 
 /// Adds the state `account` mints to a reply: a reasoning item when the Responses request
@@ -241,7 +242,12 @@ pub(super) fn mint(
                 reply.reasoning = Some((id, blob));
             }
             if request["store"].as_bool() != Some(false) {
-                lock(&state.stored).insert(format!("resp_sim_{}", reply.id), account.to_owned());
+                let mut stored = lock(&state.stored);
+                stored.insert(format!("resp_sim_{}", reply.id), account.to_owned());
+                // Stored output items can be sent back by id alone.
+                if let Some((id, _)) = &reply.reasoning {
+                    stored.insert(id.clone(), account.to_owned());
+                }
             }
         }
         Api::Messages => {
