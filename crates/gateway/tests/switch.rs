@@ -402,3 +402,65 @@ async fn claude_code_tool_cycle_across_the_switch_stays_valid() {
     let last = to_y[1].json().unwrap();
     assert_eq!(last["thinking"]["type"], "adaptive");
 }
+
+/// An OpenAI SDK client chaining stored responses: each turn sends only the new input and the
+/// previous response's id.
+#[tokio::test]
+async fn a_stored_response_chain_continues_on_the_new_account() {
+    let h = Harness::start(1, MEMORY, SimProvider::builder()).await;
+    let session = "0199a1b2-0000-7000-8000-00000000000b";
+    let headers = vec![
+        ("content-type".to_owned(), "application/json".to_owned()),
+        ("authorization".to_owned(), "Bearer sk-client".to_owned()),
+        ("x-session-id".to_owned(), session.to_owned()),
+    ];
+    let mut previous: Option<String> = None;
+    let send = async |turn: usize, previous: &mut Option<String>| {
+        let mut body = json!({"model": "codex-relay", "store": true, "stream": false,
+                              "instructions": "You are a coding assistant.",
+                              "input": format!("Turn {turn}: next step of the --json flag.")});
+        if let Some(p) = previous.as_ref() {
+            body["previous_response_id"] = json!(p);
+        }
+        let (status, _, reply) = h.send(0, "/v1/responses", &headers, &body).await;
+        assert_eq!(
+            status,
+            200,
+            "turn {turn}: {}",
+            String::from_utf8_lossy(&reply)
+        );
+        let v: Value = serde_json::from_slice(&reply).unwrap();
+        *previous = v["id"].as_str().map(str::to_owned);
+    };
+    for turn in 1..=3 {
+        send(turn, &mut previous).await;
+    }
+    h.idle().await;
+    assert_eq!(h.handoffs(session).await, 1);
+    h.sim.set_used("acct-a", 100.0);
+    h.sim.clear_requests();
+    for turn in 4..=6 {
+        send(turn, &mut previous).await;
+        h.idle().await;
+    }
+    let to_b: Vec<_> = h
+        .turns()
+        .into_iter()
+        .filter(|r| r.account.as_deref() == Some("acct-b"))
+        .collect();
+    assert_eq!(to_b.len(), 3);
+    // The switch turn drops acct-a's response id (the handoff stands in for it); the later
+    // turns chain acct-b's own responses, which are forwarded.
+    assert!(
+        to_b[0]
+            .json()
+            .unwrap()
+            .get("previous_response_id")
+            .is_none()
+    );
+    assert!(contains(&to_b[0].body, HANDOFF_TAG));
+    for r in &to_b[1..] {
+        assert_eq!(h.owners(r), [Some("acct-b".to_owned())]);
+        assert_eq!(r.rejected, None);
+    }
+}
