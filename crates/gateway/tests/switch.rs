@@ -35,9 +35,13 @@ async fn three_turns_after_a_switch(client: Client) {
         "real-sized first request: {first_size} bytes, captured {real}"
     );
     for turn in 1..=3 {
-        let (status, _, reply) = conv.turn(&h, 0).await;
+        let (status, acted, reply) = conv.turn(&h, 0).await;
         assert_eq!(status, 200);
         assert!(completed(&reply), "{}", String::from_utf8_lossy(&reply));
+        assert_eq!(
+            acted, None,
+            "no switch yet: the relay leaves turn {turn} alone"
+        );
         if turn == 1
             && let Client::Codex = client
         {
@@ -70,8 +74,15 @@ async fn three_turns_after_a_switch(client: Client) {
     h.sim.set_used(a, 100.0);
     h.sim.clear_requests();
     for turn in 4..=6 {
-        let (status, _, reply) = conv.turn(&h, 0).await;
+        let (status, acted, reply) = conv.turn(&h, 0).await;
         assert_eq!(status, 200, "turn {turn}");
+        // The client is told what the relay did: the handoff once, the scrub every turn.
+        let expected = if turn == 4 {
+            "injected, scrubbed"
+        } else {
+            "scrubbed"
+        };
+        assert_eq!(acted.as_deref(), Some(expected), "turn {turn}");
         assert!(
             completed(&reply),
             "turn {turn}: {}",
