@@ -59,9 +59,8 @@ use std::task::{Context, Poll};
 use std::time::SystemTime;
 
 use bytes::Bytes;
-use context_relay_core::QuotaSignal;
+use context_relay_core::quota;
 use context_relay_core::session::{self, MAX_SESSION_ID_CHARS, SessionSources};
-use context_relay_core::{decode, quota};
 use context_relay_tower::{ComboName, ResolvedAccount, SessionId, SkipRelay, Tenant};
 use http::{Extensions, HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, header};
 use http_body::Body;
@@ -75,9 +74,11 @@ use crate::config::DEFAULT_MAX_REQUEST_BYTES;
 use crate::error::{ErrorShape, error_body, error_response};
 use crate::model::{find_model, replace_model};
 use crate::peek::{Peeked, peek};
-use crate::pool::{AccountPools, ProviderPool, reset_or_default};
+use crate::pool::{AccountPools, ProviderPool};
 use crate::upstream::UpstreamEndpoint;
 use crate::verdict::{Verdict, classify};
+
+use rotate::{Attempt, decoded_error_body, error_type, record_usage};
 
 /// Largest error body read to learn what it says (they are a few hundred bytes; a longer one
 /// is no quota or credential error and is passed on unread).
@@ -355,64 +356,21 @@ where
                 decoded.as_deref(),
                 now,
             );
-            let error = decoded.as_deref().and_then(error_type).unwrap_or_default();
-            let rotate = match verdict {
-                Verdict::Exhausted(signal) => {
-                    let until = reset_or_default(signal.resets_at, now);
-                    pool.mark_exhausted(idx, until);
-                    exhausted_metric(
-                        &pool,
-                        &account.id,
-                        if status == StatusCode::TOO_MANY_REQUESTS {
-                            "429"
-                        } else {
-                            "quota_error"
-                        },
-                    );
-                    tracing::info!(
-                        provider = %pool.name(), account = %account.id, internal,
-                        status = status.as_u16(), error = %error,
-                        "account out of quota; exhausted until its reset"
-                    );
-                    // The client may still see this answer (when no other account is left):
-                    // it carries the usage reading like any other response.
-                    res_parts.extensions.insert(signal);
-                    true
-                }
-                Verdict::Refused => {
-                    let until = pool.disable(idx, now);
-                    let secs = until.duration_since(now).map_or(0, |d| d.as_secs());
-                    metrics::counter!(
-                        "context_relay_gateway_account_refused_total",
-                        "provider" => pool.name().to_string(),
-                        "account" => account.id.to_string(),
-                        "status" => status.as_str().to_owned()
-                    )
-                    .increment(1);
-                    tracing::error!(
-                        provider = %pool.name(), account = %account.id,
-                        status = status.as_u16(), error = %error, disabled_for_secs = secs,
-                        "the provider refused this account's credential; account disabled, check its key"
-                    );
-                    true
-                }
-                Verdict::Unavailable if !unavailable_retried && !internal => {
-                    unavailable_retried = true;
-                    metrics::counter!(
-                        "context_relay_gateway_unavailable_retries_total",
-                        "provider" => pool.name().to_string(),
-                        "account" => account.id.to_string()
-                    )
-                    .increment(1);
-                    tracing::warn!(
-                        provider = %pool.name(), account = %account.id,
-                        status = status.as_u16(), error = %error,
-                        "upstream failed before any byte reached the client; trying the next account once"
-                    );
-                    true
-                }
-                Verdict::Unavailable | Verdict::Answer => false,
+            let attempt = Attempt {
+                pool: &pool,
+                idx,
+                account: &account.id,
+                status,
+                internal,
+                now,
             };
+            let error = decoded.as_deref().and_then(error_type).unwrap_or_default();
+            let rotate = attempt.rotate(verdict, &error, &mut unavailable_retried);
+            if let Verdict::Exhausted(signal) = verdict {
+                // The client may still see this answer (when no other account is left): it
+                // carries the usage reading like any other response.
+                res_parts.extensions.insert(signal);
+            }
             if !rotate {
                 // The client's answer: it still carries the usage reading and who served.
                 if let Some(signal) =
@@ -471,73 +429,6 @@ where
     res.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from(wait));
     Ok(res)
-}
-
-/// Records a usage reading of a successful response; at or above `rotate_at` the account
-/// stops taking new turns, unless the reading came from an internal request (a summary call
-/// must not move the session it summarises).
-fn record_usage(
-    pool: &ProviderPool,
-    idx: usize,
-    account: &str,
-    signal: &QuotaSignal,
-    now: SystemTime,
-    internal: bool,
-) {
-    metrics::gauge!(
-        "context_relay_gateway_account_used_ratio",
-        "provider" => pool.name().to_string(),
-        "account" => account.to_owned()
-    )
-    .set(signal.percent_used);
-    if internal {
-        pool.note_usage(idx, signal.percent_used);
-    } else if pool.observe(idx, signal, now) {
-        tracing::info!(
-            provider = %pool.name(), account, used = signal.percent_used,
-            "account reached rotate_at; new turns go to the next account"
-        );
-        exhausted_metric(pool, account, "quota");
-    }
-}
-
-/// The error type of an error body, for logs: Codex `usage_limit_reached`, Anthropic
-/// `rate_limit_error` / `authentication_error`, OpenAI `invalid_api_key`, … (the `code` when
-/// there is one, else the `type`).
-fn error_type(body: &[u8]) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
-    let e = v.get("error")?;
-    e.get("code")
-        .and_then(|t| t.as_str())
-        .or_else(|| e.get("type").and_then(|t| t.as_str()))
-        .map(str::to_owned)
-}
-
-/// An error body as text: decoded when the provider compressed it (the client's
-/// `accept-encoding` is forwarded). `None` when it cannot be decoded.
-fn decoded_error_body<'a>(
-    headers: &HeaderMap,
-    body: &'a [u8],
-) -> Option<std::borrow::Cow<'a, [u8]>> {
-    match headers
-        .get(header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-    {
-        None => Some(std::borrow::Cow::Borrowed(body)),
-        Some(coding) => decode::decode(coding.trim(), body, MAX_ERROR_BODY)
-            .ok()
-            .map(std::borrow::Cow::Owned),
-    }
-}
-
-fn exhausted_metric(pool: &ProviderPool, account: &str, reason: &'static str) {
-    metrics::counter!(
-        "context_relay_gateway_account_exhausted_total",
-        "provider" => pool.name().to_string(),
-        "account" => account.to_owned(),
-        "reason" => reason
-    )
-    .increment(1);
 }
 
 /// The body for `target`: the model is rewritten when this target names another model than
@@ -600,5 +491,6 @@ fn own_error<B>(
     )
 }
 
+mod rotate;
 #[cfg(test)]
 mod tests;

@@ -7,6 +7,7 @@ use tower::service_fn;
 
 use super::*;
 use crate::config::Config;
+use context_relay_core::QuotaSignal;
 
 fn pools() -> Arc<AccountPools> {
     let c = Config::from_toml_str(
