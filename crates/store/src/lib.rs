@@ -23,6 +23,12 @@
 //! - Affinity entries expire after `affinity_ttl` (default 7 days) without a change or refresh,
 //!   so that the table does not grow forever; `set_affinity` rewrites an unchanged entry once a
 //!   quarter of that time has passed. Affinities are kept per `(tenant, session, combo)`.
+//! - With several replicas (redis), a replica decides whether a request is a switch on the value
+//!   Redis holds when the request arrives: its cached view is trusted for at most
+//!   `affinity_cache_ttl`, zero by default. The bound on a stale decision is therefore one
+//!   concurrent request: a write it can miss is made by another request of the same session, on
+//!   another replica, that completes after this read. The provider's rejection of the state
+//!   such a decision lets through is then repaired by the injection layer.
 //! - The in-memory affinity table is bounded ([`DEFAULT_AFFINITY_CACHE_ENTRIES`] by default):
 //!   when full, the least recently used eighth is evicted. redb then reads an evicted entry
 //!   back from disk; the memory backend forgets it; Redis reads it from Redis.

@@ -67,6 +67,20 @@ where
     res.into_body().collect().await.expect("response body");
 }
 
+/// One request through `svc`, its response drained.
+fn once<S, B>(rt: &tokio::runtime::Runtime, mut svc: S, req: Request<Full<Bytes>>)
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<B>>,
+    S::Error: std::fmt::Debug,
+    B: http_body::Body,
+    B::Error: std::fmt::Debug,
+{
+    rt.block_on(async {
+        let res = svc.ready().await.expect("ready").call(req).await;
+        drain(res.expect("ok")).await;
+    })
+}
+
 fn record() -> HandoffRecord {
     let mut h = http::HeaderMap::new();
     h.insert("authorization", "Bearer sk-bench".parse().expect("value"));
@@ -115,61 +129,15 @@ fn passthrough(c: &mut Criterion) {
     });
 
     let mut group = c.benchmark_group("passthrough");
-    group.bench_function("bare", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                let mut svc = bare;
-                let res = svc
-                    .ready()
-                    .await
-                    .expect("ready")
-                    .call(request("acct-a"))
-                    .await;
-                drain(res.expect("ok")).await;
-            })
-        })
-    });
+    group.bench_function("bare", |b| b.iter(|| once(&rt, bare, request("acct-a"))));
     group.bench_function("generation+injection", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                let mut svc = layered.clone();
-                let res = svc
-                    .ready()
-                    .await
-                    .expect("ready")
-                    .call(request("acct-a"))
-                    .await;
-                drain(res.expect("ok")).await;
-            })
-        })
+        b.iter(|| once(&rt, layered.clone(), request("acct-a")))
     });
     group.bench_function("responses/bare", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                let mut svc = bare;
-                let res = svc
-                    .ready()
-                    .await
-                    .expect("ready")
-                    .call(responses_request("acct-a"))
-                    .await;
-                drain(res.expect("ok")).await;
-            })
-        })
+        b.iter(|| once(&rt, bare, responses_request("acct-a")))
     });
     group.bench_function("responses/generation+injection", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                let mut svc = layered.clone();
-                let res = svc
-                    .ready()
-                    .await
-                    .expect("ready")
-                    .call(responses_request("acct-a"))
-                    .await;
-                drain(res.expect("ok")).await;
-            })
-        })
+        b.iter(|| once(&rt, layered.clone(), responses_request("acct-a")))
     });
     group.finish();
 }

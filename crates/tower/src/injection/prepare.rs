@@ -17,7 +17,7 @@ use tracing::Instrument;
 
 use super::after::{After, release};
 use super::body::RequestBody;
-use super::retry::{Retry, Sent, resend};
+use super::retry::{Remember, Retry, Sent, resend};
 use super::shared::Shared;
 use crate::extensions::ResolvedAccount;
 use crate::metrics;
@@ -136,6 +136,11 @@ where
             Scope::Nothing
         };
         if matches!(scope, Scope::Nothing) && claim.is_none() {
+            let remember = Remember {
+                key: key.clone(),
+                foreign: foreign.clone().unwrap_or_default(),
+                ttl: config.ttl,
+            };
             if affinity.is_none() {
                 after.record = Some((
                     key,
@@ -147,6 +152,7 @@ where
                 slot: config.injection_slot_responses,
                 sent: Sent::Body(json),
                 resend: resend(spare, &parts),
+                remember: Some(remember),
             });
             return (RequestBody::full(raw), Some(after), retry);
         }
@@ -174,6 +180,11 @@ where
                 }
                 return (RequestBody::full(raw), Some(after), None);
             }
+        };
+        let remember = Remember {
+            key: key.clone(),
+            foreign: foreign_of(&affinity, now),
+            ttl: config.ttl,
         };
         let mut seen = rewrite.seen;
         let mut scrubbed = !rewrite.removed.is_empty();
@@ -245,6 +256,7 @@ where
             slot: config.injection_slot_responses,
             sent,
             resend: resend(spare, &parts),
+            remember: Some(remember),
         };
         (RequestBody::full(body), Some(after), Some(retry))
     }

@@ -3,12 +3,14 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
+use std::time::SystemTime;
 
 use bytes::Bytes;
 use context_relay_core::ApiShape;
 use context_relay_core::ending::{EndDetector, Ending};
 use context_relay_core::portable::{self, Scope};
 use context_relay_core::repair::{self, ERROR_BODY_LIMIT, RepairKind};
+use context_relay_store::Affinity;
 use http::{Response, StatusCode, header};
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
@@ -110,7 +112,7 @@ where
     let Some(kind) = look.blames else {
         return Ok(assemble(look, after).await);
     };
-    let Some(body) = stripped(retry.sent.json(), shape, retry.slot) else {
+    let Some((body, seen)) = stripped(retry.sent.json(), shape, retry.slot) else {
         return Ok(assemble(look, after).await);
     };
     ::metrics::counter!(metrics::REPAIRS, "kind" => kind.as_str()).increment(1);
@@ -123,8 +125,17 @@ where
     drop(look);
     if let Some(a) = after.as_mut() {
         a.action.repaired = true;
-        // Whatever the session carried is now all stripped: the account serving it owns the
-        // rest. The affinity (and its foreign digests) stays as it was decided.
+        if let Some(r) = retry.remember {
+            // What the rejected request carried is foreign to this account from now on: the
+            // next turns are scrubbed instead of rejected again.
+            let base = match &a.record {
+                Some((_, planned)) => (*planned.foreign).clone(),
+                None => r.foreign,
+            };
+            let affinity = Affinity::new(a.account.provider.clone(), a.account.account.clone())
+                .with_foreign(base.merged(&seen), SystemTime::now() + r.ttl);
+            a.record = Some((r.key, affinity));
+        }
     }
     match (retry.resend)(body).await {
         Ok(response) => Ok(settle(response, after).await),
@@ -137,16 +148,17 @@ where
     }
 }
 
-/// The body with all account-bound state removed; `None` when there was none to remove (a
-/// retry would be rejected the same way) or the body is unknown.
+/// The body with all account-bound state removed, and the digests of what it carried; `None`
+/// when there was none to remove (a retry would be rejected the same way) or the body is
+/// unknown.
 fn stripped(
     json: Option<Bytes>,
     shape: ApiShape,
     slot: context_relay_core::config::InjectionSlot,
-) -> Option<Bytes> {
+) -> Option<(Bytes, Vec<u64>)> {
     let json = json?;
     match portable::rewrite(shape, &json, Scope::All, None, slot) {
-        Ok(r) => r.body.map(Bytes::from),
+        Ok(r) => r.body.map(|b| (Bytes::from(b), r.seen)),
         Err(e) => {
             tracing::warn!(error = %e, "rejected body cannot be stripped; passing the error on");
             None

@@ -5,10 +5,13 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use context_relay_core::ApiShape;
+use std::time::Duration;
+
 use context_relay_core::config::InjectionSlot;
 use context_relay_core::decode;
+use context_relay_core::portable::ForeignSet;
 use context_relay_core::portable::TURN_STATE_HEADER;
+use context_relay_core::{ApiShape, HandoffKey};
 use http::{HeaderValue, Request, Response, header};
 use tower_service::Service;
 
@@ -20,12 +23,24 @@ pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 /// the inner service.
 pub(crate) type Resend<B, E> = Box<dyn FnOnce(Bytes) -> BoxFuture<Result<Response<B>, E>> + Send>;
 
-/// What a repair needs: the body that went out, and a way to send another.
+/// What a repair needs: the body that went out, a way to send another, and where to remember
+/// that the state it strips is foreign to the serving account.
 pub(crate) struct Retry<B, E> {
     pub(crate) shape: ApiShape,
     pub(crate) slot: InjectionSlot,
     pub(crate) sent: Sent,
     pub(crate) resend: Resend<B, E>,
+    pub(crate) remember: Option<Remember>,
+}
+
+/// The session a repair belongs to: the state it strips is recorded as foreign to the serving
+/// account, so that the next turns are scrubbed instead of rejected again.
+pub(crate) struct Remember {
+    pub(crate) key: HandoffKey,
+    /// The live foreign digests of the session's affinity.
+    pub(crate) foreign: ForeignSet,
+    /// How long the record is kept (the handoff TTL).
+    pub(crate) ttl: Duration,
 }
 
 /// The body that went out.

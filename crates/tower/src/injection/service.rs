@@ -3,6 +3,7 @@ use std::task::{Context, Poll};
 use std::time::SystemTime;
 
 use bytes::Bytes;
+use context_relay_core::portable::ForeignSet;
 use context_relay_core::{ApiShape, HandoffKey, session};
 use context_relay_store::{Affinity, HandoffStore};
 use http::{Request, Response, header};
@@ -15,7 +16,7 @@ use super::future::ResponseFuture;
 use super::layer::InjectionLayer;
 use super::prepare::{Prepare, prepare};
 use super::respond::respond;
-use super::retry::{Retry, Sent, resend};
+use super::retry::{Remember, Retry, Sent, resend};
 use super::shared::Shared;
 use crate::extensions::{ComboName, ResolvedAccount, SessionId, SkipRelay};
 
@@ -137,9 +138,9 @@ where
                             after.account.provider.clone(),
                             after.account.account.clone(),
                         );
-                        after.record = Some((key, a));
+                        after.record = Some((key.clone(), a));
                     }
-                    return self.fast(req, shape, &combo, after);
+                    return self.fast(req, shape, key, after);
                 }
             }
         }
@@ -174,7 +175,7 @@ impl<S> Injection<S> {
         &mut self,
         req: Request<B>,
         shape: ApiShape,
-        combo: &str,
+        key: HandoffKey,
         after: After,
     ) -> ResponseFuture<S::Future, ResBody, S::Error>
     where
@@ -184,7 +185,7 @@ impl<S> Injection<S> {
         B: Body<Data = Bytes> + Send + 'static,
         ResBody: Body + Send + 'static,
     {
-        let config = self.shared.configs.for_combo_arc(combo);
+        let config = self.shared.configs.for_combo_arc(&key.combo);
         let limit = config.max_body_bytes;
         let bound = matches!(shape, ApiShape::Responses | ApiShape::AnthropicMessages);
         if !bound || req.body().size_hint().lower() > limit as u64 {
@@ -201,6 +202,11 @@ impl<S> Injection<S> {
                 limit,
             },
             resend: resend(self.inner.clone(), &parts),
+            remember: Some(Remember {
+                key,
+                foreign: ForeignSet::default(),
+                ttl: config.ttl,
+            }),
         };
         let req = Request::from_parts(parts, RequestBody::passthrough(body, Some(tee)));
         ResponseFuture::direct(self.inner.call(req), Some(after), Some(retry))

@@ -4,6 +4,8 @@
 //! the provider's real error body.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod clients;
+
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
