@@ -194,6 +194,32 @@ async fn repaired_after_one_stripped_retry(client: Client, stream: bool, in_band
         "the retry carries no account-bound state"
     );
     assert_eq!(acted.as_deref(), Some("repaired"));
+
+    // The next turn resends the same history: what the repair stripped is now known to be
+    // foreign, so it is scrubbed up front instead of being rejected again.
+    if !stream {
+        match client {
+            Client::Codex => conv.body["input"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"type": "message", "role": "user",
+                       "content": [{"type": "input_text", "text": "Thanks, continue."}]})),
+            Client::Claude => conv.body["messages"].as_array_mut().unwrap().push(
+                json!({"role": "user", "content": [{"type": "text", "text": "Thanks, continue."}]}),
+            ),
+        }
+    }
+    h.sim.clear_requests();
+    let (status, acted, reply) = conv.turn(&h, 0).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&reply));
+    let turns = h.turns();
+    assert_eq!(turns.len(), 1, "no second rejection");
+    assert_eq!(turns[0].rejected, None);
+    assert!(
+        h.owners(&turns[0]).iter().all(|o| o.as_deref() == Some(a)),
+        "only the serving account's own state goes out"
+    );
+    assert_eq!(acted.as_deref(), Some("scrubbed"));
 }
 
 #[tokio::test]
