@@ -32,6 +32,7 @@ pub mod combo;
 pub mod config;
 pub mod error;
 pub mod model;
+pub mod peek;
 pub mod pool;
 pub mod relay;
 pub mod resolver;
@@ -39,6 +40,7 @@ pub mod server;
 pub mod sim;
 pub mod store;
 pub mod upstream;
+pub mod verdict;
 
 pub use app::{Gateway, GatewayError, ProxyService, proxy_stack};
 pub use combo::{ComboLayer, ComboService, RouteTargets, Routes, Target};

@@ -400,8 +400,8 @@ async fn sse_events_are_forwarded_before_the_upstream_finishes() {
     assert_eq!(res.status(), 200);
     assert_eq!(res.headers()["content-type"], "text/event-stream");
     let mut body = res.into_body();
-    // The provider is held after its first event: this frame can only arrive if the gateway
-    // forwards it without waiting for the rest. (The timeout turns a regression into a
+    // The provider is held after its first output event: this frame can only arrive if the
+    // gateway forwards it without waiting for the rest. (The timeout turns a regression into a
     // failure instead of a hang; it asserts nothing about speed.)
     let first = tokio::time::timeout(Duration::from_secs(30), body.frame())
         .await
