@@ -17,9 +17,11 @@
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 pub mod api;
+pub mod boilerplate;
 pub mod config;
 pub mod conversation;
 pub mod decode;
+pub mod extractive;
 pub mod handoff;
 pub mod inject;
 pub mod json;
@@ -31,7 +33,9 @@ pub mod render;
 pub mod reply;
 pub mod select;
 pub mod session;
+pub mod unsupported;
 pub mod time;
+pub mod touched;
 
 pub use api::ApiShape;
 pub use config::{RelayConfig, RelayMode, RelayOverrides};

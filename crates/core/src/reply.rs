@@ -35,7 +35,7 @@
 
 use serde_json::Value;
 
-use crate::conversation::{message_parts, push_content, responses_item, tool_call_line};
+use crate::conversation::{Parts, message_parts, push_content, responses_item, tool_call_line};
 use crate::parse::clamp_bytes;
 
 /// Largest assistant reply text kept by [`ReplyCapture`], in bytes (DESIGN §4.2: 16 KiB).
@@ -101,7 +101,7 @@ fn json_text(v: &Value, tools: bool) -> Option<String> {
     let chat = || {
         let msg = v.get("choices")?.get(0)?.get("message")?;
         let text = if tools {
-            message_parts(msg.as_object()?).join("\n")
+            message_parts(msg.as_object()?).into_texts().join("\n")
         } else {
             text_of(msg.get("content")?, "\n")
         };
@@ -124,9 +124,9 @@ fn json_text(v: &Value, tools: bool) -> Option<String> {
     let anthropic = || {
         let content = v.get("content")?;
         let text = if tools {
-            let mut parts = Vec::new();
+            let mut parts = Parts::default();
             push_content(&mut parts, content);
-            parts.join("\n")
+            parts.into_texts().join("\n")
         } else {
             text_of(content, "\n")
         };
@@ -135,9 +135,9 @@ fn json_text(v: &Value, tools: bool) -> Option<String> {
     let gemini = || {
         let parts = v.get("candidates")?.get(0)?.get("content")?.get("parts")?;
         let text = if tools {
-            let mut out = Vec::new();
+            let mut out = Parts::default();
             push_content(&mut out, parts);
-            out.join("\n")
+            out.into_texts().join("\n")
         } else {
             text_of(parts, "")
         };
