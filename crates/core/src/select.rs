@@ -336,7 +336,23 @@ pub fn select(
             plan.take(piece.entry, i);
         }
     }
-    let work_chars = used;
+    let header = |entry: usize| decimal_digits(entry + 1) + roles[entry].chars().count() + 5;
+    // The work as it will be written, markers aside.
+    let work_chars = {
+        let mut per_entry = vec![0usize; roles.len()];
+        let mut total = 0usize;
+        for &k in &plan.kept {
+            let p = &pieces[k];
+            total += chars_of(p.text.trim());
+            per_entry[p.entry] += 1;
+        }
+        let opened: Vec<usize> = (0..roles.len()).filter(|&e| per_entry[e] > 0).collect();
+        total += opened
+            .iter()
+            .map(|&e| header(e) + per_entry[e] - 1)
+            .sum::<usize>();
+        total + 2 * opened.len().saturating_sub(1)
+    };
 
     // Boilerplate, in conversation order, within its share (≤ a ninth of the work, so ≤ 10 %
     // of the whole; all of its share when there is no work at all).
@@ -351,14 +367,22 @@ pub fn select(
         if piece.class != Class::Boilerplate {
             continue;
         }
-        let open = if plan.open[piece.entry] { 0 } else { open_cost(piece.entry) };
-        let room = allowance.saturating_sub(boilerplate_used + open + 1);
-        let max = room.min(BOILERPLATE_PIECE_CHARS);
+        let opened = plan.open[piece.entry];
+        // What the piece adds to the text beyond its own chars: a newline inside an open
+        // entry, else a header and a blank line (the first entry of all has no blank line,
+        // which only over-counts).
+        let exact_extra = if opened { 1 } else { header(piece.entry) + 2 };
+        let charged_extra = if opened { 1 } else { open_cost(piece.entry) };
+        let by_share = allowance.saturating_sub(boilerplate_used + exact_extra);
+        let by_budget = (BUDGET_CHARS - marker_chars(roles.len())).saturating_sub(used + charged_extra);
+        let max = by_share.min(by_budget).min(BOILERPLATE_PIECE_CHARS);
         if max < MIN_PIECE_CHARS {
             continue;
         }
         let text = clip(piece.text.trim(), max).into_owned();
-        boilerplate_used += chars_of(&text) + 1 + open;
+        let chars = chars_of(&text);
+        boilerplate_used += chars + exact_extra;
+        used += chars + charged_extra;
         clipped.push((i, text));
         plan.take(piece.entry, i);
     }
@@ -416,6 +440,13 @@ impl Plan {
     }
 }
 
+/// `[… N entries omitted …]` (`entry` when one).
+fn omitted(out: &mut String, n: usize) {
+    let noun = if n == 1 { "entry" } else { "entries" };
+    // Writing into a String cannot fail.
+    let _ = write!(out, "[… {n} {noun} omitted …]");
+}
+
 fn render(pieces: &[Piece<'_>], plan: &Plan, roles: &[String]) -> String {
     let mut kept: Vec<&Piece<'_>> = plan.kept.iter().map(|&i| &pieces[i]).collect();
     kept.sort_by_key(|p| (p.entry, p.order));
@@ -435,7 +466,7 @@ fn render(pieces: &[Piece<'_>], plan: &Plan, roles: &[String]) -> String {
         } else {
             if piece.entry > next {
                 separate(&mut out);
-                let _ = write!(out, "[… {} entries omitted …]", piece.entry - next);
+                omitted(&mut out, piece.entry - next);
             }
             separate(&mut out);
             // Writing into a String cannot fail.
@@ -447,7 +478,7 @@ fn render(pieces: &[Piece<'_>], plan: &Plan, roles: &[String]) -> String {
     }
     if !out.is_empty() && next < roles.len() {
         separate(&mut out);
-        let _ = write!(out, "[… {} entries omitted …]", roles.len() - next);
+        omitted(&mut out, roles.len() - next);
     }
     out
 }

@@ -113,7 +113,7 @@ fn omission_markers_and_conversation_order() {
     let s = select(&conv(list), None, RelayMode::Standard, 30);
     assert_eq!(
         s.text,
-        "[1] USER:\nfirst\n\n[2] ASSISTANT:\ntool call a()\n\n[… 1 entries omitted …]\n\n[4] USER:\nsecond"
+        "[1] USER:\nfirst\n\n[2] ASSISTANT:\ntool call a()\n\n[… 1 entry omitted …]\n\n[4] USER:\nsecond"
     );
     assert_eq!(s.selected, 3);
     assert_eq!(s.source_count, 4);
