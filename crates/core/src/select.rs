@@ -38,7 +38,7 @@
 //! // The system prompt is boilerplate: it may take a ninth of the work written, too little here.
 //! assert_eq!(s.text, "[… 1 entry omitted …]\n\n[2] USER:\nRename foo to bar.\n\n[3] ASSISTANT:\nDone: 3 files changed.");
 //! assert_eq!(s.task.as_deref(), Some("Rename foo to bar."));
-//! assert_eq!((s.source_count, s.selected), (3, 3));
+//! assert_eq!((s.source_count, s.selected), (3, 2));
 //! ```
 
 use std::borrow::Cow;
