@@ -39,5 +39,5 @@ pub mod touched;
 
 pub use api::ApiShape;
 pub use config::{RelayConfig, RelayMode, RelayOverrides};
-pub use handoff::{Handoff, HandoffKey, HandoffRecord};
+pub use handoff::{Handoff, HandoffKey, HandoffKind, HandoffRecord};
 pub use quota::QuotaSignal;

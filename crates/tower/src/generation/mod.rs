@@ -72,6 +72,7 @@
 //! ```
 
 mod body;
+mod call;
 mod future;
 mod headers;
 mod layer;
@@ -81,5 +82,7 @@ mod task;
 
 pub use body::{RequestBody, ResponseBody};
 pub use future::ResponseFuture;
-pub use layer::{DEFAULT_MAX_CONCURRENT_GENERATIONS, GenerationLayer};
+pub use layer::{
+    DEFAULT_MAX_CONCURRENT_GENERATIONS, DEFAULT_MAX_QUEUED_GENERATIONS, GenerationLayer,
+};
 pub use service::Generation;
