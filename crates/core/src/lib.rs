@@ -21,6 +21,7 @@ pub mod boilerplate;
 pub mod config;
 pub mod conversation;
 pub mod decode;
+pub mod ending;
 pub mod extractive;
 pub mod handoff;
 pub mod inject;
