@@ -125,8 +125,13 @@ impl Pending {
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
+        let encoding = response
+            .headers()
+            .get(header::CONTENT_ENCODING)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
         Some(Trigger {
-            reply: ReplyCapture::new(is_sse, REPLY_CAP),
+            reply: ReplyCapture::encoded(is_sse, REPLY_CAP, encoding),
             job: Job {
                 shared: self.shared,
                 config: self.config,
