@@ -37,6 +37,7 @@ pub mod relay;
 pub mod resolver;
 pub mod server;
 pub mod sim;
+pub mod sim_rules;
 pub mod store;
 pub mod upstream;
 
