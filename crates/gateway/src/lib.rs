@@ -39,6 +39,7 @@ pub mod server;
 pub mod sim;
 pub mod sim_rules;
 pub mod store;
+pub mod summary;
 pub mod upstream;
 
 pub use app::{Gateway, GatewayError, ProxyService, proxy_stack};
