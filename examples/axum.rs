@@ -17,7 +17,7 @@
 //! Handoffs are kept in `context-relay-example.redb` in the current folder.
 
 #[path = "support/resolver.rs"]
-mod resolver;
+pub mod resolver;
 
 use std::sync::Arc;
 

@@ -7,7 +7,7 @@
 //! ```
 
 #[path = "support/resolver.rs"]
-mod resolver;
+pub mod resolver;
 
 use std::sync::Arc;
 
