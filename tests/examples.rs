@@ -82,7 +82,10 @@ async fn scenario(url: &str, sim: &SimProvider, background: &Background, stream:
         .collect();
     assert_eq!(to_b.len(), 1);
     let text = String::from_utf8_lossy(&to_b[0].body).into_owned();
-    assert!(text.contains("<context_handoff>"), "handoff injected into b's request");
+    assert!(
+        text.contains("<context_handoff>"),
+        "handoff injected into b's request"
+    );
     assert!(text.contains("Adding a --json flag to the CLI"));
 }
 
@@ -130,8 +133,7 @@ async fn hyper_example_stack_summarises_and_hands_off() {
             .await
             .expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
-        let (server, background) =
-            hyper_example::serve(listener, store, accounts).expect("stack");
+        let (server, background) = hyper_example::serve(listener, store, accounts).expect("stack");
         let server = tokio::spawn(server);
         with_timeout(scenario(&url, &sim, &background, stream)).await;
         server.abort();

@@ -1,4 +1,4 @@
-//! A read-only view over the conversation carried by a request body (DESIGN §4.2).
+//! A read-only view over the conversation carried by a request body.
 //!
 //! The generation side needs the same thing from four API shapes: an ordered list of entries,
 //! each with a role and its text. [`Conversation`] gives exactly that and nothing more; it never

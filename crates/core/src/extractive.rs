@@ -44,9 +44,8 @@ pub fn extractive_handoff(selection: &Selection) -> Option<Handoff> {
     if selection.task.is_none() && selection.last_assistant.is_none() {
         return None;
     }
-    let mut summary = String::from(
-        "No model summary was available; these are the session's own words. ",
-    );
+    let mut summary =
+        String::from("No model summary was available; these are the session's own words. ");
     if let Some(task) = &selection.task {
         summary.push_str("Task: ");
         summary.push_str(&one_line(task, PIECE_CHARS));

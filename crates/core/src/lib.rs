@@ -34,9 +34,9 @@ pub mod render;
 pub mod reply;
 pub mod select;
 pub mod session;
-pub mod unsupported;
 pub mod time;
 pub mod touched;
+pub mod unsupported;
 
 pub use api::ApiShape;
 pub use config::{RelayConfig, RelayMode, RelayOverrides};

@@ -114,7 +114,11 @@ Write the note in the language of the conversation.
 /// assert!(!is_reasoning_model("gpt-4.1-mini"));
 /// ```
 pub fn is_reasoning_model(model: &str) -> bool {
-    let name = model.rsplit('/').next().unwrap_or(model).to_ascii_lowercase();
+    let name = model
+        .rsplit('/')
+        .next()
+        .unwrap_or(model)
+        .to_ascii_lowercase();
     ["o1", "o3", "o4", "gpt-5"]
         .iter()
         .any(|family| name.starts_with(family))
@@ -150,10 +154,7 @@ pub fn summary_request(
                 }]),
             );
             body.extend(field("store").map(|v| ("store".to_owned(), v)));
-            let stream = settings
-                .stream
-                .map(Value::Bool)
-                .or_else(|| field("stream"));
+            let stream = settings.stream.map(Value::Bool).or_else(|| field("stream"));
             body.extend(stream.map(|v| ("stream".to_owned(), v)));
             body.insert("max_output_tokens".to_owned(), json!(limit));
         }

@@ -1,6 +1,6 @@
 //! Text out of model replies: the summary text of a summary call ([`summary_text`]) and the
 //! assistant reply of a user turn, collected while the response streams by
-//! ([`ReplyCapture`]) (DESIGN §4.2, §4.3).
+//! ([`ReplyCapture`]).
 //!
 //! Both read the same forms:
 //!
@@ -35,11 +35,11 @@
 
 use serde_json::Value;
 
-use crate::ending::{EndDetector, Ending};
 use crate::conversation::{Parts, message_parts, push_content, responses_item, tool_call_line};
+use crate::ending::{EndDetector, Ending};
 use crate::parse::clamp_bytes;
 
-/// Largest assistant reply text kept by [`ReplyCapture`], in bytes (DESIGN §4.2: 16 KiB).
+/// Largest assistant reply text kept by [`ReplyCapture`], in bytes (16 KiB).
 pub const REPLY_CAP: usize = 16 * 1024;
 /// Largest non-streamed reply body [`ReplyCapture`] buffers; a longer body gives `None`
 /// rather than a cut JSON document that could not be read.

@@ -188,9 +188,7 @@ pub fn select(
     max_messages: u32,
 ) -> Selection {
     let entries = conv.entries();
-    let reply = assistant_reply
-        .map(str::trim)
-        .filter(|r| !r.is_empty());
+    let reply = assistant_reply.map(str::trim).filter(|r| !r.is_empty());
     let source_count = entries.len() + usize::from(reply.is_some());
     let max_tools = usize::try_from(max_messages.max(1)).unwrap_or(usize::MAX);
 
@@ -212,7 +210,10 @@ pub fn select(
     let mut last_assistant_text: Option<&str> = None;
     for (i, e) in entries.iter().enumerate() {
         let system = e.is_system_like();
-        let user = e.role.as_deref().is_some_and(|r| r.eq_ignore_ascii_case("user"));
+        let user = e
+            .role
+            .as_deref()
+            .is_some_and(|r| r.eq_ignore_ascii_case("user"));
         let tool_role = is_tool_role(e.role.as_deref());
         let mut ask_text: Vec<&str> = Vec::new();
         let mut first_ask_part = 0;
@@ -319,7 +320,8 @@ pub fn select(
         RelayMode::Standard => BUDGET_CHARS * BOILERPLATE_SHARE / 100,
         RelayMode::SchemaLocked => 0,
     };
-    let work_budget = BUDGET_CHARS - BUDGET_CHARS * BOILERPLATE_SHARE / 100 - marker_chars(roles.len());
+    let work_budget =
+        BUDGET_CHARS - BUDGET_CHARS * BOILERPLATE_SHARE / 100 - marker_chars(roles.len());
 
     // Work, by class then newest first.
     let mut order: Vec<usize> = (0..pieces.len())
@@ -331,7 +333,11 @@ pub fn select(
         let piece = &pieces[i];
         let cost = chars_of(&piece.text)
             + 1
-            + if plan.open[piece.entry] { 0 } else { open_cost(piece.entry) };
+            + if plan.open[piece.entry] {
+                0
+            } else {
+                open_cost(piece.entry)
+            };
         if used + cost <= work_budget {
             used += cost;
             plan.take(piece.entry, i);
@@ -375,7 +381,8 @@ pub fn select(
         let exact_extra = if opened { 1 } else { header(piece.entry) + 2 };
         let charged_extra = if opened { 1 } else { open_cost(piece.entry) };
         let by_share = allowance.saturating_sub(boilerplate_used + exact_extra);
-        let by_budget = (BUDGET_CHARS - marker_chars(roles.len())).saturating_sub(used + charged_extra);
+        let by_budget =
+            (BUDGET_CHARS - marker_chars(roles.len())).saturating_sub(used + charged_extra);
         let max = by_share.min(by_budget).min(BOILERPLATE_PIECE_CHARS);
         if max < MIN_PIECE_CHARS {
             continue;
@@ -393,9 +400,9 @@ pub fn select(
 
     let text = render(&pieces, &plan, &roles);
     let boilerplate_chars = boilerplate_used.min(text.chars().count());
-    let last_assistant = reply.map(|r| clip(r, ASK_CHARS).into_owned()).or_else(|| {
-        last_assistant_text.map(|t| clip(t, ASK_CHARS).into_owned())
-    });
+    let last_assistant = reply
+        .map(|r| clip(r, ASK_CHARS).into_owned())
+        .or_else(|| last_assistant_text.map(|t| clip(t, ASK_CHARS).into_owned()));
     let find = |class: Class| {
         pieces
             .iter()

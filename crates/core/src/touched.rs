@@ -152,16 +152,26 @@ mod tests {
 
     #[test]
     fn argument_forms() {
-        assert_eq!(files(json!({"file_path": "/w/a.rs", "old_string": "x"})), ["/w/a.rs"]);
-        assert_eq!(files(json!("{\"path\": \"b.rs\"}")), ["b.rs"]);
-        assert_eq!(files(json!({"paths": ["c.rs", 3, "d.rs"]})), ["c.rs", "d.rs"]);
         assert_eq!(
-            files(json!("*** Begin Patch\n*** Add File: n.rs\n+x\n*** Update File: o.rs\n*** Move to: p.rs\n*** Delete File: q.rs\n*** End Patch")),
+            files(json!({"file_path": "/w/a.rs", "old_string": "x"})),
+            ["/w/a.rs"]
+        );
+        assert_eq!(files(json!("{\"path\": \"b.rs\"}")), ["b.rs"]);
+        assert_eq!(
+            files(json!({"paths": ["c.rs", 3, "d.rs"]})),
+            ["c.rs", "d.rs"]
+        );
+        assert_eq!(
+            files(json!(
+                "*** Begin Patch\n*** Add File: n.rs\n+x\n*** Update File: o.rs\n*** Move to: p.rs\n*** Delete File: q.rs\n*** End Patch"
+            )),
             ["n.rs", "o.rs", "p.rs", "q.rs"]
         );
         // A shell command running apply_patch, as Codex sends it through exec tools.
         assert_eq!(
-            files(json!({"command": ["apply_patch", "*** Begin Patch\n*** Update File: src/x.rs\n*** End Patch"]})),
+            files(
+                json!({"command": ["apply_patch", "*** Begin Patch\n*** Update File: src/x.rs\n*** End Patch"]})
+            ),
             ["src/x.rs"]
         );
         assert!(files(json!({"cmd": "cargo test"})).is_empty());
@@ -174,11 +184,15 @@ mod tests {
     fn newest_first_deduplicated_bounded() {
         let mut input = Vec::new();
         for i in 0..15 {
-            input.push(json!({"type": "function_call", "name": "edit", "call_id": i.to_string(),
-                "arguments": format!("{{\"path\":\"f{i}.rs\"}}")}));
+            input.push(
+                json!({"type": "function_call", "name": "edit", "call_id": i.to_string(),
+                "arguments": format!("{{\"path\":\"f{i}.rs\"}}")}),
+            );
         }
-        input.push(json!({"type": "function_call", "name": "edit", "call_id": "x",
-            "arguments": "{\"path\":\"f3.rs\"}"}));
+        input.push(
+            json!({"type": "function_call", "name": "edit", "call_id": "x",
+            "arguments": "{\"path\":\"f3.rs\"}"}),
+        );
         let conv = Conversation::from_value(ApiShape::Responses, &json!({"input": input}))
             .expect("conversation");
         let got = touched_files(&conv);
@@ -209,6 +223,9 @@ mod tests {
         let merged = merge_entities(&named, &touched);
         assert_eq!(merged.len(), MAX_ACTIVE_ENTITIES);
         assert_eq!(merged[9], "t1");
-        assert_eq!(merge_entities(&[" a ".into(), "".into()], &["a".into()]), ["a"]);
+        assert_eq!(
+            merge_entities(&[" a ".into(), "".into()], &["a".into()]),
+            ["a"]
+        );
     }
 }

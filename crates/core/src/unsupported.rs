@@ -135,10 +135,16 @@ mod tests {
             })
         );
         let v = br#"{"error":{"message":"Unsupported value: 'temperature' does not support 0.1 with this model. Only the default (1) value is supported.","type":"invalid_request_error","param":"temperature","code":"unsupported_value"}}"#;
-        assert_eq!(unsupported_param(v).map(|u| u.param).as_deref(), Some("temperature"));
+        assert_eq!(
+            unsupported_param(v).map(|u| u.param).as_deref(),
+            Some("temperature")
+        );
         // The message alone is enough.
         let m = br#"{"error":{"message":"Unsupported parameter: 'top_p' is not supported with this model."}}"#;
-        assert_eq!(unsupported_param(m).map(|u| u.param).as_deref(), Some("top_p"));
+        assert_eq!(
+            unsupported_param(m).map(|u| u.param).as_deref(),
+            Some("top_p")
+        );
         let d = br#"{"detail":"Unsupported parameter: max_output_tokens"}"#;
         assert_eq!(
             unsupported_param(d).map(|u| u.param).as_deref(),

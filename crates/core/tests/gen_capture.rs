@@ -40,24 +40,41 @@ fn capture(is_sse: bool, encoding: &str, body: &[u8]) -> ReplyCapture {
 
 #[test]
 fn compressed_replies_are_decoded() {
-    let json = br#"{"choices":[{"message":{"role":"assistant","content":"Done: the flag parses."}}]}"#;
-    for (enc, body) in [("gzip", gzip(json)), ("br", brotli(json)), ("zstd", zstd(json))] {
+    let json =
+        br#"{"choices":[{"message":{"role":"assistant","content":"Done: the flag parses."}}]}"#;
+    for (enc, body) in [
+        ("gzip", gzip(json)),
+        ("br", brotli(json)),
+        ("zstd", zstd(json)),
+    ] {
         let mut c = capture(false, enc, &body);
         assert_eq!(c.ending(), Ending::Completed, "{enc}");
-        assert_eq!(c.finish().as_deref(), Some("Done: the flag parses."), "{enc}");
+        assert_eq!(
+            c.finish().as_deref(),
+            Some("Done: the flag parses."),
+            "{enc}"
+        );
     }
     let mut c = capture(true, "gzip", &gzip(CHAT_SSE.as_bytes()));
     assert_eq!(c.ending(), Ending::Completed);
     assert_eq!(c.finish().as_deref(), Some("Hello"));
     // `identity` is no encoding.
-    assert_eq!(capture(true, "identity", CHAT_SSE.as_bytes()).finish().as_deref(), Some("Hello"));
+    assert_eq!(
+        capture(true, "identity", CHAT_SSE.as_bytes())
+            .finish()
+            .as_deref(),
+        Some("Hello")
+    );
 }
 
 #[test]
 fn undecodable_replies_are_no_reply() {
     // Raw compressed bytes must never become replacement characters in a prompt.
     let body = gzip(br#"{"choices":[{"message":{"content":"secret"}}]}"#);
-    assert_eq!(ReplyCapture::new(false, REPLY_CAP).tap(&body).finish(), None);
+    assert_eq!(
+        ReplyCapture::new(false, REPLY_CAP).tap(&body).finish(),
+        None
+    );
     assert_eq!(summary_text(&body), None);
     let mut cut = capture(false, "gzip", &body[..body.len() / 2]);
     assert_eq!(cut.ending(), Ending::Unfinished);
@@ -70,7 +87,13 @@ fn terminal_event_is_seen_before_the_body_closes() {
     let mut c = ReplyCapture::new(true, REPLY_CAP);
     c.push(b"data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\n");
     assert_eq!(c.ending(), Ending::Unfinished);
-    c.push(CHAT_SSE.split_once("\n\n").map(|(_, rest)| rest).unwrap_or("").as_bytes());
+    c.push(
+        CHAT_SSE
+            .split_once("\n\n")
+            .map(|(_, rest)| rest)
+            .unwrap_or("")
+            .as_bytes(),
+    );
     assert_eq!(c.ending(), Ending::Completed);
     let mut c = ReplyCapture::new(true, REPLY_CAP);
     c.push(b"event: response.failed\ndata: {\"type\":\"response.failed\"}\n\n");

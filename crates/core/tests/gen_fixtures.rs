@@ -212,7 +212,10 @@ fn whole_generation_side_on_a_codex_turn() {
     );
     assert_eq!(v["max_output_tokens"], 800);
     assert!(v.get("temperature").is_none());
-    assert_eq!((&v["store"], &v["stream"]), (&Value::Bool(false), &Value::Bool(true)));
+    assert_eq!(
+        (&v["store"], &v["stream"]),
+        (&Value::Bool(false), &Value::Bool(true))
+    );
     let prompt = v["input"][0]["content"][0]["text"]
         .as_str()
         .expect("prompt");

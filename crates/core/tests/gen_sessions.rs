@@ -49,19 +49,36 @@ fn check(name: &str, shape: ApiShape, body: &Value, facts: &Facts) {
             recent.push(f);
         }
     }
-    let found = recent.iter().filter(|f| prompt.contains(f.as_str())).count();
-    assert!(found * 10 >= recent.len() * 8, "{name}: {found}/{} recent files", recent.len());
+    let found = recent
+        .iter()
+        .filter(|f| prompt.contains(f.as_str()))
+        .count();
+    assert!(
+        found * 10 >= recent.len() * 8,
+        "{name}: {found}/{} recent files",
+        recent.len()
+    );
     // Boilerplate: the selection's own count, and every system/developer block of the history.
     let total = prompt.chars().count();
-    assert!(s.boilerplate_chars * 10 <= total, "{name}: {} of {total}", s.boilerplate_chars);
+    assert!(
+        s.boilerplate_chars * 10 <= total,
+        "{name}: {} of {total}",
+        s.boilerplate_chars
+    );
     let system_blocks: usize = s
         .text
         .split("\n\n[")
         .filter(|b| b.contains("] SYSTEM:\n") || b.contains("] DEVELOPER:\n"))
         .map(|b| b.chars().count())
         .sum();
-    assert!(system_blocks * 10 <= total, "{name}: system blocks {system_blocks} of {total}");
-    assert!(!prompt.contains("gAAAA"), "{name}: reasoning blobs are not text");
+    assert!(
+        system_blocks * 10 <= total,
+        "{name}: system blocks {system_blocks} of {total}"
+    );
+    assert!(
+        !prompt.contains("gAAAA"),
+        "{name}: reasoning blobs are not text"
+    );
 }
 
 #[test]

@@ -392,7 +392,10 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
     {
         let mut res = Response::new(Body::from(body));
         *res.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
-        res.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        res.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
         return res;
     }
     let model = request["model"].as_str().unwrap_or("unknown").to_owned();

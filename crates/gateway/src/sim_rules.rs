@@ -83,7 +83,8 @@ pub fn check(backend: Backend, path: &str, body: &Value) -> Option<(u16, String)
     if gpt5 {
         for p in ["temperature", "top_p"] {
             if has(p) {
-                let message = format!("Unsupported parameter: '{p}' is not supported with this model.");
+                let message =
+                    format!("Unsupported parameter: '{p}' is not supported with this model.");
                 return Some((400, openai_error(&message, p, "unsupported_parameter")));
             }
         }
@@ -95,11 +96,17 @@ pub fn check(backend: Backend, path: &str, body: &Value) -> Option<(u16, String)
         let message = format!(
             "Unsupported value: 'temperature' does not support {t} with this model. Only the default (1) value is supported."
         );
-        return Some((400, openai_error(&message, "temperature", "unsupported_value")));
+        return Some((
+            400,
+            openai_error(&message, "temperature", "unsupported_value"),
+        ));
     }
     if (gpt5 || o_series) && path.ends_with("/chat/completions") && has("max_tokens") {
         let message = "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.";
-        return Some((400, openai_error(message, "max_tokens", "unsupported_parameter")));
+        return Some((
+            400,
+            openai_error(message, "max_tokens", "unsupported_parameter"),
+        ));
     }
     None
 }
@@ -110,22 +117,55 @@ mod tests {
 
     #[test]
     fn exact_bodies() {
-        let (_, b) = check(Backend::Api, "/v1/responses", &json!({"model": "gpt-5.5", "temperature": 0.1}))
-            .expect("refused");
+        let (_, b) = check(
+            Backend::Api,
+            "/v1/responses",
+            &json!({"model": "gpt-5.5", "temperature": 0.1}),
+        )
+        .expect("refused");
         assert_eq!(
             b,
             r#"{"error":{"message":"Unsupported parameter: 'temperature' is not supported with this model.","type":"invalid_request_error","param":"temperature","code":"unsupported_parameter"}}"#
         );
-        let (_, b) = check(Backend::Api, "/v1/chat/completions", &json!({"model": "o3-mini", "temperature": 0.1}))
-            .expect("refused");
+        let (_, b) = check(
+            Backend::Api,
+            "/v1/chat/completions",
+            &json!({"model": "o3-mini", "temperature": 0.1}),
+        )
+        .expect("refused");
         assert!(b.contains("Unsupported value: 'temperature' does not support 0.1 with this model. Only the default (1) value is supported."));
-        assert!(check(Backend::Api, "/v1/chat/completions", &json!({"model": "o3", "temperature": 1})).is_none());
-        let (_, b) = check(Backend::Api, "/v1/chat/completions", &json!({"model": "gpt-5", "max_tokens": 800}))
-            .expect("refused");
+        assert!(
+            check(
+                Backend::Api,
+                "/v1/chat/completions",
+                &json!({"model": "o3", "temperature": 1})
+            )
+            .is_none()
+        );
+        let (_, b) = check(
+            Backend::Api,
+            "/v1/chat/completions",
+            &json!({"model": "gpt-5", "max_tokens": 800}),
+        )
+        .expect("refused");
         assert!(b.contains("Use 'max_completion_tokens' instead."));
-        assert!(check(Backend::Api, "/v1/responses", &json!({"model": "gpt-5", "max_output_tokens": 800})).is_none());
+        assert!(
+            check(
+                Backend::Api,
+                "/v1/responses",
+                &json!({"model": "gpt-5", "max_output_tokens": 800})
+            )
+            .is_none()
+        );
         assert!(check(Backend::Api, "/v1/messages", &json!({"model": "claude"})).is_some());
-        assert!(check(Backend::Api, "/v1/messages", &json!({"model": "claude", "max_tokens": 5, "temperature": 0.1})).is_none());
+        assert!(
+            check(
+                Backend::Api,
+                "/v1/messages",
+                &json!({"model": "claude", "max_tokens": 5, "temperature": 0.1})
+            )
+            .is_none()
+        );
     }
 
     #[test]
@@ -135,7 +175,10 @@ mod tests {
         let mut b = ok.clone();
         b["max_output_tokens"] = json!(800);
         let (_, e) = check(Backend::ChatGptCodex, "/v1/responses", &b).expect("refused");
-        assert_eq!(e, r#"{"detail":"Unsupported parameter: max_output_tokens"}"#);
+        assert_eq!(
+            e,
+            r#"{"detail":"Unsupported parameter: max_output_tokens"}"#
+        );
         b = ok.clone();
         b["stream"] = json!(false);
         assert!(check(Backend::ChatGptCodex, "/v1/responses", &b).is_some());

@@ -1,4 +1,4 @@
-//! The summary call (DESIGN §4.3): who sends the summary request and returns the reply body.
+//! The summary call: who sends the summary request and returns the reply body.
 //!
 //! By default [`GenerationLayer`](crate::GenerationLayer) sends it through a clone of the
 //! stack below it, marked [`SkipRelay`] and carrying the triggering request's combo, tenant

@@ -158,9 +158,19 @@ async fn failed_summary_frees_the_key_and_next_response_retries() {
     stack.idle().await;
     assert_eq!(stack.upstream.summaries().len(), 1);
     // The model gave nothing: the conversation's own words are kept instead.
-    let extractive = stack.store.get(&key("s1", "k1")).await.unwrap().expect("extractive");
+    let extractive = stack
+        .store
+        .get(&key("s1", "k1"))
+        .await
+        .unwrap()
+        .expect("extractive");
     assert_eq!(extractive.kind, HandoffKind::Extractive);
-    assert!(extractive.handoff.summary.contains("step 0: add the --json flag"));
+    assert!(
+        extractive
+            .handoff
+            .summary
+            .contains("step 0: add the --json flag")
+    );
 
     stack.upstream.with(|s| s.summary_status = StatusCode::OK);
     stack.send(chat("s1", "k1", 2)).await;
@@ -170,8 +180,17 @@ async fn failed_summary_frees_the_key_and_next_response_retries() {
         2,
         "unavailable: no cool-down, and an extractive handoff is no reason to wait"
     );
-    let generated = stack.store.get(&key("s1", "k1")).await.unwrap().expect("stored");
-    assert_eq!(generated.kind, HandoffKind::Generated, "a model handoff replaces it");
+    let generated = stack
+        .store
+        .get(&key("s1", "k1"))
+        .await
+        .unwrap()
+        .expect("stored");
+    assert_eq!(
+        generated.kind,
+        HandoffKind::Generated,
+        "a model handoff replaces it"
+    );
 }
 
 #[tokio::test]
@@ -186,7 +205,12 @@ async fn unparseable_replies_cool_the_key_down() {
         stack.idle().await;
     }
     assert_eq!(stack.upstream.summaries().len(), 1);
-    let stored = stack.store.get(&key("s1", "k1")).await.unwrap().expect("extractive");
+    let stored = stack
+        .store
+        .get(&key("s1", "k1"))
+        .await
+        .unwrap()
+        .expect("extractive");
     assert_eq!(stored.kind, HandoffKind::Extractive);
 }
 
@@ -221,7 +245,12 @@ async fn summary_timeout_is_unavailable() {
     stack.upstream.set_percent("acct-a", 88.0);
     stack.send(chat("s1", "k1", 2)).await;
     stack.generation.idle().await;
-    let stored = stack.store.get(&key("s1", "k1")).await.unwrap().expect("extractive");
+    let stored = stack
+        .store
+        .get(&key("s1", "k1"))
+        .await
+        .unwrap()
+        .expect("extractive");
     assert_eq!(stored.kind, HandoffKind::Extractive);
     gate.add_permits(10);
 }

@@ -64,9 +64,17 @@ async fn stored_kind(stack: &Stack, session: &str) -> Option<HandoffKind> {
 async fn refused_parameters_are_dropped_retried_and_remembered() {
     let cases = [
         // GPT-5: `temperature` unsupported.
-        ("gpt-5", params(&[("temperature", json!(0.1))]), "temperature"),
+        (
+            "gpt-5",
+            params(&[("temperature", json!(0.1))]),
+            "temperature",
+        ),
         // o-series: only the default temperature.
-        ("o3-mini", params(&[("temperature", json!(0.1))]), "temperature"),
+        (
+            "o3-mini",
+            params(&[("temperature", json!(0.1))]),
+            "temperature",
+        ),
         // Chat on a reasoning model: `max_tokens` refused, `max_completion_tokens` kept.
         ("gpt-5", params(&[("max_tokens", json!(800))]), "max_tokens"),
     ];
@@ -95,7 +103,10 @@ async fn refused_parameters_are_dropped_retried_and_remembered() {
         let summaries = stack.upstream.summaries();
         assert_eq!(summaries.len(), 3, "{model}/{param}: remembered");
         assert!(summaries[2].json().get(param).is_none());
-        assert_eq!(stored_kind(&stack, "s2").await, Some(HandoffKind::Generated));
+        assert_eq!(
+            stored_kind(&stack, "s2").await,
+            Some(HandoffKind::Generated)
+        );
     }
 }
 
@@ -125,13 +136,23 @@ async fn codex_backend_accepts_the_derived_request() {
     assert_eq!(summaries.len(), 2, "max_output_tokens refused once");
     let sent = summaries[1].json();
     assert_eq!(sent["instructions"], "You are Codex.");
-    assert_eq!((&sent["stream"], &sent["store"]), (&json!(true), &json!(false)));
+    assert_eq!(
+        (&sent["stream"], &sent["store"]),
+        (&json!(true), &json!(false))
+    );
     assert!(sent.get("tools").is_none() && sent.get("include").is_none());
-    let stored = stack.store.get(&key("s1", "k1")).await.unwrap().expect("stored");
+    let stored = stack
+        .store
+        .get(&key("s1", "k1"))
+        .await
+        .unwrap()
+        .expect("stored");
     assert_eq!(stored.kind, HandoffKind::Generated);
     // The touched file is merged after the model's own entities.
     assert_eq!(stored.handoff.active_entities, ["src/cli.rs"]);
-    let prompt = sent["input"][0]["content"][0]["text"].as_str().expect("prompt");
+    let prompt = sent["input"][0]["content"][0]["text"]
+        .as_str()
+        .expect("prompt");
     assert!(prompt.contains("- src/cli.rs\n"));
 }
 
@@ -157,7 +178,10 @@ async fn anthropic_summary_keeps_the_system_prompt() {
     assert_eq!(sent["system"], body["system"]);
     assert_eq!(sent["thinking"], json!({"type": "disabled"}));
     assert_eq!(sent["max_tokens"], 800);
-    assert_eq!(stored_kind(&stack, "s1").await, Some(HandoffKind::Generated));
+    assert_eq!(
+        stored_kind(&stack, "s1").await,
+        Some(HandoffKind::Generated)
+    );
 }
 
 /// A refusal that names no parameter is final: the key cools down like an unparseable reply,
@@ -174,7 +198,10 @@ async fn rejected_summary_cools_down_and_leaves_an_extractive_handoff() {
         stack.idle().await;
     }
     assert_eq!(stack.upstream.summaries().len(), 1, "cooling down");
-    assert_eq!(stored_kind(&stack, "s1").await, Some(HandoffKind::Extractive));
+    assert_eq!(
+        stored_kind(&stack, "s1").await,
+        Some(HandoffKind::Extractive)
+    );
     // 429 is transient: no cool-down.
     stack
         .upstream
@@ -289,5 +316,8 @@ async fn full_queue_skips() {
     // The slot is free again.
     stack.send(chat("s2", "k1", 3)).await;
     stack.idle().await;
-    assert_eq!(stored_kind(&stack, "s2").await, Some(HandoffKind::Generated));
+    assert_eq!(
+        stored_kind(&stack, "s2").await,
+        Some(HandoffKind::Generated)
+    );
 }

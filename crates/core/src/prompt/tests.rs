@@ -3,7 +3,13 @@ use serde_json::json;
 use super::*;
 use crate::conversation::Conversation;
 
-const SAMPLING: [&str; 5] = ["temperature", "top_p", "top_k", "presence_penalty", "frequency_penalty"];
+const SAMPLING: [&str; 5] = [
+    "temperature",
+    "top_p",
+    "top_k",
+    "presence_penalty",
+    "frequency_penalty",
+];
 
 fn settings() -> SummarySettings {
     SummarySettings::default()
@@ -12,7 +18,12 @@ fn settings() -> SummarySettings {
 #[test]
 fn prompt_names_every_key_the_files_and_carries_the_history() {
     let p = summary_prompt("[1] USER:\nhello <b>", &["src/a.rs".into(), "b.rs".into()]);
-    for key in ["\"summary\"", "\"keyDecisions\"", "\"taskProgress\"", "\"activeEntities\""] {
+    for key in [
+        "\"summary\"",
+        "\"keyDecisions\"",
+        "\"taskProgress\"",
+        "\"activeEntities\"",
+    ] {
         assert!(p.contains(key), "{key}");
     }
     assert!(p.contains("200 words") && p.contains("ONE JSON object"));
@@ -36,7 +47,11 @@ fn no_shape_sends_sampling_parameters_by_default() {
             assert!(v.get(k).is_none(), "{shape}: {k}");
         }
         assert!(v.get("tools").is_none(), "{shape}");
-        assert!(v.get("generationConfig").and_then(|g| g.get("temperature")).is_none());
+        assert!(
+            v.get("generationConfig")
+                .and_then(|g| g.get("temperature"))
+                .is_none()
+        );
         // The body reads back as a conversation whose last entry is the prompt.
         let conv = Conversation::from_value(shape, &v).expect("conversation");
         let last = conv.entries().last().expect("entry");
@@ -57,8 +72,15 @@ fn responses_keeps_instructions_store_and_stream_as_sent() {
     assert_eq!(v["max_output_tokens"], 800);
     assert!(v.get("include").is_none() && v.get("max_tokens").is_none());
     // Nothing sent, nothing added.
-    let v = summary_request(ApiShape::Responses, &json!({"model": "m", "input": "hi"}), "P", &settings());
-    assert!(v.get("store").is_none() && v.get("stream").is_none() && v.get("instructions").is_none());
+    let v = summary_request(
+        ApiShape::Responses,
+        &json!({"model": "m", "input": "hi"}),
+        "P",
+        &settings(),
+    );
+    assert!(
+        v.get("store").is_none() && v.get("stream").is_none() && v.get("instructions").is_none()
+    );
 }
 
 #[test]
@@ -85,9 +107,18 @@ fn chat_limit_follows_the_model_family() {
         ("gpt-4.1-mini", "max_tokens"),
         ("llama-3.3-70b", "max_tokens"),
     ] {
-        let v = summary_request(ApiShape::ChatCompletions, &json!({"model": model, "messages": []}), "P", &settings());
+        let v = summary_request(
+            ApiShape::ChatCompletions,
+            &json!({"model": model, "messages": []}),
+            "P",
+            &settings(),
+        );
         assert_eq!(v[key], 800, "{model}");
-        let other = if key == "max_tokens" { "max_completion_tokens" } else { "max_tokens" };
+        let other = if key == "max_tokens" {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        };
         assert!(v.get(other).is_none(), "{model}");
     }
 }
@@ -101,7 +132,12 @@ fn settings_override_model_limit_stream_and_merge_params() {
         ..SummarySettings::default()
     };
     s.params.insert("temperature".into(), json!(0.2));
-    let v = summary_request(ApiShape::ChatCompletions, &json!({"model": "gpt-5", "messages": []}), "P", &s);
+    let v = summary_request(
+        ApiShape::ChatCompletions,
+        &json!({"model": "gpt-5", "messages": []}),
+        "P",
+        &s,
+    );
     assert_eq!(v["model"], "gpt-4.1-mini");
     assert_eq!(v["max_tokens"], 500);
     assert_eq!(v["stream"], true);
@@ -113,7 +149,8 @@ fn settings_override_model_limit_stream_and_merge_params() {
 
 #[test]
 fn settings_deserialize_with_defaults() {
-    let s: SummarySettings = serde_json::from_value(json!({"params": {"temperature": 1}})).expect("settings");
+    let s: SummarySettings =
+        serde_json::from_value(json!({"params": {"temperature": 1}})).expect("settings");
     assert_eq!(s.max_output_tokens, 800);
     assert_eq!(s.params["temperature"], 1);
     assert!(serde_json::from_value::<SummarySettings>(json!({"nope": 1})).is_err());

@@ -17,7 +17,11 @@ fn tool(role: &str, kind: PartKind, text: &str) -> Entry {
 }
 
 fn fits(s: &Selection) {
-    assert!(s.estimated_tokens <= TOKEN_BUDGET, "{} tokens", s.estimated_tokens);
+    assert!(
+        s.estimated_tokens <= TOKEN_BUDGET,
+        "{} tokens",
+        s.estimated_tokens
+    );
     assert_eq!(s.estimated_tokens, estimate_tokens(&s.text));
 }
 
@@ -26,15 +30,26 @@ fn boilerplate_is_clipped_to_its_share() {
     let dev = "You are Codex. ".repeat(1800); // ~27 KB, like Codex's developer prompt
     let mut list = vec![
         e("developer", &dev),
-        e("developer", "<skills_instructions>\n## Skills\nlots of skills"),
-        Entry::new(Some("user"), ["<environment_context>\n  <cwd>/w</cwd>\n</environment_context>"]),
+        e(
+            "developer",
+            "<skills_instructions>\n## Skills\nlots of skills",
+        ),
+        Entry::new(
+            Some("user"),
+            ["<environment_context>\n  <cwd>/w</cwd>\n</environment_context>"],
+        ),
         e("user", "Port the parser to nom."),
     ];
     for i in 0..40 {
         list.push(e("assistant", &format!("step {i}: {}", "done ".repeat(60))));
         list.push(e("user", &format!("ok, continue with part {i}")));
     }
-    let s = select(&conv(list), Some("All parts ported."), RelayMode::Standard, 30);
+    let s = select(
+        &conv(list),
+        Some("All parts ported."),
+        RelayMode::Standard,
+        30,
+    );
     fits(&s);
     assert!(s.boilerplate_chars * 10 <= s.text.chars().count());
     assert!(s.text.contains("[1] DEVELOPER:\nYou are Codex."));
@@ -47,7 +62,11 @@ fn boilerplate_is_clipped_to_its_share() {
 
 #[test]
 fn schema_locked_writes_no_boilerplate() {
-    let list = vec![e("system", "S"), e("user", "<system-reminder>x</system-reminder>"), e("user", "u")];
+    let list = vec![
+        e("system", "S"),
+        e("user", "<system-reminder>x</system-reminder>"),
+        e("user", "u"),
+    ];
     let s = select(&conv(list), None, RelayMode::SchemaLocked, 30);
     assert_eq!(s.text, "[… 2 entries omitted …]\n\n[3] USER:\nu");
     assert_eq!(s.boilerplate_chars, 0);
@@ -55,7 +74,12 @@ fn schema_locked_writes_no_boilerplate() {
 
 #[test]
 fn only_boilerplate_still_gives_a_history() {
-    let s = select(&conv(vec![e("system", "rules of the house")]), None, RelayMode::Standard, 30);
+    let s = select(
+        &conv(vec![e("system", "rules of the house")]),
+        None,
+        RelayMode::Standard,
+        30,
+    );
     assert_eq!(s.text, "[1] SYSTEM:\nrules of the house");
     assert!(s.task.is_none());
 }
@@ -63,8 +87,17 @@ fn only_boilerplate_still_gives_a_history() {
 #[test]
 fn must_keep_items_survive_huge_sizes() {
     let huge = "y".repeat(100_000);
-    let list = vec![e("user", &huge), e("assistant", &huge), e("user", &format!("LATEST{huge}"))];
-    let s = select(&conv(list), Some(&format!("REPLY{huge}")), RelayMode::Standard, 30);
+    let list = vec![
+        e("user", &huge),
+        e("assistant", &huge),
+        e("user", &format!("LATEST{huge}")),
+    ];
+    let s = select(
+        &conv(list),
+        Some(&format!("REPLY{huge}")),
+        RelayMode::Standard,
+        30,
+    );
     fits(&s);
     assert!(s.text.starts_with("[1] USER:\nyyy"));
     assert!(s.text.contains("[3] USER:\nLATESTyyy"));
@@ -77,8 +110,16 @@ fn priority_drops_tool_output_before_assistant_text() {
     let mut list = vec![e("user", "task")];
     for i in 0..60 {
         list.push(e("assistant", &format!("thought {i} {}", "a".repeat(600))));
-        list.push(tool("assistant", PartKind::ToolCall, &format!("tool call shell(cmd{i})")));
-        list.push(tool("tool", PartKind::ToolOutput, &format!("tool output: {}", "o".repeat(190))));
+        list.push(tool(
+            "assistant",
+            PartKind::ToolCall,
+            &format!("tool call shell(cmd{i})"),
+        ));
+        list.push(tool(
+            "tool",
+            PartKind::ToolOutput,
+            &format!("tool output: {}", "o".repeat(190)),
+        ));
     }
     list.push(e("user", "latest"));
     let s = select(&conv(list), None, RelayMode::Standard, 100);
@@ -94,7 +135,11 @@ fn priority_drops_tool_output_before_assistant_text() {
 fn max_messages_caps_tool_entries() {
     let mut list = vec![e("user", "task")];
     for i in 0..20 {
-        list.push(tool("assistant", PartKind::ToolCall, &format!("tool call edit(f{i})")));
+        list.push(tool(
+            "assistant",
+            PartKind::ToolCall,
+            &format!("tool call edit(f{i})"),
+        ));
     }
     let s = select(&conv(list), None, RelayMode::Standard, 5);
     assert!(s.text.contains("edit(f19)") && s.text.contains("edit(f15)"));
@@ -123,7 +168,10 @@ fn omission_markers_and_conversation_order() {
 fn claude_code_reminders_inside_a_user_message() {
     let entry = Entry::new(
         Some("user"),
-        ["<system-reminder>\nToday is Monday.\n</system-reminder>", "fix the login bug"],
+        [
+            "<system-reminder>\nToday is Monday.\n</system-reminder>",
+            "fix the login bug",
+        ],
     );
     let s = select(&conv(vec![entry]), None, RelayMode::Standard, 30);
     assert_eq!(s.task.as_deref(), Some("fix the login bug"));
@@ -134,7 +182,12 @@ fn claude_code_reminders_inside_a_user_message() {
 #[test]
 fn empty_and_blank() {
     assert!(select(&conv(vec![]), None, RelayMode::Standard, 30).is_empty());
-    let s = select(&conv(vec![e("user", "  ")]), Some(" "), RelayMode::Standard, 30);
+    let s = select(
+        &conv(vec![e("user", "  ")]),
+        Some(" "),
+        RelayMode::Standard,
+        30,
+    );
     assert!(s.is_empty());
     assert_eq!(s.source_count, 1);
 }

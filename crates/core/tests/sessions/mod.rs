@@ -15,11 +15,16 @@ pub struct Facts {
     pub edited: Vec<String>,
 }
 
-pub const TASK: &str = "Port the config loader in crates/config from YAML to TOML and keep the public API unchanged.";
-pub const DECISION_A: &str = "Decision: use the toml crate with serde derive, not toml_edit; we never write files back.";
-pub const DECISION_B: &str = "Decision: keep YAML behind a `yaml` cargo feature for one more release, off by default.";
-pub const LATEST: &str = "Run the whole test suite once more and fix the failing doc test in loader.rs.";
-pub const REPLY: &str = "All 212 tests pass now; the doc test in loader.rs parses its example with toml::from_str.";
+pub const TASK: &str =
+    "Port the config loader in crates/config from YAML to TOML and keep the public API unchanged.";
+pub const DECISION_A: &str =
+    "Decision: use the toml crate with serde derive, not toml_edit; we never write files back.";
+pub const DECISION_B: &str =
+    "Decision: keep YAML behind a `yaml` cargo feature for one more release, off by default.";
+pub const LATEST: &str =
+    "Run the whole test suite once more and fix the failing doc test in loader.rs.";
+pub const REPLY: &str =
+    "All 212 tests pass now; the doc test in loader.rs parses its example with toml::from_str.";
 
 pub fn facts(edited: Vec<String>) -> Facts {
     Facts {
@@ -105,7 +110,9 @@ pub fn codex(turns: usize) -> (Value, Facts) {
     let mut edited = Vec::new();
     for t in 1..=turns {
         input.push(json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": ask(t, turns)}]}));
-        input.push(json!({"type": "reasoning", "summary": [], "encrypted_content": "gAAAA".repeat(200)}));
+        input.push(
+            json!({"type": "reasoning", "summary": [], "encrypted_content": "gAAAA".repeat(200)}),
+        );
         for k in 0..3 {
             let id = format!("c{t}_{k}");
             if k == 0 {
@@ -176,7 +183,10 @@ pub fn claude_code(turns: usize) -> (Value, Facts) {
 /// an assistant message with text and `write_file` / `run` tool calls, and the tool messages.
 pub fn chat_agent(turns: usize) -> (Value, Facts) {
     let mut body = fixture_body("02-openai-v1_chat_completions.json");
-    let system = format!("You are a coding agent.{}", " Use the tools to read and edit files; keep answers short.".repeat(150));
+    let system = format!(
+        "You are a coding agent.{}",
+        " Use the tools to read and edit files; keep answers short.".repeat(150)
+    );
     let mut messages = vec![json!({"role": "system", "content": system})];
     let mut edited = Vec::new();
     for t in 1..=turns {
@@ -195,7 +205,9 @@ pub fn chat_agent(turns: usize) -> (Value, Facts) {
         for id in [format!("w{t}"), format!("v{t}")] {
             messages.push(json!({"role": "tool", "tool_call_id": id, "content": "written"}));
         }
-        messages.push(json!({"role": "tool", "tool_call_id": format!("r{t}"), "content": tool_output(t, 3)}));
+        messages.push(
+            json!({"role": "tool", "tool_call_id": format!("r{t}"), "content": tool_output(t, 3)}),
+        );
     }
     body["messages"] = Value::Array(messages);
     (body, facts(edited))

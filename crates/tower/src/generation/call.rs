@@ -23,7 +23,10 @@ pub(crate) struct DroppedParams {
 }
 
 impl DroppedParams {
-    fn with<R>(&self, f: impl FnOnce(&mut HashMap<(String, String), Vec<UnsupportedParam>>) -> R) -> R {
+    fn with<R>(
+        &self,
+        f: impl FnOnce(&mut HashMap<(String, String), Vec<UnsupportedParam>>) -> R,
+    ) -> R {
         match self.map.lock() {
             Ok(mut m) => f(&mut m),
             Err(poisoned) => f(&mut poisoned.into_inner()),
@@ -44,7 +47,9 @@ impl DroppedParams {
                 // A bounded table: forgetting only costs one more refused call.
                 m.clear();
             }
-            let list = m.entry((provider.to_owned(), model.to_owned())).or_default();
+            let list = m
+                .entry((provider.to_owned(), model.to_owned()))
+                .or_default();
             if !list.contains(&param) {
                 list.push(param);
             }

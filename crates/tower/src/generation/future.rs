@@ -61,7 +61,8 @@ pub(crate) struct Pending {
 }
 
 impl Pending {
-    /// Gates 1–4, 6 and 7 of DESIGN §4.1 (gate 5 needs the store: the job checks it).
+    /// The gates that need no store: a 2xx of a listed provider, usage in [threshold, 95 %),
+    /// a session, no cool-down, no generation in flight (the refresh gate is the job's).
     fn qualify<B>(self, response: &Response<B>) -> Option<Trigger> {
         // Gate 1: the serving account is known. Only a successful turn is summarised: an error
         // reply is no conversation to continue from.

@@ -58,7 +58,7 @@ impl std::fmt::Debug for GenerationLayer {
 }
 
 impl GenerationLayer {
-    /// A layer writing handoffs to `store`, with the default configuration (DESIGN §8).
+    /// A layer writing handoffs to `store`, with the default configuration.
     pub fn new(store: Arc<dyn HandoffStore>) -> Self {
         Self {
             store,
@@ -163,7 +163,7 @@ impl GenerationLayer {
         self
     }
 
-    /// Where session ids are read from (DESIGN §7).
+    /// Where session ids are read from.
     pub fn session_sources(mut self, sources: SessionSources) -> Self {
         self.sources = Arc::new(sources);
         self

@@ -154,7 +154,11 @@ impl Job {
                 );
             }
             Some(f) => {
-                tracing::info!(outcome = outcome.label(), why = f.as_str(), "no model handoff")
+                tracing::info!(
+                    outcome = outcome.label(),
+                    why = f.as_str(),
+                    "no model handoff"
+                )
             }
             None => {}
         }
@@ -208,10 +212,17 @@ impl Job {
         };
         let mut outcome = self.summarise(&prepared, message_count).await;
         if let Outcome::Failed(why) = outcome
-            && existing.as_ref().is_none_or(|h| h.kind == HandoffKind::Extractive)
+            && existing
+                .as_ref()
+                .is_none_or(|h| h.kind == HandoffKind::Extractive)
             && let Some(handoff) = extractive_handoff(&prepared.selection)
             && self
-                .store(handoff, HandoffKind::Extractive, message_count, String::new())
+                .store(
+                    handoff,
+                    HandoffKind::Extractive,
+                    message_count,
+                    String::new(),
+                )
                 .await
         {
             outcome = Outcome::Extractive(why);
@@ -374,7 +385,11 @@ impl Job {
         };
         match self.shared.store.upsert(record).await {
             Ok(()) => {
-                tracing::info!(messages = message_count, kind = kind.as_str(), "handoff stored");
+                tracing::info!(
+                    messages = message_count,
+                    kind = kind.as_str(),
+                    "handoff stored"
+                );
                 true
             }
             Err(e) => {

@@ -213,7 +213,9 @@ impl Upstream {
             } else if summary.0.is_success() {
                 Response::new(full(summary_reply(&path, &summary.1)))
             } else {
-                Response::new(full(r#"{"error":{"message":"summary refused","type":"invalid_request_error"}}"#))
+                Response::new(full(
+                    r#"{"error":{"message":"summary refused","type":"invalid_request_error"}}"#,
+                ))
             };
             *r.status_mut() = summary.0;
             r
