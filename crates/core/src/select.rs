@@ -478,7 +478,7 @@ fn render(pieces: &[Piece<'_>], plan: &Plan, roles: &[String]) -> String {
             }
             separate(&mut out);
             // Writing into a String cannot fail.
-            let _ = write!(out, "[{}] {}:\n", piece.entry + 1, roles[piece.entry]);
+            let _ = writeln!(out, "[{}] {}:", piece.entry + 1, roles[piece.entry]);
             current = Some(piece.entry);
             next = piece.entry + 1;
         }

@@ -34,8 +34,6 @@ pub fn summary_settings(config: &Config) -> Vec<(String, SummarySettings)> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     #[test]
     fn table_is_read_and_unknown_keys_are_refused() {
         let provider: crate::config::ProviderConfig = toml::from_str(

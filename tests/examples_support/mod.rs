@@ -1,20 +1,12 @@
-//! The stacks of `examples/axum.rs` and `examples/hyper.rs`, run as written against a loopback
-//! provider that enforces real parameter rules, driven by a real hyper client (which stops
-//! polling a body once it reports its end): a turn at 87 % leads to a summary request, and
-//! after a 429 the handoff reaches the other account's request.
+//! What both example tests check: against a loopback provider that enforces real parameter
+//! rules, driven by a real hyper client (which stops polling a body once it reports its end),
+//! a turn at 87 % leads to a summary request, and after a 429 the handoff reaches the other
+//! account's request.
+#![allow(dead_code)]
 
-#[allow(dead_code)]
-#[path = "../examples/axum.rs"]
-mod axum_example;
-#[allow(dead_code)]
-#[path = "../examples/hyper.rs"]
-mod hyper_example;
-
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use context_relay::store::{HandoffStore, MemoryStore};
 use context_relay::tower::Background;
 use context_relay_gateway::sim::SimProvider;
 use http::{Request, StatusCode};
@@ -25,7 +17,7 @@ use serde_json::json;
 
 const HANDOFF: &str = r#"{"summary":"Adding a --json flag to the CLI","keyDecisions":["use serde"],"taskProgress":"flag parsed; tests next","activeEntities":["src/cli.rs"]}"#;
 
-async fn sim() -> SimProvider {
+pub async fn sim() -> SimProvider {
     SimProvider::builder()
         .account("a", "key-a")
         .account("b", "key-b")
@@ -56,7 +48,7 @@ async fn turn(url: &str, stream: bool, ask: &str) -> (StatusCode, Bytes) {
     (status, bytes)
 }
 
-async fn scenario(url: &str, sim: &SimProvider, background: &Background, stream: bool) {
+pub async fn scenario(url: &str, sim: &SimProvider, background: &Background, stream: bool) {
     sim.set_used("a", 80.0);
     let (status, body) = turn(url, stream, "Now write the tests.").await;
     assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
@@ -89,54 +81,8 @@ async fn scenario(url: &str, sim: &SimProvider, background: &Background, stream:
     assert!(text.contains("Adding a --json flag to the CLI"));
 }
 
-async fn with_timeout(f: impl std::future::Future<Output = ()>) {
+pub async fn with_timeout(f: impl std::future::Future<Output = ()>) {
     tokio::time::timeout(Duration::from_secs(30), f)
         .await
         .expect("scenario finishes");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn axum_example_stack_summarises_and_hands_off() {
-    for stream in [false, true] {
-        let sim = sim().await;
-        let store: Arc<dyn HandoffStore> = Arc::new(MemoryStore::new());
-        let accounts = axum_example::resolver::Accounts::new(
-            "openai",
-            &sim.base_url(),
-            &["key-a".to_owned(), "key-b".to_owned()],
-        )
-        .expect("accounts");
-        let (app, background) = axum_example::router(store, accounts).expect("router");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let url = format!("http://{}", listener.local_addr().expect("addr"));
-        let server = tokio::spawn(async move { axum::serve(listener, app).await });
-        with_timeout(scenario(&url, &sim, &background, stream)).await;
-        server.abort();
-        sim.shutdown().await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hyper_example_stack_summarises_and_hands_off() {
-    for stream in [false, true] {
-        let sim = sim().await;
-        let store: Arc<dyn HandoffStore> = Arc::new(MemoryStore::new());
-        let accounts = hyper_example::resolver::Accounts::new(
-            "openai",
-            &sim.base_url(),
-            &["key-a".to_owned(), "key-b".to_owned()],
-        )
-        .expect("accounts");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let url = format!("http://{}", listener.local_addr().expect("addr"));
-        let (server, background) = hyper_example::serve(listener, store, accounts).expect("stack");
-        let server = tokio::spawn(server);
-        with_timeout(scenario(&url, &sim, &background, stream)).await;
-        server.abort();
-        sim.shutdown().await;
-    }
 }
