@@ -309,6 +309,18 @@ async fn full_queue_skips() {
     stack.upstream.set_percent("acct-a", 88.0);
     stack.send(chat("s1", "k1", 3)).await;
     stack.send(chat("s2", "k1", 3)).await;
+    // s1's summary is held at the upstream; s2's job finds the queue full and ends.
+    for _ in 0..1000 {
+        if stack.generation.in_flight() == 1 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        stack.generation.in_flight(),
+        1,
+        "s2 was skipped, s1 still waits"
+    );
     gate.add_permits(10);
     stack.idle().await;
     assert_eq!(stack.upstream.summaries().len(), 1);

@@ -20,8 +20,8 @@ use crate::summarizer::{SharedSummarizer, Summarizer};
 
 /// Default bound on concurrent summary generations, across every service of the layer.
 pub const DEFAULT_MAX_CONCURRENT_GENERATIONS: usize = 4;
-/// Default bound on summary jobs in existence (running or waiting for a concurrency permit);
-/// a qualifying response beyond it starts nothing and is counted as skipped (`queue_full`).
+/// Default bound on summary jobs queued (running or waiting for a concurrency permit); a job
+/// that finds the queue full ends and is counted as skipped (`queue_full`).
 pub const DEFAULT_MAX_QUEUED_GENERATIONS: usize = 64;
 
 /// Applies [`Generation`] to a service: writes handoffs in the background when the serving
@@ -137,8 +137,9 @@ impl GenerationLayer {
         self
     }
 
-    /// Bounds the summary jobs in existence, running or waiting (at least 1; default
-    /// [`DEFAULT_MAX_QUEUED_GENERATIONS`]). A job keeps only its selection while it waits.
+    /// Bounds the summary jobs queued, running or waiting (at least 1; default
+    /// [`DEFAULT_MAX_QUEUED_GENERATIONS`]). A job joins the queue after the refresh gate, and
+    /// keeps only its selection while it waits.
     pub fn max_queued_generations(mut self, n: usize) -> Self {
         self.queue = Arc::new(Semaphore::new(n.max(1)));
         self

@@ -34,10 +34,11 @@
 //!   of those left the key without a handoff and one was built from the conversation itself
 //!   (task, latest ask, last assistant text, touched files), which a later model handoff
 //!   replaces.
-//! - **Bounds.** At most `max_queued_generations` jobs exist (beyond, the turn is skipped and
-//!   counted as `queue_full`), at most `max_concurrent_generations` run; a waiting job keeps
-//!   only its selection, not the request body. Failures (store down, timeouts) are logged and
-//!   counted, never returned.
+//! - **Bounds.** A job reads the request body once and keeps only its selection, then checks
+//!   the refresh gate, and only then joins the queue: at most `max_queued_generations` jobs
+//!   wait or run (beyond, the turn is skipped and counted as `queue_full`), at most
+//!   `max_concurrent_generations` run. Failures (store down, timeouts) are logged and counted,
+//!   never returned.
 //!
 //! [`ComboName`]: crate::ComboName
 //! [`ResolvedAccount`]: crate::ResolvedAccount

@@ -1,9 +1,10 @@
 //! The background summary job, once the response of a qualifying turn is complete.
 //!
-//! A job is admitted only while fewer than `max_queued_generations` exist (else the response
-//! is counted as skipped, `queue_full`). It then reads the captured request body once and
-//! keeps only the selection and the few request fields the summary request needs, checks the
-//! refresh gate against the store, and only then waits for a concurrency permit.
+//! A job first reads the captured request body, once, before its first await: from then on it
+//! keeps only the selection and the few request fields the summary request needs. It checks
+//! the refresh gate against the store, and only then joins the queue: at most
+//! `max_queued_generations` jobs wait or run (a job finding the queue full is counted as
+//! skipped, `queue_full`, and frees its key), and at most `max_concurrent_generations` run.
 
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
@@ -22,7 +23,6 @@ use context_relay_core::{
 use context_relay_store::InFlightGuard;
 use http::{HeaderMap, Uri, header};
 use serde_json::{Map, Value};
-use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
 use super::body::Capture;
@@ -64,7 +64,7 @@ enum Outcome {
     Failed(Failure),
     /// Nothing to do: a live generated handoff is recent enough (`fresh`), another gateway
     /// replica is summarising this key (`in_flight_elsewhere`), the conversation has no text
-    /// (`empty`).
+    /// (`empty`), too many jobs are waiting (`queue_full`).
     Skipped(&'static str),
 }
 
@@ -111,14 +111,8 @@ struct Prepared {
 }
 
 impl Job {
-    /// Starts the job in the background with the captured reply of this turn, unless the queue
-    /// of jobs is full.
+    /// Starts the job in the background with the captured reply of this turn.
     pub(crate) fn start(self, reply: Option<String>) {
-        let Ok(slot) = self.shared.queue.clone().try_acquire_owned() else {
-            skipped("queue_full");
-            tracing::warn!(key = %self.key, "summary queue full; skipping this turn");
-            return;
-        };
         let background = self.shared.background.clone();
         let span = tracing::info_span!(
             "context_relay.generate",
@@ -128,10 +122,10 @@ impl Job {
             account = %self.account.account,
             used = self.signal.percent_used,
         );
-        background.spawn(self.run(reply, slot).instrument(span));
+        background.spawn(self.run(reply).instrument(span));
     }
 
-    async fn run(mut self, reply: Option<String>, slot: OwnedSemaphorePermit) {
+    async fn run(mut self, reply: Option<String>) {
         let started = Instant::now();
         let outcome = self.generate(reply).await;
         if let Outcome::Skipped(reason) = outcome {
@@ -162,7 +156,6 @@ impl Job {
             }
             None => {}
         }
-        drop(slot);
         drop(self.guard);
     }
 
@@ -193,6 +186,11 @@ impl Job {
             return Outcome::Skipped("fresh");
         }
 
+        // The queue: a waiting job holds only its selection.
+        let Ok(_slot) = shared.queue.clone().try_acquire_owned() else {
+            tracing::warn!("summary queue full; skipping this turn");
+            return Outcome::Skipped("queue_full");
+        };
         let Ok(_permit) = shared.semaphore.acquire().await else {
             return Outcome::Failed(Failure::Unavailable);
         };
