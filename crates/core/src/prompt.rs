@@ -17,7 +17,8 @@
 //!
 //! No sampling parameter is sent unless [`SummarySettings::params`] asks for it (merged at the
 //! top level of the body). `stream` is the client's for Responses and `false` elsewhere unless
-//! [`SummarySettings::stream`] says otherwise.
+//! [`SummarySettings::stream`] says otherwise. Gemini names its model in the URL, which the
+//! summary request shares with the turn, so [`SummarySettings::model`] does not apply to it.
 //!
 //! ```
 //! use context_relay_core::{ApiShape, prompt::{SummarySettings, summary_request}};
