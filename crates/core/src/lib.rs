@@ -19,10 +19,12 @@
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 pub mod api;
+pub mod boilerplate;
 pub mod config;
 pub mod conversation;
 pub mod decode;
 pub mod ending;
+pub mod extractive;
 pub mod handoff;
 pub mod inject;
 pub mod json;
@@ -36,8 +38,10 @@ pub mod reply;
 pub mod select;
 pub mod session;
 pub mod time;
+pub mod touched;
+pub mod unsupported;
 
 pub use api::ApiShape;
 pub use config::{RelayConfig, RelayMode, RelayOverrides};
-pub use handoff::{Handoff, HandoffKey, HandoffRecord};
+pub use handoff::{Handoff, HandoffKey, HandoffKind, HandoffRecord};
 pub use quota::QuotaSignal;

@@ -7,7 +7,8 @@
 //! - `GET /admin/handoffs[?tenant=…][&session=…][&settle=true]` →
 //!   `{"handoffs":[{"tenant","session","combo","from_provider","from_account","summary",
 //!   "key_decisions","task_progress","active_entities","message_count","model","generated_at",
-//!   "expires_at"}]}`, oldest first, times in RFC 3339 (UTC). With `settle=true` the gateway
+//!   "expires_at","kind"}]}` (`kind`: `generated`, or `extractive` for a handoff built without a
+//!   model call), oldest first, times in RFC 3339 (UTC). With `settle=true` the gateway
 //!   first waits (at most 10 s) for the summaries and claim completions in flight, so a script
 //!   can list right after a turn and see its outcome.
 //! - `DELETE /admin/handoffs/{session}[?tenant=…][&combo=…]` deletes every handoff of that
@@ -93,6 +94,7 @@ struct HandoffView<'a> {
     model: &'a str,
     generated_at: String,
     expires_at: String,
+    kind: &'static str,
 }
 
 impl<'a> From<&'a HandoffRecord> for HandoffView<'a> {
@@ -111,6 +113,7 @@ impl<'a> From<&'a HandoffRecord> for HandoffView<'a> {
             model: &r.model,
             generated_at: rfc3339(r.generated_at),
             expires_at: rfc3339(r.expires_at),
+            kind: r.kind.as_str(),
         }
     }
 }

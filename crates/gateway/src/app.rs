@@ -141,7 +141,8 @@ impl Gateway {
         }
         let relay = config
             .relay_enabled
-            .then(|| RelayLayers::new(store.clone(), configs, config.stream_summary_providers()));
+            .then(|| RelayLayers::new(store.clone(), configs, config.stream_summary_providers()))
+            .map(|r| r.summary_settings(crate::summary::summary_settings(&config)));
         Ok(Self {
             routes: Arc::new(Routes::from_config(&config)),
             pools: Arc::new(AccountPools::from_config(&config)),
@@ -163,11 +164,14 @@ impl Gateway {
             (false, _) => self.relay = None,
             (true, false) => {
                 let (configs, _) = self.config.relay_settings();
-                self.relay = Some(RelayLayers::new(
-                    self.store.clone(),
-                    configs,
-                    self.config.stream_summary_providers(),
-                ));
+                self.relay = Some(
+                    RelayLayers::new(
+                        self.store.clone(),
+                        configs,
+                        self.config.stream_summary_providers(),
+                    )
+                    .summary_settings(crate::summary::summary_settings(&self.config)),
+                );
             }
             (true, true) => {}
         }

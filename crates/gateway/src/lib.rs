@@ -38,7 +38,9 @@ pub mod relay;
 pub mod resolver;
 pub mod server;
 pub mod sim;
+pub mod sim_rules;
 pub mod store;
+pub mod summary;
 pub mod upstream;
 pub mod verdict;
 

@@ -114,7 +114,7 @@ impl Env {
     }
 }
 
-const CHAT: &str = "{\"model\" : \"codex-relay\",\"messages\":[{\"role\":\"system\",\"content\":\"You are terse.\"},{\"role\":\"user\",\"content\":\"say hi \\u00e9 \\ud83d\\ude00\"}],\"temperature\":1.50, \"x_unknown\":{\"b\":1,\"a\":[1e3,-0.0]}}";
+const CHAT: &str = "{\"model\" : \"codex-relay\",\"messages\":[{\"role\":\"system\",\"content\":\"You are terse.\"},{\"role\":\"user\",\"content\":\"say hi \\u00e9 \\ud83d\\ude00\"}],\"x_ratio\":1.50, \"x_unknown\":{\"b\":1,\"a\":[1e3,-0.0]}}";
 
 #[tokio::test]
 async fn chat_through_a_combo_keeps_every_byte_but_the_model() {
@@ -612,7 +612,7 @@ async fn graceful_shutdown_lets_an_open_stream_finish() {
         .send(
             Request::post(env.url("/v1/messages"))
                 .body(Full::new(Bytes::from_static(
-                    br#"{"model":"claude-relay","stream":true,"messages":[]}"#,
+                    br#"{"model":"claude-relay","stream":true,"max_tokens":64,"messages":[]}"#,
                 )))
                 .unwrap(),
         )

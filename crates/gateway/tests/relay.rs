@@ -625,7 +625,7 @@ async fn a_session_under_the_threshold_is_forwarded_byte_for_byte() {
     let env = setup().await;
     // Odd but valid JSON: spacing, escapes, number forms, unknown fields, key order.
     let bodies = [
-        "{ \"messages\" : [{\"role\":\"user\",\"content\":\"h\\u00e9 \\ud83d\\ude00\"}], \"model\":\"codex-relay\" ,\"temperature\":1.50,\"x\":{\"b\":[1e3,-0.0,null],\"a\":true}}",
+        "{ \"messages\" : [{\"role\":\"user\",\"content\":\"h\\u00e9 \\ud83d\\ude00\"}], \"model\":\"codex-relay\" ,\"x_ratio\":1.50,\"x\":{\"b\":[1e3,-0.0,null],\"a\":true}}",
         "{\"model\":\"codex-relay\",\"messages\":[{\"role\":\"user\",\"content\":\"h\\u00e9 \\ud83d\\ude00\"},{\"role\":\"assistant\",\"content\":\"ok\"},{\"role\":\"user\",\"content\":\"again\"}],\"n\":1}",
     ];
     for body in bodies {
@@ -809,6 +809,7 @@ async fn admin_routes_list_and_delete() {
         "model",
         "generated_at",
         "expires_at",
+        "kind",
     ];
     expected.sort_unstable();
     let mut keys = keys;
@@ -817,6 +818,7 @@ async fn admin_routes_list_and_delete() {
     assert_eq!(h["combo"], "codex-relay");
     assert_eq!(h["from_provider"], "codex");
     assert_eq!(h["from_account"], "acct-a");
+    assert_eq!(h["kind"], "generated");
     assert_eq!(h["summary"], SUMMARY_TEXT);
     assert_eq!(h["key_decisions"][1], "serde for JSON");
     assert_eq!(h["active_entities"][0], "src/cli.rs");

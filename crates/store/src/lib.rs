@@ -43,6 +43,7 @@
 //! let now = SystemTime::now();
 //! let record = HandoffRecord {
 //!     version: 1,
+//!     kind: Default::default(),
 //!     tenant: "acme".into(),
 //!     session: "s1".into(),
 //!     combo: "codex-relay".into(),

@@ -87,6 +87,7 @@ fn record() -> HandoffRecord {
     let now = SystemTime::now();
     HandoffRecord {
         version: 1,
+        kind: Default::default(),
         tenant: context_relay_core::session::tenant(&h).into(),
         session: "bench-session".into(),
         combo: "codex-relay".into(),

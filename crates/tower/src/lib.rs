@@ -39,5 +39,6 @@ pub use generation::{Generation, GenerationLayer};
 pub use injection::{Injection, InjectionLayer, RELAY_HEADER, RelayAction};
 pub use quota_source::{HeaderQuota, QuotaSource};
 pub use summarizer::{
-    BoxError, MAX_SUMMARY_REPLY_BYTES, Summarizer, SummaryError, SummaryFuture, SummaryRequest,
+    BoxError, MAX_ERROR_BODY_BYTES, MAX_SUMMARY_REPLY_BYTES, Summarizer, SummaryError,
+    SummaryFuture, SummaryRequest,
 };

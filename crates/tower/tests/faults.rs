@@ -107,6 +107,7 @@ async fn seed(stack: &Stack, key: &HandoffKey) {
         .store
         .upsert(HandoffRecord {
             version: 1,
+            kind: Default::default(),
             tenant: key.tenant.clone(),
             session: key.session.clone(),
             combo: key.combo.clone(),

@@ -444,6 +444,18 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
             );
         }
     };
+    // Real providers refuse some parameters on some models: so does the double.
+    if let Some((status, body)) =
+        crate::sim_rules::check(crate::sim_rules::Backend::Api, &path, &request)
+    {
+        let mut res = Response::new(Body::from(body));
+        *res.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+        res.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        return res;
+    }
     let model = request["model"].as_str().unwrap_or("unknown").to_owned();
     let stream = request["stream"].as_bool().unwrap_or(false);
     let cfg = &state.config;
