@@ -96,6 +96,7 @@ impl Relay {
             threshold: 0.85,
             generated_at: now,
             expires_at: now + Duration::from_secs(3600),
+            kind: Default::default(),
         };
         self.store.upsert(record).await.unwrap();
     }
