@@ -56,6 +56,8 @@
 
 use serde_json::Value;
 
+use crate::sse::{Event, Splitter};
+
 /// Largest event data kept for decoding, in bytes. Longer data (a `response.completed` that
 /// repeats a long output) is still recognised by its leading `"type"` or its `event:` name.
 pub const EVENT_DATA_LIMIT: usize = 1024 * 1024;
@@ -94,15 +96,13 @@ struct JsonState {
 pub struct EndDetector {
     mode: Mode,
     json: JsonState,
-    /// The current, not yet terminated SSE line (capped).
-    line: Vec<u8>,
-    line_len: usize,
-    /// The previous byte was `\r`: a following `\n` belongs to the same line end.
-    after_cr: bool,
-    event_name: Vec<u8>,
-    data: Vec<u8>,
-    data_len: usize,
-    has_data: bool,
+    sse: Splitter,
+    verdict: Verdict,
+}
+
+/// What the SSE events seen so far say.
+#[derive(Debug, Clone)]
+struct Verdict {
     finish_reason_seen: bool,
     output_started: bool,
     ending: Ending,
@@ -121,17 +121,13 @@ impl EndDetector {
         Self {
             mode: Mode::Undecided,
             json: JsonState::default(),
-            line: Vec::new(),
-            line_len: 0,
-            after_cr: false,
-            event_name: Vec::new(),
-            data: Vec::new(),
-            data_len: 0,
-            has_data: false,
-            finish_reason_seen: false,
-            output_started: false,
-            ending: Ending::Unfinished,
-            failure: None,
+            sse: Splitter::new(EVENT_DATA_LIMIT),
+            verdict: Verdict {
+                finish_reason_seen: false,
+                output_started: false,
+                ending: Ending::Unfinished,
+                failure: None,
+            },
         }
     }
 
@@ -151,7 +147,7 @@ impl EndDetector {
                 .position(|b| !b.is_ascii_whitespace() && !matches!(b, 0xEF | 0xBB | 0xBF));
             let Some(start) = start else { return };
             self.mode = if matches!(rest[start], b'{' | b'[') {
-                self.output_started = true;
+                self.verdict.output_started = true;
                 Mode::Json
             } else {
                 Mode::Sse
@@ -169,11 +165,8 @@ impl EndDetector {
     /// blank line, then tells how the body ended.
     pub fn finish(&mut self) -> Ending {
         if self.mode == Mode::Sse {
-            if self.line_len > 0 {
-                self.end_line();
-            }
-            self.after_cr = false;
-            self.dispatch();
+            let (sse, verdict) = (&mut self.sse, &mut self.verdict);
+            sse.finish(|event| verdict.judge(&event));
         }
         self.ending()
     }
@@ -183,14 +176,14 @@ impl EndDetector {
         match self.mode {
             Mode::Json if self.json.closed && !self.json.trailing => Ending::Completed,
             Mode::Json | Mode::Undecided => Ending::Unfinished,
-            Mode::Sse => self.ending,
+            Mode::Sse => self.verdict.ending,
         }
     }
 
     /// The data of the event that failed the body (capped at [`EVENT_DATA_LIMIT`]), for
     /// telling what the failure was.
     pub fn failure(&self) -> Option<&[u8]> {
-        self.failure.as_deref()
+        self.verdict.failure.as_deref()
     }
 
     /// Whether the body has gone past its opening: true for a JSON body, and for a stream once
@@ -198,7 +191,7 @@ impl EndDetector {
     /// failure) was seen. Before that, nothing the client could act on has been sent, so a
     /// failure can still be handled without the client noticing.
     pub fn output_started(&self) -> bool {
-        self.output_started
+        self.verdict.output_started
     }
 
     fn push_json(&mut self, bytes: &[u8]) {
@@ -235,99 +228,16 @@ impl EndDetector {
     }
 
     fn push_sse(&mut self, bytes: &[u8]) {
-        let mut rest = bytes;
-        while !rest.is_empty() {
-            if self.after_cr {
-                self.after_cr = false;
-                if rest[0] == b'\n' {
-                    rest = &rest[1..];
-                    continue;
-                }
-            }
-            match memchr::memchr2(b'\n', b'\r', rest) {
-                Some(i) => {
-                    self.extend_line(&rest[..i]);
-                    self.after_cr = rest[i] == b'\r';
-                    self.end_line();
-                    rest = &rest[i + 1..];
-                }
-                None => {
-                    self.extend_line(rest);
-                    rest = &[];
-                }
-            }
-        }
+        let (sse, verdict) = (&mut self.sse, &mut self.verdict);
+        sse.push(bytes, |event| verdict.judge(&event));
     }
+}
 
-    fn extend_line(&mut self, bytes: &[u8]) {
-        // Only field names and `data:` payloads are read from a line; a data line longer than
-        // the limit is kept in part (its start still names the event type).
-        let room = EVENT_DATA_LIMIT.saturating_sub(self.line.len());
-        self.line.extend_from_slice(&bytes[..bytes.len().min(room)]);
-        self.line_len += bytes.len();
-    }
-
-    fn end_line(&mut self) {
-        let line = std::mem::take(&mut self.line);
-        let empty = self.line_len == 0;
-        self.line_len = 0;
-        if empty {
-            self.dispatch();
-        } else {
-            self.field(&line);
-        }
-        self.line = line;
-        self.line.clear();
-    }
-
-    fn field(&mut self, line: &[u8]) {
-        let (name, value) = match memchr::memchr(b':', line) {
-            Some(0) => return,
-            Some(i) => {
-                let value = &line[i + 1..];
-                (&line[..i], value.strip_prefix(b" ").unwrap_or(value))
-            }
-            None => (line, &b""[..]),
-        };
-        match name {
-            b"event" => {
-                self.event_name.clear();
-                self.event_name.extend_from_slice(value);
-            }
-            b"data" => {
-                if self.has_data {
-                    self.append_data(b"\n");
-                }
-                self.has_data = true;
-                self.append_data(value);
-            }
-            _ => {}
-        }
-    }
-
-    fn append_data(&mut self, bytes: &[u8]) {
-        let room = EVENT_DATA_LIMIT.saturating_sub(self.data.len());
-        self.data.extend_from_slice(&bytes[..bytes.len().min(room)]);
-        self.data_len += bytes.len();
-    }
-
-    fn dispatch(&mut self) {
-        if !self.has_data && self.event_name.is_empty() {
-            return;
-        }
-        let data = std::mem::take(&mut self.data);
-        let name = std::mem::take(&mut self.event_name);
-        let complete = self.data_len == data.len();
-        self.judge(&name, &data, complete);
-        self.has_data = false;
-        self.data_len = 0;
-        self.data = data;
-        self.data.clear();
-        self.event_name = name;
-        self.event_name.clear();
-    }
-
-    fn judge(&mut self, name: &[u8], data: &[u8], complete: bool) {
+impl Verdict {
+    fn judge(&mut self, event: &Event<'_>) {
+        let (name, data) = (event.name, event.data);
+        // Data cut at the limit is read by its leading `"type"` or its `event:` name only.
+        let complete = !event.data_cut;
         let trimmed = data.trim_ascii();
         if trimmed == b"[DONE]" {
             if self.finish_reason_seen {

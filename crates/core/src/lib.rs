@@ -37,6 +37,7 @@ pub mod repair;
 pub mod reply;
 pub mod select;
 pub mod session;
+mod sse;
 pub mod time;
 pub mod touched;
 pub mod unsupported;

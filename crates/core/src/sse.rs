@@ -1,0 +1,329 @@
+//! An incremental server-sent events splitter: bytes in, one [`Event`] per event out.
+//!
+//! Both readers of streamed response bodies (how a body ended, [`crate::ending`], and the
+//! reply text, [`crate::reply`]) need the same thing from an SSE body fed in chunks split
+//! anywhere: its events, each with its `event:` name and its `data:` lines, in bounded memory.
+//!
+//! - Lines end in `\n`, `\r\n` or `\r`; a `\r\n` split across two chunks is one line end.
+//! - A blank line ends an event. An event with neither data nor a name is not reported.
+//! - A line starting with `:` is a comment. A line without `:` is a field with an empty value.
+//!   One space after the `:` is not part of the value.
+//! - `event:` sets the event's name (the last one wins); `data:` lines are joined with `\n`.
+//!   Other fields (`id:`, `retry:`) are read and ignored.
+//! - Memory is bounded by a limit on the line and on the event data: a longer line is read by
+//!   its first `limit` bytes ([`Event::line_cut`]), longer data is kept by its first `limit`
+//!   bytes ([`Event::data_cut`]).
+//! - [`Splitter::finish`] reads the last line and event of a body that ended without a blank
+//!   line.
+
+/// One event of the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Event<'a> {
+    /// The `event:` field, empty when the event had none.
+    pub(crate) name: &'a [u8],
+    /// The `data:` lines joined with `\n`, at most the splitter's limit in bytes.
+    pub(crate) data: &'a [u8],
+    /// Whether the event had a `data:` line.
+    pub(crate) has_data: bool,
+    /// The data outgrew the limit: [`data`](Self::data) is its start.
+    pub(crate) data_cut: bool,
+    /// A line of the event outgrew the limit and was read by its start only.
+    pub(crate) line_cut: bool,
+}
+
+impl Event<'_> {
+    /// Whether the event's data is all there: no line and no data was cut.
+    pub(crate) fn is_whole(&self) -> bool {
+        !self.data_cut && !self.line_cut
+    }
+}
+
+/// Splits an SSE body into events, incrementally (see the module docs). Holds at most one
+/// line and one event's data, each bounded by the limit it was made with.
+#[derive(Debug, Clone)]
+pub(crate) struct Splitter {
+    limit: usize,
+    /// The current, not yet terminated line (its first `limit` bytes).
+    line: Vec<u8>,
+    /// The current line's true length.
+    line_len: usize,
+    /// The previous byte was `\r`: a following `\n` belongs to the same line end.
+    after_cr: bool,
+    name: Vec<u8>,
+    data: Vec<u8>,
+    /// The current event's true data length.
+    data_len: usize,
+    has_data: bool,
+    line_cut: bool,
+}
+
+impl Splitter {
+    /// A splitter keeping at most `limit` bytes of a line and of an event's data.
+    pub(crate) fn new(limit: usize) -> Self {
+        Self {
+            limit,
+            line: Vec::new(),
+            line_len: 0,
+            after_cr: false,
+            name: Vec::new(),
+            data: Vec::new(),
+            data_len: 0,
+            has_data: false,
+            line_cut: false,
+        }
+    }
+
+    /// Feeds the next bytes of the body, calling `on_event` for every event they end.
+    pub(crate) fn push(&mut self, chunk: &[u8], mut on_event: impl FnMut(Event<'_>)) {
+        let mut rest = chunk;
+        while !rest.is_empty() {
+            if self.after_cr {
+                self.after_cr = false;
+                if rest[0] == b'\n' {
+                    rest = &rest[1..];
+                    continue;
+                }
+            }
+            match memchr::memchr2(b'\n', b'\r', rest) {
+                Some(i) => {
+                    self.extend_line(&rest[..i]);
+                    self.after_cr = rest[i] == b'\r';
+                    self.end_line(&mut on_event);
+                    rest = &rest[i + 1..];
+                }
+                None => {
+                    self.extend_line(rest);
+                    rest = &[];
+                }
+            }
+        }
+    }
+
+    /// Ends the body: reads an unterminated last line and reports an event the body did not
+    /// close with a blank line.
+    pub(crate) fn finish(&mut self, mut on_event: impl FnMut(Event<'_>)) {
+        if self.line_len > 0 {
+            self.end_line(&mut on_event);
+        }
+        self.after_cr = false;
+        self.dispatch(&mut on_event);
+    }
+
+    fn extend_line(&mut self, bytes: &[u8]) {
+        let room = self.limit.saturating_sub(self.line.len());
+        self.line.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        self.line_len += bytes.len();
+    }
+
+    fn end_line(&mut self, on_event: &mut impl FnMut(Event<'_>)) {
+        let line = std::mem::take(&mut self.line);
+        let (empty, cut) = (self.line_len == 0, self.line_len > line.len());
+        self.line_len = 0;
+        if empty {
+            self.dispatch(on_event);
+        } else {
+            if cut {
+                self.line_cut = true;
+            }
+            self.field(&line);
+        }
+        // Reuse the line's allocation for the next line.
+        self.line = line;
+        self.line.clear();
+    }
+
+    fn field(&mut self, line: &[u8]) {
+        let (name, value) = match memchr::memchr(b':', line) {
+            Some(0) => return,
+            Some(i) => {
+                let value = &line[i + 1..];
+                (&line[..i], value.strip_prefix(b" ").unwrap_or(value))
+            }
+            None => (line, &b""[..]),
+        };
+        match name {
+            b"event" => {
+                self.name.clear();
+                self.name.extend_from_slice(value);
+            }
+            b"data" => {
+                if self.has_data {
+                    self.append_data(b"\n");
+                }
+                self.has_data = true;
+                self.append_data(value);
+            }
+            _ => {}
+        }
+    }
+
+    fn append_data(&mut self, bytes: &[u8]) {
+        let room = self.limit.saturating_sub(self.data.len());
+        self.data.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        self.data_len += bytes.len();
+    }
+
+    fn dispatch(&mut self, on_event: &mut impl FnMut(Event<'_>)) {
+        if self.has_data || !self.name.is_empty() {
+            on_event(Event {
+                name: &self.name,
+                data: &self.data,
+                has_data: self.has_data,
+                data_cut: self.data_len > self.data.len(),
+                line_cut: self.line_cut,
+            });
+        }
+        self.name.clear();
+        self.data.clear();
+        self.data_len = 0;
+        self.has_data = false;
+        self.line_cut = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// An owned [`Event`], for comparing.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    struct Owned {
+        name: Vec<u8>,
+        data: Vec<u8>,
+        has_data: bool,
+        data_cut: bool,
+        line_cut: bool,
+    }
+
+    fn split(chunks: &[&[u8]], limit: usize) -> Vec<Owned> {
+        let mut out = Vec::new();
+        let mut keep = |e: Event<'_>| {
+            out.push(Owned {
+                name: e.name.to_vec(),
+                data: e.data.to_vec(),
+                has_data: e.has_data,
+                data_cut: e.data_cut,
+                line_cut: e.line_cut,
+            });
+        };
+        let mut s = Splitter::new(limit);
+        for chunk in chunks {
+            s.push(chunk, &mut keep);
+        }
+        s.finish(&mut keep);
+        out
+    }
+
+    fn ev(name: &str, data: &str) -> Owned {
+        Owned {
+            name: name.as_bytes().to_vec(),
+            data: data.as_bytes().to_vec(),
+            has_data: true,
+            data_cut: false,
+            line_cut: false,
+        }
+    }
+
+    #[test]
+    fn names_data_and_line_ends() {
+        let body = b"event: a\ndata: 1\n\nevent:b\r\ndata:2\r\ndata:  3\r\n\r\ndata\rdata: x\r\r";
+        assert_eq!(
+            split(&[body], 1024),
+            [ev("a", "1"), ev("b", "2\n 3"), ev("", "\nx")]
+        );
+    }
+
+    #[test]
+    fn comments_other_fields_and_empty_events_are_not_reported() {
+        let body = b": keep-alive\n\nid: 7\nretry: 10\n\n\n\ndata: [DONE]\n\n";
+        assert_eq!(split(&[body], 1024), [ev("", "[DONE]")]);
+    }
+
+    #[test]
+    fn a_name_alone_is_an_event() {
+        let mut named = ev("ping", "");
+        named.has_data = false;
+        assert_eq!(split(&[b"event: ping\n\n"], 1024), [named]);
+    }
+
+    #[test]
+    fn crlf_split_across_chunks_is_one_line_end() {
+        assert_eq!(
+            split(&[b"data: a\r", b"\ndata: b\r", b"\n\r", b"\n"], 1024),
+            [ev("", "a\nb")]
+        );
+    }
+
+    #[test]
+    fn the_unterminated_last_event_is_read_at_the_end() {
+        assert_eq!(split(&[b"event: e\ndata: tail"], 1024), [ev("e", "tail")]);
+        assert_eq!(split(&[b"data: x\n"], 1024), [ev("", "x")]);
+        assert!(split(&[b"", b"  "], 1024).is_empty());
+    }
+
+    #[test]
+    fn long_lines_and_data_are_cut_and_marked() {
+        // A line longer than the limit keeps its start and marks the event.
+        let got = split(&[b"data: 0123456789abc\n\ndata: ok\n\n"], 10);
+        assert_eq!(got[0].data, b"0123");
+        assert!(got[0].line_cut && !got[0].data_cut);
+        assert_eq!(got[1], ev("", "ok"));
+        // Data over the limit from lines that each fit.
+        let got = split(&[b"data: 0123\ndata: 4567\ndata: 89\n\n"], 10);
+        assert_eq!(got[0].data, b"0123\n4567\n");
+        assert!(got[0].data_cut && !got[0].line_cut);
+        // A long comment still marks the event it is in.
+        let got = split(&[b"data: a\n: 0123456789abc\n\n"], 10);
+        assert_eq!(got[0].data, b"a");
+        assert!(got[0].line_cut);
+        // A long line alone, with no data, reports nothing.
+        assert!(split(&[b": 0123456789abc\n\n"], 10).is_empty());
+        // Memory stays bounded whatever the line length.
+        let mut s = Splitter::new(10);
+        for _ in 0..100 {
+            s.push(&[b'x'; 1000], |_| {});
+        }
+        assert!(s.line.capacity() < 1000);
+    }
+
+    proptest! {
+        #[test]
+        fn any_chunk_split_yields_the_same_events(
+            lines in proptest::collection::vec(
+                prop_oneof![
+                    Just("".to_owned()),
+                    Just(": c".to_owned()),
+                    Just("id: 1".to_owned()),
+                    "event: [a-z.]{0,6}",
+                    "data:[ a-z{}\":]{0,12}",
+                    "data",
+                ],
+                0..24,
+            ),
+            ends in proptest::collection::vec(prop_oneof![Just("\n"), Just("\r\n"), Just("\r")], 24),
+            cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..8),
+            limit in 4usize..64,
+        ) {
+            let body: Vec<u8> = lines
+                .iter()
+                .zip(&ends)
+                .flat_map(|(l, e)| [l.as_bytes(), e.as_bytes()].concat())
+                .collect();
+            let whole = split(&[&body], limit);
+            let mut at: Vec<usize> = cuts.iter().map(|c| c.index(body.len() + 1)).collect();
+            at.sort_unstable();
+            let mut chunks = Vec::new();
+            let mut start = 0;
+            for cut in at {
+                chunks.push(&body[start..cut]);
+                start = cut;
+            }
+            chunks.push(&body[start..]);
+            prop_assert_eq!(split(&chunks, limit), whole.clone());
+            let bytes: Vec<&[u8]> = body.chunks(1).collect();
+            prop_assert_eq!(split(&bytes, limit), whole);
+        }
+    }
+}
