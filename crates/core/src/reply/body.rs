@@ -30,29 +30,25 @@ pub(super) fn json_text(v: &Value, tools: bool) -> Option<String> {
         };
         non_empty(text)
     };
-    let anthropic = || {
-        let content = v.get("content")?;
-        let text = if tools {
-            let mut parts = Parts::default();
-            push_content(&mut parts, content);
-            parts.into_texts().join("\n")
-        } else {
-            text_of(content, "\n")
-        };
-        non_empty(text)
-    };
+    let anthropic = || non_empty(content_text(v.get("content")?, tools, "\n"));
     let gemini = || {
         let parts = v.get("candidates")?.get(0)?.get("content")?.get("parts")?;
-        let text = if tools {
-            let mut out = Parts::default();
-            push_content(&mut out, parts);
-            out.into_texts().join("\n")
-        } else {
-            text_of(parts, "")
-        };
-        non_empty(text)
+        non_empty(content_text(parts, tools, ""))
     };
     chat().or_else(responses).or_else(anthropic).or_else(gemini)
+}
+
+/// The text of an Anthropic or Gemini content value: with `tools`, every part as the
+/// conversation reads it (tool calls as lines) joined by newlines, else its text parts joined by
+/// `sep`.
+fn content_text(content: &Value, tools: bool, sep: &str) -> String {
+    if tools {
+        let mut parts = Parts::default();
+        push_content(&mut parts, content);
+        parts.into_texts().join("\n")
+    } else {
+        text_of(content, sep)
+    }
 }
 
 /// The text of a content value: a string, or the text parts of an array joined by `sep`.

@@ -211,31 +211,29 @@ impl ReplyCapture {
         }
         match &mut self.mode {
             Mode::Sse(reader) => reader.push(chunk),
-            Mode::Json { buf, gave_up, .. } => {
-                if *gave_up {
-                    return;
-                }
-                if buf.len() + chunk.len() > RAW_JSON_LIMIT {
-                    *gave_up = true;
-                    *buf = Vec::new();
-                } else {
-                    buf.extend_from_slice(chunk);
-                }
-            }
-            Mode::Encoded { raw, gave_up, .. } => {
-                if *gave_up {
-                    return;
-                }
-                if raw.len() + chunk.len() > RAW_JSON_LIMIT {
-                    *gave_up = true;
-                    *raw = Vec::new();
-                } else {
-                    raw.extend_from_slice(chunk);
-                }
-            }
+            Mode::Json { buf, gave_up, .. }
+            | Mode::Encoded {
+                raw: buf, gave_up, ..
+            } => buffer(buf, gave_up, chunk),
         }
     }
+}
 
+/// Appends `chunk` to a whole-body buffer, or gives up (and frees the buffer) once the body
+/// outgrows [`RAW_JSON_LIMIT`].
+fn buffer(buf: &mut Vec<u8>, gave_up: &mut bool, chunk: &[u8]) {
+    if *gave_up {
+        return;
+    }
+    if buf.len() + chunk.len() > RAW_JSON_LIMIT {
+        *gave_up = true;
+        *buf = Vec::new();
+    } else {
+        buf.extend_from_slice(chunk);
+    }
+}
+
+impl ReplyCapture {
     /// Whether pushing more can no longer change the result (the text cap was reached, or a
     /// whole body outgrew [`RAW_JSON_LIMIT`]): a caller may stop copying chunks.
     pub fn is_done(&self) -> bool {
