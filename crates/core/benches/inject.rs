@@ -1,5 +1,5 @@
 //! Injection into raw request bodies against a `serde_json::Value` round trip and a plain copy
-//! (DESIGN §11: at 1 MiB, injection ≥ 5× faster than the round trip and within 3× of a copy).
+//! (the target: at 1 MiB, injection ≥ 5× faster than the round trip and within 3× of a copy).
 //!
 //! `cargo bench -p context-relay-core --bench inject -- --warm-up-time 1 --measurement-time 3`
 

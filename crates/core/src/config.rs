@@ -1,4 +1,4 @@
-//! Relay configuration: defaults, validation and the three-level resolution of DESIGN §8
+//! Relay configuration: defaults, validation and the three-level resolution
 //! (built-in defaults < global settings < per-combo overrides).
 //!
 //! Values that are out of range never make the configuration fail: they fall back to the
@@ -44,7 +44,7 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(120);
 /// Default largest body buffered for reading or rewriting.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
-/// What the summary is made of (DESIGN §4.2).
+/// What the summary is made of.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RelayMode {
@@ -55,7 +55,7 @@ pub enum RelayMode {
     SchemaLocked,
 }
 
-/// Where the handoff goes in a Responses API request (DESIGN §9).
+/// Where the handoff goes in a Responses API request.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum InjectionSlot {

@@ -1,4 +1,4 @@
-//! Decoding compressed request bodies (`content-encoding`) under a size cap (DESIGN §7).
+//! Decoding compressed request bodies (`content-encoding`) under a size cap.
 //!
 //! The relay reads the session id out of request bodies and rewrites them, so a compressed
 //! body (Codex can send zstd; other clients gzip, deflate or br) is decoded first and

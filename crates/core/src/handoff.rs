@@ -1,5 +1,5 @@
 //! The handoff: the compact structured summary written for a session before its account runs
-//! out, its key, and the record a store keeps (DESIGN §4.4, §5.1).
+//! out, its key, and the record a store keeps.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -90,7 +90,7 @@ impl HandoffKind {
     }
 }
 
-/// A stored handoff: the payload plus where it came from and how long it lives (DESIGN §5.1).
+/// A stored handoff: the payload plus where it came from and how long it lives.
 ///
 /// Serialized as JSON so that a stored record stays human-inspectable; times are Unix
 /// milliseconds. Lease bookkeeping belongs to the store, not to this record.

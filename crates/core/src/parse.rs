@@ -1,5 +1,4 @@
-//! The structured [`Handoff`] out of a summary model's reply text, clamped to its limits
-//! (DESIGN §4.4).
+//! The structured [`Handoff`] out of a summary model's reply text, clamped to its limits.
 //!
 //! Models wrap JSON in a markdown fence or chat around it despite being told not to, so the
 //! reader is lenient about the envelope and strict about the content:

@@ -1,5 +1,4 @@
-//! The `<context_handoff>` message that carries a handoff into the new account's request
-//! (DESIGN §9).
+//! The `<context_handoff>` message that carries a handoff into the new account's request.
 //!
 //! It is the text [`crate::inject`] places in the request body. Every value is XML-escaped
 //! (`& < > " '`), so no summary content can close its tag early or open another one; line

@@ -1,4 +1,4 @@
-//! Placing the handoff message in a request body by editing its raw JSON (DESIGN §9).
+//! Placing the handoff message in a request body by editing its raw JSON.
 //!
 //! Called by the injection layer on an account switch, after [`crate::portable`] (or through
 //! [`crate::portable::rewrite_for_switch`], which does both in one scan). Only the bytes of

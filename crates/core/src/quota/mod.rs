@@ -1,5 +1,5 @@
 //! Quota signals: "this account is X % used, resets at T", read from response headers and
-//! quota error bodies (DESIGN §6).
+//! quota error bodies.
 //!
 //! The generation layer reads a signal off every upstream response to decide whether the
 //! serving account is close enough to its limit to write a handoff, and the gateway uses the

@@ -1,4 +1,4 @@
-//! Session id and tenant derivation (DESIGN §7).
+//! Session id and tenant derivation.
 //!
 //! A handoff is keyed by `(tenant, session, combo)`. The session id says which conversation a
 //! request continues; the tenant says whose it is, so that two callers who happen to send
