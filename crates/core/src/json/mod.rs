@@ -38,6 +38,7 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
+mod classify;
 mod edit;
 mod scan;
 
