@@ -35,6 +35,7 @@ pub mod model;
 pub mod pool;
 pub mod relay;
 pub mod resolver;
+pub mod secret;
 pub mod server;
 pub mod sim;
 pub mod store;

@@ -105,49 +105,11 @@ async fn connect_redis(_config: &StoreConfig) -> Result<Arc<dyn HandoffStore>, S
     Err(StoreOpenError::RedisUnsupported)
 }
 
-/// `url` with the password of its user-info replaced by `***` (for logs and errors).
-///
-/// ```
-/// use context_relay_gateway::store::redact_url;
-/// assert_eq!(redact_url("redis://:s3cret@cache:6379/0"), "redis://:***@cache:6379/0");
-/// assert_eq!(redact_url("redis://user:pw@cache/"), "redis://user:***@cache/");
-/// assert_eq!(redact_url("redis://127.0.0.1:6379/"), "redis://127.0.0.1:6379/");
-/// ```
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(authority_end);
-    let Some((userinfo, host)) = authority.rsplit_once('@') else {
-        return url.to_owned();
-    };
-    let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-    if userinfo.contains(':') {
-        format!("{scheme}://{user}:***@{host}{path}")
-    } else {
-        // A lone user-info part is the password in redis URLs (`redis://secret@host`).
-        format!("{scheme}://***@{host}{path}")
-    }
-}
+pub use crate::secret::redact_url;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn redaction_never_leaks_the_password() {
-        for (url, secret) in [
-            ("redis://:pw1@h:1/0", "pw1"),
-            ("rediss://u:pw2@h/", "pw2"),
-            ("redis://pw3@h", "pw3"),
-        ] {
-            let r = redact_url(url);
-            assert!(!r.contains(secret), "{r}");
-            assert!(r.contains("***@h"), "{r}");
-        }
-        assert_eq!(redact_url("not a url"), "not a url");
-    }
 
     #[tokio::test]
     async fn redb_open_errors_name_the_path() {
@@ -156,7 +118,7 @@ mod tests {
         let config = StoreConfig {
             backend: StoreBackend::Redb,
             path: dir.path().to_owned(),
-            url: None,
+            ..StoreConfig::default()
         };
         let e = open_store(&config)
             .await
@@ -170,7 +132,7 @@ mod tests {
         let config = StoreConfig {
             backend: StoreBackend::Redb,
             path: dir.path().join("relay.redb"),
-            url: None,
+            ..StoreConfig::default()
         };
         let store = open_store(&config).await.unwrap();
         assert_eq!(store.backend(), "redb");
@@ -188,6 +150,7 @@ mod tests {
             path: PathBuf::new(),
             // Port 1 on loopback: nothing listens there.
             url: Some("redis://:hunter2@127.0.0.1:1/".to_owned()),
+            ..StoreConfig::default()
         };
         let e = open_store(&config)
             .await
