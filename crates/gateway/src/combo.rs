@@ -12,7 +12,9 @@
 //!   (the combo's targets, tried in order) are set;
 //! - `model` is `provider/model` → [`RouteTargets`] with that one target, no combo;
 //! - anything else → a 404 in the client's error shape;
-//! - [`Tenant`] and [`SessionId`] are set for every routed request (see [`identify`]).
+//! - a client whose [`ClientAccess`] does not list the model gets a 403;
+//! - [`Tenant`] and [`SessionId`] are set for every routed request (see [`identify`]), and
+//!   `Tenant` and [`ComboName`] are copied onto the response for the access log.
 //!
 //! The body is forwarded as a [`Full<Bytes>`]: decoded (no `content-encoding`), `content-length`
 //! fixed, every byte but the `model` literal as the client sent it. Bodies that are not JSON or
@@ -71,6 +73,7 @@ use http_body_util::{BodyExt, Either, Full, Limited};
 use tower_layer::Layer;
 use tower_service::Service;
 
+use crate::auth::{ClientAccess, forbidden};
 use crate::config::{Config, Strategy};
 use crate::error::{ErrorShape, error_response};
 use crate::model::{find_model, replace_model};
@@ -288,7 +291,19 @@ where
         let limit = self.max_body_bytes;
         Box::pin(async move {
             match prepare(req, &routes, limit).await {
-                Ok(req) => inner.call(req).await.map(|r| r.map(Either::Left)),
+                Ok(req) => {
+                    // Copied onto the response for the access log, which sits outside.
+                    let tenant = req.extensions().get::<Tenant>().cloned();
+                    let combo = req.extensions().get::<ComboName>().cloned();
+                    let mut res = inner.call(req).await?;
+                    if let Some(t) = tenant {
+                        res.extensions_mut().insert(t);
+                    }
+                    if let Some(c) = combo {
+                        res.extensions_mut().insert(c);
+                    }
+                    Ok(res.map(Either::Left))
+                }
                 Err(rejection) => Ok(rejection.map(Either::Right)),
             }
         })
@@ -363,6 +378,11 @@ where
     };
 
     let field = find_model(&body).map_err(|e| bad_request(&e.to_string()))?;
+    if let Some(access) = parts.extensions.get::<ClientAccess>()
+        && !access.allows(&field.value)
+    {
+        return Err(forbidden(shape, &access.name, &field.value));
+    }
     let (combo, targets) = routes.resolve(&field.value).map_err(|e| {
         error_response(
             shape,

@@ -27,6 +27,7 @@
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 pub mod admin;
+pub mod auth;
 pub mod app;
 pub mod combo;
 pub mod config;

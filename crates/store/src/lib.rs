@@ -184,6 +184,15 @@ pub trait HandoffStore: Send + Sync + 'static {
         let _ = lease;
         Box::pin(std::future::ready(Ok(())))
     }
+
+    /// The deployment secret called `name`: the one stored earlier, or `candidate`, stored now
+    /// when there is none (the first writer wins, so replicas sharing a store agree). Durable
+    /// backends keep it across restarts; the default (memory) keeps nothing and returns
+    /// `candidate`.
+    fn secret<'a>(&'a self, name: &'a str, candidate: [u8; 32]) -> StoreFuture<'a, [u8; 32]> {
+        let _ = name;
+        Box::pin(std::future::ready(Ok(candidate)))
+    }
 }
 
 /// A claimed handoff: the record plus the version and lease it was claimed at.

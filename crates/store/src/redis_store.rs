@@ -634,6 +634,27 @@ impl HandoffStore for RedisStore {
         "redis"
     }
 
+    fn secret<'a>(&'a self, name: &'a str, candidate: [u8; 32]) -> StoreFuture<'a, [u8; 32]> {
+        Box::pin(async move {
+            let key = format!("{}secret:{name}", self.inner.prefix);
+            let mut conn = self.conn();
+            let set = redis::cmd("SET")
+                .arg(&key)
+                .arg(&candidate[..])
+                .arg("NX")
+                .to_owned();
+            let _: Option<String> = self.call("secret", set.query_async(&mut conn)).await?;
+            let get = redis::cmd("GET").arg(&key).to_owned();
+            let stored: Option<Vec<u8>> = self.call("secret", get.query_async(&mut conn)).await?;
+            stored
+                .and_then(|v| <[u8; 32]>::try_from(v.as_slice()).ok())
+                .ok_or(StoreError::Redis {
+                    op: "secret",
+                    reason: format!("{key} does not hold a 32-byte secret"),
+                })
+        })
+    }
+
     fn begin_generation<'a>(
         &'a self,
         key: &'a HandoffKey,
