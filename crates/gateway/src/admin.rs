@@ -13,6 +13,13 @@
 //! - `DELETE /admin/handoffs/{session}[?tenant=…][&combo=…]` deletes every handoff of that
 //!   session (of one tenant / combo when given) → `{"deleted": N}`.
 //!
+//! - `GET /admin/accounts` →
+//!   `{"accounts":[{"provider","account","used_ratio","resets_at","state","sessions"}]}` in
+//!   configuration order: `used_ratio` is the last usage fraction the provider reported (`null`
+//!   before any), `resets_at` (RFC 3339, or `null`) when an exhausted account comes back,
+//!   `state` one of `available | exhausted | disabled`, and `sessions` the number of sessions
+//!   bound to the account.
+//!
 //! Store errors are a 503 with the store's message.
 
 use std::sync::Arc;
@@ -32,6 +39,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::error::{ErrorShape, error_body};
+use crate::pool::AccountPools;
 use crate::relay::RelayBackground;
 
 /// Longest `settle=true` wait.
@@ -40,6 +48,7 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(10);
 #[derive(Clone)]
 struct Admin {
     store: Arc<dyn HandoffStore>,
+    pools: Arc<AccountPools>,
     /// SHA-256 of the token: comparing digests in constant time hides the token's length too.
     token_digest: [u8; 32],
     background: Option<RelayBackground>,
@@ -51,15 +60,18 @@ pub fn routes(
     store: Arc<dyn HandoffStore>,
     token: &str,
     background: Option<RelayBackground>,
+    pools: Arc<AccountPools>,
 ) -> Router {
     let state = Admin {
         store,
+        pools,
         token_digest: Sha256::digest(token.as_bytes()).into(),
         background,
     };
     Router::new()
         .route("/admin/handoffs", get(list))
         .route("/admin/handoffs/{session}", axum::routing::delete(remove))
+        .route("/admin/accounts", get(accounts))
         .with_state(state)
 }
 
@@ -197,6 +209,36 @@ async fn list(
     }
 }
 
+async fn accounts(State(admin): State<Admin>, headers: HeaderMap) -> Response<Body> {
+    if !authorized(&admin, &headers) {
+        return unauthorized();
+    }
+    let now = SystemTime::now();
+    let mut out = Vec::new();
+    for pool in admin.pools.iter() {
+        let sessions = pool.sessions_per_account();
+        for (i, status) in pool.snapshot(now).into_iter().enumerate() {
+            let state = if status.exhausted_until.is_some() {
+                "exhausted"
+            } else {
+                "available"
+            };
+            out.push(serde_json::json!({
+                "provider": &**pool.name(),
+                "account": &*status.id,
+                "used_ratio": status.used,
+                "resets_at": status.exhausted_until.map(rfc3339),
+                "state": state,
+                "sessions": sessions.get(i).copied().unwrap_or(0),
+            }));
+        }
+    }
+    json(
+        StatusCode::OK,
+        serde_json::json!({ "accounts": out }).to_string(),
+    )
+}
+
 async fn remove(
     State(admin): State<Admin>,
     headers: HeaderMap,
@@ -281,6 +323,7 @@ mod tests {
     fn admin(token: &str) -> Admin {
         Admin {
             store: Arc::new(context_relay_store::MemoryStore::new()),
+            pools: Arc::new(AccountPools::default()),
             token_digest: Sha256::digest(token.as_bytes()).into(),
             background: None,
         }

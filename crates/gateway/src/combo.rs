@@ -69,11 +69,12 @@ use context_relay_core::session::{self, SessionSources};
 use context_relay_tower::{ComboName, SessionId, Tenant};
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body::Body;
-use http_body_util::{BodyExt, Either, Full, Limited};
+use http_body_util::{BodyExt, Either, Full};
 use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::auth::{ClientAccess, forbidden};
+use crate::budget::{BudgetHold, ByteBudget};
 use crate::config::{Config, Strategy};
 use crate::error::{ErrorShape, error_response};
 use crate::model::{find_model, replace_model};
@@ -211,6 +212,7 @@ impl Routes {
 pub struct ComboLayer {
     routes: Arc<Routes>,
     max_body_bytes: usize,
+    budget: ByteBudget,
 }
 
 impl ComboLayer {
@@ -224,7 +226,15 @@ impl ComboLayer {
         Self {
             routes,
             max_body_bytes,
+            budget: ByteBudget::unlimited(),
         }
+    }
+
+    /// Takes buffered bytes from `budget` (unlimited by default): a request that finds it
+    /// spent gets a 503 with `retry-after`.
+    pub fn budget(mut self, budget: ByteBudget) -> Self {
+        self.budget = budget;
+        self
     }
 }
 
@@ -236,6 +246,7 @@ impl<S> Layer<S> for ComboLayer {
             inner,
             routes: self.routes.clone(),
             max_body_bytes: self.max_body_bytes,
+            budget: self.budget.clone(),
         }
     }
 }
@@ -246,6 +257,7 @@ pub struct ComboService<S> {
     inner: S,
     routes: Arc<Routes>,
     max_body_bytes: usize,
+    budget: ByteBudget,
 }
 
 impl<S> ComboService<S> {
@@ -289,13 +301,17 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let routes = self.routes.clone();
         let limit = self.max_body_bytes;
+        let mut hold = self.budget.hold();
         Box::pin(async move {
-            match prepare(req, &routes, limit).await {
+            match prepare(req, &routes, limit, &mut hold).await {
                 Ok(req) => {
                     // Copied onto the response for the access log, which sits outside.
                     let tenant = req.extensions().get::<Tenant>().cloned();
                     let combo = req.extensions().get::<ComboName>().cloned();
                     let mut res = inner.call(req).await?;
+                    // The body has been sent upstream (or dropped) once the response head is
+                    // here: its bytes go back to the budget.
+                    drop(hold);
                     if let Some(t) = tenant {
                         res.extensions_mut().insert(t);
                     }
@@ -315,6 +331,7 @@ async fn prepare<B>(
     req: Request<B>,
     routes: &Routes,
     limit: usize,
+    hold: &mut BudgetHold,
 ) -> Result<Request<Full<Bytes>>, Response<Full<Bytes>>>
 where
     B: Body<Data = Bytes> + Send + 'static,
@@ -347,10 +364,30 @@ where
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
-    let raw = match Limited::new(body, limit).collect().await {
-        Ok(c) => c.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large()),
-        Err(e) => {
+    let busy = || {
+        let mut res = error_response(
+            shape,
+            StatusCode::SERVICE_UNAVAILABLE,
+            kind(shape, "overloaded"),
+            "the gateway is buffering as many request bytes as it may (max_buffered_bytes); retry shortly",
+        );
+        res.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        res
+    };
+    let raw = match collect_within(body, limit, hold).await {
+        Ok(bytes) => bytes,
+        Err(Collect::TooLarge) => return Err(too_large()),
+        Err(Collect::Budget) => return Err(busy()),
+        Err(Collect::Read(e)) if is_timeout(&*e) => {
+            return Err(error_response(
+                shape,
+                StatusCode::REQUEST_TIMEOUT,
+                kind(shape, "request_timeout"),
+                "the request body stalled longer than the gateway waits between chunks (client_body_timeout_secs)",
+            ));
+        }
+        Err(Collect::Read(e)) => {
             return Err(bad_request(&format!(
                 "the request body could not be read: {e}"
             )));
@@ -362,6 +399,7 @@ where
         Some(encoding) => {
             let encoding = encoding.to_str().unwrap_or("<non-ASCII>");
             match decode(encoding, &raw, limit) {
+                Ok(b) if !hold.take(b.len()) => return Err(busy()),
                 Ok(b) => Bytes::from(b),
                 Err(DecodeError::TooLarge { .. }) => return Err(too_large()),
                 Err(e @ DecodeError::Unsupported(_)) => {
@@ -409,6 +447,60 @@ where
     Ok(Request::from_parts(parts, Full::new(body)))
 }
 
+enum Collect {
+    TooLarge,
+    Budget,
+    Read(BoxError),
+}
+
+/// Reads the whole body, at most `limit` bytes, taking each chunk's bytes from `hold`.
+async fn collect_within<B>(body: B, limit: usize, hold: &mut BudgetHold) -> Result<Bytes, Collect>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let mut body = std::pin::pin!(body);
+    let mut chunks: Vec<Bytes> = Vec::new();
+    let mut total = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| Collect::Read(e.into()))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        total = total.saturating_add(data.len());
+        if total > limit {
+            return Err(Collect::TooLarge);
+        }
+        if !hold.take(data.len()) {
+            return Err(Collect::Budget);
+        }
+        chunks.push(data);
+    }
+    Ok(match chunks.len() {
+        0 => Bytes::new(),
+        1 => chunks.swap_remove(0),
+        _ => {
+            let mut all = Vec::with_capacity(total);
+            for c in &chunks {
+                all.extend_from_slice(c);
+            }
+            Bytes::from(all)
+        }
+    })
+}
+
+/// Whether `e` (or what caused it) is the client body timeout.
+fn is_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if err.is::<tower_http::timeout::TimeoutError>() {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
 /// Sets the [`Tenant`] and [`SessionId`] extensions (unless a service before this one did),
 /// derived as DESIGN §7 says from the credential, the session headers and the decoded body.
 ///
@@ -437,6 +529,8 @@ fn kind(shape: ErrorShape, openai: &'static str) -> &'static str {
         (ErrorShape::OpenAi, k) => k,
         (ErrorShape::Anthropic, "model_not_found") => "not_found_error",
         (ErrorShape::Anthropic, "request_too_large") => "request_too_large",
+        (ErrorShape::Anthropic, "overloaded") => "overloaded_error",
+        (ErrorShape::Anthropic, "request_timeout") => "timeout_error",
         (ErrorShape::Anthropic, _) => "invalid_request_error",
     }
 }

@@ -28,24 +28,28 @@
 
 pub mod admin;
 pub mod auth;
+pub mod budget;
 pub mod app;
 pub mod combo;
 pub mod config;
 pub mod error;
+pub mod idle;
 pub mod model;
 pub mod pool;
+pub mod ready;
 pub mod relay;
 pub mod resolver;
 pub mod secret;
 pub mod server;
 pub mod sim;
 pub mod store;
+pub mod telemetry;
 pub mod upstream;
 
-pub use app::{Gateway, GatewayError, ProxyService, proxy_stack};
+pub use app::{Gateway, GatewayError, ProxyService, StackOptions, proxy_stack};
 pub use combo::{ComboLayer, ComboService, RouteTargets, Routes, Target};
 pub use config::Config;
 pub use relay::{RelayBackground, RelayLayers};
 pub use resolver::{AccountResolver, AccountResolverLayer};
 pub use server::RunningGateway;
-pub use upstream::{Upstream, UpstreamEndpoint};
+pub use upstream::{Upstream, UpstreamEndpoint, UpstreamLimits};
