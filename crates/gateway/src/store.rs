@@ -3,8 +3,13 @@
 //! - `backend = "redb"` (default): one file at `path` (`context-relay.redb`), durable across
 //!   restarts and `kill -9`; one gateway process at a time may open it.
 //! - `backend = "memory"`: in process, lost on restart (tests, trying things out).
-//! - `backend = "redis"`: a Redis server at `url`, shared by several gateway replicas (needs the
-//!   `redis` feature, on by default).
+//! - `backend = "redis"`: a Redis server at `url` (or the variable `url_env`), shared by several
+//!   gateway replicas (needs the `redis` feature, on by default). `rediss://` connects over TLS,
+//!   checked against the web roots or the PEM authorities of `ca_file`; `prefix` (default
+//!   `context-relay:`) starts every key. A call on a request's path waits at most
+//!   `request_timeout_ms` (40); when Redis does not answer, a circuit breaker skips it for a
+//!   back-off (100 ms doubling up to 5 s): requests pass through without the relay and summaries
+//!   are not generated meanwhile.
 //!
 //! Errors name the file or the server (with any password in the URL hidden), so a
 //! misconfigured store fails at start-up with a message that says what to fix.
@@ -44,6 +49,14 @@ pub enum StoreOpenError {
         url: String,
         /// What the client reported.
         source: StoreError,
+    },
+    /// The `ca_file` of a redis store could not be read.
+    #[error("cannot read store.ca_file {path}: {source}")]
+    CaFile {
+        /// The configured file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
     },
     /// `backend = "redis"` without a URL (the configuration loader rejects this already).
     #[error("store.url: expected a redis URL with backend = \"redis\", found none")]
@@ -90,7 +103,21 @@ pub async fn open_store(config: &StoreConfig) -> Result<Arc<dyn HandoffStore>, S
 #[cfg(feature = "redis")]
 async fn connect_redis(config: &StoreConfig) -> Result<Arc<dyn HandoffStore>, StoreOpenError> {
     let url = config.url.as_deref().ok_or(StoreOpenError::MissingUrl)?;
-    let store = context_relay_store::RedisStore::connect(url)
+    let mut builder = context_relay_store::RedisStore::builder(url).request_timeout(
+        std::time::Duration::from_millis(config.request_timeout_ms),
+    );
+    if let Some(prefix) = &config.prefix {
+        builder = builder.prefix(prefix.as_str());
+    }
+    if let Some(path) = &config.ca_file {
+        let pem = std::fs::read(path).map_err(|e| StoreOpenError::CaFile {
+            path: path.clone(),
+            source: e,
+        })?;
+        builder = builder.root_certificates(pem);
+    }
+    let store = builder
+        .connect()
         .await
         .map_err(|source| StoreOpenError::Redis {
             url: redact_url(url),

@@ -78,6 +78,8 @@ mod purger;
 #[cfg(feature = "redb")]
 mod redb_store;
 #[cfg(feature = "redis")]
+mod breaker;
+#[cfg(feature = "redis")]
 mod redis_store;
 
 pub use clock::{Clock, ManualClock, SystemClock};

@@ -172,6 +172,14 @@ pub struct StoreConfig {
     /// (default: the public web roots).
     #[serde(default)]
     pub ca_file: Option<PathBuf>,
+    /// Time limit in milliseconds of a Redis call on a request's path (40): what an
+    /// unreachable Redis adds to a request before its circuit breaker opens.
+    #[serde(default = "default_request_timeout_ms")]
+    pub request_timeout_ms: u64,
+}
+
+fn default_request_timeout_ms() -> u64 {
+    40
 }
 
 impl Default for StoreConfig {
@@ -183,6 +191,7 @@ impl Default for StoreConfig {
             url_env: None,
             prefix: None,
             ca_file: None,
+            request_timeout_ms: default_request_timeout_ms(),
         }
     }
 }
@@ -196,6 +205,7 @@ impl std::fmt::Debug for StoreConfig {
             .field("url_env", &self.url_env)
             .field("prefix", &self.prefix)
             .field("ca_file", &self.ca_file)
+            .field("request_timeout_ms", &self.request_timeout_ms)
             .finish()
     }
 }

@@ -337,6 +337,13 @@ fn validate_relay(field: &str, r: &RelayOverrides) -> Result<(), ConfigError> {
 
 impl StoreConfig {
     fn validate(&self) -> Result<(), ConfigError> {
+        if !(1..=10_000).contains(&self.request_timeout_ms) {
+            return Err(invalid(
+                "store.request_timeout_ms",
+                "a number of milliseconds from 1 to 10000",
+                self.request_timeout_ms.to_string(),
+            ));
+        }
         match self.backend {
             StoreBackend::Redis => match self.url.as_deref() {
                 Some(u) if u.starts_with("redis://") || u.starts_with("rediss://") => Ok(()),
