@@ -398,6 +398,19 @@ where
         None => raw,
         Some(encoding) => {
             let encoding = encoding.to_str().unwrap_or("<non-ASCII>");
+            let layers = encoding.split(',').filter(|t| !t.trim().is_empty()).count();
+            if layers > MAX_CODINGS {
+                // Each layer may expand to the size limit: stacked layers would multiply the
+                // work without any client needing them.
+                return Err(error_response(
+                    shape,
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "invalid_request_error",
+                    &format!(
+                        "expected at most {MAX_CODINGS} content codings, found {layers}"
+                    ),
+                ));
+            }
             match decode(encoding, &raw, limit) {
                 Ok(b) if !hold.take(b.len()) => return Err(busy()),
                 Ok(b) => Bytes::from(b),
@@ -446,6 +459,9 @@ where
     parts.extensions.insert(targets);
     Ok(Request::from_parts(parts, Full::new(body)))
 }
+
+/// Most stacked `content-encoding` layers decoded (clients send one).
+const MAX_CODINGS: usize = 2;
 
 enum Collect {
     TooLarge,
