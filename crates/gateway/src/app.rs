@@ -482,7 +482,10 @@ fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response<Body> {
     metrics::counter!("context_relay_gateway_panics_total").increment(1);
     json(
         StatusCode::INTERNAL_SERVER_ERROR,
-        any_shape_error_body("api_error", "the gateway failed on this request (internal error)"),
+        any_shape_error_body(
+            "api_error",
+            "the gateway failed on this request (internal error)",
+        ),
     )
 }
 

@@ -161,10 +161,7 @@ impl Auth {
 
     /// The tenant of a request with `headers`, and the client's access when keys are
     /// configured.
-    pub fn identify(
-        &self,
-        headers: &HeaderMap,
-    ) -> Result<(Tenant, Option<ClientAccess>), Refusal> {
+    pub fn identify(&self, headers: &HeaderMap) -> Result<(Tenant, Option<ClientAccess>), Refusal> {
         let credential = credential(headers);
         match &*self.mode {
             Mode::Keys(clients) => {
@@ -208,12 +205,11 @@ fn credential(headers: &HeaderMap) -> Option<&[u8]> {
         let v = headers.get(name)?.as_bytes().trim_ascii();
         (!v.is_empty()).then_some(v)
     };
-    let bearer = value("authorization").map(|v| {
-        match v.iter().position(|b| *b == b' ' || *b == b'\t') {
+    let bearer =
+        value("authorization").map(|v| match v.iter().position(|b| *b == b' ' || *b == b'\t') {
             Some(i) if v[..i].eq_ignore_ascii_case(b"bearer") => v[i..].trim_ascii(),
             _ => v,
-        }
-    });
+        });
     bearer
         .filter(|v| !v.is_empty())
         .or_else(|| value("x-api-key"))
@@ -411,7 +407,12 @@ mod tests {
         };
         assert_ne!(
             bearer,
-            other.identify(&headers(&[("x-api-key", "sk-1")])).unwrap().0.0.to_string()
+            other
+                .identify(&headers(&[("x-api-key", "sk-1")]))
+                .unwrap()
+                .0
+                .0
+                .to_string()
         );
         let none1 = t(&HeaderMap::new());
         let none2 = t(&headers(&[("authorization", "Bearer ")]));

@@ -98,6 +98,8 @@ impl BudgetHold {
 
     /// Bytes held.
     pub fn held(&self) -> usize {
-        self.permit.as_ref().map_or(0, OwnedSemaphorePermit::num_permits)
+        self.permit
+            .as_ref()
+            .map_or(0, OwnedSemaphorePermit::num_permits)
     }
 }

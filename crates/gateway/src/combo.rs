@@ -406,9 +406,7 @@ where
                     shape,
                     StatusCode::UNSUPPORTED_MEDIA_TYPE,
                     "invalid_request_error",
-                    &format!(
-                        "expected at most {MAX_CODINGS} content codings, found {layers}"
-                    ),
+                    &format!("expected at most {MAX_CODINGS} content codings, found {layers}"),
                 ));
             }
             match decode(encoding, &raw, limit) {

@@ -99,9 +99,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_stalled_stream_fails_and_a_busy_one_does_not() {
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(4);
-        let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|f| (f, rx))
-        });
+        let stream =
+            futures_util::stream::unfold(
+                rx,
+                |mut rx| async move { rx.recv().await.map(|f| (f, rx)) },
+            );
         let mut body = std::pin::pin!(IdleTimeoutBody::new(
             StreamBody::new(stream),
             Duration::from_secs(5),
@@ -109,7 +111,9 @@ mod tests {
         let feeder = tokio::spawn(async move {
             for _ in 0..3 {
                 tokio::time::sleep(Duration::from_secs(4)).await;
-                tx.send(Ok(Frame::data(Bytes::from_static(b"x")))).await.ok();
+                tx.send(Ok(Frame::data(Bytes::from_static(b"x"))))
+                    .await
+                    .ok();
             }
             // Then stall with the sender alive.
             tokio::time::sleep(Duration::from_secs(3600)).await;

@@ -27,9 +27,9 @@
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 pub mod admin;
+pub mod app;
 pub mod auth;
 pub mod budget;
-pub mod app;
 pub mod combo;
 pub mod config;
 pub mod error;

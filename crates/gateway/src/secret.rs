@@ -25,7 +25,12 @@ pub fn redact_url(url: &str) -> String {
     }
     let mut out = parsed.to_string();
     // `Url` normalises an empty path to `/`; keep the caller's form for readability.
-    if !url.ends_with('/') && out.ends_with('/') && parsed.path() == "/" && parsed.query().is_none() && parsed.fragment().is_none() {
+    if !url.ends_with('/')
+        && out.ends_with('/')
+        && parsed.path() == "/"
+        && parsed.query().is_none()
+        && parsed.fragment().is_none()
+    {
         out.pop();
     }
     out

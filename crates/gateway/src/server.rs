@@ -74,9 +74,8 @@ pub async fn serve(
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    let service = BoxCloneSyncService::new(
-        router.map_request(|req: Request<Incoming>| req.map(Body::new)),
-    );
+    let service =
+        BoxCloneSyncService::new(router.map_request(|req: Request<Incoming>| req.map(Body::new)));
     serve_with(listener, service, ServeOptions::default(), shutdown).await
 }
 

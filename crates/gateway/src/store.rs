@@ -103,9 +103,8 @@ pub async fn open_store(config: &StoreConfig) -> Result<Arc<dyn HandoffStore>, S
 #[cfg(feature = "redis")]
 async fn connect_redis(config: &StoreConfig) -> Result<Arc<dyn HandoffStore>, StoreOpenError> {
     let url = config.url.as_deref().ok_or(StoreOpenError::MissingUrl)?;
-    let mut builder = context_relay_store::RedisStore::builder(url).request_timeout(
-        std::time::Duration::from_millis(config.request_timeout_ms),
-    );
+    let mut builder = context_relay_store::RedisStore::builder(url)
+        .request_timeout(std::time::Duration::from_millis(config.request_timeout_ms));
     if let Some(prefix) = &config.prefix {
         builder = builder.prefix(prefix.as_str());
     }

@@ -81,7 +81,10 @@ fn a_typo_next_to_a_secret_prints_its_position_and_no_secret() {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("store.url") && !stderr.contains(SECRET), "{stderr}");
+    assert!(
+        stderr.contains("store.url") && !stderr.contains(SECRET),
+        "{stderr}"
+    );
 }
 
 #[tokio::test]
@@ -130,7 +133,11 @@ key_env = "ALICE_KEY"
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    let url = line.trim().strip_prefix("listening on ").unwrap().to_owned();
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap()
+        .to_owned();
 
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let req = Request::post(format!("{url}/v1/chat/completions"))
@@ -195,7 +202,9 @@ key_env = "ALICE_KEY"
             .iter()
             .any(|v| v["span"]["path"] == "/healthz" && v["fields"]["status"] == 200)
     );
-    assert!(lines.iter().any(|v| v["fields"]["message"]
-        .as_str()
-        .is_some_and(|m| m.contains("listening"))));
+    assert!(lines.iter().any(|v| {
+        v["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("listening"))
+    }));
 }

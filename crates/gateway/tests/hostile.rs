@@ -126,7 +126,10 @@ impl Env {
             .unwrap();
         let status = res.status();
         let bytes = res.into_body().collect().await.unwrap().to_bytes();
-        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
     }
 }
 
@@ -192,25 +195,40 @@ async fn missing_wrong_and_forbidden_keys_in_the_api_shape() {
     let (status, body) = env.post("/v1/chat/completions", None, "codex-relay").await;
     assert_eq!(status, 401);
     assert_eq!(body["error"]["type"], "invalid_api_key", "{body}");
-    assert!(body["error"]["message"].as_str().unwrap().contains("client key"));
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("client key")
+    );
     // A wrong key, Anthropic shape.
-    let (status, body) = env.post("/v1/messages", Some("alice-kee"), "codex-relay").await;
+    let (status, body) = env
+        .post("/v1/messages", Some("alice-kee"), "codex-relay")
+        .await;
     assert_eq!(status, 401);
     assert_eq!(body["type"], "error");
     assert_eq!(body["error"]["type"], "authentication_error", "{body}");
     // The error never echoes the key that was tried.
     assert!(!body.to_string().contains("alice-kee"));
     // Alice may use codex-relay, not another combo nor a direct target.
-    let (status, _) = env.post("/v1/chat/completions", Some("alice-key"), "codex-relay").await;
+    let (status, _) = env
+        .post("/v1/chat/completions", Some("alice-key"), "codex-relay")
+        .await;
     assert_eq!(status, 200);
-    let (status, body) = env.post("/v1/chat/completions", Some("alice-key"), "other").await;
+    let (status, body) = env
+        .post("/v1/chat/completions", Some("alice-key"), "other")
+        .await;
     assert_eq!(status, 403);
     assert_eq!(body["error"]["type"], "permission_denied", "{body}");
-    let (status, body) = env.post("/v1/messages", Some("alice-key"), "codex/gpt-5.5").await;
+    let (status, body) = env
+        .post("/v1/messages", Some("alice-key"), "codex/gpt-5.5")
+        .await;
     assert_eq!(status, 403);
     assert_eq!(body["error"]["type"], "permission_error", "{body}");
     // Bob, known by the SHA-256 of his key only, may use anything.
-    let (status, _) = env.post("/v1/chat/completions", Some("bob-key"), "other").await;
+    let (status, _) = env
+        .post("/v1/chat/completions", Some("bob-key"), "other")
+        .await;
     assert_eq!(status, 200);
     // His sessions are his: the tenant is the client's name.
     let bound = env
@@ -240,7 +258,8 @@ async fn read_until_closed(tcp: &mut TcpStream, limit: Duration) -> (Vec<u8>, Du
 async fn slow_headers_are_cut_at_the_header_timeout() {
     let env = setup().await;
     let mut tcp = TcpStream::connect(env.server.addr()).await.unwrap();
-    let request = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer alice-key\r\n";
+    let request =
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer alice-key\r\n";
     let started = Instant::now();
     let mut closed_after = None;
     // One byte a second, as a slowloris client does.
@@ -266,7 +285,9 @@ async fn slow_headers_are_cut_at_the_header_timeout() {
         "closed after {closed_after:?}"
     );
     // The gateway still serves others.
-    let (status, _) = env.post("/v1/chat/completions", Some("alice-key"), "codex-relay").await;
+    let (status, _) = env
+        .post("/v1/chat/completions", Some("alice-key"), "codex-relay")
+        .await;
     assert_eq!(status, 200);
 }
 
@@ -299,7 +320,9 @@ async fn a_stalled_upstream_gives_504_before_the_first_byte() {
     assert_eq!(body["type"], "error");
     assert_eq!(body["error"]["type"], "timeout_error");
     assert!(started.elapsed() <= Duration::from_secs_f64(HEAD_TIMEOUT + 1.5));
-    let (status, body) = env.post("/v1/chat/completions", Some("alice-key"), "stalled").await;
+    let (status, body) = env
+        .post("/v1/chat/completions", Some("alice-key"), "stalled")
+        .await;
     assert_eq!(status, 504);
     assert!(
         body["error"]["message"]
@@ -524,7 +547,10 @@ targets = ["codex/gpt-5.5"]
     };
     assert_eq!(get("/admin/accounts", None).await.0, 401);
     let (status, v) = get("/readyz", None).await;
-    assert_eq!((status, v["status"].as_str()), (StatusCode::OK, Some("ready")));
+    assert_eq!(
+        (status, v["status"].as_str()),
+        (StatusCode::OK, Some("ready"))
+    );
 
     // One turn binds a session to acct-a; then acct-a is exhausted.
     let req = Request::post(format!("{}/v1/chat/completions", server.url()))
@@ -536,7 +562,11 @@ targets = ["codex/gpt-5.5"]
         .unwrap();
     assert_eq!(client.request(req).await.unwrap().status(), 200);
     let until = std::time::SystemTime::now() + Duration::from_secs(600);
-    gateway.pools().get("codex").unwrap().mark_exhausted(0, until);
+    gateway
+        .pools()
+        .get("codex")
+        .unwrap()
+        .mark_exhausted(0, until);
 
     let (status, v) = get("/admin/accounts", Some("adm-token")).await;
     assert_eq!(status, 200);
@@ -550,9 +580,19 @@ targets = ["codex/gpt-5.5"]
     assert!(a["used_ratio"].is_number(), "{a}");
     assert!(a["resets_at"].as_str().unwrap().ends_with('Z'));
     let b = &accounts[1];
-    assert_eq!((b["state"].as_str(), b["sessions"].as_u64()), (Some("available"), Some(0)));
+    assert_eq!(
+        (b["state"].as_str(), b["sessions"].as_u64()),
+        (Some("available"), Some(0))
+    );
     assert!(b["resets_at"].is_null());
-    for k in ["provider", "account", "used_ratio", "resets_at", "state", "sessions"] {
+    for k in [
+        "provider",
+        "account",
+        "used_ratio",
+        "resets_at",
+        "state",
+        "sessions",
+    ] {
         assert!(a.get(k).is_some(), "{k} missing");
     }
 

@@ -59,7 +59,10 @@ base_url = "http://127.0.0.1:9/v1"
     for i in 0..FLOOD {
         idle.push(TcpStream::connect(server.addr()).await.unwrap());
         if i % 100 == 0 {
-            peak = peak.max(metric(&handle.render(), "context_relay_gateway_connections"));
+            peak = peak.max(metric(
+                &handle.render(),
+                "context_relay_gateway_connections",
+            ));
         }
     }
     // Every connection beyond the limit is closed as soon as the gateway has seen it.

@@ -113,5 +113,10 @@ targets = ["codex/gpt-5.5"]
         page.contains("context_relay_gateway_upstream_first_byte_seconds_bucket{provider=\"codex\",le=\"300\"}"),
         "{page}"
     );
-    assert!(page.contains("context_relay_gateway_request_seconds_count{route=\"/metrics\",status=\"200\"}"), "{page}");
+    assert!(
+        page.contains(
+            "context_relay_gateway_request_seconds_count{route=\"/metrics\",status=\"200\"}"
+        ),
+        "{page}"
+    );
 }

@@ -46,7 +46,10 @@ impl Redis {
 impl Drop for Redis {
     fn drop(&mut self) {
         // A frozen server must be woken to die promptly.
-        let _ = Command::new("kill").arg("-CONT").arg(self.0.id().to_string()).status();
+        let _ = Command::new("kill")
+            .arg("-CONT")
+            .arg(self.0.id().to_string())
+            .status();
         self.0.kill().ok();
         self.0.wait().ok();
     }
@@ -64,7 +67,10 @@ fn signal(redis: &Redis, sig: &str) {
 async fn wait_ready(client: &Client<HttpConnector, Full<Bytes>>, url: &str) {
     let deadline = Instant::now() + Duration::from_secs(15);
     while readyz(client, url).await != 200 {
-        assert!(Instant::now() < deadline, "the gateway never saw redis again");
+        assert!(
+            Instant::now() < deadline,
+            "the gateway never saw redis again"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -74,11 +80,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
-async fn turn(
-    client: &Client<HttpConnector, Full<Bytes>>,
-    url: &str,
-    n: usize,
-) -> Duration {
+async fn turn(client: &Client<HttpConnector, Full<Bytes>>, url: &str, n: usize) -> Duration {
     let body = serde_json::json!({"model": "codex-relay",
         "messages": [{"role": "user", "content": format!("turn {n}")}]});
     let req = Request::post(format!("{url}/v1/chat/completions"))

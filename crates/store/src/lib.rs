@@ -68,6 +68,8 @@ use std::time::Duration;
 use context_relay_core::{HandoffKey, HandoffRecord};
 
 mod affinity;
+#[cfg(feature = "redis")]
+mod breaker;
 pub mod clock;
 pub mod cooldown;
 mod error;
@@ -77,8 +79,6 @@ mod memory;
 mod purger;
 #[cfg(feature = "redb")]
 mod redb_store;
-#[cfg(feature = "redis")]
-mod breaker;
 #[cfg(feature = "redis")]
 mod redis_store;
 

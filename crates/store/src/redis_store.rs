@@ -47,7 +47,14 @@ pub(crate) const BREAKER_MIN_BACKOFF: Duration = Duration::from_millis(100);
 pub(crate) const BREAKER_MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// Operations on a request's path: they get the short timeout.
-const REQUEST_PATH: [&str; 6] = ["get", "contains", "claim", "release", "affinity", "set_affinity"];
+const REQUEST_PATH: [&str; 6] = [
+    "get",
+    "contains",
+    "claim",
+    "release",
+    "affinity",
+    "set_affinity",
+];
 /// How long a replica trusts its cached affinity by default before asking Redis again.
 pub const DEFAULT_AFFINITY_CACHE_TTL: Duration = Duration::from_secs(5);
 

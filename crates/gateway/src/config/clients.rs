@@ -51,7 +51,10 @@ impl std::fmt::Debug for ClientConfig {
             .field("name", &self.name)
             .field("key", &self.key.as_ref().map(|_| "<redacted>"))
             .field("key_env", &self.key_env)
-            .field("key_sha256", &self.key_sha256.as_ref().map(|_| "<redacted>"))
+            .field(
+                "key_sha256",
+                &self.key_sha256.as_ref().map(|_| "<redacted>"),
+            )
             .field("combos", &self.combos)
             .finish()
     }

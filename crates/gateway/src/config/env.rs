@@ -5,8 +5,8 @@
 //! holds the value, trimmed. A variable that is not set or is blank is an error that names the
 //! variable (never its value).
 
-use super::error::{ConfigError, invalid};
 use super::Config;
+use super::error::{ConfigError, invalid};
 
 /// One `value` / `value_env` pair.
 struct Pair<'a> {

@@ -36,7 +36,9 @@ pub enum ConfigError {
         message: String,
     },
     /// An `*_env` field names a variable that is not set (or is empty).
-    #[error("{field}: expected environment variable `{variable}` to hold the {what}, but it is {found}")]
+    #[error(
+        "{field}: expected environment variable `{variable}` to hold the {what}, but it is {found}"
+    )]
     MissingEnv {
         /// The field path, e.g. `providers["codex"].accounts["acct-a"].api_key_env`.
         field: String,
@@ -142,7 +144,10 @@ mod tests {
             "invalid type: string \"…\", expected `u64`"
         );
         assert_eq!(scrub("string \"sk\\\"x"), "string \"…\"");
-        assert_eq!(scrub("expected `a`, found \"b\""), "expected `a`, found \"b\"");
+        assert_eq!(
+            scrub("expected `a`, found \"b\""),
+            "expected `a`, found \"b\""
+        );
     }
 
     #[test]

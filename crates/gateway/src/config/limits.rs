@@ -1,17 +1,4 @@
 //! `[limits]`: the time and memory bounds of the gateway.
-//!
-//! | key | default | bounds |
-//! |---|---|---|
-//! | `client_header_timeout_secs` | 30 | reading a request's headers |
-//! | `client_body_timeout_secs` | 60 | between two chunks of a request body |
-//! | `upstream_connect_timeout_secs` | 10 | connecting to a provider |
-//! | `upstream_head_timeout_secs` | 600 | from sending to the provider's response headers |
-//! | `upstream_idle_timeout_secs` | 300 | between two chunks of a provider's response body |
-//! | `shutdown_timeout_secs` | 30 | draining on shutdown, then streams are cut |
-//! | `max_connections` | 10000 | open client connections |
-//! | `max_buffered_bytes` | 1 GiB | request bytes buffered by all requests together |
-//!
-//! Durations are seconds, integer or fractional (`0.5`), from 1 ms to one day.
 
 use std::time::Duration;
 
@@ -43,7 +30,20 @@ pub(crate) const MIN_SECS: f64 = 0.001;
 /// Largest configurable duration (one day).
 pub(crate) const MAX_SECS: f64 = 86_400.0;
 
-/// `[limits]`: see the [module docs](self).
+/// `[limits]`: the time and memory bounds of the gateway.
+///
+/// | key | default | bounds |
+/// |---|---|---|
+/// | `client_header_timeout_secs` | 30 | reading a request's headers |
+/// | `client_body_timeout_secs` | 60 | between two chunks of a request body |
+/// | `upstream_connect_timeout_secs` | 10 | connecting to a provider |
+/// | `upstream_head_timeout_secs` | 600 | from sending to the provider's response headers |
+/// | `upstream_idle_timeout_secs` | 300 | between two chunks of a provider's response body |
+/// | `shutdown_timeout_secs` | 30 | draining on shutdown, then streams are cut |
+/// | `max_connections` | 10000 | open client connections |
+/// | `max_buffered_bytes` | 1 GiB | request bytes buffered by all requests together |
+///
+/// Durations are seconds, integer or fractional (`0.5`), from 1 ms to one day.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsConfig {
@@ -136,7 +136,10 @@ mod tests {
     fn defaults_and_fractions() {
         let l: LimitsConfig = toml::from_str("").unwrap();
         assert_eq!(l, LimitsConfig::default());
-        assert_eq!(l.upstream_head_timeout_secs.duration(), Duration::from_secs(600));
+        assert_eq!(
+            l.upstream_head_timeout_secs.duration(),
+            Duration::from_secs(600)
+        );
         assert_eq!(l.max_buffered_bytes, 1 << 30);
         let l: LimitsConfig = toml::from_str("client_header_timeout_secs = 0.25").unwrap();
         assert_eq!(

@@ -108,7 +108,10 @@ impl std::fmt::Debug for Config {
         f.debug_struct("Config")
             .field("listen", &self.listen)
             .field("allow_open", &self.allow_open)
-            .field("admin_token", &self.admin_token.as_ref().map(|_| "<redacted>"))
+            .field(
+                "admin_token",
+                &self.admin_token.as_ref().map(|_| "<redacted>"),
+            )
             .field("admin_token_env", &self.admin_token_env)
             .field("log_format", &self.log_format)
             .field("relay_enabled", &self.relay_enabled)
@@ -428,8 +431,7 @@ impl Config {
         text: &str,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
-        let mut config: Config =
-            toml::from_str(text).map_err(|e| ConfigError::parse(&e, text))?;
+        let mut config: Config = toml::from_str(text).map_err(|e| ConfigError::parse(&e, text))?;
         config.resolve_env(env)?;
         config.validate()?;
         Ok(config)
@@ -510,7 +512,7 @@ impl Config {
 mod tests {
     use super::*;
 
-    const MINIMAL: &str = r#"
+    pub(super) const MINIMAL: &str = r#"
 [[providers]]
 name = "codex"
 base_url = "http://127.0.0.1:9/v1"

@@ -143,8 +143,6 @@ impl Config {
         Ok(())
     }
 
-
-
     fn validate_limits(&self) -> Result<(), ConfigError> {
         for (name, secs) in self.limits.durations() {
             if !secs.in_range() {
@@ -309,7 +307,11 @@ impl Config {
 fn validate_relay(field: &str, r: &RelayOverrides) -> Result<(), ConfigError> {
     let secs = [
         ("ttl_secs", r.ttl_secs, MAX_TTL_SECS),
-        ("summary_timeout_secs", r.summary_timeout_secs, MAX_TASK_SECS),
+        (
+            "summary_timeout_secs",
+            r.summary_timeout_secs,
+            MAX_TASK_SECS,
+        ),
         ("lease_secs", r.lease_secs, MAX_TASK_SECS),
     ];
     for (name, value, max) in secs {
@@ -377,4 +379,144 @@ fn validate_base_url(field: &str, url: &str) -> Result<(), ConfigError> {
         return Err(invalid(field, expected, format!("{url:?}")));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::config::tests::MINIMAL as BASE;
+
+    fn load(extra_top: &str, extra_end: &str) -> Result<Config, ConfigError> {
+        Config::from_toml_str(&format!("{extra_top}\n{BASE}\n{extra_end}"), |v| match v {
+            "ALICE" => Some("alice-key".into()),
+            "ADMIN" => Some("adm".into()),
+            "REDIS" => Some("redis://:pw@h:1/".into()),
+            "BLANK" => Some("  ".into()),
+            _ => None,
+        })
+    }
+
+    fn err(top: &str, end: &str) -> String {
+        load(top, end).expect_err("must be rejected").to_string()
+    }
+
+    #[test]
+    fn limits_are_range_checked() {
+        for (key, bad) in [
+            ("client_header_timeout_secs", "0"),
+            ("client_body_timeout_secs", "-1"),
+            ("upstream_head_timeout_secs", "1e12"),
+            ("upstream_idle_timeout_secs", "nan"),
+            ("shutdown_timeout_secs", "inf"),
+            ("max_connections", "0"),
+        ] {
+            let e = err("", &format!("[limits]\n{key} = {bad}\n"));
+            assert!(e.contains(&format!("limits.{key}")), "{key}: {e}");
+        }
+        let e = err(
+            "max_request_bytes = 100",
+            "[limits]\nmax_buffered_bytes = 99\n",
+        );
+        assert!(e.contains("max_buffered_bytes"), "{e}");
+        let c = load("", "[limits]\nupstream_head_timeout_secs = 0.25\n").unwrap();
+        assert_eq!(
+            c.limits.upstream_head_timeout_secs.duration(),
+            std::time::Duration::from_millis(250)
+        );
+    }
+
+    #[test]
+    fn relay_durations_are_range_checked() {
+        let e = err("[relay]\nttl_secs = 18446744073709551615\n", "");
+        assert!(e.contains("relay.ttl_secs"), "{e}");
+        let e = err("", "  [combos.relay]\nlease_secs = 0\n");
+        assert!(
+            e.contains("combos[\"codex-relay\"].relay.lease_secs"),
+            "{e}"
+        );
+        let e = err("[relay]\nsummary_timeout_secs = 100000\n", "");
+        assert!(e.contains("summary_timeout_secs"), "{e}");
+        assert!(load("[relay]\nttl_secs = 18000\n", "").is_ok());
+    }
+
+    #[test]
+    fn clients_are_validated() {
+        let c = load(
+            "",
+            "[[clients]]\nname = \"alice\"\nkey_env = \"ALICE\"\ncombos = [\"codex-relay\"]\n",
+        )
+        .unwrap();
+        assert_eq!(c.clients[0].key.as_deref(), Some("alice-key"));
+        assert!(!c.is_open());
+        let e = err(
+            "",
+            "[[clients]]\nname = \"a\"\nkey = \"x\"\ncombos = [\"nope\"]\n",
+        );
+        assert!(
+            e.contains("clients[\"a\"].combos[0]") && e.contains("nope"),
+            "{e}"
+        );
+        let e = err(
+            "",
+            "[[clients]]\nname = \"a\"\nkey = \"x\"\n[[clients]]\nname = \"a\"\nkey = \"y\"\n",
+        );
+        assert!(e.contains("twice"), "{e}");
+        let e = err(
+            "",
+            "[[clients]]\nname = \"a\"\nkey = \"same\"\n[[clients]]\nname = \"b\"\nkey = \"same\"\n",
+        );
+        assert!(e.contains("another client") && !e.contains("same\""), "{e}");
+        let e = err("", "[[clients]]\nname = \"a\"\nkey_sha256 = \"abc\"\n");
+        assert!(e.contains("key_sha256") && e.contains("64"), "{e}");
+        let e = err(
+            "",
+            "[[clients]]\nname = \"a\"\nkey = \"x\"\nkey_sha256 = \"abc\"\n",
+        );
+        assert!(e.contains("several"), "{e}");
+        let e = err("", "[[clients]]\nname = \"a\"\n");
+        assert!(e.contains("neither"), "{e}");
+        let e = err("", "[[clients]]\nname = \"a\"\nkey_env = \"BLANK\"\n");
+        assert!(e.contains("BLANK") && e.contains("empty"), "{e}");
+        // With clients, any listen address is fine.
+        assert!(
+            load(
+                "listen = \"0.0.0.0:4000\"",
+                "[[clients]]\nname = \"a\"\nkey = \"x\"\n"
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn secrets_from_the_environment() {
+        let c = load(
+            "admin_token_env = \"ADMIN\"",
+            "[store]\nbackend = \"redis\"\nurl_env = \"REDIS\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.admin_token.as_deref(), Some("adm"));
+        assert_eq!(c.store.url.as_deref(), Some("redis://:pw@h:1/"));
+        let debug = format!("{c:?}");
+        assert!(
+            !debug.contains("adm\"") && !debug.contains(":pw@"),
+            "{debug}"
+        );
+        assert!(!debug.contains("k-a"), "{debug}");
+        let e = err("admin_token = \"x\"\nadmin_token_env = \"ADMIN\"", "");
+        assert!(e.contains("both"), "{e}");
+        let e = err("admin_token_env = \"UNSET\"", "");
+        assert!(e.contains("UNSET") && e.contains("not set"), "{e}");
+    }
+
+    #[test]
+    fn rotate_at_at_or_below_the_threshold_is_warned_about() {
+        let c = load("[relay]\nhandoff_threshold = 0.9\n", "").unwrap();
+        assert!(c.warnings().is_empty(), "{:?}", c.warnings());
+        let text = BASE.replace("name = \"codex\"\n", "name = \"codex\"\nrotate_at = 0.8\n");
+        let c = Config::from_toml_str(&text, |_| None).unwrap();
+        let w = c.warnings();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("no handoff can ever be written"), "{}", w[0]);
+    }
 }
