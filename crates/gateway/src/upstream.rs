@@ -44,6 +44,7 @@ use context_relay_tower::ResolvedAccount;
 use crate::combo::BoxError;
 use crate::error::{ErrorShape, error_response};
 use crate::idle::IdleTimeoutBody;
+use crate::secret::redact_url;
 
 /// Request extension set by the account resolver: where the request goes and with which
 /// credential.
@@ -58,7 +59,7 @@ pub struct UpstreamEndpoint {
 impl std::fmt::Debug for UpstreamEndpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UpstreamEndpoint")
-            .field("base_url", &self.base_url)
+            .field("base_url", &redact_url(&self.base_url))
             .field("credential", &self.credential.as_ref().map(|(n, _)| n))
             .finish()
     }
@@ -247,12 +248,14 @@ where
                         .into(),
                 );
             };
+            // A base URL may carry user-info: never shown as is (parsed only on error paths).
+            let shown = || redact_url(&endpoint.base_url);
             let uri = match upstream_uri(&endpoint.base_url, &parts.uri) {
                 Ok(u) => u,
                 Err(e) => {
                     return bad_gateway(format!(
                         "the upstream URL for {} is invalid: {e}",
-                        endpoint.base_url
+                        shown()
                     ));
                 }
             };
@@ -284,7 +287,7 @@ where
             )
             .record(started.elapsed().as_secs_f64());
             let Ok(sent) = sent else {
-                tracing::warn!(base_url = %endpoint.base_url, after = ?limits.head, "upstream sent no response head in time");
+                tracing::warn!(base_url = %shown(), after = ?limits.head, "upstream sent no response head in time");
                 metrics::counter!("context_relay_gateway_upstream_timeouts_total", "provider" => provider, "phase" => "head").increment(1);
                 let kind = match shape {
                     ErrorShape::OpenAi => "timeout",
@@ -296,7 +299,8 @@ where
                     kind,
                     &format!(
                         "the upstream {} sent no response within {:?} (upstream_head_timeout_secs)",
-                        endpoint.base_url, limits.head
+                        shown(),
+                        limits.head
                     ),
                 )
                 .map(Either::Right));
@@ -318,11 +322,11 @@ where
                         source.push_str(&format!(": {c}"));
                         cause = c.source();
                     }
-                    tracing::warn!(base_url = %endpoint.base_url, error = %e, "upstream request failed");
+                    tracing::warn!(base_url = %shown(), error = %e, "upstream request failed");
                     metrics::counter!("context_relay_gateway_upstream_errors_total").increment(1);
                     bad_gateway(format!(
                         "the upstream {} could not be reached: {e}{source}",
-                        endpoint.base_url
+                        shown()
                     ))
                 }
             }

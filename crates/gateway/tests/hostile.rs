@@ -603,3 +603,122 @@ targets = ["codex/gpt-5.5"]
     assert_eq!(v["status"], "shutting down");
     server.shutdown().await.unwrap();
 }
+
+/// A gateway over `base_url` with extra top-level keys and `[limits]` lines.
+async fn small_gateway(base_url: &str, top: &str, limits: &str) -> (Gateway, RunningGateway) {
+    let config = Config::from_toml_str(
+        &format!(
+            r#"
+{top}
+[store]
+backend = "memory"
+[limits]
+{limits}
+[[providers]]
+name = "codex"
+base_url = "{base_url}"
+quota = "none"
+  [[providers.accounts]]
+  id = "acct-a"
+  api_key = "key-a"
+[[combos]]
+name = "codex-relay"
+targets = ["codex/gpt-5.5"]
+"#
+        ),
+        |_| None,
+    )
+    .unwrap();
+    let gateway = Gateway::new(config).unwrap();
+    let server = gateway.spawn("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    (gateway, server)
+}
+
+#[tokio::test]
+async fn a_spent_byte_budget_is_a_503_with_retry_after() {
+    let sim = SimProvider::builder()
+        .account("acct-a", "key-a")
+        .start()
+        .await
+        .unwrap();
+    let (_gateway, server) = small_gateway(
+        &sim.base_url(),
+        "max_request_bytes = 1024",
+        "max_buffered_bytes = 1024\nclient_body_timeout_secs = 1",
+    )
+    .await;
+    // A client that sends 900 of its 1000 bytes and waits holds 900 bytes of the budget.
+    let mut holder = TcpStream::connect(server.addr()).await.unwrap();
+    let partial = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n{}",
+        " ".repeat(900)
+    );
+    holder.write_all(partial.as_bytes()).await.unwrap();
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let body = r#"{"model":"codex-relay","messages":[{"role":"user","content":"a message that needs more than what is left of the budget"}],"pad":"................................................................................................................................................................"}"#;
+    let send = || {
+        client.request(
+            Request::post(format!("{}/v1/chat/completions", server.url()))
+                .body(Full::new(Bytes::from_static(body.as_bytes())))
+                .unwrap(),
+        )
+    };
+    // The holder's bytes are taken as they arrive: wait until they are.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let res = loop {
+        let res = send().await.unwrap();
+        if res.status() == 503 || Instant::now() > deadline {
+            break res;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(res.status(), 503);
+    assert_eq!(res.headers()["retry-after"], "1");
+    let v: Value =
+        serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_buffered_bytes")
+    );
+    // Once the holder is gone (its body timed out), the budget is back.
+    let (reply, _) = read_until_closed(&mut holder, Duration::from_secs(5)).await;
+    assert!(String::from_utf8_lossy(&reply).starts_with("HTTP/1.1 408"));
+    assert_eq!(send().await.unwrap().status(), 200);
+}
+
+#[tokio::test]
+async fn shutdown_cuts_streams_still_running_after_its_timeout() {
+    let stalled = StalledUpstream::start().await;
+    let (_gateway, server) = small_gateway(
+        &stalled.base_url(),
+        "",
+        "shutdown_timeout_secs = 0.5\nupstream_idle_timeout_secs = 60",
+    )
+    .await;
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let req = Request::post(format!("{}/v1/chat/completions", server.url()))
+        .header("x-stall", "body")
+        .body(Full::new(Bytes::from_static(
+            br#"{"model":"codex-relay","stream":true,"messages":[]}"#,
+        )))
+        .unwrap();
+    let res = client.request(req).await.unwrap();
+    assert_eq!(res.status(), 200);
+    let mut body = res.into_body();
+    body.frame().await.unwrap().unwrap();
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(5), server.shutdown())
+        .await
+        .expect("shutdown waited for a stalled stream")
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(3));
+    // The client sees its stream end in an error, not complete.
+    let end = tokio::time::timeout(Duration::from_secs(5), body.collect())
+        .await
+        .unwrap();
+    assert!(end.is_err());
+}
