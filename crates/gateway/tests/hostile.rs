@@ -159,6 +159,28 @@ impl StalledUpstream {
                         }
                     }
                     let head = String::from_utf8_lossy(&seen).to_string();
+                    if head.contains("x-stall: headers") {
+                        // Echo the request head, with account-identity headers around it.
+                        let reply = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\
+                             set-cookie: acct=1\r\nopenai-organization: org-acct\r\n\
+                             anthropic-organization-id: org-a\r\nx-keep: 1\r\n\
+                             content-length: {}\r\n\r\n{head}",
+                            head.len()
+                        );
+                        let _ = tcp.write_all(reply.as_bytes()).await;
+                        return;
+                    }
+                    if head.contains("x-stall: big429") {
+                        let body = "x".repeat(100_000);
+                        let reply = format!(
+                            "HTTP/1.1 429 Too Many Requests\r\ncontent-type: text/plain\r\n\
+                             content-length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        let _ = tcp.write_all(reply.as_bytes()).await;
+                        return;
+                    }
                     if head.contains("x-stall: body") {
                         let _ = tcp
                             .write_all(
@@ -721,4 +743,96 @@ async fn shutdown_cuts_streams_still_running_after_its_timeout() {
         .await
         .unwrap();
     assert!(end.is_err());
+}
+
+#[tokio::test]
+async fn account_headers_stay_between_gateway_and_provider() {
+    let stalled = StalledUpstream::start().await;
+    let (_gateway, server) = small_gateway(&stalled.base_url(), "", "").await;
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let mut req = Request::post(format!("{}/v1/chat/completions", server.url()))
+        .header("x-stall", "headers")
+        .header("authorization", "Bearer client-key");
+    for (name, value) in [
+        ("openai-organization", "org-client"),
+        ("openai-project", "proj-client"),
+        ("anthropic-organization-id", "org-client"),
+        ("cookie", "c=1"),
+        ("api-key", "client-azure-key"),
+        ("x-goog-api-key", "client-goog-key"),
+        ("x-api-key", "client-x-key"),
+        ("x-client-header", "kept"),
+    ] {
+        req = req.header(name, value);
+    }
+    let res = client
+        .request(
+            req.body(Full::new(Bytes::from_static(
+                br#"{"model":"codex-relay","messages":[]}"#,
+            )))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    for hidden in [
+        "set-cookie",
+        "openai-organization",
+        "anthropic-organization-id",
+    ] {
+        assert!(
+            res.headers().get(hidden).is_none(),
+            "{hidden} reached the client"
+        );
+    }
+    assert_eq!(res.headers()["x-keep"], "1");
+    let seen = String::from_utf8(res.into_body().collect().await.unwrap().to_bytes().to_vec())
+        .unwrap()
+        .to_ascii_lowercase();
+    for gone in [
+        "org-client",
+        "proj-client",
+        "cookie:",
+        "client-azure-key",
+        "client-goog-key",
+        "client-x-key",
+        "client-key",
+    ] {
+        assert!(!seen.contains(gone), "{gone} was forwarded:\n{seen}");
+    }
+    assert!(seen.contains("x-client-header: kept"), "{seen}");
+    assert!(seen.contains("authorization: bearer key-a"), "{seen}");
+}
+
+#[tokio::test]
+async fn a_passed_through_429_has_the_length_of_its_body() {
+    let stalled = StalledUpstream::start().await;
+    let (_gateway, server) = small_gateway(&stalled.base_url(), "", "").await;
+    // A raw client: it reads exactly what the gateway declares.
+    let mut tcp = TcpStream::connect(server.addr()).await.unwrap();
+    let body = r#"{"model":"codex-relay","messages":[]}"#;
+    tcp.write_all(
+        format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nx-stall: big429\r\n\
+             connection: close\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let (reply, _) = read_until_closed(&mut tcp, Duration::from_secs(5)).await;
+    let text = String::from_utf8_lossy(&reply);
+    let (head, rest) = text.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 429"), "{head}");
+    let declared: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length: ")
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .expect("a content-length");
+    assert_eq!(declared, rest.len(), "{head}");
 }

@@ -184,6 +184,11 @@ impl fmt::Debug for RedisStoreBuilder {
                 let _ = u.set_password(Some("***"));
                 u.to_string()
             }
+            // `redis://secret@host`: a lone user name is the password.
+            Some(mut u) if !u.username().is_empty() => {
+                let _ = u.set_username("***");
+                u.to_string()
+            }
             Some(u) => u.to_string(),
             None => "<unparsable URL>".to_owned(),
         };
