@@ -836,3 +836,35 @@ async fn a_passed_through_429_has_the_length_of_its_body() {
         .expect("a content-length");
     assert_eq!(declared, rest.len(), "{head}");
 }
+
+#[tokio::test]
+async fn credential_less_requests_never_share_a_session() {
+    let sim = SimProvider::builder()
+        .account("acct-a", "key-a")
+        .start()
+        .await
+        .unwrap();
+    let (gateway, server) = small_gateway(&sim.base_url(), "", "").await;
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    // No session header: the session is the body's fingerprint, the same for all four.
+    let send = |key: Option<&'static str>| {
+        let mut req = Request::post(format!("{}/v1/chat/completions", server.url()));
+        if let Some(k) = key {
+            req = req.header("x-api-key", k);
+        }
+        client.request(
+            req.body(Full::new(Bytes::from_static(
+                br#"{"model":"codex-relay","messages":[{"role":"system","content":"s"},{"role":"user","content":"same first message"}]}"#,
+            )))
+            .unwrap(),
+        )
+    };
+    let bound = || gateway.pools().get("codex").unwrap().sessions_per_account()[0];
+    assert_eq!(send(None).await.unwrap().status(), 200);
+    assert_eq!(send(None).await.unwrap().status(), 200);
+    assert_eq!(bound(), 2, "two anonymous requests are two tenants");
+    assert_eq!(send(Some("k1")).await.unwrap().status(), 200);
+    assert_eq!(send(Some("k1")).await.unwrap().status(), 200);
+    assert_eq!(bound(), 3, "one credential, one tenant, one session");
+}
