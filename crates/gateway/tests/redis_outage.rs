@@ -81,11 +81,20 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 async fn turn(client: &Client<HttpConnector, Full<Bytes>>, url: &str, n: usize) -> Duration {
+    turn_in(client, url, n, "outage-1").await
+}
+
+async fn turn_in(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    url: &str,
+    n: usize,
+    session: &str,
+) -> Duration {
     let body = serde_json::json!({"model": "codex-relay",
         "messages": [{"role": "user", "content": format!("turn {n}")}]});
     let req = Request::post(format!("{url}/v1/chat/completions"))
         .header("authorization", "Bearer c")
-        .header("session-id", "outage-1")
+        .header("session-id", session)
         .body(Full::new(Bytes::from(body.to_string())))
         .unwrap();
     let started = Instant::now();
@@ -191,5 +200,31 @@ targets = ["codex/gpt-5.5"]
     wait_ready(&client, &url).await;
     let probe = context_relay_core::HandoffKey::new("t", "s", "c");
     assert!(gateway.store().contains(&probe).await.is_ok());
+
+    // Generation pauses while Redis is down: a turn past the handoff threshold costs one
+    // upstream call, not two (no summary that could not be stored).
+    let generating_turn = |session: &'static str| {
+        let (client, url, sim, gateway) = (&client, &url, &sim, &gateway);
+        async move {
+            sim.set_used("acct-a", 90.0);
+            let before = sim.requests().len();
+            turn_in(client, url, 60, session).await;
+            gateway.background().idle().await;
+            sim.requests().len() - before
+        }
+    };
+    drop(redis);
+    assert_eq!(
+        generating_turn("gen-down").await,
+        1,
+        "no summary while redis is down"
+    );
+    let _redis = Redis::start(port);
+    wait_ready(&client, &url).await;
+    assert_eq!(
+        generating_turn("gen-up").await,
+        2,
+        "the turn and its summary"
+    );
     server.shutdown().await.unwrap();
 }
