@@ -69,12 +69,13 @@ use context_relay_core::session::{self, SessionSources};
 use context_relay_tower::{ComboName, SessionId, Tenant};
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body::Body;
-use http_body_util::{BodyExt, Either, Full};
+use http_body_util::{Either, Full};
 use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::auth::{ClientAccess, forbidden};
 use crate::budget::{BudgetHold, ByteBudget};
+use crate::collect::{Collect, collect_within, is_timeout};
 use crate::config::{Config, Strategy};
 use crate::error::{ErrorShape, error_response};
 use crate::model::{find_model, replace_model};
@@ -461,60 +462,6 @@ where
 /// Most stacked `content-encoding` layers decoded (clients send one).
 const MAX_CODINGS: usize = 2;
 
-enum Collect {
-    TooLarge,
-    Budget,
-    Read(BoxError),
-}
-
-/// Reads the whole body, at most `limit` bytes, taking each chunk's bytes from `hold`.
-async fn collect_within<B>(body: B, limit: usize, hold: &mut BudgetHold) -> Result<Bytes, Collect>
-where
-    B: Body<Data = Bytes>,
-    B::Error: Into<BoxError>,
-{
-    let mut body = std::pin::pin!(body);
-    let mut chunks: Vec<Bytes> = Vec::new();
-    let mut total = 0usize;
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| Collect::Read(e.into()))?;
-        let Ok(data) = frame.into_data() else {
-            continue;
-        };
-        total = total.saturating_add(data.len());
-        if total > limit {
-            return Err(Collect::TooLarge);
-        }
-        if !hold.take(data.len()) {
-            return Err(Collect::Budget);
-        }
-        chunks.push(data);
-    }
-    Ok(match chunks.len() {
-        0 => Bytes::new(),
-        1 => chunks.swap_remove(0),
-        _ => {
-            let mut all = Vec::with_capacity(total);
-            for c in &chunks {
-                all.extend_from_slice(c);
-            }
-            Bytes::from(all)
-        }
-    })
-}
-
-/// Whether `e` (or what caused it) is the client body timeout.
-fn is_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cur = Some(e);
-    while let Some(err) = cur {
-        if err.is::<tower_http::timeout::TimeoutError>() {
-            return true;
-        }
-        cur = err.source();
-    }
-    false
-}
-
 /// Sets the [`Tenant`] and [`SessionId`] extensions (unless a service before this one did),
 /// derived as DESIGN §7 says from the credential, the session headers and the decoded body.
 ///
@@ -553,6 +500,8 @@ fn kind(shape: ErrorShape, openai: &'static str) -> &'static str {
 mod tests {
     use std::convert::Infallible;
     use std::io::Write;
+
+    use http_body_util::BodyExt;
 
     use tower::{ServiceExt, service_fn};
 

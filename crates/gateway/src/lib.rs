@@ -30,6 +30,7 @@ pub mod admin;
 pub mod app;
 pub mod auth;
 pub mod budget;
+mod collect;
 pub mod combo;
 pub mod config;
 pub mod error;
