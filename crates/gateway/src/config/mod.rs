@@ -289,7 +289,9 @@ impl From<QuotaFormat> for QuotaKind {
 }
 
 /// `[[providers]]`: one upstream API and its accounts.
-#[derive(Debug, Clone, Deserialize)]
+///
+/// `Debug` hides any password in `base_url` and every account key.
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
     /// Unique name, used in targets (`name/model`).
@@ -316,6 +318,19 @@ pub struct ProviderConfig {
 
 fn default_rotate_at() -> f64 {
     DEFAULT_ROTATE_AT
+}
+
+impl std::fmt::Debug for ProviderConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderConfig")
+            .field("name", &self.name)
+            .field("base_url", &redact_url(&self.base_url))
+            .field("auth", &self.auth)
+            .field("quota", &self.quota)
+            .field("rotate_at", &self.rotate_at)
+            .field("accounts", &self.accounts)
+            .finish_non_exhaustive()
+    }
 }
 
 /// `[[providers.accounts]]`: one credential.
@@ -667,6 +682,9 @@ targets = ["anthropic/claude-opus-4-8"]
         assert!(relay.iter().all(|(_, _, w)| w.is_empty()));
         // Keys are never printed by Debug.
         assert!(!format!("{c:?}").contains("sk-a"));
+        let with_userinfo =
+            load(&MINIMAL.replace("http://127.0.0.1:9/v1", "https://u:pw-9@h/v1")).unwrap();
+        assert!(!format!("{with_userinfo:?}").contains("pw-9"));
     }
 
     #[test]

@@ -368,15 +368,26 @@ impl StoreConfig {
     }
 }
 
+/// `url` as an error may show it: a password in it is hidden.
+fn shown(url: &str) -> String {
+    if !url.contains('@') {
+        url.to_owned()
+    } else if url::Url::parse(url).is_ok() {
+        redact_url(url)
+    } else {
+        "<a URL with user-info>".to_owned()
+    }
+}
+
 fn validate_base_url(field: &str, url: &str) -> Result<(), ConfigError> {
     let expected =
         "an absolute http:// or https:// URL without query, e.g. \"https://api.example/v1\"";
     let uri: http::Uri = url
         .parse()
-        .map_err(|_| invalid(field, expected, format!("{url:?}")))?;
+        .map_err(|_| invalid(field, expected, format!("{:?}", shown(url))))?;
     let scheme_ok = matches!(uri.scheme_str(), Some("http" | "https"));
     if !scheme_ok || uri.authority().is_none() || uri.query().is_some() {
-        return Err(invalid(field, expected, format!("{url:?}")));
+        return Err(invalid(field, expected, format!("{:?}", shown(url))));
     }
     Ok(())
 }
@@ -503,6 +514,11 @@ mod tests {
             "{debug}"
         );
         assert!(!debug.contains("k-a"), "{debug}");
+        let text = BASE.replace("http://127.0.0.1:9/v1", "ftp://u:pw-7@h/v1");
+        let e = Config::from_toml_str(&text, |_| None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("base_url") && !e.contains("pw-7"), "{e}");
         let e = err("admin_token = \"x\"\nadmin_token_env = \"ADMIN\"", "");
         assert!(e.contains("both"), "{e}");
         let e = err("admin_token_env = \"UNSET\"", "");
