@@ -208,6 +208,8 @@ fn credential(headers: &HeaderMap) -> Option<&[u8]> {
     let bearer =
         value("authorization").map(|v| match v.iter().position(|b| *b == b' ' || *b == b'\t') {
             Some(i) if v[..i].eq_ignore_ascii_case(b"bearer") => v[i..].trim_ascii(),
+            // A scheme without a token is no credential.
+            None if v.eq_ignore_ascii_case(b"bearer") => b"",
             _ => v,
         });
     bearer
@@ -416,8 +418,12 @@ mod tests {
         );
         let none1 = t(&HeaderMap::new());
         let none2 = t(&headers(&[("authorization", "Bearer ")]));
-        assert!(none1.starts_with("anon-"));
+        let none3 = t(&headers(&[("authorization", "Bearer"), ("x-api-key", " ")]));
+        for none in [&none1, &none2, &none3] {
+            assert!(none.starts_with("anon-"), "{none}");
+        }
         assert_ne!(none1, none2);
+        assert_ne!(none2, none3);
     }
 
     #[test]
