@@ -17,14 +17,14 @@
 //! Handoffs are kept in `context-relay-example.redb` in the current folder.
 
 #[path = "support/resolver.rs"]
-mod resolver;
+pub mod resolver;
 
 use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
 use context_relay::store::{HandoffStore, RedbStore};
-use context_relay::tower::{ComboName, GenerationLayer, InjectionLayer};
+use context_relay::tower::{Background, ComboName, GenerationLayer, InjectionLayer};
 use context_relay_gateway::Upstream;
 use http::{Request, Response};
 use resolver::{Accounts, ResolverLayer};
@@ -48,6 +48,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let listen = std::env::var("LISTEN").unwrap_or_else(|_| "127.0.0.1:4000".to_owned());
 
     let store: Arc<dyn HandoffStore> = Arc::new(RedbStore::open("context-relay-example.redb")?);
+    let (app, _background) = router(store, Accounts::new("openai", &base_url, &keys)?)?;
+    let listener = tokio::net::TcpListener::bind(&listen).await?;
+    println!("relaying proxy on http://{listen} → {base_url}");
+    axum::serve(listener, app).await?;
+    Ok(())
+}
+
+/// The relaying proxy as an axum router, and the handle on its background summaries.
+pub fn router(
+    store: Arc<dyn HandoffStore>,
+    accounts: Accounts,
+) -> Result<(Router, Background), Box<dyn std::error::Error + Send + Sync>> {
+    let generation = GenerationLayer::new(store.clone()).providers(["*"]);
+    let background = generation.background();
     let proxy = ServiceBuilder::new()
         .map_response(|res: Response<_>| res.map(Body::new))
         // The combo service: every request of this example belongs to one combo.
@@ -55,15 +69,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             req.extensions_mut().insert(ComboName::new("default"));
             req
         })
-        .layer(GenerationLayer::new(store.clone()).providers(["*"]))
+        .layer(generation)
         .map_response(|res: Response<_>| res.map(Body::new))
-        .layer(ResolverLayer(Accounts::new("openai", &base_url, &keys)?))
+        .layer(ResolverLayer(accounts))
         .layer(InjectionLayer::new(store))
         .service(Upstream::new()?);
-
-    let app = Router::new().fallback_service(proxy);
-    let listener = tokio::net::TcpListener::bind(&listen).await?;
-    println!("relaying proxy on http://{listen} → {base_url}");
-    axum::serve(listener, app).await?;
-    Ok(())
+    Ok((Router::new().fallback_service(proxy), background))
 }

@@ -7,12 +7,12 @@
 //! ```
 
 #[path = "support/resolver.rs"]
-mod resolver;
+pub mod resolver;
 
 use std::sync::Arc;
 
 use context_relay::store::{HandoffStore, MemoryStore};
-use context_relay::tower::{ComboName, GenerationLayer, InjectionLayer};
+use context_relay::tower::{Background, ComboName, GenerationLayer, InjectionLayer};
 use context_relay_gateway::Upstream;
 use http::Request;
 use hyper::body::Incoming;
@@ -36,28 +36,50 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 
     // In memory: handoffs do not survive a restart (see examples/axum.rs for redb).
     let store: Arc<dyn HandoffStore> = Arc::new(MemoryStore::new());
+    let listener = tokio::net::TcpListener::bind(&listen).await?;
+    println!("relaying proxy on http://{listen} → {base_url}");
+    let (server, _background) = serve(listener, store, Accounts::new("openai", &base_url, &keys)?)?;
+    server.await?;
+    Ok(())
+}
+
+/// The relaying proxy served by hyper on `listener` (the future accepts connections until it
+/// fails), and the handle on its background summaries.
+pub fn serve(
+    listener: tokio::net::TcpListener,
+    store: Arc<dyn HandoffStore>,
+    accounts: Accounts,
+) -> Result<
+    (
+        impl std::future::Future<Output = std::io::Result<()>> + Send,
+        Background,
+    ),
+    Box<dyn std::error::Error + Send + Sync>,
+> {
+    let generation = GenerationLayer::new(store.clone()).providers(["*"]);
+    let background = generation.background();
     let proxy = ServiceBuilder::new()
         .map_request(|mut req: Request<Incoming>| {
             req.extensions_mut().insert(ComboName::new("default"));
             req
         })
-        .layer(GenerationLayer::new(store.clone()).providers(["*"]))
-        .layer(ResolverLayer(Accounts::new("openai", &base_url, &keys)?))
+        .layer(generation)
+        .layer(ResolverLayer(accounts))
         .layer(InjectionLayer::new(store))
         .service(Upstream::new()?);
-
-    let listener = tokio::net::TcpListener::bind(&listen).await?;
-    println!("relaying proxy on http://{listen} → {base_url}");
-    loop {
-        let (stream, _) = listener.accept().await?;
-        let service = TowerToHyperService::new(proxy.clone());
-        tokio::spawn(async move {
-            if let Err(e) = auto::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
-                eprintln!("connection ended with an error: {e}");
-            }
-        });
-    }
+    let server = async move {
+        loop {
+            let (stream, _) = listener.accept().await?;
+            let service = TowerToHyperService::new(proxy.clone());
+            tokio::spawn(async move {
+                if let Err(e) = auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await
+                {
+                    eprintln!("connection ended with an error: {e}");
+                }
+            });
+        }
+    };
+    Ok((server, background))
 }

@@ -1,4 +1,4 @@
-//! A read-only view over the conversation carried by a request body (DESIGN §4.2).
+//! A read-only view over the conversation carried by a request body.
 //!
 //! The generation side needs the same thing from four API shapes: an ordered list of entries,
 //! each with a role and its text. [`Conversation`] gives exactly that and nothing more; it never
@@ -26,8 +26,9 @@
 //!   `thought` are ignored. Entries that are not JSON objects are dropped.
 //! - Tool calls and tool outputs are rendered as one line each (whitespace runs folded to one
 //!   space), at most [`TOOL_LINE_MAX_CHARS`] chars: `tool call NAME(ARGS)` and
-//!   `tool output: OUTPUT`. Anthropic `tool_result` content and Chat `tool` messages are plain
-//!   message content and count as text, as DESIGN §4.2 says.
+//!   `tool output: OUTPUT`. Anthropic `tool_result` blocks and Chat `tool` messages are tool
+//!   outputs too, though they travel as message content. Each part's [`PartKind`] says which it
+//!   is, and [`Entry::files`] lists the files a tool call's arguments name ([`crate::touched`]).
 //! - Roles are kept as sent (Gemini's `model` stays `model`); a role that is not a string is
 //!   treated as missing.
 //!
@@ -89,6 +90,18 @@ pub enum ConversationError {
     },
 }
 
+/// What a part of an [`Entry`] is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum PartKind {
+    /// Message text.
+    #[default]
+    Text,
+    /// A tool call, rendered by [`tool_call_line`].
+    ToolCall,
+    /// A tool output, rendered by [`tool_output_line`].
+    ToolOutput,
+}
+
 /// One entry of a conversation: who spoke and what was said, as text.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Entry {
@@ -97,20 +110,42 @@ pub struct Entry {
     pub role: Option<String>,
     /// Text pieces in order: message text and one-line tool call / tool output renderings.
     pub parts: Vec<String>,
+    /// What each of `parts` is (same length as `parts`).
+    pub kinds: Vec<PartKind>,
+    /// Files named by the arguments of this entry's tool calls, in call order (see
+    /// [`crate::touched`]).
+    pub files: Vec<String>,
 }
 
 impl Entry {
-    /// An entry with the given role and parts.
+    /// An entry with the given role and text parts.
     pub fn new(role: Option<&str>, parts: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        let parts: Vec<String> = parts.into_iter().map(Into::into).collect();
         Self {
             role: role.map(str::to_owned),
-            parts: parts.into_iter().map(Into::into).collect(),
+            kinds: vec![PartKind::Text; parts.len()],
+            parts,
+            files: Vec::new(),
+        }
+    }
+
+    fn from_parts(role: Option<String>, parts: Parts) -> Self {
+        Self {
+            role,
+            parts: parts.texts,
+            kinds: parts.kinds,
+            files: parts.files,
         }
     }
 
     /// Whether the role is `system` or `developer` (ASCII case ignored).
     pub fn is_system_like(&self) -> bool {
         self.role.as_deref().is_some_and(is_system_role)
+    }
+
+    /// The kind of part `i` (`Text` when unknown).
+    pub fn kind(&self, i: usize) -> PartKind {
+        self.kinds.get(i).copied().unwrap_or_default()
     }
 
     /// The parts joined by newlines.
@@ -121,6 +156,34 @@ impl Entry {
     /// Whether the entry has no text other than whitespace.
     pub fn is_blank(&self) -> bool {
         self.parts.iter().all(|p| p.trim().is_empty())
+    }
+}
+
+/// The parts of an entry while it is read.
+#[derive(Debug, Default)]
+pub(crate) struct Parts {
+    texts: Vec<String>,
+    kinds: Vec<PartKind>,
+    files: Vec<String>,
+}
+
+impl Parts {
+    fn push(&mut self, kind: PartKind, text: String) {
+        self.texts.push(text);
+        self.kinds.push(kind);
+    }
+
+    fn call(&mut self, name: &str, args: &Value) {
+        crate::touched::files_in_args(args, &mut self.files);
+        self.push(PartKind::ToolCall, tool_call_line(name, args));
+    }
+
+    fn is_empty(&self) -> bool {
+        self.texts.is_empty()
+    }
+
+    pub(crate) fn into_texts(self) -> Vec<String> {
+        self.texts
     }
 }
 
@@ -271,7 +334,7 @@ fn array_field<'a>(
 /// A leading system entry built from a top-level system field, when it has any text.
 fn top_level_system(value: Option<&Value>) -> Option<Entry> {
     let value = value?;
-    let mut parts = Vec::new();
+    let mut parts = Parts::default();
     match value {
         Value::Array(items) => {
             for item in items {
@@ -289,10 +352,7 @@ fn top_level_system(value: Option<&Value>) -> Option<Entry> {
         },
         other => push_content(&mut parts, other),
     }
-    (!parts.is_empty()).then(|| Entry {
-        role: Some("system".to_owned()),
-        parts,
-    })
+    (!parts.is_empty()).then(|| Entry::from_parts(Some("system".to_owned()), parts))
 }
 
 /// Chat Completions and Anthropic Messages: both keep the conversation in `messages`, and one
@@ -306,50 +366,61 @@ fn messages(
     entries.extend(system_field.and_then(|f| top_level_system(obj.get(f))));
     for item in items {
         let Value::Object(msg) = item else { continue };
-        entries.push(Entry {
-            role: role_of(msg),
-            parts: message_parts(msg),
-        });
+        entries.push(Entry::from_parts(role_of(msg), message_parts(msg)));
     }
     Ok(entries)
 }
 
 /// The parts of one Chat or Anthropic message: its content, then its tool calls.
-pub(crate) fn message_parts(msg: &Map<String, Value>) -> Vec<String> {
-    let mut parts = Vec::new();
+pub(crate) fn message_parts(msg: &Map<String, Value>) -> Parts {
+    let mut parts = Parts::default();
+    // Chat `tool` (and legacy `function`) messages are tool outputs.
+    let output = matches!(
+        msg.get("role").and_then(Value::as_str),
+        Some("tool" | "function")
+    );
     if let Some(content) = msg.get("content") {
-        push_content(&mut parts, content);
+        if output {
+            let mut text = Parts::default();
+            push_content(&mut text, content);
+            if !text.is_empty() {
+                parts.push(
+                    PartKind::ToolOutput,
+                    tool_output_line(&text.texts.join("\n")),
+                );
+            }
+        } else {
+            push_content(&mut parts, content);
+        }
     }
     if let Some(calls) = msg.get("tool_calls").and_then(Value::as_array) {
         for call in calls {
-            if let Some(line) = chat_tool_call(call) {
-                parts.push(line);
-            }
+            chat_tool_call(&mut parts, call);
         }
     }
     // The deprecated single `function_call` of early Chat Completions.
     if let Some(call) = msg.get("function_call").and_then(Value::as_object) {
-        parts.push(tool_call_line(
+        parts.call(
             str_field(call, "name"),
             call.get("arguments").unwrap_or(&Value::Null),
-        ));
+        );
     }
     parts
 }
 
-fn chat_tool_call(call: &Value) -> Option<String> {
-    let call = call.as_object()?;
+fn chat_tool_call(parts: &mut Parts, call: &Value) {
+    let Some(call) = call.as_object() else { return };
     if let Some(f) = call.get("function").and_then(Value::as_object) {
-        return Some(tool_call_line(
+        parts.call(
             str_field(f, "name"),
             f.get("arguments").unwrap_or(&Value::Null),
-        ));
+        );
+    } else if let Some(custom) = call.get("custom").and_then(Value::as_object) {
+        parts.call(
+            str_field(custom, "name"),
+            custom.get("input").unwrap_or(&Value::Null),
+        );
     }
-    let custom = call.get("custom").and_then(Value::as_object)?;
-    Some(tool_call_line(
-        str_field(custom, "name"),
-        custom.get("input").unwrap_or(&Value::Null),
-    ))
 }
 
 fn responses(obj: &Map<String, Value>) -> Result<Vec<Entry>, ConversationError> {
@@ -359,10 +430,7 @@ fn responses(obj: &Map<String, Value>) -> Result<Vec<Entry>, ConversationError> 
     }
     match obj.get("input") {
         None => return Err(ConversationError::MissingField { field: "input" }),
-        Some(Value::String(s)) => entries.push(Entry {
-            role: Some("user".to_owned()),
-            parts: vec![s.clone()],
-        }),
+        Some(Value::String(s)) => entries.push(Entry::new(Some("user"), [s.as_str()])),
         Some(Value::Array(items)) => {
             entries.reserve(items.len());
             entries.extend(items.iter().filter_map(responses_item));
@@ -383,25 +451,24 @@ pub(crate) fn responses_item(item: &Value) -> Option<Entry> {
     let kind = obj.get("type").and_then(Value::as_str).unwrap_or("message");
     match kind {
         "message" => {
-            let mut parts = Vec::new();
+            let mut parts = Parts::default();
             if let Some(content) = obj.get("content") {
                 push_content(&mut parts, content);
             }
-            Some(Entry {
-                role: role_of(obj),
-                parts,
-            })
+            Some(Entry::from_parts(role_of(obj), parts))
         }
         "reasoning" | "compaction" | "item_reference" => None,
         k if k.ends_with("_output") => {
-            let mut text = Vec::new();
+            let mut text = Parts::default();
             if let Some(output) = obj.get("output") {
                 push_content(&mut text, output);
             }
-            Some(Entry {
-                role: Some("tool".to_owned()),
-                parts: vec![tool_output_line(&text.join("\n"))],
-            })
+            let mut parts = Parts::default();
+            parts.push(
+                PartKind::ToolOutput,
+                tool_output_line(&text.texts.join("\n")),
+            );
+            Some(Entry::from_parts(Some("tool".to_owned()), parts))
         }
         k if k.ends_with("_call") => {
             // `function_call` / `custom_tool_call` carry a name; built-in tools
@@ -414,10 +481,9 @@ pub(crate) fn responses_item(item: &Value) -> Option<Entry> {
                 .iter()
                 .find_map(|f| obj.get(*f))
                 .unwrap_or(&Value::Null);
-            Some(Entry {
-                role: Some("assistant".to_owned()),
-                parts: vec![tool_call_line(name, args)],
-            })
+            let mut parts = Parts::default();
+            parts.call(name, args);
+            Some(Entry::from_parts(Some("assistant".to_owned()), parts))
         }
         _ => None,
     }
@@ -435,14 +501,11 @@ fn gemini(obj: &Map<String, Value>) -> Result<Vec<Entry>, ConversationError> {
         let Value::Object(content) = item else {
             continue;
         };
-        let mut parts = Vec::new();
+        let mut parts = Parts::default();
         if let Some(p) = content.get("parts") {
             push_content(&mut parts, p);
         }
-        entries.push(Entry {
-            role: role_of(content),
-            parts,
-        });
+        entries.push(Entry::from_parts(role_of(content), parts));
     }
     Ok(entries)
 }
@@ -456,7 +519,7 @@ fn str_field<'a>(obj: &'a Map<String, Value>, field: &str) -> &'a str {
 }
 
 /// Appends the text of a `content` value: a string, an array of parts, or a single part.
-pub(crate) fn push_content(parts: &mut Vec<String>, content: &Value) {
+pub(crate) fn push_content(parts: &mut Parts, content: &Value) {
     match content {
         Value::Array(items) => {
             for item in items {
@@ -468,11 +531,11 @@ pub(crate) fn push_content(parts: &mut Vec<String>, content: &Value) {
 }
 
 /// Appends the text of one content part of any of the four shapes.
-fn push_part(parts: &mut Vec<String>, part: &Value) {
+fn push_part(parts: &mut Parts, part: &Value) {
     let obj = match part {
         Value::String(s) => {
             if !s.is_empty() {
-                parts.push(s.clone());
+                parts.push(PartKind::Text, s.clone());
             }
             return;
         }
@@ -485,23 +548,28 @@ fn push_part(parts: &mut Vec<String>, part: &Value) {
     }
     match obj.get("type").and_then(Value::as_str) {
         Some("tool_use" | "server_tool_use") => {
-            parts.push(tool_call_line(
+            parts.call(
                 str_field(obj, "name"),
                 obj.get("input").unwrap_or(&Value::Null),
-            ));
+            );
             return;
         }
         Some("tool_result") => {
-            // DESIGN §4.2: an Anthropic tool result is message content and counts as text.
+            // Sent as user content, but it is a tool's output, not the user's words.
+            let mut text = Parts::default();
             if let Some(content) = obj.get("content") {
-                push_content(parts, content);
+                push_content(&mut text, content);
             }
+            parts.push(
+                PartKind::ToolOutput,
+                tool_output_line(&text.texts.join("\n")),
+            );
             return;
         }
         Some("thinking" | "redacted_thinking" | "reasoning") => return,
         Some("refusal") => {
             if let Some(r) = obj.get("refusal").and_then(Value::as_str) {
-                parts.push(r.to_owned());
+                parts.push(PartKind::Text, r.to_owned());
             }
             return;
         }
@@ -509,16 +577,16 @@ fn push_part(parts: &mut Vec<String>, part: &Value) {
     }
     if let Some(text) = obj.get("text").and_then(Value::as_str) {
         if !text.is_empty() {
-            parts.push(text.to_owned());
+            parts.push(PartKind::Text, text.to_owned());
         }
     } else if let Some(call) = obj.get("functionCall").and_then(Value::as_object) {
-        parts.push(tool_call_line(
+        parts.call(
             str_field(call, "name"),
             call.get("args").unwrap_or(&Value::Null),
-        ));
+        );
     } else if let Some(resp) = obj.get("functionResponse").and_then(Value::as_object) {
         let body = resp.get("response").unwrap_or(&Value::Null);
-        parts.push(tool_output_line(&compact_json(body)));
+        parts.push(PartKind::ToolOutput, tool_output_line(&compact_json(body)));
     }
 }
 
@@ -663,7 +731,10 @@ mod tests {
         assert!(e[0].is_system_like());
         assert_eq!(e[1].text(), "a\nb");
         assert_eq!(e[2].parts, [r#"tool call read({"path": "src/lib.rs"})"#]);
-        assert_eq!(e[3].parts, ["fn main() {}"]);
+        assert_eq!(e[3].parts, ["tool output: fn main() {}"]);
+        assert_eq!(e[3].kinds, [PartKind::ToolOutput]);
+        assert_eq!(e[2].kinds, [PartKind::ToolCall]);
+        assert_eq!(e[2].files, ["src/lib.rs"]);
         assert_eq!(e[4].role, None);
     }
 
@@ -738,7 +809,8 @@ mod tests {
         assert_eq!(e[0], Entry::new(Some("system"), ["sys one", "sys two"]));
         assert!(e[2].is_system_like());
         assert_eq!(e[3].parts, ["on it", r#"tool call Edit({"file":"a.rs"})"#]);
-        assert_eq!(e[4].parts, ["edited", "plain"]);
+        assert_eq!(e[4].parts, ["tool output: edited", "tool output: plain"]);
+        assert!(e[3].files.is_empty(), "`file` is no file argument");
         assert!(e[5].is_blank());
     }
 

@@ -68,6 +68,28 @@ pub struct Handoff {
     pub active_entities: Vec<String>,
 }
 
+/// How a stored handoff was written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HandoffKind {
+    /// Written by the summary model (records stored before kinds existed are read as this).
+    #[default]
+    Generated,
+    /// Built from the conversation without a model call, because the summary model gave none;
+    /// a generated handoff replaces it.
+    Extractive,
+}
+
+impl HandoffKind {
+    /// The serialized name (`generated`, `extractive`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Generated => "generated",
+            Self::Extractive => "extractive",
+        }
+    }
+}
+
 /// A stored handoff: the payload plus where it came from and how long it lives (DESIGN §5.1).
 ///
 /// Serialized as JSON so that a stored record stays human-inspectable; times are Unix
@@ -77,6 +99,9 @@ pub struct HandoffRecord {
     /// Layout version ([`RECORD_VERSION`]).
     #[serde(default = "default_version")]
     pub version: u32,
+    /// How it was written.
+    #[serde(default)]
+    pub kind: HandoffKind,
     /// Tenant part of the key.
     pub tenant: Arc<str>,
     /// Session part of the key.
@@ -121,5 +146,26 @@ impl HandoffRecord {
     /// Whether the record is still live at `now`.
     pub fn is_live(&self, now: SystemTime) -> bool {
         now < self.expires_at
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_without_a_kind_still_load_and_kinds_round_trip() {
+        let old = r#"{"version":1,"tenant":"t","session":"s","combo":"c","from_provider":"p",
+            "from_account":"a","summary":"x","message_count":3,"model":"m","threshold":0.85,
+            "generated_at":1,"expires_at":2}"#;
+        let r: HandoffRecord = serde_json::from_str(old).expect("old record");
+        assert_eq!(r.kind, HandoffKind::Generated);
+        let mut r = r;
+        r.kind = HandoffKind::Extractive;
+        let json = serde_json::to_string(&r).expect("serialize");
+        assert!(json.contains(r#""kind":"extractive""#), "{json}");
+        let back: HandoffRecord = serde_json::from_str(&json).expect("round trip");
+        assert_eq!(back, r);
+        assert_eq!(HandoffKind::Extractive.as_str(), "extractive");
     }
 }

@@ -8,7 +8,9 @@
 //!   [`select`] (what is summarised), [`prompt`] (the summary request), [`reply`] (the summary
 //!   text out of a reply), [`parse`] (the structured handoff out of that text);
 //! - injection side: [`render`] (the `<context_handoff>` message), [`inject`] (placing it in the
-//!   raw JSON body), [`portable`] (removing account-bound state);
+//!   raw JSON body), [`portable`] (removing account-bound state, all of it or only another
+//!   account's), [`repair`] (whether a provider's rejection blames account-bound state);
+//! - responses: [`ending`] (whether a response body ended with the API's success event);
 //! - signals and identity: [`quota`], [`session`], [`decode`];
 //! - shared types: [`handoff`], [`config`], [`api`], [`time`].
 //!
@@ -17,9 +19,12 @@
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 pub mod api;
+pub mod boilerplate;
 pub mod config;
 pub mod conversation;
 pub mod decode;
+pub mod ending;
+pub mod extractive;
 pub mod handoff;
 pub mod inject;
 pub mod json;
@@ -28,12 +33,15 @@ pub mod portable;
 pub mod prompt;
 pub mod quota;
 pub mod render;
+pub mod repair;
 pub mod reply;
 pub mod select;
 pub mod session;
 pub mod time;
+pub mod touched;
+pub mod unsupported;
 
 pub use api::ApiShape;
 pub use config::{RelayConfig, RelayMode, RelayOverrides};
-pub use handoff::{Handoff, HandoffKey, HandoffRecord};
+pub use handoff::{Handoff, HandoffKey, HandoffKind, HandoffRecord};
 pub use quota::QuotaSignal;

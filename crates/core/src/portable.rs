@@ -1,25 +1,36 @@
-//! Making a request body portable to another account of the same provider (DESIGN §5.5).
+//! Making a request body portable to another account of the same provider.
 //!
 //! Some request state is bound to the account that produced it: the provider refuses it
 //! when it arrives through another credential. On an account switch the injection layer calls
-//! [`make_portable`] (or [`rewrite_for_switch`], which also injects the handoff in the same
-//! scan) before forwarding. What is removed:
+//! [`rewrite`] (which also injects the handoff in the same scan) before forwarding. What is
+//! removed:
 //!
 //! - Responses API: `previous_response_id` and `conversation` (server-side state of the old
 //!   account); `input` items of type `reasoning` as whole items (an id without its encrypted
 //!   blob, or a blob next to an edited item, is rejected too); `compaction` items are replaced
-//!   by a short developer note ([`COMPACTION_NOTE`]) since their encrypted summary cannot be
-//!   read by the new account. The [`TURN_STATE_HEADER`] request header must be dropped by the
-//!   caller (headers are not part of the body).
+//!   by a short developer note ([`COMPACTION_NOTE`] when the handoff is injected into the same
+//!   request, else [`COMPACTION_NOTE_ALONE`]) since their encrypted summary cannot be read by
+//!   the new account; any other item carrying `encrypted_content` (the encrypted tool outputs
+//!   and agent messages of Codex's multi-agent tools) is replaced by a plain tool output (same
+//!   `call_id`, so the call stays answered) or message saying [`FOREIGN_OUTPUT_NOTE`]. The
+//!   [`TURN_STATE_HEADER`] request header must be dropped by the caller (headers are not part
+//!   of the body).
 //! - Anthropic Messages: `thinking` and `redacted_thinking` blocks of assistant turns (their
 //!   signatures are bound to the account); an assistant message left empty is removed. When
 //!   extended thinking is on (`thinking.type` is `enabled` or `adaptive`) the API requires the
 //!   final assistant turn to start with a thinking block: when the request continues such a
 //!   turn (it ends with an assistant prefill that lost its thinking, or with `tool_result`s
 //!   answering an assistant turn that began with thinking) the body would be rejected, so
-//!   `thinking` is set to `{"type":"disabled"}` for this one request. The next turn starts a
-//!   fresh assistant turn and may think again.
+//!   `thinking` is set to `{"type":"disabled"}` for this one request, and the
+//!   `context_management` edits that need thinking (`clear_thinking_…`) are dropped with it.
+//!   The next turn starts a fresh assistant turn and may think again.
 //! - Chat Completions and Gemini carry no account-bound state.
+//!
+//! **Scope.** Right after a switch everything goes ([`Scope::All`]). Clients resend their whole
+//! history on every later turn, so later requests to the new account carry the old account's
+//! state again, next to the state the new account minted meanwhile: [`Scope::Foreign`] removes
+//! only the pieces whose digest was recorded at the switch ([`ForeignSet`], from
+//! [`Rewrite::seen`]) and keeps the rest.
 //!
 //! Everything else is forwarded byte for byte. The removals are counted in [`Removed`], for
 //! metrics.
@@ -43,13 +54,29 @@ use crate::config::InjectionSlot;
 use crate::inject::{self, InjectError, Plan};
 use crate::json::{self, DuplicateKey, EditError, JsonError, Kind, ListEdit, Span};
 
+mod anthropic;
+mod foreign;
+
+use anthropic::anthropic;
+pub use foreign::{ForeignSet, MAX_FOREIGN, digest};
+
 /// The Codex sticky-routing header: it names server state of the old account, so the caller
 /// drops it from the request on a switch.
 pub const TURN_STATE_HEADER: &str = "x-codex-turn-state";
 
-/// The text of the developer note that replaces a `compaction` item.
+/// The text of the developer note that replaces a `compaction` item when the request also
+/// carries the context handoff.
 pub const COMPACTION_NOTE: &str = "Earlier context of this conversation was compacted on \
 another account and cannot be carried over; it is summarised in the context handoff.";
+
+/// The text of the developer note that replaces a `compaction` item when no handoff is
+/// injected into the request.
+pub const COMPACTION_NOTE_ALONE: &str = "Earlier context of this conversation was compacted \
+on another account and cannot be carried over; it is not available here.";
+
+/// The text that replaces an encrypted tool output or agent message minted by another account.
+pub const FOREIGN_OUTPUT_NOTE: &str = "[This content was produced on another account and \
+cannot be read here.]";
 
 /// What was removed from a body, by kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -62,6 +89,9 @@ pub struct Removed {
     pub reasoning_items: u32,
     /// Responses `compaction` input items replaced by a note.
     pub compaction_items: u32,
+    /// Other Responses input items carrying `encrypted_content` (encrypted tool outputs and
+    /// agent messages) replaced by a plain note.
+    pub encrypted_items: u32,
     /// Anthropic `thinking` blocks.
     pub thinking_blocks: u32,
     /// Anthropic `redacted_thinking` blocks.
@@ -70,6 +100,8 @@ pub struct Removed {
     pub empty_messages: u32,
     /// Anthropic requests whose extended thinking was disabled (0 or 1).
     pub thinking_disabled: u32,
+    /// Anthropic `context_management` edits dropped because they need thinking.
+    pub context_edits: u32,
 }
 
 impl Removed {
@@ -85,13 +117,39 @@ impl Removed {
             ("conversation", self.conversation),
             ("reasoning", self.reasoning_items),
             ("compaction", self.compaction_items),
+            ("encrypted_item", self.encrypted_items),
             ("thinking", self.thinking_blocks),
             ("redacted_thinking", self.redacted_thinking_blocks),
             ("empty_message", self.empty_messages),
             ("thinking_disabled", self.thinking_disabled),
+            ("context_edit", self.context_edits),
         ]
         .into_iter()
         .filter(|(_, n)| *n > 0)
+    }
+}
+
+/// Which account-bound state a rewrite removes.
+#[derive(Debug, Clone, Copy)]
+pub enum Scope<'a> {
+    /// All of it: the first request on a new account, or a repair after the provider rejected
+    /// the state.
+    All,
+    /// Only the pieces whose digest is in the set (minted by earlier accounts); the rest was
+    /// minted by the serving account and is kept.
+    Foreign(&'a ForeignSet),
+    /// None: only the handoff is injected.
+    Nothing,
+}
+
+impl Scope<'_> {
+    /// Whether a piece whose token has `digest` (`None`: no token) goes.
+    fn strips(&self, digest: Option<u64>) -> bool {
+        match self {
+            Scope::All => true,
+            Scope::Foreign(set) => digest.is_some_and(|d| set.contains(d)),
+            Scope::Nothing => false,
+        }
     }
 }
 
@@ -137,13 +195,35 @@ impl From<JsonError> for PortableError {
     }
 }
 
-/// Removes the account-bound state of `body` (see the module docs).
+/// Member names only account-bound state uses.
+const BOUND_MARKERS: [&[u8]; 5] = [
+    b"\"encrypted_content\"",
+    b"\"previous_response_id\"",
+    b"\"conversation\"",
+    b"\"signature\"",
+    b"\"redacted_thinking\"",
+];
+
+/// Whether `body` may carry account-bound state, from a byte scan (no parse): `false` means
+/// certainly none, so there is nothing [`rewrite`] could remove.
+///
+/// ```
+/// use context_relay_core::portable::may_carry_bound_state;
+/// assert!(may_carry_bound_state(br#"{"input":[{"type":"reasoning","encrypted_content":"x"}]}"#));
+/// assert!(!may_carry_bound_state(br#"{"input":"hi"}"#));
+/// ```
+pub fn may_carry_bound_state(body: &[u8]) -> bool {
+    BOUND_MARKERS
+        .iter()
+        .any(|m| memchr::memmem::find(body, m).is_some())
+}
+
+/// Removes all account-bound state of `body` (see the module docs).
 pub fn make_portable(shape: ApiShape, body: &[u8]) -> Result<Portable, PortableError> {
-    let mut plan = Plan::new(body)?;
-    let removed = plan_portable(&mut plan, shape)?;
+    let r = rewrite(shape, body, Scope::All, None, InjectionSlot::default())?;
     Ok(Portable {
-        body: plan.finish()?,
-        removed,
+        body: r.body,
+        removed: r.removed,
     })
 }
 
@@ -159,21 +239,61 @@ pub struct Rewrite {
     /// Why the message could not be injected, if it could not; the body is then only made
     /// portable.
     pub inject_error: Option<InjectError>,
+    /// The digests of every piece of account-bound state the body carried (removed or kept),
+    /// in body order: on a switch, exactly what the new account must treat as foreign.
+    pub seen: Vec<u64>,
 }
 
 /// Makes `body` portable and, with a `message`, injects it, from one scan of the body.
 ///
-/// An injection failure (a body of an unexpected shape) does not undo the portability edits:
-/// the request still needs them to be accepted by the new account. It is reported in
-/// [`Rewrite::inject_error`].
+/// The same as [`rewrite`] with [`Scope::All`].
 pub fn rewrite_for_switch(
     shape: ApiShape,
     body: &[u8],
     message: Option<&str>,
     slot: InjectionSlot,
 ) -> Result<Rewrite, PortableError> {
+    rewrite(shape, body, Scope::All, message, slot)
+}
+
+/// Removes the account-bound state that `scope` names and, with a `message`, injects it, from
+/// one scan of the body.
+///
+/// An injection failure (a body of an unexpected shape) does not undo the portability edits:
+/// the request still needs them to be accepted by the new account. It is reported in
+/// [`Rewrite::inject_error`]. A `compaction` item's note says the earlier context is in the
+/// handoff only when the message was injected.
+///
+/// ```
+/// use context_relay_core::ApiShape;
+/// use context_relay_core::config::InjectionSlot;
+/// use context_relay_core::portable::{ForeignSet, Scope, digest, rewrite};
+///
+/// let body = br#"{"input":[{"type":"reasoning","encrypted_content":"A1"},{"type":"reasoning","encrypted_content":"B1"}]}"#;
+/// let foreign = ForeignSet::from_digests([digest(br#""A1""#)]);
+/// let r = rewrite(ApiShape::Responses, body, Scope::Foreign(&foreign), None, InjectionSlot::InputItem).unwrap();
+/// assert_eq!(r.body.unwrap(), br#"{"input":[{"type":"reasoning","encrypted_content":"B1"}]}"#);
+/// assert_eq!(r.seen, [digest(br#""A1""#), digest(br#""B1""#)]);
+/// ```
+pub fn rewrite(
+    shape: ApiShape,
+    body: &[u8],
+    scope: Scope<'_>,
+    message: Option<&str>,
+    slot: InjectionSlot,
+) -> Result<Rewrite, PortableError> {
     let mut plan = Plan::new(body)?;
-    let removed = plan_portable(&mut plan, shape)?;
+    let mut cx = Cx {
+        scope,
+        removed: Removed::default(),
+        seen: Vec::new(),
+        compactions: Vec::new(),
+    };
+    match shape {
+        ApiShape::Responses => responses(&mut plan, &mut cx)?,
+        ApiShape::AnthropicMessages => anthropic(&mut plan, &mut cx)?,
+        ApiShape::ChatCompletions | ApiShape::Gemini => {}
+    }
     let mut inject_error = None;
     let mut injected = false;
     if let Some(message) = message {
@@ -187,40 +307,68 @@ pub fn rewrite_for_switch(
             }
         }
     }
+    let note = compaction_note(if injected {
+        COMPACTION_NOTE
+    } else {
+        COMPACTION_NOTE_ALONE
+    });
+    for item in cx.compactions {
+        plan.edits.replace(item, note.clone().into_bytes());
+    }
     Ok(Rewrite {
         body: plan.finish()?,
-        removed,
+        removed: cx.removed,
         injected,
         inject_error,
+        seen: cx.seen,
     })
 }
 
-fn plan_portable(plan: &mut Plan<'_>, shape: ApiShape) -> Result<Removed, PortableError> {
-    let mut removed = Removed::default();
-    match shape {
-        ApiShape::Responses => responses(plan, &mut removed)?,
-        ApiShape::AnthropicMessages => anthropic(plan, &mut removed)?,
-        ApiShape::ChatCompletions | ApiShape::Gemini => {}
+/// The state of one rewrite.
+pub(super) struct Cx<'s> {
+    pub(super) scope: Scope<'s>,
+    pub(super) removed: Removed,
+    pub(super) seen: Vec<u64>,
+    /// `compaction` items to replace by a note, once it is known whether a handoff goes in.
+    compactions: Vec<Span>,
+}
+
+impl Cx<'_> {
+    /// Records the token at `span` (if any) as seen; whether its piece goes.
+    pub(super) fn judge(&mut self, body: &[u8], span: Option<&Span>) -> bool {
+        let d = span.map(|s| digest(&body[s.clone()]));
+        if let Some(d) = d {
+            self.seen.push(d);
+        }
+        self.scope.strips(d)
     }
-    Ok(removed)
 }
 
 /// The decoded string member `key` of the object at `span`, if it is one.
-fn string_member<'a>(body: &'a [u8], object: &json::Object<'a>, key: &str) -> Option<Cow<'a, str>> {
+pub(super) fn string_member<'a>(
+    body: &'a [u8],
+    object: &json::Object<'a>,
+    key: &str,
+) -> Option<Cow<'a, str>> {
     let f = object.get(key)?;
     json::decode_str(body, f.value.clone()).ok()
 }
 
-fn responses(plan: &mut Plan<'_>, removed: &mut Removed) -> Result<(), PortableError> {
+fn responses(plan: &mut Plan<'_>, cx: &mut Cx<'_>) -> Result<(), PortableError> {
     let body = plan.body;
     for (i, f) in plan.root.fields.iter().enumerate() {
         // Every copy goes: there is nothing to choose between.
-        match f.key.as_ref() {
-            "previous_response_id" => removed.previous_response_id += 1,
-            "conversation" => removed.conversation += 1,
+        let counter = match f.key.as_ref() {
+            "previous_response_id" => &mut cx.removed.previous_response_id,
+            "conversation" => &mut cx.removed.conversation,
             _ => continue,
+        };
+        let d = digest(&body[f.value.clone()]);
+        cx.seen.push(d);
+        if cx.scope.strips(Some(d)) {
+            *counter += 1;
+            plan.root_edit.drop_member(i);
         }
-        plan.root_edit.drop_member(i);
     }
     let Some(i) = plan.field("input")? else {
         return Ok(());
@@ -231,20 +379,33 @@ fn responses(plan: &mut Plan<'_>, removed: &mut Removed) -> Result<(), PortableE
     }
     let input = json::array_at(body, span)?;
     let mut list = ListEdit::new(&input.span, input.items.clone());
-    let note = compaction_note();
     for (k, item) in input.items.iter().enumerate() {
-        if plan.kind(item) != Kind::Object {
+        // Only objects that may carry account-bound state are scanned member by member.
+        if plan.kind(item) != Kind::Object || !may_be_bound(&body[item.clone()]) {
             continue;
         }
         let object = json::object_at(body, item.clone())?;
-        match string_member(body, &object, "type").as_deref() {
+        let blob = object.get("encrypted_content").map(|f| f.value.clone());
+        let ty = string_member(body, &object, "type");
+        match ty.as_deref() {
             Some("reasoning") => {
-                list.drop_member(k);
-                removed.reasoning_items += 1;
+                let token = blob.or_else(|| object.get("id").map(|f| f.value.clone()));
+                if cx.judge(body, token.as_ref()) {
+                    list.drop_member(k);
+                    cx.removed.reasoning_items += 1;
+                }
             }
-            Some("compaction") => {
-                plan.edits.replace(item.clone(), note.clone().into_bytes());
-                removed.compaction_items += 1;
+            Some("compaction") if cx.judge(body, blob.as_ref()) => {
+                cx.compactions.push(item.clone());
+                cx.removed.compaction_items += 1;
+            }
+            Some("compaction") => {}
+            _ if blob.as_ref().is_some_and(|b| plan.kind(b) == Kind::String)
+                && cx.judge(body, blob.as_ref()) =>
+            {
+                let note = foreign_item_note(body, &object, ty.as_deref());
+                plan.edits.replace(item.clone(), note.into_bytes());
+                cx.removed.encrypted_items += 1;
             }
             _ => {}
         }
@@ -253,159 +414,51 @@ fn responses(plan: &mut Plan<'_>, removed: &mut Removed) -> Result<(), PortableE
     Ok(())
 }
 
-fn compaction_note() -> String {
+/// Whether an input item's bytes can hold account-bound state: reasoning and compaction
+/// items, and anything with an `encrypted_content` member. Most items of a long history are
+/// messages and tool calls; this skips their member scan.
+fn may_be_bound(item: &[u8]) -> bool {
+    memchr::memmem::find(item, b"encrypted_content").is_some()
+        || memchr::memmem::find(item, b"reasoning").is_some()
+        || memchr::memmem::find(item, b"compaction").is_some()
+}
+
+fn compaction_note(text: &str) -> String {
     format!(
         r#"{{"type":"message","role":"developer","content":[{{"type":"input_text","text":{}}}]}}"#,
-        inject::json_string(COMPACTION_NOTE)
+        inject::json_string(text)
     )
 }
 
-/// What the thinking rule needs to know about one message.
-#[derive(Debug, Default, Clone, Copy)]
-struct Turn {
-    assistant: bool,
-    /// The assistant turn began with a (redacted) thinking block.
-    began_with_thinking: bool,
-    /// A thinking block was removed from it.
-    lost_thinking: bool,
-    /// A user turn holding `tool_result` blocks.
-    tool_results: bool,
-    dropped: bool,
-}
-
-fn anthropic(plan: &mut Plan<'_>, removed: &mut Removed) -> Result<(), PortableError> {
-    let body = plan.body;
-    let Some(i) = plan.field("messages")? else {
-        return Ok(());
-    };
-    let span = plan.value(i);
-    if plan.kind(&span) != Kind::Array {
-        return Ok(());
+/// What replaces an item carrying another account's `encrypted_content`: a tool output keeps
+/// its call answered (a call left without output is rejected), anything else becomes a plain
+/// message of the same role.
+fn foreign_item_note(body: &[u8], object: &json::Object<'_>, ty: Option<&str>) -> String {
+    let text = inject::json_string(FOREIGN_OUTPUT_NOTE);
+    if let Some(call_id) = object.get("call_id") {
+        let ty = ty
+            .filter(|t| t.ends_with("_output"))
+            .unwrap_or("function_call_output");
+        return format!(
+            r#"{{"type":{},"call_id":{},"output":{text}}}"#,
+            inject::json_string(ty),
+            String::from_utf8_lossy(&body[call_id.value.clone()]),
+        );
     }
-    let messages = json::array_at(body, span)?;
-    let mut list = ListEdit::new(&messages.span, messages.items.clone());
-    let mut turns = Vec::with_capacity(messages.items.len());
-    for (k, item) in messages.items.iter().enumerate() {
-        let mut turn = Turn::default();
-        if plan.kind(item) == Kind::Object {
-            let object = json::object_at(body, item.clone())?;
-            let role = string_member(body, &object, "role");
-            let content = object
-                .get("content")
-                .map(|f| f.value.clone())
-                .filter(|c| plan.kind(c) == Kind::Array);
-            match (role.as_deref(), content) {
-                (Some("assistant"), Some(content)) => {
-                    turn.assistant = true;
-                    strip_thinking(plan, content, &mut turn, removed)?;
-                    if turn.dropped {
-                        list.drop_member(k);
-                        removed.empty_messages += 1;
-                    }
-                }
-                (Some("assistant"), None) => turn.assistant = true,
-                (Some("user"), Some(content)) => {
-                    let blocks = json::array_at(body, content)?;
-                    for b in &blocks.items {
-                        if block_type(body, b)?.as_deref() == Some("tool_result") {
-                            turn.tool_results = true;
-                            break;
-                        }
-                    }
-                }
-                _ => {}
-            }
-        }
-        turns.push(turn);
-    }
-    if thinking_needs_disabling(plan, &turns)?
-        && let Some(t) = plan.field("thinking")?
-    {
-        plan.edits
-            .replace(plan.value(t), br#"{"type":"disabled"}"#.to_vec());
-        removed.thinking_disabled = 1;
-    }
-    if !list.is_noop() {
-        list.finish(&mut plan.edits);
-    }
-    Ok(())
-}
-
-/// The `type` of a content block, when it is an object with a string `type`.
-fn block_type<'a>(body: &'a [u8], block: &Span) -> Result<Option<Cow<'a, str>>, JsonError> {
-    if Kind::of(body, block) != Some(Kind::Object) {
-        return Ok(None);
-    }
-    let object = json::object_at(body, block.clone())?;
-    Ok(string_member(body, &object, "type"))
-}
-
-/// Plans the removal of the thinking blocks of one assistant message's `content`.
-fn strip_thinking(
-    plan: &mut Plan<'_>,
-    content: Span,
-    turn: &mut Turn,
-    removed: &mut Removed,
-) -> Result<(), PortableError> {
-    let blocks = json::array_at(plan.body, content)?;
-    let mut list = ListEdit::new(&blocks.span, blocks.items.clone());
-    for (k, b) in blocks.items.iter().enumerate() {
-        let ty = block_type(plan.body, b)?;
-        let counter = match ty.as_deref() {
-            Some("thinking") => &mut removed.thinking_blocks,
-            Some("redacted_thinking") => &mut removed.redacted_thinking_blocks,
-            _ => continue,
-        };
-        *counter += 1;
-        if k == 0 {
-            turn.began_with_thinking = true;
-        }
-        turn.lost_thinking = true;
-        list.drop_member(k);
-    }
-    if !turn.lost_thinking {
-        return Ok(());
-    }
-    if list.len_after() == 0 {
-        // The whole message goes; its own edits would overlap that removal.
-        turn.dropped = true;
+    let role = string_member(body, object, "role");
+    let role = role
+        .as_deref()
+        .filter(|r| matches!(*r, "user" | "developer" | "system"))
+        .unwrap_or("assistant");
+    let part = if role == "assistant" {
+        "output_text"
     } else {
-        list.finish(&mut plan.edits);
-    }
-    Ok(())
-}
-
-/// Whether extended thinking is on and the request continues an assistant turn whose
-/// thinking block was removed (see the module docs).
-fn thinking_needs_disabling(plan: &Plan<'_>, turns: &[Turn]) -> Result<bool, PortableError> {
-    let Some(t) = plan.field("thinking")? else {
-        return Ok(false);
+        "input_text"
     };
-    let span = plan.value(t);
-    if plan.kind(&span) != Kind::Object {
-        return Ok(false);
-    }
-    let object = json::object_at(plan.body, span)?;
-    let on = matches!(
-        string_member(plan.body, &object, "type").as_deref(),
-        Some("enabled" | "adaptive")
-    );
-    if !on {
-        return Ok(false);
-    }
-    let Some((last, before)) = turns.split_last() else {
-        return Ok(false);
-    };
-    // An assistant prefill that lost its thinking.
-    if last.assistant && !last.dropped && last.lost_thinking {
-        return Ok(true);
-    }
-    // Tool results answering an assistant turn that began with thinking.
-    Ok(!last.assistant
-        && last.tool_results
-        && before
-            .last()
-            .is_some_and(|prev| prev.assistant && prev.began_with_thinking))
+    format!(
+        r#"{{"type":"message","role":{},"content":[{{"type":"{part}","text":{text}}}]}}"#,
+        inject::json_string(role)
+    )
 }
 
 #[cfg(test)]

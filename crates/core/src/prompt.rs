@@ -1,51 +1,83 @@
-//! The summary request: the prompt and the request body that carries it, in the API shape of
-//! the request that triggered it (DESIGN §4.3).
+//! The summary request: the prompt, and a request body the serving account accepts, derived
+//! from the request that triggered it.
 //!
-//! The body is minimal on purpose: one user message, `stream` as the provider needs it,
-//! `temperature` [`SUMMARY_TEMPERATURE`] and an output limit of [`SUMMARY_MAX_TOKENS`]. No
-//! tools, no system prompt, no reasoning settings: the summary must not start a tool cycle and
-//! must not depend on the client's options.
+//! The summary goes to the same account and endpoint as the user's turn, so it keeps what that
+//! account needs to accept a request and replaces the conversation by one user message (the
+//! prompt). Subscription backends are strict: the ChatGPT Codex backend takes only what Codex
+//! itself sends (streamed, `store: false`, the client's own `instructions`), Claude
+//! subscriptions expect the client's own system prompt, and reasoning models reject sampling
+//! parameters. Hence:
 //!
 //! | shape | body |
 //! |---|---|
-//! | Chat Completions | `model`, `messages`, `stream`, `temperature`, `max_tokens` |
-//! | Responses | `model`, `input` (one user message item), `stream`, `temperature`, `max_output_tokens`, `store: false` |
-//! | Anthropic Messages | `model`, `messages`, `stream`, `temperature`, `max_tokens` |
-//! | Gemini | `contents`, `generationConfig {temperature, maxOutputTokens}` |
+//! | Responses | `model`, `instructions` (unchanged, when sent), `input` (one user message item), `store` and `stream` (as sent), `max_output_tokens` |
+//! | Anthropic Messages | `model`, `system` (as sent), `messages`, `max_tokens` (required), `thinking: {"type": "disabled"}`, `stream` |
+//! | Chat Completions | `model`, `messages`, `stream`, `max_completion_tokens` for OpenAI reasoning families (`o1`, `o3`, `o4`, `gpt-5`…), else `max_tokens` |
+//! | Gemini | `contents`, `generationConfig.maxOutputTokens` (model and streaming are in the URL) |
 //!
-//! Responses bodies carry `store: false` so the provider does not keep the summary as a stored
-//! response (the ChatGPT Codex backend also rejects `store: true`). Gemini takes the model and
-//! streaming from the URL (`models/{model}:generateContent` or `:streamGenerateContent`), so
-//! its body has neither `model` nor `stream`.
+//! No sampling parameter is sent unless [`SummarySettings::params`] asks for it (merged at the
+//! top level of the body). `stream` is the client's for Responses and `false` elsewhere unless
+//! [`SummarySettings::stream`] says otherwise. Gemini names its model in the URL, which the
+//! summary request shares with the turn, so [`SummarySettings::model`] does not apply to it.
 //!
 //! ```
-//! use context_relay_core::{ApiShape, prompt::summary_request};
+//! use context_relay_core::{ApiShape, prompt::{SummarySettings, summary_request}};
+//! use serde_json::json;
 //!
-//! let body = summary_request(ApiShape::ChatCompletions, "gpt-5", "[1] USER:\nhi", false);
-//! let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
-//! assert_eq!(v["max_tokens"], 800);
-//! assert!(v["messages"][0]["content"].as_str().unwrap().ends_with("[1] USER:\nhi\n</conversation>"));
+//! let turn = json!({"model": "gpt-5.5", "instructions": "You are Codex.", "store": false,
+//!     "stream": true, "input": [], "tools": [], "reasoning": {"effort": "high"}});
+//! let body = summary_request(ApiShape::Responses, &turn, "the prompt", &SummarySettings::default());
+//! assert_eq!(body, json!({"model": "gpt-5.5", "instructions": "You are Codex.", "store": false,
+//!     "stream": true, "max_output_tokens": 800, "input": [{"type": "message", "role": "user",
+//!     "content": [{"type": "input_text", "text": "the prompt"}]}]}));
 //! ```
 
-use serde_json::{Value, json};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
 
 use crate::api::ApiShape;
 
-/// `temperature` of the summary call: low, so the JSON shape is followed.
-pub const SUMMARY_TEMPERATURE: f64 = 0.1;
-/// Output token limit of the summary call: room for 200 words plus the lists, with margin.
+/// Default output token limit of the summary call: room for 200 words plus the lists.
 pub const SUMMARY_MAX_TOKENS: u32 = 800;
 
-/// The summary prompt around a formatted history ([`crate::select::Selection::text`]).
+/// How summary requests to one provider are made (the gateway's `[providers.summary]` table).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SummarySettings {
+    /// The model that writes summaries; unset = the model of the triggering request.
+    pub model: Option<String>,
+    /// Output token limit (default 800).
+    pub max_output_tokens: u32,
+    /// Whether to ask for a streamed reply; unset = as the client did (Responses) or `false`.
+    pub stream: Option<bool>,
+    /// Extra body fields merged at the top level, e.g. `temperature = 0.2` for a model that
+    /// takes it.
+    pub params: Map<String, Value>,
+}
+
+impl Default for SummarySettings {
+    fn default() -> Self {
+        Self {
+            model: None,
+            max_output_tokens: SUMMARY_MAX_TOKENS,
+            stream: None,
+            params: Map::new(),
+        }
+    }
+}
+
+/// The summary prompt around a formatted history ([`crate::select::Selection::text`]) and the
+/// files the session touched.
 ///
 /// The history goes last, between `<conversation>` tags, so the instructions cannot be read
 /// as part of it.
-pub fn summary_prompt(history: &str) -> String {
+pub fn summary_prompt(history: &str, touched_files: &[String]) -> String {
     const HEAD: &str = "\
 You are writing a handoff note. The conversation below is moving to another AI account, which \
 will receive your note instead of the full history and must carry on as if nothing changed. \
 Capture what that assistant needs to continue seamlessly: the goal, the current state of the \
-work, what was decided and why, and what comes next.
+work, what was decided and why, and what comes next. Parts of the history were left out to \
+keep it short; they are marked.
 
 Reply with ONE JSON object and nothing else: no markdown, no code fence, no text before or after \
 it. Use exactly these keys:
@@ -55,127 +87,129 @@ it. Use exactly these keys:
 - \"activeEntities\": array of strings, the files, features, functions and other identifiers \
 in play.
 
-Write the note in the language of the conversation. Here is the conversation:
-
-<conversation>
+Write the note in the language of the conversation.
 ";
-    let mut prompt = String::with_capacity(HEAD.len() + history.len() + 16);
+    let files_len: usize = touched_files.iter().map(|f| f.len() + 3).sum();
+    let mut prompt = String::with_capacity(HEAD.len() + history.len() + files_len + 96);
     prompt.push_str(HEAD);
+    if !touched_files.is_empty() {
+        prompt.push_str("\nFiles the session touched, newest first:\n");
+        for f in touched_files {
+            prompt.push_str("- ");
+            prompt.push_str(f);
+            prompt.push('\n');
+        }
+    }
+    prompt.push_str("\nHere is the conversation:\n\n<conversation>\n");
     prompt.push_str(history);
     prompt.push_str("\n</conversation>");
     prompt
 }
 
-/// The summary request body, in `shape`, for `model` and `history` (see the module docs).
-pub fn summary_request(shape: ApiShape, model: &str, history: &str, stream: bool) -> Vec<u8> {
-    let prompt = summary_prompt(history);
-    let body: Value = match shape {
-        ApiShape::ChatCompletions => json!({
-            "model": model,
-            "messages": [{"role": "user", "content": prompt}],
-            "stream": stream,
-            "temperature": SUMMARY_TEMPERATURE,
-            "max_tokens": SUMMARY_MAX_TOKENS,
-        }),
-        ApiShape::Responses => json!({
-            "model": model,
-            "input": [{
-                "type": "message",
-                "role": "user",
-                "content": [{"type": "input_text", "text": prompt}],
-            }],
-            "stream": stream,
-            "store": false,
-            "temperature": SUMMARY_TEMPERATURE,
-            "max_output_tokens": SUMMARY_MAX_TOKENS,
-        }),
-        ApiShape::AnthropicMessages => json!({
-            "model": model,
-            "max_tokens": SUMMARY_MAX_TOKENS,
-            "messages": [{"role": "user", "content": prompt}],
-            "stream": stream,
-            "temperature": SUMMARY_TEMPERATURE,
-        }),
-        ApiShape::Gemini => json!({
-            "contents": [{"role": "user", "parts": [{"text": prompt}]}],
-            "generationConfig": {
-                "temperature": SUMMARY_TEMPERATURE,
-                "maxOutputTokens": SUMMARY_MAX_TOKENS,
-            },
-        }),
-    };
-    // Display of a Value is infallible, unlike `to_vec`'s signature suggests.
-    body.to_string().into_bytes()
+/// Whether a Chat Completions model is of an OpenAI reasoning family, which takes
+/// `max_completion_tokens` and rejects `max_tokens`.
+///
+/// ```
+/// use context_relay_core::prompt::is_reasoning_model;
+/// assert!(is_reasoning_model("gpt-5.1-codex") && is_reasoning_model("openai/o3-mini"));
+/// assert!(!is_reasoning_model("gpt-4.1-mini"));
+/// ```
+pub fn is_reasoning_model(model: &str) -> bool {
+    let name = model
+        .rsplit('/')
+        .next()
+        .unwrap_or(model)
+        .to_ascii_lowercase();
+    ["o1", "o3", "o4", "gpt-5"]
+        .iter()
+        .any(|family| name.starts_with(family))
+}
+
+/// The summary request body in `shape`, derived from the triggering request `trigger` (see the
+/// module docs), carrying `prompt` as its one user message.
+pub fn summary_request(
+    shape: ApiShape,
+    trigger: &Value,
+    prompt: &str,
+    settings: &SummarySettings,
+) -> Value {
+    let field = |k: &str| trigger.get(k).filter(|v| !v.is_null()).cloned();
+    let model = settings
+        .model
+        .clone()
+        .filter(|m| !m.trim().is_empty())
+        .map(Value::String)
+        .or_else(|| field("model"));
+    let limit = settings.max_output_tokens;
+    let mut body = Map::new();
+    match shape {
+        ApiShape::Responses => {
+            body.extend(model.map(|m| ("model".to_owned(), m)));
+            body.extend(field("instructions").map(|v| ("instructions".to_owned(), v)));
+            body.insert(
+                "input".to_owned(),
+                json!([{
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": prompt}],
+                }]),
+            );
+            body.extend(field("store").map(|v| ("store".to_owned(), v)));
+            let stream = settings.stream.map(Value::Bool).or_else(|| field("stream"));
+            body.extend(stream.map(|v| ("stream".to_owned(), v)));
+            body.insert("max_output_tokens".to_owned(), json!(limit));
+        }
+        ApiShape::AnthropicMessages => {
+            body.extend(model.map(|m| ("model".to_owned(), m)));
+            body.extend(field("system").map(|v| ("system".to_owned(), v)));
+            body.insert(
+                "messages".to_owned(),
+                json!([{"role": "user", "content": prompt}]),
+            );
+            body.insert("max_tokens".to_owned(), json!(limit));
+            body.insert("thinking".to_owned(), json!({"type": "disabled"}));
+            body.insert(
+                "stream".to_owned(),
+                Value::Bool(settings.stream.unwrap_or(false)),
+            );
+        }
+        ApiShape::ChatCompletions => {
+            let reasoning = model
+                .as_ref()
+                .and_then(Value::as_str)
+                .is_some_and(is_reasoning_model);
+            body.extend(model.map(|m| ("model".to_owned(), m)));
+            body.insert(
+                "messages".to_owned(),
+                json!([{"role": "user", "content": prompt}]),
+            );
+            body.insert(
+                "stream".to_owned(),
+                Value::Bool(settings.stream.unwrap_or(false)),
+            );
+            let key = if reasoning {
+                "max_completion_tokens"
+            } else {
+                "max_tokens"
+            };
+            body.insert(key.to_owned(), json!(limit));
+        }
+        ApiShape::Gemini => {
+            body.insert(
+                "contents".to_owned(),
+                json!([{"role": "user", "parts": [{"text": prompt}]}]),
+            );
+            body.insert(
+                "generationConfig".to_owned(),
+                json!({"maxOutputTokens": limit}),
+            );
+        }
+    }
+    for (k, v) in &settings.params {
+        body.insert(k.clone(), v.clone());
+    }
+    Value::Object(body)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::conversation::Conversation;
-
-    fn parse(body: &[u8]) -> Value {
-        serde_json::from_slice(body).expect("summary request is JSON")
-    }
-
-    #[test]
-    fn prompt_names_every_key_and_carries_the_history() {
-        let p = summary_prompt("[1] USER:\nhello <b>");
-        for key in [
-            "\"summary\"",
-            "\"keyDecisions\"",
-            "\"taskProgress\"",
-            "\"activeEntities\"",
-        ] {
-            assert!(p.contains(key), "{key}");
-        }
-        assert!(p.contains("200 words"));
-        assert!(p.contains("ONE JSON object"));
-        assert!(p.ends_with("<conversation>\n[1] USER:\nhello <b>\n</conversation>"));
-    }
-
-    #[test]
-    fn every_shape_carries_temperature_and_limit() {
-        let history = "[1] USER:\n\"quoted\" \\ text";
-        for shape in [
-            ApiShape::ChatCompletions,
-            ApiShape::Responses,
-            ApiShape::AnthropicMessages,
-            ApiShape::Gemini,
-        ] {
-            for stream in [false, true] {
-                let v = parse(&summary_request(shape, "m-1", history, stream));
-                let (temp, limit) = match shape {
-                    ApiShape::Gemini => (
-                        &v["generationConfig"]["temperature"],
-                        &v["generationConfig"]["maxOutputTokens"],
-                    ),
-                    ApiShape::Responses => (&v["temperature"], &v["max_output_tokens"]),
-                    _ => (&v["temperature"], &v["max_tokens"]),
-                };
-                assert_eq!(temp.as_f64(), Some(0.1), "{shape}");
-                assert_eq!(limit.as_u64(), Some(800), "{shape}");
-                if shape == ApiShape::Gemini {
-                    assert!(v.get("stream").is_none());
-                    assert!(v.get("model").is_none());
-                } else {
-                    assert_eq!(v["stream"], stream, "{shape}");
-                    assert_eq!(v["model"], "m-1");
-                }
-                // The body reads back as a one-entry conversation holding the prompt.
-                let conv = Conversation::from_value(shape, &v).expect("conversation");
-                assert_eq!(conv.len(), 1, "{shape}");
-                let entry = &conv.entries()[0];
-                assert_eq!(entry.role.as_deref(), Some("user"));
-                assert_eq!(entry.text(), summary_prompt(history));
-            }
-        }
-    }
-
-    #[test]
-    fn responses_request_is_not_stored() {
-        let v = parse(&summary_request(ApiShape::Responses, "gpt-5", "h", true));
-        assert_eq!(v["store"], false);
-        assert_eq!(v["input"][0]["type"], "message");
-        assert!(v.get("max_tokens").is_none());
-    }
-}
+mod tests;

@@ -1,6 +1,6 @@
 //! Text out of model replies: the summary text of a summary call ([`summary_text`]) and the
 //! assistant reply of a user turn, collected while the response streams by
-//! ([`ReplyCapture`]) (DESIGN §4.2, §4.3).
+//! ([`ReplyCapture`]).
 //!
 //! Both read the same forms:
 //!
@@ -15,7 +15,7 @@
 //!   `response.completed`'s output), Anthropic `content_block_delta` / `text_delta`, Gemini
 //!   `candidates[0].content.parts[].text`. Lines may end in `\n`, `\r\n` or `\r`; `[DONE]`
 //!   and undecodable events are skipped.
-//! - anything else: the body as text (invalid UTF-8 replaced), trimmed. A JSON body of no
+//! - anything else: the body as text, trimmed; a body that is not valid UTF-8 has no text. A JSON body of no
 //!   known shape is also returned as text, so that a bare handoff object still parses.
 //!
 //! The result is trimmed; blank is `None`.
@@ -35,10 +35,11 @@
 
 use serde_json::Value;
 
-use crate::conversation::{message_parts, push_content, responses_item, tool_call_line};
+use crate::conversation::{Parts, message_parts, push_content, responses_item, tool_call_line};
+use crate::ending::{EndDetector, Ending};
 use crate::parse::clamp_bytes;
 
-/// Largest assistant reply text kept by [`ReplyCapture`], in bytes (DESIGN §4.2: 16 KiB).
+/// Largest assistant reply text kept by [`ReplyCapture`], in bytes (16 KiB).
 pub const REPLY_CAP: usize = 16 * 1024;
 /// Largest non-streamed reply body [`ReplyCapture`] buffers; a longer body gives `None`
 /// rather than a cut JSON document that could not be read.
@@ -78,7 +79,9 @@ fn extract(body: &[u8], tools: bool, cap: usize) -> Option<String> {
         reader.push(body);
         return reader.finish();
     }
-    let raw = String::from_utf8_lossy(body);
+    // Never lossy: a body that is not UTF-8 is no text (replacement characters would reach the
+    // summary prompt).
+    let raw = std::str::from_utf8(body).ok()?;
     let raw = clamp_bytes(raw.trim(), cap).trim_end();
     (!raw.is_empty()).then(|| raw.to_owned())
 }
@@ -101,7 +104,7 @@ fn json_text(v: &Value, tools: bool) -> Option<String> {
     let chat = || {
         let msg = v.get("choices")?.get(0)?.get("message")?;
         let text = if tools {
-            message_parts(msg.as_object()?).join("\n")
+            message_parts(msg.as_object()?).into_texts().join("\n")
         } else {
             text_of(msg.get("content")?, "\n")
         };
@@ -124,9 +127,9 @@ fn json_text(v: &Value, tools: bool) -> Option<String> {
     let anthropic = || {
         let content = v.get("content")?;
         let text = if tools {
-            let mut parts = Vec::new();
+            let mut parts = Parts::default();
             push_content(&mut parts, content);
-            parts.join("\n")
+            parts.into_texts().join("\n")
         } else {
             text_of(content, "\n")
         };
@@ -135,9 +138,9 @@ fn json_text(v: &Value, tools: bool) -> Option<String> {
     let gemini = || {
         let parts = v.get("candidates")?.get(0)?.get("content")?.get("parts")?;
         let text = if tools {
-            let mut out = Vec::new();
+            let mut out = Parts::default();
             push_content(&mut out, parts);
-            out.join("\n")
+            out.into_texts().join("\n")
         } else {
             text_of(parts, "")
         };
@@ -194,16 +197,33 @@ fn responses_output_text(items: &[Value]) -> String {
 ///   gives up and [`finish`](Self::finish) returns `None`) and read at the end by the rules
 ///   of the module docs (a body mislabelled as JSON that is really SSE is still read), with
 ///   tool call lines, cut to `cap_bytes`.
+///
+/// A compressed reply ([`encoded`](Self::encoded)) is buffered as sent, up to
+/// [`RAW_JSON_LIMIT`] bytes, and decoded at the end (at most [`DECODED_LIMIT`] bytes); one
+/// that cannot be decoded has no text. Alongside the text, the capture tells how the body
+/// ended so far ([`ending`](Self::ending)), so a caller can count a streamed reply complete at
+/// its terminal event even when the client hangs up right after it.
 #[derive(Debug)]
 pub struct ReplyCapture {
     mode: Mode,
+    end: EndDetector,
 }
+
+/// Largest decoded size of a compressed reply.
+pub const DECODED_LIMIT: usize = 4 * RAW_JSON_LIMIT;
 
 #[derive(Debug)]
 enum Mode {
     Sse(SseReader),
     Json {
         buf: Vec<u8>,
+        cap: usize,
+        gave_up: bool,
+    },
+    Encoded {
+        raw: Vec<u8>,
+        encoding: String,
+        is_sse: bool,
         cap: usize,
         gave_up: bool,
     },
@@ -222,11 +242,60 @@ impl ReplyCapture {
                 gave_up: false,
             }
         };
-        Self { mode }
+        Self {
+            mode,
+            end: EndDetector::new(),
+        }
+    }
+
+    /// A capture for a reply sent with `content-encoding: encoding` (gzip, br, zstd, deflate;
+    /// `identity` or an empty value is no encoding).
+    pub fn encoded(is_sse: bool, cap_bytes: usize, encoding: &str) -> Self {
+        let encoding = encoding.trim();
+        if encoding.is_empty() || encoding.eq_ignore_ascii_case("identity") {
+            return Self::new(is_sse, cap_bytes);
+        }
+        Self {
+            mode: Mode::Encoded {
+                raw: Vec::new(),
+                encoding: encoding.to_owned(),
+                is_sse,
+                cap: cap_bytes,
+                gave_up: false,
+            },
+            end: EndDetector::new(),
+        }
+    }
+
+    /// How the body ended so far (see [`crate::ending`]). A compressed body is decoded to
+    /// tell, once; call this when the body will not grow any more.
+    pub fn ending(&mut self) -> Ending {
+        if let Mode::Encoded {
+            raw,
+            encoding,
+            is_sse,
+            cap,
+            gave_up,
+        } = &mut self.mode
+        {
+            if *gave_up {
+                return Ending::Unfinished;
+            }
+            let Ok(decoded) = crate::decode::decode(encoding, raw, DECODED_LIMIT) else {
+                return Ending::Unfinished;
+            };
+            let mut plain = Self::new(*is_sse, *cap);
+            plain.push(&decoded);
+            *self = plain;
+        }
+        self.end.ending()
     }
 
     /// Feeds the next chunk of the response body.
     pub fn push(&mut self, chunk: &[u8]) {
+        if !matches!(self.mode, Mode::Encoded { .. }) {
+            self.end.push(chunk);
+        }
         match &mut self.mode {
             Mode::Sse(reader) => reader.push(chunk),
             Mode::Json { buf, gave_up, .. } => {
@@ -240,6 +309,17 @@ impl ReplyCapture {
                     buf.extend_from_slice(chunk);
                 }
             }
+            Mode::Encoded { raw, gave_up, .. } => {
+                if *gave_up {
+                    return;
+                }
+                if raw.len() + chunk.len() > RAW_JSON_LIMIT {
+                    *gave_up = true;
+                    *raw = Vec::new();
+                } else {
+                    raw.extend_from_slice(chunk);
+                }
+            }
         }
     }
 
@@ -248,7 +328,7 @@ impl ReplyCapture {
     pub fn is_done(&self) -> bool {
         match &self.mode {
             Mode::Sse(reader) => reader.sink.full,
-            Mode::Json { gave_up, .. } => *gave_up,
+            Mode::Json { gave_up, .. } | Mode::Encoded { gave_up, .. } => *gave_up,
         }
     }
 
@@ -256,8 +336,24 @@ impl ReplyCapture {
     pub fn finish(self) -> Option<String> {
         match self.mode {
             Mode::Sse(reader) => reader.finish(),
-            Mode::Json { gave_up: true, .. } => None,
+            Mode::Json { gave_up: true, .. } | Mode::Encoded { gave_up: true, .. } => None,
             Mode::Json { buf, cap, .. } => extract(&buf, true, cap),
+            Mode::Encoded {
+                raw,
+                encoding,
+                is_sse,
+                cap,
+                ..
+            } => {
+                let decoded = match crate::decode::decode(&encoding, &raw, DECODED_LIMIT) {
+                    Ok(d) => d,
+                    // Never fall back to the raw bytes: an undecodable reply is no reply.
+                    Err(_) => return None,
+                };
+                let mut plain = Self::new(is_sse, cap);
+                plain.push(&decoded);
+                plain.finish()
+            }
         }
     }
 }
@@ -713,7 +809,8 @@ mod tests {
         );
         assert_eq!(summary_text(b"  \n\t"), None);
         assert_eq!(summary_text(b""), None);
-        assert_eq!(summary_text(b"ab\xffcd").as_deref(), Some("ab\u{fffd}cd"));
+        // Never lossy: invalid UTF-8 is no text.
+        assert_eq!(summary_text(b"ab\xffcd"), None);
     }
 
     #[test]

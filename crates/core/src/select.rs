@@ -1,26 +1,29 @@
 //! History selection: which part of a conversation is summarised, and how it is written out
-//! for the summary prompt (DESIGN §4.2).
+//! for the summary prompt.
 //!
 //! Source = the entries of the [`Conversation`] plus, when captured, the assistant reply of
-//! this turn (appended as an `assistant` entry). Then:
+//! this turn (one more `assistant` entry at the end). Each text part is put in a class:
 //!
-//! - entries without text (blank once trimmed) are left out before anything is counted, so they
-//!   never take one of the N places and never show up as an empty `[i] ROLE:` block;
-//! - system-like = role `system` or `developer` ([`Entry::is_system_like`]);
-//! - [`RelayMode::Standard`]: all system-like entries, in their original order, followed by the
-//!   last N others; [`RelayMode::SchemaLocked`]: the last N others only. N is
-//!   `max_messages` (at least 1);
-//! - the token estimate is `ceil(chars / 4)` of the formatted history ([`estimate_tokens`]);
-//!   while it exceeds [`TOKEN_BUDGET`] and more than the minimum remain (standard: system
-//!   count + 1; schema-locked: 1), the oldest non-system entry is dropped;
-//! - still over budget: in standard mode with system entries, only the system entries are kept;
-//!   otherwise the last non-system entry alone (already the state the loop ends in), so a
-//!   conversation that had text never yields an empty selection. That lone entry is kept whole
-//!   even when it alone exceeds the budget: cutting it would summarise a fragment.
+//! - **boilerplate**: every part of a `system` / `developer` entry, and user text that is client
+//!   context ([`crate::boilerplate`]). The next account receives the client's system prompt
+//!   anyway, so boilerplate gets at most [`BOILERPLATE_SHARE`] of the budget (and never more than
+//!   a ninth of the work written, so it stays ≤ 10 % of the history), each piece clipped to
+//!   [`BOILERPLATE_PIECE_CHARS`] with a visible marker; nothing in
+//!   [`RelayMode::SchemaLocked`];
+//! - **work**, filled by priority, newest first inside a class: the session's first user ask
+//!   (the task), the latest user ask, this turn's reply, earlier user asks, assistant text,
+//!   tool calls, tool outputs (one line each, see [`crate::conversation`]). Only the tool entries
+//!   among the last `max_messages` entries holding tool calls or outputs are considered; user and
+//!   assistant text is looked for across the whole conversation. Each piece is clipped
+//!   ([`TASK_CHARS`], [`REPLY_CHARS`], [`ASK_CHARS`]) so that the task, the latest ask and the
+//!   reply always fit together; a piece that does not fit the rest of the budget is left out.
 //!
-//! Formatting: entry `i` becomes `[i] ROLE:` + newline + its parts joined by newlines, with `i`
-//! counted **from 1** over the selected entries and `ROLE` upper-cased (`UNKNOWN` when missing
-//! or blank); entries are separated by one blank line.
+//! The chosen pieces are written in conversation order: `[i] ROLE:` and a newline, then the
+//! entry's kept pieces joined by newlines, with `i` the entry's position in the conversation
+//! (from 1; the reply is `len + 1`) and `ROLE` upper-cased (`UNKNOWN` when missing); entries are
+//! separated by a blank line, and every run of left-out entries is marked
+//! `[… N entries omitted …]`. The written history never exceeds [`TOKEN_BUDGET`] estimated
+//! tokens, and is never empty when the conversation had text.
 //!
 //! ```
 //! use context_relay_core::{ApiShape, RelayMode};
@@ -32,41 +35,70 @@
 //!     Entry::new(Some("user"), ["Rename foo to bar."]),
 //! ]);
 //! let s = select(&conv, Some("Done: 3 files changed."), RelayMode::Standard, 30);
-//! assert_eq!(s.text, "[1] SYSTEM:\nBe terse.\n\n[2] USER:\nRename foo to bar.\n\n[3] ASSISTANT:\nDone: 3 files changed.");
-//! assert_eq!((s.source_count, s.selected), (3, 3));
+//! // The system prompt is boilerplate: it may take a ninth of the work written, too little here.
+//! assert_eq!(s.text, "[… 1 entry omitted …]\n\n[2] USER:\nRename foo to bar.\n\n[3] ASSISTANT:\nDone: 3 files changed.");
+//! assert_eq!(s.task.as_deref(), Some("Rename foo to bar."));
+//! assert_eq!((s.source_count, s.selected), (3, 2));
 //! ```
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
+use crate::boilerplate::is_client_context;
 use crate::config::RelayMode;
-use crate::conversation::{Conversation, Entry};
+use crate::conversation::{Conversation, PartKind, TOOL_LINE_MAX_CHARS, tool_output_line};
+use crate::parse::clamp_chars;
+use crate::touched::touched_files;
 
 /// Largest estimated size of the formatted history, in tokens.
 pub const TOKEN_BUDGET: usize = 8000;
 /// Chars per token in the size estimate.
 pub const CHARS_PER_TOKEN: usize = 4;
+/// Share of the budget boilerplate may take, in percent.
+pub const BOILERPLATE_SHARE: usize = 10;
+/// Longest boilerplate piece kept, in chars (marker included).
+pub const BOILERPLATE_PIECE_CHARS: usize = 600;
+/// Longest first or latest user ask kept, in chars (marker included).
+pub const TASK_CHARS: usize = 6000;
+/// Longest captured reply of this turn kept, in chars (marker included).
+pub const REPLY_CHARS: usize = 8000;
+/// Longest earlier user ask or assistant text kept, in chars (marker included).
+pub const ASK_CHARS: usize = 2000;
 /// Role given to the captured assistant reply of this turn.
 pub const REPLY_ROLE: &str = "assistant";
 /// Role label written for an entry without a role.
 pub const UNKNOWN_ROLE: &str = "UNKNOWN";
 
-/// The history chosen for a summary.
+/// Chars of the whole budget.
+const BUDGET_CHARS: usize = TOKEN_BUDGET * CHARS_PER_TOKEN;
+/// Smallest boilerplate piece worth writing.
+const MIN_PIECE_CHARS: usize = 80;
+
+/// The history chosen for a summary, and the facts an extractive handoff is built from.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Selection {
-    /// The formatted history, ready for [`crate::prompt::summary_prompt`]; empty when nothing
-    /// was selected.
+    /// The formatted history, ready for [`crate::prompt::summary_prompt`]; empty when the
+    /// conversation had no text.
     pub text: String,
     /// Number of source entries: the conversation's entries plus the captured reply, if any
     /// (the handoff's `message_count`).
     pub source_count: usize,
-    /// Number of entries in `text`.
+    /// Number of entries written in `text`.
     pub selected: usize,
-    /// How many of them are system-like.
-    pub system_selected: usize,
+    /// Chars of `text` spent on boilerplate (pieces and the headers of entries holding only
+    /// boilerplate).
+    pub boilerplate_chars: usize,
     /// [`estimate_tokens`] of `text`.
     pub estimated_tokens: usize,
-    /// Whether the budget fallback (system entries only, or one entry alone) was taken.
-    pub over_budget: bool,
+    /// The session's first user ask (clipped), when there is one.
+    pub task: Option<String>,
+    /// The latest user ask (clipped), when there is one.
+    pub latest_ask: Option<String>,
+    /// The latest assistant text: this turn's reply when captured, else the last assistant
+    /// text of the conversation (clipped).
+    pub last_assistant: Option<String>,
+    /// Files the session's tool calls touched, newest first ([`crate::touched`]).
+    pub touched_files: Vec<String>,
 }
 
 impl Selection {
@@ -81,109 +113,49 @@ pub fn estimate_tokens(text: &str) -> usize {
     text.chars().count().div_ceil(CHARS_PER_TOKEN)
 }
 
-struct Item {
-    role: String,
-    text: String,
-    /// `role` + `text` in chars, so sizes are recomputed without re-reading the text.
-    chars: usize,
-    system: bool,
+/// Classes of pieces, in priority order (lower first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Class {
+    Task,
+    Latest,
+    Reply,
+    Ask,
+    Assistant,
+    ToolCall,
+    ToolOutput,
+    Boilerplate,
 }
 
-impl Item {
-    fn new(role: Option<&str>, text: String, system: bool) -> Self {
-        let role = match role.map(str::trim) {
-            Some(r) if !r.is_empty() => r.to_uppercase(),
-            _ => UNKNOWN_ROLE.to_owned(),
-        };
-        let chars = role.chars().count() + text.chars().count();
-        Self {
-            role,
-            text,
-            chars,
-            system,
-        }
-    }
-
-    fn from_entry(e: &Entry) -> Self {
-        Self::new(e.role.as_deref(), e.text(), e.is_system_like())
-    }
+/// One piece of an entry that can be selected.
+struct Piece<'a> {
+    entry: usize,
+    /// Order inside the entry.
+    order: usize,
+    class: Class,
+    text: Cow<'a, str>,
 }
 
-/// Chooses and formats the history to summarise (see the module docs for the rules).
-pub fn select(
-    conv: &Conversation,
-    assistant_reply: Option<&str>,
-    mode: RelayMode,
-    max_messages: u32,
-) -> Selection {
-    let reply = assistant_reply.filter(|r| !r.trim().is_empty());
-    let n = usize::try_from(max_messages.max(1)).unwrap_or(usize::MAX);
-    let entries = conv.entries();
-
-    let systems: Vec<Item> = match mode {
-        RelayMode::Standard => entries
-            .iter()
-            .filter(|e| e.is_system_like() && !e.is_blank())
-            .map(Item::from_entry)
-            .collect(),
-        RelayMode::SchemaLocked => Vec::new(),
-    };
-    // Only the last N others are ever formatted, so a long conversation costs N joins.
-    let mut others: Vec<Item> = Vec::with_capacity(n.min(entries.len() + 1));
-    let reply_slots = usize::from(reply.is_some());
-    let from_conv = n - reply_slots.min(n);
-    let mut picked: Vec<&Entry> = entries
-        .iter()
-        .rev()
-        .filter(|e| !e.is_system_like() && !e.is_blank())
-        .take(from_conv)
-        .collect();
-    picked.reverse();
-    others.extend(picked.into_iter().map(Item::from_entry));
-    if let Some(r) = reply {
-        others.push(Item::new(Some(REPLY_ROLE), r.to_owned(), false));
-    }
-
-    let budget_chars = TOKEN_BUDGET * CHARS_PER_TOKEN;
-    let size = |start: usize| formatted_chars(systems.iter().chain(&others[start..]));
-    // `start` is the oldest kept non-system entry. Keeping at least one of them is the
-    // minimum of both modes (standard: system count + 1 entries; schema-locked: 1).
-    let mut start = 0;
-    while others.len() - start > 1 && size(start) > budget_chars {
-        start += 1;
-    }
-    let over_budget = size(start) > budget_chars;
-    if over_budget && !systems.is_empty() {
-        start = others.len();
-    }
-    let chosen: Vec<&Item> = systems.iter().chain(&others[start..]).collect();
-    let mut text = String::with_capacity(chosen.iter().map(|i| i.text.len() + 16).sum());
-    for (pos, item) in chosen.iter().enumerate() {
-        if pos > 0 {
-            text.push_str("\n\n");
-        }
-        // Writing into a String cannot fail.
-        let _ = write!(text, "[{}] {}:\n{}", pos + 1, item.role, item.text);
-    }
-    Selection {
-        estimated_tokens: estimate_tokens(&text),
-        text,
-        source_count: entries.len() + reply_slots,
-        selected: chosen.len(),
-        system_selected: chosen.iter().filter(|i| i.system).count(),
-        over_budget,
+/// Chars of `s`, without counting when the byte length already bounds it.
+fn chars_of(s: &str) -> usize {
+    if s.is_ascii() {
+        s.len()
+    } else {
+        s.chars().count()
     }
 }
 
-/// Char count of the formatted history of `items`, without building it.
-fn formatted_chars<'a>(items: impl Iterator<Item = &'a Item>) -> usize {
-    let mut total = 0usize;
-    for (pos, item) in items.enumerate() {
-        let index = pos + 1;
-        // "[" index "] " role ":\n" text, plus the blank-line separator before all but the first.
-        total += decimal_digits(index) + 5 + item.chars + if pos > 0 { 2 } else { 0 };
+/// `text` cut to at most `max` chars, the cut marked visibly.
+fn clip(text: &str, max: usize) -> Cow<'_, str> {
+    if text.len() <= max || chars_of(text) <= max {
+        return Cow::Borrowed(text);
     }
-    total
+    let total = chars_of(text);
+    // The marker names the cut size; reserve its longest form.
+    let marker_room = 32;
+    let keep = max.saturating_sub(marker_room);
+    let head = clamp_chars(text, keep).trim_end();
+    let cut = total - chars_of(head);
+    Cow::Owned(format!("{head} [… {cut} chars clipped …]"))
 }
 
 fn decimal_digits(mut n: usize) -> usize {
@@ -195,206 +167,329 @@ fn decimal_digits(mut n: usize) -> usize {
     d
 }
 
-#[cfg(test)]
-mod tests {
-    use crate::api::ApiShape;
-
-    use super::*;
-
-    fn conv(entries: &[(&str, &str)]) -> Conversation {
-        Conversation::new(
-            ApiShape::ChatCompletions,
-            entries
-                .iter()
-                .map(|(r, t)| Entry::new(Some(r), [*t]))
-                .collect(),
-        )
-    }
-
-    fn users(n: usize) -> Vec<(String, String)> {
-        (0..n)
-            .map(|i| {
-                let role = if i % 2 == 0 { "user" } else { "assistant" };
-                (role.to_owned(), format!("m{i}"))
-            })
-            .collect()
-    }
-
-    fn owned(list: &[(String, String)]) -> Conversation {
-        let v: Vec<(&str, &str)> = list.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
-        conv(&v)
-    }
-
-    #[test]
-    fn standard_keeps_systems_and_last_n() {
-        let mut list = vec![("system".to_owned(), "S1".to_owned())];
-        list.extend(users(10));
-        list.insert(4, ("developer".to_owned(), "D1".to_owned()));
-        let s = select(&owned(&list), None, RelayMode::Standard, 5);
-        assert_eq!(s.selected, 7);
-        assert_eq!(s.system_selected, 2);
-        assert_eq!(s.source_count, 12);
-        assert!(
-            s.text
-                .starts_with("[1] SYSTEM:\nS1\n\n[2] DEVELOPER:\nD1\n\n[3] ASSISTANT:\nm5")
-        );
-        assert!(s.text.ends_with("[6] USER:\nm8\n\n[7] ASSISTANT:\nm9"));
-        assert!(!s.text.contains("m4"));
-    }
-
-    #[test]
-    fn schema_locked_drops_system_like() {
-        let list = vec![
-            ("system".to_owned(), "S".to_owned()),
-            ("developer".to_owned(), "D".to_owned()),
-            ("user".to_owned(), "u".to_owned()),
-            ("Developer".to_owned(), "D2".to_owned()),
-            ("assistant".to_owned(), "a".to_owned()),
-        ];
-        let s = select(&owned(&list), None, RelayMode::SchemaLocked, 30);
-        assert_eq!(s.text, "[1] USER:\nu\n\n[2] ASSISTANT:\na");
-        assert_eq!(s.system_selected, 0);
-        assert_eq!(s.source_count, 5);
-    }
-
-    #[test]
-    fn reply_is_appended_and_counts_towards_n() {
-        let s = select(
-            &owned(&users(10)),
-            Some("the reply"),
-            RelayMode::Standard,
-            5,
-        );
-        assert_eq!(s.selected, 5);
-        assert!(s.text.starts_with("[1] USER:\nm6"));
-        assert!(s.text.ends_with("[5] ASSISTANT:\nthe reply"));
-        assert_eq!(s.source_count, 11);
-        let s = select(&owned(&users(2)), Some("  "), RelayMode::Standard, 5);
-        assert_eq!(s.source_count, 2, "a blank reply is no entry");
-    }
-
-    #[test]
-    fn blank_entries_and_missing_roles() {
-        let c = Conversation::new(
-            ApiShape::ChatCompletions,
-            vec![
-                Entry::new(None, ["who?"]),
-                Entry::new(Some("assistant"), Vec::<String>::new()),
-                Entry::new(Some(" "), ["  "]),
-                Entry::new(Some(""), ["blank role"]),
-                Entry::new(Some("user"), ["a", "b"]),
-            ],
-        );
-        let s = select(&c, None, RelayMode::Standard, 30);
-        assert_eq!(
-            s.text,
-            "[1] UNKNOWN:\nwho?\n\n[2] UNKNOWN:\nblank role\n\n[3] USER:\na\nb"
-        );
-        assert_eq!(s.source_count, 5);
-    }
-
-    #[test]
-    fn empty_conversation_selects_nothing() {
-        let s = select(&conv(&[]), None, RelayMode::Standard, 30);
-        assert!(s.is_empty());
-        assert_eq!(s.text, "");
-        let s = select(&conv(&[("system", "S")]), None, RelayMode::SchemaLocked, 30);
-        assert!(s.is_empty());
-    }
-
-    #[test]
-    fn trimming_drops_oldest_non_system_first() {
-        let chunk = "x".repeat(12_000); // 3 000 tokens each
-        let list = [
-            ("system", "sys"),
-            ("user", chunk.as_str()),
-            ("assistant", chunk.as_str()),
-            ("user", chunk.as_str()),
-            ("assistant", "last"),
-        ];
-        let s = select(&conv(&list), None, RelayMode::Standard, 30);
-        assert!(!s.over_budget);
-        assert!(s.estimated_tokens <= TOKEN_BUDGET);
-        assert_eq!(s.selected, 4, "one 12k entry had to go");
-        assert!(
-            s.text
-                .starts_with("[1] SYSTEM:\nsys\n\n[2] ASSISTANT:\nxxx")
-        );
-        assert!(s.text.ends_with("[4] ASSISTANT:\nlast"));
-        assert_eq!(s.source_count, 5);
-    }
-
-    #[test]
-    fn oversized_single_message_is_still_selected() {
-        let huge = "y".repeat(100_000);
-        for mode in [RelayMode::Standard, RelayMode::SchemaLocked] {
-            let s = select(&conv(&[("user", "old"), ("user", &huge)]), None, mode, 30);
-            assert!(s.over_budget);
-            assert_eq!(s.selected, 1);
-            assert!(s.text.starts_with("[1] USER:\nyyy"));
-            assert_eq!(s.text.chars().count(), 100_000 + "[1] USER:\n".len());
-        }
-        // With system entries, standard mode falls back to them alone.
-        let s = select(
-            &conv(&[("system", "rules"), ("user", &huge)]),
-            None,
-            RelayMode::Standard,
-            30,
-        );
-        assert!(s.over_budget);
-        assert_eq!(s.text, "[1] SYSTEM:\nrules");
-        // Schema-locked never keeps system entries, so the big one stays alone.
-        let s = select(
-            &conv(&[("system", "rules"), ("user", &huge)]),
-            None,
-            RelayMode::SchemaLocked,
-            30,
-        );
-        assert_eq!(s.selected, 1);
-        assert!(s.text.starts_with("[1] USER:\n"));
-    }
-
-    #[test]
-    fn size_arithmetic_matches_the_text() {
-        let mut list = vec![("system".to_owned(), "é".repeat(30))];
-        list.extend(users(120));
-        let c = owned(&list);
-        for n in [1, 5, 9, 10, 11, 99, 100] {
-            let s = select(&c, Some("réply"), RelayMode::Standard, n);
-            let items: Vec<Item> = c
-                .entries()
-                .iter()
-                .filter(|e| e.is_system_like())
-                .map(Item::from_entry)
-                .chain(
-                    c.entries()
-                        .iter()
-                        .filter(|e| !e.is_system_like())
-                        .rev()
-                        .take(usize::try_from(n).expect("small") - 1)
-                        .collect::<Vec<_>>()
-                        .into_iter()
-                        .rev()
-                        .map(Item::from_entry),
-                )
-                .chain([Item::new(Some("assistant"), "réply".into(), false)])
-                .collect();
-            assert_eq!(
-                formatted_chars(items.iter()),
-                s.text.chars().count(),
-                "n={n}"
-            );
-            assert_eq!(s.estimated_tokens, s.text.chars().count().div_ceil(4));
-        }
-    }
-
-    #[test]
-    fn token_estimate_counts_chars() {
-        assert_eq!(estimate_tokens(""), 0);
-        assert_eq!(estimate_tokens("abcde"), 2);
-        assert_eq!(estimate_tokens("日本語日"), 1);
-        assert_eq!(decimal_digits(9), 1);
-        assert_eq!(decimal_digits(10), 2);
-        assert_eq!(decimal_digits(100), 3);
+fn role_label(role: Option<&str>) -> String {
+    match role.map(str::trim) {
+        Some(r) if !r.is_empty() => r.to_uppercase(),
+        _ => UNKNOWN_ROLE.to_owned(),
     }
 }
+
+/// Length of an omission marker for `n` entries, with its separator.
+fn marker_chars(n: usize) -> usize {
+    // "[… N entries omitted …]" + "\n\n"
+    22 + decimal_digits(n) + 2
+}
+
+/// Chooses and formats the history to summarise (see the module docs for the rules).
+pub fn select(
+    conv: &Conversation,
+    assistant_reply: Option<&str>,
+    mode: RelayMode,
+    max_messages: u32,
+) -> Selection {
+    let entries = conv.entries();
+    let reply = assistant_reply.map(str::trim).filter(|r| !r.is_empty());
+    let source_count = entries.len() + usize::from(reply.is_some());
+    let max_tools = usize::try_from(max_messages.max(1)).unwrap_or(usize::MAX);
+
+    // Tool entries considered: the last `max_messages` entries holding tool pieces.
+    let mut tool_entries_left = max_tools;
+    let mut tools_from = entries.len();
+    for (i, e) in entries.iter().enumerate().rev() {
+        if tool_entries_left == 0 {
+            break;
+        }
+        if e.kinds.iter().any(|k| *k != PartKind::Text) || is_tool_role(e.role.as_deref()) {
+            tool_entries_left -= 1;
+            tools_from = i;
+        }
+    }
+
+    let mut pieces: Vec<Piece<'_>> = Vec::new();
+    let mut asks: Vec<usize> = Vec::new();
+    let mut last_assistant_text: Option<&str> = None;
+    for (i, e) in entries.iter().enumerate() {
+        let system = e.is_system_like();
+        let user = e
+            .role
+            .as_deref()
+            .is_some_and(|r| r.eq_ignore_ascii_case("user"));
+        let tool_role = is_tool_role(e.role.as_deref());
+        let mut ask_text: Vec<&str> = Vec::new();
+        let mut first_ask_part = 0;
+        for (p, part) in e.parts.iter().enumerate() {
+            if part.trim().is_empty() {
+                continue;
+            }
+            let kind = e.kind(p);
+            let class = if system {
+                Class::Boilerplate
+            } else if kind == PartKind::ToolCall {
+                Class::ToolCall
+            } else if kind == PartKind::ToolOutput || tool_role {
+                Class::ToolOutput
+            } else if user && is_client_context(part) {
+                Class::Boilerplate
+            } else if user {
+                if ask_text.is_empty() {
+                    first_ask_part = p;
+                }
+                ask_text.push(part.trim());
+                continue;
+            } else {
+                Class::Assistant
+            };
+            if matches!(class, Class::ToolCall | Class::ToolOutput) && i < tools_from {
+                continue;
+            }
+            let text = match class {
+                Class::ToolOutput if kind == PartKind::Text => Cow::Owned(tool_output_line(part)),
+                Class::Assistant => {
+                    last_assistant_text = Some(part.trim());
+                    Cow::Borrowed(part.trim())
+                }
+                _ => Cow::Borrowed(part.as_str()),
+            };
+            pieces.push(Piece {
+                entry: i,
+                order: p,
+                class,
+                text,
+            });
+        }
+        if !ask_text.is_empty() {
+            asks.push(pieces.len());
+            let text = if ask_text.len() == 1 {
+                Cow::Borrowed(ask_text[0])
+            } else {
+                Cow::Owned(ask_text.join("\n"))
+            };
+            pieces.push(Piece {
+                entry: i,
+                order: first_ask_part,
+                class: Class::Ask,
+                text,
+            });
+        }
+    }
+    if let (Some(&first), Some(&last)) = (asks.first(), asks.last()) {
+        pieces[first].class = Class::Task;
+        if last != first {
+            pieces[last].class = Class::Latest;
+        }
+    }
+    if let Some(r) = reply {
+        pieces.push(Piece {
+            entry: entries.len(),
+            order: 0,
+            class: Class::Reply,
+            text: Cow::Borrowed(r),
+        });
+    }
+    // Clip each piece to its class limit.
+    for piece in &mut pieces {
+        let max = match piece.class {
+            Class::Task | Class::Latest => TASK_CHARS,
+            Class::Reply => REPLY_CHARS,
+            Class::Ask | Class::Assistant => ASK_CHARS,
+            Class::ToolCall | Class::ToolOutput => TOOL_LINE_MAX_CHARS,
+            Class::Boilerplate => continue,
+        };
+        let clipped = match clip(&piece.text, max) {
+            Cow::Owned(s) => Some(s),
+            Cow::Borrowed(_) => None,
+        };
+        if let Some(s) = clipped {
+            piece.text = Cow::Owned(s);
+        }
+    }
+
+    let roles: Vec<String> = entries
+        .iter()
+        .map(|e| role_label(e.role.as_deref()))
+        .chain(reply.map(|_| role_label(Some(REPLY_ROLE))))
+        .collect();
+    let mut plan = Plan::new(roles.len());
+    // Header, separator and a possible omission marker before it, charged per opened entry;
+    // one more marker may follow the last entry.
+    let open_cost = |entry: usize| {
+        // "[" i "] " ROLE ":\n", the blank line before it, and a marker before that.
+        decimal_digits(entry + 1) + roles[entry].chars().count() + 5 + 2 + marker_chars(roles.len())
+    };
+    let boilerplate_budget = match mode {
+        RelayMode::Standard => BUDGET_CHARS * BOILERPLATE_SHARE / 100,
+        RelayMode::SchemaLocked => 0,
+    };
+    let work_budget =
+        BUDGET_CHARS - BUDGET_CHARS * BOILERPLATE_SHARE / 100 - marker_chars(roles.len());
+
+    // Work, by class then newest first.
+    let mut order: Vec<usize> = (0..pieces.len())
+        .filter(|&i| pieces[i].class != Class::Boilerplate)
+        .collect();
+    order.sort_by_key(|&i| (pieces[i].class, std::cmp::Reverse(pieces[i].entry)));
+    let mut used = 0usize;
+    for i in order {
+        let piece = &pieces[i];
+        let cost = chars_of(&piece.text)
+            + 1
+            + if plan.open[piece.entry] {
+                0
+            } else {
+                open_cost(piece.entry)
+            };
+        if used + cost <= work_budget {
+            used += cost;
+            plan.take(piece.entry, i);
+        }
+    }
+    let header = |entry: usize| decimal_digits(entry + 1) + roles[entry].chars().count() + 5;
+    // The work as it will be written, markers aside.
+    let work_chars = {
+        let mut per_entry = vec![0usize; roles.len()];
+        let mut total = 0usize;
+        for &k in &plan.kept {
+            let p = &pieces[k];
+            total += chars_of(p.text.trim());
+            per_entry[p.entry] += 1;
+        }
+        let opened: Vec<usize> = (0..roles.len()).filter(|&e| per_entry[e] > 0).collect();
+        total += opened
+            .iter()
+            .map(|&e| header(e) + per_entry[e] - 1)
+            .sum::<usize>();
+        total + 2 * opened.len().saturating_sub(1)
+    };
+
+    // Boilerplate, in conversation order, within its share (≤ a ninth of the work, so ≤ 10 %
+    // of the whole; all of its share when there is no work at all).
+    let allowance = if plan.kept.is_empty() {
+        boilerplate_budget
+    } else {
+        boilerplate_budget.min(work_chars / 9)
+    };
+    let mut boilerplate_used = 0usize;
+    let mut clipped: Vec<(usize, String)> = Vec::new();
+    for (i, piece) in pieces.iter().enumerate() {
+        if piece.class != Class::Boilerplate {
+            continue;
+        }
+        let opened = plan.open[piece.entry];
+        // What the piece adds to the text beyond its own chars: a newline inside an open
+        // entry, else a header and a blank line (the first entry of all has no blank line,
+        // which only over-counts).
+        let exact_extra = if opened { 1 } else { header(piece.entry) + 2 };
+        let charged_extra = if opened { 1 } else { open_cost(piece.entry) };
+        let by_share = allowance.saturating_sub(boilerplate_used + exact_extra);
+        let by_budget =
+            (BUDGET_CHARS - marker_chars(roles.len())).saturating_sub(used + charged_extra);
+        let max = by_share.min(by_budget).min(BOILERPLATE_PIECE_CHARS);
+        if max < MIN_PIECE_CHARS {
+            continue;
+        }
+        let text = clip(piece.text.trim(), max).into_owned();
+        let chars = chars_of(&text);
+        boilerplate_used += chars + exact_extra;
+        used += chars + charged_extra;
+        clipped.push((i, text));
+        plan.take(piece.entry, i);
+    }
+    for (i, text) in clipped {
+        pieces[i].text = Cow::Owned(text);
+    }
+
+    let text = render(&pieces, &plan, &roles);
+    let boilerplate_chars = boilerplate_used.min(text.chars().count());
+    let last_assistant = reply
+        .map(|r| clip(r, ASK_CHARS).into_owned())
+        .or_else(|| last_assistant_text.map(|t| clip(t, ASK_CHARS).into_owned()));
+    let find = |class: Class| {
+        pieces
+            .iter()
+            .find(|p| p.class == class)
+            .map(|p| p.text.clone().into_owned())
+    };
+    let task = find(Class::Task);
+    let latest_ask = find(Class::Latest).or_else(|| task.clone());
+    Selection {
+        estimated_tokens: estimate_tokens(&text),
+        text,
+        source_count,
+        selected: plan.open.iter().filter(|o| **o).count(),
+        boilerplate_chars,
+        task,
+        latest_ask,
+        last_assistant,
+        touched_files: touched_files(conv),
+    }
+}
+
+fn is_tool_role(role: Option<&str>) -> bool {
+    role.is_some_and(|r| r.eq_ignore_ascii_case("tool") || r.eq_ignore_ascii_case("function"))
+}
+
+/// Which entries are opened and which pieces are kept.
+struct Plan {
+    open: Vec<bool>,
+    kept: Vec<usize>,
+}
+
+impl Plan {
+    fn new(entries: usize) -> Self {
+        Self {
+            open: vec![false; entries],
+            kept: Vec::new(),
+        }
+    }
+
+    fn take(&mut self, entry: usize, piece: usize) {
+        self.open[entry] = true;
+        self.kept.push(piece);
+    }
+}
+
+/// `[… N entries omitted …]` (`entry` when one).
+fn omitted(out: &mut String, n: usize) {
+    let noun = if n == 1 { "entry" } else { "entries" };
+    // Writing into a String cannot fail.
+    let _ = write!(out, "[… {n} {noun} omitted …]");
+}
+
+fn render(pieces: &[Piece<'_>], plan: &Plan, roles: &[String]) -> String {
+    let mut kept: Vec<&Piece<'_>> = plan.kept.iter().map(|&i| &pieces[i]).collect();
+    kept.sort_by_key(|p| (p.entry, p.order));
+    let mut out = String::with_capacity(
+        kept.iter().map(|p| p.text.len() + 1).sum::<usize>() + 32 * (kept.len() + 1),
+    );
+    let mut next = 0usize; // first entry not yet written or skipped
+    let mut current: Option<usize> = None;
+    let separate = |out: &mut String| {
+        if !out.is_empty() {
+            out.push_str("\n\n");
+        }
+    };
+    for piece in kept {
+        if current == Some(piece.entry) {
+            out.push('\n');
+        } else {
+            if piece.entry > next {
+                separate(&mut out);
+                omitted(&mut out, piece.entry - next);
+            }
+            separate(&mut out);
+            // Writing into a String cannot fail.
+            let _ = writeln!(out, "[{}] {}:", piece.entry + 1, roles[piece.entry]);
+            current = Some(piece.entry);
+            next = piece.entry + 1;
+        }
+        out.push_str(piece.text.trim());
+    }
+    if !out.is_empty() && next < roles.len() {
+        separate(&mut out);
+        omitted(&mut out, roles.len() - next);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

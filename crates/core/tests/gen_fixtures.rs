@@ -3,7 +3,7 @@
 
 use context_relay_core::conversation::{Conversation, detect};
 use context_relay_core::parse::parse_handoff;
-use context_relay_core::prompt::summary_request;
+use context_relay_core::prompt::{SummarySettings, summary_prompt, summary_request};
 use context_relay_core::reply::{REPLY_CAP, ReplyCapture, summary_text};
 use context_relay_core::select::{Selection, select};
 use context_relay_core::{ApiShape, RelayMode};
@@ -44,15 +44,15 @@ fn codex_exec_request() {
         .collect();
     assert_eq!(roles, ["developer", "developer", "user", "user"]);
 
+    // Only client context besides "say hi": boilerplate may take a ninth of six chars, so
+    // the history is the ask alone.
     let s = standard(&conv, None);
-    assert_eq!((s.source_count, s.selected, s.system_selected), (4, 4, 2));
-    assert!(s.text.starts_with("[1] DEVELOPER:\nYou are Codex"));
-    assert!(s.text.ends_with("[4] USER:\nsay hi"));
+    assert_eq!((s.source_count, s.selected), (4, 1));
+    assert_eq!(s.text, "[… 3 entries omitted …]\n\n[4] USER:\nsay hi");
+    assert_eq!(s.task.as_deref(), Some("say hi"));
 
     let locked = select(&conv, None, RelayMode::SchemaLocked, 30);
-    assert_eq!(locked.selected, 2);
-    assert!(locked.text.starts_with("[1] USER:\n<environment_context>"));
-    assert!(!locked.text.contains("You are Codex"));
+    assert_eq!(locked.text, s.text);
 }
 
 #[test]
@@ -93,9 +93,10 @@ fn claude_code_request() {
     assert!(e.iter().skip(1).any(|x| x.is_system_like()));
 
     let s = standard(&conv, None);
-    assert!(s.system_selected >= 2);
+    assert!(s.boilerplate_chars * 10 <= s.text.chars().count());
+    assert!(!s.text.contains("<system-reminder>"));
     let locked = select(&conv, None, RelayMode::SchemaLocked, 30);
-    assert_eq!(locked.system_selected, 0);
+    assert_eq!(locked.boilerplate_chars, 0);
     assert!(!locked.text.contains("SYSTEM:"));
     assert!(locked.selected >= 1);
 }
@@ -111,8 +112,9 @@ fn claude_code_tool_round_trip() {
         "{}",
         s.text
     );
-    // The tool result counts as text of the user turn.
-    assert!(s.text.ends_with("USER:\nhi-from-tool"));
+    // The tool result is a tool output, though it travels as user content.
+    assert!(s.text.ends_with("USER:\ntool output: hi-from-tool"));
+    assert_eq!(s.task.as_deref(), Some("run echo hi-from-tool"));
 }
 
 #[test]
@@ -120,12 +122,12 @@ fn openai_and_anthropic_sdk_requests() {
     let chat = conversation("01-openai-v1_chat_completions.json");
     assert_eq!(
         standard(&chat, None).text,
-        "[1] SYSTEM:\nYou are terse.\n\n[2] USER:\nsay hi"
+        "[… 1 entry omitted …]\n\n[2] USER:\nsay hi"
     );
     let responses = conversation("04-openai-v1_responses.json");
     assert_eq!(
         standard(&responses, None).text,
-        "[1] SYSTEM:\nYou are terse.\n\n[2] USER:\nsay hi"
+        "[… 1 entry omitted …]\n\n[2] USER:\nsay hi"
     );
     let streamed = conversation("05-openai-v1_responses.json");
     assert_eq!(
@@ -135,7 +137,7 @@ fn openai_and_anthropic_sdk_requests() {
     let anthropic = conversation("07-anthropic-v1_messages.json");
     assert_eq!(
         standard(&anthropic, None).text,
-        "[1] SYSTEM:\nYou are terse.\n\n[2] USER:\nsay hi"
+        "[… 1 entry omitted …]\n\n[2] USER:\nsay hi"
     );
 }
 
@@ -201,10 +203,19 @@ fn whole_generation_side_on_a_codex_turn() {
     assert_eq!(reply.as_deref(), Some("It printed hi-from-tool."));
 
     let s = select(&conv, reply.as_deref(), RelayMode::Standard, 30);
-    let body = summary_request(conv.shape(), "gpt-5.5", &s.text, true);
-    let v: Value = serde_json::from_slice(&body).expect("summary request is JSON");
+    let (_, trigger) = fixture("codex-tool-roundtrip/02-codex_exec-v1_responses.json");
+    let v = summary_request(
+        conv.shape(),
+        &trigger,
+        &summary_prompt(&s.text, &s.touched_files),
+        &SummarySettings::default(),
+    );
     assert_eq!(v["max_output_tokens"], 800);
-    assert_eq!(v["temperature"], 0.1);
+    assert!(v.get("temperature").is_none());
+    assert_eq!(
+        (&v["store"], &v["stream"]),
+        (&Value::Bool(false), &Value::Bool(true))
+    );
     let prompt = v["input"][0]["content"][0]["text"]
         .as_str()
         .expect("prompt");

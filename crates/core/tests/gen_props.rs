@@ -1,7 +1,7 @@
 //! Property tests of the generation side: nothing panics on any input, and the limits hold.
 
 use context_relay_core::conversation::{
-    Conversation, Entry, TOOL_LINE_MAX_CHARS, tool_call_line, tool_output_line,
+    Conversation, Entry, PartKind, TOOL_LINE_MAX_CHARS, tool_call_line, tool_output_line,
 };
 use context_relay_core::handoff::{
     MAX_ACTIVE_ENTITIES, MAX_ITEM_CHARS, MAX_KEY_DECISIONS, MAX_SUMMARY_CHARS,
@@ -316,49 +316,68 @@ proptest! {
     }
 
     #[test]
-    fn selection_invariants(
+    fn selection_budget_holds_and_must_keep_items_are_present(
         entries in prop::collection::vec(
             (
                 prop::sample::select(vec!["system", "developer", "user", "assistant", "tool", ""]),
                 prop_oneof![Just(0usize), 1usize..50, 5_000usize..40_000],
+                0u8..4,
             ),
-            0..40,
+            0..60,
         ),
         n in 1u32..20,
         locked in any::<bool>(),
-        reply in prop::option::of("[a-z ]{0,30}"),
+        reply in prop::option::of(prop_oneof!["[a-z ]{0,30}", (1usize..30_000).prop_map(|k| "r".repeat(k))]),
     ) {
         let conv = Conversation::new(
             ApiShape::ChatCompletions,
             entries
                 .iter()
                 .enumerate()
-                .map(|(i, (role, len))| {
+                .map(|(i, (role, len, kind))| {
                     let role = (!role.is_empty()).then_some(*role);
-                    Entry::new(role, [format!("{i}:{}", "é".repeat(*len))])
+                    // Some user parts are client context, some parts are tool lines.
+                    let text = match kind {
+                        1 if role == Some("user") => format!("<environment_context>{i}:{}", "é".repeat(*len)),
+                        _ => format!("{i}:{}", "é".repeat(*len)),
+                    };
+                    let mut e = Entry::new(role, [text]);
+                    e.kinds = vec![match kind { 2 => PartKind::ToolCall, 3 => PartKind::ToolOutput, _ => PartKind::Text }];
+                    e
                 })
                 .collect(),
         );
         let mode = if locked { RelayMode::SchemaLocked } else { RelayMode::Standard };
         let s = select(&conv, reply.as_deref(), mode, n);
-        let systems = conv.entries().iter().filter(|e| e.is_system_like()).count();
-        let others = conv.len() - systems + usize::from(reply.as_deref().is_some_and(|r| !r.trim().is_empty()));
-        let kept_systems = if locked { 0 } else { systems };
-        let bound = kept_systems + (n as usize).min(others);
-        prop_assert!(s.selected <= bound);
-        if !s.over_budget {
-            prop_assert!(s.estimated_tokens <= TOKEN_BUDGET);
+        prop_assert!(s.estimated_tokens <= TOKEN_BUDGET, "{} tokens", s.estimated_tokens);
+        prop_assert_eq!(s.estimated_tokens, estimate_tokens(&s.text));
+        let asks: Vec<usize> = entries
+            .iter()
+            .enumerate()
+            .filter(|(_, (role, _, kind))| *role == "user" && (*kind == 0 || *kind > 3))
+            .map(|(i, _)| i)
+            .collect();
+        // The task and the latest ask, clipped, start their entry's text.
+        for i in [asks.first(), asks.last()].into_iter().flatten() {
+            let needle = format!("] USER:\n{i}:");
+            prop_assert!(s.text.contains(&needle), "ask {} missing", i);
         }
-        let eligible = if locked { others } else { systems + others };
-        prop_assert_eq!(s.selected > 0, eligible > 0);
+        if let Some(r) = reply.as_deref().map(str::trim).filter(|r| !r.is_empty()) {
+            let head: String = r.chars().take(40).collect();
+            let needle = format!("] ASSISTANT:\n{head}");
+            prop_assert!(s.text.contains(&needle), "reply missing");
+        }
         if locked {
-            prop_assert_eq!(s.system_selected, 0);
+            prop_assert!(!s.text.contains("] SYSTEM:") && !s.text.contains("] DEVELOPER:"));
+            prop_assert!(!s.text.contains("<environment_context>"));
         }
-        // Indices run 1..=selected.
-        for i in 1..=s.selected {
-            let marker = format!("[{i}] ");
-            prop_assert!(s.text.contains(&marker));
+        if s.text.chars().count() > s.boilerplate_chars {
+            prop_assert!(s.boilerplate_chars * 10 <= s.text.chars().count());
         }
+        let any_text = entries.iter().any(|(role, _, kind)| {
+            !(locked && (*role == "system" || *role == "developer" || (*role == "user" && *kind == 1)))
+        }) || reply.as_deref().is_some_and(|r| !r.trim().is_empty());
+        prop_assert_eq!(s.selected > 0, any_text);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use context_relay_core::ApiShape;
 use context_relay_core::config::InjectionSlot;
 use context_relay_core::inject::inject;
 use context_relay_core::portable::{
-    COMPACTION_NOTE, TURN_STATE_HEADER, make_portable, rewrite_for_switch,
+    COMPACTION_NOTE_ALONE, TURN_STATE_HEADER, make_portable, rewrite_for_switch,
 };
 use serde_json::{Value, json};
 
@@ -112,7 +112,7 @@ fn codex_continuation_loses_exactly_what_the_note_says() {
         replaced.iter().filter(|t| **t == "compaction").count()
     );
 
-    let note = json!({"type":"message","role":"developer","content":[{"type":"input_text","text":COMPACTION_NOTE}]});
+    let note = json!({"type":"message","role":"developer","content":[{"type":"input_text","text":COMPACTION_NOTE_ALONE}]});
     let input = out["input"].as_array().unwrap();
     // The note sits where the compaction item was; the other items keep their order and bytes.
     let original_position = before["input"]

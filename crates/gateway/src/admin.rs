@@ -7,7 +7,8 @@
 //! - `GET /admin/handoffs[?tenant=…][&session=…][&settle=true]` →
 //!   `{"handoffs":[{"tenant","session","combo","from_provider","from_account","summary",
 //!   "key_decisions","task_progress","active_entities","message_count","model","generated_at",
-//!   "expires_at"}]}`, oldest first, times in RFC 3339 (UTC). With `settle=true` the gateway
+//!   "expires_at","kind"}]}` (`kind`: `generated`, or `extractive` for a handoff built without a
+//!   model call), oldest first, times in RFC 3339 (UTC). With `settle=true` the gateway
 //!   first waits (at most 10 s) for the summaries and claim completions in flight, so a script
 //!   can list right after a turn and see its outcome.
 //! - `DELETE /admin/handoffs/{session}[?tenant=…][&combo=…]` deletes every handoff of that
@@ -16,9 +17,9 @@
 //! - `GET /admin/accounts` →
 //!   `{"accounts":[{"provider","account","used_ratio","resets_at","state","sessions"}]}` in
 //!   configuration order: `used_ratio` is the last usage fraction the provider reported (`null`
-//!   before any), `resets_at` (RFC 3339, or `null`) when an exhausted account comes back,
-//!   `state` one of `available | exhausted | disabled`, and `sessions` the number of sessions
-//!   bound to the account.
+//!   before any), `resets_at` (RFC 3339, or `null`) when an exhausted or disabled account comes
+//!   back, `state` one of `available | exhausted | disabled` (disabled: the provider refused
+//!   its key), and `sessions` the number of sessions bound to the account.
 //!
 //! Store errors are a 503 with the store's message.
 
@@ -105,6 +106,7 @@ struct HandoffView<'a> {
     model: &'a str,
     generated_at: String,
     expires_at: String,
+    kind: &'static str,
 }
 
 impl<'a> From<&'a HandoffRecord> for HandoffView<'a> {
@@ -123,6 +125,7 @@ impl<'a> From<&'a HandoffRecord> for HandoffView<'a> {
             model: &r.model,
             generated_at: rfc3339(r.generated_at),
             expires_at: rfc3339(r.expires_at),
+            kind: r.kind.as_str(),
         }
     }
 }
@@ -218,17 +221,14 @@ async fn accounts(State(admin): State<Admin>, headers: HeaderMap) -> Response<Bo
     for pool in admin.pools.iter() {
         let sessions = pool.sessions_per_account();
         for (i, status) in pool.snapshot(now).into_iter().enumerate() {
-            let state = if status.exhausted_until.is_some() {
-                "exhausted"
-            } else {
-                "available"
-            };
+            // When the account is usable again: the later of its exhaustion and its refusal.
+            let resets_at = status.exhausted_until.max(status.disabled_until);
             out.push(serde_json::json!({
                 "provider": &**pool.name(),
                 "account": &*status.id,
                 "used_ratio": status.used,
-                "resets_at": status.exhausted_until.map(rfc3339),
-                "state": state,
+                "resets_at": resets_at.map(rfc3339),
+                "state": status.state(),
                 "sessions": sessions.get(i).copied().unwrap_or(0),
             }));
         }

@@ -211,7 +211,8 @@ impl Gateway {
         }
         let relay = config
             .relay_enabled
-            .then(|| RelayLayers::new(store.clone(), configs, config.stream_summary_providers()));
+            .then(|| RelayLayers::new(store.clone(), configs, config.stream_summary_providers()))
+            .map(|r| r.summary_settings(crate::summary::summary_settings(&config)));
         let limits = &config.limits;
         let upstream = Upstream::with_limits(UpstreamLimits {
             connect: limits.upstream_connect_timeout_secs.duration(),
@@ -243,11 +244,14 @@ impl Gateway {
             (false, _) => self.relay = None,
             (true, false) => {
                 let (configs, _) = self.config.relay_settings();
-                self.relay = Some(RelayLayers::new(
-                    self.store.clone(),
-                    configs,
-                    self.config.stream_summary_providers(),
-                ));
+                self.relay = Some(
+                    RelayLayers::new(
+                        self.store.clone(),
+                        configs,
+                        self.config.stream_summary_providers(),
+                    )
+                    .summary_settings(crate::summary::summary_settings(&self.config)),
+                );
             }
             (true, true) => {}
         }

@@ -1,4 +1,4 @@
-//! Account pools: which account of a provider serves a request (DESIGN §10).
+//! Account pools: which account of a provider serves a request.
 //!
 //! - **Sticky sessions**: a session stays on the account that last served it while that account
 //!   is available.
@@ -7,6 +7,12 @@
 //!   others keep their quota for the sessions that need to move.
 //! - **Exhaustion**: a 429, or a quota signal at or above `rotate_at`, makes an account
 //!   unavailable until the reset the provider announced (60 s when it announced none).
+//! - **Refusal**: an account whose credential the provider refused (401/403) is disabled for a
+//!   back-off that doubles with each consecutive refusal (1 min, 2 min, … at most 1 h) and is
+//!   tried again after it; its first success resets the back-off.
+//! - **Bounded memory**: at most [`DEFAULT_MAX_SESSIONS`] session bindings per provider; when
+//!   full, the least recently used eighth is forgotten (those sessions are placed fill-first
+//!   again on their next request).
 //!
 //! The pool is shared by every connection (axum clones services per connection), so its state
 //! sits behind one short-held mutex. Functions take `now` so the rules are testable without a
@@ -48,10 +54,12 @@ use crate::config::{AuthScheme, Config, ProviderConfig, QuotaFormat};
 
 /// How long an account stays exhausted when the provider announced no reset.
 pub const DEFAULT_RESET: Duration = Duration::from_secs(60);
-/// Sessions remembered per provider before idle ones are forgotten.
-const MAX_SESSIONS: usize = 100_000;
-/// A session idle for this long may be forgotten (it is then placed fill-first again).
-const SESSION_IDLE: Duration = Duration::from_secs(6 * 3600);
+/// Session bindings remembered per provider.
+pub const DEFAULT_MAX_SESSIONS: usize = 100_000;
+/// The first back-off of a refused account; it doubles with each consecutive refusal.
+pub const REFUSED_BACKOFF: Duration = Duration::from_secs(60);
+/// The longest back-off of a refused account.
+pub const MAX_REFUSED_BACKOFF: Duration = Duration::from_secs(3600);
 
 /// The pools of every configured provider.
 #[derive(Debug, Default)]
@@ -112,20 +120,41 @@ pub struct AccountStatus {
     pub id: Arc<str>,
     /// Last usage fraction the provider reported, if any.
     pub used: Option<f64>,
-    /// Until when the account is exhausted (`None` = available).
+    /// Until when the account is exhausted (`None` = not exhausted).
     pub exhausted_until: Option<SystemTime>,
+    /// Until when the account is disabled because the provider refused its credential
+    /// (`None` = not disabled).
+    pub disabled_until: Option<SystemTime>,
+}
+
+impl AccountStatus {
+    /// `available`, `exhausted` or `disabled` (a disabled account may also be exhausted).
+    pub fn state(&self) -> &'static str {
+        if self.disabled_until.is_some() {
+            "disabled"
+        } else if self.exhausted_until.is_some() {
+            "exhausted"
+        } else {
+            "available"
+        }
+    }
 }
 
 #[derive(Debug, Default, Clone)]
 struct AccountState {
     used: Option<f64>,
     exhausted_until: Option<SystemTime>,
+    disabled_until: Option<SystemTime>,
+    /// Consecutive refusals, for the back-off.
+    refusals: u32,
 }
 
 #[derive(Debug, Default)]
 struct PoolState {
     accounts: Vec<AccountState>,
-    sessions: HashMap<Arc<str>, (usize, SystemTime)>,
+    /// Session → (account, last use as a tick of `clock`).
+    sessions: HashMap<Arc<str>, (usize, u64)>,
+    clock: u64,
 }
 
 /// The accounts of one provider and their state.
@@ -136,6 +165,7 @@ pub struct ProviderPool {
     quota: QuotaFormat,
     rotate_at: f64,
     accounts: Vec<Account>,
+    max_sessions: usize,
     state: Mutex<PoolState>,
 }
 
@@ -163,6 +193,7 @@ impl ProviderPool {
         let state = PoolState {
             accounts: vec![AccountState::default(); accounts.len()],
             sessions: HashMap::new(),
+            clock: 0,
         };
         Self {
             name: Arc::from(p.name.as_str()),
@@ -170,8 +201,15 @@ impl ProviderPool {
             quota: p.quota,
             rotate_at: p.rotate_at,
             accounts,
+            max_sessions: DEFAULT_MAX_SESSIONS,
             state: Mutex::new(state),
         }
+    }
+
+    /// Keeps at most `max` session bindings (at least 8).
+    pub fn with_max_sessions(mut self, max: usize) -> Self {
+        self.max_sessions = max.max(8);
+        self
     }
 
     /// The provider name.
@@ -217,7 +255,13 @@ impl ProviderPool {
         for a in state.accounts.iter_mut() {
             if a.exhausted_until.is_some_and(|t| t <= now) {
                 // The window reset: the old usage figure no longer holds.
-                *a = AccountState::default();
+                a.used = None;
+                a.exhausted_until = None;
+            }
+            if a.disabled_until.is_some_and(|t| t <= now) {
+                // Tried again; `refusals` stays until a success, so a second refusal waits
+                // longer.
+                a.disabled_until = None;
             }
         }
         let available = |i: usize, state: &PoolState| {
@@ -225,7 +269,7 @@ impl ProviderPool {
                 && state
                     .accounts
                     .get(i)
-                    .is_some_and(|a| a.exhausted_until.is_none())
+                    .is_some_and(|a| a.exhausted_until.is_none() && a.disabled_until.is_none())
         };
         if let Some(&(i, _)) = session.and_then(|s| state.sessions.get(s))
             && available(i, &state)
@@ -235,18 +279,49 @@ impl ProviderPool {
         (0..self.accounts.len()).find(|&i| available(i, &state))
     }
 
-    /// Remembers that `account` served `session`.
-    pub fn bind(&self, session: &str, account: usize, now: SystemTime) {
+    /// Remembers that `account` served `session` (call it on a successful answer only, so
+    /// that a failing account never captures a session).
+    pub fn bind(&self, session: &str, account: usize) {
         let mut state = self.lock();
-        if state.sessions.len() >= MAX_SESSIONS && !state.sessions.contains_key(session) {
-            forget_idle(&mut state.sessions, now);
+        state.clock += 1;
+        let tick = state.clock;
+        if let Some(entry) = state.sessions.get_mut(session) {
+            *entry = (account, tick);
+            return;
         }
-        match state.sessions.get_mut(session) {
-            Some(entry) => *entry = (account, now),
-            None => {
-                state.sessions.insert(Arc::from(session), (account, now));
-            }
+        if state.sessions.len() >= self.max_sessions {
+            forget_least_recent(&mut state.sessions, self.max_sessions / 8);
         }
+        state.sessions.insert(Arc::from(session), (account, tick));
+    }
+
+    /// Records a successful answer of `account`: its refusal back-off starts over.
+    pub fn succeeded(&self, account: usize) {
+        let mut state = self.lock();
+        if let Some(a) = state.accounts.get_mut(account)
+            && a.refusals > 0
+        {
+            a.refusals = 0;
+        }
+    }
+
+    /// Disables `account` because the provider refused its credential, for a back-off that
+    /// doubles with each consecutive refusal. Returns until when.
+    pub fn disable(&self, account: usize, now: SystemTime) -> SystemTime {
+        let mut state = self.lock();
+        let Some(a) = state.accounts.get_mut(account) else {
+            return now;
+        };
+        let factor = 1u32 << a.refusals.min(10);
+        let until = now + (REFUSED_BACKOFF * factor).min(MAX_REFUSED_BACKOFF);
+        a.refusals = a.refusals.saturating_add(1);
+        a.disabled_until = Some(until);
+        until
+    }
+
+    /// Session bindings currently remembered.
+    pub fn sessions(&self) -> usize {
+        self.lock().sessions.len()
     }
 
     /// The account `session` is bound to, if any.
@@ -293,6 +368,7 @@ impl ProviderPool {
                 id: acct.id.clone(),
                 used: s.used,
                 exhausted_until: s.exhausted_until.filter(|t| *t > now),
+                disabled_until: s.disabled_until.filter(|t| *t > now),
             })
             .collect()
     }
@@ -309,12 +385,15 @@ impl ProviderPool {
         counts
     }
 
-    /// The earliest time an exhausted account becomes available again.
+    /// The earliest time an exhausted or disabled account becomes available again.
     pub fn next_reset(&self, now: SystemTime) -> Option<SystemTime> {
         self.lock()
             .accounts
             .iter()
-            .filter_map(|a| a.exhausted_until)
+            .filter_map(|a| match (a.exhausted_until, a.disabled_until) {
+                (Some(e), Some(d)) => Some(e.max(d)),
+                (e, d) => e.or(d),
+            })
             .filter(|t| *t > now)
             .min()
     }
@@ -327,16 +406,18 @@ pub fn reset_or_default(resets_at: Option<SystemTime>, now: SystemTime) -> Syste
         .unwrap_or(now + DEFAULT_RESET)
 }
 
-fn forget_idle(sessions: &mut HashMap<Arc<str>, (usize, SystemTime)>, now: SystemTime) {
-    sessions.retain(|_, (_, seen)| now.duration_since(*seen).unwrap_or_default() < SESSION_IDLE);
-    if sessions.len() >= MAX_SESSIONS {
-        // Still full of active sessions: keep the more recent half.
-        let mut seen: Vec<SystemTime> = sessions.values().map(|(_, t)| *t).collect();
-        let mid = seen.len() / 2;
-        let (_, cut, _) = seen.select_nth_unstable(mid);
-        let cut = *cut;
-        sessions.retain(|_, (_, t)| *t > cut);
+/// Forgets the `count` least recently used bindings (at least one). Evicting a batch at once
+/// keeps the cost amortised: one pass over the map per `count` new sessions.
+fn forget_least_recent(sessions: &mut HashMap<Arc<str>, (usize, u64)>, count: usize) {
+    let count = count.clamp(1, sessions.len().max(1));
+    let mut ticks: Vec<u64> = sessions.values().map(|(_, t)| *t).collect();
+    if ticks.is_empty() {
+        return;
     }
+    let (_, cut, _) = ticks.select_nth_unstable(count - 1);
+    let cut = *cut;
+    // Ticks are unique, so exactly `count` entries are at or below the cut.
+    sessions.retain(|_, (_, t)| *t > cut);
 }
 
 #[cfg(test)]
@@ -375,7 +456,7 @@ mod tests {
         let p = pool(3, 0.95);
         assert_eq!(p.pick(Some("s1"), &[], t(0)), Some(0));
         // A session bound to the second account stays there although the first is free.
-        p.bind("s2", 1, t(0));
+        p.bind("s2", 1);
         assert_eq!(p.pick(Some("s2"), &[], t(1)), Some(1));
         assert_eq!(p.bound("s2"), Some(1));
         // New sessions and sessionless requests fill the first account.
@@ -386,7 +467,7 @@ mod tests {
     #[test]
     fn rotation_at_threshold_until_reset() {
         let p = pool(2, 0.9);
-        p.bind("s", 0, t(0));
+        p.bind("s", 0);
         assert!(!p.observe(0, &QuotaSignal::used(0.89), t(0)));
         assert_eq!(p.pick(Some("s"), &[], t(0)), Some(0));
         let signal = QuotaSignal {
@@ -418,7 +499,7 @@ mod tests {
     #[test]
     fn exclusion_and_exhaustion() {
         let p = pool(3, 0.95);
-        p.bind("s", 0, t(0));
+        p.bind("s", 0);
         assert_eq!(p.pick(Some("s"), &[0], t(0)), Some(1));
         p.mark_exhausted(1, t(100));
         assert_eq!(p.pick(Some("s"), &[0], t(0)), Some(2));
@@ -426,17 +507,69 @@ mod tests {
     }
 
     #[test]
-    fn idle_sessions_are_forgotten_when_full() {
-        let mut m = HashMap::new();
-        for i in 0..10 {
-            m.insert(Arc::from(format!("s{i}")), (0, t(i)));
+    fn bindings_are_bounded_least_recently_used_first() {
+        let p = pool(2, 0.95).with_max_sessions(16);
+        for i in 0..16 {
+            p.bind(&format!("s{i}"), 1);
         }
-        forget_idle(&mut m, t(10) + SESSION_IDLE);
-        // Every entry is idle for at least SESSION_IDLE: all gone.
-        assert!(m.is_empty());
+        // s0 is used again: it is now the most recent.
+        p.bind("s0", 1);
+        assert_eq!(p.sessions(), 16);
+        p.bind("new", 1);
+        // The two least recently used (16 / 8) made room: s1 and s2.
+        assert_eq!(p.sessions(), 15);
+        assert_eq!(p.bound("s0"), Some(1));
+        assert_eq!(p.bound("s1"), None);
+        assert_eq!(p.bound("s2"), None);
+        assert_eq!(p.bound("s3"), Some(1));
+        assert_eq!(p.bound("new"), Some(1));
+        for i in 0..1000 {
+            p.bind(&format!("x{i}"), 0);
+        }
+        assert!(p.sessions() <= 16);
+    }
+
+    #[test]
+    fn refused_accounts_back_off_and_return() {
+        let p = pool(2, 0.95);
+        p.bind("s", 0);
+        assert_eq!(p.disable(0, t(0)), t(60));
+        assert_eq!(p.pick(Some("s"), &[], t(1)), Some(1));
+        let snap = p.snapshot(t(1));
+        assert_eq!(snap[0].state(), "disabled");
+        assert_eq!(snap[1].state(), "available");
+        assert_eq!(p.next_reset(t(1)), Some(t(60)));
+        // Back after the back-off; refused again, it waits twice as long.
+        assert_eq!(p.pick(Some("s"), &[], t(60)), Some(0));
+        assert_eq!(p.disable(0, t(60)), t(180));
+        assert_eq!(p.disable(0, t(180)), t(420));
+        // A success starts the back-off over.
+        p.succeeded(0);
+        assert_eq!(p.disable(0, t(1000)), t(1060));
+        // It never exceeds the cap.
+        for _ in 0..40 {
+            p.disable(1, t(0));
+        }
+        assert_eq!(p.disable(1, t(0)), t(0) + MAX_REFUSED_BACKOFF);
+        // An exhausted account shows as exhausted.
+        p.mark_exhausted(0, t(5000));
+        assert_eq!(p.snapshot(t(2000))[0].state(), "exhausted");
     }
 
     proptest! {
+        /// Whatever sessions are bound, the table stays within its bound and the session
+        /// bound last is always remembered, with its account.
+        #[test]
+        fn bindings_stay_bounded(binds in proptest::collection::vec((0u8..64, 0usize..3), 1..400)) {
+            let p = pool(3, 0.95).with_max_sessions(16);
+            for (s, a) in &binds {
+                p.bind(&format!("s{s}"), *a);
+                prop_assert!(p.sessions() <= 16);
+            }
+            let (s, a) = binds.last().unwrap();
+            prop_assert_eq!(p.bound(&format!("s{s}")), Some(*a));
+        }
+
         /// Whatever happened before, `pick` returns an available, non-excluded account, and
         /// the first such account when the session is not bound.
         #[test]

@@ -50,6 +50,17 @@ impl RelayLayers {
         }
     }
 
+    /// Uses `settings` (provider name, `[providers.summary]`) for summary requests.
+    pub fn summary_settings(
+        mut self,
+        settings: impl IntoIterator<Item = (String, context_relay_core::prompt::SummarySettings)>,
+    ) -> Self {
+        for (provider, s) in settings {
+            self.generation = self.generation.summary_settings(&provider, s);
+        }
+        self
+    }
+
     /// The layer between ComboService and AccountResolver.
     pub fn generation(&self) -> &GenerationLayer {
         &self.generation

@@ -1,7 +1,8 @@
-//! AccountResolver: picks the provider account of each attempt, retries a 429 on the other
-//! accounts, and tells the services around it who served.
+//! AccountResolver: picks the provider account of each attempt, moves a request that an
+//! account cannot serve (quota, refused key, provider failure) to the next one, and tells the
+//! services around it who served.
 //!
-//! It sits between GenerationLayer and InjectionLayer (DESIGN §3), so a retry on a new account
+//! It sits between GenerationLayer and InjectionLayer, so a retry on a new account
 //! passes through InjectionLayer again, which is exactly where a handoff gets injected:
 //!
 //! ```text
@@ -16,7 +17,7 @@
 //!    [`ComboService`](crate::combo::ComboService)), else the targets of its [`ComboName`]
 //!    (internal requests such as the relay's summary call carry only the combo);
 //! 2. the session is `(tenant, session id)`: the [`Tenant`] and [`SessionId`] extensions (set by
-//!    ComboService), else derived as DESIGN §7 says from the credential, the session headers
+//!    ComboService), else derived from the credential, the session headers
 //!    and the body (`metadata.user_id`, `prompt_cache_key`, fingerprint), the same way the relay
 //!    layers derive it, so that a session sticks to its account whatever the client sends;
 //! 3. targets are tried in order; within a target's provider the [`ProviderPool`] picks the
@@ -27,10 +28,22 @@
 //! 5. the quota signal of every response is read with the provider's `quota` kind
 //!    (`context_relay_core::quota`) and put on the response as a [`QuotaSignal`] extension,
 //!    so GenerationLayer sees the same per-provider reading; a signal at or above `rotate_at`
-//!    exhausts the account for the next requests; a 429 exhausts it until its announced reset
-//!    and the same request is sent once to each other available account;
-//! 6. when every account is exhausted the client gets the last upstream 429 (or a 429 of the
-//!    gateway when no account could be tried), with `ResolvedAccount` of the last attempt.
+//!    exhausts the account for the next requests;
+//! 6. the body of every error answer is read ahead (at most 64 KiB, decoded, and replayed
+//!    to the client whole) and judged by [`crate::verdict`]: a 429 or a quota error body in
+//!    any status (Codex `usage_limit_reached`, `rate_limit_exceeded`) exhausts the account
+//!    until its announced reset; a 401/403 disables it for a back-off (logged at error level,
+//!    counted in `context_relay_gateway_account_refused_total`); either way the same request
+//!    goes on to the next available account. A 5xx (or the upstream client's 502 for a
+//!    connection error) is retried once on the next account: nothing reached the client yet.
+//!    Any other error answer goes to the client unretried;
+//! 7. a session is bound to the account that served it only on a 2xx, so a failing account
+//!    never captures a session;
+//! 8. when no account is left the client gets the last such answer (a 429 with its reset, or
+//!    a 5xx), a 502 of the gateway when every account's credential was refused (the
+//!    provider's 401 would tell the client that *its* key is wrong), or a 429 of the gateway
+//!    with `retry-after` when no account could be tried; always with `ResolvedAccount` of the
+//!    last attempt.
 //!
 //! Requests marked [`SkipRelay`] (the summary call GenerationLayer sends through this stack)
 //! are routed like the session's user requests (same sticky account) but are not user traffic:
@@ -46,7 +59,6 @@ use std::task::{Context, Poll};
 use std::time::SystemTime;
 
 use bytes::Bytes;
-use context_relay_core::QuotaSignal;
 use context_relay_core::quota;
 use context_relay_core::session::{self, MAX_SESSION_ID_CHARS, SessionSources};
 use context_relay_tower::{ComboName, ResolvedAccount, SessionId, SkipRelay, Tenant};
@@ -59,13 +71,18 @@ use tower_service::Service;
 
 use crate::combo::{BoxError, RouteTargets, Routes, Target};
 use crate::config::DEFAULT_MAX_REQUEST_BYTES;
-use crate::error::{ErrorShape, error_response};
+use crate::error::{ErrorShape, error_body, error_response};
 use crate::model::{find_model, replace_model};
-use crate::pool::{AccountPools, ProviderPool, reset_or_default};
+use crate::peek::{Peeked, peek};
+use crate::pool::{AccountPools, ProviderPool};
 use crate::upstream::UpstreamEndpoint;
+use crate::verdict::{Verdict, classify};
 
-/// Largest 429 body read to learn the reset (they are a few hundred bytes).
-const MAX_429_BODY: usize = 64 * 1024;
+use rotate::{Attempt, decoded_error_body, error_type, record_usage};
+
+/// Largest error body read to learn what it says (they are a few hundred bytes; a longer one
+/// is no quota or credential error and is passed on unread).
+const MAX_ERROR_BODY: usize = 64 * 1024;
 
 static SESSION_SOURCES: LazyLock<SessionSources> = LazyLock::new(SessionSources::default);
 
@@ -153,7 +170,7 @@ where
     ResBody: Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
-    type Response = Response<Either<ResBody, Full<Bytes>>>;
+    type Response = Response<Either<ResBody, Peeked<ResBody>>>;
     type Error = S::Error;
     type Future = ResponseFuture<Self::Response, S::Error>;
 
@@ -175,7 +192,7 @@ where
 /// sending the same session id never share an account binding. `None` without a session id.
 ///
 /// The [`Tenant`] and [`SessionId`] extensions win; otherwise both are derived from the
-/// headers and `body` (the decoded request body) as DESIGN §7 says.
+/// headers and `body` (the decoded request body), the way the relay layers derive them.
 ///
 /// ```
 /// use context_relay_gateway::resolver::session_key;
@@ -202,7 +219,7 @@ pub fn session_key(headers: &HeaderMap, extensions: &Extensions, body: &[u8]) ->
     Some(Arc::from(key))
 }
 
-/// Trims and caps an explicit session id; blank counts as absent (as in DESIGN §7).
+/// Trims and caps an explicit session id; blank counts as absent.
 fn clean(id: &str) -> Option<String> {
     let trimmed = id.trim();
     let capped: String = trimmed.chars().take(MAX_SESSION_ID_CHARS).collect();
@@ -215,7 +232,7 @@ async fn resolve<S, B, ResBody>(
     routes: Option<Arc<Routes>>,
     limit: usize,
     req: Request<B>,
-) -> Result<Response<Either<ResBody, Full<Bytes>>>, S::Error>
+) -> Result<Response<Either<ResBody, Peeked<ResBody>>>, S::Error>
 where
     S: Service<Request<Full<Bytes>>, Response = Response<ResBody>> + Send,
     S::Future: Send,
@@ -261,9 +278,12 @@ where
     let session = session_key(&parts.headers, &parts.extensions, &body);
     let first_model = targets.0.first().map(|t| t.model.clone());
 
-    let mut last_429: Option<(Response<Full<Bytes>>, ResolvedAccount)> = None;
+    // The last error answer of an account that was rotated away, and its verdict: what the
+    // client gets when no account is left.
+    let mut last: Option<(Response<Peeked<ResBody>>, ResolvedAccount, Verdict)> = None;
     let mut providers_seen: Vec<Arc<ProviderPool>> = Vec::new();
     let mut attempts = 0usize;
+    let mut unavailable_retried = false;
     'targets: for target in targets.0.iter() {
         let Some(pool) = pools.get(&target.provider).cloned() else {
             tracing::warn!(provider = %target.provider, "route target names an unknown provider");
@@ -305,52 +325,84 @@ where
                 "status" => status.as_str().to_owned()
             )
             .increment(1);
-            if status != StatusCode::TOO_MANY_REQUESTS {
+            if !status.is_client_error() && !status.is_server_error() {
                 let signal =
                     quota::from_response(pool.quota_kind(), status, res.headers(), None, now);
                 if let Some(signal) = signal {
                     record_usage(&pool, idx, &account.id, &signal, now, internal);
                     res.extensions_mut().insert(signal);
                 }
-                if !internal && let Some(s) = &session {
-                    pool.bind(s, idx, now);
+                if status.is_success() {
+                    pool.succeeded(idx);
+                    if !internal && let Some(s) = &session {
+                        pool.bind(s, idx);
+                    }
                 }
                 res.extensions_mut().insert(resolved);
                 return Ok(res.map(Either::Left));
             }
 
+            // An error: its body says whether the account or the request is at fault. It is
+            // read ahead (bounded) and replayed, so the client still gets every byte.
             let (mut res_parts, res_body) = res.into_parts();
-            let bytes = match Limited::new(res_body, MAX_429_BODY).collect().await {
-                Ok(c) => c.to_bytes(),
-                Err(_) => Bytes::new(),
-            };
-            let signal = quota::from_response(
+            let (head, replay) = peek(res_body, MAX_ERROR_BODY).await;
+            let decoded = head
+                .bytes()
+                .and_then(|b| decoded_error_body(&res_parts.headers, b));
+            let verdict = classify(
                 pool.quota_kind(),
                 status,
                 &res_parts.headers,
-                Some(&bytes),
+                decoded.as_deref(),
                 now,
             );
-            let until = reset_or_default(signal.and_then(|s| s.resets_at), now);
-            pool.mark_exhausted(idx, until);
-            exhausted_metric(&pool, &account.id, "429");
-            tracing::info!(
-                provider = %pool.name(), account = %account.id, internal,
-                error = error_type_of_429(&bytes).as_deref().unwrap_or("-"),
-                "429 from upstream; account exhausted until its reset"
-            );
-            // The client may still see this 429 (when no other account is left): it carries
-            // the usage reading like any other response.
-            res_parts
-                .extensions
-                .insert(signal.unwrap_or(QuotaSignal::used(1.0)));
-            last_429 = Some((Response::from_parts(res_parts, Full::new(bytes)), resolved));
+            let attempt = Attempt {
+                pool: &pool,
+                idx,
+                account: &account.id,
+                status,
+                internal,
+                now,
+            };
+            let error = decoded.as_deref().and_then(error_type).unwrap_or_default();
+            let rotate = attempt.rotate(verdict, &error, &mut unavailable_retried);
+            if let Verdict::Exhausted(signal) = verdict {
+                // The client may still see this answer (when no other account is left): it
+                // carries the usage reading like any other response.
+                res_parts.extensions.insert(signal);
+            }
+            if !rotate {
+                // The client's answer: it still carries the usage reading and who served.
+                if let Some(signal) =
+                    quota::from_response(pool.quota_kind(), status, &res_parts.headers, None, now)
+                {
+                    record_usage(&pool, idx, &account.id, &signal, now, internal);
+                    res_parts.extensions.insert(signal);
+                }
+                res_parts.extensions.insert(resolved);
+                return Ok(Response::from_parts(res_parts, Either::Right(replay)));
+            }
+            last = Some((Response::from_parts(res_parts, replay), resolved, verdict));
         }
     }
 
-    if let Some((mut res, resolved)) = last_429 {
-        res.extensions_mut().insert(resolved);
-        return Ok(res.map(Either::Right));
+    match last {
+        Some((_, resolved, Verdict::Refused)) => {
+            // Relaying the provider's 401/403 would tell the client its own key is wrong.
+            let mut res = own_error(
+                shape,
+                StatusCode::BAD_GATEWAY,
+                "upstream_error",
+                "the provider refused the credential of every account that could serve this request; the gateway's operator must check the account keys",
+            );
+            res.extensions_mut().insert(resolved);
+            return Ok(res);
+        }
+        Some((mut res, resolved, _)) => {
+            res.extensions_mut().insert(resolved);
+            return Ok(res.map(Either::Right));
+        }
+        None => {}
     }
     let now = SystemTime::now();
     let names: Vec<&str> = providers_seen.iter().map(|p| &**p.name()).collect();
@@ -377,55 +429,6 @@ where
     res.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from(wait));
     Ok(res)
-}
-
-/// Records a usage reading of a successful response; at or above `rotate_at` the account
-/// stops taking new turns, unless the reading came from an internal request (a summary call
-/// must not move the session it summarises).
-fn record_usage(
-    pool: &ProviderPool,
-    idx: usize,
-    account: &str,
-    signal: &QuotaSignal,
-    now: SystemTime,
-    internal: bool,
-) {
-    metrics::gauge!(
-        "context_relay_gateway_account_used_ratio",
-        "provider" => pool.name().to_string(),
-        "account" => account.to_owned()
-    )
-    .set(signal.percent_used);
-    if internal {
-        pool.note_usage(idx, signal.percent_used);
-    } else if pool.observe(idx, signal, now) {
-        tracing::info!(
-            provider = %pool.name(), account, used = signal.percent_used,
-            "account reached rotate_at; new turns go to the next account"
-        );
-        exhausted_metric(pool, account, "quota");
-    }
-}
-
-/// The error type of a 429 body: Codex `usage_limit_reached`, Anthropic `rate_limit_error`,
-/// OpenAI `rate_limit_exceeded`/`insufficient_quota`, … (for logs).
-fn error_type_of_429(body: &[u8]) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
-    let e = v.get("error")?;
-    e.get("type")
-        .or_else(|| e.get("code"))
-        .and_then(|t| t.as_str())
-        .map(str::to_owned)
-}
-
-fn exhausted_metric(pool: &ProviderPool, account: &str, reason: &'static str) {
-    metrics::counter!(
-        "context_relay_gateway_account_exhausted_total",
-        "provider" => pool.name().to_string(),
-        "account" => account.to_owned(),
-        "reason" => reason
-    )
-    .increment(1);
 }
 
 /// The body for `target`: the model is rewritten when this target names another model than
@@ -473,7 +476,7 @@ fn own_error<B>(
     status: StatusCode,
     openai_kind: &str,
     message: &str,
-) -> Response<Either<B, Full<Bytes>>> {
+) -> Response<Either<B, Peeked<B>>> {
     let kind = match (shape, status) {
         (ErrorShape::OpenAi, _) => openai_kind,
         (ErrorShape::Anthropic, StatusCode::TOO_MANY_REQUESTS) => "rate_limit_error",
@@ -481,388 +484,13 @@ fn own_error<B>(
         (ErrorShape::Anthropic, StatusCode::BAD_REQUEST) => "invalid_request_error",
         (ErrorShape::Anthropic, _) => "api_error",
     };
-    error_response(shape, status, kind, message).map(Either::Right)
+    let (parts, _) = error_response(shape, status, kind, message).into_parts();
+    Response::from_parts(
+        parts,
+        Either::Right(Peeked::full(error_body(shape, kind, message))),
+    )
 }
 
+mod rotate;
 #[cfg(test)]
-mod tests {
-    use std::convert::Infallible;
-    use std::sync::Mutex;
-
-    use tower::service_fn;
-
-    use super::*;
-    use crate::config::Config;
-
-    fn pools() -> Arc<AccountPools> {
-        let c = Config::from_toml_str(
-            r#"
-[[providers]]
-name = "codex"
-base_url = "http://up/v1"
-[[providers.accounts]]
-id = "a"
-api_key = "ka"
-[[providers.accounts]]
-id = "b"
-api_key = "kb"
-[[providers]]
-name = "claude"
-base_url = "http://up2/v1"
-auth = "x-api-key"
-quota = "none"
-[[providers.accounts]]
-id = "c"
-api_key = "kc"
-[[combos]]
-name = "relay"
-targets = ["codex/gpt-5.5"]
-"#,
-            |_| None,
-        )
-        .unwrap();
-        Arc::new(AccountPools::from_config(&c))
-    }
-
-    fn routes() -> Arc<Routes> {
-        let c = Config::from_toml_str(
-            r#"
-[[providers]]
-name = "codex"
-base_url = "http://up/v1"
-[[providers.accounts]]
-id = "a"
-api_key = "ka"
-[[combos]]
-name = "relay"
-targets = ["codex/gpt-5.5"]
-"#,
-            |_| None,
-        )
-        .unwrap();
-        Arc::new(Routes::from_config(&c))
-    }
-
-    type Log = Arc<Mutex<Vec<(String, Bytes)>>>;
-
-    /// A fake upstream: accounts listed in `limited` answer 429, others 200 with `used` quota.
-    fn upstream(
-        log: Log,
-        limited: &'static [&'static str],
-        used: &'static str,
-    ) -> impl Service<
-        Request<Full<Bytes>>,
-        Response = Response<Full<Bytes>>,
-        Error = Infallible,
-        Future = impl Future<Output = Result<Response<Full<Bytes>>, Infallible>> + Send,
-    > + Clone
-    + Send
-    + 'static {
-        service_fn(move |req: Request<Full<Bytes>>| {
-            let log = log.clone();
-            async move {
-                let acct = req.extensions().get::<ResolvedAccount>().unwrap().clone();
-                let ep = req.extensions().get::<UpstreamEndpoint>().unwrap().clone();
-                assert!(ep.credential.is_some());
-                let body = req.into_body().collect().await.unwrap().to_bytes();
-                log.lock().unwrap().push((acct.account.to_string(), body));
-                let mut res = if limited.contains(&&*acct.account) {
-                    let mut r = Response::new(Full::new(Bytes::from_static(
-                        br#"{"error":{"type":"usage_limit_reached","resets_in_seconds":3600}}"#,
-                    )));
-                    *r.status_mut() = StatusCode::TOO_MANY_REQUESTS;
-                    r
-                } else {
-                    Response::new(Full::new(Bytes::from_static(b"ok")))
-                };
-                res.headers_mut().insert(
-                    "x-codex-primary-used-percent",
-                    HeaderValue::from_static(used),
-                );
-                Ok(res)
-            }
-        })
-    }
-
-    fn request(session: &str, targets: &[(&str, &str)]) -> Request<Full<Bytes>> {
-        let mut req = Request::post("/v1/responses")
-            .header("session-id", session)
-            .body(Full::new(Bytes::from_static(br#"{"model":"gpt-5.5"}"#)))
-            .unwrap();
-        let t: Arc<[Target]> = targets
-            .iter()
-            .map(|(p, m)| Target {
-                provider: Arc::from(*p),
-                model: Arc::from(*m),
-            })
-            .collect();
-        req.extensions_mut().insert(RouteTargets(t));
-        req
-    }
-
-    async fn call(
-        pools: &Arc<AccountPools>,
-        log: &Log,
-        limited: &'static [&'static str],
-        used: &'static str,
-        req: Request<Full<Bytes>>,
-    ) -> Response<Either<Full<Bytes>, Full<Bytes>>> {
-        AccountResolverLayer::new(pools.clone())
-            .layer(upstream(log.clone(), limited, used))
-            .oneshot(req)
-            .await
-            .unwrap()
-    }
-
-    fn accounts(log: &Log) -> Vec<String> {
-        log.lock().unwrap().iter().map(|(a, _)| a.clone()).collect()
-    }
-
-    #[tokio::test]
-    async fn resolved_account_on_response_and_sticky() {
-        let (p, log) = (pools(), Log::default());
-        let res = call(&p, &log, &[], "10", request("s1", &[("codex", "gpt-5.5")])).await;
-        assert_eq!(res.status(), 200);
-        assert_eq!(
-            res.extensions().get::<ResolvedAccount>(),
-            Some(&ResolvedAccount::new("codex", "a"))
-        );
-        assert_eq!(p.get("codex").unwrap().bound("anonymous\ns1"), Some(0));
-    }
-
-    #[tokio::test]
-    async fn retry_429_on_next_account() {
-        let (p, log) = (pools(), Log::default());
-        let res = call(
-            &p,
-            &log,
-            &["a"],
-            "10",
-            request("s1", &[("codex", "gpt-5.5")]),
-        )
-        .await;
-        assert_eq!(res.status(), 200);
-        assert_eq!(accounts(&log), ["a", "b"]);
-        assert_eq!(
-            res.extensions().get::<ResolvedAccount>(),
-            Some(&ResolvedAccount::new("codex", "b"))
-        );
-        // The exhausted account is skipped afterwards, without a new 429.
-        let _ = call(
-            &p,
-            &log,
-            &["a"],
-            "10",
-            request("s2", &[("codex", "gpt-5.5")]),
-        )
-        .await;
-        assert_eq!(accounts(&log), ["a", "b", "b"]);
-    }
-
-    #[tokio::test]
-    async fn all_exhausted_gives_the_last_429_then_our_own() {
-        let (p, log) = (pools(), Log::default());
-        let res = call(
-            &p,
-            &log,
-            &["a", "b"],
-            "10",
-            request("s", &[("codex", "gpt-5.5")]),
-        )
-        .await;
-        assert_eq!(res.status(), 429);
-        assert_eq!(accounts(&log), ["a", "b"]);
-        let body = res.into_body().collect().await.unwrap().to_bytes();
-        assert!(
-            std::str::from_utf8(&body)
-                .unwrap()
-                .contains("usage_limit_reached")
-        );
-        // Nothing left to try: the gateway answers itself, with retry-after.
-        let res = call(&p, &log, &[], "10", request("s", &[("codex", "gpt-5.5")])).await;
-        assert_eq!(res.status(), 429);
-        assert_eq!(accounts(&log).len(), 2);
-        let after: u64 = res.headers()["retry-after"]
-            .to_str()
-            .unwrap()
-            .parse()
-            .unwrap();
-        assert!(after > 60, "the announced reset (1 h) is used: {after}");
-    }
-
-    #[tokio::test]
-    async fn quota_signal_at_rotate_at_moves_the_next_turn() {
-        let (p, log) = (pools(), Log::default());
-        let res = call(&p, &log, &[], "96", request("s", &[("codex", "gpt-5.5")])).await;
-        assert_eq!(res.status(), 200);
-        let _ = call(&p, &log, &[], "10", request("s", &[("codex", "gpt-5.5")])).await;
-        assert_eq!(accounts(&log), ["a", "b"]);
-        assert_eq!(p.get("codex").unwrap().bound("anonymous\ns"), Some(1));
-    }
-
-    #[tokio::test]
-    async fn later_targets_get_their_model() {
-        let (p, log) = (pools(), Log::default());
-        let req = request("s", &[("codex", "gpt-5.5"), ("claude", "claude-x")]);
-        let res = call(&p, &log, &["a", "b"], "10", req).await;
-        assert_eq!(res.status(), 200);
-        let log = log.lock().unwrap();
-        assert_eq!(log[2].0, "c");
-        assert_eq!(&log[2].1[..], br#"{"model":"claude-x"}"#);
-        assert_eq!(&log[0].1[..], br#"{"model":"gpt-5.5"}"#);
-    }
-
-    #[tokio::test]
-    async fn missing_targets_is_a_clear_error() {
-        let (p, log) = (pools(), Log::default());
-        let req = Request::post("/v1/messages")
-            .body(Full::new(Bytes::from_static(b"{}")))
-            .unwrap();
-        let res = call(&p, &log, &[], "10", req).await;
-        assert_eq!(res.status(), 500);
-        assert!(accounts(&log).is_empty());
-    }
-
-    #[tokio::test]
-    async fn quota_signal_on_the_response_follows_the_provider_kind() {
-        let (p, log) = (pools(), Log::default());
-        let res = call(&p, &log, &[], "42", request("s", &[("codex", "gpt-5.5")])).await;
-        let signal = res.extensions().get::<QuotaSignal>().copied();
-        assert_eq!(signal.map(|s| s.percent_used), Some(0.42));
-        // `quota = "none"`: the same headers give no reading.
-        let res = call(&p, &log, &[], "42", request("s", &[("claude", "c")])).await;
-        assert_eq!(res.extensions().get::<QuotaSignal>(), None);
-        assert_eq!(
-            res.extensions().get::<ResolvedAccount>(),
-            Some(&ResolvedAccount::new("claude", "c"))
-        );
-        // A final 429 carries a reading of at least 100 %.
-        let res = call(
-            &p,
-            &log,
-            &["a", "b"],
-            "42",
-            request("t", &[("codex", "gpt-5.5")]),
-        )
-        .await;
-        assert_eq!(res.status(), 429);
-        let used = res
-            .extensions()
-            .get::<QuotaSignal>()
-            .map(|s| s.percent_used);
-        assert!(used.is_some_and(|u| u >= 1.0), "{used:?}");
-    }
-
-    fn internal(session: &str) -> Request<Full<Bytes>> {
-        let mut req = Request::post("/v1/responses")
-            .body(Full::new(Bytes::from_static(br#"{"model":"gpt-5.5"}"#)))
-            .unwrap();
-        req.extensions_mut().insert(SkipRelay);
-        req.extensions_mut().insert(ComboName::new("relay"));
-        req.extensions_mut().insert(SessionId::new(session));
-        req
-    }
-
-    async fn call_internal(
-        pools: &Arc<AccountPools>,
-        log: &Log,
-        limited: &'static [&'static str],
-        used: &'static str,
-        session: &str,
-    ) -> Response<Either<Full<Bytes>, Full<Bytes>>> {
-        AccountResolverLayer::new(pools.clone())
-            .routes(routes())
-            .layer(upstream(log.clone(), limited, used))
-            .oneshot(internal(session))
-            .await
-            .unwrap()
-    }
-
-    #[tokio::test]
-    async fn summary_calls_follow_the_session_without_moving_it() {
-        let (p, log) = (pools(), Log::default());
-        // The session lives on b (a answered 429 and is exhausted; it comes back later).
-        let _ = call(
-            &p,
-            &log,
-            &["a"],
-            "10",
-            request("s", &[("codex", "gpt-5.5")]),
-        )
-        .await;
-        assert_eq!(accounts(&log), ["a", "b"]);
-        // The summary call (no RouteTargets, only the combo) goes to the session's account.
-        let res = call_internal(&p, &log, &[], "96", "s").await;
-        assert_eq!(res.status(), 200);
-        assert_eq!(accounts(&log), ["a", "b", "b"]);
-        // Its 96 % reading is recorded but does not exhaust b: the session stays there.
-        let codex = p.get("codex").unwrap();
-        assert_eq!(codex.snapshot(SystemTime::now())[1].used, Some(0.96));
-        assert_eq!(codex.snapshot(SystemTime::now())[1].exhausted_until, None);
-        let _ = call(&p, &log, &[], "10", request("s", &[("codex", "gpt-5.5")])).await;
-        assert_eq!(accounts(&log), ["a", "b", "b", "b"]);
-    }
-
-    #[tokio::test]
-    async fn a_summary_call_gets_one_attempt_and_binds_nothing() {
-        let (p, log) = (pools(), Log::default());
-        // A 429 to the summary call: no retry on another account, the 429 goes back.
-        let res = call_internal(&p, &log, &["a"], "10", "fresh").await;
-        assert_eq!(res.status(), 429);
-        assert_eq!(accounts(&log), ["a"]);
-        // It did exhaust a (a real 429), and bound no session.
-        let codex = p.get("codex").unwrap();
-        assert!(
-            codex.snapshot(SystemTime::now())[0]
-                .exhausted_until
-                .is_some()
-        );
-        assert_eq!(codex.bound("anonymous\nfresh"), None);
-        // Without a routing table, an internal request cannot be routed: a clear 500.
-        let res = AccountResolverLayer::new(p.clone())
-            .layer(upstream(log.clone(), &[], "10"))
-            .oneshot(internal("x"))
-            .await
-            .unwrap();
-        assert_eq!(res.status(), 500);
-    }
-
-    #[test]
-    fn session_keys() {
-        let key =
-            |req: &Request<()>, body: &[u8]| session_key(req.headers(), req.extensions(), body);
-        let mut req = Request::new(());
-        // No header, a body that is not JSON: no fingerprint either.
-        assert_eq!(key(&req, b"not json"), None);
-        req.headers_mut()
-            .insert("thread-id", HeaderValue::from_static("t"));
-        req.headers_mut()
-            .insert("session-id", HeaderValue::from_static("  "));
-        assert_eq!(key(&req, b"").as_deref(), Some("anonymous\nt"));
-        req.headers_mut()
-            .insert("x-claude-code-session-id", HeaderValue::from_static("cc"));
-        assert_eq!(key(&req, b"").as_deref(), Some("anonymous\ncc"));
-        req.headers_mut()
-            .insert("authorization", HeaderValue::from_static("Bearer k1"));
-        let tenant = context_relay_core::session::tenant(req.headers());
-        assert_eq!(key(&req, b"").as_deref(), Some(&*format!("{tenant}\ncc")));
-        req.extensions_mut().insert(SessionId::new("ext"));
-        assert_eq!(key(&req, b"").as_deref(), Some(&*format!("{tenant}\next")));
-        req.extensions_mut().insert(Tenant::new("t1"));
-        assert_eq!(key(&req, b"").as_deref(), Some("t1\next"));
-        // A blank extension counts as absent.
-        req.extensions_mut().insert(SessionId::new(" "));
-        assert_eq!(key(&req, b"").as_deref(), Some("t1\ncc"));
-        let long = "x".repeat(300);
-        let mut req = Request::new(());
-        req.headers_mut()
-            .insert("x-session-id", HeaderValue::from_str(&long).unwrap());
-        assert_eq!(key(&req, b"").unwrap().len(), "anonymous\n".len() + 128);
-        // Without headers the body gives the session (a fingerprint of the stable parts).
-        let req = Request::new(());
-        let turn1 = br#"{"model":"m","messages":[{"role":"user","content":"fix the bug"}]}"#;
-        let turn2 = br#"{"model":"m","messages":[{"role":"user","content":"fix the bug"},{"role":"assistant","content":"done"},{"role":"user","content":"thanks"}]}"#;
-        assert!(key(&req, turn1).is_some());
-        assert_eq!(key(&req, turn1), key(&req, turn2));
-    }
-}
+mod tests;

@@ -222,9 +222,10 @@ pub fn access_log<B>(res: &Response<B>, latency: Duration, span: &Span) {
         span.record("provider", &*r.provider);
         span.record("account", &*r.account);
     }
+    // What the relay did (`injected`, `scrubbed`, `repaired`, comma-joined), or `none`.
     let handoff = res
         .headers()
-        .get("x-context-relay")
+        .get(context_relay_tower::RELAY_HEADER)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("none");
     span.record("handoff", handoff);

@@ -114,7 +114,7 @@ impl Env {
     }
 }
 
-const CHAT: &str = "{\"model\" : \"codex-relay\",\"messages\":[{\"role\":\"system\",\"content\":\"You are terse.\"},{\"role\":\"user\",\"content\":\"say hi \\u00e9 \\ud83d\\ude00\"}],\"temperature\":1.50, \"x_unknown\":{\"b\":1,\"a\":[1e3,-0.0]}}";
+const CHAT: &str = "{\"model\" : \"codex-relay\",\"messages\":[{\"role\":\"system\",\"content\":\"You are terse.\"},{\"role\":\"user\",\"content\":\"say hi \\u00e9 \\ud83d\\ude00\"}],\"x_ratio\":1.50, \"x_unknown\":{\"b\":1,\"a\":[1e3,-0.0]}}";
 
 #[tokio::test]
 async fn chat_through_a_combo_keeps_every_byte_but_the_model() {
@@ -400,8 +400,8 @@ async fn sse_events_are_forwarded_before_the_upstream_finishes() {
     assert_eq!(res.status(), 200);
     assert_eq!(res.headers()["content-type"], "text/event-stream");
     let mut body = res.into_body();
-    // The provider is held after its first event: this frame can only arrive if the gateway
-    // forwards it without waiting for the rest. (The timeout turns a regression into a
+    // The provider is held after its first output event: this frame can only arrive if the
+    // gateway forwards it without waiting for the rest. (The timeout turns a regression into a
     // failure instead of a hang; it asserts nothing about speed.)
     let first = tokio::time::timeout(Duration::from_secs(30), body.frame())
         .await
@@ -612,7 +612,7 @@ async fn graceful_shutdown_lets_an_open_stream_finish() {
         .send(
             Request::post(env.url("/v1/messages"))
                 .body(Full::new(Bytes::from_static(
-                    br#"{"model":"claude-relay","stream":true,"messages":[]}"#,
+                    br#"{"model":"claude-relay","stream":true,"max_tokens":64,"messages":[]}"#,
                 )))
                 .unwrap(),
         )

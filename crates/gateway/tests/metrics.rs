@@ -119,4 +119,22 @@ targets = ["codex/gpt-5.5"]
         ),
         "{page}"
     );
+
+    // A revoked key is counted; with acct-a still exhausted nothing is left: a 502 of the
+    // gateway, not the provider's 401.
+    sim.revoke("acct-b");
+    let req = Request::post(format!("{}/v1/chat/completions", server.url()))
+        .header("authorization", "Bearer c")
+        .header("session-id", "m1")
+        .body(Full::new(Bytes::from(
+            json!({"model": "codex-relay", "messages": [{"role": "user", "content": "turn 5"}]})
+                .to_string(),
+        )))
+        .unwrap();
+    assert_eq!(client.request(req).await.unwrap().status(), 502);
+    let page = get_metrics().await;
+    assert!(
+        page.contains("context_relay_gateway_account_refused_total{provider=\"codex\",account=\"acct-b\",status=\"401\"} 1"),
+        "{page}"
+    );
 }

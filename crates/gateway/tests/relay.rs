@@ -413,16 +413,33 @@ async fn cross_threshold(env: &Env, api: Api, key: &str, session: &str) {
 async fn responses_account_bound_state_is_removed_on_the_switch_only() {
     let env = setup().await;
     let session = "sess-bound";
+    // State acct-a minted: a stored response (its id comes back in the reply) and a
+    // reasoning blob. The strict simulator rejects both on any other account.
+    let (status, first) = env
+        .turn(
+            Api::Responses,
+            "client-1",
+            "sess-warm-up",
+            r#"{"model":"codex-relay","stream":false,"input":"hello"}"#,
+            &[],
+        )
+        .await;
+    assert_eq!(status, 200);
+    let first: Value = serde_json::from_slice(&first).unwrap();
+    let prev = first["id"].as_str().unwrap().to_owned();
+    // The warm-up turn does not count towards the threshold crossing below.
+    env.sim.set_used("acct-a", 0.0);
+    let blob = env.sim.mint_encrypted("acct-a", "rs_1");
     // A Codex-like body: encrypted reasoning, a previous response, the turn-state header.
     let body = |turn: usize| {
         json!({
-            "model": "codex-relay", "stream": true, "store": false,
-            "previous_response_id": "resp_prev_1",
+            "model": "codex-relay", "stream": true, "store": true,
+            "previous_response_id": prev,
             "include": ["reasoning.encrypted_content"],
             "input": [
                 {"type": "message", "role": "developer", "content": "You are Codex."},
                 {"type": "message", "role": "user", "content": format!("turn {turn}: refactor")},
-                {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAAB-opaque"},
+                {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": blob},
                 {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]},
                 {"type": "message", "role": "user", "content": "continue"}
             ],
@@ -479,7 +496,8 @@ async fn responses_account_bound_state_is_removed_on_the_switch_only() {
     assert!(v.get("previous_response_id").is_none(), "{v}");
     let items = v["input"].as_array().unwrap();
     assert!(items.iter().all(|i| i["type"] != "reasoning"), "{v}");
-    assert!(!contains(&moved.body, "gAAAAB-opaque"));
+    assert!(!contains(&moved.body, &blob));
+    assert_eq!(moved.rejected, None);
     assert!(has_handoff(moved));
     // Everything else survives.
     assert_eq!(v["prompt_cache_key"], session);
@@ -493,6 +511,8 @@ async fn anthropic_signed_thinking_is_removed_on_the_switch() {
     cross_threshold(&env, Api::Messages, "client-1", session).await;
     env.sim.set_used("acct-c", 100.0);
     env.sim.clear_requests();
+    let signature = env.sim.mint_signature("acct-c", "th_1");
+    let redacted = env.sim.mint_signature("acct-c", "rd_1");
     let body = json!({
         "model": "claude-relay", "max_tokens": 2048, "stream": true,
         "thinking": {"type": "enabled", "budget_tokens": 1024},
@@ -500,8 +520,8 @@ async fn anthropic_signed_thinking_is_removed_on_the_switch() {
         "messages": [
             {"role": "user", "content": "turn 1: add the --json flag, step 1"},
             {"role": "assistant", "content": [
-                {"type": "thinking", "thinking": "Let me plan.", "signature": "SIG-bound-to-acct-c"},
-                {"type": "redacted_thinking", "data": "REDACTED-bound"},
+                {"type": "thinking", "thinking": "Let me plan.", "signature": signature},
+                {"type": "redacted_thinking", "data": redacted},
                 {"type": "text", "text": "Planned."}
             ]},
             {"role": "user", "content": "go on"}
@@ -520,14 +540,15 @@ async fn anthropic_signed_thinking_is_removed_on_the_switch() {
     let turns = env.turns();
     assert_eq!(turns.len(), 2);
     assert!(
-        contains(&turns[0].body, "SIG-bound-to-acct-c"),
+        contains(&turns[0].body, &signature),
         "own account: untouched"
     );
     let moved = &turns[1];
     assert_eq!(moved.account.as_deref(), Some("acct-d"));
     assert_eq!(moved.uri.query(), Some("beta=true"));
-    assert!(!contains(&moved.body, "SIG-bound-to-acct-c"));
-    assert!(!contains(&moved.body, "REDACTED-bound"));
+    assert!(!contains(&moved.body, &signature));
+    assert!(!contains(&moved.body, &redacted));
+    assert_eq!(moved.rejected, None);
     let v = moved.json().unwrap();
     assert_eq!(v["messages"][1]["content"][0]["text"], "Planned.");
     // The handoff goes after the cached system block, which keeps its cache_control.
@@ -604,7 +625,7 @@ async fn a_session_under_the_threshold_is_forwarded_byte_for_byte() {
     let env = setup().await;
     // Odd but valid JSON: spacing, escapes, number forms, unknown fields, key order.
     let bodies = [
-        "{ \"messages\" : [{\"role\":\"user\",\"content\":\"h\\u00e9 \\ud83d\\ude00\"}], \"model\":\"codex-relay\" ,\"temperature\":1.50,\"x\":{\"b\":[1e3,-0.0,null],\"a\":true}}",
+        "{ \"messages\" : [{\"role\":\"user\",\"content\":\"h\\u00e9 \\ud83d\\ude00\"}], \"model\":\"codex-relay\" ,\"x_ratio\":1.50,\"x\":{\"b\":[1e3,-0.0,null],\"a\":true}}",
         "{\"model\":\"codex-relay\",\"messages\":[{\"role\":\"user\",\"content\":\"h\\u00e9 \\ud83d\\ude00\"},{\"role\":\"assistant\",\"content\":\"ok\"},{\"role\":\"user\",\"content\":\"again\"}],\"n\":1}",
     ];
     for body in bodies {
@@ -788,6 +809,7 @@ async fn admin_routes_list_and_delete() {
         "model",
         "generated_at",
         "expires_at",
+        "kind",
     ];
     expected.sort_unstable();
     let mut keys = keys;
@@ -796,6 +818,7 @@ async fn admin_routes_list_and_delete() {
     assert_eq!(h["combo"], "codex-relay");
     assert_eq!(h["from_provider"], "codex");
     assert_eq!(h["from_account"], "acct-a");
+    assert_eq!(h["kind"], "generated");
     assert_eq!(h["summary"], SUMMARY_TEXT);
     assert_eq!(h["key_decisions"][1], "serde for JSON");
     assert_eq!(h["active_entities"][0], "src/cli.rs");

@@ -11,6 +11,7 @@ use context_relay_store::{HandoffStore, RedbStore};
 fn record(i: usize, now: SystemTime) -> HandoffRecord {
     HandoffRecord {
         version: 1,
+        kind: Default::default(),
         tenant: format!("tenant-{}", i % 50).into(),
         session: format!("session-{i:08}").into(),
         combo: "codex-relay".into(),

@@ -1,133 +1,165 @@
-//! The in-memory affinity table: the whole table for memory and redb, a cache for redis.
+//! The in-memory affinity table: a bounded cache of `(tenant, session, combo)` → [`Affinity`],
+//! the whole table for memory, a cache in front of the disk for redb and of Redis for redis.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::index::FastMap;
+use context_relay_core::HandoffKey;
+use context_relay_core::portable::ForeignSet;
+use context_relay_core::time::{from_unix_millis, to_unix_millis};
+use serde::{Deserialize, Serialize};
 
 use crate::Affinity;
 use crate::clock::after_ms;
+use crate::index::FastMap;
 
-/// One `(tenant, session)` → account entry and when it was last written.
-#[derive(Debug, Clone)]
+/// One entry: the affinity, when it was last written, and when it was last used (for eviction).
+#[derive(Debug)]
 pub(crate) struct Entry {
     pub(crate) affinity: Affinity,
     pub(crate) written_ms: u64,
+    used_ms: AtomicU64,
 }
 
-/// `(tenant, session)` → [`Entry`].
-#[derive(Debug, Default)]
+/// An affinity as stored on disk (redb) or in Redis: JSON, human-inspectable.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Stored {
+    pub(crate) provider: String,
+    pub(crate) account: String,
+    pub(crate) written_at: u64,
+    #[serde(default)]
+    pub(crate) foreign: ForeignSet,
+    #[serde(default)]
+    pub(crate) foreign_until: u64,
+}
+
+impl Stored {
+    pub(crate) fn new(a: &Affinity, written_at: u64) -> Self {
+        Self {
+            provider: a.provider.to_string(),
+            account: a.account.to_string(),
+            written_at,
+            foreign: (*a.foreign).clone(),
+            foreign_until: to_unix_millis(a.foreign_expires_at),
+        }
+    }
+
+    pub(crate) fn affinity(self) -> Affinity {
+        Affinity::new(self.provider, self.account)
+            .with_foreign(self.foreign, from_unix_millis(self.foreign_until))
+    }
+}
+
+/// The bounded table (see the module docs).
+#[derive(Debug)]
 pub(crate) struct AffinityMap {
-    // Keyed by one string (see `key`): a lookup by two `&str` then needs no tuple of `Arc`s.
+    // Keyed by one string (see `key`): a lookup needs no tuple of `Arc`s.
     map: FastMap<String, Entry>,
+    capacity: usize,
+    /// Something was evicted: an absent key may exist in the backing store.
+    evicted: AtomicBool,
 }
 
-/// Length-prefixed, so that no two `(tenant, session)` pairs share a key whatever they contain.
-pub(crate) fn key(tenant: &str, session: &str) -> String {
-    let mut k = String::with_capacity(tenant.len() + session.len() + 4);
-    fill_key(&mut k, tenant, session);
-    k
+/// Length-prefixed, so that no two keys share a string whatever they contain.
+pub(crate) fn key(k: &HandoffKey) -> String {
+    format!(
+        "{}:{}:{}{}{}",
+        k.tenant.len(),
+        k.session.len(),
+        k.tenant,
+        k.session,
+        k.combo
+    )
 }
 
-fn fill_key(buf: &mut String, tenant: &str, session: &str) {
-    buf.clear();
-    let mut digits = [0u8; 20];
-    let mut n = tenant.len();
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        // `n % 10` is below 10: the cast cannot truncate.
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for &d in &digits[i..] {
-        buf.push(char::from(d));
-    }
-    buf.push(':');
-    buf.push_str(tenant);
-    buf.push_str(session);
-}
-
-/// Runs `f` with the key of `(tenant, session)` built in a reused per-thread buffer: look-ups
-/// are on the hot path of every relayed request, and need no allocation.
-fn with_key<R>(tenant: &str, session: &str, f: impl FnOnce(&str) -> R) -> R {
-    thread_local! {
-        static BUF: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
-    }
-    BUF.with(|buf| match buf.try_borrow_mut() {
-        Ok(mut buf) => {
-            fill_key(&mut buf, tenant, session);
-            f(&buf)
-        }
-        // Re-entered from inside `f` (never done here, but cheap to survive).
-        Err(_) => f(&key(tenant, session)),
-    })
+/// Inverse of [`key`].
+pub(crate) fn split_key(key: &str) -> Option<(&str, &str, &str)> {
+    let (t, rest) = key.split_once(':')?;
+    let (s, rest) = rest.split_once(':')?;
+    let (t, s): (usize, usize) = (t.parse().ok()?, s.parse().ok()?);
+    let tenant = rest.get(..t)?;
+    let session = rest.get(t..t.checked_add(s)?)?;
+    Some((tenant, session, rest.get(t + s..)?))
 }
 
 /// What `set_affinity` has to do.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Write {
-    /// Same account, written recently: nothing.
+    /// Same affinity, written recently: nothing.
     Skip,
     /// New, changed, or due for a refresh.
     Store,
 }
 
 impl AffinityMap {
-    /// The live entry at `now_ms`, with entries older than `ttl` treated as absent.
-    pub(crate) fn get(
-        &self,
-        tenant: &str,
-        session: &str,
-        now_ms: u64,
-        ttl: Duration,
-    ) -> Option<Affinity> {
-        with_key(tenant, session, |k| {
-            self.map
-                .get(k)
-                .filter(|e| now_ms < after_ms(e.written_ms, ttl))
-                .map(|e| e.affinity.clone())
-        })
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self {
+            map: FastMap::default(),
+            capacity: capacity.max(1),
+            evicted: AtomicBool::new(false),
+        }
     }
 
-    /// Whether `set_affinity(provider, account)` at `now_ms` must write: yes unless the same
-    /// account was written less than `fresh_for` ago.
+    /// The live entry at `now_ms`, with entries older than `ttl` treated as absent.
+    pub(crate) fn get(&self, key: &str, now_ms: u64, ttl: Duration) -> Option<Affinity> {
+        self.map
+            .get(key)
+            .filter(|e| now_ms < after_ms(e.written_ms, ttl))
+            .map(|e| {
+                e.used_ms.store(now_ms, Ordering::Relaxed);
+                e.affinity.clone()
+            })
+    }
+
+    /// Whether an absent key is known to be absent (nothing was ever evicted).
+    pub(crate) fn is_complete(&self) -> bool {
+        !self.evicted.load(Ordering::Relaxed)
+    }
+
+    /// Whether `set_affinity(affinity)` at `now_ms` must write: yes unless the same affinity
+    /// was written less than `fresh_for` ago.
     pub(crate) fn needs_write(
         &self,
-        tenant: &str,
-        session: &str,
-        provider: &str,
-        account: &str,
+        key: &str,
+        affinity: &Affinity,
         now_ms: u64,
         fresh_for: Duration,
     ) -> Write {
-        with_key(tenant, session, |k| match self.map.get(k) {
-            Some(e)
-                if &*e.affinity.provider == provider
-                    && &*e.affinity.account == account
-                    && now_ms < after_ms(e.written_ms, fresh_for) =>
-            {
+        match self.map.get(key) {
+            Some(e) if e.affinity == *affinity && now_ms < after_ms(e.written_ms, fresh_for) => {
                 Write::Skip
             }
             _ => Write::Store,
-        })
+        }
     }
 
-    pub(crate) fn insert(&self, tenant: &str, session: &str, affinity: Affinity, written_ms: u64) {
-        self.map.insert(
-            key(tenant, session),
-            Entry {
-                affinity,
-                written_ms,
-            },
-        );
-    }
-
-    pub(crate) fn insert_key(&self, key: String, entry: Entry) {
+    pub(crate) fn insert(&self, key: String, affinity: Affinity, written_ms: u64) {
+        let entry = Entry {
+            affinity,
+            written_ms,
+            used_ms: AtomicU64::new(written_ms),
+        };
         self.map.insert(key, entry);
+        if self.map.len() > self.capacity {
+            self.evict();
+        }
+    }
+
+    /// Drops the least recently used eighth of the table (at least one entry): one sort per
+    /// `capacity / 8` inserts keeps eviction cheap.
+    fn evict(&self) {
+        let mut used: Vec<(u64, String)> = self
+            .map
+            .iter()
+            .map(|e| (e.used_ms.load(Ordering::Relaxed), e.key().clone()))
+            .collect();
+        let n = (self.capacity / 8).max(1).min(used.len());
+        used.select_nth_unstable_by_key(n - 1, |(u, _)| *u);
+        for (_, k) in used.into_iter().take(n) {
+            self.map.remove(&k);
+        }
+        self.evicted.store(true, Ordering::Relaxed);
     }
 
     /// Removes entries older than `ttl`; returns their keys.
@@ -149,48 +181,87 @@ impl AffinityMap {
 }
 
 /// Interns provider and account names: affinities repeat a handful of them millions of times.
-pub(crate) fn affinity(provider: &str, account: &str) -> Affinity {
+pub(crate) fn intern(a: Affinity) -> Affinity {
     Affinity {
-        provider: Arc::from(provider),
-        account: Arc::from(account),
+        provider: Arc::from(&*a.provider),
+        account: Arc::from(&*a.account),
+        ..a
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    fn k(t: &str, s: &str, c: &str) -> HandoffKey {
+        HandoffKey::new(t, s, c)
+    }
 
     #[test]
     fn keys_never_collide() {
-        assert_ne!(key("a:b", "c"), key("a", "b:c"));
-        assert_ne!(key("ab", "c"), key("a", "bc"));
-        assert_eq!(key("tenant", "s1"), "6:tenants1");
-        assert_eq!(
-            key(&"t".repeat(123), ""),
-            format!("123:{}", "t".repeat(123))
-        );
-        assert_eq!(key("", "s"), "0:s");
+        assert_ne!(key(&k("a:b", "c", "x")), key(&k("a", "b:c", "x")));
+        assert_ne!(key(&k("ab", "c", "x")), key(&k("a", "bc", "x")));
+        assert_ne!(key(&k("t", "s", "c1")), key(&k("t", "s", "c2")));
+        assert_eq!(key(&k("tenant", "s1", "c")), "6:2:tenants1c");
+    }
+
+    proptest! {
+        #[test]
+        fn keys_split_back(t in ".*", s in ".*", c in ".*") {
+            let kk = key(&k(&t, &s, &c));
+            prop_assert_eq!(split_key(&kk), Some((t.as_str(), s.as_str(), c.as_str())));
+        }
     }
 
     #[test]
     fn writes_only_when_changed_or_stale() {
-        let m = AffinityMap::default();
+        let m = AffinityMap::new(100);
         let ttl = Duration::from_secs(400);
         let fresh = ttl / 4;
-        assert_eq!(m.needs_write("t", "s", "p", "a", 0, fresh), Write::Store);
-        m.insert("t", "s", affinity("p", "a"), 0);
-        assert_eq!(m.needs_write("t", "s", "p", "a", 1_000, fresh), Write::Skip);
+        let kk = key(&k("t", "s", "c"));
+        let a = Affinity::new("p", "a");
+        assert_eq!(m.needs_write(&kk, &a, 0, fresh), Write::Store);
+        m.insert(kk.clone(), a.clone(), 0);
+        assert_eq!(m.needs_write(&kk, &a, 1_000, fresh), Write::Skip);
         assert_eq!(
-            m.needs_write("t", "s", "p", "b", 1_000, fresh),
+            m.needs_write(&kk, &Affinity::new("p", "b"), 1_000, fresh),
             Write::Store
         );
+        let with_foreign = a.clone().with_foreign(
+            ForeignSet::from_digests([1]),
+            std::time::SystemTime::UNIX_EPOCH,
+        );
         assert_eq!(
-            m.needs_write("t", "s", "p", "a", 100_000, fresh),
+            m.needs_write(&kk, &with_foreign, 1_000, fresh),
             Write::Store
         );
-        assert!(m.get("t", "s", 399_999, ttl).is_some());
-        assert!(m.get("t", "s", 400_000, ttl).is_none());
-        assert_eq!(m.purge(400_000, ttl), vec![key("t", "s")]);
+        assert_eq!(m.needs_write(&kk, &a, 100_000, fresh), Write::Store);
+        assert!(m.get(&kk, 399_999, ttl).is_some());
+        assert!(m.get(&kk, 400_000, ttl).is_none());
+        assert_eq!(m.purge(400_000, ttl), vec![kk]);
         assert_eq!(m.len(), 0);
+    }
+
+    #[test]
+    fn bounded_evicting_the_least_recently_used() {
+        let m = AffinityMap::new(16);
+        let ttl = Duration::from_secs(1_000_000);
+        for i in 0..16u64 {
+            m.insert(format!("k{i}"), Affinity::new("p", "a"), i);
+        }
+        assert!(m.is_complete());
+        // k0 is used late: it survives, k1 (the least recently used) goes.
+        assert!(m.get("k0", 100, ttl).is_some());
+        m.insert("k16".into(), Affinity::new("p", "a"), 101);
+        assert!(m.len() <= 16);
+        assert!(!m.is_complete());
+        assert!(m.get("k0", 102, ttl).is_some());
+        assert!(m.get("k1", 102, ttl).is_none());
+        assert!(m.get("k16", 102, ttl).is_some());
+        for i in 17..1000u64 {
+            m.insert(format!("k{i}"), Affinity::new("p", "a"), 200 + i);
+        }
+        assert!(m.len() <= 16);
     }
 }

@@ -22,7 +22,16 @@
 //!   out meanwhile (the handoff was consumed either way).
 //! - Affinity entries expire after `affinity_ttl` (default 7 days) without a change or refresh,
 //!   so that the table does not grow forever; `set_affinity` rewrites an unchanged entry once a
-//!   quarter of that time has passed.
+//!   quarter of that time has passed. Affinities are kept per `(tenant, session, combo)`.
+//! - With several replicas (redis), a replica decides whether a request is a switch on the value
+//!   Redis holds when the request arrives: its cached view is trusted for at most
+//!   `affinity_cache_ttl`, zero by default. The bound on a stale decision is therefore one
+//!   concurrent request: a write it can miss is made by another request of the same session, on
+//!   another replica, that completes after this read. The provider's rejection of the state
+//!   such a decision lets through is then repaired by the injection layer.
+//! - The in-memory affinity table is bounded ([`DEFAULT_AFFINITY_CACHE_ENTRIES`] by default):
+//!   when full, the least recently used eighth is evicted. redb then reads an evicted entry
+//!   back from disk; the memory backend forgets it; Redis reads it from Redis.
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -34,6 +43,7 @@
 //! let now = SystemTime::now();
 //! let record = HandoffRecord {
 //!     version: 1,
+//!     kind: Default::default(),
 //!     tenant: "acme".into(),
 //!     session: "s1".into(),
 //!     combo: "codex-relay".into(),
@@ -63,8 +73,9 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
+use context_relay_core::portable::ForeignSet;
 use context_relay_core::{HandoffKey, HandoffRecord};
 
 mod affinity;
@@ -95,6 +106,9 @@ pub use redis_store::{
     DEFAULT_AFFINITY_CACHE_TTL, DEFAULT_TIMEOUT as DEFAULT_REDIS_TIMEOUT, RedisStore,
     RedisStoreBuilder,
 };
+
+/// Most affinities kept in memory by default (see the crate docs).
+pub const DEFAULT_AFFINITY_CACHE_ENTRIES: usize = 100_000;
 
 /// How long an unchanged affinity lives by default.
 pub const DEFAULT_AFFINITY_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -144,25 +158,18 @@ pub trait HandoffStore: Send + Sync + 'static {
         session: Option<&'a str>,
     ) -> StoreFuture<'a, Vec<HandoffRecord>>;
 
-    /// The last account that served `(tenant, session)`.
-    fn affinity<'a>(
-        &'a self,
-        tenant: &'a str,
-        session: &'a str,
-    ) -> StoreFuture<'a, Option<Affinity>>;
+    /// The last account that served the session of `key` through its combo, with the
+    /// digests of the account-bound state it must treat as foreign.
+    fn affinity<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, Option<Affinity>>;
 
     /// Synchronous cache look-up: `Some(x)` when the in-memory cache knows the answer (`x` may be
-    /// `None` = known absent), `None` when only [`affinity`](Self::affinity) can tell.
-    fn cached_affinity(&self, tenant: &str, session: &str) -> Option<Option<Affinity>>;
+    /// `None` = known absent), `None` when only [`affinity`](Self::affinity) can tell (the entry
+    /// was evicted, or, with a shared backend, another replica may have written it since).
+    fn cached_affinity(&self, key: &HandoffKey) -> Option<Option<Affinity>>;
 
-    /// Records the serving account of `(tenant, session)`; writes only when it changed.
-    fn set_affinity<'a>(
-        &'a self,
-        tenant: &'a str,
-        session: &'a str,
-        provider: &'a str,
-        account: &'a str,
-    ) -> StoreFuture<'a, ()>;
+    /// Records `affinity` for the session of `key`; writes only when it changed (or is due for
+    /// a refresh).
+    fn set_affinity<'a>(&'a self, key: &'a HandoffKey, affinity: Affinity) -> StoreFuture<'a, ()>;
 
     /// Backend name for logs and metrics (`"redb"`, `"memory"`, `"redis"`).
     fn backend(&self) -> &'static str;
@@ -223,22 +230,51 @@ impl fmt::Debug for Claim {
     }
 }
 
-/// The account that last served a session (DESIGN §5.4).
+/// The account that last served a session through one combo, and what that account must not
+/// be sent.
+///
+/// Kept per `(tenant, session, combo)`: two combos of one session may be served by different
+/// accounts. `foreign` holds the digests of the account-bound state the session carried when
+/// `account` took it over (see [`ForeignSet`]); it is kept until `foreign_expires_at` (the
+/// handoff TTL after the switch), and reads after that give an empty set.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Affinity {
     /// Provider of the serving account.
     pub provider: Arc<str>,
     /// The serving account.
     pub account: Arc<str>,
+    /// Digests of the state minted by earlier accounts.
+    pub foreign: Arc<ForeignSet>,
+    /// When `foreign` is forgotten.
+    pub foreign_expires_at: SystemTime,
 }
 
 impl Affinity {
-    /// An affinity to `account` of `provider`.
+    /// An affinity to `account` of `provider`, with nothing foreign.
     pub fn new(provider: impl Into<Arc<str>>, account: impl Into<Arc<str>>) -> Self {
         Self {
             provider: provider.into(),
             account: account.into(),
+            foreign: Arc::default(),
+            foreign_expires_at: SystemTime::UNIX_EPOCH,
         }
+    }
+
+    /// The same affinity with `foreign` kept until `expires_at`.
+    pub fn with_foreign(mut self, foreign: ForeignSet, expires_at: SystemTime) -> Self {
+        self.foreign = Arc::new(foreign);
+        self.foreign_expires_at = expires_at;
+        self
+    }
+
+    /// Whether `account` of `provider` is the serving account.
+    pub fn is(&self, provider: &str, account: &str) -> bool {
+        *self.provider == *provider && *self.account == *account
+    }
+
+    /// The foreign digests still kept at `now` (empty once they expired).
+    pub fn foreign_at(&self, now: SystemTime) -> Option<&ForeignSet> {
+        (now < self.foreign_expires_at && !self.foreign.is_empty()).then_some(&*self.foreign)
     }
 }
 

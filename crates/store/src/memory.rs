@@ -9,6 +9,7 @@ use context_relay_core::time::to_unix_millis;
 use context_relay_core::{HandoffKey, HandoffRecord};
 use dashmap::mapref::entry::Entry;
 
+use crate::DEFAULT_AFFINITY_CACHE_ENTRIES;
 use crate::affinity::{self, AffinityMap, Write};
 use crate::clock::{Clock, SystemClock, now_ms};
 use crate::index::{FastMap, Meta};
@@ -53,7 +54,7 @@ impl MemoryStore {
         Self {
             inner: Arc::new(Inner {
                 records: FastMap::default(),
-                affinity: AffinityMap::default(),
+                affinity: AffinityMap::new(DEFAULT_AFFINITY_CACHE_ENTRIES),
                 affinity_ttl: DEFAULT_AFFINITY_TTL,
                 clock,
                 next: AtomicU64::new(1),
@@ -208,45 +209,25 @@ impl HandoffStore for MemoryStore {
         ready(self.list_now(tenant, session))
     }
 
-    fn affinity<'a>(
-        &'a self,
-        tenant: &'a str,
-        session: &'a str,
-    ) -> StoreFuture<'a, Option<Affinity>> {
-        ready(
-            self.inner
-                .affinity
-                .get(tenant, session, self.now_ms(), self.inner.affinity_ttl),
-        )
+    fn affinity<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, Option<Affinity>> {
+        ready(self.cached_affinity(key).flatten())
     }
 
-    fn cached_affinity(&self, tenant: &str, session: &str) -> Option<Option<Affinity>> {
+    fn cached_affinity(&self, key: &HandoffKey) -> Option<Option<Affinity>> {
+        // The table is the store: what it does not hold does not exist.
         Some(
             self.inner
                 .affinity
-                .get(tenant, session, self.now_ms(), self.inner.affinity_ttl),
+                .get(&affinity::key(key), self.now_ms(), self.inner.affinity_ttl),
         )
     }
 
-    fn set_affinity<'a>(
-        &'a self,
-        tenant: &'a str,
-        session: &'a str,
-        provider: &'a str,
-        account: &'a str,
-    ) -> StoreFuture<'a, ()> {
+    fn set_affinity<'a>(&'a self, key: &'a HandoffKey, a: Affinity) -> StoreFuture<'a, ()> {
         let now = self.now_ms();
         let map = &self.inner.affinity;
-        if map.needs_write(
-            tenant,
-            session,
-            provider,
-            account,
-            now,
-            self.inner.affinity_ttl / 4,
-        ) == Write::Store
-        {
-            map.insert(tenant, session, affinity::affinity(provider, account), now);
+        let k = affinity::key(key);
+        if map.needs_write(&k, &a, now, self.inner.affinity_ttl / 4) == Write::Store {
+            map.insert(k, affinity::intern(a), now);
         }
         ready(())
     }

@@ -3,7 +3,8 @@
 //!
 //! Layout: table `handoffs` maps `(tenant, session, combo)` to a 17-byte header (layout byte,
 //! version, expiry in Unix ms, all little-endian) followed by the record as JSON; table
-//! `affinity` maps `(tenant, session)` to JSON. Opening rebuilds the index from the headers
+//! `affinity_by_combo` maps `(tenant, session, combo)` to JSON (an older `affinity` table, keyed
+//! without the combo, is no longer read). Opening rebuilds the index from the headers
 //! alone, so reopening a million records does not parse a million JSON documents.
 //!
 //! Ordering: every write updates the index and is queued to the writer while holding the index
@@ -23,19 +24,20 @@ use dashmap::mapref::entry::Entry;
 use redb::{
     Database, DatabaseError, ReadableDatabase, ReadableTable, StorageError, TableDefinition,
 };
-use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
-use crate::affinity::{self, AffinityMap, Write};
+use crate::affinity::{self, AffinityMap, Stored, Write};
 use crate::clock::{Clock, SystemClock, after_ms, now_ms};
 use crate::index::{FastMap, Meta};
 use crate::{
-    Affinity, Claim, DEFAULT_AFFINITY_TTL, HandoffStore, StoreError, StoreFuture, report_corrupt,
+    Affinity, Claim, DEFAULT_AFFINITY_CACHE_ENTRIES, DEFAULT_AFFINITY_TTL, HandoffStore,
+    StoreError, StoreFuture, report_corrupt,
 };
 
 const HANDOFFS: TableDefinition<'static, (&str, &str, &str), &[u8]> =
     TableDefinition::new("handoffs");
-const AFFINITY: TableDefinition<'static, (&str, &str), &[u8]> = TableDefinition::new("affinity");
+const AFFINITY: TableDefinition<'static, (&str, &str, &str), &[u8]> =
+    TableDefinition::new("affinity_by_combo");
 const SECRETS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("secrets");
 
 /// First byte of every stored value: bump it when the header changes.
@@ -52,6 +54,7 @@ pub struct RedbStoreBuilder {
     clock: Arc<dyn Clock>,
     max_batch: usize,
     affinity_ttl: Duration,
+    affinity_entries: usize,
     cache_size: Option<usize>,
 }
 
@@ -79,6 +82,13 @@ impl RedbStoreBuilder {
     /// How long an unchanged affinity lives (default 7 days).
     pub fn affinity_ttl(mut self, ttl: Duration) -> Self {
         self.affinity_ttl = ttl;
+        self
+    }
+
+    /// Most affinities kept in memory (default [`DEFAULT_AFFINITY_CACHE_ENTRIES`]); the least
+    /// recently used are evicted and read back from disk when needed.
+    pub fn affinity_cache_entries(mut self, n: usize) -> Self {
+        self.affinity_entries = n.max(1);
         self
     }
 
@@ -137,18 +147,10 @@ enum Op {
         done: Option<Done>,
     },
     PutAffinity {
-        tenant: String,
-        session: String,
+        key: HandoffKey,
         value: Vec<u8>,
         done: Done,
     },
-}
-
-#[derive(Serialize, Deserialize)]
-struct StoredAffinity {
-    provider: String,
-    account: String,
-    written_at: u64,
 }
 
 impl RedbStore {
@@ -164,6 +166,7 @@ impl RedbStore {
             clock: Arc::new(SystemClock),
             max_batch: DEFAULT_MAX_BATCH,
             affinity_ttl: DEFAULT_AFFINITY_TTL,
+            affinity_entries: DEFAULT_AFFINITY_CACHE_ENTRIES,
             cache_size: None,
         }
     }
@@ -209,7 +212,7 @@ impl RedbStore {
 
         let now = now_ms(&*opts.clock);
         let index = FastMap::default();
-        let affinity = AffinityMap::default();
+        let affinity = AffinityMap::new(opts.affinity_entries);
         let mut corrupt = 0u64;
         let mut max_version = 0u64;
         let mut expired = Vec::new();
@@ -256,20 +259,17 @@ impl RedbStore {
                 .map_err(|e| fail("cannot read table affinity", &e))?
             {
                 let (k, v) = item.map_err(|e| fail("cannot read table affinity", &e))?;
-                let (t, s) = k.value();
-                match serde_json::from_slice::<StoredAffinity>(v.value()) {
-                    Ok(a) if now < after_ms(a.written_at, opts.affinity_ttl) => affinity
-                        .insert_key(
-                            affinity::key(t, s),
-                            affinity::Entry {
-                                affinity: affinity::affinity(&a.provider, &a.account),
-                                written_ms: a.written_at,
-                            },
-                        ),
-                    Ok(_) => stale.push(affinity::key(t, s)),
+                let (t, s, c) = k.value();
+                let key = affinity::key(&HandoffKey::new(t, s, c));
+                match serde_json::from_slice::<Stored>(v.value()) {
+                    Ok(a) if now < after_ms(a.written_at, opts.affinity_ttl) => {
+                        let written = a.written_at;
+                        affinity.insert(key, affinity::intern(a.affinity()), written);
+                    }
+                    Ok(_) => stale.push(key),
                     Err(e) => {
                         corrupt += 1;
-                        report_corrupt("redb", &format_args!("affinity {t}/{s}"), &e);
+                        report_corrupt("redb", &format_args!("affinity {t}/{s}/{c}"), &e);
                     }
                 }
             }
@@ -507,41 +507,56 @@ impl RedbStore {
 
     fn set_affinity_queue(
         &self,
-        tenant: &str,
-        session: &str,
-        provider: &str,
-        account: &str,
+        key: &HandoffKey,
+        a: Affinity,
     ) -> Result<Option<Pending>, StoreError> {
         let now = self.now_ms();
         let map = &self.inner.affinity;
-        if map.needs_write(
-            tenant,
-            session,
-            provider,
-            account,
-            now,
-            self.inner.affinity_ttl / 4,
-        ) == Write::Skip
-        {
+        let k = affinity::key(key);
+        if map.needs_write(&k, &a, now, self.inner.affinity_ttl / 4) == Write::Skip {
             return Ok(None);
         }
-        let value = serde_json::to_vec(&StoredAffinity {
-            provider: provider.to_owned(),
-            account: account.to_owned(),
-            written_at: now,
-        })?;
+        let value = serde_json::to_vec(&Stored::new(&a, now))?;
         let (done, rx) = oneshot::channel();
         // Two racing writers of one session may queue in either order; the last one queued wins
         // on disk and the last one inserted wins in memory. They can disagree only until the
         // next change, and either answer is an account that just served the session.
         self.send(Op::PutAffinity {
-            tenant: tenant.to_owned(),
-            session: session.to_owned(),
+            key: key.clone(),
             value,
             done,
         })?;
-        map.insert(tenant, session, affinity::affinity(provider, account), now);
+        map.insert(k, affinity::intern(a), now);
         Ok(Some(rx))
+    }
+
+    /// An affinity the memory table evicted, read back from disk (and cached again).
+    fn read_affinity(&self, key: &HandoffKey) -> Result<Option<Affinity>, StoreError> {
+        let r = self.inner.db.begin_read().map_err(io("read"))?;
+        let table = r.open_table(AFFINITY).map_err(io("read"))?;
+        let Some(v) = table
+            .get((&*key.tenant, &*key.session, &*key.combo))
+            .map_err(io("read"))?
+        else {
+            return Ok(None);
+        };
+        let stored = match serde_json::from_slice::<Stored>(v.value()) {
+            Ok(s) => s,
+            Err(e) => {
+                report_corrupt("redb", &format_args!("affinity {key}"), &e);
+                return Ok(None);
+            }
+        };
+        let now = self.now_ms();
+        if now >= after_ms(stored.written_at, self.inner.affinity_ttl) {
+            return Ok(None);
+        }
+        let written = stored.written_at;
+        let a = affinity::intern(stored.affinity());
+        self.inner
+            .affinity
+            .insert(affinity::key(key), a.clone(), written);
+        Ok(Some(a))
     }
 }
 
@@ -623,36 +638,26 @@ impl HandoffStore for RedbStore {
         Box::pin(std::future::ready(self.list_now(tenant, session)))
     }
 
-    fn affinity<'a>(
-        &'a self,
-        tenant: &'a str,
-        session: &'a str,
-    ) -> StoreFuture<'a, Option<Affinity>> {
-        Box::pin(std::future::ready(Ok(self.inner.affinity.get(
-            tenant,
-            session,
-            self.now_ms(),
-            self.inner.affinity_ttl,
-        ))))
+    fn affinity<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, Option<Affinity>> {
+        let found = match self.cached_affinity(key) {
+            Some(known) => Ok(known),
+            // A point read, inline like every redb read.
+            None => self.read_affinity(key),
+        };
+        Box::pin(std::future::ready(found))
     }
 
-    fn cached_affinity(&self, tenant: &str, session: &str) -> Option<Option<Affinity>> {
-        // The whole table is in memory: the cache always knows.
-        Some(
-            self.inner
-                .affinity
-                .get(tenant, session, self.now_ms(), self.inner.affinity_ttl),
-        )
+    fn cached_affinity(&self, key: &HandoffKey) -> Option<Option<Affinity>> {
+        let map = &self.inner.affinity;
+        match map.get(&affinity::key(key), self.now_ms(), self.inner.affinity_ttl) {
+            Some(a) => Some(Some(a)),
+            // Nothing evicted yet: the table in memory is the whole table.
+            None => map.is_complete().then_some(None),
+        }
     }
 
-    fn set_affinity<'a>(
-        &'a self,
-        tenant: &'a str,
-        session: &'a str,
-        provider: &'a str,
-        account: &'a str,
-    ) -> StoreFuture<'a, ()> {
-        let queued = self.set_affinity_queue(tenant, session, provider, account);
+    fn set_affinity<'a>(&'a self, key: &'a HandoffKey, a: Affinity) -> StoreFuture<'a, ()> {
+        let queued = self.set_affinity_queue(key, a);
         Box::pin(async move {
             match queued? {
                 Some(rx) => committed(rx).await,
@@ -798,38 +803,27 @@ fn apply(db: &Database, batch: &[Op]) -> Result<(), redb::Error> {
                         }
                     }
                     for key in stale {
-                        let Some((t, s)) = split_affinity_key(key) else {
+                        let Some(k) = affinity::split_key(key) else {
                             continue;
                         };
-                        let expired = affinities.get((t, s))?.is_some_and(|v| {
-                            serde_json::from_slice::<StoredAffinity>(v.value())
+                        let expired = affinities.get(k)?.is_some_and(|v| {
+                            serde_json::from_slice::<Stored>(v.value())
                                 .is_ok_and(|a| after_ms(a.written_at, *affinity_ttl) <= *now_ms)
                         });
                         if expired {
-                            affinities.remove((t, s))?;
+                            affinities.remove(k)?;
                         }
                     }
                 }
-                Op::PutAffinity {
-                    tenant,
-                    session,
-                    value,
-                    ..
-                } => {
-                    affinities.insert((tenant.as_str(), session.as_str()), value.as_slice())?;
+                Op::PutAffinity { key, value, .. } => {
+                    affinities
+                        .insert((&*key.tenant, &*key.session, &*key.combo), value.as_slice())?;
                 }
             }
         }
     }
     w.commit()?;
     Ok(())
-}
-
-/// Inverse of [`affinity::key`].
-fn split_affinity_key(key: &str) -> Option<(&str, &str)> {
-    let (len, rest) = key.split_once(':')?;
-    let len: usize = len.parse().ok()?;
-    Some((rest.get(..len)?, rest.get(len..)?))
 }
 
 fn encode(version: u64, expires_ms: u64, record: &HandoffRecord) -> Result<Vec<u8>, StoreError> {
@@ -924,25 +918,10 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    #[test]
-    fn affinity_keys_split_back() {
-        for (t, s) in [("a", "b"), ("a:b", "c"), ("", "x:1"), ("ü", "")] {
-            assert_eq!(split_affinity_key(&affinity::key(t, s)), Some((t, s)));
-        }
-        assert_eq!(split_affinity_key("9:ab"), None);
-        assert_eq!(split_affinity_key("nope"), None);
-    }
-
     proptest! {
         #[test]
         fn header_decoding_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..40)) {
             let _ = decode_header(&bytes);
-        }
-
-        #[test]
-        fn affinity_key_round_trips(t in ".*", s in ".*") {
-            let k = affinity::key(&t, &s);
-            prop_assert_eq!(split_affinity_key(&k), Some((t.as_str(), s.as_str())));
         }
     }
 }

@@ -7,13 +7,17 @@
 //! caller's [`Clock`] (passed to the scripts), which keeps the semantics of the other backends;
 //! the record's Redis TTL (`PEXPIREAT exp`) only collects garbage.
 //!
+//! An affinity is a hash `{prefix}ac:<tenant, session, combo>` with fields `p` (provider), `a`
+//! (account) and `f` (the foreign digests and until when they are kept, JSON), expiring after
+//! the affinity TTL without a change.
+//!
 //! Every call is bounded by a timeout (default 2 s); calls on a request's path (`get`,
 //! `contains`, `claim`, `release`, `affinity`, `set_affinity`) can be given a shorter one
-//! ([`RedisStoreBuilder::request_timeout`]; the gateway uses 40 ms). A call that fails for the connection's sake (timeout, refused, dropped)
-//! opens a circuit breaker: for a back-off (100 ms, doubling up to 5 s) every call fails at once
-//! with [`StoreError::Unavailable`], generation included, so an unreachable Redis adds at most
-//! one short timeout to a request and the layers fail open. The first call after the back-off
-//! is the trial that closes the breaker again.
+//! ([`RedisStoreBuilder::request_timeout`]; the gateway uses 40 ms). A call that fails for the
+//! connection's sake (timeout, refused, dropped) opens a circuit breaker: for a back-off (100 ms,
+//! doubling up to 5 s) every call fails at once with [`StoreError::Unavailable`], generation
+//! included, so an unreachable Redis adds at most one short timeout to a request and the layers
+//! fail open. The first call after the back-off is the trial that closes the breaker again.
 //!
 //! `rediss://` URLs connect over TLS (rustls with ring), checked against the public web roots
 //! or the certificate authorities given to [`RedisStoreBuilder::root_certificates`].
@@ -23,7 +27,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use context_relay_core::time::to_unix_millis;
+use context_relay_core::portable::ForeignSet;
+use context_relay_core::time::{from_unix_millis, to_unix_millis};
 use context_relay_core::{HandoffKey, HandoffRecord};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisError, Script};
@@ -32,9 +37,16 @@ use crate::affinity::{self, AffinityMap, Write};
 use crate::breaker::Breaker;
 use crate::clock::{Clock, SystemClock, after_ms, now_ms};
 use crate::{
-    Affinity, Claim, DEFAULT_AFFINITY_TTL, GenerationLease, HandoffStore, StoreError, StoreFuture,
-    report_corrupt,
+    Affinity, Claim, DEFAULT_AFFINITY_CACHE_ENTRIES, DEFAULT_AFFINITY_TTL, GenerationLease,
+    HandoffStore, StoreError, StoreFuture, report_corrupt,
 };
+
+/// The foreign digests of an affinity, as stored in its `f` field.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct Foreign {
+    foreign: ForeignSet,
+    until: u64,
+}
 
 /// Time limit of every Redis call off the request path by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -55,8 +67,11 @@ const REQUEST_PATH: [&str; 6] = [
     "affinity",
     "set_affinity",
 ];
-/// How long a replica trusts its cached affinity by default before asking Redis again.
-pub const DEFAULT_AFFINITY_CACHE_TTL: Duration = Duration::from_secs(5);
+/// How long a replica trusts its cached affinity by default before asking Redis again: not at
+/// all. Any other replica may have served the session since this one last looked, and deciding
+/// "no switch" on a stale view would send the new account another account's state; a read costs
+/// one round trip on a path that already asks Redis for the handoff.
+pub const DEFAULT_AFFINITY_CACHE_TTL: Duration = Duration::ZERO;
 
 const UPSERT: &str = r"
 local v = redis.call('INCR', KEYS[2])
@@ -110,14 +125,15 @@ end
 return 0
 ";
 
-/// Writes the affinity unless it holds the same account and was written recently (its TTL is
-/// still above ARGV[4]): the common case costs no write.
+/// Writes the affinity unless it holds the same account and foreign digests and was written
+/// recently (its TTL is still above ARGV[4]): the common case costs no write.
 const SET_AFFINITY: &str = r"
-local f = redis.call('HMGET', KEYS[1], 'p', 'a')
-if f[1] == ARGV[1] and f[2] == ARGV[2] and redis.call('PTTL', KEYS[1]) > tonumber(ARGV[4]) then
+local f = redis.call('HMGET', KEYS[1], 'p', 'a', 'f')
+if f[1] == ARGV[1] and f[2] == ARGV[2] and f[3] == ARGV[5]
+  and redis.call('PTTL', KEYS[1]) > tonumber(ARGV[4]) then
   return 0
 end
-redis.call('HSET', KEYS[1], 'p', ARGV[1], 'a', ARGV[2])
+redis.call('HSET', KEYS[1], 'p', ARGV[1], 'a', ARGV[2], 'f', ARGV[5])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 ";
@@ -175,6 +191,7 @@ pub struct RedisStoreBuilder {
     clock: Arc<dyn Clock>,
     affinity_ttl: Duration,
     affinity_cache_ttl: Duration,
+    affinity_cache_entries: usize,
 }
 
 impl fmt::Debug for RedisStoreBuilder {
@@ -249,10 +266,18 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// How long this replica trusts its cached affinity of a session (default 5 s): another
-    /// replica may have served the session meanwhile.
+    /// How long this replica trusts its cached affinity of a session (default zero: it asks
+    /// Redis on every decision). Whatever this is set to is the bound on how stale a decision
+    /// can be: another replica may have moved the session meanwhile.
     pub fn affinity_cache_ttl(mut self, ttl: Duration) -> Self {
         self.affinity_cache_ttl = ttl;
+        self
+    }
+
+    /// Most affinities this replica caches (default [`DEFAULT_AFFINITY_CACHE_ENTRIES`]); the
+    /// least recently used are evicted.
+    pub fn affinity_cache_entries(mut self, n: usize) -> Self {
+        self.affinity_cache_entries = n.max(1);
         self
     }
 
@@ -298,7 +323,7 @@ impl RedisStoreBuilder {
                 clock: self.clock,
                 affinity_ttl: self.affinity_ttl,
                 affinity_cache_ttl: self.affinity_cache_ttl,
-                affinity_cache: AffinityMap::default(),
+                affinity_cache: AffinityMap::new(self.affinity_cache_entries),
             }),
         })
     }
@@ -346,6 +371,7 @@ impl RedisStore {
             clock: Arc::new(SystemClock),
             affinity_ttl: DEFAULT_AFFINITY_TTL,
             affinity_cache_ttl: DEFAULT_AFFINITY_CACHE_TTL,
+            affinity_cache_entries: DEFAULT_AFFINITY_CACHE_ENTRIES,
         }
     }
 
@@ -394,8 +420,8 @@ impl RedisStore {
         )
     }
 
-    fn affinity_key(&self, tenant: &str, session: &str) -> String {
-        format!("{}a:{}", self.inner.prefix, affinity::key(tenant, session))
+    fn affinity_key(&self, key: &HandoffKey) -> String {
+        format!("{}ac:{}", self.inner.prefix, affinity::key(key))
     }
 
     /// Whether the circuit breaker currently refuses calls (Redis found unreachable).
@@ -689,76 +715,74 @@ impl HandoffStore for RedisStore {
         })
     }
 
-    fn affinity<'a>(
-        &'a self,
-        tenant: &'a str,
-        session: &'a str,
-    ) -> StoreFuture<'a, Option<Affinity>> {
+    fn affinity<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, Option<Affinity>> {
         Box::pin(async move {
             let mut conn = self.conn();
             let cmd = redis::cmd("HMGET")
-                .arg(self.affinity_key(tenant, session))
+                .arg(self.affinity_key(key))
                 .arg("p")
                 .arg("a")
+                .arg("f")
                 .to_owned();
-            let (p, a): (Option<String>, Option<String>) =
+            let (p, a, f): (Option<String>, Option<String>, Option<String>) =
                 self.call("affinity", cmd.query_async(&mut conn)).await?;
             let (Some(p), Some(a)) = (p, a) else {
                 return Ok(None);
             };
-            let found = affinity::affinity(&p, &a);
+            let foreign = match f.as_deref().map(serde_json::from_str::<Foreign>) {
+                Some(Ok(f)) => f,
+                None => Foreign::default(),
+                Some(Err(e)) => {
+                    report_corrupt("redis", key, &format_args!("foreign digests: {e}"));
+                    Foreign::default()
+                }
+            };
+            let found = affinity::intern(
+                Affinity::new(p, a).with_foreign(foreign.foreign, from_unix_millis(foreign.until)),
+            );
             self.inner
                 .affinity_cache
-                .insert(tenant, session, found.clone(), self.now_ms());
+                .insert(affinity::key(key), found.clone(), self.now_ms());
             Ok(Some(found))
         })
     }
 
-    fn cached_affinity(&self, tenant: &str, session: &str) -> Option<Option<Affinity>> {
+    fn cached_affinity(&self, key: &HandoffKey) -> Option<Option<Affinity>> {
         self.inner
             .affinity_cache
             .get(
-                tenant,
-                session,
+                &affinity::key(key),
                 self.now_ms(),
                 self.inner.affinity_cache_ttl,
             )
             .map(Some)
     }
 
-    fn set_affinity<'a>(
-        &'a self,
-        tenant: &'a str,
-        session: &'a str,
-        provider: &'a str,
-        account: &'a str,
-    ) -> StoreFuture<'a, ()> {
+    fn set_affinity<'a>(&'a self, key: &'a HandoffKey, a: Affinity) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let now = self.now_ms();
             let cache = &self.inner.affinity_cache;
-            if cache.needs_write(
-                tenant,
-                session,
-                provider,
-                account,
-                now,
-                self.inner.affinity_cache_ttl,
-            ) == Write::Skip
-            {
+            let k = affinity::key(key);
+            if cache.needs_write(&k, &a, now, self.inner.affinity_cache_ttl) == Write::Skip {
                 return Ok(());
             }
+            let foreign = serde_json::to_string(&Foreign {
+                foreign: (*a.foreign).clone(),
+                until: to_unix_millis(a.foreign_expires_at),
+            })?;
             let ttl = millis(self.inner.affinity_ttl).max(1);
             let mut inv = self.inner.scripts.set_affinity.prepare_invoke();
-            inv.key(self.affinity_key(tenant, session))
-                .arg(provider)
-                .arg(account)
+            inv.key(self.affinity_key(key))
+                .arg(&*a.provider)
+                .arg(&*a.account)
                 .arg(ttl)
-                .arg(ttl / 4 * 3);
+                .arg(ttl / 4 * 3)
+                .arg(foreign);
             let mut conn = self.conn();
             let _: i64 = self
                 .call("set_affinity", inv.invoke_async(&mut conn))
                 .await?;
-            cache.insert(tenant, session, affinity::affinity(provider, account), now);
+            cache.insert(k, affinity::intern(a), now);
             Ok(())
         })
     }

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use common::Harness;
 use context_relay_core::HandoffKey;
+use context_relay_core::portable::ForeignSet;
+use context_relay_store::Affinity;
 
 const HOUR: Duration = Duration::from_secs(3600);
 const LEASE: Duration = Duration::from_secs(30);
@@ -182,10 +184,10 @@ mod cases {
         assert_eq!(h.store.get(&mine).await.unwrap(), Some(r));
 
         h.store
-            .set_affinity("acme", "s1", "codex", "alice")
+            .set_affinity(&mine, Affinity::new("codex", "alice"))
             .await
             .unwrap();
-        assert_eq!(h.store.affinity("globex", "s1").await.unwrap(), None);
+        assert_eq!(h.store.affinity(&key("globex", "s1")).await.unwrap(), None);
     }
 
     pub(super) async fn list_filters_by_tenant_and_session(h: &Harness) {
@@ -211,37 +213,74 @@ mod cases {
     }
 
     pub(super) async fn affinity_round_trips(h: &Harness) {
-        assert_eq!(h.store.affinity("acme", "s1").await.unwrap(), None);
-        assert!(matches!(
-            h.store.cached_affinity("acme", "s1"),
-            None | Some(None)
-        ));
-        h.store
-            .set_affinity("acme", "s1", "codex", "alice")
-            .await
-            .unwrap();
-        let alice = context_relay_store::Affinity::new("codex", "alice");
-        assert_eq!(
-            h.store.affinity("acme", "s1").await.unwrap(),
-            Some(alice.clone())
-        );
-        assert_eq!(h.store.cached_affinity("acme", "s1"), Some(Some(alice)));
-        h.store
-            .set_affinity("acme", "s1", "codex", "bob")
-            .await
-            .unwrap();
-        let bob = context_relay_store::Affinity::new("codex", "bob");
-        assert_eq!(
-            h.store.affinity("acme", "s1").await.unwrap(),
-            Some(bob.clone())
-        );
-        assert_eq!(h.store.cached_affinity("acme", "s1"), Some(Some(bob)));
+        let k = key("acme", "s1");
+        assert_eq!(h.store.affinity(&k).await.unwrap(), None);
+        assert!(matches!(h.store.cached_affinity(&k), None | Some(None)));
+        let alice = Affinity::new("codex", "alice");
+        h.store.set_affinity(&k, alice.clone()).await.unwrap();
+        assert_eq!(h.store.affinity(&k).await.unwrap(), Some(alice.clone()));
+        assert!(matches!(h.store.cached_affinity(&k), None | Some(Some(_))));
+        let bob = Affinity::new("codex", "bob");
+        h.store.set_affinity(&k, bob.clone()).await.unwrap();
+        assert_eq!(h.store.affinity(&k).await.unwrap(), Some(bob.clone()));
+        if h.store.backend() != "redis" {
+            assert_eq!(h.store.cached_affinity(&k), Some(Some(bob.clone())));
+        }
         // Same account again: allowed, no change.
+        h.store.set_affinity(&k, bob.clone()).await.unwrap();
+        assert_eq!(h.store.affinity(&key("acme", "s2")).await.unwrap(), None);
+    }
+
+    pub(super) async fn affinity_is_per_combo(h: &Harness) {
+        let a = HandoffKey::new("acme", "s1", "combo-a");
+        let b = HandoffKey::new("acme", "s1", "combo-b");
         h.store
-            .set_affinity("acme", "s1", "codex", "bob")
+            .set_affinity(&a, Affinity::new("codex", "alice"))
             .await
             .unwrap();
-        assert_eq!(h.store.affinity("acme", "s2").await.unwrap(), None);
+        h.store
+            .set_affinity(&b, Affinity::new("codex", "bob"))
+            .await
+            .unwrap();
+        assert_eq!(
+            h.store.affinity(&a).await.unwrap(),
+            Some(Affinity::new("codex", "alice"))
+        );
+        assert_eq!(
+            h.store.affinity(&b).await.unwrap(),
+            Some(Affinity::new("codex", "bob"))
+        );
+        assert_eq!(
+            h.store
+                .affinity(&HandoffKey::new("acme", "s1", "combo-c"))
+                .await
+                .unwrap(),
+            None
+        );
+    }
+
+    pub(super) async fn foreign_digests_are_kept_until_they_expire(h: &Harness) {
+        let k = key("acme", "switched");
+        let foreign = ForeignSet::from_digests([7, 3, u64::MAX]);
+        let until = h.now() + Duration::from_secs(60);
+        let moved = Affinity::new("codex", "bob").with_foreign(foreign.clone(), until);
+        h.store.set_affinity(&k, moved.clone()).await.unwrap();
+        let read = h.store.affinity(&k).await.unwrap().expect("written");
+        assert_eq!(read, moved);
+        assert_eq!(read.foreign_at(h.now()), Some(&foreign));
+        // A change of the digests alone is a change: it is written.
+        let more = Affinity::new("codex", "bob").with_foreign(foreign.merged(&[9]), until);
+        h.store.set_affinity(&k, more.clone()).await.unwrap();
+        assert_eq!(h.store.affinity(&k).await.unwrap(), Some(more));
+        h.clock.advance(Duration::from_secs(61));
+        let read = h
+            .store
+            .affinity(&k)
+            .await
+            .unwrap()
+            .expect("the account is kept");
+        assert!(read.is("codex", "bob"));
+        assert_eq!(read.foreign_at(h.now()), None, "the digests expired");
     }
 
     pub(super) async fn generation_lease_is_exclusive_when_distributed(h: &Harness) {
@@ -299,5 +338,7 @@ conformance!(
     tenants_never_see_each_other,
     list_filters_by_tenant_and_session,
     affinity_round_trips,
+    affinity_is_per_combo,
+    foreign_digests_are_kept_until_they_expire,
     generation_lease_is_exclusive_when_distributed,
 );

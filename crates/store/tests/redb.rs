@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use common::record;
 use context_relay_core::HandoffKey;
+use context_relay_core::portable::ForeignSet;
 use context_relay_store::{
     Affinity, Clock, HandoffStore, ManualClock, RedbStore, StoreError, spawn_purger,
 };
@@ -151,7 +152,13 @@ async fn reopen_rebuilds_index_and_affinity_and_drops_what_expired_meanwhile() {
             .await
             .unwrap();
         store
-            .set_affinity("acme", "w0-1", "codex", "alice")
+            .set_affinity(
+                &HandoffKey::new("acme", "w0-1", "combo"),
+                Affinity::new("codex", "alice").with_foreign(
+                    ForeignSet::from_digests([1, 2]),
+                    clock.now() + Duration::from_secs(3600),
+                ),
+            )
             .await
             .unwrap();
         let claim = store.claim(&live, HOUR).await.unwrap();
@@ -165,10 +172,12 @@ async fn reopen_rebuilds_index_and_affinity_and_drops_what_expired_meanwhile() {
     assert_eq!(store.indexed(), 1, "the expired record is not indexed");
     assert!(store.may_contain(&live));
     assert!(!store.may_contain(&short));
-    assert_eq!(
-        store.cached_affinity("acme", "w0-1"),
-        Some(Some(Affinity::new("codex", "alice")))
-    );
+    let read = store
+        .cached_affinity(&HandoffKey::new("acme", "w0-1", "combo"))
+        .expect("the table is in memory")
+        .expect("kept across the restart");
+    assert!(read.is("codex", "alice"));
+    assert_eq!(read.foreign.digests(), [1, 2]);
     // Leases are in memory only: a restart frees them.
     assert!(store.claim(&live, HOUR).await.unwrap().is_some());
     drop(store);
@@ -340,5 +349,34 @@ async fn purger_runs_on_its_interval() {
         store.purge_expired().await.unwrap(),
         0,
         "the purger already removed it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evicted_affinities_are_read_back_from_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = RedbStore::builder(dir.path().join("relay.redb"))
+        .affinity_cache_entries(8)
+        .open()
+        .unwrap();
+    let k = |i: usize| HandoffKey::new("acme", format!("s{i}").as_str(), "combo");
+    for i in 0..100 {
+        store
+            .set_affinity(&k(i), Affinity::new("codex", format!("acct-{i}").as_str()))
+            .await
+            .unwrap();
+    }
+    // The oldest entries left memory: the cache no longer knows, the disk does.
+    assert_eq!(store.cached_affinity(&k(0)), None);
+    for i in 0..100 {
+        let a = store.affinity(&k(i)).await.unwrap().expect("on disk");
+        assert!(a.is("codex", &format!("acct-{i}")));
+    }
+    assert_eq!(
+        store
+            .affinity(&HandoffKey::new("acme", "never", "combo"))
+            .await
+            .unwrap(),
+        None
     );
 }

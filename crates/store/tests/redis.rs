@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use common::{RedisServer, record, unique_prefix};
 use context_relay_core::HandoffKey;
-use context_relay_store::{HandoffStore, RedisStore, StoreError};
+use context_relay_store::{Affinity, HandoffStore, RedisStore, StoreError};
 
 const HOUR: Duration = Duration::from_secs(3600);
 /// Far above the store's own timeout: only a hang would reach it.
@@ -73,12 +73,21 @@ async fn replicas_share_records_claims_and_generation_leases() {
 
     // Affinity written by one replica is read by another (its cache had nothing).
     stores[0]
-        .set_affinity("acme", "s1", "codex", "bob")
+        .set_affinity(&k, Affinity::new("codex", "bob"))
         .await
         .unwrap();
-    assert_eq!(stores[3].cached_affinity("acme", "s1"), None);
-    let seen = stores[3].affinity("acme", "s1").await.unwrap().unwrap();
+    assert_eq!(stores[3].cached_affinity(&k), None);
+    let seen = stores[3].affinity(&k).await.unwrap().unwrap();
     assert_eq!(&*seen.account, "bob");
+    // A replica never decides on its cached view: after another replica moved the session,
+    // the first one sees the move at once.
+    stores[3]
+        .set_affinity(&k, Affinity::new("codex", "carol"))
+        .await
+        .unwrap();
+    assert_eq!(stores[0].cached_affinity(&k), None);
+    let seen = stores[0].affinity(&k).await.unwrap().unwrap();
+    assert_eq!(&*seen.account, "carol");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

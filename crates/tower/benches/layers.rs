@@ -20,12 +20,24 @@ use tower::{Service, ServiceBuilder, ServiceExt};
 
 const BODY: &str = r#"{"model":"gpt-5","messages":[{"role":"system","content":"You are a coding agent."},{"role":"user","content":"add a --json flag to the CLI and cover it with a test"}]}"#;
 
+const RESPONSES_BODY: &str = r#"{"model":"gpt-5.5","stream":false,"store":false,"input":[{"type":"message","role":"developer","content":[{"type":"input_text","text":"You are Codex."}]},{"type":"message","role":"user","content":[{"type":"input_text","text":"add a --json flag"}]},{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"gAAAAB-minted-by-acct-a"}]}"#;
+
 fn request(account: &str) -> Request<Full<Bytes>> {
-    let mut req = Request::post("/v1/chat/completions")
+    request_to("/v1/chat/completions", BODY, account)
+}
+
+/// A Responses turn: an API with account-bound state, whose pass-through keeps the request
+/// frames (by reference) for a repair.
+fn responses_request(account: &str) -> Request<Full<Bytes>> {
+    request_to("/v1/responses", RESPONSES_BODY, account)
+}
+
+fn request_to(path: &str, body: &'static str, account: &str) -> Request<Full<Bytes>> {
+    let mut req = Request::post(path)
         .header("x-session-id", "bench-session")
         .header("authorization", "Bearer sk-bench")
         .header("content-type", "application/json")
-        .body(Full::new(Bytes::from_static(BODY.as_bytes())))
+        .body(Full::new(Bytes::from_static(body.as_bytes())))
         .expect("request");
     req.extensions_mut().insert(ComboName::new("codex-relay"));
     req.extensions_mut()
@@ -55,12 +67,27 @@ where
     res.into_body().collect().await.expect("response body");
 }
 
+/// One request through `svc`, its response drained.
+fn once<S, B>(rt: &tokio::runtime::Runtime, mut svc: S, req: Request<Full<Bytes>>)
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<B>>,
+    S::Error: std::fmt::Debug,
+    B: http_body::Body,
+    B::Error: std::fmt::Debug,
+{
+    rt.block_on(async {
+        let res = svc.ready().await.expect("ready").call(req).await;
+        drain(res.expect("ok")).await;
+    })
+}
+
 fn record() -> HandoffRecord {
     let mut h = http::HeaderMap::new();
     h.insert("authorization", "Bearer sk-bench".parse().expect("value"));
     let now = SystemTime::now();
     HandoffRecord {
         version: 1,
+        kind: Default::default(),
         tenant: context_relay_core::session::tenant(&h).into(),
         session: "bench-session".into(),
         combo: "codex-relay".into(),
@@ -103,33 +130,15 @@ fn passthrough(c: &mut Criterion) {
     });
 
     let mut group = c.benchmark_group("passthrough");
-    group.bench_function("bare", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                let mut svc = bare;
-                let res = svc
-                    .ready()
-                    .await
-                    .expect("ready")
-                    .call(request("acct-a"))
-                    .await;
-                drain(res.expect("ok")).await;
-            })
-        })
-    });
+    group.bench_function("bare", |b| b.iter(|| once(&rt, bare, request("acct-a"))));
     group.bench_function("generation+injection", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                let mut svc = layered.clone();
-                let res = svc
-                    .ready()
-                    .await
-                    .expect("ready")
-                    .call(request("acct-a"))
-                    .await;
-                drain(res.expect("ok")).await;
-            })
-        })
+        b.iter(|| once(&rt, layered.clone(), request("acct-a")))
+    });
+    group.bench_function("responses/bare", |b| {
+        b.iter(|| once(&rt, bare, responses_request("acct-a")))
+    });
+    group.bench_function("responses/generation+injection", |b| {
+        b.iter(|| once(&rt, layered.clone(), responses_request("acct-a")))
     });
     group.finish();
 }

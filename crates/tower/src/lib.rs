@@ -36,8 +36,9 @@ pub use builder::ServiceBuilderExt;
 pub use configs::RelayConfigs;
 pub use extensions::{ComboName, QuotaSignal, ResolvedAccount, SessionId, SkipRelay, Tenant};
 pub use generation::{Generation, GenerationLayer};
-pub use injection::{Injection, InjectionLayer};
+pub use injection::{Injection, InjectionLayer, RELAY_HEADER, RelayAction};
 pub use quota_source::{HeaderQuota, QuotaSource};
 pub use summarizer::{
-    BoxError, MAX_SUMMARY_REPLY_BYTES, Summarizer, SummaryError, SummaryFuture, SummaryRequest,
+    BoxError, MAX_ERROR_BODY_BYTES, MAX_SUMMARY_REPLY_BYTES, Summarizer, SummaryError,
+    SummaryFuture, SummaryRequest,
 };

@@ -3,12 +3,14 @@
 //! Nothing is recorded on the pass-through path: counters only move when the relay acts or
 //! fails.
 
-/// Summary generations by `outcome`: `generated`, `unavailable`, `unparseable`.
+/// Summary generations by `outcome`: `generated`, `extractive` (the model gave none; a handoff
+/// was built from the conversation), `rejected`, `unparseable`, `unavailable`.
 pub const GENERATIONS: &str = "context_relay_generations_total";
 /// Duration of summary generations, in seconds, by `outcome`.
 pub const GENERATION_SECONDS: &str = "context_relay_generation_seconds";
 /// Qualifying responses that did not start a generation, by `reason`
-/// (`exhausted`, `fresh`, `cooling_down`, `in_flight`, `in_flight_elsewhere`, `no_session`).
+/// (`exhausted`, `fresh`, `cooling_down`, `in_flight`, `in_flight_elsewhere`, `no_session`,
+/// `queue_full`, `empty`).
 pub const GENERATIONS_SKIPPED: &str = "context_relay_generations_skipped_total";
 /// Handoffs injected into a request.
 pub const INJECTED: &str = "context_relay_injected_total";
@@ -20,6 +22,10 @@ pub const RELEASED: &str = "context_relay_released_total";
 pub const SWITCHES: &str = "context_relay_switches_total";
 /// Account-bound items removed from bodies, by `kind`.
 pub const SCRUBBED: &str = "context_relay_scrubbed_total";
+/// Requests sent again once, without account-bound state, after the provider rejected that
+/// state, by `kind` (`encrypted_content`, `encrypted_output`, `previous_response`,
+/// `thinking_signature`).
+pub const REPAIRS: &str = "context_relay_repairs_total";
 /// Store operations that failed, by `op`.
 pub const STORE_ERRORS: &str = "context_relay_store_errors_total";
 /// Requests the relay wanted to rewrite but passed through unchanged, by `reason`

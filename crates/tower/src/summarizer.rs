@@ -1,4 +1,4 @@
-//! The summary call (DESIGN §4.3): who sends the summary request and returns the reply body.
+//! The summary call: who sends the summary request and returns the reply body.
 //!
 //! By default [`GenerationLayer`](crate::GenerationLayer) sends it through a clone of the
 //! stack below it, marked [`SkipRelay`] and carrying the triggering request's combo, tenant
@@ -26,12 +26,16 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Largest summary reply body read (a summary is ~800 tokens; SSE framing multiplies it).
 pub const MAX_SUMMARY_REPLY_BYTES: usize = 4 * 1024 * 1024;
 
+/// Largest error body kept from a refused summary request.
+pub const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
+
 /// One summary request, in the API shape of the request that triggered it.
 #[derive(Debug, Clone)]
 pub struct SummaryRequest {
     /// API shape of `body`.
     pub shape: ApiShape,
-    /// The JSON body (see `context_relay_core::prompt::summary_request`).
+    /// The JSON body (see `context_relay_core::prompt::summary_request`), derived from the
+    /// triggering request.
     pub body: Bytes,
     /// URI of the triggering request (the summary goes to the same endpoint).
     pub uri: Uri,
@@ -52,8 +56,14 @@ pub struct SummaryRequest {
 #[derive(Debug, thiserror::Error)]
 pub enum SummaryError {
     /// The upstream answered with a non-success status.
-    #[error("summary request answered with status {0}, expected 2xx")]
-    Status(StatusCode),
+    #[error("summary request answered with status {status}, expected 2xx")]
+    Status {
+        /// The status.
+        status: StatusCode,
+        /// The start of the error body (at most [`MAX_ERROR_BODY_BYTES`]), which may name an
+        /// unsupported parameter.
+        body: Bytes,
+    },
     /// The request could not be sent or its reply not received.
     #[error("summary request failed: {0}")]
     Transport(#[source] BoxError),
@@ -63,6 +73,10 @@ pub enum SummaryError {
 }
 
 /// The future a [`Summarizer`] returns: the reply body of a 2xx answer.
+///
+/// A refusal is [`SummaryError::Status`] with the error body: a 400 naming an unsupported
+/// parameter is retried once without it, other statuses decide the outcome (408, 429 and 5xx
+/// are transient; any other is a rejection that cools the key down).
 pub type SummaryFuture = Pin<Box<dyn Future<Output = Result<Bytes, SummaryError>> + Send>>;
 
 /// Sends a summary request and returns the reply body.
@@ -177,8 +191,16 @@ where
         .call(req)
         .await
         .map_err(|e| SummaryError::Transport(e.into()))?;
-    if !response.status().is_success() {
-        return Err(SummaryError::Status(response.status()));
+    let status = response.status();
+    if !status.is_success() {
+        // The body may say which parameter the model refused; a body that cannot be read
+        // within the limit says nothing.
+        let body = Limited::new(response.into_body(), MAX_ERROR_BODY_BYTES)
+            .collect()
+            .await
+            .map(|c| c.to_bytes())
+            .unwrap_or_default();
+        return Err(SummaryError::Status { status, body });
     }
     let collected = Limited::new(response.into_body(), MAX_SUMMARY_REPLY_BYTES)
         .collect()

@@ -53,19 +53,13 @@ impl HandoffStore for BrokenStore {
     ) -> StoreFuture<'a, Vec<HandoffRecord>> {
         fail()
     }
-    fn affinity<'a>(&'a self, _: &'a str, _: &'a str) -> StoreFuture<'a, Option<Affinity>> {
+    fn affinity<'a>(&'a self, _: &'a HandoffKey) -> StoreFuture<'a, Option<Affinity>> {
         fail()
     }
-    fn cached_affinity(&self, _: &str, _: &str) -> Option<Option<Affinity>> {
+    fn cached_affinity(&self, _: &HandoffKey) -> Option<Option<Affinity>> {
         None
     }
-    fn set_affinity<'a>(
-        &'a self,
-        _: &'a str,
-        _: &'a str,
-        _: &'a str,
-        _: &'a str,
-    ) -> StoreFuture<'a, ()> {
+    fn set_affinity<'a>(&'a self, _: &'a HandoffKey, _: Affinity) -> StoreFuture<'a, ()> {
         fail()
     }
     fn backend(&self) -> &'static str {
@@ -113,6 +107,7 @@ async fn seed(stack: &Stack, key: &HandoffKey) {
         .store
         .upsert(HandoffRecord {
             version: 1,
+            kind: Default::default(),
             tenant: key.tenant.clone(),
             session: key.session.clone(),
             combo: key.combo.clone(),

@@ -5,7 +5,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use context_relay_core::HandoffKey;
+use context_relay_core::{HandoffKey, HandoffKind};
 use context_relay_store::MemoryStore;
 use http::StatusCode;
 use support::{Stack, Turn, chat};
@@ -46,9 +46,12 @@ async fn over_threshold_one_summary_marked_skip_relay_and_stored() {
     // It went through the injection layer without being relayed or injected.
     assert!(!s.has_handoff());
     let body = s.json();
-    assert_eq!(body["temperature"], serde_json::json!(0.1));
-    assert_eq!(body["max_tokens"], serde_json::json!(800));
+    // Derived from the turn: no sampling parameters, the reasoning-family output cap.
+    assert!(body.get("temperature").is_none());
+    assert!(body.get("max_tokens").is_none());
+    assert_eq!(body["max_completion_tokens"], serde_json::json!(800));
     assert_eq!(body["stream"], serde_json::json!(false));
+    assert_eq!(body["messages"].as_array().map(Vec::len), Some(1));
     assert_eq!(body["model"], "gpt-5");
     assert_eq!(s.path, "/v1/chat/completions");
     // Sent to the session's current account.
@@ -64,6 +67,7 @@ async fn over_threshold_one_summary_marked_skip_relay_and_stored() {
     assert_eq!(stored.from_provider, "codex");
     assert_eq!(stored.handoff.summary, "Adding a --json flag to the CLI");
     assert_eq!(stored.handoff.key_decisions, vec!["use serde"]);
+    assert_eq!(stored.kind, context_relay_core::HandoffKind::Generated);
     assert_eq!(stored.threshold, 0.85);
     assert!(
         stored.message_count >= 6,
@@ -153,7 +157,20 @@ async fn failed_summary_frees_the_key_and_next_response_retries() {
     stack.send(chat("s1", "k1", 2)).await;
     stack.idle().await;
     assert_eq!(stack.upstream.summaries().len(), 1);
-    assert!(stack.store.get(&key("s1", "k1")).await.unwrap().is_none());
+    // The model gave nothing: the conversation's own words are kept instead.
+    let extractive = stack
+        .store
+        .get(&key("s1", "k1"))
+        .await
+        .unwrap()
+        .expect("extractive");
+    assert_eq!(extractive.kind, HandoffKind::Extractive);
+    assert!(
+        extractive
+            .handoff
+            .summary
+            .contains("step 0: add the --json flag")
+    );
 
     stack.upstream.with(|s| s.summary_status = StatusCode::OK);
     stack.send(chat("s1", "k1", 2)).await;
@@ -161,9 +178,19 @@ async fn failed_summary_frees_the_key_and_next_response_retries() {
     assert_eq!(
         stack.upstream.summaries().len(),
         2,
-        "unavailable: no cool-down"
+        "unavailable: no cool-down, and an extractive handoff is no reason to wait"
     );
-    assert!(stack.store.get(&key("s1", "k1")).await.unwrap().is_some());
+    let generated = stack
+        .store
+        .get(&key("s1", "k1"))
+        .await
+        .unwrap()
+        .expect("stored");
+    assert_eq!(
+        generated.kind,
+        HandoffKind::Generated,
+        "a model handoff replaces it"
+    );
 }
 
 #[tokio::test]
@@ -178,7 +205,13 @@ async fn unparseable_replies_cool_the_key_down() {
         stack.idle().await;
     }
     assert_eq!(stack.upstream.summaries().len(), 1);
-    assert!(stack.store.get(&key("s1", "k1")).await.unwrap().is_none());
+    let stored = stack
+        .store
+        .get(&key("s1", "k1"))
+        .await
+        .unwrap()
+        .expect("extractive");
+    assert_eq!(stored.kind, HandoffKind::Extractive);
 }
 
 #[tokio::test]
@@ -212,7 +245,13 @@ async fn summary_timeout_is_unavailable() {
     stack.upstream.set_percent("acct-a", 88.0);
     stack.send(chat("s1", "k1", 2)).await;
     stack.generation.idle().await;
-    assert!(stack.store.get(&key("s1", "k1")).await.unwrap().is_none());
+    let stored = stack
+        .store
+        .get(&key("s1", "k1"))
+        .await
+        .unwrap()
+        .expect("extractive");
+    assert_eq!(stored.kind, HandoffKind::Extractive);
     gate.add_permits(10);
 }
 

@@ -24,6 +24,7 @@ fn record(session: &str, credential: &str, from: &str) -> HandoffRecord {
     let now = SystemTime::now();
     HandoffRecord {
         version: 1,
+        kind: Default::default(),
         tenant: tenant_of(credential).into(),
         session: session.into(),
         combo: "codex-relay".into(),

@@ -12,7 +12,7 @@ fn portable(shape: ApiShape, body: &Value) -> (Option<Value>, Removed) {
 }
 
 fn note() -> Value {
-    json!({"type":"message","role":"developer","content":[{"type":"input_text","text":COMPACTION_NOTE}]})
+    json!({"type":"message","role":"developer","content":[{"type":"input_text","text":COMPACTION_NOTE_ALONE}]})
 }
 
 #[test]
@@ -284,4 +284,251 @@ fn bad_bodies_are_typed_errors() {
         make_portable(ApiShape::Responses, br#"{"input":[],"input":[]}"#),
         Err(PortableError::DuplicateKey(_))
     ));
+}
+
+fn scoped(
+    shape: ApiShape,
+    body: &Value,
+    scope: Scope<'_>,
+    message: Option<&str>,
+) -> (Value, Rewrite) {
+    let bytes = serde_json::to_vec(body).unwrap();
+    let r = rewrite(shape, &bytes, scope, message, InjectionSlot::InputItem).unwrap();
+    let out = match &r.body {
+        Some(b) => serde_json::from_slice(b).expect("output is JSON"),
+        None => body.clone(),
+    };
+    (out, r)
+}
+
+fn d(token: &str) -> u64 {
+    digest(serde_json::to_string(token).unwrap().as_bytes())
+}
+
+#[test]
+fn foreign_scope_strips_only_the_recorded_state() {
+    let body = json!({
+        "previous_response_id": "resp_B",
+        "input": [
+            {"type": "reasoning", "id": "rs_a", "encrypted_content": "A-1"},
+            {"type": "message", "role": "user", "content": "hi"},
+            {"type": "reasoning", "id": "rs_b", "encrypted_content": "B-1"},
+            {"type": "compaction", "encrypted_content": "A-2"},
+            {"type": "reasoning", "id": "rs_a2", "summary": []},
+        ],
+    });
+    let foreign = ForeignSet::from_digests([d("A-1"), d("A-2"), d("rs_a2"), d("resp_A")]);
+    let (out, r) = scoped(ApiShape::Responses, &body, Scope::Foreign(&foreign), None);
+    assert_eq!(
+        out,
+        json!({
+            "previous_response_id": "resp_B",
+            "input": [
+                {"type": "message", "role": "user", "content": "hi"},
+                {"type": "reasoning", "id": "rs_b", "encrypted_content": "B-1"},
+                {"type":"message","role":"developer","content":[{"type":"input_text","text":COMPACTION_NOTE_ALONE}]},
+            ],
+        })
+    );
+    assert_eq!(
+        r.seen,
+        [d("resp_B"), d("A-1"), d("B-1"), d("A-2"), d("rs_a2")]
+    );
+    assert_eq!(r.removed.reasoning_items, 2);
+    assert_eq!(r.removed.previous_response_id, 0);
+
+    let body = json!({
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "messages": [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "a", "signature": "sig-A"},
+                {"type": "text", "text": "x"}]},
+            {"role": "user", "content": "q2"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "b", "signature": "sig-B"},
+                {"type": "redacted_thinking", "data": "red-A"},
+                {"type": "text", "text": "y"}]},
+            {"role": "user", "content": "q3"},
+        ],
+    });
+    let foreign = ForeignSet::from_digests([d("sig-A"), d("red-A")]);
+    let (out, r) = scoped(
+        ApiShape::AnthropicMessages,
+        &body,
+        Scope::Foreign(&foreign),
+        None,
+    );
+    assert_eq!(
+        out["messages"][1]["content"],
+        json!([{"type": "text", "text": "x"}])
+    );
+    assert_eq!(
+        out["messages"][3]["content"],
+        json!([{"type": "thinking", "thinking": "b", "signature": "sig-B"}, {"type": "text", "text": "y"}])
+    );
+    assert_eq!(
+        out["thinking"], body["thinking"],
+        "a plain user turn needs no disabling"
+    );
+    assert_eq!(
+        (
+            r.removed.thinking_blocks,
+            r.removed.redacted_thinking_blocks
+        ),
+        (1, 1)
+    );
+    // Nothing in scope: the body is untouched, but what it carries is still reported.
+    let (_, r) = scoped(ApiShape::AnthropicMessages, &body, Scope::Nothing, None);
+    assert_eq!(r.body, None);
+    assert_eq!(r.seen, [d("sig-A"), d("sig-B"), d("red-A")]);
+}
+
+#[test]
+fn encrypted_outputs_and_agent_messages_become_plain_notes() {
+    let body = json!({
+        "input": [
+            {"type": "function_call", "call_id": "c1", "name": "spawn_agent", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "encrypted_content": "enc-out"},
+            {"type": "custom_tool_call_output", "call_id": "c2", "output": "", "encrypted_content": "enc-2"},
+            {"type": "agent_message", "role": "assistant", "encrypted_content": "enc-msg"},
+            {"type": "message", "role": "user", "content": "next"},
+        ],
+    });
+    let (out, r) = scoped(ApiShape::Responses, &body, Scope::All, None);
+    assert_eq!(
+        out["input"],
+        json!([
+            {"type": "function_call", "call_id": "c1", "name": "spawn_agent", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": FOREIGN_OUTPUT_NOTE},
+            {"type": "custom_tool_call_output", "call_id": "c2", "output": FOREIGN_OUTPUT_NOTE},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": FOREIGN_OUTPUT_NOTE}]},
+            {"type": "message", "role": "user", "content": "next"},
+        ])
+    );
+    assert_eq!(r.removed.encrypted_items, 3);
+}
+
+#[test]
+fn the_compaction_note_says_what_is_true_of_the_request() {
+    let body = json!({"input": [{"type": "compaction", "encrypted_content": "c"}, {"type":"message","role":"user","content":"u"}]});
+    let text = |out: &Value| {
+        out["input"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find_map(|i| {
+                i["content"][0]["text"]
+                    .as_str()
+                    .filter(|t| t.starts_with("Earlier"))
+            })
+            .unwrap()
+            .to_owned()
+    };
+    let (out, r) = scoped(ApiShape::Responses, &body, Scope::All, Some("HANDOFF"));
+    assert!(r.injected);
+    assert_eq!(text(&out), COMPACTION_NOTE);
+    let (out, _) = scoped(ApiShape::Responses, &body, Scope::All, None);
+    assert_eq!(text(&out), COMPACTION_NOTE_ALONE);
+}
+
+#[test]
+fn disabling_thinking_drops_the_edits_that_need_it() {
+    let cycle = |context: Value| {
+        json!({
+            "thinking": {"type": "adaptive"},
+            "context_management": context,
+            "messages": [
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": "t", "signature": "s"},
+                    {"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]},
+            ],
+        })
+    };
+    let only = cycle(json!({"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}));
+    let (out, r) = scoped(ApiShape::AnthropicMessages, &only, Scope::All, None);
+    assert_eq!(out["thinking"], json!({"type": "disabled"}));
+    assert!(out.get("context_management").is_none(), "{out}");
+    assert_eq!(r.removed.context_edits, 1);
+
+    let mixed = cycle(json!({"edits": [
+        {"type": "clear_thinking_20251015", "keep": "all"},
+        {"type": "clear_tool_uses_20250919"}]}));
+    let (out, _) = scoped(ApiShape::AnthropicMessages, &mixed, Scope::All, None);
+    assert_eq!(
+        out["context_management"],
+        json!({"edits": [{"type": "clear_tool_uses_20250919"}]})
+    );
+
+    // Thinking stays on (nothing continues a thinking turn): the edits stay too.
+    let mut plain = only.clone();
+    plain["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"role": "assistant", "content": "a"}));
+    plain["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"role": "user", "content": "next"}));
+    let (out, r) = scoped(ApiShape::AnthropicMessages, &plain, Scope::All, None);
+    assert_eq!(out["context_management"], only["context_management"]);
+    assert_eq!(r.removed.context_edits, 0);
+}
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// `(minted by the old account?, kind)` for each history item.
+    fn history() -> impl Strategy<Value = Vec<(bool, u8)>> {
+        proptest::collection::vec((any::<bool>(), 0u8..4), 0..24)
+    }
+
+    fn item(i: usize, old: bool, kind: u8) -> Value {
+        let owner = if old { "A" } else { "B" };
+        match kind {
+            0 => {
+                json!({"type": "reasoning", "id": format!("rs_{i}"), "encrypted_content": format!("{owner}-{i}")})
+            }
+            1 => {
+                json!({"type": "function_call_output", "call_id": format!("c{i}"), "encrypted_content": format!("{owner}-{i}")})
+            }
+            2 => json!({"type": "compaction", "encrypted_content": format!("{owner}-{i}")}),
+            _ => json!({"type": "message", "role": "user", "content": format!("{owner} says {i}")}),
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn the_old_accounts_state_goes_and_the_new_ones_stays(items in history()) {
+            let body = json!({
+                "input": items.iter().enumerate().map(|(i, (old, k))| item(i, *old, *k)).collect::<Vec<_>>(),
+            });
+            // What the first request after the switch carried: the old account's state.
+            let at_switch = json!({
+                "input": items.iter().enumerate().filter(|(_, (old, _))| *old)
+                    .map(|(i, (old, k))| item(i, *old, *k)).collect::<Vec<_>>(),
+            });
+            let (_, first) = scoped(ApiShape::Responses, &at_switch, Scope::All, None);
+            // A body the byte scan calls free of account-bound state has nothing to remove.
+            let bytes = serde_json::to_vec(&body).unwrap();
+            let (_, all) = scoped(ApiShape::Responses, &body, Scope::All, None);
+            prop_assert!(may_carry_bound_state(&bytes) || all.removed.is_empty());
+            let foreign = ForeignSet::from_digests(first.seen.iter().copied());
+            let (out, _) = scoped(ApiShape::Responses, &body, Scope::Foreign(&foreign), None);
+            let text = out.to_string();
+            for (i, (old, kind)) in items.iter().enumerate() {
+                let owner = if *old { "A" } else { "B" };
+                let token = format!("\"{owner}-{i}\"");
+                if *kind < 3 {
+                    prop_assert_eq!(text.contains(&token), !*old, "{} in {}", token, text);
+                } else {
+                    let said = format!("{owner} says {i}");
+                    prop_assert!(text.contains(&said));
+                }
+            }
+        }
+    }
 }

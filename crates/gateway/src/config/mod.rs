@@ -311,6 +311,9 @@ pub struct ProviderConfig {
     /// Send the summary request with `stream: true` (the ChatGPT Codex backend needs it).
     #[serde(default)]
     pub summary_stream: bool,
+    /// `[providers.summary]`: how summary requests to this provider are made.
+    #[serde(default)]
+    pub summary: Option<crate::summary::ProviderSummary>,
     /// Accounts, filled in this order.
     #[serde(default)]
     pub accounts: Vec<AccountConfig>,

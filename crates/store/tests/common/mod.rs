@@ -34,6 +34,7 @@ impl Harness {
 pub fn record(key: &HandoffKey, summary: &str, now: SystemTime, ttl: Duration) -> HandoffRecord {
     HandoffRecord {
         version: 1,
+        kind: Default::default(),
         tenant: key.tenant.clone(),
         session: key.session.clone(),
         combo: key.combo.clone(),

@@ -3,6 +3,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
+use context_relay_core::ending::Ending;
 use context_relay_core::reply::ReplyCapture;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
@@ -41,7 +42,14 @@ impl<B> RequestBody<B> {
         }
     }
 
-    pub(crate) fn tee(inner: B, capture: Arc<Capture>) -> Self {
+    pub(crate) fn tee(inner: B, capture: Arc<Capture>) -> Self
+    where
+        B: Body,
+    {
+        // An empty body may never be polled (hyper's client checks `is_end_stream` first).
+        if inner.is_end_stream() {
+            capture.finish();
+        }
         Self {
             kind: Kind::Tee { inner, capture },
         }
@@ -70,12 +78,17 @@ where
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         match self.project().kind.project() {
             KindProj::Passthrough { inner } => inner.poll_frame(cx),
-            KindProj::Tee { inner, capture } => {
-                let polled = inner.poll_frame(cx);
+            KindProj::Tee { mut inner, capture } => {
+                let polled = inner.as_mut().poll_frame(cx);
                 match &polled {
                     Poll::Ready(Some(Ok(frame))) => {
                         if let Some(data) = frame.data_ref() {
                             capture.push(data);
+                        }
+                        // hyper's client stops polling once the body says it has ended, so
+                        // the trailing `None` may never come.
+                        if inner.is_end_stream() {
+                            capture.finish();
                         }
                     }
                     Poll::Ready(None) => capture.finish(),
@@ -189,12 +202,15 @@ pin_project! {
     ///
     /// When the response qualified for a summary, it captures the assistant's reply of this
     /// turn as it streams by (bounded) and starts the summary as soon as the inner body
-    /// reports its end. A failed or dropped body starts nothing and frees the session's
+    /// reports its end. A streamed reply whose terminal event (`[DONE]` after a finish reason,
+    /// `response.completed`, `message_stop`) has been seen is complete even if the client drops
+    /// the body before the upstream closes it. A body that failed, ended with an in-band
+    /// failure, or was dropped before its terminal event starts nothing and frees the session's
     /// in-flight key.
     pub struct ResponseBody<B> {
         #[pin]
         inner: B,
-        trigger: Option<Trigger>,
+        trigger: Armed,
     }
 }
 
@@ -203,11 +219,46 @@ pub(crate) struct Trigger {
     pub(crate) job: Job,
 }
 
+/// A trigger that fires on drop when the reply was already complete.
+pub(crate) struct Armed(Option<Trigger>);
+
+impl Armed {
+    fn push(&mut self, data: &[u8]) {
+        if let Some(t) = &mut self.0 {
+            t.reply.push(data);
+        }
+    }
+
+    /// The body ended: summarise unless it ended with an in-band failure.
+    fn ended(&mut self) {
+        if let Some(mut t) = self.0.take()
+            && t.reply.ending() != Ending::Failed
+        {
+            t.job.start(t.reply.finish());
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.0.take();
+    }
+}
+
+impl Drop for Armed {
+    fn drop(&mut self) {
+        if let Some(mut t) = self.0.take()
+            && t.reply.ending() == Ending::Completed
+        {
+            t.job.start(t.reply.finish());
+        }
+    }
+}
+
 impl<B: Body> ResponseBody<B> {
-    pub(crate) fn new(inner: B, mut trigger: Option<Trigger>) -> Self {
+    pub(crate) fn new(inner: B, trigger: Option<Trigger>) -> Self {
+        let mut trigger = Armed(trigger);
         // An empty body may never be polled: its turn has ended already.
         if inner.is_end_stream() {
-            fire(&mut trigger);
+            trigger.ended();
         }
         Self { inner, trigger }
     }
@@ -229,19 +280,17 @@ where
         let polled = this.inner.as_mut().poll_frame(cx);
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
-                if let (Some(trigger), Some(data)) = (this.trigger.as_mut(), frame.data_ref()) {
-                    trigger.reply.push(data.as_ref());
+                if let Some(data) = frame.data_ref() {
+                    this.trigger.push(data.as_ref());
                 }
                 // The consumer may never poll again after the last frame: fire now.
                 if this.inner.is_end_stream() {
-                    fire(this.trigger);
+                    this.trigger.ended();
                 }
             }
-            Poll::Ready(None) => fire(this.trigger),
-            Poll::Ready(Some(Err(_))) => {
-                // A failed stream: the turn did not complete; free the key.
-                this.trigger.take();
-            }
+            Poll::Ready(None) => this.trigger.ended(),
+            // A failed stream: the turn did not complete; free the key.
+            Poll::Ready(Some(Err(_))) => this.trigger.disarm(),
             Poll::Pending => {}
         }
         polled
@@ -253,11 +302,5 @@ where
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
-    }
-}
-
-fn fire(trigger: &mut Option<Trigger>) {
-    if let Some(Trigger { reply, job }) = trigger.take() {
-        job.start(reply.finish());
     }
 }

@@ -61,7 +61,8 @@ pub(crate) struct Pending {
 }
 
 impl Pending {
-    /// Gates 1–4, 6 and 7 of DESIGN §4.1 (gate 5 needs the store: the job checks it).
+    /// The gates that need no store: a 2xx of a listed provider, usage in [threshold, 95 %),
+    /// a session, no cool-down, no generation in flight (the refresh gate is the job's).
     fn qualify<B>(self, response: &Response<B>) -> Option<Trigger> {
         // Gate 1: the serving account is known. Only a successful turn is summarised: an error
         // reply is no conversation to continue from.
@@ -125,8 +126,13 @@ impl Pending {
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
+        let encoding = response
+            .headers()
+            .get(header::CONTENT_ENCODING)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
         Some(Trigger {
-            reply: ReplyCapture::new(is_sse, REPLY_CAP),
+            reply: ReplyCapture::encoded(is_sse, REPLY_CAP, encoding),
             job: Job {
                 shared: self.shared,
                 config: self.config,

@@ -1,13 +1,16 @@
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use context_relay_core::RelayConfig;
 use context_relay_core::config::RelayMode;
+use context_relay_core::prompt::SummarySettings;
 use context_relay_core::session::SessionSources;
 use context_relay_store::{CoolDown, HandoffStore, InFlight};
 use tokio::sync::Semaphore;
 use tower_layer::Layer;
 
+use super::call::DroppedParams;
 use super::service::Generation;
 use super::shared::Shared;
 use crate::background::Background;
@@ -17,6 +20,9 @@ use crate::summarizer::{SharedSummarizer, Summarizer};
 
 /// Default bound on concurrent summary generations, across every service of the layer.
 pub const DEFAULT_MAX_CONCURRENT_GENERATIONS: usize = 4;
+/// Default bound on summary jobs queued (running or waiting for a concurrency permit); a job
+/// that finds the queue full ends and is counted as skipped (`queue_full`).
+pub const DEFAULT_MAX_QUEUED_GENERATIONS: usize = 64;
 
 /// Applies [`Generation`] to a service: writes handoffs in the background when the serving
 /// account crosses the handoff threshold.
@@ -36,6 +42,9 @@ pub struct GenerationLayer {
     quota: Arc<dyn QuotaSource>,
     sources: Arc<SessionSources>,
     stream_providers: Arc<[Arc<str>]>,
+    settings: Arc<HashMap<String, SummarySettings>>,
+    dropped: Arc<DroppedParams>,
+    queue: Arc<Semaphore>,
 }
 
 impl std::fmt::Debug for GenerationLayer {
@@ -49,7 +58,7 @@ impl std::fmt::Debug for GenerationLayer {
 }
 
 impl GenerationLayer {
-    /// A layer writing handoffs to `store`, with the default configuration (DESIGN §8).
+    /// A layer writing handoffs to `store`, with the default configuration.
     pub fn new(store: Arc<dyn HandoffStore>) -> Self {
         Self {
             store,
@@ -62,6 +71,9 @@ impl GenerationLayer {
             quota: Arc::new(HeaderQuota::default()),
             sources: Arc::new(SessionSources::default()),
             stream_providers: Arc::from(Vec::new()),
+            settings: Arc::default(),
+            dropped: Arc::default(),
+            queue: Arc::new(Semaphore::new(DEFAULT_MAX_QUEUED_GENERATIONS)),
         }
     }
 
@@ -125,6 +137,21 @@ impl GenerationLayer {
         self
     }
 
+    /// Bounds the summary jobs queued, running or waiting (at least 1; default
+    /// [`DEFAULT_MAX_QUEUED_GENERATIONS`]). A job joins the queue after the refresh gate, and
+    /// keeps only its selection while it waits.
+    pub fn max_queued_generations(mut self, n: usize) -> Self {
+        self.queue = Arc::new(Semaphore::new(n.max(1)));
+        self
+    }
+
+    /// How summary requests to `provider` are made: the summary model, the output limit,
+    /// streaming, and extra body parameters (see [`SummarySettings`]).
+    pub fn summary_settings(mut self, provider: &str, settings: SummarySettings) -> Self {
+        Arc::make_mut(&mut self.settings).insert(provider.to_ascii_lowercase(), settings);
+        self
+    }
+
     /// Sends summaries through `summarizer` instead of the inner service.
     pub fn summarizer(mut self, summarizer: impl Summarizer) -> Self {
         self.summarizer = Some(Arc::new(summarizer));
@@ -137,7 +164,7 @@ impl GenerationLayer {
         self
     }
 
-    /// Where session ids are read from (DESIGN §7).
+    /// Where session ids are read from.
     pub fn session_sources(mut self, sources: SessionSources) -> Self {
         self.sources = Arc::new(sources);
         self
@@ -175,6 +202,9 @@ impl GenerationLayer {
             quota: self.quota.clone(),
             sources: self.sources.clone(),
             stream_providers: self.stream_providers.clone(),
+            settings: self.settings.clone(),
+            dropped: self.dropped.clone(),
+            queue: self.queue.clone(),
         })
     }
 }

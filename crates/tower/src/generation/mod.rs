@@ -1,4 +1,4 @@
-//! Writing handoffs before an account runs out (DESIGN §4).
+//! Writing handoffs before an account runs out.
 //!
 //! [`GenerationLayer`] sits after the combo/routing service, which sets [`ComboName`] on the
 //! request, and before the account resolver, which sets [`ResolvedAccount`] on the response:
@@ -9,15 +9,36 @@
 //!
 //! On each response it reads the quota signal of the serving account (a [`QuotaSignal`]
 //! response extension, else the configured [`QuotaSource`]). When the account is at or above
-//! the handoff threshold (default 85 %) but below 95 %, when no recent handoff exists for the
-//! `(tenant, session, combo)` key, when the key is not cooling down after unparseable replies
-//! and no other generation for it is in flight, it summarises the conversation **in the
-//! background** once the response body has ended (so the assistant's reply of this turn is
-//! included), and stores the handoff. The response itself is returned at once and unchanged.
+//! the handoff threshold (default 85 %) but below 95 %, when no recent model handoff exists for
+//! the `(tenant, session, combo)` key, when the key is not cooling down after a rejected or
+//! unparseable summary and no other generation for it is in flight, it summarises the
+//! conversation **in the background** once the reply is complete (so the assistant's reply of
+//! this turn is included), and stores the handoff. The response itself is returned at once and
+//! unchanged.
 //!
-//! The request body is forwarded frame by frame while a bounded copy is kept; only successful
-//! (2xx) responses are summarised. Failures (store down, summary timeout, unparseable reply)
-//! are logged and counted, never returned.
+//! - **Capture.** The request body is forwarded frame by frame while a bounded copy is kept;
+//!   the copy is complete as soon as the inner body reports its end (`is_end_stream`, which is
+//!   where hyper's client stops polling) or yields its last frame. The reply is complete when
+//!   its body ends, or, for a stream, once its terminal event (`[DONE]` after a finish reason,
+//!   `response.completed`, `message_stop`) was seen, even if the client drops the body right
+//!   after it. A compressed reply is decoded per its `content-encoding`; one that cannot be
+//!   decoded counts as no reply (never lossy text). Only successful (2xx) turns are summarised.
+//! - **The summary request** is derived from the triggering request in its API shape (see
+//!   `context_relay_core::prompt`): the client's `instructions` / `system`, `store` and
+//!   `stream` as sent, an output cap, no sampling parameters unless
+//!   [`GenerationLayer::summary_settings`] adds some. A 400 naming an unsupported parameter
+//!   is retried once without it, and the refusal is remembered for that provider and model.
+//! - **Outcomes** (`context_relay_generations_total{outcome}`): `generated`; `rejected` (a
+//!   non-2xx other than 408/429/5xx: the key cools down), `unparseable` (cools down),
+//!   `unavailable` (timeout, transport, 408/429/5xx: no cool-down); and `extractive` when one
+//!   of those left the key without a handoff and one was built from the conversation itself
+//!   (task, latest ask, last assistant text, touched files), which a later model handoff
+//!   replaces.
+//! - **Bounds.** A job reads the request body once and keeps only its selection, then checks
+//!   the refresh gate, and only then joins the queue: at most `max_queued_generations` jobs
+//!   wait or run (beyond, the turn is skipped and counted as `queue_full`), at most
+//!   `max_concurrent_generations` run. Failures (store down, timeouts) are logged and counted,
+//!   never returned.
 //!
 //! [`ComboName`]: crate::ComboName
 //! [`ResolvedAccount`]: crate::ResolvedAccount
@@ -72,6 +93,7 @@
 //! ```
 
 mod body;
+mod call;
 mod future;
 mod headers;
 mod layer;
@@ -81,5 +103,7 @@ mod task;
 
 pub use body::{RequestBody, ResponseBody};
 pub use future::ResponseFuture;
-pub use layer::{DEFAULT_MAX_CONCURRENT_GENERATIONS, GenerationLayer};
+pub use layer::{
+    DEFAULT_MAX_CONCURRENT_GENERATIONS, DEFAULT_MAX_QUEUED_GENERATIONS, GenerationLayer,
+};
 pub use service::Generation;

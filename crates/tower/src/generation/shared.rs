@@ -1,9 +1,13 @@
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
+
+use context_relay_core::prompt::SummarySettings;
 
 use context_relay_core::session::SessionSources;
 use context_relay_store::{CoolDown, HandoffStore, InFlight};
 use tokio::sync::Semaphore;
 
+use super::call::DroppedParams;
 use crate::background::Background;
 use crate::configs::RelayConfigs;
 use crate::quota_source::QuotaSource;
@@ -25,9 +29,23 @@ pub(crate) struct Shared {
     pub(crate) quota: Arc<dyn QuotaSource>,
     pub(crate) sources: Arc<SessionSources>,
     pub(crate) stream_providers: Arc<[Arc<str>]>,
+    /// Summary request settings per provider (lower-cased name).
+    pub(crate) settings: Arc<HashMap<String, SummarySettings>>,
+    /// Parameters each provider and model refused in summary requests.
+    pub(crate) dropped: Arc<DroppedParams>,
+    /// Admission of summary jobs (running or waiting).
+    pub(crate) queue: Arc<Semaphore>,
 }
 
 impl Shared {
+    /// The summary settings configured for `provider`.
+    pub(crate) fn settings_for(&self, provider: &str) -> Option<&SummarySettings> {
+        if self.settings.is_empty() {
+            return None;
+        }
+        self.settings.get(&provider.to_ascii_lowercase())
+    }
+
     /// Whether summary requests to `provider` must ask for a streamed reply.
     pub(crate) fn stream_summaries_for(&self, provider: &str) -> bool {
         self.stream_providers

@@ -1,17 +1,32 @@
-//! The background summary job: DESIGN §4.2–§4.5 once the response of a qualifying turn ended.
+//! The background summary job, once the response of a qualifying turn is complete.
+//!
+//! A job first reads the captured request body, once, before its first await: from then on it
+//! keeps only the selection and the few request fields the summary request needs. It checks
+//! the refresh gate against the store, and only then joins the queue: at most
+//! `max_queued_generations` jobs wait or run (a job finding the queue full is counted as
+//! skipped, `queue_full`, and frees its key), and at most `max_concurrent_generations` run.
 
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
 use context_relay_core::conversation::Conversation;
-use context_relay_core::{ApiShape, HandoffKey, HandoffRecord, QuotaSignal, RelayConfig};
-use context_relay_core::{decode, parse, prompt, reply, select};
+use context_relay_core::extractive::extractive_handoff;
+use context_relay_core::handoff::RECORD_VERSION;
+use context_relay_core::prompt::{SummarySettings, summary_prompt, summary_request};
+use context_relay_core::select::Selection;
+use context_relay_core::touched::merge_entities;
+use context_relay_core::{
+    ApiShape, Handoff, HandoffKey, HandoffKind, HandoffRecord, QuotaSignal, RelayConfig, decode,
+    parse, reply, select,
+};
 use context_relay_store::InFlightGuard;
 use http::{HeaderMap, Uri, header};
+use serde_json::{Map, Value};
 use tracing::Instrument;
 
 use super::body::Capture;
+use super::call::{CallResult, call};
 use super::shared::Shared;
 use crate::extensions::{ComboName, ResolvedAccount, SessionId, Tenant};
 use crate::metrics;
@@ -36,26 +51,63 @@ pub(crate) struct Job {
 /// store write after the summary still happens under the lease.
 const LEASE_MARGIN: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// How a generation ended (DESIGN §4.5).
+/// The fields of the triggering request a summary request is derived from.
+const TRIGGER_FIELDS: [&str; 5] = ["model", "instructions", "system", "store", "stream"];
+
+/// How a generation ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Outcome {
     Generated,
-    Unavailable,
-    Unparseable,
-    /// Nothing to do: a live handoff is recent enough (gate 5, `fresh`), or another gateway
-    /// replica is summarising this key (`in_flight_elsewhere`).
+    /// The model gave no handoff; one was built from the conversation instead (`why` says
+    /// which failure).
+    Extractive(Failure),
+    Failed(Failure),
+    /// Nothing to do: a live generated handoff is recent enough (`fresh`), another gateway
+    /// replica is summarising this key (`in_flight_elsewhere`), the conversation has no text
+    /// (`empty`), too many jobs are waiting (`queue_full`).
     Skipped(&'static str),
 }
 
-impl Outcome {
+/// Why the model gave no handoff.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failure {
+    Rejected,
+    Unparseable,
+    Unavailable,
+}
+
+impl Failure {
     fn as_str(self) -> &'static str {
         match self {
-            Self::Generated => "generated",
-            Self::Unavailable => "unavailable",
+            Self::Rejected => "rejected",
             Self::Unparseable => "unparseable",
+            Self::Unavailable => "unavailable",
+        }
+    }
+}
+
+impl Outcome {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Generated => "generated",
+            Self::Extractive(_) => "extractive",
+            Self::Failed(f) => f.as_str(),
             Self::Skipped(_) => "skipped",
         }
     }
+
+    fn failure(self) -> Option<Failure> {
+        match self {
+            Self::Extractive(f) | Self::Failed(f) => Some(f),
+            _ => None,
+        }
+    }
+}
+
+/// What a job keeps of the request: the selection and the fields the summary request needs.
+struct Prepared {
+    selection: Selection,
+    trigger: Value,
 }
 
 impl Job {
@@ -73,75 +125,80 @@ impl Job {
         background.spawn(self.run(reply).instrument(span));
     }
 
-    async fn run(self, reply: Option<String>) {
+    async fn run(mut self, reply: Option<String>) {
         let started = Instant::now();
         let outcome = self.generate(reply).await;
-        let shared = &self.shared;
         if let Outcome::Skipped(reason) = outcome {
-            ::metrics::counter!(metrics::GENERATIONS_SKIPPED, "reason" => reason).increment(1);
+            skipped(reason);
         } else {
-            ::metrics::counter!(metrics::GENERATIONS, "outcome" => outcome.as_str()).increment(1);
-            ::metrics::histogram!(metrics::GENERATION_SECONDS, "outcome" => outcome.as_str())
+            ::metrics::counter!(metrics::GENERATIONS, "outcome" => outcome.label()).increment(1);
+            ::metrics::histogram!(metrics::GENERATION_SECONDS, "outcome" => outcome.label())
                 .record(started.elapsed().as_secs_f64());
         }
-        match outcome {
-            Outcome::Generated => shared.cooldown.clear(&self.key),
-            Outcome::Unparseable => {
+        let shared = &self.shared;
+        match outcome.failure() {
+            None if outcome == Outcome::Generated => shared.cooldown.clear(&self.key),
+            Some(f @ (Failure::Rejected | Failure::Unparseable)) => {
                 let wait = shared.cooldown.fail(&self.key, SystemTime::now());
-                tracing::warn!(cool_down_secs = wait.as_secs(), "summary reply unparseable");
+                tracing::warn!(
+                    outcome = outcome.label(),
+                    why = f.as_str(),
+                    cool_down_secs = wait.as_secs(),
+                    "no model handoff"
+                );
             }
-            Outcome::Unavailable | Outcome::Skipped(_) => {}
+            Some(f) => {
+                tracing::info!(
+                    outcome = outcome.label(),
+                    why = f.as_str(),
+                    "no model handoff"
+                )
+            }
+            None => {}
         }
         drop(self.guard);
     }
 
-    async fn generate(&self, reply: Option<String>) -> Outcome {
-        let shared = &self.shared;
-        let Ok(_permit) = shared.semaphore.acquire().await else {
-            return Outcome::Unavailable;
+    async fn generate(&mut self, reply: Option<String>) -> Outcome {
+        let Some(prepared) = self.prepare(reply) else {
+            return Outcome::Failed(Failure::Unavailable);
         };
-        let Some(body) = self.request_body() else {
-            tracing::debug!("request body not available for a summary");
-            return Outcome::Unavailable;
-        };
-        let conversation = match Conversation::from_slice(self.shape, &body) {
-            Ok(c) => c,
+        if prepared.selection.is_empty() {
+            return Outcome::Skipped("empty");
+        }
+        let shared = self.shared.clone();
+        let message_count = u32::try_from(prepared.selection.source_count).unwrap_or(u32::MAX);
+
+        // Refresh gate: a live model handoff written fewer than `refresh_after_messages`
+        // messages ago is still good enough. An extractive one never is.
+        let existing = match shared.store.get(&self.key).await {
+            Ok(existing) => existing,
             Err(e) => {
-                tracing::debug!(error = %e, "no conversation to summarise");
-                return Outcome::Unavailable;
+                // Fail open: summarise anyway; the upsert will tell whether the store is back.
+                metrics::store_error("get", &e);
+                None
             }
         };
-        let selection = select::select(
-            &conversation,
-            reply.as_deref(),
-            self.config.relay_mode,
-            self.config.max_messages_for_summary,
-        );
-        if selection.text.is_empty() {
-            tracing::debug!("empty history: nothing to summarise");
-            return Outcome::Unavailable;
-        }
-        let message_count = u32::try_from(selection.source_count).unwrap_or(u32::MAX);
-
-        // Gate 5: a live handoff written fewer than `refresh_after_messages` messages ago is
-        // still good enough.
-        match shared.store.get(&self.key).await {
-            Ok(Some(existing))
-                if message_count.saturating_sub(existing.message_count)
-                    < self.config.refresh_after_messages =>
-            {
-                return Outcome::Skipped("fresh");
-            }
-            Ok(_) => {}
-            // Fail open: summarise anyway; the upsert will tell whether the store is back.
-            Err(e) => metrics::store_error("get", &e),
+        if let Some(h) = &existing
+            && h.kind == HandoffKind::Generated
+            && message_count.saturating_sub(h.message_count) < self.config.refresh_after_messages
+        {
+            return Outcome::Skipped("fresh");
         }
 
+        // The queue: a waiting job holds only its selection.
+        let Ok(_slot) = shared.queue.clone().try_acquire_owned() else {
+            tracing::warn!("summary queue full; skipping this turn");
+            return Outcome::Skipped("queue_full");
+        };
+        let Ok(_permit) = shared.semaphore.acquire().await else {
+            return Outcome::Failed(Failure::Unavailable);
+        };
         // Across gateway replicas (redis backend) one replica summarises a key at a time; the
         // process-local registry already guards this one.
         let lease = match shared
             .store
-            .begin_generation(&self.key, self.config.summary_timeout + LEASE_MARGIN)
+            .begin_generation(&self.key, self.config.summary_timeout * 2 + LEASE_MARGIN)
             .await
         {
             Ok(Some(lease)) => Some(lease),
@@ -156,7 +213,23 @@ impl Job {
                 None
             }
         };
-        let outcome = self.summarise(&body, &selection, message_count).await;
+        let mut outcome = self.summarise(&prepared, message_count).await;
+        if let Outcome::Failed(why) = outcome
+            && existing
+                .as_ref()
+                .is_none_or(|h| h.kind == HandoffKind::Extractive)
+            && let Some(handoff) = extractive_handoff(&prepared.selection)
+            && self
+                .store(
+                    handoff,
+                    HandoffKind::Extractive,
+                    message_count,
+                    String::new(),
+                )
+                .await
+        {
+            outcome = Outcome::Extractive(why);
+        }
         if let Some(lease) = lease
             && let Err(e) = shared.store.end_generation(&lease).await
         {
@@ -165,58 +238,133 @@ impl Job {
         outcome
     }
 
-    async fn summarise(
-        &self,
-        body: &Bytes,
-        selection: &select::Selection,
-        message_count: u32,
-    ) -> Outcome {
-        let shared = &self.shared;
-        let model = if self.config.handoff_model.is_empty() {
-            request_model(body).unwrap_or_default()
-        } else {
-            self.config.handoff_model.clone()
+    /// Reads the captured request once; what is kept is the selection and the trigger fields.
+    fn prepare(&mut self, reply: Option<String>) -> Option<Prepared> {
+        let capture = std::mem::replace(&mut self.capture, Arc::new(Capture::new(0)));
+        let Some(body) = decoded_body(&capture, &self.headers, self.config.max_body_bytes) else {
+            tracing::warn!("request body not available for a summary");
+            return None;
         };
-        let stream = shared.stream_summaries_for(&self.account.provider);
-        let request = SummaryRequest {
+        drop(capture);
+        let value: Value = match serde_json::from_slice(&body) {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::debug!(error = %e, "request body is not JSON");
+                return None;
+            }
+        };
+        drop(body);
+        let conversation = match Conversation::from_value(self.shape, &value) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!(error = %e, "no conversation to summarise");
+                return None;
+            }
+        };
+        let selection = select::select(
+            &conversation,
+            reply.as_deref(),
+            self.config.relay_mode,
+            self.config.max_messages_for_summary,
+        );
+        let mut trigger = Map::new();
+        if let Value::Object(mut obj) = value {
+            for k in TRIGGER_FIELDS {
+                if let Some(v) = obj.remove(k) {
+                    trigger.insert(k.to_owned(), v);
+                }
+            }
+        }
+        Some(Prepared {
+            selection,
+            trigger: Value::Object(trigger),
+        })
+    }
+
+    /// The summary settings for the serving provider, with the configured overrides.
+    fn settings(&self) -> SummarySettings {
+        let shared = &self.shared;
+        let mut settings = shared
+            .settings_for(&self.account.provider)
+            .cloned()
+            .unwrap_or_default();
+        if !self.config.handoff_model.trim().is_empty() {
+            settings.model = Some(self.config.handoff_model.clone());
+        }
+        if settings.stream.is_none() && shared.stream_summaries_for(&self.account.provider) {
+            settings.stream = Some(true);
+        }
+        settings
+    }
+
+    async fn summarise(&self, prepared: &Prepared, message_count: u32) -> Outcome {
+        let shared = &self.shared;
+        let Some(summarizer) = shared.summarizer.get() else {
+            return Outcome::Failed(Failure::Unavailable);
+        };
+        let settings = self.settings();
+        let prompt = summary_prompt(&prepared.selection.text, &prepared.selection.touched_files);
+        let mut body = summary_request(self.shape, &prepared.trigger, &prompt, &settings);
+        drop(prompt);
+        let model = body
+            .get("model")
+            .and_then(Value::as_str)
+            .or_else(|| prepared.trigger.get("model").and_then(Value::as_str))
+            .unwrap_or_default()
+            .to_owned();
+        shared
+            .dropped
+            .apply(&self.account.provider, &model, &mut body);
+        let make = |bytes: Bytes| SummaryRequest {
             shape: self.shape,
-            body: Bytes::from(prompt::summary_request(
-                self.shape,
-                &model,
-                &selection.text,
-                stream,
-            )),
+            body: bytes,
             uri: self.uri.clone(),
             headers: SummaryRequest::clean_headers(self.headers.clone()),
             combo: ComboName(self.key.combo.clone()),
             tenant: Tenant(self.key.tenant.clone()),
             session: SessionId(self.key.session.clone()),
         };
-        let Some(summarizer) = shared.summarizer.get() else {
-            return Outcome::Unavailable;
+        let reply_body = match call(
+            summarizer,
+            &shared.dropped,
+            &self.account.provider,
+            &model,
+            body,
+            make,
+            self.config.summary_timeout,
+        )
+        .await
+        {
+            CallResult::Reply(b) => b,
+            CallResult::Rejected => return Outcome::Failed(Failure::Rejected),
+            CallResult::Unavailable => return Outcome::Failed(Failure::Unavailable),
         };
-        let reply_body =
-            match tokio::time::timeout(self.config.summary_timeout, summarizer.summarize(request))
-                .await
-            {
-                Ok(Ok(body)) => body,
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "summary call failed");
-                    return Outcome::Unavailable;
-                }
-                Err(_) => {
-                    tracing::warn!(
-                        timeout_secs = self.config.summary_timeout.as_secs(),
-                        "summary call timed out"
-                    );
-                    return Outcome::Unavailable;
-                }
-            };
-        let Some(handoff) = reply::summary_text(&reply_body).and_then(|t| parse::parse_handoff(&t))
+        let Some(mut handoff) =
+            reply::summary_text(&reply_body).and_then(|t| parse::parse_handoff(&t))
         else {
-            return Outcome::Unparseable;
+            tracing::warn!(reply_bytes = reply_body.len(), "summary reply unparseable");
+            return Outcome::Failed(Failure::Unparseable);
         };
+        handoff.active_entities =
+            merge_entities(&handoff.active_entities, &prepared.selection.touched_files);
+        if self
+            .store(handoff, HandoffKind::Generated, message_count, model)
+            .await
+        {
+            Outcome::Generated
+        } else {
+            Outcome::Failed(Failure::Unavailable)
+        }
+    }
 
+    /// Upserts a handoff of `kind`; whether it was stored.
+    async fn store(
+        &self,
+        handoff: Handoff,
+        kind: HandoffKind,
+        message_count: u32,
+        model: String,
+    ) -> bool {
         let now = SystemTime::now();
         let ttl_end = now + self.config.ttl;
         let expires_at = match self.signal.resets_at {
@@ -224,7 +372,8 @@ impl Job {
             _ => ttl_end,
         };
         let record = HandoffRecord {
-            version: context_relay_core::handoff::RECORD_VERSION,
+            version: RECORD_VERSION,
+            kind,
             tenant: self.key.tenant.clone(),
             session: self.key.session.clone(),
             combo: self.key.combo.clone(),
@@ -237,20 +386,20 @@ impl Job {
             generated_at: now,
             expires_at,
         };
-        match shared.store.upsert(record).await {
+        match self.shared.store.upsert(record).await {
             Ok(()) => {
-                tracing::info!(messages = message_count, "handoff stored");
-                Outcome::Generated
+                tracing::info!(
+                    messages = message_count,
+                    kind = kind.as_str(),
+                    "handoff stored"
+                );
+                true
             }
             Err(e) => {
                 metrics::store_error("upsert", &e);
-                Outcome::Unavailable
+                false
             }
         }
-    }
-
-    fn request_body(&self) -> Option<Bytes> {
-        decoded_body(&self.capture, &self.headers, self.config.max_body_bytes)
     }
 }
 
@@ -272,11 +421,6 @@ pub(crate) fn decoded_body(capture: &Capture, headers: &HeaderMap, max: usize) -
     }
 }
 
-/// The `model` of a request body, for a summary that names no model of its own.
-fn request_model(body: &[u8]) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct ModelOnly {
-        model: Option<String>,
-    }
-    serde_json::from_slice::<ModelOnly>(body).ok()?.model
+fn skipped(reason: &'static str) {
+    ::metrics::counter!(metrics::GENERATIONS_SKIPPED, "reason" => reason).increment(1);
 }

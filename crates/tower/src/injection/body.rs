@@ -1,15 +1,14 @@
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
-use context_relay_store::Claim;
+use bytes::{Bytes, BytesMut};
+use context_relay_core::ending::{EndDetector, Ending};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use super::shared::Shared;
-use crate::metrics;
+use super::after::After;
 
 pin_project! {
     /// The request body [`Injection`](super::Injection) hands to the inner service.
@@ -22,8 +21,10 @@ pin_project! {
 pin_project! {
     #[project = KindProj]
     enum Kind<B> {
-        // The client's body, untouched (the fast path).
-        Passthrough { #[pin] inner: B },
+        // The client's body, untouched (the fast path); the frames may be kept (shared, not
+        // copied) so that a request the provider rejects for account-bound state can be sent
+        // again.
+        Passthrough { #[pin] inner: B, tee: Option<Arc<Tee>> },
         // A body the layer rewrote (or read whole and forwards as it was).
         Full { data: Option<Bytes> },
         // Frames the layer read before giving up on a rewrite (too large, trailers), then the
@@ -37,9 +38,9 @@ pin_project! {
 }
 
 impl<B> RequestBody<B> {
-    pub(crate) fn passthrough(inner: B) -> Self {
+    pub(crate) fn passthrough(inner: B, tee: Option<Arc<Tee>>) -> Self {
         Self {
-            kind: Kind::Passthrough { inner },
+            kind: Kind::Passthrough { inner, tee },
         }
     }
 
@@ -78,7 +79,18 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         match self.project().kind.project() {
-            KindProj::Passthrough { inner } => inner.poll_frame(cx),
+            KindProj::Passthrough { inner, tee } => {
+                let polled = inner.poll_frame(cx);
+                if let Some(tee) = tee {
+                    match &polled {
+                        Poll::Ready(Some(Ok(frame))) => tee.keep(frame.data_ref()),
+                        Poll::Ready(None) => tee.end(),
+                        Poll::Ready(Some(Err(_))) => tee.keep(None),
+                        Poll::Pending => {}
+                    }
+                }
+                polled
+            }
             KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
             KindProj::Replay {
                 buffered,
@@ -102,7 +114,13 @@ where
 
     fn is_end_stream(&self) -> bool {
         match &self.kind {
-            Kind::Passthrough { inner } => inner.is_end_stream(),
+            Kind::Passthrough { inner, tee } => {
+                let end = inner.is_end_stream();
+                if end && let Some(tee) = tee {
+                    tee.end();
+                }
+                end
+            }
             Kind::Full { data } => data.is_none(),
             Kind::Replay {
                 buffered,
@@ -114,7 +132,7 @@ where
 
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
-            Kind::Passthrough { inner } => inner.size_hint(),
+            Kind::Passthrough { inner, .. } => inner.size_hint(),
             Kind::Full { data } => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
@@ -143,31 +161,177 @@ where
     }
 }
 
+/// The frames of a passed-through request body, kept by reference as they go out, up to a
+/// limit: what a repair sends again. Trailers, a body error or a body above the limit give up.
+#[derive(Debug)]
+pub(crate) struct Tee {
+    limit: usize,
+    state: Mutex<TeeState>,
+}
+
+#[derive(Debug, Default)]
+struct TeeState {
+    frames: Vec<Bytes>,
+    len: usize,
+    given_up: bool,
+    ended: bool,
+}
+
+impl Tee {
+    pub(crate) fn new(limit: usize) -> Arc<Self> {
+        Arc::new(Self {
+            limit,
+            state: Mutex::default(),
+        })
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut TeeState) -> R) -> R {
+        f(&mut self.state.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// A data frame (`Some`) went out, or something that cannot be kept (`None`).
+    fn keep(&self, data: Option<&Bytes>) {
+        self.with(|s| {
+            if s.given_up {
+                return;
+            }
+            match data {
+                Some(d) if s.len + d.len() <= self.limit => {
+                    s.len += d.len();
+                    s.frames.push(d.clone());
+                }
+                _ => {
+                    s.given_up = true;
+                    s.frames = Vec::new();
+                }
+            }
+        });
+    }
+
+    fn end(&self) {
+        self.with(|s| s.ended = true);
+    }
+
+    /// The whole body, when all of it went out and was kept (joined once, kept joined).
+    pub(crate) fn whole(&self) -> Option<Bytes> {
+        self.with(|s| {
+            if s.given_up || !s.ended {
+                return None;
+            }
+            let whole = match s.frames.len() {
+                0 => Bytes::new(),
+                1 => s.frames[0].clone(),
+                _ => {
+                    let mut all = BytesMut::with_capacity(s.len);
+                    for f in &s.frames {
+                        all.extend_from_slice(f);
+                    }
+                    all.freeze()
+                }
+            };
+            s.frames = vec![whole.clone()];
+            Some(whole)
+        })
+    }
+}
+
 pin_project! {
     /// The response body [`Injection`](super::Injection) returns.
     ///
-    /// When the request carried a claimed handoff, the handoff is deleted as soon as the body
-    /// ends successfully, and given back (released) when the body fails or is dropped early.
-    pub struct ResponseBody<B> {
+    /// It replays whatever the layer read ahead (a held-back stream opening, an error body it
+    /// classified), then the inner body. When the request carried a claimed handoff or moves
+    /// the session's affinity, it watches how the body ends: only a body that ended with the
+    /// API's terminal success event (or a complete JSON body) completes the claim and records
+    /// the affinity; a failed, cut or early-dropped body releases the claim.
+    pub struct ResponseBody<B: Body> {
         #[pin]
-        inner: B,
-        hook: Option<ClaimHook>,
+        inner: Inner<B>,
+        prefix: VecDeque<Result<Frame<B::Data>, B::Error>>,
+        hook: Option<EndHook>,
     }
 }
 
-impl<B: Body> ResponseBody<B> {
-    pub(crate) fn new(inner: B, mut hook: Option<ClaimHook>) -> Self {
-        // An empty body may never be polled: the request has already succeeded.
-        if inner.is_end_stream()
+pin_project! {
+    #[project = InnerProj]
+    enum Inner<B> {
+        Plain { #[pin] body: B },
+        Boxed { body: Pin<Box<B>> },
+    }
+}
+
+/// Watches the body's end for an [`After`].
+pub(crate) struct EndHook {
+    pub(crate) detector: EndDetector,
+    pub(crate) after: After,
+}
+
+impl EndHook {
+    fn end(mut self, errored: bool) {
+        let ending = if errored {
+            Ending::Unfinished
+        } else {
+            self.detector.finish()
+        };
+        self.after.ended(ending);
+    }
+}
+
+impl<B: Body> ResponseBody<B>
+where
+    B::Data: AsRef<[u8]>,
+{
+    pub(crate) fn plain(body: B, hook: Option<EndHook>) -> Self {
+        Self::start(Inner::Plain { body }, VecDeque::new(), hook)
+    }
+
+    pub(crate) fn boxed(
+        body: Pin<Box<B>>,
+        prefix: VecDeque<Result<Frame<B::Data>, B::Error>>,
+        hook: Option<EndHook>,
+    ) -> Self {
+        Self::start(Inner::Boxed { body }, prefix, hook)
+    }
+
+    fn start(
+        inner: Inner<B>,
+        prefix: VecDeque<Result<Frame<B::Data>, B::Error>>,
+        mut hook: Option<EndHook>,
+    ) -> Self {
+        // An empty body may never be polled: judge it now.
+        if prefix.is_empty()
+            && inner.is_end_stream()
             && let Some(h) = hook.take()
         {
-            h.complete();
+            h.end(false);
         }
-        Self { inner, hook }
+        Self {
+            inner,
+            prefix,
+            hook,
+        }
     }
 }
 
-impl<B: Body> Body for ResponseBody<B> {
+impl<B: Body> Inner<B> {
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Inner::Plain { body } => body.is_end_stream(),
+            Inner::Boxed { body } => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Inner::Plain { body } => body.size_hint(),
+            Inner::Boxed { body } => body.size_hint(),
+        }
+    }
+}
+
+impl<B: Body> Body for ResponseBody<B>
+where
+    B::Data: AsRef<[u8]>,
+{
     type Data = B::Data;
     type Error = B::Error;
 
@@ -176,86 +340,66 @@ impl<B: Body> Body for ResponseBody<B> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let mut this = self.project();
-        let polled = this.inner.as_mut().poll_frame(cx);
+        if let Some(item) = this.prefix.pop_front() {
+            // Read ahead: already fed to the detector.
+            let failed = item.is_err();
+            if (failed || (this.prefix.is_empty() && this.inner.is_end_stream()))
+                && let Some(h) = this.hook.take()
+            {
+                h.end(failed);
+            }
+            return Poll::Ready(Some(item));
+        }
+        let polled = match this.inner.as_mut().project() {
+            InnerProj::Plain { body } => body.poll_frame(cx),
+            InnerProj::Boxed { body } => body.as_mut().poll_frame(cx),
+        };
         match &polled {
-            Poll::Ready(Some(Ok(_))) => {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(h) = this.hook.as_mut()
+                    && let Some(data) = frame.data_ref()
+                {
+                    h.detector.push(data.as_ref());
+                }
                 // The consumer may never poll again after the last frame.
                 if this.inner.is_end_stream()
                     && let Some(h) = this.hook.take()
                 {
-                    h.complete();
+                    h.end(false);
                 }
             }
             Poll::Ready(None) => {
                 if let Some(h) = this.hook.take() {
-                    h.complete();
+                    h.end(false);
                 }
             }
-            // Dropping the hook releases the claim.
-            Poll::Ready(Some(Err(_))) => drop(this.hook.take()),
+            Poll::Ready(Some(Err(_))) => {
+                if let Some(h) = this.hook.take() {
+                    h.end(true);
+                }
+            }
             Poll::Pending => {}
         }
         polled
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.prefix.is_empty() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-/// A claimed handoff riding on a successful response: completed when the body ends, released
-/// when it is dropped first.
-pub(crate) struct ClaimHook {
-    shared: Arc<Shared>,
-    claim: Option<Claim>,
-}
-
-impl ClaimHook {
-    pub(crate) fn new(shared: Arc<Shared>, claim: Claim) -> Self {
-        Self {
-            shared,
-            claim: Some(claim),
+        let held: u64 = self
+            .prefix
+            .iter()
+            .filter_map(|f| f.as_ref().ok().and_then(Frame::data_ref))
+            .map(|d| d.as_ref().len() as u64)
+            .sum();
+        let inner = self.inner.size_hint();
+        let mut hint = SizeHint::new();
+        hint.set_lower(inner.lower().saturating_add(held));
+        if let Some(upper) = inner.upper() {
+            hint.set_upper(upper.saturating_add(held));
         }
+        hint
     }
-
-    fn complete(mut self) {
-        if let Some(claim) = self.claim.take() {
-            let store = self.shared.store.clone();
-            self.shared.background.spawn(async move {
-                match store.complete(&claim).await {
-                    Ok(_) => {
-                        ::metrics::counter!(metrics::CONSUMED).increment(1);
-                        tracing::info!(session = %claim.record.session, "handoff consumed");
-                    }
-                    Err(e) => metrics::store_error("complete", &e),
-                }
-            });
-        }
-    }
-}
-
-impl Drop for ClaimHook {
-    fn drop(&mut self) {
-        if let Some(claim) = self.claim.take() {
-            release(&self.shared, claim);
-        }
-    }
-}
-
-/// Gives a claimed handoff back so that the next attempt gets it again.
-pub(crate) fn release(shared: &Shared, claim: Claim) {
-    let store = shared.store.clone();
-    shared.background.spawn(async move {
-        match store.release(&claim).await {
-            Ok(()) => {
-                ::metrics::counter!(metrics::RELEASED).increment(1);
-                tracing::info!(session = %claim.record.session, "handoff released for a later attempt");
-            }
-            Err(e) => metrics::store_error("release", &e),
-        }
-    });
 }

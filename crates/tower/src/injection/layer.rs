@@ -33,7 +33,7 @@ impl std::fmt::Debug for InjectionLayer {
 }
 
 impl InjectionLayer {
-    /// A layer reading handoffs from `store`, with the default configuration (DESIGN §8).
+    /// A layer reading handoffs from `store`, with the default configuration.
     pub fn new(store: Arc<dyn HandoffStore>) -> Self {
         Self {
             store,
@@ -68,7 +68,7 @@ impl InjectionLayer {
         self
     }
 
-    /// Where session ids are read from (DESIGN §7).
+    /// Where session ids are read from.
     pub fn session_sources(mut self, sources: SessionSources) -> Self {
         self.sources = Arc::new(sources);
         self

@@ -1,21 +1,23 @@
 //! The slow path of [`Injection`](super::Injection): read the body, decide whether the request
-//! is a switch and whether a handoff applies, rewrite, forward.
+//! is a switch, which account-bound state goes and whether a handoff applies, rewrite, forward.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use bytes::{Bytes, BytesMut};
-use context_relay_core::portable::{self, TURN_STATE_HEADER};
+use context_relay_core::portable::{self, ForeignSet, Scope, TURN_STATE_HEADER, digest};
 use context_relay_core::{ApiShape, HandoffKey, decode, render, session};
-use context_relay_store::Claim;
+use context_relay_store::{Affinity, Claim};
 use http::{HeaderValue, Request, Response, header};
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use tower_service::Service;
 use tracing::Instrument;
 
-use super::body::{RequestBody, release};
-use super::future::After;
+use super::after::{After, release};
+use super::body::RequestBody;
+use super::retry::{Remember, Retry, Sent, resend};
 use super::shared::Shared;
 use crate::extensions::ResolvedAccount;
 use crate::metrics;
@@ -23,6 +25,8 @@ use crate::metrics;
 pub(crate) struct Prepare<S, B> {
     pub(crate) shared: Arc<Shared>,
     pub(crate) inner: S,
+    /// A second clone of the inner service, for a repair.
+    pub(crate) spare: S,
     pub(crate) request: Request<B>,
     pub(crate) shape: ApiShape,
     pub(crate) combo: Arc<str>,
@@ -37,12 +41,19 @@ enum Read<B> {
     Partial(RequestBody<B>),
 }
 
-pub(crate) async fn prepare<S, B, ResBody>(
-    p: Prepare<S, B>,
-) -> (Result<Response<ResBody>, S::Error>, Option<After>)
+/// The inner result, what to do at its end, and how to send the request again.
+pub(crate) type Prepared<ResBody, E> = (
+    Result<Response<ResBody>, E>,
+    Option<After>,
+    Option<Retry<ResBody, E>>,
+);
+
+pub(crate) async fn prepare<S, B, ResBody>(p: Prepare<S, B>) -> Prepared<ResBody, S::Error>
 where
-    S: Service<Request<RequestBody<B>>, Response = Response<ResBody>>,
-    B: Body<Data = Bytes>,
+    S: Service<Request<RequestBody<B>>, Response = Response<ResBody>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Body<Data = Bytes> + Send + 'static,
 {
     let span = tracing::info_span!(
         "context_relay.inject",
@@ -53,6 +64,7 @@ where
     let Prepare {
         shared,
         mut inner,
+        spare,
         request,
         shape,
         combo,
@@ -68,8 +80,16 @@ where
             Read::Whole(raw) => raw,
             Read::Partial(body) => {
                 skipped("too_large");
-                let after = header_session.map(|s| after(&shared, &tenant, s, &account, true));
-                return (body, after);
+                let mut after = After::new(shared.clone(), account.clone());
+                if let Some(session) = header_session {
+                    let key = HandoffKey {
+                        tenant: tenant.clone(),
+                        session,
+                        combo: combo.clone(),
+                    };
+                    after.record = record_if_new(&shared, &key, &account).await;
+                }
+                return (body, Some(after), None);
             }
         };
         let decoded = match parts.headers.get(header::CONTENT_ENCODING) {
@@ -82,124 +102,210 @@ where
         };
         let session = header_session.clone().or_else(|| {
             let body = decoded.as_ref()?;
-            session::session_id(&parts.headers, Some(body), &shared.sources).map(|m| Arc::from(m.id))
+            session::session_id(&parts.headers, Some(body), &shared.sources)
+                .map(|m| Arc::from(m.id))
         });
         let Some(session) = session else {
-            return (RequestBody::full(raw), None);
+            return (RequestBody::full(raw), None, None);
         };
         let key = HandoffKey {
             tenant: tenant.clone(),
-            session: session.clone(),
+            session,
             combo: combo.clone(),
         };
-
-        // Switch: the last account that served this session is another one.
-        let affinity = match shared.store.cached_affinity(&tenant, &session) {
-            Some(a) => a,
-            None => match shared.store.affinity(&tenant, &session).await {
-                Ok(a) => a,
-                Err(e) => {
-                    metrics::store_error("affinity", &e);
-                    None
-                }
-            },
-        };
-        let same = affinity
+        let mut after = After::new(shared.clone(), account.clone());
+        let now = SystemTime::now();
+        let affinity = affinity_of(&shared, &key).await;
+        let serving = affinity
             .as_ref()
-            .is_some_and(|a| a.provider == account.provider && a.account == account.account);
-        let mut switch = affinity.is_some() && !same;
-
+            .is_some_and(|a| a.is(&account.provider, &account.account));
+        // Switch: the last account that served this session is another one.
+        let switch = affinity.is_some() && !serving;
         // A live handoff written by another account.
         let claim = claim_for(&shared, &key, &account, config.lease).await;
-        if claim.is_some() {
-            switch = true;
-        }
-        let mut after = after(&shared, &tenant, session, &account, !same);
-        if !switch {
-            return (RequestBody::full(raw), Some(after));
+        let foreign = affinity
+            .as_ref()
+            .filter(|_| serving)
+            .and_then(|a| a.foreign_at(now).cloned());
+        let scope = if switch || (affinity.is_none() && claim.is_some()) {
+            // Everything the session carries was minted elsewhere.
+            Scope::All
+        } else if let Some(set) = &foreign {
+            Scope::Foreign(set)
+        } else {
+            Scope::Nothing
+        };
+        if matches!(scope, Scope::Nothing) && claim.is_none() {
+            let remember = Remember {
+                key: key.clone(),
+                foreign: foreign.clone().unwrap_or_default(),
+                ttl: config.ttl,
+            };
+            if affinity.is_none() {
+                after.record = Some((
+                    key,
+                    Affinity::new(account.provider.clone(), account.account.clone()),
+                ));
+            }
+            let retry = decoded.map(|json| Retry {
+                shape,
+                slot: config.injection_slot_responses,
+                sent: Sent::Body(json),
+                turn_state: parts.headers.contains_key(TURN_STATE_HEADER),
+                resend: resend(spare, &parts),
+                remember: Some(remember),
+            });
+            return (RequestBody::full(raw), Some(after), retry);
         }
         let Some(decoded) = decoded else {
             skipped("undecodable");
             if let Some(c) = claim {
-                release(&shared, c);
+                release(&shared, &c).await;
             }
-            return (RequestBody::full(raw), Some(after));
+            return (RequestBody::full(raw), Some(after), None);
         };
         let message = claim.as_ref().map(|c| render::render_record(&c.record));
-        match portable::rewrite_for_switch(
+        let rewrite = match portable::rewrite(
             shape,
             &decoded,
+            scope,
             message.as_deref(),
             config.injection_slot_responses,
         ) {
-            Ok(rewrite) => {
-                ::metrics::counter!(metrics::SWITCHES).increment(1);
-                for (kind, n) in rewrite.removed.iter() {
-                    ::metrics::counter!(metrics::SCRUBBED, "kind" => kind).increment(n as u64);
-                }
-                let injected = rewrite.injected;
-                if injected {
-                    ::metrics::counter!(metrics::INJECTED).increment(1);
-                }
-                if let Some(e) = &rewrite.inject_error {
-                    skipped("not_injectable");
-                    tracing::warn!(error = %e, "handoff not injectable into this body; made portable only");
-                }
-                tracing::info!(injected, removed = ?rewrite.removed, "request made portable");
-                parts.headers.remove(TURN_STATE_HEADER);
-                let body = match rewrite.body {
-                    // Rewritten bodies are forwarded uncompressed (DESIGN §7).
-                    Some(new) => {
-                        parts.headers.remove(header::CONTENT_ENCODING);
-                        Bytes::from(new)
-                    }
-                    // Nothing account-bound and no handoff: the client's bytes, as sent.
-                    None => raw,
-                };
-                parts.headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
-                // A handoff that could not be injected stays for a later request.
-                match claim {
-                    Some(c) if injected => after.claim = Some(c),
-                    Some(c) => release(&shared, c),
-                    None => {}
-                }
-                (RequestBody::full(body), Some(after))
-            }
+            Ok(rewrite) => rewrite,
             Err(e) => {
                 skipped("not_applicable");
                 tracing::warn!(error = %e, "request not rewritable; passing through");
                 if let Some(c) = claim {
-                    release(&shared, c);
+                    release(&shared, &c).await;
                 }
-                (RequestBody::full(raw), Some(after))
+                return (RequestBody::full(raw), Some(after), None);
+            }
+        };
+        let remember = Remember {
+            key: key.clone(),
+            foreign: foreign_of(&affinity, now),
+            ttl: config.ttl,
+        };
+        let mut seen = rewrite.seen;
+        let mut scrubbed = !rewrite.removed.is_empty();
+        if let Some(state) = parts.headers.get(TURN_STATE_HEADER) {
+            let d = digest(state.as_bytes());
+            seen.push(d);
+            let strip = match scope {
+                Scope::All => true,
+                Scope::Foreign(set) => set.contains(d),
+                Scope::Nothing => false,
+            };
+            if strip {
+                parts.headers.remove(TURN_STATE_HEADER);
+                scrubbed = true;
             }
         }
+        if switch {
+            ::metrics::counter!(metrics::SWITCHES).increment(1);
+        }
+        for (kind, n) in rewrite.removed.iter() {
+            ::metrics::counter!(metrics::SCRUBBED, "kind" => kind).increment(n as u64);
+        }
+        let injected = rewrite.injected;
+        if injected {
+            ::metrics::counter!(metrics::INJECTED).increment(1);
+        }
+        if let Some(e) = &rewrite.inject_error {
+            skipped("not_injectable");
+            tracing::warn!(error = %e, "handoff not injectable into this body; made portable only");
+        }
+        tracing::info!(injected, switch, removed = ?rewrite.removed, "request rewritten");
+        after.action.injected = injected;
+        after.action.scrubbed = scrubbed;
+        if matches!(scope, Scope::All) {
+            // What this request carried was minted by other accounts: the serving account must
+            // never be sent it, for as long as a handoff lives.
+            let carried = foreign_of(&affinity, now).merged(&seen);
+            after.record = Some((
+                key,
+                Affinity::new(account.provider.clone(), account.account.clone())
+                    .with_foreign(carried, now + config.ttl),
+            ));
+        }
+        let body = match rewrite.body {
+            // Rewritten bodies are forwarded uncompressed.
+            Some(new) => {
+                parts.headers.remove(header::CONTENT_ENCODING);
+                Bytes::from(new)
+            }
+            // Nothing account-bound and no handoff: the client's bytes, as sent.
+            None => raw,
+        };
+        parts
+            .headers
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+        // A handoff that could not be injected stays for a later request.
+        match claim {
+            Some(c) if injected => after.claim = Some(c),
+            Some(c) => release(&shared, &c).await,
+            None => {}
+        }
+        let sent = if parts.headers.contains_key(header::CONTENT_ENCODING) {
+            Sent::Body(decoded)
+        } else {
+            Sent::Body(body.clone())
+        };
+        let retry = Retry {
+            shape,
+            slot: config.injection_slot_responses,
+            sent,
+            turn_state: parts.headers.contains_key(TURN_STATE_HEADER),
+            resend: resend(spare, &parts),
+            remember: Some(remember),
+        };
+        (RequestBody::full(body), Some(after), Some(retry))
     }
     .instrument(span)
     .await;
 
-    let (body, after) = decision;
+    let (body, after, retry) = decision;
     let request = Request::from_parts(parts, body);
     // `inner` was polled ready by the caller (clone-and-swap in `call`).
     let result = inner.call(request).await;
-    (result, after)
+    (result, after, retry)
 }
 
-fn after(
-    shared: &Arc<Shared>,
-    tenant: &Arc<str>,
-    session: Arc<str>,
-    account: &ResolvedAccount,
-    record_affinity: bool,
-) -> After {
-    After {
-        shared: shared.clone(),
-        tenant: tenant.clone(),
-        session: Some(session),
-        account: account.clone(),
-        record_affinity,
-        claim: None,
+/// The live foreign digests of the session's previous affinity (kept across further switches).
+fn foreign_of(affinity: &Option<Affinity>, now: SystemTime) -> ForeignSet {
+    affinity
+        .as_ref()
+        .and_then(|a| a.foreign_at(now).cloned())
+        .unwrap_or_default()
+}
+
+/// The session's affinity, from the cache when it knows, else from the store.
+async fn affinity_of(shared: &Shared, key: &HandoffKey) -> Option<Affinity> {
+    match shared.store.cached_affinity(key) {
+        Some(a) => a,
+        None => match shared.store.affinity(key).await {
+            Ok(a) => a,
+            Err(e) => {
+                metrics::store_error("affinity", &e);
+                None
+            }
+        },
     }
+}
+
+/// The affinity to record for a session seen for the first time.
+async fn record_if_new(
+    shared: &Shared,
+    key: &HandoffKey,
+    account: &ResolvedAccount,
+) -> Option<(HandoffKey, Affinity)> {
+    affinity_of(shared, key).await.is_none().then(|| {
+        (
+            key.clone(),
+            Affinity::new(account.provider.clone(), account.account.clone()),
+        )
+    })
 }
 
 /// Claims the key's handoff when one is live and was written by another account.
@@ -225,7 +331,7 @@ async fn claim_for(
     match shared.store.claim(key, lease).await {
         Ok(Some(claim)) if !written_by(&claim.record, account) => Some(claim),
         Ok(Some(claim)) => {
-            release(shared, claim);
+            release(shared, &claim).await;
             None
         }
         // Leased by a concurrent request: it injects, this one does not.

@@ -21,6 +21,10 @@ use tokio::sync::{Semaphore, mpsc};
 use tower::util::BoxCloneSyncService;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
+/// The parameter rules of real providers, shared with the gateway's simulated provider.
+#[path = "../../../gateway/src/sim_rules.rs"]
+pub mod sim_rules;
+
 pub type Body = BoxBody<Bytes, TestError>;
 
 /// A concrete body error (a `Box<dyn Error>` inside the request type trips higher-ranked
@@ -81,6 +85,12 @@ pub enum Turn {
     Status(StatusCode),
     /// An SSE body whose frames the test sends itself.
     Stream(Frames),
+    /// A body sent as is with these `content-type` and `content-encoding`.
+    Encoded {
+        content_type: &'static str,
+        encoding: &'static str,
+        body: Bytes,
+    },
 }
 
 pub struct Script {
@@ -92,6 +102,9 @@ pub struct Script {
     pub summary_status: StatusCode,
     /// When set, summary requests wait for a permit (lets a test hold a summary open).
     pub summary_gate: Option<Arc<Semaphore>>,
+    /// Whose parameter rules every request must pass (real providers refuse what they do
+    /// not support, with their exact error bodies).
+    pub backend: sim_rules::Backend,
     pub seen: Vec<Seen>,
 }
 
@@ -103,6 +116,7 @@ impl Default for Script {
             summary_content: r#"{"summary":"Adding a --json flag to the CLI","keyDecisions":["use serde"],"taskProgress":"flag parsed; tests pending","activeEntities":["src/cli.rs"]}"#.to_owned(),
             summary_status: StatusCode::OK,
             summary_gate: None,
+            backend: sim_rules::Backend::Api,
             seen: Vec::new(),
         }
     }
@@ -154,11 +168,15 @@ impl Upstream {
             .map(|a| a.account.to_string());
         let path = req.uri().path().to_owned();
         let headers = req.headers().clone();
-        let body = req.into_body().collect().await.expect("body").to_bytes();
+        let body = read_like_hyper(req.into_body()).await;
+        let seen_body = body.clone();
+        let refused = serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| sim_rules::check(self.script.lock().unwrap().backend, &path, &v));
         let (percent, turn, summary, gate) = {
             let mut s = self.script.lock().unwrap();
             s.seen.push(Seen {
-                path,
+                path: path.clone(),
                 headers,
                 body,
                 skip_relay,
@@ -175,12 +193,30 @@ impl Upstream {
                 s.summary_gate.clone(),
             )
         };
-        let mut res = if skip_relay {
+        let mut res = if let Some((status, error)) = refused {
+            let mut r = Response::new(full(error));
+            *r.status_mut() = StatusCode::from_u16(status).expect("status");
+            r
+        } else if skip_relay {
             if let Some(gate) = gate {
                 gate.acquire().await.expect("gate").forget();
             }
-            let body = serde_json::json!({"choices":[{"message":{"role":"assistant","content": summary.1}}]});
-            let mut r = Response::new(full(body.to_string()));
+            let streamed = serde_json::from_slice::<serde_json::Value>(&seen_body)
+                .ok()
+                .and_then(|v| v.get("stream").and_then(serde_json::Value::as_bool))
+                == Some(true);
+            let mut r = if summary.0.is_success() && streamed {
+                let mut r = Response::new(full(summary_events(&path, &summary.1)));
+                r.headers_mut()
+                    .insert("content-type", "text/event-stream".parse().unwrap());
+                r
+            } else if summary.0.is_success() {
+                Response::new(full(summary_reply(&path, &summary.1)))
+            } else {
+                Response::new(full(
+                    r#"{"error":{"message":"summary refused","type":"invalid_request_error"}}"#,
+                ))
+            };
             *r.status_mut() = summary.0;
             r
         } else {
@@ -191,6 +227,18 @@ impl Upstream {
                 Turn::Status(code) => {
                     let mut r = Response::new(full(r#"{"error":{"message":"upstream failed"}}"#));
                     *r.status_mut() = code;
+                    r
+                }
+                Turn::Encoded {
+                    content_type,
+                    encoding,
+                    body,
+                } => {
+                    let mut r = Response::new(full(body));
+                    r.headers_mut()
+                        .insert("content-type", content_type.parse().unwrap());
+                    r.headers_mut()
+                        .insert("content-encoding", encoding.parse().unwrap());
                     r
                 }
                 Turn::Stream(rx) => {
@@ -215,6 +263,65 @@ impl Upstream {
         );
         Ok(res)
     }
+}
+
+/// Reads a body the way hyper's client does: frames until the body says it has ended (the
+/// trailing `None` is never asked for).
+pub async fn read_like_hyper<B>(body: B) -> Bytes
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: std::fmt::Debug,
+{
+    let mut body = std::pin::pin!(body);
+    let mut out = bytes::BytesMut::new();
+    while !body.is_end_stream() {
+        match body.as_mut().frame().await {
+            Some(frame) => {
+                if let Ok(data) = frame.expect("body frame").into_data() {
+                    out.extend_from_slice(&data);
+                }
+            }
+            None => break,
+        }
+    }
+    out.freeze()
+}
+
+/// A streamed reply carrying `text`, in the API shape of `path` (with its terminal event).
+pub fn summary_events(path: &str, text: &str) -> String {
+    let t = serde_json::Value::String(text.to_owned());
+    if path.ends_with("/responses") {
+        format!(
+            "event: response.created\ndata: {{\"type\":\"response.created\"}}\n\n\
+             event: response.output_text.delta\ndata: {{\"type\":\"response.output_text.delta\",\"delta\":{t}}}\n\n\
+             event: response.completed\ndata: {{\"type\":\"response.completed\",\"response\":{{\"status\":\"completed\"}}}}\n\n"
+        )
+    } else if path.ends_with("/messages") {
+        format!(
+            "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":{t}}}}}\n\n\
+             event: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n"
+        )
+    } else {
+        format!(
+            "data: {{\"choices\":[{{\"delta\":{{\"content\":{t}}},\"finish_reason\":\"stop\"}}]}}\n\ndata: [DONE]\n\n"
+        )
+    }
+}
+
+/// A non-streamed reply carrying `text`, in the API shape of `path`.
+pub fn summary_reply(path: &str, text: &str) -> String {
+    let v = if path.ends_with("/responses") {
+        serde_json::json!({"object": "response", "status": "completed", "output": [
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
+        ]})
+    } else if path.ends_with("/messages") {
+        serde_json::json!({"type": "message", "role": "assistant", "stop_reason": "end_turn",
+            "content": [{"type": "text", "text": text}]})
+    } else {
+        serde_json::json!({"choices":[{"index": 0, "finish_reason": "stop",
+            "message":{"role":"assistant","content": text}}]})
+    };
+    v.to_string()
 }
 
 /// Sets `ResolvedAccount` on the request and the response, like a real account resolver.

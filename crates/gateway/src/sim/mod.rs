@@ -12,8 +12,15 @@
 //!   `rate_limit_error` on `/messages`);
 //! - requests recognised as summary requests (a matcher over the body) get a canned reply and
 //!   do not count as turns;
+//! - account-bound state is minted per account and verified like the real APIs do
+//!   (Responses `reasoning` / `compaction` `encrypted_content`, `previous_response_id` of
+//!   stored responses, Anthropic `thinking` signatures, and the thinking rules of the Messages
+//!   API): another account's state is rejected with the real error bodies;
+//!   [`SimProvider::state_owners`] tells who minted each piece of a recorded request;
+//! - faults on demand ([`SimProvider::fail_next`]): an error status, or a 200 stream that
+//!   fails in-band; [`SimProvider::revoke`] makes an account's key answer 401;
 //! - every request is recorded (headers and body bytes) for assertions;
-//! - SSE streams can be held after their first event until the test releases them
+//! - SSE streams can be held after their first output event until the test releases them
 //!   ([`SimProvider::hold_streams`]), to prove that a proxy forwards events without buffering.
 //!
 //! ```
@@ -28,23 +35,32 @@
 //! # }
 //! ```
 
-use std::convert::Infallible;
+use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::Body;
 use bytes::Bytes;
-use futures_util::StreamExt;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, header};
-use http_body::Frame;
-use http_body_util::{BodyExt, StreamBody};
+use http_body_util::BodyExt;
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use crate::error::{ErrorShape, error_body};
 use crate::server::RunningGateway;
+
+mod bound;
+mod control;
+mod reply;
+
+pub use control::SimFault;
+use reply::{
+    Reply, chat_events, chat_json, messages_events, messages_json, responses_events,
+    responses_json, sse,
+};
 
 /// Which quota headers the simulated provider sends.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -70,6 +86,8 @@ pub struct SimBuilder {
     quota_headers: SimQuotaHeaders,
     summary: Option<(Matcher, String)>,
     addr: SocketAddr,
+    blob_bytes: usize,
+    state_errors_in_band: bool,
 }
 
 impl std::fmt::Debug for SimBuilder {
@@ -94,6 +112,8 @@ impl Default for SimBuilder {
             quota_headers: SimQuotaHeaders::Codex,
             summary: None,
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            blob_bytes: 1536,
+            state_errors_in_band: false,
         }
     }
 }
@@ -144,6 +164,20 @@ impl SimBuilder {
         self
     }
 
+    /// Size in bytes of each minted `encrypted_content` blob and thinking signature (1536 by
+    /// default; real reasoning blobs are a few kilobytes).
+    pub fn blob_bytes(mut self, bytes: usize) -> Self {
+        self.blob_bytes = bytes;
+        self
+    }
+
+    /// Rejects another account's state in a streamed Responses request the way the API
+    /// sometimes does: a 200 stream that ends in `response.failed` (off by default: a 400).
+    pub fn state_errors_in_band(mut self, in_band: bool) -> Self {
+        self.state_errors_in_band = in_band;
+        self
+    }
+
     /// Starts serving on `127.0.0.1:0`.
     pub async fn start(self) -> std::io::Result<SimProvider> {
         let state = Arc::new(SimState {
@@ -161,6 +195,11 @@ impl SimBuilder {
             requests: Mutex::new(Vec::new()),
             hold: Mutex::new(None),
             counter: Mutex::new(0),
+            minter: bound::Minter::new(minting_seed(), self.blob_bytes),
+            stored: Mutex::new(bound::StoredResponses::new()),
+            faults: Mutex::new(VecDeque::new()),
+            revoked: Mutex::new(Vec::new()),
+            in_band: AtomicBool::new(self.state_errors_in_band),
             config: self.clone(),
         });
         let s = state.clone();
@@ -188,6 +227,9 @@ pub struct RecordedRequest {
     pub account: Option<String>,
     /// Whether it was recognised as a summary request.
     pub summary: bool,
+    /// The error code it was rejected with (`invalid_encrypted_content`, `invalid_signature`,
+    /// an injected fault's label, …), if it was.
+    pub rejected: Option<String>,
 }
 
 impl RecordedRequest {
@@ -209,7 +251,22 @@ struct SimState {
     requests: Mutex<Vec<RecordedRequest>>,
     hold: Mutex<Option<watch::Receiver<bool>>>,
     counter: Mutex<u64>,
+    minter: bound::Minter,
+    stored: Mutex<bound::StoredResponses>,
+    faults: Mutex<VecDeque<(Option<String>, SimFault)>>,
+    revoked: Mutex<Vec<String>>,
+    in_band: AtomicBool,
     config: SimBuilder,
+}
+
+/// A seed per sim instance, so that two sims never verify each other's state.
+fn minting_seed() -> u64 {
+    use std::sync::atomic::AtomicU64;
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() as u64);
+    (NEXT.fetch_add(1, Ordering::Relaxed) << 32) ^ nanos ^ u64::from(std::process::id())
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -298,8 +355,8 @@ impl SimProvider {
             .map(|a| a.turns)
     }
 
-    /// Holds every SSE stream started from now on after its first event, until the returned
-    /// guard is released or dropped.
+    /// Holds every SSE stream started from now on after its first output event (the opening
+    /// events before it go out too), until the returned guard is released or dropped.
     pub fn hold_streams(&self) -> StreamHold {
         let (tx, rx) = watch::channel(false);
         *lock(&self.state.hold) = Some(rx);
@@ -342,14 +399,19 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
             .map(|a| a.id.clone())
     });
     let summary = state.config.summary.as_ref().is_some_and(|(m, _)| m(&body));
-    lock(&state.requests).push(RecordedRequest {
-        method: parts.method.clone(),
-        uri: parts.uri.clone(),
-        headers: parts.headers.clone(),
-        body: body.clone(),
-        account: account.clone(),
-        summary,
-    });
+    let recorded = {
+        let mut requests = lock(&state.requests);
+        requests.push(RecordedRequest {
+            method: parts.method.clone(),
+            uri: parts.uri.clone(),
+            headers: parts.headers.clone(),
+            body: body.clone(),
+            account: account.clone(),
+            summary,
+            rejected: None,
+        });
+        requests.len() - 1
+    };
 
     if parts.method == Method::HEAD || (parts.method == Method::GET && path == "/") {
         return Response::new(Body::empty());
@@ -367,13 +429,9 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
             );
         }
     };
-    let Some(account) = account else {
-        return error(
-            shape,
-            StatusCode::UNAUTHORIZED,
-            "authentication_error",
-            "invalid API key",
-        );
+    let Some(account) = account.filter(|a| !lock(&state.revoked).contains(a)) else {
+        state.reject(recorded, "invalid_api_key");
+        return control::unauthorized(api);
     };
     let request: Value = match serde_json::from_slice(&body) {
         Ok(v @ Value::Object(_)) => v,
@@ -386,10 +444,25 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
             );
         }
     };
+    // Real providers refuse some parameters on some models: so does the double.
+    if let Some((status, body)) =
+        crate::sim_rules::check(crate::sim_rules::Backend::Api, &path, &request)
+    {
+        let mut res = Response::new(Body::from(body));
+        *res.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+        res.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        return res;
+    }
     let model = request["model"].as_str().unwrap_or("unknown").to_owned();
     let stream = request["stream"].as_bool().unwrap_or(false);
     let cfg = &state.config;
     let now = unix_now();
+    if let Some(res) = control::rejection(&state, recorded, api, &account, &request, summary) {
+        return res;
+    }
 
     let (used, turn) = {
         let mut accounts = lock(&state.accounts);
@@ -431,7 +504,10 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
         include_usage: request["stream_options"]["include_usage"]
             .as_bool()
             .unwrap_or(false),
+        reasoning: None,
+        thinking: None,
     };
+    let reply = control::mint(&state, api, &account, &request, reply);
 
     let mut res = if stream {
         let hold = lock(&state.hold).clone();
@@ -525,269 +601,4 @@ fn error(shape: ErrorShape, status: StatusCode, kind: &str, message: &str) -> Re
         HeaderValue::from_static("application/json"),
     );
     res
-}
-
-struct Reply {
-    id: u64,
-    model: String,
-    text: String,
-    input_tokens: u64,
-    output_tokens: u64,
-    include_usage: bool,
-}
-
-impl Reply {
-    /// The text in two deltas, so that streams carry more than one.
-    fn halves(&self) -> (&str, &str) {
-        let mid = self.text.char_indices().nth(self.text.chars().count() / 2);
-        self.text.split_at(mid.map_or(self.text.len(), |(i, _)| i))
-    }
-}
-
-fn chat_json(r: &Reply) -> Value {
-    json!({
-        "id": format!("chatcmpl-sim-{}", r.id), "object": "chat.completion", "created": unix_now(),
-        "model": r.model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": r.text},
-                     "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": r.input_tokens, "completion_tokens": r.output_tokens,
-                  "total_tokens": r.input_tokens + r.output_tokens}
-    })
-}
-
-fn chat_events(r: &Reply) -> Vec<Bytes> {
-    let id = format!("chatcmpl-sim-{}", r.id);
-    let chunk = |delta: Value, finish: Value| {
-        json!({"id": id, "object": "chat.completion.chunk", "created": unix_now(), "model": r.model,
-               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-    };
-    let (a, b) = r.halves();
-    let mut out = vec![
-        chunk(json!({"role": "assistant", "content": ""}), Value::Null),
-        chunk(json!({"content": a}), Value::Null),
-        chunk(json!({"content": b}), Value::Null),
-        chunk(json!({}), json!("stop")),
-    ];
-    if r.include_usage {
-        out.push(
-            json!({"id": id, "object": "chat.completion.chunk", "created": unix_now(),
-            "model": r.model, "choices": [],
-            "usage": {"prompt_tokens": r.input_tokens, "completion_tokens": r.output_tokens,
-                      "total_tokens": r.input_tokens + r.output_tokens}}),
-        );
-    }
-    let mut events: Vec<Bytes> = out
-        .into_iter()
-        .map(|v| Bytes::from(format!("data: {v}\n\n")))
-        .collect();
-    events.push(Bytes::from_static(b"data: [DONE]\n\n"));
-    events
-}
-
-fn responses_message(r: &Reply, text: &str, status: &str) -> Value {
-    json!({"type": "message", "id": format!("msg_sim_{}", r.id), "status": status,
-           "role": "assistant",
-           "content": [{"type": "output_text", "text": text, "annotations": []}]})
-}
-
-fn responses_json(r: &Reply) -> Value {
-    json!({
-        "id": format!("resp_sim_{}", r.id), "object": "response", "created_at": unix_now(),
-        "status": "completed", "model": r.model,
-        "output": [responses_message(r, &r.text, "completed")],
-        "usage": {"input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
-                  "total_tokens": r.input_tokens + r.output_tokens}
-    })
-}
-
-fn responses_events(r: &Reply) -> Vec<Bytes> {
-    let resp_id = format!("resp_sim_{}", r.id);
-    let item_id = format!("msg_sim_{}", r.id);
-    let base = |status: &str, output: Value, usage: Value| {
-        json!({"id": resp_id, "object": "response", "created_at": unix_now(), "status": status,
-               "model": r.model, "output": output, "usage": usage})
-    };
-    let (a, b) = r.halves();
-    let part = |text: &str| json!({"type": "output_text", "text": text, "annotations": []});
-    let events = vec![
-        json!({"type": "response.created", "response": base("in_progress", json!([]), Value::Null)}),
-        json!({"type": "response.in_progress", "response": base("in_progress", json!([]), Value::Null)}),
-        json!({"type": "response.output_item.added", "output_index": 0,
-               "item": responses_message(r, "", "in_progress")}),
-        json!({"type": "response.content_part.added", "item_id": item_id, "output_index": 0,
-               "content_index": 0, "part": part("")}),
-        json!({"type": "response.output_text.delta", "item_id": item_id, "output_index": 0,
-               "content_index": 0, "delta": a}),
-        json!({"type": "response.output_text.delta", "item_id": item_id, "output_index": 0,
-               "content_index": 0, "delta": b}),
-        json!({"type": "response.output_text.done", "item_id": item_id, "output_index": 0,
-               "content_index": 0, "text": r.text}),
-        json!({"type": "response.content_part.done", "item_id": item_id, "output_index": 0,
-               "content_index": 0, "part": part(&r.text)}),
-        json!({"type": "response.output_item.done", "output_index": 0,
-               "item": responses_message(r, &r.text, "completed")}),
-        json!({"type": "response.completed", "response": base(
-            "completed",
-            json!([responses_message(r, &r.text, "completed")]),
-            json!({"input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
-                   "total_tokens": r.input_tokens + r.output_tokens}),
-        )}),
-    ];
-    events
-        .into_iter()
-        .enumerate()
-        .map(|(i, mut v)| {
-            v["sequence_number"] = json!(i);
-            let kind = v["type"].as_str().unwrap_or("message").to_owned();
-            Bytes::from(format!("event: {kind}\ndata: {v}\n\n"))
-        })
-        .collect()
-}
-
-fn messages_json(r: &Reply) -> Value {
-    json!({
-        "id": format!("msg_sim_{}", r.id), "type": "message", "role": "assistant",
-        "model": r.model, "content": [{"type": "text", "text": r.text}],
-        "stop_reason": "end_turn", "stop_sequence": null,
-        "usage": {"input_tokens": r.input_tokens, "output_tokens": r.output_tokens}
-    })
-}
-
-fn messages_events(r: &Reply) -> Vec<Bytes> {
-    let (a, b) = r.halves();
-    let delta = |t: &str| {
-        json!({"type": "content_block_delta", "index": 0,
-               "delta": {"type": "text_delta", "text": t}})
-    };
-    let events = vec![
-        json!({"type": "message_start", "message": {
-            "id": format!("msg_sim_{}", r.id), "type": "message", "role": "assistant",
-            "model": r.model, "content": [], "stop_reason": null, "stop_sequence": null,
-            "usage": {"input_tokens": r.input_tokens, "output_tokens": 1}}}),
-        json!({"type": "content_block_start", "index": 0,
-               "content_block": {"type": "text", "text": ""}}),
-        json!({"type": "ping"}),
-        delta(a),
-        delta(b),
-        json!({"type": "content_block_stop", "index": 0}),
-        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null},
-               "usage": {"output_tokens": r.output_tokens}}),
-        json!({"type": "message_stop"}),
-    ];
-    events
-        .into_iter()
-        .map(|v| {
-            let kind = v["type"].as_str().unwrap_or("message").to_owned();
-            Bytes::from(format!("event: {kind}\ndata: {v}\n\n"))
-        })
-        .collect()
-}
-
-/// An SSE response sending `events` one frame each; with a hold, only the first event goes out
-/// before the hold is released.
-fn sse(events: Vec<Bytes>, hold: Option<watch::Receiver<bool>>) -> Response<Body> {
-    let (tx, rx) = mpsc::channel::<Bytes>(4);
-    tokio::spawn(async move {
-        let mut hold = hold;
-        for (i, e) in events.into_iter().enumerate() {
-            if i == 1
-                && let Some(h) = hold.as_mut()
-            {
-                // A dropped hold counts as released.
-                let _ = h.wait_for(|released| *released).await;
-            }
-            if tx.send(e).await.is_err() {
-                return;
-            }
-        }
-    });
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
-    });
-    let mut res = Response::new(Body::new(StreamBody::new(stream.boxed())));
-    res.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    res.headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    res
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn reply() -> Reply {
-        Reply {
-            id: 1,
-            model: "m".into(),
-            text: "héllo world".into(),
-            input_tokens: 3,
-            output_tokens: 2,
-            include_usage: true,
-        }
-    }
-
-    fn parse(events: &[Bytes]) -> Vec<(Option<String>, Value)> {
-        events
-            .iter()
-            .filter_map(|e| {
-                let s = std::str::from_utf8(e).unwrap();
-                let event = s
-                    .lines()
-                    .find_map(|l| l.strip_prefix("event: "))
-                    .map(str::to_owned);
-                let data = s.lines().find_map(|l| l.strip_prefix("data: "))?;
-                serde_json::from_str(data).ok().map(|v| (event, v))
-            })
-            .collect()
-    }
-
-    #[test]
-    fn responses_stream_has_the_sequence_sdks_need() {
-        let ev = parse(&responses_events(&reply()));
-        let types: Vec<&str> = ev
-            .iter()
-            .map(|(_, v)| v["type"].as_str().unwrap())
-            .collect();
-        assert_eq!(
-            types[..4],
-            [
-                "response.created",
-                "response.in_progress",
-                "response.output_item.added",
-                "response.content_part.added"
-            ]
-        );
-        assert_eq!(types.last(), Some(&"response.completed"));
-        let done = &ev.last().unwrap().1["response"];
-        assert!(done["id"].is_string());
-        assert_eq!(done["usage"]["total_tokens"], 5);
-        let text: String = ev
-            .iter()
-            .filter(|(_, v)| v["type"] == "response.output_text.delta")
-            .map(|(_, v)| v["delta"].as_str().unwrap())
-            .collect();
-        assert_eq!(text, "héllo world");
-        assert!(ev.iter().all(|(e, v)| e.as_deref() == v["type"].as_str()));
-    }
-
-    #[test]
-    fn messages_stream_has_event_lines() {
-        let ev = parse(&messages_events(&reply()));
-        assert_eq!(ev[0].0.as_deref(), Some("message_start"));
-        assert_eq!(ev[1].0.as_deref(), Some("content_block_start"));
-        assert!(ev.iter().any(|(_, v)| v["usage"]["output_tokens"] == 2));
-    }
-
-    #[test]
-    fn chat_stream_ends_with_done_and_usage() {
-        let ev = chat_events(&reply());
-        assert_eq!(&ev.last().unwrap()[..], b"data: [DONE]\n\n");
-        let parsed = parse(&ev);
-        assert_eq!(parsed.last().unwrap().1["usage"]["total_tokens"], 5);
-    }
 }

@@ -1,0 +1,418 @@
+//! How a response body ended, told incrementally from its bytes: completed, failed in-band, or
+//! not ended at all.
+//!
+//! A provider can answer `200 OK` and still fail: a Responses stream that ends in
+//! `response.failed`, an Anthropic stream that carries `event: error`, or a stream that is cut
+//! before its terminal event. The relay must only treat a response as a success (and, say, move
+//! a session's account or delete a handoff that was delivered) when the body really ended the
+//! way the API ends a finished answer. [`EndDetector`] watches the body as it streams by, fed
+//! chunks split anywhere, and keeps no more than one SSE event (capped) in memory.
+//!
+//! The body is read as JSON when its first non-blank byte is `{` or `[`, otherwise as
+//! server-sent events (lines ending in `\n`, `\r\n` or `\r`; a blank line ends an event).
+//!
+//! | Body | [`Ending::Completed`] | [`Ending::Failed`] |
+//! |---|---|---|
+//! | JSON (any API, Gemini's array stream) | the top-level value closed, only whitespace after it | — |
+//! | Responses SSE | `response.completed` | `response.failed`, `response.incomplete`, `error` |
+//! | Anthropic SSE | `message_stop` | `event: error` |
+//! | Chat Completions SSE | `[DONE]` after a chunk with a `finish_reason` | a chunk with a top-level `error` |
+//! | Gemini SSE | a candidate with a `finishReason` | a chunk with a top-level `error` |
+//!
+//! Anything else is [`Ending::Unfinished`]: an empty body, a cut stream, a `[DONE]` that no
+//! finish reason preceded, a JSON value that never closed or has bytes after it.
+//!
+//! `response.incomplete` counts as a failure: the turn stopped short (output token limit,
+//! content filter), and Codex treats that event as a stream error and sends the same turn
+//! again, so that retry must still find whatever the relay kept for the turn. A Chat
+//! `finish_reason: "length"` or an Anthropic `max_tokens` stop, by contrast, ends with the
+//! API's normal terminal event and the client keeps the reply, so they are completions.
+//!
+//! A failure is final: nothing after it turns the body into a success. A success can still be
+//! overturned by a later failure event.
+//!
+//! A complete JSON body is a completion whatever it holds: whether it is an error is the
+//! status code's business, and the detector is only asked about 2xx bodies.
+//!
+//! ```
+//! use context_relay_core::ending::{EndDetector, Ending};
+//!
+//! let mut end = EndDetector::new();
+//! end.push(b"event: response.created\ndata: {\"type\":\"response.created\"}\n\nevent: resp");
+//! assert_eq!(end.ending(), Ending::Unfinished);
+//! assert!(!end.output_started());
+//! end.push(b"onse.failed\ndata: {\"type\":\"response.failed\",\"response\":{\"error\":");
+//! end.push(b"{\"code\":\"invalid_encrypted_content\"}}}\n\n");
+//! assert_eq!(end.finish(), Ending::Failed);
+//! assert!(end.failure().unwrap().windows(7).any(|w| w == b"invalid"));
+//!
+//! let mut end = EndDetector::new();
+//! end.push(b"data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n");
+//! assert_eq!(end.finish(), Ending::Completed);
+//!
+//! assert_eq!(EndDetector::of(br#"{"id":"msg_1","content":[]}"#), Ending::Completed);
+//! assert_eq!(EndDetector::of(br#"{"id":"msg_1","content":["#), Ending::Unfinished);
+//! ```
+
+use serde_json::Value;
+
+/// Largest event data kept for decoding, in bytes. Longer data (a `response.completed` that
+/// repeats a long output) is still recognised by its leading `"type"` or its `event:` name.
+pub const EVENT_DATA_LIMIT: usize = 1024 * 1024;
+
+/// How a response body ended (see the module docs for what counts as what).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Ending {
+    /// The API's terminal success event, or a complete JSON value.
+    Completed,
+    /// An in-band failure event.
+    Failed,
+    /// No terminal event (yet): empty, cut, or still streaming.
+    Unfinished,
+}
+
+/// Which grammar the body is read with, decided by its first non-blank byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Undecided,
+    Json,
+    Sse,
+}
+
+/// Incremental JSON completeness: bracket depth outside strings.
+#[derive(Debug, Default, Clone)]
+struct JsonState {
+    depth: usize,
+    in_string: bool,
+    escaped: bool,
+    closed: bool,
+    trailing: bool,
+}
+
+/// Watches a response body and tells how it ended (see the module docs).
+#[derive(Debug, Clone)]
+pub struct EndDetector {
+    mode: Mode,
+    json: JsonState,
+    /// The current, not yet terminated SSE line (capped).
+    line: Vec<u8>,
+    line_len: usize,
+    /// The previous byte was `\r`: a following `\n` belongs to the same line end.
+    after_cr: bool,
+    event_name: Vec<u8>,
+    data: Vec<u8>,
+    data_len: usize,
+    has_data: bool,
+    finish_reason_seen: bool,
+    output_started: bool,
+    ending: Ending,
+    failure: Option<Vec<u8>>,
+}
+
+impl Default for EndDetector {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl EndDetector {
+    /// A detector that has seen nothing.
+    pub fn new() -> Self {
+        Self {
+            mode: Mode::Undecided,
+            json: JsonState::default(),
+            line: Vec::new(),
+            line_len: 0,
+            after_cr: false,
+            event_name: Vec::new(),
+            data: Vec::new(),
+            data_len: 0,
+            has_data: false,
+            finish_reason_seen: false,
+            output_started: false,
+            ending: Ending::Unfinished,
+            failure: None,
+        }
+    }
+
+    /// How a whole body ended.
+    pub fn of(body: &[u8]) -> Ending {
+        let mut detector = Self::new();
+        detector.push(body);
+        detector.finish()
+    }
+
+    /// Feeds the next bytes of the body.
+    pub fn push(&mut self, chunk: &[u8]) {
+        let mut rest = chunk;
+        if self.mode == Mode::Undecided {
+            let start = rest
+                .iter()
+                .position(|b| !b.is_ascii_whitespace() && !matches!(b, 0xEF | 0xBB | 0xBF));
+            let Some(start) = start else { return };
+            self.mode = if matches!(rest[start], b'{' | b'[') {
+                self.output_started = true;
+                Mode::Json
+            } else {
+                Mode::Sse
+            };
+            rest = &rest[start..];
+        }
+        match self.mode {
+            Mode::Json => self.push_json(rest),
+            Mode::Sse => self.push_sse(rest),
+            Mode::Undecided => {}
+        }
+    }
+
+    /// The verdict at the end of the body: dispatches an event the body did not close with a
+    /// blank line, then tells how the body ended.
+    pub fn finish(&mut self) -> Ending {
+        if self.mode == Mode::Sse {
+            if self.line_len > 0 {
+                self.end_line();
+            }
+            self.after_cr = false;
+            self.dispatch();
+        }
+        self.ending()
+    }
+
+    /// The verdict so far, without treating the body as ended.
+    pub fn ending(&self) -> Ending {
+        match self.mode {
+            Mode::Json if self.json.closed && !self.json.trailing => Ending::Completed,
+            Mode::Json | Mode::Undecided => Ending::Unfinished,
+            Mode::Sse => self.ending,
+        }
+    }
+
+    /// The data of the event that failed the body (capped at [`EVENT_DATA_LIMIT`]), for
+    /// telling what the failure was.
+    pub fn failure(&self) -> Option<&[u8]> {
+        self.failure.as_deref()
+    }
+
+    /// Whether the body has gone past its opening: true for a JSON body, and for a stream once
+    /// an event other than `response.created` / `response.in_progress` (and other than a
+    /// failure) was seen. Before that, nothing the client could act on has been sent, so a
+    /// failure can still be handled without the client noticing.
+    pub fn output_started(&self) -> bool {
+        self.output_started
+    }
+
+    fn push_json(&mut self, bytes: &[u8]) {
+        let j = &mut self.json;
+        for &b in bytes {
+            if j.closed {
+                if !b.is_ascii_whitespace() {
+                    j.trailing = true;
+                }
+                continue;
+            }
+            if j.in_string {
+                if j.escaped {
+                    j.escaped = false;
+                } else if b == b'\\' {
+                    j.escaped = true;
+                } else if b == b'"' {
+                    j.in_string = false;
+                }
+                continue;
+            }
+            match b {
+                b'"' => j.in_string = true,
+                b'{' | b'[' => j.depth += 1,
+                b'}' | b']' => {
+                    j.depth = j.depth.saturating_sub(1);
+                    if j.depth == 0 {
+                        j.closed = true;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn push_sse(&mut self, bytes: &[u8]) {
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            if self.after_cr {
+                self.after_cr = false;
+                if rest[0] == b'\n' {
+                    rest = &rest[1..];
+                    continue;
+                }
+            }
+            match memchr::memchr2(b'\n', b'\r', rest) {
+                Some(i) => {
+                    self.extend_line(&rest[..i]);
+                    self.after_cr = rest[i] == b'\r';
+                    self.end_line();
+                    rest = &rest[i + 1..];
+                }
+                None => {
+                    self.extend_line(rest);
+                    rest = &[];
+                }
+            }
+        }
+    }
+
+    fn extend_line(&mut self, bytes: &[u8]) {
+        // Only field names and `data:` payloads are read from a line; a data line longer than
+        // the limit is kept in part (its start still names the event type).
+        let room = EVENT_DATA_LIMIT.saturating_sub(self.line.len());
+        self.line.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        self.line_len += bytes.len();
+    }
+
+    fn end_line(&mut self) {
+        let line = std::mem::take(&mut self.line);
+        let empty = self.line_len == 0;
+        self.line_len = 0;
+        if empty {
+            self.dispatch();
+        } else {
+            self.field(&line);
+        }
+        self.line = line;
+        self.line.clear();
+    }
+
+    fn field(&mut self, line: &[u8]) {
+        let (name, value) = match memchr::memchr(b':', line) {
+            Some(0) => return,
+            Some(i) => {
+                let value = &line[i + 1..];
+                (&line[..i], value.strip_prefix(b" ").unwrap_or(value))
+            }
+            None => (line, &b""[..]),
+        };
+        match name {
+            b"event" => {
+                self.event_name.clear();
+                self.event_name.extend_from_slice(value);
+            }
+            b"data" => {
+                if self.has_data {
+                    self.append_data(b"\n");
+                }
+                self.has_data = true;
+                self.append_data(value);
+            }
+            _ => {}
+        }
+    }
+
+    fn append_data(&mut self, bytes: &[u8]) {
+        let room = EVENT_DATA_LIMIT.saturating_sub(self.data.len());
+        self.data.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        self.data_len += bytes.len();
+    }
+
+    fn dispatch(&mut self) {
+        if !self.has_data && self.event_name.is_empty() {
+            return;
+        }
+        let data = std::mem::take(&mut self.data);
+        let name = std::mem::take(&mut self.event_name);
+        let complete = self.data_len == data.len();
+        self.judge(&name, &data, complete);
+        self.has_data = false;
+        self.data_len = 0;
+        self.data = data;
+        self.data.clear();
+        self.event_name = name;
+        self.event_name.clear();
+    }
+
+    fn judge(&mut self, name: &[u8], data: &[u8], complete: bool) {
+        let trimmed = data.trim_ascii();
+        if trimmed == b"[DONE]" {
+            if self.finish_reason_seen {
+                self.succeed();
+            }
+            return;
+        }
+        let leading = leading_type(trimmed);
+        let parsed = match leading {
+            Some(_) => None,
+            None if complete => serde_json::from_slice::<Value>(trimmed).ok(),
+            None => None,
+        };
+        let kind: Option<&[u8]> = leading
+            .or_else(|| {
+                parsed
+                    .as_ref()
+                    .and_then(|v| v.get("type"))
+                    .and_then(Value::as_str)
+                    .map(str::as_bytes)
+            })
+            .or((!name.is_empty()).then_some(name));
+        match kind {
+            Some(b"response.completed" | b"message_stop") => self.succeed(),
+            Some(b"response.failed" | b"response.incomplete" | b"error") => self.fail(data),
+            _ if name == b"error" => self.fail(data),
+            Some(b"response.created" | b"response.in_progress") => {}
+            _ => {
+                if let Some(v) = &parsed {
+                    if v.get("error").is_some_and(|e| !e.is_null()) {
+                        self.fail(data);
+                        return;
+                    }
+                    if has_reason(v, "choices", "finish_reason") {
+                        self.finish_reason_seen = true;
+                    }
+                    if has_reason(v, "candidates", "finishReason") {
+                        self.output_started = true;
+                        self.succeed();
+                        return;
+                    }
+                }
+                if !trimmed.is_empty() || !name.is_empty() {
+                    self.output_started = true;
+                }
+            }
+        }
+    }
+
+    fn succeed(&mut self) {
+        self.output_started = true;
+        if self.ending != Ending::Failed {
+            self.ending = Ending::Completed;
+        }
+    }
+
+    fn fail(&mut self, data: &[u8]) {
+        if self.ending != Ending::Failed {
+            self.ending = Ending::Failed;
+            self.failure = Some(data.to_vec());
+        }
+    }
+}
+
+/// The value of a leading `"type"` key (`{"type":"…"`), read without decoding the event: the
+/// Responses and Anthropic streams put it first, and their large events need no parse.
+fn leading_type(data: &[u8]) -> Option<&[u8]> {
+    let rest = data.strip_prefix(b"{")?.trim_ascii_start();
+    let rest = rest.strip_prefix(b"\"type\"")?.trim_ascii_start();
+    let rest = rest.strip_prefix(b":")?.trim_ascii_start();
+    let rest = rest.strip_prefix(b"\"")?;
+    let end = memchr::memchr2(b'"', b'\\', rest)?;
+    (rest[end] == b'"').then(|| &rest[..end])
+}
+
+/// Whether any element of the array `list` carries a non-empty string `field`.
+fn has_reason(v: &Value, list: &str, field: &str) -> bool {
+    v.get(list).and_then(Value::as_array).is_some_and(|items| {
+        items.iter().any(|c| {
+            c.get(field)
+                .and_then(Value::as_str)
+                .is_some_and(|r| !r.is_empty() && r != "FINISH_REASON_UNSPECIFIED")
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests;

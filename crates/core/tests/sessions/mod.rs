@@ -1,0 +1,214 @@
+//! Long, real-size sessions built from the real client captures in `shared/fixtures/clients/`:
+//! the captures' shortened texts (`...[N chars]`) are grown back to their true sizes, and the
+//! turns of a 40-turn coding session are added in each client's own shapes.
+#![allow(dead_code)]
+
+use serde_json::{Value, json};
+
+/// The facts a good summary prompt must carry.
+pub struct Facts {
+    pub task: &'static str,
+    pub decisions: [&'static str; 2],
+    pub latest: &'static str,
+    pub reply: &'static str,
+    /// Files edited, oldest first.
+    pub edited: Vec<String>,
+}
+
+pub const TASK: &str =
+    "Port the config loader in crates/config from YAML to TOML and keep the public API unchanged.";
+pub const DECISION_A: &str =
+    "Decision: use the toml crate with serde derive, not toml_edit; we never write files back.";
+pub const DECISION_B: &str =
+    "Decision: keep YAML behind a `yaml` cargo feature for one more release, off by default.";
+pub const LATEST: &str =
+    "Run the whole test suite once more and fix the failing doc test in loader.rs.";
+pub const REPLY: &str =
+    "All 212 tests pass now; the doc test in loader.rs parses its example with toml::from_str.";
+
+pub fn facts(edited: Vec<String>) -> Facts {
+    Facts {
+        task: TASK,
+        decisions: [DECISION_A, DECISION_B],
+        latest: LATEST,
+        reply: REPLY,
+        edited,
+    }
+}
+
+/// A capture's body, relative to `shared/fixtures/clients/`, with its shortened texts grown
+/// back to their true sizes.
+pub fn fixture_body(name: &str) -> Value {
+    let path = format!(
+        "{}/../../../shared/fixtures/clients/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut v: Value = serde_json::from_str(&text).expect("fixture is JSON");
+    let mut body = v["body"].take();
+    grow(&mut body);
+    body
+}
+
+/// Replaces every `…...[N chars]` string by its first part padded to N chars.
+fn grow(v: &mut Value) {
+    match v {
+        Value::String(s) => {
+            if let Some(start) = s.rfind("...[")
+                && s.ends_with(" chars]")
+                && let Ok(n) = s[start + 4..s.len() - 7].parse::<usize>()
+            {
+                let mut out = s[..start].to_owned();
+                let filler = " Follow the repository conventions and explain changes briefly.";
+                while out.chars().count() < n {
+                    out.push_str(filler);
+                }
+                *s = out.chars().take(n).collect();
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(grow),
+        Value::Object(map) => map.values_mut().for_each(grow),
+        _ => {}
+    }
+}
+
+/// The user's ask of turn `t` (1-based): the task, the decisions, the latest ask.
+fn ask(t: usize, turns: usize) -> String {
+    match t {
+        1 => TASK.to_owned(),
+        3 => DECISION_A.to_owned(),
+        7 => DECISION_B.to_owned(),
+        t if t == turns => LATEST.to_owned(),
+        t => format!("Continue with step {t}: handle the next section of the loader."),
+    }
+}
+
+fn file(t: usize, k: usize) -> String {
+    format!("crates/config/src/part_{t:02}_{k}.rs")
+}
+
+fn tool_output(t: usize, k: usize) -> String {
+    let line = format!("{t}:{k} let value = table.get(\"key\").and_then(|v| v.as_str());\n");
+    line.repeat(90)
+}
+
+fn assistant_text(t: usize) -> String {
+    format!(
+        "Turn {t}: I updated the section, adjusted the error type and kept the public API. {}",
+        "The loader now maps TOML tables onto the same structs. ".repeat(6)
+    )
+}
+
+/// A Codex CLI session (Responses API, `store: false`): its real 27 KB developer prompt,
+/// skills and permissions, `<environment_context>`, then per turn the ask, a reasoning item,
+/// shell reads, two `apply_patch` edits and their outputs, and the assistant's message.
+pub fn codex(turns: usize) -> (Value, Facts) {
+    let mut body = fixture_body("codex-tool-roundtrip/02-codex_exec-v1_responses.json");
+    let input = body["input"].as_array_mut().expect("input");
+    // Keep the client context items, drop the captured one-turn exchange.
+    input.truncate(3);
+    let mut edited = Vec::new();
+    for t in 1..=turns {
+        input.push(json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": ask(t, turns)}]}));
+        input.push(
+            json!({"type": "reasoning", "summary": [], "encrypted_content": "gAAAA".repeat(200)}),
+        );
+        for k in 0..3 {
+            let id = format!("c{t}_{k}");
+            if k == 0 {
+                input.push(json!({"type": "function_call", "name": "exec_command", "call_id": id,
+                    "arguments": json!({"cmd": format!("sed -n 1,200p {}", file(t, 1))}).to_string()}));
+                input.push(json!({"type": "function_call_output", "call_id": id, "output": tool_output(t, k)}));
+            } else {
+                let f = file(t, k);
+                edited.push(f.clone());
+                let patch = format!(
+                    "*** Begin Patch\n*** Update File: {f}\n@@\n{}*** End Patch",
+                    "-let v = yaml::from_str(s)?;\n+let v = toml::from_str(s)?;\n".repeat(25)
+                );
+                input.push(json!({"type": "custom_tool_call", "name": "apply_patch", "call_id": id, "input": patch}));
+                input.push(json!({"type": "custom_tool_call_output", "call_id": id, "output": "Success. Updated the following files:\nM ".to_owned() + &f}));
+            }
+        }
+        if t < turns {
+            input.push(json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": assistant_text(t)}]}));
+        }
+    }
+    (body, facts(edited))
+}
+
+/// A Claude Code session (Messages API): its real system blocks and agent list, then per turn
+/// a `<system-reminder>` and the ask, the assistant's text with `Read`, `Edit` and `Bash` tool
+/// uses, and their results.
+pub fn claude_code(turns: usize) -> (Value, Facts) {
+    let mut body = fixture_body("claude-tool-roundtrip/02-claude_cli-v1_messages_beta_true.json");
+    let reminder = body["messages"][0]["content"][0]["text"].clone();
+    let agents = body["messages"][1].clone();
+    let messages = body["messages"].as_array_mut().expect("messages");
+    messages.clear();
+    let mut edited = Vec::new();
+    for t in 1..=turns {
+        messages.push(json!({"role": "user", "content": [
+            {"type": "text", "text": reminder},
+            {"type": "text", "text": ask(t, turns)}
+        ]}));
+        if t == 1 {
+            messages.push(agents.clone());
+        }
+        if t == turns {
+            break;
+        }
+        let (a, b) = (file(t, 1), file(t, 2));
+        edited.push(a.clone());
+        edited.push(b.clone());
+        messages.push(json!({"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "Planning.", "signature": "sig".repeat(100)},
+            {"type": "text", "text": assistant_text(t)},
+            {"type": "tool_use", "id": format!("r{t}"), "name": "Read", "input": {"file_path": a}},
+            {"type": "tool_use", "id": format!("e{t}"), "name": "Edit", "input": {"file_path": a, "old_string": "yaml::from_str", "new_string": "toml::from_str"}},
+            {"type": "tool_use", "id": format!("w{t}"), "name": "Edit", "input": {"file_path": b, "old_string": "serde_yaml", "new_string": "toml"}},
+            {"type": "tool_use", "id": format!("b{t}"), "name": "Bash", "input": {"command": "cargo test -p config", "description": "tests"}}
+        ]}));
+        messages.push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": format!("r{t}"), "content": tool_output(t, 0)},
+            {"type": "tool_result", "tool_use_id": format!("e{t}"), "content": "The file has been updated."},
+            {"type": "tool_result", "tool_use_id": format!("w{t}"), "content": "The file has been updated."},
+            {"type": "tool_result", "tool_use_id": format!("b{t}"), "content": tool_output(t, 3)}
+        ]}));
+    }
+    (body, facts(edited))
+}
+
+/// A Chat Completions agent (OpenAI SDK shape): a long system prompt, then per turn the ask,
+/// an assistant message with text and `write_file` / `run` tool calls, and the tool messages.
+pub fn chat_agent(turns: usize) -> (Value, Facts) {
+    let mut body = fixture_body("02-openai-v1_chat_completions.json");
+    let system = format!(
+        "You are a coding agent.{}",
+        " Use the tools to read and edit files; keep answers short.".repeat(150)
+    );
+    let mut messages = vec![json!({"role": "system", "content": system})];
+    let mut edited = Vec::new();
+    for t in 1..=turns {
+        messages.push(json!({"role": "user", "content": ask(t, turns)}));
+        if t == turns {
+            break;
+        }
+        let (a, b) = (file(t, 1), file(t, 2));
+        edited.push(a.clone());
+        edited.push(b.clone());
+        messages.push(json!({"role": "assistant", "content": assistant_text(t), "tool_calls": [
+            {"id": format!("w{t}"), "type": "function", "function": {"name": "write_file", "arguments": json!({"path": a, "content": tool_output(t, 1)}).to_string()}},
+            {"id": format!("v{t}"), "type": "function", "function": {"name": "write_file", "arguments": json!({"path": b, "content": tool_output(t, 2)}).to_string()}},
+            {"id": format!("r{t}"), "type": "function", "function": {"name": "run", "arguments": "{\"cmd\":\"cargo test\"}"}}
+        ]}));
+        for id in [format!("w{t}"), format!("v{t}")] {
+            messages.push(json!({"role": "tool", "tool_call_id": id, "content": "written"}));
+        }
+        messages.push(
+            json!({"role": "tool", "tool_call_id": format!("r{t}"), "content": tool_output(t, 3)}),
+        );
+    }
+    body["messages"] = Value::Array(messages);
+    (body, facts(edited))
+}

@@ -1,0 +1,152 @@
+//! What an account's error answer does to the account: the verdict's side of the pool
+//! (exhausted, disabled), with its log line and metric, and whether the request moves on.
+
+use std::time::SystemTime;
+
+use context_relay_core::{QuotaSignal, decode};
+use http::{HeaderMap, StatusCode, header};
+
+use super::MAX_ERROR_BODY;
+use crate::pool::{ProviderPool, reset_or_default};
+use crate::verdict::Verdict;
+
+/// One attempt of a request on one account, as far as rotation is concerned.
+pub(super) struct Attempt<'a> {
+    pub(super) pool: &'a ProviderPool,
+    pub(super) idx: usize,
+    pub(super) account: &'a str,
+    pub(super) status: StatusCode,
+    pub(super) internal: bool,
+    pub(super) now: SystemTime,
+}
+
+impl Attempt<'_> {
+    /// Applies `verdict` to the account (logged and counted) and says whether the request goes
+    /// on to the next account. A provider failure moves a user request on once per request
+    /// (`unavailable_retried`); a quota or credential failure always does.
+    pub(super) fn rotate(
+        &self,
+        verdict: Verdict,
+        error: &str,
+        unavailable_retried: &mut bool,
+    ) -> bool {
+        let (pool, account, status, now) = (self.pool, self.account, self.status, self.now);
+        match verdict {
+            Verdict::Exhausted(signal) => {
+                let until = reset_or_default(signal.resets_at, now);
+                pool.mark_exhausted(self.idx, until);
+                let reason = if status == StatusCode::TOO_MANY_REQUESTS {
+                    "429"
+                } else {
+                    "quota_error"
+                };
+                exhausted_metric(pool, account, reason);
+                tracing::info!(
+                    provider = %pool.name(), account, internal = self.internal,
+                    status = status.as_u16(), error,
+                    "account out of quota; exhausted until its reset"
+                );
+                true
+            }
+            Verdict::Refused => {
+                let until = pool.disable(self.idx, now);
+                let secs = until.duration_since(now).map_or(0, |d| d.as_secs());
+                metrics::counter!(
+                    "context_relay_gateway_account_refused_total",
+                    "provider" => pool.name().to_string(),
+                    "account" => account.to_owned(),
+                    "status" => status.as_str().to_owned()
+                )
+                .increment(1);
+                tracing::error!(
+                    provider = %pool.name(), account, status = status.as_u16(), error,
+                    disabled_for_secs = secs,
+                    "the provider refused this account's credential; account disabled, check its key"
+                );
+                true
+            }
+            Verdict::Unavailable if !*unavailable_retried && !self.internal => {
+                *unavailable_retried = true;
+                metrics::counter!(
+                    "context_relay_gateway_unavailable_retries_total",
+                    "provider" => pool.name().to_string(),
+                    "account" => account.to_owned()
+                )
+                .increment(1);
+                tracing::warn!(
+                    provider = %pool.name(), account, status = status.as_u16(), error,
+                    "upstream failed before any byte reached the client; trying the next account once"
+                );
+                true
+            }
+            Verdict::Unavailable | Verdict::Answer => false,
+        }
+    }
+}
+
+/// Records a usage reading of a successful response; at or above `rotate_at` the account
+/// stops taking new turns, unless the reading came from an internal request (a summary call
+/// must not move the session it summarises).
+pub(super) fn record_usage(
+    pool: &ProviderPool,
+    idx: usize,
+    account: &str,
+    signal: &QuotaSignal,
+    now: SystemTime,
+    internal: bool,
+) {
+    metrics::gauge!(
+        "context_relay_gateway_account_used_ratio",
+        "provider" => pool.name().to_string(),
+        "account" => account.to_owned()
+    )
+    .set(signal.percent_used);
+    if internal {
+        pool.note_usage(idx, signal.percent_used);
+    } else if pool.observe(idx, signal, now) {
+        tracing::info!(
+            provider = %pool.name(), account, used = signal.percent_used,
+            "account reached rotate_at; new turns go to the next account"
+        );
+        exhausted_metric(pool, account, "quota");
+    }
+}
+
+/// The error type of an error body, for logs: Codex `usage_limit_reached`, Anthropic
+/// `rate_limit_error` / `authentication_error`, OpenAI `invalid_api_key`, … (the `code` when
+/// there is one, else the `type`).
+pub(super) fn error_type(body: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let e = v.get("error")?;
+    e.get("code")
+        .and_then(|t| t.as_str())
+        .or_else(|| e.get("type").and_then(|t| t.as_str()))
+        .map(str::to_owned)
+}
+
+/// An error body as text: decoded when the provider compressed it (the client's
+/// `accept-encoding` is forwarded). `None` when it cannot be decoded.
+pub(super) fn decoded_error_body<'a>(
+    headers: &HeaderMap,
+    body: &'a [u8],
+) -> Option<std::borrow::Cow<'a, [u8]>> {
+    match headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+    {
+        None => Some(std::borrow::Cow::Borrowed(body)),
+        Some(coding) => decode::decode(coding.trim(), body, MAX_ERROR_BODY)
+            .ok()
+            .map(std::borrow::Cow::Owned),
+    }
+}
+
+fn exhausted_metric(pool: &ProviderPool, account: &str, reason: &'static str) {
+    metrics::counter!(
+        "context_relay_gateway_account_exhausted_total",
+        "provider" => pool.name().to_string(),
+        "account" => account.to_owned(),
+        "reason" => reason
+    )
+    .increment(1);
+}

@@ -1,0 +1,531 @@
+//! Tests of the account resolver over `tower::service_fn` upstreams.
+
+use std::convert::Infallible;
+use std::sync::Mutex;
+
+use tower::service_fn;
+
+use super::*;
+use crate::config::Config;
+use context_relay_core::QuotaSignal;
+
+fn pools() -> Arc<AccountPools> {
+    let c = Config::from_toml_str(
+        r#"
+[[providers]]
+name = "codex"
+base_url = "http://up/v1"
+[[providers.accounts]]
+id = "a"
+api_key = "ka"
+[[providers.accounts]]
+id = "b"
+api_key = "kb"
+[[providers]]
+name = "claude"
+base_url = "http://up2/v1"
+auth = "x-api-key"
+quota = "none"
+[[providers.accounts]]
+id = "c"
+api_key = "kc"
+[[combos]]
+name = "relay"
+targets = ["codex/gpt-5.5"]
+"#,
+        |_| None,
+    )
+    .unwrap();
+    Arc::new(AccountPools::from_config(&c))
+}
+
+fn routes() -> Arc<Routes> {
+    let c = Config::from_toml_str(
+        r#"
+[[providers]]
+name = "codex"
+base_url = "http://up/v1"
+[[providers.accounts]]
+id = "a"
+api_key = "ka"
+[[combos]]
+name = "relay"
+targets = ["codex/gpt-5.5"]
+"#,
+        |_| None,
+    )
+    .unwrap();
+    Arc::new(Routes::from_config(&c))
+}
+
+type Log = Arc<Mutex<Vec<(String, Bytes)>>>;
+type Res = Response<Either<Full<Bytes>, Peeked<Full<Bytes>>>>;
+
+/// A fake upstream: accounts listed in `limited` answer 429, others 200 with `used` quota.
+fn upstream(
+    log: Log,
+    limited: &'static [&'static str],
+    used: &'static str,
+) -> impl Service<
+    Request<Full<Bytes>>,
+    Response = Response<Full<Bytes>>,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response<Full<Bytes>>, Infallible>> + Send,
+> + Clone
++ Send
++ 'static {
+    service_fn(move |req: Request<Full<Bytes>>| {
+        let log = log.clone();
+        async move {
+            let acct = req.extensions().get::<ResolvedAccount>().unwrap().clone();
+            let ep = req.extensions().get::<UpstreamEndpoint>().unwrap().clone();
+            assert!(ep.credential.is_some());
+            let body = req.into_body().collect().await.unwrap().to_bytes();
+            log.lock().unwrap().push((acct.account.to_string(), body));
+            let mut res = if limited.contains(&&*acct.account) {
+                let mut r = Response::new(Full::new(Bytes::from_static(
+                    br#"{"error":{"type":"usage_limit_reached","resets_in_seconds":3600}}"#,
+                )));
+                *r.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+                r
+            } else {
+                Response::new(Full::new(Bytes::from_static(b"ok")))
+            };
+            res.headers_mut().insert(
+                "x-codex-primary-used-percent",
+                HeaderValue::from_static(used),
+            );
+            Ok(res)
+        }
+    })
+}
+
+fn request(session: &str, targets: &[(&str, &str)]) -> Request<Full<Bytes>> {
+    let mut req = Request::post("/v1/responses")
+        .header("session-id", session)
+        .body(Full::new(Bytes::from_static(br#"{"model":"gpt-5.5"}"#)))
+        .unwrap();
+    let t: Arc<[Target]> = targets
+        .iter()
+        .map(|(p, m)| Target {
+            provider: Arc::from(*p),
+            model: Arc::from(*m),
+        })
+        .collect();
+    req.extensions_mut().insert(RouteTargets(t));
+    req
+}
+
+async fn call(
+    pools: &Arc<AccountPools>,
+    log: &Log,
+    limited: &'static [&'static str],
+    used: &'static str,
+    req: Request<Full<Bytes>>,
+) -> Res {
+    AccountResolverLayer::new(pools.clone())
+        .layer(upstream(log.clone(), limited, used))
+        .oneshot(req)
+        .await
+        .unwrap()
+}
+
+fn accounts(log: &Log) -> Vec<String> {
+    log.lock().unwrap().iter().map(|(a, _)| a.clone()).collect()
+}
+
+#[tokio::test]
+async fn resolved_account_on_response_and_sticky() {
+    let (p, log) = (pools(), Log::default());
+    let res = call(&p, &log, &[], "10", request("s1", &[("codex", "gpt-5.5")])).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(
+        res.extensions().get::<ResolvedAccount>(),
+        Some(&ResolvedAccount::new("codex", "a"))
+    );
+    assert_eq!(p.get("codex").unwrap().bound("anonymous\ns1"), Some(0));
+}
+
+#[tokio::test]
+async fn retry_429_on_next_account() {
+    let (p, log) = (pools(), Log::default());
+    let res = call(
+        &p,
+        &log,
+        &["a"],
+        "10",
+        request("s1", &[("codex", "gpt-5.5")]),
+    )
+    .await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(accounts(&log), ["a", "b"]);
+    assert_eq!(
+        res.extensions().get::<ResolvedAccount>(),
+        Some(&ResolvedAccount::new("codex", "b"))
+    );
+    // The exhausted account is skipped afterwards, without a new 429.
+    let _ = call(
+        &p,
+        &log,
+        &["a"],
+        "10",
+        request("s2", &[("codex", "gpt-5.5")]),
+    )
+    .await;
+    assert_eq!(accounts(&log), ["a", "b", "b"]);
+}
+
+#[tokio::test]
+async fn all_exhausted_gives_the_last_429_then_our_own() {
+    let (p, log) = (pools(), Log::default());
+    let res = call(
+        &p,
+        &log,
+        &["a", "b"],
+        "10",
+        request("s", &[("codex", "gpt-5.5")]),
+    )
+    .await;
+    assert_eq!(res.status(), 429);
+    assert_eq!(accounts(&log), ["a", "b"]);
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    assert!(
+        std::str::from_utf8(&body)
+            .unwrap()
+            .contains("usage_limit_reached")
+    );
+    // Nothing left to try: the gateway answers itself, with retry-after.
+    let res = call(&p, &log, &[], "10", request("s", &[("codex", "gpt-5.5")])).await;
+    assert_eq!(res.status(), 429);
+    assert_eq!(accounts(&log).len(), 2);
+    let after: u64 = res.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(after > 60, "the announced reset (1 h) is used: {after}");
+}
+
+#[tokio::test]
+async fn quota_signal_at_rotate_at_moves_the_next_turn() {
+    let (p, log) = (pools(), Log::default());
+    let res = call(&p, &log, &[], "96", request("s", &[("codex", "gpt-5.5")])).await;
+    assert_eq!(res.status(), 200);
+    let _ = call(&p, &log, &[], "10", request("s", &[("codex", "gpt-5.5")])).await;
+    assert_eq!(accounts(&log), ["a", "b"]);
+    assert_eq!(p.get("codex").unwrap().bound("anonymous\ns"), Some(1));
+}
+
+#[tokio::test]
+async fn later_targets_get_their_model() {
+    let (p, log) = (pools(), Log::default());
+    let req = request("s", &[("codex", "gpt-5.5"), ("claude", "claude-x")]);
+    let res = call(&p, &log, &["a", "b"], "10", req).await;
+    assert_eq!(res.status(), 200);
+    let log = log.lock().unwrap();
+    assert_eq!(log[2].0, "c");
+    assert_eq!(&log[2].1[..], br#"{"model":"claude-x"}"#);
+    assert_eq!(&log[0].1[..], br#"{"model":"gpt-5.5"}"#);
+}
+
+#[tokio::test]
+async fn missing_targets_is_a_clear_error() {
+    let (p, log) = (pools(), Log::default());
+    let req = Request::post("/v1/messages")
+        .body(Full::new(Bytes::from_static(b"{}")))
+        .unwrap();
+    let res = call(&p, &log, &[], "10", req).await;
+    assert_eq!(res.status(), 500);
+    assert!(accounts(&log).is_empty());
+}
+
+#[tokio::test]
+async fn quota_signal_on_the_response_follows_the_provider_kind() {
+    let (p, log) = (pools(), Log::default());
+    let res = call(&p, &log, &[], "42", request("s", &[("codex", "gpt-5.5")])).await;
+    let signal = res.extensions().get::<QuotaSignal>().copied();
+    assert_eq!(signal.map(|s| s.percent_used), Some(0.42));
+    // `quota = "none"`: the same headers give no reading.
+    let res = call(&p, &log, &[], "42", request("s", &[("claude", "c")])).await;
+    assert_eq!(res.extensions().get::<QuotaSignal>(), None);
+    assert_eq!(
+        res.extensions().get::<ResolvedAccount>(),
+        Some(&ResolvedAccount::new("claude", "c"))
+    );
+    // A final 429 carries a reading of at least 100 %.
+    let res = call(
+        &p,
+        &log,
+        &["a", "b"],
+        "42",
+        request("t", &[("codex", "gpt-5.5")]),
+    )
+    .await;
+    assert_eq!(res.status(), 429);
+    let used = res
+        .extensions()
+        .get::<QuotaSignal>()
+        .map(|s| s.percent_used);
+    assert!(used.is_some_and(|u| u >= 1.0), "{used:?}");
+}
+
+fn internal(session: &str) -> Request<Full<Bytes>> {
+    let mut req = Request::post("/v1/responses")
+        .body(Full::new(Bytes::from_static(br#"{"model":"gpt-5.5"}"#)))
+        .unwrap();
+    req.extensions_mut().insert(SkipRelay);
+    req.extensions_mut().insert(ComboName::new("relay"));
+    req.extensions_mut().insert(SessionId::new(session));
+    req
+}
+
+async fn call_internal(
+    pools: &Arc<AccountPools>,
+    log: &Log,
+    limited: &'static [&'static str],
+    used: &'static str,
+    session: &str,
+) -> Res {
+    AccountResolverLayer::new(pools.clone())
+        .routes(routes())
+        .layer(upstream(log.clone(), limited, used))
+        .oneshot(internal(session))
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn summary_calls_follow_the_session_without_moving_it() {
+    let (p, log) = (pools(), Log::default());
+    // The session lives on b (a answered 429 and is exhausted; it comes back later).
+    let _ = call(
+        &p,
+        &log,
+        &["a"],
+        "10",
+        request("s", &[("codex", "gpt-5.5")]),
+    )
+    .await;
+    assert_eq!(accounts(&log), ["a", "b"]);
+    // The summary call (no RouteTargets, only the combo) goes to the session's account.
+    let res = call_internal(&p, &log, &[], "96", "s").await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(accounts(&log), ["a", "b", "b"]);
+    // Its 96 % reading is recorded but does not exhaust b: the session stays there.
+    let codex = p.get("codex").unwrap();
+    assert_eq!(codex.snapshot(SystemTime::now())[1].used, Some(0.96));
+    assert_eq!(codex.snapshot(SystemTime::now())[1].exhausted_until, None);
+    let _ = call(&p, &log, &[], "10", request("s", &[("codex", "gpt-5.5")])).await;
+    assert_eq!(accounts(&log), ["a", "b", "b", "b"]);
+}
+
+#[tokio::test]
+async fn a_summary_call_gets_one_attempt_and_binds_nothing() {
+    let (p, log) = (pools(), Log::default());
+    // A 429 to the summary call: no retry on another account, the 429 goes back.
+    let res = call_internal(&p, &log, &["a"], "10", "fresh").await;
+    assert_eq!(res.status(), 429);
+    assert_eq!(accounts(&log), ["a"]);
+    // It did exhaust a (a real 429), and bound no session.
+    let codex = p.get("codex").unwrap();
+    assert!(
+        codex.snapshot(SystemTime::now())[0]
+            .exhausted_until
+            .is_some()
+    );
+    assert_eq!(codex.bound("anonymous\nfresh"), None);
+    // Without a routing table, an internal request cannot be routed: a clear 500.
+    let res = AccountResolverLayer::new(p.clone())
+        .layer(upstream(log.clone(), &[], "10"))
+        .oneshot(internal("x"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 500);
+}
+
+#[test]
+fn session_keys() {
+    let key = |req: &Request<()>, body: &[u8]| session_key(req.headers(), req.extensions(), body);
+    let mut req = Request::new(());
+    // No header, a body that is not JSON: no fingerprint either.
+    assert_eq!(key(&req, b"not json"), None);
+    req.headers_mut()
+        .insert("thread-id", HeaderValue::from_static("t"));
+    req.headers_mut()
+        .insert("session-id", HeaderValue::from_static("  "));
+    assert_eq!(key(&req, b"").as_deref(), Some("anonymous\nt"));
+    req.headers_mut()
+        .insert("x-claude-code-session-id", HeaderValue::from_static("cc"));
+    assert_eq!(key(&req, b"").as_deref(), Some("anonymous\ncc"));
+    req.headers_mut()
+        .insert("authorization", HeaderValue::from_static("Bearer k1"));
+    let tenant = context_relay_core::session::tenant(req.headers());
+    assert_eq!(key(&req, b"").as_deref(), Some(&*format!("{tenant}\ncc")));
+    req.extensions_mut().insert(SessionId::new("ext"));
+    assert_eq!(key(&req, b"").as_deref(), Some(&*format!("{tenant}\next")));
+    req.extensions_mut().insert(Tenant::new("t1"));
+    assert_eq!(key(&req, b"").as_deref(), Some("t1\next"));
+    // A blank extension counts as absent.
+    req.extensions_mut().insert(SessionId::new(" "));
+    assert_eq!(key(&req, b"").as_deref(), Some("t1\ncc"));
+    let long = "x".repeat(300);
+    let mut req = Request::new(());
+    req.headers_mut()
+        .insert("x-session-id", HeaderValue::from_str(&long).unwrap());
+    assert_eq!(key(&req, b"").unwrap().len(), "anonymous\n".len() + 128);
+    // Without headers the body gives the session (a fingerprint of the stable parts).
+    let req = Request::new(());
+    let turn1 = br#"{"model":"m","messages":[{"role":"user","content":"fix the bug"}]}"#;
+    let turn2 = br#"{"model":"m","messages":[{"role":"user","content":"fix the bug"},{"role":"assistant","content":"done"},{"role":"user","content":"thanks"}]}"#;
+    assert!(key(&req, turn1).is_some());
+    assert_eq!(key(&req, turn1), key(&req, turn2));
+}
+
+/// Three Codex accounts, `a`, `b`, `c`.
+fn pools3() -> Arc<AccountPools> {
+    let accounts: String = ["a", "b", "c"]
+        .iter()
+        .map(|id| format!("[[providers.accounts]]\nid = \"{id}\"\napi_key = \"k{id}\"\n"))
+        .collect();
+    let text = format!("[[providers]]\nname = \"codex\"\nbase_url = \"http://up/v1\"\n{accounts}");
+    Arc::new(AccountPools::from_config(
+        &Config::from_toml_str(&text, |_| None).unwrap(),
+    ))
+}
+
+/// What an account of the scripted upstream answers: status, extra header, body.
+type Script = &'static [(&'static str, u16, &'static str)];
+
+/// A fake upstream answering as `script` says for the accounts it lists, 200 otherwise.
+async fn call_scripted(pools: &Arc<AccountPools>, log: &Log, script: Script, session: &str) -> Res {
+    let log2 = log.clone();
+    let svc = service_fn(move |req: Request<Full<Bytes>>| {
+        let log = log2.clone();
+        async move {
+            let acct = req.extensions().get::<ResolvedAccount>().unwrap().clone();
+            let body = req.into_body().collect().await.unwrap().to_bytes();
+            log.lock().unwrap().push((acct.account.to_string(), body));
+            let (status, body) = script
+                .iter()
+                .find(|(a, _, _)| **a == *acct.account)
+                .map_or((200, "ok"), |(_, s, b)| (*s, *b));
+            let mut res = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+            *res.status_mut() = StatusCode::from_u16(status).unwrap();
+            Ok::<_, Infallible>(res)
+        }
+    });
+    AccountResolverLayer::new(pools.clone())
+        .layer(svc)
+        .oneshot(request(session, &[("codex", "gpt-5.5")]))
+        .await
+        .unwrap()
+}
+
+async fn text(res: Res) -> String {
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8(body.to_vec()).unwrap()
+}
+
+const USAGE_LIMIT_400: &str = r#"{"error":{"type":"usage_limit_reached","message":"The usage limit has been reached","resets_in_seconds":1800}}"#;
+const BAD_KEY: &str = r#"{"error":{"message":"Incorrect API key provided: sk-****. You can find your API key at https://platform.openai.com/account/api-keys.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}"#;
+const BAD_PARAM: &str = r#"{"error":{"message":"Unsupported parameter: 'temperature' is not supported with this model.","type":"invalid_request_error","param":"temperature","code":"unsupported_parameter"}}"#;
+
+#[tokio::test]
+async fn a_quota_body_in_another_status_rotates_until_its_reset() {
+    let (p, log) = (pools3(), Log::default());
+    let res = call_scripted(&p, &log, &[("a", 400, USAGE_LIMIT_400)], "s").await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(accounts(&log), ["a", "b"]);
+    assert_eq!(p.get("codex").unwrap().bound("anonymous\ns"), Some(1));
+    let now = SystemTime::now();
+    let until = p.get("codex").unwrap().snapshot(now)[0]
+        .exhausted_until
+        .unwrap();
+    let secs = until.duration_since(now).unwrap().as_secs();
+    assert!((1700..=1800).contains(&secs), "{secs}");
+}
+
+#[tokio::test]
+async fn a_refused_credential_takes_the_account_out_and_the_request_moves_on() {
+    let (p, log) = (pools3(), Log::default());
+    let scripts: [Script; 2] = [&[("a", 401, BAD_KEY)], &[("a", 403, BAD_KEY)]];
+    for (script, status) in scripts.into_iter().zip([401, 403]) {
+        let res = call_scripted(&p, &log, script, "s").await;
+        assert_eq!(res.status(), 200, "{status}");
+        assert_eq!(
+            res.extensions().get::<ResolvedAccount>(),
+            Some(&ResolvedAccount::new("codex", "b"))
+        );
+        let snap = p.get("codex").unwrap().snapshot(SystemTime::now());
+        assert_eq!(snap[0].state(), "disabled");
+        log.lock().unwrap().clear();
+        // Re-enable for the second round.
+        p.get("codex").unwrap().succeeded(0);
+    }
+    // Disabled: the next session skips it without a new 401.
+    let res = call_scripted(&p, &log, &[], "t").await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(accounts(&log), ["b"]);
+}
+
+#[tokio::test]
+async fn every_account_refused_is_the_gateways_own_502() {
+    let (p, log) = (pools3(), Log::default());
+    let script: Script = &[
+        ("a", 401, BAD_KEY),
+        ("b", 401, BAD_KEY),
+        ("c", 403, BAD_KEY),
+    ];
+    let res = call_scripted(&p, &log, script, "s").await;
+    assert_eq!(res.status(), 502);
+    assert_eq!(accounts(&log), ["a", "b", "c"]);
+    assert!(text(res).await.contains("refused the credential"));
+    assert_eq!(p.get("codex").unwrap().bound("anonymous\ns"), None);
+}
+
+#[tokio::test]
+async fn a_server_error_is_retried_once_on_the_next_account() {
+    let (p, log) = (pools3(), Log::default());
+    let res = call_scripted(&p, &log, &[("a", 503, "upstream overloaded")], "s").await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(accounts(&log), ["a", "b"]);
+    // A 5xx does not exhaust or disable: the next session starts on a again.
+    assert_eq!(
+        p.get("codex").unwrap().snapshot(SystemTime::now())[0].state(),
+        "available"
+    );
+    log.lock().unwrap().clear();
+    // Only once: the second 5xx goes to the client, with its body intact.
+    let script: Script = &[("a", 500, "boom-a"), ("b", 502, "boom-b")];
+    let res = call_scripted(&p, &log, script, "t").await;
+    assert_eq!(res.status(), 502);
+    assert_eq!(accounts(&log), ["a", "b"]);
+    assert_eq!(text(res).await, "boom-b");
+    assert_eq!(p.get("codex").unwrap().bound("anonymous\nt"), None);
+}
+
+#[tokio::test]
+async fn other_errors_reach_the_client_unretried_and_bind_nothing() {
+    let (p, log) = (pools3(), Log::default());
+    let res = call_scripted(&p, &log, &[("a", 400, BAD_PARAM)], "s").await;
+    assert_eq!(res.status(), 400);
+    assert_eq!(accounts(&log), ["a"]);
+    assert_eq!(
+        res.extensions().get::<ResolvedAccount>(),
+        Some(&ResolvedAccount::new("codex", "a"))
+    );
+    assert_eq!(text(res).await, BAD_PARAM);
+    assert_eq!(p.get("codex").unwrap().bound("anonymous\ns"), None);
+}
+
+#[tokio::test]
+async fn a_long_error_body_is_forwarded_whole() {
+    static LONG: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(|| "x".repeat(MAX_ERROR_BODY * 2));
+    let (p, log) = (pools3(), Log::default());
+    let script: &'static [(&'static str, u16, &'static str)] =
+        Box::leak(Box::new([("a", 400, LONG.as_str())]));
+    let res = call_scripted(&p, &log, script, "s").await;
+    assert_eq!(res.status(), 400);
+    assert_eq!(text(res).await.len(), MAX_ERROR_BODY * 2);
+}

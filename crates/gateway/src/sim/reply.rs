@@ -1,0 +1,378 @@
+//! The simulated provider's replies: JSON bodies and SSE event sequences per API.
+
+use std::convert::Infallible;
+
+use axum::body::Body;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http::{HeaderValue, Response, header};
+use http_body::Frame;
+use http_body_util::StreamBody;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, watch};
+
+use super::unix_now;
+
+pub(super) struct Reply {
+    pub(super) id: u64,
+    pub(super) model: String,
+    pub(super) text: String,
+    pub(super) input_tokens: u64,
+    pub(super) output_tokens: u64,
+    pub(super) include_usage: bool,
+    /// A reasoning item (id, `encrypted_content`) before the message (Responses).
+    pub(super) reasoning: Option<(String, String)>,
+    /// The signature of a thinking block before the text (Messages).
+    pub(super) thinking: Option<String>,
+}
+
+impl Reply {
+    /// The text in two deltas, so that streams carry more than one.
+    fn halves(&self) -> (&str, &str) {
+        let mid = self.text.char_indices().nth(self.text.chars().count() / 2);
+        self.text.split_at(mid.map_or(self.text.len(), |(i, _)| i))
+    }
+}
+
+pub(super) fn chat_json(r: &Reply) -> Value {
+    json!({
+        "id": format!("chatcmpl-sim-{}", r.id), "object": "chat.completion", "created": unix_now(),
+        "model": r.model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": r.text},
+                     "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": r.input_tokens, "completion_tokens": r.output_tokens,
+                  "total_tokens": r.input_tokens + r.output_tokens}
+    })
+}
+
+pub(super) fn chat_events(r: &Reply) -> Vec<Bytes> {
+    let id = format!("chatcmpl-sim-{}", r.id);
+    let chunk = |delta: Value, finish: Value| {
+        json!({"id": id, "object": "chat.completion.chunk", "created": unix_now(), "model": r.model,
+               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    };
+    let (a, b) = r.halves();
+    let mut out = vec![
+        chunk(json!({"role": "assistant", "content": ""}), Value::Null),
+        chunk(json!({"content": a}), Value::Null),
+        chunk(json!({"content": b}), Value::Null),
+        chunk(json!({}), json!("stop")),
+    ];
+    if r.include_usage {
+        out.push(
+            json!({"id": id, "object": "chat.completion.chunk", "created": unix_now(),
+            "model": r.model, "choices": [],
+            "usage": {"prompt_tokens": r.input_tokens, "completion_tokens": r.output_tokens,
+                      "total_tokens": r.input_tokens + r.output_tokens}}),
+        );
+    }
+    let mut events: Vec<Bytes> = out
+        .into_iter()
+        .map(|v| Bytes::from(format!("data: {v}\n\n")))
+        .collect();
+    events.push(Bytes::from_static(b"data: [DONE]\n\n"));
+    events
+}
+
+fn responses_message(r: &Reply, text: &str, status: &str) -> Value {
+    json!({"type": "message", "id": format!("msg_sim_{}", r.id), "status": status,
+           "role": "assistant",
+           "content": [{"type": "output_text", "text": text, "annotations": []}]})
+}
+
+/// The reasoning item of a reply, with its account-bound blob.
+fn responses_reasoning(r: &Reply) -> Option<Value> {
+    let (id, blob) = r.reasoning.as_ref()?;
+    Some(json!({"type": "reasoning", "id": id,
+                "summary": [{"type": "summary_text", "text": "Considered the request."}],
+                "encrypted_content": blob}))
+}
+
+fn responses_output(r: &Reply) -> Value {
+    let mut out: Vec<Value> = responses_reasoning(r).into_iter().collect();
+    out.push(responses_message(r, &r.text, "completed"));
+    Value::Array(out)
+}
+
+pub(super) fn responses_json(r: &Reply) -> Value {
+    json!({
+        "id": format!("resp_sim_{}", r.id), "object": "response", "created_at": unix_now(),
+        "status": "completed", "model": r.model,
+        "output": responses_output(r),
+        "usage": {"input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
+                  "total_tokens": r.input_tokens + r.output_tokens}
+    })
+}
+
+fn responses_base(r: &Reply, status: &str, output: Value, usage: Value) -> Value {
+    json!({"id": format!("resp_sim_{}", r.id), "object": "response", "created_at": unix_now(),
+           "status": status, "model": r.model, "output": output, "usage": usage})
+}
+
+fn numbered(events: Vec<Value>) -> Vec<Bytes> {
+    events
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut v)| {
+            v["sequence_number"] = json!(i);
+            let kind = v["type"].as_str().unwrap_or("message").to_owned();
+            Bytes::from(format!("event: {kind}\ndata: {v}\n\n"))
+        })
+        .collect()
+}
+
+pub(super) fn responses_events(r: &Reply) -> Vec<Bytes> {
+    let item_id = format!("msg_sim_{}", r.id);
+    let (a, b) = r.halves();
+    let part = |text: &str| json!({"type": "output_text", "text": text, "annotations": []});
+    let mut events = vec![
+        json!({"type": "response.created", "response": responses_base(r, "in_progress", json!([]), Value::Null)}),
+        json!({"type": "response.in_progress", "response": responses_base(r, "in_progress", json!([]), Value::Null)}),
+    ];
+    let mut index = 0;
+    if let Some(item) = responses_reasoning(r) {
+        let mut added = item.clone();
+        added["summary"] = json!([]);
+        events
+            .push(json!({"type": "response.output_item.added", "output_index": 0, "item": added}));
+        events.push(json!({"type": "response.output_item.done", "output_index": 0, "item": item}));
+        index = 1;
+    }
+    events.extend([
+        json!({"type": "response.output_item.added", "output_index": index,
+               "item": responses_message(r, "", "in_progress")}),
+        json!({"type": "response.content_part.added", "item_id": item_id, "output_index": index,
+               "content_index": 0, "part": part("")}),
+        json!({"type": "response.output_text.delta", "item_id": item_id, "output_index": index,
+               "content_index": 0, "delta": a}),
+        json!({"type": "response.output_text.delta", "item_id": item_id, "output_index": index,
+               "content_index": 0, "delta": b}),
+        json!({"type": "response.output_text.done", "item_id": item_id, "output_index": index,
+               "content_index": 0, "text": r.text}),
+        json!({"type": "response.content_part.done", "item_id": item_id, "output_index": index,
+               "content_index": 0, "part": part(&r.text)}),
+        json!({"type": "response.output_item.done", "output_index": index,
+               "item": responses_message(r, &r.text, "completed")}),
+        json!({"type": "response.completed", "response": responses_base(
+            r,
+            "completed",
+            responses_output(r),
+            json!({"input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
+                   "total_tokens": r.input_tokens + r.output_tokens}),
+        )}),
+    ]);
+    numbered(events)
+}
+
+/// A Responses stream that fails before any output: `response.created`,
+/// `response.in_progress`, then `response.failed` carrying `error` (`{code, message}`).
+pub(super) fn responses_failed_events(r: &Reply, error: Value) -> Vec<Bytes> {
+    let mut failed = responses_base(r, "failed", json!([]), Value::Null);
+    failed["error"] = error;
+    numbered(vec![
+        json!({"type": "response.created", "response": responses_base(r, "in_progress", json!([]), Value::Null)}),
+        json!({"type": "response.in_progress", "response": responses_base(r, "in_progress", json!([]), Value::Null)}),
+        json!({"type": "response.failed", "response": failed}),
+    ])
+}
+
+pub(super) fn messages_json(r: &Reply) -> Value {
+    let mut content = Vec::new();
+    if let Some(signature) = &r.thinking {
+        content.push(
+            json!({"type": "thinking", "thinking": "Considering the request.",
+                            "signature": signature}),
+        );
+    }
+    content.push(json!({"type": "text", "text": r.text}));
+    json!({
+        "id": format!("msg_sim_{}", r.id), "type": "message", "role": "assistant",
+        "model": r.model, "content": content,
+        "stop_reason": "end_turn", "stop_sequence": null,
+        "usage": {"input_tokens": r.input_tokens, "output_tokens": r.output_tokens}
+    })
+}
+
+fn messages_start(r: &Reply) -> Value {
+    json!({"type": "message_start", "message": {
+        "id": format!("msg_sim_{}", r.id), "type": "message", "role": "assistant",
+        "model": r.model, "content": [], "stop_reason": null, "stop_sequence": null,
+        "usage": {"input_tokens": r.input_tokens, "output_tokens": 1}}})
+}
+
+fn named(events: Vec<Value>) -> Vec<Bytes> {
+    events
+        .into_iter()
+        .map(|v| {
+            let kind = v["type"].as_str().unwrap_or("message").to_owned();
+            Bytes::from(format!("event: {kind}\ndata: {v}\n\n"))
+        })
+        .collect()
+}
+
+pub(super) fn messages_events(r: &Reply) -> Vec<Bytes> {
+    let (a, b) = r.halves();
+    let mut events = vec![messages_start(r)];
+    let mut index = 0;
+    if let Some(signature) = &r.thinking {
+        events.extend([
+            json!({"type": "content_block_start", "index": 0,
+                   "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+            json!({"type": "content_block_delta", "index": 0,
+                   "delta": {"type": "thinking_delta", "thinking": "Considering the request."}}),
+            json!({"type": "content_block_delta", "index": 0,
+                   "delta": {"type": "signature_delta", "signature": signature}}),
+            json!({"type": "content_block_stop", "index": 0}),
+        ]);
+        index = 1;
+    }
+    let delta = |t: &str| {
+        json!({"type": "content_block_delta", "index": index,
+               "delta": {"type": "text_delta", "text": t}})
+    };
+    events.extend([
+        json!({"type": "content_block_start", "index": index,
+               "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "ping"}),
+        delta(a),
+        delta(b),
+        json!({"type": "content_block_stop", "index": index}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null},
+               "usage": {"output_tokens": r.output_tokens}}),
+        json!({"type": "message_stop"}),
+    ]);
+    named(events)
+}
+
+/// A Messages stream that fails before any content: `message_start`, then an `error` event
+/// (Anthropic sends `overloaded_error` this way).
+pub(super) fn messages_failed_events(r: &Reply) -> Vec<Bytes> {
+    named(vec![
+        messages_start(r),
+        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+    ])
+}
+
+/// Whether an SSE event only opens the stream (no output yet): a relay may hold these back
+/// until it knows the stream succeeds.
+fn opening(event: &[u8]) -> bool {
+    const OPENING: [&[u8]; 4] = [
+        b"event: response.created\n",
+        b"event: response.in_progress\n",
+        b"event: message_start\n",
+        b"event: ping\n",
+    ];
+    OPENING.iter().any(|o| event.starts_with(o))
+}
+
+/// An SSE response sending `events` one frame each; with a hold, the events up to the first
+/// output event go out, then the rest waits until the hold is released.
+pub(super) fn sse(events: Vec<Bytes>, hold: Option<watch::Receiver<bool>>) -> Response<Body> {
+    let (tx, rx) = mpsc::channel::<Bytes>(4);
+    tokio::spawn(async move {
+        let mut hold = hold;
+        let mut output_sent = false;
+        for e in events {
+            if output_sent && let Some(h) = hold.as_mut() {
+                // A dropped hold counts as released.
+                let _ = h.wait_for(|released| *released).await;
+                hold = None;
+            }
+            output_sent |= !opening(&e);
+            if tx.send(e).await.is_err() {
+                return;
+            }
+        }
+    });
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
+    });
+    let mut res = Response::new(Body::new(StreamBody::new(stream.boxed())));
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    res.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply() -> Reply {
+        Reply {
+            id: 1,
+            model: "m".into(),
+            text: "héllo world".into(),
+            input_tokens: 3,
+            output_tokens: 2,
+            include_usage: true,
+            reasoning: None,
+            thinking: None,
+        }
+    }
+
+    fn parse(events: &[Bytes]) -> Vec<(Option<String>, Value)> {
+        events
+            .iter()
+            .filter_map(|e| {
+                let s = std::str::from_utf8(e).unwrap();
+                let event = s
+                    .lines()
+                    .find_map(|l| l.strip_prefix("event: "))
+                    .map(str::to_owned);
+                let data = s.lines().find_map(|l| l.strip_prefix("data: "))?;
+                serde_json::from_str(data).ok().map(|v| (event, v))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn responses_stream_has_the_sequence_sdks_need() {
+        let ev = parse(&responses_events(&reply()));
+        let types: Vec<&str> = ev
+            .iter()
+            .map(|(_, v)| v["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            types[..4],
+            [
+                "response.created",
+                "response.in_progress",
+                "response.output_item.added",
+                "response.content_part.added"
+            ]
+        );
+        assert_eq!(types.last(), Some(&"response.completed"));
+        let done = &ev.last().unwrap().1["response"];
+        assert!(done["id"].is_string());
+        assert_eq!(done["usage"]["total_tokens"], 5);
+        let text: String = ev
+            .iter()
+            .filter(|(_, v)| v["type"] == "response.output_text.delta")
+            .map(|(_, v)| v["delta"].as_str().unwrap())
+            .collect();
+        assert_eq!(text, "héllo world");
+        assert!(ev.iter().all(|(e, v)| e.as_deref() == v["type"].as_str()));
+    }
+
+    #[test]
+    fn messages_stream_has_event_lines() {
+        let ev = parse(&messages_events(&reply()));
+        assert_eq!(ev[0].0.as_deref(), Some("message_start"));
+        assert_eq!(ev[1].0.as_deref(), Some("content_block_start"));
+        assert!(ev.iter().any(|(_, v)| v["usage"]["output_tokens"] == 2));
+    }
+
+    #[test]
+    fn chat_stream_ends_with_done_and_usage() {
+        let ev = chat_events(&reply());
+        assert_eq!(&ev.last().unwrap()[..], b"data: [DONE]\n\n");
+        let parsed = parse(&ev);
+        assert_eq!(parsed.last().unwrap().1["usage"]["total_tokens"], 5);
+    }
+}

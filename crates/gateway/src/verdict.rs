@@ -1,0 +1,230 @@
+//! What an upstream error answer means for the account that gave it.
+//!
+//! The resolver asks this of every response with an error status, after reading (a bounded
+//! prefix of) its body:
+//!
+//! - **exhausted**: a 429, or a quota error body in any status (Codex sends
+//!   `usage_limit_reached` with statuses other than 429; OpenAI `rate_limit_exceeded`,
+//!   Anthropic `rate_limit_error`), or quota headers at 100 % or more. The account waits for
+//!   its announced reset and the request goes to another account.
+//! - **refused**: 401 or 403 without a quota body: the provider no longer accepts the account's
+//!   credential (a revoked key, a logged-out subscription). The account leaves the pool for a
+//!   back-off and the request goes to another account.
+//! - **unavailable**: a 5xx (including the gateway's own 502 when the provider could not be
+//!   reached): worth one more try on another account, since nothing reached the client yet.
+//! - anything else is the **client's answer** (a 400 about the request itself, a 404, …).
+//!
+//! ```
+//! use std::time::SystemTime;
+//! use context_relay_core::quota::QuotaKind;
+//! use context_relay_gateway::verdict::{Verdict, classify};
+//! use http::{HeaderMap, StatusCode};
+//!
+//! let body = br#"{"error":{"type":"usage_limit_reached","resets_in_seconds":60}}"#;
+//! let now = SystemTime::now();
+//! let v = classify(QuotaKind::Codex, StatusCode::BAD_REQUEST, &HeaderMap::new(), Some(body), now);
+//! assert!(matches!(v, Verdict::Exhausted(_)));
+//! let body = br#"{"error":{"code":"invalid_api_key"}}"#;
+//! let v = classify(QuotaKind::Codex, StatusCode::UNAUTHORIZED, &HeaderMap::new(), Some(body), now);
+//! assert_eq!(v, Verdict::Refused);
+//! ```
+
+use std::time::SystemTime;
+
+use context_relay_core::QuotaSignal;
+use context_relay_core::quota::{self, QuotaKind};
+use http::{HeaderMap, StatusCode, header};
+
+/// What to do with the account that gave an error answer. See the [module docs](self).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Verdict {
+    /// Out of quota; the signal carries the reset when one was announced.
+    Exhausted(QuotaSignal),
+    /// The provider refuses the account's credential.
+    Refused,
+    /// The provider failed or could not be reached.
+    Unavailable,
+    /// The answer is about the request, not the account: it goes to the client.
+    Answer,
+}
+
+impl Verdict {
+    /// The label of this verdict in logs and metrics.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Verdict::Exhausted(_) => "exhausted",
+            Verdict::Refused => "refused",
+            Verdict::Unavailable => "unavailable",
+            Verdict::Answer => "answer",
+        }
+    }
+}
+
+/// The verdict on a response of `status` with `headers` and `body` (the complete, decoded
+/// body when it was read within the limit; `None` otherwise). Successful and informational
+/// statuses are always [`Verdict::Answer`].
+pub fn classify(
+    kind: QuotaKind,
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: Option<&[u8]>,
+    now: SystemTime,
+) -> Verdict {
+    if !status.is_client_error() && !status.is_server_error() {
+        return Verdict::Answer;
+    }
+    // The body and `retry-after` are read whatever the provider's header format (even with
+    // `quota = "none"`): an error body that says "quota" means it for every provider.
+    let body_only = quota::from_response(
+        QuotaKind::Auto,
+        status,
+        &retry_after_only(headers),
+        body,
+        now,
+    );
+    let with_headers = quota::from_response(kind, status, headers, body, now);
+    if status == StatusCode::TOO_MANY_REQUESTS || body_only.is_some() {
+        let signal = match (with_headers, body_only) {
+            (Some(h), Some(b)) => QuotaSignal {
+                resets_at: b.resets_at.or(h.resets_at),
+                ..h
+            },
+            (h, b) => h.or(b).unwrap_or(QuotaSignal::used(1.0)),
+        };
+        return Verdict::Exhausted(signal);
+    }
+    if let Some(signal) = with_headers.filter(|s| s.percent_used >= 1.0) {
+        return Verdict::Exhausted(signal);
+    }
+    match status {
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Verdict::Refused,
+        s if s.is_server_error() => Verdict::Unavailable,
+        _ => Verdict::Answer,
+    }
+}
+
+fn retry_after_only(headers: &HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::new();
+    for name in [header::RETRY_AFTER.as_str(), "retry-after-ms"] {
+        if let Some(v) = headers.get(name)
+            && let Ok(name) = http::HeaderName::from_bytes(name.as_bytes())
+        {
+            out.insert(name, v.clone());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use http::HeaderValue;
+
+    use super::*;
+
+    fn now() -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(1_700_000_000)
+    }
+
+    fn v(
+        kind: QuotaKind,
+        status: u16,
+        headers: &[(&'static str, &'static str)],
+        body: &[u8],
+    ) -> Verdict {
+        let mut h = HeaderMap::new();
+        for (k, val) in headers {
+            h.insert(*k, HeaderValue::from_static(val));
+        }
+        classify(
+            kind,
+            StatusCode::from_u16(status).unwrap(),
+            &h,
+            Some(body),
+            now(),
+        )
+    }
+
+    const CODEX_LIMIT: &[u8] = br#"{"error":{"type":"usage_limit_reached","message":"The usage limit has been reached","plan_type":"plus","resets_at":1700003600,"resets_in_seconds":3600}}"#;
+    const OPENAI_RATE: &[u8] = br#"{"error":{"message":"Rate limit reached for gpt-5 in organization org-x on tokens per min (TPM): Limit 30000, Used 30000, Requested 900.","type":"tokens","param":null,"code":"rate_limit_exceeded"}}"#;
+    const OPENAI_KEY: &[u8] = br#"{"error":{"message":"Incorrect API key provided: sk-proj-****abcd. You can find your API key at https://platform.openai.com/account/api-keys.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}"#;
+    const ANTHROPIC_AUTH: &[u8] =
+        br#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#;
+    const BAD_PARAM: &[u8] = br#"{"error":{"message":"Unsupported parameter: 'temperature' is not supported with this model.","type":"invalid_request_error","param":"temperature","code":"unsupported_parameter"}}"#;
+
+    #[test]
+    fn quota_bodies_exhaust_in_any_status() {
+        for status in [400, 403, 429, 500, 503] {
+            let Verdict::Exhausted(s) = v(QuotaKind::Codex, status, &[], CODEX_LIMIT) else {
+                panic!("{status}");
+            };
+            assert_eq!(s.resets_at, Some(now() + Duration::from_secs(3600)));
+            assert!(s.percent_used >= 1.0);
+            assert!(matches!(
+                v(QuotaKind::OpenAi, status, &[], OPENAI_RATE),
+                Verdict::Exhausted(_)
+            ));
+        }
+        // `quota = "none"` ignores usage headers, not what an error body says.
+        let Verdict::Exhausted(s) = v(QuotaKind::None, 400, &[], CODEX_LIMIT) else {
+            panic!();
+        };
+        assert_eq!(s.resets_at, Some(now() + Duration::from_secs(3600)));
+        let Verdict::Exhausted(s) = v(QuotaKind::None, 429, &[("retry-after", "30")], b"") else {
+            panic!();
+        };
+        assert_eq!(s.resets_at, Some(now() + Duration::from_secs(30)));
+    }
+
+    #[test]
+    fn usage_headers_at_100_percent_on_an_error_exhaust() {
+        let h = [("x-codex-primary-used-percent", "100")];
+        assert!(matches!(
+            v(QuotaKind::Codex, 400, &h, b"{}"),
+            Verdict::Exhausted(_)
+        ));
+        let h = [("x-codex-primary-used-percent", "97")];
+        assert_eq!(v(QuotaKind::Codex, 400, &h, BAD_PARAM), Verdict::Answer);
+    }
+
+    #[test]
+    fn refused_credentials() {
+        assert_eq!(v(QuotaKind::OpenAi, 401, &[], OPENAI_KEY), Verdict::Refused);
+        assert_eq!(
+            v(QuotaKind::Anthropic, 401, &[], ANTHROPIC_AUTH),
+            Verdict::Refused
+        );
+        assert_eq!(
+            v(QuotaKind::Anthropic, 403, &[], b"<html>forbidden</html>"),
+            Verdict::Refused
+        );
+    }
+
+    #[test]
+    fn server_errors_and_the_rest() {
+        assert_eq!(v(QuotaKind::Codex, 500, &[], b"{}"), Verdict::Unavailable);
+        assert_eq!(v(QuotaKind::Codex, 502, &[], b""), Verdict::Unavailable);
+        assert_eq!(
+            v(
+                QuotaKind::Anthropic,
+                529,
+                &[],
+                br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#
+            ),
+            Verdict::Unavailable
+        );
+        assert_eq!(v(QuotaKind::Codex, 400, &[], BAD_PARAM), Verdict::Answer);
+        assert_eq!(v(QuotaKind::Codex, 404, &[], b"not found"), Verdict::Answer);
+        assert_eq!(v(QuotaKind::Codex, 200, &[], CODEX_LIMIT), Verdict::Answer);
+        // A body too long to read whole is no quota body.
+        let r = classify(
+            QuotaKind::Codex,
+            StatusCode::BAD_REQUEST,
+            &HeaderMap::new(),
+            None,
+            now(),
+        );
+        assert_eq!(r, Verdict::Answer);
+    }
+}

@@ -1,0 +1,115 @@
+//! `[providers.summary]` end to end: a configured sampling parameter the model refuses (the
+//! simulated provider answers the real 400) is dropped, the summary retried once, the handoff
+//! stored, and the refusal remembered for the next session.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use context_relay_gateway::Gateway;
+use context_relay_gateway::config::Config;
+use context_relay_gateway::sim::SimProvider;
+use context_relay_store::{HandoffStore, MemoryStore};
+use http::Request;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::json;
+
+#[tokio::test]
+async fn refused_summary_parameter_is_dropped_and_remembered() {
+    let sim = SimProvider::builder()
+        .account("acct-a", "key-a")
+        .account("acct-b", "key-b")
+        .quota_step(30.0)
+        .summary_reply(
+            "writing a handoff note",
+            json!({"summary": "Renaming the crate.", "keyDecisions": ["keep the old name as an alias"],
+                   "taskProgress": "", "activeEntities": []})
+            .to_string(),
+        )
+        .start()
+        .await
+        .expect("sim");
+    let config = Config::from_toml_str(
+        &format!(
+            r#"
+[store]
+backend = "memory"
+[[providers]]
+name = "codex"
+base_url = "{}"
+  [providers.summary]
+  max_output_tokens = 600
+  params = {{ temperature = 0.2 }}
+  [[providers.accounts]]
+  id = "acct-a"
+  api_key = "key-a"
+  [[providers.accounts]]
+  id = "acct-b"
+  api_key = "key-b"
+[[combos]]
+name = "codex-relay"
+targets = ["codex/gpt-5.5"]
+"#,
+            sim.base_url()
+        ),
+        |_| None,
+    )
+    .expect("config");
+    let store: Arc<dyn HandoffStore> = Arc::new(MemoryStore::new());
+    let gateway = Gateway::with_store(config, store.clone()).expect("gateway");
+    let server = gateway
+        .spawn("127.0.0.1:0".parse().expect("addr"))
+        .await
+        .expect("spawn");
+    let client = Client::builder(TokioExecutor::new()).build_http();
+    let send = |session: &'static str, turn: usize| {
+        let req = Request::post(format!("{}/v1/chat/completions", server.url()))
+            .header("authorization", "Bearer c")
+            .header("session-id", session)
+            .body(Full::new(Bytes::from(
+                json!({"model": "codex-relay",
+                       "messages": [{"role": "user", "content": format!("rename the crate, turn {turn}")}]})
+                .to_string(),
+            )))
+            .expect("request");
+        let client = client.clone();
+        async move {
+            let res = client.request(req).await.expect("response");
+            assert_eq!(res.status(), 200);
+            res.into_body().collect().await.expect("body");
+        }
+    };
+    for t in 1..=3 {
+        send("s1", t).await;
+    }
+    gateway.background().idle().await;
+
+    let summaries: Vec<_> = sim.requests().into_iter().filter(|r| r.summary).collect();
+    assert_eq!(summaries.len(), 2, "refused once, then retried");
+    let first = summaries[0].json().expect("JSON");
+    let second = summaries[1].json().expect("JSON");
+    assert_eq!(first["temperature"], 0.2);
+    assert_eq!(first["max_completion_tokens"], 600);
+    assert!(second.get("temperature").is_none());
+    let stored = store.list(None, Some("s1")).await.expect("list");
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].handoff.summary, "Renaming the crate.");
+
+    // The next session's summary to the same model leaves the parameter out from the start.
+    sim.set_used("acct-a", 60.0);
+    send("s2", 1).await;
+    gateway.background().idle().await;
+    let summaries: Vec<_> = sim.requests().into_iter().filter(|r| r.summary).collect();
+    assert_eq!(summaries.len(), 3);
+    assert!(
+        summaries[2]
+            .json()
+            .expect("JSON")
+            .get("temperature")
+            .is_none()
+    );
+    assert_eq!(store.list(None, Some("s2")).await.expect("list").len(), 1);
+    server.shutdown().await.expect("shutdown");
+    sim.shutdown().await;
+}

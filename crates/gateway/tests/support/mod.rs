@@ -1,0 +1,506 @@
+//! Shared pieces of the switch tests: real-sized client requests rebuilt from the captures in
+//! `shared/fixtures/clients/`, clients that grow their history from the replies the way Codex
+//! and Claude Code do, a gateway harness over the strict simulated provider, and a throwaway
+//! redis-server.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use bytes::Bytes;
+use context_relay_gateway::config::Config;
+use context_relay_gateway::sim::{RecordedRequest, SimProvider};
+use context_relay_gateway::{Gateway, RunningGateway};
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client as HttpClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{Value, json};
+
+pub const HANDOFF_TAG: &str = "<context_handoff>";
+/// Words in the relay's summary prompt: the simulator answers such requests with the handoff
+/// JSON and counts them as no turn.
+pub const SUMMARY_NEEDLE: &str = "writing a handoff note";
+
+pub fn summary_reply() -> String {
+    json!({
+        "summary": "Adding a --json flag to the CLI; parser done, tests pending.",
+        "keyDecisions": ["keep the text output as default"],
+        "taskProgress": "parser done",
+        "activeEntities": ["src/cli.rs"]
+    })
+    .to_string()
+}
+
+fn fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/clients/")
+}
+
+/// Expands every `...[N chars]` marker of the captures back to a string of N characters.
+fn expand(v: &mut Value) {
+    match v {
+        Value::String(s) => {
+            if let Some(start) = s.rfind("...[")
+                && let Some(n) = s[start + 4..]
+                    .strip_suffix(" chars]")
+                    .and_then(|n| n.parse::<usize>().ok())
+            {
+                let head = s[..start].to_owned();
+                let mut out = head.clone();
+                let filler = if head.is_empty() {
+                    "lorem ipsum "
+                } else {
+                    &head
+                };
+                while out.chars().count() < n {
+                    out.push(' ');
+                    out.push_str(filler);
+                }
+                *s = out.chars().take(n).collect();
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(expand),
+        Value::Object(o) => o.values_mut().for_each(expand),
+        _ => {}
+    }
+}
+
+/// A captured request with its long texts rebuilt, padded to the size the client really sent
+/// (`content-length` of the capture) by growing `pad_pointer`'s string.
+fn real_sized(file: &str, pad_pointer: &str) -> (Vec<(String, String)>, Value) {
+    let text = std::fs::read_to_string(fixtures_dir().join(file)).expect("fixture");
+    let capture: Value = serde_json::from_str(&text).expect("fixture JSON");
+    let mut body = capture["body"].clone();
+    expand(&mut body);
+    let mut headers = Vec::new();
+    let mut length = 0usize;
+    for (k, v) in capture["headers"].as_object().expect("headers") {
+        let v = v.as_str().unwrap_or_default().to_owned();
+        match k.to_ascii_lowercase().as_str() {
+            "content-length" => length = v.parse().unwrap_or(0),
+            "host" | "connection" | "accept-encoding" => {}
+            _ => headers.push((k.clone(), v)),
+        }
+    }
+    let size = serde_json::to_vec(&body).unwrap().len();
+    if size < length
+        && let Some(Value::String(s)) = body.pointer_mut(pad_pointer)
+    {
+        let deficit = length - size;
+        let words = "Keep edits minimal and explain each change. ";
+        let mut pad = String::with_capacity(deficit + words.len());
+        while pad.len() < deficit {
+            pad.push_str(words);
+        }
+        pad.truncate(deficit);
+        s.push_str(&pad);
+    }
+    (headers, body)
+}
+
+/// A Codex CLI first turn (store false, reasoning.encrypted_content, ~38 KB), for combo `model`.
+pub fn codex_first_turn(model: &str, session: &str) -> (Vec<(String, String)>, Value) {
+    let (mut headers, mut body) =
+        real_sized("11-codex_exec-v1_responses.json", "/input/0/content/0/text");
+    body["model"] = json!(model);
+    body["prompt_cache_key"] = json!(session);
+    for (k, v) in headers.iter_mut() {
+        if matches!(
+            k.as_str(),
+            "session-id" | "thread-id" | "x-client-request-id"
+        ) {
+            *v = session.to_owned();
+        }
+    }
+    if let Some(last) = body["input"].as_array_mut().and_then(|i| i.last_mut()) {
+        last["content"][0]["text"] =
+            json!("Add a --json flag to the CLI and cover it with a test.");
+    }
+    (headers, body)
+}
+
+/// A Claude Code first turn (adaptive thinking, clear_thinking edits, ~76 KB), for `model`.
+pub fn claude_first_turn(model: &str, session: &str) -> (Vec<(String, String)>, Value) {
+    let (mut headers, mut body) = real_sized(
+        "13-claude_cli-v1_messages_beta_true.json",
+        "/tools/0/description",
+    );
+    body["model"] = json!(model);
+    for (k, v) in headers.iter_mut() {
+        if k.eq_ignore_ascii_case("x-claude-code-session-id") {
+            *v = session.to_owned();
+        }
+    }
+    let user_id = json!({"device_id": "0".repeat(64), "account_uuid": "", "session_id": session});
+    body["metadata"]["user_id"] = json!(user_id.to_string());
+    (headers, body)
+}
+
+/// The Codex way of continuing: the reply's output items (reasoning with its
+/// `encrypted_content`, the assistant message) are appended, then the next user message.
+pub fn codex_next_turn(body: &mut Value, reply_sse: &[u8], prompt: &str) {
+    let input = body["input"].as_array_mut().expect("input array");
+    for event in sse_events(reply_sse) {
+        if event["type"] == "response.output_item.done" {
+            input.push(event["item"].clone());
+        }
+    }
+    input.push(json!({"type": "message", "role": "user",
+                      "content": [{"type": "input_text", "text": prompt}]}));
+}
+
+/// The Claude Code way of continuing: the streamed assistant content (signed thinking, text)
+/// becomes an assistant message, then the next user message.
+pub fn claude_next_turn(body: &mut Value, reply_sse: &[u8], prompt: &str) {
+    let mut blocks: Vec<Value> = Vec::new();
+    for event in sse_events(reply_sse) {
+        match event["type"].as_str() {
+            Some("content_block_start") => blocks.push(event["content_block"].clone()),
+            Some("content_block_delta") => {
+                let Some(block) = blocks.last_mut() else {
+                    continue;
+                };
+                let d = &event["delta"];
+                let (field, piece) = match d["type"].as_str() {
+                    Some("text_delta") => ("text", &d["text"]),
+                    Some("thinking_delta") => ("thinking", &d["thinking"]),
+                    Some("signature_delta") => ("signature", &d["signature"]),
+                    _ => continue,
+                };
+                let joined = format!(
+                    "{}{}",
+                    block[field].as_str().unwrap_or(""),
+                    piece.as_str().unwrap_or("")
+                );
+                block[field] = json!(joined);
+            }
+            _ => {}
+        }
+    }
+    let messages = body["messages"].as_array_mut().expect("messages array");
+    messages.push(json!({"role": "assistant", "content": blocks}));
+    messages.push(json!({"role": "user", "content": [{"type": "text", "text": prompt}]}));
+}
+
+/// The JSON data of every SSE event in `bytes`.
+pub fn sse_events(bytes: &[u8]) -> Vec<Value> {
+    String::from_utf8_lossy(bytes)
+        .split("\n\n")
+        .filter_map(|e| {
+            let data = e.lines().find_map(|l| l.strip_prefix("data: "))?;
+            serde_json::from_str(data).ok()
+        })
+        .collect()
+}
+
+/// Whether a streamed reply ended with its API's terminal success event.
+pub fn completed(bytes: &[u8]) -> bool {
+    sse_events(bytes)
+        .last()
+        .is_some_and(|e| e["type"] == "response.completed" || e["type"] == "message_stop")
+}
+
+pub fn contains(hay: &[u8], needle: &str) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+/// One or more gateways over one strict simulated provider.
+pub struct Harness {
+    pub sim: SimProvider,
+    pub gateways: Vec<(Gateway, RunningGateway)>,
+    pub client: HttpClient<HttpConnector, Full<Bytes>>,
+}
+
+/// A gateway configuration over `base_url`: Codex accounts `acct-a`, `acct-b`, `acct-c` behind
+/// combo `codex-relay`, Anthropic accounts `acct-x`, `acct-y`, `acct-z` behind `claude-relay`.
+pub fn config(base_url: &str, store: &str) -> Config {
+    let accounts = |ids: [&str; 3]| {
+        ids.iter()
+            .map(|id| {
+                format!("  [[providers.accounts]]\n  id = \"{id}\"\n  api_key = \"key-{id}\"\n")
+            })
+            .collect::<String>()
+    };
+    let text = format!(
+        r#"
+[store]
+{store}
+[relay]
+handoff_providers = ["*"]
+[[providers]]
+name = "codex"
+base_url = "{base_url}"
+{codex}
+[[providers]]
+name = "anthropic"
+base_url = "{base_url}"
+auth = "x-api-key"
+{claude}
+[[combos]]
+name = "codex-relay"
+targets = ["codex/gpt-5.5"]
+[[combos]]
+name = "claude-relay"
+targets = ["anthropic/claude-opus-4-8"]
+"#,
+        codex = accounts(["acct-a", "acct-b", "acct-c"]),
+        claude = accounts(["acct-x", "acct-y", "acct-z"]),
+    );
+    Config::from_toml_str(&text, |_| None).expect("test config")
+}
+
+impl Harness {
+    /// `count` gateways with `store` (a `[store]` table body) over a simulated provider that
+    /// uses 30 % of an account per turn.
+    pub async fn start(
+        count: usize,
+        store: &str,
+        sim: context_relay_gateway::sim::SimBuilder,
+    ) -> Self {
+        let mut sim = sim;
+        for id in ["acct-a", "acct-b", "acct-c", "acct-x", "acct-y", "acct-z"] {
+            sim = sim.account(id, format!("key-{id}"));
+        }
+        let sim = sim
+            .quota_step(30.0)
+            .summary_reply(SUMMARY_NEEDLE, summary_reply())
+            .start()
+            .await
+            .expect("sim");
+        let mut gateways = Vec::new();
+        for _ in 0..count {
+            let gateway = Gateway::connect(config(&sim.base_url(), store))
+                .await
+                .expect("gateway");
+            let server = gateway
+                .spawn("127.0.0.1:0".parse().unwrap())
+                .await
+                .expect("spawn");
+            gateways.push((gateway, server));
+        }
+        let client = HttpClient::builder(TokioExecutor::new()).build_http();
+        Self {
+            sim,
+            gateways,
+            client,
+        }
+    }
+
+    /// Sends `body` to `path` of gateway `gw` with `headers`; the status, the `x-context-relay`
+    /// header and the whole reply.
+    pub async fn send(
+        &self,
+        gw: usize,
+        path: &str,
+        headers: &[(String, String)],
+        body: &Value,
+    ) -> (StatusCode, Option<String>, Bytes) {
+        let url = format!("{}{path}", self.gateways[gw].1.url());
+        let mut b = Request::post(url);
+        for (k, v) in headers {
+            b = b.header(k.as_str(), v.as_str());
+        }
+        let bytes = Bytes::from(serde_json::to_vec(body).unwrap());
+        let res = self
+            .client
+            .request(b.body(Full::new(bytes)).unwrap())
+            .await
+            .expect("gateway answers");
+        let status = res.status();
+        let acted = res
+            .headers()
+            .get("x-context-relay")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let body = res
+            .into_body()
+            .collect()
+            .await
+            .expect("reply body")
+            .to_bytes();
+        (status, acted, body)
+    }
+
+    /// Waits for the background work (summaries, handoff deletion) of every gateway.
+    pub async fn idle(&self) {
+        for (g, _) in &self.gateways {
+            g.background().idle().await;
+        }
+    }
+
+    /// Upstream requests that were client turns (not summary calls).
+    pub fn turns(&self) -> Vec<RecordedRequest> {
+        self.sim
+            .requests()
+            .into_iter()
+            .filter(|r| !r.summary)
+            .collect()
+    }
+
+    /// The account of each client turn the provider received, in order.
+    pub fn served(&self) -> Vec<String> {
+        self.turns()
+            .into_iter()
+            .map(|r| r.account.unwrap_or_default())
+            .collect()
+    }
+
+    /// The accounts that minted the state `r` carried.
+    pub fn owners(&self, r: &RecordedRequest) -> Vec<Option<String>> {
+        self.sim
+            .state_owners(r)
+            .into_iter()
+            .map(|(_, o)| o)
+            .collect()
+    }
+
+    /// Handoffs stored for `session` (any combo), read through the first gateway's store.
+    pub async fn handoffs(&self, session: &str) -> usize {
+        self.gateways[0]
+            .0
+            .store()
+            .list(None, Some(session))
+            .await
+            .expect("store list")
+            .len()
+    }
+}
+
+/// `REDIS_URL` when set; otherwise a redis-server of our own on a free loopback port, killed
+/// on drop.
+pub struct RedisServer {
+    pub url: String,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    pub fn start() -> Self {
+        if let Ok(url) = std::env::var("REDIS_URL")
+            && !url.is_empty()
+        {
+            return Self { url, child: None };
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (or REDIS_URL set) for this test");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        loop {
+            match lines.next() {
+                Some(Ok(l)) if l.contains("Ready to accept connections") => break,
+                Some(Ok(_)) => {}
+                _ => panic!("redis-server exited before accepting connections"),
+            }
+        }
+        std::thread::spawn(move || for _ in lines {});
+        Self {
+            url: format!("redis://127.0.0.1:{port}/"),
+            child: Some(child),
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().ok();
+            c.wait().ok();
+        }
+    }
+}
+
+pub const MEMORY: &str = "backend = \"memory\"";
+
+/// One API's client: its path, how it continues a conversation, and its accounts.
+#[derive(Clone, Copy)]
+pub enum Client {
+    Codex,
+    Claude,
+}
+
+impl Client {
+    pub fn path(self) -> &'static str {
+        match self {
+            Client::Codex => "/v1/responses",
+            Client::Claude => "/v1/messages?beta=true",
+        }
+    }
+
+    pub fn first(self, session: &str) -> (Vec<(String, String)>, Value) {
+        match self {
+            Client::Codex => codex_first_turn("codex-relay", session),
+            Client::Claude => claude_first_turn("claude-relay", session),
+        }
+    }
+
+    pub fn next(self, body: &mut Value, reply: &[u8], prompt: &str) {
+        match self {
+            Client::Codex => codex_next_turn(body, reply, prompt),
+            Client::Claude => claude_next_turn(body, reply, prompt),
+        }
+    }
+
+    /// The first, second and third account of the client's provider.
+    pub fn accounts(self) -> [&'static str; 3] {
+        match self {
+            Client::Codex => ["acct-a", "acct-b", "acct-c"],
+            Client::Claude => ["acct-x", "acct-y", "acct-z"],
+        }
+    }
+}
+
+/// A conversation of one client through the harness.
+pub struct Conversation {
+    pub client: Client,
+    pub headers: Vec<(String, String)>,
+    pub body: Value,
+    pub turn: usize,
+}
+
+impl Conversation {
+    pub fn new(client: Client, session: &str) -> Self {
+        let (headers, body) = client.first(session);
+        Self {
+            client,
+            headers,
+            body,
+            turn: 1,
+        }
+    }
+
+    /// Sends the current history to gateway `gw`; on a completed reply, the history grows by
+    /// the reply and the next prompt.
+    pub async fn turn(&mut self, h: &Harness, gw: usize) -> (StatusCode, Option<String>, Vec<u8>) {
+        let (status, acted, reply) = h
+            .send(gw, self.client.path(), &self.headers, &self.body)
+            .await;
+        if status == 200 && completed(&reply) {
+            self.turn += 1;
+            let prompt = format!("Turn {}: go on with the next step.", self.turn);
+            self.client.next(&mut self.body, &reply, &prompt);
+        }
+        (status, acted, reply.to_vec())
+    }
+}
+
+/// Turns 1–3 on the first account write a handoff; the first account is then used up.
+pub async fn handoff_ready(h: &Harness, conv: &mut Conversation, session: &str) {
+    for _ in 1..=3 {
+        assert_eq!(conv.turn(h, 0).await.0, 200);
+    }
+    h.idle().await;
+    assert_eq!(h.handoffs(session).await, 1);
+    h.sim.set_used(conv.client.accounts()[0], 100.0);
+    h.sim.clear_requests();
+}

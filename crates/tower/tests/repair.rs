@@ -1,0 +1,199 @@
+//! A request the provider rejects for account-bound state is repaired once; anything else is
+//! passed on; a failed attempt gives its handoff back, before the response is handed on when
+//! the status is an error. Against a provider double that mints account-bound state per
+//! account and rejects foreign state with the real error bodies.
+
+mod bound;
+
+use std::time::Duration;
+
+use bound::Mode;
+use bound::clients::{Claude, Codex, Relay, action, tenant};
+use bytes::Bytes;
+use context_relay_core::HandoffKey;
+use context_relay_tower::injection::RELAY_HEADER;
+use futures_util::StreamExt;
+use http::StatusCode;
+use serde_json::json;
+use tower::ServiceExt;
+
+#[tokio::test]
+async fn a_rejected_request_is_repaired_once_even_without_a_known_switch() {
+    // The client comes from another gateway: its history holds acct-x's state, and the relay
+    // has never seen the session.
+    let relay = Relay::new();
+    let mut codex = Codex::new("stranger");
+    codex.history.push(
+        json!({"type":"reasoning","id":"rs_x","summary":[],"encrypted_content":"enc:acct-x:1"}),
+    );
+    let headers = codex.turn(&relay, "go on").await;
+    assert_eq!(action(&headers), "repaired");
+    let received = relay.provider.received();
+    assert_eq!(received.len(), 2);
+    assert_eq!(received[0].status, StatusCode::BAD_REQUEST);
+    assert!(received[0].carries_state_of("acct-x"));
+    assert_eq!(received[1].status, StatusCode::OK);
+    assert!(!received[1].carries_state_of("acct-x"));
+    assert_eq!(received[1].account, "acct-a", "retried on the same account");
+    // What was rejected is remembered: the next turn is scrubbed, not rejected again, and the
+    // account's own reasoning from the repaired turn is forwarded.
+    let headers = codex.turn(&relay, "and then").await;
+    assert_eq!(action(&headers), "scrubbed");
+    let received = relay.provider.received();
+    assert_eq!(received.len(), 3);
+    assert_eq!(received[2].status, StatusCode::OK);
+    assert!(received[2].text.contains("enc:acct-a:1"));
+
+    // The same for Anthropic's signed thinking blocks.
+    let mut claude = Claude::new("claude-stranger");
+    claude.messages.push(json!({"role":"user","content":"q"}));
+    claude.messages.push(json!({"role":"assistant","content":[
+        {"type":"thinking","thinking":"t","signature":"sig:acct-x:9"},{"type":"text","text":"a"}]}));
+    let headers = claude.turn(&relay, "next").await;
+    assert_eq!(action(&headers), "repaired");
+    let received = relay.provider.received();
+    assert_eq!(received.len(), 5);
+    assert!(!received[4].carries_state_of("acct-x"));
+}
+
+#[tokio::test]
+async fn an_unrelated_400_is_passed_on_unretried() {
+    let relay = Relay::new();
+    relay.provider.with(|s| {
+        s.next_error = Some((StatusCode::BAD_REQUEST, bound::UNRELATED_400));
+    });
+    let mut codex = Codex::new("plain");
+    let (status, headers, body) = relay.send(codex.request("x")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(body, Bytes::from_static(bound::UNRELATED_400.as_bytes()));
+    assert!(headers.get(RELAY_HEADER).is_none());
+    assert_eq!(relay.provider.received().len(), 1);
+}
+
+#[tokio::test]
+async fn a_failure_in_band_before_any_output_is_repaired_invisibly() {
+    let relay = Relay::new();
+    relay.provider.with(|s| s.mode = Mode::FailInBand);
+    let mut codex = Codex::new("inband");
+    codex.history.push(
+        json!({"type":"reasoning","id":"rs_x","summary":[],"encrypted_content":"enc:acct-x:1"}),
+    );
+    let (status, _, body) = relay.send(codex.request("go")).await;
+    assert_eq!(status, StatusCode::OK);
+    let text = String::from_utf8_lossy(&body);
+    assert!(!text.contains("response.failed"), "{text}");
+    assert_eq!(text.matches("event: response.created").count(), 1, "{text}");
+    assert!(text.contains("response.completed"));
+    assert_eq!(relay.provider.received().len(), 2);
+}
+
+#[tokio::test]
+async fn an_in_band_failure_keeps_the_handoff_and_the_affinity() {
+    let relay = Relay::new();
+    let mut codex = Codex::new("fails");
+    codex.turn(&relay, "a").await;
+    relay.upsert_handoff("fails", "acct-a").await;
+    relay.use_account("acct-b");
+    // Not repairable: a server error in band.
+    relay.provider.with(|s| {
+        s.mode = Mode::FailInBand;
+        s.next_error = Some((
+            StatusCode::BAD_REQUEST,
+            r#"{"error":{"code":"server_error","message":"boom"}}"#,
+        ));
+    });
+    let (status, _, body) = relay.send(codex.request("b")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(String::from_utf8_lossy(&body).contains("response.failed"));
+    assert!(
+        relay.handoff_left("fails").await,
+        "the next attempt gets it again"
+    );
+    // The affinity did not move: the retry is still a switch, injected and scrubbed.
+    relay.provider.with(|s| s.mode = Mode::Reject);
+    let headers = codex.turn(&relay, "b again").await;
+    assert_eq!(action(&headers), "injected, scrubbed");
+    assert!(!relay.handoff_left("fails").await);
+}
+
+#[tokio::test]
+async fn an_error_status_releases_the_claim_before_the_response_is_handed_back() {
+    let relay = Relay::new();
+    let mut codex = Codex::new("rotate");
+    codex.turn(&relay, "a").await;
+    relay.upsert_handoff("rotate", "acct-a").await;
+    relay.use_account("acct-b");
+    relay.provider.with(|s| {
+        s.next_error = Some((
+            StatusCode::TOO_MANY_REQUESTS,
+            r#"{"error":{"code":"rate_limit_exceeded"}}"#,
+        ));
+    });
+    let res = relay.svc.clone().oneshot(codex.request("b")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    // No waiting for background work: a retry on the next account can claim it now.
+    let key = HandoffKey::new(tenant(), "rotate", "relay");
+    let claim = relay
+        .store
+        .claim(&key, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(claim.is_some(), "released synchronously");
+    relay.store.release(&claim.unwrap()).await.unwrap();
+    drop(res);
+    relay.use_account("acct-c");
+    let headers = codex.turn(&relay, "b").await;
+    assert_eq!(action(&headers), "injected, scrubbed");
+    assert_eq!(relay.provider.received().last().unwrap().handoffs(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_that_goes_quiet_after_its_opening_is_passed_on() {
+    use std::convert::Infallible;
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use context_relay_store::MemoryStore;
+    use context_relay_tower::{ComboName, InjectionLayer, ResolvedAccount};
+    use http::{Request, Response};
+    use http_body_util::{BodyExt, StreamBody};
+    use tower::ServiceBuilder;
+
+    let opening = Bytes::from_static(
+        b"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"r\"}}\n\n",
+    );
+    let upstream = tower::service_fn(move |req: Request<_>| {
+        let opening = opening.clone();
+        async move {
+            // Read the request, as a provider does (the layer keeps it for a repair).
+            let _ = BodyExt::collect(req.into_body()).await;
+            // The opening event, then nothing (the provider stalls).
+            let frames =
+                futures_util::stream::iter([Ok::<_, Infallible>(http_body::Frame::data(opening))])
+                    .chain(futures_util::stream::pending());
+            let mut res = Response::new(StreamBody::new(frames));
+            res.headers_mut()
+                .insert("content-type", "text/event-stream".parse().unwrap());
+            Ok::<_, Infallible>(res)
+        }
+    });
+    let svc = ServiceBuilder::new()
+        .layer(InjectionLayer::new(Arc::new(MemoryStore::new())))
+        .service(upstream);
+    let body = json!({"stream": true, "input": [
+        {"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"enc:acct-x:1"}]});
+    let mut req = Request::post("/v1/responses")
+        .header("session-id", "quiet")
+        .body(http_body_util::Full::new(Bytes::from(body.to_string())))
+        .unwrap();
+    req.extensions_mut().insert(ComboName::new("relay"));
+    req.extensions_mut()
+        .insert(ResolvedAccount::new("codex", "acct-a"));
+    // The opening is held back while the provider is quiet, then passed on: the head and the
+    // first event arrive (in paused time, the hold's limit elapses at once).
+    let res = svc.oneshot(req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let mut body = res.into_body();
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("response.created"));
+}

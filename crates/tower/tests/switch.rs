@@ -1,0 +1,246 @@
+//! The session keeps working after an account switch: the lasting scrub, per-combo affinity,
+//! replicas sharing one Redis, the body-free fast path. Against a provider double that mints
+//! account-bound state per account and rejects foreign state with the real error bodies.
+
+mod bound;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bound::clients::{Claude, Codex, KEY, Redis, Relay, action, tenant};
+use bound::{Body, Provider, full};
+use bytes::Bytes;
+use context_relay_core::HandoffKey;
+use context_relay_store::{HandoffStore, MemoryStore};
+use context_relay_tower::injection::{RELAY_HEADER, RelayAction};
+use context_relay_tower::{ComboName, InjectionLayer, ResolvedAccount};
+use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use tower::{ServiceBuilder, ServiceExt};
+
+#[tokio::test]
+async fn codex_history_keeps_working_for_three_turns_after_a_switch() {
+    let relay = Relay::new();
+    let mut codex = Codex::new("codex-1");
+    for i in 0..3 {
+        codex.turn(&relay, &format!("step {i}")).await;
+    }
+    relay.upsert_handoff("codex-1", "acct-a").await;
+    relay.use_account("acct-b");
+    for i in 3..6 {
+        let headers = codex.turn(&relay, &format!("step {i}")).await;
+        if i == 3 {
+            assert_eq!(action(&headers), "injected, scrubbed");
+        } else {
+            assert_eq!(action(&headers), "scrubbed");
+        }
+    }
+    let received = relay.provider.received();
+    assert!(
+        received.iter().all(|r| r.status == StatusCode::OK),
+        "no rejection, no repair"
+    );
+    assert_eq!(received.len(), 6);
+    let on_b: Vec<_> = received.iter().filter(|r| r.account == "acct-b").collect();
+    assert_eq!(on_b.len(), 3);
+    for (turn, r) in on_b.iter().enumerate() {
+        assert!(
+            !r.carries_state_of("acct-a"),
+            "turn {turn} on B carried A's state"
+        );
+        // B's own reasoning from its earlier turns is forwarded.
+        let own = r.text.matches(":acct-b:").count();
+        assert!(own >= turn, "turn {turn}: {own} of B's items");
+    }
+    assert!(on_b[2].text.contains("enc:acct-b:4") && on_b[2].text.contains("enc:acct-b:5"));
+    assert_eq!(received.iter().map(|r| r.handoffs()).sum::<usize>(), 1);
+    assert_eq!(on_b[0].handoffs(), 1);
+    assert!(!relay.handoff_left("codex-1").await);
+}
+
+#[tokio::test]
+async fn claude_history_keeps_working_for_three_turns_after_a_switch() {
+    let relay = Relay::new();
+    let mut claude = Claude::new("claude-1");
+    for i in 0..3 {
+        claude.turn(&relay, &format!("question {i}")).await;
+    }
+    relay.upsert_handoff("claude-1", "acct-a").await;
+    relay.use_account("acct-b");
+    for i in 3..6 {
+        claude.turn(&relay, &format!("question {i}")).await;
+    }
+    let received = relay.provider.received();
+    assert!(received.iter().all(|r| r.status == StatusCode::OK));
+    let on_b: Vec<_> = received.iter().filter(|r| r.account == "acct-b").collect();
+    assert_eq!(on_b.len(), 3);
+    for r in &on_b {
+        assert!(!r.carries_state_of("acct-a"));
+    }
+    assert!(on_b[2].text.contains("sig:acct-b:4") && on_b[2].text.contains("sig:acct-b:5"));
+    assert_eq!(received.iter().map(|r| r.handoffs()).sum::<usize>(), 1);
+}
+
+#[tokio::test]
+async fn a_late_handoff_strips_only_the_old_accounts_state() {
+    let relay = Relay::new();
+    let mut codex = Codex::new("late-1");
+    codex.turn(&relay, "a").await;
+    relay.use_account("acct-b");
+    codex.turn(&relay, "b").await;
+    // The summary of A's part arrives only now.
+    relay.upsert_handoff("late-1", "acct-a").await;
+    let headers = codex.turn(&relay, "c").await;
+    assert_eq!(action(&headers), "injected, scrubbed");
+    let last = relay.provider.received().pop().unwrap();
+    assert_eq!(last.handoffs(), 1);
+    assert!(!last.carries_state_of("acct-a"));
+    assert!(last.text.contains("enc:acct-b:2"), "B's own reasoning kept");
+}
+
+#[tokio::test]
+async fn a_session_that_never_switched_is_passed_through_untouched() {
+    let relay = Relay::new();
+    let mut codex = Codex::new("steady");
+    for i in 0..3 {
+        let headers = codex.turn(&relay, &format!("{i}")).await;
+        assert!(headers.get(RELAY_HEADER).is_none());
+    }
+    let received = relay.provider.received();
+    // Every request reached the provider byte for byte, turn state included.
+    assert!(received.iter().all(|r| r.status == StatusCode::OK));
+    assert!(received[2].headers.get("x-codex-turn-state").is_some());
+    assert!(received[2].text.contains("enc:acct-a:1") && received[2].text.contains("enc:acct-a:2"));
+    assert_eq!(RelayAction::default().header_value(), None);
+}
+
+#[tokio::test]
+async fn affinity_is_kept_per_combo() {
+    let relay = Relay::new();
+    let mut codex = Codex::new("two-combos");
+    codex.turn(&relay, "on combo relay").await;
+    // The same session through another combo, served by another account: that combo's first
+    // request, not a switch of the first combo.
+    relay.use_account("acct-b");
+    let mut req = codex.request("on combo fast");
+    req.extensions_mut().insert(ComboName::new("fast"));
+    let (status, headers, body) = relay.send(req).await;
+    // acct-b rejects acct-a's reasoning: repaired, not scrubbed as a switch.
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(action(&headers), "repaired");
+    codex.absorb(&headers, &body);
+    // Back on the first combo with its own account: not a switch, nothing touched but what
+    // acct-a cannot read (the repair strips it).
+    relay.use_account("acct-a");
+    let before = relay.provider.received().len();
+    let headers = codex.turn(&relay, "on combo relay again").await;
+    assert_eq!(action(&headers), "repaired");
+    let received = relay.provider.received();
+    assert_eq!(received.len(), before + 2);
+    assert!(
+        received[before].carries_state_of("acct-a"),
+        "not scrubbed as a switch"
+    );
+}
+
+/// A redis-server of our own on a free loopback port (or `REDIS_URL`), stopped on drop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_on_one_redis_alternate_a_session_across_a_switch() {
+    let redis = Redis::start();
+    let prefix = format!(
+        "cr-switch-test:{}:{:?}:",
+        std::process::id(),
+        SystemTime::now()
+    );
+    let provider = Provider::default();
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        let store = context_relay_store::RedisStore::builder(redis.url.clone())
+            .prefix(prefix.clone())
+            .connect()
+            .await
+            .unwrap();
+        replicas.push(Relay::sharing(Arc::new(store), provider.clone()));
+    }
+    let mut codex = Codex::new("replicated");
+    codex.turn(&replicas[0], "a1").await;
+    codex.turn(&replicas[1], "a2").await;
+    replicas[0].upsert_handoff("replicated", "acct-a").await;
+    for r in &replicas {
+        r.use_account("acct-b");
+    }
+    for (turn, i) in [0, 1, 0, 1].into_iter().enumerate() {
+        let headers = codex.turn(&replicas[i], &format!("b{turn}")).await;
+        let expected = if turn == 0 {
+            "injected, scrubbed"
+        } else {
+            "scrubbed"
+        };
+        assert_eq!(action(&headers), expected, "turn {turn} on replica {i}");
+    }
+    // And back to acct-a on the other replica: a switch again, seen at once.
+    for r in &replicas {
+        r.use_account("acct-a");
+    }
+    let headers = codex.turn(&replicas[1], "a3").await;
+    assert_eq!(action(&headers), "scrubbed");
+    let received = provider.received();
+    assert!(
+        received.iter().all(|r| r.status == StatusCode::OK),
+        "no rejection, no repair"
+    );
+    for r in received.iter().filter(|r| r.account == "acct-b") {
+        assert!(!r.carries_state_of("acct-a"));
+    }
+    assert!(!received.last().unwrap().carries_state_of("acct-b"));
+    assert_eq!(received.iter().map(|r| r.handoffs()).sum::<usize>(), 1);
+}
+
+#[tokio::test]
+async fn the_fast_path_forwards_the_body_as_it_comes() {
+    use http_body_util::StreamBody;
+    let store: Arc<dyn HandoffStore> = Arc::new(MemoryStore::new());
+    let key = HandoffKey::new(tenant(), "steady", "relay");
+    store
+        .set_affinity(&key, context_relay_store::Affinity::new("codex", "acct-a"))
+        .await
+        .unwrap();
+    // The upstream answers after the first frame of the body: a layer that buffered the body
+    // first would never let it.
+    let upstream = tower::service_fn(
+        |req: Request<context_relay_tower::injection::RequestBody<Body>>| async move {
+            let mut body = req.into_body();
+            let first = body.frame().await.expect("a frame").expect("ok");
+            let first = first.into_data().expect("data");
+            Ok::<_, Infallible>(Response::new(full(first)))
+        },
+    );
+    let svc = ServiceBuilder::new()
+        .layer(InjectionLayer::new(store))
+        .service(upstream);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<http_body::Frame<Bytes>, Infallible>>(2);
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    let mut req = Request::post("/v1/responses")
+        .header("session-id", "steady")
+        .header("authorization", format!("Bearer {KEY}"))
+        .body(BodyExt::boxed(StreamBody::new(stream)))
+        .unwrap();
+    req.extensions_mut().insert(ComboName::new("relay"));
+    req.extensions_mut()
+        .insert(ResolvedAccount::new("codex", "acct-a"));
+    tx.send(Ok(http_body::Frame::data(Bytes::from_static(
+        b"{\"input\":",
+    ))))
+    .await
+    .unwrap();
+    let res = tokio::time::timeout(Duration::from_secs(5), svc.oneshot(req))
+        .await
+        .expect("answered before the body ended")
+        .unwrap();
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, Bytes::from_static(b"{\"input\":"));
+    drop(tx);
+}
