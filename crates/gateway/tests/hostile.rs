@@ -114,11 +114,15 @@ impl Env {
         if let Some(k) = key {
             req = req.header("authorization", format!("Bearer {k}"));
         }
-        let body = serde_json::json!({
+        // As real clients send them: `max_tokens` is required by Messages and refused by
+        // GPT-5-family Chat Completions.
+        let mut body = serde_json::json!({
             "model": model,
-            "max_tokens": 16,
             "messages": [{"role": "user", "content": "hi"}]
         });
+        if path.starts_with("/v1/messages") {
+            body["max_tokens"] = 16.into();
+        }
         let res = self
             .client
             .request(req.body(Full::new(Bytes::from(body.to_string()))).unwrap())

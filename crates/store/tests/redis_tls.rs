@@ -87,6 +87,7 @@ fn record(key: &HandoffKey) -> HandoffRecord {
     let now = SystemTime::now();
     HandoffRecord {
         version: 1,
+        kind: Default::default(),
         tenant: key.tenant.clone(),
         session: key.session.clone(),
         combo: key.combo.clone(),
