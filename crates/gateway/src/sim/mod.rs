@@ -450,6 +450,7 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
     if let Some((status, body)) =
         crate::sim_rules::check(crate::sim_rules::Backend::Api, &path, &request)
     {
+        state.reject(recorded, "parameter_rule");
         let mut res = Response::new(Body::from(body));
         *res.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
         res.headers_mut().insert(
