@@ -27,8 +27,8 @@
 //!    the `model` is rewritten when a later target names another model;
 //! 5. the quota signal of every response is read with the provider's `quota` kind
 //!    (`context_relay_core::quota`) and put on the response as a
-//!    [`QuotaSignal`](context_relay_core::QuotaSignal) extension,
-//!    so GenerationLayer sees the same per-provider reading; a signal at or above `rotate_at`
+//!    [`QuotaSignal`](context_relay_core::QuotaSignal) extension, so GenerationLayer sees the
+//!    same per-provider reading; a signal at or above `rotate_at`
 //!    exhausts the account for the next requests;
 //! 6. the body of every error answer is read ahead (at most 64 KiB, decoded, and replayed
 //!    to the client whole) and judged by [`crate::verdict`]: a 429 or a quota error body in
