@@ -17,7 +17,7 @@
 //! | `EncryptedContent` | code `invalid_encrypted_content`; "The encrypted content … could not be verified." |
 //! | `EncryptedOutput` | "Encrypted function output content could not be decrypted or decoded." |
 //! | `PreviousResponse` | code `previous_response_not_found`; "Previous response with id '…' not found." |
-//! | `ThinkingSignature` | "Invalid \`signature\` in \`thinking\` block", and the rest of that family: a thinking block that cannot be verified, or a final assistant turn that must start with a thinking block |
+//! | `ThinkingSignature` | "Invalid \`signature\` in \`thinking\` block", "Invalid \`data\` in \`redacted_thinking\` block", and the rest of that family: a thinking block that cannot be verified, or a final assistant turn that must start with a thinking block |
 //!
 //! ```
 //! use context_relay_core::repair::{RepairKind, classify};
@@ -85,6 +85,11 @@ const SIGNS: &[(&[u8], RepairKind)] = &[
         b"Invalid signature in thinking block",
         RepairKind::ThinkingSignature,
     ),
+    // The opaque payload of a `redacted_thinking` block is bound to its account the same way.
+    (
+        b"Invalid `data` in `redacted_thinking` block",
+        RepairKind::ThinkingSignature,
+    ),
     (
         b"Expected `thinking` or `redacted_thinking`",
         RepairKind::ThinkingSignature,
@@ -139,6 +144,10 @@ mod tests {
         ),
         (
             r#"{"type":"error","error":{"type":"invalid_request_error","message":"messages.1.content.0: Invalid `signature` in `thinking` block"},"request_id":"req_011CUdL49e3Fu9bCKbWF6cXD"}"#,
+            RepairKind::ThinkingSignature,
+        ),
+        (
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"messages.3.content.1: Invalid `data` in `redacted_thinking` block"},"request_id":"req_011CV2bQp7Yt3kRmWq9Zf1aB"}"#,
             RepairKind::ThinkingSignature,
         ),
         (

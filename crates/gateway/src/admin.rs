@@ -14,6 +14,13 @@
 //! - `DELETE /admin/handoffs/{session}[?tenant=…][&combo=…]` deletes every handoff of that
 //!   session (of one tenant / combo when given) → `{"deleted": N}`.
 //!
+//! - `GET /admin/accounts` →
+//!   `{"accounts":[{"provider","account","used_ratio","resets_at","state","sessions"}]}` in
+//!   configuration order: `used_ratio` is the last usage fraction the provider reported (`null`
+//!   before any), `resets_at` (RFC 3339, or `null`) when an exhausted or disabled account comes
+//!   back, `state` one of `available | exhausted | disabled` (disabled: the provider refused
+//!   its key), and `sessions` the number of sessions bound to the account.
+//!
 //! Store errors are a 503 with the store's message.
 
 use std::sync::Arc;
@@ -33,6 +40,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::error::{ErrorShape, error_body};
+use crate::pool::AccountPools;
 use crate::relay::RelayBackground;
 
 /// Longest `settle=true` wait.
@@ -41,6 +49,7 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(10);
 #[derive(Clone)]
 struct Admin {
     store: Arc<dyn HandoffStore>,
+    pools: Arc<AccountPools>,
     /// SHA-256 of the token: comparing digests in constant time hides the token's length too.
     token_digest: [u8; 32],
     background: Option<RelayBackground>,
@@ -52,15 +61,18 @@ pub fn routes(
     store: Arc<dyn HandoffStore>,
     token: &str,
     background: Option<RelayBackground>,
+    pools: Arc<AccountPools>,
 ) -> Router {
     let state = Admin {
         store,
+        pools,
         token_digest: Sha256::digest(token.as_bytes()).into(),
         background,
     };
     Router::new()
         .route("/admin/handoffs", get(list))
         .route("/admin/handoffs/{session}", axum::routing::delete(remove))
+        .route("/admin/accounts", get(accounts))
         .with_state(state)
 }
 
@@ -200,6 +212,33 @@ async fn list(
     }
 }
 
+async fn accounts(State(admin): State<Admin>, headers: HeaderMap) -> Response<Body> {
+    if !authorized(&admin, &headers) {
+        return unauthorized();
+    }
+    let now = SystemTime::now();
+    let mut out = Vec::new();
+    for pool in admin.pools.iter() {
+        let sessions = pool.sessions_per_account();
+        for (i, status) in pool.snapshot(now).into_iter().enumerate() {
+            // When the account is usable again: the later of its exhaustion and its refusal.
+            let resets_at = status.exhausted_until.max(status.disabled_until);
+            out.push(serde_json::json!({
+                "provider": &**pool.name(),
+                "account": &*status.id,
+                "used_ratio": status.used,
+                "resets_at": resets_at.map(rfc3339),
+                "state": status.state(),
+                "sessions": sessions.get(i).copied().unwrap_or(0),
+            }));
+        }
+    }
+    json(
+        StatusCode::OK,
+        serde_json::json!({ "accounts": out }).to_string(),
+    )
+}
+
 async fn remove(
     State(admin): State<Admin>,
     headers: HeaderMap,
@@ -284,6 +323,7 @@ mod tests {
     fn admin(token: &str) -> Admin {
         Admin {
             store: Arc::new(context_relay_store::MemoryStore::new()),
+            pools: Arc::new(AccountPools::default()),
             token_digest: Sha256::digest(token.as_bytes()).into(),
             background: None,
         }

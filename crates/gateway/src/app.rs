@@ -6,13 +6,23 @@
 //!
 //! Routes: `POST /v1/chat/completions`, `POST /v1/responses`, `POST /v1/messages` (query kept),
 //! `POST /v1/messages/count_tokens` through the proxy stack; `GET /v1/models`, `GET /healthz`,
-//! `GET /metrics`, and `GET`/`HEAD /` (Claude Code's warm-up) answered by the gateway; the
-//! [`admin`](crate::admin) routes when `admin_token` is configured.
+//! `GET /readyz` (see [`ready`](crate::ready)), `GET /metrics`, and `GET`/`HEAD /` (Claude
+//! Code's warm-up) answered by the gateway; the [`admin`](crate::admin) routes when
+//! `admin_token` is configured.
+//!
+//! Around the routes, outermost first ([`Gateway::service`]): `CatchPanicLayer` (a panic is a
+//! 500 in an error shape every client reads, and the process lives on),
+//! `SetSensitiveRequestHeadersLayer` (`authorization`, `x-api-key`, `proxy-authorization`,
+//! `cookie` are never logged), `SetRequestIdLayer` / `PropagateRequestIdLayer`
+//! (`x-request-id`), `TraceLayer` as the access log (see [`telemetry`](crate::telemetry)), the
+//! request metrics, and the client body timeout (`client_body_timeout_secs` between two chunks;
+//! then a 408). The proxy stack starts with client authentication ([`auth`](crate::auth)).
 //!
 //! The relay (GenerationLayer and InjectionLayer) is on by default; `relay_enabled = false` in
 //! the configuration or [`Gateway::relay`]`(false)` builds the same gateway without both
 //! layers (a plain pooling proxy, for comparisons and benchmarks).
 
+use std::any::Any;
 use std::convert::Infallible;
 use std::sync::Arc;
 
@@ -21,19 +31,31 @@ use axum::body::Body;
 use axum::routing::{get, post_service};
 use bytes::Bytes;
 use context_relay_store::{DEFAULT_PURGE_INTERVAL, HandoffStore, PurgerHandle, spawn_purger};
-use http::{HeaderValue, Request, Response, StatusCode, header};
+use http::{HeaderName, HeaderValue, Request, Response, StatusCode, header};
+use http_body::Body as _;
+use hyper::body::Incoming;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tower::ServiceBuilder;
 use tower::util::BoxCloneSyncService;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
+use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutBody};
+use tower_http::trace::TraceLayer;
 
+use crate::auth::{Auth, AuthLayer, TENANT_SECRET, random_secret};
+use crate::budget::ByteBudget;
 use crate::combo::{ComboLayer, Routes};
 use crate::config::Config;
-use crate::error::{ErrorShape, error_body};
+use crate::error::{ErrorShape, any_shape_error_body, error_body};
 use crate::pool::AccountPools;
+use crate::ready::Readiness;
 use crate::relay::{RelayBackground, RelayLayers};
 use crate::resolver::AccountResolverLayer;
+use crate::server::{HttpService, ServeOptions};
 use crate::store::{StoreOpenError, open_local_store, open_store};
-use crate::upstream::{Upstream, UpstreamError};
+use crate::telemetry::{RequestMetricsLayer, access_log, access_span};
+use crate::upstream::{Upstream, UpstreamError, UpstreamLimits};
 
 /// The type-erased proxy stack, as the router mounts it.
 pub type ProxyService = BoxCloneSyncService<Request<Body>, Response<Body>, Infallible>;
@@ -47,6 +69,20 @@ pub enum GatewayError {
     /// The handoff store could not be opened.
     #[error(transparent)]
     Store(#[from] StoreOpenError),
+    /// No random secret could be made or read for open-mode tenants.
+    #[error("cannot set up the tenant secret: {0}")]
+    Secret(String),
+}
+
+/// What the proxy stack needs besides routes, pools and the upstream client.
+#[derive(Debug, Clone)]
+pub struct StackOptions {
+    /// Largest request body buffered (decoded), `max_request_bytes`.
+    pub max_body_bytes: usize,
+    /// Client authentication (keys, or open mode).
+    pub auth: Auth,
+    /// The shared budget of buffered request bytes.
+    pub budget: ByteBudget,
 }
 
 /// Builds the proxy stack in DESIGN §3 order.
@@ -60,16 +96,21 @@ pub fn proxy_stack(
     routes: Arc<Routes>,
     pools: Arc<AccountPools>,
     upstream: Upstream,
-    max_body_bytes: usize,
+    options: StackOptions,
     relay: Option<&RelayLayers>,
 ) -> ProxyService {
-    let combo = ComboLayer::from_arc(routes.clone(), max_body_bytes);
+    let max_body_bytes = options.max_body_bytes;
+    let combo = ComboLayer::from_arc(routes.clone(), max_body_bytes).budget(options.budget);
     let resolver = AccountResolverLayer::new(pools)
         .routes(routes)
         .max_body_bytes(max_body_bytes);
+    let auth = AuthLayer::new(options.auth);
     match relay {
         Some(relay) => BoxCloneSyncService::new(
             ServiceBuilder::new()
+                .map_response(fix_content_length)
+                .map_response(|res: Response<_>| res.map(Body::new))
+                .layer(auth.clone())
                 .map_response(|res: Response<_>| res.map(Body::new))
                 // Buffers and decodes the body, sets ComboName, RouteTargets, Tenant and
                 // SessionId, rewrites `model`. Request body from here on: `Full<Bytes>`.
@@ -81,6 +122,9 @@ pub fn proxy_stack(
         ),
         None => BoxCloneSyncService::new(
             ServiceBuilder::new()
+                .map_response(fix_content_length)
+                .map_response(|res: Response<_>| res.map(Body::new))
+                .layer(auth.clone())
                 .map_response(|res: Response<_>| res.map(Body::new))
                 .layer(combo)
                 .layer(resolver)
@@ -102,6 +146,9 @@ pub struct Gateway {
     store: Arc<dyn HandoffStore>,
     relay: Option<RelayLayers>,
     metrics: Option<PrometheusHandle>,
+    auth: Auth,
+    budget: ByteBudget,
+    readiness: Readiness,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -121,6 +168,10 @@ impl Gateway {
     /// A `redis` store connects asynchronously: use [`Gateway::connect`] for it (this returns
     /// [`StoreOpenError::NeedsAsync`]). Relay values that fall back to their defaults are
     /// logged as warnings.
+    ///
+    /// An open gateway (no `[[clients]]`) built this way keys tenants with a secret of this
+    /// process; [`Gateway::connect`] (or [`load_tenant_secret`](Self::load_tenant_secret))
+    /// uses the one kept in the store, so tenants survive restarts and agree across replicas.
     pub fn new(config: Config) -> Result<Self, GatewayError> {
         let store = open_local_store(&config.store)?.ok_or(StoreOpenError::NeedsAsync)?;
         Self::with_store(config, store)
@@ -130,7 +181,23 @@ impl Gateway {
     /// backend (what the binary uses).
     pub async fn connect(config: Config) -> Result<Self, GatewayError> {
         let store = open_store(&config.store).await?;
-        Self::with_store(config, store)
+        Self::with_store(config, store)?.load_tenant_secret().await
+    }
+
+    /// Replaces the open-mode tenant secret by the one kept in the store (stored now when there
+    /// is none). A no-op with `[[clients]]`.
+    pub async fn load_tenant_secret(mut self) -> Result<Self, GatewayError> {
+        if !self.auth.is_open() {
+            return Ok(self);
+        }
+        let candidate = random_secret().map_err(|e| GatewayError::Secret(e.to_string()))?;
+        let secret = self
+            .store
+            .secret(TENANT_SECRET, candidate)
+            .await
+            .map_err(|e| GatewayError::Secret(e.to_string()))?;
+        self.auth = Auth::from_config(&self.config, secret);
+        Ok(self)
     }
 
     /// Builds the gateway over an already opened `store` (its `[store]` section is ignored).
@@ -139,16 +206,29 @@ impl Gateway {
         for (field, w) in warnings {
             tracing::warn!("{field}: {w} (the default is used)");
         }
+        for w in config.warnings() {
+            tracing::warn!("{w}");
+        }
         let relay = config
             .relay_enabled
             .then(|| RelayLayers::new(store.clone(), configs, config.stream_summary_providers()))
             .map(|r| r.summary_settings(crate::summary::summary_settings(&config)));
+        let limits = &config.limits;
+        let upstream = Upstream::with_limits(UpstreamLimits {
+            connect: limits.upstream_connect_timeout_secs.duration(),
+            head: limits.upstream_head_timeout_secs.duration(),
+            idle: limits.upstream_idle_timeout_secs.duration(),
+        })?;
+        let secret = random_secret().map_err(|e| GatewayError::Secret(e.to_string()))?;
         Ok(Self {
             routes: Arc::new(Routes::from_config(&config)),
             pools: Arc::new(AccountPools::from_config(&config)),
-            upstream: Upstream::new()?,
+            upstream,
+            readiness: Readiness::new(store.clone()),
             store,
             relay,
+            auth: Auth::from_config(&config, secret),
+            budget: ByteBudget::new(config.limits.max_buffered_bytes),
             config: Arc::new(config),
             metrics: None,
         })
@@ -231,13 +311,37 @@ impl Gateway {
         &self.routes
     }
 
+    /// The client authentication of this gateway.
+    pub fn auth(&self) -> &Auth {
+        &self.auth
+    }
+
+    /// What `/readyz` answers from.
+    pub fn readiness(&self) -> &Readiness {
+        &self.readiness
+    }
+
+    /// The connection bounds of `[limits]`.
+    pub fn serve_options(&self) -> ServeOptions {
+        let l = &self.config.limits;
+        ServeOptions {
+            header_timeout: l.client_header_timeout_secs.duration(),
+            max_connections: l.max_connections,
+            shutdown_timeout: l.shutdown_timeout_secs.duration(),
+        }
+    }
+
     /// The proxy stack of this gateway.
     pub fn proxy(&self) -> ProxyService {
         proxy_stack(
             self.routes.clone(),
             self.pools.clone(),
             self.upstream.clone(),
-            self.config.max_request_bytes,
+            StackOptions {
+                max_body_bytes: self.config.max_request_bytes,
+                auth: self.auth.clone(),
+                budget: self.budget.clone(),
+            },
             self.relay.as_ref(),
         )
     }
@@ -247,10 +351,48 @@ impl Gateway {
         self.router_with(self.proxy())
     }
 
+    /// The whole HTTP service: [`router`](Self::router) inside the tower-http stack.
+    pub fn service(&self) -> HttpService {
+        self.service_for(self.router())
+    }
+
+    /// `router` inside this gateway's tower-http stack (see the [module docs](self)).
+    pub fn service_for(&self, router: Router) -> HttpService {
+        let sensitive: Arc<[HeaderName]> = Arc::new([
+            header::AUTHORIZATION,
+            HeaderName::from_static("x-api-key"),
+            header::PROXY_AUTHORIZATION,
+            header::COOKIE,
+        ]);
+        let body_timeout = self.config.limits.client_body_timeout_secs.duration();
+        BoxCloneSyncService::new(
+            ServiceBuilder::new()
+                .map_response(|res: Response<_>| res.map(Body::new))
+                .layer(CatchPanicLayer::custom(panic_response))
+                .layer(SetSensitiveRequestHeadersLayer::from_shared(sensitive))
+                .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+                .layer(PropagateRequestIdLayer::x_request_id())
+                .layer(
+                    TraceLayer::new_for_http()
+                        .make_span_with(access_span)
+                        .on_request(())
+                        .on_response(access_log)
+                        .on_body_chunk(())
+                        .on_eos(())
+                        .on_failure(()),
+                )
+                .layer(RequestMetricsLayer)
+                .layer(RequestBodyTimeoutLayer::new(body_timeout))
+                .map_request(|req: Request<TimeoutBody<Incoming>>| req.map(Body::new))
+                .service(router),
+        )
+    }
+
     /// The HTTP routes with a given proxy service.
     pub fn router_with(&self, proxy: ProxyService) -> Router {
         let models = models_body(&self.routes);
         let metrics = self.metrics.clone();
+        let readiness = self.readiness.clone();
         let router = Router::new()
             .route(
                 "/",
@@ -259,6 +401,26 @@ impl Gateway {
             .route(
                 "/healthz",
                 get(|| async { json(StatusCode::OK, Bytes::from_static(b"{\"status\":\"ok\"}")) }),
+            )
+            .route(
+                "/readyz",
+                get(move || {
+                    let readiness = readiness.clone();
+                    async move {
+                        match readiness.check().await {
+                            Ok(()) => json(
+                                StatusCode::OK,
+                                Bytes::from_static(b"{\"status\":\"ready\"}"),
+                            ),
+                            Err(why) => json(
+                                StatusCode::SERVICE_UNAVAILABLE,
+                                Bytes::from(
+                                    serde_json::json!({"status": why.as_str()}).to_string(),
+                                ),
+                            ),
+                        }
+                    }
+                }),
             )
             .route(
                 "/metrics",
@@ -294,6 +456,7 @@ impl Gateway {
                 self.store.clone(),
                 token,
                 self.relay.as_ref().map(RelayLayers::background),
+                self.pools.clone(),
             )),
             None => router,
         };
@@ -309,6 +472,38 @@ impl Gateway {
             )
         })
     }
+}
+
+/// The 500 of a caught panic. The request path (and so the client's API) is unknown here, so
+/// the body is one that OpenAI and Anthropic clients both read.
+fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response<Body> {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".to_owned());
+    tracing::error!(panic = %what, "request handler panicked; answered 500");
+    metrics::counter!("context_relay_gateway_panics_total").increment(1);
+    json(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        any_shape_error_body(
+            "api_error",
+            "the gateway failed on this request (internal error)",
+        ),
+    )
+}
+
+/// Sets `content-length` to the body's exact size when it has one that disagrees: a response
+/// whose body was replaced (a buffered 429, an error) must not keep the provider's length.
+fn fix_content_length(mut res: Response<Body>) -> Response<Body> {
+    if let Some(exact) = res.body().size_hint().exact()
+        && let Some(declared) = res.headers().get(header::CONTENT_LENGTH)
+        && declared.to_str().ok().and_then(|v| v.parse::<u64>().ok()) != Some(exact)
+    {
+        res.headers_mut()
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(exact));
+    }
+    res
 }
 
 /// `GET /v1/models` in the OpenAI list shape: combos first, then their provider/model targets.

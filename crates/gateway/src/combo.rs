@@ -12,7 +12,9 @@
 //!   (the combo's targets, tried in order) are set;
 //! - `model` is `provider/model` → [`RouteTargets`] with that one target, no combo;
 //! - anything else → a 404 in the client's error shape;
-//! - [`Tenant`] and [`SessionId`] are set for every routed request (see [`identify`]).
+//! - a client whose [`ClientAccess`] does not list the model gets a 403;
+//! - [`Tenant`] and [`SessionId`] are set for every routed request (see [`identify`]), and
+//!   `Tenant` and [`ComboName`] are copied onto the response for the access log.
 //!
 //! The body is forwarded as a [`Full<Bytes>`]: decoded (no `content-encoding`), `content-length`
 //! fixed, every byte but the `model` literal as the client sent it. Bodies that are not JSON or
@@ -67,10 +69,13 @@ use context_relay_core::session::{self, SessionSources};
 use context_relay_tower::{ComboName, SessionId, Tenant};
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body::Body;
-use http_body_util::{BodyExt, Either, Full, Limited};
+use http_body_util::{Either, Full};
 use tower_layer::Layer;
 use tower_service::Service;
 
+use crate::auth::{ClientAccess, forbidden};
+use crate::budget::{BudgetHold, ByteBudget};
+use crate::collect::{Collect, collect_within, is_timeout};
 use crate::config::{Config, Strategy};
 use crate::error::{ErrorShape, error_response};
 use crate::model::{find_model, replace_model};
@@ -208,6 +213,7 @@ impl Routes {
 pub struct ComboLayer {
     routes: Arc<Routes>,
     max_body_bytes: usize,
+    budget: ByteBudget,
 }
 
 impl ComboLayer {
@@ -221,7 +227,15 @@ impl ComboLayer {
         Self {
             routes,
             max_body_bytes,
+            budget: ByteBudget::unlimited(),
         }
+    }
+
+    /// Takes buffered bytes from `budget` (unlimited by default): a request that finds it
+    /// spent gets a 503 with `retry-after`.
+    pub fn budget(mut self, budget: ByteBudget) -> Self {
+        self.budget = budget;
+        self
     }
 }
 
@@ -233,6 +247,7 @@ impl<S> Layer<S> for ComboLayer {
             inner,
             routes: self.routes.clone(),
             max_body_bytes: self.max_body_bytes,
+            budget: self.budget.clone(),
         }
     }
 }
@@ -243,6 +258,7 @@ pub struct ComboService<S> {
     inner: S,
     routes: Arc<Routes>,
     max_body_bytes: usize,
+    budget: ByteBudget,
 }
 
 impl<S> ComboService<S> {
@@ -286,9 +302,25 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let routes = self.routes.clone();
         let limit = self.max_body_bytes;
+        let mut hold = self.budget.hold();
         Box::pin(async move {
-            match prepare(req, &routes, limit).await {
-                Ok(req) => inner.call(req).await.map(|r| r.map(Either::Left)),
+            match prepare(req, &routes, limit, &mut hold).await {
+                Ok(req) => {
+                    // Copied onto the response for the access log, which sits outside.
+                    let tenant = req.extensions().get::<Tenant>().cloned();
+                    let combo = req.extensions().get::<ComboName>().cloned();
+                    let mut res = inner.call(req).await?;
+                    // The body has been sent upstream (or dropped) once the response head is
+                    // here: its bytes go back to the budget.
+                    drop(hold);
+                    if let Some(t) = tenant {
+                        res.extensions_mut().insert(t);
+                    }
+                    if let Some(c) = combo {
+                        res.extensions_mut().insert(c);
+                    }
+                    Ok(res.map(Either::Left))
+                }
                 Err(rejection) => Ok(rejection.map(Either::Right)),
             }
         })
@@ -300,6 +332,7 @@ async fn prepare<B>(
     req: Request<B>,
     routes: &Routes,
     limit: usize,
+    hold: &mut BudgetHold,
 ) -> Result<Request<Full<Bytes>>, Response<Full<Bytes>>>
 where
     B: Body<Data = Bytes> + Send + 'static,
@@ -332,10 +365,30 @@ where
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
-    let raw = match Limited::new(body, limit).collect().await {
-        Ok(c) => c.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large()),
-        Err(e) => {
+    let busy = || {
+        let mut res = error_response(
+            shape,
+            StatusCode::SERVICE_UNAVAILABLE,
+            kind(shape, "overloaded"),
+            "the gateway is buffering as many request bytes as it may (max_buffered_bytes); retry shortly",
+        );
+        res.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        res
+    };
+    let raw = match collect_within(body, limit, hold).await {
+        Ok(bytes) => bytes,
+        Err(Collect::TooLarge) => return Err(too_large()),
+        Err(Collect::Budget) => return Err(busy()),
+        Err(Collect::Read(e)) if is_timeout(&*e) => {
+            return Err(error_response(
+                shape,
+                StatusCode::REQUEST_TIMEOUT,
+                kind(shape, "request_timeout"),
+                "the request body stalled longer than the gateway waits between chunks (client_body_timeout_secs)",
+            ));
+        }
+        Err(Collect::Read(e)) => {
             return Err(bad_request(&format!(
                 "the request body could not be read: {e}"
             )));
@@ -346,7 +399,19 @@ where
         None => raw,
         Some(encoding) => {
             let encoding = encoding.to_str().unwrap_or("<non-ASCII>");
+            let layers = encoding.split(',').filter(|t| !t.trim().is_empty()).count();
+            if layers > MAX_CODINGS {
+                // Each layer may expand to the size limit: stacked layers would multiply the
+                // work without any client needing them.
+                return Err(error_response(
+                    shape,
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "invalid_request_error",
+                    &format!("expected at most {MAX_CODINGS} content codings, found {layers}"),
+                ));
+            }
             match decode(encoding, &raw, limit) {
+                Ok(b) if !hold.take(b.len()) => return Err(busy()),
                 Ok(b) => Bytes::from(b),
                 Err(DecodeError::TooLarge { .. }) => return Err(too_large()),
                 Err(e @ DecodeError::Unsupported(_)) => {
@@ -363,6 +428,11 @@ where
     };
 
     let field = find_model(&body).map_err(|e| bad_request(&e.to_string()))?;
+    if let Some(access) = parts.extensions.get::<ClientAccess>()
+        && !access.allows(&field.value)
+    {
+        return Err(forbidden(shape, &access.name, &field.value));
+    }
     let (combo, targets) = routes.resolve(&field.value).map_err(|e| {
         error_response(
             shape,
@@ -388,6 +458,9 @@ where
     parts.extensions.insert(targets);
     Ok(Request::from_parts(parts, Full::new(body)))
 }
+
+/// Most stacked `content-encoding` layers decoded (clients send one).
+const MAX_CODINGS: usize = 2;
 
 /// Sets the [`Tenant`] and [`SessionId`] extensions (unless a service before this one did),
 /// derived as DESIGN §7 says from the credential, the session headers and the decoded body.
@@ -417,6 +490,8 @@ fn kind(shape: ErrorShape, openai: &'static str) -> &'static str {
         (ErrorShape::OpenAi, k) => k,
         (ErrorShape::Anthropic, "model_not_found") => "not_found_error",
         (ErrorShape::Anthropic, "request_too_large") => "request_too_large",
+        (ErrorShape::Anthropic, "overloaded") => "overloaded_error",
+        (ErrorShape::Anthropic, "request_timeout") => "timeout_error",
         (ErrorShape::Anthropic, _) => "invalid_request_error",
     }
 }
@@ -425,6 +500,8 @@ fn kind(shape: ErrorShape, openai: &'static str) -> &'static str {
 mod tests {
     use std::convert::Infallible;
     use std::io::Write;
+
+    use http_body_util::BodyExt;
 
     use tower::{ServiceExt, service_fn};
 

@@ -51,6 +51,17 @@ pub fn error_body(shape: ErrorShape, kind: &str, message: &str) -> Bytes {
     Bytes::from(v.to_string())
 }
 
+/// The JSON bytes of an error both shapes read: `{"type":"error","error":{"type","message",
+/// "code"}}` is a valid OpenAI error (`error.message`, `error.type`) and a valid Anthropic one.
+/// For answers given where the request path is unknown (a caught panic).
+pub fn any_shape_error_body(kind: &str, message: &str) -> Bytes {
+    let v = serde_json::json!({
+        "type": "error",
+        "error": {"type": kind, "message": message, "code": kind}
+    });
+    Bytes::from(v.to_string())
+}
+
 /// A complete JSON error response.
 pub fn error_response(
     shape: ErrorShape,

@@ -28,26 +28,33 @@
 
 pub mod admin;
 pub mod app;
+pub mod auth;
+pub mod budget;
+mod collect;
 pub mod combo;
 pub mod config;
 pub mod error;
+pub mod idle;
 pub mod model;
 pub mod peek;
 pub mod pool;
+pub mod ready;
 pub mod relay;
 pub mod resolver;
+pub mod secret;
 pub mod server;
 pub mod sim;
 pub mod sim_rules;
 pub mod store;
 pub mod summary;
+pub mod telemetry;
 pub mod upstream;
 pub mod verdict;
 
-pub use app::{Gateway, GatewayError, ProxyService, proxy_stack};
+pub use app::{Gateway, GatewayError, ProxyService, StackOptions, proxy_stack};
 pub use combo::{ComboLayer, ComboService, RouteTargets, Routes, Target};
 pub use config::Config;
 pub use relay::{RelayBackground, RelayLayers};
 pub use resolver::{AccountResolver, AccountResolverLayer};
 pub use server::RunningGateway;
-pub use upstream::{Upstream, UpstreamEndpoint};
+pub use upstream::{Upstream, UpstreamEndpoint, UpstreamLimits};

@@ -7,8 +7,9 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use context_relay_gateway::Gateway;
-use context_relay_gateway::config::Config;
-use context_relay_gateway::server::{drain_background, serve, shutdown_signal};
+use context_relay_gateway::config::{Config, LogFormat};
+use context_relay_gateway::server::{drain_background, serve_with, shutdown_signal};
+use context_relay_gateway::telemetry::prometheus_builder;
 use tracing_subscriber::EnvFilter;
 
 /// OpenAI/Anthropic-compatible gateway that pools several accounts per provider and keeps long
@@ -28,30 +29,46 @@ struct Args {
     /// and exit: 0 when valid, 1 otherwise.
     #[arg(long)]
     check: bool,
+    /// Log lines as text or as one JSON object per line (overrides the file's `log_format`).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    log_format: Option<LogFormat>,
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().with_current_span(true).init(),
+    }
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-
     let mut config = match Config::load(&args.config) {
         Ok(c) => c,
         Err(e) => {
+            // Logging is not set up yet (its format is in the file): plain stderr.
             eprintln!("error: {e}");
             return ExitCode::FAILURE;
         }
     };
+    init_logging(args.log_format.unwrap_or(config.log_format));
     if let Some(listen) = args.listen {
         config.listen = listen;
+        if let Err(e) = config.check_open(listen) {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
     }
     if args.check {
         for (field, w) in config.relay_settings().1 {
             println!("warning: {field}: {w} (the default is used)");
+        }
+        for w in config.warnings() {
+            println!("warning: {w}");
         }
         let accounts: usize = config.providers.iter().map(|p| p.accounts.len()).sum();
         println!(
@@ -84,7 +101,7 @@ fn main() -> ExitCode {
 
 async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     let listen = config.listen;
-    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+    let metrics = prometheus_builder().install_recorder()?;
     let gateway = Gateway::connect(config).await?.with_metrics(metrics);
     let listener = tokio::net::TcpListener::bind(listen)
         .await
@@ -94,12 +111,24 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
         %addr,
         store = gateway.store().backend(),
         relay = gateway.relay_enabled(),
+        clients = gateway.config().clients.len(),
         "context-relay-gateway listening"
     );
     // One plain line on stdout, for scripts that start the gateway on port 0.
     println!("listening on http://{addr}");
     let purger = gateway.spawn_purger();
-    serve(listener, gateway.router(), shutdown_signal()).await?;
+    let readiness = gateway.readiness().clone();
+    let shutdown = async move {
+        shutdown_signal().await;
+        readiness.shutting_down();
+    };
+    serve_with(
+        listener,
+        gateway.service(),
+        gateway.serve_options(),
+        shutdown,
+    )
+    .await?;
     tracing::info!("in-flight requests finished");
     drain_background(&gateway.background()).await;
     drop(purger);

@@ -373,6 +373,18 @@ impl ProviderPool {
             .collect()
     }
 
+    /// How many sessions are bound to each account, in configuration order.
+    pub fn sessions_per_account(&self) -> Vec<usize> {
+        let state = self.lock();
+        let mut counts = vec![0; self.accounts.len()];
+        for (account, _) in state.sessions.values() {
+            if let Some(c) = counts.get_mut(*account) {
+                *c += 1;
+            }
+        }
+        counts
+    }
+
     /// The earliest time an exhausted or disabled account becomes available again.
     pub fn next_reset(&self, now: SystemTime) -> Option<SystemTime> {
         self.lock()

@@ -1,47 +1,171 @@
-//! Serving the gateway: graceful shutdown on SIGTERM / ctrl-c, and an in-process handle for
-//! tests and examples.
+//! Serving the gateway: the accept loop with its connection limit and header timeout, graceful
+//! shutdown on SIGTERM / ctrl-c with a time bound, and an in-process handle for tests and
+//! examples.
 //!
-//! On shutdown the listener stops accepting, idle connections close, and in-flight requests
-//! (SSE streams included) run to completion before [`serve`] returns. The relay's background
-//! work (summaries being stored, consumed handoffs being deleted) is then awaited for at most
-//! [`BACKGROUND_GRACE`], and the store is dropped last, which lets redb commit what is queued
-//! and release its file.
+//! - At most `max_connections` client connections are open; a connection beyond the limit is
+//!   closed as soon as it is accepted (counted in
+//!   `context_relay_gateway_connections_rejected_total`), so a flood of idle connections can
+//!   neither exhaust file descriptors nor fill the listen backlog.
+//! - A client has `client_header_timeout_secs` to send its first byte and then its request
+//!   headers (HTTP/1; the same bound applies between keep-alive requests).
+//! - On shutdown the listener stops accepting, idle connections close, and in-flight requests
+//!   (SSE streams included) get `shutdown_timeout_secs` to finish; what is still running then is
+//!   cut. The relay's background work (summaries being stored, consumed handoffs being deleted)
+//!   is then awaited for at most [`BACKGROUND_GRACE`], and the store is dropped last, which lets
+//!   redb commit what is queued and release its file.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
+use axum::body::Body;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, oneshot};
+use tokio::task::{JoinHandle, JoinSet};
+use tower::ServiceExt;
+use tower::util::BoxCloneSyncService;
 
 use context_relay_store::PurgerHandle;
 
 use crate::app::Gateway;
+use crate::ready::Readiness;
 use crate::relay::RelayBackground;
 
 /// How long shutdown waits for the relay's background work.
 pub const BACKGROUND_GRACE: Duration = Duration::from_secs(10);
 
-/// Serves `router` on `listener` until `shutdown` completes, then drains in-flight requests.
+/// The whole HTTP service of a gateway, as the accept loop serves it.
+pub type HttpService = BoxCloneSyncService<Request<Incoming>, Response<Body>, Infallible>;
+
+/// The connection-level bounds of [`serve_with`] (the `[limits]` values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServeOptions {
+    /// Time for a client to send its request headers (30 s).
+    pub header_timeout: Duration,
+    /// Open client connections (10 000).
+    pub max_connections: usize,
+    /// Time in-flight requests get on shutdown before they are cut (30 s).
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        Self {
+            header_timeout: Duration::from_secs(30),
+            max_connections: 10_000,
+            shutdown_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Serves `router` on `listener` with the default [`ServeOptions`] until `shutdown` completes.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    use axum::serve::ListenerExt;
-    // Without TCP_NODELAY, Nagle's algorithm meets the client's delayed ACK and holds small
-    // writes (SSE events) back by up to 40 ms.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!("cannot set TCP_NODELAY: {e}");
+    let service =
+        BoxCloneSyncService::new(router.map_request(|req: Request<Incoming>| req.map(Body::new)));
+    serve_with(listener, service, ServeOptions::default(), shutdown).await
+}
+
+/// Serves `service` on `listener` within `options` until `shutdown` completes, then drains
+/// in-flight requests for at most `options.shutdown_timeout` and cuts the rest.
+pub async fn serve_with(
+    listener: TcpListener,
+    service: HttpService,
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(options.header_timeout);
+    let builder = Arc::new(builder);
+    let slots = Arc::new(Semaphore::new(options.max_connections.max(1)));
+    let graceful = GracefulShutdown::new();
+    let mut connections: JoinSet<()> = JoinSet::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            accepted = listener.accept() => {
+                let tcp = match accepted {
+                    Ok((tcp, _)) => tcp,
+                    Err(e) => {
+                        // Out of file descriptors and the like: wait instead of spinning.
+                        tracing::warn!("accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    metrics::counter!("context_relay_gateway_connections_rejected_total").increment(1);
+                    tracing::debug!("max_connections reached; connection closed");
+                    drop(tcp);
+                    continue;
+                };
+                // Without TCP_NODELAY, Nagle's algorithm meets the client's delayed ACK and
+                // holds small writes (SSE events) back by up to 40 ms.
+                if let Err(e) = tcp.set_nodelay(true) {
+                    tracing::debug!("cannot set TCP_NODELAY: {e}");
+                }
+                let watcher = graceful.watcher();
+                let builder = builder.clone();
+                let service = service.clone();
+                let header_timeout = options.header_timeout;
+                connections.spawn(async move {
+                    metrics::gauge!("context_relay_gateway_connections").increment(1.0);
+                    if first_byte_within(&tcp, header_timeout).await {
+                        let conn = builder.serve_connection_with_upgrades(
+                            TokioIo::new(tcp),
+                            TowerToHyperService::new(service),
+                        );
+                        if let Err(e) = watcher.watch(conn.into_owned()).await {
+                            tracing::debug!("connection ended with an error: {e}");
+                        }
+                    }
+                    metrics::gauge!("context_relay_gateway_connections").decrement(1.0);
+                    drop(slot);
+                });
+            }
         }
-    });
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
+    }
+    drop(listener);
+    tokio::select! {
+        () = graceful.shutdown() => {}
+        () = tokio::time::sleep(options.shutdown_timeout) => {
+            tracing::warn!(
+                connections = connections.len(),
+                "requests still running after shutdown_timeout ({:?}); cutting them",
+                options.shutdown_timeout
+            );
+        }
+    }
+    connections.shutdown().await;
+    Ok(())
+}
+
+/// Waits for the client's first byte: the auto (HTTP/1 or HTTP/2) connection reads it without a
+/// time limit, and HTTP/1's header timeout only starts once it has.
+async fn first_byte_within(tcp: &TcpStream, limit: Duration) -> bool {
+    let mut byte = [0u8; 1];
+    matches!(
+        tokio::time::timeout(limit, tcp.peek(&mut byte)).await,
+        Ok(Ok(n)) if n > 0
+    )
 }
 
 /// Completes on ctrl-c or (on Unix) SIGTERM.
@@ -98,15 +222,29 @@ pub struct RunningGateway {
     task: JoinHandle<io::Result<()>>,
     background: RelayBackground,
     purger: Option<PurgerHandle>,
+    readiness: Option<Readiness>,
 }
 
 impl RunningGateway {
-    /// Binds `addr` (port 0 picks a free port) and serves `router` on it.
+    /// Binds `addr` (port 0 picks a free port) and serves `router` on it with the default
+    /// [`ServeOptions`].
     pub async fn start(addr: SocketAddr, router: Router) -> io::Result<Self> {
+        let service = BoxCloneSyncService::new(
+            router.map_request(|req: Request<Incoming>| req.map(Body::new)),
+        );
+        Self::start_with(addr, service, ServeOptions::default()).await
+    }
+
+    /// Binds `addr` and serves `service` on it within `options`.
+    pub async fn start_with(
+        addr: SocketAddr,
+        service: HttpService,
+        options: ServeOptions,
+    ) -> io::Result<Self> {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let (tx, rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(serve(listener, router, async {
+        let task = tokio::spawn(serve_with(listener, service, options, async {
             // A dropped sender also shuts down.
             let _ = rx.await;
         }));
@@ -116,6 +254,7 @@ impl RunningGateway {
             task,
             background: RelayBackground::default(),
             purger: None,
+            readiness: None,
         })
     }
 
@@ -134,9 +273,13 @@ impl RunningGateway {
         format!("http://{}", self.addr)
     }
 
-    /// Stops accepting, waits for in-flight requests, then (at most [`BACKGROUND_GRACE`]) for
-    /// the relay's background work, stops the purger, and returns the server's result.
+    /// Stops accepting, waits for in-flight requests (within the shutdown timeout), then (at
+    /// most [`BACKGROUND_GRACE`]) for the relay's background work, stops the purger, and
+    /// returns the server's result.
     pub async fn shutdown(mut self) -> io::Result<()> {
+        if let Some(readiness) = self.readiness.take() {
+            readiness.shutting_down();
+        }
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
@@ -151,12 +294,20 @@ impl RunningGateway {
 }
 
 impl Gateway {
-    /// Serves this gateway's [`router`](Gateway::router) on `addr` in the background, with the
-    /// store's purger running (every 10 minutes).
+    /// Serves this gateway's [`service`](Gateway::service) on `addr` in the background, within
+    /// its `[limits]`, with the store's purger running (every 10 minutes).
+    ///
+    /// Fails when the gateway is open (no `[[clients]]`) and `addr` is not a loopback address,
+    /// unless `allow_open = true`.
     pub async fn spawn(&self, addr: SocketAddr) -> io::Result<RunningGateway> {
-        let mut running = RunningGateway::start(addr, self.router()).await?;
+        self.config()
+            .check_open(addr)
+            .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e.to_string()))?;
+        let mut running =
+            RunningGateway::start_with(addr, self.service(), self.serve_options()).await?;
         running.background = self.background();
         running.purger = Some(self.spawn_purger());
+        running.readiness = Some(self.readiness().clone());
         Ok(running)
     }
 }

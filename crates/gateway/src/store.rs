@@ -3,8 +3,13 @@
 //! - `backend = "redb"` (default): one file at `path` (`context-relay.redb`), durable across
 //!   restarts and `kill -9`; one gateway process at a time may open it.
 //! - `backend = "memory"`: in process, lost on restart (tests, trying things out).
-//! - `backend = "redis"`: a Redis server at `url`, shared by several gateway replicas (needs the
-//!   `redis` feature, on by default).
+//! - `backend = "redis"`: a Redis server at `url` (or the variable `url_env`), shared by several
+//!   gateway replicas (needs the `redis` feature, on by default). `rediss://` connects over TLS,
+//!   checked against the web roots or the PEM authorities of `ca_file`; `prefix` (default
+//!   `context-relay:`) starts every key. A call on a request's path waits at most
+//!   `request_timeout_ms` (40); when Redis does not answer, a circuit breaker skips it for a
+//!   back-off (100 ms doubling up to 5 s): requests pass through without the relay and summaries
+//!   are not generated meanwhile.
 //!
 //! Errors name the file or the server (with any password in the URL hidden), so a
 //! misconfigured store fails at start-up with a message that says what to fix.
@@ -44,6 +49,14 @@ pub enum StoreOpenError {
         url: String,
         /// What the client reported.
         source: StoreError,
+    },
+    /// The `ca_file` of a redis store could not be read.
+    #[error("cannot read store.ca_file {path}: {source}")]
+    CaFile {
+        /// The configured file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
     },
     /// `backend = "redis"` without a URL (the configuration loader rejects this already).
     #[error("store.url: expected a redis URL with backend = \"redis\", found none")]
@@ -90,7 +103,20 @@ pub async fn open_store(config: &StoreConfig) -> Result<Arc<dyn HandoffStore>, S
 #[cfg(feature = "redis")]
 async fn connect_redis(config: &StoreConfig) -> Result<Arc<dyn HandoffStore>, StoreOpenError> {
     let url = config.url.as_deref().ok_or(StoreOpenError::MissingUrl)?;
-    let store = context_relay_store::RedisStore::connect(url)
+    let mut builder = context_relay_store::RedisStore::builder(url)
+        .request_timeout(std::time::Duration::from_millis(config.request_timeout_ms));
+    if let Some(prefix) = &config.prefix {
+        builder = builder.prefix(prefix.as_str());
+    }
+    if let Some(path) = &config.ca_file {
+        let pem = std::fs::read(path).map_err(|e| StoreOpenError::CaFile {
+            path: path.clone(),
+            source: e,
+        })?;
+        builder = builder.root_certificates(pem);
+    }
+    let store = builder
+        .connect()
         .await
         .map_err(|source| StoreOpenError::Redis {
             url: redact_url(url),
@@ -105,49 +131,11 @@ async fn connect_redis(_config: &StoreConfig) -> Result<Arc<dyn HandoffStore>, S
     Err(StoreOpenError::RedisUnsupported)
 }
 
-/// `url` with the password of its user-info replaced by `***` (for logs and errors).
-///
-/// ```
-/// use context_relay_gateway::store::redact_url;
-/// assert_eq!(redact_url("redis://:s3cret@cache:6379/0"), "redis://:***@cache:6379/0");
-/// assert_eq!(redact_url("redis://user:pw@cache/"), "redis://user:***@cache/");
-/// assert_eq!(redact_url("redis://127.0.0.1:6379/"), "redis://127.0.0.1:6379/");
-/// ```
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(authority_end);
-    let Some((userinfo, host)) = authority.rsplit_once('@') else {
-        return url.to_owned();
-    };
-    let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-    if userinfo.contains(':') {
-        format!("{scheme}://{user}:***@{host}{path}")
-    } else {
-        // A lone user-info part is the password in redis URLs (`redis://secret@host`).
-        format!("{scheme}://***@{host}{path}")
-    }
-}
+pub use crate::secret::redact_url;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn redaction_never_leaks_the_password() {
-        for (url, secret) in [
-            ("redis://:pw1@h:1/0", "pw1"),
-            ("rediss://u:pw2@h/", "pw2"),
-            ("redis://pw3@h", "pw3"),
-        ] {
-            let r = redact_url(url);
-            assert!(!r.contains(secret), "{r}");
-            assert!(r.contains("***@h"), "{r}");
-        }
-        assert_eq!(redact_url("not a url"), "not a url");
-    }
 
     #[tokio::test]
     async fn redb_open_errors_name_the_path() {
@@ -156,7 +144,7 @@ mod tests {
         let config = StoreConfig {
             backend: StoreBackend::Redb,
             path: dir.path().to_owned(),
-            url: None,
+            ..StoreConfig::default()
         };
         let e = open_store(&config)
             .await
@@ -170,7 +158,7 @@ mod tests {
         let config = StoreConfig {
             backend: StoreBackend::Redb,
             path: dir.path().join("relay.redb"),
-            url: None,
+            ..StoreConfig::default()
         };
         let store = open_store(&config).await.unwrap();
         assert_eq!(store.backend(), "redb");
@@ -188,6 +176,7 @@ mod tests {
             path: PathBuf::new(),
             // Port 1 on loopback: nothing listens there.
             url: Some("redis://:hunter2@127.0.0.1:1/".to_owned()),
+            ..StoreConfig::default()
         };
         let e = open_store(&config)
             .await

@@ -6,6 +6,17 @@
 //! nothing is buffered, so an SSE event reaches the client as soon as the provider sends it.
 //! Connection errors become a 502 in the client's error shape (the service never fails).
 //!
+//! Time is bounded ([`UpstreamLimits`]): connecting (`upstream_connect_timeout_secs`), waiting
+//! for the response head (`upstream_head_timeout_secs`, then a 504 in the client's error shape)
+//! and waiting between two chunks of the response body (`upstream_idle_timeout_secs`, then the
+//! stream is cut: the client sees a closed stream, never a half-written error).
+//!
+//! Headers: besides the client's credentials, headers that would let a client pick the
+//! account's organization or project, or send cookies (`openai-organization`,
+//! `openai-project`, `anthropic-organization-id`, `cookie`, `api-key`, `x-goog-api-key`) are
+//! not forwarded; headers that identify the account (`set-cookie`, `openai-organization`,
+//! `anthropic-organization-id`) are removed from responses.
+//!
 //! It uses hyper-util's pooled client with rustls (ring provider, webpki roots) for `https`
 //! and plain TCP for `http`, HTTP/1.1 and HTTP/2 (ALPN).
 
@@ -28,8 +39,12 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tower_service::Service;
 
+use context_relay_tower::ResolvedAccount;
+
 use crate::combo::BoxError;
 use crate::error::{ErrorShape, error_response};
+use crate::idle::IdleTimeoutBody;
+use crate::secret::redact_url;
 
 /// Request extension set by the account resolver: where the request goes and with which
 /// credential.
@@ -44,7 +59,7 @@ pub struct UpstreamEndpoint {
 impl std::fmt::Debug for UpstreamEndpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UpstreamEndpoint")
-            .field("base_url", &self.base_url)
+            .field("base_url", &redact_url(&self.base_url))
             .field("credential", &self.credential.as_ref().map(|(n, _)| n))
             .finish()
     }
@@ -60,11 +75,53 @@ pub enum UpstreamError {
 
 type OutBody = UnsyncBoxBody<Bytes, BoxError>;
 
+/// The time bounds of upstream calls (see the [module docs](self)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UpstreamLimits {
+    /// Connecting (TCP) to the provider (10 s).
+    pub connect: Duration,
+    /// From sending the request to the response head (600 s).
+    pub head: Duration,
+    /// Between two chunks of the response body (300 s).
+    pub idle: Duration,
+}
+
+impl Default for UpstreamLimits {
+    fn default() -> Self {
+        Self {
+            connect: Duration::from_secs(10),
+            head: Duration::from_secs(600),
+            idle: Duration::from_secs(300),
+        }
+    }
+}
+
 /// See the [module docs](self).
 #[derive(Clone, Debug)]
 pub struct Upstream {
     client: Client<HttpsConnector<HttpConnector>, OutBody>,
+    limits: UpstreamLimits,
 }
+
+/// Request headers a client may not set upstream: they would choose the account's
+/// organization or project, or carry a credential of their own.
+const CLIENT_ONLY: [&str; 8] = [
+    "authorization",
+    "x-api-key",
+    "api-key",
+    "x-goog-api-key",
+    "cookie",
+    "openai-organization",
+    "openai-project",
+    "anthropic-organization-id",
+];
+
+/// Response headers that identify the account and stay between the gateway and the provider.
+const ACCOUNT_ONLY: [&str; 3] = [
+    "set-cookie",
+    "openai-organization",
+    "anthropic-organization-id",
+];
 
 /// Headers that describe one connection, not the message (RFC 9110 §7.6.1), plus `host`,
 /// which the client derives from the upstream URL.
@@ -81,12 +138,17 @@ const HOP_BY_HOP: [&str; 9] = [
 ];
 
 impl Upstream {
-    /// A pooled client for http and https upstreams.
+    /// A pooled client for http and https upstreams, with the default [`UpstreamLimits`].
     pub fn new() -> Result<Self, UpstreamError> {
+        Self::with_limits(UpstreamLimits::default())
+    }
+
+    /// A pooled client for http and https upstreams bounded by `limits`.
+    pub fn with_limits(limits: UpstreamLimits) -> Result<Self, UpstreamError> {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_nodelay(true);
-        http.set_connect_timeout(Some(Duration::from_secs(10)));
+        http.set_connect_timeout(Some(limits.connect));
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())?
             .https_or_http()
@@ -96,7 +158,7 @@ impl Upstream {
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(90))
             .build(https);
-        Ok(Self { client })
+        Ok(Self { client, limits })
     }
 }
 
@@ -143,17 +205,19 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+/// The response body of [`Upstream`]: the provider's stream, or the gateway's own error.
+pub type UpstreamBody = Either<IdleTimeoutBody<Incoming>, Full<Bytes>>;
+
 /// The future of [`Upstream`].
-pub type ResponseFuture = Pin<
-    Box<dyn Future<Output = Result<Response<Either<Incoming, Full<Bytes>>>, Infallible>> + Send>,
->;
+pub type ResponseFuture =
+    Pin<Box<dyn Future<Output = Result<Response<UpstreamBody>, Infallible>> + Send>>;
 
 impl<B> Service<Request<B>> for Upstream
 where
     B: Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
-    type Response = Response<Either<Incoming, Full<Bytes>>>;
+    type Response = Response<UpstreamBody>;
     type Error = Infallible;
     type Future = ResponseFuture;
 
@@ -164,6 +228,7 @@ where
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let client = self.client.clone();
+        let limits = self.limits;
         Box::pin(async move {
             let shape = ErrorShape::for_path(req.uri().path());
             let bad_gateway = |message: String| {
@@ -183,19 +248,22 @@ where
                         .into(),
                 );
             };
+            // A base URL may carry user-info: never shown as is (parsed only on error paths).
+            let shown = || redact_url(&endpoint.base_url);
             let uri = match upstream_uri(&endpoint.base_url, &parts.uri) {
                 Ok(u) => u,
                 Err(e) => {
                     return bad_gateway(format!(
                         "the upstream URL for {} is invalid: {e}",
-                        endpoint.base_url
+                        shown()
                     ));
                 }
             };
             strip_hop_by_hop(&mut parts.headers);
             parts.headers.remove(header::HOST);
-            parts.headers.remove(header::AUTHORIZATION);
-            parts.headers.remove("x-api-key");
+            for name in CLIENT_ONLY {
+                parts.headers.remove(name);
+            }
             // hyper sets the length from the body (exact for buffered bodies, chunked for
             // streams), so a stale client value can never disagree with what is sent.
             parts.headers.remove(header::CONTENT_LENGTH);
@@ -206,11 +274,44 @@ where
             // The client picks the protocol per connection; a client's HTTP/2 request must not
             // force HTTP/2 on an HTTP/1 upstream.
             parts.version = http::Version::HTTP_11;
+            let provider = parts
+                .extensions
+                .get::<ResolvedAccount>()
+                .map_or_else(|| "-".to_owned(), |r| r.provider.to_string());
             let out = Request::from_parts(parts, body.map_err(Into::into).boxed_unsync());
-            match client.request(out).await {
+            let started = std::time::Instant::now();
+            let sent = tokio::time::timeout(limits.head, client.request(out)).await;
+            metrics::histogram!(
+                "context_relay_gateway_upstream_first_byte_seconds",
+                "provider" => provider.clone()
+            )
+            .record(started.elapsed().as_secs_f64());
+            let Ok(sent) = sent else {
+                tracing::warn!(base_url = %shown(), after = ?limits.head, "upstream sent no response head in time");
+                metrics::counter!("context_relay_gateway_upstream_timeouts_total", "provider" => provider, "phase" => "head").increment(1);
+                let kind = match shape {
+                    ErrorShape::OpenAi => "timeout",
+                    ErrorShape::Anthropic => "timeout_error",
+                };
+                return Ok(error_response(
+                    shape,
+                    StatusCode::GATEWAY_TIMEOUT,
+                    kind,
+                    &format!(
+                        "the upstream {} sent no response within {:?} (upstream_head_timeout_secs)",
+                        shown(),
+                        limits.head
+                    ),
+                )
+                .map(Either::Right));
+            };
+            match sent {
                 Ok(mut res) => {
                     strip_hop_by_hop(res.headers_mut());
-                    Ok(res.map(Either::Left))
+                    for name in ACCOUNT_ONLY {
+                        res.headers_mut().remove(name);
+                    }
+                    Ok(res.map(|b| Either::Left(IdleTimeoutBody::new(b, limits.idle))))
                 }
                 Err(e) => {
                     // hyper's top-level message is generic ("client error (Connect)"); the
@@ -221,11 +322,11 @@ where
                         source.push_str(&format!(": {c}"));
                         cause = c.source();
                     }
-                    tracing::warn!(base_url = %endpoint.base_url, error = %e, "upstream request failed");
+                    tracing::warn!(base_url = %shown(), error = %e, "upstream request failed");
                     metrics::counter!("context_relay_gateway_upstream_errors_total").increment(1);
                     bad_gateway(format!(
                         "the upstream {} could not be reached: {e}{source}",
-                        endpoint.base_url
+                        shown()
                     ))
                 }
             }

@@ -210,10 +210,10 @@ async fn anthropic_messages_with_x_api_key_and_beta_query() {
         &up.body[..],
         body.replace("claude-relay", "claude-sonnet-4-5").as_bytes()
     );
-    // Sessions are bound per tenant (the hash of the client's key).
+    // Sessions are bound per tenant (the keyed hash of the client's key).
     let mut client = http::HeaderMap::new();
     client.insert("x-api-key", "client-key".parse().unwrap());
-    let tenant = context_relay_core::session::tenant(&client);
+    let tenant = env.gateway.auth().identify(&client).unwrap().0.0;
     assert_eq!(
         env.gateway
             .pools()

@@ -13,7 +13,7 @@ use serde_json::json;
 
 #[tokio::test]
 async fn relay_counters_appear_on_metrics() {
-    let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+    let handle = context_relay_gateway::telemetry::prometheus_builder()
         .install_recorder()
         .unwrap();
     let sim = SimProvider::builder()
@@ -97,10 +97,28 @@ targets = ["codex/gpt-5.5"]
         "context_relay_consumed_total",
         "context_relay_switches_total",
         "context_relay_gateway_retries_total",
+        "context_relay_gateway_requests_in_flight",
     ] {
         assert!(page.contains(name), "{name} missing from\n{page}");
     }
     assert!(page.contains("outcome=\"generated\""), "{page}");
+    // Histograms with their explicit buckets and labels.
+    assert!(
+        page.contains(
+            "context_relay_gateway_request_seconds_bucket{route=\"/v1/chat/completions\",status=\"200\",le=\"0.005\"}"
+        ),
+        "{page}"
+    );
+    assert!(
+        page.contains("context_relay_gateway_upstream_first_byte_seconds_bucket{provider=\"codex\",le=\"300\"}"),
+        "{page}"
+    );
+    assert!(
+        page.contains(
+            "context_relay_gateway_request_seconds_count{route=\"/metrics\",status=\"200\"}"
+        ),
+        "{page}"
+    );
 
     // A revoked key is counted; with acct-a still exhausted nothing is left: a 502 of the
     // gateway, not the provider's 401.

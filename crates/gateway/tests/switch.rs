@@ -61,6 +61,15 @@ async fn three_turns_after_a_switch(client: Client) {
         1,
         "a handoff was written at 90 %"
     );
+    // The summary call itself passed the provider's rules (a rejected one would leave only an
+    // extractive handoff).
+    let summaries: Vec<_> = h.sim.requests().into_iter().filter(|r| r.summary).collect();
+    assert!(!summaries.is_empty());
+    assert!(
+        summaries.iter().all(|r| r.rejected.is_none()),
+        "{:?}",
+        summaries.iter().map(|r| &r.rejected).collect::<Vec<_>>()
+    );
     let before = h.turns();
     assert!(before.iter().all(|r| r.account.as_deref() == Some(a)));
     assert!(before.iter().all(|r| r.rejected.is_none()));

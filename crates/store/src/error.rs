@@ -55,6 +55,14 @@ pub enum StoreError {
         /// The time limit that ran out.
         after: Duration,
     },
+    /// The store is known to be unreachable (its circuit breaker is open): `op` was not tried.
+    #[error("handoff store unreachable: {op} not tried for another {retry_in:?}")]
+    Unavailable {
+        /// The operation that was skipped.
+        op: &'static str,
+        /// Until the next attempt.
+        retry_in: Duration,
+    },
     /// The store's writer has stopped (the store is shutting down or its writer thread died).
     #[error("handoff store is closed: its writer thread is no longer running")]
     Closed,

@@ -79,6 +79,8 @@ use context_relay_core::portable::ForeignSet;
 use context_relay_core::{HandoffKey, HandoffRecord};
 
 mod affinity;
+#[cfg(feature = "redis")]
+mod breaker;
 pub mod clock;
 pub mod cooldown;
 mod error;
@@ -190,6 +192,15 @@ pub trait HandoffStore: Send + Sync + 'static {
     fn end_generation<'a>(&'a self, lease: &'a GenerationLease) -> StoreFuture<'a, ()> {
         let _ = lease;
         Box::pin(std::future::ready(Ok(())))
+    }
+
+    /// The deployment secret called `name`: the one stored earlier, or `candidate`, stored now
+    /// when there is none (the first writer wins, so replicas sharing a store agree). Durable
+    /// backends keep it across restarts; the default (memory) keeps nothing and returns
+    /// `candidate`.
+    fn secret<'a>(&'a self, name: &'a str, candidate: [u8; 32]) -> StoreFuture<'a, [u8; 32]> {
+        let _ = name;
+        Box::pin(std::future::ready(Ok(candidate)))
     }
 }
 

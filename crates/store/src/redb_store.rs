@@ -38,6 +38,7 @@ const HANDOFFS: TableDefinition<'static, (&str, &str, &str), &[u8]> =
     TableDefinition::new("handoffs");
 const AFFINITY: TableDefinition<'static, (&str, &str, &str), &[u8]> =
     TableDefinition::new("affinity_by_combo");
+const SECRETS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("secrets");
 
 /// First byte of every stored value: bump it when the header changes.
 const LAYOUT: u8 = 1;
@@ -668,6 +669,41 @@ impl HandoffStore for RedbStore {
     fn backend(&self) -> &'static str {
         "redb"
     }
+
+    fn secret<'a>(&'a self, name: &'a str, candidate: [u8; 32]) -> StoreFuture<'a, [u8; 32]> {
+        let db = self.inner.db.clone();
+        let name = name.to_owned();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || stored_secret(&db, &name, candidate))
+                .await
+                .map_err(|_| StoreError::Closed)?
+        })
+    }
+}
+
+/// The secret `name` of `db`, storing `candidate` when there is none.
+fn stored_secret(db: &Database, name: &str, candidate: [u8; 32]) -> Result<[u8; 32], StoreError> {
+    let io = |e: &dyn fmt::Display| StoreError::Io {
+        op: "secret",
+        reason: e.to_string(),
+    };
+    let w = db.begin_write().map_err(|e| io(&e))?;
+    let secret = {
+        let mut table = w.open_table(SECRETS).map_err(|e| io(&e))?;
+        let existing = table
+            .get(name)
+            .map_err(|e| io(&e))?
+            .and_then(|v| <[u8; 32]>::try_from(v.value()).ok());
+        match existing {
+            Some(s) => s,
+            None => {
+                table.insert(name, &candidate[..]).map_err(|e| io(&e))?;
+                candidate
+            }
+        }
+    };
+    w.commit().map_err(|e| io(&e))?;
+    Ok(secret)
 }
 
 impl fmt::Debug for RedbStore {

@@ -11,13 +11,21 @@
 //! (account) and `f` (the foreign digests and until when they are kept, JSON), expiring after
 //! the affinity TTL without a change.
 //!
-//! Every call is bounded by a timeout (default 2 s): while Redis restarts, callers get an error
-//! quickly and the layers fail open, instead of waiting for reconnection.
+//! Every call is bounded by a timeout (default 2 s); calls on a request's path (`get`,
+//! `contains`, `claim`, `release`, `affinity`, `set_affinity`) can be given a shorter one
+//! ([`RedisStoreBuilder::request_timeout`]; the gateway uses 40 ms). A call that fails for the
+//! connection's sake (timeout, refused, dropped) opens a circuit breaker: for a back-off (100 ms,
+//! doubling up to 5 s) every call fails at once with [`StoreError::Unavailable`], generation
+//! included, so an unreachable Redis adds at most one short timeout to a request and the layers
+//! fail open. The first call after the back-off is the trial that closes the breaker again.
+//!
+//! `rediss://` URLs connect over TLS (rustls with ring), checked against the public web roots
+//! or the certificate authorities given to [`RedisStoreBuilder::root_certificates`].
 
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use context_relay_core::portable::ForeignSet;
 use context_relay_core::time::{from_unix_millis, to_unix_millis};
@@ -26,6 +34,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisError, Script};
 
 use crate::affinity::{self, AffinityMap, Write};
+use crate::breaker::Breaker;
 use crate::clock::{Clock, SystemClock, after_ms, now_ms};
 use crate::{
     Affinity, Claim, DEFAULT_AFFINITY_CACHE_ENTRIES, DEFAULT_AFFINITY_TTL, GenerationLease,
@@ -39,8 +48,25 @@ struct Foreign {
     until: u64,
 }
 
-/// Time limit of every Redis call by default.
+/// Time limit of every Redis call off the request path by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Time limit of a Redis call on a request's path by default (the same as the others; a
+/// gateway sets a short one with [`RedisStoreBuilder::request_timeout`]).
+pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = DEFAULT_TIMEOUT;
+/// First back-off of the circuit breaker.
+pub(crate) const BREAKER_MIN_BACKOFF: Duration = Duration::from_millis(100);
+/// Longest back-off of the circuit breaker.
+pub(crate) const BREAKER_MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Operations on a request's path: they get the short timeout.
+const REQUEST_PATH: [&str; 6] = [
+    "get",
+    "contains",
+    "claim",
+    "release",
+    "affinity",
+    "set_affinity",
+];
 /// How long a replica trusts its cached affinity by default before asking Redis again: not at
 /// all. Any other replica may have served the session since this one last looked, and deciding
 /// "no switch" on a stale view would send the new account another account's state; a read costs
@@ -152,15 +178,45 @@ impl Scripts {
 }
 
 /// Options for connecting a [`RedisStore`].
-#[derive(Debug, Clone)]
+///
+/// `Debug` hides the URL's password.
+#[derive(Clone)]
 pub struct RedisStoreBuilder {
     url: String,
     prefix: String,
     timeout: Duration,
+    request_timeout: Duration,
+    backoff: (Duration, Duration),
+    root_certs: Option<Vec<u8>>,
     clock: Arc<dyn Clock>,
     affinity_ttl: Duration,
     affinity_cache_ttl: Duration,
     affinity_cache_entries: usize,
+}
+
+impl fmt::Debug for RedisStoreBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let url = match redis::parse_redis_url(&self.url) {
+            Some(mut u) if u.password().is_some() => {
+                let _ = u.set_password(Some("***"));
+                u.to_string()
+            }
+            // `redis://secret@host`: a lone user name is the password.
+            Some(mut u) if !u.username().is_empty() => {
+                let _ = u.set_username("***");
+                u.to_string()
+            }
+            Some(u) => u.to_string(),
+            None => "<unparsable URL>".to_owned(),
+        };
+        f.debug_struct("RedisStoreBuilder")
+            .field("url", &url)
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("root_certs", &self.root_certs.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl RedisStoreBuilder {
@@ -171,9 +227,30 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// Time limit of every call, connecting included (default 2 s).
+    /// Time limit of every call off the request path, connecting included (default 2 s).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// Time limit of the calls on a request's path (default: the same as
+    /// [`timeout`](Self::timeout)): what an unreachable Redis can add to a request before the
+    /// circuit breaker opens.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// The circuit breaker's first and longest back-off (default 100 ms and 5 s).
+    pub fn breaker_backoff(mut self, first: Duration, longest: Duration) -> Self {
+        self.backoff = (first, longest);
+        self
+    }
+
+    /// PEM certificates of the authorities a `rediss://` server is checked against, instead
+    /// of the public web roots (for a private CA).
+    pub fn root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.root_certs = Some(pem.into());
         self
     }
 
@@ -206,7 +283,23 @@ impl RedisStoreBuilder {
 
     /// Connects; fails within the timeout when Redis cannot be reached.
     pub async fn connect(self) -> Result<RedisStore, StoreError> {
-        let client = redis::Client::open(self.url.as_str()).map_err(redis_err("connect"))?;
+        if self.url.starts_with("rediss://") {
+            // The redis crate builds its TLS configuration with the process-wide rustls
+            // provider; make it ring unless the application chose one already (then this
+            // returns an error we do not need).
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let client = match &self.root_certs {
+            Some(pem) => redis::Client::build_with_tls(
+                self.url.as_str(),
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem.clone()),
+                },
+            ),
+            None => redis::Client::open(self.url.as_str()),
+        }
+        .map_err(redis_err("connect"))?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.timeout))
             .set_response_timeout(Some(self.timeout))
@@ -225,6 +318,8 @@ impl RedisStoreBuilder {
                 seq_key: format!("{}seq", self.prefix),
                 prefix: self.prefix,
                 timeout: self.timeout,
+                request_timeout: self.request_timeout,
+                breaker: Breaker::new(self.backoff.0, self.backoff.1),
                 clock: self.clock,
                 affinity_ttl: self.affinity_ttl,
                 affinity_cache_ttl: self.affinity_cache_ttl,
@@ -250,6 +345,8 @@ struct Inner {
     prefix: String,
     seq_key: String,
     timeout: Duration,
+    request_timeout: Duration,
+    breaker: Breaker,
     clock: Arc<dyn Clock>,
     affinity_ttl: Duration,
     affinity_cache_ttl: Duration,
@@ -268,6 +365,9 @@ impl RedisStore {
             url: url.into(),
             prefix: "context-relay:".to_owned(),
             timeout: DEFAULT_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            backoff: (BREAKER_MIN_BACKOFF, BREAKER_MAX_BACKOFF),
+            root_certs: None,
             clock: Arc::new(SystemClock),
             affinity_ttl: DEFAULT_AFFINITY_TTL,
             affinity_cache_ttl: DEFAULT_AFFINITY_CACHE_TTL,
@@ -324,12 +424,45 @@ impl RedisStore {
         format!("{}ac:{}", self.inner.prefix, affinity::key(key))
     }
 
+    /// Whether the circuit breaker currently refuses calls (Redis found unreachable).
+    pub fn is_unavailable(&self) -> bool {
+        self.inner.breaker.is_open(Instant::now())
+    }
+
     async fn call<T>(
         &self,
         op: &'static str,
         fut: impl Future<Output = Result<T, RedisError>>,
     ) -> Result<T, StoreError> {
-        bounded(op, self.inner.timeout, fut).await
+        let breaker = &self.inner.breaker;
+        if let Err(retry_in) = breaker.check(Instant::now()) {
+            return Err(StoreError::Unavailable { op, retry_in });
+        }
+        let limit = if REQUEST_PATH.contains(&op) {
+            self.inner.request_timeout
+        } else {
+            self.inner.timeout
+        };
+        match tokio::time::timeout(limit, fut).await {
+            Ok(Ok(v)) => {
+                breaker.success();
+                Ok(v)
+            }
+            Ok(Err(e)) => {
+                if e.is_io_error()
+                    || e.is_timeout()
+                    || e.is_connection_refusal()
+                    || e.is_connection_dropped()
+                {
+                    breaker.failure(Instant::now());
+                }
+                Err(redis_err(op)(e))
+            }
+            Err(_) => {
+                breaker.failure(Instant::now());
+                Err(StoreError::Timeout { op, after: limit })
+            }
+        }
     }
 
     /// Parses a stored record, reporting (and skipping) one that does not parse or belongs to
@@ -656,6 +789,27 @@ impl HandoffStore for RedisStore {
 
     fn backend(&self) -> &'static str {
         "redis"
+    }
+
+    fn secret<'a>(&'a self, name: &'a str, candidate: [u8; 32]) -> StoreFuture<'a, [u8; 32]> {
+        Box::pin(async move {
+            let key = format!("{}secret:{name}", self.inner.prefix);
+            let mut conn = self.conn();
+            let set = redis::cmd("SET")
+                .arg(&key)
+                .arg(&candidate[..])
+                .arg("NX")
+                .to_owned();
+            let _: Option<String> = self.call("secret", set.query_async(&mut conn)).await?;
+            let get = redis::cmd("GET").arg(&key).to_owned();
+            let stored: Option<Vec<u8>> = self.call("secret", get.query_async(&mut conn)).await?;
+            stored
+                .and_then(|v| <[u8; 32]>::try_from(v.as_slice()).ok())
+                .ok_or(StoreError::Redis {
+                    op: "secret",
+                    reason: format!("{key} does not hold a 32-byte secret"),
+                })
+        })
     }
 
     fn begin_generation<'a>(

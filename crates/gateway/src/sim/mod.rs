@@ -46,7 +46,7 @@ use axum::body::Body;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, header};
 use http_body_util::BodyExt;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::error::{ErrorShape, error_body};
@@ -54,9 +54,11 @@ use crate::server::RunningGateway;
 
 mod bound;
 mod control;
+mod quota;
 mod reply;
 
 pub use control::SimFault;
+use quota::{exhausted, quota_headers};
 use reply::{
     Reply, chat_events, chat_json, messages_events, messages_json, responses_events,
     responses_json, sse,
@@ -448,6 +450,7 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
     if let Some((status, body)) =
         crate::sim_rules::check(crate::sim_rules::Backend::Api, &path, &request)
     {
+        state.reject(recorded, "parameter_rule");
         let mut res = Response::new(Body::from(body));
         *res.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
         res.headers_mut().insert(
@@ -547,50 +550,6 @@ fn unix_now() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
-}
-
-fn quota_headers(cfg: &SimBuilder, h: &mut HeaderMap, used: f64, now: u64) {
-    let reset = (now + cfg.reset_secs).to_string();
-    match cfg.quota_headers {
-        SimQuotaHeaders::Codex => {
-            h.insert(
-                "x-codex-primary-used-percent",
-                header_value(&format!("{used:.1}")),
-            );
-            h.insert(
-                "x-codex-primary-window-minutes",
-                header_value(&cfg.window_minutes.to_string()),
-            );
-            h.insert("x-codex-primary-reset-at", header_value(&reset));
-        }
-        SimQuotaHeaders::Anthropic => {
-            h.insert(
-                "anthropic-ratelimit-unified-5h-utilization",
-                header_value(&format!("{:.3}", used / 100.0)),
-            );
-            h.insert("anthropic-ratelimit-unified-5h-reset", header_value(&reset));
-        }
-        SimQuotaHeaders::None => {}
-    }
-}
-
-fn exhausted(cfg: &SimBuilder, api: Api, used: f64, now: u64) -> Response<Body> {
-    let body = if api == Api::Messages {
-        json!({"type": "error", "error": {"type": "rate_limit_error",
-            "message": "This account's rate limit has been reached."}})
-    } else {
-        json!({"error": {"type": "usage_limit_reached",
-            "message": "The usage limit has been reached",
-            "resets_in_seconds": cfg.reset_secs}})
-    };
-    let mut res = Response::new(Body::from(body.to_string()));
-    *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
-    res.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    quota_headers(cfg, res.headers_mut(), used, now);
-    res
 }
 
 fn error(shape: ErrorShape, status: StatusCode, kind: &str, message: &str) -> Response<Body> {

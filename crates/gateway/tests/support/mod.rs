@@ -215,8 +215,14 @@ pub struct Harness {
 }
 
 /// A gateway configuration over `base_url`: Codex accounts `acct-a`, `acct-b`, `acct-c` behind
-/// combo `codex-relay`, Anthropic accounts `acct-x`, `acct-y`, `acct-z` behind `claude-relay`.
+/// combo `codex-relay`, Anthropic accounts `acct-x`, `acct-y`, `acct-z` behind `claude-relay`;
+/// combo `fallback-relay` tries provider `dead` (nothing listens at its address) first, then
+/// `codex`.
 pub fn config(base_url: &str, store: &str) -> Config {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
     let accounts = |ids: [&str; 3]| {
         ids.iter()
             .map(|id| {
@@ -239,9 +245,18 @@ name = "anthropic"
 base_url = "{base_url}"
 auth = "x-api-key"
 {claude}
+[[providers]]
+name = "dead"
+base_url = "http://127.0.0.1:{closed}/v1"
+  [[providers.accounts]]
+  id = "acct-dead"
+  api_key = "key-dead"
 [[combos]]
 name = "codex-relay"
 targets = ["codex/gpt-5.5"]
+[[combos]]
+name = "fallback-relay"
+targets = ["dead/gpt-5.5", "codex/gpt-5.5"]
 [[combos]]
 name = "claude-relay"
 targets = ["anthropic/claude-opus-4-8"]

@@ -203,6 +203,11 @@ impl Job {
         {
             Ok(Some(lease)) => Some(lease),
             Ok(None) => return Outcome::Skipped("in_flight_elsewhere"),
+            // The store is known to be down (its circuit breaker is open): a summary could not
+            // be stored, so none is paid for until it is back.
+            Err(context_relay_store::StoreError::Unavailable { .. }) => {
+                return Outcome::Skipped("store_unavailable");
+            }
             Err(e) => {
                 metrics::store_error("begin_generation", &e);
                 None

@@ -24,15 +24,25 @@
 //! assert_eq!(config.combos[0].targets[0].model, "gpt-5.5");
 //! ```
 
-use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use context_relay_core::config::{ConfigWarning, RelayConfig, RelayOverrides};
 use context_relay_core::quota::QuotaKind;
 use context_relay_tower::RelayConfigs;
-use http::HeaderValue;
 use serde::Deserialize;
+
+mod clients;
+mod env;
+mod error;
+mod limits;
+mod validate;
+
+pub use clients::ClientConfig;
+pub use error::ConfigError;
+pub use limits::{LimitsConfig, Secs};
+
+use crate::secret::redact_url;
 
 /// Default listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:4000";
@@ -43,66 +53,29 @@ pub const DEFAULT_MAX_REQUEST_BYTES: usize = 8 * 1024 * 1024;
 /// Default redb file.
 pub const DEFAULT_STORE_PATH: &str = "context-relay.redb";
 
-/// Why a configuration could not be loaded.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("cannot read configuration file {path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// The text is not valid TOML or does not match the schema (unknown key, wrong type).
-    #[error("invalid configuration: {0}")]
-    Parse(#[from] toml::de::Error),
-    /// An `api_key_env` names a variable that is not set (or is empty).
-    #[error(
-        "{field}: expected environment variable `{variable}` to hold the API key, but it is {found}"
-    )]
-    MissingEnv {
-        /// The field path, e.g. `providers["codex"].accounts["acct-a"].api_key_env`.
-        field: String,
-        /// The variable name.
-        variable: String,
-        /// `not set` or `empty`.
-        found: &'static str,
-    },
-    /// A value is out of range or inconsistent with the rest of the file.
-    #[error("{field}: expected {expected}, found {found}")]
-    Invalid {
-        /// The field path, e.g. `combos["codex-relay"].targets[0]`.
-        field: String,
-        /// What a valid value looks like.
-        expected: String,
-        /// The offending value (secrets are never printed).
-        found: String,
-    },
-}
-
-fn invalid(
-    field: impl Into<String>,
-    expected: impl Into<String>,
-    found: impl Into<String>,
-) -> ConfigError {
-    ConfigError::Invalid {
-        field: field.into(),
-        expected: expected.into(),
-        found: found.into(),
-    }
-}
-
 /// The whole configuration file.
-#[derive(Debug, Clone, Deserialize)]
+///
+/// `Debug` shows no secret: keys, tokens and URL passwords are redacted.
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
-    /// Address the gateway listens on (`127.0.0.1:4000`).
+    /// Address the gateway listens on (`127.0.0.1:4000`). Without `[[clients]]` it must be a
+    /// loopback address unless `allow_open = true`.
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
+    /// Run without `[[clients]]` on a non-loopback address (an open gateway: anyone who
+    /// reaches it spends the accounts). A warning is logged at start-up.
+    #[serde(default)]
+    pub allow_open: bool,
     /// Bearer token of the admin routes; without it they are off.
     #[serde(default)]
     pub admin_token: Option<String>,
+    /// The environment variable holding `admin_token`.
+    #[serde(default)]
+    pub admin_token_env: Option<String>,
+    /// Log lines as text (`"text"`, default) or one JSON object per line (`"json"`).
+    #[serde(default)]
+    pub log_format: LogFormat,
     /// Whether the context relay runs (`true`): with `false` the gateway is a plain pooling
     /// proxy, without GenerationLayer and InjectionLayer (for comparisons and benchmarks).
     #[serde(default = "default_true")]
@@ -122,6 +95,46 @@ pub struct Config {
     /// Named routing targets clients ask for with `model`.
     #[serde(default)]
     pub combos: Vec<ComboConfig>,
+    /// Clients allowed to call the gateway; empty = open gateway.
+    #[serde(default)]
+    pub clients: Vec<ClientConfig>,
+    /// Time and memory bounds.
+    #[serde(default)]
+    pub limits: LimitsConfig,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("listen", &self.listen)
+            .field("allow_open", &self.allow_open)
+            .field(
+                "admin_token",
+                &self.admin_token.as_ref().map(|_| "<redacted>"),
+            )
+            .field("admin_token_env", &self.admin_token_env)
+            .field("log_format", &self.log_format)
+            .field("relay_enabled", &self.relay_enabled)
+            .field("max_request_bytes", &self.max_request_bytes)
+            .field("store", &self.store)
+            .field("relay", &self.relay)
+            .field("providers", &self.providers)
+            .field("combos", &self.combos)
+            .field("clients", &self.clients)
+            .field("limits", &self.limits)
+            .finish()
+    }
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable text.
+    #[default]
+    Text,
+    /// One JSON object per line (for log shippers).
+    Json,
 }
 
 fn default_listen() -> SocketAddr {
@@ -137,7 +150,9 @@ fn default_max_request_bytes() -> usize {
 }
 
 /// `[store]`: the handoff store backend.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+///
+/// `Debug` hides the password of `url`.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StoreConfig {
     /// Which backend (`redb` by default).
@@ -146,9 +161,28 @@ pub struct StoreConfig {
     /// The redb file (`context-relay.redb`).
     #[serde(default = "default_store_path")]
     pub path: PathBuf,
-    /// The redis URL (`redis://…` or `rediss://…`), required by the redis backend.
+    /// The redis URL (`redis://…` or `rediss://…` for TLS), required by the redis backend.
     #[serde(default)]
     pub url: Option<String>,
+    /// The environment variable holding `url` (which may carry a password).
+    #[serde(default)]
+    pub url_env: Option<String>,
+    /// Prefix of every Redis key (`context-relay:`), so several deployments can share a
+    /// Redis.
+    #[serde(default)]
+    pub prefix: Option<String>,
+    /// A PEM file of the certificate authorities a `rediss://` server is checked against
+    /// (default: the public web roots).
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// Time limit in milliseconds of a Redis call on a request's path (40): what an
+    /// unreachable Redis adds to a request before its circuit breaker opens.
+    #[serde(default = "default_request_timeout_ms")]
+    pub request_timeout_ms: u64,
+}
+
+fn default_request_timeout_ms() -> u64 {
+    40
 }
 
 impl Default for StoreConfig {
@@ -157,7 +191,25 @@ impl Default for StoreConfig {
             backend: StoreBackend::default(),
             path: default_store_path(),
             url: None,
+            url_env: None,
+            prefix: None,
+            ca_file: None,
+            request_timeout_ms: default_request_timeout_ms(),
         }
+    }
+}
+
+impl std::fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreConfig")
+            .field("backend", &self.backend)
+            .field("path", &self.path)
+            .field("url", &self.url.as_deref().map(redact_url))
+            .field("url_env", &self.url_env)
+            .field("prefix", &self.prefix)
+            .field("ca_file", &self.ca_file)
+            .field("request_timeout_ms", &self.request_timeout_ms)
+            .finish()
     }
 }
 
@@ -237,7 +289,9 @@ impl From<QuotaFormat> for QuotaKind {
 }
 
 /// `[[providers]]`: one upstream API and its accounts.
-#[derive(Debug, Clone, Deserialize)]
+///
+/// `Debug` hides any password in `base_url` and every account key.
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
     /// Unique name, used in targets (`name/model`).
@@ -267,6 +321,19 @@ pub struct ProviderConfig {
 
 fn default_rotate_at() -> f64 {
     DEFAULT_ROTATE_AT
+}
+
+impl std::fmt::Debug for ProviderConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderConfig")
+            .field("name", &self.name)
+            .field("base_url", &redact_url(&self.base_url))
+            .field("auth", &self.auth)
+            .field("quota", &self.quota)
+            .field("rotate_at", &self.rotate_at)
+            .field("accounts", &self.accounts)
+            .finish_non_exhaustive()
+    }
 }
 
 /// `[[providers.accounts]]`: one credential.
@@ -377,162 +444,15 @@ impl Config {
         Self::from_toml_str(&text, |name| std::env::var(name).ok())
     }
 
-    /// Parses and validates `text`, looking `api_key_env` variables up with `env`.
+    /// Parses and validates `text`, looking `*_env` variables up with `env`.
     pub fn from_toml_str(
         text: &str,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
-        let mut config: Config = toml::from_str(text)?;
-        config.resolve_keys(env)?;
+        let mut config: Config = toml::from_str(text).map_err(|e| ConfigError::parse(&e, text))?;
+        config.resolve_env(env)?;
         config.validate()?;
         Ok(config)
-    }
-
-    fn resolve_keys(&mut self, env: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
-        for p in &mut self.providers {
-            for a in &mut p.accounts {
-                let field = format!("providers[{:?}].accounts[{:?}]", p.name, a.id);
-                match (&a.api_key, &a.api_key_env) {
-                    (Some(_), Some(_)) => {
-                        return Err(invalid(field, "either `api_key` or `api_key_env`", "both"));
-                    }
-                    (None, None) => {
-                        return Err(invalid(field, "`api_key` or `api_key_env`", "neither"));
-                    }
-                    (Some(_), None) => {}
-                    (None, Some(var)) => {
-                        let found = match env(var) {
-                            Some(v) if !v.trim().is_empty() => {
-                                a.api_key = Some(v.trim().to_owned());
-                                continue;
-                            }
-                            Some(_) => "empty",
-                            None => "not set",
-                        };
-                        return Err(ConfigError::MissingEnv {
-                            field: format!("{field}.api_key_env"),
-                            variable: var.clone(),
-                            found,
-                        });
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn validate(&self) -> Result<(), ConfigError> {
-        if self.max_request_bytes == 0 {
-            return Err(invalid(
-                "max_request_bytes",
-                "a positive size in bytes",
-                "0",
-            ));
-        }
-        if let Some(t) = &self.admin_token
-            && t.trim().is_empty()
-        {
-            return Err(invalid(
-                "admin_token",
-                "a non-empty token",
-                "an empty string",
-            ));
-        }
-        self.store.validate()?;
-
-        let mut provider_names = HashSet::new();
-        for p in &self.providers {
-            let field = format!("providers[{:?}]", p.name);
-            if p.name.trim().is_empty() || p.name.contains('/') || p.name != p.name.trim() {
-                return Err(invalid(
-                    format!("{field}.name"),
-                    "a non-empty name without `/` or surrounding spaces",
-                    format!("{:?}", p.name),
-                ));
-            }
-            if !provider_names.insert(p.name.to_ascii_lowercase()) {
-                return Err(invalid(
-                    format!("{field}.name"),
-                    "a unique provider name",
-                    format!("{:?} twice", p.name),
-                ));
-            }
-            validate_base_url(&format!("{field}.base_url"), &p.base_url)?;
-            if !(p.rotate_at.is_finite() && p.rotate_at > 0.0 && p.rotate_at <= 1.0) {
-                return Err(invalid(
-                    format!("{field}.rotate_at"),
-                    "a number in (0, 1]",
-                    p.rotate_at.to_string(),
-                ));
-            }
-            if p.accounts.is_empty() {
-                return Err(invalid(
-                    format!("{field}.accounts"),
-                    "at least one account",
-                    "none",
-                ));
-            }
-            let mut ids = HashSet::new();
-            for a in &p.accounts {
-                let afield = format!("{field}.accounts[{:?}]", a.id);
-                if a.id.trim().is_empty() {
-                    return Err(invalid(format!("{afield}.id"), "a non-empty id", "\"\""));
-                }
-                if !ids.insert(a.id.as_str()) {
-                    return Err(invalid(
-                        format!("{afield}.id"),
-                        "an account id unique within the provider",
-                        format!("{:?} twice", a.id),
-                    ));
-                }
-                let key = a.api_key.as_deref().unwrap_or_default();
-                if key.is_empty() || HeaderValue::from_str(key).is_err() {
-                    // The key itself is never printed.
-                    return Err(invalid(
-                        format!("{afield}.api_key"),
-                        "a non-empty key of visible ASCII characters",
-                        "an empty key or one with invalid characters",
-                    ));
-                }
-            }
-        }
-
-        let mut combo_names = HashSet::new();
-        for c in &self.combos {
-            let field = format!("combos[{:?}]", c.name);
-            if c.name.trim().is_empty() || c.name.contains('/') {
-                return Err(invalid(
-                    format!("{field}.name"),
-                    "a non-empty name without `/` (names with `/` are provider/model targets)",
-                    format!("{:?}", c.name),
-                ));
-            }
-            if !combo_names.insert(c.name.as_str()) {
-                return Err(invalid(
-                    format!("{field}.name"),
-                    "a unique combo name",
-                    format!("{:?} twice", c.name),
-                ));
-            }
-            if c.targets.is_empty() {
-                return Err(invalid(
-                    format!("{field}.targets"),
-                    "at least one \"provider/model\" target",
-                    "[]",
-                ));
-            }
-            for (i, t) in c.targets.iter().enumerate() {
-                if !self.providers.iter().any(|p| p.name == t.provider) {
-                    let known: Vec<&str> = self.providers.iter().map(|p| p.name.as_str()).collect();
-                    return Err(invalid(
-                        format!("{field}.targets[{i}]"),
-                        format!("a configured provider (one of {known:?})"),
-                        format!("{:?} (provider {:?})", t.to_string(), t.provider),
-                    ));
-                }
-            }
-        }
-        Ok(())
     }
 
     /// The provider named `name`.
@@ -606,48 +526,11 @@ impl Config {
     }
 }
 
-impl StoreConfig {
-    fn validate(&self) -> Result<(), ConfigError> {
-        match self.backend {
-            StoreBackend::Redis => match self.url.as_deref() {
-                Some(u) if u.starts_with("redis://") || u.starts_with("rediss://") => Ok(()),
-                Some(u) => Err(invalid(
-                    "store.url",
-                    "a redis:// or rediss:// URL",
-                    format!("{u:?}"),
-                )),
-                None => Err(invalid(
-                    "store.url",
-                    "a redis URL with backend = \"redis\"",
-                    "none",
-                )),
-            },
-            StoreBackend::Redb if self.path.as_os_str().is_empty() => {
-                Err(invalid("store.path", "a file path", "\"\""))
-            }
-            _ => Ok(()),
-        }
-    }
-}
-
-fn validate_base_url(field: &str, url: &str) -> Result<(), ConfigError> {
-    let expected =
-        "an absolute http:// or https:// URL without query, e.g. \"https://api.example/v1\"";
-    let uri: http::Uri = url
-        .parse()
-        .map_err(|_| invalid(field, expected, format!("{url:?}")))?;
-    let scheme_ok = matches!(uri.scheme_str(), Some("http" | "https"));
-    if !scheme_ok || uri.authority().is_none() || uri.query().is_some() {
-        return Err(invalid(field, expected, format!("{url:?}")));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const MINIMAL: &str = r#"
+    pub(super) const MINIMAL: &str = r#"
 [[providers]]
 name = "codex"
 base_url = "http://127.0.0.1:9/v1"
@@ -746,6 +629,7 @@ targets = ["codex/gpt-5.5"]
     fn full_schema_of_the_issue() {
         let text = r#"
 listen = "0.0.0.0:4100"
+allow_open = true
 admin_token = "adm"
 [store]
 backend = "redis"
@@ -801,6 +685,9 @@ targets = ["anthropic/claude-opus-4-8"]
         assert!(relay.iter().all(|(_, _, w)| w.is_empty()));
         // Keys are never printed by Debug.
         assert!(!format!("{c:?}").contains("sk-a"));
+        let with_userinfo =
+            load(&MINIMAL.replace("http://127.0.0.1:9/v1", "https://u:pw-9@h/v1")).unwrap();
+        assert!(!format!("{with_userinfo:?}").contains("pw-9"));
     }
 
     #[test]

@@ -1,0 +1,105 @@
+//! The global budget of buffered request bytes (`[limits] max_buffered_bytes`).
+//!
+//! Every request body the gateway buffers (to route it, read its session, rewrite it) takes
+//! its bytes from one shared budget while it is held, so that many large bodies at once cannot
+//! exhaust memory: 500 concurrent 8 MiB bodies would otherwise hold 4 GiB, and more once
+//! decompressed. A request that finds the budget spent gets a 503 with `retry-after`.
+//!
+//! ```
+//! use context_relay_gateway::budget::ByteBudget;
+//! let budget = ByteBudget::new(100);
+//! let mut a = budget.hold();
+//! assert!(a.take(60));
+//! let mut b = budget.hold();
+//! assert!(!b.take(60), "only 40 bytes are left");
+//! drop(a);
+//! assert!(b.take(60));
+//! ```
+
+use std::sync::Arc;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// See the [module docs](self). Clones share the budget.
+#[derive(Debug, Clone)]
+pub struct ByteBudget {
+    bytes: Option<Arc<Semaphore>>,
+}
+
+impl ByteBudget {
+    /// A budget of `bytes` (capped at what a semaphore can count, about 2^61).
+    pub fn new(bytes: u64) -> Self {
+        let permits = usize::try_from(bytes)
+            .unwrap_or(usize::MAX)
+            .min(Semaphore::MAX_PERMITS);
+        Self {
+            bytes: Some(Arc::new(Semaphore::new(permits))),
+        }
+    }
+
+    /// No budget: every take succeeds.
+    pub fn unlimited() -> Self {
+        Self { bytes: None }
+    }
+
+    /// An empty hold on this budget; bytes taken through it return when it drops.
+    pub fn hold(&self) -> BudgetHold {
+        BudgetHold {
+            budget: self.bytes.clone(),
+            permit: None,
+        }
+    }
+
+    /// Bytes left (`None` when unlimited).
+    pub fn available(&self) -> Option<usize> {
+        self.bytes.as_ref().map(|s| s.available_permits())
+    }
+}
+
+impl Default for ByteBudget {
+    fn default() -> Self {
+        Self::unlimited()
+    }
+}
+
+/// Bytes held from a [`ByteBudget`] by one request.
+#[derive(Debug)]
+pub struct BudgetHold {
+    budget: Option<Arc<Semaphore>>,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl BudgetHold {
+    /// Takes `n` more bytes; `false` (and nothing taken) when the budget has not that many left.
+    pub fn take(&mut self, n: usize) -> bool {
+        let Some(budget) = &self.budget else {
+            return true;
+        };
+        if n == 0 {
+            return true;
+        }
+        let Ok(n) = u32::try_from(n) else {
+            return false;
+        };
+        match budget.clone().try_acquire_many_owned(n) {
+            Ok(p) => {
+                match &mut self.permit {
+                    Some(held) => held.merge(p),
+                    None => self.permit = Some(p),
+                }
+                true
+            }
+            Err(_) => {
+                metrics::counter!("context_relay_gateway_budget_exhausted_total").increment(1);
+                false
+            }
+        }
+    }
+
+    /// Bytes held.
+    pub fn held(&self) -> usize {
+        self.permit
+            .as_ref()
+            .map_or(0, OwnedSemaphorePermit::num_permits)
+    }
+}

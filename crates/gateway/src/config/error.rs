@@ -1,0 +1,168 @@
+//! Why a configuration could not be loaded, worded so that no secret reaches the terminal.
+//!
+//! A TOML syntax or schema error is shown as `line L, column C: message`: the offending source
+//! line is never echoed (it may hold a key next to the typo), and quoted values in the message
+//! are replaced by their kind.
+//!
+//! ```
+//! use context_relay_gateway::config::Config;
+//! let text = "admin_token = \"adm-s3cret\"\nlisten_adress = \"x\"\n";
+//! let e = Config::from_toml_str(text, |_| None).unwrap_err().to_string();
+//! assert!(e.contains("line 2, column 1") && e.contains("listen_adress"), "{e}");
+//! assert!(!e.contains("adm-s3cret"), "{e}");
+//! ```
+
+use std::path::PathBuf;
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read configuration file {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The text is not valid TOML or does not match the schema (unknown key, wrong type).
+    #[error("invalid configuration at line {line}, column {column}: {message}")]
+    Parse {
+        /// 1-based line of the error.
+        line: usize,
+        /// 1-based column (in characters) of the error.
+        column: usize,
+        /// What the parser expected, with quoted values removed.
+        message: String,
+    },
+    /// An `*_env` field names a variable that is not set (or is empty).
+    #[error(
+        "{field}: expected environment variable `{variable}` to hold the {what}, but it is {found}"
+    )]
+    MissingEnv {
+        /// The field path, e.g. `providers["codex"].accounts["acct-a"].api_key_env`.
+        field: String,
+        /// The variable name.
+        variable: String,
+        /// What the variable holds (`API key`, `client key`, `admin token`, `store URL`).
+        what: &'static str,
+        /// `not set` or `empty`.
+        found: &'static str,
+    },
+    /// A value is out of range or inconsistent with the rest of the file.
+    #[error("{field}: expected {expected}, found {found}")]
+    Invalid {
+        /// The field path, e.g. `combos["codex-relay"].targets[0]`.
+        field: String,
+        /// What a valid value looks like.
+        expected: String,
+        /// The offending value (secrets are never printed).
+        found: String,
+    },
+}
+
+impl ConfigError {
+    /// The error of `toml` parsing `text`, located by line and column, without the source line.
+    pub fn parse(e: &toml::de::Error, text: &str) -> Self {
+        let (line, column) = match e.span() {
+            Some(span) => line_column(text, span.start),
+            None => (1, 1),
+        };
+        Self::Parse {
+            line,
+            column,
+            message: scrub(e.message()),
+        }
+    }
+}
+
+pub(crate) fn invalid(
+    field: impl Into<String>,
+    expected: impl Into<String>,
+    found: impl Into<String>,
+) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.into(),
+        expected: expected.into(),
+        found: found.into(),
+    }
+}
+
+/// 1-based line and column (in characters) of byte `offset` in `text`.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let mut offset = offset.min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (line, before[line_start..].chars().count() + 1)
+}
+
+/// `message` with every quoted string value replaced by `"…"`: serde names the value it
+/// could not use (`invalid type: string "sk-…", expected a number`), and that value may be a
+/// key. Field and variant names (back-quoted) stay.
+fn scrub(message: &str) -> String {
+    const MARK: &str = "string \"";
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message.trim();
+    while let Some(start) = rest.find(MARK) {
+        out.push_str(&rest[..start + MARK.len()]);
+        let after = &rest[start + MARK.len()..];
+        out.push_str("…\"");
+        // serde writes the value with `{:?}`: the closing quote is the first unescaped one.
+        let mut end = None;
+        let mut escaped = false;
+        for (i, c) in after.char_indices() {
+            match c {
+                '\\' if !escaped => escaped = true,
+                '"' if !escaped => {
+                    end = Some(i);
+                    break;
+                }
+                _ => escaped = false,
+            }
+        }
+        rest = end.map_or("", |e| &after[e + 1..]);
+    }
+    out.push_str(rest);
+    out.replace('\n', "; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_and_scrubbing() {
+        assert_eq!(line_column("a\nbc\nd", 3), (2, 2));
+        assert_eq!(line_column("é\nx", 1), (1, 1));
+        assert_eq!(line_column("", 10), (1, 1));
+        assert_eq!(
+            scrub("invalid type: string \"sk-1\", expected `u64`"),
+            "invalid type: string \"…\", expected `u64`"
+        );
+        assert_eq!(scrub("string \"sk\\\"x"), "string \"…\"");
+        assert_eq!(
+            scrub("expected `a`, found \"b\""),
+            "expected `a`, found \"b\""
+        );
+    }
+
+    #[test]
+    fn typo_next_to_a_secret_shows_no_source_line() {
+        let text = "[[providers]]\nname = \"p\"\nbase_url = \"http://h/v1\"\n  [[providers.accounts]]\n  id = \"a\"\n  api_key = \"sk-live-123\n";
+        let e = crate::config::Config::from_toml_str(text, |_| None)
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("sk-live"), "{e}");
+        assert!(e.contains("line 6"), "{e}");
+        let text = "[[providers]]\nname = \"p\"\nbase_url = \"http://h/v1\"\nrotate_at = \"sk-live-123\"\n";
+        let e = crate::config::Config::from_toml_str(text, |_| None)
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("sk-live"), "{e}");
+        assert!(e.contains("line 4"), "{e}");
+    }
+}

@@ -1,0 +1,152 @@
+//! `[limits]`: the time and memory bounds of the gateway.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+/// A duration given in seconds (integer or fractional) in the configuration file.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Secs(pub f64);
+
+impl Secs {
+    /// The duration; out-of-range values are clamped (loading rejects them anyway).
+    pub fn duration(self) -> Duration {
+        Duration::try_from_secs_f64(self.0.clamp(0.0, MAX_SECS)).unwrap_or(Duration::ZERO)
+    }
+
+    pub(crate) fn in_range(self) -> bool {
+        self.0.is_finite() && (MIN_SECS..=MAX_SECS).contains(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Secs {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        f64::deserialize(d).map(Secs)
+    }
+}
+
+/// Smallest configurable duration (1 ms).
+pub(crate) const MIN_SECS: f64 = 0.001;
+/// Largest configurable duration (one day).
+pub(crate) const MAX_SECS: f64 = 86_400.0;
+
+/// `[limits]`: the time and memory bounds of the gateway.
+///
+/// | key | default | bounds |
+/// |---|---|---|
+/// | `client_header_timeout_secs` | 30 | reading a request's headers |
+/// | `client_body_timeout_secs` | 60 | between two chunks of a request body |
+/// | `upstream_connect_timeout_secs` | 10 | connecting to a provider |
+/// | `upstream_head_timeout_secs` | 600 | from sending to the provider's response headers |
+/// | `upstream_idle_timeout_secs` | 300 | between two chunks of a provider's response body |
+/// | `shutdown_timeout_secs` | 30 | draining on shutdown, then streams are cut |
+/// | `max_connections` | 10000 | open client connections |
+/// | `max_buffered_bytes` | 1 GiB | request bytes buffered by all requests together |
+///
+/// Durations are seconds, integer or fractional (`0.5`), from 1 ms to one day.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Time to read a request's headers (30 s).
+    #[serde(default = "secs::<30>")]
+    pub client_header_timeout_secs: Secs,
+    /// Time between two chunks of a request body (60 s).
+    #[serde(default = "secs::<60>")]
+    pub client_body_timeout_secs: Secs,
+    /// Time to connect to a provider (10 s).
+    #[serde(default = "secs::<10>")]
+    pub upstream_connect_timeout_secs: Secs,
+    /// Time from sending a request to the provider's response headers (600 s: the first
+    /// tokens of a long reasoning turn can take minutes).
+    #[serde(default = "secs::<600>")]
+    pub upstream_head_timeout_secs: Secs,
+    /// Time between two chunks of a provider's response body (300 s).
+    #[serde(default = "secs::<300>")]
+    pub upstream_idle_timeout_secs: Secs,
+    /// Time shutdown waits for in-flight requests before cutting them (30 s).
+    #[serde(default = "secs::<30>")]
+    pub shutdown_timeout_secs: Secs,
+    /// Open client connections; further ones are closed at once (10 000).
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Request bytes buffered by all requests together; beyond it requests get a 503 with
+    /// `retry-after` (1 GiB).
+    #[serde(default = "default_max_buffered_bytes")]
+    pub max_buffered_bytes: u64,
+}
+
+fn secs<const N: u32>() -> Secs {
+    Secs(f64::from(N))
+}
+
+fn default_max_connections() -> usize {
+    10_000
+}
+
+fn default_max_buffered_bytes() -> u64 {
+    1 << 30
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            client_header_timeout_secs: secs::<30>(),
+            client_body_timeout_secs: secs::<60>(),
+            upstream_connect_timeout_secs: secs::<10>(),
+            upstream_head_timeout_secs: secs::<600>(),
+            upstream_idle_timeout_secs: secs::<300>(),
+            shutdown_timeout_secs: secs::<30>(),
+            max_connections: default_max_connections(),
+            max_buffered_bytes: default_max_buffered_bytes(),
+        }
+    }
+}
+
+impl LimitsConfig {
+    /// The durations with their key names (for validation).
+    pub(crate) fn durations(&self) -> [(&'static str, Secs); 6] {
+        [
+            (
+                "client_header_timeout_secs",
+                self.client_header_timeout_secs,
+            ),
+            ("client_body_timeout_secs", self.client_body_timeout_secs),
+            (
+                "upstream_connect_timeout_secs",
+                self.upstream_connect_timeout_secs,
+            ),
+            (
+                "upstream_head_timeout_secs",
+                self.upstream_head_timeout_secs,
+            ),
+            (
+                "upstream_idle_timeout_secs",
+                self.upstream_idle_timeout_secs,
+            ),
+            ("shutdown_timeout_secs", self.shutdown_timeout_secs),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_fractions() {
+        let l: LimitsConfig = toml::from_str("").unwrap();
+        assert_eq!(l, LimitsConfig::default());
+        assert_eq!(
+            l.upstream_head_timeout_secs.duration(),
+            Duration::from_secs(600)
+        );
+        assert_eq!(l.max_buffered_bytes, 1 << 30);
+        let l: LimitsConfig = toml::from_str("client_header_timeout_secs = 0.25").unwrap();
+        assert_eq!(
+            l.client_header_timeout_secs.duration(),
+            Duration::from_millis(250)
+        );
+        assert!(!Secs(0.0).in_range() && !Secs(f64::NAN).in_range() && !Secs(1e9).in_range());
+        assert_eq!(Secs(1e300).duration(), Duration::from_secs(86_400));
+    }
+}

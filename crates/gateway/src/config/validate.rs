@@ -1,0 +1,538 @@
+//! Validation of a parsed configuration: ranges, references between tables, uniqueness, and
+//! the rule that an open gateway (no `[[clients]]`) listens on loopback only unless
+//! `allow_open = true`.
+//!
+//! Errors name the field and the offending value, never a secret.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+
+use context_relay_core::config::RelayOverrides;
+use http::HeaderValue;
+
+use super::clients::parse_hex32;
+use super::error::{ConfigError, invalid};
+use super::limits::{MAX_SECS, MIN_SECS};
+use super::{Config, StoreBackend, StoreConfig};
+use crate::secret::redact_url;
+
+/// Largest relay `ttl_secs` (30 days): beyond it `now + ttl` can overflow a timestamp.
+const MAX_TTL_SECS: u64 = 30 * 86_400;
+/// Largest relay `summary_timeout_secs` and `lease_secs` (one hour).
+const MAX_TASK_SECS: u64 = 3_600;
+/// Largest relay `max_body_bytes` (1 GiB).
+const MAX_RELAY_BODY: usize = 1 << 30;
+
+impl Config {
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        if self.max_request_bytes == 0 {
+            return Err(invalid(
+                "max_request_bytes",
+                "a positive size in bytes",
+                "0",
+            ));
+        }
+        if let Some(t) = &self.admin_token
+            && t.trim().is_empty()
+        {
+            return Err(invalid(
+                "admin_token",
+                "a non-empty token",
+                "an empty string",
+            ));
+        }
+        self.store.validate()?;
+        self.validate_limits()?;
+        validate_relay("relay", &self.relay)?;
+
+        let mut provider_names = HashSet::new();
+        for p in &self.providers {
+            let field = format!("providers[{:?}]", p.name);
+            if p.name.trim().is_empty() || p.name.contains('/') || p.name != p.name.trim() {
+                return Err(invalid(
+                    format!("{field}.name"),
+                    "a non-empty name without `/` or surrounding spaces",
+                    format!("{:?}", p.name),
+                ));
+            }
+            if !provider_names.insert(p.name.to_ascii_lowercase()) {
+                return Err(invalid(
+                    format!("{field}.name"),
+                    "a unique provider name",
+                    format!("{:?} twice", p.name),
+                ));
+            }
+            validate_base_url(&format!("{field}.base_url"), &p.base_url)?;
+            if !(p.rotate_at.is_finite() && p.rotate_at > 0.0 && p.rotate_at <= 1.0) {
+                return Err(invalid(
+                    format!("{field}.rotate_at"),
+                    "a number in (0, 1]",
+                    p.rotate_at.to_string(),
+                ));
+            }
+            if p.accounts.is_empty() {
+                return Err(invalid(
+                    format!("{field}.accounts"),
+                    "at least one account",
+                    "none",
+                ));
+            }
+            let mut ids = HashSet::new();
+            for a in &p.accounts {
+                let afield = format!("{field}.accounts[{:?}]", a.id);
+                if a.id.trim().is_empty() {
+                    return Err(invalid(format!("{afield}.id"), "a non-empty id", "\"\""));
+                }
+                if !ids.insert(a.id.as_str()) {
+                    return Err(invalid(
+                        format!("{afield}.id"),
+                        "an account id unique within the provider",
+                        format!("{:?} twice", a.id),
+                    ));
+                }
+                let key = a.api_key.as_deref().unwrap_or_default();
+                if key.is_empty() || HeaderValue::from_str(key).is_err() {
+                    // The key itself is never printed.
+                    return Err(invalid(
+                        format!("{afield}.api_key"),
+                        "a non-empty key of visible ASCII characters",
+                        "an empty key or one with invalid characters",
+                    ));
+                }
+            }
+        }
+
+        let mut combo_names = HashSet::new();
+        for c in &self.combos {
+            let field = format!("combos[{:?}]", c.name);
+            if c.name.trim().is_empty() || c.name.contains('/') {
+                return Err(invalid(
+                    format!("{field}.name"),
+                    "a non-empty name without `/` (names with `/` are provider/model targets)",
+                    format!("{:?}", c.name),
+                ));
+            }
+            if !combo_names.insert(c.name.as_str()) {
+                return Err(invalid(
+                    format!("{field}.name"),
+                    "a unique combo name",
+                    format!("{:?} twice", c.name),
+                ));
+            }
+            if c.targets.is_empty() {
+                return Err(invalid(
+                    format!("{field}.targets"),
+                    "at least one \"provider/model\" target",
+                    "[]",
+                ));
+            }
+            validate_relay(&format!("{field}.relay"), &c.relay)?;
+            for (i, t) in c.targets.iter().enumerate() {
+                if !self.providers.iter().any(|p| p.name == t.provider) {
+                    let known: Vec<&str> = self.providers.iter().map(|p| p.name.as_str()).collect();
+                    return Err(invalid(
+                        format!("{field}.targets[{i}]"),
+                        format!("a configured provider (one of {known:?})"),
+                        format!("{:?} (provider {:?})", t.to_string(), t.provider),
+                    ));
+                }
+            }
+        }
+        self.validate_clients()?;
+        self.check_open(self.listen)?;
+        Ok(())
+    }
+
+    fn validate_limits(&self) -> Result<(), ConfigError> {
+        for (name, secs) in self.limits.durations() {
+            if !secs.in_range() {
+                return Err(invalid(
+                    format!("limits.{name}"),
+                    format!("a number of seconds from {MIN_SECS} to {MAX_SECS}"),
+                    secs.0.to_string(),
+                ));
+            }
+        }
+        if !(1..=1_000_000).contains(&self.limits.max_connections) {
+            return Err(invalid(
+                "limits.max_connections",
+                "a number of connections from 1 to 1000000",
+                self.limits.max_connections.to_string(),
+            ));
+        }
+        if self.limits.max_buffered_bytes < self.max_request_bytes as u64 {
+            return Err(invalid(
+                "limits.max_buffered_bytes",
+                format!(
+                    "at least max_request_bytes ({}), or no request could be buffered",
+                    self.max_request_bytes
+                ),
+                self.limits.max_buffered_bytes.to_string(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_clients(&self) -> Result<(), ConfigError> {
+        let mut names = HashSet::new();
+        let mut digests = HashSet::new();
+        for c in &self.clients {
+            let field = format!("clients[{:?}]", c.name);
+            if c.name.trim().is_empty() || c.name != c.name.trim() {
+                return Err(invalid(
+                    format!("{field}.name"),
+                    "a non-empty name without surrounding spaces",
+                    format!("{:?}", c.name),
+                ));
+            }
+            if !names.insert(c.name.as_str()) {
+                return Err(invalid(
+                    format!("{field}.name"),
+                    "a unique client name",
+                    format!("{:?} twice", c.name),
+                ));
+            }
+            if let Some(key) = &c.key
+                && (key.is_empty() || HeaderValue::from_str(key).is_err())
+            {
+                return Err(invalid(
+                    format!("{field}.key"),
+                    "a non-empty key of visible ASCII characters",
+                    "an empty key or one with invalid characters",
+                ));
+            }
+            if let Some(hex) = &c.key_sha256
+                && parse_hex32(hex).is_none()
+            {
+                return Err(invalid(
+                    format!("{field}.key_sha256"),
+                    "64 hexadecimal digits (the SHA-256 of the key)",
+                    format!("{} characters", hex.len()),
+                ));
+            }
+            match c.key_digest() {
+                Some(d) if !digests.insert(d) => {
+                    return Err(invalid(
+                        format!("{field}.key"),
+                        "a key no other client has",
+                        "the key of another client",
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    return Err(invalid(
+                        field,
+                        "one of `key`, `key_env` or `key_sha256`",
+                        "none",
+                    ));
+                }
+            }
+            for (i, combo) in c.combos.iter().flatten().enumerate() {
+                if !self.combos.iter().any(|k| k.name == *combo) {
+                    return Err(invalid(
+                        format!("{field}.combos[{i}]"),
+                        "the name of a configured combo",
+                        format!("{combo:?}"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses an open gateway (no `[[clients]]`) on a non-loopback `listen` address unless
+    /// `allow_open = true`: the gateway spends paid accounts, and an open one on a network
+    /// interface is an open proxy to them.
+    ///
+    /// ```
+    /// use context_relay_gateway::config::Config;
+    /// let base = "[[providers]]\nname = \"p\"\nbase_url = \"http://h/v1\"\n[[providers.accounts]]\nid = \"a\"\napi_key = \"k\"\n";
+    /// let config = Config::from_toml_str(base, |_| None).unwrap();
+    /// assert!(config.check_open("127.0.0.1:4000".parse().unwrap()).is_ok());
+    /// let e = config.check_open("0.0.0.0:4000".parse().unwrap()).unwrap_err();
+    /// assert!(e.to_string().contains("allow_open"));
+    /// ```
+    pub fn check_open(&self, listen: SocketAddr) -> Result<(), ConfigError> {
+        if self.clients.is_empty() && !self.allow_open && !listen.ip().is_loopback() {
+            return Err(invalid(
+                "clients",
+                "at least one [[clients]] entry when listening beyond loopback \
+                 (or `allow_open = true` to run an open gateway)",
+                format!("none, with listen = {listen}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether the gateway runs without client keys.
+    pub fn is_open(&self) -> bool {
+        self.clients.is_empty()
+    }
+
+    /// Things that are valid but almost certainly not what was meant, one line each: an open
+    /// gateway beyond loopback, and providers whose `rotate_at` is at or below a combo's
+    /// `handoff_threshold` (the account is left before a handoff is ever written).
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.is_open() && !self.listen.ip().is_loopback() {
+            out.push(format!(
+                "the gateway is open (no [[clients]], allow_open = true) on {}: anyone who reaches it spends the configured accounts",
+                self.listen
+            ));
+        }
+        for (combo, relay, _) in self.relay_configs() {
+            let Some(c) = self.combos.iter().find(|c| c.name == combo) else {
+                continue;
+            };
+            if c.strategy != super::Strategy::ContextRelay {
+                continue;
+            }
+            for t in &c.targets {
+                if let Some(p) = self.provider(&t.provider)
+                    && relay.generates_for(&p.name)
+                    && p.rotate_at <= relay.handoff_threshold
+                {
+                    out.push(format!(
+                        "combos[{combo:?}]: provider {:?} rotates at {} but handoffs are written at {}: no handoff can ever be written for it (set rotate_at above handoff_threshold)",
+                        p.name, p.rotate_at, relay.handoff_threshold
+                    ));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Range checks of the relay durations and sizes of `[relay]` or `[combos.relay]`.
+fn validate_relay(field: &str, r: &RelayOverrides) -> Result<(), ConfigError> {
+    let secs = [
+        ("ttl_secs", r.ttl_secs, MAX_TTL_SECS),
+        (
+            "summary_timeout_secs",
+            r.summary_timeout_secs,
+            MAX_TASK_SECS,
+        ),
+        ("lease_secs", r.lease_secs, MAX_TASK_SECS),
+    ];
+    for (name, value, max) in secs {
+        if let Some(v) = value
+            && !(1..=max).contains(&v)
+        {
+            return Err(invalid(
+                format!("{field}.{name}"),
+                format!("a number of seconds from 1 to {max}"),
+                v.to_string(),
+            ));
+        }
+    }
+    if let Some(v) = r.max_body_bytes
+        && !(1..=MAX_RELAY_BODY).contains(&v)
+    {
+        return Err(invalid(
+            format!("{field}.max_body_bytes"),
+            format!("a size in bytes from 1 to {MAX_RELAY_BODY}"),
+            v.to_string(),
+        ));
+    }
+    Ok(())
+}
+
+impl StoreConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !(1..=10_000).contains(&self.request_timeout_ms) {
+            return Err(invalid(
+                "store.request_timeout_ms",
+                "a number of milliseconds from 1 to 10000",
+                self.request_timeout_ms.to_string(),
+            ));
+        }
+        match self.backend {
+            StoreBackend::Redis => match self.url.as_deref() {
+                Some(u) if u.starts_with("redis://") || u.starts_with("rediss://") => Ok(()),
+                Some(u) => Err(invalid(
+                    "store.url",
+                    "a redis:// or rediss:// URL",
+                    format!("{:?}", redact_url(u)),
+                )),
+                None => Err(invalid(
+                    "store.url",
+                    "a redis URL with backend = \"redis\"",
+                    "none",
+                )),
+            },
+            StoreBackend::Redb if self.path.as_os_str().is_empty() => {
+                Err(invalid("store.path", "a file path", "\"\""))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// `url` as an error may show it: a password in it is hidden.
+fn shown(url: &str) -> String {
+    if !url.contains('@') {
+        url.to_owned()
+    } else if url::Url::parse(url).is_ok() {
+        redact_url(url)
+    } else {
+        "<a URL with user-info>".to_owned()
+    }
+}
+
+fn validate_base_url(field: &str, url: &str) -> Result<(), ConfigError> {
+    let expected =
+        "an absolute http:// or https:// URL without query, e.g. \"https://api.example/v1\"";
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|_| invalid(field, expected, format!("{:?}", shown(url))))?;
+    let scheme_ok = matches!(uri.scheme_str(), Some("http" | "https"));
+    if !scheme_ok || uri.authority().is_none() || uri.query().is_some() {
+        return Err(invalid(field, expected, format!("{:?}", shown(url))));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::config::tests::MINIMAL as BASE;
+
+    fn load(extra_top: &str, extra_end: &str) -> Result<Config, ConfigError> {
+        Config::from_toml_str(&format!("{extra_top}\n{BASE}\n{extra_end}"), |v| match v {
+            "ALICE" => Some("alice-key".into()),
+            "ADMIN" => Some("adm".into()),
+            "REDIS" => Some("redis://:pw@h:1/".into()),
+            "BLANK" => Some("  ".into()),
+            _ => None,
+        })
+    }
+
+    fn err(top: &str, end: &str) -> String {
+        load(top, end).expect_err("must be rejected").to_string()
+    }
+
+    #[test]
+    fn limits_are_range_checked() {
+        for (key, bad) in [
+            ("client_header_timeout_secs", "0"),
+            ("client_body_timeout_secs", "-1"),
+            ("upstream_head_timeout_secs", "1e12"),
+            ("upstream_idle_timeout_secs", "nan"),
+            ("shutdown_timeout_secs", "inf"),
+            ("max_connections", "0"),
+        ] {
+            let e = err("", &format!("[limits]\n{key} = {bad}\n"));
+            assert!(e.contains(&format!("limits.{key}")), "{key}: {e}");
+        }
+        let e = err(
+            "max_request_bytes = 100",
+            "[limits]\nmax_buffered_bytes = 99\n",
+        );
+        assert!(e.contains("max_buffered_bytes"), "{e}");
+        let c = load("", "[limits]\nupstream_head_timeout_secs = 0.25\n").unwrap();
+        assert_eq!(
+            c.limits.upstream_head_timeout_secs.duration(),
+            std::time::Duration::from_millis(250)
+        );
+    }
+
+    #[test]
+    fn relay_durations_are_range_checked() {
+        let e = err("[relay]\nttl_secs = 18446744073709551615\n", "");
+        assert!(e.contains("relay.ttl_secs"), "{e}");
+        let e = err("", "  [combos.relay]\nlease_secs = 0\n");
+        assert!(
+            e.contains("combos[\"codex-relay\"].relay.lease_secs"),
+            "{e}"
+        );
+        let e = err("[relay]\nsummary_timeout_secs = 100000\n", "");
+        assert!(e.contains("summary_timeout_secs"), "{e}");
+        assert!(load("[relay]\nttl_secs = 18000\n", "").is_ok());
+    }
+
+    #[test]
+    fn clients_are_validated() {
+        let c = load(
+            "",
+            "[[clients]]\nname = \"alice\"\nkey_env = \"ALICE\"\ncombos = [\"codex-relay\"]\n",
+        )
+        .unwrap();
+        assert_eq!(c.clients[0].key.as_deref(), Some("alice-key"));
+        assert!(!c.is_open());
+        let e = err(
+            "",
+            "[[clients]]\nname = \"a\"\nkey = \"x\"\ncombos = [\"nope\"]\n",
+        );
+        assert!(
+            e.contains("clients[\"a\"].combos[0]") && e.contains("nope"),
+            "{e}"
+        );
+        let e = err(
+            "",
+            "[[clients]]\nname = \"a\"\nkey = \"x\"\n[[clients]]\nname = \"a\"\nkey = \"y\"\n",
+        );
+        assert!(e.contains("twice"), "{e}");
+        let e = err(
+            "",
+            "[[clients]]\nname = \"a\"\nkey = \"same\"\n[[clients]]\nname = \"b\"\nkey = \"same\"\n",
+        );
+        assert!(e.contains("another client") && !e.contains("same\""), "{e}");
+        let e = err("", "[[clients]]\nname = \"a\"\nkey_sha256 = \"abc\"\n");
+        assert!(e.contains("key_sha256") && e.contains("64"), "{e}");
+        let e = err(
+            "",
+            "[[clients]]\nname = \"a\"\nkey = \"x\"\nkey_sha256 = \"abc\"\n",
+        );
+        assert!(e.contains("several"), "{e}");
+        let e = err("", "[[clients]]\nname = \"a\"\n");
+        assert!(e.contains("neither"), "{e}");
+        let e = err("", "[[clients]]\nname = \"a\"\nkey_env = \"BLANK\"\n");
+        assert!(e.contains("BLANK") && e.contains("empty"), "{e}");
+        // With clients, any listen address is fine.
+        assert!(
+            load(
+                "listen = \"0.0.0.0:4000\"",
+                "[[clients]]\nname = \"a\"\nkey = \"x\"\n"
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn secrets_from_the_environment() {
+        let c = load(
+            "admin_token_env = \"ADMIN\"",
+            "[store]\nbackend = \"redis\"\nurl_env = \"REDIS\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.admin_token.as_deref(), Some("adm"));
+        assert_eq!(c.store.url.as_deref(), Some("redis://:pw@h:1/"));
+        let debug = format!("{c:?}");
+        assert!(
+            !debug.contains("adm\"") && !debug.contains(":pw@"),
+            "{debug}"
+        );
+        assert!(!debug.contains("k-a"), "{debug}");
+        let text = BASE.replace("http://127.0.0.1:9/v1", "ftp://u:pw-7@h/v1");
+        let e = Config::from_toml_str(&text, |_| None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("base_url") && !e.contains("pw-7"), "{e}");
+        let e = err("admin_token = \"x\"\nadmin_token_env = \"ADMIN\"", "");
+        assert!(e.contains("both"), "{e}");
+        let e = err("admin_token_env = \"UNSET\"", "");
+        assert!(e.contains("UNSET") && e.contains("not set"), "{e}");
+    }
+
+    #[test]
+    fn rotate_at_at_or_below_the_threshold_is_warned_about() {
+        let c = load("[relay]\nhandoff_threshold = 0.9\n", "").unwrap();
+        assert!(c.warnings().is_empty(), "{:?}", c.warnings());
+        let text = BASE.replace("name = \"codex\"\n", "name = \"codex\"\nrotate_at = 0.8\n");
+        let c = Config::from_toml_str(&text, |_| None).unwrap();
+        let w = c.warnings();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("no handoff can ever be written"), "{}", w[0]);
+    }
+}

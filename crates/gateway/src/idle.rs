@@ -1,0 +1,130 @@
+//! A body wrapper that fails when no frame arrives for a while: a stalled stream is cut
+//! instead of holding a connection (and its buffers) forever.
+//!
+//! Unlike a plain timeout it resets on every frame, so a long SSE stream that keeps sending is
+//! never cut. It forwards `is_end_stream` and `size_hint`, so `content-length` and end of stream
+//! are seen through it exactly as without it.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+//! use std::time::Duration;
+//! use bytes::Bytes;
+//! use http_body::Body;
+//! use http_body_util::{BodyExt, Full};
+//! use context_relay_gateway::idle::IdleTimeoutBody;
+//! let body = IdleTimeoutBody::new(Full::new(Bytes::from_static(b"hi")), Duration::from_secs(1));
+//! assert_eq!(body.size_hint().exact(), Some(2));
+//! assert_eq!(&body.collect().await.unwrap().to_bytes()[..], b"hi");
+//! # }
+//! ```
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http_body::{Body, Frame, SizeHint};
+use tokio::time::{Instant, Sleep, sleep};
+
+use crate::combo::BoxError;
+
+/// The error of an [`IdleTimeoutBody`] that waited too long.
+#[derive(Debug, thiserror::Error)]
+#[error("no data for {0:?}: the stream was cut")]
+pub struct IdleTimeout(pub Duration);
+
+pin_project_lite::pin_project! {
+    /// See the [module docs](self).
+    pub struct IdleTimeoutBody<B> {
+        #[pin]
+        inner: B,
+        #[pin]
+        sleep: Sleep,
+        idle: Duration,
+    }
+}
+
+impl<B> IdleTimeoutBody<B> {
+    /// `inner`, failing after `idle` without a frame.
+    pub fn new(inner: B, idle: Duration) -> Self {
+        Self {
+            inner,
+            sleep: sleep(idle),
+            idle,
+        }
+    }
+}
+
+impl<B> Body for IdleTimeoutBody<B>
+where
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    type Data = B::Data;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let mut this = self.project();
+        match this.inner.poll_frame(cx) {
+            Poll::Ready(frame) => {
+                let deadline = Instant::now() + *this.idle;
+                this.sleep.as_mut().reset(deadline);
+                Poll::Ready(frame.map(|r| r.map_err(Into::into)))
+            }
+            Poll::Pending => match this.sleep.poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(IdleTimeout(*this.idle))))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, StreamBody};
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_stream_fails_and_a_busy_one_does_not() {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(4);
+        let stream =
+            futures_util::stream::unfold(
+                rx,
+                |mut rx| async move { rx.recv().await.map(|f| (f, rx)) },
+            );
+        let mut body = std::pin::pin!(IdleTimeoutBody::new(
+            StreamBody::new(stream),
+            Duration::from_secs(5),
+        ));
+        let feeder = tokio::spawn(async move {
+            for _ in 0..3 {
+                tokio::time::sleep(Duration::from_secs(4)).await;
+                tx.send(Ok(Frame::data(Bytes::from_static(b"x"))))
+                    .await
+                    .ok();
+            }
+            // Then stall with the sender alive.
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            drop(tx);
+        });
+        for _ in 0..3 {
+            let f = body.as_mut().frame().await.unwrap().unwrap();
+            assert_eq!(f.into_data().unwrap(), "x");
+        }
+        let err = body.as_mut().frame().await.unwrap().unwrap_err();
+        assert!(err.is::<IdleTimeout>(), "{err}");
+        feeder.abort();
+    }
+}

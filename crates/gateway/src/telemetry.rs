@@ -1,0 +1,254 @@
+//! What operators see: the Prometheus metrics of the HTTP server, the access log, and the
+//! log format.
+//!
+//! Metrics (besides the relay's own `context_relay_*` counters):
+//!
+//! | name | kind | labels |
+//! |---|---|---|
+//! | `context_relay_gateway_request_seconds` | histogram, time to the response head | `route`, `status` |
+//! | `context_relay_gateway_upstream_first_byte_seconds` | histogram, time to the provider's response head | `provider` |
+//! | `context_relay_gateway_requests_in_flight` | gauge | |
+//! | `context_relay_gateway_connections` | gauge, open client connections | |
+//! | `context_relay_gateway_connections_rejected_total` | counter, closed at `max_connections` | |
+//! | `context_relay_gateway_budget_exhausted_total` | counter, 503s of `max_buffered_bytes` | |
+//! | `context_relay_gateway_unauthenticated_total` | counter, 401s | |
+//! | `context_relay_gateway_upstream_timeouts_total` | counter | `provider`, `phase` |
+//!
+//! `route` is the route's path (`/v1/responses`, `/admin/handoffs/{session}`) or `other`, so
+//! arbitrary client paths cannot blow up the label set.
+//!
+//! The access log is one `INFO` event per request (target `context_relay_gateway::access`) in a
+//! span carrying `method`, `path`, `request_id`, and, once the response is known, `status`,
+//! `latency_ms`, `tenant`, `combo`, `provider`, `account` and `handoff`. It never carries a
+//! header value, a key or a body.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use context_relay_tower::{ComboName, ResolvedAccount, Tenant};
+use http::{Request, Response};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+use tower_layer::Layer;
+use tower_service::Service;
+use tracing::Span;
+
+/// Buckets of `context_relay_gateway_request_seconds`: from a cached `/healthz` to a long
+/// reasoning turn.
+pub const REQUEST_BUCKETS: [f64; 14] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+];
+/// Buckets of `context_relay_gateway_upstream_first_byte_seconds`: providers take from tens of
+/// milliseconds to minutes before the first token.
+pub const FIRST_BYTE_BUCKETS: [f64; 13] = [
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0, 300.0,
+];
+
+/// The routes named in the `route` label.
+const ROUTES: [&str; 12] = [
+    "/",
+    "/healthz",
+    "/readyz",
+    "/metrics",
+    "/v1/models",
+    "/v1/chat/completions",
+    "/v1/responses",
+    "/v1/messages",
+    "/v1/messages/count_tokens",
+    "/admin/handoffs",
+    "/admin/accounts",
+    "/admin/handoffs/{session}",
+];
+
+/// A Prometheus builder with the gateway's histogram buckets; install it with
+/// `install_recorder()` and pass the handle to [`Gateway::with_metrics`](crate::Gateway::with_metrics).
+pub fn prometheus_builder() -> PrometheusBuilder {
+    // Only an empty bucket list is refused, and ours are constants.
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full("context_relay_gateway_request_seconds".into()),
+            &REQUEST_BUCKETS,
+        )
+        .and_then(|b| {
+            b.set_buckets_for_metric(
+                Matcher::Full("context_relay_gateway_upstream_first_byte_seconds".into()),
+                &FIRST_BYTE_BUCKETS,
+            )
+        })
+        .unwrap_or_else(|_| PrometheusBuilder::new())
+}
+
+/// The `route` label of `path`.
+///
+/// ```
+/// use context_relay_gateway::telemetry::route_label;
+/// assert_eq!(route_label("/v1/responses"), "/v1/responses");
+/// assert_eq!(route_label("/admin/handoffs/s-1"), "/admin/handoffs/{session}");
+/// assert_eq!(route_label("/wp-login.php"), "other");
+/// ```
+pub fn route_label(path: &str) -> &'static str {
+    if let Some(r) = ROUTES.iter().find(|r| **r == path) {
+        return r;
+    }
+    match path.strip_prefix("/admin/handoffs/") {
+        Some(rest) if !rest.is_empty() && !rest.contains('/') => "/admin/handoffs/{session}",
+        _ => "other",
+    }
+}
+
+/// Layer recording `context_relay_gateway_request_seconds` and the in-flight gauge.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RequestMetricsLayer;
+
+impl<S> Layer<S> for RequestMetricsLayer {
+    type Service = RequestMetrics<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RequestMetrics { inner }
+    }
+}
+
+/// See [`RequestMetricsLayer`].
+#[derive(Debug, Clone)]
+pub struct RequestMetrics<S> {
+    inner: S,
+}
+
+impl<S, B, ResBody> Service<Request<B>> for RequestMetrics<S>
+where
+    S: Service<Request<B>, Response = Response<ResBody>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = MetricsFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        metrics::gauge!("context_relay_gateway_requests_in_flight").increment(1.0);
+        MetricsFuture {
+            route: route_label(req.uri().path()),
+            started: Instant::now(),
+            inner: self.inner.call(req),
+            guard: InFlight,
+        }
+    }
+}
+
+/// Decrements the in-flight gauge however the request ends (also when dropped).
+#[derive(Debug)]
+struct InFlight;
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        metrics::gauge!("context_relay_gateway_requests_in_flight").decrement(1.0);
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The future of [`RequestMetrics`].
+    pub struct MetricsFuture<F> {
+        #[pin]
+        inner: F,
+        route: &'static str,
+        started: Instant,
+        guard: InFlight,
+    }
+}
+
+impl<F, ResBody, E> Future for MetricsFuture<F>
+where
+    F: Future<Output = Result<Response<ResBody>, E>>,
+{
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let out = std::task::ready!(this.inner.poll(cx));
+        let status = match &out {
+            Ok(res) => res.status().as_str().to_owned(),
+            Err(_) => "error".to_owned(),
+        };
+        metrics::histogram!(
+            "context_relay_gateway_request_seconds",
+            "route" => *this.route,
+            "status" => status
+        )
+        .record(this.started.elapsed().as_secs_f64());
+        Poll::Ready(out)
+    }
+}
+
+/// The access-log span of a request (for `TraceLayer::make_span_with`).
+pub fn access_span<B>(req: &Request<B>) -> Span {
+    let request_id = req
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-");
+    tracing::info_span!(
+        target: "context_relay_gateway::access",
+        "request",
+        method = %req.method(),
+        path = %req.uri().path(),
+        request_id = %request_id,
+        status = tracing::field::Empty,
+        latency_ms = tracing::field::Empty,
+        tenant = tracing::field::Empty,
+        combo = tracing::field::Empty,
+        provider = tracing::field::Empty,
+        account = tracing::field::Empty,
+        handoff = tracing::field::Empty,
+    )
+}
+
+/// The access-log line of a response (for `TraceLayer::on_response`): records what the stack
+/// learned about the request on the span, then logs it.
+pub fn access_log<B>(res: &Response<B>, latency: Duration, span: &Span) {
+    let ext = res.extensions();
+    let status = res.status().as_u16();
+    span.record("status", status);
+    span.record("latency_ms", latency.as_secs_f64() * 1000.0);
+    if let Some(Tenant(t)) = ext.get::<Tenant>() {
+        span.record("tenant", &**t);
+    }
+    if let Some(c) = ext.get::<ComboName>() {
+        span.record("combo", &*c.0);
+    }
+    if let Some(r) = ext.get::<ResolvedAccount>() {
+        span.record("provider", &*r.provider);
+        span.record("account", &*r.account);
+    }
+    // What the relay did (`injected`, `scrubbed`, `repaired`, comma-joined), or `none`.
+    let handoff = res
+        .headers()
+        .get(context_relay_tower::RELAY_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("none");
+    span.record("handoff", handoff);
+    tracing::info!(
+        target: "context_relay_gateway::access",
+        parent: span,
+        status,
+        latency_ms = latency.as_secs_f64() * 1000.0,
+        "request"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_have_bounded_labels() {
+        for r in ROUTES {
+            assert_eq!(route_label(r), r);
+        }
+        assert_eq!(route_label("/admin/handoffs/a/b"), "other");
+        assert_eq!(route_label("/admin/handoffs/"), "other");
+        assert_eq!(route_label("/v1/chat/completions/x"), "other");
+    }
+}

@@ -1,0 +1,210 @@
+//! The real binary as operators run it: what a configuration typo prints (line and column,
+//! never a secret), and `--log-format json` (every stderr line a JSON object, the access log
+//! with its fields and without keys).
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
+
+use bytes::Bytes;
+use context_relay_gateway::sim::SimProvider;
+use http::Request;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value;
+
+const SECRET: &str = "sk-live-0123456789abcdef";
+const CLIENT_KEY: &str = "client-key-s3cret";
+
+fn write_config(dir: &tempfile::TempDir, text: &str) -> std::path::PathBuf {
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn a_typo_next_to_a_secret_prints_its_position_and_no_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    for (text, line) in [
+        // An unknown key on the line after the key.
+        (
+            format!(
+                "[[providers]]\nname = \"p\"\nbase_url = \"http://h/v1\"\n  [[providers.accounts]]\n  id = \"a\"\n  api_key = \"{SECRET}\"\n  api_kye = \"{SECRET}\"\n"
+            ),
+            7,
+        ),
+        // An unterminated string holding the key.
+        (
+            format!(
+                "[[providers]]\nname = \"p\"\nbase_url = \"http://h/v1\"\n  [[providers.accounts]]\n  id = \"a\"\n  api_key = \"{SECRET}\n"
+            ),
+            6,
+        ),
+        // The key where a number belongs.
+        (
+            format!("admin_token = \"x\"\n[[providers]]\nname = \"p\"\nrotate_at = \"{SECRET}\"\n"),
+            4,
+        ),
+        // A Redis URL with a password, and a wrong value next to it.
+        (
+            format!(
+                "[store]\nbackend = \"redis\"\nurl = \"redis://:{SECRET}@cache:6379/\"\nprefix = 7\n"
+            ),
+            4,
+        ),
+    ] {
+        let path = write_config(&dir, &text);
+        let out = Command::new(env!("CARGO_BIN_EXE_context-relay-gateway"))
+            .arg("--config")
+            .arg(&path)
+            .arg("--check")
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(!stderr.contains(SECRET), "{stderr}");
+        assert!(!stdout.contains(SECRET), "{stdout}");
+        assert!(stderr.contains(&format!("line {line}, column")), "{stderr}");
+        // One line: no source excerpt under it.
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    }
+    // A redis URL the checker refuses: redacted in the message.
+    let path = write_config(
+        &dir,
+        &format!("[store]\nbackend = \"redis\"\nurl = \"http://u:{SECRET}@cache/\"\n"),
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_context-relay-gateway"))
+        .arg("--config")
+        .arg(&path)
+        .arg("--check")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("store.url") && !stderr.contains(SECRET),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn json_logs_carry_the_access_log_without_keys() {
+    let sim = SimProvider::builder()
+        .account("acct-a", "key-a")
+        .start()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(
+        &dir,
+        &format!(
+            r#"
+listen = "127.0.0.1:0"
+[store]
+backend = "memory"
+[[providers]]
+name = "codex"
+base_url = "{}"
+  [[providers.accounts]]
+  id = "acct-a"
+  api_key = "key-a"
+[[combos]]
+name = "codex-relay"
+targets = ["codex/gpt-5.5"]
+[[clients]]
+name = "alice"
+key_env = "ALICE_KEY"
+"#,
+            sim.base_url()
+        ),
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_context-relay-gateway"))
+        .arg("--config")
+        .arg(&path)
+        .args(["--log-format", "json"])
+        .env("ALICE_KEY", CLIENT_KEY)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap()
+        .to_owned();
+
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let req = Request::post(format!("{url}/v1/chat/completions"))
+        .header("authorization", format!("Bearer {CLIENT_KEY}"))
+        .header("x-request-id", "rid-42")
+        .body(Full::new(Bytes::from_static(
+            br#"{"model":"codex-relay","messages":[{"role":"user","content":"the body text"}]}"#,
+        )))
+        .unwrap();
+    let res = client.request(req).await.unwrap();
+    assert_eq!(res.status(), 200);
+    res.into_body().collect().await.unwrap();
+    let req = Request::get(format!("{url}/healthz"))
+        .body(Full::default())
+        .unwrap();
+    assert_eq!(client.request(req).await.unwrap().status(), 200);
+
+    // SIGTERM: the gateway drains and exits, and stderr is complete.
+    let status = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(child.wait().unwrap().success(), "{stderr}");
+
+    assert!(!stderr.contains(CLIENT_KEY), "{stderr}");
+    assert!(!stderr.contains("key-a"), "{stderr}");
+    assert!(!stderr.contains("the body text"), "{stderr}");
+    let lines: Vec<Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let access: Vec<&Value> = lines
+        .iter()
+        .filter(|v| v["target"] == "context_relay_gateway::access")
+        .collect();
+    let chat = access
+        .iter()
+        .find(|v| v["span"]["path"] == "/v1/chat/completions")
+        .unwrap_or_else(|| panic!("no access log line for the chat request in\n{stderr}"));
+    assert_eq!(chat["level"], "INFO");
+    assert_eq!(chat["fields"]["status"], 200);
+    assert!(chat["fields"]["latency_ms"].as_f64().unwrap() >= 0.0);
+    let span = &chat["span"];
+    assert_eq!(span["method"], "POST");
+    assert_eq!(span["request_id"], "rid-42");
+    assert_eq!(span["tenant"], "alice");
+    assert_eq!(span["combo"], "codex-relay");
+    assert_eq!(span["provider"], "codex");
+    assert_eq!(span["account"], "acct-a");
+    assert!(span["handoff"].is_string());
+    assert!(
+        access
+            .iter()
+            .any(|v| v["span"]["path"] == "/healthz" && v["fields"]["status"] == 200)
+    );
+    assert!(lines.iter().any(|v| {
+        v["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("listening"))
+    }));
+}

@@ -1,0 +1,874 @@
+//! Hostile clients and stalled peers over loopback: a real gateway on 127.0.0.1:0 with client
+//! keys and small `[limits]`, raw TCP clients where a well-behaved HTTP client would hide the
+//! misbehaviour, and stalled upstreams made of raw TCP listeners.
+
+use std::io::Write as _;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use context_relay_gateway::Gateway;
+use context_relay_gateway::config::Config;
+use context_relay_gateway::server::RunningGateway;
+use context_relay_gateway::sim::SimProvider;
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const HEADER_TIMEOUT: f64 = 1.0;
+const BODY_TIMEOUT: f64 = 0.5;
+const HEAD_TIMEOUT: f64 = 0.5;
+const IDLE_TIMEOUT: f64 = 0.5;
+
+fn config(base_url: &str, stalled_url: &str) -> Config {
+    Config::from_toml_str(
+        &format!(
+            r#"
+[store]
+backend = "memory"
+[limits]
+client_header_timeout_secs = {HEADER_TIMEOUT}
+client_body_timeout_secs = {BODY_TIMEOUT}
+upstream_head_timeout_secs = {HEAD_TIMEOUT}
+upstream_idle_timeout_secs = {IDLE_TIMEOUT}
+upstream_connect_timeout_secs = 1
+shutdown_timeout_secs = 1
+[[providers]]
+name = "codex"
+base_url = "{base_url}"
+  [[providers.accounts]]
+  id = "acct-a"
+  api_key = "key-a"
+[[providers]]
+name = "stalled"
+base_url = "{stalled_url}"
+quota = "none"
+  [[providers.accounts]]
+  id = "acct-s"
+  api_key = "key-s"
+[[combos]]
+name = "codex-relay"
+targets = ["codex/gpt-5.5"]
+[[combos]]
+name = "other"
+targets = ["codex/gpt-5.5"]
+[[combos]]
+name = "stalled"
+targets = ["stalled/m"]
+[[clients]]
+name = "alice"
+key = "alice-key"
+combos = ["codex-relay", "stalled"]
+[[clients]]
+name = "bob"
+key_sha256 = "{bob}"
+"#,
+            bob = sha256_hex("bob-key"),
+        ),
+        |_| None,
+    )
+    .unwrap()
+}
+
+fn sha256_hex(s: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(s.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+struct Env {
+    _sim: SimProvider,
+    gateway: Gateway,
+    server: RunningGateway,
+    client: Client<HttpConnector, Full<Bytes>>,
+    stalled: StalledUpstream,
+}
+
+async fn setup() -> Env {
+    let sim = SimProvider::builder()
+        .account("acct-a", "key-a")
+        .start()
+        .await
+        .unwrap();
+    let stalled = StalledUpstream::start().await;
+    let gateway = Gateway::new(config(&sim.base_url(), &stalled.base_url())).unwrap();
+    let server = gateway.spawn("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    Env {
+        _sim: sim,
+        gateway,
+        server,
+        client: Client::builder(TokioExecutor::new()).build_http(),
+        stalled,
+    }
+}
+
+impl Env {
+    async fn post(&self, path: &str, key: Option<&str>, model: &str) -> (StatusCode, Value) {
+        let mut req = Request::post(format!("{}{path}", self.server.url()));
+        if let Some(k) = key {
+            req = req.header("authorization", format!("Bearer {k}"));
+        }
+        // As real clients send them: `max_tokens` is required by Messages and refused by
+        // GPT-5-family Chat Completions.
+        let mut body = serde_json::json!({
+            "model": model,
+            "messages": [{"role": "user", "content": "hi"}]
+        });
+        if path.starts_with("/v1/messages") {
+            body["max_tokens"] = 16.into();
+        }
+        let res = self
+            .client
+            .request(req.body(Full::new(Bytes::from(body.to_string()))).unwrap())
+            .await
+            .unwrap();
+        let status = res.status();
+        let bytes = res.into_body().collect().await.unwrap().to_bytes();
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    }
+}
+
+/// A provider that accepts connections and then says nothing (`/head/…`), or sends a response
+/// head and one SSE event and then nothing (`/body/…`).
+struct StalledUpstream {
+    addr: std::net::SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl StalledUpstream {
+    async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    let mut seen = Vec::new();
+                    while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match tcp.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => seen.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let head = String::from_utf8_lossy(&seen).to_string();
+                    if head.contains("x-stall: headers") {
+                        // Echo the request head, with account-identity headers around it.
+                        let reply = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\
+                             set-cookie: acct=1\r\nopenai-organization: org-acct\r\n\
+                             anthropic-organization-id: org-a\r\nx-keep: 1\r\n\
+                             content-length: {}\r\n\r\n{head}",
+                            head.len()
+                        );
+                        let _ = tcp.write_all(reply.as_bytes()).await;
+                        return;
+                    }
+                    if head.contains("x-stall: big429") {
+                        let body = "x".repeat(100_000);
+                        let reply = format!(
+                            "HTTP/1.1 429 Too Many Requests\r\ncontent-type: text/plain\r\n\
+                             content-length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        let _ = tcp.write_all(reply.as_bytes()).await;
+                        return;
+                    }
+                    if head.contains("x-stall: body") {
+                        let _ = tcp
+                            .write_all(
+                                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                                  transfer-encoding: chunked\r\n\r\n\
+                                  13\r\ndata: {\"partial\":1}\n\r\n",
+                            )
+                            .await;
+                    }
+                    // Then silence, with the connection open.
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                    drop(tcp);
+                });
+            }
+        });
+        Self { addr, task }
+    }
+
+    fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+}
+
+impl Drop for StalledUpstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[tokio::test]
+async fn missing_wrong_and_forbidden_keys_in_the_api_shape() {
+    let env = setup().await;
+    // No key, OpenAI shape.
+    let (status, body) = env.post("/v1/chat/completions", None, "codex-relay").await;
+    assert_eq!(status, 401);
+    assert_eq!(body["error"]["type"], "invalid_api_key", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("client key")
+    );
+    // A wrong key, Anthropic shape.
+    let (status, body) = env
+        .post("/v1/messages", Some("alice-kee"), "codex-relay")
+        .await;
+    assert_eq!(status, 401);
+    assert_eq!(body["type"], "error");
+    assert_eq!(body["error"]["type"], "authentication_error", "{body}");
+    // The error never echoes the key that was tried.
+    assert!(!body.to_string().contains("alice-kee"));
+    // Alice may use codex-relay, not another combo nor a direct target.
+    let (status, _) = env
+        .post("/v1/chat/completions", Some("alice-key"), "codex-relay")
+        .await;
+    assert_eq!(status, 200);
+    let (status, body) = env
+        .post("/v1/chat/completions", Some("alice-key"), "other")
+        .await;
+    assert_eq!(status, 403);
+    assert_eq!(body["error"]["type"], "permission_denied", "{body}");
+    let (status, body) = env
+        .post("/v1/messages", Some("alice-key"), "codex/gpt-5.5")
+        .await;
+    assert_eq!(status, 403);
+    assert_eq!(body["error"]["type"], "permission_error", "{body}");
+    // Bob, known by the SHA-256 of his key only, may use anything.
+    let (status, _) = env
+        .post("/v1/chat/completions", Some("bob-key"), "other")
+        .await;
+    assert_eq!(status, 200);
+    // His sessions are his: the tenant is the client's name.
+    let bound = env
+        .gateway
+        .pools()
+        .get("codex")
+        .unwrap()
+        .sessions_per_account();
+    assert!(bound[0] >= 1);
+}
+
+/// Reads until the peer closes (or `limit` passes); returns what was read and when it ended.
+async fn read_until_closed(tcp: &mut TcpStream, limit: Duration) -> (Vec<u8>, Duration) {
+    let started = Instant::now();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout_at((started + limit).into(), tcp.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return (out, started.elapsed()),
+            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+            Err(_) => panic!("the connection was still open after {limit:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn slow_headers_are_cut_at_the_header_timeout() {
+    let env = setup().await;
+    let mut tcp = TcpStream::connect(env.server.addr()).await.unwrap();
+    let request =
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer alice-key\r\n";
+    let started = Instant::now();
+    let mut closed_after = None;
+    // One byte a second, as a slowloris client does.
+    for b in request {
+        if tcp.write_all(&[*b]).await.is_err() {
+            closed_after = Some(started.elapsed());
+            break;
+        }
+        let mut probe = [0u8; 256];
+        match tokio::time::timeout(Duration::from_secs(1), tcp.read(&mut probe)).await {
+            Ok(Ok(_)) | Ok(Err(_)) => {
+                closed_after = Some(started.elapsed());
+                break;
+            }
+            Err(_) => {}
+        }
+    }
+    let closed_after = closed_after.expect("the gateway never closed the slow connection");
+    // Closed at the header timeout (with a second of slack for the 1 s probe), long before the
+    // request could have been completed.
+    assert!(
+        closed_after <= Duration::from_secs_f64(HEADER_TIMEOUT + 2.0),
+        "closed after {closed_after:?}"
+    );
+    // The gateway still serves others.
+    let (status, _) = env
+        .post("/v1/chat/completions", Some("alice-key"), "codex-relay")
+        .await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn a_stalled_request_body_gets_408_and_is_closed() {
+    let env = setup().await;
+    let mut tcp = TcpStream::connect(env.server.addr()).await.unwrap();
+    tcp.write_all(
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer alice-key\r\n\
+          content-type: application/json\r\ncontent-length: 1000\r\n\r\n{\"model\":",
+    )
+    .await
+    .unwrap();
+    let (bytes, after) = read_until_closed(&mut tcp, Duration::from_secs(5)).await;
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("client_body_timeout_secs"), "{text}");
+    assert!(
+        after <= Duration::from_secs_f64(BODY_TIMEOUT + 1.5),
+        "closed after {after:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_stalled_upstream_gives_504_before_the_first_byte() {
+    let env = setup().await;
+    let started = Instant::now();
+    let (status, body) = env.post("/v1/messages", Some("alice-key"), "stalled").await;
+    assert_eq!(status, 504, "{body}");
+    assert_eq!(body["type"], "error");
+    assert_eq!(body["error"]["type"], "timeout_error");
+    assert!(started.elapsed() <= Duration::from_secs_f64(HEAD_TIMEOUT + 1.5));
+    let (status, body) = env
+        .post("/v1/chat/completions", Some("alice-key"), "stalled")
+        .await;
+    assert_eq!(status, 504);
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("upstream_head_timeout_secs")
+    );
+    drop(env.stalled);
+}
+
+#[tokio::test]
+async fn a_stream_stalled_after_its_first_event_is_closed() {
+    let env = setup().await;
+    let req = Request::post(format!("{}/v1/chat/completions", env.server.url()))
+        .header("authorization", "Bearer alice-key")
+        .header("x-stall", "body")
+        .body(Full::new(Bytes::from(
+            serde_json::json!({"model": "stalled", "stream": true,
+                "messages": [{"role": "user", "content": "hi"}]})
+            .to_string(),
+        )))
+        .unwrap();
+    let started = Instant::now();
+    let res = env.client.request(req).await.unwrap();
+    assert_eq!(res.status(), 200);
+    let mut body = res.into_body();
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("partial"));
+    // Then the stream ends in an error (cut), not in a clean end and not never.
+    let end = tokio::time::timeout(Duration::from_secs(5), body.collect())
+        .await
+        .expect("the stalled stream was never closed");
+    assert!(end.is_err(), "a cut stream must not look complete");
+    assert!(started.elapsed() <= Duration::from_secs_f64(IDLE_TIMEOUT + 2.0));
+}
+
+#[tokio::test]
+async fn stacked_gzip_layers_are_refused_without_decoding() {
+    let env = setup().await;
+    // A real 3-layer gzip body: refused by its header, before any layer is inflated.
+    let mut body = br#"{"model":"codex-relay","messages":[]}"#.to_vec();
+    for _ in 0..3 {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(&body).unwrap();
+        body = e.finish().unwrap();
+    }
+    let send = |encoding: String, body: Vec<u8>| {
+        let req = Request::post(format!("{}/v1/chat/completions", env.server.url()))
+            .header("authorization", "Bearer alice-key")
+            .header("content-encoding", encoding)
+            .body(Full::new(Bytes::from(body)))
+            .unwrap();
+        env.client.request(req)
+    };
+    let res = send("gzip, gzip, gzip".into(), body).await.unwrap();
+    assert_eq!(res.status(), 415);
+    // A thousand layers named in a header: still one quick refusal.
+    let many = vec!["gzip"; 1000].join(", ");
+    let started = Instant::now();
+    let res = send(many, b"x".to_vec()).await.unwrap();
+    assert_eq!(res.status(), 415);
+    let v: Value =
+        serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert!(v["error"]["message"].as_str().unwrap().contains("1000"));
+    assert!(started.elapsed() < Duration::from_secs(2));
+    // Two layers (what a client might really send) are still decoded.
+    let mut two = br#"{"model":"codex-relay","messages":[{"role":"user","content":"x"}]}"#.to_vec();
+    for _ in 0..2 {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(&two).unwrap();
+        two = e.finish().unwrap();
+    }
+    assert_eq!(send("gzip, gzip".into(), two).await.unwrap().status(), 200);
+}
+
+#[tokio::test]
+async fn a_panicking_handler_is_an_api_shaped_500_and_the_server_lives_on() {
+    let env = setup().await;
+    let panicking = tower::util::BoxCloneSyncService::new(tower::service_fn(
+        |req: Request<axum::body::Body>| async move {
+            if req.uri().path().ends_with("/responses") {
+                panic!("injected test panic");
+            }
+            Ok::<_, std::convert::Infallible>(http::Response::new(axum::body::Body::empty()))
+        },
+    ));
+    let service = env.gateway.service_for(env.gateway.router_with(panicking));
+    let server = RunningGateway::start_with(
+        "127.0.0.1:0".parse().unwrap(),
+        service,
+        env.gateway.serve_options(),
+    )
+    .await
+    .unwrap();
+    for _ in 0..3 {
+        let req = Request::post(format!("{}/v1/responses", server.url()))
+            .body(Full::new(Bytes::from_static(b"{}")))
+            .unwrap();
+        let res = env.client.request(req).await.unwrap();
+        assert_eq!(res.status(), 500);
+        let v: Value =
+            serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
+        // Readable as an OpenAI error and as an Anthropic one.
+        assert_eq!(v["type"], "error");
+        assert_eq!(v["error"]["type"], "api_error");
+        assert!(v["error"]["message"].is_string());
+        assert!(!v.to_string().contains("injected test panic"));
+    }
+    let res = env
+        .client
+        .request(
+            Request::get(format!("{}/healthz", server.url()))
+                .body(Full::default())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn request_ids_are_set_or_propagated() {
+    let env = setup().await;
+    let get = |id: Option<&'static str>| {
+        let mut req = Request::get(format!("{}/healthz", env.server.url()));
+        if let Some(id) = id {
+            req = req.header("x-request-id", id);
+        }
+        env.client.request(req.body(Full::default()).unwrap())
+    };
+    let res = get(Some("req-123")).await.unwrap();
+    assert_eq!(res.headers()["x-request-id"], "req-123");
+    let res = get(None).await.unwrap();
+    assert_eq!(res.headers()["x-request-id"].len(), 36, "a UUID");
+}
+
+#[tokio::test]
+async fn an_open_gateway_refuses_a_public_address_unless_allowed() {
+    let text = r#"
+[store]
+backend = "memory"
+[[providers]]
+name = "p"
+base_url = "http://127.0.0.1:9/v1"
+  [[providers.accounts]]
+  id = "a"
+  api_key = "k"
+"#;
+    let e = Config::from_toml_str(&format!("listen = \"0.0.0.0:4000\"\n{text}"), |_| None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("allow_open"), "{e}");
+    let open = Config::from_toml_str(
+        &format!("listen = \"0.0.0.0:4000\"\nallow_open = true\n{text}"),
+        |_| None,
+    )
+    .unwrap();
+    assert!(open.warnings().iter().any(|w| w.contains("open")));
+    // A loopback gateway may be open, but spawning it on a public address is refused.
+    let gateway = Gateway::new(Config::from_toml_str(text, |_| None).unwrap()).unwrap();
+    let e = gateway
+        .spawn("0.0.0.0:0".parse().unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
+}
+
+#[tokio::test]
+async fn admin_accounts_and_readyz() {
+    let sim = SimProvider::builder()
+        .account("acct-a", "key-a")
+        .account("acct-b", "key-b")
+        .start()
+        .await
+        .unwrap();
+    let gateway = Gateway::new(
+        Config::from_toml_str(
+            &format!(
+                r#"
+admin_token_env = "ADMIN"
+[store]
+backend = "memory"
+[[providers]]
+name = "codex"
+base_url = "{}"
+  [[providers.accounts]]
+  id = "acct-a"
+  api_key = "key-a"
+  [[providers.accounts]]
+  id = "acct-b"
+  api_key = "key-b"
+[[combos]]
+name = "codex-relay"
+targets = ["codex/gpt-5.5"]
+"#,
+                sim.base_url()
+            ),
+            |v| (v == "ADMIN").then(|| "adm-token".to_owned()),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let server = gateway.spawn("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let get = |path: &str, token: Option<&str>| {
+        let mut req = Request::get(format!("{}{path}", server.url()));
+        if let Some(t) = token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        let client = client.clone();
+        let req = req.body(Full::default()).unwrap();
+        async move {
+            let res = client.request(req).await.unwrap();
+            let status = res.status();
+            let v: Value =
+                serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes())
+                    .unwrap_or(Value::Null);
+            (status, v)
+        }
+    };
+    assert_eq!(get("/admin/accounts", None).await.0, 401);
+    let (status, v) = get("/readyz", None).await;
+    assert_eq!(
+        (status, v["status"].as_str()),
+        (StatusCode::OK, Some("ready"))
+    );
+
+    // One turn binds a session to acct-a; then acct-a is exhausted.
+    let req = Request::post(format!("{}/v1/chat/completions", server.url()))
+        .header("authorization", "Bearer c")
+        .header("session-id", "s-1")
+        .body(Full::new(Bytes::from(
+            r#"{"model":"codex-relay","messages":[{"role":"user","content":"x"}]}"#,
+        )))
+        .unwrap();
+    assert_eq!(client.request(req).await.unwrap().status(), 200);
+    let until = std::time::SystemTime::now() + Duration::from_secs(600);
+    gateway
+        .pools()
+        .get("codex")
+        .unwrap()
+        .mark_exhausted(0, until);
+
+    let (status, v) = get("/admin/accounts", Some("adm-token")).await;
+    assert_eq!(status, 200);
+    let accounts = v["accounts"].as_array().unwrap();
+    assert_eq!(accounts.len(), 2);
+    let a = &accounts[0];
+    assert_eq!(a["provider"], "codex");
+    assert_eq!(a["account"], "acct-a");
+    assert_eq!(a["state"], "exhausted");
+    assert_eq!(a["sessions"], 1);
+    assert!(a["used_ratio"].is_number(), "{a}");
+    assert!(a["resets_at"].as_str().unwrap().ends_with('Z'));
+    let b = &accounts[1];
+    assert_eq!(
+        (b["state"].as_str(), b["sessions"].as_u64()),
+        (Some("available"), Some(0))
+    );
+    assert!(b["resets_at"].is_null());
+    for k in [
+        "provider",
+        "account",
+        "used_ratio",
+        "resets_at",
+        "state",
+        "sessions",
+    ] {
+        assert!(a.get(k).is_some(), "{k} missing");
+    }
+
+    let readiness = gateway.readiness().clone();
+    readiness.shutting_down();
+    let (status, v) = get("/readyz", None).await;
+    assert_eq!(status, 503);
+    assert_eq!(v["status"], "shutting down");
+    server.shutdown().await.unwrap();
+}
+
+/// A gateway over `base_url` with extra top-level keys and `[limits]` lines.
+async fn small_gateway(base_url: &str, top: &str, limits: &str) -> (Gateway, RunningGateway) {
+    let config = Config::from_toml_str(
+        &format!(
+            r#"
+{top}
+[store]
+backend = "memory"
+[limits]
+{limits}
+[[providers]]
+name = "codex"
+base_url = "{base_url}"
+quota = "none"
+  [[providers.accounts]]
+  id = "acct-a"
+  api_key = "key-a"
+[[combos]]
+name = "codex-relay"
+targets = ["codex/gpt-5.5"]
+"#
+        ),
+        |_| None,
+    )
+    .unwrap();
+    let gateway = Gateway::new(config).unwrap();
+    let server = gateway.spawn("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    (gateway, server)
+}
+
+#[tokio::test]
+async fn a_spent_byte_budget_is_a_503_with_retry_after() {
+    let sim = SimProvider::builder()
+        .account("acct-a", "key-a")
+        .start()
+        .await
+        .unwrap();
+    let (_gateway, server) = small_gateway(
+        &sim.base_url(),
+        "max_request_bytes = 1024",
+        "max_buffered_bytes = 1024\nclient_body_timeout_secs = 1",
+    )
+    .await;
+    // A client that sends 900 of its 1000 bytes and waits holds 900 bytes of the budget.
+    let mut holder = TcpStream::connect(server.addr()).await.unwrap();
+    let partial = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n{}",
+        " ".repeat(900)
+    );
+    holder.write_all(partial.as_bytes()).await.unwrap();
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let body = r#"{"model":"codex-relay","messages":[{"role":"user","content":"a message that needs more than what is left of the budget"}],"pad":"................................................................................................................................................................"}"#;
+    let send = || {
+        client.request(
+            Request::post(format!("{}/v1/chat/completions", server.url()))
+                .body(Full::new(Bytes::from_static(body.as_bytes())))
+                .unwrap(),
+        )
+    };
+    // The holder's bytes are taken as they arrive: wait until they are.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let res = loop {
+        let res = send().await.unwrap();
+        if res.status() == 503 || Instant::now() > deadline {
+            break res;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(res.status(), 503);
+    assert_eq!(res.headers()["retry-after"], "1");
+    let v: Value =
+        serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_buffered_bytes")
+    );
+    // Once the holder is gone (its body timed out), the budget is back.
+    let (reply, _) = read_until_closed(&mut holder, Duration::from_secs(5)).await;
+    assert!(String::from_utf8_lossy(&reply).starts_with("HTTP/1.1 408"));
+    assert_eq!(send().await.unwrap().status(), 200);
+}
+
+#[tokio::test]
+async fn shutdown_cuts_streams_still_running_after_its_timeout() {
+    let stalled = StalledUpstream::start().await;
+    let (_gateway, server) = small_gateway(
+        &stalled.base_url(),
+        "",
+        "shutdown_timeout_secs = 0.5\nupstream_idle_timeout_secs = 60",
+    )
+    .await;
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let req = Request::post(format!("{}/v1/chat/completions", server.url()))
+        .header("x-stall", "body")
+        .body(Full::new(Bytes::from_static(
+            br#"{"model":"codex-relay","stream":true,"messages":[]}"#,
+        )))
+        .unwrap();
+    let res = client.request(req).await.unwrap();
+    assert_eq!(res.status(), 200);
+    let mut body = res.into_body();
+    body.frame().await.unwrap().unwrap();
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(5), server.shutdown())
+        .await
+        .expect("shutdown waited for a stalled stream")
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(3));
+    // The client sees its stream end in an error, not complete.
+    let end = tokio::time::timeout(Duration::from_secs(5), body.collect())
+        .await
+        .unwrap();
+    assert!(end.is_err());
+}
+
+#[tokio::test]
+async fn account_headers_stay_between_gateway_and_provider() {
+    let stalled = StalledUpstream::start().await;
+    let (_gateway, server) = small_gateway(&stalled.base_url(), "", "").await;
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let mut req = Request::post(format!("{}/v1/chat/completions", server.url()))
+        .header("x-stall", "headers")
+        .header("authorization", "Bearer client-key");
+    for (name, value) in [
+        ("openai-organization", "org-client"),
+        ("openai-project", "proj-client"),
+        ("anthropic-organization-id", "org-client"),
+        ("cookie", "c=1"),
+        ("api-key", "client-azure-key"),
+        ("x-goog-api-key", "client-goog-key"),
+        ("x-api-key", "client-x-key"),
+        ("x-client-header", "kept"),
+    ] {
+        req = req.header(name, value);
+    }
+    let res = client
+        .request(
+            req.body(Full::new(Bytes::from_static(
+                br#"{"model":"codex-relay","messages":[]}"#,
+            )))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    for hidden in [
+        "set-cookie",
+        "openai-organization",
+        "anthropic-organization-id",
+    ] {
+        assert!(
+            res.headers().get(hidden).is_none(),
+            "{hidden} reached the client"
+        );
+    }
+    assert_eq!(res.headers()["x-keep"], "1");
+    let seen = String::from_utf8(res.into_body().collect().await.unwrap().to_bytes().to_vec())
+        .unwrap()
+        .to_ascii_lowercase();
+    for gone in [
+        "org-client",
+        "proj-client",
+        "cookie:",
+        "client-azure-key",
+        "client-goog-key",
+        "client-x-key",
+        "client-key",
+    ] {
+        assert!(!seen.contains(gone), "{gone} was forwarded:\n{seen}");
+    }
+    assert!(seen.contains("x-client-header: kept"), "{seen}");
+    assert!(seen.contains("authorization: bearer key-a"), "{seen}");
+}
+
+#[tokio::test]
+async fn a_passed_through_429_has_the_length_of_its_body() {
+    let stalled = StalledUpstream::start().await;
+    let (_gateway, server) = small_gateway(&stalled.base_url(), "", "").await;
+    // A raw client: it reads exactly what the gateway declares.
+    let mut tcp = TcpStream::connect(server.addr()).await.unwrap();
+    let body = r#"{"model":"codex-relay","messages":[]}"#;
+    tcp.write_all(
+        format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nx-stall: big429\r\n\
+             connection: close\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let (reply, _) = read_until_closed(&mut tcp, Duration::from_secs(5)).await;
+    let text = String::from_utf8_lossy(&reply);
+    let (head, rest) = text.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 429"), "{head}");
+    let declared: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length: ")
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .expect("a content-length");
+    assert_eq!(declared, rest.len(), "{head}");
+}
+
+#[tokio::test]
+async fn credential_less_requests_never_share_a_session() {
+    let sim = SimProvider::builder()
+        .account("acct-a", "key-a")
+        .start()
+        .await
+        .unwrap();
+    let (gateway, server) = small_gateway(&sim.base_url(), "", "").await;
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    // No session header: the session is the body's fingerprint, the same for all four.
+    let send = |key: Option<&'static str>| {
+        let mut req = Request::post(format!("{}/v1/chat/completions", server.url()));
+        if let Some(k) = key {
+            req = req.header("x-api-key", k);
+        }
+        client.request(
+            req.body(Full::new(Bytes::from_static(
+                br#"{"model":"codex-relay","messages":[{"role":"system","content":"s"},{"role":"user","content":"same first message"}]}"#,
+            )))
+            .unwrap(),
+        )
+    };
+    let bound = || gateway.pools().get("codex").unwrap().sessions_per_account()[0];
+    assert_eq!(send(None).await.unwrap().status(), 200);
+    assert_eq!(send(None).await.unwrap().status(), 200);
+    assert_eq!(bound(), 2, "two anonymous requests are two tenants");
+    assert_eq!(send(Some("k1")).await.unwrap().status(), 200);
+    assert_eq!(send(Some("k1")).await.unwrap().status(), 200);
+    assert_eq!(bound(), 3, "one credential, one tenant, one session");
+}
