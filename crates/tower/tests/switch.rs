@@ -8,7 +8,8 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use bound::clients::{Claude, Codex, KEY, Redis, Relay, action, tenant};
+use bound::clients::{Claude, Codex, KEY, Relay, action, tenant};
+use bound::redis_server::RedisServer as Redis;
 use bound::{Body, Provider, full};
 use bytes::Bytes;
 use context_relay_core::HandoffKey;

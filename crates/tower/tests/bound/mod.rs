@@ -8,6 +8,10 @@
 
 pub mod clients;
 
+/// A throwaway redis-server (or `REDIS_URL`), shared with the store's and gateway's tests.
+#[path = "../../../store/tests/common/redis_server.rs"]
+pub mod redis_server;
+
 /// The gateway's simulated provider's minting of account-bound blobs, shared.
 #[path = "../../../gateway/src/sim/bound.rs"]
 #[allow(dead_code, unreachable_pub)]
