@@ -24,7 +24,7 @@ async fn a_rejected_request_is_repaired_once_even_without_a_known_switch() {
     let relay = Relay::new();
     let mut codex = Codex::new("stranger");
     codex.history.push(
-        json!({"type":"reasoning","id":"rs_x","summary":[],"encrypted_content":"enc:acct-x:1"}),
+        json!({"type":"reasoning","id":"rs_x","summary":[],"encrypted_content":bound::enc("acct-x", 1)}),
     );
     let headers = codex.turn(&relay, "go on").await;
     assert_eq!(action(&headers), "repaired");
@@ -42,13 +42,13 @@ async fn a_rejected_request_is_repaired_once_even_without_a_known_switch() {
     let received = relay.provider.received();
     assert_eq!(received.len(), 3);
     assert_eq!(received[2].status, StatusCode::OK);
-    assert!(received[2].text.contains("enc:acct-a:1"));
+    assert!(received[2].text.contains(&bound::enc("acct-a", 1)));
 
     // The same for Anthropic's signed thinking blocks.
     let mut claude = Claude::new("claude-stranger");
     claude.messages.push(json!({"role":"user","content":"q"}));
     claude.messages.push(json!({"role":"assistant","content":[
-        {"type":"thinking","thinking":"t","signature":"sig:acct-x:9"},{"type":"text","text":"a"}]}));
+        {"type":"thinking","thinking":"t","signature":bound::sig("acct-x", 9)},{"type":"text","text":"a"}]}));
     let headers = claude.turn(&relay, "next").await;
     assert_eq!(action(&headers), "repaired");
     let received = relay.provider.received();
@@ -76,7 +76,7 @@ async fn a_failure_in_band_before_any_output_is_repaired_invisibly() {
     relay.provider.with(|s| s.mode = Mode::FailInBand);
     let mut codex = Codex::new("inband");
     codex.history.push(
-        json!({"type":"reasoning","id":"rs_x","summary":[],"encrypted_content":"enc:acct-x:1"}),
+        json!({"type":"reasoning","id":"rs_x","summary":[],"encrypted_content":bound::enc("acct-x", 1)}),
     );
     let (status, _, body) = relay.send(codex.request("go")).await;
     assert_eq!(status, StatusCode::OK);
@@ -181,7 +181,7 @@ async fn a_stream_that_goes_quiet_after_its_opening_is_passed_on() {
         .layer(InjectionLayer::new(Arc::new(MemoryStore::new())))
         .service(upstream);
     let body = json!({"stream": true, "input": [
-        {"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"enc:acct-x:1"}]});
+        {"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":bound::enc("acct-x", 1)}]});
     let mut req = Request::post("/v1/responses")
         .header("session-id", "quiet")
         .body(http_body_util::Full::new(Bytes::from(body.to_string())))
@@ -196,4 +196,69 @@ async fn a_stream_that_goes_quiet_after_its_opening_is_passed_on() {
     let mut body = res.into_body();
     let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
     assert!(String::from_utf8_lossy(&first).contains("response.created"));
+}
+
+/// The double is as strict as the real providers: only state the serving account minted, whole
+/// and unaltered, is accepted.
+#[tokio::test]
+async fn the_double_rejects_state_the_serving_account_did_not_mint() {
+    async fn ask(provider: &bound::Provider, path: &str, body: serde_json::Value) -> StatusCode {
+        let mut req = http::Request::post(path)
+            .body(http_body_util::Full::new(Bytes::from(body.to_string())))
+            .unwrap();
+        req.extensions_mut()
+            .insert(context_relay_tower::ResolvedAccount::new("codex", "acct-a"));
+        provider.clone().answer(req).await.unwrap().status()
+    }
+    let provider = bound::Provider::default();
+    let blob = bound::enc("acct-a", 1);
+    assert!(blob.len() >= 1024, "a real-size blob: {} bytes", blob.len());
+    let reasoning = |b: &str| json!({"input": [{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":b}]});
+    assert_eq!(
+        ask(&provider, "/v1/responses", reasoning(&blob)).await,
+        StatusCode::OK
+    );
+    // One character changed, truncated, or never minted at all.
+    let mut mangled = blob.clone().into_bytes();
+    let i = blob.find('.').unwrap() + 3;
+    mangled[i] = if mangled[i] == b'0' { b'1' } else { b'0' };
+    let mangled = String::from_utf8(mangled).unwrap();
+    let unknown = "gAAAAABreasoningblobfromnowhere==";
+    for bad in [
+        mangled.as_str(),
+        &blob[..blob.find('.').unwrap() + 8],
+        unknown,
+    ] {
+        assert_eq!(
+            ask(&provider, "/v1/responses", reasoning(bad)).await,
+            StatusCode::BAD_REQUEST,
+            "{bad:.40}"
+        );
+    }
+    assert_eq!(
+        ask(
+            &provider,
+            "/v1/responses",
+            json!({"previous_response_id": "resp_9999", "input": []})
+        )
+        .await,
+        StatusCode::BAD_REQUEST
+    );
+    let thinking = |s: &str| {
+        json!({"messages": [{"role":"user","content":"q"}, {"role":"assistant","content":[
+            {"type":"thinking","thinking":"t","signature":s},{"type":"text","text":"a"}]}]})
+    };
+    let signature = bound::sig("acct-a", 1);
+    assert_eq!(
+        ask(&provider, "/v1/messages", thinking(&signature)).await,
+        StatusCode::OK
+    );
+    let truncated = &signature[..signature.len() / 2];
+    assert_eq!(
+        ask(&provider, "/v1/messages", thinking(truncated)).await,
+        StatusCode::BAD_REQUEST
+    );
+    let (ok, bad) = (StatusCode::OK, StatusCode::BAD_REQUEST);
+    let statuses: Vec<_> = provider.received().iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [ok, bad, bad, bad, bad, ok, bad]);
 }

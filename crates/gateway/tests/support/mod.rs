@@ -5,9 +5,7 @@
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 
 use bytes::Bytes;
 use context_relay_gateway::config::Config;
@@ -35,8 +33,14 @@ pub fn summary_reply() -> String {
     .to_string()
 }
 
+/// `shared/fixtures/clients/` beside the nearest ancestor of the including crate that has it
+/// (this file is also included by the facade's tests, one level higher).
 fn fixtures_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/clients/")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .map(|d| d.join("shared/fixtures/clients/"))
+        .find(|d| d.is_dir())
+        .expect("shared/fixtures/clients/ beside the workspace")
 }
 
 /// Expands every `...[N chars]` marker of the captures back to a string of N characters.
@@ -384,56 +388,11 @@ impl Harness {
     }
 }
 
-/// `REDIS_URL` when set; otherwise a redis-server of our own on a free loopback port, killed
-/// on drop.
-pub struct RedisServer {
-    pub url: String,
-    child: Option<Child>,
-}
-
-impl RedisServer {
-    pub fn start() -> Self {
-        if let Ok(url) = std::env::var("REDIS_URL")
-            && !url.is_empty()
-        {
-            return Self { url, child: None };
-        }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed (or REDIS_URL set) for this test");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        loop {
-            match lines.next() {
-                Some(Ok(l)) if l.contains("Ready to accept connections") => break,
-                Some(Ok(_)) => {}
-                _ => panic!("redis-server exited before accepting connections"),
-            }
-        }
-        std::thread::spawn(move || for _ in lines {});
-        Self {
-            url: format!("redis://127.0.0.1:{port}/"),
-            child: Some(child),
-        }
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            c.kill().ok();
-            c.wait().ok();
-        }
-    }
-}
+/// A throwaway redis-server (or `REDIS_URL`), shared with the store's and tower's tests.
+#[path = "../../../store/tests/common/redis_server.rs"]
+mod redis_server;
+#[allow(unused_imports)] // not every test binary starts one
+pub use redis_server::RedisServer;
 
 pub const MEMORY: &str = "backend = \"memory\"";
 

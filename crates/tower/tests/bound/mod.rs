@@ -1,11 +1,23 @@
 //! A provider double that binds state to the account that minted it, as the real ones do:
-//! Responses reasoning items (`encrypted_content`), stored response ids and Anthropic thinking
-//! signatures are minted per account, and any that another account minted is rejected with
-//! the provider's real error body.
+//! Responses reasoning items (`encrypted_content`), stored response ids, Codex turn state and
+//! Anthropic thinking signatures are minted per account (keyed blobs of real size, minted as
+//! the gateway's simulated provider mints them), and any the serving account did not mint —
+//! another account's, a mangled or truncated one, an unknown id — is rejected with the
+//! provider's real error body.
 #![allow(dead_code, unreachable_pub)]
 
 pub mod clients;
 
+/// A throwaway redis-server (or `REDIS_URL`), shared with the store's and gateway's tests.
+#[path = "../../../store/tests/common/redis_server.rs"]
+pub mod redis_server;
+
+/// The gateway's simulated provider's minting of account-bound blobs, shared.
+#[path = "../../../gateway/src/sim/bound.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod sim_bound;
+
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
@@ -27,6 +39,73 @@ pub const PREVIOUS_REJECTED: &str = r#"{"error":{"message":"Previous response wi
 pub const SIGNATURE_REJECTED: &str = r#"{"type":"error","error":{"type":"invalid_request_error","message":"messages.1.content.0: Invalid `signature` in `thinking` block"},"request_id":"req_011CUdL49e3Fu9bCKbWF6cXD"}"#;
 pub const UNRELATED_400: &str = r#"{"error":{"message":"Unsupported parameter: 'temperature' is not supported with this model.","type":"invalid_request_error","param":"temperature","code":"unsupported_parameter"}}"#;
 
+/// Size of a minted blob: real `encrypted_content` and signatures are kilobytes.
+pub const BLOB_BYTES: usize = 2048;
+
+fn minter() -> sim_bound::Minter {
+    sim_bound::Minter::new(0x5eed, BLOB_BYTES)
+}
+
+/// The `encrypted_content` the double mints for `account` in its `n`th answer.
+pub fn enc(account: &str, n: usize) -> String {
+    minter().encrypted(account, &n.to_string())
+}
+
+/// The thinking `signature` the double mints for `account` in its `n`th answer.
+pub fn sig(account: &str, n: usize) -> String {
+    minter().signature(account, &n.to_string())
+}
+
+/// The Codex turn state the double mints for `account` in its `n`th answer.
+fn turn_state(account: &str, n: usize) -> String {
+    minter().encrypted(account, &format!("ts{n}"))
+}
+
+/// Whether `account` minted `blob`, whole and unaltered: its keyed digest verifies, and the
+/// blob is byte for byte what the account minted (so a truncated or padded one fails too).
+fn minted_by(account: &str, blob: &str) -> bool {
+    let m = minter();
+    if m.owner(&[account.to_owned()], blob).is_none() {
+        return false;
+    }
+    let nonce = blob
+        .get(7..)
+        .and_then(|rest| rest.split('.').next())
+        .unwrap_or("");
+    let short = blob
+        .get(4..)
+        .and_then(|rest| rest.split('.').next())
+        .unwrap_or("");
+    m.encrypted(account, nonce) == blob || m.signature(account, short) == blob
+}
+
+/// Every blob of account-bound state in a request: `encrypted_content`, `signature` and
+/// `data` wherever they sit, and the turn-state header.
+fn blobs<'a>(body: &'a Value, headers: &'a http::HeaderMap) -> Vec<&'a str> {
+    fn walk<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
+        match v {
+            Value::Object(map) => {
+                for (k, v) in map {
+                    match (k.as_str(), v.as_str()) {
+                        ("encrypted_content" | "signature" | "data", Some(s)) => out.push(s),
+                        _ => walk(v, out),
+                    }
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(body, &mut out);
+    out.extend(
+        headers
+            .get("x-codex-turn-state")
+            .and_then(|v| v.to_str().ok()),
+    );
+    out
+}
+
 /// How the double answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Mode {
@@ -45,16 +124,23 @@ pub struct Received {
     pub body: Value,
     pub text: String,
     pub status: StatusCode,
+    /// The account that stored the `previous_response_id` the request names, if any.
+    pub previous_of: Option<String>,
 }
 
 impl Received {
+    /// How many pieces of state minted by `account` the request carries.
+    pub fn state_of(&self, account: &str) -> usize {
+        blobs(&self.body, &self.headers)
+            .into_iter()
+            .filter(|b| minted_by(account, b))
+            .count()
+            + usize::from(self.previous_of.as_deref() == Some(account))
+    }
+
     /// Whether the request carries a token minted by `account`.
     pub fn carries_state_of(&self, account: &str) -> bool {
-        self.text.contains(&format!(":{account}:"))
-            || self
-                .headers
-                .get("x-codex-turn-state")
-                .is_some_and(|v| v.to_str().unwrap_or("").contains(&format!(":{account}:")))
+        self.state_of(account) > 0
     }
 
     pub fn handoffs(&self) -> usize {
@@ -68,6 +154,8 @@ pub struct State {
     /// Answer the next request with this status and body, whatever it holds.
     pub next_error: Option<(StatusCode, &'static str)>,
     pub minted: usize,
+    /// Response ids stored by the answers: id → account.
+    pub stored: HashMap<String, String>,
     pub received: Vec<Received>,
 }
 
@@ -105,8 +193,12 @@ impl Provider {
         let verdict = if let Some((status, body)) = state.next_error.take() {
             Err((status, body))
         } else {
-            check(&body, &headers, &account, anthropic)
+            check(&body, &headers, &account, anthropic, &state.stored)
         };
+        let previous_of = body
+            .get("previous_response_id")
+            .and_then(Value::as_str)
+            .and_then(|id| state.stored.get(id).cloned());
         let status = verdict.as_ref().err().map_or(StatusCode::OK, |e| e.0);
         let mode = state.mode;
         state.received.push(Received {
@@ -115,6 +207,7 @@ impl Provider {
             body: body.clone(),
             text,
             status,
+            previous_of,
         });
         let response = match verdict {
             Err((status, error))
@@ -139,24 +232,28 @@ impl Provider {
                     json_reply(json!({
                         "id": format!("msg_{n}"), "type": "message", "role": "assistant",
                         "content": [
-                            {"type": "thinking", "thinking": format!("thought {n}"), "signature": format!("sig:{account}:{n}")},
+                            {"type": "thinking", "thinking": format!("thought {n}"), "signature": sig(&account, n)},
                             {"type": "text", "text": format!("answer {n}")}
                         ],
                         "stop_reason": "end_turn"
                     }))
                 } else {
-                    let reasoning = json!({"type":"reasoning","id":format!("rs_{account}_{n}"),"summary":[],"encrypted_content":format!("enc:{account}:{n}")});
+                    let reasoning = json!({"type":"reasoning","id":format!("rs_{account}_{n}"),"summary":[],"encrypted_content":enc(&account, n)});
+                    let id = format!("resp_{n:04}");
+                    if body.get("store") != Some(&Value::Bool(false)) {
+                        state.stored.insert(id.clone(), account.clone());
+                    }
                     let message = json!({"type":"message","role":"assistant","content":[{"type":"output_text","text":format!("answer {n}")}]});
                     let mut r = stream(&[
-                        json!({"type":"response.created","response":{"id":format!("resp:{account}:{n}"),"status":"in_progress"}}),
-                        json!({"type":"response.in_progress","response":{"id":format!("resp:{account}:{n}")}}),
+                        json!({"type":"response.created","response":{"id":id,"status":"in_progress"}}),
+                        json!({"type":"response.in_progress","response":{"id":id}}),
                         json!({"type":"response.output_item.done","output_index":0,"item":reasoning}),
                         json!({"type":"response.output_item.done","output_index":1,"item":message}),
-                        json!({"type":"response.completed","response":{"id":format!("resp:{account}:{n}"),"status":"completed","output":[reasoning, message]}}),
+                        json!({"type":"response.completed","response":{"id":id,"status":"completed","output":[reasoning, message]}}),
                     ]);
                     r.headers_mut().insert(
                         "x-codex-turn-state",
-                        format!("ts:{account}:{n}").parse().unwrap(),
+                        turn_state(&account, n).parse().unwrap(),
                     );
                     r
                 }
@@ -187,27 +284,20 @@ fn stream(events: &[Value]) -> Response<Body> {
     r
 }
 
-/// The account that minted a token (`kind:account:n`), if it is one of ours.
-fn minter(token: &str) -> Option<&str> {
-    let mut parts = token.split(':');
-    let _kind = parts.next()?;
-    let account = parts.next()?;
-    parts.next().map(|_| account)
-}
-
+/// Whether `token`, if present, is something the serving `account` did not mint: another
+/// account's, a mangled or truncated blob, or no blob at all.
 fn foreign(token: Option<&Value>, account: &str) -> bool {
-    token
-        .and_then(Value::as_str)
-        .and_then(minter)
-        .is_some_and(|m| m != account)
+    token.is_some_and(|t| !t.as_str().is_some_and(|b| minted_by(account, b)))
 }
 
-/// Accepts the request, or rejects the first foreign state with the provider's error.
+/// Accepts the request, or rejects the first state the serving account did not mint with the
+/// provider's error.
 fn check(
     body: &Value,
     headers: &http::HeaderMap,
     account: &str,
     anthropic: bool,
+    stored: &HashMap<String, String>,
 ) -> Result<(), (StatusCode, &'static str)> {
     let bad = StatusCode::BAD_REQUEST;
     if anthropic {
@@ -220,14 +310,21 @@ fn check(
         }
         return Ok(());
     }
-    if foreign(body.get("previous_response_id"), account) {
+    if let Some(prev) = body.get("previous_response_id")
+        && prev
+            .as_str()
+            .and_then(|id| stored.get(id))
+            .is_none_or(|owner| owner != account)
+    {
         return Err((bad, PREVIOUS_REJECTED));
     }
-    if let Some(ts) = headers
-        .get("x-codex-turn-state")
-        .and_then(|v| v.to_str().ok())
-        && minter(ts).is_some_and(|m| m != account)
-    {
+    if foreign(
+        headers
+            .get("x-codex-turn-state")
+            .map(|v| Value::from(v.to_str().unwrap_or("")))
+            .as_ref(),
+        account,
+    ) {
         return Err((bad, PREVIOUS_REJECTED));
     }
     for item in body["input"].as_array().into_iter().flatten() {

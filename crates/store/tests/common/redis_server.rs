@@ -1,0 +1,82 @@
+//! A throwaway redis-server for tests, shared by the store, tower and gateway suites (included
+//! by path, so it depends on `std` alone).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+/// `REDIS_URL` when set; otherwise a redis-server of our own on a free loopback port, killed on
+/// drop. Panics (never skips) when neither is possible: the suite must run against Redis.
+pub struct RedisServer {
+    pub url: String,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    pub fn start() -> Self {
+        if let Ok(url) = std::env::var("REDIS_URL")
+            && !url.is_empty()
+        {
+            return Self { url, child: None };
+        }
+        Self::start_own()
+    }
+
+    /// Always a server of our own (for tests that kill it).
+    pub fn start_own() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let mut child = Command::new(&bin)
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--loglevel", "notice"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "REDIS_URL is not set and `{bin}` cannot be started ({e}): this \
+                     suite needs a real Redis (install redis-server or set REDIS_URL)"
+                )
+            });
+        // Readiness from the server's own log line, not from a sleep.
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        loop {
+            match lines.next() {
+                Some(Ok(line)) if line.contains("Ready to accept connections") => break,
+                Some(Ok(_)) => {}
+                _ => {
+                    child.kill().ok();
+                    panic!("redis-server on port {port} exited before accepting connections");
+                }
+            }
+        }
+        // Keep draining the log so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Self {
+            url: format!("redis://127.0.0.1:{port}/"),
+            child: Some(child),
+        }
+    }
+
+    /// Kills our server now (a no-op on `REDIS_URL`).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().ok();
+            child.wait().ok();
+        }
+    }
+
+    pub fn is_own(&self) -> bool {
+        self.child.is_some()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
