@@ -1,7 +1,8 @@
 //! Client authentication: who is calling, and as which tenant.
 //!
 //! The first service of the proxy stack. It reads the client's credential
-//! (`Authorization: Bearer …`, `x-api-key` or `x-goog-api-key`) and sets the [`Tenant`]
+//! (`Authorization: Bearer …`, `x-api-key` or `x-goog-api-key`, as
+//! [`credential`] reads it for the relay layers' own tenants) and sets the [`Tenant`]
 //! extension, so that the account resolver and the relay layers key sessions and handoffs by
 //! it.
 //!
@@ -53,6 +54,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use context_relay_core::session::credential;
 use context_relay_tower::Tenant;
 use futures_util::future::{Either as EitherFuture, Ready, ready};
 use hmac::digest::KeyInit;
@@ -197,25 +199,6 @@ pub fn random_secret() -> Result<[u8; 32], getrandom::Error> {
     let mut s = [0u8; 32];
     getrandom::fill(&mut s)?;
     Ok(s)
-}
-
-/// The client credential: a bearer token, `x-api-key` or `x-goog-api-key` (trimmed, non-empty).
-fn credential(headers: &HeaderMap) -> Option<&[u8]> {
-    let value = |name: &str| {
-        let v = headers.get(name)?.as_bytes().trim_ascii();
-        (!v.is_empty()).then_some(v)
-    };
-    let bearer =
-        value("authorization").map(|v| match v.iter().position(|b| *b == b' ' || *b == b'\t') {
-            Some(i) if v[..i].eq_ignore_ascii_case(b"bearer") => v[i..].trim_ascii(),
-            // A scheme without a token is no credential.
-            None if v.eq_ignore_ascii_case(b"bearer") => b"",
-            _ => v,
-        });
-    bearer
-        .filter(|v| !v.is_empty())
-        .or_else(|| value("x-api-key"))
-        .or_else(|| value("x-goog-api-key"))
 }
 
 /// 32 hex digits of HMAC-SHA256(`secret`, `domain` ‖ 0 ‖ `data`).
