@@ -13,7 +13,10 @@
 //! - **Open** (no `[[clients]]`): every request passes. The tenant is `k-` and 32 hex digits of
 //!   an HMAC-SHA256 of the credential under a random secret kept in the handoff store, so it
 //!   cannot be reversed from logs or the admin API; a request without a credential gets a tenant
-//!   of its own (`anon-…`), so two such requests never share a session or a handoff.
+//!   of its own (`anon-…`), so two such requests never share a session or a handoff. Such a
+//!   request is also marked [`SkipRelay`] and [`Anonymous`]: its session can never be seen
+//!   again, so the relay layers leave it alone rather than record an affinity (a store write)
+//!   per request that nothing would read and that would push real sessions out of the cache.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -55,7 +58,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use context_relay_core::session::credential;
-use context_relay_tower::Tenant;
+use context_relay_tower::{SkipRelay, Tenant};
 use futures_util::future::{Either as EitherFuture, Ready, ready};
 use hmac::digest::KeyInit;
 use hmac::{Hmac, Mac};
@@ -117,6 +120,11 @@ impl std::fmt::Debug for Auth {
         }
     }
 }
+
+/// Marks a request of an open gateway that carried no credential (with [`SkipRelay`]): the
+/// account resolver still treats it as user traffic, unlike the relay's own summary calls.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Anonymous;
 
 /// Why a request was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -303,6 +311,11 @@ where
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
         match self.auth.identify(req.headers()) {
             Ok((tenant, access)) => {
+                // Only open mode lets a request without a credential through.
+                if access.is_none() && credential(req.headers()).is_none() {
+                    req.extensions_mut().insert(SkipRelay);
+                    req.extensions_mut().insert(Anonymous);
+                }
                 req.extensions_mut().insert(tenant);
                 if let Some(access) = access {
                     req.extensions_mut().insert(access);

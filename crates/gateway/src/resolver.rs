@@ -46,8 +46,8 @@
 //!    with `retry-after` when no account could be tried; always with `ResolvedAccount` of the
 //!    last attempt.
 //!
-//! Requests marked [`SkipRelay`] (the summary call GenerationLayer sends through this stack)
-//! are routed like the session's user requests (same sticky account) but are not user traffic:
+//! Requests marked [`SkipRelay`] but not [`Anonymous`] (the summary call GenerationLayer sends
+//! through this stack) are routed like the session's user requests (same sticky account) but are not user traffic:
 //! one attempt only, no re-binding of the session, and the account is only marked exhausted
 //! when the summary call itself got a 429.
 //!
@@ -70,6 +70,7 @@ use tower::ServiceExt;
 use tower_layer::Layer;
 use tower_service::Service;
 
+use crate::auth::Anonymous;
 use crate::combo::{BoxError, RouteTargets, Routes, Target};
 use crate::config::DEFAULT_MAX_REQUEST_BYTES;
 use crate::error::{ErrorShape, error_body, error_response};
@@ -243,7 +244,10 @@ where
     ResBody::Error: Into<BoxError>,
 {
     let shape = ErrorShape::for_path(req.uri().path());
-    let internal = req.extensions().get::<SkipRelay>().is_some();
+    // An anonymous user request carries SkipRelay too (the relay has nothing to keep for it),
+    // but it is user traffic.
+    let internal = req.extensions().get::<SkipRelay>().is_some()
+        && req.extensions().get::<Anonymous>().is_none();
     let targets = req.extensions().get::<RouteTargets>().cloned().or_else(|| {
         let combo = req.extensions().get::<ComboName>()?;
         routes.as_ref()?.combo_targets(&combo.0).cloned()
