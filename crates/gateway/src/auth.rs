@@ -70,7 +70,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::config::Config;
-use crate::error::{ErrorShape, error_response};
+use crate::error::{ErrorKind, ErrorShape, error_response};
 
 /// Name of the open-mode tenant secret in the handoff store.
 pub const TENANT_SECRET: &str = "tenant-hmac";
@@ -335,16 +335,15 @@ where
 
 /// The 401 of a missing or unknown client key, in the API's error shape.
 pub fn unauthenticated(shape: ErrorShape) -> Response<Full<Bytes>> {
-    let (kind, message) = match shape {
-        ErrorShape::OpenAi => (
-            "invalid_api_key",
-            "expected a client key of this gateway in `Authorization: Bearer <key>`, found a missing or unknown key",
-        ),
-        ErrorShape::Anthropic => (
-            "authentication_error",
-            "expected a client key of this gateway in `x-api-key` or `Authorization: Bearer <key>`, found a missing or unknown key",
-        ),
+    let message = match shape {
+        ErrorShape::OpenAi => {
+            "expected a client key of this gateway in `Authorization: Bearer <key>`, found a missing or unknown key"
+        }
+        ErrorShape::Anthropic => {
+            "expected a client key of this gateway in `x-api-key` or `Authorization: Bearer <key>`, found a missing or unknown key"
+        }
     };
+    let kind = ErrorKind::Unauthenticated.name(shape);
     let mut res = error_response(shape, StatusCode::UNAUTHORIZED, kind, message);
     res.headers_mut()
         .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -353,14 +352,10 @@ pub fn unauthenticated(shape: ErrorShape) -> Response<Full<Bytes>> {
 
 /// The 403 of a client asking for a combo outside its allow-list, in the API's error shape.
 pub fn forbidden(shape: ErrorShape, client: &str, model: &str) -> Response<Full<Bytes>> {
-    let kind = match shape {
-        ErrorShape::OpenAi => "permission_denied",
-        ErrorShape::Anthropic => "permission_error",
-    };
     error_response(
         shape,
         StatusCode::FORBIDDEN,
-        kind,
+        ErrorKind::PermissionDenied.name(shape),
         &format!("the client {client:?} may not use the model {model:?}: it is not in its combos"),
     )
 }

@@ -73,7 +73,7 @@ use tower_service::Service;
 use crate::auth::Anonymous;
 use crate::combo::{BoxError, RouteTargets, Routes, Target};
 use crate::config::DEFAULT_MAX_REQUEST_BYTES;
-use crate::error::{ErrorShape, error_body, error_response};
+use crate::error::{ErrorKind, ErrorShape, error_response_as};
 use crate::model::{find_model, replace_model};
 use crate::peek::{Peeked, peek};
 use crate::pool::{AccountPools, ProviderPool};
@@ -256,7 +256,7 @@ where
         return Ok(own_error(
             shape,
             StatusCode::INTERNAL_SERVER_ERROR,
-            "api_error",
+            ErrorKind::Internal,
             "the gateway could not route this request: no RouteTargets extension and no known ComboName (ComboService must run before AccountResolver)",
         ));
     };
@@ -267,7 +267,7 @@ where
             return Ok(own_error(
                 shape,
                 StatusCode::PAYLOAD_TOO_LARGE,
-                "request_too_large",
+                ErrorKind::RequestTooLarge,
                 &format!("the request body is larger than the gateway's limit of {limit} bytes"),
             ));
         }
@@ -275,7 +275,7 @@ where
             return Ok(own_error(
                 shape,
                 StatusCode::BAD_REQUEST,
-                "invalid_request_error",
+                ErrorKind::InvalidRequest,
                 &format!("the request body could not be read: {e}"),
             ));
         }
@@ -397,7 +397,7 @@ where
             let mut res = own_error(
                 shape,
                 StatusCode::BAD_GATEWAY,
-                "upstream_error",
+                ErrorKind::Upstream,
                 "the provider refused the credential of every account that could serve this request; the gateway's operator must check the account keys",
             );
             res.extensions_mut().insert(resolved);
@@ -421,7 +421,7 @@ where
     let mut res = own_error(
         shape,
         StatusCode::TOO_MANY_REQUESTS,
-        "rate_limit_error",
+        ErrorKind::RateLimited,
         &format!(
             "every account of {} is exhausted; the next one becomes available in about {wait} s",
             if names.is_empty() {
@@ -479,21 +479,12 @@ fn attempt_request(
 fn own_error<B>(
     shape: ErrorShape,
     status: StatusCode,
-    openai_kind: &str,
+    kind: ErrorKind,
     message: &str,
 ) -> Response<Either<B, Peeked<B>>> {
-    let kind = match (shape, status) {
-        (ErrorShape::OpenAi, _) => openai_kind,
-        (ErrorShape::Anthropic, StatusCode::TOO_MANY_REQUESTS) => "rate_limit_error",
-        (ErrorShape::Anthropic, StatusCode::PAYLOAD_TOO_LARGE) => "request_too_large",
-        (ErrorShape::Anthropic, StatusCode::BAD_REQUEST) => "invalid_request_error",
-        (ErrorShape::Anthropic, _) => "api_error",
-    };
-    let (parts, _) = error_response(shape, status, kind, message).into_parts();
-    Response::from_parts(
-        parts,
-        Either::Right(Peeked::full(error_body(shape, kind, message))),
-    )
+    error_response_as(shape, status, kind.name(shape), message, |body| {
+        Either::Right(Peeked::full(body))
+    })
 }
 
 mod rotate;
