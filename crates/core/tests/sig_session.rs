@@ -268,6 +268,27 @@ fn tenants() {
 }
 
 #[test]
+fn gemini_keys_are_tenants_of_their_own() {
+    let goog = |key: &'static str| {
+        let mut h = HeaderMap::new();
+        h.insert("x-goog-api-key", HeaderValue::from_static(key));
+        h
+    };
+    let one = tenant(&goog("AIza-one"));
+    assert_ne!(one, "anonymous");
+    assert_ne!(tenant(&goog("AIza-two")), one);
+    // The same key is the same tenant whichever header carries it.
+    let mut bearer = HeaderMap::new();
+    bearer.insert("authorization", HeaderValue::from_static("Bearer AIza-one"));
+    assert_eq!(tenant(&bearer), one);
+    // Bearer and x-api-key come first.
+    let mut both = goog("AIza-two");
+    both.insert("x-api-key", HeaderValue::from_static("AIza-one"));
+    assert_eq!(tenant(&both), one);
+    assert_eq!(tenant(&goog("   ")), "anonymous");
+}
+
+#[test]
 fn deeply_nested_bodies_are_refused_not_overflowed() {
     let deep = format!(
         r#"{{"model":"m","messages":[{{"role":"user","content":{}"x"{}}}]}}"#,
@@ -286,6 +307,22 @@ fn deeply_nested_bodies_are_refused_not_overflowed() {
 }
 
 proptest! {
+    #[test]
+    fn a_key_is_one_credential_in_any_of_the_three_headers(key in "[!-~]{1,60}", pad in "[ \t]{0,3}") {
+        let carried = |name: &str, value: String| {
+            let mut h = HeaderMap::new();
+            h.insert(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(&value).unwrap(),
+            );
+            h
+        };
+        let goog = carried("x-goog-api-key", format!("{pad}{key}{pad}"));
+        prop_assert_eq!(session::credential(&goog), Some(key.as_bytes()));
+        prop_assert_eq!(tenant(&goog), tenant(&carried("x-api-key", key.clone())));
+        prop_assert_eq!(tenant(&goog), tenant(&carried("authorization", format!("Bearer {key}"))));
+    }
+
     #[test]
     fn session_id_never_panics(
         values in proptest::collection::vec((0usize..9, proptest::collection::vec(any::<u8>(), 0..300)), 0..6),

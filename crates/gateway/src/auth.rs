@@ -1,7 +1,8 @@
 //! Client authentication: who is calling, and as which tenant.
 //!
 //! The first service of the proxy stack. It reads the client's credential
-//! (`Authorization: Bearer …`, `x-api-key` or `x-goog-api-key`) and sets the [`Tenant`]
+//! (`Authorization: Bearer …`, `x-api-key` or `x-goog-api-key`, as
+//! [`credential`] reads it for the relay layers' own tenants) and sets the [`Tenant`]
 //! extension, so that the account resolver and the relay layers key sessions and handoffs by
 //! it.
 //!
@@ -12,7 +13,10 @@
 //! - **Open** (no `[[clients]]`): every request passes. The tenant is `k-` and 32 hex digits of
 //!   an HMAC-SHA256 of the credential under a random secret kept in the handoff store, so it
 //!   cannot be reversed from logs or the admin API; a request without a credential gets a tenant
-//!   of its own (`anon-…`), so two such requests never share a session or a handoff.
+//!   of its own (`anon-…`), so two such requests never share a session or a handoff. Such a
+//!   request is also marked [`SkipRelay`] and [`Anonymous`]: its session can never be seen
+//!   again, so the relay layers leave it alone rather than record an affinity (a store write)
+//!   per request that nothing would read and that would push real sessions out of the cache.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -53,7 +57,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use context_relay_tower::Tenant;
+use context_relay_core::session::credential;
+use context_relay_tower::{SkipRelay, Tenant};
 use futures_util::future::{Either as EitherFuture, Ready, ready};
 use hmac::digest::KeyInit;
 use hmac::{Hmac, Mac};
@@ -65,7 +70,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::config::Config;
-use crate::error::{ErrorShape, error_response};
+use crate::error::{ErrorKind, ErrorShape, error_response};
 
 /// Name of the open-mode tenant secret in the handoff store.
 pub const TENANT_SECRET: &str = "tenant-hmac";
@@ -115,6 +120,11 @@ impl std::fmt::Debug for Auth {
         }
     }
 }
+
+/// Marks a request of an open gateway that carried no credential (with [`SkipRelay`]): the
+/// account resolver still treats it as user traffic, unlike the relay's own summary calls.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Anonymous;
 
 /// Why a request was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -197,25 +207,6 @@ pub fn random_secret() -> Result<[u8; 32], getrandom::Error> {
     let mut s = [0u8; 32];
     getrandom::fill(&mut s)?;
     Ok(s)
-}
-
-/// The client credential: a bearer token, `x-api-key` or `x-goog-api-key` (trimmed, non-empty).
-fn credential(headers: &HeaderMap) -> Option<&[u8]> {
-    let value = |name: &str| {
-        let v = headers.get(name)?.as_bytes().trim_ascii();
-        (!v.is_empty()).then_some(v)
-    };
-    let bearer =
-        value("authorization").map(|v| match v.iter().position(|b| *b == b' ' || *b == b'\t') {
-            Some(i) if v[..i].eq_ignore_ascii_case(b"bearer") => v[i..].trim_ascii(),
-            // A scheme without a token is no credential.
-            None if v.eq_ignore_ascii_case(b"bearer") => b"",
-            _ => v,
-        });
-    bearer
-        .filter(|v| !v.is_empty())
-        .or_else(|| value("x-api-key"))
-        .or_else(|| value("x-goog-api-key"))
 }
 
 /// 32 hex digits of HMAC-SHA256(`secret`, `domain` ‖ 0 ‖ `data`).
@@ -320,6 +311,11 @@ where
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
         match self.auth.identify(req.headers()) {
             Ok((tenant, access)) => {
+                // Only open mode lets a request without a credential through.
+                if access.is_none() && credential(req.headers()).is_none() {
+                    req.extensions_mut().insert(SkipRelay);
+                    req.extensions_mut().insert(Anonymous);
+                }
                 req.extensions_mut().insert(tenant);
                 if let Some(access) = access {
                     req.extensions_mut().insert(access);
@@ -339,16 +335,15 @@ where
 
 /// The 401 of a missing or unknown client key, in the API's error shape.
 pub fn unauthenticated(shape: ErrorShape) -> Response<Full<Bytes>> {
-    let (kind, message) = match shape {
-        ErrorShape::OpenAi => (
-            "invalid_api_key",
-            "expected a client key of this gateway in `Authorization: Bearer <key>`, found a missing or unknown key",
-        ),
-        ErrorShape::Anthropic => (
-            "authentication_error",
-            "expected a client key of this gateway in `x-api-key` or `Authorization: Bearer <key>`, found a missing or unknown key",
-        ),
+    let message = match shape {
+        ErrorShape::OpenAi => {
+            "expected a client key of this gateway in `Authorization: Bearer <key>`, found a missing or unknown key"
+        }
+        ErrorShape::Anthropic => {
+            "expected a client key of this gateway in `x-api-key` or `Authorization: Bearer <key>`, found a missing or unknown key"
+        }
     };
+    let kind = ErrorKind::Unauthenticated.name(shape);
     let mut res = error_response(shape, StatusCode::UNAUTHORIZED, kind, message);
     res.headers_mut()
         .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -357,14 +352,10 @@ pub fn unauthenticated(shape: ErrorShape) -> Response<Full<Bytes>> {
 
 /// The 403 of a client asking for a combo outside its allow-list, in the API's error shape.
 pub fn forbidden(shape: ErrorShape, client: &str, model: &str) -> Response<Full<Bytes>> {
-    let kind = match shape {
-        ErrorShape::OpenAi => "permission_denied",
-        ErrorShape::Anthropic => "permission_error",
-    };
     error_response(
         shape,
         StatusCode::FORBIDDEN,
-        kind,
+        ErrorKind::PermissionDenied.name(shape),
         &format!("the client {client:?} may not use the model {model:?}: it is not in its combos"),
     )
 }

@@ -77,7 +77,7 @@ use crate::auth::{ClientAccess, forbidden};
 use crate::budget::{BudgetHold, ByteBudget};
 use crate::collect::{Collect, collect_within, is_timeout};
 use crate::config::{Config, Strategy};
-use crate::error::{ErrorShape, error_response};
+use crate::error::{ErrorKind, ErrorShape, error_response};
 use crate::model::{find_model, replace_model};
 
 /// Boxed error used for body errors.
@@ -344,7 +344,7 @@ where
         error_response(
             shape,
             StatusCode::PAYLOAD_TOO_LARGE,
-            kind(shape, "request_too_large"),
+            ErrorKind::RequestTooLarge.name(shape),
             &format!("the request body is larger than the gateway's limit of {limit} bytes"),
         )
     };
@@ -352,7 +352,7 @@ where
         error_response(
             shape,
             StatusCode::BAD_REQUEST,
-            "invalid_request_error",
+            ErrorKind::InvalidRequest.name(shape),
             message,
         )
     };
@@ -369,7 +369,7 @@ where
         let mut res = error_response(
             shape,
             StatusCode::SERVICE_UNAVAILABLE,
-            kind(shape, "overloaded"),
+            ErrorKind::Overloaded.name(shape),
             "the gateway is buffering as many request bytes as it may (max_buffered_bytes); retry shortly",
         );
         res.headers_mut()
@@ -384,7 +384,7 @@ where
             return Err(error_response(
                 shape,
                 StatusCode::REQUEST_TIMEOUT,
-                kind(shape, "request_timeout"),
+                ErrorKind::RequestTimeout.name(shape),
                 "the request body stalled longer than the gateway waits between chunks (client_body_timeout_secs)",
             ));
         }
@@ -406,7 +406,7 @@ where
                 return Err(error_response(
                     shape,
                     StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                    "invalid_request_error",
+                    ErrorKind::InvalidRequest.name(shape),
                     &format!("expected at most {MAX_CODINGS} content codings, found {layers}"),
                 ));
             }
@@ -418,7 +418,7 @@ where
                     return Err(error_response(
                         shape,
                         StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                        "invalid_request_error",
+                        ErrorKind::InvalidRequest.name(shape),
                         &e.to_string(),
                     ));
                 }
@@ -437,7 +437,7 @@ where
         error_response(
             shape,
             StatusCode::NOT_FOUND,
-            kind(shape, "model_not_found"),
+            ErrorKind::ModelNotFound.name(shape),
             &e.to_string(),
         )
     })?;
@@ -483,18 +483,6 @@ pub fn identify(parts: &mut http::request::Parts, body: &[u8]) {
 /// The default session sources (headers, `metadata.user_id`, `prompt_cache_key`, fingerprint),
 /// the same the relay layers use.
 static SESSION_SOURCES: LazyLock<SessionSources> = LazyLock::new(SessionSources::default);
-
-/// Error type names differ per API: Anthropic has a fixed list of `*_error` types.
-fn kind(shape: ErrorShape, openai: &'static str) -> &'static str {
-    match (shape, openai) {
-        (ErrorShape::OpenAi, k) => k,
-        (ErrorShape::Anthropic, "model_not_found") => "not_found_error",
-        (ErrorShape::Anthropic, "request_too_large") => "request_too_large",
-        (ErrorShape::Anthropic, "overloaded") => "overloaded_error",
-        (ErrorShape::Anthropic, "request_timeout") => "timeout_error",
-        (ErrorShape::Anthropic, _) => "invalid_request_error",
-    }
-}
 
 #[cfg(test)]
 mod tests {

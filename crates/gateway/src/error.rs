@@ -37,6 +37,64 @@ impl ErrorShape {
     }
 }
 
+/// What went wrong in an error the gateway answers itself; each API names it its own way
+/// ([`name`](Self::name)).
+///
+/// ```
+/// use context_relay_gateway::error::{ErrorKind, ErrorShape};
+/// assert_eq!(ErrorKind::ModelNotFound.name(ErrorShape::OpenAi), "model_not_found");
+/// assert_eq!(ErrorKind::ModelNotFound.name(ErrorShape::Anthropic), "not_found_error");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The request cannot be served as sent (400).
+    InvalidRequest,
+    /// The request body is larger than the gateway accepts (413).
+    RequestTooLarge,
+    /// No combo or model of that name (404).
+    ModelNotFound,
+    /// The gateway has no room for the request right now (503).
+    Overloaded,
+    /// The client was too slow sending its request (408).
+    RequestTimeout,
+    /// The provider sent no response in time (504).
+    UpstreamTimeout,
+    /// The provider could not be reached or refused every account (502).
+    Upstream,
+    /// Every account is exhausted (429).
+    RateLimited,
+    /// No client key, or an unknown one (401).
+    Unauthenticated,
+    /// The client may not use what it asked for (403).
+    PermissionDenied,
+    /// The gateway itself failed (500).
+    Internal,
+}
+
+impl ErrorKind {
+    /// The error type name in `shape`: OpenAI's free-form names, or one of Anthropic's fixed
+    /// `*_error` types.
+    pub fn name(self, shape: ErrorShape) -> &'static str {
+        let (openai, anthropic) = match self {
+            Self::InvalidRequest => ("invalid_request_error", "invalid_request_error"),
+            Self::RequestTooLarge => ("request_too_large", "request_too_large"),
+            Self::ModelNotFound => ("model_not_found", "not_found_error"),
+            Self::Overloaded => ("overloaded", "overloaded_error"),
+            Self::RequestTimeout => ("request_timeout", "timeout_error"),
+            Self::UpstreamTimeout => ("timeout", "timeout_error"),
+            Self::Upstream => ("upstream_error", "api_error"),
+            Self::RateLimited => ("rate_limit_error", "rate_limit_error"),
+            Self::Unauthenticated => ("invalid_api_key", "authentication_error"),
+            Self::PermissionDenied => ("permission_denied", "permission_error"),
+            Self::Internal => ("api_error", "api_error"),
+        };
+        match shape {
+            ErrorShape::OpenAi => openai,
+            ErrorShape::Anthropic => anthropic,
+        }
+    }
+}
+
 /// The JSON bytes of an error.
 pub fn error_body(shape: ErrorShape, kind: &str, message: &str) -> Bytes {
     let v = match shape {
@@ -69,7 +127,18 @@ pub fn error_response(
     kind: &str,
     message: &str,
 ) -> Response<Full<Bytes>> {
-    let mut res = Response::new(Full::new(error_body(shape, kind, message)));
+    error_response_as(shape, status, kind, message, Full::new)
+}
+
+/// [`error_response`] with a body of another type, made by `wrap` from the error's bytes.
+pub fn error_response_as<B>(
+    shape: ErrorShape,
+    status: StatusCode,
+    kind: &str,
+    message: &str,
+    wrap: impl FnOnce(Bytes) -> B,
+) -> Response<B> {
+    let mut res = Response::new(wrap(error_body(shape, kind, message)));
     *res.status_mut() = status;
     res.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -81,6 +150,41 @@ pub fn error_response(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn anthropic_names_are_from_its_fixed_list() {
+        use ErrorKind::*;
+        const ANTHROPIC: [&str; 11] = [
+            "invalid_request_error",
+            "authentication_error",
+            "billing_error",
+            "permission_error",
+            "not_found_error",
+            "request_too_large",
+            "rate_limit_error",
+            "api_error",
+            "timeout_error",
+            "overloaded_error",
+            "error",
+        ];
+        for kind in [
+            InvalidRequest,
+            RequestTooLarge,
+            ModelNotFound,
+            Overloaded,
+            RequestTimeout,
+            UpstreamTimeout,
+            Upstream,
+            RateLimited,
+            Unauthenticated,
+            PermissionDenied,
+            Internal,
+        ] {
+            let name = kind.name(ErrorShape::Anthropic);
+            assert!(ANTHROPIC.contains(&name), "{kind:?}: {name}");
+            assert!(!kind.name(ErrorShape::OpenAi).is_empty());
+        }
+    }
 
     #[test]
     fn shapes() {

@@ -46,8 +46,8 @@
 //!    with `retry-after` when no account could be tried; always with `ResolvedAccount` of the
 //!    last attempt.
 //!
-//! Requests marked [`SkipRelay`] (the summary call GenerationLayer sends through this stack)
-//! are routed like the session's user requests (same sticky account) but are not user traffic:
+//! Requests marked [`SkipRelay`] but not [`Anonymous`] (the summary call GenerationLayer sends
+//! through this stack) are routed like the session's user requests (same sticky account) but are not user traffic:
 //! one attempt only, no re-binding of the session, and the account is only marked exhausted
 //! when the summary call itself got a 429.
 //!
@@ -70,9 +70,10 @@ use tower::ServiceExt;
 use tower_layer::Layer;
 use tower_service::Service;
 
+use crate::auth::Anonymous;
 use crate::combo::{BoxError, RouteTargets, Routes, Target};
 use crate::config::DEFAULT_MAX_REQUEST_BYTES;
-use crate::error::{ErrorShape, error_body, error_response};
+use crate::error::{ErrorKind, ErrorShape, error_response_as};
 use crate::model::{find_model, replace_model};
 use crate::peek::{Peeked, peek};
 use crate::pool::{AccountPools, ProviderPool};
@@ -243,7 +244,10 @@ where
     ResBody::Error: Into<BoxError>,
 {
     let shape = ErrorShape::for_path(req.uri().path());
-    let internal = req.extensions().get::<SkipRelay>().is_some();
+    // An anonymous user request carries SkipRelay too (the relay has nothing to keep for it),
+    // but it is user traffic.
+    let internal = req.extensions().get::<SkipRelay>().is_some()
+        && req.extensions().get::<Anonymous>().is_none();
     let targets = req.extensions().get::<RouteTargets>().cloned().or_else(|| {
         let combo = req.extensions().get::<ComboName>()?;
         routes.as_ref()?.combo_targets(&combo.0).cloned()
@@ -252,7 +256,7 @@ where
         return Ok(own_error(
             shape,
             StatusCode::INTERNAL_SERVER_ERROR,
-            "api_error",
+            ErrorKind::Internal,
             "the gateway could not route this request: no RouteTargets extension and no known ComboName (ComboService must run before AccountResolver)",
         ));
     };
@@ -263,7 +267,7 @@ where
             return Ok(own_error(
                 shape,
                 StatusCode::PAYLOAD_TOO_LARGE,
-                "request_too_large",
+                ErrorKind::RequestTooLarge,
                 &format!("the request body is larger than the gateway's limit of {limit} bytes"),
             ));
         }
@@ -271,7 +275,7 @@ where
             return Ok(own_error(
                 shape,
                 StatusCode::BAD_REQUEST,
-                "invalid_request_error",
+                ErrorKind::InvalidRequest,
                 &format!("the request body could not be read: {e}"),
             ));
         }
@@ -393,7 +397,7 @@ where
             let mut res = own_error(
                 shape,
                 StatusCode::BAD_GATEWAY,
-                "upstream_error",
+                ErrorKind::Upstream,
                 "the provider refused the credential of every account that could serve this request; the gateway's operator must check the account keys",
             );
             res.extensions_mut().insert(resolved);
@@ -417,7 +421,7 @@ where
     let mut res = own_error(
         shape,
         StatusCode::TOO_MANY_REQUESTS,
-        "rate_limit_error",
+        ErrorKind::RateLimited,
         &format!(
             "every account of {} is exhausted; the next one becomes available in about {wait} s",
             if names.is_empty() {
@@ -475,21 +479,12 @@ fn attempt_request(
 fn own_error<B>(
     shape: ErrorShape,
     status: StatusCode,
-    openai_kind: &str,
+    kind: ErrorKind,
     message: &str,
 ) -> Response<Either<B, Peeked<B>>> {
-    let kind = match (shape, status) {
-        (ErrorShape::OpenAi, _) => openai_kind,
-        (ErrorShape::Anthropic, StatusCode::TOO_MANY_REQUESTS) => "rate_limit_error",
-        (ErrorShape::Anthropic, StatusCode::PAYLOAD_TOO_LARGE) => "request_too_large",
-        (ErrorShape::Anthropic, StatusCode::BAD_REQUEST) => "invalid_request_error",
-        (ErrorShape::Anthropic, _) => "api_error",
-    };
-    let (parts, _) = error_response(shape, status, kind, message).into_parts();
-    Response::from_parts(
-        parts,
-        Either::Right(Peeked::full(error_body(shape, kind, message))),
-    )
+    error_response_as(shape, status, kind.name(shape), message, |body| {
+        Either::Right(Peeked::full(body))
+    })
 }
 
 mod rotate;

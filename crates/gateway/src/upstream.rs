@@ -42,7 +42,7 @@ use tower_service::Service;
 use context_relay_tower::ResolvedAccount;
 
 use crate::combo::BoxError;
-use crate::error::{ErrorShape, error_response};
+use crate::error::{ErrorKind, ErrorShape, error_response};
 use crate::idle::IdleTimeoutBody;
 use crate::secret::redact_url;
 
@@ -232,10 +232,7 @@ where
         Box::pin(async move {
             let shape = ErrorShape::for_path(req.uri().path());
             let bad_gateway = |message: String| {
-                let kind = match shape {
-                    ErrorShape::OpenAi => "upstream_error",
-                    ErrorShape::Anthropic => "api_error",
-                };
+                let kind = ErrorKind::Upstream.name(shape);
                 Ok(
                     error_response(shape, StatusCode::BAD_GATEWAY, kind, &message)
                         .map(Either::Right),
@@ -289,10 +286,7 @@ where
             let Ok(sent) = sent else {
                 tracing::warn!(base_url = %shown(), after = ?limits.head, "upstream sent no response head in time");
                 metrics::counter!("context_relay_gateway_upstream_timeouts_total", "provider" => provider, "phase" => "head").increment(1);
-                let kind = match shape {
-                    ErrorShape::OpenAi => "timeout",
-                    ErrorShape::Anthropic => "timeout_error",
-                };
+                let kind = ErrorKind::UpstreamTimeout.name(shape);
                 return Ok(error_response(
                     shape,
                     StatusCode::GATEWAY_TIMEOUT,

@@ -3,8 +3,9 @@
 //! one per call.
 //!
 //! Closed → a call fails (timeout, refused or dropped connection) → open for `min` → the next
-//! call after that is a trial: success closes the breaker, failure opens it again for twice as
-//! long (at most `max`).
+//! call after that is the one trial: success closes the breaker, failure opens it again for
+//! twice as long (at most `max`). While the trial runs (up to its own time limit) every other
+//! call still fails at once, so only one request waits on a server that may still be down.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -21,6 +22,15 @@ pub(crate) struct Breaker {
 struct State {
     open_until: Option<Instant>,
     backoff: Duration,
+}
+
+/// What [`Breaker::check`] lets a call do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pass {
+    /// The breaker is closed.
+    Closed,
+    /// The back-off is over and this call is the one trial.
+    Trial,
 }
 
 impl Breaker {
@@ -41,17 +51,24 @@ impl Breaker {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// `Err(remaining)` while open.
-    pub(crate) fn check(&self, now: Instant) -> Result<(), Duration> {
-        match self.lock().open_until {
+    /// `Err(remaining)` while open. The first call after the back-off gets [`Pass::Trial`] and
+    /// keeps the breaker open for the others for `trial_limit` (the trial's time limit), after
+    /// which, should the trial end neither in success nor in failure, another call gets a trial.
+    pub(crate) fn check(&self, now: Instant, trial_limit: Duration) -> Result<Pass, Duration> {
+        let mut s = self.lock();
+        match s.open_until {
+            None => Ok(Pass::Closed),
             Some(until) if now < until => Err(until - now),
-            _ => Ok(()),
+            Some(_) => {
+                s.open_until = Some(now + trial_limit);
+                Ok(Pass::Trial)
+            }
         }
     }
 
-    /// Whether calls are refused right now.
+    /// Whether calls are refused right now (a trial running counts as open).
     pub(crate) fn is_open(&self, now: Instant) -> bool {
-        self.check(now).is_err()
+        self.lock().open_until.is_some_and(|until| now < until)
     }
 
     pub(crate) fn success(&self) {
@@ -63,10 +80,11 @@ impl Breaker {
         s.backoff = self.min;
     }
 
-    pub(crate) fn failure(&self, now: Instant) {
+    /// A call that [`check`](Self::check) let through as `pass` failed for the connection's sake.
+    pub(crate) fn failure(&self, now: Instant, pass: Pass) {
         let mut s = self.lock();
-        if s.open_until.is_some_and(|until| now < until) {
-            // Another call already opened it.
+        if pass == Pass::Closed && s.open_until.is_some_and(|until| now < until) {
+            // Another call already opened it, or the trial is running.
             return;
         }
         let backoff = s.backoff;
@@ -86,29 +104,80 @@ impl Breaker {
 mod tests {
     use super::*;
 
+    const MS: Duration = Duration::from_millis(1);
+
+    /// Runs the trial the breaker grants at `now` and fails it.
+    fn failed_trial(b: &Breaker, now: Instant) {
+        assert_eq!(b.check(now, 10 * MS), Ok(Pass::Trial));
+        b.failure(now + MS, Pass::Trial);
+    }
+
     #[test]
     fn opens_backs_off_and_closes() {
-        let b = Breaker::new(Duration::from_millis(100), Duration::from_millis(300));
+        let b = Breaker::new(100 * MS, 300 * MS);
         let t0 = Instant::now();
-        assert!(b.check(t0).is_ok());
-        b.failure(t0);
-        assert!(b.is_open(t0 + Duration::from_millis(99)));
-        assert!(!b.is_open(t0 + Duration::from_millis(100)));
+        assert_eq!(b.check(t0, 10 * MS), Ok(Pass::Closed));
+        b.failure(t0, Pass::Closed);
+        assert!(b.is_open(t0 + 99 * MS));
+        assert!(!b.is_open(t0 + 100 * MS));
         // The trial fails: twice as long.
-        let t1 = t0 + Duration::from_millis(100);
-        b.failure(t1);
-        assert!(b.is_open(t1 + Duration::from_millis(199)));
-        assert!(!b.is_open(t1 + Duration::from_millis(200)));
+        let t1 = t0 + 100 * MS;
+        failed_trial(&b, t1);
+        assert!(b.is_open(t1 + MS + 199 * MS));
+        assert!(!b.is_open(t1 + MS + 200 * MS));
         // Capped at max.
-        let t2 = t1 + Duration::from_millis(200);
-        b.failure(t2);
-        let t3 = t2 + Duration::from_millis(300);
+        let t2 = t1 + MS + 200 * MS;
+        failed_trial(&b, t2);
+        let t3 = t2 + MS + 300 * MS;
         assert!(!b.is_open(t3));
-        b.failure(t3);
-        assert!(!b.is_open(t3 + Duration::from_millis(300)));
+        failed_trial(&b, t3);
+        assert!(!b.is_open(t3 + MS + 300 * MS));
         b.success();
-        assert!(b.check(t3).is_ok());
-        b.failure(t3);
-        assert!(!b.is_open(t3 + Duration::from_millis(100)), "back to min");
+        assert_eq!(b.check(t3, 10 * MS), Ok(Pass::Closed));
+        b.failure(t3, Pass::Closed);
+        assert!(!b.is_open(t3 + 100 * MS), "back to min");
+    }
+
+    #[test]
+    fn one_trial_after_the_backoff() {
+        let b = Breaker::new(100 * MS, 300 * MS);
+        let t0 = Instant::now();
+        b.failure(t0, Pass::Closed);
+        let t1 = t0 + 100 * MS;
+        assert_eq!(b.check(t1, 40 * MS), Ok(Pass::Trial));
+        // Everyone else fails at once while the trial runs.
+        for i in 0..5 {
+            assert_eq!(b.check(t1 + i * MS, 40 * MS), Err((40 - i) * MS));
+        }
+        // A call that started before the breaker opened and fails now does not end the trial.
+        b.failure(t1 + 5 * MS, Pass::Closed);
+        assert_eq!(b.check(t1 + 6 * MS, 40 * MS), Err(34 * MS));
+        b.success();
+        assert_eq!(b.check(t1 + 7 * MS, 40 * MS), Ok(Pass::Closed));
+    }
+
+    #[test]
+    fn a_trial_failing_fast_doubles_the_backoff() {
+        let b = Breaker::new(100 * MS, 1000 * MS);
+        let t0 = Instant::now();
+        b.failure(t0, Pass::Closed);
+        let t1 = t0 + 100 * MS;
+        assert_eq!(b.check(t1, 40 * MS), Ok(Pass::Trial));
+        // Refused at once, well inside the trial's time limit.
+        b.failure(t1 + MS, Pass::Trial);
+        assert!(b.is_open(t1 + MS + 199 * MS));
+        assert!(!b.is_open(t1 + MS + 200 * MS));
+    }
+
+    #[test]
+    fn a_trial_that_never_reports_is_followed_by_another() {
+        let b = Breaker::new(100 * MS, 300 * MS);
+        let t0 = Instant::now();
+        b.failure(t0, Pass::Closed);
+        let t1 = t0 + 100 * MS;
+        assert_eq!(b.check(t1, 40 * MS), Ok(Pass::Trial));
+        // The trial ends in an error that says nothing about the connection.
+        assert!(b.check(t1 + 39 * MS, 40 * MS).is_err());
+        assert_eq!(b.check(t1 + 40 * MS, 40 * MS), Ok(Pass::Trial));
     }
 }

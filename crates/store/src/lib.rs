@@ -103,8 +103,8 @@ pub use purger::{DEFAULT_PURGE_INTERVAL, PurgerHandle, spawn_purger};
 pub use redb_store::{DEFAULT_MAX_BATCH, RedbStore, RedbStoreBuilder};
 #[cfg(feature = "redis")]
 pub use redis_store::{
-    DEFAULT_AFFINITY_CACHE_TTL, DEFAULT_TIMEOUT as DEFAULT_REDIS_TIMEOUT, RedisStore,
-    RedisStoreBuilder,
+    DEFAULT_AFFINITY_CACHE_TTL, DEFAULT_REQUEST_TIMEOUT as DEFAULT_REDIS_REQUEST_TIMEOUT,
+    DEFAULT_TIMEOUT as DEFAULT_REDIS_TIMEOUT, RedisStore, RedisStoreBuilder,
 };
 
 /// Most affinities kept in memory by default (see the crate docs).

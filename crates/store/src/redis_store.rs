@@ -12,12 +12,13 @@
 //! the affinity TTL without a change.
 //!
 //! Every call is bounded by a timeout (default 2 s); calls on a request's path (`get`,
-//! `contains`, `claim`, `release`, `affinity`, `set_affinity`) can be given a shorter one
-//! ([`RedisStoreBuilder::request_timeout`]; the gateway uses 40 ms). A call that fails for the
+//! `contains`, `claim`, `release`, `affinity`, `set_affinity`) get a short one (default 50 ms,
+//! [`RedisStoreBuilder::request_timeout`]), so a slow Redis adds little to a user's request. A call that fails for the
 //! connection's sake (timeout, refused, dropped) opens a circuit breaker: for a back-off (100 ms,
 //! doubling up to 5 s) every call fails at once with [`StoreError::Unavailable`], generation
 //! included, so an unreachable Redis adds at most one short timeout to a request and the layers
-//! fail open. The first call after the back-off is the trial that closes the breaker again.
+//! fail open. The first call after the back-off is the one trial that closes the breaker again;
+//! the others keep failing at once while it runs.
 //!
 //! `rediss://` URLs connect over TLS (rustls with ring), checked against the public web roots
 //! or the certificate authorities given to [`RedisStoreBuilder::root_certificates`].
@@ -50,9 +51,10 @@ struct Foreign {
 
 /// Time limit of every Redis call off the request path by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
-/// Time limit of a Redis call on a request's path by default (the same as the others; a
-/// gateway sets a short one with [`RedisStoreBuilder::request_timeout`]).
-pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = DEFAULT_TIMEOUT;
+/// Time limit of a Redis call on a request's path by default: what a slow or unreachable Redis
+/// can add to a user's request. A Redis on the same network answers in well under a
+/// millisecond; set a longer one with [`RedisStoreBuilder::request_timeout`] for a distant one.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_millis(50);
 /// First back-off of the circuit breaker.
 pub(crate) const BREAKER_MIN_BACKOFF: Duration = Duration::from_millis(100);
 /// Longest back-off of the circuit breaker.
@@ -233,9 +235,9 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// Time limit of the calls on a request's path (default: the same as
-    /// [`timeout`](Self::timeout)): what an unreachable Redis can add to a request before the
-    /// circuit breaker opens.
+    /// Time limit of the calls on a request's path (default
+    /// [`DEFAULT_REQUEST_TIMEOUT`], 50 ms): what a slow or unreachable Redis can add to a
+    /// request before the circuit breaker opens.
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
         self
@@ -435,13 +437,14 @@ impl RedisStore {
         fut: impl Future<Output = Result<T, RedisError>>,
     ) -> Result<T, StoreError> {
         let breaker = &self.inner.breaker;
-        if let Err(retry_in) = breaker.check(Instant::now()) {
-            return Err(StoreError::Unavailable { op, retry_in });
-        }
         let limit = if REQUEST_PATH.contains(&op) {
             self.inner.request_timeout
         } else {
             self.inner.timeout
+        };
+        let pass = match breaker.check(Instant::now(), limit) {
+            Ok(pass) => pass,
+            Err(retry_in) => return Err(StoreError::Unavailable { op, retry_in }),
         };
         match tokio::time::timeout(limit, fut).await {
             Ok(Ok(v)) => {
@@ -454,12 +457,12 @@ impl RedisStore {
                     || e.is_connection_refusal()
                     || e.is_connection_dropped()
                 {
-                    breaker.failure(Instant::now());
+                    breaker.failure(Instant::now(), pass);
                 }
                 Err(redis_err(op)(e))
             }
             Err(_) => {
-                breaker.failure(Instant::now());
+                breaker.failure(Instant::now(), pass);
                 Err(StoreError::Timeout { op, after: limit })
             }
         }

@@ -9,7 +9,10 @@ use std::time::{Duration, SystemTime};
 
 use common::{RedisServer, record, unique_prefix};
 use context_relay_core::HandoffKey;
-use context_relay_store::{Affinity, HandoffStore, RedisStore, StoreError};
+use context_relay_store::{
+    Affinity, DEFAULT_REDIS_REQUEST_TIMEOUT, DEFAULT_REDIS_TIMEOUT, HandoffStore, RedisStore,
+    StoreError,
+};
 
 const HOUR: Duration = Duration::from_secs(3600);
 /// Far above the store's own timeout: only a hang would reach it.
@@ -21,6 +24,7 @@ async fn replicas(url: &str, n: usize) -> Vec<Arc<dyn HandoffStore>> {
     for _ in 0..n {
         let s = RedisStore::builder(url)
             .prefix(prefix.clone())
+            .request_timeout(DEFAULT_REDIS_TIMEOUT)
             .connect()
             .await
             .unwrap();
@@ -178,4 +182,40 @@ async fn unreadable_record_is_skipped_not_fatal() {
     assert_eq!(store.get(&k).await.unwrap(), None);
     assert!(store.claim(&k, HOUR).await.unwrap().is_none());
     assert!(store.list(None, None).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_redis_gives_up_on_the_request_path_after_the_short_default() {
+    let server = RedisServer::start_own();
+    let store = RedisStore::builder(server.url.clone())
+        .prefix(unique_prefix())
+        .connect()
+        .await
+        .unwrap();
+    let k = HandoffKey::new("acme", "s1", "combo");
+    store
+        .upsert(record(&k, "x", SystemTime::now(), HOUR))
+        .await
+        .unwrap();
+    // The server stops answering for a second, well under the off-path timeout.
+    let client = redis::Client::open(server.url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(1000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let err = tokio::time::timeout(HANG, store.get(&k))
+        .await
+        .expect("get must not hang")
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Timeout { op: "get", after } if after == DEFAULT_REDIS_REQUEST_TIMEOUT
+        ),
+        "{err}"
+    );
+    assert!(DEFAULT_REDIS_REQUEST_TIMEOUT <= Duration::from_millis(50));
 }

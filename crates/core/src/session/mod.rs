@@ -284,13 +284,44 @@ fn clean(value: &str) -> Option<String> {
     (!capped.is_empty()).then(|| capped.to_owned())
 }
 
-/// The tenant of a request without a `Tenant` extension: 16 hex characters of the SHA-256 of
-/// its credential, or `"anonymous"` when it has none.
+/// The client credential of a request: the `authorization` value with a `Bearer ` scheme
+/// removed, else `x-api-key`, else `x-goog-api-key`, trimmed; `None` when all are absent or
+/// blank.
 ///
-/// The credential is the `authorization` value with a `Bearer ` scheme removed, else
-/// `x-api-key`. Removing the scheme makes one key the same tenant whichever header a client
-/// puts it in (Anthropic SDKs 0.x send `x-api-key`, 2.x `Authorization: Bearer`). Other
-/// schemes (`Basic …`) are hashed whole. Blank or non-UTF-8 values are skipped.
+/// Removing the scheme makes one key the same credential whichever header a client puts it in
+/// (Anthropic SDKs 0.x send `x-api-key`, 2.x `Authorization: Bearer`; Gemini clients send
+/// `x-goog-api-key`). Other schemes (`Basic …`) are kept whole; a `Bearer` scheme without a
+/// token is no credential.
+///
+/// ```
+/// use context_relay_core::session::credential;
+///
+/// let mut h = http::HeaderMap::new();
+/// h.insert("x-goog-api-key", "AIza-one".parse().unwrap());
+/// assert_eq!(credential(&h), Some(&b"AIza-one"[..]));
+/// h.insert("authorization", "Bearer  sk-one ".parse().unwrap());
+/// assert_eq!(credential(&h), Some(&b"sk-one"[..]));
+/// assert_eq!(credential(&http::HeaderMap::new()), None);
+/// ```
+pub fn credential(headers: &HeaderMap) -> Option<&[u8]> {
+    let value = |name: &str| {
+        let v = headers.get(name)?.as_bytes().trim_ascii();
+        (!v.is_empty()).then_some(v)
+    };
+    let bearer =
+        value("authorization").map(|v| match v.iter().position(|b| *b == b' ' || *b == b'\t') {
+            Some(i) if v[..i].eq_ignore_ascii_case(b"bearer") => v[i..].trim_ascii(),
+            None if v.eq_ignore_ascii_case(b"bearer") => b"",
+            _ => v,
+        });
+    bearer
+        .filter(|v| !v.is_empty())
+        .or_else(|| value("x-api-key"))
+        .or_else(|| value("x-goog-api-key"))
+}
+
+/// The tenant of a request without a `Tenant` extension: 16 hex characters of the SHA-256 of
+/// its [`credential`], or `"anonymous"` when it has none.
 ///
 /// ```
 /// use context_relay_core::session::tenant;
@@ -304,23 +335,8 @@ fn clean(value: &str) -> Option<String> {
 /// assert_eq!(tenant(&http::HeaderMap::new()), "anonymous");
 /// ```
 pub fn tenant(headers: &HeaderMap) -> String {
-    let credential = |name: &str| {
-        let value = std::str::from_utf8(headers.get(name)?.as_bytes())
-            .ok()?
-            .trim();
-        (!value.is_empty()).then_some(value)
-    };
-    let from_authorization = credential("authorization").and_then(|v| {
-        let (scheme, rest) = v.split_once([' ', '\t']).unwrap_or((v, ""));
-        let token = if scheme.eq_ignore_ascii_case("bearer") {
-            rest.trim()
-        } else {
-            v
-        };
-        (!token.is_empty()).then_some(token)
-    });
-    match from_authorization.or_else(|| credential("x-api-key")) {
-        Some(secret) => hex16(&Sha256::digest(secret.as_bytes())),
+    match credential(headers) {
+        Some(secret) => hex16(&Sha256::digest(secret)),
         None => "anonymous".to_owned(),
     }
 }

@@ -269,6 +269,17 @@ async fn quota_signal_on_the_response_follows_the_provider_kind() {
     assert!(used.is_some_and(|u| u >= 1.0), "{used:?}");
 }
 
+#[tokio::test]
+async fn an_anonymous_request_skips_the_relay_but_is_retried_like_any_user_turn() {
+    let (p, log) = (pools(), Log::default());
+    let mut req = request("anon", &[("codex", "gpt-5.5")]);
+    req.extensions_mut().insert(SkipRelay);
+    req.extensions_mut().insert(Anonymous);
+    let res = call(&p, &log, &["a"], "10", req).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(accounts(&log), ["a", "b"]);
+}
+
 fn internal(session: &str) -> Request<Full<Bytes>> {
     let mut req = Request::post("/v1/responses")
         .body(Full::new(Bytes::from_static(br#"{"model":"gpt-5.5"}"#)))

@@ -95,6 +95,8 @@ pub async fn redis() -> Harness {
     let store = context_relay_store::RedisStore::builder(server.url.clone())
         .prefix(unique_prefix())
         .clock(clock.clone())
+        // Semantics, not latency: a test machine busy with builds must not time calls out.
+        .request_timeout(context_relay_store::DEFAULT_REDIS_TIMEOUT)
         .connect()
         .await
         .unwrap();

@@ -1,0 +1,175 @@
+//! An open gateway gives every credential-less request a tenant of its own; the relay keeps
+//! nothing for such a request (no affinity, no handoff), while keyed requests are relayed.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use context_relay_core::{HandoffKey, HandoffRecord};
+use context_relay_gateway::Gateway;
+use context_relay_gateway::config::Config;
+use context_relay_gateway::sim::SimProvider;
+use context_relay_store::{
+    Affinity, Claim, GenerationLease, HandoffStore, MemoryStore, StoreFuture,
+};
+use http::Request;
+use http_body_util::Full;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+/// A memory store that notes the tenant of every write.
+#[derive(Default)]
+struct Recording {
+    inner: MemoryStore,
+    writes: Mutex<Vec<(&'static str, String)>>,
+}
+
+impl Recording {
+    fn note(&self, op: &'static str, key: &HandoffKey) {
+        self.writes
+            .lock()
+            .unwrap()
+            .push((op, key.tenant.to_string()));
+    }
+
+    fn writes(&self) -> Vec<(&'static str, String)> {
+        self.writes.lock().unwrap().clone()
+    }
+}
+
+impl HandoffStore for Recording {
+    fn upsert(&self, record: HandoffRecord) -> StoreFuture<'_, ()> {
+        self.note("upsert", &record.key());
+        self.inner.upsert(record)
+    }
+    fn get<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, Option<HandoffRecord>> {
+        self.inner.get(key)
+    }
+    fn contains<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, bool> {
+        self.inner.contains(key)
+    }
+    fn may_contain(&self, key: &HandoffKey) -> bool {
+        self.inner.may_contain(key)
+    }
+    fn claim<'a>(&'a self, key: &'a HandoffKey, lease: Duration) -> StoreFuture<'a, Option<Claim>> {
+        self.note("claim", key);
+        self.inner.claim(key, lease)
+    }
+    fn complete<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, bool> {
+        self.inner.complete(claim)
+    }
+    fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ()> {
+        self.inner.release(claim)
+    }
+    fn delete<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, bool> {
+        self.inner.delete(key)
+    }
+    fn purge_expired(&self) -> StoreFuture<'_, usize> {
+        self.inner.purge_expired()
+    }
+    fn list<'a>(
+        &'a self,
+        tenant: Option<&'a str>,
+        session: Option<&'a str>,
+    ) -> StoreFuture<'a, Vec<HandoffRecord>> {
+        self.inner.list(tenant, session)
+    }
+    fn affinity<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, Option<Affinity>> {
+        self.inner.affinity(key)
+    }
+    fn cached_affinity(&self, key: &HandoffKey) -> Option<Option<Affinity>> {
+        self.inner.cached_affinity(key)
+    }
+    fn set_affinity<'a>(&'a self, key: &'a HandoffKey, affinity: Affinity) -> StoreFuture<'a, ()> {
+        self.note("set_affinity", key);
+        self.inner.set_affinity(key, affinity)
+    }
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+    fn begin_generation<'a>(
+        &'a self,
+        key: &'a HandoffKey,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Option<GenerationLease>> {
+        self.note("begin_generation", key);
+        self.inner.begin_generation(key, ttl)
+    }
+    fn secret<'a>(&'a self, name: &'a str, candidate: [u8; 32]) -> StoreFuture<'a, [u8; 32]> {
+        self.inner.secret(name, candidate)
+    }
+}
+
+#[tokio::test]
+async fn anonymous_requests_write_no_affinity_and_no_handoff_but_are_served() {
+    let sim = SimProvider::builder()
+        .account("acct-a", "key-a")
+        .start()
+        .await
+        .unwrap();
+    let config = Config::from_toml_str(
+        &format!(
+            r#"
+[store]
+backend = "memory"
+[[providers]]
+name = "codex"
+base_url = "{}"
+quota = "none"
+  [[providers.accounts]]
+  id = "acct-a"
+  api_key = "key-a"
+[[combos]]
+name = "codex-relay"
+targets = ["codex/gpt-5.5"]
+"#,
+            sim.base_url()
+        ),
+        |_| None,
+    )
+    .unwrap();
+    let store = Arc::new(Recording::default());
+    let gateway = Gateway::with_store(config, store.clone()).unwrap();
+    assert!(gateway.relay_enabled());
+    let server = gateway.spawn("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let send = |key: Option<&'static str>| {
+        let mut req = Request::post(format!("{}/v1/chat/completions", server.url()))
+            .header("session_id", "s-1");
+        if let Some(k) = key {
+            req = req.header("x-api-key", k);
+        }
+        client.request(
+            req.body(Full::new(Bytes::from_static(
+                br#"{"model":"codex-relay","messages":[{"role":"system","content":"s"},{"role":"user","content":"hello"}]}"#,
+            )))
+            .unwrap(),
+        )
+    };
+    for _ in 0..3 {
+        assert_eq!(send(None).await.unwrap().status(), 200);
+    }
+    gateway.background().idle().await;
+    assert_eq!(
+        store.writes(),
+        Vec::new(),
+        "anonymous requests touched the store"
+    );
+    // The same request with a key is relayed: its affinity is recorded.
+    assert_eq!(send(Some("k1")).await.unwrap().status(), 200);
+    gateway.background().idle().await;
+    let writes = store.writes();
+    assert!(
+        writes
+            .iter()
+            .any(|(op, tenant)| *op == "set_affinity" && tenant.starts_with("k-")),
+        "{writes:?}"
+    );
+    assert!(
+        writes
+            .iter()
+            .all(|(_, tenant)| !tenant.starts_with("anon-"))
+    );
+}
