@@ -12,7 +12,7 @@ use super::after::After;
 
 pin_project! {
     /// The request body [`Injection`](super::Injection) hands to the inner service.
-    pub struct RequestBody<B> {
+    pub struct RequestBody<B: Body> {
         #[pin]
         kind: Kind<B>,
     }
@@ -20,24 +20,25 @@ pin_project! {
 
 pin_project! {
     #[project = KindProj]
-    enum Kind<B> {
+    enum Kind<B: Body> {
         // The client's body, untouched (the fast path); the frames may be kept (shared, not
         // copied) so that a request the provider rejects for account-bound state can be sent
         // again.
         Passthrough { #[pin] inner: B, tee: Option<Arc<Tee>> },
         // A body the layer rewrote (or read whole and forwards as it was).
         Full { data: Option<Bytes> },
-        // Frames the layer read before giving up on a rewrite (too large, trailers), then the
-        // rest of the client's body.
+        // Frames the layer read before giving up on a rewrite (too large, trailers, a body
+        // error), then the rest of the client's body, or the error the read stopped at.
         Replay {
             buffered: VecDeque<Frame<Bytes>>,
             rest: Pin<Box<B>>,
             rest_done: bool,
+            failed: Option<B::Error>,
         },
     }
 }
 
-impl<B> RequestBody<B> {
+impl<B: Body> RequestBody<B> {
     pub(crate) fn passthrough(inner: B, tee: Option<Arc<Tee>>) -> Self {
         Self {
             kind: Kind::Passthrough { inner, tee },
@@ -52,16 +53,30 @@ impl<B> RequestBody<B> {
         }
     }
 
-    pub(crate) fn replay(
+    pub(crate) fn replay(buffered: VecDeque<Frame<Bytes>>, rest: Pin<Box<B>>) -> Self {
+        Self {
+            kind: Kind::Replay {
+                buffered,
+                rest,
+                rest_done: false,
+                failed: None,
+            },
+        }
+    }
+
+    /// The frames read before the client's body failed, then that failure: the inner service
+    /// sees the body fail, never a complete, shorter one.
+    pub(crate) fn replay_failed(
         buffered: VecDeque<Frame<Bytes>>,
         rest: Pin<Box<B>>,
-        rest_done: bool,
+        error: B::Error,
     ) -> Self {
         Self {
             kind: Kind::Replay {
                 buffered,
                 rest,
-                rest_done,
+                rest_done: true,
+                failed: Some(error),
             },
         }
     }
@@ -96,9 +111,13 @@ where
                 buffered,
                 rest,
                 rest_done,
+                failed,
             } => {
                 if let Some(frame) = buffered.pop_front() {
                     return Poll::Ready(Some(Ok(frame)));
+                }
+                if let Some(e) = failed.take() {
+                    return Poll::Ready(Some(Err(e)));
                 }
                 if *rest_done {
                     return Poll::Ready(None);
@@ -126,7 +145,8 @@ where
                 buffered,
                 rest,
                 rest_done,
-            } => buffered.is_empty() && (*rest_done || rest.is_end_stream()),
+                failed,
+            } => buffered.is_empty() && failed.is_none() && (*rest_done || rest.is_end_stream()),
         }
     }
 
@@ -140,6 +160,7 @@ where
                 buffered,
                 rest,
                 rest_done,
+                ..
             } => {
                 let buffered_len: u64 = buffered
                     .iter()
