@@ -118,3 +118,91 @@ async fn a_failed_client_body_reaches_the_inner_service_as_a_failure() {
         .expect("inner service called");
     assert_eq!(seen, Err("client body reset".to_owned()));
 }
+
+/// An SSE body that gives its frames, then `None`, and never reports `is_end_stream()` (as
+/// many streaming bodies do); it counts polls after its `None`.
+struct NeverSaysEnd {
+    frames: std::collections::VecDeque<Bytes>,
+    done: bool,
+    polls_after_end: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl http_body::Body for NeverSaysEnd {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if self.done {
+            self.polls_after_end
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            return std::task::Poll::Ready(None);
+        }
+        match self.frames.pop_front() {
+            Some(f) => std::task::Poll::Ready(Some(Ok(Frame::data(f)))),
+            None => {
+                self.done = true;
+                std::task::Poll::Ready(None)
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_stream_read_to_its_end_ahead_is_not_polled_again() {
+    use http_body::Body as _;
+    let store: Arc<dyn HandoffStore> = Arc::new(MemoryStore::new());
+    let polls_after_end = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = polls_after_end.clone();
+    let inner = service_fn(move |_req: Request<_>| {
+        let counter = counter.clone();
+        async move {
+            // A stream cut before any output: the layer reads it to its end while holding it.
+            let body = NeverSaysEnd {
+                frames: [Bytes::from_static(
+                    b"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\"}}\n\n",
+                )]
+                .into(),
+                done: false,
+                polls_after_end: counter,
+            };
+            let mut res = Response::new(body);
+            res.headers_mut().insert(
+                "content-type",
+                http::HeaderValue::from_static("text/event-stream"),
+            );
+            Ok::<_, Infallible>(res)
+        }
+    });
+    let svc = InjectionLayer::new(store).layer(inner);
+    let mut req = request(
+        "/v1/responses",
+        http_body_util::Full::new(Bytes::from_static(
+            br#"{"model":"gpt-5","input":[{"role":"user","content":"hi"}],"stream":true}"#,
+        )),
+        "acct-a",
+    );
+    // Account-bound state went out: the layer holds the stream's opening back.
+    req.headers_mut().insert(
+        context_relay_core::portable::TURN_STATE_HEADER,
+        http::HeaderValue::from_static("ts-1"),
+    );
+    let res = svc.oneshot(req).await.expect("infallible");
+    let mut body = res.into_body();
+    let first = body.frame().await.expect("held frame").expect("ok");
+    assert!(
+        first
+            .data_ref()
+            .is_some_and(|d| d.starts_with(b"event: response.created"))
+    );
+    // Drained: like hyper, a consumer stops here.
+    assert!(body.is_end_stream());
+    assert!(body.frame().await.is_none());
+    assert_eq!(
+        polls_after_end.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the inner body was polled after its end"
+    );
+}

@@ -268,6 +268,8 @@ pin_project! {
         #[pin]
         inner: Inner<B>,
         prefix: VecDeque<Result<Frame<B::Data>, B::Error>>,
+        // The inner body already gave its `None` (read ahead): it is not polled again.
+        inner_done: bool,
         hook: Option<EndHook>,
     }
 }
@@ -302,25 +304,28 @@ where
     B::Data: AsRef<[u8]>,
 {
     pub(crate) fn plain(body: B, hook: Option<EndHook>) -> Self {
-        Self::start(Inner::Plain { body }, VecDeque::new(), hook)
+        Self::start(Inner::Plain { body }, VecDeque::new(), false, hook)
     }
 
+    /// `inner_done`: the inner body was read up to its `None` while `prefix` was read ahead.
     pub(crate) fn boxed(
         body: Pin<Box<B>>,
         prefix: VecDeque<Result<Frame<B::Data>, B::Error>>,
+        inner_done: bool,
         hook: Option<EndHook>,
     ) -> Self {
-        Self::start(Inner::Boxed { body }, prefix, hook)
+        Self::start(Inner::Boxed { body }, prefix, inner_done, hook)
     }
 
     fn start(
         inner: Inner<B>,
         prefix: VecDeque<Result<Frame<B::Data>, B::Error>>,
+        inner_done: bool,
         mut hook: Option<EndHook>,
     ) -> Self {
         // An empty body may never be polled: judge it now.
         if prefix.is_empty()
-            && inner.is_end_stream()
+            && (inner_done || inner.is_end_stream())
             && let Some(h) = hook.take()
         {
             h.end(false);
@@ -328,6 +333,7 @@ where
         Self {
             inner,
             prefix,
+            inner_done,
             hook,
         }
     }
@@ -364,12 +370,19 @@ where
         if let Some(item) = this.prefix.pop_front() {
             // Read ahead: already fed to the detector.
             let failed = item.is_err();
-            if (failed || (this.prefix.is_empty() && this.inner.is_end_stream()))
+            if (failed
+                || (this.prefix.is_empty() && (*this.inner_done || this.inner.is_end_stream())))
                 && let Some(h) = this.hook.take()
             {
                 h.end(failed);
             }
             return Poll::Ready(Some(item));
+        }
+        if *this.inner_done {
+            if let Some(h) = this.hook.take() {
+                h.end(false);
+            }
+            return Poll::Ready(None);
         }
         let polled = match this.inner.as_mut().project() {
             InnerProj::Plain { body } => body.poll_frame(cx),
@@ -405,7 +418,7 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        self.prefix.is_empty() && self.inner.is_end_stream()
+        self.prefix.is_empty() && (self.inner_done || self.inner.is_end_stream())
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -415,6 +428,9 @@ where
             .filter_map(|f| f.as_ref().ok().and_then(Frame::data_ref))
             .map(|d| d.as_ref().len() as u64)
             .sum();
+        if self.inner_done {
+            return SizeHint::with_exact(held);
+        }
         let inner = self.inner.size_hint();
         let mut hint = SizeHint::new();
         hint.set_lower(inner.lower().saturating_add(held));
