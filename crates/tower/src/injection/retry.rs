@@ -76,7 +76,7 @@ impl Sent {
             Sent::Tee {
                 encoding: Some(_), ..
             } => true,
-            Sent::Tee { tee, .. } => tee.whole().is_some_and(|b| scan(&b)),
+            Sent::Tee { tee, .. } => tee.may_be_bound(),
         }
     }
 
