@@ -204,6 +204,21 @@ const BOUND_MARKERS: [&[u8]; 5] = [
     b"\"redacted_thinking\"",
 ];
 
+/// The length of the longest byte pattern [`may_carry_bound_state`] looks for: a body scanned
+/// in pieces finds every pattern when each piece is scanned together with the last
+/// `BOUND_MARKER_MAX_LEN - 1` bytes before it.
+pub const BOUND_MARKER_MAX_LEN: usize = {
+    let mut max = 0;
+    let mut i = 0;
+    while i < BOUND_MARKERS.len() {
+        if BOUND_MARKERS[i].len() > max {
+            max = BOUND_MARKERS[i].len();
+        }
+        i += 1;
+    }
+    max
+};
+
 /// Whether `body` may carry account-bound state, from a byte scan (no parse): `false` means
 /// certainly none, so there is nothing [`rewrite`] could remove.
 ///

@@ -63,14 +63,56 @@ pub(crate) struct AffinityMap {
 
 /// Length-prefixed, so that no two keys share a string whatever they contain.
 pub(crate) fn key(k: &HandoffKey) -> String {
-    format!(
-        "{}:{}:{}{}{}",
-        k.tenant.len(),
-        k.session.len(),
-        k.tenant,
-        k.session,
-        k.combo
-    )
+    let mut buf = String::with_capacity(k.tenant.len() + k.session.len() + k.combo.len() + 12);
+    fill_key(&mut buf, k);
+    buf
+}
+
+/// Writes [`key`] of `k` into `buf` (cleared first), without allocating when `buf` is large
+/// enough.
+fn fill_key(buf: &mut String, k: &HandoffKey) {
+    buf.clear();
+    push_len(buf, k.tenant.len());
+    buf.push(':');
+    push_len(buf, k.session.len());
+    buf.push(':');
+    buf.push_str(&k.tenant);
+    buf.push_str(&k.session);
+    buf.push_str(&k.combo);
+}
+
+/// The decimal digits of `n`, without the allocation of `to_string`.
+fn push_len(buf: &mut String, mut n: usize) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        // `n % 10` is below 10: the cast cannot truncate.
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[i..] {
+        buf.push(char::from(d));
+    }
+}
+
+/// Runs `f` with [`key`] of `k` built in a reused per-thread buffer: affinity look-ups are on
+/// the path of every relayed request, and need no allocation.
+pub(crate) fn with_key<R>(k: &HandoffKey, f: impl FnOnce(&str) -> R) -> R {
+    thread_local! {
+        static BUF: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+    }
+    BUF.with(|buf| match buf.try_borrow_mut() {
+        Ok(mut buf) => {
+            fill_key(&mut buf, k);
+            f(&buf)
+        }
+        // Re-entered from inside `f` (never done here, but cheap to survive).
+        Err(_) => f(&key(k)),
+    })
 }
 
 /// Inverse of [`key`].
@@ -211,6 +253,18 @@ mod tests {
         fn keys_split_back(t in ".*", s in ".*", c in ".*") {
             let kk = key(&k(&t, &s, &c));
             prop_assert_eq!(split_key(&kk), Some((t.as_str(), s.as_str(), c.as_str())));
+        }
+
+        #[test]
+        fn the_reused_buffer_builds_the_same_key(t in ".*", s in ".*", c in ".*", t2 in ".*") {
+            let (a, b) = (k(&t, &s, &c), k(&t2, &s, &c));
+            // Twice, the second time over a longer or shorter key left in the buffer; once
+            // re-entered.
+            prop_assert_eq!(with_key(&a, str::to_owned), key(&a));
+            prop_assert_eq!(with_key(&b, str::to_owned), key(&b));
+            let (outer, inner) = with_key(&a, |x| (x.to_owned(), with_key(&b, str::to_owned)));
+            prop_assert_eq!(outer, key(&a));
+            prop_assert_eq!(inner, key(&b));
         }
     }
 

@@ -215,11 +215,10 @@ impl HandoffStore for MemoryStore {
 
     fn cached_affinity(&self, key: &HandoffKey) -> Option<Option<Affinity>> {
         // The table is the store: what it does not hold does not exist.
-        Some(
-            self.inner
-                .affinity
-                .get(&affinity::key(key), self.now_ms(), self.inner.affinity_ttl),
-        )
+        let (now, ttl) = (self.now_ms(), self.inner.affinity_ttl);
+        Some(affinity::with_key(key, |k| {
+            self.inner.affinity.get(k, now, ttl)
+        }))
     }
 
     fn set_affinity<'a>(&'a self, key: &'a HandoffKey, a: Affinity) -> StoreFuture<'a, ()> {

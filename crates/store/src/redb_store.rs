@@ -649,7 +649,8 @@ impl HandoffStore for RedbStore {
 
     fn cached_affinity(&self, key: &HandoffKey) -> Option<Option<Affinity>> {
         let map = &self.inner.affinity;
-        match map.get(&affinity::key(key), self.now_ms(), self.inner.affinity_ttl) {
+        let (now, ttl) = (self.now_ms(), self.inner.affinity_ttl);
+        match affinity::with_key(key, |k| map.get(k, now, ttl)) {
             Some(a) => Some(Some(a)),
             // Nothing evicted yet: the table in memory is the whole table.
             None => map.is_complete().then_some(None),

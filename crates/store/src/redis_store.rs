@@ -751,14 +751,8 @@ impl HandoffStore for RedisStore {
     }
 
     fn cached_affinity(&self, key: &HandoffKey) -> Option<Option<Affinity>> {
-        self.inner
-            .affinity_cache
-            .get(
-                &affinity::key(key),
-                self.now_ms(),
-                self.inner.affinity_cache_ttl,
-            )
-            .map(Some)
+        let (now, ttl) = (self.now_ms(), self.inner.affinity_cache_ttl);
+        affinity::with_key(key, |k| self.inner.affinity_cache.get(k, now, ttl)).map(Some)
     }
 
     fn set_affinity<'a>(&'a self, key: &'a HandoffKey, a: Affinity) -> StoreFuture<'a, ()> {

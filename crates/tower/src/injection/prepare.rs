@@ -36,7 +36,7 @@ pub(crate) struct Prepare<S, B> {
 }
 
 /// The body as read: whole (within the limit) or given up on.
-enum Read<B> {
+enum Read<B: Body> {
     Whole(Bytes),
     Partial(RequestBody<B>),
 }
@@ -54,6 +54,7 @@ where
     S::Future: Send + 'static,
     S::Error: Send + 'static,
     B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Send,
 {
     let span = tracing::info_span!(
         "context_relay.inject",
@@ -356,7 +357,7 @@ where
     // Boxed so that any body (not only `Unpin` ones) can be read here and replayed later.
     let mut body = Box::pin(body);
     if body.size_hint().lower() > limit as u64 {
-        return Read::Partial(RequestBody::replay(VecDeque::new(), body, false));
+        return Read::Partial(RequestBody::replay(VecDeque::new(), body));
     }
     let mut frames: VecDeque<Frame<Bytes>> = VecDeque::new();
     let mut len = 0usize;
@@ -373,13 +374,13 @@ where
                 };
                 frames.push_back(frame);
                 if give_up {
-                    return Read::Partial(RequestBody::replay(frames, body, false));
+                    return Read::Partial(RequestBody::replay(frames, body));
                 }
             }
-            Some(Err(_)) => {
-                // The client's body failed; forward what was read and let the inner service see
-                // the failure when it polls the rest.
-                return Read::Partial(RequestBody::replay(frames, body, false));
+            Some(Err(e)) => {
+                // The client's body failed: forward what was read, then the failure itself (the
+                // body may well end cleanly if polled again).
+                return Read::Partial(RequestBody::replay_failed(frames, body, e));
             }
         }
     }

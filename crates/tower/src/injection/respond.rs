@@ -192,6 +192,8 @@ struct Look<B: Body> {
     body: Pin<Box<B>>,
     prefix: Prefix<B>,
     detector: EndDetector,
+    /// The inner body reported its end (`None`) while read ahead: it must not be polled again.
+    ended: bool,
     /// The account-bound state the response blames.
     blames: Option<RepairKind>,
 }
@@ -265,6 +267,7 @@ where
         body,
         prefix,
         detector,
+        ended,
         blames,
     }
 }
@@ -280,6 +283,7 @@ where
         body,
         prefix,
         detector,
+        ended,
         ..
     } = look;
     if !parts.status.is_success()
@@ -288,5 +292,5 @@ where
         a.release_now().await;
     }
     let hook = label(&mut parts, after).map(|after| EndHook { detector, after });
-    Response::from_parts(parts, ResponseBody::boxed(body, prefix, hook))
+    Response::from_parts(parts, ResponseBody::boxed(body, prefix, ended, hook))
 }

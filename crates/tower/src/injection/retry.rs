@@ -13,6 +13,7 @@ use context_relay_core::portable::ForeignSet;
 use context_relay_core::portable::{self, TURN_STATE_HEADER};
 use context_relay_core::{ApiShape, HandoffKey};
 use http::{HeaderValue, Request, Response, header};
+use http_body::Body;
 use tower_service::Service;
 
 use super::body::{RequestBody, Tee};
@@ -75,7 +76,7 @@ impl Sent {
             Sent::Tee {
                 encoding: Some(_), ..
             } => true,
-            Sent::Tee { tee, .. } => tee.whole().is_some_and(|b| scan(&b)),
+            Sent::Tee { tee, .. } => tee.may_be_bound(),
         }
     }
 
@@ -109,7 +110,8 @@ where
     S: Service<Request<RequestBody<B>>, Response = Response<ResBody>> + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
-    B: Send + 'static,
+    B: Body + Send + 'static,
+    B::Error: Send,
 {
     let method = parts.method.clone();
     let uri = parts.uri.clone();

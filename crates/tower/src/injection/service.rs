@@ -82,6 +82,7 @@ where
     S::Future: Send + 'static,
     S::Error: Send + 'static,
     B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Send,
     ResBody: Body + Send + 'static,
     ResBody::Data: AsRef<[u8]> + Send,
     ResBody::Error: Send,
@@ -183,6 +184,7 @@ impl<S> Injection<S> {
         S::Future: Send + 'static,
         S::Error: Send + 'static,
         B: Body<Data = Bytes> + Send + 'static,
+        B::Error: Send,
         ResBody: Body + Send + 'static,
     {
         let config = self.shared.configs.for_combo_arc(&key.combo);
@@ -221,6 +223,7 @@ impl<S> Injection<S> {
     ) -> ResponseFuture<S::Future, ResBody, S::Error>
     where
         S: Service<Request<RequestBody<B>>, Response = Response<ResBody>>,
+        B: Body,
         ResBody: Body,
     {
         ResponseFuture::direct(
