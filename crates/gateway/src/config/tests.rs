@@ -1,0 +1,286 @@
+
+use super::*;
+
+pub(super) const MINIMAL: &str = r#"
+[[providers]]
+name = "codex"
+base_url = "http://127.0.0.1:9/v1"
+  [[providers.accounts]]
+  id = "a"
+  api_key = "k-a"
+[[combos]]
+name = "codex-relay"
+targets = ["codex/gpt-5.5"]
+"#;
+
+fn load(text: &str) -> Result<Config, ConfigError> {
+    Config::from_toml_str(text, |name| (name == "KEY_B").then(|| "k-b".to_owned()))
+}
+
+fn err(text: &str) -> String {
+    load(text).expect_err("config must be rejected").to_string()
+}
+
+#[test]
+fn defaults() {
+    let c = load(MINIMAL).unwrap();
+    assert_eq!(c.listen, "127.0.0.1:4000".parse().unwrap());
+    assert_eq!(c.admin_token, None);
+    assert_eq!(c.max_request_bytes, 8 * 1024 * 1024);
+    assert_eq!(c.store, StoreConfig::default());
+    assert_eq!(c.store.backend, StoreBackend::Redb);
+    assert_eq!(c.store.path, PathBuf::from("context-relay.redb"));
+    let p = &c.providers[0];
+    assert_eq!(p.auth, AuthScheme::Bearer);
+    assert_eq!(p.quota, QuotaFormat::Auto);
+    assert_eq!(p.rotate_at, 0.95);
+    assert!(!p.summary_stream);
+    assert_eq!(c.combos[0].strategy, Strategy::ContextRelay);
+    assert_eq!(c.relay, RelayOverrides::default());
+    assert!(c.relay_enabled);
+    let off = load(&format!("relay_enabled = false\n{MINIMAL}")).unwrap();
+    assert!(!off.relay_enabled);
+    let (configs, warnings) = c.relay_settings();
+    assert!(warnings.is_empty());
+    assert_eq!(
+        configs.for_combo("codex-relay").handoff_providers,
+        ["codex"]
+    );
+}
+
+#[test]
+fn relay_warnings_are_reported_once_per_level() {
+    let text = format!(
+        "[relay]\nhandoff_threshold = 1.5\n{MINIMAL}\n  [combos.relay]\nmax_messages_for_summary = 1000\n"
+    );
+    let (configs, warnings) = load(&text).unwrap().relay_settings();
+    let fields: Vec<(&str, &str)> = warnings
+        .iter()
+        .map(|(f, w)| (f.as_str(), w.field))
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            ("relay", "handoff_threshold"),
+            ("combos[\"codex-relay\"].relay", "max_messages_for_summary")
+        ]
+    );
+    assert_eq!(configs.for_combo("codex-relay").handoff_threshold, 0.85);
+    assert_eq!(
+        configs.for_combo("codex-relay").max_messages_for_summary,
+        30
+    );
+}
+
+#[test]
+fn quota_formats_map_to_core_kinds() {
+    for (name, kind) in [
+        ("auto", QuotaKind::Auto),
+        ("codex", QuotaKind::Codex),
+        ("openai", QuotaKind::OpenAi),
+        ("anthropic", QuotaKind::Anthropic),
+        ("ietf", QuotaKind::Ietf),
+        ("none", QuotaKind::None),
+    ] {
+        let text = MINIMAL.replace(
+            "name = \"codex\"\n",
+            &format!("name = \"codex\"\nquota = \"{name}\"\n"),
+        );
+        assert_eq!(
+            load(&text).unwrap().providers[0].quota.kind(),
+            kind,
+            "{name}"
+        );
+        // The configuration names are the core names.
+        assert_eq!(kind.as_str(), name);
+    }
+}
+
+#[test]
+fn full_schema_of_the_issue() {
+    let text = r#"
+listen = "0.0.0.0:4100"
+allow_open = true
+admin_token = "adm"
+[store]
+backend = "redis"
+url = "redis://127.0.0.1:6379/"
+[relay]
+handoff_threshold = 0.85
+handoff_model = ""
+handoff_providers = ["codex"]
+max_messages_for_summary = 30
+relay_mode = "schema-locked"
+ttl_secs = 18000
+[[providers]]
+name = "codex"
+base_url = "https://chatgpt.example/backend/codex"
+auth = "bearer"
+quota = "codex"
+rotate_at = 0.9
+summary_stream = true
+  [[providers.accounts]]
+  id = "acct-a"
+  api_key = "sk-a"
+  [[providers.accounts]]
+  id = "acct-b"
+  api_key_env = "KEY_B"
+[[providers]]
+name = "anthropic"
+base_url = "https://api.anthropic.example/v1"
+auth = "x-api-key"
+quota = "anthropic"
+  [[providers.accounts]]
+  id = "main"
+  api_key = "sk-ant"
+[[combos]]
+name = "codex-relay"
+strategy = "context-relay"
+targets = ["codex/gpt-5.5", "anthropic/claude-sonnet-4-5"]
+  [combos.relay]
+  handoff_threshold = 0.8
+[[combos]]
+name = "plain"
+strategy = "priority"
+targets = ["anthropic/claude-opus-4-8"]
+"#;
+    let c = load(text).unwrap();
+    assert_eq!(c.listen.port(), 4100);
+    assert_eq!(c.store.backend, StoreBackend::Redis);
+    assert_eq!(c.providers[0].accounts[1].api_key.as_deref(), Some("k-b"));
+    assert_eq!(c.providers[1].auth, AuthScheme::XApiKey);
+    assert_eq!(c.combos[1].strategy, Strategy::Priority);
+    let relay = c.relay_configs();
+    assert_eq!(relay[0].1.handoff_threshold, 0.8);
+    assert_eq!(relay[1].1.handoff_threshold, 0.85);
+    assert!(relay.iter().all(|(_, _, w)| w.is_empty()));
+    // Keys are never printed by Debug.
+    assert!(!format!("{c:?}").contains("sk-a"));
+    let with_userinfo =
+        load(&MINIMAL.replace("http://127.0.0.1:9/v1", "https://u:pw-9@h/v1")).unwrap();
+    assert!(!format!("{with_userinfo:?}").contains("pw-9"));
+}
+
+#[test]
+fn unknown_keys_are_rejected_everywhere() {
+    assert!(err(&format!("{MINIMAL}\nlisten_addr = \"x\"")).contains("listen_addr"));
+    let e = err(&MINIMAL.replace(
+        "name = \"codex\"\n",
+        "name = \"codex\"\nrotate_after = 0.5\n",
+    ));
+    assert!(e.contains("rotate_after"), "{e}");
+    let e = err(&MINIMAL.replace("api_key = \"k-a\"", "api_key = \"k-a\"\nkey = 1"));
+    assert!(e.contains("key"), "{e}");
+    let e = err(&format!("{MINIMAL}\n[relay]\nhandoff_treshold = 0.8\n"));
+    assert!(e.contains("handoff_treshold"), "{e}");
+    let e = err(&format!("{MINIMAL}\n[store]\nbackend = \"sqlite\"\n"));
+    assert!(e.contains("sqlite"), "{e}");
+}
+
+#[test]
+fn missing_env_var_is_named() {
+    let e = err(&MINIMAL.replace("api_key = \"k-a\"", "api_key_env = \"CR_NOT_SET\""));
+    assert!(e.contains("CR_NOT_SET"), "{e}");
+    assert!(e.contains("not set"), "{e}");
+    assert!(
+        e.contains("providers[\"codex\"].accounts[\"a\"].api_key_env"),
+        "{e}"
+    );
+    let e = Config::from_toml_str(
+        &MINIMAL.replace("api_key = \"k-a\"", "api_key_env = \"EMPTY\""),
+        |_| Some(" ".into()),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("EMPTY") && e.contains("empty"), "{e}");
+}
+
+#[test]
+fn key_sources_are_exclusive() {
+    let e = err(&MINIMAL.replace(
+        "api_key = \"k-a\"",
+        "api_key = \"x\"\napi_key_env = \"KEY_B\"",
+    ));
+    assert!(e.contains("both"), "{e}");
+    let e = err(&MINIMAL.replace("api_key = \"k-a\"", ""));
+    assert!(e.contains("neither"), "{e}");
+    let e = err(&MINIMAL.replace("api_key = \"k-a\"", "api_key = \"bad\\nkey\""));
+    assert!(e.contains("api_key") && !e.contains("bad"), "{e}");
+}
+
+#[test]
+fn unknown_provider_in_target() {
+    let e = err(&MINIMAL.replace("codex/gpt-5.5", "codx/gpt-5.5"));
+    assert!(e.contains("combos[\"codex-relay\"].targets[0]"), "{e}");
+    assert!(e.contains("codx"), "{e}");
+    let e = err(&MINIMAL.replace("codex/gpt-5.5", "gpt-5.5"));
+    assert!(e.contains("provider/model") && e.contains("gpt-5.5"), "{e}");
+}
+
+#[test]
+fn duplicates() {
+    let twice = format!("{MINIMAL}\n[[combos]]\nname = \"codex-relay\"\ntargets = [\"codex/x\"]\n");
+    assert!(err(&twice).contains("\"codex-relay\" twice"));
+    let dup_provider = MINIMAL.replace(
+            "[[combos]]",
+            "[[providers]]\nname = \"Codex\"\nbase_url = \"http://h/v1\"\n[[providers.accounts]]\nid = \"a\"\napi_key = \"k\"\n[[combos]]",
+        );
+    assert!(err(&dup_provider).contains("twice"));
+    let dup_account = MINIMAL.replace(
+        "[[combos]]",
+        "  [[providers.accounts]]\n  id = \"a\"\n  api_key = \"k2\"\n[[combos]]",
+    );
+    let e = err(&dup_account);
+    assert!(
+        e.contains("accounts[\"a\"].id") && e.contains("twice"),
+        "{e}"
+    );
+}
+
+#[test]
+fn bad_urls() {
+    for bad in ["ftp://h/v1", "not a url", "/v1", "http://h/v1?x=1"] {
+        let e = err(&MINIMAL.replace("http://127.0.0.1:9/v1", bad));
+        assert!(e.contains("base_url") && e.contains(bad), "{e}");
+    }
+}
+
+#[test]
+fn rotate_at_range() {
+    for bad in ["0.0", "-0.5", "1.01", "nan", "inf"] {
+        let text = MINIMAL.replace(
+            "name = \"codex\"\n",
+            &format!("name = \"codex\"\nrotate_at = {bad}\n"),
+        );
+        let e = err(&text);
+        assert!(
+            e.contains("rotate_at") && e.contains("(0, 1]"),
+            "{bad}: {e}"
+        );
+    }
+    let ok = MINIMAL.replace("name = \"codex\"\n", "name = \"codex\"\nrotate_at = 1.0\n");
+    assert_eq!(load(&ok).unwrap().providers[0].rotate_at, 1.0);
+}
+
+#[test]
+fn store_validation() {
+    let e = err(&format!("{MINIMAL}\n[store]\nbackend = \"redis\"\n"));
+    assert!(e.contains("store.url"), "{e}");
+    let e = err(&format!(
+        "{MINIMAL}\n[store]\nbackend = \"redis\"\nurl = \"http://x\"\n"
+    ));
+    assert!(e.contains("http://x"), "{e}");
+    let c = load(&format!("{MINIMAL}\n[store]\nbackend = \"memory\"\n")).unwrap();
+    assert_eq!(c.store.backend, StoreBackend::Memory);
+}
+
+#[test]
+fn no_accounts_and_empty_targets() {
+    let e = err(&MINIMAL.replace(
+        "  [[providers.accounts]]\n  id = \"a\"\n  api_key = \"k-a\"\n",
+        "",
+    ));
+    assert!(e.contains("accounts") && e.contains("at least one"), "{e}");
+    let e = err(&MINIMAL.replace("targets = [\"codex/gpt-5.5\"]", "targets = []"));
+    assert!(e.contains("targets"), "{e}");
+}
