@@ -1,4 +1,3 @@
-
 use super::*;
 
 pub(super) const MINIMAL: &str = r#"
