@@ -65,8 +65,8 @@ mod gemini;
 
 use anthropic::anthropic;
 pub use foreign::{ForeignSet, MAX_FOREIGN, digest};
-use gemini::gemini;
 pub use gemini::FOREIGN_SIGNATURE;
+use gemini::gemini;
 
 /// The Codex sticky-routing header: it names server state of the old account, so the caller
 /// drops it from the request on a switch.

@@ -108,7 +108,10 @@ const SIGNS: &[(&[u8], RepairKind)] = &[
     ),
     (b"Corrupted thought signature", RepairKind::ThoughtSignature),
     (b"Invalid thought signature", RepairKind::ThoughtSignature),
-    (b"Thought signature is not valid", RepairKind::ThoughtSignature),
+    (
+        b"Thought signature is not valid",
+        RepairKind::ThoughtSignature,
+    ),
     // A signature that is not base64 at all (one minted by another provider's translation).
     (
         b"thought_signature' (TYPE_BYTES)",

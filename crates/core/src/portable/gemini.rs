@@ -177,7 +177,12 @@ fn scrub_content(
 }
 
 /// What goes of one part, counted in `cx`.
-fn judge_part(body: &[u8], part: &Object<'_>, current_model_turn: bool, cx: &mut Cx<'_>) -> PartEdit {
+fn judge_part(
+    body: &[u8],
+    part: &Object<'_>,
+    current_model_turn: bool,
+    cx: &mut Cx<'_>,
+) -> PartEdit {
     let Some((index, field)) = part
         .fields
         .iter()
@@ -201,7 +206,9 @@ fn judge_part(body: &[u8], part: &Object<'_>, current_model_turn: bool, cx: &mut
         cx.removed.thought_parts += 1;
         return PartEdit::DropPart;
     }
-    if current_model_turn && (part.get("functionCall").is_some() || part.get("function_call").is_some()) {
+    if current_model_turn
+        && (part.get("functionCall").is_some() || part.get("function_call").is_some())
+    {
         return PartEdit::Placeholder(field.value.clone());
     }
     PartEdit::DropMember(index)

@@ -69,8 +69,19 @@ mod tests {
         assert_eq!(duration("0.000000001s"), Some(Duration::from_nanos(1)));
         assert_eq!(duration("0s"), Some(Duration::ZERO));
         for bad in [
-            "", "s", "37", "-1s", "+1s", "1.s", ".5s", "1.0000000001s", "1e3s", " 1s", "1 s",
-            "1.5ms", "99999999999999999999s",
+            "",
+            "s",
+            "37",
+            "-1s",
+            "+1s",
+            "1.s",
+            ".5s",
+            "1.0000000001s",
+            "1e3s",
+            " 1s",
+            "1 s",
+            "1.5ms",
+            "99999999999999999999s",
         ] {
             assert_eq!(duration(bad), None, "{bad:?}");
         }

@@ -7,7 +7,14 @@ use crate::api::ApiShape;
 use crate::config::InjectionSlot;
 
 fn run(body: &[u8], scope: Scope<'_>) -> Rewrite {
-    rewrite(ApiShape::Gemini, body, scope, None, InjectionSlot::default()).unwrap()
+    rewrite(
+        ApiShape::Gemini,
+        body,
+        scope,
+        None,
+        InjectionSlot::default(),
+    )
+    .unwrap()
 }
 
 fn out(r: &Rewrite) -> Value {
@@ -87,7 +94,11 @@ fn switch_removes_every_signature() {
     );
     assert_eq!(
         r.removed.iter().collect::<Vec<_>>(),
-        [("empty_message", 1), ("thought_signature", 5), ("thought_part", 2)]
+        [
+            ("empty_message", 1),
+            ("thought_signature", 5),
+            ("thought_part", 2)
+        ]
     );
     let seen: Vec<u64> = ["SIG_A1", "SIG_A2", "SIG_A3", "SIG_A4", "SIG_A5"]
         .map(token)
@@ -125,7 +136,10 @@ fn foreign_scope_strips_only_the_old_accounts_signatures() {
     let parts = |v: &Value, i: usize| v["contents"][i]["parts"].clone();
     let got = out(&r);
     assert_eq!(parts(&got, 1), json!([{"text": "a1"}]));
-    assert_eq!(parts(&got, 3), json!([{"text": "a2", "thoughtSignature": "NEW_B"}]));
+    assert_eq!(
+        parts(&got, 3),
+        json!([{"text": "a2", "thoughtSignature": "NEW_B"}])
+    );
     assert_eq!(r.seen, [token("OLD-_A"), token("NEW_B")]);
     assert_eq!(r.removed.thought_signatures, 1);
     // Nothing foreign is left: a second pass changes nothing, and neither does Nothing.
@@ -151,7 +165,10 @@ fn placeholder_is_kept_by_the_lasting_scrub() {
         got["contents"][1]["parts"][0]["thought_signature"],
         json!(FOREIGN_SIGNATURE)
     );
-    assert_eq!(run(r.body.as_deref().unwrap(), Scope::Foreign(&foreign)).body, None);
+    assert_eq!(
+        run(r.body.as_deref().unwrap(), Scope::Foreign(&foreign)).body,
+        None
+    );
 }
 
 #[test]
@@ -179,7 +196,8 @@ fn unsigned_body() -> impl Strategy<Value = Value> {
         "[a-z \"<>]{0,12}".prop_map(|t| json!({"text": t})),
         "[a-z \"]{0,12}".prop_map(|t| json!({"text": t, "thought": true})),
         "[a-z]{1,6}".prop_map(|n| json!({"functionCall": {"name": n, "args": {"signature": n}}})),
-        "[a-z]{1,6}".prop_map(|n| json!({"functionResponse": {"name": n, "response": {"thought": n}}})),
+        "[a-z]{1,6}"
+            .prop_map(|n| json!({"functionResponse": {"name": n, "response": {"thought": n}}})),
     ];
     let content = (
         prop_oneof![Just("user"), Just("model")],
