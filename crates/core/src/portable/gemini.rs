@@ -36,6 +36,13 @@ pub const FOREIGN_SIGNATURE: &str = "skip_thought_signature_validator";
 /// The two spellings of the signature member (the API reads proto JSON names either way).
 const SIGNATURE_KEYS: [&str; 2] = ["thoughtSignature", "thought_signature"];
 
+/// Whether `bytes` may hold a signature member (a byte scan, no parse).
+fn has_signature(bytes: &[u8]) -> bool {
+    SIGNATURE_KEYS
+        .iter()
+        .any(|k| memchr::memmem::find(bytes, k.as_bytes()).is_some())
+}
+
 /// What happens to one part.
 enum PartEdit {
     Keep,
@@ -54,6 +61,10 @@ pub(super) fn gemini(plan: &mut Plan<'_>, cx: &mut Cx<'_>) -> Result<(), Portabl
     };
     let span = plan.value(i);
     if plan.kind(&span) != Kind::Array {
+        return Ok(());
+    }
+    // Most requests carry no signature at all: skip the per-content parse.
+    if !has_signature(&body[span.clone()]) {
         return Ok(());
     }
     let contents = json::array_at(body, span)?;
@@ -133,10 +144,7 @@ fn scrub_content(
         return Ok(false);
     };
     // Most contents carry no signature: skip their member scan.
-    if !SIGNATURE_KEYS
-        .iter()
-        .any(|k| memchr::memmem::find(&body[parts.span.clone()], k.as_bytes()).is_some())
-    {
+    if !has_signature(&body[parts.span.clone()]) {
         return Ok(false);
     }
     let model = string_member(body, content, "role").as_deref() == Some("model");
