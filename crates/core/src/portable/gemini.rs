@@ -68,20 +68,16 @@ pub(super) fn gemini(plan: &mut Plan<'_>, cx: &mut Cx<'_>) -> Result<(), Portabl
         return Ok(());
     }
     let contents = json::array_at(body, span)?;
-    let mut objects = Vec::with_capacity(contents.items.len());
-    for item in &contents.items {
-        objects.push(if plan.kind(item) == Kind::Object {
-            Some(json::object_at(body, item.clone())?)
-        } else {
-            None
-        });
-    }
-    let turn_start = current_turn_start(body, &objects)?;
+    let turn_start = current_turn_start(body, &contents.items)?;
     let mut list = ListEdit::new(&contents.span, contents.items.clone());
-    for (k, object) in objects.iter().enumerate() {
-        let Some(object) = object else { continue };
+    for (k, item) in contents.items.iter().enumerate() {
+        // Only contents that may hold a signature are parsed.
+        if plan.kind(item) != Kind::Object || !has_signature(&body[item.clone()]) {
+            continue;
+        }
+        let object = json::object_at(body, item.clone())?;
         let current = turn_start.is_none_or(|t| k > t);
-        if scrub_content(plan, object, current, cx)? {
+        if scrub_content(plan, &object, current, cx)? {
             list.drop_member(k);
             cx.removed.empty_messages += 1;
         }
@@ -105,17 +101,17 @@ fn parts_of(body: &[u8], content: &Object<'_>) -> Result<Option<json::Array>, Po
 /// The index of the last user prompt: a content of role `user` (or without a role) with a
 /// part that is not a function response. Model contents after it form the current turn (all
 /// of them when there is none).
-fn current_turn_start(
-    body: &[u8],
-    contents: &[Option<Object<'_>>],
-) -> Result<Option<usize>, PortableError> {
-    for (k, content) in contents.iter().enumerate().rev() {
-        let Some(content) = content else { continue };
-        let role = string_member(body, content, "role");
+fn current_turn_start(body: &[u8], contents: &[Span]) -> Result<Option<usize>, PortableError> {
+    for (k, item) in contents.iter().enumerate().rev() {
+        if Kind::of(body, item) != Some(Kind::Object) {
+            continue;
+        }
+        let content = json::object_at(body, item.clone())?;
+        let role = string_member(body, &content, "role");
         if role.as_deref().is_some_and(|r| r != "user") {
             continue;
         }
-        let Some(parts) = parts_of(body, content)? else {
+        let Some(parts) = parts_of(body, &content)? else {
             continue;
         };
         for p in &parts.items {
@@ -200,8 +196,7 @@ fn judge_part(
     else {
         return PartEdit::Keep;
     };
-    let token = signature_token(body, &field.value);
-    let d = digest(token.as_bytes());
+    let d = signature_digest(body, &field.value);
     cx.seen.push(d);
     if !cx.scope.strips(Some(d)) {
         return PartEdit::Keep;
@@ -233,15 +228,17 @@ fn has_data(body: &[u8], part: &Object<'_>, signature: usize) -> bool {
     })
 }
 
-/// The digest token of a signature value: its decoded text in the URL-safe base64 alphabet
-/// without padding (see the module docs); the raw bytes when it is not a string.
-fn signature_token(body: &[u8], value: &Span) -> String {
-    match json::decode_str(body, value.clone()) {
-        Ok(text) => text
-            .trim_end_matches('=')
-            .replace('+', "-")
-            .replace('/', "_"),
-        Err(_) => String::from_utf8_lossy(&body[value.clone()]).into_owned(),
+/// The digest of a signature value: of its decoded text in the URL-safe base64 alphabet
+/// without padding (see the module docs); of the raw bytes when it is not a string.
+fn signature_digest(body: &[u8], value: &Span) -> u64 {
+    let Ok(text) = json::decode_str(body, value.clone()) else {
+        return digest(&body[value.clone()]);
+    };
+    let text = text.trim_end_matches('=');
+    if text.contains(['+', '/']) {
+        digest(text.replace('+', "-").replace('/', "_").as_bytes())
+    } else {
+        digest(text.as_bytes())
     }
 }
 
