@@ -201,3 +201,36 @@ fn served_replies_end_as_completed() {
         .unwrap();
     assert_eq!(EndDetector::of(&json), Ending::Completed);
 }
+
+#[test]
+fn fingerprint_is_stable_across_the_captured_turns() {
+    let ids: Vec<_> = [
+        "01-generate_content.json",
+        "02-generate_content-function_response.json",
+        "03-generate_content-next_turn.json",
+        "04-stream_generate_content.json",
+    ]
+    .map(|name| context_relay_core::session::fingerprint(&request(name).1))
+    .to_vec();
+    assert!(ids[0].is_some());
+    assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
+}
+
+#[test]
+fn reply_text_skips_thoughts_and_signature_only_parts() {
+    use context_relay_core::reply::summary_text;
+    let reply = |name: &str| fixture(name)["reply"].clone();
+    let sse = reply("04-stream_generate_content.json")["sse"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        summary_text(sse.as_bytes()).as_deref(),
+        Some("Rome is sunny, 24 °C this afternoon.")
+    );
+    let json = serde_json::to_vec(&reply("03-generate_content-next_turn.json")["body"]).unwrap();
+    assert_eq!(
+        summary_text(&json).as_deref(),
+        Some("Take an umbrella: showers are expected this evening.")
+    );
+}
