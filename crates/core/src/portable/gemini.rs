@@ -4,7 +4,8 @@
 //! answer: on the first `functionCall` of each step, else on a text part, sometimes on a part of
 //! its own with empty text. Clients send them back with the history. A signature is
 //! scoped to the project (account) and model family that minted it: another account answers a
-//! foreign one with 400 `Invalid thought signature`. So a switch removes them:
+//! foreign one with 400 `INVALID_ARGUMENT` ("Corrupted thought signature."). So a switch
+//! removes them:
 //!
 //! - the `thoughtSignature` (or `thought_signature`) member goes, the rest of the part stays;
 //! - a part left with no data (only `"text":""`, or nothing) goes whole: the API rejects an
