@@ -19,7 +19,8 @@
 //!   (400 `Function call is missing a thought_signature`). There the signature is replaced by
 //!   the placeholder the API documents for history it did not produce,
 //!   [`FOREIGN_SIGNATURE`], which turns that check off; the call and its reasoning chain are
-//!   gone either way. Earlier turns are not checked and simply lose the member;
+//!   gone either way. Earlier turns are not checked and simply lose the member. The
+//!   placeholder itself is nobody's state and is never removed;
 //! - a `contents` entry left without parts is removed.
 //!
 //! The token of a signature for [`digest`](super::digest) is its text in the URL-safe base64
@@ -197,6 +198,13 @@ fn judge_part(
     else {
         return PartEdit::Keep;
     };
+    // The placeholder is nobody's state: nothing to remove, nothing to remember.
+    let raw = &body[field.value.clone()];
+    if raw.len() == FOREIGN_SIGNATURE.len() + 2
+        && &raw[1..raw.len() - 1] == FOREIGN_SIGNATURE.as_bytes()
+    {
+        return PartEdit::Keep;
+    }
     let d = signature_digest(body, &field.value);
     cx.seen.push(d);
     if !cx.scope.strips(Some(d)) {

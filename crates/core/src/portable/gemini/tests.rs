@@ -169,6 +169,9 @@ fn placeholder_is_kept_by_the_lasting_scrub() {
         run(r.body.as_deref().unwrap(), Scope::Foreign(&foreign)).body,
         None
     );
+    // Nor is it state to remove on a later switch.
+    let again = run(r.body.as_deref().unwrap(), Scope::All);
+    assert_eq!((again.body, again.seen.len()), (None, 0));
 }
 
 #[test]
