@@ -50,10 +50,24 @@ fn captures_are_gemini_requests() {
         "03-generate_content-next_turn.json",
         "04-stream_generate_content.json",
         "05-generate_content-429.json",
+        "06-generate_content-v1beta.json",
     ] {
         let (shape, _, _) = request(name);
         assert_eq!(shape, ApiShape::Gemini, "{name}");
     }
+    // The SDK's default version path, and the beta one.
+    assert!(
+        fixture("01-generate_content.json")["path"]
+            .as_str()
+            .unwrap()
+            .starts_with("/v1/models/")
+    );
+    assert!(
+        fixture("06-generate_content-v1beta.json")["path"]
+            .as_str()
+            .unwrap()
+            .starts_with("/v1beta/models/")
+    );
     assert_eq!(
         fixture("04-stream_generate_content.json")["query"],
         json!({"alt": "sse"})
