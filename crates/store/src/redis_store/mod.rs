@@ -168,7 +168,7 @@ impl RedisStoreBuilder {
 /// The shared backend: one Redis (or a managed Redis-compatible service) behind several
 /// gateway replicas.
 ///
-/// [`may_contain`](HandoffStore::may_contain) always answers `true` ("ask me"): another
+/// [`may_contain`](crate::HandoffStore::may_contain) always answers `true` ("ask me"): another
 /// replica may have written the handoff. Cloning shares the connection.
 #[derive(Clone)]
 pub struct RedisStore {

@@ -51,7 +51,7 @@ end
 return 0
 ";
 
-/// Deletes the record; 1 when it was live at ARGV[1].
+/// Deletes the record; 1 when it was live at `ARGV[1]`.
 const DELETE: &str = r"
 local e = redis.call('HGET', KEYS[1], 'exp')
 redis.call('DEL', KEYS[1])
@@ -59,7 +59,7 @@ if e and tonumber(e) > tonumber(ARGV[1]) then return 1 end
 return 0
 ";
 
-/// Deletes the record if it expired at ARGV[1].
+/// Deletes the record if it expired at `ARGV[1]`.
 const PURGE_ONE: &str = r"
 local e = redis.call('HGET', KEYS[1], 'exp')
 if e and tonumber(e) <= tonumber(ARGV[1]) then
@@ -70,7 +70,7 @@ return 0
 ";
 
 /// Writes the affinity unless it holds the same account and foreign digests and was written
-/// recently (its TTL is still above ARGV[4]): the common case costs no write.
+/// recently (its TTL is still above `ARGV[4]`): the common case costs no write.
 const SET_AFFINITY: &str = r"
 local f = redis.call('HMGET', KEYS[1], 'p', 'a', 'f')
 if f[1] == ARGV[1] and f[2] == ARGV[2] and f[3] == ARGV[5]
