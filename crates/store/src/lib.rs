@@ -1,7 +1,7 @@
 //! Where a handoff waits between the account that wrote it and the account that consumes it,
 //! possibly across a gateway restart and across several gateway replicas.
 //!
-//! This crate sits under the tower layers (DESIGN §2): the generation layer upserts handoffs
+//! This crate is storage only, under the relay layers: the generation layer upserts handoffs
 //! and takes in-flight keys, the injection layer asks [`HandoffStore::may_contain`] on every
 //! request (from memory, no I/O), claims a handoff when an account switch happens, and records
 //! the serving account as the session's [`Affinity`].
@@ -116,7 +116,8 @@ pub const DEFAULT_AFFINITY_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The boxed future every [`HandoffStore`] operation returns (the trait is object-safe).
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
-/// A store of handoffs keyed by `(tenant, session, combo)` (DESIGN §5.2).
+/// A store of handoffs keyed by `(tenant, session, combo)`: one live handoff per key, consumed
+/// at most once (claimed under a lease, then completed or released).
 ///
 /// Object-safe: the layers hold an `Arc<dyn HandoffStore>`. Expired records are absent from
 /// every read. Every backend passes the same conformance suite.
