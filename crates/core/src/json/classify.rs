@@ -6,24 +6,46 @@
 pub(super) mod simd {
     use wide::u8x16;
 
-    /// Bit masks of the quotes, backslashes and control bytes (below 0x20) of `block`.
+    /// Bit masks (bit `k` for `block[k]`) of what a string scan looks at in a block.
+    #[derive(Debug, Clone, Copy)]
+    pub(in crate::json) struct Masks {
+        /// Quotes.
+        pub(in crate::json) quotes: u64,
+        /// `\`
+        pub(in crate::json) backslashes: u64,
+        /// Raw control bytes (below 0x20).
+        pub(in crate::json) controls: u64,
+        /// The bytes most escapes are made of: `"`, `\`, `n`, `t`.
+        pub(in crate::json) common: u64,
+    }
+
+    /// The [`Masks`] of `block`.
     #[inline(always)]
-    pub(in crate::json) fn masks(block: &[u8; 64]) -> (u64, u64, u64) {
+    pub(in crate::json) fn masks(block: &[u8; 64]) -> Masks {
         let quote = u8x16::splat(b'"');
         let backslash = u8x16::splat(b'\\');
+        let n = u8x16::splat(b'n');
+        let t = u8x16::splat(b't');
         let control_max = u8x16::splat(0x1f);
         let bits = |v: u8x16| u64::from(v.move_mask() as u16);
-        let (mut q, mut bs, mut c) = (0u64, 0u64, 0u64);
+        let mut m = Masks {
+            quotes: 0,
+            backslashes: 0,
+            controls: 0,
+            common: 0,
+        };
         let (chunks, _) = block.as_chunks::<16>();
         for (k, chunk) in chunks.iter().enumerate() {
             let v = u8x16::new(*chunk);
             let shift = 16 * k;
-            q |= bits(v.cmp_eq(quote)) << shift;
-            bs |= bits(v.cmp_eq(backslash)) << shift;
+            let (q, bs) = (v.cmp_eq(quote), v.cmp_eq(backslash));
+            m.quotes |= bits(q) << shift;
+            m.backslashes |= bits(bs) << shift;
             // Unsigned `c <= 0x1f` as `max(c, 0x1f) == 0x1f`.
-            c |= bits(v.max(control_max).cmp_eq(control_max)) << shift;
+            m.controls |= bits(v.max(control_max).cmp_eq(control_max)) << shift;
+            m.common |= bits(q | bs | v.cmp_eq(n) | v.cmp_eq(t)) << shift;
         }
-        (q, bs, c)
+        m
     }
 }
 
