@@ -120,6 +120,7 @@ fn first_special16(chunk: &[u8; 16]) -> Option<usize> {
 }
 
 /// Whether `b` holds no byte below 0x20 (vectorised by the compiler: a min reduction).
+#[cfg(test)]
 pub(super) fn control_free(b: &[u8]) -> bool {
     let mut chunks = b.chunks_exact(64);
     let mut min = u8::MAX;

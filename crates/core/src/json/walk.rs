@@ -341,3 +341,6 @@ pub fn splice_str(body: &Bytes, span: Span, value: &str) -> Result<Bytes, JsonEr
     out.extend_from_slice(&body[span.end..]);
     Ok(Bytes::from(out))
 }
+
+#[cfg(test)]
+mod tests;

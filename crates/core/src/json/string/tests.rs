@@ -3,6 +3,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::json::classify::control_free;
 
 /// What `Scanner` did before the fast path existed: the exact scan, with plain runs crossed
 /// by `memchr2` when the input holds no control byte.
@@ -68,12 +69,29 @@ proptest! {
 #[test]
 fn every_special_at_every_block_position() {
     let specials: [&[u8]; 12] = [
-        b"\\n", b"\\\"", b"\\\\", b"\\\\\\\"", b"\\u00e9", b"\\r", b"\\/", b"\x01", b"\\q",
-        b"\\u12x4", b"\"", b"\\",
+        b"\\n",
+        b"\\\"",
+        b"\\\\",
+        b"\\\\\\\"",
+        b"\\u00e9",
+        b"\\r",
+        b"\\/",
+        b"\x01",
+        b"\\q",
+        b"\\u12x4",
+        b"\"",
+        b"\\",
     ];
     for lead in 0..140 {
         for special in specials {
-            for tail in [&b""[..], b"\"", b"abc\"", &[b'y'; 70][..], b"\\\\\"", b"\\\""] {
+            for tail in [
+                &b""[..],
+                b"\"",
+                b"abc\"",
+                &[b'y'; 70][..],
+                b"\\\\\"",
+                b"\\\"",
+            ] {
                 let mut b = vec![b'"'];
                 b.extend(std::iter::repeat_n(b'a', lead));
                 b.extend_from_slice(special);
