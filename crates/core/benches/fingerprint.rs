@@ -48,9 +48,11 @@ fn codex(target: usize) -> Vec<u8> {
         json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "<environment_context>\n  <cwd>/w</cwd>\n</environment_context>"}]}),
         json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Port the config loader from YAML to TOML."}]}),
     ];
-    let input = history(target, first, |i| {
-        json!({"type": "function_call_output", "call_id": format!("c{i}"), "output": turn_text(i)})
-    });
+    let input = history(
+        target,
+        first,
+        |i| json!({"type": "function_call_output", "call_id": format!("c{i}"), "output": turn_text(i)}),
+    );
     format!(r#"{{"model":"gpt-5.5","stream":true,"input":{input},"tools":[],"store":false,"prompt_cache_key":"k"}}"#)
         .into_bytes()
 }

@@ -61,12 +61,10 @@ pub fn key_order(name: &str) -> Vec<String> {
     let body = context_relay_core::json::find_member(&text, "body")
         .expect("capture is JSON")
         .expect("capture has a body");
-    let mut members = context_relay_core::json::Members::root(&text[body.value]).expect("object");
-    let mut keys = Vec::new();
-    while let Some(key) = members.next() {
-        keys.push(key.expect("well-formed").key.into_owned());
-    }
-    keys
+    let members = context_relay_core::json::Members::root(&text[body.value]).expect("object");
+    members
+        .map(|key| key.expect("well-formed").key.into_owned())
+        .collect()
 }
 
 /// `body` serialized with its top-level keys in `order` (keys not named there follow, sorted).
