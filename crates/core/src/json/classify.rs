@@ -6,46 +6,65 @@
 pub(super) mod simd {
     use wide::u8x16;
 
-    /// Bit masks (bit `k` for `block[k]`) of what a string scan looks at in a block.
+    /// A 64-byte block in four vectors.
     #[derive(Debug, Clone, Copy)]
-    pub(in crate::json) struct Masks {
-        /// Quotes.
-        pub(in crate::json) quotes: u64,
-        /// `\`
-        pub(in crate::json) backslashes: u64,
-        /// Raw control bytes (below 0x20).
-        pub(in crate::json) controls: u64,
-        /// The bytes most escapes are made of: `"`, `\`, `n`, `t`.
-        pub(in crate::json) common: u64,
+    pub(in crate::json) struct Block([u8x16; 4]);
+
+    impl Block {
+        #[inline(always)]
+        pub(in crate::json) fn load(block: &[u8; 64]) -> Self {
+            let (chunks, _) = block.as_chunks::<16>();
+            Self([0, 1, 2, 3].map(|k| u8x16::new(chunks[k])))
+        }
+
+        /// Bit `k` set for each `k` where `f` marks vector byte `k` (all ones).
+        #[inline(always)]
+        fn mask(&self, f: impl Fn(u8x16) -> u8x16) -> u64 {
+            let mut m = 0u64;
+            for (k, v) in self.0.iter().enumerate() {
+                m |= u64::from(f(*v).move_mask() as u16) << (16 * k);
+            }
+            m
+        }
+
+        /// The bytes equal to `byte`.
+        #[inline(always)]
+        pub(in crate::json) fn eq(&self, byte: u8) -> u64 {
+            let b = u8x16::splat(byte);
+            self.mask(|v| v.cmp_eq(b))
+        }
+
+        /// The bytes equal to `a` or `b`.
+        #[inline(always)]
+        pub(in crate::json) fn eq2(&self, a: u8, b: u8) -> u64 {
+            let (a, b) = (u8x16::splat(a), u8x16::splat(b));
+            self.mask(|v| v.cmp_eq(a) | v.cmp_eq(b))
+        }
+
+        /// Whether any byte is a raw control byte (one compare for the whole block).
+        #[inline(always)]
+        pub(in crate::json) fn any_control(&self) -> bool {
+            let [a, b, c, d] = self.0;
+            let min = a.min(b).min(c.min(d));
+            let max = u8x16::splat(0x1f);
+            min.max(max).cmp_eq(max).move_mask() != 0
+        }
+
+        /// The raw control bytes (below 0x20).
+        #[inline(always)]
+        pub(in crate::json) fn controls(&self) -> u64 {
+            // Unsigned `c <= 0x1f` as `max(c, 0x1f) == 0x1f`.
+            let max = u8x16::splat(0x1f);
+            self.mask(|v| v.max(max).cmp_eq(max))
+        }
     }
 
-    /// The [`Masks`] of `block`.
+    /// The quotes, backslashes and raw control bytes of `block`, as bit masks (bit `k` for
+    /// `block[k]`).
     #[inline(always)]
-    pub(in crate::json) fn masks(block: &[u8; 64]) -> Masks {
-        let quote = u8x16::splat(b'"');
-        let backslash = u8x16::splat(b'\\');
-        let n = u8x16::splat(b'n');
-        let t = u8x16::splat(b't');
-        let control_max = u8x16::splat(0x1f);
-        let bits = |v: u8x16| u64::from(v.move_mask() as u16);
-        let mut m = Masks {
-            quotes: 0,
-            backslashes: 0,
-            controls: 0,
-            common: 0,
-        };
-        let (chunks, _) = block.as_chunks::<16>();
-        for (k, chunk) in chunks.iter().enumerate() {
-            let v = u8x16::new(*chunk);
-            let shift = 16 * k;
-            let (q, bs) = (v.cmp_eq(quote), v.cmp_eq(backslash));
-            m.quotes |= bits(q) << shift;
-            m.backslashes |= bits(bs) << shift;
-            // Unsigned `c <= 0x1f` as `max(c, 0x1f) == 0x1f`.
-            m.controls |= bits(v.max(control_max).cmp_eq(control_max)) << shift;
-            m.common |= bits(q | bs | v.cmp_eq(n) | v.cmp_eq(t)) << shift;
-        }
-        m
+    pub(in crate::json) fn masks(block: &[u8; 64]) -> (u64, u64, u64) {
+        let v = Block::load(block);
+        (v.eq(b'"'), v.eq(b'\\'), v.controls())
     }
 }
 
@@ -120,7 +139,6 @@ fn first_special16(chunk: &[u8; 16]) -> Option<usize> {
 }
 
 /// Whether `b` holds no byte below 0x20 (vectorised by the compiler: a min reduction).
-#[cfg(test)]
 pub(super) fn control_free(b: &[u8]) -> bool {
     let mut chunks = b.chunks_exact(64);
     let mut min = u8::MAX;

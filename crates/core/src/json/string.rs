@@ -5,9 +5,9 @@
 //! dozen bytes. The fast path ([`fast`]) classifies 64 bytes at a time into bit masks and
 //! resolves escapes with carry arithmetic on the masks (no branch per escape): a backslash
 //! run of odd length escapes the byte after it, and an addition over the backslash mask
-//! tells odd runs from even ones in one step, across block boundaries too. Plain blocks
-//! (prose) take the same path: a `memchr2` jump over them would need a separate pass for
-//! control bytes, which costs more than it saves on runs of a few hundred bytes. The escaped
+//! tells odd runs from even ones in one step, across block boundaries too. After two plain
+//! blocks in a row the rest of the run is crossed with `memchr2` and checked for control
+//! bytes in one vector pass (short runs between escapes stay on the block path). The escaped
 //! bytes are checked against the common escape letters in the same masks; the rare ones
 //! (`\r`, `\/`, `\b`, `\f`, `\u`, and invalid ones) are looked at one by one. As soon as
 //! anything is wrong, the fast path gives up and the exact path ([`exact`]) scans the
@@ -15,7 +15,7 @@
 //! only the exact path existed.
 
 use super::JsonError;
-use super::classify::{find_special, simd};
+use super::classify::{control_free, find_special, simd};
 
 /// Skips the string whose opening quote is at `start`; returns the offset past its closing
 /// quote. UTF-8 is not checked here.
@@ -59,28 +59,49 @@ fn below_lowest(mask: u64) -> u64 {
 fn fast(b: &[u8], start: usize) -> Option<usize> {
     let mut i = start + 1;
     let mut carry = 0u64;
+    // The previous block held no special byte.
+    let mut plain = false;
     while let Some(block) = b.get(i..).and_then(<[u8]>::first_chunk::<64>) {
-        let m = simd::masks(block);
-        if m.backslashes | carry == 0 {
-            if m.quotes != 0 {
-                if m.controls & below_lowest(m.quotes) != 0 {
+        let v = simd::Block::load(block);
+        let quotes = v.eq(b'"');
+        let backslashes = v.eq(b'\\');
+        // Raw control bytes are rare inside strings (in pretty JSON they follow them): one
+        // test for the block, the mask only when it holds any.
+        let controls = if v.any_control() { v.controls() } else { 0 };
+        if backslashes | carry == 0 {
+            if quotes != 0 {
+                if controls & below_lowest(quotes) != 0 {
                     return None;
                 }
-                return Some(i + m.quotes.trailing_zeros() as usize + 1);
+                return Some(i + quotes.trailing_zeros() as usize + 1);
             }
-            if m.controls != 0 {
+            if controls != 0 {
                 return None;
             }
             i += 64;
+            if plain {
+                // A long plain run (prose, base64 data): `memchr2` finds its end with the
+                // widest vectors the CPU has, then the run is checked for control bytes.
+                let rest = b.get(i..)?;
+                let k = memchr::memchr2(b'"', b'\\', rest)?;
+                if !control_free(&rest[..k]) {
+                    return None;
+                }
+                i += k;
+            }
+            plain = true;
             continue;
         }
-        let escaped = escaped(m.backslashes, &mut carry);
-        let quotes = m.quotes & !escaped;
-        let inside = below_lowest(quotes);
-        if m.controls & inside != 0 {
+        plain = false;
+        let escaped = escaped(backslashes, &mut carry);
+        let closing = quotes & !escaped;
+        let inside = below_lowest(closing);
+        if controls & inside != 0 {
             return None;
         }
-        let mut rare = escaped & !m.common & inside;
+        // Escapes of a quote, a backslash, `n` or `t` are valid; the others are looked at.
+        let common = quotes | backslashes | v.eq2(b'n', b't');
+        let mut rare = escaped & !common & inside;
         while rare != 0 {
             let k = rare.trailing_zeros() as usize;
             match ESCAPE_LEN[usize::from(block[k])] {
@@ -91,8 +112,8 @@ fn fast(b: &[u8], start: usize) -> Option<usize> {
             }
             rare &= rare - 1;
         }
-        if quotes != 0 {
-            return Some(i + quotes.trailing_zeros() as usize + 1);
+        if closing != 0 {
+            return Some(i + closing.trailing_zeros() as usize + 1);
         }
         i += 64;
     }
@@ -108,12 +129,7 @@ fn fast(b: &[u8], start: usize) -> Option<usize> {
 pub(super) fn exact(b: &[u8], start: usize, control_free: bool) -> Result<usize, JsonError> {
     let mut i = start + 1;
     while let Some(block) = b.get(i..).and_then(<[u8]>::first_chunk::<64>) {
-        let simd::Masks {
-            quotes,
-            mut backslashes,
-            controls,
-            ..
-        } = simd::masks(block);
+        let (quotes, mut backslashes, controls) = simd::masks(block);
         if quotes | backslashes | controls == 0 && control_free {
             match memchr::memchr2(b'"', b'\\', &b[i + 64..]) {
                 Some(k) => i += 64 + k,

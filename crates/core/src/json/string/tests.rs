@@ -3,7 +3,6 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::json::classify::control_free;
 
 /// What `Scanner` did before the fast path existed: the exact scan, with plain runs crossed
 /// by `memchr2` when the input holds no control byte.
@@ -124,6 +123,28 @@ fn backslash_runs_across_blocks() {
             assert_eq!(end, Ok(expect), "lead {lead} run {run}");
             // Valid strings are answered by the fast path itself.
             assert_eq!(fast(&b, 0), Some(expect));
+        }
+    }
+}
+
+#[test]
+fn long_plain_runs_are_checked_for_control_bytes() {
+    for run in (100..400).step_by(7) {
+        for at in [0, run / 2, run - 1] {
+            let mut b = vec![b'"'];
+            b.extend(std::iter::repeat_n(b'a', run));
+            b.extend_from_slice(b"\\n\"");
+            let end = b.len();
+            assert_eq!(fast(&b, 0), Some(end), "run {run}");
+            b[1 + at] = b'\t';
+            assert_eq!(fast(&b, 0), None, "run {run} at {at}");
+            assert_eq!(
+                skip(&b, 0),
+                Err(JsonError::ControlCharacter {
+                    at: 1 + at,
+                    byte: b'\t'
+                })
+            );
         }
     }
 }
