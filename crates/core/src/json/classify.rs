@@ -93,9 +93,9 @@ fn special_flags(x: u64) -> u64 {
 ///
 /// Long runs of plain text dominate real bodies, so they are classified 8 bytes at a time
 /// with word arithmetic (this crate forbids `unsafe`, so no vector intrinsics), two words per
-/// step. In bodies without any raw control byte (compact JSON, checked once up front by
-/// the scanner's constructor) only quotes and backslashes matter, and runs longer than one step are
-/// left to `memchr2`, which uses the CPU's vector unit.
+/// step. When the caller knows there is no raw control byte (`control_free`), only quotes and
+/// backslashes matter, and runs longer than one step are left to `memchr2`, which uses the
+/// CPU's vector unit.
 #[inline]
 pub(super) fn find_special(b: &[u8], mut i: usize, control_free: bool) -> usize {
     // Most runs in code-heavy text are short (an escape every few dozen bytes): look at

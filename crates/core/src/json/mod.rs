@@ -23,8 +23,9 @@
 //!
 //! Long strings dominate real bodies, so that is where the speed is: UTF-8 is checked once
 //! per call over the whole input (`simdutf8`), string contents are classified 64 bytes at a
-//! time into bit masks with safe SIMD types (`wide`) so that escapes cost no branch
-//! mispredictions, and long plain runs are crossed with `memchr2`.
+//! time into bit masks with safe SIMD types (`wide`) and escapes are resolved on the masks
+//! with carry arithmetic, so that an escape every few dozen bytes (code) costs no branch,
+//! and long plain runs are crossed with `memchr2`.
 //!
 //! ```
 //! use context_relay_core::json;

@@ -124,8 +124,9 @@ fn fast(b: &[u8], start: usize) -> Option<usize> {
 
 /// The string scan in 64-byte blocks that stops at the first error: quotes, backslashes and
 /// control bytes become bit masks, and escapes are resolved one at a time on the masks.
-/// `control_free`: no raw control byte from `start` on (then plain runs are crossed with
-/// `memchr2`).
+/// `control_free`: the caller knows there is no raw control byte from `start` on (then plain
+/// runs are crossed with `memchr2`); the scanner passes `false`, and the tests check that
+/// both modes give the same answers.
 pub(super) fn exact(b: &[u8], start: usize, control_free: bool) -> Result<usize, JsonError> {
     let mut i = start + 1;
     while let Some(block) = b.get(i..).and_then(<[u8]>::first_chunk::<64>) {
