@@ -20,7 +20,8 @@ const DOMAIN: &[u8] = b"context-relay/session-fingerprint/v2\n";
 /// top-level members are read in order up to the conversation array (`messages`, `input` or
 /// `contents`), and that array up to its first user entry that is not a context block.
 /// Nothing after that is read, nor validated: a body malformed further on still gets its
-/// fingerprint (the provider refuses it).
+/// fingerprint (the provider refuses it). An empty conversation array (some clients send
+/// `messages: []` next to a Responses `input`) is passed over like any other member.
 ///
 /// The parts:
 /// - **model**: the top-level `model` string, if it comes before the conversation array
@@ -144,6 +145,9 @@ impl<'a> Parts<'a> {
                 "system" => &mut parts.system,
                 "systemInstruction" | "system_instruction" => &mut parts.system_instruction,
                 "messages" | "input" | "contents" => match Kind::at(body, key.value_start) {
+                    // Some clients send Chat-style `messages: []` next to a Responses
+                    // `input`: an empty array holds no conversation.
+                    Some(Kind::Array) if is_empty_array(body, key.value_start) => continue,
                     Some(Kind::Array) => {
                         parts.conversation(body, members.items(&key).ok()?)?;
                         return Some(parts);
@@ -186,6 +190,14 @@ impl<'a> Parts<'a> {
         self.user = context;
         Some(())
     }
+}
+
+/// Whether the array opening at `open` closes right away (the walk validates it later).
+fn is_empty_array(body: &[u8], open: usize) -> bool {
+    let rest = body.get(open + 1..).unwrap_or_default();
+    rest.iter()
+        .find(|b| !matches!(b, b' ' | b'\n' | b'\r' | b'\t'))
+        == Some(&b']')
 }
 
 /// The value at `span` (validated by the walk) read as `T`.
@@ -300,6 +312,18 @@ mod tests {
             r#"{"model":"m","instructions":"be brief","input":[{"role":"user","content":[{"type":"input_text","text":"hi"}]},{"type":"function_call","name":"x"}]}"#,
         );
         assert_eq!(r, r2);
+    }
+
+    #[test]
+    fn an_empty_conversation_array_is_passed_over() {
+        let input = r#""input":[{"role":"user","content":"hi"}]"#;
+        let alone = fp(&format!(r#"{{"model":"m",{input}}}"#));
+        assert!(alone.is_some());
+        assert_eq!(
+            fp(&format!(r#"{{"model":"m","messages":[ ],{input}}}"#)),
+            alone
+        );
+        assert_eq!(fp(r#"{"model":"m","messages":[]}"#), None);
     }
 
     #[test]
