@@ -64,8 +64,28 @@ fn codex_cli_session_header() {
     assert_eq!(found.source, header("session-id"));
     assert_eq!(found.id, c.headers["session-id"].to_str().unwrap());
 
-    // Without its headers, Codex's prompt_cache_key is the same id.
+    // Without its headers: Codex sends prompt_cache_key (the same id) after the history, where
+    // it is not read; the fingerprint tells the session, the same on every turn.
     let found = session_id(&HeaderMap::new(), Some(&body), &SessionSources::default()).unwrap();
+    assert_eq!(found.source, SessionSource::Fingerprint);
+    assert_eq!(Some(found.id), fingerprint(&body));
+    // Sent before the history, it is the id.
+    let mut v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let key = v
+        .as_object_mut()
+        .unwrap()
+        .remove("prompt_cache_key")
+        .unwrap();
+    let front = format!(
+        r#"{{"prompt_cache_key":{key},{}"#,
+        &serde_json::to_string(&v).unwrap()[1..]
+    );
+    let found = session_id(
+        &HeaderMap::new(),
+        Some(front.as_bytes()),
+        &SessionSources::default(),
+    )
+    .unwrap();
     assert_eq!(found.source, SessionSource::PromptCacheKey);
     assert_eq!(found.id, c.headers["session-id"].to_str().unwrap());
 }
@@ -82,26 +102,31 @@ fn claude_code_header_then_metadata_user_id() {
     assert_eq!(found.source, header("x-claude-code-session-id"));
     assert_eq!(found.id, expected);
 
+    // Without the header: Claude Code's metadata comes after the history, where it is not
+    // read; the fingerprint tells the session.
     let mut without = c.headers.clone();
     without.remove("x-claude-code-session-id");
     let found = session_id(&without, Some(&body), &SessionSources::default()).unwrap();
+    assert_eq!(found.source, SessionSource::Fingerprint);
+    // Sent before the history, metadata.user_id gives the same id as the header.
+    let mut v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let meta = v.as_object_mut().unwrap().remove("metadata").unwrap();
+    let front = format!(
+        r#"{{"metadata":{meta},{}"#,
+        &serde_json::to_string(&v).unwrap()[1..]
+    );
+    let found = session_id(&without, Some(front.as_bytes()), &SessionSources::default()).unwrap();
     assert_eq!(found.source, SessionSource::MetadataUserId);
     assert_eq!(found.id, expected);
 }
 
 #[test]
 fn legacy_metadata_user_id() {
-    let body = json!({
-        "model": "claude-sonnet-4-5",
+    // Written out: `json!` would sort `metadata` after `messages`, where it is not read.
+    let body = br#"{"model": "claude-sonnet-4-5",
         "metadata": {"user_id": "user_5f2a_account__session_0b8e9f5c-1d2e-4f3a-9b8c-7d6e5f4a3b2c"},
-        "messages": [{"role": "user", "content": "hi"}],
-    });
-    let found = session_id(
-        &HeaderMap::new(),
-        Some(&serde_json::to_vec(&body).unwrap()),
-        &SessionSources::default(),
-    )
-    .unwrap();
+        "messages": [{"role": "user", "content": "hi"}]}"#;
+    let found = session_id(&HeaderMap::new(), Some(body), &SessionSources::default()).unwrap();
     assert_eq!(found.id, "0b8e9f5c-1d2e-4f3a-9b8c-7d6e5f4a3b2c");
     assert_eq!(found.source, SessionSource::MetadataUserId);
 }

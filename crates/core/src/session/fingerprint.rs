@@ -193,7 +193,7 @@ impl<'a> Parts<'a> {
 }
 
 /// Whether the array opening at `open` closes right away (the walk validates it later).
-fn is_empty_array(body: &[u8], open: usize) -> bool {
+pub(super) fn is_empty_array(body: &[u8], open: usize) -> bool {
     let rest = body.get(open + 1..).unwrap_or_default();
     rest.iter()
         .find(|b| !matches!(b, b' ' | b'\n' | b'\r' | b'\t'))

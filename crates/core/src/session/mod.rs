@@ -18,8 +18,12 @@
 //! 4. a [`fingerprint`] of the conversation's stable parts.
 //!
 //! Values are trimmed and capped at [`MAX_SESSION_ID_CHARS`] characters; a blank value counts
-//! as absent and the next source is tried. The body is only parsed when no header gave an
-//! id, and then only the needed fields are picked out of it.
+//! as absent and the next source is tried. The body is only read when no header gave an id,
+//! and then only its start: `metadata` and `prompt_cache_key` count when they come before the
+//! conversation array (`messages`, `input`, `contents`), and the fingerprint reads up to the
+//! first user message. Nothing is read past that, so the cost does not grow with the history.
+//! Codex and Claude Code send these members after the history, and the same id in a session
+//! header, which wins.
 //!
 //! ```
 //! use context_relay_core::session::{session_id, SessionSource, SessionSources};
@@ -41,12 +45,14 @@ use sha2::{Digest, Sha256};
 
 #[macro_use]
 mod lenient;
+mod body_ids;
 mod fingerprint;
 mod identify;
 
+use body_ids::BodyIds;
 pub use fingerprint::fingerprint;
 pub use identify::{Identity, identify};
-use lenient::{Object, Str};
+use lenient::Str;
 
 /// Longest session id kept, in characters; longer ones are cut (on a character boundary).
 pub const MAX_SESSION_ID_CHARS: usize = 128;
@@ -206,18 +212,12 @@ pub fn session_id(
     }
     let body = body?;
     if sources.metadata_user_id || sources.prompt_cache_key {
-        // One pass over the body for both fields; a body that is not a JSON object gives none.
-        let ids: BodyIds<'_> = serde_json::from_slice(body).unwrap_or_default();
+        // Only the members before the conversation are read (see `body_ids`); a body that is
+        // not a JSON object gives none.
+        let ids = BodyIds::read(body);
         let from_metadata = sources
             .metadata_user_id
-            .then(|| {
-                ids.metadata
-                    .0
-                    .as_ref()?
-                    .user_id
-                    .as_deref()
-                    .and_then(session_of_user_id)
-            })
+            .then(|| ids.user_id.as_deref().and_then(session_of_user_id))
             .flatten();
         if let Some(id) = from_metadata {
             return Some(SessionMatch {
@@ -243,22 +243,6 @@ pub fn session_id(
         });
     }
     None
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct BodyIds<'a> {
-    #[serde(borrow)]
-    metadata: Object<Metadata<'a>>,
-    #[serde(borrow)]
-    prompt_cache_key: Str<'a>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Metadata<'a> {
-    #[serde(borrow)]
-    user_id: Str<'a>,
 }
 
 #[derive(Deserialize, Default)]
