@@ -53,8 +53,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use context_relay_gateway::sim::{SimProvider, SimQuotaHeaders};
 use context_relay_gateway::{Config, Gateway};
+use context_relay_sim::{SimProvider, SimQuotaHeaders};
 use http::header::{AUTHORIZATION, CONTENT_TYPE, HOST};
 use http::{HeaderValue, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Either, Empty, Full};

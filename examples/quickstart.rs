@@ -7,7 +7,7 @@
 //!
 //! Everything runs in this process, on 127.0.0.1 only:
 //!
-//! - a **simulated provider** (`context_relay_gateway::sim`, a test double) with two accounts,
+//! - a **simulated provider** (`context_relay_sim`, a test double) with two accounts,
 //!   `acct-a` and `acct-b`. Each turn uses 22 % of the serving account's quota, reported the way
 //!   the ChatGPT Codex backend does (`x-codex-primary-used-percent`); an account at 100 % answers
 //!   429 `usage_limit_reached`; the summary request of the relay gets a canned JSON note;
@@ -41,8 +41,8 @@ use bytes::Bytes;
 use context_relay::core::HandoffRecord;
 use context_relay::core::render::render_record;
 use context_relay_gateway::config::Config;
-use context_relay_gateway::sim::{RecordedRequest, SimProvider, SimQuotaHeaders};
 use context_relay_gateway::{Gateway, RunningGateway};
+use context_relay_sim::{RecordedRequest, SimProvider, SimQuotaHeaders};
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;

@@ -10,7 +10,8 @@
 //! client ─▶ [router] ─▶ ComboService ─▶ GenerationLayer ─▶ AccountResolver ─▶ InjectionLayer ─▶ Upstream
 //! ```
 //!
-//! [`sim`] is a simulated provider (a test double) used by the tests and the quickstart.
+//! The simulated provider the tests and the quickstart run against is the `context-relay-sim`
+//! crate (a test double, not shipped).
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -43,8 +44,6 @@ pub mod relay;
 pub mod resolver;
 pub mod secret;
 pub mod server;
-pub mod sim;
-pub mod sim_rules;
 pub mod store;
 pub mod summary;
 pub mod telemetry;

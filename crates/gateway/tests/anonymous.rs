@@ -8,7 +8,7 @@ use bytes::Bytes;
 use context_relay_core::{HandoffKey, HandoffRecord};
 use context_relay_gateway::Gateway;
 use context_relay_gateway::config::Config;
-use context_relay_gateway::sim::SimProvider;
+use context_relay_sim::SimProvider;
 use context_relay_store::{
     Affinity, Claim, GenerationLease, HandoffStore, MemoryStore, StoreFuture,
 };

@@ -5,8 +5,8 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
 use context_relay_gateway::config::Config;
-use context_relay_gateway::sim::{SimBuilder, SimProvider, SimQuotaHeaders};
 use context_relay_gateway::{Gateway, RunningGateway};
+use context_relay_sim::{SimBuilder, SimProvider, SimQuotaHeaders};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;

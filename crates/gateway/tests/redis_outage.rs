@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use context_relay_gateway::Gateway;
 use context_relay_gateway::config::Config;
-use context_relay_gateway::sim::SimProvider;
+use context_relay_sim::SimProvider;
 use http::Request;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;

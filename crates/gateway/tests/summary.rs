@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use context_relay_gateway::Gateway;
 use context_relay_gateway::config::Config;
-use context_relay_gateway::sim::SimProvider;
+use context_relay_sim::SimProvider;
 use context_relay_store::{HandoffStore, MemoryStore};
 use http::Request;
 use http_body_util::{BodyExt, Full};

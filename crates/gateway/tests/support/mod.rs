@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use context_relay_gateway::config::Config;
-use context_relay_gateway::sim::{RecordedRequest, SimProvider};
 use context_relay_gateway::{Gateway, RunningGateway};
+use context_relay_sim::{RecordedRequest, SimProvider};
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client as HttpClient;
@@ -274,11 +274,7 @@ targets = ["anthropic/claude-opus-4-8"]
 impl Harness {
     /// `count` gateways with `store` (a `[store]` table body) over a simulated provider that
     /// uses 30 % of an account per turn.
-    pub async fn start(
-        count: usize,
-        store: &str,
-        sim: context_relay_gateway::sim::SimBuilder,
-    ) -> Self {
+    pub async fn start(count: usize, store: &str, sim: context_relay_sim::SimBuilder) -> Self {
         let mut sim = sim;
         for id in ["acct-a", "acct-b", "acct-c", "acct-x", "acct-y", "acct-z"] {
             sim = sim.account(id, format!("key-{id}"));
