@@ -17,30 +17,6 @@
 //! The pool is shared by every connection (axum clones services per connection), so its state
 //! sits behind one short-held mutex. Functions take `now` so the rules are testable without a
 //! clock.
-//!
-//! ```
-//! use std::time::{Duration, SystemTime};
-//! use context_relay_gateway::config::Config;
-//! use context_relay_gateway::pool::AccountPools;
-//! # let config = Config::from_toml_str(r#"
-//! # [[providers]]
-//! # name = "codex"
-//! # base_url = "http://127.0.0.1:9/v1"
-//! # [[providers.accounts]]
-//! # id = "a"
-//! # api_key = "ka"
-//! # [[providers.accounts]]
-//! # id = "b"
-//! # api_key = "kb"
-//! # "#, |_| None).unwrap();
-//! let pools = AccountPools::from_config(&config);
-//! let codex = pools.get("codex").unwrap();
-//! let now = SystemTime::now();
-//! assert_eq!(codex.pick(Some("s1"), &[], now), Some(0)); // fill first
-//! codex.mark_exhausted(0, now + Duration::from_secs(60));
-//! assert_eq!(codex.pick(Some("s1"), &[], now), Some(1));
-//! assert_eq!(codex.pick(Some("s1"), &[], now + Duration::from_secs(61)), Some(0));
-//! ```
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -53,23 +29,23 @@ use http::{HeaderName, HeaderValue, header};
 use crate::config::{AuthScheme, Config, ProviderConfig, QuotaFormat};
 
 /// How long an account stays exhausted when the provider announced no reset.
-pub const DEFAULT_RESET: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_RESET: Duration = Duration::from_secs(60);
 /// Session bindings remembered per provider.
-pub const DEFAULT_MAX_SESSIONS: usize = 100_000;
+pub(crate) const DEFAULT_MAX_SESSIONS: usize = 100_000;
 /// The first back-off of a refused account; it doubles with each consecutive refusal.
-pub const REFUSED_BACKOFF: Duration = Duration::from_secs(60);
+pub(crate) const REFUSED_BACKOFF: Duration = Duration::from_secs(60);
 /// The longest back-off of a refused account.
-pub const MAX_REFUSED_BACKOFF: Duration = Duration::from_secs(3600);
+pub(crate) const MAX_REFUSED_BACKOFF: Duration = Duration::from_secs(3600);
 
 /// The pools of every configured provider.
 #[derive(Debug, Default)]
-pub struct AccountPools {
+pub(crate) struct AccountPools {
     providers: HashMap<Arc<str>, Arc<ProviderPool>>,
 }
 
 impl AccountPools {
     /// One pool per provider of `config`.
-    pub fn from_config(config: &Config) -> Self {
+    pub(crate) fn from_config(config: &Config) -> Self {
         Self {
             providers: config
                 .providers
@@ -80,19 +56,19 @@ impl AccountPools {
     }
 
     /// The pool of `provider`.
-    pub fn get(&self, provider: &str) -> Option<&Arc<ProviderPool>> {
+    pub(crate) fn get(&self, provider: &str) -> Option<&Arc<ProviderPool>> {
         self.providers.get(provider)
     }
 
     /// Every pool, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = &Arc<ProviderPool>> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Arc<ProviderPool>> {
         self.providers.values()
     }
 }
 
 /// One account's credential.
 #[derive(Clone)]
-pub struct Account {
+pub(crate) struct Account {
     /// The account id.
     pub id: Arc<str>,
     header: (HeaderName, HeaderValue),
@@ -108,14 +84,14 @@ impl std::fmt::Debug for Account {
 
 impl Account {
     /// The header carrying this account's credential upstream (marked sensitive).
-    pub fn credential(&self) -> (HeaderName, HeaderValue) {
+    pub(crate) fn credential(&self) -> (HeaderName, HeaderValue) {
         self.header.clone()
     }
 }
 
 /// A point-in-time view of one account, for logs, demos and tests.
 #[derive(Debug, Clone, PartialEq)]
-pub struct AccountStatus {
+pub(crate) struct AccountStatus {
     /// The account id.
     pub id: Arc<str>,
     /// Last usage fraction the provider reported, if any.
@@ -129,7 +105,7 @@ pub struct AccountStatus {
 
 impl AccountStatus {
     /// `available`, `exhausted` or `disabled` (a disabled account may also be exhausted).
-    pub fn state(&self) -> &'static str {
+    pub(crate) fn state(&self) -> &'static str {
         if self.disabled_until.is_some() {
             "disabled"
         } else if self.exhausted_until.is_some() {
@@ -159,7 +135,7 @@ struct PoolState {
 
 /// The accounts of one provider and their state.
 #[derive(Debug)]
-pub struct ProviderPool {
+pub(crate) struct ProviderPool {
     name: Arc<str>,
     base_url: Arc<str>,
     quota: QuotaFormat,
@@ -171,7 +147,7 @@ pub struct ProviderPool {
 
 impl ProviderPool {
     /// The pool of one provider's configuration (keys already resolved by [`Config`]).
-    pub fn new(p: &ProviderConfig) -> Self {
+    pub(crate) fn new(p: &ProviderConfig) -> Self {
         let accounts: Vec<Account> = p
             .accounts
             .iter()
@@ -206,39 +182,30 @@ impl ProviderPool {
         }
     }
 
+    #[cfg(test)]
     /// Keeps at most `max` session bindings (at least 8).
-    pub fn with_max_sessions(mut self, max: usize) -> Self {
+    pub(crate) fn with_max_sessions(mut self, max: usize) -> Self {
         self.max_sessions = max.max(8);
         self
     }
 
     /// The provider name.
-    pub fn name(&self) -> &Arc<str> {
+    pub(crate) fn name(&self) -> &Arc<str> {
         &self.name
     }
 
     /// The base URL, without a trailing `/`.
-    pub fn base_url(&self) -> &Arc<str> {
+    pub(crate) fn base_url(&self) -> &Arc<str> {
         &self.base_url
     }
 
-    /// Which quota headers this provider sends.
-    pub fn quota_format(&self) -> QuotaFormat {
-        self.quota
-    }
-
     /// The core parser selection for this provider's quota headers.
-    pub fn quota_kind(&self) -> QuotaKind {
+    pub(crate) fn quota_kind(&self) -> QuotaKind {
         self.quota.kind()
     }
 
-    /// The usage fraction at which an account is exhausted.
-    pub fn rotate_at(&self) -> f64 {
-        self.rotate_at
-    }
-
     /// The accounts in configuration order.
-    pub fn accounts(&self) -> &[Account] {
+    pub(crate) fn accounts(&self) -> &[Account] {
         &self.accounts
     }
 
@@ -250,7 +217,12 @@ impl ProviderPool {
     /// The account for the next attempt of `session`, skipping `exclude` (accounts already
     /// tried for this request): the session's account if it is available, else the first
     /// available one. `None` when every account is exhausted or excluded.
-    pub fn pick(&self, session: Option<&str>, exclude: &[usize], now: SystemTime) -> Option<usize> {
+    pub(crate) fn pick(
+        &self,
+        session: Option<&str>,
+        exclude: &[usize],
+        now: SystemTime,
+    ) -> Option<usize> {
         let mut state = self.lock();
         for a in state.accounts.iter_mut() {
             if a.exhausted_until.is_some_and(|t| t <= now) {
@@ -281,7 +253,7 @@ impl ProviderPool {
 
     /// Remembers that `account` served `session` (call it on a successful answer only, so
     /// that a failing account never captures a session).
-    pub fn bind(&self, session: &str, account: usize) {
+    pub(crate) fn bind(&self, session: &str, account: usize) {
         let mut state = self.lock();
         state.clock += 1;
         let tick = state.clock;
@@ -296,7 +268,7 @@ impl ProviderPool {
     }
 
     /// Records a successful answer of `account`: its refusal back-off starts over.
-    pub fn succeeded(&self, account: usize) {
+    pub(crate) fn succeeded(&self, account: usize) {
         let mut state = self.lock();
         if let Some(a) = state.accounts.get_mut(account)
             && a.refusals > 0
@@ -307,7 +279,7 @@ impl ProviderPool {
 
     /// Disables `account` because the provider refused its credential, for a back-off that
     /// doubles with each consecutive refusal. Returns until when.
-    pub fn disable(&self, account: usize, now: SystemTime) -> SystemTime {
+    pub(crate) fn disable(&self, account: usize, now: SystemTime) -> SystemTime {
         let mut state = self.lock();
         let Some(a) = state.accounts.get_mut(account) else {
             return now;
@@ -319,19 +291,21 @@ impl ProviderPool {
         until
     }
 
+    #[cfg(test)]
     /// Session bindings currently remembered.
-    pub fn sessions(&self) -> usize {
+    pub(crate) fn sessions(&self) -> usize {
         self.lock().sessions.len()
     }
 
+    #[cfg(test)]
     /// The account `session` is bound to, if any.
-    pub fn bound(&self, session: &str) -> Option<usize> {
+    pub(crate) fn bound(&self, session: &str) -> Option<usize> {
         self.lock().sessions.get(session).map(|(i, _)| *i)
     }
 
     /// Records a quota signal of `account`; at or above `rotate_at` the account is exhausted
     /// until the signal's reset. Returns whether it is now exhausted.
-    pub fn observe(&self, account: usize, signal: &QuotaSignal, now: SystemTime) -> bool {
+    pub(crate) fn observe(&self, account: usize, signal: &QuotaSignal, now: SystemTime) -> bool {
         let exhausted = signal.percent_used >= self.rotate_at;
         let mut state = self.lock();
         if let Some(a) = state.accounts.get_mut(account) {
@@ -345,21 +319,21 @@ impl ProviderPool {
 
     /// Records the usage fraction of `account` without exhausting it, whatever the value (for
     /// readings of internal requests, which must not move sessions).
-    pub fn note_usage(&self, account: usize, used: f64) {
+    pub(crate) fn note_usage(&self, account: usize, used: f64) {
         if let Some(a) = self.lock().accounts.get_mut(account) {
             a.used = Some(used);
         }
     }
 
     /// Makes `account` unavailable until `until`.
-    pub fn mark_exhausted(&self, account: usize, until: SystemTime) {
+    pub(crate) fn mark_exhausted(&self, account: usize, until: SystemTime) {
         if let Some(a) = self.lock().accounts.get_mut(account) {
             a.exhausted_until = Some(until);
         }
     }
 
     /// The state of every account, in configuration order.
-    pub fn snapshot(&self, now: SystemTime) -> Vec<AccountStatus> {
+    pub(crate) fn snapshot(&self, now: SystemTime) -> Vec<AccountStatus> {
         let state = self.lock();
         self.accounts
             .iter()
@@ -374,7 +348,7 @@ impl ProviderPool {
     }
 
     /// How many sessions are bound to each account, in configuration order.
-    pub fn sessions_per_account(&self) -> Vec<usize> {
+    pub(crate) fn sessions_per_account(&self) -> Vec<usize> {
         let state = self.lock();
         let mut counts = vec![0; self.accounts.len()];
         for (account, _) in state.sessions.values() {
@@ -386,7 +360,7 @@ impl ProviderPool {
     }
 
     /// The earliest time an exhausted or disabled account becomes available again.
-    pub fn next_reset(&self, now: SystemTime) -> Option<SystemTime> {
+    pub(crate) fn next_reset(&self, now: SystemTime) -> Option<SystemTime> {
         self.lock()
             .accounts
             .iter()
@@ -400,7 +374,7 @@ impl ProviderPool {
 }
 
 /// The announced reset when it lies in the future, else `now + DEFAULT_RESET`.
-pub fn reset_or_default(resets_at: Option<SystemTime>, now: SystemTime) -> SystemTime {
+pub(crate) fn reset_or_default(resets_at: Option<SystemTime>, now: SystemTime) -> SystemTime {
     resets_at
         .filter(|t| *t > now)
         .unwrap_or(now + DEFAULT_RESET)
@@ -586,5 +560,40 @@ mod tests {
             let expected = (0..4).find(|i| !exhausted[*i] && !exclude.contains(i));
             prop_assert_eq!(p.pick(Some("new"), &exclude, t(1)), expected);
         }
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    #[test]
+    fn module_example() {
+        use crate::config::Config;
+        use crate::pool::AccountPools;
+        use std::time::{Duration, SystemTime};
+        let config = Config::from_toml_str(
+            r#"
+        [[providers]]
+        name = "codex"
+        base_url = "http://127.0.0.1:9/v1"
+        [[providers.accounts]]
+        id = "a"
+        api_key = "ka"
+        [[providers.accounts]]
+        id = "b"
+        api_key = "kb"
+        "#,
+            |_| None,
+        )
+        .unwrap();
+        let pools = AccountPools::from_config(&config);
+        let codex = pools.get("codex").unwrap();
+        let now = SystemTime::now();
+        assert_eq!(codex.pick(Some("s1"), &[], now), Some(0)); // fill first
+        codex.mark_exhausted(0, now + Duration::from_secs(60));
+        assert_eq!(codex.pick(Some("s1"), &[], now), Some(1));
+        assert_eq!(
+            codex.pick(Some("s1"), &[], now + Duration::from_secs(61)),
+            Some(0)
+        );
     }
 }

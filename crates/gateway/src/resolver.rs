@@ -90,7 +90,7 @@ static SESSION_SOURCES: LazyLock<SessionSources> = LazyLock::new(SessionSources:
 
 /// Layer building [`AccountResolver`].
 #[derive(Debug, Clone)]
-pub struct AccountResolverLayer {
+pub(crate) struct AccountResolverLayer {
     pools: Arc<AccountPools>,
     routes: Option<Arc<Routes>>,
     max_body_bytes: usize,
@@ -98,7 +98,7 @@ pub struct AccountResolverLayer {
 
 impl AccountResolverLayer {
     /// A resolver over `pools`.
-    pub fn new(pools: Arc<AccountPools>) -> Self {
+    pub(crate) fn new(pools: Arc<AccountPools>) -> Self {
         Self {
             pools,
             routes: None,
@@ -108,13 +108,13 @@ impl AccountResolverLayer {
 
     /// Routes requests that carry a [`ComboName`] but no [`RouteTargets`] (the relay's summary
     /// call) to that combo's targets. Without it such requests get a 500.
-    pub fn routes(mut self, routes: Arc<Routes>) -> Self {
+    pub(crate) fn routes(mut self, routes: Arc<Routes>) -> Self {
         self.routes = Some(routes);
         self
     }
 
     /// Largest request body collected for replay (8 MiB); larger ones get a 413.
-    pub fn max_body_bytes(mut self, limit: usize) -> Self {
+    pub(crate) fn max_body_bytes(mut self, limit: usize) -> Self {
         self.max_body_bytes = limit;
         self
     }
@@ -135,32 +135,15 @@ impl<S> Layer<S> for AccountResolverLayer {
 
 /// See the [module docs](self).
 #[derive(Debug, Clone)]
-pub struct AccountResolver<S> {
+pub(crate) struct AccountResolver<S> {
     inner: S,
     pools: Arc<AccountPools>,
     routes: Option<Arc<Routes>>,
     max_body_bytes: usize,
 }
 
-impl<S> AccountResolver<S> {
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Consumes `self`, returning the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
-}
-
 /// The future of [`AccountResolver`].
-pub type ResponseFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
+pub(crate) type ResponseFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
 
 impl<S, B, ResBody> Service<Request<B>> for AccountResolver<S>
 where
@@ -195,21 +178,11 @@ where
 ///
 /// The [`Tenant`] and [`SessionId`] extensions win; otherwise both are derived from the
 /// headers and `body` (the decoded request body), the way the relay layers derive them.
-///
-/// ```
-/// use context_relay_gateway::resolver::session_key;
-/// let req = http::Request::post("/v1/responses")
-///     .header("session-id", " s1 ")
-///     .body(())
-///     .unwrap();
-/// let key = session_key(req.headers(), req.extensions(), b"{}");
-/// assert_eq!(key.as_deref(), Some("anonymous\ns1"));
-/// let body = br#"{"model":"m","prompt_cache_key":"k9","input":"hi"}"#;
-/// let req = http::Request::post("/v1/responses").body(()).unwrap();
-/// let key = session_key(req.headers(), req.extensions(), body);
-/// assert_eq!(key.as_deref(), Some("anonymous\nk9"));
-/// ```
-pub fn session_key(headers: &HeaderMap, extensions: &Extensions, body: &[u8]) -> Option<Arc<str>> {
+pub(crate) fn session_key(
+    headers: &HeaderMap,
+    extensions: &Extensions,
+    body: &[u8],
+) -> Option<Arc<str>> {
     let session: String = match extensions.get::<SessionId>().and_then(|s| clean(&s.0)) {
         Some(s) => s,
         None => session::session_id(headers, Some(body), &SESSION_SOURCES)?.id,
@@ -490,3 +463,21 @@ fn own_error<B>(
 mod rotate;
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod examples {
+    #[test]
+    fn session_key_example() {
+        use crate::resolver::session_key;
+        let req = http::Request::post("/v1/responses")
+            .header("session-id", " s1 ")
+            .body(())
+            .unwrap();
+        let key = session_key(req.headers(), req.extensions(), b"{}");
+        assert_eq!(key.as_deref(), Some("anonymous\ns1"));
+        let body = br#"{"model":"m","prompt_cache_key":"k9","input":"hi"}"#;
+        let req = http::Request::post("/v1/responses").body(()).unwrap();
+        let key = session_key(req.headers(), req.extensions(), body);
+        assert_eq!(key.as_deref(), Some("anonymous\nk9"));
+    }
+}

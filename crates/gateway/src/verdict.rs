@@ -13,21 +13,6 @@
 //! - **unavailable**: a 5xx (including the gateway's own 502 when the provider could not be
 //!   reached): worth one more try on another account, since nothing reached the client yet.
 //! - anything else is the **client's answer** (a 400 about the request itself, a 404, …).
-//!
-//! ```
-//! use std::time::SystemTime;
-//! use context_relay_core::quota::QuotaKind;
-//! use context_relay_gateway::verdict::{Verdict, classify};
-//! use http::{HeaderMap, StatusCode};
-//!
-//! let body = br#"{"error":{"type":"usage_limit_reached","resets_in_seconds":60}}"#;
-//! let now = SystemTime::now();
-//! let v = classify(QuotaKind::Codex, StatusCode::BAD_REQUEST, &HeaderMap::new(), Some(body), now);
-//! assert!(matches!(v, Verdict::Exhausted(_)));
-//! let body = br#"{"error":{"code":"invalid_api_key"}}"#;
-//! let v = classify(QuotaKind::Codex, StatusCode::UNAUTHORIZED, &HeaderMap::new(), Some(body), now);
-//! assert_eq!(v, Verdict::Refused);
-//! ```
 
 use std::time::SystemTime;
 
@@ -37,7 +22,7 @@ use http::{HeaderMap, StatusCode, header};
 
 /// What to do with the account that gave an error answer. See the [module docs](self).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Out of quota; the signal carries the reset when one was announced.
     Exhausted(QuotaSignal),
     /// The provider refuses the account's credential.
@@ -48,22 +33,10 @@ pub enum Verdict {
     Answer,
 }
 
-impl Verdict {
-    /// The label of this verdict in logs and metrics.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Verdict::Exhausted(_) => "exhausted",
-            Verdict::Refused => "refused",
-            Verdict::Unavailable => "unavailable",
-            Verdict::Answer => "answer",
-        }
-    }
-}
-
 /// The verdict on a response of `status` with `headers` and `body` (the complete, decoded
 /// body when it was read within the limit; `None` otherwise). Successful and informational
 /// statuses are always [`Verdict::Answer`].
-pub fn classify(
+pub(crate) fn classify(
     kind: QuotaKind,
     status: StatusCode,
     headers: &HeaderMap,
@@ -226,5 +199,36 @@ mod tests {
             now(),
         );
         assert_eq!(r, Verdict::Answer);
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    #[test]
+    fn module_example() {
+        use crate::verdict::{Verdict, classify};
+        use context_relay_core::quota::QuotaKind;
+        use http::{HeaderMap, StatusCode};
+        use std::time::SystemTime;
+
+        let body = br#"{"error":{"type":"usage_limit_reached","resets_in_seconds":60}}"#;
+        let now = SystemTime::now();
+        let v = classify(
+            QuotaKind::Codex,
+            StatusCode::BAD_REQUEST,
+            &HeaderMap::new(),
+            Some(body),
+            now,
+        );
+        assert!(matches!(v, Verdict::Exhausted(_)));
+        let body = br#"{"error":{"code":"invalid_api_key"}}"#;
+        let v = classify(
+            QuotaKind::Codex,
+            StatusCode::UNAUTHORIZED,
+            &HeaderMap::new(),
+            Some(body),
+            now,
+        );
+        assert_eq!(v, Verdict::Refused);
     }
 }

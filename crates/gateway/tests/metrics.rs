@@ -13,7 +13,7 @@ use serde_json::json;
 
 #[tokio::test]
 async fn relay_counters_appear_on_metrics() {
-    let handle = context_relay_gateway::telemetry::prometheus_builder()
+    let handle = context_relay_gateway::prometheus_builder()
         .install_recorder()
         .unwrap();
     let sim = SimProvider::builder()

@@ -540,3 +540,85 @@ async fn a_long_error_body_is_forwarded_whole() {
     assert_eq!(res.status(), 400);
     assert_eq!(text(res).await.len(), MAX_ERROR_BODY * 2);
 }
+
+/// End to end (a gateway server, the simulated provider, a real client): new sessions fill the
+/// first available account, a bound session stays on its account.
+#[tokio::test]
+async fn fill_first_and_sticky_sessions_over_loopback() {
+    use context_relay_sim::SimProvider;
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+
+    let sim = SimProvider::builder()
+        .account("acct-a", "key-a")
+        .account("acct-b", "key-b")
+        .start()
+        .await
+        .unwrap();
+    let config = Config::from_toml_str(
+        &format!(
+            r#"
+[store]
+backend = "memory"
+[[providers]]
+name = "codex"
+base_url = "{}"
+  [[providers.accounts]]
+  id = "acct-a"
+  api_key = "key-a"
+  [[providers.accounts]]
+  id = "acct-b"
+  api_key = "key-b"
+[[combos]]
+name = "codex-relay"
+targets = ["codex/gpt-5.5"]
+"#,
+            sim.base_url()
+        ),
+        |_| None,
+    )
+    .unwrap();
+    let gateway = crate::Gateway::new(config).unwrap();
+    let server = gateway.spawn("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let client = Client::builder(TokioExecutor::new()).build_http();
+    let post = |session: Option<&str>| {
+        let mut b = Request::post(format!("{}/v1/chat/completions", server.url()))
+            .header("authorization", "Bearer client-key");
+        if let Some(s) = session {
+            b = b.header("session-id", s);
+        }
+        let req = b
+            .body(Full::new(Bytes::from_static(
+                br#"{"model":"codex-relay","messages":[{"role":"user","content":"hi"}]}"#,
+            )))
+            .unwrap();
+        let client = client.clone();
+        async move { client.request(req).await.unwrap().status() }
+    };
+    let served = || -> Vec<String> {
+        sim.requests()
+            .iter()
+            .map(|r| r.account.clone().unwrap_or_default())
+            .collect()
+    };
+    // s1 lands on acct-b: acct-a answers 429 once.
+    sim.set_used("acct-a", 100.0);
+    assert_eq!(post(Some("s1")).await, 200);
+    assert_eq!(served(), ["acct-a", "acct-b"]);
+    // acct-a recovers (its reset passed).
+    sim.set_used("acct-a", 0.0);
+    gateway
+        .pools
+        .get("codex")
+        .unwrap()
+        .mark_exhausted(0, std::time::UNIX_EPOCH);
+    sim.clear_requests();
+    // s1 stays on acct-b; new sessions and session-less requests fill acct-a first.
+    assert_eq!(post(Some("s1")).await, 200);
+    assert_eq!(post(Some("s2")).await, 200);
+    assert_eq!(post(None).await, 200);
+    assert_eq!(post(Some("s1")).await, 200);
+    assert_eq!(served(), ["acct-b", "acct-a", "acct-a", "acct-b"]);
+    server.shutdown().await.unwrap();
+    sim.shutdown().await;
+}

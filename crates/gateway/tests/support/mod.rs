@@ -211,6 +211,9 @@ pub fn contains(hay: &[u8], needle: &str) -> bool {
     hay.windows(needle.len()).any(|w| w == needle.as_bytes())
 }
 
+/// The `admin_token` of [`config`].
+pub const ADMIN_TOKEN: &str = "adm-token";
+
 /// One or more gateways over one strict simulated provider.
 pub struct Harness {
     pub sim: SimProvider,
@@ -236,6 +239,7 @@ pub fn config(base_url: &str, store: &str) -> Config {
     };
     let text = format!(
         r#"
+admin_token = "{ADMIN_TOKEN}"
 [store]
 {store}
 [relay]
@@ -302,6 +306,22 @@ impl Harness {
             gateways,
             client,
         }
+    }
+
+    /// Account `id` of gateway `gw` as `GET /admin/accounts` shows it.
+    pub async fn account(&self, gw: usize, id: &str) -> Value {
+        let req = Request::get(format!("{}/admin/accounts", self.gateways[gw].1.url()))
+            .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
+            .body(Full::default())
+            .unwrap();
+        let res = self.client.request(req).await.expect("gateway answers");
+        assert_eq!(res.status(), 200);
+        let v: Value = serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes())
+            .expect("JSON");
+        v["accounts"]
+            .as_array()
+            .and_then(|a| a.iter().find(|a| a["account"] == id).cloned())
+            .expect("the account is listed")
     }
 
     /// Sends `body` to `path` of gateway `gw` with `headers`; the status, the `x-context-relay`
