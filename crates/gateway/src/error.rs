@@ -5,6 +5,7 @@
 //! (see `CLIENTS.md`), so the shape follows the request path.
 
 use bytes::Bytes;
+use context_relay_core::ApiShape;
 use http::{HeaderValue, Response, StatusCode, header};
 use http_body_util::Full;
 
@@ -21,10 +22,13 @@ impl ErrorShape {
     /// The shape of the API that `path` belongs to (`/v1/messages…` is Anthropic).
     pub(crate) fn for_path(path: &str) -> Self {
         let path = path.split('?').next().unwrap_or(path);
-        if path.ends_with("/messages") || path.contains("/messages/") {
-            Self::Anthropic
-        } else {
-            Self::OpenAi
+        // `…/messages/count_tokens` and the like are no conversation turn, but the Messages API.
+        let path = path
+            .find("/messages/")
+            .map_or(path, |i| &path[..i + "/messages".len()]);
+        match ApiShape::from_path(path) {
+            Some(ApiShape::AnthropicMessages) => Self::Anthropic,
+            _ => Self::OpenAi,
         }
     }
 }

@@ -57,7 +57,6 @@ mod store;
 mod summary;
 mod telemetry;
 mod upstream;
-mod verdict;
 
 pub use app::{Gateway, GatewayError};
 pub use config::Config;

@@ -31,7 +31,7 @@
 //!    same per-provider reading; a signal at or above `rotate_at`
 //!    exhausts the account for the next requests;
 //! 6. the body of every error answer is read ahead (at most 64 KiB, decoded, and replayed
-//!    to the client whole) and judged by [`crate::verdict`]: a 429 or a quota error body in
+//!    to the client whole) and judged by [`verdict`]: a 429 or a quota error body in
 //!    any status (Codex `usage_limit_reached`, `rate_limit_exceeded`) exhausts the account
 //!    until its announced reset; a 401/403 disables it for a back-off (logged at error level,
 //!    counted in `context_relay_gateway_account_refused_total`); either way the same request
@@ -78,9 +78,9 @@ use crate::model::{find_model, replace_model};
 use crate::peek::{Peeked, peek};
 use crate::pool::{AccountPools, ProviderPool};
 use crate::upstream::UpstreamEndpoint;
-use crate::verdict::{Verdict, classify};
 
-use rotate::{Attempt, decoded_error_body, error_type, record_usage};
+use rotate::{Attempt, record_usage};
+use verdict::{Verdict, classify, decoded_error_body, error_type};
 
 /// Largest error body read to learn what it says (they are a few hundred bytes; a longer one
 /// is no quota or credential error and is passed on unread).
@@ -463,6 +463,7 @@ fn own_error<B>(
 mod rotate;
 #[cfg(test)]
 mod tests;
+mod verdict;
 
 #[cfg(test)]
 mod examples {
