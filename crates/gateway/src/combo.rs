@@ -1,7 +1,8 @@
 //! ComboService: buffers and decodes the request body, resolves its `model` to routing targets
 //! and rewrites `model` to the first target's.
 //!
-//! It is the first service of the proxy stack (DESIGN §3):
+//! It is the first service of the proxy stack, so that the relay layers and the account
+//! resolver below it see the combo and the routing targets:
 //!
 //! ```text
 //! client ─▶ ComboService ─▶ GenerationLayer ─▶ AccountResolver ─▶ InjectionLayer ─▶ Upstream
@@ -413,7 +414,7 @@ where
 const MAX_CODINGS: usize = 2;
 
 /// Sets the [`Tenant`] and [`SessionId`] extensions (unless a service before this one did),
-/// derived as DESIGN §7 says from the credential, the session headers and the decoded body.
+/// derived from the credential, the session headers and the decoded body.
 ///
 /// Deriving them once here, where the body is already decoded, lets the account resolver (sticky
 /// sessions), GenerationLayer and InjectionLayer agree on the session of every request, also

@@ -355,7 +355,7 @@ where
     }
 }
 
-/// The whole stack of DESIGN §3 (minus the combo service: tests set `ComboName` themselves).
+/// The gateway's whole stack (minus the combo service: tests set `ComboName` themselves).
 pub struct Stack {
     pub svc: BoxCloneSyncService<Request<Body>, Response<Body>, Infallible>,
     pub upstream: Upstream,
