@@ -23,23 +23,10 @@ pub struct ComboName(pub Arc<str>);
 
 /// The provider account a request was resolved to, set by the account resolver on the request
 /// (before InjectionLayer) and on the response (for GenerationLayer).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ResolvedAccount {
-    /// Provider name, e.g. `codex`, `anthropic` (compared lower-cased).
-    pub provider: Arc<str>,
-    /// Account id within the provider.
-    pub account: Arc<str>,
-}
-
-impl ResolvedAccount {
-    /// Builds an account reference.
-    pub fn new(provider: impl Into<Arc<str>>, account: impl Into<Arc<str>>) -> Self {
-        Self {
-            provider: provider.into(),
-            account: account.into(),
-        }
-    }
-}
+///
+/// The one account reference of the relay (also held by a session's affinity and returned by
+/// a stored handoff's `from()`); its provider is lower case, so references compare with `==`.
+pub use context_relay_core::ResolvedAccount;
 
 /// Who owns the session (the caller identity set by an auth layer).
 ///
