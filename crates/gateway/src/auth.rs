@@ -137,7 +137,7 @@ impl Auth {
 
     /// The tenant of a request with `headers`, and the client's access when keys are
     /// configured.
-    pub(crate) fn identify(
+    pub(crate) fn authenticate(
         &self,
         headers: &HeaderMap,
     ) -> Result<(Tenant, Option<ClientAccess>), Refusal> {
@@ -266,7 +266,7 @@ where
     }
 
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
-        match self.auth.identify(req.headers()) {
+        match self.auth.authenticate(req.headers()) {
             Ok((tenant, access)) => {
                 // Only open mode lets a request without a credential through.
                 if access.is_none() && credential(req.headers()).is_none() {
@@ -341,7 +341,7 @@ mod tests {
     #[test]
     fn open_tenants_are_keyed_and_anonymous_ones_unique() {
         let a = open();
-        let t = |h: &HeaderMap| a.identify(h).unwrap().0.0.to_string();
+        let t = |h: &HeaderMap| a.authenticate(h).unwrap().0.0.to_string();
         let bearer = t(&headers(&[("authorization", "Bearer sk-1")]));
         assert_eq!(bearer, t(&headers(&[("x-api-key", "sk-1")])));
         assert_eq!(bearer, t(&headers(&[("authorization", "bearer  sk-1 ")])));
@@ -358,7 +358,7 @@ mod tests {
         assert_ne!(
             bearer,
             other
-                .identify(&headers(&[("x-api-key", "sk-1")]))
+                .authenticate(&headers(&[("x-api-key", "sk-1")]))
                 .unwrap()
                 .0
                 .0
@@ -399,15 +399,20 @@ key_sha256 = "c4c71fc2d1ba4eeb4b2b3c6ad7fe1f1e6ff5ef7b4b1ab0c7d44e8c9b0a1c5d6e"
         )
         .unwrap();
         let a = Auth::from_config(&config, [0; 32]);
-        let (t, access) = a.identify(&headers(&[("x-goog-api-key", "ka")])).unwrap();
+        let (t, access) = a
+            .authenticate(&headers(&[("x-goog-api-key", "ka")]))
+            .unwrap();
         assert_eq!(&*t.0, "alice");
         let access = access.unwrap();
         assert!(access.allows("c") && !access.allows("p/m"));
         assert_eq!(
-            a.identify(&headers(&[("authorization", "Bearer kb")])),
+            a.authenticate(&headers(&[("authorization", "Bearer kb")])),
             Err(Refusal::Unauthenticated)
         );
-        assert_eq!(a.identify(&HeaderMap::new()), Err(Refusal::Unauthenticated));
+        assert_eq!(
+            a.authenticate(&HeaderMap::new()),
+            Err(Refusal::Unauthenticated)
+        );
     }
 }
 

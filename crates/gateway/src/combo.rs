@@ -413,21 +413,31 @@ where
 /// Most stacked `content-encoding` layers decoded (clients send one).
 const MAX_CODINGS: usize = 2;
 
-/// Sets the [`Tenant`] and [`SessionId`] extensions (unless a service before this one did),
-/// derived from the credential, the session headers and the decoded body.
+/// Sets the [`Tenant`] and [`SessionId`] extensions from [`session::identify`], the one
+/// derivation of session and tenant: a `Tenant` already set (by the client authentication) and
+/// a `SessionId` already set (by an embedding application) are taken as explicit; otherwise
+/// the session comes from the credential, the session headers and the decoded body. Without a
+/// session no `SessionId` is left on the request.
 ///
 /// Deriving them once here, where the body is already decoded, lets the account resolver (sticky
 /// sessions), GenerationLayer and InjectionLayer agree on the session of every request, also
 /// for clients that send no session header, without each of them parsing the body again.
 pub(crate) fn identify(parts: &mut http::request::Parts, body: &[u8]) {
-    if parts.extensions.get::<Tenant>().is_none() {
-        let tenant = session::tenant(&parts.headers);
-        parts.extensions.insert(Tenant::new(tenant));
-    }
-    if parts.extensions.get::<SessionId>().is_none()
-        && let Some(found) = session::session_id(&parts.headers, Some(body), &SESSION_SOURCES)
-    {
-        parts.extensions.insert(SessionId::new(found.id));
+    let identity = session::identify(
+        &parts.headers,
+        Some(body),
+        &SESSION_SOURCES,
+        parts.extensions.get::<SessionId>().map(|s| s.0.clone()),
+        parts.extensions.get::<Tenant>().map(|t| t.0.clone()),
+    );
+    parts.extensions.insert(Tenant(identity.tenant));
+    match identity.session {
+        Some(session) => {
+            parts.extensions.insert(SessionId(session));
+        }
+        None => {
+            parts.extensions.remove::<SessionId>();
+        }
     }
 }
 

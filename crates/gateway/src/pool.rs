@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use context_relay_core::QuotaSignal;
+use context_relay_core::ResolvedAccount;
 use context_relay_core::quota::QuotaKind;
 use http::{HeaderName, HeaderValue, header};
 
@@ -71,6 +72,8 @@ impl AccountPools {
 pub(crate) struct Account {
     /// The account id.
     pub id: Arc<str>,
+    /// This account as every relay part names it (provider, id), built once.
+    pub resolved: ResolvedAccount,
     header: (HeaderName, HeaderValue),
 }
 
@@ -162,6 +165,7 @@ impl ProviderPool {
                 value.set_sensitive(true);
                 Some(Account {
                     id: Arc::from(a.id.as_str()),
+                    resolved: ResolvedAccount::new(p.name.as_str(), a.id.as_str()),
                     header: (name, value),
                 })
             })
