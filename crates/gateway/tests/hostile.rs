@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use context_relay_gateway::config::Config;
+mod support;
+
 use context_relay_gateway::{Gateway, RunningGateway};
 use context_relay_sim::SimProvider;
 use http::{Request, StatusCode};
@@ -15,6 +17,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
+use support::{CodexGateway, spawn};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -264,7 +267,13 @@ async fn missing_wrong_and_forbidden_keys_in_the_api_shape() {
     let res = env.client.request(req).await.unwrap();
     let v: Value =
         serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
-    assert!(v["accounts"][0]["sessions"].as_u64().unwrap() >= 1, "{v}");
+    let acct_a = v["accounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["account"] == "acct-a")
+        .unwrap();
+    assert!(acct_a["sessions"].as_u64().unwrap() >= 1, "{v}");
 }
 
 /// Reads until the peer closes (or `limit` passes); returns what was read and when it ended.
@@ -582,32 +591,15 @@ targets = ["codex/gpt-5.5"]
 
 /// A gateway over `base_url` with extra top-level keys and `[limits]` lines.
 async fn small_gateway(base_url: &str, top: &str, limits: &str) -> (Gateway, RunningGateway) {
-    let config = Config::from_toml_str(
-        &format!(
-            r#"
-{top}
-[store]
-backend = "memory"
-[limits]
-{limits}
-[[providers]]
-name = "codex"
-base_url = "{base_url}"
-quota = "none"
-  [[providers.accounts]]
-  id = "acct-a"
-  api_key = "key-a"
-[[combos]]
-name = "codex-relay"
-targets = ["codex/gpt-5.5"]
-"#
-        ),
-        |_| None,
-    )
-    .unwrap();
-    let gateway = Gateway::new(config).unwrap();
-    let server = gateway.spawn("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    (gateway, server)
+    let store = format!("backend = \"memory\"\n[limits]\n{limits}");
+    let config = CodexGateway {
+        accounts: &["acct-a"],
+        top,
+        store: &store,
+        provider: "quota = \"none\"",
+    }
+    .config(base_url);
+    spawn(Gateway::new(config).unwrap()).await
 }
 
 #[tokio::test]

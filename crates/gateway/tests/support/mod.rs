@@ -494,3 +494,79 @@ pub async fn handoff_ready(h: &Harness, conv: &mut Conversation, session: &str) 
     h.sim.set_used(conv.client.accounts()[0], 100.0);
     h.sim.clear_requests();
 }
+
+/// A one-provider gateway over the simulated provider, the setup most tests share: provider
+/// `codex` with accounts `acct-a`, `acct-b`, … (keys `key-a`, `key-b`, …: see [`start_sim`])
+/// behind combo `codex-relay` → `codex/gpt-5.5`.
+pub struct CodexGateway<'a> {
+    /// Account ids, in fill order.
+    pub accounts: &'a [&'a str],
+    /// Top-level keys, before every table.
+    pub top: &'a str,
+    /// The body of `[store]`, and any table to follow it (`[limits]`).
+    pub store: &'a str,
+    /// Provider keys and sub-tables (`quota = "none"`, `[providers.summary]`).
+    pub provider: &'a str,
+}
+
+impl Default for CodexGateway<'_> {
+    fn default() -> Self {
+        Self {
+            accounts: &["acct-a", "acct-b"],
+            top: "",
+            store: "backend = \"memory\"",
+            provider: "",
+        }
+    }
+}
+
+impl CodexGateway<'_> {
+    /// The configuration over the provider at `base_url`.
+    pub fn config(&self, base_url: &str) -> Config {
+        let accounts: String = self
+            .accounts
+            .iter()
+            .map(|id| {
+                format!(
+                    "  [[providers.accounts]]\n  id = \"{id}\"\n  api_key = \"{}\"\n",
+                    key_of(id)
+                )
+            })
+            .collect();
+        let text = format!(
+            "{top}\n[store]\n{store}\n[[providers]]\nname = \"codex\"\nbase_url = \"{base_url}\"\n{provider}\n{accounts}[[combos]]\nname = \"codex-relay\"\ntargets = [\"codex/gpt-5.5\"]\n",
+            top = self.top,
+            store = self.store,
+            provider = self.provider,
+        );
+        Config::from_toml_str(&text, |_| None).expect("test config")
+    }
+}
+
+/// The API key of account `id` in [`start_sim`] and [`CodexGateway`]: `acct-a` → `key-a`.
+pub fn key_of(id: &str) -> String {
+    format!("key-{}", id.strip_prefix("acct-").unwrap_or(id))
+}
+
+/// Starts `sim` with `accounts` (keys from [`key_of`]).
+pub async fn start_sim(sim: context_relay_sim::SimBuilder, accounts: &[&str]) -> SimProvider {
+    let mut sim = sim;
+    for id in accounts {
+        sim = sim.account(*id, key_of(id));
+    }
+    sim.start().await.expect("sim")
+}
+
+/// Serves `gateway` on a free loopback port.
+pub async fn spawn(gateway: Gateway) -> (Gateway, RunningGateway) {
+    let server = gateway
+        .spawn("127.0.0.1:0".parse().unwrap())
+        .await
+        .expect("spawn");
+    (gateway, server)
+}
+
+/// A plain HTTP/1 client.
+pub fn http_client() -> HttpClient<HttpConnector, Full<Bytes>> {
+    HttpClient::builder(TokioExecutor::new()).build_http()
+}
