@@ -21,7 +21,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
 use axum::body::Body;
 use http::{Request, Response};
 use hyper::body::Incoming;
@@ -32,7 +31,6 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
-use tower::ServiceExt;
 use tower::util::BoxCloneSyncService;
 
 use context_relay_store::PurgerHandle;
@@ -49,7 +47,7 @@ pub type HttpService = BoxCloneSyncService<Request<Incoming>, Response<Body>, In
 
 /// The connection-level bounds of [`serve_with`] (the `[limits]` values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ServeOptions {
+pub(crate) struct ServeOptions {
     /// Time for a client to send its request headers (30 s).
     pub header_timeout: Duration,
     /// Open client connections (10 000).
@@ -187,17 +185,8 @@ pub struct RunningGateway {
 }
 
 impl RunningGateway {
-    /// Binds `addr` (port 0 picks a free port) and serves `router` on it with the default
-    /// connection bounds (30 s header timeout, 10 000 connections, 30 s shutdown).
-    pub async fn start(addr: SocketAddr, router: Router) -> io::Result<Self> {
-        let service = BoxCloneSyncService::new(
-            router.map_request(|req: Request<Incoming>| req.map(Body::new)),
-        );
-        Self::start_with(addr, service, ServeOptions::default()).await
-    }
-
-    /// Binds `addr` and serves `service` on it within `options`.
-    pub async fn start_with(
+    /// Binds `addr` (port 0 picks a free port) and serves `service` on it within `options`.
+    pub(crate) async fn start_with(
         addr: SocketAddr,
         service: HttpService,
         options: ServeOptions,
