@@ -1,7 +1,12 @@
 //! The harness around the processes under test: core pinning, spawning and reaping the
 //! children, and reading their CPU time from `/proc`.
 
-use super::*;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::{BoxError, CHILD_START_TIMEOUT, Target};
 
 /// How the processes are placed on cores.
 pub(crate) struct Pinning {

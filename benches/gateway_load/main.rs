@@ -48,41 +48,23 @@
 
 #![forbid(unsafe_code)]
 
-use std::convert::Infallible;
 use std::error::Error;
 use std::fmt;
-use std::io::Read;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use bytes::Bytes;
-use context_relay_gateway::{Config, Gateway};
 use context_relay_sim::{SimProvider, SimQuotaHeaders};
-use http::header::{AUTHORIZATION, CONTENT_TYPE, HOST};
-use http::{HeaderValue, Request, Response, StatusCode, Uri};
-use http_body_util::{BodyExt, Either, Empty, Full};
-use hyper::body::Incoming;
-use hyper::client::conn::http1 as client_http1;
-use hyper::server::conn::http1 as server_http1;
-use hyper::service::service_fn;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use serde_json::json;
-use tokio::net::{TcpListener, TcpStream};
 
 mod harness;
 mod proxy;
 mod serve;
 mod workload;
 
-use harness::*;
-use proxy::*;
-use serve::*;
-use workload::*;
+use harness::{ChildGuard, Pinning, clock_ticks, pin_self, spawn_server};
+use serve::{AbortOnDrop, serve_main};
+use workload::{Kind, Mix, Window, WindowStats, run_window};
 
 type BoxError = Box<dyn Error + Send + Sync>;
 

@@ -1,7 +1,18 @@
 //! The `plain` target: a bare hyper reverse proxy (hyper-util's pooled client behind a hyper
 //! server), the baseline nothing can undercut.
 
-use super::*;
+use std::convert::Infallible;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode, Uri};
+use http_body_util::{Either, Empty};
+use hyper::body::Incoming;
+use hyper::server::conn::http1 as server_http1;
+use hyper::service::service_fn;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
 
 /// The baseline: forwards method, path, headers and body to `upstream` and streams the response
 /// back, nothing else.

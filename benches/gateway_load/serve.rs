@@ -1,7 +1,16 @@
 //! Serve mode: this bench binary re-executed as the process under test (`--serve
 //! gateway-on|gateway-off|plain --upstream URL --port-file F`).
 
-use super::*;
+use std::io::Read;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use context_relay_gateway::{Config, Gateway};
+use http::Uri;
+use tokio::net::TcpListener;
+
+use crate::proxy::plain_proxy;
+use crate::{API_KEY, BoxError, COMBO, Target};
 
 pub(crate) struct ServeArgs {
     pub(crate) target: Target,

@@ -1,7 +1,22 @@
 //! The load generator: request kinds and mixes, keep-alive workers, and the statistics of a
 //! measurement window.
 
-use super::*;
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header::{AUTHORIZATION, CONTENT_TYPE, HOST};
+use http::{HeaderValue, Request};
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1 as client_http1;
+use hyper_util::rt::TokioIo;
+use serde_json::json;
+use tokio::net::TcpStream;
+
+use crate::harness::cpu_ticks;
+use crate::{BoxError, CHAT_PATH, COMBO, MAX_REQUESTS_PER_WORKER, REQUEST_TIMEOUT};
 
 #[derive(Clone, Copy)]
 pub(crate) enum Kind {
