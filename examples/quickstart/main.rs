@@ -37,18 +37,13 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use bytes::Bytes;
 use context_relay::core::HandoffRecord;
 use context_relay::core::render::render_record;
+use context_relay_gateway::Gateway;
 use context_relay_gateway::config::Config;
-use context_relay_gateway::{Gateway, RunningGateway};
-use context_relay_sim::{RecordedRequest, SimProvider, SimQuotaHeaders};
-use http::{Request, StatusCode};
-use http_body_util::{BodyExt, Full};
+use context_relay_sim::{SimProvider, SimQuotaHeaders};
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use serde_json::{Value, json};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 type Result<T, E = Error> = std::result::Result<T, E>;
@@ -79,8 +74,11 @@ macro_rules! check {
 mod print;
 mod session;
 
-use print::*;
-use session::*;
+use print::{marker, print_block, print_handoff};
+use session::{
+    Outcome, Session, account, canned_summary, carries_handoff, gateway_toml, injected_message,
+    items, script,
+};
 
 #[tokio::main]
 async fn main() -> ExitCode {

@@ -1,6 +1,6 @@
 //! Printing: the `[quickstart]` markers and the handoff as the story shows it.
 
-use super::*;
+use serde_json::Value;
 
 pub(crate) fn marker(what: &str) {
     println!("[quickstart] {what}");

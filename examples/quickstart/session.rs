@@ -1,7 +1,16 @@
 //! The mechanics of the story: the gateway's TOML, the scripted Codex session, the client
 //! that plays it, and what to read in a recorded request.
 
-use super::*;
+use bytes::Bytes;
+use context_relay_gateway::{Gateway, RunningGateway};
+use context_relay_sim::{RecordedRequest, SimProvider};
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use serde_json::{Value, json};
+
+use crate::{ADMIN_TOKEN, CLIENT_KEY, HANDOFF_TAG, HANDOFF_THRESHOLD, Result, SESSION};
 
 /// The gateway's configuration, as it would be written in `gateway.toml` (see
 /// `crates/gateway/README.md`). The redb path is filled in afterwards with the temporary folder.
