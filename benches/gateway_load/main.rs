@@ -25,11 +25,9 @@
 //! direct target has no CPU figure because the simulated provider shares the load generator's
 //! process.
 //!
-//! Reading the figures: with 16 connections neither core is saturated, because every SSE answer
-//! of the simulated provider waits ~40 ms between its first and second write (its listener does
-//! not set `TCP_NODELAY`, so Nagle's algorithm meets the receiver's delayed ACK). Requests per
-//! second are therefore bounded by that latency for all four targets alike; CPU time per
-//! request is the figure that tells the targets apart.
+//! Reading the figures: requests per second depend on how busy the shared machine is and on
+//! the latency of each target; CPU time per request of the process under test is the figure
+//! that tells the targets apart.
 //!
 //! Rounds run every target once, in an order rotated each round, so that drift of a shared
 //! machine spreads over all targets. Misses of a budget are reported, never turned into a
