@@ -355,7 +355,8 @@ where
     }
 }
 
-/// The gateway's whole stack (minus the combo service: tests set `ComboName` themselves).
+/// The whole relay stack (generation, resolver, injection, upstream; minus the combo service:
+/// tests set `ComboName` themselves).
 pub struct Stack {
     pub svc: BoxCloneSyncService<Request<Body>, Response<Body>, Infallible>,
     pub upstream: Upstream,
