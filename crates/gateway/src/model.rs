@@ -1,13 +1,19 @@
 //! Reading and rewriting the top-level `model` of a JSON request body without touching any
 //! other byte.
 //!
-//! The value is located with the core's raw JSON scanner, so the body is scanned once and never
-//! re-serialized: key order, number formatting and unknown fields reach the provider exactly as
-//! the client sent them.
+//! The work is bounded by the start of the body, not by its size: the members of the top-level
+//! object are read up to `model` and no further (clients send it first or nearly), and the
+//! rewrite splices the new name into the buffered bytes, one copy at most and none when the
+//! client already sent the target's name. Key order, number formatting and unknown fields reach
+//! the provider exactly as the client sent them.
+//!
+//! What is validated is what is read: the bytes up to the end of the `model` value. A body
+//! malformed after it is forwarded, and the provider refuses it; a second `model` member after
+//! the first is not looked for (the first one routes the request).
 
 use std::ops::Range;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use context_relay_core::json::{self, JsonError, Kind};
 
 /// Why no model could be read.
@@ -33,50 +39,42 @@ pub(crate) struct ModelField {
     pub span: Range<usize>,
 }
 
-/// Finds the top-level `model` string of `body`.
-///
-/// The body is validated whole by the core's raw JSON scanner (several times faster than a
-/// serde pass over 100 KB coding-session bodies, which every request pays), so a malformed
-/// body is answered here with a 400 instead of reaching a provider.
+/// Finds the first top-level `model` string of `body`, reading the body up to the end of that
+/// value only (a body without one is read, and validated, whole).
 pub(crate) fn find_model(body: &[u8]) -> Result<ModelField, ModelError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ModelError::NotJson("an empty body".into()));
     }
-    let object = json::parse_object(body).map_err(|e| match e {
-        JsonError::WrongKind { found, .. } => {
-            ModelError::NotJson(format!("{} instead of an object", found.described()))
-        }
-        e => ModelError::NotJson(format!("invalid JSON ({e})")),
-    })?;
-    // Duplicate keys are ambiguous: providers disagree on which one wins.
-    let index = object
-        .unique("model")
-        .map_err(|e| ModelError::NotJson(format!("invalid JSON ({e})")))?
+    let field = json::find_member(body, "model")
+        .map_err(|e| match e {
+            JsonError::WrongKind { found, .. } => {
+                ModelError::NotJson(format!("{} instead of an object", found.described()))
+            }
+            e => ModelError::NotJson(format!("invalid JSON ({e})")),
+        })?
         .ok_or(ModelError::Missing)?;
-    let span = object.fields[index].value.clone();
-    let text = String::from_utf8_lossy(&body[span.clone()]);
+    let span = field.value;
+    let not_string = || ModelError::NotString(truncate(&String::from_utf8_lossy(&body[span.clone()])));
     if Kind::of(body, &span) != Some(Kind::String) {
-        return Err(ModelError::NotString(truncate(&text)));
+        return Err(not_string());
     }
     match json::decode_str(body, span.clone()) {
         Ok(v) if !v.trim().is_empty() => Ok(ModelField {
             value: v.into_owned(),
             span,
         }),
-        _ => Err(ModelError::NotString(truncate(&text))),
+        _ => Err(not_string()),
     }
 }
 
-/// `body` with the string at `field.span` replaced by the JSON string `model`; `None` when the
-/// span does not lie within `body` (a field found in another body).
+/// `body` with the string at `field.span` replaced by the JSON string `model` (the same
+/// `Bytes`, not copied, when it already names `model`); `None` when the span is not a string
+/// of `body` (a field found in another body).
 pub(crate) fn replace_model(body: &Bytes, field: &ModelField, model: &str) -> Option<Bytes> {
-    let (head, tail) = (body.get(..field.span.start)?, body.get(field.span.end..)?);
-    let literal = serde_json::Value::String(model.to_owned()).to_string();
-    let mut out = BytesMut::with_capacity(head.len() + literal.len() + tail.len());
-    out.extend_from_slice(head);
-    out.extend_from_slice(literal.as_bytes());
-    out.extend_from_slice(tail);
-    Some(out.freeze())
+    if field.value == model {
+        return Some(body.clone());
+    }
+    json::splice_str(body, field.span.clone(), model).ok()
 }
 
 fn truncate(text: &str) -> String {
@@ -120,9 +118,12 @@ mod tests {
             find_model(b"{\"model\":\" \"}"),
             Err(ModelError::NotString("\" \"".into()))
         );
-        // Duplicate keys are ambiguous: providers disagree on which one wins.
+        // Only the start is read: the first `model` routes, what follows is not looked at.
+        let f = find_model(b"{\"model\":\"a\",\"model\":\"b\"}").unwrap();
+        assert_eq!(f.value, "a");
+        assert_eq!(find_model(b"{\"model\":\"a\", oops").unwrap().value, "a");
         assert!(matches!(
-            find_model(b"{\"model\":\"a\",\"model\":\"b\"}"),
+            find_model(b"{\"n\":1, oops, \"model\":\"a\"}"),
             Err(ModelError::NotJson(_))
         ));
     }
@@ -134,6 +135,9 @@ mod tests {
         assert_eq!(f.value, "a/bA");
         let out = replace_model(&body, &f, "q\"z").unwrap();
         assert_eq!(&out[..], br#"{"meta":{"model":"x"},"model":"q\"z"}"#);
+        // The target's name already: the same bytes, not copied.
+        let same = replace_model(&body, &f, "a/bA").unwrap();
+        assert_eq!(same.as_ptr(), body.as_ptr());
     }
 
     proptest! {
