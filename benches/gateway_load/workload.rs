@@ -60,7 +60,8 @@ impl Mix {
         Self {
             kinds,
             small: chat_body(1024, 1, false),
-            large: chat_body(100 * 1024, 40, false),
+            // A system message and 44 turns: 45 messages.
+            large: chat_body(100 * 1024, 44, false),
             stream: chat_body(1024, 1, true),
         }
     }
@@ -150,8 +151,6 @@ pub(crate) async fn worker(
 ) -> WindowStats {
     let mut stats = WindowStats::default();
     let host = HeaderValue::from_str(&addr.to_string()).unwrap_or(HeaderValue::from_static("x"));
-    let session = HeaderValue::from_str(&format!("bench-session-{index}"))
-        .unwrap_or(HeaderValue::from_static("bench-session"));
     let auth = HeaderValue::from_static("Bearer key-bench");
     let mut sender = None;
     // Workers start at different kinds so that the mix is even at every moment.
@@ -176,7 +175,6 @@ pub(crate) async fn worker(
             h.insert(HOST, host.clone());
             h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             h.insert(AUTHORIZATION, auth.clone());
-            h.insert("session-id", session.clone());
         }
         let Ok(req) = req.body(Full::new(mix.body(kind))) else {
             stats.error("request could not be built");

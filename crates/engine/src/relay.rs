@@ -16,7 +16,7 @@ use crate::configs::RelayConfigs;
 use crate::quota::{HeaderQuota, QuotaSource};
 use crate::summary::Summarizer;
 use crate::summary::call::DroppedParams;
-use crate::tenant::TenantMemo;
+use crate::tenant::{SessionMemo, TenantMemo};
 
 /// Default bound on concurrent summary generations, across every request of a relay.
 pub const DEFAULT_MAX_CONCURRENT_GENERATIONS: usize = 4;
@@ -61,6 +61,7 @@ pub(crate) struct Shared {
     pub(crate) background: Background,
     pub(crate) sources: Arc<SessionSources>,
     pub(crate) tenants: Arc<TenantMemo>,
+    pub(crate) sessions: Arc<SessionMemo>,
     pub(crate) inflight: Arc<InFlight>,
     pub(crate) cooldown: Arc<CoolDown>,
     pub(crate) semaphore: Arc<Semaphore>,
@@ -154,6 +155,7 @@ impl RelayBuilder {
                 background: Background::new(),
                 sources: Arc::new(SessionSources::default()),
                 tenants: Arc::default(),
+                sessions: Arc::default(),
                 inflight: Arc::new(InFlight::new()),
                 cooldown: Arc::new(CoolDown::new()),
                 semaphore: Arc::new(Semaphore::new(DEFAULT_MAX_CONCURRENT_GENERATIONS)),

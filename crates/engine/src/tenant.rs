@@ -1,25 +1,31 @@
-//! Tenant derivation with a memo: the tenant is a hash of the inbound credential, needed on
-//! every relayed request, while a gateway sees few distinct credentials.
+//! Tenant and header session derivation with memos: both are needed on every relayed request,
+//! while a gateway sees few distinct credentials and sessions. A hit costs a hash and a
+//! reference count, no allocation.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::hash::BuildHasher;
 use std::sync::{Arc, RwLock};
 
-use context_relay_core::session;
+use context_relay_core::session::{self, SessionSources};
 use http::{HeaderMap, HeaderValue, header};
 
-use crate::extensions::Tenant;
+use crate::extensions::{SessionId, Tenant};
 
-/// Distinct credentials remembered before the memo starts over.
+/// Distinct credentials (or sessions) remembered before a memo starts over.
 const MAX_ENTRIES: usize = 4096;
 
 type Credentials = (Option<HeaderValue>, Option<HeaderValue>);
 
+// foldhash: SipHash's DoS resistance buys nothing here (the maps are bounded and cleared)
+// and costs more than the rest of the look-up.
+type Hasher = foldhash::fast::RandomState;
+
 /// Memoised [`session::tenant`], shared by every request of a relay.
 #[derive(Debug, Default)]
 pub(crate) struct TenantMemo {
-    // foldhash: SipHash's DoS resistance buys nothing here (the map is bounded and cleared)
-    // and costs more than the rest of the look-up.
-    map: RwLock<HashMap<Credentials, Arc<str>, foldhash::fast::RandomState>>,
+    hasher: Hasher,
+    /// By the hash of the credential headers; the headers themselves are compared on a hit.
+    map: RwLock<HashMap<u64, (Credentials, Arc<str>), Hasher>>,
 }
 
 impl TenantMemo {
@@ -28,12 +34,16 @@ impl TenantMemo {
         if let Some(t) = given {
             return t.0.clone();
         }
-        let key = (
-            headers.get(header::AUTHORIZATION).cloned(),
-            headers.get("x-api-key").cloned(),
-        );
+        let auth = headers.get(header::AUTHORIZATION);
+        let key = headers.get("x-api-key");
+        let hash = self.hasher.hash_one((
+            auth.map(HeaderValue::as_bytes),
+            key.map(HeaderValue::as_bytes),
+        ));
         if let Ok(map) = self.map.read()
-            && let Some(t) = map.get(&key)
+            && let Some(((a, k), t)) = map.get(&hash)
+            && a.as_ref() == auth
+            && k.as_ref() == key
         {
             return t.clone();
         }
@@ -44,9 +54,55 @@ impl TenantMemo {
             if map.len() >= MAX_ENTRIES {
                 map.clear();
             }
-            map.insert(key, tenant.clone());
+            map.insert(hash, ((auth.cloned(), key.cloned()), tenant.clone()));
         }
         tenant
+    }
+}
+
+/// Interned session ids: the id an explicit [`SessionId`] or a session header gives, as an
+/// `Arc<str>` shared by every request of the session.
+#[derive(Debug, Default)]
+pub(crate) struct SessionMemo {
+    set: RwLock<HashSet<Arc<str>, Hasher>>,
+}
+
+impl SessionMemo {
+    /// The session of a request known without its body: an explicit [`SessionId`] (cleaned;
+    /// blank counts as absent), else the first session header of `sources` ([`session::header_session`]).
+    pub(crate) fn session(
+        &self,
+        given: Option<&SessionId>,
+        headers: &HeaderMap,
+        sources: &SessionSources,
+    ) -> Option<Arc<str>> {
+        // A blank explicit id counts as absent, as in `session::identify`.
+        if let Some(given) = given
+            && let Some(clean) = session::clean_session_id(&given.0)
+        {
+            if clean.len() == given.0.len() {
+                return Some(given.0.clone());
+            }
+            return Some(self.intern(clean));
+        }
+        let (id, _) = session::header_session(headers, sources)?;
+        Some(self.intern(id))
+    }
+
+    fn intern(&self, id: &str) -> Arc<str> {
+        if let Ok(set) = self.set.read()
+            && let Some(found) = set.get(id)
+        {
+            return found.clone();
+        }
+        let id: Arc<str> = Arc::from(id);
+        if let Ok(mut set) = self.set.write() {
+            if set.len() >= MAX_ENTRIES {
+                set.clear();
+            }
+            set.insert(id.clone());
+        }
+        id
     }
 }
 
@@ -72,6 +128,43 @@ mod tests {
                 assert_eq!(&*memo.tenant(None, &h), session::tenant(&h));
             }
         }
+    }
+
+    #[test]
+    fn sessions_agree_with_identify() {
+        let memo = SessionMemo::default();
+        let sources = SessionSources::default();
+        for (explicit, headers) in [
+            (None, vec![("x-session-id", " s-1 ")]),
+            (None, vec![("x-session-id", " "), ("thread-id", "t-1")]),
+            (None, vec![("authorization", "Bearer k")]),
+            (Some(" e-1 "), vec![("x-session-id", "s-1")]),
+            (Some("e-2"), vec![]),
+            (Some("  "), vec![("x-session-id", "s-1")]),
+        ] {
+            let mut h = HeaderMap::new();
+            for (n, v) in headers {
+                h.insert(n, HeaderValue::from_static(v));
+            }
+            let given = explicit.map(SessionId::new);
+            let expected = session::identify(
+                &h,
+                None,
+                &sources,
+                given.as_ref().map(|s| s.0.clone()),
+                None,
+            )
+            .session;
+            for _ in 0..2 {
+                assert_eq!(memo.session(given.as_ref(), &h, &sources), expected);
+            }
+        }
+        // One allocation per session: later requests share it.
+        let mut h = HeaderMap::new();
+        h.insert("x-session-id", HeaderValue::from_static("shared"));
+        let a = memo.session(None, &h, &sources).unwrap();
+        let b = memo.session(None, &h, &sources).unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
     }
 
     #[test]

@@ -54,7 +54,8 @@ pub(crate) fn find_model(body: &[u8]) -> Result<ModelField, ModelError> {
         })?
         .ok_or(ModelError::Missing)?;
     let span = field.value;
-    let not_string = || ModelError::NotString(truncate(&String::from_utf8_lossy(&body[span.clone()])));
+    let not_string =
+        || ModelError::NotString(truncate(&String::from_utf8_lossy(&body[span.clone()])));
     if Kind::of(body, &span) != Some(Kind::String) {
         return Err(not_string());
     }

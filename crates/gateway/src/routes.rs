@@ -75,7 +75,7 @@ impl Gateway {
                         .on_eos(())
                         .on_failure(()),
                 )
-                .layer(RequestMetricsLayer)
+                .layer(RequestMetricsLayer::default())
                 .layer(RequestBodyTimeoutLayer::new(body_timeout))
                 .map_request(|req: Request<TimeoutBody<Incoming>>| req.map(Body::new))
                 .service(router),

@@ -22,13 +22,16 @@
 //! `latency_ms`, `tenant`, `combo`, `provider`, `account` and `handoff`. It never carries a
 //! header value, a key or a body.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, OnceLock, RwLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use context_relay_tower::{ComboName, ResolvedAccount, Tenant};
 use http::{Request, Response};
+use metrics::{Gauge, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use tower_layer::Layer;
 use tower_service::Service;
@@ -91,14 +94,64 @@ pub(crate) fn route_label(path: &str) -> &'static str {
 }
 
 /// Layer recording `context_relay_gateway_request_seconds` and the in-flight gauge.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct RequestMetricsLayer;
+///
+/// The metric handles are registered once per label set (on first use, so after the
+/// application installed its recorder) and shared by the services of the layer: a request
+/// costs no label allocation and no registry look-up.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RequestMetricsLayer {
+    handles: Arc<Handles>,
+}
 
 impl<S> Layer<S> for RequestMetricsLayer {
     type Service = RequestMetrics<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RequestMetrics { inner }
+        RequestMetrics {
+            inner,
+            handles: self.handles.clone(),
+        }
+    }
+}
+
+/// The registered handles of [`RequestMetricsLayer`].
+#[derive(Default)]
+struct Handles {
+    in_flight: OnceLock<Gauge>,
+    /// By route and status (0: the service failed).
+    seconds: RwLock<HashMap<(&'static str, u16), Histogram>>,
+}
+
+impl std::fmt::Debug for Handles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handles").finish_non_exhaustive()
+    }
+}
+
+impl Handles {
+    fn in_flight(&self) -> &Gauge {
+        self.in_flight
+            .get_or_init(|| metrics::gauge!("context_relay_gateway_requests_in_flight"))
+    }
+
+    fn seconds(&self, route: &'static str, status: Option<http::StatusCode>) -> Histogram {
+        let key = (route, status.map_or(0, |s| s.as_u16()));
+        if let Ok(map) = self.seconds.read()
+            && let Some(h) = map.get(&key)
+        {
+            return h.clone();
+        }
+        let status = status.map_or_else(|| "error".to_owned(), |s| s.as_str().to_owned());
+        let h = metrics::histogram!(
+            "context_relay_gateway_request_seconds",
+            "route" => route,
+            "status" => status
+        );
+        if let Ok(mut map) = self.seconds.write() {
+            // Routes are a closed set, statuses nearly so: the map stays small.
+            map.insert(key, h.clone());
+        }
+        h
     }
 }
 
@@ -106,6 +159,7 @@ impl<S> Layer<S> for RequestMetricsLayer {
 #[derive(Debug, Clone)]
 pub(crate) struct RequestMetrics<S> {
     inner: S,
+    handles: Arc<Handles>,
 }
 
 impl<S, B, ResBody> Service<Request<B>> for RequestMetrics<S>
@@ -121,23 +175,30 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        metrics::gauge!("context_relay_gateway_requests_in_flight").increment(1.0);
+        let gauge = self.handles.in_flight().clone();
+        gauge.increment(1.0);
         MetricsFuture {
             route: route_label(req.uri().path()),
             started: Instant::now(),
             inner: self.inner.call(req),
-            guard: InFlight,
+            handles: self.handles.clone(),
+            guard: InFlight(gauge),
         }
     }
 }
 
 /// Decrements the in-flight gauge however the request ends (also when dropped).
-#[derive(Debug)]
-struct InFlight;
+struct InFlight(Gauge);
+
+impl std::fmt::Debug for InFlight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InFlight")
+    }
+}
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        metrics::gauge!("context_relay_gateway_requests_in_flight").decrement(1.0);
+        self.0.decrement(1.0);
     }
 }
 
@@ -148,6 +209,7 @@ pin_project_lite::pin_project! {
         inner: F,
         route: &'static str,
         started: Instant,
+        handles: Arc<Handles>,
         guard: InFlight,
     }
 }
@@ -161,17 +223,53 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let out = std::task::ready!(this.inner.poll(cx));
-        let status = match &out {
-            Ok(res) => res.status().as_str().to_owned(),
-            Err(_) => "error".to_owned(),
-        };
-        metrics::histogram!(
-            "context_relay_gateway_request_seconds",
-            "route" => *this.route,
-            "status" => status
-        )
-        .record(this.started.elapsed().as_secs_f64());
+        let status = out.as_ref().ok().map(Response::status);
+        this.handles
+            .seconds(this.route, status)
+            .record(this.started.elapsed().as_secs_f64());
         Poll::Ready(out)
+    }
+}
+
+/// The histograms of one metric by the value of one label, each registered once (on first
+/// use) and shared: recording costs no label allocation and no registry look-up.
+pub(crate) struct HistogramsBy {
+    name: &'static str,
+    label: &'static str,
+    map: RwLock<HashMap<Arc<str>, Histogram>>,
+}
+
+impl std::fmt::Debug for HistogramsBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HistogramsBy")
+            .field("name", &self.name)
+            .field("label", &self.label)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HistogramsBy {
+    /// Histograms of `name` by `label`.
+    pub(crate) fn new(name: &'static str, label: &'static str) -> Self {
+        Self {
+            name,
+            label,
+            map: RwLock::default(),
+        }
+    }
+
+    /// The histogram for `value` (a closed set, such as provider names).
+    pub(crate) fn get(&self, value: &Arc<str>) -> Histogram {
+        if let Ok(map) = self.map.read()
+            && let Some(h) = map.get(value)
+        {
+            return h.clone();
+        }
+        let h = metrics::histogram!(self.name, self.label => value.to_string());
+        if let Ok(mut map) = self.map.write() {
+            map.insert(value.clone(), h.clone());
+        }
+        h
     }
 }
 

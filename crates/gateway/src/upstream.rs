@@ -45,6 +45,7 @@ use crate::combo::BoxError;
 use crate::error::{ErrorKind, ErrorShape, error_response};
 use crate::idle::IdleTimeoutBody;
 use crate::secret::redact_url;
+use crate::telemetry::HistogramsBy;
 
 /// Request extension set by the account resolver: where the request goes and with which
 /// credential.
@@ -104,6 +105,7 @@ impl Default for UpstreamLimits {
 pub struct Upstream {
     client: Client<HttpsConnector<HttpConnector>, OutBody>,
     limits: UpstreamLimits,
+    first_byte: Arc<HistogramsBy>,
 }
 
 /// Request headers a client may not set upstream: they would choose the account's
@@ -161,7 +163,14 @@ impl Upstream {
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(90))
             .build(https);
-        Ok(Self { client, limits })
+        Ok(Self {
+            client,
+            limits,
+            first_byte: Arc::new(HistogramsBy::new(
+                "context_relay_gateway_upstream_first_byte_seconds",
+                "provider",
+            )),
+        })
     }
 }
 
@@ -223,6 +232,7 @@ where
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let client = self.client.clone();
         let limits = self.limits;
+        let first_byte = self.first_byte.clone();
         Box::pin(async move {
             let shape = ErrorShape::for_path(req.uri().path());
             let bad_gateway = |message: String| {
@@ -265,19 +275,18 @@ where
             // The client picks the protocol per connection; a client's HTTP/2 request must not
             // force HTTP/2 on an HTTP/1 upstream.
             parts.version = http::Version::HTTP_11;
-            let provider = parts
+            let provider: Arc<str> = parts
                 .extensions
                 .get::<ResolvedAccount>()
-                .map_or_else(|| "-".to_owned(), |r| r.provider.to_string());
+                .map_or_else(|| Arc::from("-"), |r| r.provider.clone());
             let out = Request::from_parts(parts, body.map_err(Into::into).boxed_unsync());
             let started = std::time::Instant::now();
             let sent = tokio::time::timeout(limits.head, client.request(out)).await;
-            metrics::histogram!(
-                "context_relay_gateway_upstream_first_byte_seconds",
-                "provider" => provider.clone()
-            )
-            .record(started.elapsed().as_secs_f64());
+            first_byte
+                .get(&provider)
+                .record(started.elapsed().as_secs_f64());
             let Ok(sent) = sent else {
+                let provider = provider.to_string();
                 tracing::warn!(base_url = %shown(), after = ?limits.head, "upstream sent no response head in time");
                 metrics::counter!("context_relay_gateway_upstream_timeouts_total", "provider" => provider, "phase" => "head").increment(1);
                 let kind = ErrorKind::UpstreamTimeout.name(shape);

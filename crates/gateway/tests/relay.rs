@@ -682,6 +682,71 @@ async fn clients_without_session_headers_are_sticky_and_relayed() {
 }
 
 #[tokio::test]
+async fn an_sdk_session_without_a_header_is_one_session_across_turns_and_key_orders() {
+    let env = setup().await;
+    // OpenAI SDK style, no session header: the whole history is resent every turn, and the
+    // members other than `model` and the conversation come in another order on each turn
+    // (before or after the history). The session is the fingerprint of the first turn's
+    // model, system entry and first ask, read from the start of the body only.
+    let body = |turn: usize| {
+        let mut messages = vec![json!({"role": "system", "content": "You are a coding agent."})];
+        for t in 1..=turn {
+            messages
+                .push(json!({"role": "user", "content": format!("step {t}: add a --json flag")}));
+            if t < turn {
+                messages.push(json!({"role": "assistant", "content": format!("did step {t}")}));
+            }
+        }
+        let messages = serde_json::to_string(&messages).unwrap();
+        if turn % 2 == 1 {
+            format!(
+                r#"{{"model":"codex-relay","stream":false,"messages":{messages},"user":"u-1"}}"#
+            )
+        } else {
+            format!(
+                r#"{{"user":"u-1","stream":false,"model":"codex-relay","messages":{messages}}}"#
+            )
+        }
+    };
+    let session = context_relay_core::session::fingerprint(body(1).as_bytes()).unwrap();
+    assert_eq!(
+        context_relay_core::session::fingerprint(body(2).as_bytes()),
+        Some(session.clone())
+    );
+    let send = |turn: usize| {
+        let req = Request::post(env.url("/v1/chat/completions"))
+            .header("authorization", "Bearer sdk-key")
+            .body(Full::new(Bytes::from(body(turn))))
+            .unwrap();
+        let client = env.client.clone();
+        async move {
+            let res = client.request(req).await.unwrap();
+            assert_eq!(res.status(), 200);
+            res.into_body().collect().await.unwrap();
+        }
+    };
+    for turn in 1..=3 {
+        send(turn).await;
+    }
+    env.idle().await;
+    // One session: the turns stayed on one account and one handoff was written, under the
+    // first turn's fingerprint.
+    let served: Vec<_> = env.turns().into_iter().map(|t| t.account).collect();
+    assert_eq!(served.len(), 3);
+    assert!(served.iter().all(|a| *a == served[0]), "{served:?}");
+    let stored = env.gateway.store().list(None, None).await.unwrap();
+    assert_eq!(stored.len(), 1, "one session, one handoff");
+    assert_eq!(&*stored[0].session, session);
+    // The switch turn (the other key order) finds it.
+    env.sim.set_used(served[0].as_deref().unwrap(), 100.0);
+    env.sim.clear_requests();
+    send(4).await;
+    let turns = env.turns();
+    assert_eq!(turns.len(), 2);
+    assert!(has_handoff(&turns[1]));
+}
+
+#[tokio::test]
 async fn odd_bodies_on_a_switch_fail_open() {
     let env = setup().await;
     let session = "odd";

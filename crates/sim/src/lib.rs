@@ -66,7 +66,7 @@ pub use bound::Minter;
 pub use control::SimFault;
 use quota::{exhausted, quota_headers};
 use reply::{
-    Reply, chat_events, chat_json, messages_events, messages_json, responses_events,
+    Reply, chat_events_in, chat_json, messages_events, messages_json, responses_events,
     responses_json, sse,
 };
 use server::Server;
@@ -97,6 +97,7 @@ pub struct SimBuilder {
     addr: SocketAddr,
     blob_bytes: usize,
     state_errors_in_band: bool,
+    chat_deltas: usize,
 }
 
 impl std::fmt::Debug for SimBuilder {
@@ -123,6 +124,7 @@ impl Default for SimBuilder {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             blob_bytes: 1536,
             state_errors_in_band: false,
+            chat_deltas: 2,
         }
     }
 }
@@ -170,6 +172,13 @@ impl SimBuilder {
         reply: impl Into<String>,
     ) -> Self {
         self.summary = Some((Arc::new(matcher), reply.into()));
+        self
+    }
+
+    /// Content deltas of a streamed Chat Completions reply (2 by default): with usage asked for,
+    /// a stream is `deltas + 4` events.
+    pub fn chat_deltas(mut self, deltas: usize) -> Self {
+        self.chat_deltas = deltas.max(2);
         self
     }
 
@@ -526,7 +535,7 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
     let mut res = if stream {
         let hold = lock(&state.hold).clone();
         let events = match api {
-            Api::Chat => chat_events(&reply),
+            Api::Chat => chat_events_in(&reply, cfg.chat_deltas),
             Api::Responses => responses_events(&reply),
             Api::Messages => messages_events(&reply),
         };

@@ -46,18 +46,38 @@ pub(super) fn chat_json(r: &Reply) -> Value {
 }
 
 pub(super) fn chat_events(r: &Reply) -> Vec<Bytes> {
+    chat_events_in(r, 2)
+}
+
+/// The Chat Completions stream with the text in `deltas` content deltas (at least two).
+pub(super) fn chat_events_in(r: &Reply, deltas: usize) -> Vec<Bytes> {
     let id = format!("chatcmpl-sim-{}", r.id);
     let chunk = |delta: Value, finish: Value| {
         json!({"id": id, "object": "chat.completion.chunk", "created": unix_now(), "model": r.model,
                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
     };
-    let (a, b) = r.halves();
-    let mut out = vec![
-        chunk(json!({"role": "assistant", "content": ""}), Value::Null),
-        chunk(json!({"content": a}), Value::Null),
-        chunk(json!({"content": b}), Value::Null),
-        chunk(json!({}), json!("stop")),
-    ];
+    let pieces: Vec<String> = if deltas <= 2 {
+        let (a, b) = r.halves();
+        vec![a.to_owned(), b.to_owned()]
+    } else {
+        let chars: Vec<char> = r.text.chars().collect();
+        (0..deltas)
+            .map(|i| {
+                let (from, to) = (i * chars.len() / deltas, (i + 1) * chars.len() / deltas);
+                chars[from..to].iter().collect()
+            })
+            .collect()
+    };
+    let mut out = vec![chunk(
+        json!({"role": "assistant", "content": ""}),
+        Value::Null,
+    )];
+    out.extend(
+        pieces
+            .into_iter()
+            .map(|p| chunk(json!({ "content": p }), Value::Null)),
+    );
+    out.push(chunk(json!({}), json!("stop")));
     if r.include_usage {
         out.push(
             json!({"id": id, "object": "chat.completion.chunk", "created": unix_now(),
@@ -374,5 +394,21 @@ mod tests {
         assert_eq!(&ev.last().unwrap()[..], b"data: [DONE]\n\n");
         let parsed = parse(&ev);
         assert_eq!(parsed.last().unwrap().1["usage"]["total_tokens"], 5);
+    }
+
+    #[test]
+    fn chat_stream_in_more_deltas_keeps_the_text() {
+        let ev = chat_events_in(&reply(), 16);
+        // Role, 16 deltas, the finish reason, usage, [DONE].
+        assert_eq!(ev.len(), 20);
+        let text: String = parse(&ev)
+            .iter()
+            .filter_map(|(_, v)| {
+                v["choices"][0]["delta"]["content"]
+                    .as_str()
+                    .map(str::to_owned)
+            })
+            .collect();
+        assert_eq!(text, "héllo world");
     }
 }

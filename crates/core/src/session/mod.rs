@@ -188,6 +188,34 @@ pub struct SessionMatch {
     pub source: SessionSource,
 }
 
+/// The session id the headers of a request give, cleaned (see [`clean_session_id`]) and
+/// borrowed from them, with the header it came from: the first configured session header with
+/// a value that is not blank. [`session_id`] tries it first; an adapter that only reads headers
+/// on its fast path calls it to avoid an allocation.
+///
+/// ```
+/// use context_relay_core::session::{header_session, SessionSources};
+///
+/// let mut headers = http::HeaderMap::new();
+/// headers.insert("x-session-id", " ".parse().unwrap());
+/// headers.insert("thread-id", " t-1 ".parse().unwrap());
+/// let (id, name) = header_session(&headers, &SessionSources::default()).unwrap();
+/// assert_eq!((id, name.as_str()), ("t-1", "thread-id"));
+/// ```
+pub fn header_session<'h>(
+    headers: &'h HeaderMap,
+    sources: &'h SessionSources,
+) -> Option<(&'h str, &'h HeaderName)> {
+    sources.headers.iter().find_map(|name| {
+        headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| std::str::from_utf8(v.as_bytes()).ok())
+            .find_map(clean_session_id)
+            .map(|id| (id, name))
+    })
+}
+
 /// The session id of a request, from the first source in `sources` that has one.
 ///
 /// `body` is the decoded request body (see [`crate::decode`]), or `None` when it is not
@@ -197,18 +225,11 @@ pub fn session_id(
     body: Option<&[u8]>,
     sources: &SessionSources,
 ) -> Option<SessionMatch> {
-    for name in &sources.headers {
-        let value = headers
-            .get_all(name)
-            .iter()
-            .filter_map(|v| std::str::from_utf8(v.as_bytes()).ok())
-            .find_map(clean);
-        if let Some(id) = value {
-            return Some(SessionMatch {
-                id,
-                source: SessionSource::Header(name.clone()),
-            });
-        }
+    if let Some((id, name)) = header_session(headers, sources) {
+        return Some(SessionMatch {
+            id: id.to_owned(),
+            source: SessionSource::Header(name.clone()),
+        });
     }
     let body = body?;
     if sources.metadata_user_id || sources.prompt_cache_key {

@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use bytes::Bytes;
 use context_relay_core::ending::Ending;
 use context_relay_core::reply::ReplyCapture;
+use smallvec::SmallVec;
 
 use crate::summary::job::Job;
 
@@ -36,7 +37,9 @@ pub struct Capture {
 
 #[derive(Debug, Default)]
 struct CaptureState {
-    frames: Vec<Bytes>,
+    // Inline: most bodies arrive whole (buffered by the gateway) or in a couple of frames, and
+    // this is on every relayed request.
+    frames: SmallVec<[Bytes; 2]>,
     len: usize,
     // Over the limit or failed: nothing usable is kept.
     abandoned: bool,
@@ -68,7 +71,7 @@ impl Capture {
             }
             if s.len + data.len() > limit {
                 s.abandoned = true;
-                s.frames = Vec::new();
+                s.frames = SmallVec::new();
                 return;
             }
             s.len += data.len();
@@ -85,7 +88,7 @@ impl Capture {
     pub fn fail(&self) {
         self.with_state(|s| {
             s.abandoned = true;
-            s.frames = Vec::new();
+            s.frames = SmallVec::new();
         });
     }
 

@@ -2,6 +2,7 @@
 
 use context_relay_core::session::{DEFAULT_SESSION_HEADERS, SessionSources};
 use http::{HeaderMap, HeaderName, HeaderValue};
+use smallvec::SmallVec;
 
 /// Whether a request header is kept for a possible summary of its turn: the credential (tenant
 /// derivation, and stacks that forward the client's key), the body's encoding, the session
@@ -26,15 +27,16 @@ fn kept(name: &HeaderName, sources: &SessionSources) -> bool {
         || sources.header_names().contains(name)
 }
 
-/// Headers kept from a request, in a plain vector: built and dropped on every relayed request,
-/// turned into a `HeaderMap` only for the rare response that leads to a summary.
+/// Headers kept from a request, in a vector with room for a few inline (no allocation for a
+/// typical request): built and dropped on every relayed request, turned into a `HeaderMap` only
+/// for the rare response that leads to a summary.
 #[derive(Debug, Default)]
-pub(crate) struct KeptHeaders(Vec<(HeaderName, HeaderValue)>);
+pub(crate) struct KeptHeaders(SmallVec<[(HeaderName, HeaderValue); 4]>);
 
 impl KeptHeaders {
     /// The kept headers of `headers` (one pass, no full clone).
     pub(crate) fn keep(headers: &HeaderMap, sources: &SessionSources) -> Self {
-        let mut out = Vec::with_capacity(8);
+        let mut out = SmallVec::new();
         for (name, value) in headers {
             if kept(name, sources) {
                 out.push((name.clone(), value.clone()));

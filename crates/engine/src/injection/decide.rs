@@ -68,11 +68,11 @@ impl Relay {
             return Inject::Pass;
         };
         let shared = &self.shared;
-        // The credential hash is memoised: identify takes it as the explicit tenant.
+        // Tenant and header session are memoised (derived in core, interned here).
         let tenant = shared.tenants.tenant(facts.tenant, headers);
-        let explicit = facts.session.map(|s| s.0.clone());
-        let id = session::identify(headers, None, &shared.sources, explicit, Some(tenant));
-        let (tenant, header_session) = (id.tenant, id.session);
+        let header_session = shared
+            .sessions
+            .session(facts.session, headers, &shared.sources);
         let config = shared.configs.for_combo_arc(&combo.0);
 
         if let Some(session) = &header_session {
