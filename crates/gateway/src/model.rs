@@ -7,9 +7,10 @@
 //! client already sent the target's name. Key order, number formatting and unknown fields reach
 //! the provider exactly as the client sent them.
 //!
-//! What is validated is what is read: the bytes up to the end of the `model` value. A body
-//! malformed after it is forwarded, and the provider refuses it; a second `model` member after
-//! the first is not looked for (the first one routes the request).
+//! What is validated is what is read: the bytes up to the end of the `model` value, and that
+//! the body ends with `}` (a cut body is refused here). A body malformed elsewhere after
+//! `model` is forwarded, and the provider refuses it; a second `model` member after the first
+//! is not looked for (the first one routes the request).
 
 use std::ops::Range;
 
@@ -53,6 +54,13 @@ pub(crate) fn find_model(body: &[u8]) -> Result<ModelField, ModelError> {
             e => ModelError::NotJson(format!("invalid JSON ({e})")),
         })?
         .ok_or(ModelError::Missing)?;
+    // A cut body (the common malformed one) is told at no cost: an object ends with `}`.
+    let last = body.iter().rev().find(|b| !b.is_ascii_whitespace());
+    if last != Some(&b'}') {
+        return Err(ModelError::NotJson(
+            "invalid JSON (the object is not closed)".into(),
+        ));
+    }
     let span = field.value;
     let not_string =
         || ModelError::NotString(truncate(&String::from_utf8_lossy(&body[span.clone()])));
@@ -122,7 +130,11 @@ mod tests {
         // Only the start is read: the first `model` routes, what follows is not looked at.
         let f = find_model(b"{\"model\":\"a\",\"model\":\"b\"}").unwrap();
         assert_eq!(f.value, "a");
-        assert_eq!(find_model(b"{\"model\":\"a\", oops").unwrap().value, "a");
+        assert_eq!(find_model(b"{\"model\":\"a\", oops}").unwrap().value, "a");
+        assert!(matches!(
+            find_model(b"{\"model\":\"a\", \"n\": 1"),
+            Err(ModelError::NotJson(_))
+        ));
         assert!(matches!(
             find_model(b"{\"n\":1, oops, \"model\":\"a\"}"),
             Err(ModelError::NotJson(_))
