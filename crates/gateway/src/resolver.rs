@@ -268,7 +268,12 @@ where
                 break;
             };
             let resolved = account.resolved.clone();
-            let attempt = attempt_request(&parts, body.clone(), &pool, idx, resolved.clone());
+            let mut attempt =
+                attempt_request(&parts, body.clone(), &pool, idx, resolved.clone());
+            // A Gemini request names the model in its path.
+            if let Some(uri) = crate::gemini::with_model(&parts.uri, &target.model) {
+                *attempt.uri_mut() = uri;
+            }
             if attempts > 1 {
                 metrics::counter!("context_relay_gateway_retries_total", "provider" => pool.name().to_string())
                     .increment(1);

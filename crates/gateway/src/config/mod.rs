@@ -241,6 +241,9 @@ pub enum AuthScheme {
     /// `x-api-key: <key>` (Anthropic).
     #[serde(rename = "x-api-key")]
     XApiKey,
+    /// `x-goog-api-key: <key>` (Gemini API).
+    #[serde(rename = "x-goog-api-key")]
+    XGoogApiKey,
 }
 
 /// Which quota headers a provider sends with each answer (its usage of the account), read by
