@@ -18,9 +18,9 @@ use std::borrow::Cow;
 use axum::body::Body;
 use context_relay_core::json;
 use http::{HeaderName, HeaderValue, Request, StatusCode, Uri};
+use percent_encoding::{AsciiSet, CONTROLS, percent_decode_str, utf8_percent_encode};
 use tower::ServiceExt;
 use tower::util::BoxCloneSyncService;
-use percent_encoding::{AsciiSet, CONTROLS, percent_decode_str, utf8_percent_encode};
 use url::form_urlencoded;
 
 use crate::app::ProxyService;
@@ -187,7 +187,10 @@ mod tests {
     fn paths() {
         let (span, m) = path_model("/v1/models/gemini-relay:generateContent").unwrap();
         assert_eq!(m, "gemini-relay");
-        assert_eq!(&"/v1/models/gemini-relay:generateContent"[span], "gemini-relay");
+        assert_eq!(
+            &"/v1/models/gemini-relay:generateContent"[span],
+            "gemini-relay"
+        );
         let p = "/v1beta/models/gemini/gemini-2.5-pro:streamGenerateContent";
         assert_eq!(path_model(p).unwrap().1, "gemini/gemini-2.5-pro");
         let p = "/v1beta/models/gemini%2Fgemini-2.5-pro:streamGenerateContent";

@@ -268,8 +268,7 @@ where
                 break;
             };
             let resolved = account.resolved.clone();
-            let mut attempt =
-                attempt_request(&parts, body.clone(), &pool, idx, resolved.clone());
+            let mut attempt = attempt_request(&parts, body.clone(), &pool, idx, resolved.clone());
             // A Gemini request names the model in its path.
             if let Some(uri) = crate::gemini::with_model(&parts.uri, &target.model) {
                 *attempt.uri_mut() = uri;

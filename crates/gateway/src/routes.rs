@@ -36,8 +36,8 @@ use tower_http::trace::TraceLayer;
 
 use crate::app::{Gateway, ProxyService};
 use crate::combo::Routes;
-use crate::gemini;
 use crate::error::{ErrorShape, any_shape_error_body, error_body};
+use crate::gemini;
 use crate::relay::RelayLayers;
 use crate::server::HttpService;
 use crate::telemetry::{RequestMetricsLayer, access_log, access_span};
@@ -150,8 +150,14 @@ impl Gateway {
             .route("/v1/messages", post_service(proxy.clone()))
             .route("/v1/messages/count_tokens", post_service(proxy.clone()))
             .route("/v1/responses/compact", post_service(proxy.clone()))
-            .route("/v1/models/{*rest}", post_service(gemini::service(proxy.clone())))
-            .route("/v1beta/models/{*rest}", post_service(gemini::service(proxy)));
+            .route(
+                "/v1/models/{*rest}",
+                post_service(gemini::service(proxy.clone())),
+            )
+            .route(
+                "/v1beta/models/{*rest}",
+                post_service(gemini::service(proxy)),
+            );
         let router = match &self.config.admin_token {
             Some(token) => router.merge(crate::admin::routes(
                 self.store.clone(),

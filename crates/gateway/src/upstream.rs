@@ -170,7 +170,10 @@ impl Upstream {
 pub(crate) fn upstream_uri(base_url: &str, client: &Uri) -> Result<Uri, http::uri::InvalidUri> {
     let path = client.path();
     // Gemini clients name their API version `v1beta` as well as `v1`.
-    let rest = match path.strip_prefix("/v1beta").or_else(|| path.strip_prefix("/v1")) {
+    let rest = match path
+        .strip_prefix("/v1beta")
+        .or_else(|| path.strip_prefix("/v1"))
+    {
         Some(r) if r.is_empty() || r.starts_with('/') => r,
         _ => path,
     };

@@ -15,8 +15,10 @@
 //!   and a `RetryInfo` whose `retryDelay` is the account's reset.
 //! - Replies carry a minted signature on the answer's text part (and a `thought: true` part
 //!   when `thinkingConfig.include_thoughts` asks for thoughts); streamed ones are
-//!   `data: {…}\r\n\r\n` events, the last one with `finishReason`. The Gemini API sends no quota
-//!   headers, and neither does this.
+//!   `data: {…}\r\n\r\n` events, the last one with `finishReason`.
+//! - The Gemini API sends no quota headers; the simulated one sends those of
+//!   [`SimBuilder::quota_headers`](super::SimBuilder::quota_headers), so that a test can drive a
+//!   relay's threshold before the 429 (`SimQuotaHeaders::None` is the real API).
 
 use axum::body::Body;
 use base64::Engine as _;
@@ -72,12 +74,21 @@ pub(super) fn key(parts: &Parts) -> Option<String> {
     }
     parts.uri.query()?.split('&').find_map(|pair| {
         let v = pair.strip_prefix("key=")?;
-        Some(v.replace("%2B", "+").replace("%2F", "/").replace("%3D", "="))
+        Some(
+            v.replace("%2B", "+")
+                .replace("%2F", "/")
+                .replace("%3D", "="),
+        )
     })
 }
 
 /// `{"error":{"code","message","status"[,"details"]}}`.
-fn rpc_error(code: StatusCode, status: &str, message: &str, details: Option<Value>) -> Response<Body> {
+fn rpc_error(
+    code: StatusCode,
+    status: &str,
+    message: &str,
+    details: Option<Value>,
+) -> Response<Body> {
     let mut error = json!({"code": code.as_u16(), "message": message, "status": status});
     if let Some(d) = details {
         error["details"] = d;
@@ -144,8 +155,9 @@ pub(super) fn serve(
     };
     if let Some(unknown) = request.keys().find(|k| !MEMBERS.contains(&k.as_str())) {
         state.reject(recorded, "unknown_field");
-        let message =
-            format!("Invalid JSON payload received. Unknown name \"{unknown}\": Cannot find field.");
+        let message = format!(
+            "Invalid JSON payload received. Unknown name \"{unknown}\": Cannot find field."
+        );
         return rpc_error(
             StatusCode::BAD_REQUEST,
             "INVALID_ARGUMENT",
@@ -157,7 +169,10 @@ pub(super) fn serve(
         );
     }
     let request = Value::Object(request);
-    if !request["contents"].as_array().is_some_and(|c| !c.is_empty()) {
+    if !request["contents"]
+        .as_array()
+        .is_some_and(|c| !c.is_empty())
+    {
         state.reject(recorded, "contents_missing");
         return rpc_error(
             StatusCode::BAD_REQUEST,
@@ -177,10 +192,15 @@ pub(super) fn serve(
     }
 
     let cfg = &state.config;
-    let turn = {
+    let (used, turn) = {
         let mut accounts = lock(&state.accounts);
         let Some(a) = accounts.iter_mut().find(|a| a.id == account) else {
-            return rpc_error(StatusCode::FORBIDDEN, "PERMISSION_DENIED", "unknown account", None);
+            return rpc_error(
+                StatusCode::FORBIDDEN,
+                "PERMISSION_DENIED",
+                "unknown account",
+                None,
+            );
         };
         if !summary {
             if a.used >= 100.0 {
@@ -191,7 +211,7 @@ pub(super) fn serve(
             a.used = (a.used + cfg.quota_step).min(100.0);
             a.turns += 1;
         }
-        a.turns
+        (a.used, a.turns)
     };
     let id = {
         let mut c = lock(&state.counter);
@@ -204,9 +224,9 @@ pub(super) fn serve(
     };
     let signature = STANDARD.encode(state.minter.signature(&account, &format!("g{id}")));
     let thoughts = ["include_thoughts", "includeThoughts"].iter().any(|k| {
-        ["generationConfig", "generation_config"]
-            .iter()
-            .any(|g| request[g]["thinkingConfig"][k] == true || request[g]["thinking_config"][k] == true)
+        ["generationConfig", "generation_config"].iter().any(|g| {
+            request[g]["thinkingConfig"][k] == true || request[g]["thinking_config"][k] == true
+        })
     });
     let tokens = (body.len() / 4) as u64;
     let usage = |out: u64| {
@@ -221,7 +241,8 @@ pub(super) fn serve(
         json!({"candidates": [candidate], "usageMetadata": usage(out),
             "modelVersion": model, "responseId": format!("resp-{account}-{id}")})
     };
-    let thought = json!({"text": format!("**Answering**\n\nThinking about turn {turn}."), "thought": true});
+    let thought =
+        json!({"text": format!("**Answering**\n\nThinking about turn {turn}."), "thought": true});
     let mut res = if stream {
         let (head, tail) = text.split_at(text.len() / 2);
         let mut first = vec![json!({"text": head})];
@@ -230,7 +251,11 @@ pub(super) fn serve(
         }
         let events = [
             chunk(Value::Array(first), false, 4),
-            chunk(json!([{"text": tail, "thoughtSignature": signature}]), true, 12),
+            chunk(
+                json!([{"text": tail, "thoughtSignature": signature}]),
+                true,
+                12,
+            ),
         ]
         .iter()
         .map(|v| Bytes::from(format!("data: {v}\r\n\r\n")))
@@ -248,6 +273,7 @@ pub(super) fn serve(
         );
         r
     };
+    super::quota::quota_headers(cfg, res.headers_mut(), used, super::unix_now());
     res.headers_mut()
         .insert("x-sim-account", header_value(&account));
     res
@@ -343,7 +369,10 @@ mod tests {
 
     #[test]
     fn routes() {
-        assert_eq!(route("/v1/models/gemini-2.5-flash:generateContent"), Some(false));
+        assert_eq!(
+            route("/v1/models/gemini-2.5-flash:generateContent"),
+            Some(false)
+        );
         assert_eq!(route("/v1beta/models/m:streamGenerateContent"), Some(true));
         assert_eq!(route("/v1/models/m:countTokens"), None);
         assert_eq!(route("/v1/models/:generateContent"), None);
