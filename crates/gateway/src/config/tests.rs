@@ -283,3 +283,20 @@ fn no_accounts_and_empty_targets() {
     let e = err(&MINIMAL.replace("targets = [\"codex/gpt-5.5\"]", "targets = []"));
     assert!(e.contains("targets"), "{e}");
 }
+
+#[test]
+fn gemini_auth_scheme() {
+    let text = MINIMAL.replace(
+        "base_url = \"http://127.0.0.1:9/v1\"",
+        "base_url = \"http://127.0.0.1:9/v1beta\"\nauth = \"x-goog-api-key\"",
+    );
+    assert_eq!(
+        load(&text).unwrap().providers[0].auth,
+        AuthScheme::XGoogApiKey
+    );
+    let e = err(&MINIMAL.replace(
+        "base_url = \"http://127.0.0.1:9/v1\"",
+        "base_url = \"http://127.0.0.1:9/v1\"\nauth = \"query-key\"",
+    ));
+    assert!(e.contains("x-goog-api-key"), "{e}");
+}
