@@ -169,10 +169,7 @@ pub(super) fn serve(
         );
     }
     let request = Value::Object(request);
-    if !request["contents"]
-        .as_array()
-        .is_some_and(|c| !c.is_empty())
-    {
+    if request["contents"].as_array().is_none_or(Vec::is_empty) {
         state.reject(recorded, "contents_missing");
         return rpc_error(
             StatusCode::BAD_REQUEST,
