@@ -122,6 +122,9 @@ async fn compaction_is_proxied_and_its_item_is_scrubbed_on_a_switch() {
     compacted(&mut conv, &reply, "Then update the changelog.");
 
     // The history now holds b's compaction item: the next turn is served by b unrejected.
+    // (The relay's bookkeeping of the switch runs in the background; a client's next turn
+    // comes seconds later.)
+    h.idle().await;
     assert_eq!(conv.turn(&h, 0).await.0, 200);
     let turn = h.turns().pop().unwrap();
     assert_eq!(turn.account.as_deref(), Some(b));
