@@ -18,7 +18,6 @@ use serde_json::{Value, json};
 use support::{HANDOFF_TAG, SUMMARY_NEEDLE, http_client, key_of, spawn, start_sim, summary_reply};
 
 const CLIENT_KEY: &str = "ck-genai-client";
-const SESSION: &str = "0199c0de-9e31-7a11-8b22-3c4d5e6f7a8b";
 
 /// A capture of `tests/fixtures/gemini/`.
 fn capture(name: &str) -> Value {
@@ -29,7 +28,8 @@ fn capture(name: &str) -> Value {
 }
 
 /// The first request of the capture with a coding agent's system instruction (about 27 KB, as
-/// coding clients send) and the session header.
+/// coding clients send). `google-genai` sends no session header: the session is the
+/// fingerprint of the conversation's start.
 fn first_body() -> Value {
     let mut body = capture("01-generate_content.json")["body"].clone();
     let mut system = String::from("You are a concise weather assistant. Answer in one sentence. ");
@@ -57,7 +57,6 @@ fn headers() -> Vec<(String, String)> {
         })
         .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
         .collect();
-    out.push(("x-session-id".into(), SESSION.into()));
     out
 }
 
@@ -193,11 +192,17 @@ async fn json_and_sse_round_trips_switch_accounts_with_the_handoff() {
         s.url
     );
 
-    // Turns 1-3 on the first account (30, 60, 90 %): JSON, SSE with `?key=`, JSON.
+    let beta_key_url = format!(
+        "{}/v1beta/models/gemini-relay:generateContent?key={CLIENT_KEY}",
+        s.url
+    );
+    // Turns 1-3 on the first account (30, 60, 90 %): JSON, JSON on v1beta with `?key=`, then
+    // SSE with `?key=`: the handoff is generated when that stream ends (its last chunk carries
+    // `finishReason`).
     for (turn, url, h) in [
         (1, &json_url, &with_header),
-        (2, &sse_url, &headers()),
-        (3, &json_url, &with_header),
+        (2, &beta_key_url, &headers()),
+        (3, &sse_url, &headers()),
     ] {
         let (status, reply) = post(url, h, &body).await;
         assert_eq!(
@@ -211,7 +216,7 @@ async fn json_and_sse_round_trips_switch_accounts_with_the_handoff() {
         next_turn(&mut body, &reply, &format!("And on day {turn}?"));
     }
     s.gw.0.background().idle().await;
-    let stored = s.gw.0.store().list(None, Some(SESSION)).await.unwrap();
+    let stored = s.gw.0.store().list(None, None).await.unwrap();
     assert_eq!(stored.len(), 1, "a handoff was written at 90 %");
 
     // The first account is used up: its 429 RESOURCE_EXHAUSTED moves the turn to the second,
