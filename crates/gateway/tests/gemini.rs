@@ -81,10 +81,24 @@ quota = "codex"
   [[providers.accounts]]
   id = "acct-g2"
   api_key = "{k2}"
+[[providers]]
+name = "down"
+base_url = "http://127.0.0.1:{closed}/v1beta"
+auth = "x-goog-api-key"
+  [[providers.accounts]]
+  id = "acct-down"
+  api_key = "key-down"
 [[combos]]
 name = "gemini-relay"
 targets = ["gemini/gemini-2.5-flash"]
+[[combos]]
+name = "fallback"
+targets = ["down/gemini-3-pro", "gemini/gemini-2.5-pro"]
 "#,
+        closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port(),
         k1 = key_of("acct-g1"),
         k2 = key_of("acct-g2"),
     );
@@ -335,6 +349,16 @@ async fn client_auth_errors_and_unknown_paths_speak_gemini() {
     // `provider/model` in the path reaches that model.
     let (status, reply) = post(
         &format!("{}/v1/models/gemini/gemini-2.5-pro:generateContent", s.url),
+        &h,
+        &body,
+    )
+    .await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&reply));
+    let last = s.sim.requests().pop().unwrap();
+    assert_eq!(last.uri.path(), "/v1/models/gemini-2.5-pro:generateContent");
+    // A combo's later target gets its own model in the path.
+    let (status, reply) = post(
+        &format!("{}/v1beta/models/fallback:generateContent", s.url),
         &h,
         &body,
     )
