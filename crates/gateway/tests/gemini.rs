@@ -45,7 +45,7 @@ fn first_body() -> Value {
 /// The headers `google-genai` sends (its key masked in the capture, the client's key here).
 fn headers() -> Vec<(String, String)> {
     let c = capture("01-generate_content.json");
-    let mut out: Vec<(String, String)> = c["headers"]
+    c["headers"]
         .as_object()
         .unwrap()
         .iter()
@@ -56,8 +56,7 @@ fn headers() -> Vec<(String, String)> {
             )
         })
         .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
-        .collect();
-    out
+        .collect()
 }
 
 fn config(base_url: &str) -> Config {
