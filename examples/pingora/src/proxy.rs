@@ -1,0 +1,431 @@
+//! The `ProxyHttp`: routing over the [`Pool`], the relay at each phase of a request.
+//!
+//! | pingora phase | what happens |
+//! |---|---|
+//! | `request_filter` | identity (tenant, session), account by affinity, the relay's header-time decisions |
+//! | `upstream_request_filter` | the account's credential; framing for a held body |
+//! | `request_body_filter` | the summary's copy of the request; hold, decide, emit the rewritten body |
+//! | `response_filter` | quota: a 429 or a used-up account leaves rotation; settle or watch the relay's ticket; the summary gates |
+//! | `response_body_filter` | the reply into the end watch and the summary's capture |
+//! | `logging` | whatever is still open ends (completed, failed or cut) |
+//!
+//! A 429 is passed to the client: pingora has sent the body upstream by the time the status
+//! is known and keeps at most 64 KiB of it for retries on connection errors only, so the
+//! proxy cannot send a coding client's request again by itself. The client's own retry is
+//! routed to the other account, and that request is where the handoff goes in.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use context_relay_core::decode;
+use context_relay_core::portable::TURN_STATE_HEADER;
+use context_relay_core::quota::{self, QuotaKind};
+use context_relay_core::session;
+use context_relay_engine::{
+    BodyDecision, Capture, ComboName, EndWatch, GenerationTicket, Inject, QuotaSignal,
+    RELAY_HEADER, Relay, ReplyWatch, RequestFacts, ResolvedAccount, SessionId, Tenant, Ticket,
+};
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::prelude::{HttpPeer, Result, Session};
+use pingora::proxy::{FailToProxy, ProxyHttp};
+use pingora::{Error, ErrorSource, ErrorType};
+
+use crate::held::{Held, Hold};
+use crate::pool::{DEFAULT_RESET, Pool, ROTATE_AT, Route};
+
+/// Request body codings the relay can read (and so may hold and send decoded).
+const READABLE_CODINGS: [&str; 5] = ["zstd", "gzip", "x-gzip", "deflate", "br"];
+
+/// The reverse proxy: one upstream, one provider, the accounts of a [`Pool`], a [`Relay`].
+pub struct RelayProxy {
+    upstream: SocketAddr,
+    provider: Arc<str>,
+    combo: ComboName,
+    pool: Arc<Pool>,
+    relay: Relay,
+}
+
+impl std::fmt::Debug for RelayProxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RelayProxy")
+            .field("upstream", &self.upstream)
+            .field("provider", &self.provider)
+            .field("combo", &self.combo)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RelayProxy {
+    /// Proxies to `upstream` (plain HTTP) for `provider`, the accounts of `pool`; every
+    /// request belongs to one combo named after the provider. `relay` should send its
+    /// summaries through the same pool ([`PoolSummarizer`](crate::PoolSummarizer)).
+    pub fn new(upstream: SocketAddr, provider: &str, pool: Arc<Pool>, relay: Relay) -> Self {
+        Self {
+            upstream,
+            provider: Arc::from(provider),
+            combo: ComboName::new(provider),
+            pool,
+            relay,
+        }
+    }
+
+    /// The relay.
+    pub fn relay(&self) -> &Relay {
+        &self.relay
+    }
+}
+
+/// The state of one request across pingora's phases.
+#[derive(Default)]
+pub struct Exchange {
+    route: Option<Route>,
+    served_by: Option<ResolvedAccount>,
+    moved: bool,
+    body: BodyState,
+    capture: Option<Arc<Capture>>,
+    generation: Option<GenerationTicket>,
+    ticket: Option<Ticket>,
+    end: Option<EndWatch>,
+    reply: Option<ReplyWatch>,
+}
+
+/// What happens to the request body.
+#[derive(Default)]
+enum BodyState {
+    /// Streams through untouched.
+    #[default]
+    Untouched,
+    /// Held until whole, then decided on.
+    Held {
+        held: Held,
+        decision: BodyDecision,
+        /// The client's headers, which the decision reads (`content-encoding`).
+        headers: Box<HeaderMap>,
+    },
+    /// Decided and sent: a second pass (pingora retrying on a connection error) sends it again.
+    Sent(Bytes),
+}
+
+impl std::fmt::Debug for Exchange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Exchange")
+            .field("route", &self.route)
+            .field("moved", &self.moved)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RelayProxy {
+    /// Identity, routing and the relay's header-time decisions.
+    async fn begin(&self, session: &Session, ctx: &mut Exchange) {
+        let req = session.req_header();
+        let headers = &req.headers;
+        let tenant = Tenant::new(session::tenant(headers));
+        let session_id = session::session_id(headers, None, self.relay.session_sources())
+            .map(|m| SessionId::new(m.id));
+        let now = Instant::now();
+        let route = self
+            .pool
+            .route(&tenant.0, session_id.as_ref().map(|s| &*s.0), now);
+        ctx.moved = route.moved();
+        let account = ResolvedAccount::new(self.provider.clone(), route.id());
+        let facts = RequestFacts {
+            combo: Some(&self.combo),
+            account: Some(&account),
+            session: session_id.as_ref(),
+            tenant: Some(&tenant),
+            skip: false,
+        };
+        ctx.generation = self.relay.generation(&req.uri, headers, facts);
+        ctx.capture = ctx.generation.as_ref().map(|g| g.capture().clone());
+        let length = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        match self.relay.inject(&req.uri, headers, facts, length) {
+            Inject::Pass => {}
+            // pingora cannot send a request again once the response is known: no repair.
+            Inject::Forward { ticket, repair: _ } => ctx.ticket = Some(ticket),
+            Inject::ReadBody(decision) => {
+                if readable(headers) {
+                    ctx.body = BodyState::Held {
+                        held: Held::new(decision.limit()),
+                        decision,
+                        headers: Box::new(headers.clone()),
+                    };
+                } else {
+                    ctx.ticket = Some(decision.too_large().await);
+                }
+            }
+        }
+        ctx.served_by = Some(account);
+        ctx.route = Some(route);
+    }
+
+    /// The account leaves rotation when the response says it is used up.
+    fn read_quota(
+        &self,
+        route: &Route,
+        status: StatusCode,
+        headers: &HeaderMap,
+    ) -> Option<QuotaSignal> {
+        let now = SystemTime::now();
+        let signal = quota::from_response(QuotaKind::Auto, status, headers, None, now);
+        if let Some(s) = signal.filter(|s| s.percent_used >= ROTATE_AT) {
+            let reset = s
+                .resets_at
+                .and_then(|t| t.duration_since(now).ok())
+                .unwrap_or(DEFAULT_RESET);
+            tracing::info!(
+                account = route.id(),
+                used = s.percent_used,
+                "account leaves rotation"
+            );
+            self.pool.exhaust(route.index(), Instant::now() + reset);
+        }
+        signal
+    }
+}
+
+/// Whether a request body is in a coding the relay can read (or in none).
+fn readable(headers: &HeaderMap) -> bool {
+    headers.get_all(header::CONTENT_ENCODING).iter().all(|v| {
+        v.to_str().is_ok_and(|v| {
+            v.split(',')
+                .map(str::trim)
+                .all(|c| c.is_empty() || READABLE_CODINGS.iter().any(|k| k.eq_ignore_ascii_case(c)))
+        })
+    })
+}
+
+/// The decided body as it goes out: decoded, since the held request went out without its
+/// `content-encoding` (the headers left before the body was known).
+fn outgoing(decided_headers: &HeaderMap, body: Bytes, limit: usize) -> Bytes {
+    let Some(coding) = decided_headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return body;
+    };
+    match decode::decode(coding, &body, limit) {
+        Ok(decoded) => Bytes::from(decoded),
+        Err(e) => {
+            // The provider would refuse this body with or without the header.
+            tracing::warn!(error = %e, "request body could not be decoded; sent as received");
+            body
+        }
+    }
+}
+
+#[async_trait]
+impl ProxyHttp for RelayProxy {
+    type CTX = Exchange;
+
+    fn new_ctx(&self) -> Exchange {
+        Exchange::default()
+    }
+
+    async fn request_filter(&self, session: &mut Session, ctx: &mut Exchange) -> Result<bool> {
+        self.begin(session, ctx).await;
+        Ok(false)
+    }
+
+    async fn upstream_peer(
+        &self,
+        _session: &mut Session,
+        _ctx: &mut Exchange,
+    ) -> Result<Box<HttpPeer>> {
+        Ok(Box::new(HttpPeer::new(self.upstream, false, String::new())))
+    }
+
+    async fn upstream_request_filter(
+        &self,
+        _session: &mut Session,
+        upstream: &mut RequestHeader,
+        ctx: &mut Exchange,
+    ) -> Result<()> {
+        // The client's credential never reaches the provider: the account's replaces it.
+        upstream.remove_header("x-api-key");
+        if let Some(route) = &ctx.route {
+            upstream.insert_header(
+                header::AUTHORIZATION,
+                route.account().authorization().clone(),
+            )?;
+        }
+        // Turn state pins a turn to the account that minted it.
+        if ctx.moved {
+            upstream.remove_header(TURN_STATE_HEADER);
+        }
+        if matches!(ctx.body, BodyState::Held { .. } | BodyState::Sent(_)) {
+            // These headers leave before the body is decided: its length is unknown, and it
+            // goes out decoded.
+            upstream.remove_header(&header::CONTENT_LENGTH);
+            upstream.remove_header(&header::CONTENT_ENCODING);
+            upstream.insert_header(
+                header::TRANSFER_ENCODING,
+                HeaderValue::from_static("chunked"),
+            )?;
+        }
+        Ok(())
+    }
+
+    async fn request_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        end_of_stream: bool,
+        ctx: &mut Exchange,
+    ) -> Result<()> {
+        if let Some(capture) = &ctx.capture {
+            if let Some(chunk) = body.as_ref() {
+                capture.push(chunk);
+            }
+            if end_of_stream {
+                capture.finish();
+                ctx.capture = None;
+            }
+        }
+        match std::mem::take(&mut ctx.body) {
+            BodyState::Untouched => {}
+            BodyState::Sent(sent) => {
+                *body = end_of_stream.then(|| sent.clone()).or(Some(Bytes::new()));
+                ctx.body = BodyState::Sent(sent);
+            }
+            BodyState::Held {
+                mut held,
+                decision,
+                mut headers,
+            } => match held.push(body.take(), end_of_stream) {
+                Hold::Holding => {
+                    // An empty chunk is not written upstream.
+                    *body = Some(Bytes::new());
+                    ctx.body = BodyState::Held {
+                        held,
+                        decision,
+                        headers,
+                    };
+                }
+                Hold::TooLarge(released) => {
+                    let out = outgoing(&headers, released, usize::MAX);
+                    *body = Some(out);
+                    ctx.ticket = Some(decision.too_large().await);
+                }
+                Hold::Whole(raw) => {
+                    let limit = decision.limit();
+                    let decided = decision.decide(&mut headers, raw).await;
+                    let out = outgoing(&headers, decided.body, limit);
+                    ctx.ticket = decided.ticket;
+                    *body = (!out.is_empty()).then(|| out.clone());
+                    ctx.body = BodyState::Sent(out);
+                }
+            },
+        }
+        Ok(())
+    }
+
+    async fn response_filter(
+        &self,
+        _session: &mut Session,
+        response: &mut ResponseHeader,
+        ctx: &mut Exchange,
+    ) -> Result<()> {
+        let status = response.status;
+        let signal = ctx
+            .route
+            .as_ref()
+            .and_then(|route| self.read_quota(route, status, &response.headers));
+        if let Some(mut ticket) = ctx.ticket.take() {
+            if let Some(value) = ticket.action().header_value() {
+                response.insert_header(RELAY_HEADER, value)?;
+            }
+            if !status.is_success() {
+                // Before the client sees the error: its retry may claim the handoff at once.
+                ticket.release_now().await;
+            } else if ticket.waits_for_end() {
+                ctx.end = Some(EndWatch::new(ticket));
+            }
+        }
+        if let Some(generation) = ctx.generation.take() {
+            ctx.reply =
+                generation.response(status, &response.headers, ctx.served_by.as_ref(), signal);
+        }
+        Ok(())
+    }
+
+    fn response_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        end_of_stream: bool,
+        ctx: &mut Exchange,
+    ) -> Result<Option<std::time::Duration>> {
+        if let Some(chunk) = body.as_ref() {
+            if let Some(end) = &mut ctx.end {
+                end.push(chunk);
+            }
+            if let Some(reply) = &mut ctx.reply {
+                reply.push(chunk);
+            }
+        }
+        if end_of_stream {
+            if let Some(end) = ctx.end.take() {
+                end.finish(false);
+            }
+            if let Some(mut reply) = ctx.reply.take() {
+                reply.ended();
+            }
+        }
+        Ok(None)
+    }
+
+    async fn fail_to_proxy(
+        &self,
+        session: &mut Session,
+        e: &Error,
+        ctx: &mut Exchange,
+    ) -> FailToProxy {
+        if let Some(mut ticket) = ctx.ticket.take() {
+            ticket.release_now().await;
+        }
+        let code = match (e.etype(), e.esource()) {
+            (ErrorType::HTTPStatus(code), _) => *code,
+            (_, ErrorSource::Upstream) => 502,
+            (
+                ErrorType::WriteError | ErrorType::ReadError | ErrorType::ConnectionClosed,
+                ErrorSource::Downstream,
+            ) => 0,
+            (_, ErrorSource::Downstream) => 400,
+            _ => 500,
+        };
+        if code > 0
+            && let Err(e) = session.respond_error(code).await
+        {
+            tracing::warn!(error = %e, "the error response could not be sent");
+        }
+        FailToProxy {
+            error_code: code,
+            can_reuse_downstream: false,
+        }
+    }
+
+    async fn logging(&self, _session: &mut Session, e: Option<&Error>, ctx: &mut Exchange) {
+        let errored = e.is_some();
+        if let Some(end) = ctx.end.take() {
+            end.finish(errored);
+        }
+        if let Some(mut reply) = ctx.reply.take() {
+            if errored {
+                reply.failed();
+            } else {
+                reply.ended();
+            }
+        }
+        // A ticket still held here saw no response: dropping it releases its claim.
+        ctx.ticket = None;
+    }
+}

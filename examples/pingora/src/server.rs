@@ -1,0 +1,140 @@
+//! Running the proxy: as a process ([`serve`], stopped by signals) or on a thread of the
+//! current process ([`spawn`], stopped by [`RunningProxy::stop`]), which tests and embedders
+//! use.
+//!
+//! pingora's `Server` owns its runtimes and threads, and its `run` returns once its shutdown
+//! signal fires. [`spawn`] runs it on a thread of its own with a shutdown signal that is a
+//! channel instead of `SIGINT`/`SIGTERM`, so stopping one proxy never touches the process.
+
+use std::io;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Mutex;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use pingora::proxy::http_proxy_service;
+use pingora::server::configuration::ServerConf;
+use pingora::server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch};
+use tokio::sync::oneshot;
+
+use crate::proxy::RelayProxy;
+
+/// How long [`spawn`] waits for the listener to accept connections.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn server(proxy: RelayProxy, addr: SocketAddr, threads: usize) -> Server {
+    let conf = ServerConf {
+        threads,
+        ..ServerConf::default()
+    };
+    let mut server = Server::new_with_opt_and_conf(None, conf);
+    server.bootstrap();
+    let mut service = http_proxy_service(&server.configuration, proxy);
+    service.add_tcp(&addr.to_string());
+    server.add_service(service);
+    server
+}
+
+/// Serves `proxy` on `addr` with `threads` worker threads until the process receives
+/// `SIGINT` (fast) or `SIGTERM` (graceful).
+pub fn serve(proxy: RelayProxy, addr: SocketAddr, threads: usize) {
+    server(proxy, addr, threads).run(RunArgs::default());
+}
+
+/// A proxy running on a thread of this process.
+#[derive(Debug)]
+pub struct RunningProxy {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl RunningProxy {
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://{addr}`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops it (requests in flight are cut) and waits for its threads to end.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for RunningProxy {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// A shutdown signal that fires when its sender is used or dropped.
+struct Stop(Mutex<Option<oneshot::Receiver<()>>>);
+
+#[async_trait]
+impl ShutdownSignalWatch for Stop {
+    async fn recv(&self) -> ShutdownSignal {
+        let rx = self.0.lock().ok().and_then(|mut rx| rx.take());
+        if let Some(rx) = rx {
+            let _ = rx.await;
+        }
+        ShutdownSignal::FastShutdown
+    }
+}
+
+/// Starts `proxy` on `addr` (port 0 picks a free port) on a thread of its own, and returns
+/// once it accepts connections.
+pub fn spawn(proxy: RelayProxy, addr: SocketAddr, threads: usize) -> io::Result<RunningProxy> {
+    let addr = if addr.port() == 0 {
+        // pingora binds the address itself: find a free port and let it go just before.
+        TcpListener::bind(addr)?.local_addr()?
+    } else {
+        addr
+    };
+    let (stop, stopped) = oneshot::channel();
+    let (started, start) = mpsc::channel();
+    let thread = std::thread::Builder::new()
+        .name("pingora-relay".into())
+        .spawn(move || {
+            let server = server(proxy, addr, threads);
+            let _ = started.send(());
+            server.run(RunArgs {
+                shutdown_signal: Box::new(Stop(Mutex::new(Some(stopped)))),
+            });
+        })?;
+    let mut running = RunningProxy {
+        addr,
+        stop: Some(stop),
+        thread: Some(thread),
+    };
+    start
+        .recv()
+        .map_err(|_| io::Error::other("the proxy thread ended before it started"))?;
+    let deadline = Instant::now() + READY_TIMEOUT;
+    while TcpStream::connect(addr).is_err() {
+        if Instant::now() > deadline || running.thread.as_ref().is_some_and(|t| t.is_finished()) {
+            running.shutdown();
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the proxy does not accept connections on {addr}"),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(running)
+}

@@ -1,0 +1,220 @@
+//! The pingora proxy end to end on loopback: a real-sized Codex session through the proxy to
+//! the strict simulated provider (account-bound state minted per account, another account's
+//! state refused with the real error), with a real HTTP client.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use context_relay_engine::Relay;
+use context_relay_gateway::sim::{RecordedRequest, SimProvider};
+use context_relay_pingora_example::{
+    Account, Pool, PoolSummarizer, RelayProxy, RunningProxy, spawn,
+};
+use context_relay_store::{HandoffStore, MemoryStore};
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value;
+
+#[path = "../../../crates/gateway/tests/support/mod.rs"]
+mod support;
+
+use support::{
+    HANDOFF_TAG, SUMMARY_NEEDLE, codex_first_turn, codex_next_turn, completed, contains,
+    summary_reply,
+};
+
+const SESSION: &str = "019a7c1e-55aa-7b3c-9d10-5e55e55e55e5";
+
+struct Setup {
+    sim: SimProvider,
+    store: Arc<dyn HandoffStore>,
+    proxy: RunningProxy,
+    client: Client<HttpConnector, Full<Bytes>>,
+}
+
+impl Setup {
+    /// Two accounts of a provider that uses 45 % of an account per turn.
+    async fn start() -> Self {
+        let sim = SimProvider::builder()
+            .account("acct-a", "key-a")
+            .account("acct-b", "key-b")
+            .quota_step(45.0)
+            .summary_reply(SUMMARY_NEEDLE, summary_reply())
+            .start()
+            .await
+            .expect("simulated provider");
+        let store: Arc<dyn HandoffStore> = Arc::new(MemoryStore::new());
+        let pool = Arc::new(Pool::new(vec![
+            Account::new("acct-a", "key-a"),
+            Account::new("acct-b", "key-b"),
+        ]));
+        let relay = Relay::builder(store.clone())
+            .summarizer(PoolSummarizer::new(sim.addr(), pool.clone()))
+            .build();
+        let proxy = RelayProxy::new(sim.addr(), "codex", pool, relay);
+        let proxy = spawn(proxy, "127.0.0.1:0".parse().unwrap(), 2).expect("proxy");
+        let client = Client::builder(TokioExecutor::new()).build_http();
+        Self {
+            sim,
+            store,
+            proxy,
+            client,
+        }
+    }
+
+    /// Posts `body` to `/v1/responses` with `headers`: the status, the `x-context-relay`
+    /// header and the whole reply.
+    async fn send(
+        &self,
+        headers: &[(String, String)],
+        body: &Value,
+    ) -> (StatusCode, Option<String>, Bytes) {
+        let mut req = Request::post(format!("{}/v1/responses", self.proxy.url()));
+        for (k, v) in headers {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        let bytes = Bytes::from(serde_json::to_vec(body).unwrap());
+        let res = self
+            .client
+            .request(req.body(Full::new(bytes)).unwrap())
+            .await
+            .expect("the proxy answers");
+        let status = res.status();
+        let acted = res
+            .headers()
+            .get("x-context-relay")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let reply = res.into_body().collect().await.expect("reply").to_bytes();
+        (status, acted, reply)
+    }
+
+    /// The handoffs stored for the session, once `want` of them are (or after 10 s).
+    async fn handoffs(&self, want: usize) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let n = self
+                .store
+                .list(None, Some(SESSION))
+                .await
+                .expect("store")
+                .len();
+            if n == want || Instant::now() > deadline {
+                return n;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Client turns the provider received (summary calls left out).
+    fn turns(&self) -> Vec<RecordedRequest> {
+        self.sim
+            .requests()
+            .into_iter()
+            .filter(|r| !r.summary)
+            .collect()
+    }
+
+    /// The accounts that minted the state a request carried.
+    fn owners(&self, r: &RecordedRequest) -> Vec<Option<String>> {
+        self.sim
+            .state_owners(r)
+            .into_iter()
+            .map(|(_, owner)| owner)
+            .collect()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_codex_session_crosses_to_the_other_account_with_its_handoff() {
+    let setup = Setup::start().await;
+    let (headers, mut body) = codex_first_turn("gpt-5.5", SESSION);
+
+    // Turns 1 and 2 on acct-a: 45 %, then 90 %, over the 85 % threshold.
+    for turn in 1..=2 {
+        let (status, _, reply) = setup.send(&headers, &body).await;
+        assert_eq!(status, StatusCode::OK, "turn {turn}");
+        assert!(completed(&reply), "turn {turn} streamed to its end");
+        codex_next_turn(&mut body, &reply, &format!("Turn {}: next step.", turn + 1));
+    }
+    assert_eq!(setup.handoffs(1).await, 1, "a handoff is written at 90 %");
+    let handoff = setup.store.list(None, Some(SESSION)).await.unwrap();
+    assert_eq!(&*handoff[0].from_account, "acct-a");
+    let summaries = setup.sim.requests().iter().filter(|r| r.summary).count();
+    assert_eq!(summaries, 1, "one summary call");
+    assert!(
+        setup
+            .turns()
+            .iter()
+            .all(|r| r.account.as_deref() == Some("acct-a")),
+        "the session stays on its account"
+    );
+
+    // acct-a is used up elsewhere: the next turn gets its 429, passed to the client.
+    setup.sim.set_used("acct-a", 100.0);
+    setup.sim.clear_requests();
+    let (status, acted, _) = setup.send(&headers, &body).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(acted, None);
+    assert_eq!(
+        setup.handoffs(1).await,
+        1,
+        "the handoff waits for the retry"
+    );
+
+    // The client's retry of the same turn lands on acct-b, with the handoff and without
+    // acct-a's state.
+    let (status, acted, reply) = setup.send(&headers, &body).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&reply)
+    );
+    assert!(completed(&reply));
+    assert!(
+        acted.as_deref().is_some_and(|a| a.contains("injected")),
+        "{acted:?}"
+    );
+    let turns = setup.turns();
+    assert_eq!(turns.len(), 2);
+    let (refused, retry) = (&turns[0], &turns[1]);
+    assert_eq!(refused.account.as_deref(), Some("acct-a"));
+    assert!(
+        setup.owners(refused).contains(&Some("acct-a".into())),
+        "the turn carried acct-a's state"
+    );
+    assert_eq!(retry.account.as_deref(), Some("acct-b"));
+    assert_eq!(retry.rejected, None);
+    assert!(
+        contains(&retry.body, HANDOFF_TAG),
+        "the handoff is injected"
+    );
+    assert!(
+        contains(&retry.body, "Adding a --json flag"),
+        "with the summary's words"
+    );
+    assert!(
+        setup
+            .owners(retry)
+            .iter()
+            .all(|o| o.as_deref() != Some("acct-a")),
+        "no state of acct-a reaches acct-b"
+    );
+    assert!(
+        retry.headers.get("content-length").is_none(),
+        "the rewritten body went out chunked"
+    );
+    assert_eq!(
+        setup.handoffs(0).await,
+        0,
+        "the delivered handoff is consumed"
+    );
+
+    setup.proxy.stop();
+    setup.sim.shutdown().await;
+}
