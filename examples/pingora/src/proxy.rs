@@ -25,8 +25,9 @@ use context_relay_core::portable::TURN_STATE_HEADER;
 use context_relay_core::quota::{self, QuotaKind};
 use context_relay_core::session;
 use context_relay_engine::{
-    BodyDecision, Capture, ComboName, EndWatch, GenerationTicket, Inject, QuotaSignal,
-    RELAY_HEADER, Relay, ReplyWatch, RequestFacts, ResolvedAccount, SessionId, Tenant, Ticket,
+    BodyDecision, Capture, ComboName, EndWatch, GenerationTicket, Inject, Look, QuotaSignal,
+    RELAY_HEADER, Relay, Repair, ReplyWatch, RequestFacts, ResolvedAccount, SessionId, Tenant,
+    Ticket,
 };
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use pingora::http::{RequestHeader, ResponseHeader};
@@ -91,6 +92,10 @@ pub struct Exchange {
     ticket: Option<Ticket>,
     end: Option<EndWatch>,
     reply: Option<ReplyWatch>,
+    /// What the request's account-bound state is, should the provider reject it.
+    repair: Option<Box<Repair>>,
+    /// A 400 read to tell whether it blames that state.
+    rejection: Option<Look>,
 }
 
 /// What happens to the request body.
@@ -149,8 +154,10 @@ impl RelayProxy {
             .unwrap_or(0);
         match self.relay.inject(&req.uri, headers, facts, length) {
             Inject::Pass => {}
-            // pingora cannot send a request again once the response is known: no repair.
-            Inject::Forward { ticket, repair: _ } => ctx.ticket = Some(ticket),
+            Inject::Forward { ticket, repair } => {
+                ctx.ticket = Some(ticket);
+                ctx.repair = repair;
+            }
             Inject::ReadBody(decision) => {
                 if readable(headers) {
                     ctx.body = BodyState::Held {
@@ -320,6 +327,7 @@ impl ProxyHttp for RelayProxy {
                     let decided = decision.decide(&mut headers, raw).await;
                     let out = outgoing(&headers, decided.body, limit);
                     ctx.ticket = decided.ticket;
+                    ctx.repair = decided.repair;
                     *body = (!out.is_empty()).then(|| out.clone());
                     ctx.body = BodyState::Sent(out);
                 }
@@ -350,6 +358,12 @@ impl ProxyHttp for RelayProxy {
                 ctx.end = Some(EndWatch::new(ticket));
             }
         }
+        if let Some(repair) = ctx.repair.take()
+            && status == StatusCode::BAD_REQUEST
+            && repair.may_repair()
+        {
+            ctx.rejection = Some(Look::new(&repair, status, &response.headers));
+        }
         if let Some(generation) = ctx.generation.take() {
             ctx.reply =
                 generation.response(status, &response.headers, ctx.served_by.as_ref(), signal);
@@ -371,8 +385,20 @@ impl ProxyHttp for RelayProxy {
             if let Some(reply) = &mut ctx.reply {
                 reply.push(chunk);
             }
+            if let Some(look) = ctx.rejection.as_mut().filter(|l| !l.full()) {
+                look.push(chunk);
+            }
         }
         if end_of_stream {
+            if let Some(look) = ctx.rejection.take()
+                && let (_, Some(kind)) = look.finish(true)
+            {
+                // pingora sent the body as it came: it cannot be sent again without the state.
+                tracing::warn!(
+                    %kind,
+                    "provider rejected account-bound state; the error goes to the client"
+                );
+            }
             if let Some(end) = ctx.end.take() {
                 end.finish(false);
             }

@@ -2,6 +2,7 @@
 //! the strict simulated provider (account-bound state minted per account, another account's
 //! state refused with the real error), with a real HTTP client.
 
+use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,6 +13,8 @@ use context_relay_pingora_example::{
     Account, Pool, PoolSummarizer, RelayProxy, RunningProxy, spawn,
 };
 use context_relay_store::{HandoffStore, MemoryStore};
+use flate2::Compression;
+use flate2::write::GzEncoder;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
@@ -66,18 +69,26 @@ impl Setup {
         }
     }
 
-    /// Posts `body` to `/v1/responses` with `headers`: the status, the `x-context-relay`
-    /// header and the whole reply.
+    /// Posts `body` to `/v1/responses` with `headers` (gzip-compressed when `gzip`): the
+    /// status, the `x-context-relay` header and the whole reply.
     async fn send(
         &self,
         headers: &[(String, String)],
         body: &Value,
+        gzip: bool,
     ) -> (StatusCode, Option<String>, Bytes) {
         let mut req = Request::post(format!("{}/v1/responses", self.proxy.url()));
         for (k, v) in headers {
             req = req.header(k.as_str(), v.as_str());
         }
-        let bytes = Bytes::from(serde_json::to_vec(body).unwrap());
+        let mut bytes = serde_json::to_vec(body).unwrap();
+        if gzip {
+            let mut e = GzEncoder::new(Vec::new(), Compression::fast());
+            e.write_all(&bytes).unwrap();
+            bytes = e.finish().unwrap();
+            req = req.header("content-encoding", "gzip");
+        }
+        let bytes = Bytes::from(bytes);
         let res = self
             .client
             .request(req.body(Full::new(bytes)).unwrap())
@@ -131,13 +142,30 @@ impl Setup {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_codex_session_crosses_to_the_other_account_with_its_handoff() {
+    crossing(false).await;
+}
+
+/// The held body of a compressed request is decided on decoded and goes out decoded: its
+/// `content-encoding` left with the head, before the body was known. (Only the turns the relay
+/// rewrites are compressed: the simulated provider reads plain JSON only.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compressed_session_crosses_too() {
+    crossing(true).await;
+}
+
+async fn crossing(gzip: bool) {
     let setup = Setup::start().await;
     let (headers, mut body) = codex_first_turn("gpt-5.5", SESSION);
 
     // Turns 1 and 2 on acct-a: 45 %, then 90 %, over the 85 % threshold.
     for turn in 1..=2 {
-        let (status, _, reply) = setup.send(&headers, &body).await;
-        assert_eq!(status, StatusCode::OK, "turn {turn}");
+        let (status, _, reply) = setup.send(&headers, &body, false).await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "turn {turn}: {}",
+            String::from_utf8_lossy(&reply)
+        );
         assert!(completed(&reply), "turn {turn} streamed to its end");
         codex_next_turn(&mut body, &reply, &format!("Turn {}: next step.", turn + 1));
     }
@@ -157,7 +185,7 @@ async fn a_codex_session_crosses_to_the_other_account_with_its_handoff() {
     // acct-a is used up elsewhere: the next turn gets its 429, passed to the client.
     setup.sim.set_used("acct-a", 100.0);
     setup.sim.clear_requests();
-    let (status, acted, _) = setup.send(&headers, &body).await;
+    let (status, acted, _) = setup.send(&headers, &body, false).await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(acted, None);
     assert_eq!(
@@ -168,7 +196,7 @@ async fn a_codex_session_crosses_to_the_other_account_with_its_handoff() {
 
     // The client's retry of the same turn lands on acct-b, with the handoff and without
     // acct-a's state.
-    let (status, acted, reply) = setup.send(&headers, &body).await;
+    let (status, acted, reply) = setup.send(&headers, &body, gzip).await;
     assert_eq!(
         status,
         StatusCode::OK,
@@ -210,10 +238,38 @@ async fn a_codex_session_crosses_to_the_other_account_with_its_handoff() {
         "the rewritten body went out chunked"
     );
     assert_eq!(
+        retry.headers.get("transfer-encoding").map(|v| v.as_bytes()),
+        Some(&b"chunked"[..])
+    );
+    assert!(retry.headers.get("content-encoding").is_none());
+    assert!(retry.json().is_some(), "the provider got plain JSON");
+    assert_eq!(
         setup.handoffs(0).await,
         0,
         "the delivered handoff is consumed"
     );
+
+    // The next turn resends the whole history, acct-a's state included: it stays on acct-b,
+    // scrubbed again, without a second handoff.
+    codex_next_turn(&mut body, &reply, "Turn 4: next step.");
+    setup.sim.clear_requests();
+    let (status, _, reply) = setup.send(&headers, &body, gzip).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&reply)
+    );
+    let turns = setup.turns();
+    assert_eq!(turns.len(), 1);
+    assert_eq!(turns[0].account.as_deref(), Some("acct-b"));
+    assert!(!contains(&turns[0].body, HANDOFF_TAG));
+    let owners = setup.owners(&turns[0]);
+    assert!(
+        owners.contains(&Some("acct-b".into())),
+        "acct-b's own state is kept"
+    );
+    assert!(owners.iter().all(|o| o.as_deref() != Some("acct-a")));
 
     setup.proxy.stop();
     setup.sim.shutdown().await;
