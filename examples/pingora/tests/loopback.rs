@@ -39,6 +39,18 @@ struct Setup {
     client: Client<HttpConnector, Full<Bytes>>,
 }
 
+/// A proxy in front of `sim` with the accounts in `order` (new sessions go to the first).
+fn proxy(sim: &SimProvider, store: Arc<dyn HandoffStore>, order: [&str; 2]) -> RunningProxy {
+    let accounts =
+        order.map(|id| Account::new(id, &format!("key-{}", id.trim_start_matches("acct-"))));
+    let pool = Arc::new(Pool::new(accounts.to_vec()));
+    let relay = Relay::builder(store)
+        .summarizer(PoolSummarizer::new(sim.addr(), pool.clone()))
+        .build();
+    let proxy = RelayProxy::new(sim.addr(), "codex", pool, relay);
+    spawn(proxy, "127.0.0.1:0".parse().unwrap(), 2).expect("proxy")
+}
+
 impl Setup {
     /// Two accounts of a provider that uses 45 % of an account per turn.
     async fn start() -> Self {
@@ -51,15 +63,7 @@ impl Setup {
             .await
             .expect("simulated provider");
         let store: Arc<dyn HandoffStore> = Arc::new(MemoryStore::new());
-        let pool = Arc::new(Pool::new(vec![
-            Account::new("acct-a", "key-a"),
-            Account::new("acct-b", "key-b"),
-        ]));
-        let relay = Relay::builder(store.clone())
-            .summarizer(PoolSummarizer::new(sim.addr(), pool.clone()))
-            .build();
-        let proxy = RelayProxy::new(sim.addr(), "codex", pool, relay);
-        let proxy = spawn(proxy, "127.0.0.1:0".parse().unwrap(), 2).expect("proxy");
+        let proxy = proxy(&sim, store.clone(), ["acct-a", "acct-b"]);
         let client = Client::builder(TokioExecutor::new()).build_http();
         Self {
             sim,
@@ -69,15 +73,25 @@ impl Setup {
         }
     }
 
-    /// Posts `body` to `/v1/responses` with `headers` (gzip-compressed when `gzip`): the
-    /// status, the `x-context-relay` header and the whole reply.
+    /// Posts `body` to the proxy's `/v1/responses` with `headers` (gzip-compressed when
+    /// `gzip`): the status, the `x-context-relay` header and the whole reply.
     async fn send(
         &self,
         headers: &[(String, String)],
         body: &Value,
         gzip: bool,
     ) -> (StatusCode, Option<String>, Bytes) {
-        let mut req = Request::post(format!("{}/v1/responses", self.proxy.url()));
+        self.send_to(&self.proxy, headers, body, gzip).await
+    }
+
+    async fn send_to(
+        &self,
+        proxy: &RunningProxy,
+        headers: &[(String, String)],
+        body: &Value,
+        gzip: bool,
+    ) -> (StatusCode, Option<String>, Bytes) {
+        let mut req = Request::post(format!("{}/v1/responses", proxy.url()));
         for (k, v) in headers {
             req = req.header(k.as_str(), v.as_str());
         }
@@ -271,6 +285,41 @@ async fn crossing(gzip: bool) {
     );
     assert!(owners.iter().all(|o| o.as_deref() != Some("acct-a")));
 
+    setup.proxy.stop();
+    setup.sim.shutdown().await;
+}
+
+/// pingora cannot send a request again once the response is known: a rejection of
+/// account-bound state that the relay could not foresee (here a second proxy, whose store
+/// never saw the session, sends it to acct-b) reaches the client unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejection_the_relay_could_not_foresee_reaches_the_client() {
+    let setup = Setup::start().await;
+    let (headers, mut body) = codex_first_turn("gpt-5.5", SESSION);
+    let (status, _, reply) = setup.send(&headers, &body, false).await;
+    assert_eq!(status, StatusCode::OK);
+    codex_next_turn(&mut body, &reply, "Turn 2: next step.");
+
+    let unaware = proxy(
+        &setup.sim,
+        Arc::new(MemoryStore::new()),
+        ["acct-b", "acct-a"],
+    );
+    let (status, acted, reply) = setup.send_to(&unaware, &headers, &body, false).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(acted, None);
+    assert!(
+        contains(&reply, "invalid_encrypted_content"),
+        "the provider's own error"
+    );
+    let refused = setup.turns().pop().expect("a turn");
+    assert_eq!(refused.account.as_deref(), Some("acct-b"));
+    assert_eq!(
+        refused.rejected.as_deref(),
+        Some("invalid_encrypted_content")
+    );
+
+    unaware.stop();
     setup.proxy.stop();
     setup.sim.shutdown().await;
 }
