@@ -101,12 +101,33 @@ async fn empty_providers_no_summary() {
 
 #[tokio::test]
 async fn other_provider_not_listed_no_summary() {
-    let stack = Stack::new();
+    let stack = Stack::with(
+        Arc::new(MemoryStore::new()),
+        |g| g.providers(["codex"]),
+        |i| i,
+    );
     *stack.account.lock().unwrap() = context_relay_tower::ResolvedAccount::new("anthropic", "x");
     stack.upstream.set_percent("x", 90.0);
     stack.send(chat("s1", "k1", 2)).await;
     stack.idle().await;
     assert!(stack.upstream.summaries().is_empty());
+}
+
+#[tokio::test]
+async fn every_provider_by_default() {
+    let stack = Stack::new();
+    *stack.account.lock().unwrap() = context_relay_tower::ResolvedAccount::new("anthropic", "x");
+    stack.upstream.set_percent("x", 90.0);
+    stack.send(chat("s1", "k1", 2)).await;
+    stack.idle().await;
+    assert_eq!(stack.upstream.summaries().len(), 1);
+    let stored = stack
+        .store
+        .get(&key("s1", "k1"))
+        .await
+        .unwrap()
+        .expect("stored");
+    assert_eq!(stored.from_provider, "anthropic");
 }
 
 #[tokio::test]

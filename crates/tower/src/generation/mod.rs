@@ -92,18 +92,15 @@
 //! # }
 //! ```
 
-mod body;
-mod call;
 mod future;
-mod headers;
 mod layer;
 mod service;
-mod shared;
-mod task;
 
-pub use body::{RequestBody, ResponseBody};
-pub use future::ResponseFuture;
-pub use layer::{
-    DEFAULT_MAX_CONCURRENT_GENERATIONS, DEFAULT_MAX_QUEUED_GENERATIONS, GenerationLayer,
+pub use crate::request_body::RequestBody;
+pub use crate::response_body::ResponseBody;
+pub use context_relay_engine::{
+    DEFAULT_MAX_CONCURRENT_GENERATIONS, DEFAULT_MAX_QUEUED_GENERATIONS,
 };
+pub use future::ResponseFuture;
+pub use layer::GenerationLayer;
 pub use service::Generation;

@@ -1,32 +1,35 @@
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use context_relay_core::ApiShape;
+use context_relay_engine::{BoxError, Relay, RequestFacts, Summarizer};
 use context_relay_store::HandoffStore;
 use http::{Request, Response};
 use http_body::Body;
 use tower_service::Service;
 
-use super::body::{Capture, RequestBody, ResponseBody};
-use super::future::{Pending, ResponseFuture};
+use super::future::ResponseFuture;
 use super::layer::GenerationLayer;
-use super::shared::Shared;
-use crate::extensions::{ComboName, SessionId, SkipRelay, Tenant};
-use crate::summarizer::{BoxError, InnerSummarizer};
+use crate::request_body::RequestBody;
+use crate::response_body::ResponseBody;
+use crate::summarizer::InnerSummarizer;
 
 /// Middleware that writes a handoff in the background when the serving account crosses the
 /// handoff threshold. See the [module docs](super) for where it sits and what it does.
 pub struct Generation<S> {
     inner: S,
-    shared: Arc<Shared>,
+    relay: Option<Relay>,
+    /// The summarizer sending through a clone of `inner`, made on first use (its type depends
+    /// on the request body type, only known in `call`).
+    default_summarizer: Arc<OnceLock<Arc<dyn Summarizer>>>,
 }
 
 impl<S: Clone> Clone for Generation<S> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
-            shared: self.shared.clone(),
+            relay: self.relay.clone(),
+            default_summarizer: self.default_summarizer.clone(),
         }
     }
 }
@@ -35,13 +38,18 @@ impl<S: std::fmt::Debug> std::fmt::Debug for Generation<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Generation")
             .field("inner", &self.inner)
+            .field("relay", &self.relay)
             .finish_non_exhaustive()
     }
 }
 
 impl<S> Generation<S> {
-    pub(crate) fn from_parts(inner: S, shared: Arc<Shared>) -> Self {
-        Self { inner, shared }
+    pub(crate) fn from_parts(inner: S, relay: Option<Relay>) -> Self {
+        Self {
+            inner,
+            relay,
+            default_summarizer: Arc::default(),
+        }
     }
 
     /// Wraps `inner` with the default configuration, writing handoffs to `store`.
@@ -77,6 +85,7 @@ where
     S::Future: Send + 'static,
     S::Error: Into<BoxError>,
     B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Send,
     ResBody: Body + Send + 'static,
     ResBody::Data: AsRef<[u8]> + Send,
     ResBody::Error: Into<BoxError>,
@@ -90,53 +99,23 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let Some(pending) = self.pending(&req) else {
+        let ticket = self.relay.as_ref().and_then(|relay| {
+            relay.generation(
+                req.uri(),
+                req.headers(),
+                RequestFacts::from_extensions(req.extensions()),
+            )
+        });
+        let Some(mut ticket) = ticket else {
             return ResponseFuture::new(self.inner.call(req.map(RequestBody::passthrough)), None);
         };
-        let capture = pending.capture.clone();
-        let req = req.map(|b| RequestBody::tee(b, capture));
-        ResponseFuture::new(self.inner.call(req), Some(pending))
-    }
-}
-
-impl<S> Generation<S> {
-    /// What the response will need to decide on a summary, when the request can lead to one.
-    fn pending<B, ResBody>(&self, req: &Request<B>) -> Option<Box<Pending>>
-    where
-        S: Service<Request<RequestBody<B>>, Response = Response<ResBody>> + Clone + Send + 'static,
-        S::Future: Send + 'static,
-        S::Error: Into<BoxError>,
-        B: Body<Data = Bytes> + Send + 'static,
-        ResBody: Body + Send + 'static,
-        ResBody::Data: Send,
-        ResBody::Error: Into<BoxError>,
-    {
-        let ext = req.extensions();
-        if ext.get::<SkipRelay>().is_some() {
-            return None;
-        }
-        let combo = ext.get::<ComboName>()?.clone();
-        let config = self.shared.configs.for_combo_arc(&combo.0);
-        if config.handoff_providers.is_empty() {
-            return None;
-        }
-        let shape = ApiShape::from_path(req.uri().path())?;
-        // Derived from the headers (or body) only when a response qualifies: most never do.
-        let session = ext.get::<SessionId>().map(|s| s.0.clone());
-        let tenant = ext.get::<Tenant>().map(|t| t.0.clone());
-        self.shared
-            .summarizer
-            .get_or_init(|| Arc::new(InnerSummarizer::<S, B>::new(self.inner.clone())));
-        Some(Box::new(Pending {
-            shared: self.shared.clone(),
-            capture: Arc::new(Capture::new(config.max_body_bytes)),
-            config,
-            combo,
-            shape,
-            uri: req.uri().clone(),
-            headers: super::headers::KeptHeaders::keep(req.headers(), &self.shared.sources),
-            session,
-            tenant,
-        }))
+        ticket.summarizer_or(|| {
+            self.default_summarizer
+                .get_or_init(|| Arc::new(InnerSummarizer::<S, B>::new(self.inner.clone())))
+                .clone()
+        });
+        let capture = ticket.capture().clone();
+        let req = req.map(|b| RequestBody::captured(b, capture));
+        ResponseFuture::new(self.inner.call(req), Some(Box::new(ticket)))
     }
 }

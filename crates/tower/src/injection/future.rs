@@ -2,14 +2,14 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
+use context_relay_engine::{ResolvedAccount, Ticket};
 use http::Response;
 use http_body::Body;
 use pin_project_lite::pin_project;
 
-use super::after::After;
-use super::body::ResponseBody;
 use super::respond::{finish_plain, needs_a_look, respond};
 use super::retry::{BoxFuture, Retry};
+use crate::response_body::ResponseBody;
 
 pin_project! {
     /// Response future of [`Injection`](super::Injection).
@@ -26,8 +26,10 @@ pin_project! {
         Direct {
             #[pin]
             inner: F,
-            after: Option<After>,
+            ticket: Option<Ticket>,
             retry: Option<Retry<B, E>>,
+            // Labels the response when there is no ticket.
+            account: Option<ResolvedAccount>,
         },
         // The slow path (body read and rewritten), or a response that needs a look first.
         Boxed { fut: BoxFuture<Result<Response<ResponseBody<B>>, E>> },
@@ -35,12 +37,18 @@ pin_project! {
 }
 
 impl<F, B: Body, E> ResponseFuture<F, B, E> {
-    pub(crate) fn direct(inner: F, after: Option<After>, retry: Option<Retry<B, E>>) -> Self {
+    pub(crate) fn direct(
+        inner: F,
+        ticket: Option<Ticket>,
+        retry: Option<Retry<B, E>>,
+        account: Option<ResolvedAccount>,
+    ) -> Self {
         Self {
             kind: Kind::Direct {
                 inner,
-                after,
+                ticket,
                 retry,
+                account,
             },
         }
     }
@@ -67,8 +75,9 @@ where
             KindProj::Boxed { fut } => return fut.as_mut().poll(cx),
             KindProj::Direct {
                 inner,
-                after,
+                ticket,
                 retry,
+                account,
             } => {
                 let result = ready!(inner.poll(cx));
                 let look = match (&result, retry.as_ref()) {
@@ -77,9 +86,11 @@ where
                 };
                 if !look {
                     // Nothing to release synchronously: the fast path never holds a claim.
-                    return Poll::Ready(result.map(|r| finish_plain(r, after.take())));
+                    return Poll::Ready(
+                        result.map(|r| finish_plain(r, ticket.take(), account.take())),
+                    );
                 }
-                Box::pin(respond(result, after.take(), retry.take()))
+                Box::pin(respond(result, ticket.take(), retry.take(), account.take()))
             }
         };
         self.as_mut().project().kind.set(Kind::Boxed { fut: next });

@@ -3,75 +3,79 @@ use std::sync::Arc;
 use context_relay_core::RelayConfig;
 use context_relay_core::config::InjectionSlot;
 use context_relay_core::session::SessionSources;
+use context_relay_engine::{Background, RelayBuilder, RelayConfigs};
 use context_relay_store::HandoffStore;
 use tower_layer::Layer;
 
 use super::service::Injection;
-use super::shared::Shared;
-use crate::background::Background;
-use crate::configs::RelayConfigs;
-use crate::identity::TenantMemo;
 
 /// Applies [`Injection`] to a service: on an account switch, makes the body portable and
-/// injects the session's handoff.
-#[derive(Clone)]
+/// injects the session's handoff. [`ContextRelay`](crate::ContextRelay) builds it together
+/// with the [`GenerationLayer`](crate::GenerationLayer) over one configuration.
+#[derive(Clone, Debug)]
 pub struct InjectionLayer {
-    store: Arc<dyn HandoffStore>,
-    configs: RelayConfigs,
+    relay: Option<RelayBuilder>,
     background: Background,
-    sources: Arc<SessionSources>,
-    tenants: Arc<TenantMemo>,
-}
-
-impl std::fmt::Debug for InjectionLayer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("InjectionLayer")
-            .field("backend", &self.store.backend())
-            .field("configs", &self.configs)
-            .finish_non_exhaustive()
-    }
 }
 
 impl InjectionLayer {
     /// A layer reading handoffs from `store`, with the default configuration.
     pub fn new(store: Arc<dyn HandoffStore>) -> Self {
+        Self::from_builder(RelayBuilder::new(store))
+    }
+
+    /// A layer over the relay `builder` makes (sharing its state with every other layer made
+    /// from it).
+    pub fn from_builder(builder: RelayBuilder) -> Self {
         Self {
-            store,
-            configs: RelayConfigs::default(),
-            background: Background::new(),
-            sources: Arc::new(SessionSources::default()),
-            tenants: Arc::default(),
+            background: builder.background(),
+            relay: Some(builder),
         }
     }
 
-    /// Uses `configs` (default plus per-combo configurations).
-    pub fn configs(mut self, configs: RelayConfigs) -> Self {
-        self.configs = configs;
+    /// A layer that passes every request through untouched (it still puts the request's
+    /// [`ResolvedAccount`](crate::ResolvedAccount) on the response): the relay switched off
+    /// without changing the service type.
+    pub fn disabled() -> Self {
+        Self {
+            relay: None,
+            background: Background::new(),
+        }
+    }
+
+    /// Whether the layer is switched on.
+    pub fn is_enabled(&self) -> bool {
+        self.relay.is_some()
+    }
+
+    fn map(mut self, f: impl FnOnce(RelayBuilder) -> RelayBuilder) -> Self {
+        self.relay = self.relay.map(f);
         self
+    }
+
+    /// Uses `configs` (default plus per-combo configurations).
+    pub fn configs(self, configs: RelayConfigs) -> Self {
+        self.map(|b| b.configs(configs))
     }
 
     /// Uses `config` as the default configuration.
-    pub fn config(mut self, config: RelayConfig) -> Self {
-        *self.configs.default_mut() = config;
-        self
+    pub fn config(self, config: RelayConfig) -> Self {
+        self.map(|b| b.config(config))
     }
 
     /// Where the handoff goes in Responses API requests, by default.
-    pub fn responses_slot(mut self, slot: InjectionSlot) -> Self {
-        self.configs.default_mut().injection_slot_responses = slot;
-        self
+    pub fn responses_slot(self, slot: InjectionSlot) -> Self {
+        self.map(|b| b.responses_slot(slot))
     }
 
     /// Largest request body read for a rewrite, by default; larger ones pass through.
-    pub fn max_body_bytes(mut self, max: usize) -> Self {
-        self.configs.default_mut().max_body_bytes = max.max(1);
-        self
+    pub fn max_body_bytes(self, max: usize) -> Self {
+        self.map(|b| b.max_body_bytes(max))
     }
 
     /// Where session ids are read from.
-    pub fn session_sources(mut self, sources: SessionSources) -> Self {
-        self.sources = Arc::new(sources);
-        self
+    pub fn session_sources(self, sources: SessionSources) -> Self {
+        self.map(|b| b.session_sources(sources))
     }
 
     /// The tracker of this layer's background store writes (claim completion and release,
@@ -85,15 +89,6 @@ impl<S> Layer<S> for InjectionLayer {
     type Service = Injection<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        Injection::from_parts(
-            inner,
-            Arc::new(Shared {
-                store: self.store.clone(),
-                configs: self.configs.clone(),
-                background: self.background.clone(),
-                sources: self.sources.clone(),
-                tenants: self.tenants.clone(),
-            }),
-        )
+        Injection::from_parts(inner, self.relay.as_ref().map(RelayBuilder::build))
     }
 }

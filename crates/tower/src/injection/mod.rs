@@ -36,7 +36,9 @@
 //! works on the fast path: the request's frames are kept by reference as they go out.
 //!
 //! Responses the layer acted on carry a [`RelayAction`] extension and the
-//! [`RELAY_HEADER`] (`x-context-relay: injected, scrubbed, repaired`).
+//! [`RELAY_HEADER`] (`x-context-relay: injected, scrubbed, repaired`). Every response of a
+//! request with a [`ResolvedAccount`] carries that account as an extension (unless the inner
+//! service set one), so that the resolver need not copy it.
 //!
 //! **Fast path.** When the session comes from a header (or a [`SessionId`] extension), the
 //! store's in-memory index has no handoff for it and the affinity cache says the session stays
@@ -90,19 +92,16 @@
 //! [`ResolvedAccount`]: crate::ResolvedAccount
 //! [`SessionId`]: crate::SessionId
 
-mod action;
-mod after;
-mod body;
 mod future;
 mod layer;
-mod prepare;
+mod read;
 mod respond;
 mod retry;
 mod service;
-mod shared;
 
-pub use action::{RELAY_HEADER, RelayAction};
-pub use body::{RequestBody, ResponseBody};
+pub use crate::request_body::RequestBody;
+pub use crate::response_body::ResponseBody;
+pub use context_relay_engine::{RELAY_HEADER, RelayAction};
 pub use future::ResponseFuture;
 pub use layer::InjectionLayer;
 pub use service::Injection;

@@ -1,37 +1,33 @@
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::SystemTime;
 
 use bytes::Bytes;
-use context_relay_core::portable::{ForeignSet, TURN_STATE_HEADER};
-use context_relay_core::{ApiShape, HandoffKey, session};
-use context_relay_store::{Affinity, HandoffStore};
-use http::{Request, Response, header};
+use context_relay_engine::{Inject, Relay, Repair, RequestFacts, ResolvedAccount, Ticket};
+use context_relay_store::HandoffStore;
+use http::{Request, Response};
 use http_body::Body;
 use tower_service::Service;
 
-use super::after::After;
-use super::body::{RequestBody, ResponseBody, Tee};
 use super::future::ResponseFuture;
 use super::layer::InjectionLayer;
-use super::prepare::{Prepare, prepare};
+use super::read::{Read, read_body};
 use super::respond::respond;
-use super::retry::{Remember, Retry, Sent, resend};
-use super::shared::Shared;
-use crate::extensions::{ComboName, ResolvedAccount, SessionId, SkipRelay};
+use super::retry::{Retry, resend};
+use crate::request_body::RequestBody;
+use crate::response_body::ResponseBody;
 
 /// Middleware that makes a request portable and injects the session's handoff when the
 /// request was resolved to a different account. See the [module docs](super).
 pub struct Injection<S> {
     inner: S,
-    shared: Arc<Shared>,
+    relay: Option<Relay>,
 }
 
 impl<S: Clone> Clone for Injection<S> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
-            shared: self.shared.clone(),
+            relay: self.relay.clone(),
         }
     }
 }
@@ -40,13 +36,14 @@ impl<S: std::fmt::Debug> std::fmt::Debug for Injection<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Injection")
             .field("inner", &self.inner)
+            .field("relay", &self.relay)
             .finish_non_exhaustive()
     }
 }
 
 impl<S> Injection<S> {
-    pub(crate) fn from_parts(inner: S, shared: Arc<Shared>) -> Self {
-        Self { inner, shared }
+    pub(crate) fn from_parts(inner: S, relay: Option<Relay>) -> Self {
+        Self { inner, relay }
     }
 
     /// Wraps `inner` with the default configuration, reading handoffs from `store`.
@@ -96,75 +93,50 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let ext = req.extensions();
-        let (Some(combo), Some(account)) = (ext.get::<ComboName>(), ext.get::<ResolvedAccount>())
-        else {
-            return self.passthrough(req, None, None);
+        let inject = match &self.relay {
+            Some(relay) => relay.inject(
+                req.uri(),
+                req.headers(),
+                RequestFacts::from_extensions(req.extensions()),
+                req.body().size_hint().lower(),
+            ),
+            None => Inject::Pass,
         };
-        if ext.get::<SkipRelay>().is_some() {
-            return self.passthrough(req, None, None);
-        }
-        let Some(shape) = ApiShape::from_path(req.uri().path()) else {
-            return self.passthrough(req, None, None);
-        };
-        let combo = combo.0.clone();
-        let account = account.clone();
-        let tenant = self.shared.tenants.tenant(ext, req.headers());
-        let header_session: Option<Arc<str>> = match ext.get::<SessionId>() {
-            Some(s) => Some(s.0.clone()),
-            None => session::session_id(req.headers(), None, &self.shared.sources)
-                .map(|m| Arc::from(m.id)),
-        };
-
-        // Fast path: the store's in-memory index says no handoff, and the affinity cache says
-        // the session is on this account with nothing foreign to remove; the body is not read.
-        if let Some(session) = &header_session {
-            let key = HandoffKey {
-                tenant: tenant.clone(),
-                session: session.clone(),
-                combo: combo.clone(),
-            };
-            if let Some(affinity) = self.shared.store.cached_affinity(&key) {
-                let stays = match &affinity {
-                    None => true,
-                    Some(a) => {
-                        a.is(&account.provider, &account.account)
-                            && a.foreign_at(SystemTime::now()).is_none()
-                    }
-                };
-                if stays && !self.shared.store.may_contain(&key) {
-                    let mut after = After::new(self.shared.clone(), account);
-                    if affinity.is_none() {
-                        let a = Affinity::new(
-                            after.account.provider.clone(),
-                            after.account.account.clone(),
-                        );
-                        after.record = Some((key.clone(), a));
-                    }
-                    return self.fast(req, shape, key, after);
-                }
+        let decision = match inject {
+            Inject::Pass => {
+                // The account goes on the response whatever the relay did.
+                let account = req.extensions().get::<ResolvedAccount>().cloned();
+                return self.forward(req, None, None, account);
             }
-        }
+            Inject::Forward { ticket, repair } => return self.fast(req, ticket, repair),
+            Inject::ReadBody(decision) => decision,
+        };
 
         // Slow path: the ready service goes into the future, a fresh clone stays here.
         let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
+        let mut inner = std::mem::replace(&mut self.inner, clone);
         let spare = self.inner.clone();
-        let shared = self.shared.clone();
+        let account = req.extensions().get::<ResolvedAccount>().cloned();
         ResponseFuture::boxed(Box::pin(async move {
-            let (result, after, retry) = prepare(Prepare {
-                shared,
-                inner,
-                spare,
-                request: req,
-                shape,
-                combo,
-                tenant,
-                header_session,
-                account,
-            })
-            .await;
-            respond(result, after, retry).await
+            let (mut parts, body) = req.into_parts();
+            let (body, ticket, repair) = match read_body(body, decision.limit()).await {
+                Read::Whole(raw) => {
+                    let decided = decision.decide(&mut parts.headers, raw).await;
+                    (
+                        RequestBody::full(decided.body),
+                        decided.ticket,
+                        decided.repair,
+                    )
+                }
+                Read::Partial(body) => (body, Some(decision.too_large().await), None),
+            };
+            let retry = repair.map(|repair| Retry {
+                repair,
+                resend: resend(spare, &parts),
+            });
+            // `inner` was polled ready by the caller (clone-and-swap above).
+            let result = inner.call(Request::from_parts(parts, body)).await;
+            respond(result, ticket, retry, account).await
         }))
     }
 }
@@ -175,9 +147,8 @@ impl<S> Injection<S> {
     fn fast<B, ResBody>(
         &mut self,
         req: Request<B>,
-        shape: ApiShape,
-        key: HandoffKey,
-        after: After,
+        ticket: Ticket,
+        repair: Option<Box<Repair>>,
     ) -> ResponseFuture<S::Future, ResBody, S::Error>
     where
         S: Service<Request<RequestBody<B>>, Response = Response<ResBody>> + Clone + Send + 'static,
@@ -187,39 +158,26 @@ impl<S> Injection<S> {
         B::Error: Send,
         ResBody: Body + Send + 'static,
     {
-        let config = self.shared.configs.for_combo_arc(&key.combo);
-        let limit = config.max_body_bytes;
-        let bound = matches!(shape, ApiShape::Responses | ApiShape::AnthropicMessages);
-        if !bound || req.body().size_hint().lower() > limit as u64 {
-            return self.passthrough(req, Some(after), None);
-        }
-        let (parts, body) = req.into_parts();
-        let tee = Tee::new(limit);
-        let retry = Retry {
-            shape,
-            slot: config.injection_slot_responses,
-            sent: Sent::Tee {
-                tee: tee.clone(),
-                encoding: parts.headers.get(header::CONTENT_ENCODING).cloned(),
-                limit,
-            },
-            turn_state: parts.headers.contains_key(TURN_STATE_HEADER),
-            resend: resend(self.inner.clone(), &parts),
-            remember: Some(Remember {
-                key,
-                foreign: ForeignSet::default(),
-                ttl: config.ttl,
-            }),
+        let Some(repair) = repair else {
+            return self.forward(req, Some(ticket), None, None);
         };
-        let req = Request::from_parts(parts, RequestBody::passthrough(body, Some(tee)));
-        ResponseFuture::direct(self.inner.call(req), Some(after), Some(retry))
+        let (parts, body) = req.into_parts();
+        let tee = repair.tee().cloned();
+        let retry = Retry {
+            repair,
+            resend: resend(self.inner.clone(), &parts),
+        };
+        let req = Request::from_parts(parts, RequestBody::teed(body, tee));
+        ResponseFuture::direct(self.inner.call(req), Some(ticket), Some(retry), None)
     }
 
-    fn passthrough<B, ResBody>(
+    /// The body untouched, nothing kept.
+    fn forward<B, ResBody>(
         &mut self,
         req: Request<B>,
-        after: Option<After>,
+        ticket: Option<Ticket>,
         retry: Option<Retry<ResBody, S::Error>>,
+        account: Option<ResolvedAccount>,
     ) -> ResponseFuture<S::Future, ResBody, S::Error>
     where
         S: Service<Request<RequestBody<B>>, Response = Response<ResBody>>,
@@ -227,10 +185,10 @@ impl<S> Injection<S> {
         ResBody: Body,
     {
         ResponseFuture::direct(
-            self.inner
-                .call(req.map(|b| RequestBody::passthrough(b, None))),
-            after,
+            self.inner.call(req.map(RequestBody::passthrough)),
+            ticket,
             retry,
+            account,
         )
     }
 }

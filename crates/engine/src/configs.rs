@@ -1,4 +1,4 @@
-//! The resolved relay configuration of every combo, shared by the layers.
+//! The resolved relay configuration of every combo.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -8,20 +8,34 @@ use context_relay_core::RelayConfig;
 /// A default [`RelayConfig`] plus per-combo configurations (already resolved over the
 /// default: see [`RelayConfig::resolve`]).
 ///
+/// [`RelayConfigs::default`] differs from `RelayConfig::default()` in one way: every provider
+/// gets handoffs (`handoff_providers = ["*"]`), so that a relay works for whatever provider it
+/// fronts until it is told otherwise.
+///
 /// ```
 /// use context_relay_core::RelayConfig;
-/// use context_relay_tower::RelayConfigs;
+/// use context_relay_engine::RelayConfigs;
 ///
 /// let mut strict = RelayConfig::default();
 /// strict.handoff_threshold = 0.7;
 /// let configs = RelayConfigs::new(RelayConfig::default()).with_combo("codex-relay", strict);
 /// assert_eq!(configs.for_combo("codex-relay").handoff_threshold, 0.7);
 /// assert_eq!(configs.for_combo("other").handoff_threshold, 0.85);
+/// assert!(RelayConfigs::default().default_config().generates_for("anthropic"));
 /// ```
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct RelayConfigs {
     default: Arc<RelayConfig>,
     combos: Arc<HashMap<Arc<str>, Arc<RelayConfig>>>,
+}
+
+impl Default for RelayConfigs {
+    fn default() -> Self {
+        Self::new(RelayConfig {
+            handoff_providers: vec!["*".to_owned()],
+            ..RelayConfig::default()
+        })
+    }
 }
 
 impl RelayConfigs {
@@ -45,7 +59,7 @@ impl RelayConfigs {
     }
 
     /// The configuration in force for `combo`, shared.
-    pub(crate) fn for_combo_arc(&self, combo: &str) -> Arc<RelayConfig> {
+    pub fn for_combo_arc(&self, combo: &str) -> Arc<RelayConfig> {
         self.combos.get(combo).unwrap_or(&self.default).clone()
     }
 

@@ -25,16 +25,17 @@ use http::{HeaderMap, Uri, header};
 use serde_json::{Map, Value};
 use tracing::Instrument;
 
-use super::body::Capture;
 use super::call::{CallResult, call};
-use super::shared::Shared;
+use super::{Summarizer, SummaryRequest};
 use crate::extensions::{ComboName, ResolvedAccount, SessionId, Tenant};
+use crate::generation::Capture;
 use crate::metrics;
-use crate::summarizer::SummaryRequest;
+use crate::relay::Shared;
 
 /// Everything a summary needs, taken when the response qualified.
 pub(crate) struct Job {
     pub(crate) shared: Arc<Shared>,
+    pub(crate) summarizer: Option<Arc<dyn Summarizer>>,
     pub(crate) config: Arc<RelayConfig>,
     pub(crate) key: HandoffKey,
     pub(crate) shape: ApiShape,
@@ -299,7 +300,7 @@ impl Job {
 
     async fn summarise(&self, prepared: &Prepared, message_count: u32) -> Outcome {
         let shared = &self.shared;
-        let Some(summarizer) = shared.summarizer.get() else {
+        let Some(summarizer) = &self.summarizer else {
             return Outcome::Failed(Failure::Unavailable);
         };
         let settings = self.settings();

@@ -7,12 +7,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::Notify;
 
-/// A cheap, cloneable handle on the background tasks a layer spawned.
+/// A cheap, cloneable handle on the background tasks a relay spawned.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
-/// use context_relay_tower::Background;
+/// use context_relay_engine::Background;
 ///
 /// let background = Background::new();
 /// background.spawn(async { /* store a handoff */ });

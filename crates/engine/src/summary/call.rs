@@ -11,7 +11,9 @@ use context_relay_core::unsupported::{UnsupportedParam, drop_param, unsupported_
 use http::StatusCode;
 use serde_json::Value;
 
-use crate::summarizer::{SharedSummarizer, SummaryError, SummaryRequest};
+use std::sync::Arc;
+
+use super::{Summarizer, SummaryError, SummaryRequest};
 
 /// Most `(provider, model)` pairs whose refused parameters are remembered.
 const MAX_REMEMBERED_MODELS: usize = 1024;
@@ -71,7 +73,7 @@ pub(crate) enum CallResult {
 /// Sends `body` through `summarizer`, bounded by `timeout` per attempt; a 400 naming an
 /// unsupported parameter is retried once without it, and the refusal remembered.
 pub(crate) async fn call(
-    summarizer: &SharedSummarizer,
+    summarizer: &Arc<dyn Summarizer>,
     dropped: &DroppedParams,
     provider: &str,
     model: &str,

@@ -1,4 +1,5 @@
-//! Where the quota signal of a response comes from (DESIGN §6).
+//! Where the quota signal of a response comes from: its headers (per provider dialect), or a
+//! source of the application's own.
 
 use std::time::SystemTime;
 
@@ -13,7 +14,7 @@ use http::{HeaderMap, StatusCode};
 /// are sources too:
 ///
 /// ```
-/// use context_relay_tower::{QuotaSignal, QuotaSource};
+/// use context_relay_engine::{QuotaSignal, QuotaSource};
 /// use http::{HeaderMap, StatusCode};
 ///
 /// let source = |status: StatusCode, _: &HeaderMap, _| {
@@ -47,7 +48,8 @@ where
     }
 }
 
-/// The built-in header parsers of DESIGN §6 (`auto` tries Codex, Anthropic, OpenAI, IETF).
+/// The built-in rate-limit header parsers (`auto` tries the Codex usage headers, Anthropic's
+/// `anthropic-ratelimit-*`, OpenAI's `x-ratelimit-*`, then the IETF `RateLimit` fields).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeaderQuota(pub QuotaKind);
 

@@ -9,8 +9,9 @@ pub const GENERATIONS: &str = "context_relay_generations_total";
 /// Duration of summary generations, in seconds, by `outcome`.
 pub const GENERATION_SECONDS: &str = "context_relay_generation_seconds";
 /// Qualifying responses that did not start a generation, by `reason`
-/// (`exhausted`, `fresh`, `cooling_down`, `in_flight`, `in_flight_elsewhere`, `no_session`,
-/// `queue_full`, `empty`).
+/// (`provider`: the serving provider is not among the handoff providers, `exhausted`,
+/// `fresh`, `cooling_down`, `in_flight`, `in_flight_elsewhere`, `store_unavailable`,
+/// `no_session`, `queue_full`, `empty`).
 pub const GENERATIONS_SKIPPED: &str = "context_relay_generations_skipped_total";
 /// Handoffs injected into a request.
 pub const INJECTED: &str = "context_relay_injected_total";
@@ -32,6 +33,7 @@ pub const STORE_ERRORS: &str = "context_relay_store_errors_total";
 /// (`too_large`, `undecodable`, `not_json`, `not_applicable`).
 pub const REWRITE_SKIPPED: &str = "context_relay_rewrite_skipped_total";
 
+/// Logs and counts a failed store operation (the request passes through).
 pub(crate) fn store_error(op: &'static str, err: &dyn std::fmt::Display) {
     tracing::warn!(op, error = %err, "context-relay store error; passing through");
     metrics::counter!(STORE_ERRORS, "op" => op).increment(1);

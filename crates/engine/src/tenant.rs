@@ -1,5 +1,5 @@
-//! Tenant derivation with a memo: the tenant is a hash of the inbound credential (DESIGN §7),
-//! needed on every relayed request, while a gateway sees few distinct credentials.
+//! Tenant derivation with a memo: the tenant is a hash of the inbound credential, needed on
+//! every relayed request, while a gateway sees few distinct credentials.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -14,7 +14,7 @@ const MAX_ENTRIES: usize = 4096;
 
 type Credentials = (Option<HeaderValue>, Option<HeaderValue>);
 
-/// Memoised [`session::tenant`], shared by every clone of a layer's services.
+/// Memoised [`session::tenant`], shared by every request of a relay.
 #[derive(Debug, Default)]
 pub(crate) struct TenantMemo {
     // foldhash: SipHash's DoS resistance buys nothing here (the map is bounded and cleared)
@@ -24,8 +24,8 @@ pub(crate) struct TenantMemo {
 
 impl TenantMemo {
     /// The request's tenant: its [`Tenant`] extension, else derived from its credential.
-    pub(crate) fn tenant(&self, extensions: &http::Extensions, headers: &HeaderMap) -> Arc<str> {
-        if let Some(t) = extensions.get::<Tenant>() {
+    pub(crate) fn tenant(&self, given: Option<&Tenant>, headers: &HeaderMap) -> Arc<str> {
+        if let Some(t) = given {
             return t.0.clone();
         }
         let key = (
@@ -57,7 +57,6 @@ mod tests {
     #[test]
     fn memo_agrees_with_derivation() {
         let memo = TenantMemo::default();
-        let ext = http::Extensions::new();
         for creds in [
             vec![("authorization", "Bearer sk-one")],
             vec![("x-api-key", "sk-one")],
@@ -70,7 +69,7 @@ mod tests {
                 h.insert(n, HeaderValue::from_static(v));
             }
             for _ in 0..2 {
-                assert_eq!(&*memo.tenant(&ext, &h), session::tenant(&h));
+                assert_eq!(&*memo.tenant(None, &h), session::tenant(&h));
             }
         }
     }
@@ -78,10 +77,9 @@ mod tests {
     #[test]
     fn extension_wins() {
         let memo = TenantMemo::default();
-        let mut ext = http::Extensions::new();
-        ext.insert(Tenant::new("team-a"));
+        let team = Tenant::new("team-a");
         let mut h = HeaderMap::new();
         h.insert("authorization", HeaderValue::from_static("Bearer sk"));
-        assert_eq!(&*memo.tenant(&ext, &h), "team-a");
+        assert_eq!(&*memo.tenant(Some(&team), &h), "team-a");
     }
 }

@@ -7,11 +7,11 @@ use http::header::HeaderName;
 /// `injected`, `scrubbed`, `repaired`, comma-joined when several (absent when nothing).
 pub const RELAY_HEADER: HeaderName = HeaderName::from_static("x-context-relay");
 
-/// What [`Injection`](super::Injection) did to a request, set as a response extension (and as
+/// What the relay did to a request, set as a response extension (and as
 /// the [`RELAY_HEADER`] header) whenever it did anything, for access logs.
 ///
 /// ```
-/// use context_relay_tower::injection::RelayAction;
+/// use context_relay_engine::RelayAction;
 ///
 /// let action = RelayAction { injected: true, scrubbed: true, ..RelayAction::default() };
 /// assert_eq!(action.to_string(), "injected, scrubbed");

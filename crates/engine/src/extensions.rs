@@ -1,0 +1,124 @@
+//! The request and response extensions through which the parts of a relay stack (the combo
+//! routing, the account resolver, the relay) tell each other what they know about a request.
+//!
+//! ```text
+//! client ─▶ ComboService ─▶ GenerationLayer ─▶ AccountResolver ─▶ InjectionLayer ─▶ upstream
+//!           sets ComboName                      sets ResolvedAccount
+//!                                               (request and response)
+//! ```
+//!
+//! Request extensions are not copied onto responses by `http`: the injection side puts
+//! [`ResolvedAccount`] on the response when the inner response lacks it, so that the
+//! generation side knows which account served.
+
+use std::sync::Arc;
+
+pub use context_relay_core::QuotaSignal;
+
+/// The combo (named routing target) a request asked for, set by the combo service.
+///
+/// Without it the relay passes the request through.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ComboName(pub Arc<str>);
+
+/// The provider account a request was resolved to, set by the account resolver on the request
+/// (before InjectionLayer) and on the response (for GenerationLayer).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ResolvedAccount {
+    /// Provider name, e.g. `codex`, `anthropic` (compared lower-cased).
+    pub provider: Arc<str>,
+    /// Account id within the provider.
+    pub account: Arc<str>,
+}
+
+impl ResolvedAccount {
+    /// Builds an account reference.
+    pub fn new(provider: impl Into<Arc<str>>, account: impl Into<Arc<str>>) -> Self {
+        Self {
+            provider: provider.into(),
+            account: account.into(),
+        }
+    }
+}
+
+/// Who owns the session (the caller identity set by an auth layer).
+///
+/// Without it the tenant is derived from the inbound credential: a short hash of the
+/// `authorization` / `x-api-key` value, `anonymous` without one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Tenant(pub Arc<str>);
+
+/// An explicit session id, overriding extraction from headers and body.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SessionId(pub Arc<str>);
+
+/// Marks an internal request (the summary call): the relay passes it through untouched.
+///
+/// Internal markers live in extensions only; they never reach a JSON body.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct SkipRelay;
+
+impl ComboName {
+    /// Builds a combo name.
+    pub fn new(name: impl Into<Arc<str>>) -> Self {
+        Self(name.into())
+    }
+}
+
+impl Tenant {
+    /// Builds a tenant.
+    pub fn new(tenant: impl Into<Arc<str>>) -> Self {
+        Self(tenant.into())
+    }
+}
+
+impl SessionId {
+    /// Builds a session id.
+    pub fn new(id: impl Into<Arc<str>>) -> Self {
+        Self(id.into())
+    }
+}
+
+/// What the parts of the stack before the relay know about a request, borrowed: its
+/// [`ComboName`], the [`ResolvedAccount`] it was sent to, an explicit [`SessionId`] and
+/// [`Tenant`], and whether it is marked [`SkipRelay`].
+///
+/// An adapter on `http` types reads them from the request's extensions with
+/// [`from_extensions`](Self::from_extensions); another (a pingora proxy) fills the fields.
+///
+/// ```
+/// use context_relay_engine::{ComboName, RequestFacts, ResolvedAccount};
+///
+/// let mut ext = http::Extensions::new();
+/// ext.insert(ComboName::new("codex"));
+/// ext.insert(ResolvedAccount::new("codex", "acct-a"));
+/// let facts = RequestFacts::from_extensions(&ext);
+/// assert_eq!(facts.combo, Some(&ComboName::new("codex")));
+/// assert!(facts.session.is_none() && !facts.skip);
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RequestFacts<'a> {
+    /// The combo; without one the relay does nothing.
+    pub combo: Option<&'a ComboName>,
+    /// The account the request is sent to (needed by the injection side).
+    pub account: Option<&'a ResolvedAccount>,
+    /// An explicit session id; otherwise it is derived from headers and body.
+    pub session: Option<&'a SessionId>,
+    /// An explicit tenant; otherwise it is derived from the credential.
+    pub tenant: Option<&'a Tenant>,
+    /// An internal request the relay leaves alone.
+    pub skip: bool,
+}
+
+impl<'a> RequestFacts<'a> {
+    /// The facts set as extensions of a request.
+    pub fn from_extensions(ext: &'a http::Extensions) -> Self {
+        Self {
+            combo: ext.get(),
+            account: ext.get(),
+            session: ext.get(),
+            tenant: ext.get(),
+            skip: ext.get::<SkipRelay>().is_some(),
+        }
+    }
+}

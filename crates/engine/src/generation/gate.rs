@@ -1,0 +1,218 @@
+//! The gates of a summary: at header time, whether a request can lead to one; on its
+//! response, whether it does.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use context_relay_core::config::EXHAUSTION;
+use context_relay_core::reply::{REPLY_CAP, ReplyCapture};
+use context_relay_core::{ApiShape, HandoffKey, QuotaSignal, RelayConfig, session};
+use http::{HeaderMap, StatusCode, Uri, header};
+
+use super::capture::{Capture, ReplyWatch, Trigger};
+use super::kept::KeptHeaders;
+use crate::extensions::{ComboName, RequestFacts, ResolvedAccount};
+use crate::metrics;
+use crate::relay::{Relay, Shared};
+use crate::summary::Summarizer;
+use crate::summary::job::{Job, decoded_body};
+
+impl Relay {
+    /// At header time: whether the request can lead to a summary. `None` when it cannot
+    /// (marked [`SkipRelay`](crate::SkipRelay), no combo, no API path, generation off): then
+    /// nothing needs to be kept.
+    ///
+    /// With a ticket, push the request body's chunks into [`GenerationTicket::capture`] as
+    /// they go out, then give the response head to [`GenerationTicket::response`].
+    pub fn generation(
+        &self,
+        uri: &Uri,
+        headers: &HeaderMap,
+        facts: RequestFacts<'_>,
+    ) -> Option<GenerationTicket> {
+        if facts.skip {
+            return None;
+        }
+        let combo = facts.combo?.clone();
+        let config = self.shared.configs.for_combo_arc(&combo.0);
+        if config.handoff_providers.is_empty() {
+            return None;
+        }
+        let shape = ApiShape::from_path(uri.path())?;
+        // Derived from the headers (or body) only when a response qualifies: most never do.
+        Some(GenerationTicket {
+            shared: self.shared.clone(),
+            summarizer: self.shared.summarizer.clone(),
+            capture: Arc::new(Capture::new(config.max_body_bytes)),
+            config,
+            combo,
+            shape,
+            uri: uri.clone(),
+            headers: KeptHeaders::keep(headers, &self.shared.sources),
+            session: facts.session.map(|s| s.0.clone()),
+            tenant: facts.tenant.map(|t| t.0.clone()),
+        })
+    }
+}
+
+/// What a request that can lead to a summary leaves for its response to decide on.
+pub struct GenerationTicket {
+    shared: Arc<Shared>,
+    summarizer: Option<Arc<dyn Summarizer>>,
+    config: Arc<RelayConfig>,
+    combo: ComboName,
+    shape: ApiShape,
+    uri: Uri,
+    headers: KeptHeaders,
+    session: Option<Arc<str>>,
+    tenant: Option<Arc<str>>,
+    capture: Arc<Capture>,
+}
+
+impl std::fmt::Debug for GenerationTicket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GenerationTicket")
+            .field("combo", &self.combo)
+            .field("shape", &self.shape)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GenerationTicket {
+    /// The copy of the request body to push the forwarded chunks into.
+    pub fn capture(&self) -> &Arc<Capture> {
+        &self.capture
+    }
+
+    /// Whether a summarizer is set (the relay's, or one given with
+    /// [`summarizer_or`](Self::summarizer_or)).
+    pub fn has_summarizer(&self) -> bool {
+        self.summarizer.is_some()
+    }
+
+    /// Uses the summarizer `default` makes when the relay was built without one.
+    pub fn summarizer_or(&mut self, default: impl FnOnce() -> Arc<dyn Summarizer>) {
+        if self.summarizer.is_none() {
+            self.summarizer = Some(default());
+        }
+    }
+
+    /// The response head is known: the gates that need no store. A 2xx, served by an account
+    /// whose provider gets handoffs, with usage in [threshold, 95 %), of a known session that
+    /// is neither cooling down nor being summarised already (the refresh gate is the job's).
+    ///
+    /// `served_by` is the account that served (the response's [`ResolvedAccount`]); `signal`
+    /// a quota signal the application computed, which wins over the relay's
+    /// [`QuotaSource`](crate::QuotaSource). `None` when no summary follows (skips are counted
+    /// in [`GENERATIONS_SKIPPED`](crate::metrics::GENERATIONS_SKIPPED)); otherwise push the
+    /// reply's chunks into the returned watch.
+    pub fn response(
+        self,
+        status: StatusCode,
+        headers: &HeaderMap,
+        served_by: Option<&ResolvedAccount>,
+        signal: Option<QuotaSignal>,
+    ) -> Option<ReplyWatch> {
+        // Gate 1: the serving account is known. Only a successful turn is summarised: an error
+        // reply is no conversation to continue from.
+        if !status.is_success() {
+            return None;
+        }
+        let account = served_by?.clone();
+        let allowed = self.config.generates_for(&account.provider);
+        // Gate 2: a service's own signal wins over header parsing.
+        let now = SystemTime::now();
+        let signal = match signal {
+            Some(s) => s,
+            None => self.shared.quota.signal(status, headers, now)?,
+        };
+        if signal.percent_used.is_nan() || signal.percent_used < self.config.handoff_threshold {
+            return None;
+        }
+        // Gate 3: only counted when the turn would otherwise qualify, so that the pass-through
+        // path records nothing.
+        if !allowed {
+            skipped("provider");
+            return None;
+        }
+        // Gate 4: never spend a summary call on an account about to be cut off.
+        if signal.percent_used >= EXHAUSTION {
+            skipped("exhausted");
+            return None;
+        }
+        let kept = self.headers.into_map();
+        let session = match self.session {
+            Some(s) => s,
+            None => {
+                let Some(s) = derive_session(&self.shared, &self.config, &self.capture, &kept)
+                else {
+                    skipped("no_session");
+                    return None;
+                };
+                s
+            }
+        };
+        let tenant = self
+            .tenant
+            .unwrap_or_else(|| Arc::from(session::tenant(&kept)));
+        let key = HandoffKey {
+            tenant,
+            session,
+            combo: self.combo.0,
+        };
+        // Gate 5.
+        if self.shared.cooldown.is_cooling(&key, now) {
+            skipped("cooling_down");
+            return None;
+        }
+        // Gate 6: at most one generation per key.
+        let Some(guard) = self.shared.inflight.try_begin(&key) else {
+            skipped("in_flight");
+            return None;
+        };
+        let is_sse = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        let encoding = headers
+            .get(header::CONTENT_ENCODING)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        Some(ReplyWatch::new(Trigger {
+            reply: ReplyCapture::encoded(is_sse, REPLY_CAP, encoding),
+            job: Job {
+                shared: self.shared,
+                summarizer: self.summarizer,
+                config: self.config,
+                key,
+                shape: self.shape,
+                uri: self.uri,
+                headers: kept,
+                capture: self.capture,
+                account,
+                signal,
+                guard,
+            },
+        }))
+    }
+}
+
+/// The session id from the headers, else from the request body (clients that send no session
+/// header).
+fn derive_session(
+    shared: &Shared,
+    config: &RelayConfig,
+    capture: &Capture,
+    headers: &HeaderMap,
+) -> Option<Arc<str>> {
+    let sources = &shared.sources;
+    if let Some(m) = session::session_id(headers, None, sources) {
+        return Some(Arc::from(m.id));
+    }
+    let body = decoded_body(capture, headers, config.max_body_bytes)?;
+    session::session_id(headers, Some(&body), sources).map(|m| Arc::from(m.id))
+}
+
+fn skipped(reason: &'static str) {
+    ::metrics::counter!(metrics::GENERATIONS_SKIPPED, "reason" => reason).increment(1);
+}

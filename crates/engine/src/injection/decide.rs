@@ -1,0 +1,452 @@
+//! The injection decision: at header time whether the body must be read at all (the fast
+//! path), and on the whole body whether the request is a switch, which account-bound state
+//! goes, and whether a handoff is injected.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use context_relay_core::portable::{self, ForeignSet, Scope, TURN_STATE_HEADER, digest};
+use context_relay_core::{ApiShape, HandoffKey, RelayConfig, decode, render, session};
+use context_relay_store::{Affinity, Claim};
+use http::{HeaderMap, HeaderValue, Uri, header};
+use tracing::Instrument;
+
+use super::repair::{Remember, Repair, Sent};
+use super::tee::Tee;
+use super::ticket::{Ticket, release};
+use crate::extensions::{RequestFacts, ResolvedAccount};
+use crate::metrics;
+use crate::relay::{Relay, Shared};
+
+/// What to do with a request on its way to the provider, decided at header time.
+#[derive(Debug)]
+pub enum Inject {
+    /// The relay has nothing to do with this request (no combo, no account, no API path, or
+    /// marked [`SkipRelay`](crate::SkipRelay)): forward it untouched.
+    Pass,
+    /// The fast path: the session stays on its account with nothing foreign to remove and no
+    /// handoff waits; forward the body untouched. Settle the ticket with the response. With a
+    /// repair (an API with account-bound state), keep the body's chunks in its
+    /// [`Repair::tee`] as they go out.
+    Forward {
+        /// Ends with the response.
+        ticket: Ticket,
+        /// How to send the request again if the provider rejects its account-bound state.
+        repair: Option<Box<Repair>>,
+    },
+    /// Read the whole body (up to [`BodyDecision::limit`] bytes), then
+    /// [`decide`](BodyDecision::decide); a body over the limit goes to
+    /// [`too_large`](BodyDecision::too_large).
+    ReadBody(BodyDecision),
+}
+
+impl Relay {
+    /// At header time, the injection side: what to do with a request sent to
+    /// `facts.account`. `body_len_hint` is the least the body may weigh (its
+    /// `content-length`, or 0): a body known to be over the limit is not kept for a repair.
+    ///
+    /// The fast path reads no body and touches no store: the store's in-memory index says no
+    /// handoff waits for the session, and the affinity cache says the session stays on this
+    /// account with nothing foreign to remove. It needs the session from a header (or
+    /// [`RequestFacts::session`]); clients that send none have their body read to derive the
+    /// session fingerprint.
+    pub fn inject(
+        &self,
+        uri: &Uri,
+        headers: &HeaderMap,
+        facts: RequestFacts<'_>,
+        body_len_hint: u64,
+    ) -> Inject {
+        let (Some(combo), Some(account)) = (facts.combo, facts.account) else {
+            return Inject::Pass;
+        };
+        if facts.skip {
+            return Inject::Pass;
+        }
+        let Some(shape) = ApiShape::from_path(uri.path()) else {
+            return Inject::Pass;
+        };
+        let shared = &self.shared;
+        let tenant = shared.tenants.tenant(facts.tenant, headers);
+        let header_session: Option<Arc<str>> = match facts.session {
+            Some(s) => Some(s.0.clone()),
+            None => session::session_id(headers, None, &shared.sources).map(|m| Arc::from(m.id)),
+        };
+        let config = shared.configs.for_combo_arc(&combo.0);
+
+        if let Some(session) = &header_session {
+            let key = HandoffKey {
+                tenant: tenant.clone(),
+                session: session.clone(),
+                combo: combo.0.clone(),
+            };
+            if let Some(affinity) = shared.store.cached_affinity(&key) {
+                let stays = match &affinity {
+                    None => true,
+                    Some(a) => {
+                        a.is(&account.provider, &account.account)
+                            && a.foreign_at(SystemTime::now()).is_none()
+                    }
+                };
+                if stays && !shared.store.may_contain(&key) {
+                    let mut ticket = Ticket::new(shared.clone(), account.clone());
+                    if affinity.is_none() {
+                        ticket.record = Some((key.clone(), affinity_to(account)));
+                    }
+                    let limit = config.max_body_bytes;
+                    let bound = matches!(shape, ApiShape::Responses | ApiShape::AnthropicMessages);
+                    let repair = (bound && body_len_hint <= limit as u64).then(|| {
+                        Box::new(Repair {
+                            shape,
+                            slot: config.injection_slot_responses,
+                            sent: Sent::Tee {
+                                tee: Tee::new(limit),
+                                encoding: headers.get(header::CONTENT_ENCODING).cloned(),
+                                limit,
+                            },
+                            turn_state: headers.contains_key(TURN_STATE_HEADER),
+                            remember: Some(Remember {
+                                key,
+                                foreign: ForeignSet::default(),
+                                ttl: config.ttl,
+                            }),
+                        })
+                    });
+                    return Inject::Forward { ticket, repair };
+                }
+            }
+        }
+        Inject::ReadBody(BodyDecision {
+            shared: shared.clone(),
+            config,
+            shape,
+            combo: combo.0.clone(),
+            tenant,
+            header_session,
+            account: account.clone(),
+        })
+    }
+}
+
+/// The slow path of the injection side: the decision once the whole body is known.
+#[derive(Debug)]
+pub struct BodyDecision {
+    shared: Arc<Shared>,
+    config: Arc<RelayConfig>,
+    shape: ApiShape,
+    combo: Arc<str>,
+    tenant: Arc<str>,
+    header_session: Option<Arc<str>>,
+    account: ResolvedAccount,
+}
+
+/// The request as it goes out after [`BodyDecision::decide`].
+#[derive(Debug)]
+pub struct Decided {
+    /// The body to send (the client's bytes when nothing changed); the headers were adjusted
+    /// to it (`content-length`, `content-encoding`, `x-codex-turn-state`).
+    pub body: Bytes,
+    /// Ends with the response; `None` when the session could not be told.
+    pub ticket: Option<Ticket>,
+    /// How to send the request again if the provider rejects its account-bound state.
+    pub repair: Option<Box<Repair>>,
+}
+
+impl BodyDecision {
+    /// The largest body read for a decision.
+    pub fn limit(&self) -> usize {
+        self.config.max_body_bytes
+    }
+
+    /// The body was over the limit (or had trailers, or failed while read): it goes out
+    /// unchanged. Counted as a skipped rewrite (`too_large`).
+    pub async fn too_large(self) -> Ticket {
+        skipped("too_large");
+        let mut ticket = Ticket::new(self.shared.clone(), self.account.clone());
+        if let Some(session) = self.header_session {
+            let key = HandoffKey {
+                tenant: self.tenant,
+                session,
+                combo: self.combo,
+            };
+            if affinity_of(&self.shared, &key).await.is_none() {
+                ticket.record = Some((key, affinity_to(&self.account)));
+            }
+        }
+        ticket
+    }
+
+    /// Decides on the whole body `raw` (as the client sent it, possibly compressed per
+    /// `headers`): claims a handoff written by another account, removes the account-bound
+    /// state the serving account would reject, injects the handoff, and edits `headers` to
+    /// match the body to send. Never fails: a body it cannot use goes out unchanged (counted in
+    /// [`REWRITE_SKIPPED`](crate::metrics::REWRITE_SKIPPED)).
+    pub async fn decide(self, headers: &mut HeaderMap, raw: Bytes) -> Decided {
+        let span = tracing::info_span!(
+            "context_relay.inject",
+            tenant = %self.tenant,
+            combo = %self.combo,
+            account = %self.account.account,
+        );
+        self.decide_in(headers, raw).instrument(span).await
+    }
+
+    async fn decide_in(self, headers: &mut HeaderMap, raw: Bytes) -> Decided {
+        let Self {
+            shared,
+            config,
+            shape,
+            combo,
+            tenant,
+            header_session,
+            account,
+        } = self;
+        let unchanged = |body, ticket| Decided {
+            body,
+            ticket,
+            repair: None,
+        };
+        let decoded = match headers.get(header::CONTENT_ENCODING) {
+            None => Some(raw.clone()),
+            Some(enc) => enc
+                .to_str()
+                .ok()
+                .and_then(|enc| decode::decode(enc, &raw, config.max_body_bytes).ok())
+                .map(Bytes::from),
+        };
+        let session = header_session.clone().or_else(|| {
+            let body = decoded.as_ref()?;
+            session::session_id(headers, Some(body), &shared.sources).map(|m| Arc::from(m.id))
+        });
+        let Some(session) = session else {
+            return unchanged(raw, None);
+        };
+        let key = HandoffKey {
+            tenant,
+            session,
+            combo,
+        };
+        let mut ticket = Ticket::new(shared.clone(), account.clone());
+        let now = SystemTime::now();
+        let affinity = affinity_of(&shared, &key).await;
+        let serving = affinity
+            .as_ref()
+            .is_some_and(|a| a.is(&account.provider, &account.account));
+        // Switch: the last account that served this session is another one.
+        let switch = affinity.is_some() && !serving;
+        // A live handoff written by another account.
+        let claim = claim_for(&shared, &key, &account, config.lease).await;
+        let foreign = affinity
+            .as_ref()
+            .filter(|_| serving)
+            .and_then(|a| a.foreign_at(now).cloned());
+        let scope = if switch || (affinity.is_none() && claim.is_some()) {
+            // Everything the session carries was minted elsewhere.
+            Scope::All
+        } else if let Some(set) = &foreign {
+            Scope::Foreign(set)
+        } else {
+            Scope::Nothing
+        };
+        let turn_state = headers.contains_key(TURN_STATE_HEADER);
+        if matches!(scope, Scope::Nothing) && claim.is_none() {
+            let remember = Remember {
+                key: key.clone(),
+                foreign: foreign.clone().unwrap_or_default(),
+                ttl: config.ttl,
+            };
+            if affinity.is_none() {
+                ticket.record = Some((key, affinity_to(&account)));
+            }
+            let repair = decoded.map(|json| {
+                Box::new(Repair {
+                    shape,
+                    slot: config.injection_slot_responses,
+                    sent: Sent::Body(json),
+                    turn_state,
+                    remember: Some(remember),
+                })
+            });
+            return Decided {
+                body: raw,
+                ticket: Some(ticket),
+                repair,
+            };
+        }
+        let Some(decoded) = decoded else {
+            skipped("undecodable");
+            if let Some(c) = claim {
+                release(&shared, &c).await;
+            }
+            return unchanged(raw, Some(ticket));
+        };
+        let message = claim.as_ref().map(|c| render::render_record(&c.record));
+        let rewrite = match portable::rewrite(
+            shape,
+            &decoded,
+            scope,
+            message.as_deref(),
+            config.injection_slot_responses,
+        ) {
+            Ok(rewrite) => rewrite,
+            Err(e) => {
+                skipped("not_applicable");
+                tracing::warn!(error = %e, "request not rewritable; passing through");
+                if let Some(c) = claim {
+                    release(&shared, &c).await;
+                }
+                return unchanged(raw, Some(ticket));
+            }
+        };
+        let remember = Remember {
+            key: key.clone(),
+            foreign: foreign_of(&affinity, now),
+            ttl: config.ttl,
+        };
+        let mut seen = rewrite.seen;
+        let mut scrubbed = !rewrite.removed.is_empty();
+        if let Some(state) = headers.get(TURN_STATE_HEADER) {
+            let d = digest(state.as_bytes());
+            seen.push(d);
+            let strip = match scope {
+                Scope::All => true,
+                Scope::Foreign(set) => set.contains(d),
+                Scope::Nothing => false,
+            };
+            if strip {
+                headers.remove(TURN_STATE_HEADER);
+                scrubbed = true;
+            }
+        }
+        if switch {
+            ::metrics::counter!(metrics::SWITCHES).increment(1);
+        }
+        for (kind, n) in rewrite.removed.iter() {
+            ::metrics::counter!(metrics::SCRUBBED, "kind" => kind).increment(n as u64);
+        }
+        let injected = rewrite.injected;
+        if injected {
+            ::metrics::counter!(metrics::INJECTED).increment(1);
+        }
+        if let Some(e) = &rewrite.inject_error {
+            skipped("not_injectable");
+            tracing::warn!(error = %e, "handoff not injectable into this body; made portable only");
+        }
+        tracing::info!(injected, switch, removed = ?rewrite.removed, "request rewritten");
+        ticket.action.injected = injected;
+        ticket.action.scrubbed = scrubbed;
+        if matches!(scope, Scope::All) {
+            // What this request carried was minted by other accounts: the serving account must
+            // never be sent it, for as long as a handoff lives.
+            let carried = foreign_of(&affinity, now).merged(&seen);
+            ticket.record = Some((
+                key,
+                affinity_to(&account).with_foreign(carried, now + config.ttl),
+            ));
+        }
+        let body = match rewrite.body {
+            // Rewritten bodies are forwarded uncompressed.
+            Some(new) => {
+                headers.remove(header::CONTENT_ENCODING);
+                Bytes::from(new)
+            }
+            // Nothing account-bound and no handoff: the client's bytes, as sent.
+            None => raw,
+        };
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+        // A handoff that could not be injected stays for a later request.
+        match claim {
+            Some(c) if injected => ticket.claim = Some(Box::new(c)),
+            Some(c) => release(&shared, &c).await,
+            None => {}
+        }
+        let sent = if headers.contains_key(header::CONTENT_ENCODING) {
+            Sent::Body(decoded)
+        } else {
+            Sent::Body(body.clone())
+        };
+        let repair = Box::new(Repair {
+            shape,
+            slot: config.injection_slot_responses,
+            sent,
+            turn_state: headers.contains_key(TURN_STATE_HEADER),
+            remember: Some(remember),
+        });
+        Decided {
+            body,
+            ticket: Some(ticket),
+            repair: Some(repair),
+        }
+    }
+}
+
+/// The affinity of a session served by `account`, with nothing foreign.
+fn affinity_to(account: &ResolvedAccount) -> Affinity {
+    Affinity::new(account.provider.clone(), account.account.clone())
+}
+
+/// The live foreign digests of the session's previous affinity (kept across further switches).
+fn foreign_of(affinity: &Option<Affinity>, now: SystemTime) -> ForeignSet {
+    affinity
+        .as_ref()
+        .and_then(|a| a.foreign_at(now).cloned())
+        .unwrap_or_default()
+}
+
+/// The session's affinity, from the cache when it knows, else from the store.
+async fn affinity_of(shared: &Shared, key: &HandoffKey) -> Option<Affinity> {
+    match shared.store.cached_affinity(key) {
+        Some(a) => a,
+        None => match shared.store.affinity(key).await {
+            Ok(a) => a,
+            Err(e) => {
+                metrics::store_error("affinity", &e);
+                None
+            }
+        },
+    }
+}
+
+/// Claims the key's handoff when one is live and was written by another account.
+async fn claim_for(
+    shared: &Shared,
+    key: &HandoffKey,
+    account: &ResolvedAccount,
+    lease: std::time::Duration,
+) -> Option<Claim> {
+    if !shared.store.may_contain(key) {
+        return None;
+    }
+    // Read first: while the session stays on the account that wrote the handoff (between the
+    // threshold and the rotation), a claim/release pair per request would be two writes.
+    match shared.store.get(key).await {
+        Ok(Some(record)) if !written_by(&record, account) => {}
+        Ok(_) => return None,
+        Err(e) => {
+            metrics::store_error("get", &e);
+            return None;
+        }
+    }
+    match shared.store.claim(key, lease).await {
+        Ok(Some(claim)) if !written_by(&claim.record, account) => Some(claim),
+        Ok(Some(claim)) => {
+            release(shared, &claim).await;
+            None
+        }
+        // Leased by a concurrent request: it injects, this one does not.
+        Ok(None) => None,
+        Err(e) => {
+            metrics::store_error("claim", &e);
+            None
+        }
+    }
+}
+
+fn written_by(record: &context_relay_core::HandoffRecord, account: &ResolvedAccount) -> bool {
+    record.from_account == *account.account && record.from_provider == *account.provider
+}
+
+fn skipped(reason: &'static str) {
+    ::metrics::counter!(metrics::REWRITE_SKIPPED, "reason" => reason).increment(1);
+}

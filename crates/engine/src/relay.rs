@@ -1,0 +1,310 @@
+//! [`Relay`]: the state every request of a relay shares, and its builder.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use context_relay_core::RelayConfig;
+use context_relay_core::config::{InjectionSlot, RelayMode};
+use context_relay_core::prompt::SummarySettings;
+use context_relay_core::session::SessionSources;
+use context_relay_store::{CoolDown, HandoffStore, InFlight};
+use tokio::sync::Semaphore;
+
+use crate::background::Background;
+use crate::configs::RelayConfigs;
+use crate::quota::{HeaderQuota, QuotaSource};
+use crate::summary::Summarizer;
+use crate::summary::call::DroppedParams;
+use crate::tenant::TenantMemo;
+
+/// Default bound on concurrent summary generations, across every request of a relay.
+pub const DEFAULT_MAX_CONCURRENT_GENERATIONS: usize = 4;
+/// Default bound on summary jobs queued (running or waiting for a concurrency permit); a job
+/// that finds the queue full ends and is counted as skipped (`queue_full`).
+pub const DEFAULT_MAX_QUEUED_GENERATIONS: usize = 64;
+
+/// The relay's shared state: one store, one configuration, and the parts that must be global
+/// across every request (in-flight keys, cool-downs, concurrency bounds, background tasks).
+///
+/// Cloning is cheap (one `Arc`). Build it with [`Relay::builder`]; every transport adapter
+/// (tower layers, a pingora proxy) asks it what to do with a request:
+/// [`inject`](Relay::inject) on the way to the provider, [`generation`](Relay::generation) to
+/// summarise a session before its account runs out.
+///
+/// ```
+/// use std::sync::Arc;
+/// use context_relay_engine::Relay;
+/// use context_relay_store::MemoryStore;
+///
+/// let relay = Relay::builder(Arc::new(MemoryStore::new())).threshold(0.8).build();
+/// assert_eq!(relay.configs().for_combo("any").handoff_threshold, 0.8);
+/// assert_eq!(relay.background().in_flight(), 0);
+/// ```
+#[derive(Clone)]
+pub struct Relay {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Relay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.shared.fmt(f)
+    }
+}
+
+/// What a [`Relay`] holds; the builder holds the same (its `Arc`s are shared by every relay it
+/// builds).
+#[derive(Clone)]
+pub(crate) struct Shared {
+    pub(crate) store: Arc<dyn HandoffStore>,
+    pub(crate) configs: RelayConfigs,
+    pub(crate) background: Background,
+    pub(crate) sources: Arc<SessionSources>,
+    pub(crate) tenants: Arc<TenantMemo>,
+    pub(crate) inflight: Arc<InFlight>,
+    pub(crate) cooldown: Arc<CoolDown>,
+    pub(crate) semaphore: Arc<Semaphore>,
+    /// Admission of summary jobs (running or waiting).
+    pub(crate) queue: Arc<Semaphore>,
+    pub(crate) summarizer: Option<Arc<dyn Summarizer>>,
+    pub(crate) quota: Arc<dyn QuotaSource>,
+    pub(crate) stream_providers: Arc<[Arc<str>]>,
+    /// Summary request settings per provider (lower-cased name).
+    pub(crate) settings: Arc<HashMap<String, SummarySettings>>,
+    /// Parameters each provider and model refused in summary requests.
+    pub(crate) dropped: Arc<DroppedParams>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Relay")
+            .field("backend", &self.store.backend())
+            .field("configs", &self.configs)
+            .field("custom_summarizer", &self.summarizer.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    /// The summary settings configured for `provider`.
+    pub(crate) fn settings_for(&self, provider: &str) -> Option<&SummarySettings> {
+        if self.settings.is_empty() {
+            return None;
+        }
+        self.settings.get(&provider.to_ascii_lowercase())
+    }
+
+    /// Whether summary requests to `provider` must ask for a streamed reply.
+    pub(crate) fn stream_summaries_for(&self, provider: &str) -> bool {
+        self.stream_providers
+            .iter()
+            .any(|p| p.eq_ignore_ascii_case(provider))
+    }
+}
+
+impl Relay {
+    /// A builder over `store`, with the default configuration (every provider gets handoffs).
+    pub fn builder(store: Arc<dyn HandoffStore>) -> RelayBuilder {
+        RelayBuilder::new(store)
+    }
+
+    /// The store handoffs and affinities live in.
+    pub fn store(&self) -> &Arc<dyn HandoffStore> {
+        &self.shared.store
+    }
+
+    /// The configuration of every combo.
+    pub fn configs(&self) -> &RelayConfigs {
+        &self.shared.configs
+    }
+
+    /// The tracker of the relay's background work (summaries, claim completions and releases,
+    /// affinity writes): `idle().await` waits for it.
+    pub fn background(&self) -> Background {
+        self.shared.background.clone()
+    }
+
+    /// The summarizer given to the builder, if any (adapters supply their own default).
+    pub fn summarizer(&self) -> Option<&Arc<dyn Summarizer>> {
+        self.shared.summarizer.as_ref()
+    }
+
+    /// Where session ids are read from.
+    pub fn session_sources(&self) -> &SessionSources {
+        &self.shared.sources
+    }
+}
+
+/// Builds a [`Relay`] with consuming setters.
+///
+/// The builder holds the global parts (in-flight registry, cool-downs, bounds, background
+/// tracker) already: every relay built from it (or from its clones) shares them.
+#[derive(Clone, Debug)]
+pub struct RelayBuilder {
+    shared: Shared,
+}
+
+impl RelayBuilder {
+    /// A builder over `store`, with the default configuration.
+    pub fn new(store: Arc<dyn HandoffStore>) -> Self {
+        Self {
+            shared: Shared {
+                store,
+                configs: RelayConfigs::default(),
+                background: Background::new(),
+                sources: Arc::new(SessionSources::default()),
+                tenants: Arc::default(),
+                inflight: Arc::new(InFlight::new()),
+                cooldown: Arc::new(CoolDown::new()),
+                semaphore: Arc::new(Semaphore::new(DEFAULT_MAX_CONCURRENT_GENERATIONS)),
+                queue: Arc::new(Semaphore::new(DEFAULT_MAX_QUEUED_GENERATIONS)),
+                summarizer: None,
+                quota: Arc::new(HeaderQuota::default()),
+                stream_providers: Arc::from(Vec::new()),
+                settings: Arc::default(),
+                dropped: Arc::default(),
+            },
+        }
+    }
+
+    /// The relay.
+    pub fn build(&self) -> Relay {
+        Relay {
+            shared: Arc::new(self.shared.clone()),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn HandoffStore> {
+        &self.shared.store
+    }
+
+    /// The tracker of the background work of every relay this builder makes.
+    pub fn background(&self) -> Background {
+        self.shared.background.clone()
+    }
+
+    /// Uses `configs` (default plus per-combo configurations).
+    pub fn configs(mut self, configs: RelayConfigs) -> Self {
+        self.shared.configs = configs;
+        self
+    }
+
+    /// Uses `config` as the default configuration.
+    pub fn config(mut self, config: RelayConfig) -> Self {
+        *self.shared.configs.default_mut() = config;
+        self
+    }
+
+    /// Sets the default handoff threshold; invalid values (not finite, ≤ 0, ≥ 0.95) keep the
+    /// default 0.85 with a warning.
+    pub fn threshold(mut self, threshold: f64) -> Self {
+        let mut warnings = Vec::new();
+        let t = context_relay_core::config::validate_threshold(threshold, &mut warnings);
+        for w in warnings {
+            tracing::warn!(%w, "invalid relay configuration");
+        }
+        self.shared.configs.default_mut().handoff_threshold = t;
+        self
+    }
+
+    /// Sets the default providers whose accounts get handoffs (`"*"` = any, the default;
+    /// empty = none).
+    pub fn providers<I, P>(mut self, providers: I) -> Self
+    where
+        I: IntoIterator<Item = P>,
+        P: Into<String>,
+    {
+        let list: Vec<String> = providers.into_iter().map(Into::into).collect();
+        self.shared.configs.default_mut().handoff_providers =
+            context_relay_core::config::normalize_providers(&list);
+        self
+    }
+
+    /// Sets the default handoff time to live.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.shared.configs.default_mut().ttl = ttl;
+        self
+    }
+
+    /// Sets the default bound on one summary call.
+    pub fn summary_timeout(mut self, timeout: Duration) -> Self {
+        self.shared.configs.default_mut().summary_timeout = timeout;
+        self
+    }
+
+    /// Sets the default selection mode.
+    pub fn relay_mode(mut self, mode: RelayMode) -> Self {
+        self.shared.configs.default_mut().relay_mode = mode;
+        self
+    }
+
+    /// Where the handoff goes in Responses API requests, by default.
+    pub fn responses_slot(mut self, slot: InjectionSlot) -> Self {
+        self.shared.configs.default_mut().injection_slot_responses = slot;
+        self
+    }
+
+    /// Largest request body read for a rewrite or kept for a summary, by default; larger ones
+    /// pass through.
+    pub fn max_body_bytes(mut self, max: usize) -> Self {
+        self.shared.configs.default_mut().max_body_bytes = max.max(1);
+        self
+    }
+
+    /// Bounds concurrent summary generations (at least 1).
+    pub fn max_concurrent_generations(mut self, n: usize) -> Self {
+        self.shared.semaphore = Arc::new(Semaphore::new(n.max(1)));
+        self
+    }
+
+    /// Bounds the summary jobs queued, running or waiting (at least 1; default
+    /// [`DEFAULT_MAX_QUEUED_GENERATIONS`]). A job joins the queue after the refresh gate, and
+    /// keeps only its selection while it waits.
+    pub fn max_queued_generations(mut self, n: usize) -> Self {
+        self.shared.queue = Arc::new(Semaphore::new(n.max(1)));
+        self
+    }
+
+    /// How summary requests to `provider` are made: the summary model, the output limit,
+    /// streaming, and extra body parameters (see [`SummarySettings`]).
+    pub fn summary_settings(mut self, provider: &str, settings: SummarySettings) -> Self {
+        Arc::make_mut(&mut self.shared.settings).insert(provider.to_ascii_lowercase(), settings);
+        self
+    }
+
+    /// Sends summaries through `summarizer` (without one, an adapter supplies its default).
+    pub fn summarizer(mut self, summarizer: impl Summarizer) -> Self {
+        self.shared.summarizer = Some(Arc::new(summarizer));
+        self
+    }
+
+    /// Reads quota signals with `source` (default: [`HeaderQuota`] `auto`).
+    pub fn quota_source(mut self, source: impl QuotaSource) -> Self {
+        self.shared.quota = Arc::new(source);
+        self
+    }
+
+    /// Where session ids are read from.
+    pub fn session_sources(mut self, sources: SessionSources) -> Self {
+        self.shared.sources = Arc::new(sources);
+        self
+    }
+
+    /// Providers whose backends only answer streamed replies (the ChatGPT Codex backend):
+    /// summary requests to them are sent with `stream: true`.
+    pub fn stream_summaries_for<I, P>(mut self, providers: I) -> Self
+    where
+        I: IntoIterator<Item = P>,
+        P: Into<Arc<str>>,
+    {
+        self.shared.stream_providers = providers.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Tracks background work with `background` (to share one tracker with other relays).
+    pub fn with_background(mut self, background: Background) -> Self {
+        self.shared.background = background;
+        self
+    }
+}

@@ -1,0 +1,166 @@
+//! The generation side of the engine, driven without any tower service: the quota gates, the
+//! request and reply capture, and the summary job through a custom summarizer.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use context_relay_core::{HandoffKey, session};
+use context_relay_engine::{
+    ComboName, Relay, RelayBuilder, RequestFacts, ResolvedAccount, SummaryError, SummaryRequest,
+};
+use context_relay_store::{HandoffStore, MemoryStore};
+use http::{HeaderMap, StatusCode, Uri};
+
+const TURN: &str = r#"{"model":"gpt-5","messages":[{"role":"system","content":"You are a coding agent."},{"role":"user","content":"add a --json flag to the CLI"}]}"#;
+const SUMMARY: &str = r#"{"choices":[{"message":{"content":"{\"summary\":\"Adding a --json flag\",\"keyDecisions\":[\"serde\"]}"}}]}"#;
+const REPLY: &str = r#"{"choices":[{"finish_reason":"stop","message":{"role":"assistant","content":"Added the flag in src/cli.rs."}}]}"#;
+
+struct Fixture {
+    store: Arc<dyn HandoffStore>,
+    relay: Relay,
+    calls: Arc<AtomicUsize>,
+    seen: Arc<Mutex<Option<SummaryRequest>>>,
+    headers: HeaderMap,
+}
+
+impl Fixture {
+    fn new(configure: impl FnOnce(RelayBuilder) -> RelayBuilder) -> Self {
+        let store: Arc<dyn HandoffStore> = Arc::new(MemoryStore::new());
+        let calls = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::new(Mutex::new(None));
+        let (c, s) = (calls.clone(), seen.clone());
+        let summarizer = move |req: SummaryRequest| {
+            c.fetch_add(1, Ordering::SeqCst);
+            *s.lock().unwrap() = Some(req);
+            async { Ok::<_, SummaryError>(Bytes::from_static(SUMMARY.as_bytes())) }
+        };
+        let relay = configure(Relay::builder(store.clone()).summarizer(summarizer)).build();
+        let mut headers = HeaderMap::new();
+        headers.insert("x-session-id", "s1".parse().unwrap());
+        headers.insert("authorization", "Bearer sk-client".parse().unwrap());
+        Self {
+            store,
+            relay,
+            calls,
+            seen,
+            headers,
+        }
+    }
+
+    /// One turn served by `account` at `used` percent; the status of the response.
+    async fn turn(&self, account: &str, used: &str, status: StatusCode) {
+        let combo = ComboName::new("codex-relay");
+        let facts = RequestFacts {
+            combo: Some(&combo),
+            ..Default::default()
+        };
+        let uri: Uri = "/v1/chat/completions".parse().unwrap();
+        let ticket = self
+            .relay
+            .generation(&uri, &self.headers, facts)
+            .expect("can lead to a summary");
+        // The body goes out in two chunks, then ends.
+        ticket
+            .capture()
+            .push(&Bytes::from_static(&TURN.as_bytes()[..30]));
+        ticket
+            .capture()
+            .push(&Bytes::from_static(&TURN.as_bytes()[30..]));
+        ticket.capture().finish();
+        let mut response = HeaderMap::new();
+        response.insert("x-codex-primary-used-percent", used.parse().unwrap());
+        let served_by = ResolvedAccount::new("codex", account);
+        if let Some(mut watch) = ticket.response(status, &response, Some(&served_by), None) {
+            watch.push(REPLY.as_bytes());
+            watch.ended();
+        }
+        self.relay.background().idle().await;
+    }
+
+    fn key(&self) -> HandoffKey {
+        HandoffKey::new(session::tenant(&self.headers), "s1", "codex-relay")
+    }
+}
+
+#[tokio::test]
+async fn a_turn_over_the_threshold_is_summarised_into_a_handoff() {
+    let f = Fixture::new(|b| b);
+    f.turn("acct-a", "88", StatusCode::OK).await;
+    assert_eq!(f.calls.load(Ordering::SeqCst), 1);
+    let request = f.seen.lock().unwrap().take().expect("summary request");
+    assert_eq!(request.combo, ComboName::new("codex-relay"));
+    assert_eq!(request.headers["authorization"], "Bearer sk-client");
+    let stored = f.store.get(&f.key()).await.unwrap().expect("stored");
+    assert_eq!(stored.handoff.summary, "Adding a --json flag");
+    assert_eq!(stored.from_account, "acct-a");
+}
+
+#[tokio::test]
+async fn the_gates_keep_the_summary_call_for_turns_that_need_it() {
+    // Below the threshold, at exhaustion, an error status: nothing.
+    let f = Fixture::new(|b| b);
+    f.turn("acct-a", "40", StatusCode::OK).await;
+    f.turn("acct-a", "97", StatusCode::OK).await;
+    f.turn("acct-a", "90", StatusCode::INTERNAL_SERVER_ERROR)
+        .await;
+    assert_eq!(f.calls.load(Ordering::SeqCst), 0);
+    assert!(f.store.get(&f.key()).await.unwrap().is_none());
+
+    // A provider that gets no handoffs.
+    let f = Fixture::new(|b| b.providers(["anthropic"]));
+    f.turn("acct-a", "90", StatusCode::OK).await;
+    assert_eq!(f.calls.load(Ordering::SeqCst), 0);
+
+    // A fresh model handoff is not summarised again on the next turn.
+    let f = Fixture::new(|b| b);
+    f.turn("acct-a", "88", StatusCode::OK).await;
+    f.turn("acct-a", "89", StatusCode::OK).await;
+    assert_eq!(f.calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn no_ticket_without_a_combo_or_an_api_path_or_when_off() {
+    let f = Fixture::new(|b| b);
+    let uri: Uri = "/v1/chat/completions".parse().unwrap();
+    assert!(
+        f.relay
+            .generation(&uri, &f.headers, RequestFacts::default())
+            .is_none()
+    );
+    let combo = ComboName::new("codex-relay");
+    let facts = RequestFacts {
+        combo: Some(&combo),
+        ..Default::default()
+    };
+    let health: Uri = "/healthz".parse().unwrap();
+    assert!(f.relay.generation(&health, &f.headers, facts).is_none());
+    let off = Fixture::new(|b| b.providers(Vec::<String>::new()));
+    assert!(off.relay.generation(&uri, &off.headers, facts).is_none());
+}
+
+#[tokio::test]
+async fn a_reply_that_failed_starts_nothing() {
+    let f = Fixture::new(|b| b);
+    let combo = ComboName::new("codex-relay");
+    let facts = RequestFacts {
+        combo: Some(&combo),
+        ..Default::default()
+    };
+    let uri: Uri = "/v1/chat/completions".parse().unwrap();
+    let ticket = f.relay.generation(&uri, &f.headers, facts).unwrap();
+    ticket.capture().push(&Bytes::from_static(TURN.as_bytes()));
+    ticket.capture().finish();
+    let mut response = HeaderMap::new();
+    response.insert("x-codex-primary-used-percent", "88".parse().unwrap());
+    let served_by = ResolvedAccount::new("codex", "acct-a");
+    let mut watch = ticket
+        .response(StatusCode::OK, &response, Some(&served_by), None)
+        .expect("qualifies");
+    assert!(watch.is_armed());
+    watch.push(&REPLY.as_bytes()[..10]);
+    watch.failed();
+    drop(watch);
+    f.relay.background().idle().await;
+    assert_eq!(f.calls.load(Ordering::SeqCst), 0);
+}

@@ -1,0 +1,320 @@
+//! The injection side of the engine, driven without any tower service: the calls a transport
+//! adapter (a pingora proxy) makes.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use context_relay_core::ending::Ending;
+use context_relay_core::repair::RepairKind;
+use context_relay_core::{Handoff, HandoffKey, HandoffRecord, session};
+use context_relay_engine::{
+    ComboName, Inject, RELAY_HEADER, Relay, RequestFacts, ResolvedAccount, SkipRelay,
+};
+use context_relay_store::{Affinity, HandoffStore, MemoryStore};
+use http::{HeaderMap, StatusCode, Uri};
+
+const CHAT: &str =
+    r#"{"model":"gpt-5","messages":[{"role":"user","content":"add a --json flag"}]}"#;
+const RESPONSES_BOUND: &str =
+    r#"{"input":[{"type":"reasoning","encrypted_content":"gAAA-of-acct-a"}]}"#;
+
+struct Fixture {
+    store: Arc<dyn HandoffStore>,
+    relay: Relay,
+    combo: ComboName,
+    headers: HeaderMap,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let store: Arc<dyn HandoffStore> = Arc::new(MemoryStore::new());
+        let mut headers = HeaderMap::new();
+        headers.insert("session-id", "s1".parse().unwrap());
+        Self {
+            relay: Relay::builder(store.clone()).build(),
+            store,
+            combo: ComboName::new("codex"),
+            headers,
+        }
+    }
+
+    fn key(&self) -> HandoffKey {
+        HandoffKey::new(session::tenant(&self.headers), "s1", "codex")
+    }
+
+    fn inject(&self, path: &str, account: &ResolvedAccount) -> Inject {
+        let uri: Uri = path.parse().unwrap();
+        let facts = RequestFacts {
+            combo: Some(&self.combo),
+            account: Some(account),
+            ..Default::default()
+        };
+        self.relay.inject(&uri, &self.headers, facts, 0)
+    }
+
+    /// A handoff written by acct-a, and the session's affinity to acct-a.
+    async fn handoff_from_a(&self) {
+        let now = SystemTime::now();
+        let key = self.key();
+        self.store
+            .upsert(HandoffRecord {
+                version: 1,
+                kind: Default::default(),
+                tenant: key.tenant.clone(),
+                session: key.session.clone(),
+                combo: key.combo.clone(),
+                from_provider: "codex".into(),
+                from_account: "acct-a".into(),
+                handoff: Handoff {
+                    summary: "Adding a --json flag to the CLI.".into(),
+                    key_decisions: vec!["serde for output".into()],
+                    task_progress: "flag parsed; tests pending".into(),
+                    active_entities: vec!["src/cli.rs".into()],
+                },
+                message_count: 12,
+                model: "gpt-5".into(),
+                threshold: 0.85,
+                generated_at: now,
+                expires_at: now + Duration::from_secs(3600),
+            })
+            .await
+            .unwrap();
+        self.store
+            .set_affinity(&key, Affinity::new("codex", "acct-a"))
+            .await
+            .unwrap();
+    }
+}
+
+fn a() -> ResolvedAccount {
+    ResolvedAccount::new("codex", "acct-a")
+}
+
+fn b() -> ResolvedAccount {
+    ResolvedAccount::new("codex", "acct-b")
+}
+
+#[tokio::test]
+async fn passes_what_is_not_relayed() {
+    let f = Fixture::new();
+    let uri: Uri = "/v1/chat/completions".parse().unwrap();
+    let account = a();
+    let skip = SkipRelay;
+    let mut ext = http::Extensions::new();
+    ext.insert(skip);
+    ext.insert(f.combo.clone());
+    ext.insert(account.clone());
+    let cases = [
+        RequestFacts {
+            account: Some(&account),
+            ..Default::default()
+        },
+        RequestFacts {
+            combo: Some(&f.combo),
+            ..Default::default()
+        },
+        RequestFacts::from_extensions(&ext),
+    ];
+    for facts in cases {
+        assert!(matches!(
+            f.relay.inject(&uri, &f.headers, facts, 0),
+            Inject::Pass
+        ));
+    }
+    // Not an API path.
+    assert!(matches!(f.inject("/healthz", &account), Inject::Pass));
+}
+
+#[tokio::test]
+async fn a_completed_first_turn_records_the_affinity_a_dropped_one_does_not() {
+    let f = Fixture::new();
+    let Inject::Forward { ticket, repair } = f.inject("/v1/chat/completions", &a()) else {
+        panic!("a new session on the fast path")
+    };
+    assert!(
+        repair.is_none(),
+        "chat completions carry no account-bound state"
+    );
+    drop(ticket);
+    f.relay.background().idle().await;
+    assert_eq!(f.store.affinity(&f.key()).await.unwrap(), None);
+
+    let Inject::Forward { ticket, .. } = f.inject("/v1/chat/completions", &a()) else {
+        panic!()
+    };
+    assert_eq!(ticket.account(), &a());
+    ticket.ended(Ending::Completed);
+    f.relay.background().idle().await;
+    let affinity = f.store.affinity(&f.key()).await.unwrap().expect("recorded");
+    assert!(affinity.is("codex", "acct-a"));
+}
+
+#[tokio::test]
+async fn a_switch_injects_the_handoff_and_a_completed_response_consumes_it() {
+    let f = Fixture::new();
+    f.handoff_from_a().await;
+    let Inject::ReadBody(decision) = f.inject("/v1/chat/completions", &b()) else {
+        panic!("a switch reads the body")
+    };
+    let mut headers = f.headers.clone();
+    let decided = decision
+        .decide(&mut headers, Bytes::from_static(CHAT.as_bytes()))
+        .await;
+    let body = String::from_utf8(decided.body.to_vec()).unwrap();
+    assert!(body.contains("<context_handoff>") && body.contains("Adding a --json flag"));
+    assert_eq!(
+        headers["content-length"],
+        decided.body.len().to_string().as_str()
+    );
+    let ticket = decided.ticket.expect("a session");
+    assert!(ticket.action().injected && ticket.carries_handoff());
+
+    // The response head is labelled; a 2xx waits for its body.
+    let (mut parts, ()) = http::Response::new(()).into_parts();
+    let ticket = ticket.label(&mut parts).expect("waits for the body");
+    assert_eq!(parts.headers[RELAY_HEADER], "injected");
+    assert_eq!(parts.extensions.get::<ResolvedAccount>(), Some(&b()));
+
+    ticket.ended(Ending::Completed);
+    f.relay.background().idle().await;
+    assert!(f.store.get(&f.key()).await.unwrap().is_none(), "consumed");
+    let affinity = f.store.affinity(&f.key()).await.unwrap().expect("moved");
+    assert!(affinity.is("codex", "acct-b"));
+}
+
+#[tokio::test]
+async fn an_error_status_gives_the_handoff_back_at_once() {
+    let f = Fixture::new();
+    f.handoff_from_a().await;
+    let Inject::ReadBody(decision) = f.inject("/v1/chat/completions", &b()) else {
+        panic!()
+    };
+    let mut headers = f.headers.clone();
+    let decided = decision
+        .decide(&mut headers, Bytes::from_static(CHAT.as_bytes()))
+        .await;
+    let mut ticket = decided.ticket.expect("a session");
+    assert!(
+        f.store
+            .claim(&f.key(), Duration::from_secs(30))
+            .await
+            .unwrap()
+            .is_none(),
+        "leased while the request is out"
+    );
+    ticket.release_now().await;
+    let claim = f
+        .store
+        .claim(&f.key(), Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(
+        claim.is_some(),
+        "claimable by the retry, without waiting for background work"
+    );
+    // A ticket given back records nothing.
+    let (mut parts, ()) = http::Response::new(()).into_parts();
+    parts.status = StatusCode::TOO_MANY_REQUESTS;
+    assert!(ticket.label(&mut parts).is_none());
+}
+
+#[tokio::test]
+async fn a_dropped_ticket_releases_its_claim() {
+    let f = Fixture::new();
+    f.handoff_from_a().await;
+    let Inject::ReadBody(decision) = f.inject("/v1/chat/completions", &b()) else {
+        panic!()
+    };
+    let mut headers = f.headers.clone();
+    let decided = decision
+        .decide(&mut headers, Bytes::from_static(CHAT.as_bytes()))
+        .await;
+    drop(decided);
+    f.relay.background().idle().await;
+    let claim = f
+        .store
+        .claim(&f.key(), Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(claim.is_some());
+    let affinity = f.store.affinity(&f.key()).await.unwrap().expect("kept");
+    assert!(affinity.is("codex", "acct-a"), "the affinity did not move");
+}
+
+#[tokio::test]
+async fn a_body_over_the_limit_goes_out_unchanged() {
+    let store: Arc<dyn HandoffStore> = Arc::new(MemoryStore::new());
+    let relay = Relay::builder(store.clone()).max_body_bytes(8).build();
+    let mut headers = HeaderMap::new();
+    headers.insert("session-id", "s1".parse().unwrap());
+    let combo = ComboName::new("codex");
+    let account = b();
+    let facts = RequestFacts {
+        combo: Some(&combo),
+        account: Some(&account),
+        ..Default::default()
+    };
+    let key = HandoffKey::new(session::tenant(&headers), "s1", "codex");
+    store
+        .set_affinity(&key, Affinity::new("codex", "acct-a"))
+        .await
+        .unwrap();
+    let uri: Uri = "/v1/chat/completions".parse().unwrap();
+    let Inject::ReadBody(decision) = relay.inject(&uri, &headers, facts, 100) else {
+        panic!()
+    };
+    assert_eq!(decision.limit(), 8);
+    let ticket = decision.too_large().await;
+    assert!(ticket.action().is_empty() && !ticket.waits_for_end());
+}
+
+#[tokio::test]
+async fn a_rejection_of_account_bound_state_gives_the_body_to_send_again() {
+    let f = Fixture::new();
+    // The session's first turn carries state another account minted: read and kept.
+    let Inject::Forward { ticket, repair } = f.inject("/v1/responses", &a()) else {
+        panic!("fast path")
+    };
+    let repair = repair.expect("the Responses API has account-bound state");
+    let tee = repair.tee().expect("the forwarded body is kept").clone();
+    for chunk in [&RESPONSES_BOUND[..20], &RESPONSES_BOUND[20..]] {
+        tee.keep(Some(&Bytes::copy_from_slice(chunk.as_bytes())));
+    }
+    tee.end();
+    assert!(repair.may_repair());
+    assert!(repair.wants_look(StatusCode::BAD_REQUEST, &HeaderMap::new()));
+    assert!(!repair.wants_look(StatusCode::OK, &HeaderMap::new()));
+    let mut ticket = Some(ticket);
+    let body = repair
+        .resend_body(
+            RepairKind::EncryptedContent,
+            StatusCode::BAD_REQUEST,
+            ticket.as_mut(),
+        )
+        .expect("stripped");
+    assert_eq!(body, Bytes::from_static(br#"{"input":[]}"#));
+    let mut headers = f.headers.clone();
+    headers.insert("content-encoding", "gzip".parse().unwrap());
+    context_relay_engine::injection::resend_headers(&mut headers, body.len());
+    assert!(!headers.contains_key("content-encoding"));
+    assert_eq!(headers["content-length"], "12");
+
+    // The repaired ticket records the stripped state as foreign to acct-a.
+    let ticket = ticket.unwrap();
+    assert!(ticket.action().repaired);
+    ticket.ended(Ending::Completed);
+    f.relay.background().idle().await;
+    let affinity = f.store.affinity(&f.key()).await.unwrap().expect("recorded");
+    assert!(affinity.foreign_at(SystemTime::now()).is_some());
+    // The next turn to acct-a carrying it again is scrubbed before it goes out.
+    let Inject::ReadBody(decision) = f.inject("/v1/responses", &a()) else {
+        panic!("foreign state to remove: the body is read")
+    };
+    let mut headers = f.headers.clone();
+    let decided = decision
+        .decide(&mut headers, Bytes::from_static(RESPONSES_BOUND.as_bytes()))
+        .await;
+    assert_eq!(decided.body, Bytes::from_static(br#"{"input":[]}"#));
+    assert!(decided.ticket.unwrap().action().scrubbed);
+}
