@@ -441,6 +441,10 @@ impl ProxyHttp for RelayProxy {
 
     async fn logging(&self, _session: &mut Session, e: Option<&Error>, ctx: &mut Exchange) {
         let errored = e.is_some();
+        if let Some(capture) = ctx.capture.take() {
+            // The request body never reached its end.
+            capture.fail();
+        }
         if let Some(end) = ctx.end.take() {
             end.finish(errored);
         }
