@@ -147,7 +147,7 @@ impl RelayProxy {
         };
         ctx.generation = self.relay.generation(&req.uri, headers, facts);
         ctx.capture = ctx.generation.as_ref().map(|g| g.capture().clone());
-        let length = headers
+        let length: u64 = headers
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse().ok())
@@ -159,7 +159,8 @@ impl RelayProxy {
                 ctx.repair = repair;
             }
             Inject::ReadBody(decision) => {
-                if readable(headers) {
+                // A body announced over the limit is not held at all.
+                if readable(headers) && length <= decision.limit() as u64 {
                     ctx.body = BodyState::Held {
                         held: Held::new(decision.limit()),
                         decision,

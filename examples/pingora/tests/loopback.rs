@@ -39,14 +39,22 @@ struct Setup {
     client: Client<HttpConnector, Full<Bytes>>,
 }
 
-/// A proxy in front of `sim` with the accounts in `order` (new sessions go to the first).
-fn proxy(sim: &SimProvider, store: Arc<dyn HandoffStore>, order: [&str; 2]) -> RunningProxy {
+/// A proxy in front of `sim` with the accounts in `order` (new sessions go to the first),
+/// rewriting bodies up to `max_body` bytes (the relay's default without).
+fn proxy(
+    sim: &SimProvider,
+    store: Arc<dyn HandoffStore>,
+    order: [&str; 2],
+    max_body: Option<usize>,
+) -> RunningProxy {
     let accounts =
         order.map(|id| Account::new(id, &format!("key-{}", id.trim_start_matches("acct-"))));
     let pool = Arc::new(Pool::new(accounts.to_vec()));
-    let relay = Relay::builder(store)
-        .summarizer(PoolSummarizer::new(sim.addr(), pool.clone()))
-        .build();
+    let mut relay = Relay::builder(store).summarizer(PoolSummarizer::new(sim.addr(), pool.clone()));
+    if let Some(max) = max_body {
+        relay = relay.max_body_bytes(max);
+    }
+    let relay = relay.build();
     let proxy = RelayProxy::new(sim.addr(), "codex", pool, relay);
     spawn(proxy, "127.0.0.1:0".parse().unwrap(), 2).expect("proxy")
 }
@@ -54,6 +62,10 @@ fn proxy(sim: &SimProvider, store: Arc<dyn HandoffStore>, order: [&str; 2]) -> R
 impl Setup {
     /// Two accounts of a provider that uses 45 % of an account per turn.
     async fn start() -> Self {
+        Self::start_with(None).await
+    }
+
+    async fn start_with(max_body: Option<usize>) -> Self {
         let sim = SimProvider::builder()
             .account("acct-a", "key-a")
             .account("acct-b", "key-b")
@@ -63,7 +75,7 @@ impl Setup {
             .await
             .expect("simulated provider");
         let store: Arc<dyn HandoffStore> = Arc::new(MemoryStore::new());
-        let proxy = proxy(&sim, store.clone(), ["acct-a", "acct-b"]);
+        let proxy = proxy(&sim, store.clone(), ["acct-a", "acct-b"], max_body);
         let client = Client::builder(TokioExecutor::new()).build_http();
         Self {
             sim,
@@ -304,6 +316,7 @@ async fn a_rejection_the_relay_could_not_foresee_reaches_the_client() {
         &setup.sim,
         Arc::new(MemoryStore::new()),
         ["acct-b", "acct-a"],
+        None,
     );
     let (status, acted, reply) = setup.send_to(&unaware, &headers, &body, false).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
@@ -320,6 +333,44 @@ async fn a_rejection_the_relay_could_not_foresee_reaches_the_client() {
     );
 
     unaware.stop();
+    setup.proxy.stop();
+    setup.sim.shutdown().await;
+}
+
+/// A body over the relay's limit is never held: on a switch it goes out as the client sent
+/// it (its own `content-length`, every byte), and the provider answers for the state it
+/// carries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_over_the_limit_goes_through_untouched() {
+    let setup = Setup::start_with(Some(16 * 1024)).await;
+    let (headers, mut body) = codex_first_turn("gpt-5.5", SESSION);
+    let (status, _, reply) = setup.send(&headers, &body, false).await;
+    assert_eq!(status, StatusCode::OK);
+    codex_next_turn(&mut body, &reply, "Turn 2: next step.");
+    setup.sim.set_used("acct-a", 100.0);
+    let (status, _, _) = setup.send(&headers, &body, false).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+
+    setup.sim.clear_requests();
+    let (status, acted, _) = setup.send(&headers, &body, false).await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "acct-a's state reached acct-b"
+    );
+    assert_eq!(acted, None);
+    let sent = setup.turns().pop().expect("a turn");
+    assert_eq!(sent.account.as_deref(), Some("acct-b"));
+    assert_eq!(
+        sent.body,
+        serde_json::to_vec(&body).unwrap(),
+        "byte for byte"
+    );
+    assert_eq!(
+        sent.headers.get("content-length").map(|v| v.as_bytes()),
+        Some(sent.body.len().to_string().as_bytes())
+    );
+
     setup.proxy.stop();
     setup.sim.shutdown().await;
 }
