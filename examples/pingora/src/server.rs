@@ -8,15 +8,17 @@
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::Mutex;
 use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use context_relay_store::{DEFAULT_PURGE_INTERVAL, HandoffStore, spawn_purger};
 use pingora::proxy::http_proxy_service;
 use pingora::server::configuration::ServerConf;
-use pingora::server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch};
+use pingora::server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch, ShutdownWatch};
+use pingora::services::background::{BackgroundService, background_service};
 use tokio::sync::oneshot;
 
 use crate::proxy::RelayProxy;
@@ -31,6 +33,8 @@ fn server(proxy: RelayProxy, addr: SocketAddr, threads: usize) -> Server {
     };
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
+    let purger = Purger(proxy.relay().store().clone());
+    server.add_service(background_service("handoff purger", purger));
     let mut service = http_proxy_service(&server.configuration, proxy);
     service.add_tcp(&addr.to_string());
     server.add_service(service);
@@ -80,6 +84,18 @@ impl RunningProxy {
 impl Drop for RunningProxy {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+/// Deletes expired handoffs from the store now and then, on pingora's runtime (an expired
+/// handoff is never served, this only frees its space).
+struct Purger(Arc<dyn HandoffStore>);
+
+#[async_trait]
+impl BackgroundService for Purger {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let _purger = spawn_purger(self.0.clone(), DEFAULT_PURGE_INTERVAL);
+        let _ = shutdown.changed().await;
     }
 }
 
