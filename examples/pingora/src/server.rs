@@ -5,6 +5,26 @@
 //! pingora's `Server` owns its runtimes and threads, and its `run` returns once its shutdown
 //! signal fires. [`spawn`] runs it on a thread of its own with a shutdown signal that is a
 //! channel instead of `SIGINT`/`SIGTERM`, so stopping one proxy never touches the process.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use context_relay_engine::Relay;
+//! use context_relay_pingora_example::{Account, Pool, PoolSummarizer, RelayProxy, spawn};
+//! use context_relay_store::MemoryStore;
+//!
+//! let upstream = "127.0.0.1:9".parse()?;
+//! let pool = Arc::new(Pool::new(vec![Account::new("acct-a", "sk-a")]));
+//! let relay = Relay::builder(Arc::new(MemoryStore::new()))
+//!     .summarizer(PoolSummarizer::new(upstream, pool.clone()))
+//!     .build();
+//! let proxy = RelayProxy::new(upstream, "codex", pool, relay);
+//! let running = spawn(proxy, "127.0.0.1:0".parse()?, 1)?;
+//! assert!(std::net::TcpStream::connect(running.addr()).is_ok());
+//! let addr = running.addr();
+//! running.stop();
+//! assert!(std::net::TcpStream::connect(addr).is_err(), "stopped");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
