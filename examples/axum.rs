@@ -1,13 +1,14 @@
-//! A minimal relaying proxy on axum, with both layers where DESIGN §3 puts them:
+//! A minimal relaying proxy on axum, with both layers where they belong:
 //!
 //! ```text
 //! axum ─▶ combo (sets ComboName) ─▶ GenerationLayer ─▶ resolver (sets ResolvedAccount) ─▶ InjectionLayer ─▶ upstream
 //! ```
 //!
-//! Run it against any OpenAI-compatible upstream:
+//! Run it against any OpenAI-compatible upstream reachable over plain HTTP (a local model
+//! server, or a TLS-terminating proxy):
 //!
 //! ```sh
-//! UPSTREAM_URL=https://api.openai.com/v1 UPSTREAM_KEYS=sk-first,sk-second \
+//! UPSTREAM_URL=http://127.0.0.1:8000/v1 UPSTREAM_KEYS=sk-first,sk-second \
 //!   cargo run --example axum
 //! curl -s localhost:4000/v1/chat/completions -H 'x-session-id: demo' \
 //!   -H 'content-type: application/json' \
@@ -24,55 +25,39 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Body;
 use context_relay::store::{HandoffStore, RedbStore};
-use context_relay::tower::{Background, ComboName, GenerationLayer, InjectionLayer};
-use context_relay_gateway::Upstream;
+use context_relay::tower::{Background, ComboName, ContextRelay};
 use http::{Request, Response};
-use resolver::{Accounts, ResolverLayer};
+use resolver::Accounts;
 use tower::ServiceBuilder;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,context_relay_tower=debug".into()),
-        )
-        .init();
-    let base_url = std::env::var("UPSTREAM_URL").map_err(|_| "set UPSTREAM_URL (…/v1)")?;
-    let keys: Vec<String> = std::env::var("UPSTREAM_KEYS")
-        .map_err(|_| "set UPSTREAM_KEYS (comma-separated API keys)")?
-        .split(',')
-        .map(|k| k.trim().to_owned())
-        .filter(|k| !k.is_empty())
-        .collect();
-    let listen = std::env::var("LISTEN").unwrap_or_else(|_| "127.0.0.1:4000".to_owned());
-
-    let store: Arc<dyn HandoffStore> = Arc::new(RedbStore::open("context-relay-example.redb")?);
-    let (app, _background) = router(store, Accounts::new("openai", &base_url, &keys)?)?;
-    let listener = tokio::net::TcpListener::bind(&listen).await?;
-    println!("relaying proxy on http://{listen} → {base_url}");
+    tracing_subscriber::fmt::init();
+    let url = std::env::var("UPSTREAM_URL").map_err(|_| "set UPSTREAM_URL (…/v1)")?;
+    let keys = std::env::var("UPSTREAM_KEYS").map_err(|_| "set UPSTREAM_KEYS (k1,k2)")?;
+    let keys: Vec<String> = keys.split(',').map(|k| k.trim().to_owned()).collect();
+    let store = Arc::new(RedbStore::open("context-relay-example.redb")?);
+    let (app, _background) = router(store, Accounts::new("openai", &url, &keys)?);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:4000").await?;
     axum::serve(listener, app).await?;
     Ok(())
 }
 
-/// The relaying proxy as an axum router, and the handle on its background summaries.
-pub fn router(
-    store: Arc<dyn HandoffStore>,
-    accounts: Accounts,
-) -> Result<(Router, Background), Box<dyn std::error::Error + Send + Sync>> {
-    let generation = GenerationLayer::new(store.clone()).providers(["*"]);
-    let background = generation.background();
+/// The relaying proxy as an axum router, and the handle on its background work.
+pub fn router(store: Arc<dyn HandoffStore>, accounts: Accounts) -> (Router, Background) {
+    let relay = ContextRelay::new(store).build();
+    let (client, rotate) = (accounts.client(), accounts.clone());
     let proxy = ServiceBuilder::new()
-        .map_response(|res: Response<_>| res.map(Body::new))
         // The combo service: every request of this example belongs to one combo.
         .map_request(|mut req: Request<Body>| {
             req.extensions_mut().insert(ComboName::new("default"));
             req
         })
-        .layer(generation)
-        .map_response(|res: Response<_>| res.map(Body::new))
-        .layer(ResolverLayer(accounts))
-        .layer(InjectionLayer::new(store))
-        .service(Upstream::new()?);
-    Ok((Router::new().fallback_service(proxy), background))
+        .layer(relay.generation_layer())
+        // The account resolver: picks an account, skips one that answered 429.
+        .map_response(move |res: Response<_>| rotate.observe(res))
+        .map_request(move |req: Request<_>| accounts.resolve(req))
+        .layer(relay.injection_layer())
+        .service(client);
+    (Router::new().fallback_service(proxy), relay.background())
 }

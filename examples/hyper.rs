@@ -2,7 +2,7 @@
 //! `tower::Service`, so any tower-based server works.
 //!
 //! ```sh
-//! UPSTREAM_URL=https://api.openai.com/v1 UPSTREAM_KEYS=sk-first,sk-second \
+//! UPSTREAM_URL=http://127.0.0.1:8000/v1 UPSTREAM_KEYS=sk-first,sk-second \
 //!   cargo run --example hyper
 //! ```
 
@@ -12,61 +12,51 @@ pub mod resolver;
 use std::sync::Arc;
 
 use context_relay::store::{HandoffStore, MemoryStore};
-use context_relay::tower::{Background, ComboName, GenerationLayer, InjectionLayer};
-use context_relay_gateway::Upstream;
-use http::Request;
+use context_relay::tower::{Background, ComboName, ContextRelay};
+use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
-use resolver::{Accounts, ResolverLayer};
+use resolver::Accounts;
 use tower::ServiceBuilder;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     tracing_subscriber::fmt::init();
-    let base_url = std::env::var("UPSTREAM_URL").map_err(|_| "set UPSTREAM_URL (…/v1)")?;
-    let keys: Vec<String> = std::env::var("UPSTREAM_KEYS")
-        .map_err(|_| "set UPSTREAM_KEYS (comma-separated API keys)")?
-        .split(',')
-        .map(|k| k.trim().to_owned())
-        .filter(|k| !k.is_empty())
-        .collect();
-    let listen = std::env::var("LISTEN").unwrap_or_else(|_| "127.0.0.1:4000".to_owned());
-
+    let url = std::env::var("UPSTREAM_URL").map_err(|_| "set UPSTREAM_URL (…/v1)")?;
+    let keys = std::env::var("UPSTREAM_KEYS").map_err(|_| "set UPSTREAM_KEYS (k1,k2)")?;
+    let keys: Vec<String> = keys.split(',').map(|k| k.trim().to_owned()).collect();
     // In memory: handoffs do not survive a restart (see examples/axum.rs for redb).
     let store: Arc<dyn HandoffStore> = Arc::new(MemoryStore::new());
-    let listener = tokio::net::TcpListener::bind(&listen).await?;
-    println!("relaying proxy on http://{listen} → {base_url}");
-    let (server, _background) = serve(listener, store, Accounts::new("openai", &base_url, &keys)?)?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:4000").await?;
+    let (server, _background) = serve(listener, store, Accounts::new("openai", &url, &keys)?);
     server.await?;
     Ok(())
 }
 
 /// The relaying proxy served by hyper on `listener` (the future accepts connections until it
-/// fails), and the handle on its background summaries.
+/// fails), and the handle on its background work.
 pub fn serve(
     listener: tokio::net::TcpListener,
     store: Arc<dyn HandoffStore>,
     accounts: Accounts,
-) -> Result<
-    (
-        impl std::future::Future<Output = std::io::Result<()>> + Send,
-        Background,
-    ),
-    Box<dyn std::error::Error + Send + Sync>,
-> {
-    let generation = GenerationLayer::new(store.clone()).providers(["*"]);
-    let background = generation.background();
+) -> (
+    impl std::future::Future<Output = std::io::Result<()>> + Send,
+    Background,
+) {
+    let relay = ContextRelay::new(store).build();
+    let (client, rotate) = (accounts.client(), accounts.clone());
     let proxy = ServiceBuilder::new()
         .map_request(|mut req: Request<Incoming>| {
             req.extensions_mut().insert(ComboName::new("default"));
             req
         })
-        .layer(generation)
-        .layer(ResolverLayer(accounts))
-        .layer(InjectionLayer::new(store))
-        .service(Upstream::new()?);
+        .layer(relay.generation_layer())
+        .map_response(move |res: Response<_>| rotate.observe(res))
+        .map_request(move |req: Request<_>| accounts.resolve(req))
+        .layer(relay.injection_layer())
+        .service(client);
     let server = async move {
         loop {
             let (stream, _) = listener.accept().await?;
@@ -81,5 +71,5 @@ pub fn serve(
             });
         }
     };
-    Ok((server, background))
+    (server, relay.background())
 }

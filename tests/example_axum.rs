@@ -22,7 +22,7 @@ async fn axum_example_stack_summarises_and_hands_off() {
             &["key-a".to_owned(), "key-b".to_owned()],
         )
         .expect("accounts");
-        let (app, background) = axum_example::router(store, accounts).expect("router");
+        let (app, background) = axum_example::router(store, accounts);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");

@@ -26,7 +26,7 @@ async fn hyper_example_stack_summarises_and_hands_off() {
             .await
             .expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
-        let (server, background) = hyper_example::serve(listener, store, accounts).expect("stack");
+        let (server, background) = hyper_example::serve(listener, store, accounts);
         let server = tokio::spawn(server);
         with_timeout(scenario(&url, &sim, &background, stream)).await;
         server.abort();

@@ -1,38 +1,34 @@
-//! A deliberately small account resolver for the examples: fill-first over a list of API keys,
-//! an account that answered 429 is skipped for a minute. The gateway crate has the real one
-//! (sticky sessions, quota-based rotation, transparent retries).
+//! A deliberately small account resolver and upstream client for the examples: fill-first over
+//! a list of API keys, an account that answered 429 is skipped for a minute. The gateway crate
+//! has the real one (sticky sessions, quota-based rotation, transparent retries).
 
-use std::future::Future;
-use std::pin::Pin;
+use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use context_relay::tower::ResolvedAccount;
-use context_relay_gateway::UpstreamEndpoint;
-use http::{HeaderValue, Request, Response, StatusCode, header};
-use tower::{Layer, Service};
+use http::{HeaderValue, Request, Response, StatusCode, Uri, header};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
 
-/// The accounts of one provider, shared by every clone of the resolver.
+/// The accounts of one provider, shared by every clone of the stack.
 #[derive(Clone)]
 pub struct Accounts {
     provider: Arc<str>,
     base_url: Arc<str>,
-    keys: Arc<[(Arc<str>, HeaderValue)]>,
+    keys: Arc<[HeaderValue]>,
     exhausted_until: Arc<Mutex<Vec<Option<Instant>>>>,
 }
 
 impl Accounts {
-    /// `keys` are API keys; account ids are `acct-0`, `acct-1`, …. Fails when no key is a
-    /// valid header value.
+    /// `keys` are API keys; account ids are `acct-0`, `acct-1`, …; `base_url` ends in `/v1`.
     pub fn new(provider: &str, base_url: &str, keys: &[String]) -> Result<Self, String> {
-        let keys: Vec<(Arc<str>, HeaderValue)> = keys
+        let keys: Vec<HeaderValue> = keys
             .iter()
-            .enumerate()
-            .filter_map(|(i, k)| {
-                let value = HeaderValue::from_str(&format!("Bearer {k}")).ok()?;
-                Some((Arc::from(format!("acct-{i}")), value))
-            })
+            .filter_map(|k| HeaderValue::from_str(&format!("Bearer {k}")).ok())
             .collect();
         if keys.is_empty() {
             return Err("no usable API key (keys must be valid header values)".to_owned());
@@ -45,76 +41,87 @@ impl Accounts {
         })
     }
 
-    /// The first account not exhausted.
-    fn pick(&self) -> Option<usize> {
+    /// Resolves `req` to the first account not exhausted (every account exhausted: the first,
+    /// whose 429 reaches the client): sets [`ResolvedAccount`]. The client's credential stays
+    /// on the request (the relay derives the tenant from it); [`client`](Self::client) swaps
+    /// it for the account's.
+    pub fn resolve<B>(&self, mut req: Request<B>) -> Request<B> {
         let now = Instant::now();
-        let until = self.exhausted_until.lock().ok()?;
-        (0..self.keys.len()).find(|&i| until[i].is_none_or(|t| t <= now))
+        let i = self.exhausted_until.lock().map_or(0, |until| {
+            (0..until.len())
+                .find(|&i| until[i].is_none_or(|t| t <= now))
+                .unwrap_or(0)
+        });
+        let account = ResolvedAccount::new(self.provider.clone(), format!("acct-{i}"));
+        req.extensions_mut().insert(account);
+        req
     }
 
-    fn exhaust(&self, i: usize) {
-        if let Ok(mut until) = self.exhausted_until.lock() {
+    fn index(account: Option<&ResolvedAccount>) -> Option<usize> {
+        account?.account.strip_prefix("acct-")?.parse().ok()
+    }
+
+    /// Skips for a minute the account that answered 429 (InjectionLayer puts the account that
+    /// served on the response).
+    pub fn observe<B>(&self, res: Response<B>) -> Response<B> {
+        let index = Self::index(res.extensions().get::<ResolvedAccount>());
+        if res.status() == StatusCode::TOO_MANY_REQUESTS
+            && let (Some(i), Ok(mut until)) = (index, self.exhausted_until.lock())
+            && i < until.len()
+        {
             until[i] = Some(Instant::now() + Duration::from_secs(60));
         }
+        res
     }
 }
 
-/// Wraps a service with [`Resolver`].
-#[derive(Clone)]
-pub struct ResolverLayer(pub Accounts);
+/// The body of the upstream's responses (and of the 502 it answers when it cannot reach it).
+pub type UpstreamBody = UnsyncBoxBody<Bytes, hyper::Error>;
 
-impl<S> Layer<S> for ResolverLayer {
-    type Service = Resolver<S>;
-    fn layer(&self, inner: S) -> Resolver<S> {
-        Resolver {
-            inner,
-            accounts: self.0.clone(),
-        }
-    }
-}
-
-/// Sets `ResolvedAccount` (request and response) and the upstream endpoint.
-#[derive(Clone)]
-pub struct Resolver<S> {
-    inner: S,
-    accounts: Accounts,
-}
-
-type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
-
-impl<S, B, ResBody> Service<Request<B>> for Resolver<S>
-where
-    S: Service<Request<B>, Response = Response<ResBody>>,
-    S::Future: Send + 'static,
-{
-    type Response = Response<ResBody>;
-    type Error = S::Error;
-    type Future = BoxFuture<Result<Response<ResBody>, S::Error>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: Request<B>) -> Self::Future {
-        // Every account exhausted: ask the first anyway, its 429 reaches the client.
-        let i = self.accounts.pick().unwrap_or(0);
-        let (id, key) = self.accounts.keys[i].clone();
-        let account = ResolvedAccount::new(self.accounts.provider.clone(), id);
-        req.extensions_mut().insert(account.clone());
-        req.extensions_mut().insert(UpstreamEndpoint {
-            base_url: self.accounts.base_url.clone(),
-            credential: Some((header::AUTHORIZATION, key)),
-        });
-        let accounts = self.accounts.clone();
-        let fut = self.inner.call(req);
-        Box::pin(async move {
-            let mut res = fut.await?;
-            if res.status() == StatusCode::TOO_MANY_REQUESTS {
-                accounts.exhaust(i);
+impl Accounts {
+    /// An HTTP client that sends each request to its account (the URL under the base URL, the
+    /// account's key), and never fails: a transport error is a 502 response. (For an `https`
+    /// provider, build the client over a TLS connector such as hyper-rustls.)
+    pub fn client<B>(
+        &self,
+    ) -> impl tower::Service<
+        Request<B>,
+        Response = Response<UpstreamBody>,
+        Error = Infallible,
+        Future = impl Send + use<B>,
+    > + Clone
+    + Send
+    + use<B>
+    where
+        B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let client = Client::builder(TokioExecutor::new()).build_http::<B>();
+        let accounts = self.clone();
+        tower::service_fn(move |mut req: Request<B>| {
+            let client = client.clone();
+            let i = Self::index(req.extensions().get()).unwrap_or(0);
+            let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+            let rest = path.strip_prefix("/v1").unwrap_or(path);
+            let uri = format!("{}{rest}", accounts.base_url).parse::<Uri>();
+            let key = accounts.keys.get(i).cloned();
+            async move {
+                if let (Ok(uri), Some(key)) = (uri, key) {
+                    *req.uri_mut() = uri;
+                    req.headers_mut().remove("x-api-key");
+                    req.headers_mut().insert(header::AUTHORIZATION, key);
+                }
+                Ok(match client.request(req).await {
+                    Ok(res) => res.map(BodyExt::boxed_unsync),
+                    Err(e) => {
+                        let body = Full::new(Bytes::from(format!("upstream unreachable: {e}")));
+                        let body = body.map_err(|never| match never {}).boxed_unsync();
+                        let mut res = Response::new(body);
+                        *res.status_mut() = StatusCode::BAD_GATEWAY;
+                        res
+                    }
+                })
             }
-            // GenerationLayer learns who served from the response.
-            res.extensions_mut().insert(account);
-            Ok(res)
         })
     }
 }

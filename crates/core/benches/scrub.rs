@@ -1,6 +1,7 @@
 //! The lasting scrub against the one-shot portability pass, on a switched Codex session's later
 //! request: 1 MiB of history holding 200 account-bound items, half minted by the old account
-//! (foreign, recorded at the switch) and half by the serving one (kept).
+//! (foreign, recorded at the switch) and half by the serving one (kept). The same for a Gemini
+//! session: 1 MiB of `contents` with 200 signed function calls, half of them foreign.
 //!
 //! Budget: the scrub (`Scope::Foreign`) within 2× of the one-shot pass (`Scope::All`).
 //!
@@ -128,5 +129,87 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
+/// A Gemini session of about `target` bytes with `bound` signed tool calls (the first half
+/// minted by the old account), ending with a user prompt; and the old account's digests.
+fn gemini_session(target: usize, bound: usize) -> (Vec<u8>, ForeignSet) {
+    let mut contents = vec![json!({"role": "user", "parts": [{"text": "Fix the failing test."}]})];
+    let mut old = Vec::new();
+    for i in 0..bound {
+        let call = json!({"role": "model", "parts": [
+            {"text": "**Planning**", "thought": true},
+            {"functionCall": {"name": "shell", "args": {"command": "cargo test"}},
+             "thoughtSignature": blob(i, 1500).replace('+', "-").replace('/', "_")},
+        ]});
+        if i < bound / 2 {
+            old.push(call.clone());
+        }
+        contents.push(call);
+        contents.push(json!({"role": "user", "parts": [
+            {"functionResponse": {"name": "shell", "response": {"output": code(i, 400)}}},
+        ]}));
+    }
+    let mut size = serde_json::to_vec(&contents).unwrap().len();
+    let mut i = 0;
+    while size < target {
+        let v = json!({"role": "user", "parts": [{"text": code(i, 2000)}]});
+        size += serde_json::to_vec(&v).unwrap().len() + 1;
+        contents.insert(1 + (i * 7) % contents.len(), v);
+        i += 1;
+    }
+    contents.push(json!({"role": "user", "parts": [{"text": "Go on."}]}));
+    let body = |contents: Vec<Value>| {
+        serde_json::to_vec(&json!({
+            "contents": contents,
+            "systemInstruction": {"parts": [{"text": "You are a coding agent."}]},
+        }))
+        .unwrap()
+    };
+    let at_switch = rewrite(
+        ApiShape::Gemini,
+        &body(old),
+        Scope::All,
+        None,
+        InjectionSlot::default(),
+    )
+    .unwrap();
+    (body(contents), ForeignSet::from_digests(at_switch.seen))
+}
+
+fn bench_gemini(c: &mut Criterion) {
+    let (body, foreign) = gemini_session(1 << 20, 200);
+    let scrubbed = rewrite(
+        ApiShape::Gemini,
+        &body,
+        Scope::Foreign(&foreign),
+        None,
+        InjectionSlot::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        scrubbed.removed.thought_signatures, 100,
+        "half the signatures are foreign"
+    );
+    let mut group = c.benchmark_group("scrub/gemini-1MiB-200-bound");
+    group.throughput(Throughput::Bytes(body.len() as u64));
+    for (name, scope) in [
+        ("one_shot_portable", Scope::All),
+        ("lasting_scrub", Scope::Foreign(&foreign)),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                rewrite(
+                    ApiShape::Gemini,
+                    black_box(&body),
+                    scope,
+                    None,
+                    InjectionSlot::default(),
+                )
+                .unwrap()
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench, bench_gemini);
 criterion_main!(benches);

@@ -6,6 +6,8 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
+use crate::ResolvedAccount;
+
 /// Longest `summary` kept, in chars.
 pub const MAX_SUMMARY_CHARS: usize = 2000;
 /// Longest `task_progress` kept, in chars.
@@ -108,9 +110,11 @@ pub struct HandoffRecord {
     pub session: Arc<str>,
     /// Combo part of the key.
     pub combo: Arc<str>,
-    /// Provider of the account that served when the handoff was written.
+    /// Provider of the account that served when the handoff was written (the stored form of
+    /// [`HandoffRecord::from`]; compare with [`HandoffRecord::is_from`]).
     pub from_provider: String,
-    /// The account that served when the handoff was written.
+    /// The account that served when the handoff was written (the stored form of
+    /// [`HandoffRecord::from`]).
     pub from_account: String,
     /// The summary content.
     #[serde(flatten)]
@@ -143,6 +147,26 @@ impl HandoffRecord {
         }
     }
 
+    /// The account that wrote the handoff.
+    ///
+    /// Stored as the two strings `from_provider` and `from_account`, so that the JSON of a
+    /// record (on disk, in Redis, in the admin API) stays what it always was.
+    pub fn from(&self) -> ResolvedAccount {
+        ResolvedAccount::new(self.from_provider.as_str(), self.from_account.as_str())
+    }
+
+    /// Whether `account` wrote the handoff: `self.from() == *account`, without building a
+    /// reference.
+    pub fn is_from(&self, account: &ResolvedAccount) -> bool {
+        account.is(&self.from_provider, &self.from_account)
+    }
+
+    /// Records `account` as the writer.
+    pub fn set_from(&mut self, account: &ResolvedAccount) {
+        self.from_provider = account.provider.to_string();
+        self.from_account = account.account.to_string();
+    }
+
     /// Whether the record is still live at `now`.
     pub fn is_live(&self, now: SystemTime) -> bool {
         now < self.expires_at
@@ -167,5 +191,28 @@ mod tests {
         let back: HandoffRecord = serde_json::from_str(&json).expect("round trip");
         assert_eq!(back, r);
         assert_eq!(HandoffKind::Extractive.as_str(), "extractive");
+    }
+
+    #[test]
+    fn a_record_written_before_the_account_type_loads_and_serializes_the_same() {
+        // Exactly as the code before `from()` serialized a record (field order included).
+        let old = concat!(
+            r#"{"version":1,"kind":"generated","tenant":"t","session":"s","combo":"c","#,
+            r#""from_provider":"Codex","from_account":"acct-A","summary":"x","#,
+            r#""key_decisions":["d"],"task_progress":"p","active_entities":[],"#,
+            r#""message_count":3,"model":"m","threshold":0.85,"generated_at":1,"expires_at":2}"#
+        );
+        let r: HandoffRecord = serde_json::from_str(old).expect("old record");
+        assert_eq!(r.from(), ResolvedAccount::new("codex", "acct-A"));
+        assert!(r.is_from(&ResolvedAccount::new("CODEX", "acct-A")));
+        assert!(!r.is_from(&ResolvedAccount::new("codex", "acct-a")));
+        assert_eq!(serde_json::to_string(&r).expect("serialize"), old);
+        let mut moved = r.clone();
+        moved.set_from(&ResolvedAccount::new("anthropic", "b"));
+        assert_eq!(moved.from().to_string(), "anthropic/b");
+        assert_eq!(
+            (&*moved.from_provider, &*moved.from_account),
+            ("anthropic", "b")
+        );
     }
 }

@@ -11,13 +11,15 @@
 //!   raw JSON body), [`portable`] (removing account-bound state, all of it or only another
 //!   account's), [`repair`] (whether a provider's rejection blames account-bound state);
 //! - responses: [`ending`] (whether a response body ended with the API's success event);
-//! - signals and identity: [`quota`], [`session`], [`decode`];
+//! - signals and identity: [`quota`], [`session`] (session id and tenant of a request),
+//!   [`account`] (the one provider-account reference), [`decode`];
 //! - shared types: [`handoff`], [`config`], [`api`], [`time`].
 //!
 //! Functions that need a clock take `now` as an argument.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
+pub mod account;
 pub mod api;
 pub mod boilerplate;
 pub mod config;
@@ -42,6 +44,7 @@ pub mod time;
 pub mod touched;
 pub mod unsupported;
 
+pub use account::ResolvedAccount;
 pub use api::ApiShape;
 pub use config::{RelayConfig, RelayMode, RelayOverrides};
 pub use handoff::{Handoff, HandoffKey, HandoffKind, HandoffRecord};

@@ -24,7 +24,12 @@
 //!   `thinking` is set to `{"type":"disabled"}` for this one request, and the
 //!   `context_management` edits that need thinking (`clear_thinking_…`) are dropped with it.
 //!   The next turn starts a fresh assistant turn and may think again.
-//! - Chat Completions and Gemini carry no account-bound state.
+//! - Gemini `generateContent`: the `thoughtSignature` of `contents[].parts[]` (signatures are
+//!   bound to the project and model that minted them). A `thought: true` part, or a part
+//!   holding nothing but its signature, goes whole; on a `functionCall` of the current turn the
+//!   signature is replaced by [`FOREIGN_SIGNATURE`], since Gemini 3 requires one there; a
+//!   `contents` entry left empty is removed.
+//! - Chat Completions carries no account-bound state.
 //!
 //! **Scope.** Right after a switch everything goes ([`Scope::All`]). Clients resend their whole
 //! history on every later turn, so later requests to the new account carry the old account's
@@ -56,9 +61,12 @@ use crate::json::{self, DuplicateKey, EditError, JsonError, Kind, ListEdit, Span
 
 mod anthropic;
 mod foreign;
+mod gemini;
 
 use anthropic::anthropic;
 pub use foreign::{ForeignSet, MAX_FOREIGN, digest};
+pub use gemini::FOREIGN_SIGNATURE;
+use gemini::gemini;
 
 /// The Codex sticky-routing header: it names server state of the old account, so the caller
 /// drops it from the request on a switch.
@@ -96,12 +104,18 @@ pub struct Removed {
     pub thinking_blocks: u32,
     /// Anthropic `redacted_thinking` blocks.
     pub redacted_thinking_blocks: u32,
-    /// Anthropic messages left empty and removed.
+    /// Anthropic messages and Gemini `contents` entries left empty and removed.
     pub empty_messages: u32,
     /// Anthropic requests whose extended thinking was disabled (0 or 1).
     pub thinking_disabled: u32,
     /// Anthropic `context_management` edits dropped because they need thinking.
     pub context_edits: u32,
+    /// Gemini `thoughtSignature` members removed (or, on a function call of the current
+    /// turn, replaced by [`FOREIGN_SIGNATURE`]).
+    pub thought_signatures: u32,
+    /// Gemini parts dropped whole with their signature: `thought: true` parts and parts that
+    /// held nothing else.
+    pub thought_parts: u32,
 }
 
 impl Removed {
@@ -123,6 +137,8 @@ impl Removed {
             ("empty_message", self.empty_messages),
             ("thinking_disabled", self.thinking_disabled),
             ("context_edit", self.context_edits),
+            ("thought_signature", self.thought_signatures),
+            ("thought_part", self.thought_parts),
         ]
         .into_iter()
         .filter(|(_, n)| *n > 0)
@@ -196,12 +212,14 @@ impl From<JsonError> for PortableError {
 }
 
 /// Member names only account-bound state uses.
-const BOUND_MARKERS: [&[u8]; 5] = [
+const BOUND_MARKERS: [&[u8]; 7] = [
     b"\"encrypted_content\"",
     b"\"previous_response_id\"",
     b"\"conversation\"",
     b"\"signature\"",
     b"\"redacted_thinking\"",
+    b"\"thoughtSignature\"",
+    b"\"thought_signature\"",
 ];
 
 /// The length of the longest byte pattern [`may_carry_bound_state`] looks for: a body scanned
@@ -307,7 +325,8 @@ pub fn rewrite(
     match shape {
         ApiShape::Responses => responses(&mut plan, &mut cx)?,
         ApiShape::AnthropicMessages => anthropic(&mut plan, &mut cx)?,
-        ApiShape::ChatCompletions | ApiShape::Gemini => {}
+        ApiShape::Gemini => gemini(&mut plan, &mut cx)?,
+        ApiShape::ChatCompletions => {}
     }
     let mut inject_error = None;
     let mut injected = false;

@@ -10,7 +10,7 @@
 //! caller then removes all account-bound state and retries once, on the same account. Any other
 //! error is `None`, and is never retried.
 //!
-//! Recognised, by code or message (the codes as OpenAI and Anthropic send them):
+//! Recognised, by code or message (the codes as OpenAI, Anthropic and Google send them):
 //!
 //! | [`RepairKind`] | error |
 //! |---|---|
@@ -18,6 +18,7 @@
 //! | `EncryptedOutput` | "Encrypted function output content could not be decrypted or decoded." |
 //! | `PreviousResponse` | code `previous_response_not_found`; "Previous response with id '…' not found." |
 //! | `ThinkingSignature` | "Invalid \`signature\` in \`thinking\` block", "Invalid \`data\` in \`redacted_thinking\` block", and the rest of that family: a thinking block that cannot be verified, or a final assistant turn that must start with a thinking block |
+//! | `ThoughtSignature` | Gemini "Corrupted thought signature.", "Invalid thought signature", "Thought signature is not valid", and a `thought_signature` that is not base64 |
 //!
 //! ```
 //! use context_relay_core::repair::{RepairKind, classify};
@@ -47,6 +48,8 @@ pub enum RepairKind {
     /// A thinking block whose signature another account made, or a thinking turn left
     /// incomplete.
     ThinkingSignature,
+    /// A Gemini `thoughtSignature` another project (account) or model made.
+    ThoughtSignature,
 }
 
 impl RepairKind {
@@ -57,6 +60,7 @@ impl RepairKind {
             Self::EncryptedOutput => "encrypted_output",
             Self::PreviousResponse => "previous_response",
             Self::ThinkingSignature => "thinking_signature",
+            Self::ThoughtSignature => "thought_signature",
         }
     }
 }
@@ -101,6 +105,17 @@ const SIGNS: &[(&[u8], RepairKind)] = &[
     (
         b"thinking` block could not be verified",
         RepairKind::ThinkingSignature,
+    ),
+    (b"Corrupted thought signature", RepairKind::ThoughtSignature),
+    (b"Invalid thought signature", RepairKind::ThoughtSignature),
+    (
+        b"Thought signature is not valid",
+        RepairKind::ThoughtSignature,
+    ),
+    // A signature that is not base64 at all (one minted by another provider's translation).
+    (
+        b"thought_signature' (TYPE_BYTES)",
+        RepairKind::ThoughtSignature,
     ),
 ];
 
@@ -158,6 +173,18 @@ mod tests {
             r#"{"type":"response.failed","response":{"status":"failed","error":{"code":"invalid_encrypted_content","message":"The encrypted content gAAA could not be verified."}}}"#,
             RepairKind::EncryptedContent,
         ),
+        (
+            "{\n  \"error\": {\n    \"code\": 400,\n    \"message\": \"Corrupted thought signature.\",\n    \"status\": \"INVALID_ARGUMENT\"\n  }\n}\n",
+            RepairKind::ThoughtSignature,
+        ),
+        (
+            r#"{"error":{"code":400,"message":"Unable to submit request because Thought signature is not valid.. Learn more: https://cloud.google.com/vertex-ai/generative-ai/docs/model-reference/gemini","status":"INVALID_ARGUMENT"}}"#,
+            RepairKind::ThoughtSignature,
+        ),
+        (
+            r#"{"error":{"code":400,"message":"Invalid value at 'contents[1].parts[0].thought_signature' (TYPE_BYTES), Base64 decoding failed for \"msg_01\"","status":"INVALID_ARGUMENT"}}"#,
+            RepairKind::ThoughtSignature,
+        ),
     ];
 
     const OTHERS: &[&str] = &[
@@ -165,6 +192,8 @@ mod tests {
         r#"{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: 64000 > 32000, which is the maximum allowed"}}"#,
         r#"{"error":{"message":"Your input exceeds the context window of this model.","type":"invalid_request_error","code":"context_length_exceeded"}}"#,
         r#"{"error":{"message":"The signature could not be verified.","type":"invalid_request_error"}}"#,
+        // Removing signatures cannot add one the client never sent.
+        r#"[{"error":{"code":400,"message":"Function call is missing a thought_signature in functionCall parts. This is required for tools to work correctly, and missing thought_signature may lead to degraded model performance. Additional data, function call `default_api:exec_command` , position 3. Please refer to https://ai.google.dev/gemini-api/docs/thought-signatures for more details.","status":"INVALID_ARGUMENT"}}]"#,
         "",
         "Bad Request",
     ];

@@ -22,24 +22,10 @@ pub use context_relay_core::QuotaSignal;
 pub struct ComboName(pub Arc<str>);
 
 /// The provider account a request was resolved to, set by the account resolver on the request
-/// (before InjectionLayer) and on the response (for GenerationLayer).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ResolvedAccount {
-    /// Provider name, e.g. `codex`, `anthropic` (compared lower-cased).
-    pub provider: Arc<str>,
-    /// Account id within the provider.
-    pub account: Arc<str>,
-}
-
-impl ResolvedAccount {
-    /// Builds an account reference.
-    pub fn new(provider: impl Into<Arc<str>>, account: impl Into<Arc<str>>) -> Self {
-        Self {
-            provider: provider.into(),
-            account: account.into(),
-        }
-    }
-}
+/// (before the injection side); the injection side copies it onto the response (for the
+/// generation side). The one account reference of the relay (also held by a session's
+/// affinity and returned by a stored handoff's `from()`), compared with `==`.
+pub use context_relay_core::ResolvedAccount;
 
 /// Who owns the session (the caller identity set by an auth layer).
 ///
@@ -48,7 +34,7 @@ impl ResolvedAccount {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Tenant(pub Arc<str>);
 
-/// An explicit session id, overriding extraction from headers and body.
+/// An explicit session id, overriding extraction from headers and body (cleaned like one).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SessionId(pub Arc<str>);
 

@@ -65,6 +65,7 @@ mod configs;
 mod extensions;
 pub mod generation;
 pub mod injection;
+mod join;
 pub mod metrics;
 mod quota;
 mod relay;

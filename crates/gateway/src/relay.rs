@@ -1,9 +1,9 @@
 //! The two relay layers of the gateway and the handle on their background work.
 //!
-//! [`RelayLayers`] builds GenerationLayer and InjectionLayer over one store with the settings
-//! of the configuration (DESIGN §8: `[relay]` plus each `[combos.relay]`). The gateway keeps one
-//! instance, so every proxy stack it builds (one per router) shares the in-flight registry,
-//! the cool-downs and the background trackers.
+//! [`RelayLayers`] builds GenerationLayer and InjectionLayer with one
+//! [`ContextRelay`] over one store, with the settings of the configuration (`[relay]` plus
+//! each `[combos.relay]`). The gateway keeps one instance, so every proxy stack it builds (one
+//! per router) shares the in-flight registry, the cool-downs and the background tracker.
 //!
 //! GenerationLayer reads usage from the [`QuotaSignal`] the account resolver puts on each
 //! response (computed with the provider's configured `quota` kind); it is given a quota source
@@ -17,14 +17,18 @@ use std::time::{Duration, SystemTime};
 
 use context_relay_core::QuotaSignal;
 use context_relay_store::HandoffStore;
-use context_relay_tower::{Background, GenerationLayer, InjectionLayer, RelayConfigs};
+use context_relay_tower::{
+    Background, ContextRelay, ContextRelayBuilder, GenerationLayer, InjectionLayer, RelayConfigs,
+};
 use http::{HeaderMap, StatusCode};
 
 /// GenerationLayer and InjectionLayer of one gateway.
 #[derive(Debug, Clone)]
 pub struct RelayLayers {
+    builder: ContextRelayBuilder,
     generation: GenerationLayer,
     injection: InjectionLayer,
+    background: Background,
 }
 
 impl RelayLayers {
@@ -39,26 +43,34 @@ impl RelayLayers {
         I: IntoIterator<Item = P>,
         P: Into<Arc<str>>,
     {
-        let generation = GenerationLayer::new(store.clone())
-            .configs(configs.clone())
-            .stream_summaries_for(stream_summaries_for)
-            .quota_source(resolver_signal_only);
-        let injection = InjectionLayer::new(store).configs(configs);
+        Self::from_builder(
+            ContextRelay::new(store)
+                .configs(configs)
+                .stream_summaries_for(stream_summaries_for)
+                .quota_source(resolver_signal_only),
+        )
+    }
+
+    fn from_builder(builder: ContextRelayBuilder) -> Self {
+        let relay = builder.clone().build();
         Self {
-            generation,
-            injection,
+            builder,
+            generation: relay.generation_layer(),
+            injection: relay.injection_layer(),
+            background: relay.background(),
         }
     }
 
     /// Uses `settings` (provider name, `[providers.summary]`) for summary requests.
     pub fn summary_settings(
-        mut self,
+        self,
         settings: impl IntoIterator<Item = (String, context_relay_core::prompt::SummarySettings)>,
     ) -> Self {
+        let mut builder = self.builder;
         for (provider, s) in settings {
-            self.generation = self.generation.summary_settings(&provider, s);
+            builder = builder.summary_settings(&provider, s);
         }
-        self
+        Self::from_builder(builder)
     }
 
     /// The layer between ComboService and AccountResolver.
@@ -71,11 +83,11 @@ impl RelayLayers {
         &self.injection
     }
 
-    /// The handle on both layers' background work.
+    /// The handle on both layers' background work (one tracker, shared by both).
     pub fn background(&self) -> RelayBackground {
         RelayBackground {
-            generation: self.generation.background(),
-            injection: self.injection.background(),
+            generation: self.background.clone(),
+            injection: self.background.clone(),
         }
     }
 }

@@ -61,7 +61,7 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 use context_relay_core::quota;
-use context_relay_core::session::{self, MAX_SESSION_ID_CHARS, SessionSources};
+use context_relay_core::session::{self, SessionSources};
 use context_relay_tower::{ComboName, ResolvedAccount, SessionId, SkipRelay, Tenant};
 use http::{Extensions, HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, header};
 use http_body::Body;
@@ -221,11 +221,9 @@ pub fn session_key(headers: &HeaderMap, extensions: &Extensions, body: &[u8]) ->
     Some(Arc::from(key))
 }
 
-/// Trims and caps an explicit session id; blank counts as absent.
+/// Cleans an explicit session id like every other (see [`session::clean_session_id`]).
 fn clean(id: &str) -> Option<String> {
-    let trimmed = id.trim();
-    let capped: String = trimmed.chars().take(MAX_SESSION_ID_CHARS).collect();
-    (!capped.is_empty()).then_some(capped)
+    session::clean_session_id(id).map(str::to_owned)
 }
 
 async fn resolve<S, B, ResBody>(

@@ -1,4 +1,4 @@
-//! Store budgets (DESIGN §11): `may_contain`/`contains` of an absent key from memory (≤ 200 ns),
+//! Store budgets (what the relay's hot path may spend): `may_contain`/`contains` of an absent key from memory (≤ 200 ns),
 //! `get` of a present key, and upsert throughput with group commit against one commit per
 //! upsert. The one-million-record figures (index memory, reopen time) come from
 //! `cargo run --release -p context-relay-store --example million`.

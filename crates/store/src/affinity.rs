@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use context_relay_core::HandoffKey;
 use context_relay_core::portable::ForeignSet;
 use context_relay_core::time::{from_unix_millis, to_unix_millis};
+use context_relay_core::{HandoffKey, ResolvedAccount};
 use serde::{Deserialize, Serialize};
 
 use crate::Affinity;
@@ -37,8 +37,8 @@ pub(crate) struct Stored {
 impl Stored {
     pub(crate) fn new(a: &Affinity, written_at: u64) -> Self {
         Self {
-            provider: a.provider.to_string(),
-            account: a.account.to_string(),
+            provider: a.account().provider.to_string(),
+            account: a.account().account.to_string(),
             written_at,
             foreign: (*a.foreign).clone(),
             foreign_until: to_unix_millis(a.foreign_expires_at),
@@ -224,11 +224,11 @@ impl AffinityMap {
 
 /// Interns provider and account names: affinities repeat a handful of them millions of times.
 pub(crate) fn intern(a: Affinity) -> Affinity {
-    Affinity {
-        provider: Arc::from(&*a.provider),
-        account: Arc::from(&*a.account),
-        ..a
-    }
+    let account = ResolvedAccount {
+        provider: Arc::from(&*a.account().provider),
+        account: Arc::from(&*a.account().account),
+    };
+    Affinity { account, ..a }
 }
 
 #[cfg(test)]
@@ -266,6 +266,22 @@ mod tests {
             prop_assert_eq!(outer, key(&a));
             prop_assert_eq!(inner, key(&b));
         }
+    }
+
+    #[test]
+    fn an_affinity_stored_before_the_account_type_loads_and_stores_the_same() {
+        // As the code before `ResolvedAccount` wrote it to redb (Redis keeps the same fields).
+        let old = r#"{"provider":"codex","account":"acct-A","written_at":7,"foreign":[1,3],"foreign_until":9}"#;
+        let stored: Stored = serde_json::from_str(old).expect("old affinity");
+        let a = stored.affinity();
+        assert!(a.serves(&ResolvedAccount::new("codex", "acct-A")));
+        assert_eq!(
+            serde_json::to_string(&Stored::new(&a, 7)).expect("json"),
+            old
+        );
+        // A provider spelled in upper case by an older configuration is the same provider.
+        let upper: Stored = serde_json::from_str(&old.replace("codex", "Codex")).expect("old");
+        assert_eq!(upper.affinity(), a);
     }
 
     #[test]

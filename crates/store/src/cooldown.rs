@@ -1,5 +1,6 @@
 //! The unparseable cool-down: a key whose summary reply could not be parsed waits before the
-//! next attempt, 5 min doubling per consecutive failure up to 60 min (DESIGN §4.5).
+//! next attempt, 5 min doubling per consecutive failure up to 60 min, so that a summary model
+//! that keeps answering badly is not paid for on every response.
 
 use std::collections::HashMap;
 use std::fmt;

@@ -6,7 +6,7 @@ use std::time::Duration;
 /// An error returned by a [`HandoffStore`](crate::HandoffStore) operation.
 ///
 /// The layers fail open on every variant: a store problem is logged and counted, and the request
-/// passes through as if the relay were absent (DESIGN §3).
+/// passes through as if the relay were absent: the relay never fails a user's request.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {

@@ -1,5 +1,5 @@
 //! The in-flight registry: at most one summary generation per handoff key at a time in this
-//! process (DESIGN §5.3).
+//! process, so that concurrent responses that all cross the threshold pay for one summary.
 //!
 //! Every clone of the generation layer shares one registry through an `Arc` (axum clones
 //! services per connection, so a per-service registry would not deduplicate anything). With the

@@ -1,7 +1,7 @@
 //! Where a handoff waits between the account that wrote it and the account that consumes it,
 //! possibly across a gateway restart and across several gateway replicas.
 //!
-//! This crate sits under the tower layers (DESIGN §2): the generation layer upserts handoffs
+//! This crate is storage only, under the relay layers: the generation layer upserts handoffs
 //! and takes in-flight keys, the injection layer asks [`HandoffStore::may_contain`] on every
 //! request (from memory, no I/O), claims a handoff when an account switch happens, and records
 //! the serving account as the session's [`Affinity`].
@@ -76,7 +76,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use context_relay_core::portable::ForeignSet;
-use context_relay_core::{HandoffKey, HandoffRecord};
+use context_relay_core::{HandoffKey, HandoffRecord, ResolvedAccount};
 
 mod affinity;
 #[cfg(feature = "redis")]
@@ -116,7 +116,8 @@ pub const DEFAULT_AFFINITY_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The boxed future every [`HandoffStore`] operation returns (the trait is object-safe).
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
-/// A store of handoffs keyed by `(tenant, session, combo)` (DESIGN §5.2).
+/// A store of handoffs keyed by `(tenant, session, combo)`: one live handoff per key, consumed
+/// at most once (claimed under a lease, then completed or released).
 ///
 /// Object-safe: the layers hold an `Arc<dyn HandoffStore>`. Expired records are absent from
 /// every read. Every backend passes the same conformance suite.
@@ -237,12 +238,25 @@ impl fmt::Debug for Claim {
 /// accounts. `foreign` holds the digests of the account-bound state the session carried when
 /// `account` took it over (see [`ForeignSet`]); it is kept until `foreign_expires_at` (the
 /// handoff TTL after the switch), and reads after that give an empty set.
+///
+/// The serving account is a [`ResolvedAccount`], compared with `==` (its provider is lower
+/// case whichever way it was spelled):
+///
+/// ```
+/// use context_relay_core::ResolvedAccount;
+/// use context_relay_store::Affinity;
+///
+/// let alice = ResolvedAccount::new("codex", "alice");
+/// let a = Affinity::of(alice.clone());
+/// assert!(a.serves(&alice));
+/// assert_eq!(a, Affinity::new("Codex", "alice"));
+/// assert!(a.is("CODEX", "alice") && !a.is("codex", "bob"));
+/// assert_eq!(a.account(), &alice);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Affinity {
-    /// Provider of the serving account.
-    pub provider: Arc<str>,
     /// The serving account.
-    pub account: Arc<str>,
+    account: ResolvedAccount,
     /// Digests of the state minted by earlier accounts.
     pub foreign: Arc<ForeignSet>,
     /// When `foreign` is forgotten.
@@ -250,14 +264,19 @@ pub struct Affinity {
 }
 
 impl Affinity {
-    /// An affinity to `account` of `provider`, with nothing foreign.
-    pub fn new(provider: impl Into<Arc<str>>, account: impl Into<Arc<str>>) -> Self {
+    /// An affinity to `account`, with nothing foreign.
+    pub fn of(account: ResolvedAccount) -> Self {
         Self {
-            provider: provider.into(),
-            account: account.into(),
+            account,
             foreign: Arc::default(),
             foreign_expires_at: SystemTime::UNIX_EPOCH,
         }
+    }
+
+    /// An affinity to `account` of `provider`, with nothing foreign: `Affinity::of` of
+    /// [`ResolvedAccount::new`].
+    pub fn new(provider: impl Into<Arc<str>>, account: impl Into<Arc<str>>) -> Self {
+        Self::of(ResolvedAccount::new(provider, account))
     }
 
     /// The same affinity with `foreign` kept until `expires_at`.
@@ -267,9 +286,20 @@ impl Affinity {
         self
     }
 
-    /// Whether `account` of `provider` is the serving account.
+    /// The serving account.
+    pub fn account(&self) -> &ResolvedAccount {
+        &self.account
+    }
+
+    /// Whether `account` is the serving account.
+    pub fn serves(&self, account: &ResolvedAccount) -> bool {
+        self.account == *account
+    }
+
+    /// Whether `account` of `provider` is the serving account (the provider compared
+    /// case-insensitively, as [`ResolvedAccount::is`]).
     pub fn is(&self, provider: &str, account: &str) -> bool {
-        *self.provider == *provider && *self.account == *account
+        self.account.is(provider, account)
     }
 
     /// The foreign digests still kept at `now` (empty once they expired).

@@ -8,7 +8,8 @@ use tokio::task::JoinHandle;
 
 use crate::HandoffStore;
 
-/// How often [`spawn_purger`] purges by default (DESIGN §5.2).
+/// How often [`spawn_purger`] purges by default: expired records are already absent from
+/// every read, so purging only reclaims space and can be infrequent.
 pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(10 * 60);
 
 /// Runs [`HandoffStore::purge_expired`] every `every` on the current tokio runtime, first after

@@ -1,46 +1,24 @@
 //! An affinity look-up on the request path allocates nothing.
 //!
-//! A counting allocator (test-only, its own test binary): counts the allocations made on the
-//! thread that asked for counting.
+//! Counted with an instrumented system allocator (test-only, its own test binary). The counts
+//! are process-wide: the test runs alone in this binary, on a current-thread runtime, so every
+//! allocation counted is one made by the look-ups.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+use std::alloc::System;
 
 use context_relay_core::HandoffKey;
 use context_relay_store::{Affinity, HandoffStore, MemoryStore};
-
-struct Counting;
-
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static COUNT: Cell<usize> = const { Cell::new(0) };
-}
-
-// SAFETY: forwards every call to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.with(Cell::get) {
-            COUNT.with(|c| c.set(c.get() + 1));
-        }
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
+/// Allocations and reallocations made while `f` runs.
 fn allocations(f: impl FnOnce()) -> usize {
-    COUNT.with(|c| c.set(0));
-    COUNTING.with(|c| c.set(true));
+    let region = Region::new(GLOBAL);
     f();
-    COUNTING.with(|c| c.set(false));
-    COUNT.with(Cell::get)
+    let change = region.change();
+    change.allocations + change.reallocations
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -1,4 +1,5 @@
-//! One suite, every backend: the semantics of DESIGN §5.2 that the layers rely on.
+//! One suite, every backend: the store semantics the layers rely on (expiry, one claim per
+//! handoff, versioned completion, per-combo affinity, tenant isolation).
 
 mod common;
 

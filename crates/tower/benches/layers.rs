@@ -1,6 +1,6 @@
 //! Cost of the layers, measured side by side in one run:
 //! - pass-through (no handoff, no switch): the bare service vs both layers around it
-//!   (DESIGN §11 budget: ≤ 1 µs added per request);
+//!   (the budget: at most 1 µs added per request);
 //! - the injection path: a switch with a handoff, claimed, injected and completed.
 //!
 //! `cargo bench -p context-relay-tower --bench layers`

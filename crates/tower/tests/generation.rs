@@ -1,4 +1,5 @@
-//! GenerationLayer behaviour (DESIGN §4), through the whole stack over a fake upstream.
+//! GenerationLayer behaviour (the quota gates, capture, summary call and outcomes), through
+//! the whole stack over a fake upstream.
 
 mod support;
 

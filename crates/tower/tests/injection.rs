@@ -1,4 +1,5 @@
-//! InjectionLayer behaviour (DESIGN §5.4, §5.5, §9), through the whole stack.
+//! InjectionLayer behaviour (switch detection, claim and release, injection), through the
+//! whole stack.
 
 mod support;
 

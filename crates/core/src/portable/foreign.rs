@@ -12,7 +12,10 @@
 //! string of a Responses item, else a reasoning item's `id`; the `signature` of an Anthropic
 //! `thinking` block, the `data` of a `redacted_thinking` block; the `previous_response_id`
 //! value; the `x-codex-turn-state` header value). Clients resend these bytes as they received
-//! them, and the blobs are random, so a 64-bit digest tells them apart.
+//! them, and the blobs are random, so a 64-bit digest tells them apart. A Gemini
+//! `thoughtSignature` is the exception: the `google-genai` SDK decodes it and encodes it again
+//! in the URL-safe base64 alphabet, so its token is its text in that alphabet without padding
+//! and without quotes, the same whichever spelling arrives.
 //!
 //! ```
 //! use context_relay_core::portable::{ForeignSet, digest};

@@ -37,6 +37,7 @@ use serde::{Deserialize, Serialize};
 pub mod anthropic;
 mod body;
 pub mod codex;
+mod gemini;
 pub mod ietf;
 pub mod openai;
 mod value;
@@ -190,14 +191,28 @@ impl Families {
 
 /// The quota signal of a whole response: its headers, plus what a 429 status or a quota
 /// error body (Codex `usage_limit_reached`, Anthropic `rate_limit_error`, OpenAI
-/// `rate_limit_exceeded`) says.
+/// `rate_limit_exceeded`, Gemini `RESOURCE_EXHAUSTED`) says.
 ///
 /// Such a response means the account is used up: `percent_used` is at least 1.0 (more when
 /// the headers say more). The reset is, in order of preference, the `retry-after-ms` /
 /// `retry-after` header (seconds or an HTTP date), the body's `resets_in_seconds` /
-/// `resets_at`, then the reset of the header signal. Bodies are only looked at on non-2xx
-/// responses: a successful body is the model's answer (possibly a stream), never a quota
-/// error. `body` must already be decoded (see [`crate::decode`]).
+/// `resets_at` (Codex) or `google.rpc.RetryInfo` `retryDelay` (Gemini), then the reset of the
+/// header signal; when none says, it is `None` and the caller applies its own cool-down.
+/// Bodies are only looked at on non-2xx responses: a successful body is the model's answer
+/// (possibly a stream), never a quota error. `body` must already be decoded (see
+/// [`crate::decode`]).
+///
+/// ```
+/// use std::time::{Duration, UNIX_EPOCH};
+/// use context_relay_core::quota::{self, QuotaKind};
+///
+/// let body = br#"{"error":{"code":429,"message":"You exceeded your current quota.","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"1.5s"}]}}"#;
+/// let signal = quota::from_response(
+///     QuotaKind::Auto, http::StatusCode::TOO_MANY_REQUESTS, &http::HeaderMap::new(), Some(body), UNIX_EPOCH,
+/// ).unwrap();
+/// assert_eq!(signal.percent_used, 1.0);
+/// assert_eq!(signal.resets_at, Some(UNIX_EPOCH + Duration::from_millis(1500)));
+/// ```
 pub fn from_response(
     kind: QuotaKind,
     status: StatusCode,

@@ -3,10 +3,12 @@
 //! A handoff is keyed by `(tenant, session, combo)`. The session id says which conversation a
 //! request continues; the tenant says whose it is, so that two callers who happen to send
 //! the same session id never see each other's handoffs. Both are derived here from the
-//! inbound request, before any rewriting; the tower layers use them unless the caller put a
-//! `SessionId` / `Tenant` extension on the request.
+//! inbound request, before any rewriting, by [`identify`], the one derivation the gateway and
+//! the relay layers share. An explicit session or tenant (the `SessionId` / `Tenant` request
+//! extensions) wins; an explicit session is cleaned by [`clean_session_id`] like any other.
 //!
-//! The session id is the first present of the configured [`SessionSources`], by default:
+//! Otherwise the session id is the first present of the configured [`SessionSources`], by
+//! default:
 //! 1. the headers `x-session-id`, `x-claude-code-session-id`, `session-id`, `session_id`,
 //!    `conversation_id`, `x-opencode-session`, `thread-id`;
 //! 2. Anthropic `metadata.user_id`: the `session_id` of its JSON-string form (Claude Code) or
@@ -40,8 +42,10 @@ use sha2::{Digest, Sha256};
 #[macro_use]
 mod lenient;
 mod fingerprint;
+mod identify;
 
 pub use fingerprint::fingerprint;
+pub use identify::{Identity, identify};
 use lenient::{Object, Str};
 
 /// Longest session id kept, in characters; longer ones are cut (on a character boundary).
@@ -156,6 +160,9 @@ impl SessionSources {
 /// Where a session id came from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum SessionSource {
+    /// Given explicitly by the embedding application (a `SessionId` request extension), see
+    /// [`identify`].
+    Explicit,
     /// This request header.
     Header(HeaderName),
     /// Anthropic `metadata.user_id`.
@@ -274,14 +281,33 @@ fn session_of_user_id(user_id: &str) -> Option<String> {
     clean(session)
 }
 
-/// Trims, caps at [`MAX_SESSION_ID_CHARS`] characters, and treats blank as absent.
-fn clean(value: &str) -> Option<String> {
+/// A raw session id as the relay keys it: trimmed, cut to [`MAX_SESSION_ID_CHARS`] characters
+/// (on a character boundary, then trimmed again), `None` when nothing is left.
+///
+/// Every session id goes through it, whatever its source (a header, a body field, an explicit
+/// value set by the embedding application), so that one conversation gets one key. Cleaning a
+/// clean id gives it back unchanged.
+///
+/// ```
+/// use context_relay_core::session::clean_session_id;
+///
+/// assert_eq!(clean_session_id("  s-1 \t"), Some("s-1"));
+/// assert_eq!(clean_session_id(" \n "), None);
+/// let long = "x".repeat(300);
+/// assert_eq!(clean_session_id(&long).map(str::len), Some(128));
+/// ```
+pub fn clean_session_id(value: &str) -> Option<&str> {
     let trimmed = value.trim();
     let capped = match trimmed.char_indices().nth(MAX_SESSION_ID_CHARS) {
         Some((end, _)) => trimmed[..end].trim_end(),
         None => trimmed,
     };
-    (!capped.is_empty()).then(|| capped.to_owned())
+    (!capped.is_empty()).then_some(capped)
+}
+
+/// [`clean_session_id`], owned.
+fn clean(value: &str) -> Option<String> {
+    clean_session_id(value).map(str::to_owned)
 }
 
 /// The client credential of a request: the `authorization` value with a `Bearer ` scheme

@@ -3,7 +3,7 @@
 
 use std::sync::Mutex;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use context_relay_core::ending::Ending;
 use context_relay_core::reply::ReplyCapture;
 
@@ -95,17 +95,7 @@ impl Capture {
             if s.abandoned || !s.complete {
                 return None;
             }
-            Some(match s.frames.len() {
-                0 => Bytes::new(),
-                1 => s.frames[0].clone(),
-                _ => {
-                    let mut all = BytesMut::with_capacity(s.len);
-                    for f in &s.frames {
-                        all.extend_from_slice(f);
-                    }
-                    all.freeze()
-                }
-            })
+            Some(crate::join::join(&s.frames, s.len))
         })
     }
 }

@@ -6,7 +6,7 @@ use std::time::SystemTime;
 
 use context_relay_core::config::EXHAUSTION;
 use context_relay_core::reply::{REPLY_CAP, ReplyCapture};
-use context_relay_core::{ApiShape, HandoffKey, QuotaSignal, RelayConfig, session};
+use context_relay_core::{ApiShape, QuotaSignal, RelayConfig, session};
 use http::{HeaderMap, StatusCode, Uri, header};
 
 use super::capture::{Capture, ReplyWatch, Trigger};
@@ -141,24 +141,18 @@ impl GenerationTicket {
             return None;
         }
         let kept = self.headers.into_map();
-        let session = match self.session {
-            Some(s) => s,
-            None => {
-                let Some(s) = derive_session(&self.shared, &self.config, &self.capture, &kept)
-                else {
-                    skipped("no_session");
-                    return None;
-                };
-                s
+        let sources = &self.shared.sources;
+        let mut id = session::identify(&kept, None, sources, self.session, self.tenant);
+        if id.session.is_none() {
+            // Clients that send no session header: the session comes from the body.
+            let body = decoded_body(&self.capture, &kept, self.config.max_body_bytes);
+            if let Some(body) = body {
+                id = session::identify(&kept, Some(&body), sources, None, Some(id.tenant));
             }
-        };
-        let tenant = self
-            .tenant
-            .unwrap_or_else(|| Arc::from(session::tenant(&kept)));
-        let key = HandoffKey {
-            tenant,
-            session,
-            combo: self.combo.0,
+        }
+        let Some(key) = id.key(self.combo.0) else {
+            skipped("no_session");
+            return None;
         };
         // Gate 5.
         if self.shared.cooldown.is_cooling(&key, now) {
@@ -195,22 +189,6 @@ impl GenerationTicket {
             },
         }))
     }
-}
-
-/// The session id from the headers, else from the request body (clients that send no session
-/// header).
-fn derive_session(
-    shared: &Shared,
-    config: &RelayConfig,
-    capture: &Capture,
-    headers: &HeaderMap,
-) -> Option<Arc<str>> {
-    let sources = &shared.sources;
-    if let Some(m) = session::session_id(headers, None, sources) {
-        return Some(Arc::from(m.id));
-    }
-    let body = decoded_body(capture, headers, config.max_body_bytes)?;
-    session::session_id(headers, Some(&body), sources).map(|m| Arc::from(m.id))
 }
 
 fn skipped(reason: &'static str) {

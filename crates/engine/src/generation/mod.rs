@@ -8,6 +8,32 @@
 //! generation for it is in flight, the conversation is summarised **in the background** once
 //! the reply is complete (so the assistant's reply of this turn is included), and the handoff
 //! is stored. The response itself is never delayed or changed.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use bytes::Bytes;
+//! use context_relay_engine::{ComboName, Relay, RequestFacts, ResolvedAccount};
+//! use context_relay_store::MemoryStore;
+//! use http::{HeaderMap, StatusCode, Uri};
+//!
+//! let relay = Relay::builder(Arc::new(MemoryStore::new())).build();
+//! let combo = ComboName::new("coding");
+//! let facts = RequestFacts { combo: Some(&combo), ..Default::default() };
+//! let uri: Uri = "/v1/chat/completions".parse().unwrap();
+//! let mut headers = HeaderMap::new();
+//! headers.insert("x-session-id", "s1".parse().unwrap());
+//!
+//! // At header time: a ticket; the body is copied as it goes out.
+//! let ticket = relay.generation(&uri, &headers, facts).expect("can lead to a summary");
+//! ticket.capture().push(&Bytes::from_static(br#"{"messages":[]}"#));
+//! ticket.capture().finish();
+//!
+//! // The response head: 40 % of the account used, below the threshold, so no summary.
+//! let mut head = HeaderMap::new();
+//! head.insert("x-codex-primary-used-percent", "40".parse().unwrap());
+//! let served_by = ResolvedAccount::new("codex", "acct-a");
+//! assert!(ticket.response(StatusCode::OK, &head, Some(&served_by), None).is_none());
+//! ```
 
 mod capture;
 mod gate;

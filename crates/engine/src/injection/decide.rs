@@ -68,11 +68,11 @@ impl Relay {
             return Inject::Pass;
         };
         let shared = &self.shared;
+        // The credential hash is memoised: identify takes it as the explicit tenant.
         let tenant = shared.tenants.tenant(facts.tenant, headers);
-        let header_session: Option<Arc<str>> = match facts.session {
-            Some(s) => Some(s.0.clone()),
-            None => session::session_id(headers, None, &shared.sources).map(|m| Arc::from(m.id)),
-        };
+        let explicit = facts.session.map(|s| s.0.clone());
+        let id = session::identify(headers, None, &shared.sources, explicit, Some(tenant));
+        let (tenant, header_session) = (id.tenant, id.session);
         let config = shared.configs.for_combo_arc(&combo.0);
 
         if let Some(session) = &header_session {
@@ -84,10 +84,7 @@ impl Relay {
             if let Some(affinity) = shared.store.cached_affinity(&key) {
                 let stays = match &affinity {
                     None => true,
-                    Some(a) => {
-                        a.is(&account.provider, &account.account)
-                            && a.foreign_at(SystemTime::now()).is_none()
-                    }
+                    Some(a) => a.serves(account) && a.foreign_at(SystemTime::now()).is_none(),
                 };
                 if stays && !shared.store.may_contain(&key) {
                     let mut ticket = Ticket::new(shared.clone(), account.clone());
@@ -216,8 +213,15 @@ impl BodyDecision {
                 .map(Bytes::from),
         };
         let session = header_session.clone().or_else(|| {
-            let body = decoded.as_ref()?;
-            session::session_id(headers, Some(body), &shared.sources).map(|m| Arc::from(m.id))
+            let body = decoded.as_deref()?;
+            let id = session::identify(
+                headers,
+                Some(body),
+                &shared.sources,
+                None,
+                Some(tenant.clone()),
+            );
+            id.session
         });
         let Some(session) = session else {
             return unchanged(raw, None);
@@ -230,9 +234,7 @@ impl BodyDecision {
         let mut ticket = Ticket::new(shared.clone(), account.clone());
         let now = SystemTime::now();
         let affinity = affinity_of(&shared, &key).await;
-        let serving = affinity
-            .as_ref()
-            .is_some_and(|a| a.is(&account.provider, &account.account));
+        let serving = affinity.as_ref().is_some_and(|a| a.serves(&account));
         // Switch: the last account that served this session is another one.
         let switch = affinity.is_some() && !serving;
         // A live handoff written by another account.
@@ -383,7 +385,7 @@ impl BodyDecision {
 
 /// The affinity of a session served by `account`, with nothing foreign.
 fn affinity_to(account: &ResolvedAccount) -> Affinity {
-    Affinity::new(account.provider.clone(), account.account.clone())
+    Affinity::of(account.clone())
 }
 
 /// The live foreign digests of the session's previous affinity (kept across further switches).
@@ -421,7 +423,7 @@ async fn claim_for(
     // Read first: while the session stays on the account that wrote the handoff (between the
     // threshold and the rotation), a claim/release pair per request would be two writes.
     match shared.store.get(key).await {
-        Ok(Some(record)) if !written_by(&record, account) => {}
+        Ok(Some(record)) if !record.is_from(account) => {}
         Ok(_) => return None,
         Err(e) => {
             metrics::store_error("get", &e);
@@ -429,7 +431,7 @@ async fn claim_for(
         }
     }
     match shared.store.claim(key, lease).await {
-        Ok(Some(claim)) if !written_by(&claim.record, account) => Some(claim),
+        Ok(Some(claim)) if !claim.record.is_from(account) => Some(claim),
         Ok(Some(claim)) => {
             release(shared, &claim).await;
             None
@@ -441,10 +443,6 @@ async fn claim_for(
             None
         }
     }
-}
-
-fn written_by(record: &context_relay_core::HandoffRecord, account: &ResolvedAccount) -> bool {
-    record.from_account == *account.account && record.from_provider == *account.provider
 }
 
 fn skipped(reason: &'static str) {

@@ -157,7 +157,7 @@ impl Repair {
                     Some((_, planned)) => (*planned.foreign).clone(),
                     None => r.foreign,
                 };
-                let affinity = Affinity::new(t.account.provider.clone(), t.account.account.clone())
+                let affinity = Affinity::of(t.account.clone())
                     .with_foreign(base.merged(&seen), SystemTime::now() + r.ttl);
                 t.record = Some((r.key, affinity));
             }

@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use context_relay_core::portable;
 
 /// The frames of a passed-through request body, kept by reference as they go out, up to a
@@ -123,17 +123,7 @@ impl Tee {
             if s.given_up || !s.ended {
                 return None;
             }
-            let whole = match s.frames.len() {
-                0 => Bytes::new(),
-                1 => s.frames[0].clone(),
-                _ => {
-                    let mut all = BytesMut::with_capacity(s.len);
-                    for f in &s.frames {
-                        all.extend_from_slice(f);
-                    }
-                    all.freeze()
-                }
-            };
+            let whole = crate::join::join(&s.frames, s.len);
             s.frames = vec![whole.clone()];
             Some(whole)
         })

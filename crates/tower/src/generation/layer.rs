@@ -1,12 +1,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use context_relay_core::RelayConfig;
 use context_relay_core::config::RelayMode;
 use context_relay_core::prompt::SummarySettings;
-use context_relay_core::session::SessionSources;
-use context_relay_engine::{Background, QuotaSource, RelayBuilder, RelayConfigs, Summarizer};
-use context_relay_store::HandoffStore;
+use context_relay_engine::{Background, QuotaSource, RelayBuilder, Summarizer};
 use tower_layer::Layer;
 
 use super::service::Generation;
@@ -25,21 +22,6 @@ pub struct GenerationLayer {
 }
 
 impl GenerationLayer {
-    /// A layer writing handoffs to `store`, with the default configuration (every provider
-    /// gets handoffs).
-    pub fn new(store: Arc<dyn HandoffStore>) -> Self {
-        Self::from_builder(RelayBuilder::new(store))
-    }
-
-    /// A layer over the relay `builder` makes (sharing its state with every other layer made
-    /// from it).
-    pub fn from_builder(builder: RelayBuilder) -> Self {
-        Self {
-            background: builder.background(),
-            relay: Some(builder),
-        }
-    }
-
     /// A layer that passes every request through untouched: the relay switched off without
     /// changing the service type.
     pub fn disabled() -> Self {
@@ -47,26 +29,6 @@ impl GenerationLayer {
             relay: None,
             background: Background::new(),
         }
-    }
-
-    /// Whether the layer is switched on.
-    pub fn is_enabled(&self) -> bool {
-        self.relay.is_some()
-    }
-
-    fn map(mut self, f: impl FnOnce(RelayBuilder) -> RelayBuilder) -> Self {
-        self.relay = self.relay.map(f);
-        self
-    }
-
-    /// Uses `configs` (default plus per-combo configurations).
-    pub fn configs(self, configs: RelayConfigs) -> Self {
-        self.map(|b| b.configs(configs))
-    }
-
-    /// Uses `config` as the default configuration.
-    pub fn config(self, config: RelayConfig) -> Self {
-        self.map(|b| b.config(config))
     }
 
     /// Sets the default handoff threshold; invalid values (not finite, ≤ 0, ≥ 0.95) keep the
@@ -130,11 +92,6 @@ impl GenerationLayer {
         self.map(|b| b.quota_source(source))
     }
 
-    /// Where session ids are read from.
-    pub fn session_sources(self, sources: SessionSources) -> Self {
-        self.map(|b| b.session_sources(sources))
-    }
-
     /// Providers whose backends only answer streamed replies (the ChatGPT Codex backend):
     /// summary requests to them are sent with `stream: true`.
     pub fn stream_summaries_for<I, P>(self, providers: I) -> Self
@@ -144,12 +101,9 @@ impl GenerationLayer {
     {
         self.map(|b| b.stream_summaries_for(providers))
     }
-
-    /// The tracker of the summaries this layer runs: `idle().await` waits for them.
-    pub fn background(&self) -> Background {
-        self.background.clone()
-    }
 }
+
+crate::layer_common::relay_layer_common!(GenerationLayer);
 
 impl<S> Layer<S> for GenerationLayer {
     type Service = Generation<S>;

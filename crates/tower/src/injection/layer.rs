@@ -1,10 +1,5 @@
-use std::sync::Arc;
-
-use context_relay_core::RelayConfig;
 use context_relay_core::config::InjectionSlot;
-use context_relay_core::session::SessionSources;
-use context_relay_engine::{Background, RelayBuilder, RelayConfigs};
-use context_relay_store::HandoffStore;
+use context_relay_engine::{Background, RelayBuilder};
 use tower_layer::Layer;
 
 use super::service::Injection;
@@ -19,20 +14,6 @@ pub struct InjectionLayer {
 }
 
 impl InjectionLayer {
-    /// A layer reading handoffs from `store`, with the default configuration.
-    pub fn new(store: Arc<dyn HandoffStore>) -> Self {
-        Self::from_builder(RelayBuilder::new(store))
-    }
-
-    /// A layer over the relay `builder` makes (sharing its state with every other layer made
-    /// from it).
-    pub fn from_builder(builder: RelayBuilder) -> Self {
-        Self {
-            background: builder.background(),
-            relay: Some(builder),
-        }
-    }
-
     /// A layer that passes every request through untouched (it still puts the request's
     /// [`ResolvedAccount`](crate::ResolvedAccount) on the response): the relay switched off
     /// without changing the service type.
@@ -41,26 +22,6 @@ impl InjectionLayer {
             relay: None,
             background: Background::new(),
         }
-    }
-
-    /// Whether the layer is switched on.
-    pub fn is_enabled(&self) -> bool {
-        self.relay.is_some()
-    }
-
-    fn map(mut self, f: impl FnOnce(RelayBuilder) -> RelayBuilder) -> Self {
-        self.relay = self.relay.map(f);
-        self
-    }
-
-    /// Uses `configs` (default plus per-combo configurations).
-    pub fn configs(self, configs: RelayConfigs) -> Self {
-        self.map(|b| b.configs(configs))
-    }
-
-    /// Uses `config` as the default configuration.
-    pub fn config(self, config: RelayConfig) -> Self {
-        self.map(|b| b.config(config))
     }
 
     /// Where the handoff goes in Responses API requests, by default.
@@ -72,18 +33,9 @@ impl InjectionLayer {
     pub fn max_body_bytes(self, max: usize) -> Self {
         self.map(|b| b.max_body_bytes(max))
     }
-
-    /// Where session ids are read from.
-    pub fn session_sources(self, sources: SessionSources) -> Self {
-        self.map(|b| b.session_sources(sources))
-    }
-
-    /// The tracker of this layer's background store writes (claim completion and release,
-    /// affinity): `idle().await` waits for them.
-    pub fn background(&self) -> Background {
-        self.background.clone()
-    }
 }
+
+crate::layer_common::relay_layer_common!(InjectionLayer);
 
 impl<S> Layer<S> for InjectionLayer {
     type Service = Injection<S>;

@@ -356,7 +356,8 @@ where
     }
 }
 
-/// The whole stack of DESIGN §3 (minus the combo service: tests set `ComboName` themselves).
+/// The whole relay stack (generation, resolver, injection, upstream; minus the combo service:
+/// tests set `ComboName` themselves).
 pub struct Stack {
     pub svc: BoxCloneSyncService<Request<Body>, Response<Body>, Infallible>,
     pub upstream: Upstream,

@@ -1,0 +1,241 @@
+//! Opening a store file: the tables and the layout of a stored value, creating the tables,
+//! rebuilding the in-memory index and the affinity table from what is on disk, and queueing
+//! the deletion of what expired while the file was closed.
+
+use std::fmt;
+use std::path::Path;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, mpsc};
+
+use context_relay_core::{HandoffKey, HandoffRecord};
+use redb::{
+    Database, DatabaseError, ReadableDatabase, ReadableTable, StorageError, TableDefinition,
+};
+
+use super::writer::{Op, run_writer};
+use super::{Inner, RedbStore, RedbStoreBuilder};
+use crate::affinity::{self, AffinityMap, Stored};
+use crate::clock::{after_ms, now_ms};
+use crate::index::{FastMap, Meta};
+use crate::{StoreError, report_corrupt};
+
+pub(super) const HANDOFFS: TableDefinition<'static, (&str, &str, &str), &[u8]> =
+    TableDefinition::new("handoffs");
+pub(super) const AFFINITY: TableDefinition<'static, (&str, &str, &str), &[u8]> =
+    TableDefinition::new("affinity_by_combo");
+pub(super) const SECRETS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("secrets");
+
+/// First byte of every stored value: bump it when the header changes.
+pub(super) const LAYOUT: u8 = 1;
+pub(super) const HEADER_LEN: usize = 17;
+
+impl RedbStore {
+    pub(super) fn open_with(opts: RedbStoreBuilder) -> Result<Self, StoreError> {
+        let path = opts.path;
+        let mut builder = Database::builder();
+        if let Some(bytes) = opts.cache_size {
+            builder.set_cache_size(bytes);
+        }
+        let db = builder.create(&path).map_err(|e| open_error(&path, e))?;
+        let fail = |what: &str, e: &dyn fmt::Display| StoreError::Open {
+            path: path.clone(),
+            reason: format!("{what}: {e}"),
+        };
+        // Create both tables up front: reads then never meet a missing table, and a foreign redb
+        // file with tables of other types is refused here rather than on first use.
+        let w = db
+            .begin_write()
+            .map_err(|e| fail("cannot start a transaction", &e))?;
+        {
+            w.open_table(HANDOFFS)
+                .map_err(|e| fail("not a context-relay store", &e))?;
+            w.open_table(AFFINITY)
+                .map_err(|e| fail("not a context-relay store", &e))?;
+        }
+        w.commit().map_err(|e| fail("cannot commit", &e))?;
+
+        let now = now_ms(&*opts.clock);
+        let index = FastMap::default();
+        let affinity = AffinityMap::new(opts.affinity_entries);
+        let mut corrupt = 0u64;
+        let mut max_version = 0u64;
+        let mut expired = Vec::new();
+        let mut stale = Vec::new();
+        {
+            let r = db
+                .begin_read()
+                .map_err(|e| fail("cannot start a read", &e))?;
+            let table = r
+                .open_table(HANDOFFS)
+                .map_err(|e| fail("cannot open table handoffs", &e))?;
+            let mut interner = Interner::default();
+            for item in table
+                .iter()
+                .map_err(|e| fail("cannot read table handoffs", &e))?
+            {
+                let (k, v) = item.map_err(|e| fail("cannot read table handoffs", &e))?;
+                let (t, s, c) = k.value();
+                let key = HandoffKey {
+                    tenant: interner.intern(t),
+                    session: Arc::from(s),
+                    combo: interner.intern(c),
+                };
+                match decode_header(v.value()) {
+                    Ok((version, expires_ms, _)) => {
+                        max_version = max_version.max(version);
+                        if now < expires_ms {
+                            index.insert(key, Meta::new(version, expires_ms));
+                        } else {
+                            expired.push(key);
+                        }
+                    }
+                    Err(found) => {
+                        corrupt += 1;
+                        report_corrupt("redb", &key, &found);
+                    }
+                }
+            }
+            let table = r
+                .open_table(AFFINITY)
+                .map_err(|e| fail("cannot open table affinity", &e))?;
+            for item in table
+                .iter()
+                .map_err(|e| fail("cannot read table affinity", &e))?
+            {
+                let (k, v) = item.map_err(|e| fail("cannot read table affinity", &e))?;
+                let (t, s, c) = k.value();
+                let key = affinity::key(&HandoffKey::new(t, s, c));
+                match serde_json::from_slice::<Stored>(v.value()) {
+                    Ok(a) if now < after_ms(a.written_at, opts.affinity_ttl) => {
+                        let written = a.written_at;
+                        affinity.insert(key, affinity::intern(a.affinity()), written);
+                    }
+                    Ok(_) => stale.push(key),
+                    Err(e) => {
+                        corrupt += 1;
+                        report_corrupt("redb", &format_args!("affinity {t}/{s}/{c}"), &e);
+                    }
+                }
+            }
+        }
+
+        let db = Arc::new(db);
+        let (tx, rx) = mpsc::channel();
+        if !expired.is_empty() || !stale.is_empty() {
+            // Records that expired while the store was closed are not indexed, so the periodic
+            // purge would never see them: delete them with the writer's first commit.
+            tx.send(Op::Purge {
+                keys: expired,
+                affinities: stale,
+                now_ms: now,
+                affinity_ttl: opts.affinity_ttl,
+                done: None,
+            })
+            .ok();
+        }
+        let writer_db = Arc::clone(&db);
+        let max_batch = opts.max_batch;
+        let writer = std::thread::Builder::new()
+            .name("context-relay-store-redb".into())
+            .spawn(move || run_writer(&writer_db, &rx, max_batch))
+            .map_err(|e| fail("cannot start the writer thread", &e))?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                db,
+                path,
+                index,
+                affinity,
+                affinity_ttl: opts.affinity_ttl,
+                clock: opts.clock,
+                next: AtomicU64::new(max_version.saturating_add(1)),
+                corrupt: AtomicU64::new(corrupt),
+                tx: Some(tx),
+                writer: Mutex::new(Some(writer)),
+            }),
+        })
+    }
+}
+
+pub(super) fn encode(
+    version: u64,
+    expires_ms: u64,
+    record: &HandoffRecord,
+) -> Result<Vec<u8>, StoreError> {
+    let mut out = Vec::with_capacity(HEADER_LEN + 512);
+    out.push(LAYOUT);
+    out.extend_from_slice(&version.to_le_bytes());
+    out.extend_from_slice(&expires_ms.to_le_bytes());
+    serde_json::to_writer(&mut out, record)?;
+    Ok(out)
+}
+
+/// `(version, expires_ms, json)` of a stored value, or what was found instead.
+pub(super) fn decode_header(bytes: &[u8]) -> Result<(u64, u64, &[u8]), String> {
+    let (header, json) = bytes.split_at_checked(HEADER_LEN).ok_or_else(|| {
+        format!(
+            "{} bytes, shorter than the {HEADER_LEN}-byte header",
+            bytes.len()
+        )
+    })?;
+    if header[0] != LAYOUT {
+        return Err(format!("layout byte {} instead of {LAYOUT}", header[0]));
+    }
+    let word = |at: usize| {
+        header
+            .get(at..at + 8)
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+            .map(u64::from_le_bytes)
+            .unwrap_or_default()
+    };
+    Ok((word(1), word(9), json))
+}
+
+/// Says what is wrong with the file in the words of someone fixing a deployment.
+fn open_error(path: &Path, e: DatabaseError) -> StoreError {
+    let reason = match &e {
+        DatabaseError::DatabaseAlreadyOpen => {
+            "the file is locked: another process (or another store in this process) has it open"
+                .to_owned()
+        }
+        DatabaseError::Storage(StorageError::Io(io))
+            if io.kind() == std::io::ErrorKind::PermissionDenied =>
+        {
+            format!("permission denied ({io})")
+        }
+        // redb reports a foreign file (wrong magic number) as invalid data.
+        DatabaseError::Storage(StorageError::Io(io))
+            if io.kind() == std::io::ErrorKind::InvalidData =>
+        {
+            format!("not a redb file, or a damaged one ({io})")
+        }
+        DatabaseError::Storage(StorageError::Corrupted(what)) => {
+            format!("not a redb file, or a damaged one ({what})")
+        }
+        DatabaseError::UpgradeRequired(v) => {
+            format!("the file uses redb format {v}, which this build cannot read")
+        }
+        other => other.to_string(),
+    };
+    StoreError::Open {
+        path: path.to_path_buf(),
+        reason,
+    }
+}
+
+/// Shares the `Arc<str>` of repeated tenants and combos while rebuilding the index: a million
+/// keys usually name a handful of each.
+#[derive(Default)]
+struct Interner {
+    seen: std::collections::HashSet<Arc<str>>,
+}
+
+impl Interner {
+    fn intern(&mut self, s: &str) -> Arc<str> {
+        if let Some(a) = self.seen.get(s) {
+            return Arc::clone(a);
+        }
+        let a: Arc<str> = Arc::from(s);
+        self.seen.insert(Arc::clone(&a));
+        a
+    }
+}

@@ -1,0 +1,239 @@
+//! Writes: each one updates the in-memory index (or the affinity table) and is queued, under
+//! the index entry's lock, to one writer thread that group-commits whatever is queued in one
+//! durable transaction and then answers every caller.
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use context_relay_core::time::to_unix_millis;
+use context_relay_core::{HandoffKey, HandoffRecord};
+use dashmap::mapref::entry::Entry;
+use redb::{Database, ReadableTable};
+use tokio::sync::oneshot;
+
+use super::RedbStore;
+use super::open::{AFFINITY, HANDOFFS, decode_header, encode};
+use crate::affinity::{self, Stored, Write};
+use crate::clock::after_ms;
+use crate::index::Meta;
+use crate::{Affinity, StoreError};
+
+pub(super) type Done = oneshot::Sender<Result<(), StoreError>>;
+/// Resolves when the queued write is committed (or failed).
+pub(super) type Pending = oneshot::Receiver<Result<(), StoreError>>;
+
+pub(super) enum Op {
+    Put {
+        key: HandoffKey,
+        value: Vec<u8>,
+        done: Done,
+    },
+    Delete {
+        key: HandoffKey,
+        done: Done,
+    },
+    /// Deletes records (and affinities) whose stored expiry has passed at `now_ms`: conditional
+    /// on what is stored, so a write that raced the purge survives.
+    Purge {
+        keys: Vec<HandoffKey>,
+        affinities: Vec<String>,
+        now_ms: u64,
+        affinity_ttl: Duration,
+        done: Option<Done>,
+    },
+    PutAffinity {
+        key: HandoffKey,
+        value: Vec<u8>,
+        done: Done,
+    },
+}
+
+impl RedbStore {
+    pub(super) fn upsert_queue(&self, record: &HandoffRecord) -> Result<Pending, StoreError> {
+        let version = self.next();
+        let expires_ms = to_unix_millis(record.expires_at);
+        let value = encode(version, expires_ms, record)?;
+        let key = record.key();
+        let (done, rx) = oneshot::channel();
+        // Index update and queueing under one entry lock: see the module docs on ordering.
+        let entry = self.inner.index.entry(key.clone());
+        let op = Op::Put { key, value, done };
+        match entry {
+            Entry::Occupied(mut e) => {
+                self.send(op)?;
+                e.insert(Meta::new(version, expires_ms));
+            }
+            Entry::Vacant(e) => {
+                self.send(op)?;
+                e.insert(Meta::new(version, expires_ms));
+            }
+        }
+        Ok(rx)
+    }
+
+    /// Removes `key` from the index when `pred` holds and queues its deletion.
+    pub(super) fn remove_queue(
+        &self,
+        key: &HandoffKey,
+        pred: impl FnOnce(&Meta) -> bool,
+    ) -> Result<Option<(Meta, Pending)>, StoreError> {
+        match self.inner.index.entry(key.clone()) {
+            Entry::Occupied(e) if pred(e.get()) => {
+                let (done, rx) = oneshot::channel();
+                self.send(Op::Delete {
+                    key: key.clone(),
+                    done,
+                })?;
+                Ok(Some((e.remove(), rx)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    pub(super) fn purge_queue(&self) -> Result<(usize, Option<Pending>), StoreError> {
+        let now = self.now_ms();
+        let mut keys = Vec::new();
+        self.inner.index.retain(|k, m| {
+            let live = m.is_live(now);
+            if !live {
+                keys.push(k.clone());
+            }
+            live
+        });
+        let affinities = self.inner.affinity.purge(now, self.inner.affinity_ttl);
+        if keys.is_empty() && affinities.is_empty() {
+            return Ok((0, None));
+        }
+        let n = keys.len();
+        let (done, rx) = oneshot::channel();
+        self.send(Op::Purge {
+            keys,
+            affinities,
+            now_ms: now,
+            affinity_ttl: self.inner.affinity_ttl,
+            done: Some(done),
+        })?;
+        Ok((n, Some(rx)))
+    }
+
+    pub(super) fn set_affinity_queue(
+        &self,
+        key: &HandoffKey,
+        a: Affinity,
+    ) -> Result<Option<Pending>, StoreError> {
+        let now = self.now_ms();
+        let map = &self.inner.affinity;
+        let k = affinity::key(key);
+        if map.needs_write(&k, &a, now, self.inner.affinity_ttl / 4) == Write::Skip {
+            return Ok(None);
+        }
+        let value = serde_json::to_vec(&Stored::new(&a, now))?;
+        let (done, rx) = oneshot::channel();
+        // Two racing writers of one session may queue in either order; the last one queued wins
+        // on disk and the last one inserted wins in memory. They can disagree only until the
+        // next change, and either answer is an account that just served the session.
+        self.send(Op::PutAffinity {
+            key: key.clone(),
+            value,
+            done,
+        })?;
+        map.insert(k, affinity::intern(a), now);
+        Ok(Some(rx))
+    }
+}
+
+/// Awaits the commit of a queued write.
+pub(super) async fn committed(rx: Pending) -> Result<(), StoreError> {
+    rx.await.map_err(|_| StoreError::Closed)?
+}
+
+/// The writer: blocks for one write, takes whatever else is queued (up to `max_batch`), commits
+/// it all in one durable transaction, then answers every caller.
+pub(super) fn run_writer(db: &Database, rx: &mpsc::Receiver<Op>, max_batch: usize) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while batch.len() < max_batch {
+            match rx.try_recv() {
+                Ok(op) => batch.push(op),
+                Err(_) => break,
+            }
+        }
+        let result = apply(db, &batch);
+        if let Err(e) = &result {
+            tracing::error!(error = %e, writes = batch.len(), "redb commit failed");
+        }
+        for op in batch {
+            let done = match op {
+                Op::Put { done, .. } | Op::Delete { done, .. } | Op::PutAffinity { done, .. } => {
+                    Some(done)
+                }
+                Op::Purge { done, .. } => done,
+            };
+            if let Some(done) = done {
+                // The caller may have gone away (dropped its future): nothing to tell then.
+                done.send(match &result {
+                    Ok(()) => Ok(()),
+                    Err(e) => Err(StoreError::Io {
+                        op: "commit",
+                        reason: e.to_string(),
+                    }),
+                })
+                .ok();
+            }
+        }
+    }
+}
+
+fn apply(db: &Database, batch: &[Op]) -> Result<(), redb::Error> {
+    let w = db.begin_write()?;
+    {
+        let mut handoffs = w.open_table(HANDOFFS)?;
+        let mut affinities = w.open_table(AFFINITY)?;
+        for op in batch {
+            match op {
+                Op::Put { key, value, .. } => {
+                    handoffs
+                        .insert((&*key.tenant, &*key.session, &*key.combo), value.as_slice())?;
+                }
+                Op::Delete { key, .. } => {
+                    handoffs.remove((&*key.tenant, &*key.session, &*key.combo))?;
+                }
+                Op::Purge {
+                    keys,
+                    affinities: stale,
+                    now_ms,
+                    affinity_ttl,
+                    ..
+                } => {
+                    for key in keys {
+                        let k = (&*key.tenant, &*key.session, &*key.combo);
+                        let expired = handoffs.get(k)?.is_some_and(|v| {
+                            decode_header(v.value()).is_ok_and(|(_, e, _)| e <= *now_ms)
+                        });
+                        if expired {
+                            handoffs.remove(k)?;
+                        }
+                    }
+                    for key in stale {
+                        let Some(k) = affinity::split_key(key) else {
+                            continue;
+                        };
+                        let expired = affinities.get(k)?.is_some_and(|v| {
+                            serde_json::from_slice::<Stored>(v.value())
+                                .is_ok_and(|a| after_ms(a.written_at, *affinity_ttl) <= *now_ms)
+                        });
+                        if expired {
+                            affinities.remove(k)?;
+                        }
+                    }
+                }
+                Op::PutAffinity { key, value, .. } => {
+                    affinities
+                        .insert((&*key.tenant, &*key.session, &*key.combo), value.as_slice())?;
+                }
+            }
+        }
+    }
+    w.commit()?;
+    Ok(())
+}

@@ -1,0 +1,141 @@
+//! The connection: connecting (TLS included), and every call bounded by a timeout and guarded by
+//! the circuit breaker.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::RedisError;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use super::scripts::Scripts;
+use super::{Inner, RedisStore, RedisStoreBuilder};
+use crate::StoreError;
+use crate::affinity::AffinityMap;
+use crate::breaker::Breaker;
+
+/// Operations on a request's path: they get the short timeout.
+const REQUEST_PATH: [&str; 6] = [
+    "get",
+    "contains",
+    "claim",
+    "release",
+    "affinity",
+    "set_affinity",
+];
+
+impl RedisStoreBuilder {
+    /// Connects; fails within the timeout when Redis cannot be reached.
+    pub async fn connect(self) -> Result<RedisStore, StoreError> {
+        if self.url.starts_with("rediss://") {
+            // The redis crate builds its TLS configuration with the process-wide rustls
+            // provider; make it ring unless the application chose one already (then this
+            // returns an error we do not need).
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let client = match &self.root_certs {
+            Some(pem) => redis::Client::build_with_tls(
+                self.url.as_str(),
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem.clone()),
+                },
+            ),
+            None => redis::Client::open(self.url.as_str()),
+        }
+        .map_err(redis_err("connect"))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout))
+            // Reconnection happens in the background; a caller never waits for more than one try.
+            .set_number_of_retries(1);
+        let conn = bounded(
+            "connect",
+            self.timeout,
+            ConnectionManager::new_with_config(client, config),
+        )
+        .await?;
+        Ok(RedisStore {
+            inner: Arc::new(Inner {
+                conn,
+                scripts: Scripts::new(),
+                seq_key: format!("{}seq", self.prefix),
+                prefix: self.prefix,
+                timeout: self.timeout,
+                request_timeout: self.request_timeout,
+                breaker: Breaker::new(self.backoff.0, self.backoff.1),
+                clock: self.clock,
+                affinity_ttl: self.affinity_ttl,
+                affinity_cache_ttl: self.affinity_cache_ttl,
+                affinity_cache: AffinityMap::new(self.affinity_cache_entries),
+            }),
+        })
+    }
+}
+
+impl RedisStore {
+    pub(super) fn conn(&self) -> ConnectionManager {
+        self.inner.conn.clone()
+    }
+
+    /// Whether the circuit breaker currently refuses calls (Redis found unreachable).
+    pub fn is_unavailable(&self) -> bool {
+        self.inner.breaker.is_open(Instant::now())
+    }
+
+    pub(super) async fn call<T>(
+        &self,
+        op: &'static str,
+        fut: impl Future<Output = Result<T, RedisError>>,
+    ) -> Result<T, StoreError> {
+        let breaker = &self.inner.breaker;
+        let limit = if REQUEST_PATH.contains(&op) {
+            self.inner.request_timeout
+        } else {
+            self.inner.timeout
+        };
+        let pass = match breaker.check(Instant::now(), limit) {
+            Ok(pass) => pass,
+            Err(retry_in) => return Err(StoreError::Unavailable { op, retry_in }),
+        };
+        match tokio::time::timeout(limit, fut).await {
+            Ok(Ok(v)) => {
+                breaker.success();
+                Ok(v)
+            }
+            Ok(Err(e)) => {
+                if e.is_io_error()
+                    || e.is_timeout()
+                    || e.is_connection_refusal()
+                    || e.is_connection_dropped()
+                {
+                    breaker.failure(Instant::now(), pass);
+                }
+                Err(redis_err(op)(e))
+            }
+            Err(_) => {
+                breaker.failure(Instant::now(), pass);
+                Err(StoreError::Timeout { op, after: limit })
+            }
+        }
+    }
+}
+
+/// Runs `fut` within `limit`, naming `op` in the error.
+async fn bounded<T>(
+    op: &'static str,
+    limit: Duration,
+    fut: impl Future<Output = Result<T, RedisError>>,
+) -> Result<T, StoreError> {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(r) => r.map_err(redis_err(op)),
+        Err(_) => Err(StoreError::Timeout { op, after: limit }),
+    }
+}
+
+pub(super) fn redis_err(op: &'static str) -> impl Fn(RedisError) -> StoreError {
+    move |e| StoreError::Redis {
+        op,
+        reason: e.to_string(),
+    }
+}

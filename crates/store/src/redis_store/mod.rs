@@ -1,0 +1,230 @@
+//! The Redis backend: several gateway replicas share one store.
+//!
+//! Every record is a hash `{prefix}h:<key>` with fields `rec` (the JSON record), `ver` (a
+//! version from the `{prefix}seq` counter), `exp` (expiry, Unix ms) and, while leased, `lu`
+//! (lease end, Unix ms) and `lt` (lease token). Claim, complete, release and delete are Lua
+//! scripts, so each is atomic on the server. Expiry and lease ends are compared with the
+//! caller's [`Clock`] (passed to the scripts), which keeps the semantics of the other backends;
+//! the record's Redis TTL (`PEXPIREAT exp`) only collects garbage.
+//!
+//! An affinity is a hash `{prefix}ac:<tenant, session, combo>` with fields `p` (provider), `a`
+//! (account) and `f` (the foreign digests and until when they are kept, JSON), expiring after
+//! the affinity TTL without a change.
+//!
+//! Every call is bounded by a timeout (default 2 s); calls on a request's path (`get`,
+//! `contains`, `claim`, `release`, `affinity`, `set_affinity`) get a short one (default 50 ms,
+//! [`RedisStoreBuilder::request_timeout`]), so a slow Redis adds little to a user's request. A call that fails for the
+//! connection's sake (timeout, refused, dropped) opens a circuit breaker: for a back-off (100 ms,
+//! doubling up to 5 s) every call fails at once with [`StoreError::Unavailable`], generation
+//! included, so an unreachable Redis adds at most one short timeout to a request and the layers
+//! fail open. The first call after the back-off is the one trial that closes the breaker again;
+//! the others keep failing at once while it runs.
+//!
+//! `rediss://` URLs connect over TLS (rustls with ring), checked against the public web roots
+//! or the certificate authorities given to [`RedisStoreBuilder::root_certificates`].
+//!
+//! Files: `connection` (connecting, timeouts, the breaker), `scripts` (key names, stored
+//! fields, Lua scripts), `store` (the [`HandoffStore`] impl).
+//!
+//! [`HandoffStore`]: crate::HandoffStore
+
+mod connection;
+mod scripts;
+mod store;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+
+use crate::affinity::AffinityMap;
+use crate::breaker::Breaker;
+use crate::clock::{Clock, SystemClock, now_ms};
+use crate::{DEFAULT_AFFINITY_CACHE_ENTRIES, DEFAULT_AFFINITY_TTL, StoreError};
+use scripts::Scripts;
+
+/// Time limit of every Redis call off the request path by default.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Time limit of a Redis call on a request's path by default: what a slow or unreachable Redis
+/// can add to a user's request. A Redis on the same network answers in well under a
+/// millisecond; set a longer one with [`RedisStoreBuilder::request_timeout`] for a distant one.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_millis(50);
+/// First back-off of the circuit breaker.
+pub(crate) const BREAKER_MIN_BACKOFF: Duration = Duration::from_millis(100);
+/// Longest back-off of the circuit breaker.
+pub(crate) const BREAKER_MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// How long a replica trusts its cached affinity by default before asking Redis again: not at
+/// all. Any other replica may have served the session since this one last looked, and deciding
+/// "no switch" on a stale view would send the new account another account's state; a read costs
+/// one round trip on a path that already asks Redis for the handoff.
+pub const DEFAULT_AFFINITY_CACHE_TTL: Duration = Duration::ZERO;
+
+/// Options for connecting a [`RedisStore`].
+///
+/// `Debug` hides the URL's password.
+#[derive(Clone)]
+pub struct RedisStoreBuilder {
+    url: String,
+    prefix: String,
+    timeout: Duration,
+    request_timeout: Duration,
+    backoff: (Duration, Duration),
+    root_certs: Option<Vec<u8>>,
+    clock: Arc<dyn Clock>,
+    affinity_ttl: Duration,
+    affinity_cache_ttl: Duration,
+    affinity_cache_entries: usize,
+}
+
+impl fmt::Debug for RedisStoreBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let url = match redis::parse_redis_url(&self.url) {
+            Some(mut u) if u.password().is_some() => {
+                let _ = u.set_password(Some("***"));
+                u.to_string()
+            }
+            // `redis://secret@host`: a lone user name is the password.
+            Some(mut u) if !u.username().is_empty() => {
+                let _ = u.set_username("***");
+                u.to_string()
+            }
+            Some(u) => u.to_string(),
+            None => "<unparsable URL>".to_owned(),
+        };
+        f.debug_struct("RedisStoreBuilder")
+            .field("url", &url)
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("root_certs", &self.root_certs.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStoreBuilder {
+    /// Prefix of every key this store writes (default `"context-relay:"`): lets several
+    /// deployments share one Redis.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Time limit of every call off the request path, connecting included (default 2 s).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Time limit of the calls on a request's path (default
+    /// [`DEFAULT_REQUEST_TIMEOUT`], 50 ms): what a slow or unreachable Redis can add to a
+    /// request before the circuit breaker opens.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// The circuit breaker's first and longest back-off (default 100 ms and 5 s).
+    pub fn breaker_backoff(mut self, first: Duration, longest: Duration) -> Self {
+        self.backoff = (first, longest);
+        self
+    }
+
+    /// PEM certificates of the authorities a `rediss://` server is checked against, instead
+    /// of the public web roots (for a private CA).
+    pub fn root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.root_certs = Some(pem.into());
+        self
+    }
+
+    /// Reads the time from `clock` (default: the system clock).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// How long an unchanged affinity lives in Redis (default 7 days).
+    pub fn affinity_ttl(mut self, ttl: Duration) -> Self {
+        self.affinity_ttl = ttl;
+        self
+    }
+
+    /// How long this replica trusts its cached affinity of a session (default zero: it asks
+    /// Redis on every decision). Whatever this is set to is the bound on how stale a decision
+    /// can be: another replica may have moved the session meanwhile.
+    pub fn affinity_cache_ttl(mut self, ttl: Duration) -> Self {
+        self.affinity_cache_ttl = ttl;
+        self
+    }
+
+    /// Most affinities this replica caches (default [`DEFAULT_AFFINITY_CACHE_ENTRIES`]); the
+    /// least recently used are evicted.
+    pub fn affinity_cache_entries(mut self, n: usize) -> Self {
+        self.affinity_cache_entries = n.max(1);
+        self
+    }
+}
+
+/// The shared backend: one Redis (or a managed Redis-compatible service) behind several
+/// gateway replicas.
+///
+/// [`may_contain`](crate::HandoffStore::may_contain) always answers `true` ("ask me"): another
+/// replica may have written the handoff. Cloning shares the connection.
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    conn: ConnectionManager,
+    scripts: Scripts,
+    prefix: String,
+    seq_key: String,
+    timeout: Duration,
+    request_timeout: Duration,
+    breaker: Breaker,
+    clock: Arc<dyn Clock>,
+    affinity_ttl: Duration,
+    affinity_cache_ttl: Duration,
+    affinity_cache: AffinityMap,
+}
+
+impl RedisStore {
+    /// Connects to `url` (`redis://host:port/db`) with default options.
+    pub async fn connect(url: impl Into<String>) -> Result<Self, StoreError> {
+        Self::builder(url).connect().await
+    }
+
+    /// Options for connecting to `url`.
+    pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
+        RedisStoreBuilder {
+            url: url.into(),
+            prefix: "context-relay:".to_owned(),
+            timeout: DEFAULT_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            backoff: (BREAKER_MIN_BACKOFF, BREAKER_MAX_BACKOFF),
+            root_certs: None,
+            clock: Arc::new(SystemClock),
+            affinity_ttl: DEFAULT_AFFINITY_TTL,
+            affinity_cache_ttl: DEFAULT_AFFINITY_CACHE_TTL,
+            affinity_cache_entries: DEFAULT_AFFINITY_CACHE_ENTRIES,
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        now_ms(&*self.inner.clock)
+    }
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.inner.prefix)
+            .field("timeout", &self.inner.timeout)
+            .field("clock", &self.inner.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,159 @@
+//! What lives in Redis: the key names, the stored affinity fields and the Lua scripts that make
+//! each operation atomic on the server.
+
+use std::time::Duration;
+
+use context_relay_core::HandoffKey;
+use context_relay_core::portable::ForeignSet;
+use redis::Script;
+
+use super::RedisStore;
+use crate::affinity;
+
+/// The foreign digests of an affinity, as stored in its `f` field.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+pub(super) struct Foreign {
+    pub(super) foreign: ForeignSet,
+    pub(super) until: u64,
+}
+
+const UPSERT: &str = r"
+local v = redis.call('INCR', KEYS[2])
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'rec', ARGV[1], 'ver', v, 'exp', ARGV[2])
+redis.call('PEXPIREAT', KEYS[1], ARGV[2])
+return v
+";
+
+const CLAIM: &str = r"
+local f = redis.call('HMGET', KEYS[1], 'rec', 'ver', 'exp', 'lu')
+if not f[1] or not f[3] then return false end
+if tonumber(f[3]) <= tonumber(ARGV[1]) then return false end
+if f[4] and tonumber(f[4]) > tonumber(ARGV[1]) then return false end
+local t = redis.call('INCR', KEYS[2])
+redis.call('HSET', KEYS[1], 'lu', ARGV[2], 'lt', t)
+return {f[1], f[2], t}
+";
+
+const COMPLETE: &str = r"
+if redis.call('HGET', KEYS[1], 'ver') == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+";
+
+const RELEASE: &str = r"
+local f = redis.call('HMGET', KEYS[1], 'ver', 'lt')
+if f[1] == ARGV[1] and f[2] == ARGV[2] then
+  redis.call('HDEL', KEYS[1], 'lu', 'lt')
+end
+return 0
+";
+
+/// Deletes the record; 1 when it was live at `ARGV[1]`.
+const DELETE: &str = r"
+local e = redis.call('HGET', KEYS[1], 'exp')
+redis.call('DEL', KEYS[1])
+if e and tonumber(e) > tonumber(ARGV[1]) then return 1 end
+return 0
+";
+
+/// Deletes the record if it expired at `ARGV[1]`.
+const PURGE_ONE: &str = r"
+local e = redis.call('HGET', KEYS[1], 'exp')
+if e and tonumber(e) <= tonumber(ARGV[1]) then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+";
+
+/// Writes the affinity unless it holds the same account and foreign digests and was written
+/// recently (its TTL is still above `ARGV[4]`): the common case costs no write.
+const SET_AFFINITY: &str = r"
+local f = redis.call('HMGET', KEYS[1], 'p', 'a', 'f')
+if f[1] == ARGV[1] and f[2] == ARGV[2] and f[3] == ARGV[5]
+  and redis.call('PTTL', KEYS[1]) > tonumber(ARGV[4]) then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'p', ARGV[1], 'a', ARGV[2], 'f', ARGV[5])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+";
+
+const BEGIN_GENERATION: &str = r"
+local t = redis.call('INCR', KEYS[2])
+if redis.call('SET', KEYS[1], t, 'NX', 'PX', ARGV[1]) then return t end
+return false
+";
+
+const END_GENERATION: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 0
+";
+
+pub(super) struct Scripts {
+    pub(super) upsert: Script,
+    pub(super) claim: Script,
+    pub(super) complete: Script,
+    pub(super) release: Script,
+    pub(super) delete: Script,
+    pub(super) purge_one: Script,
+    pub(super) set_affinity: Script,
+    pub(super) begin_generation: Script,
+    pub(super) end_generation: Script,
+}
+
+impl Scripts {
+    pub(super) fn new() -> Self {
+        Self {
+            upsert: Script::new(UPSERT),
+            claim: Script::new(CLAIM),
+            complete: Script::new(COMPLETE),
+            release: Script::new(RELEASE),
+            delete: Script::new(DELETE),
+            purge_one: Script::new(PURGE_ONE),
+            set_affinity: Script::new(SET_AFFINITY),
+            begin_generation: Script::new(BEGIN_GENERATION),
+            end_generation: Script::new(END_GENERATION),
+        }
+    }
+}
+
+impl RedisStore {
+    /// `{prefix}{kind}:` then the three parts, length-prefixed so that no two keys collide
+    /// whatever characters they contain.
+    pub(super) fn key(&self, kind: &str, key: &HandoffKey) -> String {
+        format!(
+            "{}{kind}:{}.{}.{}:{}{}{}",
+            self.inner.prefix,
+            key.tenant.len(),
+            key.session.len(),
+            key.combo.len(),
+            key.tenant,
+            key.session,
+            key.combo
+        )
+    }
+
+    pub(super) fn affinity_key(&self, key: &HandoffKey) -> String {
+        format!("{}ac:{}", self.inner.prefix, affinity::key(key))
+    }
+}
+
+/// Escapes glob metacharacters for SCAN MATCH.
+pub(super) fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+pub(super) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,367 @@
+//! [`HandoffStore`] for [`RedisStore`]: every operation is one command or one script call.
+
+use std::time::Duration;
+
+use context_relay_core::time::{from_unix_millis, to_unix_millis};
+use context_relay_core::{HandoffKey, HandoffRecord};
+
+use super::RedisStore;
+use super::scripts::{Foreign, glob_escape, millis};
+use crate::affinity::{self, Write};
+use crate::clock::after_ms;
+use crate::{
+    Affinity, Claim, GenerationLease, HandoffStore, StoreError, StoreFuture, report_corrupt,
+};
+
+impl RedisStore {
+    /// Takes the cluster-wide right to summarise `key` for `ttl` (`SET NX PX`); `None` when
+    /// another replica holds it. Same as [`HandoffStore::begin_generation`].
+    pub async fn try_begin_generation(
+        &self,
+        key: &HandoffKey,
+        ttl: Duration,
+    ) -> Result<Option<GenerationLease>, StoreError> {
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        let mut inv = self.inner.scripts.begin_generation.prepare_invoke();
+        inv.key(self.key("g", key))
+            .key(&self.inner.seq_key)
+            .arg(ttl_ms);
+        let mut conn = self.conn();
+        let token: Option<u64> = self
+            .call("begin_generation", inv.invoke_async(&mut conn))
+            .await?;
+        Ok(token.map(|t| GenerationLease {
+            key: key.clone(),
+            token: Some(t),
+        }))
+    }
+
+    /// Parses a stored record, reporting (and skipping) one that does not parse or belongs to
+    /// another key.
+    fn decode(&self, key: &HandoffKey, json: &[u8]) -> Option<HandoffRecord> {
+        match serde_json::from_slice::<HandoffRecord>(json) {
+            Ok(r) if r.key() == *key => Some(r),
+            Ok(r) => {
+                report_corrupt("redis", key, &format_args!("a record of {}", r.key()));
+                None
+            }
+            Err(e) => {
+                report_corrupt("redis", key, &e);
+                None
+            }
+        }
+    }
+
+    async fn fetch(&self, key: &HandoffKey) -> Result<Option<HandoffRecord>, StoreError> {
+        let mut conn = self.conn();
+        let cmd = redis::cmd("HMGET")
+            .arg(self.key("h", key))
+            .arg("rec")
+            .arg("exp")
+            .to_owned();
+        let (rec, exp): (Option<Vec<u8>>, Option<u64>) =
+            self.call("get", cmd.query_async(&mut conn)).await?;
+        let now = self.now_ms();
+        match (rec, exp) {
+            (Some(rec), Some(exp)) if now < exp => Ok(self.decode(key, &rec)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Every record key under the prefix (SCAN: never blocks the server like KEYS would).
+    async fn scan_records(&self) -> Result<Vec<String>, StoreError> {
+        let pattern = format!("{}h:*", glob_escape(&self.inner.prefix));
+        let mut conn = self.conn();
+        let mut cursor = 0u64;
+        let mut keys = Vec::new();
+        loop {
+            let cmd = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .to_owned();
+            let (next, batch): (u64, Vec<String>) =
+                self.call("scan", cmd.query_async(&mut conn)).await?;
+            keys.extend(batch);
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        // SCAN may return a key twice.
+        keys.sort_unstable();
+        keys.dedup();
+        Ok(keys)
+    }
+}
+
+impl HandoffStore for RedisStore {
+    fn upsert(&self, record: HandoffRecord) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            let json = serde_json::to_vec(&record)?;
+            let mut inv = self.inner.scripts.upsert.prepare_invoke();
+            inv.key(self.key("h", &record.key()))
+                .key(&self.inner.seq_key)
+                .arg(json)
+                .arg(to_unix_millis(record.expires_at));
+            let mut conn = self.conn();
+            let _version: u64 = self.call("upsert", inv.invoke_async(&mut conn)).await?;
+            Ok(())
+        })
+    }
+
+    fn get<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, Option<HandoffRecord>> {
+        Box::pin(self.fetch(key))
+    }
+
+    fn contains<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let mut conn = self.conn();
+            let cmd = redis::cmd("HGET")
+                .arg(self.key("h", key))
+                .arg("exp")
+                .to_owned();
+            let exp: Option<u64> = self.call("contains", cmd.query_async(&mut conn)).await?;
+            Ok(exp.is_some_and(|e| self.now_ms() < e))
+        })
+    }
+
+    fn may_contain(&self, _key: &HandoffKey) -> bool {
+        // Another replica may have written it: only Redis knows.
+        true
+    }
+
+    fn claim<'a>(&'a self, key: &'a HandoffKey, lease: Duration) -> StoreFuture<'a, Option<Claim>> {
+        Box::pin(async move {
+            let now = self.now_ms();
+            let mut inv = self.inner.scripts.claim.prepare_invoke();
+            inv.key(self.key("h", key))
+                .key(&self.inner.seq_key)
+                .arg(now)
+                .arg(after_ms(now, lease));
+            let mut conn = self.conn();
+            let got: Option<(Vec<u8>, u64, u64)> =
+                self.call("claim", inv.invoke_async(&mut conn)).await?;
+            let Some((json, version, token)) = got else {
+                return Ok(None);
+            };
+            match self.decode(key, &json) {
+                Some(record) => Ok(Some(Claim {
+                    record,
+                    version,
+                    token,
+                })),
+                None => {
+                    // Unreadable: give the lease back so the record's fate stays its expiry.
+                    let mut inv = self.inner.scripts.release.prepare_invoke();
+                    inv.key(self.key("h", key)).arg(version).arg(token);
+                    let _: i64 = self.call("release", inv.invoke_async(&mut conn)).await?;
+                    Ok(None)
+                }
+            }
+        })
+    }
+
+    fn complete<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let mut inv = self.inner.scripts.complete.prepare_invoke();
+            inv.key(self.key("h", &claim.key())).arg(claim.version);
+            let mut conn = self.conn();
+            let n: i64 = self.call("complete", inv.invoke_async(&mut conn)).await?;
+            Ok(n == 1)
+        })
+    }
+
+    fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let mut inv = self.inner.scripts.release.prepare_invoke();
+            inv.key(self.key("h", &claim.key()))
+                .arg(claim.version)
+                .arg(claim.token);
+            let mut conn = self.conn();
+            let _: i64 = self.call("release", inv.invoke_async(&mut conn)).await?;
+            Ok(())
+        })
+    }
+
+    fn delete<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let mut inv = self.inner.scripts.delete.prepare_invoke();
+            inv.key(self.key("h", key)).arg(self.now_ms());
+            let mut conn = self.conn();
+            let n: i64 = self.call("delete", inv.invoke_async(&mut conn)).await?;
+            Ok(n == 1)
+        })
+    }
+
+    fn purge_expired(&self) -> StoreFuture<'_, usize> {
+        // Redis TTLs already drop records once the server clock passes their expiry; this sweeps
+        // what the callers' clock considers expired earlier (clock skew, tests).
+        Box::pin(async move {
+            let now = self.now_ms();
+            let mut conn = self.conn();
+            let mut purged = 0usize;
+            for k in self.scan_records().await? {
+                let mut inv = self.inner.scripts.purge_one.prepare_invoke();
+                inv.key(&k).arg(now);
+                let n: i64 = self.call("purge", inv.invoke_async(&mut conn)).await?;
+                purged += usize::from(n == 1);
+            }
+            Ok(purged)
+        })
+    }
+
+    fn list<'a>(
+        &'a self,
+        tenant: Option<&'a str>,
+        session: Option<&'a str>,
+    ) -> StoreFuture<'a, Vec<HandoffRecord>> {
+        Box::pin(async move {
+            let now = self.now_ms();
+            let mut conn = self.conn();
+            let mut out = Vec::new();
+            for k in self.scan_records().await? {
+                let cmd = redis::cmd("HMGET").arg(&k).arg("rec").arg("exp").to_owned();
+                let (rec, exp): (Option<Vec<u8>>, Option<u64>) =
+                    self.call("list", cmd.query_async(&mut conn)).await?;
+                let (Some(rec), Some(exp)) = (rec, exp) else {
+                    continue;
+                };
+                if exp <= now {
+                    continue;
+                }
+                match serde_json::from_slice::<HandoffRecord>(&rec) {
+                    // The record must live under its own key, or it would show up in another
+                    // tenant's view.
+                    Ok(r) if self.key("h", &r.key()) == k => {
+                        if tenant.is_none_or(|t| *r.tenant == *t)
+                            && session.is_none_or(|s| *r.session == *s)
+                        {
+                            out.push(r);
+                        }
+                    }
+                    Ok(r) => report_corrupt("redis", &k, &format_args!("a record of {}", r.key())),
+                    Err(e) => report_corrupt("redis", &k, &e),
+                }
+            }
+            out.sort_by_key(HandoffRecord::key);
+            Ok(out)
+        })
+    }
+
+    fn affinity<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, Option<Affinity>> {
+        Box::pin(async move {
+            let mut conn = self.conn();
+            let cmd = redis::cmd("HMGET")
+                .arg(self.affinity_key(key))
+                .arg("p")
+                .arg("a")
+                .arg("f")
+                .to_owned();
+            let (p, a, f): (Option<String>, Option<String>, Option<String>) =
+                self.call("affinity", cmd.query_async(&mut conn)).await?;
+            let (Some(p), Some(a)) = (p, a) else {
+                return Ok(None);
+            };
+            let foreign = match f.as_deref().map(serde_json::from_str::<Foreign>) {
+                Some(Ok(f)) => f,
+                None => Foreign::default(),
+                Some(Err(e)) => {
+                    report_corrupt("redis", key, &format_args!("foreign digests: {e}"));
+                    Foreign::default()
+                }
+            };
+            let found = affinity::intern(
+                Affinity::new(p, a).with_foreign(foreign.foreign, from_unix_millis(foreign.until)),
+            );
+            self.inner
+                .affinity_cache
+                .insert(affinity::key(key), found.clone(), self.now_ms());
+            Ok(Some(found))
+        })
+    }
+
+    fn cached_affinity(&self, key: &HandoffKey) -> Option<Option<Affinity>> {
+        let (now, ttl) = (self.now_ms(), self.inner.affinity_cache_ttl);
+        affinity::with_key(key, |k| self.inner.affinity_cache.get(k, now, ttl)).map(Some)
+    }
+
+    fn set_affinity<'a>(&'a self, key: &'a HandoffKey, a: Affinity) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let now = self.now_ms();
+            let cache = &self.inner.affinity_cache;
+            let k = affinity::key(key);
+            if cache.needs_write(&k, &a, now, self.inner.affinity_cache_ttl) == Write::Skip {
+                return Ok(());
+            }
+            let foreign = serde_json::to_string(&Foreign {
+                foreign: (*a.foreign).clone(),
+                until: to_unix_millis(a.foreign_expires_at),
+            })?;
+            let ttl = millis(self.inner.affinity_ttl).max(1);
+            let mut inv = self.inner.scripts.set_affinity.prepare_invoke();
+            inv.key(self.affinity_key(key))
+                .arg(&*a.account().provider)
+                .arg(&*a.account().account)
+                .arg(ttl)
+                .arg(ttl / 4 * 3)
+                .arg(foreign);
+            let mut conn = self.conn();
+            let _: i64 = self
+                .call("set_affinity", inv.invoke_async(&mut conn))
+                .await?;
+            cache.insert(k, affinity::intern(a), now);
+            Ok(())
+        })
+    }
+
+    fn backend(&self) -> &'static str {
+        "redis"
+    }
+
+    fn secret<'a>(&'a self, name: &'a str, candidate: [u8; 32]) -> StoreFuture<'a, [u8; 32]> {
+        Box::pin(async move {
+            let key = format!("{}secret:{name}", self.inner.prefix);
+            let mut conn = self.conn();
+            let set = redis::cmd("SET")
+                .arg(&key)
+                .arg(&candidate[..])
+                .arg("NX")
+                .to_owned();
+            let _: Option<String> = self.call("secret", set.query_async(&mut conn)).await?;
+            let get = redis::cmd("GET").arg(&key).to_owned();
+            let stored: Option<Vec<u8>> = self.call("secret", get.query_async(&mut conn)).await?;
+            stored
+                .and_then(|v| <[u8; 32]>::try_from(v.as_slice()).ok())
+                .ok_or(StoreError::Redis {
+                    op: "secret",
+                    reason: format!("{key} does not hold a 32-byte secret"),
+                })
+        })
+    }
+
+    fn begin_generation<'a>(
+        &'a self,
+        key: &'a HandoffKey,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Option<GenerationLease>> {
+        Box::pin(self.try_begin_generation(key, ttl))
+    }
+
+    fn end_generation<'a>(&'a self, lease: &'a GenerationLease) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let Some(token) = lease.token else {
+                return Ok(());
+            };
+            let mut inv = self.inner.scripts.end_generation.prepare_invoke();
+            inv.key(self.key("g", &lease.key)).arg(token);
+            let mut conn = self.conn();
+            let _: i64 = self
+                .call("end_generation", inv.invoke_async(&mut conn))
+                .await?;
+            Ok(())
+        })
+    }
+}
