@@ -65,7 +65,8 @@ fn run() -> Result<(), String> {
         &var("CONTEXT_RELAY_LISTEN", Some("127.0.0.1:8787"))?,
     )?;
     let provider = var("CONTEXT_RELAY_PROVIDER", Some("codex"))?;
-    let pool = Arc::new(Pool::new(accounts(&var("CONTEXT_RELAY_ACCOUNTS", None)?)?));
+    let accounts = accounts(&var("CONTEXT_RELAY_ACCOUNTS", None)?)?;
+    let pool = Arc::new(Pool::new(&provider, accounts));
     let path = var("CONTEXT_RELAY_STORE", Some("context-relay.redb"))?;
     let store: Arc<dyn HandoffStore> =
         Arc::new(RedbStore::open(&path).map_err(|e| format!("store {path}: {e}"))?);
@@ -73,7 +74,7 @@ fn run() -> Result<(), String> {
         .summarizer(PoolSummarizer::new(upstream, pool.clone()))
         .build();
     tracing::info!(%listen, %upstream, %provider, "context-relay pingora proxy");
-    serve(RelayProxy::new(upstream, &provider, pool, relay), listen, 2);
+    serve(RelayProxy::new(upstream, pool, relay), listen, 2);
     Ok(())
 }
 

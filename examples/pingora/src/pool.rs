@@ -9,19 +9,23 @@
 //! use std::time::{Duration, Instant};
 //! use context_relay_pingora_example::pool::{Account, Pool};
 //!
-//! let pool = Pool::new(vec![Account::new("a", "key-a"), Account::new("b", "key-b")]);
+//! let pool = Pool::new("codex", vec![Account::new("a", "key-a"), Account::new("b", "key-b")]);
 //! let now = Instant::now();
 //! assert_eq!(pool.route("t", Some("s1"), now).id(), "a");
 //! pool.exhaust(0, now + Duration::from_secs(60));
 //! assert_eq!(pool.route("t", Some("s1"), now).id(), "b");
 //! // Once moved, the session stays on `b`, even after `a` is back.
-//! assert_eq!(pool.route("t", Some("s1"), now + Duration::from_secs(61)).id(), "b");
+//! let route = pool.route("t", Some("s1"), now + Duration::from_secs(61));
+//! assert_eq!(route.id(), "b");
+//! // The relay's account reference of the route.
+//! assert_eq!(route.account(), &context_relay_core::ResolvedAccount::new("codex", "b"));
 //! ```
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use context_relay_core::ResolvedAccount;
 use http::HeaderValue;
 
 /// Usage at or above which an account is taken out of rotation until it resets.
@@ -78,8 +82,15 @@ impl Account {
 /// The accounts and the routing state. Shared by all requests (it is `Sync`).
 #[derive(Debug)]
 pub struct Pool {
-    accounts: Vec<Account>,
+    accounts: Vec<Arc<Slot>>,
     state: Mutex<State>,
+}
+
+/// One account as routes hand it out.
+#[derive(Debug)]
+struct Slot {
+    reference: ResolvedAccount,
+    authorization: HeaderValue,
 }
 
 #[derive(Debug, Default)]
@@ -99,7 +110,7 @@ struct Binding {
 #[derive(Debug, Clone)]
 pub struct Route {
     index: usize,
-    account: Account,
+    slot: Arc<Slot>,
     moved: bool,
 }
 
@@ -111,12 +122,17 @@ impl Route {
 
     /// The account id.
     pub fn id(&self) -> &str {
-        self.account.id()
+        &self.slot.reference.account
     }
 
-    /// The account.
-    pub fn account(&self) -> &Account {
-        &self.account
+    /// The account, as the relay refers to it.
+    pub fn account(&self) -> &ResolvedAccount {
+        &self.slot.reference
+    }
+
+    /// The `authorization` header value of the account.
+    pub fn authorization(&self) -> &HeaderValue {
+        &self.slot.authorization
     }
 
     /// Whether the session was bound to another account until this request.
@@ -126,25 +142,34 @@ impl Route {
 }
 
 impl Pool {
-    /// A pool of `accounts`, tried in this order for new sessions.
+    /// A pool of `accounts` of `provider`, tried in this order for new sessions.
     ///
     /// # Panics
     /// When `accounts` is empty (a configuration error caught at start-up).
-    pub fn new(accounts: Vec<Account>) -> Self {
+    pub fn new(provider: &str, accounts: Vec<Account>) -> Self {
         assert!(!accounts.is_empty(), "a pool needs at least one account");
         let state = State {
             exhausted_until: vec![None; accounts.len()],
             ..State::default()
         };
+        let accounts = accounts
+            .into_iter()
+            .map(|a| {
+                Arc::new(Slot {
+                    reference: ResolvedAccount::new(provider, a.id),
+                    authorization: a.authorization,
+                })
+            })
+            .collect();
         Self {
             accounts,
             state: Mutex::new(state),
         }
     }
 
-    /// The accounts, in configuration order.
-    pub fn accounts(&self) -> &[Account] {
-        &self.accounts
+    /// The provider of the accounts, as the relay names it (lower case).
+    pub fn provider(&self) -> &str {
+        &self.accounts[0].reference.provider
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -176,7 +201,7 @@ impl Pool {
         }
         Route {
             index,
-            account: self.accounts[index].clone(),
+            slot: self.accounts[index].clone(),
             moved: bound.is_some_and(|b| b != index),
         }
     }
@@ -220,7 +245,10 @@ mod tests {
     use super::*;
 
     fn pool() -> Pool {
-        Pool::new(vec![Account::new("a", "key-a"), Account::new("b", "key-b")])
+        Pool::new(
+            "codex",
+            vec![Account::new("a", "key-a"), Account::new("b", "key-b")],
+        )
     }
 
     #[test]

@@ -44,7 +44,6 @@ const READABLE_CODINGS: [&str; 5] = ["zstd", "gzip", "x-gzip", "deflate", "br"];
 /// The reverse proxy: one upstream, one provider, the accounts of a [`Pool`], a [`Relay`].
 pub struct RelayProxy {
     upstream: SocketAddr,
-    provider: Arc<str>,
     combo: ComboName,
     pool: Arc<Pool>,
     relay: Relay,
@@ -54,21 +53,19 @@ impl std::fmt::Debug for RelayProxy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RelayProxy")
             .field("upstream", &self.upstream)
-            .field("provider", &self.provider)
             .field("combo", &self.combo)
             .finish_non_exhaustive()
     }
 }
 
 impl RelayProxy {
-    /// Proxies to `upstream` (plain HTTP) for `provider`, the accounts of `pool`; every
-    /// request belongs to one combo named after the provider. `relay` should send its
-    /// summaries through the same pool ([`PoolSummarizer`](crate::PoolSummarizer)).
-    pub fn new(upstream: SocketAddr, provider: &str, pool: Arc<Pool>, relay: Relay) -> Self {
+    /// Proxies to `upstream` (plain HTTP) with the accounts of `pool`; every request belongs
+    /// to one combo named after the pool's provider. `relay` should send its summaries
+    /// through the same pool ([`PoolSummarizer`](crate::PoolSummarizer)).
+    pub fn new(upstream: SocketAddr, pool: Arc<Pool>, relay: Relay) -> Self {
         Self {
             upstream,
-            provider: Arc::from(provider),
-            combo: ComboName::new(provider),
+            combo: ComboName::new(pool.provider()),
             pool,
             relay,
         }
@@ -129,15 +126,17 @@ impl RelayProxy {
     async fn begin(&self, session: &Session, ctx: &mut Exchange) {
         let req = session.req_header();
         let headers = &req.headers;
-        let tenant = Tenant::new(session::tenant(headers));
-        let session_id = session::session_id(headers, None, self.relay.session_sources())
-            .map(|m| SessionId::new(m.id));
+        // The body is not known yet: a session named only there is found by the relay later,
+        // and such a request is routed like a new session.
+        let identity = session::identify(headers, None, self.relay.session_sources(), None, None);
+        let tenant = Tenant(identity.tenant);
+        let session_id = identity.session.map(SessionId);
         let now = Instant::now();
         let route = self
             .pool
             .route(&tenant.0, session_id.as_ref().map(|s| &*s.0), now);
         ctx.moved = route.moved();
-        let account = ResolvedAccount::new(self.provider.clone(), route.id());
+        let account = route.account().clone();
         let facts = RequestFacts {
             combo: Some(&self.combo),
             account: Some(&account),
@@ -260,10 +259,7 @@ impl ProxyHttp for RelayProxy {
         // The client's credential never reaches the provider: the account's replaces it.
         upstream.remove_header("x-api-key");
         if let Some(route) = &ctx.route {
-            upstream.insert_header(
-                header::AUTHORIZATION,
-                route.account().authorization().clone(),
-            )?;
+            upstream.insert_header(header::AUTHORIZATION, route.authorization().clone())?;
         }
         // Turn state pins a turn to the account that minted it.
         if ctx.moved {

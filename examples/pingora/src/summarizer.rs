@@ -54,7 +54,7 @@ impl Summarizer for PoolSummarizer {
         let route = self
             .pool
             .route(&request.tenant.0, Some(&request.session.0), Instant::now());
-        let authorization = route.account().authorization().clone();
+        let authorization = route.authorization().clone();
         let connector = self.connector.clone();
         let upstream = self.upstream;
         Box::pin(async move { send(&connector, upstream, request, authorization).await })

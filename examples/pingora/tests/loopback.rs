@@ -49,13 +49,13 @@ fn proxy(
 ) -> RunningProxy {
     let accounts =
         order.map(|id| Account::new(id, &format!("key-{}", id.trim_start_matches("acct-"))));
-    let pool = Arc::new(Pool::new(accounts.to_vec()));
+    let pool = Arc::new(Pool::new("codex", accounts.to_vec()));
     let mut relay = Relay::builder(store).summarizer(PoolSummarizer::new(sim.addr(), pool.clone()));
     if let Some(max) = max_body {
         relay = relay.max_body_bytes(max);
     }
     let relay = relay.build();
-    let proxy = RelayProxy::new(sim.addr(), "codex", pool, relay);
+    let proxy = RelayProxy::new(sim.addr(), pool, relay);
     spawn(proxy, "127.0.0.1:0".parse().unwrap(), 2).expect("proxy")
 }
 
