@@ -1,5 +1,11 @@
 //! The handoff: the compact structured summary written for a session before its account runs
 //! out, its key, and the record a store keeps.
+//!
+//! A session keeps up to two live handoffs per key, one per [`HandoffSlot`]: the account slot
+//! (written before an account runs out, consumed when another account of the same model takes
+//! over) and the model slot (written for a move to another model). The slot follows from the
+//! record's [`HandoffKind`] alone ([`HandoffKind::slot`]), so a record never sits in the wrong
+//! slot and a listing tells the two apart by `kind`.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -80,14 +86,69 @@ pub enum HandoffKind {
     /// Built from the conversation without a model call, because the summary model gave none;
     /// a generated handoff replaces it.
     Extractive,
+    /// Written for a session that moves to another model (often of another provider); kept in
+    /// the [`HandoffSlot::Model`] slot, apart from the account-switch handoff.
+    ModelSwitch,
 }
 
 impl HandoffKind {
-    /// The serialized name (`generated`, `extractive`).
+    /// The serialized name (`generated`, `extractive`, `model-switch`).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Generated => "generated",
             Self::Extractive => "extractive",
+            Self::ModelSwitch => "model-switch",
+        }
+    }
+
+    /// The slot a record of this kind is stored in.
+    ///
+    /// ```
+    /// use context_relay_core::{HandoffKind, HandoffSlot};
+    ///
+    /// assert_eq!(HandoffKind::Generated.slot(), HandoffSlot::Account);
+    /// assert_eq!(HandoffKind::Extractive.slot(), HandoffSlot::Account);
+    /// assert_eq!(HandoffKind::ModelSwitch.slot(), HandoffSlot::Model);
+    /// ```
+    pub fn slot(self) -> HandoffSlot {
+        match self {
+            Self::Generated | Self::Extractive => HandoffSlot::Account,
+            Self::ModelSwitch => HandoffSlot::Model,
+        }
+    }
+}
+
+/// Which of the two handoffs of one key a store operation is about.
+///
+/// An account-switch handoff and a model-switch handoff of one session live side by side: a
+/// write of one never replaces the other, and consuming one never deletes the other.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum HandoffSlot {
+    /// The handoff for a move between accounts of one model ([`HandoffKind::Generated`] and
+    /// [`HandoffKind::Extractive`]).
+    #[default]
+    Account,
+    /// The handoff for a move between models ([`HandoffKind::ModelSwitch`]).
+    Model,
+}
+
+impl HandoffSlot {
+    /// Both slots, account first.
+    pub const ALL: [HandoffSlot; 2] = [HandoffSlot::Account, HandoffSlot::Model];
+
+    /// `account` or `model`, for logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Account => "account",
+            Self::Model => "model",
+        }
+    }
+
+    /// `0` for the account slot, `1` for the model slot: an index into per-slot arrays.
+    pub fn index(self) -> usize {
+        match self {
+            Self::Account => 0,
+            Self::Model => 1,
         }
     }
 }
@@ -167,6 +228,11 @@ impl HandoffRecord {
         self.from_account = account.account.to_string();
     }
 
+    /// The slot the record is stored in (from its kind).
+    pub fn slot(&self) -> HandoffSlot {
+        self.kind.slot()
+    }
+
     /// Whether the record is still live at `now`.
     pub fn is_live(&self, now: SystemTime) -> bool {
         now < self.expires_at
@@ -191,6 +257,28 @@ mod tests {
         let back: HandoffRecord = serde_json::from_str(&json).expect("round trip");
         assert_eq!(back, r);
         assert_eq!(HandoffKind::Extractive.as_str(), "extractive");
+    }
+
+    #[test]
+    fn a_model_switch_record_round_trips_in_its_own_slot() {
+        let old = r#"{"version":1,"kind":"generated","tenant":"t","session":"s","combo":"c",
+            "from_provider":"p","from_account":"a","summary":"x","message_count":3,"model":"m",
+            "threshold":0.85,"generated_at":1,"expires_at":2}"#;
+        let mut r: HandoffRecord = serde_json::from_str(old).expect("record");
+        assert_eq!(r.slot(), HandoffSlot::Account);
+        r.kind = HandoffKind::ModelSwitch;
+        let json = serde_json::to_string(&r).expect("serialize");
+        assert!(json.contains(r#""kind":"model-switch""#), "{json}");
+        let back: HandoffRecord = serde_json::from_str(&json).expect("round trip");
+        assert_eq!(back, r);
+        assert_eq!(back.slot(), HandoffSlot::Model);
+        assert_eq!(HandoffKind::ModelSwitch.as_str(), "model-switch");
+        assert_eq!(
+            HandoffSlot::ALL.map(HandoffSlot::index),
+            [0, 1],
+            "indexes follow ALL"
+        );
+        assert_eq!(HandoffSlot::Model.as_str(), "model");
     }
 
     #[test]

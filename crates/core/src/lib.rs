@@ -47,5 +47,5 @@ pub mod unsupported;
 pub use account::ResolvedAccount;
 pub use api::ApiShape;
 pub use config::{RelayConfig, RelayMode, RelayOverrides};
-pub use handoff::{Handoff, HandoffKey, HandoffKind, HandoffRecord};
+pub use handoff::{Handoff, HandoffKey, HandoffKind, HandoffRecord, HandoffSlot};
 pub use quota::QuotaSignal;

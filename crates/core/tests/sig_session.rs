@@ -7,14 +7,23 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
+mod sessions;
+
 struct Capture {
     headers: HeaderMap,
     body: Value,
+    /// The client's order of the top-level keys, which the fingerprint depends on.
+    order: Vec<String>,
 }
 
 impl Capture {
     fn bytes(&self) -> Vec<u8> {
-        serde_json::to_vec(&self.body).unwrap()
+        self.to_bytes(&self.body)
+    }
+
+    /// `body` (this capture's, edited) with the capture's key order.
+    fn to_bytes(&self, body: &Value) -> Vec<u8> {
+        sessions::to_bytes_in_order(body, &self.order)
     }
 }
 
@@ -39,6 +48,7 @@ fn capture(name: &str) -> Capture {
     Capture {
         headers,
         body: v["body"].clone(),
+        order: sessions::key_order(name),
     }
 }
 
@@ -163,7 +173,7 @@ fn openai_sdk_fingerprint_is_stable_across_turns() {
     messages.push(json!({"role": "assistant", "content": "hi"}));
     messages.push(json!({"role": "user", "content": "now say bye"}));
     later["stream"] = json!(true);
-    let later_fp = fingerprint(&serde_json::to_vec(&later).unwrap()).unwrap();
+    let later_fp = fingerprint(&first.to_bytes(&later)).unwrap();
     assert_eq!(first_fp, later_fp);
 
     // session_id uses it when the SDK sends nothing else.
@@ -180,20 +190,17 @@ fn openai_sdk_fingerprint_is_stable_across_turns() {
 
     let mut other = first.body.clone();
     other["messages"][1]["content"] = json!("say hello");
-    assert_ne!(
-        fingerprint(&serde_json::to_vec(&other).unwrap()).unwrap(),
-        first_fp
-    );
+    assert_ne!(fingerprint(&first.to_bytes(&other)).unwrap(), first_fp);
     let mut other_system = first.body.clone();
     other_system["messages"][0]["content"] = json!("You are verbose.");
     assert_ne!(
-        fingerprint(&serde_json::to_vec(&other_system).unwrap()).unwrap(),
+        fingerprint(&first.to_bytes(&other_system)).unwrap(),
         first_fp
     );
     let mut other_model = first.body.clone();
     other_model["model"] = json!("gpt-5-mini");
     assert_ne!(
-        fingerprint(&serde_json::to_vec(&other_model).unwrap()).unwrap(),
+        fingerprint(&first.to_bytes(&other_model)).unwrap(),
         first_fp
     );
 }
@@ -217,11 +224,12 @@ fn tool_round_trips_keep_their_fingerprint() {
     // Different Codex prompts in the same directory are different conversations, although
     // both start with the same `<environment_context>` user message.
     let codex = |prompt: &str| {
-        let mut body = capture("11-codex_exec-v1_responses.json").body;
+        let captured = capture("11-codex_exec-v1_responses.json");
+        let mut body = captured.body.clone();
         body["input"][2]["content"][0]["text"] =
             json!("<environment_context>\n  <cwd>/w</cwd>\n</environment_context>");
         body["input"][3]["content"][0]["text"] = json!(prompt);
-        fingerprint(&serde_json::to_vec(&body).unwrap())
+        fingerprint(&captured.to_bytes(&body))
     };
     assert_ne!(codex("say hi"), codex("run echo hi"));
     assert_eq!(codex("say hi"), codex("say hi"));

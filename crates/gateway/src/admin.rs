@@ -267,7 +267,7 @@ async fn remove(
         .iter()
         .filter(|r| q.combo.as_deref().is_none_or(|c| *r.combo == *c))
     {
-        match admin.store.delete(&record.key()).await {
+        match admin.store.delete_in(&record.key(), record.slot()).await {
             Ok(true) => deleted += 1,
             Ok(false) => {}
             Err(e) => return store_error(&e),

@@ -922,3 +922,36 @@ fn parse_rfc3339(s: &str) -> i64 {
     assert_eq!(s.as_bytes()[10], b'T', "{s}");
     ts.as_second()
 }
+
+#[tokio::test]
+async fn admin_lists_and_deletes_both_handoff_kinds_of_a_session() {
+    let env = setup().await;
+    cross_threshold(&env, Api::Chat, "client-1", "adm-both").await;
+    let (_, v) = env
+        .admin("GET", "/admin/handoffs?settle=true", Some(ADMIN))
+        .await;
+    assert_eq!(v["handoffs"].as_array().unwrap().len(), 1, "{v}");
+    // A model-switch handoff of the same session, beside the account one.
+    let store = env.gateway.store();
+    let mut model = store.list(None, Some("adm-both")).await.unwrap()[0].clone();
+    model.kind = context_relay_core::HandoffKind::ModelSwitch;
+    model.handoff.summary = "before the move to another model".into();
+    store.upsert(model).await.unwrap();
+
+    let (_, v) = env
+        .admin("GET", "/admin/handoffs?session=adm-both", Some(ADMIN))
+        .await;
+    let mut kinds: Vec<&str> = v["handoffs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["kind"].as_str().unwrap())
+        .collect();
+    kinds.sort_unstable();
+    assert_eq!(kinds, ["generated", "model-switch"], "{v}");
+    let (status, v) = env
+        .admin("DELETE", "/admin/handoffs/adm-both", Some(ADMIN))
+        .await;
+    assert_eq!((status, v), (StatusCode::OK, json!({"deleted": 2})));
+    assert!(store.list(None, Some("adm-both")).await.unwrap().is_empty());
+}

@@ -32,6 +32,10 @@ pub(crate) struct Stored {
     pub(crate) foreign: ForeignSet,
     #[serde(default)]
     pub(crate) foreign_until: u64,
+    /// The serving model; absent in what older code wrote (and left out when unknown, so an
+    /// affinity without a model is stored as it always was).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) model: Option<String>,
 }
 
 impl Stored {
@@ -42,12 +46,17 @@ impl Stored {
             written_at,
             foreign: (*a.foreign).clone(),
             foreign_until: to_unix_millis(a.foreign_expires_at),
+            model: a.model().map(str::to_owned),
         }
     }
 
     pub(crate) fn affinity(self) -> Affinity {
-        Affinity::new(self.provider, self.account)
-            .with_foreign(self.foreign, from_unix_millis(self.foreign_until))
+        let a = Affinity::new(self.provider, self.account)
+            .with_foreign(self.foreign, from_unix_millis(self.foreign_until));
+        match self.model {
+            Some(m) if !m.is_empty() => a.with_model(m),
+            _ => a,
+        }
     }
 }
 
@@ -282,6 +291,25 @@ mod tests {
         // A provider spelled in upper case by an older configuration is the same provider.
         let upper: Stored = serde_json::from_str(&old.replace("codex", "Codex")).expect("old");
         assert_eq!(upper.affinity(), a);
+    }
+
+    #[test]
+    fn an_affinity_without_a_model_loads_with_none_and_a_model_round_trips() {
+        // As the code before models were recorded wrote it.
+        let old = r#"{"provider":"codex","account":"acct-A","written_at":7,"foreign":[],"foreign_until":0}"#;
+        let a = serde_json::from_str::<Stored>(old).expect("old").affinity();
+        assert_eq!(a.model(), None);
+        let with = a.clone().with_model("anthropic/claude-sonnet-4-5");
+        let json = serde_json::to_string(&Stored::new(&with, 7)).expect("json");
+        assert!(
+            json.contains(r#""model":"anthropic/claude-sonnet-4-5""#),
+            "{json}"
+        );
+        let back = serde_json::from_str::<Stored>(&json)
+            .expect("new")
+            .affinity();
+        assert_eq!(back, with);
+        assert_eq!(back.model(), Some("anthropic/claude-sonnet-4-5"));
     }
 
     #[test]

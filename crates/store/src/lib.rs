@@ -12,6 +12,21 @@
 //! - [`MemoryStore`]: the same semantics without persistence;
 //! - `RedisStore` (feature `redis`): for several replicas sharing one store.
 //!
+//! Two handoffs per key: an account-switch handoff and a model-switch handoff of one session
+//! are kept apart, in the two [`HandoffSlot`]s of the key. The slot is not a parameter of the
+//! write: [`HandoffStore::upsert`] stores a record in the slot of its
+//! [`kind`](context_relay_core::HandoffRecord::kind) ([`HandoffKind::slot`]), so a record can
+//! never sit in the wrong slot and every listing says which slot a record is in by its `kind`.
+//! Reads and removals name the slot (`get_in`, `contains_in`, `may_contain_in`, `claim_in`,
+//! `delete_in`); the methods without a slot keep meaning the account slot, and a [`Claim`]
+//! remembers its slot, so `complete` and `release` touch only that one.
+//! [`HandoffStore::freshest`] is the newer of the two. Each backend maps the slots to distinct
+//! storage keys (memory and redb: one index and one table per slot; redis: another key
+//! prefix), so neither write nor consumption of one can reach the other. Purge, TTL and
+//! listing cover both.
+//!
+//! [`HandoffKind::slot`]: context_relay_core::HandoffKind::slot
+//!
 //! Decisions the design leaves open, taken here:
 //! - Leases (of [`HandoffStore::claim`]) are bookkeeping, not data: redb and memory keep them in
 //!   memory only, so a restart frees every lease (the claimant died with the process).
@@ -75,6 +90,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+pub use context_relay_core::HandoffSlot;
 use context_relay_core::portable::ForeignSet;
 use context_relay_core::{HandoffKey, HandoffRecord, ResolvedAccount};
 
@@ -116,13 +132,19 @@ pub const DEFAULT_AFFINITY_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The boxed future every [`HandoffStore`] operation returns (the trait is object-safe).
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
-/// A store of handoffs keyed by `(tenant, session, combo)`: one live handoff per key, consumed
-/// at most once (claimed under a lease, then completed or released).
+/// A store of handoffs keyed by `(tenant, session, combo)`: one live handoff per key and
+/// [`HandoffSlot`], consumed at most once (claimed under a lease, then completed or released).
+///
+/// The methods that take no slot are about the account slot. The `…_in` methods and
+/// [`freshest`](Self::freshest) have defaults for stores that keep only the account slot (they
+/// answer for it and hold nothing in the model slot); every backend of this crate overrides
+/// them.
 ///
 /// Object-safe: the layers hold an `Arc<dyn HandoffStore>`. Expired records are absent from
 /// every read. Every backend passes the same conformance suite.
 pub trait HandoffStore: Send + Sync + 'static {
-    /// Inserts the record, or replaces the record of its key (ending any lease on it).
+    /// Inserts the record, or replaces the record of its key in its slot (the slot of its
+    /// `kind`; the other slot is untouched), ending any lease on the replaced one.
     fn upsert(&self, record: HandoffRecord) -> StoreFuture<'_, ()>;
 
     /// The live record of `key`.
@@ -175,6 +197,67 @@ pub trait HandoffStore: Send + Sync + 'static {
     /// Backend name for logs and metrics (`"redb"`, `"memory"`, `"redis"`).
     fn backend(&self) -> &'static str;
 
+    /// The live record of `key` in `slot`.
+    fn get_in<'a>(
+        &'a self,
+        key: &'a HandoffKey,
+        slot: HandoffSlot,
+    ) -> StoreFuture<'a, Option<HandoffRecord>> {
+        match slot {
+            HandoffSlot::Account => self.get(key),
+            HandoffSlot::Model => Box::pin(std::future::ready(Ok(None))),
+        }
+    }
+
+    /// Whether `key` has a live record in `slot` (leased or not).
+    fn contains_in<'a>(&'a self, key: &'a HandoffKey, slot: HandoffSlot) -> StoreFuture<'a, bool> {
+        match slot {
+            HandoffSlot::Account => self.contains(key),
+            HandoffSlot::Model => Box::pin(std::future::ready(Ok(false))),
+        }
+    }
+
+    /// [`may_contain`](Self::may_contain) for `slot`: synchronous, from memory, `false` means
+    /// "certainly no live handoff of `key` in `slot`".
+    fn may_contain_in(&self, key: &HandoffKey, slot: HandoffSlot) -> bool {
+        match slot {
+            HandoffSlot::Account => self.may_contain(key),
+            HandoffSlot::Model => false,
+        }
+    }
+
+    /// [`claim`](Self::claim) in `slot`: the claim's `complete` and `release` touch that slot
+    /// only.
+    fn claim_in<'a>(
+        &'a self,
+        key: &'a HandoffKey,
+        slot: HandoffSlot,
+        lease: Duration,
+    ) -> StoreFuture<'a, Option<Claim>> {
+        match slot {
+            HandoffSlot::Account => self.claim(key, lease),
+            HandoffSlot::Model => Box::pin(std::future::ready(Ok(None))),
+        }
+    }
+
+    /// Deletes the record of `key` in `slot`; `true` when there was a live one.
+    fn delete_in<'a>(&'a self, key: &'a HandoffKey, slot: HandoffSlot) -> StoreFuture<'a, bool> {
+        match slot {
+            HandoffSlot::Account => self.delete(key),
+            HandoffSlot::Model => Box::pin(std::future::ready(Ok(false))),
+        }
+    }
+
+    /// The newer (by `generated_at`) of the live records of `key` in the two slots; on a tie,
+    /// the model-switch one. Reads without claiming: what a model switch injects.
+    fn freshest<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, Option<HandoffRecord>> {
+        Box::pin(async move {
+            let account = self.get_in(key, HandoffSlot::Account).await?;
+            let model = self.get_in(key, HandoffSlot::Model).await?;
+            Ok(newer(account, model))
+        })
+    }
+
     /// Takes the store-wide right to generate the summary of `key` for at most `ttl`.
     ///
     /// Complements the process-local [`InFlight`] registry: a distributed backend (redis) grants
@@ -205,11 +288,24 @@ pub trait HandoffStore: Send + Sync + 'static {
     }
 }
 
-/// A claimed handoff: the record plus the version and lease it was claimed at.
+/// The newer of two records by `generated_at`, `b` on a tie.
+pub(crate) fn newer(a: Option<HandoffRecord>, b: Option<HandoffRecord>) -> Option<HandoffRecord> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(if a.generated_at > b.generated_at {
+            a
+        } else {
+            b
+        }),
+        (a, b) => a.or(b),
+    }
+}
+
+/// A claimed handoff: the record plus the slot, version and lease it was claimed at.
 #[derive(Clone, PartialEq)]
 pub struct Claim {
     /// The claimed record.
     pub record: HandoffRecord,
+    pub(crate) slot: HandoffSlot,
     pub(crate) version: u64,
     pub(crate) token: u64,
 }
@@ -219,12 +315,18 @@ impl Claim {
     pub fn key(&self) -> HandoffKey {
         self.record.key()
     }
+
+    /// The slot the record was claimed in.
+    pub fn slot(&self) -> HandoffSlot {
+        self.slot
+    }
 }
 
 impl fmt::Debug for Claim {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Claim")
             .field("key", &self.record.key())
+            .field("slot", &self.slot)
             .field("version", &self.version)
             .field("token", &self.token)
             .finish_non_exhaustive()
@@ -253,10 +355,25 @@ impl fmt::Debug for Claim {
 /// assert!(a.is("CODEX", "alice") && !a.is("codex", "bob"));
 /// assert_eq!(a.account(), &alice);
 /// ```
+///
+/// It also records the model that served (`provider/model`), so that a request routed to
+/// another model is recognised as a model switch; an affinity written before models were
+/// recorded has none:
+///
+/// ```
+/// use context_relay_store::Affinity;
+///
+/// let a = Affinity::new("codex", "alice").with_model("codex/gpt-5.5");
+/// assert_eq!(a.model(), Some("codex/gpt-5.5"));
+/// assert_ne!(a, Affinity::new("codex", "alice"), "the model is part of the affinity");
+/// assert_eq!(Affinity::new("codex", "alice").model(), None);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Affinity {
     /// The serving account.
     account: ResolvedAccount,
+    /// The model that served (`provider/model`), when known.
+    model: Option<Arc<str>>,
     /// Digests of the state minted by earlier accounts.
     pub foreign: Arc<ForeignSet>,
     /// When `foreign` is forgotten.
@@ -268,6 +385,7 @@ impl Affinity {
     pub fn of(account: ResolvedAccount) -> Self {
         Self {
             account,
+            model: None,
             foreign: Arc::default(),
             foreign_expires_at: SystemTime::UNIX_EPOCH,
         }
@@ -284,6 +402,18 @@ impl Affinity {
         self.foreign = Arc::new(foreign);
         self.foreign_expires_at = expires_at;
         self
+    }
+
+    /// The same affinity with `model` (`provider/model`) as the serving model.
+    pub fn with_model(mut self, model: impl Into<Arc<str>>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// The model that served (`provider/model`); `None` when it was not recorded (an affinity
+    /// written before models were).
+    pub fn model(&self) -> Option<&str> {
+        self.model.as_deref()
     }
 
     /// The serving account.
@@ -348,3 +478,6 @@ pub(crate) fn report_corrupt(
     tracing::warn!(backend, key = %key, error = %why, "skipping a stored handoff that cannot be read");
     metrics::counter!(CORRUPT_RECORDS_METRIC, "backend" => backend).increment(1);
 }
+
+#[cfg(test)]
+mod tests;

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use context_relay_core::time::to_unix_millis;
-use context_relay_core::{HandoffKey, HandoffRecord};
+use context_relay_core::{HandoffKey, HandoffRecord, HandoffSlot};
 use dashmap::mapref::entry::Entry;
 
 use crate::DEFAULT_AFFINITY_CACHE_ENTRIES;
@@ -25,14 +25,15 @@ pub struct MemoryStore {
 }
 
 struct Inner {
-    records: FastMap<HandoffKey, Slot>,
+    /// One map per slot ([`HandoffSlot::index`]).
+    records: [FastMap<HandoffKey, Held>; 2],
     affinity: AffinityMap,
     affinity_ttl: Duration,
     clock: Arc<dyn Clock>,
     next: AtomicU64,
 }
 
-struct Slot {
+struct Held {
     meta: Meta,
     record: HandoffRecord,
 }
@@ -53,7 +54,7 @@ impl MemoryStore {
     pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
         Self {
             inner: Arc::new(Inner {
-                records: FastMap::default(),
+                records: Default::default(),
                 affinity: AffinityMap::new(DEFAULT_AFFINITY_CACHE_ENTRIES),
                 affinity_ttl: DEFAULT_AFFINITY_TTL,
                 clock,
@@ -62,14 +63,18 @@ impl MemoryStore {
         }
     }
 
-    /// How many records are held, expired ones included until purged.
+    /// How many records are held (both slots), expired ones included until purged.
     pub fn len(&self) -> usize {
-        self.inner.records.len()
+        self.inner.records.iter().map(FastMap::len).sum()
     }
 
     /// Whether no record is held.
     pub fn is_empty(&self) -> bool {
-        self.inner.records.is_empty()
+        self.inner.records.iter().all(FastMap::is_empty)
+    }
+
+    fn records(&self, slot: HandoffSlot) -> &FastMap<HandoffKey, Held> {
+        &self.inner.records[slot.index()]
     }
 
     fn now_ms(&self) -> u64 {
@@ -82,36 +87,35 @@ impl MemoryStore {
 
     fn upsert_now(&self, record: HandoffRecord) {
         let meta = Meta::new(self.next(), to_unix_millis(record.expires_at));
-        self.inner
-            .records
-            .insert(record.key(), Slot { meta, record });
+        self.records(record.slot())
+            .insert(record.key(), Held { meta, record });
     }
 
-    fn get_now(&self, key: &HandoffKey) -> Option<HandoffRecord> {
+    fn get_now(&self, key: &HandoffKey, slot: HandoffSlot) -> Option<HandoffRecord> {
         let now = self.now_ms();
-        self.inner
-            .records
+        self.records(slot)
             .get(key)
             .filter(|s| s.meta.is_live(now))
             .map(|s| s.record.clone())
     }
 
-    fn claim_now(&self, key: &HandoffKey, lease: Duration) -> Option<Claim> {
+    fn claim_now(&self, key: &HandoffKey, slot: HandoffSlot, lease: Duration) -> Option<Claim> {
         let now = self.now_ms();
         let token = self.next();
-        let mut slot = self.inner.records.get_mut(key)?;
-        if !slot.meta.try_lease(now, lease, token) {
+        let mut held = self.records(slot).get_mut(key)?;
+        if !held.meta.try_lease(now, lease, token) {
             return None;
         }
         Some(Claim {
-            record: slot.record.clone(),
-            version: slot.meta.version,
+            record: held.record.clone(),
+            slot,
+            version: held.meta.version,
             token,
         })
     }
 
     fn complete_now(&self, claim: &Claim) -> bool {
-        match self.inner.records.entry(claim.key()) {
+        match self.records(claim.slot).entry(claim.key()) {
             Entry::Occupied(e) if e.get().meta.version == claim.version => {
                 e.remove();
                 true
@@ -120,20 +124,21 @@ impl MemoryStore {
         }
     }
 
-    fn delete_now(&self, key: &HandoffKey) -> bool {
+    fn delete_now(&self, key: &HandoffKey, slot: HandoffSlot) -> bool {
         let now = self.now_ms();
-        self.inner
-            .records
+        self.records(slot)
             .remove(key)
             .is_some_and(|(_, s)| s.meta.is_live(now))
     }
 
     fn purge_now(&self) -> usize {
         let now = self.now_ms();
-        let before = self.inner.records.len();
-        self.inner.records.retain(|_, s| s.meta.is_live(now));
+        let before = self.len();
+        for records in &self.inner.records {
+            records.retain(|_, s| s.meta.is_live(now));
+        }
         self.inner.affinity.purge(now, self.inner.affinity_ttl);
-        before.saturating_sub(self.inner.records.len())
+        before.saturating_sub(self.len())
     }
 
     fn list_now(&self, tenant: Option<&str>, session: Option<&str>) -> Vec<HandoffRecord> {
@@ -142,12 +147,13 @@ impl MemoryStore {
             .inner
             .records
             .iter()
+            .flat_map(|records| records.iter())
             .filter(|s| s.meta.is_live(now))
             .filter(|s| tenant.is_none_or(|t| *s.record.tenant == *t))
             .filter(|s| session.is_none_or(|x| *s.record.session == *x))
             .map(|s| s.record.clone())
             .collect();
-        out.sort_by_key(HandoffRecord::key);
+        out.sort_by_key(|r| (r.key(), r.slot()));
         out
     }
 }
@@ -163,7 +169,7 @@ impl HandoffStore for MemoryStore {
     }
 
     fn get<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, Option<HandoffRecord>> {
-        ready(self.get_now(key))
+        self.get_in(key, HandoffSlot::Account)
     }
 
     fn contains<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, bool> {
@@ -171,15 +177,11 @@ impl HandoffStore for MemoryStore {
     }
 
     fn may_contain(&self, key: &HandoffKey) -> bool {
-        // The clock is read only for a key that is there: an absent key costs one lookup.
-        self.inner
-            .records
-            .get(key)
-            .is_some_and(|s| s.meta.is_live(self.now_ms()))
+        self.may_contain_in(key, HandoffSlot::Account)
     }
 
     fn claim<'a>(&'a self, key: &'a HandoffKey, lease: Duration) -> StoreFuture<'a, Option<Claim>> {
-        ready(self.claim_now(key, lease))
+        self.claim_in(key, HandoffSlot::Account, lease)
     }
 
     fn complete<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, bool> {
@@ -187,14 +189,14 @@ impl HandoffStore for MemoryStore {
     }
 
     fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ()> {
-        if let Some(mut slot) = self.inner.records.get_mut(&claim.key()) {
-            slot.meta.release(claim.version, claim.token);
+        if let Some(mut held) = self.records(claim.slot).get_mut(&claim.key()) {
+            held.meta.release(claim.version, claim.token);
         }
         ready(())
     }
 
     fn delete<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, bool> {
-        ready(self.delete_now(key))
+        self.delete_in(key, HandoffSlot::Account)
     }
 
     fn purge_expired(&self) -> StoreFuture<'_, usize> {
@@ -234,12 +236,51 @@ impl HandoffStore for MemoryStore {
     fn backend(&self) -> &'static str {
         "memory"
     }
+
+    fn get_in<'a>(
+        &'a self,
+        key: &'a HandoffKey,
+        slot: HandoffSlot,
+    ) -> StoreFuture<'a, Option<HandoffRecord>> {
+        ready(self.get_now(key, slot))
+    }
+
+    fn contains_in<'a>(&'a self, key: &'a HandoffKey, slot: HandoffSlot) -> StoreFuture<'a, bool> {
+        ready(self.may_contain_in(key, slot))
+    }
+
+    fn may_contain_in(&self, key: &HandoffKey, slot: HandoffSlot) -> bool {
+        // The clock is read only for a key that is there: an absent key costs one lookup.
+        self.records(slot)
+            .get(key)
+            .is_some_and(|s| s.meta.is_live(self.now_ms()))
+    }
+
+    fn claim_in<'a>(
+        &'a self,
+        key: &'a HandoffKey,
+        slot: HandoffSlot,
+        lease: Duration,
+    ) -> StoreFuture<'a, Option<Claim>> {
+        ready(self.claim_now(key, slot, lease))
+    }
+
+    fn delete_in<'a>(&'a self, key: &'a HandoffKey, slot: HandoffSlot) -> StoreFuture<'a, bool> {
+        ready(self.delete_now(key, slot))
+    }
+
+    fn freshest<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, Option<HandoffRecord>> {
+        ready(crate::newer(
+            self.get_now(key, HandoffSlot::Account),
+            self.get_now(key, HandoffSlot::Model),
+        ))
+    }
 }
 
 impl fmt::Debug for MemoryStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemoryStore")
-            .field("records", &self.inner.records.len())
+            .field("records", &self.len())
             .field("affinities", &self.inner.affinity.len())
             .field("clock", &self.inner.clock)
             .finish()

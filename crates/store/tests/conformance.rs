@@ -1,5 +1,6 @@
 //! One suite, every backend: the store semantics the layers rely on (expiry, one claim per
-//! handoff, versioned completion, per-combo affinity, tenant isolation).
+//! handoff, versioned completion, per-combo affinity, tenant isolation, the two handoff slots
+//! of a key).
 
 mod common;
 
@@ -7,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::Harness;
-use context_relay_core::HandoffKey;
 use context_relay_core::portable::ForeignSet;
+use context_relay_core::{HandoffKey, HandoffKind, HandoffRecord, HandoffSlot};
 use context_relay_store::Affinity;
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -16,6 +17,14 @@ const LEASE: Duration = Duration::from_secs(30);
 
 fn key(tenant: &str, session: &str) -> HandoffKey {
     HandoffKey::new(tenant, session, "codex-relay")
+}
+
+/// A model-switch handoff of `k` written now, living `ttl`.
+fn model_record(h: &Harness, k: &HandoffKey, summary: &str, ttl: Duration) -> HandoffRecord {
+    let mut r = h.record(k, summary, ttl);
+    r.kind = HandoffKind::ModelSwitch;
+    r.model = "claude-sonnet-4-5".into();
+    r
 }
 
 mod cases {
@@ -284,6 +293,240 @@ mod cases {
         assert_eq!(read.foreign_at(h.now()), None, "the digests expired");
     }
 
+    pub(super) async fn slots_coexist_and_a_put_never_replaces_the_other(h: &Harness) {
+        let k = key("acme", "s1");
+        let account = h.record(&k, "account", HOUR);
+        let model = model_record(h, &k, "model", HOUR);
+        h.store.upsert(account.clone()).await.unwrap();
+        h.store.upsert(model.clone()).await.unwrap();
+        assert_eq!(h.store.get(&k).await.unwrap(), Some(account.clone()));
+        let get_in = |slot| h.store.get_in(&k, slot);
+        assert_eq!(get_in(HandoffSlot::Account).await.unwrap(), Some(account));
+        assert_eq!(
+            get_in(HandoffSlot::Model).await.unwrap(),
+            Some(model.clone())
+        );
+        for slot in HandoffSlot::ALL {
+            assert!(h.store.contains_in(&k, slot).await.unwrap(), "{slot:?}");
+            assert!(h.store.may_contain_in(&k, slot), "{slot:?}");
+        }
+        // A new account handoff replaces the account one only, and the other way round.
+        let account2 = h.record(&k, "account 2", HOUR);
+        h.store.upsert(account2.clone()).await.unwrap();
+        assert_eq!(get_in(HandoffSlot::Model).await.unwrap(), Some(model));
+        let model2 = model_record(h, &k, "model 2", HOUR);
+        h.store.upsert(model2.clone()).await.unwrap();
+        assert_eq!(
+            get_in(HandoffSlot::Account).await.unwrap(),
+            Some(account2.clone())
+        );
+        assert_eq!(
+            get_in(HandoffSlot::Model).await.unwrap(),
+            Some(model2.clone())
+        );
+        // An extractive handoff is an account handoff: it replaces the generated one only.
+        let mut extractive = h.record(&k, "extractive", HOUR);
+        extractive.kind = HandoffKind::Extractive;
+        h.store.upsert(extractive.clone()).await.unwrap();
+        assert_eq!(h.store.get(&k).await.unwrap(), Some(extractive.clone()));
+        // The listing holds both, and says which is which by kind.
+        let listed = h.store.list(None, None).await.unwrap();
+        assert_eq!(listed, vec![extractive.clone(), model2.clone()]);
+        let kinds: Vec<_> = listed.iter().map(|r| r.kind.as_str()).collect();
+        assert_eq!(kinds, ["extractive", "model-switch"]);
+        assert_eq!(
+            h.store.list(Some("acme"), Some("s1")).await.unwrap(),
+            vec![extractive, model2]
+        );
+        // A model handoff alone is invisible to the account-slot methods.
+        let only = key("acme", "only-model");
+        h.store
+            .upsert(model_record(h, &only, "m", HOUR))
+            .await
+            .unwrap();
+        assert_eq!(h.store.get(&only).await.unwrap(), None);
+        assert!(!h.store.contains(&only).await.unwrap());
+        assert!(h.store.claim(&only, LEASE).await.unwrap().is_none());
+        assert!(!h.store.delete(&only).await.unwrap());
+        if h.store.backend() != "redis" {
+            assert!(
+                !h.store.may_contain(&only),
+                "redb and memory answer exactly"
+            );
+        }
+        assert!(
+            h.store
+                .contains_in(&only, HandoffSlot::Model)
+                .await
+                .unwrap()
+        );
+    }
+
+    pub(super) async fn consuming_one_slot_never_touches_the_other(h: &Harness) {
+        let k = key("acme", "s1");
+        let account = h.record(&k, "account", HOUR);
+        let model = model_record(h, &k, "model", HOUR);
+        h.store.upsert(account.clone()).await.unwrap();
+        h.store.upsert(model.clone()).await.unwrap();
+
+        // Both can be leased at once: the leases are per slot.
+        let m = h
+            .store
+            .claim_in(&k, HandoffSlot::Model, LEASE)
+            .await
+            .unwrap();
+        let m = m.expect("the model handoff is claimable");
+        assert_eq!((m.slot(), &m.record), (HandoffSlot::Model, &model));
+        assert!(
+            h.store
+                .claim_in(&k, HandoffSlot::Model, LEASE)
+                .await
+                .unwrap()
+                .is_none(),
+            "leased"
+        );
+        let a = h.store.claim(&k, LEASE).await.unwrap().expect("unaffected");
+        assert_eq!((a.slot(), &a.record), (HandoffSlot::Account, &account));
+
+        // Releasing one keeps both; completing one deletes that one only.
+        h.store.release(&a).await.unwrap();
+        assert!(h.store.complete(&m).await.unwrap());
+        assert_eq!(h.store.get_in(&k, HandoffSlot::Model).await.unwrap(), None);
+        assert_eq!(h.store.get(&k).await.unwrap(), Some(account.clone()));
+        let a = h.store.claim(&k, LEASE).await.unwrap().expect("released");
+        h.store.upsert(model.clone()).await.unwrap();
+        assert!(h.store.complete(&a).await.unwrap());
+        assert_eq!(h.store.get(&k).await.unwrap(), None);
+        assert_eq!(
+            h.store.get_in(&k, HandoffSlot::Model).await.unwrap(),
+            Some(model.clone())
+        );
+
+        // A claim of one slot completed after the other slot was rewritten still deletes.
+        h.store.upsert(account.clone()).await.unwrap();
+        let a = h.store.claim(&k, LEASE).await.unwrap().expect("live");
+        h.store
+            .upsert(model_record(h, &k, "newer model", HOUR))
+            .await
+            .unwrap();
+        assert!(
+            h.store.complete(&a).await.unwrap(),
+            "the account version is unchanged"
+        );
+
+        // Deleting one slot leaves the other.
+        h.store.upsert(account.clone()).await.unwrap();
+        assert!(h.store.delete_in(&k, HandoffSlot::Model).await.unwrap());
+        assert!(!h.store.contains_in(&k, HandoffSlot::Model).await.unwrap());
+        assert_eq!(h.store.get(&k).await.unwrap(), Some(account));
+        h.store.upsert(model.clone()).await.unwrap();
+        assert!(h.store.delete(&k).await.unwrap());
+        assert_eq!(
+            h.store.get_in(&k, HandoffSlot::Model).await.unwrap(),
+            Some(model)
+        );
+        assert!(!h.store.delete_in(&k, HandoffSlot::Account).await.unwrap());
+    }
+
+    pub(super) async fn freshest_picks_the_newer_slot(h: &Harness) {
+        let k = key("acme", "s1");
+        assert_eq!(h.store.freshest(&k).await.unwrap(), None);
+        let account = h.record(&k, "account", HOUR);
+        h.store.upsert(account.clone()).await.unwrap();
+        assert_eq!(h.store.freshest(&k).await.unwrap(), Some(account));
+
+        h.clock.advance(Duration::from_secs(5));
+        let model = model_record(h, &k, "model", HOUR);
+        h.store.upsert(model.clone()).await.unwrap();
+        assert_eq!(h.store.freshest(&k).await.unwrap(), Some(model.clone()));
+
+        h.clock.advance(Duration::from_secs(5));
+        let newer = h.record(&k, "newer account", Duration::from_secs(60));
+        h.store.upsert(newer.clone()).await.unwrap();
+        assert_eq!(h.store.freshest(&k).await.unwrap(), Some(newer));
+
+        // Once the newer one expires, the older live one is the freshest.
+        h.clock.advance(Duration::from_secs(61));
+        assert_eq!(h.store.freshest(&k).await.unwrap(), Some(model));
+        // Only a model handoff: that one.
+        let other = key("acme", "s2");
+        let only = model_record(h, &other, "only", HOUR);
+        h.store.upsert(only.clone()).await.unwrap();
+        assert_eq!(h.store.freshest(&other).await.unwrap(), Some(only));
+    }
+
+    pub(super) async fn both_slots_expire_and_are_purged(h: &Harness) {
+        let k = key("acme", "s1");
+        let account = h.record(&k, "account", HOUR);
+        h.store.upsert(account.clone()).await.unwrap();
+        h.store
+            .upsert(model_record(h, &k, "short", Duration::from_secs(60)))
+            .await
+            .unwrap();
+        let other = key("acme", "s2");
+        let kept = model_record(h, &other, "kept", HOUR);
+        h.store.upsert(kept.clone()).await.unwrap();
+        h.store
+            .upsert(h.record(&other, "short", Duration::from_secs(60)))
+            .await
+            .unwrap();
+
+        h.clock.advance(Duration::from_secs(61));
+        assert_eq!(h.store.get_in(&k, HandoffSlot::Model).await.unwrap(), None);
+        assert!(!h.store.contains_in(&k, HandoffSlot::Model).await.unwrap());
+        assert!(
+            h.store
+                .claim_in(&k, HandoffSlot::Model, LEASE)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        if h.store.backend() != "redis" {
+            assert!(!h.store.may_contain_in(&k, HandoffSlot::Model));
+        }
+        assert_eq!(
+            h.store.list(None, None).await.unwrap(),
+            vec![account.clone(), kept.clone()]
+        );
+        assert_eq!(h.store.purge_expired().await.unwrap(), 2);
+        assert_eq!(h.store.purge_expired().await.unwrap(), 0);
+        assert_eq!(h.store.get(&k).await.unwrap(), Some(account));
+        assert_eq!(
+            h.store.get_in(&other, HandoffSlot::Model).await.unwrap(),
+            Some(kept)
+        );
+    }
+
+    pub(super) async fn affinity_keeps_the_serving_model(h: &Harness) {
+        let k = key("acme", "s1");
+        let codex = Affinity::new("codex", "alice").with_model("codex/gpt-5.5");
+        h.store.set_affinity(&k, codex.clone()).await.unwrap();
+        let read = h.store.affinity(&k).await.unwrap().expect("written");
+        assert_eq!(read, codex);
+        assert_eq!(read.model(), Some("codex/gpt-5.5"));
+        if h.store.backend() != "redis" {
+            assert_eq!(h.store.cached_affinity(&k), Some(Some(codex.clone())));
+        }
+        // The same account serving another model is a change: it is written.
+        let claude = Affinity::new("codex", "alice").with_model("codex/gpt-5.5-mini");
+        h.store.set_affinity(&k, claude.clone()).await.unwrap();
+        assert_eq!(h.store.affinity(&k).await.unwrap(), Some(claude.clone()));
+        if h.store.backend() != "redis" {
+            assert_eq!(h.store.cached_affinity(&k), Some(Some(claude)));
+        }
+        // With foreign digests too, and back to no model at all.
+        let until = h.now() + Duration::from_secs(60);
+        let moved = Affinity::new("anthropic", "bob")
+            .with_model("anthropic/claude-sonnet-4-5")
+            .with_foreign(ForeignSet::from_digests([4]), until);
+        h.store.set_affinity(&k, moved.clone()).await.unwrap();
+        assert_eq!(h.store.affinity(&k).await.unwrap(), Some(moved));
+        let bare = Affinity::new("anthropic", "bob");
+        h.store.set_affinity(&k, bare.clone()).await.unwrap();
+        let read = h.store.affinity(&k).await.unwrap().expect("written");
+        assert_eq!((read.model(), &read), (None, &bare));
+    }
+
     pub(super) async fn generation_lease_is_exclusive_when_distributed(h: &Harness) {
         let k = key("acme", "s1");
         let lease = h.store.begin_generation(&k, HOUR).await.unwrap().unwrap();
@@ -342,4 +585,9 @@ conformance!(
     affinity_is_per_combo,
     foreign_digests_are_kept_until_they_expire,
     generation_lease_is_exclusive_when_distributed,
+    slots_coexist_and_a_put_never_replaces_the_other,
+    consuming_one_slot_never_touches_the_other,
+    freshest_picks_the_newer_slot,
+    both_slots_expire_and_are_purged,
+    affinity_keeps_the_serving_model,
 );

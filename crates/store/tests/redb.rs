@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::record;
-use context_relay_core::HandoffKey;
 use context_relay_core::portable::ForeignSet;
+use context_relay_core::{HandoffKey, HandoffKind, HandoffSlot};
 use context_relay_store::{
     Affinity, Clock, HandoffStore, ManualClock, RedbStore, StoreError, spawn_purger,
 };
@@ -379,4 +379,88 @@ async fn evicted_affinities_are_read_back_from_disk() {
             .unwrap(),
         None
     );
+}
+
+const AFFINITY: redb::TableDefinition<'static, (&str, &str, &str), &[u8]> =
+    redb::TableDefinition::new("affinity_by_combo");
+
+#[tokio::test]
+async fn reopen_keeps_both_slots_and_the_serving_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("h.redb");
+    let clock = Arc::new(ManualClock::starting_now());
+    let k = key(0, 1);
+    let account = record(&k, "account", clock.now(), HOUR);
+    let mut model = record(&k, "model", clock.now(), HOUR);
+    model.kind = HandoffKind::ModelSwitch;
+    let served = Affinity::new("anthropic", "bob").with_model("anthropic/claude-sonnet-4-5");
+    {
+        let store = RedbStore::builder(&path)
+            .clock(clock.clone())
+            .open()
+            .unwrap();
+        store.upsert(account.clone()).await.unwrap();
+        store.upsert(model.clone()).await.unwrap();
+        store.set_affinity(&k, served.clone()).await.unwrap();
+    }
+    let store = RedbStore::builder(&path)
+        .clock(clock.clone())
+        .open()
+        .unwrap();
+    assert_eq!(store.indexed(), 2, "one record per slot");
+    assert!(store.may_contain(&k));
+    assert!(store.may_contain_in(&k, HandoffSlot::Model));
+    assert_eq!(store.get(&k).await.unwrap(), Some(account));
+    assert_eq!(
+        store.get_in(&k, HandoffSlot::Model).await.unwrap(),
+        Some(model.clone())
+    );
+    assert_eq!(store.cached_affinity(&k), Some(Some(served)));
+    let claim = store.claim_in(&k, HandoffSlot::Model, HOUR).await.unwrap();
+    assert!(store.complete(&claim.expect("live")).await.unwrap());
+    drop(store);
+
+    // On disk, the model handoff had its own table, and only it was deleted.
+    let raw = redb::Database::open(&path).unwrap();
+    let r = redb::ReadableDatabase::begin_read(&raw).unwrap();
+    let t = r.open_table(HANDOFFS).unwrap();
+    let stored = redb::ReadableTable::get(&t, ("acme", "w0-1", "codex-relay")).unwrap();
+    assert!(stored.is_some(), "the account handoff is untouched");
+    let json = String::from_utf8_lossy(&stored.unwrap().value()[17..]).into_owned();
+    assert!(json.contains(r#""kind":"generated""#), "{json}");
+}
+
+#[tokio::test]
+async fn an_affinity_written_by_the_previous_layout_loads_without_a_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("h.redb");
+    let now = context_relay_core::time::to_unix_millis(std::time::SystemTime::now());
+    {
+        // The file as the code before model-switch handoffs left it: its two tables, an affinity
+        // as it wrote them.
+        let db = redb::Database::create(&path).unwrap();
+        let w = db.begin_write().unwrap();
+        {
+            w.open_table(HANDOFFS).unwrap();
+            let mut t = w.open_table(AFFINITY).unwrap();
+            let old = format!(
+                r#"{{"provider":"codex","account":"acct-A","written_at":{now},"foreign":[5],"foreign_until":{now}}}"#
+            );
+            t.insert(("acme", "s1", "combo"), old.as_bytes()).unwrap();
+        }
+        w.commit().unwrap();
+    }
+    let store = RedbStore::open(&path).unwrap();
+    let k = HandoffKey::new("acme", "s1", "combo");
+    let a = store.affinity(&k).await.unwrap().expect("loaded");
+    assert!(a.is("codex", "acct-A"));
+    assert_eq!(a.model(), None);
+    assert_eq!(a.foreign.digests(), [5]);
+    assert_eq!(store.get_in(&k, HandoffSlot::Model).await.unwrap(), None);
+    // Recording a model over it is a change, kept across a reopen.
+    let with = a.clone().with_model("codex/gpt-5.5");
+    store.set_affinity(&k, with.clone()).await.unwrap();
+    drop(store);
+    let store = RedbStore::open(&path).unwrap();
+    assert_eq!(store.affinity(&k).await.unwrap(), Some(with));
 }

@@ -219,3 +219,94 @@ async fn a_slow_redis_gives_up_on_the_request_path_after_the_short_default() {
     );
     assert!(DEFAULT_REDIS_REQUEST_TIMEOUT <= Duration::from_millis(50));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_affinity_written_without_a_model_loads_without_one() {
+    let server = RedisServer::start();
+    let prefix = unique_prefix();
+    let store = RedisStore::builder(server.url.clone())
+        .prefix(prefix.clone())
+        .connect()
+        .await
+        .unwrap();
+    // The hash as the code before model-switch handoffs wrote it: `p`, `a`, `f`, no `m`.
+    let client = redis::Client::open(server.url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let akey = format!("{prefix}ac:4:2:acmes1combo");
+    let () = redis::cmd("HSET")
+        .arg(&akey)
+        .arg("p")
+        .arg("codex")
+        .arg("a")
+        .arg("acct-A")
+        .arg("f")
+        .arg(r#"{"foreign":[5],"until":0}"#)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let k = HandoffKey::new("acme", "s1", "combo");
+    let a = store.affinity(&k).await.unwrap().expect("loaded");
+    assert!(a.is("codex", "acct-A"));
+    assert_eq!(a.model(), None);
+    assert_eq!(a.foreign.digests(), [5]);
+    // Recording the model adds the field; forgetting it removes it again.
+    let with = a.clone().with_model("codex/gpt-5.5");
+    store.set_affinity(&k, with.clone()).await.unwrap();
+    let m: Option<String> = redis::cmd("HGET")
+        .arg(&akey)
+        .arg("m")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(m.as_deref(), Some("codex/gpt-5.5"));
+    assert_eq!(store.affinity(&k).await.unwrap(), Some(with));
+    store.set_affinity(&k, a.clone()).await.unwrap();
+    let m: Option<String> = redis::cmd("HGET")
+        .arg(&akey)
+        .arg("m")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(m, None);
+    assert_eq!(store.affinity(&k).await.unwrap(), Some(a));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_switch_handoff_has_its_own_key() {
+    let server = RedisServer::start();
+    let prefix = unique_prefix();
+    let store = RedisStore::builder(server.url.clone())
+        .prefix(prefix.clone())
+        .connect()
+        .await
+        .unwrap();
+    let k = HandoffKey::new("acme", "s1", "combo");
+    let mut model = record(&k, "m", SystemTime::now(), HOUR);
+    model.kind = context_relay_core::HandoffKind::ModelSwitch;
+    store.upsert(model.clone()).await.unwrap();
+    let client = redis::Client::open(server.url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let exists = |key: String| redis::cmd("EXISTS").arg(key).to_owned();
+    let n: i64 = exists(format!("{prefix}hm:4.2.5:acmes1combo"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    let n: i64 = exists(format!("{prefix}h:4.2.5:acmes1combo"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(n, 0);
+    // A record of the wrong kind moved under the model key is skipped, not served as one.
+    let account = record(&k, "a", SystemTime::now(), HOUR);
+    let () = redis::cmd("HSET")
+        .arg(format!("{prefix}hm:4.2.5:acmes1combo"))
+        .arg("rec")
+        .arg(serde_json::to_string(&account).unwrap())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let slot = context_relay_core::HandoffSlot::Model;
+    assert_eq!(store.get_in(&k, slot).await.unwrap(), None);
+    assert!(store.list(None, None).await.unwrap().is_empty());
+}

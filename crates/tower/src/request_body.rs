@@ -27,7 +27,7 @@ pin_project! {
 }
 
 /// Who keeps a copy of a forwarded body.
-enum Copy {
+enum Keep {
     /// The generation side, for a later summary.
     Capture(Arc<Capture>),
     /// The injection side, for a repair.
@@ -38,7 +38,7 @@ pin_project! {
     #[project = KindProj]
     enum Kind<B: Body> {
         // The client's body, untouched; the frames may be kept (shared, not copied).
-        Passthrough { #[pin] inner: B, copy: Option<Copy> },
+        Passthrough { #[pin] inner: B, keep: Option<Keep> },
         // A body the relay made (rewritten, read whole, or a summary request).
         Full { data: Option<Bytes> },
         // Frames the relay read before giving up on a rewrite (too large, trailers, a body
@@ -56,7 +56,7 @@ impl<B: Body> RequestBody<B> {
     /// The client's body, untouched.
     pub(crate) fn passthrough(inner: B) -> Self {
         Self {
-            kind: Kind::Passthrough { inner, copy: None },
+            kind: Kind::Passthrough { inner, keep: None },
         }
     }
 
@@ -69,7 +69,7 @@ impl<B: Body> RequestBody<B> {
         Self {
             kind: Kind::Passthrough {
                 inner,
-                copy: Some(Copy::Capture(capture)),
+                keep: Some(Keep::Capture(capture)),
             },
         }
     }
@@ -79,7 +79,7 @@ impl<B: Body> RequestBody<B> {
         Self {
             kind: Kind::Passthrough {
                 inner,
-                copy: tee.map(Copy::Tee),
+                keep: tee.map(Keep::Tee),
             },
         }
     }
@@ -122,7 +122,7 @@ impl<B: Body> RequestBody<B> {
     }
 }
 
-impl Copy {
+impl Keep {
     /// What the inner body gave, after `inner_ended` tells whether it reported its end.
     fn saw<E>(
         &self,
@@ -130,7 +130,7 @@ impl Copy {
         inner_ended: impl Fn() -> bool,
     ) {
         match self {
-            Copy::Capture(capture) => match polled {
+            Keep::Capture(capture) => match polled {
                 Poll::Ready(Some(Ok(frame))) => {
                     if let Some(data) = frame.data_ref() {
                         capture.push(data);
@@ -145,7 +145,7 @@ impl Copy {
                 Poll::Ready(Some(Err(_))) => capture.fail(),
                 Poll::Pending => {}
             },
-            Copy::Tee(tee) => match polled {
+            Keep::Tee(tee) => match polled {
                 Poll::Ready(Some(Ok(frame))) => tee.keep(frame.data_ref()),
                 Poll::Ready(None) => tee.end(),
                 Poll::Ready(Some(Err(_))) => tee.keep(None),
@@ -167,10 +167,10 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         match self.project().kind.project() {
-            KindProj::Passthrough { mut inner, copy } => {
+            KindProj::Passthrough { mut inner, keep } => {
                 let polled = inner.as_mut().poll_frame(cx);
-                if let Some(copy) = copy {
-                    copy.saw(&polled, || inner.is_end_stream());
+                if let Some(keep) = keep {
+                    keep.saw(&polled, || inner.is_end_stream());
                 }
                 polled
             }
@@ -201,9 +201,9 @@ where
 
     fn is_end_stream(&self) -> bool {
         match &self.kind {
-            Kind::Passthrough { inner, copy } => {
+            Kind::Passthrough { inner, keep } => {
                 let end = inner.is_end_stream();
-                if end && let Some(Copy::Tee(tee)) = copy {
+                if end && let Some(Keep::Tee(tee)) = keep {
                     tee.end();
                 }
                 end

@@ -6,24 +6,65 @@
 pub(super) mod simd {
     use wide::u8x16;
 
-    /// Bit masks of the quotes, backslashes and control bytes (below 0x20) of `block`.
+    /// A 64-byte block in four vectors.
+    #[derive(Debug, Clone, Copy)]
+    pub(in crate::json) struct Block([u8x16; 4]);
+
+    impl Block {
+        #[inline(always)]
+        pub(in crate::json) fn load(block: &[u8; 64]) -> Self {
+            let (chunks, _) = block.as_chunks::<16>();
+            Self([0, 1, 2, 3].map(|k| u8x16::new(chunks[k])))
+        }
+
+        /// Bit `k` set for each `k` where `f` marks vector byte `k` (all ones).
+        #[inline(always)]
+        fn mask(&self, f: impl Fn(u8x16) -> u8x16) -> u64 {
+            let mut m = 0u64;
+            for (k, v) in self.0.iter().enumerate() {
+                m |= u64::from(f(*v).move_mask() as u16) << (16 * k);
+            }
+            m
+        }
+
+        /// The bytes equal to `byte`.
+        #[inline(always)]
+        pub(in crate::json) fn eq(&self, byte: u8) -> u64 {
+            let b = u8x16::splat(byte);
+            self.mask(|v| v.cmp_eq(b))
+        }
+
+        /// The bytes equal to `a` or `b`.
+        #[inline(always)]
+        pub(in crate::json) fn eq2(&self, a: u8, b: u8) -> u64 {
+            let (a, b) = (u8x16::splat(a), u8x16::splat(b));
+            self.mask(|v| v.cmp_eq(a) | v.cmp_eq(b))
+        }
+
+        /// Whether any byte is a raw control byte (one compare for the whole block).
+        #[inline(always)]
+        pub(in crate::json) fn any_control(&self) -> bool {
+            let [a, b, c, d] = self.0;
+            let min = a.min(b).min(c.min(d));
+            let max = u8x16::splat(0x1f);
+            min.max(max).cmp_eq(max).move_mask() != 0
+        }
+
+        /// The raw control bytes (below 0x20).
+        #[inline(always)]
+        pub(in crate::json) fn controls(&self) -> u64 {
+            // Unsigned `c <= 0x1f` as `max(c, 0x1f) == 0x1f`.
+            let max = u8x16::splat(0x1f);
+            self.mask(|v| v.max(max).cmp_eq(max))
+        }
+    }
+
+    /// The quotes, backslashes and raw control bytes of `block`, as bit masks (bit `k` for
+    /// `block[k]`).
     #[inline(always)]
     pub(in crate::json) fn masks(block: &[u8; 64]) -> (u64, u64, u64) {
-        let quote = u8x16::splat(b'"');
-        let backslash = u8x16::splat(b'\\');
-        let control_max = u8x16::splat(0x1f);
-        let bits = |v: u8x16| u64::from(v.move_mask() as u16);
-        let (mut q, mut bs, mut c) = (0u64, 0u64, 0u64);
-        let (chunks, _) = block.as_chunks::<16>();
-        for (k, chunk) in chunks.iter().enumerate() {
-            let v = u8x16::new(*chunk);
-            let shift = 16 * k;
-            q |= bits(v.cmp_eq(quote)) << shift;
-            bs |= bits(v.cmp_eq(backslash)) << shift;
-            // Unsigned `c <= 0x1f` as `max(c, 0x1f) == 0x1f`.
-            c |= bits(v.max(control_max).cmp_eq(control_max)) << shift;
-        }
-        (q, bs, c)
+        let v = Block::load(block);
+        (v.eq(b'"'), v.eq(b'\\'), v.controls())
     }
 }
 
@@ -52,9 +93,9 @@ fn special_flags(x: u64) -> u64 {
 ///
 /// Long runs of plain text dominate real bodies, so they are classified 8 bytes at a time
 /// with word arithmetic (this crate forbids `unsafe`, so no vector intrinsics), two words per
-/// step. In bodies without any raw control byte (compact JSON, checked once up front by
-/// the scanner's constructor) only quotes and backslashes matter, and runs longer than one step are
-/// left to `memchr2`, which uses the CPU's vector unit.
+/// step. When the caller knows there is no raw control byte (`control_free`), only quotes and
+/// backslashes matter, and runs longer than one step are left to `memchr2`, which uses the
+/// CPU's vector unit.
 #[inline]
 pub(super) fn find_special(b: &[u8], mut i: usize, control_free: bool) -> usize {
     // Most runs in code-heavy text are short (an escape every few dozen bytes): look at

@@ -8,6 +8,10 @@
 //! the whole document on the way (so that an edit is never applied to malformed JSON), and
 //! lets callers splice new bytes in with [`Edits`].
 //!
+//! Readers that need only the first members of a body ([`find_member`], [`Members`]) read
+//! as far as they need and validate only that, so their cost is bounded by a prefix of the
+//! body, not by its size.
+//!
 //! Validation follows RFC 8259: strings must be closed, contain no raw control characters,
 //! use only the defined escapes and be valid UTF-8; numbers follow the JSON grammar; literals
 //! are `true`, `false` and `null`; brackets balance; only whitespace may follow the top-level
@@ -19,8 +23,9 @@
 //!
 //! Long strings dominate real bodies, so that is where the speed is: UTF-8 is checked once
 //! per call over the whole input (`simdutf8`), string contents are classified 64 bytes at a
-//! time into bit masks with safe SIMD types (`wide`) so that escapes cost no branch
-//! mispredictions, and long plain runs are crossed with `memchr2`.
+//! time into bit masks with safe SIMD types (`wide`) and escapes are resolved on the masks
+//! with carry arithmetic, so that an escape every few dozen bytes (code) costs no branch,
+//! and long plain runs are crossed with `memchr2`.
 //!
 //! ```
 //! use context_relay_core::json;
@@ -41,8 +46,11 @@ use std::ops::Range;
 mod classify;
 mod edit;
 mod scan;
+mod string;
+mod walk;
 
 pub use edit::{EditError, Edits, ListEdit};
+pub use walk::{Items, Key, Members, find_member, splice_str};
 
 /// A byte range into the scanned body.
 pub type Span = Range<usize>;
@@ -286,7 +294,7 @@ pub struct Array {
 /// Validates a whole document: one JSON value surrounded by optional whitespace.
 pub fn validate(body: &[u8]) -> Result<Span, JsonError> {
     scan::check_utf8(body, 0)?;
-    let mut s = scan::Scanner::new(body, 0);
+    let mut s = scan::Scanner::new(body);
     let start = s.skip_ws(0);
     let end = s.skip_value(start)?;
     s.expect_end(end)?;
@@ -298,7 +306,7 @@ pub fn validate(body: &[u8]) -> Result<Span, JsonError> {
 /// A well-formed document of another kind gives [`JsonError::WrongKind`].
 pub fn parse_object(body: &[u8]) -> Result<Object<'_>, JsonError> {
     scan::check_utf8(body, 0)?;
-    let mut s = scan::Scanner::new(body, 0);
+    let mut s = scan::Scanner::new(body);
     let start = s.skip_ws(0);
     match Kind::at(body, start) {
         Some(Kind::Object) => {
@@ -324,7 +332,7 @@ pub fn parse_object(body: &[u8]) -> Result<Object<'_>, JsonError> {
 pub fn object_at(body: &[u8], span: Span) -> Result<Object<'_>, JsonError> {
     let bounded = bounded(body, &span)?;
     scan::check_utf8(bounded, span.start)?;
-    let mut s = scan::Scanner::new(bounded, span.start);
+    let mut s = scan::Scanner::new(bounded);
     match Kind::at(bounded, span.start) {
         Some(Kind::Object) => {
             let obj = s.object(span.start)?;
@@ -344,7 +352,7 @@ pub fn object_at(body: &[u8], span: Span) -> Result<Object<'_>, JsonError> {
 pub fn array_at(body: &[u8], span: Span) -> Result<Array, JsonError> {
     let bounded = bounded(body, &span)?;
     scan::check_utf8(bounded, span.start)?;
-    let mut s = scan::Scanner::new(bounded, span.start);
+    let mut s = scan::Scanner::new(bounded);
     match Kind::at(bounded, span.start) {
         Some(Kind::Array) => {
             let arr = s.array(span.start)?;
@@ -366,7 +374,7 @@ pub fn array_at(body: &[u8], span: Span) -> Result<Array, JsonError> {
 pub fn decode_str(body: &[u8], span: Span) -> Result<Cow<'_, str>, JsonError> {
     let bounded = bounded(body, &span)?;
     scan::check_utf8(bounded, span.start)?;
-    let s = scan::Scanner::new(bounded, span.start);
+    let s = scan::Scanner::new(bounded);
     match Kind::at(bounded, span.start) {
         Some(Kind::String) => {
             let end = s.skip_string(span.start)?;

@@ -2,24 +2,24 @@
 
 use std::borrow::Cow;
 
-use super::classify::{control_free, find_special, simd};
+use super::string;
 use super::{Array, Field, JsonError, Object, Span};
 
+#[derive(Debug)]
 pub(super) struct Scanner<'a> {
     b: &'a [u8],
-    /// No raw control byte anywhere: strings need no control check.
-    control_free: bool,
     /// Offsets of the open brackets while skipping a nested value: an explicit stack instead
     /// of recursion, so depth is bounded by memory, not by the thread's stack.
     stack: Vec<usize>,
 }
 
 impl<'a> Scanner<'a> {
-    /// A scanner over `b`, used from offset `from` on.
-    pub(super) fn new(b: &'a [u8], from: usize) -> Self {
+    /// A scanner over `b`. It makes no pass over the whole input: strings are checked for
+    /// raw control bytes as they are crossed, and UTF-8 is left to the caller (see
+    /// [`check_utf8`]), once for the bytes it reads.
+    pub(super) fn new(b: &'a [u8]) -> Self {
         Self {
             b,
-            control_free: control_free(b.get(from..).unwrap_or_default()),
             stack: Vec::new(),
         }
     }
@@ -59,7 +59,7 @@ impl<'a> Scanner<'a> {
 
     /// `b[i]` must be `want`; `open_at` is the enclosing bracket, for the end-of-input error.
     #[inline]
-    fn expect_byte(
+    pub(super) fn expect_byte(
         &self,
         i: usize,
         want: u8,
@@ -77,7 +77,7 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    fn unclosed(&self, open_at: usize) -> JsonError {
+    pub(super) fn unclosed(&self, open_at: usize) -> JsonError {
         JsonError::Unclosed {
             open_at,
             open: self.b.get(open_at).copied().unwrap_or(b'{'),
@@ -317,127 +317,11 @@ impl<'a> Scanner<'a> {
 
     /// Skips the string whose opening quote is at `start`; returns the offset past its
     /// closing quote. UTF-8 is checked by the callers, once for the whole input.
+    #[inline]
     pub(super) fn skip_string(&self, start: usize) -> Result<usize, JsonError> {
-        self.skip_string_blocks(start)
-    }
-
-    /// The string scan in 64-byte blocks: quotes, backslashes and control bytes become bit
-    /// masks (vector compares), and escapes are resolved on the masks, so the cost per block
-    /// hardly depends on how many escapes it holds. Code-heavy text has an escape every few
-    /// dozen bytes, where a find-next-special loop pays a mispredicted branch per escape.
-    fn skip_string_blocks(&self, start: usize) -> Result<usize, JsonError> {
-        let b = self.b;
-        let mut i = start + 1;
-        while let Some(block) = b.get(i..).and_then(<[u8]>::first_chunk::<64>) {
-            let (quotes, mut backslashes, controls) = simd::masks(block);
-            if quotes | backslashes | controls == 0 && self.control_free {
-                // A long plain run (prose): `memchr2` finds its end faster than blocks do,
-                // with the widest vectors the CPU has.
-                match memchr::memchr2(b'"', b'\\', &b[i + 64..]) {
-                    Some(k) => i += 64 + k,
-                    None => return Err(JsonError::UnterminatedString { start }),
-                }
-                continue;
-            }
-            let mut escaped = 0u64;
-            let mut advance = 64;
-            loop {
-                let q = (quotes & !escaped).trailing_zeros();
-                let e = backslashes.trailing_zeros();
-                if q < e {
-                    // `q < 64`: the closing quote.
-                    let inside = controls & ((1u64 << q) - 1);
-                    if inside != 0 {
-                        let at = i + inside.trailing_zeros() as usize;
-                        return Err(JsonError::ControlCharacter { at, byte: b[at] });
-                    }
-                    return Ok(i + q as usize + 1);
-                }
-                if e >= 63 {
-                    // No backslash left, or one whose escaped byte is in the next block:
-                    // start the next block at that backslash.
-                    if e == 63 {
-                        advance = 63;
-                    }
-                    break;
-                }
-                let at = i + e as usize;
-                match ESCAPE_LEN[usize::from(block[e as usize + 1])] {
-                    2 => {}
-                    6 => check_hex(b, at, start)?,
-                    _ => return Err(JsonError::InvalidEscape { at }),
-                }
-                escaped |= 1u64 << (e + 1);
-                backslashes &= !(3u64 << e);
-            }
-            let inside = if advance == 64 {
-                controls
-            } else {
-                controls & ((1u64 << 63) - 1)
-            };
-            if inside != 0 {
-                let at = i + inside.trailing_zeros() as usize;
-                return Err(JsonError::ControlCharacter { at, byte: b[at] });
-            }
-            i += advance;
-        }
-        self.skip_string_from(start, i)
-    }
-
-    /// The string scan from `i` on, one special byte at a time (the last bytes of a body).
-    fn skip_string_from(&self, start: usize, mut i: usize) -> Result<usize, JsonError> {
-        let b = self.b;
-        loop {
-            i = find_special(b, i, self.control_free);
-            i = match b.get(i) {
-                Some(b'"') => return Ok(i + 1),
-                Some(b'\\') => {
-                    // A table instead of a `match` on the escaped byte: `\n`, `\"`, `\t`
-                    // alternate unpredictably in code-heavy text, and one well-predicted
-                    // branch beats a jump table that mispredicts.
-                    match ESCAPE_LEN[usize::from(b.get(i + 1).copied().unwrap_or(0))] {
-                        2 => i + 2,
-                        6 => {
-                            check_hex(b, i, start)?;
-                            i + 6
-                        }
-                        _ if i + 1 >= b.len() => {
-                            return Err(JsonError::UnterminatedString { start });
-                        }
-                        _ => return Err(JsonError::InvalidEscape { at: i }),
-                    }
-                }
-                Some(&byte) => return Err(JsonError::ControlCharacter { at: i, byte }),
-                None => return Err(JsonError::UnterminatedString { start }),
-            };
-        }
+        string::skip(self.b, start)
     }
 }
-
-/// The four hex digits of the `\u` escape whose backslash is at `at`.
-#[inline]
-fn check_hex(b: &[u8], at: usize, start: usize) -> Result<(), JsonError> {
-    match b.get(at + 2..at + 6) {
-        Some(hex) if hex.iter().all(u8::is_ascii_hexdigit) => Ok(()),
-        Some(_) => Err(JsonError::InvalidEscape { at }),
-        None => Err(JsonError::UnterminatedString { start }),
-    }
-}
-
-/// Length of the escape sequence a backslash starts, by the byte after it (0: invalid).
-const ESCAPE_LEN: [u8; 256] = {
-    let mut t = [0u8; 256];
-    t[b'"' as usize] = 2;
-    t[b'\\' as usize] = 2;
-    t[b'/' as usize] = 2;
-    t[b'b' as usize] = 2;
-    t[b'f' as usize] = 2;
-    t[b'n' as usize] = 2;
-    t[b'r' as usize] = 2;
-    t[b't' as usize] = 2;
-    t[b'u' as usize] = 6;
-    t
-};
 
 /// Checks that `b[from..]` is UTF-8, reporting the first bad offset.
 ///

@@ -1,78 +1,98 @@
-//! The fallback session id: a hash of what stays the same on every turn of a conversation.
+//! The fallback session id: a hash of what stays the same on every turn of a conversation,
+//! read from the start of the body only.
+
+use std::borrow::Cow;
 
 use serde::Deserialize;
-use serde::de::{Deserializer, IgnoredAny, SeqAccess, Visitor};
 use sha2::{Digest, Sha256};
 
-use super::lenient::{List, Object, Str, Text};
+use super::lenient::{Object, Str, Text};
+use crate::json::{Items, Kind, Members, Span};
 
 /// Domain separation, so these digests never equal a hash of the same bytes made elsewhere,
-/// and a version to bump if the layout ever changes.
-const DOMAIN: &[u8] = b"context-relay/session-fingerprint/v1\n";
+/// and the layout version (v1 also hashed the sorted tool names, which sit after the history).
+const DOMAIN: &[u8] = b"context-relay/session-fingerprint/v2\n";
 
 /// 16 hex characters identifying a conversation by its stable parts, or `None` when the body
-/// is not a JSON object or has neither a system prompt nor a user message.
+/// does not start as a JSON object or has neither a system prompt nor a user message.
 ///
-/// The parts (everything else, notably the growing history, is ignored):
-/// - **model**: top-level `model` (empty when absent, as in Gemini, whose model is in the path);
-/// - **system prompt**: `instructions` (Responses), else top-level `system` (Anthropic), else
-///   `systemInstruction` (Gemini), else the first `system`/`developer` entry of `messages`
-///   (Chat) or `input` (Responses); text parts are joined with `\n`;
-/// - **first user message**: the text of the first `user` entry of `messages`, `input` (a string
-///   `input` is one) or `contents`. A user entry whose text parts are all tagged context
-///   blocks (each, trimmed, starts with `<` and a letter and ends with `>`, like the
-///   `<environment_context>` message Codex sends before every prompt) is passed over in
-///   favour of the next user entry, since it is the same for every conversation started in
-///   one directory; when all user entries are such blocks, the first one is used. (Claude
-///   Code's first message mixes a `<system-reminder>` part with the prompt: it is not passed
-///   over.)
-/// - **tool names**: `name` of each `tools` entry (else `function.name`, else each
-///   `functionDeclarations[].name`, else its `type`), sorted and deduplicated.
+/// Only a prefix of the body is read, so the cost does not grow with the history: the
+/// top-level members are read in order up to the conversation array (`messages`, `input` or
+/// `contents`), and that array up to its first user entry that is not a context block.
+/// Nothing after that is read, nor validated: a body malformed further on still gets its
+/// fingerprint (the provider refuses it). An empty conversation array (some clients send
+/// `messages: []` next to a Responses `input`) is passed over like any other member.
 ///
-/// Byte layout hashed with SHA-256: the ASCII line `context-relay/session-fingerprint/v1\n`;
-/// then model, system prompt and first user message, each as an 8-byte big-endian length
-/// followed by its UTF-8 bytes; then the number of tool names as 8 bytes big-endian, and each
-/// name as length + bytes. The id is the first 8 digest bytes in lower-case hex.
+/// The parts:
+/// - **model**: the top-level `model` string, if it comes before the conversation array
+///   (empty otherwise, as in Gemini, whose model is in the path);
+/// - **system prompt**: the top-level `instructions` (Responses), `system` (Anthropic) and
+///   `systemInstruction` / `system_instruction` (Gemini) that come before the conversation
+///   array, in any order among themselves (and the last one when a key is repeated); then the
+///   `system` and `developer` entries of the array before its first `user` entry;
+/// - **first user message**: the first `user` entry of the array, passing over entries whose
+///   text parts are all tagged context blocks (each, trimmed, starts with `<` and a letter and
+///   ends with `>`, like the `<environment_context>` message Codex sends before every prompt,
+///   which is the same for every conversation started in one directory). When every user
+///   entry is such a block, the array is read to its end and the first one is used. Claude
+///   Code's first message mixes a `<system-reminder>` part with the prompt: it counts. A
+///   string conversation (a Responses `input` string) is the user message.
+///
+/// Text is a string, or the `text` / `content` / `parts` of part objects and arrays (images,
+/// tool inputs and cache markers are skipped), parts joined with `\n`. Members of unexpected
+/// types count as absent.
+///
+/// What real clients send first decides what counts: the OpenAI SDKs (`model, messages` or
+/// `model, input, instructions`) give model, the in-array system entries and the first ask;
+/// Codex (`model, …, input`) gives model, its developer entries and the first prompt after
+/// `<environment_context>`; Claude Code (`model, messages, system, tools, …`) gives model and
+/// its first message, not the system prompt; the Anthropic SDK (`max_tokens, messages,
+/// model, system`) gives the first message only. Consequences:
+/// - two conversations of one tenant collide when these parts are equal: the same first ask
+///   to the same model from Claude Code (whose first message carries the date, so on the same
+///   day), or the same first ask from the Anthropic SDK whatever the model and system prompt.
+///   Tenants never collide with each other (handoffs are keyed by tenant too);
+/// - a client that reorders its keys between turns keeps its fingerprint as long as the same
+///   keys stay before the conversation array; moving `model` or a system key across it, or
+///   changing the earlier entries of the history, starts a new session (a pending handoff
+///   is then not found);
+/// - ids differ from those of v1 (which also hashed the sorted tool names), so a session
+///   identified by fingerprint alone starts over once when the relay is upgraded.
+///
+/// Byte layout hashed with SHA-256: the ASCII line `context-relay/session-fingerprint/v2\n`;
+/// then model, `instructions`, `system` and `systemInstruction`, each as an 8-byte
+/// big-endian length followed by its UTF-8 bytes; the number of in-array system entries as 8
+/// bytes big-endian and each as length + bytes; the first user message as length + bytes.
+/// The id is the first 8 digest bytes in lower-case hex.
 ///
 /// ```
 /// use context_relay_core::session::fingerprint;
 ///
 /// let first = br#"{"model":"gpt-5","messages":[{"role":"user","content":"fix the bug"}]}"#;
 /// let later = br#"{"model":"gpt-5","messages":[{"role":"user","content":"fix the bug"},
-///     {"role":"assistant","content":"done"},{"role":"user","content":"thanks"}]}"#;
+///     {"role":"assistant","content":"done"},{"role":"user","content":"thanks"}],"tools":[]}"#;
 /// assert_eq!(fingerprint(first), fingerprint(later));
 /// assert_eq!(fingerprint(first).unwrap().len(), 16);
+/// // Nothing after the first user entry is read.
+/// let cut = br#"{"model":"gpt-5","messages":[{"role":"user","content":"fix the bug"}, oops"#;
+/// assert_eq!(fingerprint(first), fingerprint(cut));
 /// ```
 pub fn fingerprint(body: &[u8]) -> Option<String> {
-    let parsed: Body<'_> = serde_json::from_slice(body).ok()?;
-    let system = [
-        &parsed.instructions,
-        &parsed.system,
-        &parsed.system_instruction,
-        &parsed.messages.system,
-        &parsed.input.system,
-    ]
-    .into_iter()
-    .find(|t| !t.is_empty())
-    .map(Text::joined)
-    .unwrap_or_default();
-    let user = [&parsed.messages, &parsed.input, &parsed.contents]
+    let parts = Parts::read(body)?;
+    let user = parts.user.as_ref().map(Text::joined).unwrap_or_default();
+    let empty = |t: &Text<'_>| t.is_empty();
+    if user.is_empty()
+        && [
+            &parts.instructions,
+            &parts.system,
+            &parts.system_instruction,
+        ]
         .into_iter()
-        .find_map(FirstEntries::user)
-        .map(Text::joined)
-        .unwrap_or_default();
-    if system.is_empty() && user.is_empty() {
+        .all(empty)
+        && parts.entries.iter().all(empty)
+    {
         return None;
     }
-    let mut tools: Vec<&str> = parsed
-        .tools
-        .0
-        .iter()
-        .filter_map(|t| t.0.as_ref())
-        .flat_map(Tool::names)
-        .collect();
-    tools.sort_unstable();
-    tools.dedup();
 
     let mut hasher = Sha256::new();
     hasher.update(DOMAIN);
@@ -80,36 +100,109 @@ pub fn fingerprint(body: &[u8]) -> Option<String> {
         hasher.update((bytes.len() as u64).to_be_bytes());
         hasher.update(bytes);
     };
-    field(parsed.model.as_deref().unwrap_or_default().as_bytes());
-    field(system.as_bytes());
-    field(user.as_bytes());
-    hasher.update((tools.len() as u64).to_be_bytes());
-    for name in tools {
-        hasher.update((name.len() as u64).to_be_bytes());
-        hasher.update(name.as_bytes());
+    field(parts.model.as_deref().unwrap_or_default().as_bytes());
+    field(parts.instructions.joined().as_bytes());
+    field(parts.system.joined().as_bytes());
+    field(parts.system_instruction.joined().as_bytes());
+    hasher.update((parts.entries.len() as u64).to_be_bytes());
+    for entry in &parts.entries {
+        let text = entry.joined();
+        hasher.update((text.len() as u64).to_be_bytes());
+        hasher.update(text.as_bytes());
     }
+    hasher.update((user.len() as u64).to_be_bytes());
+    hasher.update(user.as_bytes());
     Some(super::hex16(&hasher.finalize()))
 }
 
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Body<'a> {
-    #[serde(borrow)]
-    model: Str<'a>,
-    #[serde(borrow)]
+/// The parts of a fingerprint, read from the start of a body.
+#[derive(Default)]
+struct Parts<'a> {
+    model: Option<Cow<'a, str>>,
     instructions: Text<'a>,
-    #[serde(borrow)]
     system: Text<'a>,
-    #[serde(borrow, rename = "systemInstruction", alias = "system_instruction")]
     system_instruction: Text<'a>,
-    #[serde(borrow)]
-    messages: FirstEntries<'a>,
-    #[serde(borrow)]
-    input: FirstEntries<'a>,
-    #[serde(borrow)]
-    contents: FirstEntries<'a>,
-    #[serde(borrow)]
-    tools: List<Object<Tool<'a>>>,
+    /// The `system` / `developer` entries of the conversation before its first user entry.
+    entries: Vec<Text<'a>>,
+    user: Option<Text<'a>>,
+}
+
+impl<'a> Parts<'a> {
+    /// `None` when what is read is not well-formed JSON (or nests deeper than `serde_json`
+    /// reads), or the body is not an object.
+    fn read(body: &'a [u8]) -> Option<Self> {
+        let mut parts = Parts::default();
+        let mut members = Members::root(body).ok()?;
+        while let Some(key) = members.next() {
+            let key = key.ok()?;
+            let slot = match key.key.as_ref() {
+                "model" => {
+                    let span = members.value(&key).ok()?;
+                    parts.model = value::<Str<'a>>(body, span)?.0;
+                    continue;
+                }
+                "instructions" => &mut parts.instructions,
+                "system" => &mut parts.system,
+                "systemInstruction" | "system_instruction" => &mut parts.system_instruction,
+                "messages" | "input" | "contents" => match Kind::at(body, key.value_start) {
+                    // Some clients send Chat-style `messages: []` next to a Responses
+                    // `input`: an empty array holds no conversation.
+                    Some(Kind::Array) if is_empty_array(body, key.value_start) => continue,
+                    Some(Kind::Array) => {
+                        parts.conversation(body, members.items(&key).ok()?)?;
+                        return Some(parts);
+                    }
+                    Some(Kind::String) => {
+                        parts.user = Some(value(body, members.value(&key).ok()?)?);
+                        return Some(parts);
+                    }
+                    // Not a conversation: skipped like any other member.
+                    _ => continue,
+                },
+                _ => continue,
+            };
+            *slot = value(body, members.value(&key).ok()?)?;
+        }
+        Some(parts)
+    }
+
+    /// Reads the conversation array up to its first user entry that is not a context block.
+    fn conversation(&mut self, body: &'a [u8], items: Items<'a>) -> Option<()> {
+        let mut context = None;
+        for item in items {
+            let Object(entry) = value::<Object<Entry<'a>>>(body, item.ok()?)?;
+            let Some(entry) = entry else { continue };
+            match entry.role.as_deref() {
+                Some("system" | "developer") if context.is_none() => {
+                    self.entries.push(entry.text());
+                }
+                Some("user") => {
+                    let text = entry.text();
+                    if !is_context_block(&text) {
+                        self.user = Some(text);
+                        return Some(());
+                    }
+                    context.get_or_insert(text);
+                }
+                _ => {}
+            }
+        }
+        self.user = context;
+        Some(())
+    }
+}
+
+/// Whether the array opening at `open` closes right away (the walk validates it later).
+fn is_empty_array(body: &[u8], open: usize) -> bool {
+    let rest = body.get(open + 1..).unwrap_or_default();
+    rest.iter()
+        .find(|b| !matches!(b, b' ' | b'\n' | b'\r' | b'\t'))
+        == Some(&b']')
+}
+
+/// The value at `span` (validated by the walk) read as `T`.
+fn value<'a, T: Deserialize<'a>>(body: &'a [u8], span: Span) -> Option<T> {
+    serde_json::from_slice(body.get(span)?).ok()
 }
 
 #[derive(Deserialize, Default)]
@@ -131,40 +224,6 @@ impl<'a> Entry<'a> {
     }
 }
 
-/// The first system/developer entry and the first user entries of a conversation array; the
-/// rest of the array is skipped without being decoded once they are found.
-#[derive(Default)]
-struct FirstEntries<'a> {
-    system: Text<'a>,
-    first_user: Option<Text<'a>>,
-    first_plain_user: Option<Text<'a>>,
-}
-
-impl<'a> FirstEntries<'a> {
-    fn user(&self) -> Option<&Text<'a>> {
-        self.first_plain_user.as_ref().or(self.first_user.as_ref())
-    }
-
-    fn done(&self) -> bool {
-        !self.system.is_empty() && self.first_plain_user.is_some()
-    }
-
-    fn push(&mut self, entry: Entry<'a>) {
-        match entry.role.as_deref() {
-            Some("system" | "developer") if self.system.is_empty() => self.system = entry.text(),
-            Some("user") if self.first_plain_user.is_none() => {
-                let text = entry.text();
-                if is_context_block(&text) {
-                    self.first_user.get_or_insert(text);
-                } else {
-                    self.first_plain_user = Some(text);
-                }
-            }
-            _ => {}
-        }
-    }
-}
-
 fn is_context_block(text: &Text<'_>) -> bool {
     let mut parts = text
         .0
@@ -179,93 +238,6 @@ fn is_context_block(text: &Text<'_>) -> bool {
         })
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for FirstEntries<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-            type Value = FirstEntries<'a>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("any JSON value")
-            }
-            // A Responses `input` may be a bare string: the user's message.
-            fn visit_borrowed_str<E: serde::de::Error>(
-                self,
-                v: &'de str,
-            ) -> Result<Self::Value, E> {
-                Ok(FirstEntries {
-                    first_plain_user: Some(Text(vec![v.into()])),
-                    ..FirstEntries::default()
-                })
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(FirstEntries {
-                    first_plain_user: Some(Text(vec![v.to_owned().into()])),
-                    ..FirstEntries::default()
-                })
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-                let mut found = FirstEntries::default();
-                while !found.done() {
-                    match seq.next_element::<Object<Entry<'a>>>()? {
-                        Some(Object(Some(entry))) => found.push(entry),
-                        Some(Object(None)) => {}
-                        None => return Ok(found),
-                    }
-                }
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(found)
-            }
-            ignore_other_values!(map);
-        }
-        d.deserialize_any(V(std::marker::PhantomData))
-    }
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Tool<'a> {
-    #[serde(borrow)]
-    name: Str<'a>,
-    #[serde(borrow, rename = "type")]
-    kind: Str<'a>,
-    #[serde(borrow)]
-    function: Object<Named<'a>>,
-    #[serde(
-        borrow,
-        rename = "functionDeclarations",
-        alias = "function_declarations"
-    )]
-    function_declarations: List<Object<Named<'a>>>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Named<'a> {
-    #[serde(borrow)]
-    name: Str<'a>,
-}
-
-impl Tool<'_> {
-    fn names(&self) -> Vec<&str> {
-        if let Some(name) = self.name.as_deref() {
-            return vec![name];
-        }
-        if let Some(name) = self.function.0.as_ref().and_then(|f| f.name.as_deref()) {
-            return vec![name];
-        }
-        let declared: Vec<&str> = self
-            .function_declarations
-            .0
-            .iter()
-            .filter_map(|d| d.0.as_ref()?.name.as_deref())
-            .collect();
-        if !declared.is_empty() {
-            return declared;
-        }
-        self.kind.as_deref().into_iter().collect()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,19 +246,55 @@ mod tests {
         fingerprint(json.as_bytes())
     }
 
+    /// v1 hashed the sorted tool names; v2 does not read them (they follow the history).
     #[test]
-    fn shapes_and_order_of_tools() {
+    fn tools_do_not_count_and_keys_before_the_history_may_move() {
         let a = fp(
             r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"b"}},{"type":"function","function":{"name":"a"}}]}"#,
         );
         let b = fp(
-            r#"{"tools":[{"type":"function","function":{"name":"a"}},{"type":"function","function":{"name":"b"}}],"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"model":"m"}"#,
+            r#"{"tools":[{"type":"function","function":{"name":"a"}}],"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}"#,
         );
+        assert!(a.is_some());
         assert_eq!(a, b);
-        let c = fp(
-            r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"a"}}]}"#,
-        );
+        // `model` after the history is not read.
+        let c = fp(r#"{"messages":[{"role":"user","content":"hi"}],"model":"m"}"#);
         assert_ne!(a, c);
+        assert_eq!(
+            c,
+            fp(r#"{"messages":[{"role":"user","content":"hi"}],"model":"x"}"#)
+        );
+    }
+
+    #[test]
+    fn keys_before_the_history_count_in_any_order() {
+        let keys = [
+            r#""model":"m""#,
+            r#""instructions":"be brief""#,
+            r#""system":[{"type":"text","text":"sys"}]"#,
+            r#""systemInstruction":{"parts":[{"text":"g"}]}"#,
+        ];
+        let body = |order: &[usize]| {
+            let head: Vec<&str> = order.iter().map(|&i| keys[i]).collect();
+            fp(&format!(
+                r#"{{{},"messages":[{{"role":"user","content":"hi"}}],"tools":[]}}"#,
+                head.join(",")
+            ))
+        };
+        let reference = body(&[0, 1, 2, 3]);
+        for order in [[3, 2, 1, 0], [1, 3, 0, 2], [2, 0, 3, 1]] {
+            assert_eq!(body(&order), reference);
+        }
+        // Each of them counts.
+        for drop in 0..4 {
+            let rest: Vec<usize> = (0..4).filter(|&i| i != drop).collect();
+            assert_ne!(body(&rest), reference);
+        }
+        // A repeated key: the last one counts.
+        let twice = fp(
+            r#"{"model":"x","model":"m","instructions":"be brief","system":[{"type":"text","text":"sys"}],"systemInstruction":{"parts":[{"text":"g"}]},"messages":[{"role":"user","content":"hi"}]}"#,
+        );
+        assert_eq!(twice, reference);
     }
 
     #[test]
@@ -304,6 +312,18 @@ mod tests {
             r#"{"model":"m","instructions":"be brief","input":[{"role":"user","content":[{"type":"input_text","text":"hi"}]},{"type":"function_call","name":"x"}]}"#,
         );
         assert_eq!(r, r2);
+    }
+
+    #[test]
+    fn an_empty_conversation_array_is_passed_over() {
+        let input = r#""input":[{"role":"user","content":"hi"}]"#;
+        let alone = fp(&format!(r#"{{"model":"m",{input}}}"#));
+        assert!(alone.is_some());
+        assert_eq!(
+            fp(&format!(r#"{{"model":"m","messages":[ ],{input}}}"#)),
+            alone
+        );
+        assert_eq!(fp(r#"{"model":"m","messages":[]}"#), None);
     }
 
     #[test]

@@ -119,37 +119,6 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
     }
 }
 
-/// The elements of an array, or nothing for any other JSON value.
-#[derive(Debug)]
-pub(crate) struct List<T>(pub(crate) Vec<T>);
-
-impl<T> Default for List<T> {
-    fn default() -> Self {
-        Self(Vec::new())
-    }
-}
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for List<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<T>(PhantomData<T>);
-        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
-            type Value = List<T>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<List<T>, A::Error> {
-                let mut items = Vec::new();
-                while let Some(item) = seq.next_element()? {
-                    items.push(item);
-                }
-                Ok(List(items))
-            }
-            ignore_other_values!(str, map);
-        }
-        d.deserialize_any(V(PhantomData))
-    }
-}
-
 /// The text of a message content in any provider's shape: a string, an array of parts, or a
 /// part object; from objects only `text`, `content` and `parts` are followed, so images,
 /// tool inputs and cache markers are skipped.
@@ -222,7 +191,6 @@ mod tests {
         #[serde(borrow)]
         t: Text<'a>,
         o: Object<Inner>,
-        l: List<Str<'a>>,
     }
 
     #[derive(Deserialize, Default)]
@@ -233,12 +201,10 @@ mod tests {
 
     #[test]
     fn wrong_types_become_empty() {
-        let p: Probe<'_> =
-            serde_json::from_str(r#"{"s":[1,{"a":2}],"t":5,"o":"no","l":{"k":1}}"#).unwrap();
+        let p: Probe<'_> = serde_json::from_str(r#"{"s":[1,{"a":2}],"t":5,"o":"no"}"#).unwrap();
         assert_eq!(p.s.0, None);
         assert!(p.t.is_empty());
         assert!(p.o.0.is_none());
-        assert!(p.l.0.is_empty());
     }
 
     #[test]

@@ -50,6 +50,35 @@ pub fn fixture_body(name: &str) -> Value {
     body
 }
 
+/// The top-level keys of a capture's body in the order the client sent them (a
+/// `serde_json::Value` sorts them).
+pub fn key_order(name: &str) -> Vec<String> {
+    let path = format!(
+        "{}/../../../shared/fixtures/clients/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let body = context_relay_core::json::find_member(&text, "body")
+        .expect("capture is JSON")
+        .expect("capture has a body");
+    let members = context_relay_core::json::Members::root(&text[body.value]).expect("object");
+    members
+        .map(|key| key.expect("well-formed").key.into_owned())
+        .collect()
+}
+
+/// `body` serialized with its top-level keys in `order` (keys not named there follow, sorted).
+pub fn to_bytes_in_order(body: &Value, order: &[String]) -> Vec<u8> {
+    let map = body.as_object().expect("an object body");
+    let mut keys: Vec<&String> = order.iter().filter(|k| map.contains_key(*k)).collect();
+    keys.extend(map.keys().filter(|k| !order.contains(k)));
+    let members: Vec<String> = keys
+        .iter()
+        .map(|k| format!("{}:{}", Value::String((*k).clone()), map[*k]))
+        .collect();
+    format!("{{{}}}", members.join(",")).into_bytes()
+}
+
 /// Replaces every `…...[N chars]` string by its first part padded to N chars.
 fn grow(v: &mut Value) {
     match v {

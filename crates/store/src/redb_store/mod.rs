@@ -2,9 +2,11 @@
 //! in-memory index so that the hot path never reads the disk.
 //!
 //! Layout: table `handoffs` maps `(tenant, session, combo)` to a 17-byte header (layout byte,
-//! version, expiry in Unix ms, all little-endian) followed by the record as JSON; table
+//! version, expiry in Unix ms, all little-endian) followed by the record as JSON, for the
+//! account slot; table `model_switch_handoffs` does the same for the model slot; table
 //! `affinity_by_combo` maps `(tenant, session, combo)` to JSON (an older `affinity` table, keyed
-//! without the combo, is no longer read). Opening rebuilds the index from the headers
+//! without the combo, is no longer read); the serving model is an optional `model` field of
+//! that JSON. Opening rebuilds the index (one per slot) from the headers
 //! alone, so reopening a million records does not parse a million JSON documents.
 //!
 //! Ordering: every write updates the index and is queued to the writer while holding the index
@@ -28,7 +30,7 @@ use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use context_relay_core::HandoffKey;
+use context_relay_core::{HandoffKey, HandoffSlot};
 use redb::Database;
 
 use crate::affinity::AffinityMap;
@@ -106,7 +108,8 @@ pub struct RedbStore {
 struct Inner {
     db: Arc<Database>,
     path: PathBuf,
-    index: FastMap<HandoffKey, Meta>,
+    /// One index per slot ([`HandoffSlot::index`]).
+    index: [FastMap<HandoffKey, Meta>; 2],
     affinity: AffinityMap,
     affinity_ttl: Duration,
     clock: Arc<dyn Clock>,
@@ -140,9 +143,15 @@ impl RedbStore {
         &self.inner.path
     }
 
-    /// How many keys the in-memory index holds (live records, and expired ones until purged).
+    /// How many records the in-memory index holds, both slots together (live records, and
+    /// expired ones until purged).
     pub fn indexed(&self) -> usize {
-        self.inner.index.len()
+        self.inner.index.iter().map(FastMap::len).sum()
+    }
+
+    /// The index of `slot`.
+    fn index(&self, slot: HandoffSlot) -> &FastMap<HandoffKey, Meta> {
+        &self.inner.index[slot.index()]
     }
 
     /// How many stored records were skipped because they could not be read, since open.
@@ -173,7 +182,7 @@ impl fmt::Debug for RedbStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedbStore")
             .field("path", &self.inner.path)
-            .field("indexed", &self.inner.index.len())
+            .field("indexed", &self.indexed())
             .field("affinities", &self.inner.affinity.len())
             .field("clock", &self.inner.clock)
             .finish()

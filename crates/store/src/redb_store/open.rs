@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, mpsc};
 
-use context_relay_core::{HandoffKey, HandoffRecord};
+use context_relay_core::{HandoffKey, HandoffRecord, HandoffSlot};
 use redb::{
     Database, DatabaseError, ReadableDatabase, ReadableTable, StorageError, TableDefinition,
 };
@@ -21,6 +21,8 @@ use crate::{StoreError, report_corrupt};
 
 pub(super) const HANDOFFS: TableDefinition<'static, (&str, &str, &str), &[u8]> =
     TableDefinition::new("handoffs");
+pub(super) const MODEL_HANDOFFS: TableDefinition<'static, (&str, &str, &str), &[u8]> =
+    TableDefinition::new("model_switch_handoffs");
 pub(super) const AFFINITY: TableDefinition<'static, (&str, &str, &str), &[u8]> =
     TableDefinition::new("affinity_by_combo");
 pub(super) const SECRETS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("secrets");
@@ -28,6 +30,16 @@ pub(super) const SECRETS: TableDefinition<'static, &str, &[u8]> = TableDefinitio
 /// First byte of every stored value: bump it when the header changes.
 pub(super) const LAYOUT: u8 = 1;
 pub(super) const HEADER_LEN: usize = 17;
+
+/// The table of `slot`'s records.
+pub(super) fn handoffs(
+    slot: HandoffSlot,
+) -> TableDefinition<'static, (&'static str, &'static str, &'static str), &'static [u8]> {
+    match slot {
+        HandoffSlot::Account => HANDOFFS,
+        HandoffSlot::Model => MODEL_HANDOFFS,
+    }
+}
 
 impl RedbStore {
     pub(super) fn open_with(opts: RedbStoreBuilder) -> Result<Self, StoreError> {
@@ -41,21 +53,23 @@ impl RedbStore {
             path: path.clone(),
             reason: format!("{what}: {e}"),
         };
-        // Create both tables up front: reads then never meet a missing table, and a foreign redb
+        // Create every table up front: reads then never meet a missing table, and a foreign redb
         // file with tables of other types is refused here rather than on first use.
         let w = db
             .begin_write()
             .map_err(|e| fail("cannot start a transaction", &e))?;
         {
-            w.open_table(HANDOFFS)
-                .map_err(|e| fail("not a context-relay store", &e))?;
+            for slot in HandoffSlot::ALL {
+                w.open_table(handoffs(slot))
+                    .map_err(|e| fail("not a context-relay store", &e))?;
+            }
             w.open_table(AFFINITY)
                 .map_err(|e| fail("not a context-relay store", &e))?;
         }
         w.commit().map_err(|e| fail("cannot commit", &e))?;
 
         let now = now_ms(&*opts.clock);
-        let index = FastMap::default();
+        let index: [FastMap<HandoffKey, Meta>; 2] = Default::default();
         let affinity = AffinityMap::new(opts.affinity_entries);
         let mut corrupt = 0u64;
         let mut max_version = 0u64;
@@ -65,33 +79,35 @@ impl RedbStore {
             let r = db
                 .begin_read()
                 .map_err(|e| fail("cannot start a read", &e))?;
-            let table = r
-                .open_table(HANDOFFS)
-                .map_err(|e| fail("cannot open table handoffs", &e))?;
             let mut interner = Interner::default();
-            for item in table
-                .iter()
-                .map_err(|e| fail("cannot read table handoffs", &e))?
-            {
-                let (k, v) = item.map_err(|e| fail("cannot read table handoffs", &e))?;
-                let (t, s, c) = k.value();
-                let key = HandoffKey {
-                    tenant: interner.intern(t),
-                    session: Arc::from(s),
-                    combo: interner.intern(c),
-                };
-                match decode_header(v.value()) {
-                    Ok((version, expires_ms, _)) => {
-                        max_version = max_version.max(version);
-                        if now < expires_ms {
-                            index.insert(key, Meta::new(version, expires_ms));
-                        } else {
-                            expired.push(key);
+            for slot in HandoffSlot::ALL {
+                let def = handoffs(slot);
+                let table = r
+                    .open_table(def)
+                    .map_err(|e| fail(&format!("cannot open table {def}"), &e))?;
+                let unreadable =
+                    |e: &dyn fmt::Display| fail(&format!("cannot read table {def}"), e);
+                for item in table.iter().map_err(|e| unreadable(&e))? {
+                    let (k, v) = item.map_err(|e| unreadable(&e))?;
+                    let (t, s, c) = k.value();
+                    let key = HandoffKey {
+                        tenant: interner.intern(t),
+                        session: Arc::from(s),
+                        combo: interner.intern(c),
+                    };
+                    match decode_header(v.value()) {
+                        Ok((version, expires_ms, _)) => {
+                            max_version = max_version.max(version);
+                            if now < expires_ms {
+                                index[slot.index()].insert(key, Meta::new(version, expires_ms));
+                            } else {
+                                expired.push((slot, key));
+                            }
                         }
-                    }
-                    Err(found) => {
-                        corrupt += 1;
-                        report_corrupt("redb", &key, &found);
+                        Err(found) => {
+                            corrupt += 1;
+                            report_corrupt("redb", &key, &found);
+                        }
                     }
                 }
             }

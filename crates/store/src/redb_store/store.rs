@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use context_relay_core::{HandoffKey, HandoffRecord};
+use context_relay_core::{HandoffKey, HandoffRecord, HandoffSlot};
 use redb::{Database, ReadableTable};
 
 use super::RedbStore;
@@ -19,7 +19,7 @@ impl HandoffStore for RedbStore {
     }
 
     fn get<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, Option<HandoffRecord>> {
-        Box::pin(std::future::ready(self.get_now(key)))
+        self.get_in(key, HandoffSlot::Account)
     }
 
     fn contains<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, bool> {
@@ -27,19 +27,15 @@ impl HandoffStore for RedbStore {
     }
 
     fn may_contain(&self, key: &HandoffKey) -> bool {
-        // The clock is read only for a key that is there: an absent key costs one lookup.
-        self.inner
-            .index
-            .get(key)
-            .is_some_and(|m| m.is_live(self.now_ms()))
+        self.may_contain_in(key, HandoffSlot::Account)
     }
 
     fn claim<'a>(&'a self, key: &'a HandoffKey, lease: Duration) -> StoreFuture<'a, Option<Claim>> {
-        Box::pin(std::future::ready(self.claim_now(key, lease)))
+        self.claim_in(key, HandoffSlot::Account, lease)
     }
 
     fn complete<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, bool> {
-        let queued = self.remove_queue(&claim.key(), |m| m.version == claim.version);
+        let queued = self.remove_queue(&claim.key(), claim.slot, |m| m.version == claim.version);
         Box::pin(async move {
             match queued? {
                 Some((_, rx)) => committed(rx).await.map(|()| true),
@@ -49,21 +45,14 @@ impl HandoffStore for RedbStore {
     }
 
     fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ()> {
-        if let Some(mut meta) = self.inner.index.get_mut(&claim.key()) {
+        if let Some(mut meta) = self.index(claim.slot).get_mut(&claim.key()) {
             meta.release(claim.version, claim.token);
         }
         Box::pin(std::future::ready(Ok(())))
     }
 
     fn delete<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, bool> {
-        let now = self.now_ms();
-        let queued = self.remove_queue(key, |_| true);
-        Box::pin(async move {
-            match queued? {
-                Some((meta, rx)) => committed(rx).await.map(|()| meta.is_live(now)),
-                None => Ok(false),
-            }
-        })
+        self.delete_in(key, HandoffSlot::Account)
     }
 
     fn purge_expired(&self) -> StoreFuture<'_, usize> {
@@ -116,6 +105,55 @@ impl HandoffStore for RedbStore {
 
     fn backend(&self) -> &'static str {
         "redb"
+    }
+
+    fn get_in<'a>(
+        &'a self,
+        key: &'a HandoffKey,
+        slot: HandoffSlot,
+    ) -> StoreFuture<'a, Option<HandoffRecord>> {
+        Box::pin(std::future::ready(self.get_now(key, slot)))
+    }
+
+    fn contains_in<'a>(&'a self, key: &'a HandoffKey, slot: HandoffSlot) -> StoreFuture<'a, bool> {
+        Box::pin(std::future::ready(Ok(self.may_contain_in(key, slot))))
+    }
+
+    fn may_contain_in(&self, key: &HandoffKey, slot: HandoffSlot) -> bool {
+        // The clock is read only for a key that is there: an absent key costs one lookup.
+        self.index(slot)
+            .get(key)
+            .is_some_and(|m| m.is_live(self.now_ms()))
+    }
+
+    fn claim_in<'a>(
+        &'a self,
+        key: &'a HandoffKey,
+        slot: HandoffSlot,
+        lease: Duration,
+    ) -> StoreFuture<'a, Option<Claim>> {
+        Box::pin(std::future::ready(self.claim_now(key, slot, lease)))
+    }
+
+    fn delete_in<'a>(&'a self, key: &'a HandoffKey, slot: HandoffSlot) -> StoreFuture<'a, bool> {
+        let now = self.now_ms();
+        let queued = self.remove_queue(key, slot, |_| true);
+        Box::pin(async move {
+            match queued? {
+                Some((meta, rx)) => committed(rx).await.map(|()| meta.is_live(now)),
+                None => Ok(false),
+            }
+        })
+    }
+
+    fn freshest<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, Option<HandoffRecord>> {
+        let found = self.get_now(key, HandoffSlot::Account).and_then(|account| {
+            Ok(crate::newer(
+                account,
+                self.get_now(key, HandoffSlot::Model)?,
+            ))
+        });
+        Box::pin(std::future::ready(found))
     }
 
     fn secret<'a>(&'a self, name: &'a str, candidate: [u8; 32]) -> StoreFuture<'a, [u8; 32]> {

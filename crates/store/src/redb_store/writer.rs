@@ -6,13 +6,13 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use context_relay_core::time::to_unix_millis;
-use context_relay_core::{HandoffKey, HandoffRecord};
+use context_relay_core::{HandoffKey, HandoffRecord, HandoffSlot};
 use dashmap::mapref::entry::Entry;
 use redb::{Database, ReadableTable};
 use tokio::sync::oneshot;
 
 use super::RedbStore;
-use super::open::{AFFINITY, HANDOFFS, decode_header, encode};
+use super::open::{AFFINITY, HANDOFFS, MODEL_HANDOFFS, decode_header, encode};
 use crate::affinity::{self, Stored, Write};
 use crate::clock::after_ms;
 use crate::index::Meta;
@@ -24,18 +24,20 @@ pub(super) type Pending = oneshot::Receiver<Result<(), StoreError>>;
 
 pub(super) enum Op {
     Put {
+        slot: HandoffSlot,
         key: HandoffKey,
         value: Vec<u8>,
         done: Done,
     },
     Delete {
+        slot: HandoffSlot,
         key: HandoffKey,
         done: Done,
     },
     /// Deletes records (and affinities) whose stored expiry has passed at `now_ms`: conditional
     /// on what is stored, so a write that raced the purge survives.
     Purge {
-        keys: Vec<HandoffKey>,
+        keys: Vec<(HandoffSlot, HandoffKey)>,
         affinities: Vec<String>,
         now_ms: u64,
         affinity_ttl: Duration,
@@ -54,10 +56,16 @@ impl RedbStore {
         let expires_ms = to_unix_millis(record.expires_at);
         let value = encode(version, expires_ms, record)?;
         let key = record.key();
+        let slot = record.slot();
         let (done, rx) = oneshot::channel();
         // Index update and queueing under one entry lock: see the module docs on ordering.
-        let entry = self.inner.index.entry(key.clone());
-        let op = Op::Put { key, value, done };
+        let entry = self.index(slot).entry(key.clone());
+        let op = Op::Put {
+            slot,
+            key,
+            value,
+            done,
+        };
         match entry {
             Entry::Occupied(mut e) => {
                 self.send(op)?;
@@ -71,16 +79,18 @@ impl RedbStore {
         Ok(rx)
     }
 
-    /// Removes `key` from the index when `pred` holds and queues its deletion.
+    /// Removes `key` from the index of `slot` when `pred` holds and queues its deletion.
     pub(super) fn remove_queue(
         &self,
         key: &HandoffKey,
+        slot: HandoffSlot,
         pred: impl FnOnce(&Meta) -> bool,
     ) -> Result<Option<(Meta, Pending)>, StoreError> {
-        match self.inner.index.entry(key.clone()) {
+        match self.index(slot).entry(key.clone()) {
             Entry::Occupied(e) if pred(e.get()) => {
                 let (done, rx) = oneshot::channel();
                 self.send(Op::Delete {
+                    slot,
                     key: key.clone(),
                     done,
                 })?;
@@ -93,13 +103,15 @@ impl RedbStore {
     pub(super) fn purge_queue(&self) -> Result<(usize, Option<Pending>), StoreError> {
         let now = self.now_ms();
         let mut keys = Vec::new();
-        self.inner.index.retain(|k, m| {
-            let live = m.is_live(now);
-            if !live {
-                keys.push(k.clone());
-            }
-            live
-        });
+        for slot in HandoffSlot::ALL {
+            self.index(slot).retain(|k, m| {
+                let live = m.is_live(now);
+                if !live {
+                    keys.push((slot, k.clone()));
+                }
+                live
+            });
+        }
         let affinities = self.inner.affinity.purge(now, self.inner.affinity_ttl);
         if keys.is_empty() && affinities.is_empty() {
             return Ok((0, None));
@@ -187,16 +199,18 @@ pub(super) fn run_writer(db: &Database, rx: &mpsc::Receiver<Op>, max_batch: usiz
 fn apply(db: &Database, batch: &[Op]) -> Result<(), redb::Error> {
     let w = db.begin_write()?;
     {
-        let mut handoffs = w.open_table(HANDOFFS)?;
+        let mut handoffs = [w.open_table(HANDOFFS)?, w.open_table(MODEL_HANDOFFS)?];
         let mut affinities = w.open_table(AFFINITY)?;
         for op in batch {
             match op {
-                Op::Put { key, value, .. } => {
-                    handoffs
+                Op::Put {
+                    slot, key, value, ..
+                } => {
+                    handoffs[slot.index()]
                         .insert((&*key.tenant, &*key.session, &*key.combo), value.as_slice())?;
                 }
-                Op::Delete { key, .. } => {
-                    handoffs.remove((&*key.tenant, &*key.session, &*key.combo))?;
+                Op::Delete { slot, key, .. } => {
+                    handoffs[slot.index()].remove((&*key.tenant, &*key.session, &*key.combo))?;
                 }
                 Op::Purge {
                     keys,
@@ -205,13 +219,14 @@ fn apply(db: &Database, batch: &[Op]) -> Result<(), redb::Error> {
                     affinity_ttl,
                     ..
                 } => {
-                    for key in keys {
+                    for (slot, key) in keys {
+                        let table = &mut handoffs[slot.index()];
                         let k = (&*key.tenant, &*key.session, &*key.combo);
-                        let expired = handoffs.get(k)?.is_some_and(|v| {
+                        let expired = table.get(k)?.is_some_and(|v| {
                             decode_header(v.value()).is_ok_and(|(_, e, _)| e <= *now_ms)
                         });
                         if expired {
-                            handoffs.remove(k)?;
+                            table.remove(k)?;
                         }
                     }
                     for key in stale {

@@ -1,6 +1,7 @@
 //! The Redis backend: several gateway replicas share one store.
 //!
-//! Every record is a hash `{prefix}h:<key>` with fields `rec` (the JSON record), `ver` (a
+//! Every record is a hash `{prefix}h:<key>` (account slot) or `{prefix}hm:<key>` (model slot)
+//! with fields `rec` (the JSON record), `ver` (a
 //! version from the `{prefix}seq` counter), `exp` (expiry, Unix ms) and, while leased, `lu`
 //! (lease end, Unix ms) and `lt` (lease token). Claim, complete, release and delete are Lua
 //! scripts, so each is atomic on the server. Expiry and lease ends are compared with the
@@ -8,8 +9,8 @@
 //! the record's Redis TTL (`PEXPIREAT exp`) only collects garbage.
 //!
 //! An affinity is a hash `{prefix}ac:<tenant, session, combo>` with fields `p` (provider), `a`
-//! (account) and `f` (the foreign digests and until when they are kept, JSON), expiring after
-//! the affinity TTL without a change.
+//! (account), `f` (the foreign digests and until when they are kept, JSON) and, when known,
+//! `m` (the serving model), expiring after the affinity TTL without a change.
 //!
 //! Every call is bounded by a timeout (default 2 s); calls on a request's path (`get`,
 //! `contains`, `claim`, `release`, `affinity`, `set_affinity`) get a short one (default 50 ms,

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use context_relay_core::HandoffKey;
 use context_relay_core::portable::ForeignSet;
+use context_relay_core::{HandoffKey, HandoffSlot};
 use redis::Script;
 
 use super::RedisStore;
@@ -69,15 +69,21 @@ end
 return 0
 ";
 
-/// Writes the affinity unless it holds the same account and foreign digests and was written
-/// recently (its TTL is still above `ARGV[4]`): the common case costs no write.
+/// Writes the affinity unless it holds the same account, foreign digests and model and was
+/// written recently (its TTL is still above `ARGV[4]`): the common case costs no write. An
+/// empty model (`ARGV[6]`) is an unknown one: no `m` field, as older code wrote it.
 const SET_AFFINITY: &str = r"
-local f = redis.call('HMGET', KEYS[1], 'p', 'a', 'f')
-if f[1] == ARGV[1] and f[2] == ARGV[2] and f[3] == ARGV[5]
+local f = redis.call('HMGET', KEYS[1], 'p', 'a', 'f', 'm')
+if f[1] == ARGV[1] and f[2] == ARGV[2] and f[3] == ARGV[5] and (f[4] or '') == ARGV[6]
   and redis.call('PTTL', KEYS[1]) > tonumber(ARGV[4]) then
   return 0
 end
 redis.call('HSET', KEYS[1], 'p', ARGV[1], 'a', ARGV[2], 'f', ARGV[5])
+if ARGV[6] == '' then
+  redis.call('HDEL', KEYS[1], 'm')
+else
+  redis.call('HSET', KEYS[1], 'm', ARGV[6])
+end
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 ";
@@ -137,8 +143,21 @@ impl RedisStore {
         )
     }
 
+    /// The hash of `key`'s record in `slot`: `h` for the account slot, `hm` for the model slot.
+    pub(super) fn record_key(&self, key: &HandoffKey, slot: HandoffSlot) -> String {
+        self.key(record_tag(slot), key)
+    }
+
     pub(super) fn affinity_key(&self, key: &HandoffKey) -> String {
         format!("{}ac:{}", self.inner.prefix, affinity::key(key))
+    }
+}
+
+/// The key kind of the records of `slot`.
+pub(super) fn record_tag(slot: HandoffSlot) -> &'static str {
+    match slot {
+        HandoffSlot::Account => "h",
+        HandoffSlot::Model => "hm",
     }
 }
 

@@ -3,10 +3,10 @@
 use std::time::Duration;
 
 use context_relay_core::time::{from_unix_millis, to_unix_millis};
-use context_relay_core::{HandoffKey, HandoffRecord};
+use context_relay_core::{HandoffKey, HandoffRecord, HandoffSlot};
 
 use super::RedisStore;
-use super::scripts::{Foreign, glob_escape, millis};
+use super::scripts::{Foreign, glob_escape, millis, record_tag};
 use crate::affinity::{self, Write};
 use crate::clock::after_ms;
 use crate::{
@@ -37,10 +37,19 @@ impl RedisStore {
     }
 
     /// Parses a stored record, reporting (and skipping) one that does not parse or belongs to
-    /// another key.
-    fn decode(&self, key: &HandoffKey, json: &[u8]) -> Option<HandoffRecord> {
+    /// another key or slot.
+    fn decode(&self, key: &HandoffKey, slot: HandoffSlot, json: &[u8]) -> Option<HandoffRecord> {
         match serde_json::from_slice::<HandoffRecord>(json) {
-            Ok(r) if r.key() == *key => Some(r),
+            Ok(r) if r.key() == *key && r.slot() == slot => Some(r),
+            Ok(r) if r.key() == *key => {
+                let kind = r.kind.as_str();
+                report_corrupt(
+                    "redis",
+                    key,
+                    &format_args!("a {kind} record in the {slot:?} slot"),
+                );
+                None
+            }
             Ok(r) => {
                 report_corrupt("redis", key, &format_args!("a record of {}", r.key()));
                 None
@@ -52,10 +61,14 @@ impl RedisStore {
         }
     }
 
-    async fn fetch(&self, key: &HandoffKey) -> Result<Option<HandoffRecord>, StoreError> {
+    async fn fetch(
+        &self,
+        key: &HandoffKey,
+        slot: HandoffSlot,
+    ) -> Result<Option<HandoffRecord>, StoreError> {
         let mut conn = self.conn();
         let cmd = redis::cmd("HMGET")
-            .arg(self.key("h", key))
+            .arg(self.record_key(key, slot))
             .arg("rec")
             .arg("exp")
             .to_owned();
@@ -63,14 +76,15 @@ impl RedisStore {
             self.call("get", cmd.query_async(&mut conn)).await?;
         let now = self.now_ms();
         match (rec, exp) {
-            (Some(rec), Some(exp)) if now < exp => Ok(self.decode(key, &rec)),
+            (Some(rec), Some(exp)) if now < exp => Ok(self.decode(key, slot, &rec)),
             _ => Ok(None),
         }
     }
 
-    /// Every record key under the prefix (SCAN: never blocks the server like KEYS would).
-    async fn scan_records(&self) -> Result<Vec<String>, StoreError> {
-        let pattern = format!("{}h:*", glob_escape(&self.inner.prefix));
+    /// Every record key of `slot` under the prefix (SCAN: never blocks the server like KEYS
+    /// would).
+    async fn scan_records(&self, slot: HandoffSlot) -> Result<Vec<String>, StoreError> {
+        let pattern = format!("{}{}:*", glob_escape(&self.inner.prefix), record_tag(slot));
         let mut conn = self.conn();
         let mut cursor = 0u64;
         let mut keys = Vec::new();
@@ -102,7 +116,7 @@ impl HandoffStore for RedisStore {
         Box::pin(async move {
             let json = serde_json::to_vec(&record)?;
             let mut inv = self.inner.scripts.upsert.prepare_invoke();
-            inv.key(self.key("h", &record.key()))
+            inv.key(self.record_key(&record.key(), record.slot()))
                 .key(&self.inner.seq_key)
                 .arg(json)
                 .arg(to_unix_millis(record.expires_at));
@@ -113,14 +127,34 @@ impl HandoffStore for RedisStore {
     }
 
     fn get<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, Option<HandoffRecord>> {
-        Box::pin(self.fetch(key))
+        self.get_in(key, HandoffSlot::Account)
     }
 
     fn contains<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, bool> {
+        self.contains_in(key, HandoffSlot::Account)
+    }
+
+    fn may_contain(&self, key: &HandoffKey) -> bool {
+        self.may_contain_in(key, HandoffSlot::Account)
+    }
+
+    fn claim<'a>(&'a self, key: &'a HandoffKey, lease: Duration) -> StoreFuture<'a, Option<Claim>> {
+        self.claim_in(key, HandoffSlot::Account, lease)
+    }
+
+    fn get_in<'a>(
+        &'a self,
+        key: &'a HandoffKey,
+        slot: HandoffSlot,
+    ) -> StoreFuture<'a, Option<HandoffRecord>> {
+        Box::pin(self.fetch(key, slot))
+    }
+
+    fn contains_in<'a>(&'a self, key: &'a HandoffKey, slot: HandoffSlot) -> StoreFuture<'a, bool> {
         Box::pin(async move {
             let mut conn = self.conn();
             let cmd = redis::cmd("HGET")
-                .arg(self.key("h", key))
+                .arg(self.record_key(key, slot))
                 .arg("exp")
                 .to_owned();
             let exp: Option<u64> = self.call("contains", cmd.query_async(&mut conn)).await?;
@@ -128,16 +162,57 @@ impl HandoffStore for RedisStore {
         })
     }
 
-    fn may_contain(&self, _key: &HandoffKey) -> bool {
+    fn may_contain_in(&self, _key: &HandoffKey, _slot: HandoffSlot) -> bool {
         // Another replica may have written it: only Redis knows.
         true
     }
 
-    fn claim<'a>(&'a self, key: &'a HandoffKey, lease: Duration) -> StoreFuture<'a, Option<Claim>> {
+    fn delete_in<'a>(&'a self, key: &'a HandoffKey, slot: HandoffSlot) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let mut inv = self.inner.scripts.delete.prepare_invoke();
+            inv.key(self.record_key(key, slot)).arg(self.now_ms());
+            let mut conn = self.conn();
+            let n: i64 = self.call("delete", inv.invoke_async(&mut conn)).await?;
+            Ok(n == 1)
+        })
+    }
+
+    fn freshest<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, Option<HandoffRecord>> {
+        Box::pin(async move {
+            // Both in one round trip.
+            let mut conn = self.conn();
+            let mut pipe = redis::pipe();
+            for slot in HandoffSlot::ALL {
+                pipe.cmd("HMGET")
+                    .arg(self.record_key(key, slot))
+                    .arg("rec")
+                    .arg("exp");
+            }
+            type Found = (Option<Vec<u8>>, Option<u64>);
+            let (account, model): (Found, Found) =
+                self.call("freshest", pipe.query_async(&mut conn)).await?;
+            let now = self.now_ms();
+            let live = |slot, found: Found| match found {
+                (Some(rec), Some(exp)) if now < exp => self.decode(key, slot, &rec),
+                _ => None,
+            };
+            Ok(crate::newer(
+                live(HandoffSlot::Account, account),
+                live(HandoffSlot::Model, model),
+            ))
+        })
+    }
+
+    fn claim_in<'a>(
+        &'a self,
+        key: &'a HandoffKey,
+        slot: HandoffSlot,
+        lease: Duration,
+    ) -> StoreFuture<'a, Option<Claim>> {
         Box::pin(async move {
             let now = self.now_ms();
             let mut inv = self.inner.scripts.claim.prepare_invoke();
-            inv.key(self.key("h", key))
+            inv.key(self.record_key(key, slot))
                 .key(&self.inner.seq_key)
                 .arg(now)
                 .arg(after_ms(now, lease));
@@ -147,16 +222,17 @@ impl HandoffStore for RedisStore {
             let Some((json, version, token)) = got else {
                 return Ok(None);
             };
-            match self.decode(key, &json) {
+            match self.decode(key, slot, &json) {
                 Some(record) => Ok(Some(Claim {
                     record,
+                    slot,
                     version,
                     token,
                 })),
                 None => {
                     // Unreadable: give the lease back so the record's fate stays its expiry.
                     let mut inv = self.inner.scripts.release.prepare_invoke();
-                    inv.key(self.key("h", key)).arg(version).arg(token);
+                    inv.key(self.record_key(key, slot)).arg(version).arg(token);
                     let _: i64 = self.call("release", inv.invoke_async(&mut conn)).await?;
                     Ok(None)
                 }
@@ -167,7 +243,8 @@ impl HandoffStore for RedisStore {
     fn complete<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, bool> {
         Box::pin(async move {
             let mut inv = self.inner.scripts.complete.prepare_invoke();
-            inv.key(self.key("h", &claim.key())).arg(claim.version);
+            inv.key(self.record_key(&claim.key(), claim.slot))
+                .arg(claim.version);
             let mut conn = self.conn();
             let n: i64 = self.call("complete", inv.invoke_async(&mut conn)).await?;
             Ok(n == 1)
@@ -177,7 +254,7 @@ impl HandoffStore for RedisStore {
     fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let mut inv = self.inner.scripts.release.prepare_invoke();
-            inv.key(self.key("h", &claim.key()))
+            inv.key(self.record_key(&claim.key(), claim.slot))
                 .arg(claim.version)
                 .arg(claim.token);
             let mut conn = self.conn();
@@ -187,13 +264,7 @@ impl HandoffStore for RedisStore {
     }
 
     fn delete<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, bool> {
-        Box::pin(async move {
-            let mut inv = self.inner.scripts.delete.prepare_invoke();
-            inv.key(self.key("h", key)).arg(self.now_ms());
-            let mut conn = self.conn();
-            let n: i64 = self.call("delete", inv.invoke_async(&mut conn)).await?;
-            Ok(n == 1)
-        })
+        self.delete_in(key, HandoffSlot::Account)
     }
 
     fn purge_expired(&self) -> StoreFuture<'_, usize> {
@@ -203,7 +274,9 @@ impl HandoffStore for RedisStore {
             let now = self.now_ms();
             let mut conn = self.conn();
             let mut purged = 0usize;
-            for k in self.scan_records().await? {
+            let mut keys = self.scan_records(HandoffSlot::Account).await?;
+            keys.extend(self.scan_records(HandoffSlot::Model).await?);
+            for k in keys {
                 let mut inv = self.inner.scripts.purge_one.prepare_invoke();
                 inv.key(&k).arg(now);
                 let n: i64 = self.call("purge", inv.invoke_async(&mut conn)).await?;
@@ -222,7 +295,9 @@ impl HandoffStore for RedisStore {
             let now = self.now_ms();
             let mut conn = self.conn();
             let mut out = Vec::new();
-            for k in self.scan_records().await? {
+            let mut keys = self.scan_records(HandoffSlot::Account).await?;
+            keys.extend(self.scan_records(HandoffSlot::Model).await?);
+            for k in keys {
                 let cmd = redis::cmd("HMGET").arg(&k).arg("rec").arg("exp").to_owned();
                 let (rec, exp): (Option<Vec<u8>>, Option<u64>) =
                     self.call("list", cmd.query_async(&mut conn)).await?;
@@ -233,9 +308,9 @@ impl HandoffStore for RedisStore {
                     continue;
                 }
                 match serde_json::from_slice::<HandoffRecord>(&rec) {
-                    // The record must live under its own key, or it would show up in another
-                    // tenant's view.
-                    Ok(r) if self.key("h", &r.key()) == k => {
+                    // The record must live under its own key and slot, or it would show up in
+                    // another tenant's view, or as another kind.
+                    Ok(r) if self.record_key(&r.key(), r.slot()) == k => {
                         if tenant.is_none_or(|t| *r.tenant == *t)
                             && session.is_none_or(|s| *r.session == *s)
                         {
@@ -246,7 +321,7 @@ impl HandoffStore for RedisStore {
                     Err(e) => report_corrupt("redis", &k, &e),
                 }
             }
-            out.sort_by_key(HandoffRecord::key);
+            out.sort_by_key(|r| (r.key(), r.slot()));
             Ok(out)
         })
     }
@@ -259,9 +334,15 @@ impl HandoffStore for RedisStore {
                 .arg("p")
                 .arg("a")
                 .arg("f")
+                .arg("m")
                 .to_owned();
-            let (p, a, f): (Option<String>, Option<String>, Option<String>) =
-                self.call("affinity", cmd.query_async(&mut conn)).await?;
+            type Fields = (
+                Option<String>,
+                Option<String>,
+                Option<String>,
+                Option<String>,
+            );
+            let (p, a, f, m): Fields = self.call("affinity", cmd.query_async(&mut conn)).await?;
             let (Some(p), Some(a)) = (p, a) else {
                 return Ok(None);
             };
@@ -273,9 +354,12 @@ impl HandoffStore for RedisStore {
                     Foreign::default()
                 }
             };
-            let found = affinity::intern(
-                Affinity::new(p, a).with_foreign(foreign.foreign, from_unix_millis(foreign.until)),
-            );
+            let mut found =
+                Affinity::new(p, a).with_foreign(foreign.foreign, from_unix_millis(foreign.until));
+            if let Some(m) = m.filter(|m| !m.is_empty()) {
+                found = found.with_model(m);
+            }
+            let found = affinity::intern(found);
             self.inner
                 .affinity_cache
                 .insert(affinity::key(key), found.clone(), self.now_ms());
@@ -307,7 +391,8 @@ impl HandoffStore for RedisStore {
                 .arg(&*a.account().account)
                 .arg(ttl)
                 .arg(ttl / 4 * 3)
-                .arg(foreign);
+                .arg(foreign)
+                .arg(a.model().unwrap_or_default());
             let mut conn = self.conn();
             let _: i64 = self
                 .call("set_affinity", inv.invoke_async(&mut conn))
