@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use context_relay_engine::Relay;
-use context_relay_gateway::sim::{RecordedRequest, SimProvider};
 use context_relay_pingora_example::{
     Account, Pool, PoolSummarizer, RelayProxy, RunningProxy, spawn,
 };
+use context_relay_sim::{RecordedRequest, SimProvider};
 use context_relay_store::{HandoffStore, MemoryStore};
 use flate2::Compression;
 use flate2::write::GzEncoder;
