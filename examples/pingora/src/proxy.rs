@@ -41,6 +41,10 @@ use crate::pool::{DEFAULT_RESET, Pool, ROTATE_AT, Route};
 /// Request body codings the relay can read (and so may hold and send decoded).
 const READABLE_CODINGS: [&str; 5] = ["zstd", "gzip", "x-gzip", "deflate", "br"];
 
+/// How much larger than the relay's limit a held compressed body may decode to: one the relay
+/// left unchanged because it decodes past its limit must still go out decoded.
+const DECODED_SLACK: usize = 8;
+
 /// The reverse proxy: one upstream, one provider, the accounts of a [`Pool`], a [`Relay`].
 pub struct RelayProxy {
     upstream: SocketAddr,
@@ -158,8 +162,7 @@ impl RelayProxy {
                 ctx.repair = repair;
             }
             Inject::ReadBody(decision) => {
-                // A body announced over the limit is not held at all.
-                if readable(headers) && length <= decision.limit() as u64 {
+                if holdable(headers, length, decision.limit()) {
                     ctx.body = BodyState::Held {
                         held: Held::new(decision.limit()),
                         decision,
@@ -199,6 +202,16 @@ impl RelayProxy {
     }
 }
 
+/// Whether a body to decide on is held: no larger than the limit as announced (`length`, 0
+/// when unknown) and in a coding the relay reads; a compressed one only with its length
+/// announced (once its head has left without `content-encoding`, it cannot turn out too large
+/// and go out as it came).
+fn holdable(headers: &HeaderMap, length: u64, limit: usize) -> bool {
+    let encoded = headers.contains_key(header::CONTENT_ENCODING);
+    let announced = headers.contains_key(header::CONTENT_LENGTH);
+    readable(headers) && length <= limit as u64 && (announced || !encoded)
+}
+
 /// Whether a request body is in a coding the relay can read (or in none).
 fn readable(headers: &HeaderMap) -> bool {
     headers.get_all(header::CONTENT_ENCODING).iter().all(|v| {
@@ -210,8 +223,8 @@ fn readable(headers: &HeaderMap) -> bool {
     })
 }
 
-/// The decided body as it goes out: decoded, since the held request went out without its
-/// `content-encoding` (the headers left before the body was known).
+/// The decided body as it goes out: decoded (up to `limit` bytes), since the held request went
+/// out without its `content-encoding` (the headers left before the body was known).
 fn outgoing(decided_headers: &HeaderMap, body: Bytes, limit: usize) -> Bytes {
     let Some(coding) = decided_headers
         .get(header::CONTENT_ENCODING)
@@ -315,14 +328,14 @@ impl ProxyHttp for RelayProxy {
                     };
                 }
                 Hold::TooLarge(released) => {
-                    let out = outgoing(&headers, released, usize::MAX);
-                    *body = Some(out);
+                    // Not compressed (see `begin`), or its announced length was wrong.
+                    *body = Some(released);
                     ctx.ticket = Some(decision.too_large().await);
                 }
                 Hold::Whole(raw) => {
                     let limit = decision.limit();
                     let decided = decision.decide(&mut headers, raw).await;
-                    let out = outgoing(&headers, decided.body, limit);
+                    let out = outgoing(&headers, decided.body, limit.saturating_mul(DECODED_SLACK));
                     ctx.ticket = decided.ticket;
                     ctx.repair = decided.repair;
                     *body = (!out.is_empty()).then(|| out.clone());
@@ -477,6 +490,32 @@ mod tests {
         assert!(readable(&encoded("gzip, br")));
         assert!(!readable(&encoded("compress")));
         assert!(!readable(&encoded("gzip, snappy")));
+    }
+
+    #[test]
+    fn held_bodies_are_announced_small_enough_or_plain() {
+        let mut plain = HeaderMap::new();
+        assert!(
+            holdable(&plain, 0, 100),
+            "chunked, plain: held up to the limit"
+        );
+        plain.insert(header::CONTENT_LENGTH, HeaderValue::from(100));
+        assert!(holdable(&plain, 100, 100));
+        assert!(!holdable(&plain, 101, 100), "announced over the limit");
+        let chunked_gzip = encoded("gzip");
+        assert!(
+            !holdable(&chunked_gzip, 0, 100),
+            "compressed, length unknown"
+        );
+        let mut gzip = encoded("gzip");
+        gzip.insert(header::CONTENT_LENGTH, HeaderValue::from(50));
+        assert!(holdable(&gzip, 50, 100));
+        let mut unknown = encoded("compress");
+        unknown.insert(header::CONTENT_LENGTH, HeaderValue::from(50));
+        assert!(
+            !holdable(&unknown, 50, 100),
+            "a coding the relay cannot read"
+        );
     }
 
     #[test]
