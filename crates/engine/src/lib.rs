@@ -76,7 +76,8 @@ pub use action::{RELAY_HEADER, RelayAction};
 pub use background::Background;
 pub use configs::RelayConfigs;
 pub use extensions::{
-    ComboName, QuotaSignal, RequestFacts, ResolvedAccount, SessionId, SkipRelay, Tenant,
+    ComboName, QuotaSignal, RequestFacts, ResolvedAccount, ServingModel, SessionId, SkipRelay,
+    Tenant,
 };
 pub use generation::{Capture, GenerationTicket, ReplyWatch};
 pub use injection::{BodyDecision, Decided, EndWatch, Inject, Look, Repair, Ticket};
