@@ -95,6 +95,12 @@ pub struct RelayConfig {
     /// model-switch handoff (and, after the first response on the new model, a new one is
     /// generated for the providers of `handoff_providers`). On by default.
     pub model_switch: bool,
+    /// Whether account switches are relayed: quota-driven handoffs are generated, and a
+    /// session moving to another account of its model is scrubbed and gets the account-switch
+    /// handoff. On by default; off, only model switches are relayed (an application whose
+    /// routing is a plain priority list, not quota-driven account rotation). Not a file
+    /// setting: the application decides it per combo.
+    pub account_handoff: bool,
 }
 
 impl Default for RelayConfig {
@@ -112,6 +118,7 @@ impl Default for RelayConfig {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             injection_slot_responses: InjectionSlot::InputItem,
             model_switch: true,
+            account_handoff: true,
         }
     }
 }
@@ -369,6 +376,7 @@ mod tests {
         assert_eq!(c.relay_mode, RelayMode::Standard);
         assert_eq!(c.injection_slot_responses, InjectionSlot::InputItem);
         assert!(c.model_switch);
+        assert!(c.account_handoff);
     }
 
     #[test]

@@ -448,3 +448,55 @@ async fn model_switch_generation_follows_the_provider_allow_list_and_the_switch(
         0
     );
 }
+
+#[tokio::test]
+async fn with_account_handoffs_off_only_model_switches_are_relayed() {
+    let model_only = || RelayConfig {
+        account_handoff: false,
+        handoff_providers: vec!["*".into()],
+        ..RelayConfig::default()
+    };
+    let f = Fixture::with(|b| b.config(model_only()));
+    f.served(&codex_a(), CODEX).await;
+    let path = "/v1/messages";
+    let codex_b = ResolvedAccount::new("codex", "acct-b");
+    assert!(
+        matches!(
+            f.inject(path, &codex_b, Some(CODEX)),
+            Inject::Forward { .. }
+        ),
+        "another account of the same model: no account switch here"
+    );
+    assert!(
+        matches!(f.inject(path, &codex_b, None), Inject::Pass),
+        "nothing to relay without a serving model"
+    );
+    let decided = f.decide(path, &claude_x(), CLAUDE, MESSAGES).await;
+    let body = text(&decided);
+    assert!(body.contains("Model switch from codex/gpt-5.5 to anthropic/claude-sonnet-4-5"));
+    assert!(!body.contains("sig-of-codex"), "{body}");
+
+    // No quota-driven handoff; the model-switch one is written.
+    let mut near_limit = HeaderMap::new();
+    near_limit.insert("x-codex-primary-used-percent", "90".parse().unwrap());
+    assert!(!f.generation(&codex_a(), &near_limit).await);
+    assert!(f.generation(&claude_x(), &switched_head()).await);
+    assert_eq!(f.summaries.load(Ordering::SeqCst), 1);
+    let stored = f.store.list(None, None).await.unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].kind, HandoffKind::ModelSwitch);
+
+    // Both off: the generation side does not even keep the request.
+    let off = Fixture::with(|b| {
+        b.config(RelayConfig {
+            model_switch: false,
+            ..model_only()
+        })
+    });
+    let uri: Uri = "/v1/chat/completions".parse().unwrap();
+    let facts = RequestFacts {
+        combo: Some(&off.combo),
+        ..Default::default()
+    };
+    assert!(off.relay.generation(&uri, &off.headers, facts).is_none());
+}

@@ -36,7 +36,7 @@ impl Relay {
         }
         let combo = facts.combo?.clone();
         let config = self.shared.configs.for_combo_arc(&combo.0);
-        if config.handoff_providers.is_empty() {
+        if config.handoff_providers.is_empty() || !(config.account_handoff || config.model_switch) {
             return None;
         }
         let shape = ApiShape::from_path(uri.path())?;
@@ -131,7 +131,7 @@ impl GenerationTicket {
         let now = SystemTime::now();
         let signal = signal.or_else(|| self.shared.quota.signal(status, headers, now));
         let used = signal.as_ref().map_or(f64::NAN, |s| s.percent_used);
-        let kind = if used >= self.config.handoff_threshold {
+        let kind = if used >= self.config.handoff_threshold && self.config.account_handoff {
             HandoffKind::Generated
         } else if self.config.model_switch && RelayAction::from_headers(headers).model_switch {
             // The first response on a new model.

@@ -77,6 +77,10 @@ impl Relay {
         let config = shared.configs.for_combo_arc(&combo.0);
         // Model switches are detected only with a serving model, and where they are on.
         let serving_model = facts.model.filter(|_| config.model_switch);
+        if !config.account_handoff && serving_model.is_none() {
+            // Only model switches are relayed here, and they cannot be told.
+            return Inject::Pass;
+        }
 
         if let Some(session) = &header_session {
             let key = HandoffKey {
@@ -88,8 +92,9 @@ impl Relay {
                 let stays = match &affinity {
                     None => true,
                     Some(a) => {
-                        a.serves(account)
-                            && a.foreign_at(SystemTime::now()).is_none()
+                        let same_account =
+                            a.serves(account) && a.foreign_at(SystemTime::now()).is_none();
+                        (same_account || !config.account_handoff)
                             && !model::moved(a, serving_model.map(|m| &*m.0))
                     }
                 };
@@ -249,19 +254,21 @@ impl BodyDecision {
         let now = SystemTime::now();
         let affinity = affinity_of(&shared, &key).await;
         let serving = affinity.as_ref().is_some_and(|a| a.serves(&account));
-        // Switch: the last account that served this session is another one.
-        let switch = affinity.is_some() && !serving;
+        // Switch: the last account that served this session is another one (relayed only
+        // where account switches are).
+        let switch = affinity.is_some() && !serving && config.account_handoff;
         // Model switch: the last model that served this session is another one.
         let moved = model::model_move(affinity.as_ref(), model.as_ref());
         // A live handoff written by another account (a model switch reads the freshest handoff
         // instead, and claims none).
         let claim = match moved {
             Some(_) => None,
+            None if !config.account_handoff => None,
             None => claim_for(&shared, &key, &account, model.is_some(), config.lease).await,
         };
         let foreign = affinity
             .as_ref()
-            .filter(|_| serving)
+            .filter(|_| serving && config.account_handoff)
             .and_then(|a| a.foreign_at(now).cloned());
         let scope = if switch || moved.is_some() || (affinity.is_none() && claim.is_some()) {
             // Everything the session carries was minted elsewhere.
