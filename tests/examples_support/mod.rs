@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use context_relay::tower::Background;
-use context_relay_gateway::sim::SimProvider;
+use context_relay_sim::SimProvider;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;

@@ -57,7 +57,7 @@ struct Admin {
 
 /// The admin routes over `store`, guarded by `token`. `background` (absent when the relay is
 /// off) is what `settle=true` waits for.
-pub fn routes(
+pub(crate) fn routes(
     store: Arc<dyn HandoffStore>,
     token: &str,
     background: Option<RelayBackground>,
@@ -131,15 +131,7 @@ impl<'a> From<&'a HandoffRecord> for HandoffView<'a> {
 }
 
 /// `t` in RFC 3339, UTC, millisecond precision (`2026-01-02T03:04:05.678Z`).
-///
-/// ```
-/// use std::time::{Duration, UNIX_EPOCH};
-/// use context_relay_gateway::admin::rfc3339;
-/// let t = UNIX_EPOCH + Duration::from_millis(1_767_323_045_678);
-/// assert_eq!(rfc3339(t), "2026-01-02T03:04:05.678Z");
-/// assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
-/// ```
-pub fn rfc3339(t: SystemTime) -> String {
+pub(crate) fn rfc3339(t: SystemTime) -> String {
     let ts =
         jiff::Timestamp::try_from(t).unwrap_or(match t.duration_since(SystemTime::UNIX_EPOCH) {
             // Beyond jiff's range (year 9999): clamp rather than fail an admin listing.
@@ -354,5 +346,17 @@ mod tests {
         // Out of range values are clamped, not a panic.
         let far = UNIX_EPOCH + Duration::from_secs(400_000_000_000);
         assert!(rfc3339(far).starts_with("9999-12-"), "{}", rfc3339(far));
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    #[test]
+    fn rfc3339_example() {
+        use crate::admin::rfc3339;
+        use std::time::{Duration, UNIX_EPOCH};
+        let t = UNIX_EPOCH + Duration::from_millis(1_767_323_045_678);
+        assert_eq!(rfc3339(t), "2026-01-02T03:04:05.678Z");
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
     }
 }

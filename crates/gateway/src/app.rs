@@ -1,64 +1,41 @@
-//! The gateway application: the proxy stack and the HTTP routes around it.
+//! The gateway application: its configuration, state and proxy stack.
 //!
 //! ```text
 //! client ─▶ axum router ─▶ ComboService ─▶ GenerationLayer ─▶ AccountResolver ─▶ InjectionLayer ─▶ Upstream
 //! ```
 //!
-//! Routes: `POST /v1/chat/completions`, `POST /v1/responses`, `POST /v1/messages` (query kept),
-//! `POST /v1/messages/count_tokens` through the proxy stack; `GET /v1/models`, `GET /healthz`,
-//! `GET /readyz` (see [`ready`](crate::ready)), `GET /metrics`, and `GET`/`HEAD /` (Claude
-//! Code's warm-up) answered by the gateway; the [`admin`](crate::admin) routes when
-//! `admin_token` is configured.
-//!
-//! Around the routes, outermost first ([`Gateway::service`]): `CatchPanicLayer` (a panic is a
-//! 500 in an error shape every client reads, and the process lives on),
-//! `SetSensitiveRequestHeadersLayer` (`authorization`, `x-api-key`, `proxy-authorization`,
-//! `cookie` are never logged), `SetRequestIdLayer` / `PropagateRequestIdLayer`
-//! (`x-request-id`), `TraceLayer` as the access log (see [`telemetry`](crate::telemetry)), the
-//! request metrics, and the client body timeout (`client_body_timeout_secs` between two chunks;
-//! then a 408). The proxy stack starts with client authentication ([`auth`](crate::auth)).
+//! The HTTP routes around the stack are in [`routes`](crate::routes). The proxy stack starts
+//! with client authentication ([`auth`](crate::auth)).
 //!
 //! The relay (GenerationLayer and InjectionLayer) is on by default; `relay_enabled = false` in
 //! the configuration or [`Gateway::relay`]`(false)` builds the same gateway without both
 //! layers (a plain pooling proxy, for comparisons and benchmarks).
 
-use std::any::Any;
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use axum::Router;
 use axum::body::Body;
-use axum::routing::{get, post_service};
-use bytes::Bytes;
 use context_relay_store::{DEFAULT_PURGE_INTERVAL, HandoffStore, PurgerHandle, spawn_purger};
-use http::{HeaderName, HeaderValue, Request, Response, StatusCode, header};
+use http::{HeaderValue, Request, Response, header};
 use http_body::Body as _;
-use hyper::body::Incoming;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tower::ServiceBuilder;
 use tower::util::BoxCloneSyncService;
-use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
-use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
-use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutBody};
-use tower_http::trace::TraceLayer;
 
 use crate::auth::{Auth, AuthLayer, TENANT_SECRET, random_secret};
 use crate::budget::ByteBudget;
 use crate::combo::{ComboLayer, Routes};
 use crate::config::Config;
-use crate::error::{ErrorShape, any_shape_error_body, error_body};
 use crate::pool::AccountPools;
 use crate::ready::Readiness;
 use crate::relay::{RelayBackground, RelayLayers};
 use crate::resolver::AccountResolverLayer;
-use crate::server::{HttpService, ServeOptions};
+use crate::server::ServeOptions;
 use crate::store::{StoreOpenError, open_local_store, open_store};
-use crate::telemetry::{RequestMetricsLayer, access_log, access_span};
 use crate::upstream::{Upstream, UpstreamError, UpstreamLimits};
 
 /// The type-erased proxy stack, as the router mounts it.
-pub type ProxyService = BoxCloneSyncService<Request<Body>, Response<Body>, Infallible>;
+pub(crate) type ProxyService = BoxCloneSyncService<Request<Body>, Response<Body>, Infallible>;
 
 /// Why the gateway could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -76,7 +53,7 @@ pub enum GatewayError {
 
 /// What the proxy stack needs besides routes, pools and the upstream client.
 #[derive(Debug, Clone)]
-pub struct StackOptions {
+pub(crate) struct StackOptions {
     /// Largest request body buffered (decoded), `max_request_bytes`.
     pub max_body_bytes: usize,
     /// Client authentication (keys, or open mode).
@@ -85,14 +62,15 @@ pub struct StackOptions {
     pub budget: ByteBudget,
 }
 
-/// Builds the proxy stack in DESIGN §3 order.
+/// Builds the proxy stack: client authentication, the combo service, then the relay layers
+/// around the account resolver.
 ///
 /// With `relay`, GenerationLayer sits between ComboService and AccountResolver, where it sees
 /// `ComboName` on the request and `ResolvedAccount` plus the resolver's `QuotaSignal` on the
 /// response, and InjectionLayer between AccountResolver and the upstream client, where every
 /// attempt (the resolver's retries included) carries `ResolvedAccount`. Without it both
 /// layers are absent.
-pub fn proxy_stack(
+pub(crate) fn proxy_stack(
     routes: Arc<Routes>,
     pools: Arc<AccountPools>,
     upstream: Upstream,
@@ -139,16 +117,16 @@ pub fn proxy_stack(
 /// Cloning shares everything (pools, store, relay state).
 #[derive(Clone)]
 pub struct Gateway {
-    config: Arc<Config>,
-    routes: Arc<Routes>,
-    pools: Arc<AccountPools>,
-    upstream: Upstream,
-    store: Arc<dyn HandoffStore>,
-    relay: Option<RelayLayers>,
-    metrics: Option<PrometheusHandle>,
-    auth: Auth,
-    budget: ByteBudget,
-    readiness: Readiness,
+    pub(crate) config: Arc<Config>,
+    pub(crate) routes: Arc<Routes>,
+    pub(crate) pools: Arc<AccountPools>,
+    pub(crate) upstream: Upstream,
+    pub(crate) store: Arc<dyn HandoffStore>,
+    pub(crate) relay: Option<RelayLayers>,
+    pub(crate) metrics: Option<PrometheusHandle>,
+    pub(crate) auth: Auth,
+    pub(crate) budget: ByteBudget,
+    pub(crate) readiness: Readiness,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -237,7 +215,7 @@ impl Gateway {
     /// Switches the relay on or off (overriding `relay_enabled`). Off, the proxy stack has
     /// neither GenerationLayer nor InjectionLayer: the gateway is a plain pooling proxy.
     ///
-    /// Call it before [`proxy`](Self::proxy) / [`router`](Self::router) / [`spawn`](Self::spawn):
+    /// Call it before [`router`](Self::router) / [`service`](Self::service) / [`spawn`](Self::spawn):
     /// stacks already built keep the layers they were built with.
     pub fn relay(mut self, on: bool) -> Self {
         match (on, self.relay.is_some()) {
@@ -261,11 +239,6 @@ impl Gateway {
     /// Whether the relay layers are in the stack.
     pub fn relay_enabled(&self) -> bool {
         self.relay.is_some()
-    }
-
-    /// The relay layers (`None` when the relay is off).
-    pub fn relay_layers(&self) -> Option<&RelayLayers> {
-        self.relay.as_ref()
     }
 
     /// The handle on the relay's background work (summaries, claim completions): tests and
@@ -301,28 +274,13 @@ impl Gateway {
         &self.config
     }
 
-    /// The account pools (shared with the running stack).
-    pub fn pools(&self) -> &Arc<AccountPools> {
-        &self.pools
-    }
-
-    /// The routing table.
-    pub fn routes(&self) -> &Arc<Routes> {
-        &self.routes
-    }
-
-    /// The client authentication of this gateway.
-    pub fn auth(&self) -> &Auth {
-        &self.auth
-    }
-
     /// What `/readyz` answers from.
     pub fn readiness(&self) -> &Readiness {
         &self.readiness
     }
 
     /// The connection bounds of `[limits]`.
-    pub fn serve_options(&self) -> ServeOptions {
+    pub(crate) fn serve_options(&self) -> ServeOptions {
         let l = &self.config.limits;
         ServeOptions {
             header_timeout: l.client_header_timeout_secs.duration(),
@@ -332,7 +290,7 @@ impl Gateway {
     }
 
     /// The proxy stack of this gateway.
-    pub fn proxy(&self) -> ProxyService {
+    pub(crate) fn proxy(&self) -> ProxyService {
         proxy_stack(
             self.routes.clone(),
             self.pools.clone(),
@@ -345,152 +303,6 @@ impl Gateway {
             self.relay.as_ref(),
         )
     }
-
-    /// The HTTP routes, with [`Gateway::proxy`] mounted on the API paths.
-    pub fn router(&self) -> Router {
-        self.router_with(self.proxy())
-    }
-
-    /// The whole HTTP service: [`router`](Self::router) inside the tower-http stack.
-    pub fn service(&self) -> HttpService {
-        self.service_for(self.router())
-    }
-
-    /// `router` inside this gateway's tower-http stack (see the [module docs](self)).
-    pub fn service_for(&self, router: Router) -> HttpService {
-        let sensitive: Arc<[HeaderName]> = Arc::new([
-            header::AUTHORIZATION,
-            HeaderName::from_static("x-api-key"),
-            header::PROXY_AUTHORIZATION,
-            header::COOKIE,
-        ]);
-        let body_timeout = self.config.limits.client_body_timeout_secs.duration();
-        BoxCloneSyncService::new(
-            ServiceBuilder::new()
-                .map_response(|res: Response<_>| res.map(Body::new))
-                .layer(CatchPanicLayer::custom(panic_response))
-                .layer(SetSensitiveRequestHeadersLayer::from_shared(sensitive))
-                .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
-                .layer(PropagateRequestIdLayer::x_request_id())
-                .layer(
-                    TraceLayer::new_for_http()
-                        .make_span_with(access_span)
-                        .on_request(())
-                        .on_response(access_log)
-                        .on_body_chunk(())
-                        .on_eos(())
-                        .on_failure(()),
-                )
-                .layer(RequestMetricsLayer)
-                .layer(RequestBodyTimeoutLayer::new(body_timeout))
-                .map_request(|req: Request<TimeoutBody<Incoming>>| req.map(Body::new))
-                .service(router),
-        )
-    }
-
-    /// The HTTP routes with a given proxy service.
-    pub fn router_with(&self, proxy: ProxyService) -> Router {
-        let models = models_body(&self.routes);
-        let metrics = self.metrics.clone();
-        let readiness = self.readiness.clone();
-        let router = Router::new()
-            .route(
-                "/",
-                get(|| async { text(StatusCode::OK, "context-relay-gateway\n") }),
-            )
-            .route(
-                "/healthz",
-                get(|| async { json(StatusCode::OK, Bytes::from_static(b"{\"status\":\"ok\"}")) }),
-            )
-            .route(
-                "/readyz",
-                get(move || {
-                    let readiness = readiness.clone();
-                    async move {
-                        match readiness.check().await {
-                            Ok(()) => json(
-                                StatusCode::OK,
-                                Bytes::from_static(b"{\"status\":\"ready\"}"),
-                            ),
-                            Err(why) => json(
-                                StatusCode::SERVICE_UNAVAILABLE,
-                                Bytes::from(
-                                    serde_json::json!({"status": why.as_str()}).to_string(),
-                                ),
-                            ),
-                        }
-                    }
-                }),
-            )
-            .route(
-                "/metrics",
-                get(move || {
-                    let metrics = metrics.clone();
-                    async move {
-                        let page = metrics.map(|h| {
-                            h.run_upkeep();
-                            h.render()
-                        });
-                        let mut res = text(StatusCode::OK, page.unwrap_or_default());
-                        res.headers_mut().insert(
-                            header::CONTENT_TYPE,
-                            HeaderValue::from_static("text/plain; version=0.0.4"),
-                        );
-                        res
-                    }
-                }),
-            )
-            .route(
-                "/v1/models",
-                get(move || {
-                    let models = models.clone();
-                    async move { json(StatusCode::OK, models) }
-                }),
-            )
-            .route("/v1/chat/completions", post_service(proxy.clone()))
-            .route("/v1/responses", post_service(proxy.clone()))
-            .route("/v1/messages", post_service(proxy.clone()))
-            .route("/v1/messages/count_tokens", post_service(proxy));
-        let router = match &self.config.admin_token {
-            Some(token) => router.merge(crate::admin::routes(
-                self.store.clone(),
-                token,
-                self.relay.as_ref().map(RelayLayers::background),
-                self.pools.clone(),
-            )),
-            None => router,
-        };
-        router.fallback(|req: Request<Body>| async move {
-            let path = req.uri().path().to_owned();
-            json(
-                StatusCode::NOT_FOUND,
-                error_body(
-                    ErrorShape::for_path(&path),
-                    "not_found_error",
-                    &format!("no route for {} {path}", req.method()),
-                ),
-            )
-        })
-    }
-}
-
-/// The 500 of a caught panic. The request path (and so the client's API) is unknown here, so
-/// the body is one that OpenAI and Anthropic clients both read.
-fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response<Body> {
-    let what = panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic".to_owned());
-    tracing::error!(panic = %what, "request handler panicked; answered 500");
-    metrics::counter!("context_relay_gateway_panics_total").increment(1);
-    json(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        any_shape_error_body(
-            "api_error",
-            "the gateway failed on this request (internal error)",
-        ),
-    )
 }
 
 /// Sets `content-length` to the body's exact size when it has one that disagrees: a response
@@ -503,37 +315,5 @@ fn fix_content_length(mut res: Response<Body>) -> Response<Body> {
         res.headers_mut()
             .insert(header::CONTENT_LENGTH, HeaderValue::from(exact));
     }
-    res
-}
-
-/// `GET /v1/models` in the OpenAI list shape: combos first, then their provider/model targets.
-fn models_body(routes: &Routes) -> Bytes {
-    let data: Vec<serde_json::Value> = routes
-        .model_ids()
-        .into_iter()
-        .map(|(id, owner)| {
-            serde_json::json!({"id": id, "object": "model", "created": 0, "owned_by": owner})
-        })
-        .collect();
-    Bytes::from(serde_json::json!({"object": "list", "data": data}).to_string())
-}
-
-fn json(status: StatusCode, body: Bytes) -> Response<Body> {
-    let mut res = Response::new(Body::from(body));
-    *res.status_mut() = status;
-    res.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    res
-}
-
-fn text(status: StatusCode, body: impl Into<Body>) -> Response<Body> {
-    let mut res = Response::new(body.into());
-    *res.status_mut() = status;
-    res.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
     res
 }

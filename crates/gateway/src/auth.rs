@@ -17,40 +17,6 @@
 //!   request is also marked [`SkipRelay`] and [`Anonymous`]: its session can never be seen
 //!   again, so the relay layers leave it alone rather than record an affinity (a store write)
 //!   per request that nothing would read and that would push real sessions out of the cache.
-//!
-//! ```
-//! # #[tokio::main(flavor = "current_thread")] async fn main() {
-//! use std::convert::Infallible;
-//! use bytes::Bytes;
-//! use http::{Request, Response};
-//! use http_body_util::Full;
-//! use tower::{Layer, ServiceExt, service_fn};
-//! use context_relay_gateway::auth::{Auth, AuthLayer};
-//! use context_relay_gateway::config::Config;
-//! let config = Config::from_toml_str(r#"
-//! [[providers]]
-//! name = "p"
-//! base_url = "http://127.0.0.1:9/v1"
-//! [[providers.accounts]]
-//! id = "a"
-//! api_key = "k"
-//! [[clients]]
-//! name = "alice"
-//! key = "alice-key"
-//! "#, |_| None).unwrap();
-//! let auth = Auth::from_config(&config, [7; 32]);
-//! let svc = AuthLayer::new(auth).layer(service_fn(|req: Request<Full<Bytes>>| async move {
-//!     let tenant = req.extensions().get::<context_relay_tower::Tenant>().unwrap().0.clone();
-//!     Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(tenant.to_string()))))
-//! }));
-//! let ok = Request::post("/v1/responses").header("authorization", "Bearer alice-key")
-//!     .body(Full::new(Bytes::new())).unwrap();
-//! assert_eq!(svc.clone().oneshot(ok).await.unwrap().status(), 200);
-//! let bad = Request::post("/v1/responses").header("authorization", "Bearer guess")
-//!     .body(Full::new(Bytes::new())).unwrap();
-//! assert_eq!(svc.oneshot(bad).await.unwrap().status(), 401);
-//! # }
-//! ```
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -73,11 +39,11 @@ use crate::config::Config;
 use crate::error::{ErrorKind, ErrorShape, error_response};
 
 /// Name of the open-mode tenant secret in the handoff store.
-pub const TENANT_SECRET: &str = "tenant-hmac";
+pub(crate) const TENANT_SECRET: &str = "tenant-hmac";
 
 /// Request extension: the authenticated client and the combos it may use.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClientAccess {
+pub(crate) struct ClientAccess {
     /// The client's configured name (its tenant).
     pub name: Arc<str>,
     /// The combos it may ask for; `None` = any combo or `provider/model` target.
@@ -86,7 +52,7 @@ pub struct ClientAccess {
 
 impl ClientAccess {
     /// Whether this client may use `model` (a combo name or a `provider/model` target).
-    pub fn allows(&self, model: &str) -> bool {
+    pub(crate) fn allows(&self, model: &str) -> bool {
         self.combos
             .as_ref()
             .is_none_or(|list| list.iter().any(|c| c == model))
@@ -105,7 +71,7 @@ enum Mode {
 
 /// The authentication policy of a gateway (see the [module docs](self)). Cheap to share.
 #[derive(Clone)]
-pub struct Auth {
+pub(crate) struct Auth {
     mode: Arc<Mode>,
 }
 
@@ -124,11 +90,11 @@ impl std::fmt::Debug for Auth {
 /// Marks a request of an open gateway that carried no credential (with [`SkipRelay`]): the
 /// account resolver still treats it as user traffic, unlike the relay's own summary calls.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct Anonymous;
+pub(crate) struct Anonymous;
 
 /// Why a request was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// No credential, or one no client has (401).
     Unauthenticated,
 }
@@ -136,7 +102,7 @@ pub enum Refusal {
 impl Auth {
     /// The policy of `config`: its `[[clients]]`, or open mode with `secret` (the store's
     /// [`TENANT_SECRET`]) when there are none.
-    pub fn from_config(config: &Config, secret: [u8; 32]) -> Self {
+    pub(crate) fn from_config(config: &Config, secret: [u8; 32]) -> Self {
         let mode = if config.clients.is_empty() {
             Mode::Open {
                 secret,
@@ -165,13 +131,16 @@ impl Auth {
     }
 
     /// Whether the gateway runs without client keys.
-    pub fn is_open(&self) -> bool {
+    pub(crate) fn is_open(&self) -> bool {
         matches!(*self.mode, Mode::Open { .. })
     }
 
     /// The tenant of a request with `headers`, and the client's access when keys are
     /// configured.
-    pub fn identify(&self, headers: &HeaderMap) -> Result<(Tenant, Option<ClientAccess>), Refusal> {
+    pub(crate) fn authenticate(
+        &self,
+        headers: &HeaderMap,
+    ) -> Result<(Tenant, Option<ClientAccess>), Refusal> {
         let credential = credential(headers);
         match &*self.mode {
             Mode::Keys(clients) => {
@@ -203,7 +172,7 @@ impl Auth {
 }
 
 /// A fresh random secret for [`TENANT_SECRET`].
-pub fn random_secret() -> Result<[u8; 32], getrandom::Error> {
+pub(crate) fn random_secret() -> Result<[u8; 32], getrandom::Error> {
     let mut s = [0u8; 32];
     getrandom::fill(&mut s)?;
     Ok(s)
@@ -229,13 +198,13 @@ fn hmac_hex(secret: &[u8; 32], domain: &[u8], data: &[u8]) -> String {
 
 /// Layer building [`AuthService`].
 #[derive(Debug, Clone)]
-pub struct AuthLayer {
+pub(crate) struct AuthLayer {
     auth: Auth,
 }
 
 impl AuthLayer {
     /// A layer applying `auth`.
-    pub fn new(auth: Auth) -> Self {
+    pub(crate) fn new(auth: Auth) -> Self {
         Self { auth }
     }
 }
@@ -253,25 +222,13 @@ impl<S> Layer<S> for AuthLayer {
 
 /// See the [module docs](self).
 #[derive(Debug, Clone)]
-pub struct AuthService<S> {
+pub(crate) struct AuthService<S> {
     inner: S,
     auth: Auth,
 }
 
-impl<S> AuthService<S> {
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// Consumes `self`, returning the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
-}
-
 /// The future of [`AuthService`].
-pub type ResponseFuture<F, ResBody, E> =
+pub(crate) type ResponseFuture<F, ResBody, E> =
     EitherFuture<MapLeft<F>, Ready<Result<Response<Either<ResBody, Full<Bytes>>>, E>>>;
 
 pin_project_lite::pin_project! {
@@ -309,7 +266,7 @@ where
     }
 
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
-        match self.auth.identify(req.headers()) {
+        match self.auth.authenticate(req.headers()) {
             Ok((tenant, access)) => {
                 // Only open mode lets a request without a credential through.
                 if access.is_none() && credential(req.headers()).is_none() {
@@ -334,7 +291,7 @@ where
 }
 
 /// The 401 of a missing or unknown client key, in the API's error shape.
-pub fn unauthenticated(shape: ErrorShape) -> Response<Full<Bytes>> {
+pub(crate) fn unauthenticated(shape: ErrorShape) -> Response<Full<Bytes>> {
     let message = match shape {
         ErrorShape::OpenAi => {
             "expected a client key of this gateway in `Authorization: Bearer <key>`, found a missing or unknown key"
@@ -351,7 +308,7 @@ pub fn unauthenticated(shape: ErrorShape) -> Response<Full<Bytes>> {
 }
 
 /// The 403 of a client asking for a combo outside its allow-list, in the API's error shape.
-pub fn forbidden(shape: ErrorShape, client: &str, model: &str) -> Response<Full<Bytes>> {
+pub(crate) fn forbidden(shape: ErrorShape, client: &str, model: &str) -> Response<Full<Bytes>> {
     error_response(
         shape,
         StatusCode::FORBIDDEN,
@@ -384,7 +341,7 @@ mod tests {
     #[test]
     fn open_tenants_are_keyed_and_anonymous_ones_unique() {
         let a = open();
-        let t = |h: &HeaderMap| a.identify(h).unwrap().0.0.to_string();
+        let t = |h: &HeaderMap| a.authenticate(h).unwrap().0.0.to_string();
         let bearer = t(&headers(&[("authorization", "Bearer sk-1")]));
         assert_eq!(bearer, t(&headers(&[("x-api-key", "sk-1")])));
         assert_eq!(bearer, t(&headers(&[("authorization", "bearer  sk-1 ")])));
@@ -401,7 +358,7 @@ mod tests {
         assert_ne!(
             bearer,
             other
-                .identify(&headers(&[("x-api-key", "sk-1")]))
+                .authenticate(&headers(&[("x-api-key", "sk-1")]))
                 .unwrap()
                 .0
                 .0
@@ -442,14 +399,68 @@ key_sha256 = "c4c71fc2d1ba4eeb4b2b3c6ad7fe1f1e6ff5ef7b4b1ab0c7d44e8c9b0a1c5d6e"
         )
         .unwrap();
         let a = Auth::from_config(&config, [0; 32]);
-        let (t, access) = a.identify(&headers(&[("x-goog-api-key", "ka")])).unwrap();
+        let (t, access) = a
+            .authenticate(&headers(&[("x-goog-api-key", "ka")]))
+            .unwrap();
         assert_eq!(&*t.0, "alice");
         let access = access.unwrap();
         assert!(access.allows("c") && !access.allows("p/m"));
         assert_eq!(
-            a.identify(&headers(&[("authorization", "Bearer kb")])),
+            a.authenticate(&headers(&[("authorization", "Bearer kb")])),
             Err(Refusal::Unauthenticated)
         );
-        assert_eq!(a.identify(&HeaderMap::new()), Err(Refusal::Unauthenticated));
+        assert_eq!(
+            a.authenticate(&HeaderMap::new()),
+            Err(Refusal::Unauthenticated)
+        );
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    #[tokio::test(flavor = "current_thread")]
+    async fn module_example() {
+        use crate::auth::{Auth, AuthLayer};
+        use crate::config::Config;
+        use bytes::Bytes;
+        use http::{Request, Response};
+        use http_body_util::Full;
+        use std::convert::Infallible;
+        use tower::{Layer, ServiceExt, service_fn};
+        let config = Config::from_toml_str(
+            r#"
+        [[providers]]
+        name = "p"
+        base_url = "http://127.0.0.1:9/v1"
+        [[providers.accounts]]
+        id = "a"
+        api_key = "k"
+        [[clients]]
+        name = "alice"
+        key = "alice-key"
+        "#,
+            |_| None,
+        )
+        .unwrap();
+        let auth = Auth::from_config(&config, [7; 32]);
+        let svc = AuthLayer::new(auth).layer(service_fn(|req: Request<Full<Bytes>>| async move {
+            let tenant = req
+                .extensions()
+                .get::<context_relay_tower::Tenant>()
+                .unwrap()
+                .0
+                .clone();
+            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(tenant.to_string()))))
+        }));
+        let ok = Request::post("/v1/responses")
+            .header("authorization", "Bearer alice-key")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        assert_eq!(svc.clone().oneshot(ok).await.unwrap().status(), 200);
+        let bad = Request::post("/v1/responses")
+            .header("authorization", "Bearer guess")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        assert_eq!(svc.oneshot(bad).await.unwrap().status(), 401);
     }
 }

@@ -4,17 +4,6 @@
 //! its bytes from one shared budget while it is held, so that many large bodies at once cannot
 //! exhaust memory: 500 concurrent 8 MiB bodies would otherwise hold 4 GiB, and more once
 //! decompressed. A request that finds the budget spent gets a 503 with `retry-after`.
-//!
-//! ```
-//! use context_relay_gateway::budget::ByteBudget;
-//! let budget = ByteBudget::new(100);
-//! let mut a = budget.hold();
-//! assert!(a.take(60));
-//! let mut b = budget.hold();
-//! assert!(!b.take(60), "only 40 bytes are left");
-//! drop(a);
-//! assert!(b.take(60));
-//! ```
 
 use std::sync::Arc;
 
@@ -22,13 +11,13 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// See the [module docs](self). Clones share the budget.
 #[derive(Debug, Clone)]
-pub struct ByteBudget {
+pub(crate) struct ByteBudget {
     bytes: Option<Arc<Semaphore>>,
 }
 
 impl ByteBudget {
     /// A budget of `bytes` (capped at what a semaphore can count, about 2^61).
-    pub fn new(bytes: u64) -> Self {
+    pub(crate) fn new(bytes: u64) -> Self {
         let permits = usize::try_from(bytes)
             .unwrap_or(usize::MAX)
             .min(Semaphore::MAX_PERMITS);
@@ -38,21 +27,16 @@ impl ByteBudget {
     }
 
     /// No budget: every take succeeds.
-    pub fn unlimited() -> Self {
+    pub(crate) fn unlimited() -> Self {
         Self { bytes: None }
     }
 
     /// An empty hold on this budget; bytes taken through it return when it drops.
-    pub fn hold(&self) -> BudgetHold {
+    pub(crate) fn hold(&self) -> BudgetHold {
         BudgetHold {
             budget: self.bytes.clone(),
             permit: None,
         }
-    }
-
-    /// Bytes left (`None` when unlimited).
-    pub fn available(&self) -> Option<usize> {
-        self.bytes.as_ref().map(|s| s.available_permits())
     }
 }
 
@@ -64,14 +48,14 @@ impl Default for ByteBudget {
 
 /// Bytes held from a [`ByteBudget`] by one request.
 #[derive(Debug)]
-pub struct BudgetHold {
+pub(crate) struct BudgetHold {
     budget: Option<Arc<Semaphore>>,
     permit: Option<OwnedSemaphorePermit>,
 }
 
 impl BudgetHold {
     /// Takes `n` more bytes; `false` (and nothing taken) when the budget has not that many left.
-    pub fn take(&mut self, n: usize) -> bool {
+    pub(crate) fn take(&mut self, n: usize) -> bool {
         let Some(budget) = &self.budget else {
             return true;
         };
@@ -95,11 +79,19 @@ impl BudgetHold {
             }
         }
     }
+}
 
-    /// Bytes held.
-    pub fn held(&self) -> usize {
-        self.permit
-            .as_ref()
-            .map_or(0, OwnedSemaphorePermit::num_permits)
+#[cfg(test)]
+mod examples {
+    #[test]
+    fn module_example() {
+        use crate::budget::ByteBudget;
+        let budget = ByteBudget::new(100);
+        let mut a = budget.hold();
+        assert!(a.take(60));
+        let mut b = budget.hold();
+        assert!(!b.take(60), "only 40 bytes are left");
+        drop(a);
+        assert!(b.take(60));
     }
 }

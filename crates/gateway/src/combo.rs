@@ -1,7 +1,8 @@
 //! ComboService: buffers and decodes the request body, resolves its `model` to routing targets
 //! and rewrites `model` to the first target's.
 //!
-//! It is the first service of the proxy stack (DESIGN §3):
+//! It is the first service of the proxy stack, so that the relay layers and the account
+//! resolver below it see the combo and the routing targets:
 //!
 //! ```text
 //! client ─▶ ComboService ─▶ GenerationLayer ─▶ AccountResolver ─▶ InjectionLayer ─▶ Upstream
@@ -19,43 +20,6 @@
 //! The body is forwarded as a [`Full<Bytes>`]: decoded (no `content-encoding`), `content-length`
 //! fixed, every byte but the `model` literal as the client sent it. Bodies that are not JSON or
 //! have no `model` get a 400, bodies over the limit a 413; none of them reaches the inner service.
-//!
-//! ```
-//! # use std::convert::Infallible;
-//! # use bytes::Bytes;
-//! # use http::{Request, Response};
-//! # use http_body_util::{BodyExt, Full};
-//! # use tower::{ServiceBuilder, ServiceExt, service_fn};
-//! use context_relay_gateway::combo::{ComboLayer, RouteTargets, Routes};
-//! use context_relay_gateway::config::Config;
-//! # #[tokio::main(flavor = "current_thread")] async fn main() {
-//! # let config = Config::from_toml_str(r#"
-//! # [[providers]]
-//! # name = "codex"
-//! # base_url = "http://127.0.0.1:9/v1"
-//! # [[providers.accounts]]
-//! # id = "a"
-//! # api_key = "k"
-//! # [[combos]]
-//! # name = "codex-relay"
-//! # targets = ["codex/gpt-5.5"]
-//! # "#, |_| None).unwrap();
-//! let svc = ServiceBuilder::new()
-//!     .layer(ComboLayer::new(Routes::from_config(&config), 8 << 20))
-//!     .service(service_fn(|req: Request<Full<Bytes>>| async move {
-//!         let targets = req.extensions().get::<RouteTargets>().unwrap().clone();
-//!         assert_eq!(&*targets.0[0].provider, "codex");
-//!         let body = req.into_body().collect().await.unwrap().to_bytes();
-//!         Ok::<_, Infallible>(Response::new(Full::new(body)))
-//!     }));
-//! let req = Request::post("/v1/responses")
-//!     .body(Full::new(Bytes::from_static(br#"{"model":"codex-relay","input":"hi"}"#)))
-//!     .unwrap();
-//! let res = svc.oneshot(req).await.unwrap();
-//! let echoed = res.into_body().collect().await.unwrap().to_bytes();
-//! assert_eq!(&echoed[..], br#"{"model":"gpt-5.5","input":"hi"}"#);
-//! # }
-//! ```
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -81,11 +45,11 @@ use crate::error::{ErrorKind, ErrorShape, error_response};
 use crate::model::{find_model, replace_model};
 
 /// Boxed error used for body errors.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// One `provider/model` routing target.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Target {
+pub(crate) struct Target {
     /// Provider name as configured.
     pub provider: Arc<str>,
     /// The model sent upstream.
@@ -94,11 +58,11 @@ pub struct Target {
 
 /// Request extension: the targets of a request, tried in order by the account resolver.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RouteTargets(pub Arc<[Target]>);
+pub(crate) struct RouteTargets(pub Arc<[Target]>);
 
 /// The routing table: combos and the providers reachable as `provider/model`.
 #[derive(Debug, Clone, Default)]
-pub struct Routes {
+pub(crate) struct Routes {
     combos: HashMap<String, (Option<ComboName>, RouteTargets)>,
     /// Combo names in configuration order (for `/v1/models`).
     order: Vec<String>,
@@ -107,7 +71,7 @@ pub struct Routes {
 
 /// Why a `model` could not be routed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RouteError {
+pub(crate) enum RouteError {
     /// Neither a combo nor `provider/model` with a known provider.
     #[error(
         "the model {model:?} is neither a configured combo ({combos}) nor \"provider/model\" with a configured provider ({providers})"
@@ -124,7 +88,7 @@ pub enum RouteError {
 
 impl Routes {
     /// The routing table of a configuration.
-    pub fn from_config(config: &Config) -> Self {
+    pub(crate) fn from_config(config: &Config) -> Self {
         let mut routes = Routes {
             providers: config
                 .providers
@@ -155,7 +119,10 @@ impl Routes {
     }
 
     /// Resolves a client's `model`: a combo name first, then `provider/model`.
-    pub fn resolve(&self, model: &str) -> Result<(Option<ComboName>, RouteTargets), RouteError> {
+    pub(crate) fn resolve(
+        &self,
+        model: &str,
+    ) -> Result<(Option<ComboName>, RouteTargets), RouteError> {
         if let Some((combo, targets)) = self.combos.get(model) {
             return Ok((combo.clone(), targets.clone()));
         }
@@ -183,12 +150,12 @@ impl Routes {
 
     /// The targets of the combo `name`: internal requests (the relay's summary call) carry the
     /// session's [`ComboName`] but no [`RouteTargets`], and are routed with these.
-    pub fn combo_targets(&self, name: &str) -> Option<&RouteTargets> {
+    pub(crate) fn combo_targets(&self, name: &str) -> Option<&RouteTargets> {
         self.combos.get(name).map(|(_, targets)| targets)
     }
 
     /// The model ids clients can ask for: combos, then every distinct combo target.
-    pub fn model_ids(&self) -> Vec<(String, String)> {
+    pub(crate) fn model_ids(&self) -> Vec<(String, String)> {
         let mut out: Vec<(String, String)> = self
             .order
             .iter()
@@ -210,7 +177,7 @@ impl Routes {
 
 /// Layer building [`ComboService`].
 #[derive(Debug, Clone)]
-pub struct ComboLayer {
+pub(crate) struct ComboLayer {
     routes: Arc<Routes>,
     max_body_bytes: usize,
     budget: ByteBudget,
@@ -218,12 +185,13 @@ pub struct ComboLayer {
 
 impl ComboLayer {
     /// A layer routing with `routes`, buffering at most `max_body_bytes` (decoded).
-    pub fn new(routes: Routes, max_body_bytes: usize) -> Self {
+    #[cfg(test)]
+    pub(crate) fn new(routes: Routes, max_body_bytes: usize) -> Self {
         Self::from_arc(Arc::new(routes), max_body_bytes)
     }
 
     /// A layer sharing an existing routing table.
-    pub fn from_arc(routes: Arc<Routes>, max_body_bytes: usize) -> Self {
+    pub(crate) fn from_arc(routes: Arc<Routes>, max_body_bytes: usize) -> Self {
         Self {
             routes,
             max_body_bytes,
@@ -233,7 +201,7 @@ impl ComboLayer {
 
     /// Takes buffered bytes from `budget` (unlimited by default): a request that finds it
     /// spent gets a 503 with `retry-after`.
-    pub fn budget(mut self, budget: ByteBudget) -> Self {
+    pub(crate) fn budget(mut self, budget: ByteBudget) -> Self {
         self.budget = budget;
         self
     }
@@ -254,32 +222,15 @@ impl<S> Layer<S> for ComboLayer {
 
 /// See the [module docs](self).
 #[derive(Debug, Clone)]
-pub struct ComboService<S> {
+pub(crate) struct ComboService<S> {
     inner: S,
     routes: Arc<Routes>,
     max_body_bytes: usize,
     budget: ByteBudget,
 }
 
-impl<S> ComboService<S> {
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Consumes `self`, returning the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
-}
-
 /// The future of [`ComboService`].
-pub type ResponseFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
+pub(crate) type ResponseFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
 
 impl<S, B, ResBody> Service<Request<B>> for ComboService<S>
 where
@@ -462,21 +413,31 @@ where
 /// Most stacked `content-encoding` layers decoded (clients send one).
 const MAX_CODINGS: usize = 2;
 
-/// Sets the [`Tenant`] and [`SessionId`] extensions (unless a service before this one did),
-/// derived as DESIGN §7 says from the credential, the session headers and the decoded body.
+/// Sets the [`Tenant`] and [`SessionId`] extensions from [`session::identify`], the one
+/// derivation of session and tenant: a `Tenant` already set (by the client authentication) and
+/// a `SessionId` already set (by an embedding application) are taken as explicit; otherwise
+/// the session comes from the credential, the session headers and the decoded body. Without a
+/// session no `SessionId` is left on the request.
 ///
 /// Deriving them once here, where the body is already decoded, lets the account resolver (sticky
 /// sessions), GenerationLayer and InjectionLayer agree on the session of every request, also
 /// for clients that send no session header, without each of them parsing the body again.
-pub fn identify(parts: &mut http::request::Parts, body: &[u8]) {
-    if parts.extensions.get::<Tenant>().is_none() {
-        let tenant = session::tenant(&parts.headers);
-        parts.extensions.insert(Tenant::new(tenant));
-    }
-    if parts.extensions.get::<SessionId>().is_none()
-        && let Some(found) = session::session_id(&parts.headers, Some(body), &SESSION_SOURCES)
-    {
-        parts.extensions.insert(SessionId::new(found.id));
+pub(crate) fn identify(parts: &mut http::request::Parts, body: &[u8]) {
+    let identity = session::identify(
+        &parts.headers,
+        Some(body),
+        &SESSION_SOURCES,
+        parts.extensions.get::<SessionId>().map(|s| s.0.clone()),
+        parts.extensions.get::<Tenant>().map(|t| t.0.clone()),
+    );
+    parts.extensions.insert(Tenant(identity.tenant));
+    match identity.session {
+        Some(session) => {
+            parts.extensions.insert(SessionId(session));
+        }
+        None => {
+            parts.extensions.remove::<SessionId>();
+        }
     }
 }
 
@@ -486,3 +447,48 @@ static SESSION_SOURCES: LazyLock<SessionSources> = LazyLock::new(SessionSources:
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod examples {
+    #[tokio::test(flavor = "current_thread")]
+    async fn module_example() {
+        use crate::combo::{ComboLayer, RouteTargets, Routes};
+        use crate::config::Config;
+        use bytes::Bytes;
+        use http::{Request, Response};
+        use http_body_util::{BodyExt, Full};
+        use std::convert::Infallible;
+        use tower::{ServiceBuilder, ServiceExt, service_fn};
+        let config = Config::from_toml_str(
+            r#"
+        [[providers]]
+        name = "codex"
+        base_url = "http://127.0.0.1:9/v1"
+        [[providers.accounts]]
+        id = "a"
+        api_key = "k"
+        [[combos]]
+        name = "codex-relay"
+        targets = ["codex/gpt-5.5"]
+        "#,
+            |_| None,
+        )
+        .unwrap();
+        let svc = ServiceBuilder::new()
+            .layer(ComboLayer::new(Routes::from_config(&config), 8 << 20))
+            .service(service_fn(|req: Request<Full<Bytes>>| async move {
+                let targets = req.extensions().get::<RouteTargets>().unwrap().clone();
+                assert_eq!(&*targets.0[0].provider, "codex");
+                let body = req.into_body().collect().await.unwrap().to_bytes();
+                Ok::<_, Infallible>(Response::new(Full::new(body)))
+            }));
+        let req = Request::post("/v1/responses")
+            .body(Full::new(Bytes::from_static(
+                br#"{"model":"codex-relay","input":"hi"}"#,
+            )))
+            .unwrap();
+        let res = svc.oneshot(req).await.unwrap();
+        let echoed = res.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&echoed[..], br#"{"model":"gpt-5.5","input":"hi"}"#);
+    }
+}

@@ -3,22 +3,15 @@
 //! OpenAI clients read `{"error":{"message","type"}}`; Anthropic clients read
 //! `{"type":"error","error":{"type","message"}}` and map the status to an exception class
 //! (see `CLIENTS.md`), so the shape follows the request path.
-//!
-//! ```
-//! use context_relay_gateway::error::{ErrorShape, error_body};
-//! let b = error_body(ErrorShape::for_path("/v1/messages"), "invalid_request_error", "no model");
-//! let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
-//! assert_eq!(v["error"]["message"], "no model");
-//! assert_eq!(v["type"], "error");
-//! ```
 
 use bytes::Bytes;
+use context_relay_core::ApiShape;
 use http::{HeaderValue, Response, StatusCode, header};
 use http_body_util::Full;
 
 /// Which error shape a client understands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorShape {
+pub(crate) enum ErrorShape {
     /// `{"error":{"message","type"}}` (OpenAI Chat Completions and Responses).
     OpenAi,
     /// `{"type":"error","error":{"type","message"}}` (Anthropic Messages).
@@ -27,26 +20,23 @@ pub enum ErrorShape {
 
 impl ErrorShape {
     /// The shape of the API that `path` belongs to (`/v1/messages…` is Anthropic).
-    pub fn for_path(path: &str) -> Self {
+    pub(crate) fn for_path(path: &str) -> Self {
         let path = path.split('?').next().unwrap_or(path);
-        if path.ends_with("/messages") || path.contains("/messages/") {
-            Self::Anthropic
-        } else {
-            Self::OpenAi
+        // `…/messages/count_tokens` and the like are no conversation turn, but the Messages API.
+        let path = path
+            .find("/messages/")
+            .map_or(path, |i| &path[..i + "/messages".len()]);
+        match ApiShape::from_path(path) {
+            Some(ApiShape::AnthropicMessages) => Self::Anthropic,
+            _ => Self::OpenAi,
         }
     }
 }
 
 /// What went wrong in an error the gateway answers itself; each API names it its own way
 /// ([`name`](Self::name)).
-///
-/// ```
-/// use context_relay_gateway::error::{ErrorKind, ErrorShape};
-/// assert_eq!(ErrorKind::ModelNotFound.name(ErrorShape::OpenAi), "model_not_found");
-/// assert_eq!(ErrorKind::ModelNotFound.name(ErrorShape::Anthropic), "not_found_error");
-/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorKind {
+pub(crate) enum ErrorKind {
     /// The request cannot be served as sent (400).
     InvalidRequest,
     /// The request body is larger than the gateway accepts (413).
@@ -74,7 +64,7 @@ pub enum ErrorKind {
 impl ErrorKind {
     /// The error type name in `shape`: OpenAI's free-form names, or one of Anthropic's fixed
     /// `*_error` types.
-    pub fn name(self, shape: ErrorShape) -> &'static str {
+    pub(crate) fn name(self, shape: ErrorShape) -> &'static str {
         let (openai, anthropic) = match self {
             Self::InvalidRequest => ("invalid_request_error", "invalid_request_error"),
             Self::RequestTooLarge => ("request_too_large", "request_too_large"),
@@ -96,7 +86,7 @@ impl ErrorKind {
 }
 
 /// The JSON bytes of an error.
-pub fn error_body(shape: ErrorShape, kind: &str, message: &str) -> Bytes {
+pub(crate) fn error_body(shape: ErrorShape, kind: &str, message: &str) -> Bytes {
     let v = match shape {
         ErrorShape::OpenAi => serde_json::json!({
             "error": {"message": message, "type": kind, "code": kind}
@@ -112,7 +102,7 @@ pub fn error_body(shape: ErrorShape, kind: &str, message: &str) -> Bytes {
 /// The JSON bytes of an error both shapes read: `{"type":"error","error":{"type","message",
 /// "code"}}` is a valid OpenAI error (`error.message`, `error.type`) and a valid Anthropic one.
 /// For answers given where the request path is unknown (a caught panic).
-pub fn any_shape_error_body(kind: &str, message: &str) -> Bytes {
+pub(crate) fn any_shape_error_body(kind: &str, message: &str) -> Bytes {
     let v = serde_json::json!({
         "type": "error",
         "error": {"type": kind, "message": message, "code": kind}
@@ -121,7 +111,7 @@ pub fn any_shape_error_body(kind: &str, message: &str) -> Bytes {
 }
 
 /// A complete JSON error response.
-pub fn error_response(
+pub(crate) fn error_response(
     shape: ErrorShape,
     status: StatusCode,
     kind: &str,
@@ -131,7 +121,7 @@ pub fn error_response(
 }
 
 /// [`error_response`] with a body of another type, made by `wrap` from the error's bytes.
-pub fn error_response_as<B>(
+pub(crate) fn error_response_as<B>(
     shape: ErrorShape,
     status: StatusCode,
     kind: &str,
@@ -205,5 +195,34 @@ mod tests {
             serde_json::from_slice(&error_body(ErrorShape::OpenAi, "bad", "m \"q\"")).unwrap();
         assert_eq!(v["error"]["type"], "bad");
         assert_eq!(v["error"]["message"], "m \"q\"");
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    #[test]
+    fn module_example() {
+        use crate::error::{ErrorShape, error_body};
+        let b = error_body(
+            ErrorShape::for_path("/v1/messages"),
+            "invalid_request_error",
+            "no model",
+        );
+        let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
+        assert_eq!(v["error"]["message"], "no model");
+        assert_eq!(v["type"], "error");
+    }
+
+    #[test]
+    fn errorkind_example() {
+        use crate::error::{ErrorKind, ErrorShape};
+        assert_eq!(
+            ErrorKind::ModelNotFound.name(ErrorShape::OpenAi),
+            "model_not_found"
+        );
+        assert_eq!(
+            ErrorKind::ModelNotFound.name(ErrorShape::Anthropic),
+            "not_found_error"
+        );
     }
 }

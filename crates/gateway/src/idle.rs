@@ -4,19 +4,6 @@
 //! Unlike a plain timeout it resets on every frame, so a long SSE stream that keeps sending is
 //! never cut. It forwards `is_end_stream` and `size_hint`, so `content-length` and end of stream
 //! are seen through it exactly as without it.
-//!
-//! ```
-//! # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
-//! use std::time::Duration;
-//! use bytes::Bytes;
-//! use http_body::Body;
-//! use http_body_util::{BodyExt, Full};
-//! use context_relay_gateway::idle::IdleTimeoutBody;
-//! let body = IdleTimeoutBody::new(Full::new(Bytes::from_static(b"hi")), Duration::from_secs(1));
-//! assert_eq!(body.size_hint().exact(), Some(2));
-//! assert_eq!(&body.collect().await.unwrap().to_bytes()[..], b"hi");
-//! # }
-//! ```
 
 use std::future::Future;
 use std::pin::Pin;
@@ -31,7 +18,7 @@ use crate::combo::BoxError;
 /// The error of an [`IdleTimeoutBody`] that waited too long.
 #[derive(Debug, thiserror::Error)]
 #[error("no data for {0:?}: the stream was cut")]
-pub struct IdleTimeout(pub Duration);
+pub(crate) struct IdleTimeout(pub Duration);
 
 pin_project_lite::pin_project! {
     /// See the [module docs](self).
@@ -126,5 +113,21 @@ mod tests {
         let err = body.as_mut().frame().await.unwrap().unwrap_err();
         assert!(err.is::<IdleTimeout>(), "{err}");
         feeder.abort();
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn module_example() {
+        use crate::idle::IdleTimeoutBody;
+        use bytes::Bytes;
+        use http_body::Body;
+        use http_body_util::{BodyExt, Full};
+        use std::time::Duration;
+        let body =
+            IdleTimeoutBody::new(Full::new(Bytes::from_static(b"hi")), Duration::from_secs(1));
+        assert_eq!(body.size_hint().exact(), Some(2));
+        assert_eq!(&body.collect().await.unwrap().to_bytes()[..], b"hi");
     }
 }

@@ -1,20 +1,24 @@
 //! An OpenAI/Anthropic-compatible gateway that pools several accounts per provider and keeps
 //! long coding sessions alive across account rotation.
 //!
-//! It is a thin crate made of a router ([`app`], [`admin`]), a combo service ([`combo`]), an
-//! account resolver ([`resolver`] over [`pool`]), the upstream client ([`upstream`]), the
-//! handoff store ([`store`]) and the relay layers of `context-relay-tower` ([`relay`]), in the
-//! order of DESIGN §3:
+//! Inside, a router hands each API request to a combo service (client authentication, body
+//! buffering, combo and model routing, session identity), then to the relay's generation layer,
+//! an account resolver that picks an account of the provider's pool and retries on the next one
+//! when an account is used up, the relay's injection layer, and the upstream client. The
+//! generation layer sits above the resolver so that it sees which account served and the quota
+//! it reported; the injection layer sits below it so that every attempt, retries included,
+//! carries the account it is sent to:
 //!
 //! ```text
 //! client ─▶ [router] ─▶ ComboService ─▶ GenerationLayer ─▶ AccountResolver ─▶ InjectionLayer ─▶ Upstream
 //! ```
 //!
-//! [`sim`] is a simulated provider (a test double) used by the tests and the quickstart.
+//! The simulated provider the tests and the quickstart run against is the `context-relay-sim`
+//! crate (a test double, not shipped).
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! use context_relay_gateway::{app::Gateway, config::Config};
+//! use context_relay_gateway::{Gateway, config::Config};
 //! let config = Config::load("gateway.toml".as_ref())?;
 //! let listen = config.listen;
 //! let gateway = Gateway::new(config)?.spawn(listen).await?;
@@ -22,39 +26,43 @@
 //! # Ok(()) }
 //! ```
 //!
+//! The embedding API is [`Gateway`] (built from a [`config::Config`]), what it returns
+//! ([`RunningGateway`], [`GatewayError`], [`HttpService`], [`RelayBackground`]) and
+//! [`prometheus_builder`] for its `/metrics` page. [`Upstream`] is the gateway's HTTP client
+//! to providers (TLS, HTTP/2, timeouts), usable on its own behind the relay layers.
+//!
 #![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
-pub mod admin;
-pub mod app;
-pub mod auth;
-pub mod budget;
+mod admin;
+mod app;
+mod auth;
+mod budget;
 mod collect;
-pub mod combo;
+mod combo;
 pub mod config;
-pub mod error;
-pub mod idle;
-pub mod model;
-pub mod peek;
-pub mod pool;
-pub mod ready;
-pub mod relay;
-pub mod resolver;
-pub mod secret;
-pub mod server;
-pub mod sim;
-pub mod sim_rules;
-pub mod store;
-pub mod summary;
-pub mod telemetry;
-pub mod upstream;
-pub mod verdict;
+mod error;
+mod idle;
+mod model;
+mod peek;
+mod pool;
+mod ready;
+mod relay;
+mod resolver;
+mod routes;
+mod secret;
+mod server;
+mod store;
+mod summary;
+mod telemetry;
+mod upstream;
 
-pub use app::{Gateway, GatewayError, ProxyService, StackOptions, proxy_stack};
-pub use combo::{ComboLayer, ComboService, RouteTargets, Routes, Target};
+pub use app::{Gateway, GatewayError};
 pub use config::Config;
-pub use relay::{RelayBackground, RelayLayers};
-pub use resolver::{AccountResolver, AccountResolverLayer};
-pub use server::RunningGateway;
-pub use upstream::{Upstream, UpstreamEndpoint, UpstreamLimits};
+pub use ready::Readiness;
+pub use relay::RelayBackground;
+pub use server::{BACKGROUND_GRACE, HttpService, RunningGateway};
+pub use store::StoreOpenError;
+pub use telemetry::prometheus_builder;
+pub use upstream::{Upstream, UpstreamEndpoint, UpstreamError, UpstreamLimits};

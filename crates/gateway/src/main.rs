@@ -6,10 +6,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use context_relay_gateway::Gateway;
 use context_relay_gateway::config::{Config, LogFormat};
-use context_relay_gateway::server::{drain_background, serve_with, shutdown_signal};
-use context_relay_gateway::telemetry::prometheus_builder;
+use context_relay_gateway::{Gateway, prometheus_builder};
 use tracing_subscriber::EnvFilter;
 
 /// OpenAI/Anthropic-compatible gateway that pools several accounts per provider and keeps long
@@ -116,24 +114,37 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     );
     // One plain line on stdout, for scripts that start the gateway on port 0.
     println!("listening on http://{addr}");
-    let purger = gateway.spawn_purger();
-    let readiness = gateway.readiness().clone();
-    let shutdown = async move {
-        shutdown_signal().await;
-        readiness.shutting_down();
-    };
-    serve_with(
-        listener,
-        gateway.service(),
-        gateway.serve_options(),
-        shutdown,
-    )
-    .await?;
-    tracing::info!("in-flight requests finished");
-    drain_background(&gateway.background()).await;
-    drop(purger);
+    gateway.serve(listener, shutdown_signal()).await?;
     // The last handle on the store: redb commits what is queued and releases its file here.
     drop(gateway);
     tracing::info!("store closed; bye");
     Ok(())
+}
+
+/// Completes on ctrl-c or (on Unix) SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::warn!("cannot listen for ctrl-c: {e}");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!("cannot listen for SIGTERM: {e}");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => tracing::info!("ctrl-c received, shutting down"),
+        () = term => tracing::info!("SIGTERM received, shutting down"),
+    }
 }

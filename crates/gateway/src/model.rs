@@ -4,16 +4,6 @@
 //! The value is located with the core's raw JSON scanner, so the body is scanned once and never
 //! re-serialized: key order, number formatting and unknown fields reach the provider exactly as
 //! the client sent them.
-//!
-//! ```
-//! use bytes::Bytes;
-//! use context_relay_gateway::model::{find_model, replace_model};
-//! let body = Bytes::from_static(br#"{"stream":true, "model" : "codex-relay","n":1.50}"#);
-//! let field = find_model(&body).unwrap();
-//! assert_eq!(field.value, "codex-relay");
-//! let out = replace_model(&body, &field, "gpt-5.5").unwrap();
-//! assert_eq!(&out[..], br#"{"stream":true, "model" : "gpt-5.5","n":1.50}"#);
-//! ```
 
 use std::ops::Range;
 
@@ -22,7 +12,7 @@ use context_relay_core::json::{self, JsonError, Kind};
 
 /// Why no model could be read.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum ModelError {
+pub(crate) enum ModelError {
     /// The body is not a JSON object.
     #[error("expected a JSON object as request body, found {0}")]
     NotJson(String),
@@ -36,7 +26,7 @@ pub enum ModelError {
 
 /// The `model` value of a body and where its JSON text sits.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ModelField {
+pub(crate) struct ModelField {
     /// The decoded string.
     pub value: String,
     /// Byte range of the JSON string literal (quotes included).
@@ -48,7 +38,7 @@ pub struct ModelField {
 /// The body is validated whole by the core's raw JSON scanner (several times faster than a
 /// serde pass over 100 KB coding-session bodies, which every request pays), so a malformed
 /// body is answered here with a 400 instead of reaching a provider.
-pub fn find_model(body: &[u8]) -> Result<ModelField, ModelError> {
+pub(crate) fn find_model(body: &[u8]) -> Result<ModelField, ModelError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ModelError::NotJson("an empty body".into()));
     }
@@ -79,7 +69,7 @@ pub fn find_model(body: &[u8]) -> Result<ModelField, ModelError> {
 
 /// `body` with the string at `field.span` replaced by the JSON string `model`; `None` when the
 /// span does not lie within `body` (a field found in another body).
-pub fn replace_model(body: &Bytes, field: &ModelField, model: &str) -> Option<Bytes> {
+pub(crate) fn replace_model(body: &Bytes, field: &ModelField, model: &str) -> Option<Bytes> {
     let (head, tail) = (body.get(..field.span.start)?, body.get(field.span.end..)?);
     let literal = serde_json::Value::String(model.to_owned()).to_string();
     let mut out = BytesMut::with_capacity(head.len() + literal.len() + tail.len());
@@ -179,5 +169,22 @@ mod tests {
         fn never_panics(data in proptest::collection::vec(any::<u8>(), 0..256)) {
             let _ = find_model(&data);
         }
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    #[test]
+    fn module_example() {
+        use crate::model::{find_model, replace_model};
+        use bytes::Bytes;
+        let body = Bytes::from_static(br#"{"stream":true, "model" : "codex-relay","n":1.50}"#);
+        let field = find_model(&body).unwrap();
+        assert_eq!(field.value, "codex-relay");
+        let out = replace_model(&body, &field, "gpt-5.5").unwrap();
+        assert_eq!(
+            &out[..],
+            br#"{"stream":true, "model" : "gpt-5.5","n":1.50}"#
+        );
     }
 }

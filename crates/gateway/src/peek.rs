@@ -5,18 +5,6 @@
 //! few hundred bytes, but nothing guarantees it: [`peek`] reads at most `limit` bytes, and the
 //! returned [`Peeked`] body yields those bytes and then whatever the upstream still sends, so
 //! the client always gets every byte.
-//!
-//! ```
-//! # #[tokio::main(flavor = "current_thread")] async fn main() {
-//! use bytes::Bytes;
-//! use http_body_util::{BodyExt, Full};
-//! use context_relay_gateway::peek::peek;
-//!
-//! let (head, body) = peek(Full::new(Bytes::from_static(b"0123456789")), 64).await;
-//! assert_eq!(head.bytes(), Some(&b"0123456789"[..])); // it ended within the limit
-//! assert_eq!(&body.collect().await.unwrap().to_bytes()[..], b"0123456789");
-//! # }
-//! ```
 
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -30,7 +18,7 @@ use crate::combo::BoxError;
 
 /// What [`peek`] read.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Head {
+pub(crate) enum Head {
     /// The whole body, which ended within the limit.
     Complete(Bytes),
     /// The first bytes of a body longer than the limit (or one that failed mid-way).
@@ -39,7 +27,7 @@ pub enum Head {
 
 impl Head {
     /// The body's bytes when it was read completely.
-    pub fn bytes(&self) -> Option<&[u8]> {
+    pub(crate) fn bytes(&self) -> Option<&[u8]> {
         match self {
             Head::Complete(b) => Some(b),
             Head::Partial(_) => None,
@@ -48,7 +36,7 @@ impl Head {
 }
 
 /// A body that yields bytes read ahead, then the rest of the original body.
-pub struct Peeked<B> {
+pub(crate) struct Peeked<B> {
     prefix: Option<Bytes>,
     trailers: Option<HeaderMap>,
     error: Option<BoxError>,
@@ -66,7 +54,7 @@ impl<B> std::fmt::Debug for Peeked<B> {
 
 impl<B> Peeked<B> {
     /// A body of `bytes` only.
-    pub fn full(bytes: Bytes) -> Self {
+    pub(crate) fn full(bytes: Bytes) -> Self {
         Self {
             prefix: (!bytes.is_empty()).then_some(bytes),
             trailers: None,
@@ -78,7 +66,7 @@ impl<B> Peeked<B> {
 
 /// Reads `body` until it ends or more than `limit` bytes were read, and returns what was read
 /// with a body replaying everything.
-pub async fn peek<B>(body: B, limit: usize) -> (Head, Peeked<B>)
+pub(crate) async fn peek<B>(body: B, limit: usize) -> (Head, Peeked<B>)
 where
     B: Body<Data = Bytes>,
     B::Error: Into<BoxError>,
@@ -245,5 +233,19 @@ mod tests {
         assert_eq!(first.into_data().unwrap(), Bytes::from_static(b"ab"));
         assert!(body.frame().await.unwrap().is_err());
         assert!(body.frame().await.is_none());
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    #[tokio::test(flavor = "current_thread")]
+    async fn module_example() {
+        use crate::peek::peek;
+        use bytes::Bytes;
+        use http_body_util::{BodyExt, Full};
+
+        let (head, body) = peek(Full::new(Bytes::from_static(b"0123456789")), 64).await;
+        assert_eq!(head.bytes(), Some(&b"0123456789"[..])); // it ended within the limit
+        assert_eq!(&body.collect().await.unwrap().to_bytes()[..], b"0123456789");
     }
 }

@@ -17,59 +17,36 @@
 //! The pool is shared by every connection (axum clones services per connection), so its state
 //! sits behind one short-held mutex. Functions take `now` so the rules are testable without a
 //! clock.
-//!
-//! ```
-//! use std::time::{Duration, SystemTime};
-//! use context_relay_gateway::config::Config;
-//! use context_relay_gateway::pool::AccountPools;
-//! # let config = Config::from_toml_str(r#"
-//! # [[providers]]
-//! # name = "codex"
-//! # base_url = "http://127.0.0.1:9/v1"
-//! # [[providers.accounts]]
-//! # id = "a"
-//! # api_key = "ka"
-//! # [[providers.accounts]]
-//! # id = "b"
-//! # api_key = "kb"
-//! # "#, |_| None).unwrap();
-//! let pools = AccountPools::from_config(&config);
-//! let codex = pools.get("codex").unwrap();
-//! let now = SystemTime::now();
-//! assert_eq!(codex.pick(Some("s1"), &[], now), Some(0)); // fill first
-//! codex.mark_exhausted(0, now + Duration::from_secs(60));
-//! assert_eq!(codex.pick(Some("s1"), &[], now), Some(1));
-//! assert_eq!(codex.pick(Some("s1"), &[], now + Duration::from_secs(61)), Some(0));
-//! ```
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use context_relay_core::QuotaSignal;
+use context_relay_core::ResolvedAccount;
 use context_relay_core::quota::QuotaKind;
 use http::{HeaderName, HeaderValue, header};
 
 use crate::config::{AuthScheme, Config, ProviderConfig, QuotaFormat};
 
 /// How long an account stays exhausted when the provider announced no reset.
-pub const DEFAULT_RESET: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_RESET: Duration = Duration::from_secs(60);
 /// Session bindings remembered per provider.
-pub const DEFAULT_MAX_SESSIONS: usize = 100_000;
+pub(crate) const DEFAULT_MAX_SESSIONS: usize = 100_000;
 /// The first back-off of a refused account; it doubles with each consecutive refusal.
-pub const REFUSED_BACKOFF: Duration = Duration::from_secs(60);
+pub(crate) const REFUSED_BACKOFF: Duration = Duration::from_secs(60);
 /// The longest back-off of a refused account.
-pub const MAX_REFUSED_BACKOFF: Duration = Duration::from_secs(3600);
+pub(crate) const MAX_REFUSED_BACKOFF: Duration = Duration::from_secs(3600);
 
 /// The pools of every configured provider.
 #[derive(Debug, Default)]
-pub struct AccountPools {
+pub(crate) struct AccountPools {
     providers: HashMap<Arc<str>, Arc<ProviderPool>>,
 }
 
 impl AccountPools {
     /// One pool per provider of `config`.
-    pub fn from_config(config: &Config) -> Self {
+    pub(crate) fn from_config(config: &Config) -> Self {
         Self {
             providers: config
                 .providers
@@ -80,21 +57,23 @@ impl AccountPools {
     }
 
     /// The pool of `provider`.
-    pub fn get(&self, provider: &str) -> Option<&Arc<ProviderPool>> {
+    pub(crate) fn get(&self, provider: &str) -> Option<&Arc<ProviderPool>> {
         self.providers.get(provider)
     }
 
     /// Every pool, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = &Arc<ProviderPool>> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Arc<ProviderPool>> {
         self.providers.values()
     }
 }
 
 /// One account's credential.
 #[derive(Clone)]
-pub struct Account {
+pub(crate) struct Account {
     /// The account id.
     pub id: Arc<str>,
+    /// This account as every relay part names it (provider, id), built once.
+    pub resolved: ResolvedAccount,
     header: (HeaderName, HeaderValue),
 }
 
@@ -108,14 +87,14 @@ impl std::fmt::Debug for Account {
 
 impl Account {
     /// The header carrying this account's credential upstream (marked sensitive).
-    pub fn credential(&self) -> (HeaderName, HeaderValue) {
+    pub(crate) fn credential(&self) -> (HeaderName, HeaderValue) {
         self.header.clone()
     }
 }
 
 /// A point-in-time view of one account, for logs, demos and tests.
 #[derive(Debug, Clone, PartialEq)]
-pub struct AccountStatus {
+pub(crate) struct AccountStatus {
     /// The account id.
     pub id: Arc<str>,
     /// Last usage fraction the provider reported, if any.
@@ -129,7 +108,7 @@ pub struct AccountStatus {
 
 impl AccountStatus {
     /// `available`, `exhausted` or `disabled` (a disabled account may also be exhausted).
-    pub fn state(&self) -> &'static str {
+    pub(crate) fn state(&self) -> &'static str {
         if self.disabled_until.is_some() {
             "disabled"
         } else if self.exhausted_until.is_some() {
@@ -159,7 +138,7 @@ struct PoolState {
 
 /// The accounts of one provider and their state.
 #[derive(Debug)]
-pub struct ProviderPool {
+pub(crate) struct ProviderPool {
     name: Arc<str>,
     base_url: Arc<str>,
     quota: QuotaFormat,
@@ -171,7 +150,7 @@ pub struct ProviderPool {
 
 impl ProviderPool {
     /// The pool of one provider's configuration (keys already resolved by [`Config`]).
-    pub fn new(p: &ProviderConfig) -> Self {
+    pub(crate) fn new(p: &ProviderConfig) -> Self {
         let accounts: Vec<Account> = p
             .accounts
             .iter()
@@ -186,6 +165,7 @@ impl ProviderPool {
                 value.set_sensitive(true);
                 Some(Account {
                     id: Arc::from(a.id.as_str()),
+                    resolved: ResolvedAccount::new(p.name.as_str(), a.id.as_str()),
                     header: (name, value),
                 })
             })
@@ -206,39 +186,30 @@ impl ProviderPool {
         }
     }
 
+    #[cfg(test)]
     /// Keeps at most `max` session bindings (at least 8).
-    pub fn with_max_sessions(mut self, max: usize) -> Self {
+    pub(crate) fn with_max_sessions(mut self, max: usize) -> Self {
         self.max_sessions = max.max(8);
         self
     }
 
     /// The provider name.
-    pub fn name(&self) -> &Arc<str> {
+    pub(crate) fn name(&self) -> &Arc<str> {
         &self.name
     }
 
     /// The base URL, without a trailing `/`.
-    pub fn base_url(&self) -> &Arc<str> {
+    pub(crate) fn base_url(&self) -> &Arc<str> {
         &self.base_url
     }
 
-    /// Which quota headers this provider sends.
-    pub fn quota_format(&self) -> QuotaFormat {
-        self.quota
-    }
-
     /// The core parser selection for this provider's quota headers.
-    pub fn quota_kind(&self) -> QuotaKind {
+    pub(crate) fn quota_kind(&self) -> QuotaKind {
         self.quota.kind()
     }
 
-    /// The usage fraction at which an account is exhausted.
-    pub fn rotate_at(&self) -> f64 {
-        self.rotate_at
-    }
-
     /// The accounts in configuration order.
-    pub fn accounts(&self) -> &[Account] {
+    pub(crate) fn accounts(&self) -> &[Account] {
         &self.accounts
     }
 
@@ -250,7 +221,12 @@ impl ProviderPool {
     /// The account for the next attempt of `session`, skipping `exclude` (accounts already
     /// tried for this request): the session's account if it is available, else the first
     /// available one. `None` when every account is exhausted or excluded.
-    pub fn pick(&self, session: Option<&str>, exclude: &[usize], now: SystemTime) -> Option<usize> {
+    pub(crate) fn pick(
+        &self,
+        session: Option<&str>,
+        exclude: &[usize],
+        now: SystemTime,
+    ) -> Option<usize> {
         let mut state = self.lock();
         for a in state.accounts.iter_mut() {
             if a.exhausted_until.is_some_and(|t| t <= now) {
@@ -281,7 +257,7 @@ impl ProviderPool {
 
     /// Remembers that `account` served `session` (call it on a successful answer only, so
     /// that a failing account never captures a session).
-    pub fn bind(&self, session: &str, account: usize) {
+    pub(crate) fn bind(&self, session: &str, account: usize) {
         let mut state = self.lock();
         state.clock += 1;
         let tick = state.clock;
@@ -296,7 +272,7 @@ impl ProviderPool {
     }
 
     /// Records a successful answer of `account`: its refusal back-off starts over.
-    pub fn succeeded(&self, account: usize) {
+    pub(crate) fn succeeded(&self, account: usize) {
         let mut state = self.lock();
         if let Some(a) = state.accounts.get_mut(account)
             && a.refusals > 0
@@ -307,7 +283,7 @@ impl ProviderPool {
 
     /// Disables `account` because the provider refused its credential, for a back-off that
     /// doubles with each consecutive refusal. Returns until when.
-    pub fn disable(&self, account: usize, now: SystemTime) -> SystemTime {
+    pub(crate) fn disable(&self, account: usize, now: SystemTime) -> SystemTime {
         let mut state = self.lock();
         let Some(a) = state.accounts.get_mut(account) else {
             return now;
@@ -319,19 +295,21 @@ impl ProviderPool {
         until
     }
 
+    #[cfg(test)]
     /// Session bindings currently remembered.
-    pub fn sessions(&self) -> usize {
+    pub(crate) fn sessions(&self) -> usize {
         self.lock().sessions.len()
     }
 
+    #[cfg(test)]
     /// The account `session` is bound to, if any.
-    pub fn bound(&self, session: &str) -> Option<usize> {
+    pub(crate) fn bound(&self, session: &str) -> Option<usize> {
         self.lock().sessions.get(session).map(|(i, _)| *i)
     }
 
     /// Records a quota signal of `account`; at or above `rotate_at` the account is exhausted
     /// until the signal's reset. Returns whether it is now exhausted.
-    pub fn observe(&self, account: usize, signal: &QuotaSignal, now: SystemTime) -> bool {
+    pub(crate) fn observe(&self, account: usize, signal: &QuotaSignal, now: SystemTime) -> bool {
         let exhausted = signal.percent_used >= self.rotate_at;
         let mut state = self.lock();
         if let Some(a) = state.accounts.get_mut(account) {
@@ -345,21 +323,21 @@ impl ProviderPool {
 
     /// Records the usage fraction of `account` without exhausting it, whatever the value (for
     /// readings of internal requests, which must not move sessions).
-    pub fn note_usage(&self, account: usize, used: f64) {
+    pub(crate) fn note_usage(&self, account: usize, used: f64) {
         if let Some(a) = self.lock().accounts.get_mut(account) {
             a.used = Some(used);
         }
     }
 
     /// Makes `account` unavailable until `until`.
-    pub fn mark_exhausted(&self, account: usize, until: SystemTime) {
+    pub(crate) fn mark_exhausted(&self, account: usize, until: SystemTime) {
         if let Some(a) = self.lock().accounts.get_mut(account) {
             a.exhausted_until = Some(until);
         }
     }
 
     /// The state of every account, in configuration order.
-    pub fn snapshot(&self, now: SystemTime) -> Vec<AccountStatus> {
+    pub(crate) fn snapshot(&self, now: SystemTime) -> Vec<AccountStatus> {
         let state = self.lock();
         self.accounts
             .iter()
@@ -374,7 +352,7 @@ impl ProviderPool {
     }
 
     /// How many sessions are bound to each account, in configuration order.
-    pub fn sessions_per_account(&self) -> Vec<usize> {
+    pub(crate) fn sessions_per_account(&self) -> Vec<usize> {
         let state = self.lock();
         let mut counts = vec![0; self.accounts.len()];
         for (account, _) in state.sessions.values() {
@@ -386,7 +364,7 @@ impl ProviderPool {
     }
 
     /// The earliest time an exhausted or disabled account becomes available again.
-    pub fn next_reset(&self, now: SystemTime) -> Option<SystemTime> {
+    pub(crate) fn next_reset(&self, now: SystemTime) -> Option<SystemTime> {
         self.lock()
             .accounts
             .iter()
@@ -400,7 +378,7 @@ impl ProviderPool {
 }
 
 /// The announced reset when it lies in the future, else `now + DEFAULT_RESET`.
-pub fn reset_or_default(resets_at: Option<SystemTime>, now: SystemTime) -> SystemTime {
+pub(crate) fn reset_or_default(resets_at: Option<SystemTime>, now: SystemTime) -> SystemTime {
     resets_at
         .filter(|t| *t > now)
         .unwrap_or(now + DEFAULT_RESET)
@@ -421,170 +399,39 @@ fn forget_least_recent(sessions: &mut HashMap<Arc<str>, (usize, u64)>, count: us
 }
 
 #[cfg(test)]
-mod tests {
-    use proptest::prelude::*;
+mod tests;
 
-    use super::*;
-
-    fn pool(n: usize, rotate_at: f64) -> ProviderPool {
-        let accounts = (0..n)
-            .map(|i| format!("[[providers.accounts]]\nid = \"a{i}\"\napi_key = \"k{i}\"\n"))
-            .collect::<String>();
-        let text = format!(
-            "[[providers]]\nname = \"p\"\nbase_url = \"http://h/v1/\"\nrotate_at = {rotate_at}\nauth = \"x-api-key\"\n{accounts}"
+#[cfg(test)]
+mod examples {
+    #[test]
+    fn module_example() {
+        use crate::config::Config;
+        use crate::pool::AccountPools;
+        use std::time::{Duration, SystemTime};
+        let config = Config::from_toml_str(
+            r#"
+        [[providers]]
+        name = "codex"
+        base_url = "http://127.0.0.1:9/v1"
+        [[providers.accounts]]
+        id = "a"
+        api_key = "ka"
+        [[providers.accounts]]
+        id = "b"
+        api_key = "kb"
+        "#,
+            |_| None,
+        )
+        .unwrap();
+        let pools = AccountPools::from_config(&config);
+        let codex = pools.get("codex").unwrap();
+        let now = SystemTime::now();
+        assert_eq!(codex.pick(Some("s1"), &[], now), Some(0)); // fill first
+        codex.mark_exhausted(0, now + Duration::from_secs(60));
+        assert_eq!(codex.pick(Some("s1"), &[], now), Some(1));
+        assert_eq!(
+            codex.pick(Some("s1"), &[], now + Duration::from_secs(61)),
+            Some(0)
         );
-        let c = Config::from_toml_str(&text, |_| None).unwrap();
-        ProviderPool::new(&c.providers[0])
-    }
-
-    fn t(s: u64) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000 + s)
-    }
-
-    #[test]
-    fn credentials_follow_auth() {
-        let p = pool(1, 0.95);
-        let (name, value) = p.accounts()[0].credential();
-        assert_eq!(name, "x-api-key");
-        assert_eq!(value, "k0");
-        assert!(value.is_sensitive());
-        assert_eq!(&**p.base_url(), "http://h/v1");
-    }
-
-    #[test]
-    fn fill_first_and_sticky() {
-        let p = pool(3, 0.95);
-        assert_eq!(p.pick(Some("s1"), &[], t(0)), Some(0));
-        // A session bound to the second account stays there although the first is free.
-        p.bind("s2", 1);
-        assert_eq!(p.pick(Some("s2"), &[], t(1)), Some(1));
-        assert_eq!(p.bound("s2"), Some(1));
-        // New sessions and sessionless requests fill the first account.
-        assert_eq!(p.pick(Some("s3"), &[], t(1)), Some(0));
-        assert_eq!(p.pick(None, &[], t(1)), Some(0));
-    }
-
-    #[test]
-    fn rotation_at_threshold_until_reset() {
-        let p = pool(2, 0.9);
-        p.bind("s", 0);
-        assert!(!p.observe(0, &QuotaSignal::used(0.89), t(0)));
-        assert_eq!(p.pick(Some("s"), &[], t(0)), Some(0));
-        let signal = QuotaSignal {
-            percent_used: 0.9,
-            resets_at: Some(t(500)),
-            window: None,
-        };
-        assert!(p.observe(0, &signal, t(1)));
-        assert_eq!(p.pick(Some("s"), &[], t(2)), Some(1));
-        assert_eq!(p.next_reset(t(2)), Some(t(500)));
-        let snap = p.snapshot(t(2));
-        assert_eq!(snap[0].used, Some(0.9));
-        assert_eq!(snap[0].exhausted_until, Some(t(500)));
-        // After the reset the session's account is available again, its usage forgotten.
-        assert_eq!(p.pick(Some("s"), &[], t(500)), Some(0));
-        assert_eq!(p.snapshot(t(500))[0].used, None);
-    }
-
-    #[test]
-    fn default_reset_when_none_announced() {
-        let p = pool(1, 0.95);
-        assert!(p.observe(0, &QuotaSignal::used(1.0), t(0)));
-        assert_eq!(p.pick(None, &[], t(59)), None);
-        assert_eq!(p.pick(None, &[], t(60)), Some(0));
-        // A reset in the past counts as none.
-        assert_eq!(reset_or_default(Some(t(5)), t(10)), t(70));
-    }
-
-    #[test]
-    fn exclusion_and_exhaustion() {
-        let p = pool(3, 0.95);
-        p.bind("s", 0);
-        assert_eq!(p.pick(Some("s"), &[0], t(0)), Some(1));
-        p.mark_exhausted(1, t(100));
-        assert_eq!(p.pick(Some("s"), &[0], t(0)), Some(2));
-        assert_eq!(p.pick(Some("s"), &[0, 2], t(0)), None);
-    }
-
-    #[test]
-    fn bindings_are_bounded_least_recently_used_first() {
-        let p = pool(2, 0.95).with_max_sessions(16);
-        for i in 0..16 {
-            p.bind(&format!("s{i}"), 1);
-        }
-        // s0 is used again: it is now the most recent.
-        p.bind("s0", 1);
-        assert_eq!(p.sessions(), 16);
-        p.bind("new", 1);
-        // The two least recently used (16 / 8) made room: s1 and s2.
-        assert_eq!(p.sessions(), 15);
-        assert_eq!(p.bound("s0"), Some(1));
-        assert_eq!(p.bound("s1"), None);
-        assert_eq!(p.bound("s2"), None);
-        assert_eq!(p.bound("s3"), Some(1));
-        assert_eq!(p.bound("new"), Some(1));
-        for i in 0..1000 {
-            p.bind(&format!("x{i}"), 0);
-        }
-        assert!(p.sessions() <= 16);
-    }
-
-    #[test]
-    fn refused_accounts_back_off_and_return() {
-        let p = pool(2, 0.95);
-        p.bind("s", 0);
-        assert_eq!(p.disable(0, t(0)), t(60));
-        assert_eq!(p.pick(Some("s"), &[], t(1)), Some(1));
-        let snap = p.snapshot(t(1));
-        assert_eq!(snap[0].state(), "disabled");
-        assert_eq!(snap[1].state(), "available");
-        assert_eq!(p.next_reset(t(1)), Some(t(60)));
-        // Back after the back-off; refused again, it waits twice as long.
-        assert_eq!(p.pick(Some("s"), &[], t(60)), Some(0));
-        assert_eq!(p.disable(0, t(60)), t(180));
-        assert_eq!(p.disable(0, t(180)), t(420));
-        // A success starts the back-off over.
-        p.succeeded(0);
-        assert_eq!(p.disable(0, t(1000)), t(1060));
-        // It never exceeds the cap.
-        for _ in 0..40 {
-            p.disable(1, t(0));
-        }
-        assert_eq!(p.disable(1, t(0)), t(0) + MAX_REFUSED_BACKOFF);
-        // An exhausted account shows as exhausted.
-        p.mark_exhausted(0, t(5000));
-        assert_eq!(p.snapshot(t(2000))[0].state(), "exhausted");
-    }
-
-    proptest! {
-        /// Whatever sessions are bound, the table stays within its bound and the session
-        /// bound last is always remembered, with its account.
-        #[test]
-        fn bindings_stay_bounded(binds in proptest::collection::vec((0u8..64, 0usize..3), 1..400)) {
-            let p = pool(3, 0.95).with_max_sessions(16);
-            for (s, a) in &binds {
-                p.bind(&format!("s{s}"), *a);
-                prop_assert!(p.sessions() <= 16);
-            }
-            let (s, a) = binds.last().unwrap();
-            prop_assert_eq!(p.bound(&format!("s{s}")), Some(*a));
-        }
-
-        /// Whatever happened before, `pick` returns an available, non-excluded account, and
-        /// the first such account when the session is not bound.
-        #[test]
-        fn pick_is_fill_first(
-            exhausted in proptest::collection::vec(any::<bool>(), 4),
-            exclude in proptest::collection::vec(0usize..4, 0..4),
-        ) {
-            let p = pool(4, 0.95);
-            for (i, e) in exhausted.iter().enumerate() {
-                if *e {
-                    p.mark_exhausted(i, t(100));
-                }
-            }
-            let expected = (0..4).find(|i| !exhausted[*i] && !exclude.contains(i));
-            prop_assert_eq!(p.pick(Some("new"), &exclude, t(1)), expected);
-        }
     }
 }

@@ -24,7 +24,7 @@ use http::{HeaderMap, StatusCode};
 
 /// GenerationLayer and InjectionLayer of one gateway.
 #[derive(Debug, Clone)]
-pub struct RelayLayers {
+pub(crate) struct RelayLayers {
     builder: ContextRelayBuilder,
     generation: GenerationLayer,
     injection: InjectionLayer,
@@ -34,7 +34,7 @@ pub struct RelayLayers {
 impl RelayLayers {
     /// Both layers over `store` with `configs`; summary requests to the providers in
     /// `stream_summaries_for` are sent with `stream: true` (`summary_stream = true`).
-    pub fn new<I, P>(
+    pub(crate) fn new<I, P>(
         store: Arc<dyn HandoffStore>,
         configs: RelayConfigs,
         stream_summaries_for: I,
@@ -62,7 +62,7 @@ impl RelayLayers {
     }
 
     /// Uses `settings` (provider name, `[providers.summary]`) for summary requests.
-    pub fn summary_settings(
+    pub(crate) fn summary_settings(
         self,
         settings: impl IntoIterator<Item = (String, context_relay_core::prompt::SummarySettings)>,
     ) -> Self {
@@ -74,17 +74,17 @@ impl RelayLayers {
     }
 
     /// The layer between ComboService and AccountResolver.
-    pub fn generation(&self) -> &GenerationLayer {
+    pub(crate) fn generation(&self) -> &GenerationLayer {
         &self.generation
     }
 
     /// The layer between AccountResolver and the upstream client.
-    pub fn injection(&self) -> &InjectionLayer {
+    pub(crate) fn injection(&self) -> &InjectionLayer {
         &self.injection
     }
 
     /// The handle on both layers' background work (one tracker, shared by both).
-    pub fn background(&self) -> RelayBackground {
+    pub(crate) fn background(&self) -> RelayBackground {
         RelayBackground {
             generation: self.background.clone(),
             injection: self.background.clone(),

@@ -16,10 +16,10 @@
 //! 1. the routing targets are the [`RouteTargets`] extension (set by
 //!    [`ComboService`](crate::combo::ComboService)), else the targets of its [`ComboName`]
 //!    (internal requests such as the relay's summary call carry only the combo);
-//! 2. the session is `(tenant, session id)`: the [`Tenant`] and [`SessionId`] extensions (set by
-//!    ComboService), else derived from the credential, the session headers
-//!    and the body (`metadata.user_id`, `prompt_cache_key`, fingerprint), the same way the relay
-//!    layers derive it, so that a session sticks to its account whatever the client sends;
+//! 2. the session is `(tenant, session id)`: the [`Tenant`] and [`SessionId`] extensions, which
+//!    ComboService derives once per request (the relay's summary call carries those of the
+//!    session it summarises), so that a session sticks to its account whatever the client
+//!    sends; a request without them is not sticky;
 //! 3. targets are tried in order; within a target's provider the [`ProviderPool`] picks the
 //!    session's account or the first available one;
 //! 4. the attempt carries [`ResolvedAccount`] and an [`UpstreamEndpoint`] (base URL and the
@@ -31,7 +31,7 @@
 //!    same per-provider reading; a signal at or above `rotate_at`
 //!    exhausts the account for the next requests;
 //! 6. the body of every error answer is read ahead (at most 64 KiB, decoded, and replayed
-//!    to the client whole) and judged by [`crate::verdict`]: a 429 or a quota error body in
+//!    to the client whole) and judged by [`verdict`]: a 429 or a quota error body in
 //!    any status (Codex `usage_limit_reached`, `rate_limit_exceeded`) exhausts the account
 //!    until its announced reset; a 401/403 disables it for a back-off (logged at error level,
 //!    counted in `context_relay_gateway_account_refused_total`); either way the same request
@@ -55,15 +55,14 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::SystemTime;
 
 use bytes::Bytes;
 use context_relay_core::quota;
-use context_relay_core::session::{self, SessionSources};
 use context_relay_tower::{ComboName, ResolvedAccount, SessionId, SkipRelay, Tenant};
-use http::{Extensions, HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, header};
+use http::{Extensions, HeaderName, HeaderValue, Request, Response, StatusCode, header};
 use http_body::Body;
 use http_body_util::{BodyExt, Either, Full, Limited};
 use tower::ServiceExt;
@@ -78,19 +77,17 @@ use crate::model::{find_model, replace_model};
 use crate::peek::{Peeked, peek};
 use crate::pool::{AccountPools, ProviderPool};
 use crate::upstream::UpstreamEndpoint;
-use crate::verdict::{Verdict, classify};
 
-use rotate::{Attempt, decoded_error_body, error_type, record_usage};
+use rotate::{Attempt, record_usage};
+use verdict::{Verdict, classify, decoded_error_body, error_type};
 
 /// Largest error body read to learn what it says (they are a few hundred bytes; a longer one
 /// is no quota or credential error and is passed on unread).
 const MAX_ERROR_BODY: usize = 64 * 1024;
 
-static SESSION_SOURCES: LazyLock<SessionSources> = LazyLock::new(SessionSources::default);
-
 /// Layer building [`AccountResolver`].
 #[derive(Debug, Clone)]
-pub struct AccountResolverLayer {
+pub(crate) struct AccountResolverLayer {
     pools: Arc<AccountPools>,
     routes: Option<Arc<Routes>>,
     max_body_bytes: usize,
@@ -98,7 +95,7 @@ pub struct AccountResolverLayer {
 
 impl AccountResolverLayer {
     /// A resolver over `pools`.
-    pub fn new(pools: Arc<AccountPools>) -> Self {
+    pub(crate) fn new(pools: Arc<AccountPools>) -> Self {
         Self {
             pools,
             routes: None,
@@ -108,13 +105,13 @@ impl AccountResolverLayer {
 
     /// Routes requests that carry a [`ComboName`] but no [`RouteTargets`] (the relay's summary
     /// call) to that combo's targets. Without it such requests get a 500.
-    pub fn routes(mut self, routes: Arc<Routes>) -> Self {
+    pub(crate) fn routes(mut self, routes: Arc<Routes>) -> Self {
         self.routes = Some(routes);
         self
     }
 
     /// Largest request body collected for replay (8 MiB); larger ones get a 413.
-    pub fn max_body_bytes(mut self, limit: usize) -> Self {
+    pub(crate) fn max_body_bytes(mut self, limit: usize) -> Self {
         self.max_body_bytes = limit;
         self
     }
@@ -135,32 +132,15 @@ impl<S> Layer<S> for AccountResolverLayer {
 
 /// See the [module docs](self).
 #[derive(Debug, Clone)]
-pub struct AccountResolver<S> {
+pub(crate) struct AccountResolver<S> {
     inner: S,
     pools: Arc<AccountPools>,
     routes: Option<Arc<Routes>>,
     max_body_bytes: usize,
 }
 
-impl<S> AccountResolver<S> {
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Consumes `self`, returning the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
-}
-
 /// The future of [`AccountResolver`].
-pub type ResponseFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
+pub(crate) type ResponseFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
 
 impl<S, B, ResBody> Service<Request<B>> for AccountResolver<S>
 where
@@ -191,39 +171,14 @@ where
 }
 
 /// The pool key of a request's session: `tenant` + newline + session id, so that two tenants
-/// sending the same session id never share an account binding. `None` without a session id.
+/// sending the same session id never share an account binding. `None` without a session.
 ///
-/// The [`Tenant`] and [`SessionId`] extensions win; otherwise both are derived from the
-/// headers and `body` (the decoded request body), the way the relay layers derive them.
-///
-/// ```
-/// use context_relay_gateway::resolver::session_key;
-/// let req = http::Request::post("/v1/responses")
-///     .header("session-id", " s1 ")
-///     .body(())
-///     .unwrap();
-/// let key = session_key(req.headers(), req.extensions(), b"{}");
-/// assert_eq!(key.as_deref(), Some("anonymous\ns1"));
-/// let body = br#"{"model":"m","prompt_cache_key":"k9","input":"hi"}"#;
-/// let req = http::Request::post("/v1/responses").body(()).unwrap();
-/// let key = session_key(req.headers(), req.extensions(), body);
-/// assert_eq!(key.as_deref(), Some("anonymous\nk9"));
-/// ```
-pub fn session_key(headers: &HeaderMap, extensions: &Extensions, body: &[u8]) -> Option<Arc<str>> {
-    let session: String = match extensions.get::<SessionId>().and_then(|s| clean(&s.0)) {
-        Some(s) => s,
-        None => session::session_id(headers, Some(body), &SESSION_SOURCES)?.id,
-    };
-    let key = match extensions.get::<Tenant>() {
-        Some(t) => format!("{}\n{session}", t.0),
-        None => format!("{}\n{session}", session::tenant(headers)),
-    };
-    Some(Arc::from(key))
-}
-
-/// Cleans an explicit session id like every other (see [`session::clean_session_id`]).
-fn clean(id: &str) -> Option<String> {
-    session::clean_session_id(id).map(str::to_owned)
+/// Both come from the [`Tenant`] and [`SessionId`] extensions: the resolver derives no
+/// identity of its own.
+pub(crate) fn session_key(extensions: &Extensions) -> Option<Arc<str>> {
+    let session = extensions.get::<SessionId>()?;
+    let tenant = extensions.get::<Tenant>()?;
+    Some(Arc::from(format!("{}\n{}", tenant.0, session.0)))
 }
 
 async fn resolve<S, B, ResBody>(
@@ -278,7 +233,7 @@ where
             ));
         }
     };
-    let session = session_key(&parts.headers, &parts.extensions, &body);
+    let session = session_key(&parts.extensions);
     let first_model = targets.0.first().map(|t| t.model.clone());
 
     // The last error answer of an account that was rotated away, and its verdict: what the
@@ -312,7 +267,7 @@ where
             let Some(account) = pool.accounts().get(idx) else {
                 break;
             };
-            let resolved = ResolvedAccount::new(pool.name().clone(), account.id.clone());
+            let resolved = account.resolved.clone();
             let attempt = attempt_request(&parts, body.clone(), &pool, idx, resolved.clone());
             if attempts > 1 {
                 metrics::counter!("context_relay_gateway_retries_total", "provider" => pool.name().to_string())
@@ -488,3 +443,21 @@ fn own_error<B>(
 mod rotate;
 #[cfg(test)]
 mod tests;
+mod verdict;
+
+#[cfg(test)]
+mod examples {
+    #[test]
+    fn session_key_example() {
+        use crate::resolver::session_key;
+        use context_relay_tower::{SessionId, Tenant};
+        let mut req = http::Request::post("/v1/responses").body(()).unwrap();
+        assert_eq!(session_key(req.extensions()), None);
+        req.extensions_mut().insert(SessionId::new("s1"));
+        req.extensions_mut().insert(Tenant::new("anonymous"));
+        assert_eq!(
+            session_key(req.extensions()).as_deref(),
+            Some("anonymous\ns1")
+        );
+    }
+}

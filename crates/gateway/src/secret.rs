@@ -1,17 +1,10 @@
 //! Keeping secrets out of logs, errors and `Debug` output.
-//!
-//! ```
-//! use context_relay_gateway::secret::redact_url;
-//! assert_eq!(redact_url("rediss://user:pw@cache:6380/0"), "rediss://user:***@cache:6380/0");
-//! assert_eq!(redact_url("redis://:s3cret@cache:6379/0"), "redis://:***@cache:6379/0");
-//! assert_eq!(redact_url("redis://127.0.0.1:6379/"), "redis://127.0.0.1:6379/");
-//! ```
 
 /// `url` with the password of its user-info replaced by `***`, parsed with a URL parser so
 /// that unusual forms (`@` or `/` in the password, IPv6 hosts, fragments) cannot leak it. A
 /// lone user name is treated as a password too (`redis://secret@host` authenticates with it).
 /// Text that does not parse as a URL is replaced whole.
-pub fn redact_url(url: &str) -> String {
+pub(crate) fn redact_url(url: &str) -> String {
     let Ok(mut parsed) = url::Url::parse(url) else {
         return "<unparsable URL>".to_owned();
     };
@@ -56,5 +49,25 @@ mod tests {
         }
         assert_eq!(redact_url("not a url"), "<unparsable URL>");
         assert_eq!(redact_url("redis://h:1"), "redis://h:1");
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    #[test]
+    fn module_example() {
+        use crate::secret::redact_url;
+        assert_eq!(
+            redact_url("rediss://user:pw@cache:6380/0"),
+            "rediss://user:***@cache:6380/0"
+        );
+        assert_eq!(
+            redact_url("redis://:s3cret@cache:6379/0"),
+            "redis://:***@cache:6379/0"
+        );
+        assert_eq!(
+            redact_url("redis://127.0.0.1:6379/"),
+            "redis://127.0.0.1:6379/"
+        );
     }
 }

@@ -21,7 +21,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
 use axum::body::Body;
 use http::{Request, Response};
 use hyper::body::Incoming;
@@ -32,7 +31,6 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
-use tower::ServiceExt;
 use tower::util::BoxCloneSyncService;
 
 use context_relay_store::PurgerHandle;
@@ -49,7 +47,7 @@ pub type HttpService = BoxCloneSyncService<Request<Incoming>, Response<Body>, In
 
 /// The connection-level bounds of [`serve_with`] (the `[limits]` values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ServeOptions {
+pub(crate) struct ServeOptions {
     /// Time for a client to send its request headers (30 s).
     pub header_timeout: Duration,
     /// Open client connections (10 000).
@@ -68,20 +66,9 @@ impl Default for ServeOptions {
     }
 }
 
-/// Serves `router` on `listener` with the default [`ServeOptions`] until `shutdown` completes.
-pub async fn serve(
-    listener: TcpListener,
-    router: Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> io::Result<()> {
-    let service =
-        BoxCloneSyncService::new(router.map_request(|req: Request<Incoming>| req.map(Body::new)));
-    serve_with(listener, service, ServeOptions::default(), shutdown).await
-}
-
 /// Serves `service` on `listener` within `options` until `shutdown` completes, then drains
 /// in-flight requests for at most `options.shutdown_timeout` and cuts the rest.
-pub async fn serve_with(
+pub(crate) async fn serve_with(
     listener: TcpListener,
     service: HttpService,
     options: ServeOptions,
@@ -168,37 +155,9 @@ async fn first_byte_within(tcp: &TcpStream, limit: Duration) -> bool {
     )
 }
 
-/// Completes on ctrl-c or (on Unix) SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        if let Err(e) = tokio::signal::ctrl_c().await {
-            tracing::warn!("cannot listen for ctrl-c: {e}");
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                tracing::warn!("cannot listen for SIGTERM: {e}");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => tracing::info!("ctrl-c received, shutting down"),
-        () = term => tracing::info!("SIGTERM received, shutting down"),
-    }
-}
-
 /// Waits (at most [`BACKGROUND_GRACE`]) for the relay's background work after the server
 /// stopped; logs when some was cut short.
-pub async fn drain_background(background: &RelayBackground) {
+pub(crate) async fn drain_background(background: &RelayBackground) {
     if background.in_flight() == 0 {
         return;
     }
@@ -226,17 +185,8 @@ pub struct RunningGateway {
 }
 
 impl RunningGateway {
-    /// Binds `addr` (port 0 picks a free port) and serves `router` on it with the default
-    /// [`ServeOptions`].
-    pub async fn start(addr: SocketAddr, router: Router) -> io::Result<Self> {
-        let service = BoxCloneSyncService::new(
-            router.map_request(|req: Request<Incoming>| req.map(Body::new)),
-        );
-        Self::start_with(addr, service, ServeOptions::default()).await
-    }
-
-    /// Binds `addr` and serves `service` on it within `options`.
-    pub async fn start_with(
+    /// Binds `addr` (port 0 picks a free port) and serves `service` on it within `options`.
+    pub(crate) async fn start_with(
         addr: SocketAddr,
         service: HttpService,
         options: ServeOptions,
@@ -309,5 +259,28 @@ impl Gateway {
         running.purger = Some(self.spawn_purger());
         running.readiness = Some(self.readiness().clone());
         Ok(running)
+    }
+
+    /// Serves this gateway on `listener` within its `[limits]`, with the store's purger
+    /// running, until `shutdown` completes: `/readyz` then answers 503, in-flight requests get
+    /// `shutdown_timeout_secs` to finish, and the relay's background work at most
+    /// [`BACKGROUND_GRACE`]. What the binary runs; [`spawn`](Self::spawn) is the in-process
+    /// equivalent.
+    pub async fn serve(
+        &self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> io::Result<()> {
+        let purger = self.spawn_purger();
+        let readiness = self.readiness().clone();
+        let shutdown = async move {
+            shutdown.await;
+            readiness.shutting_down();
+        };
+        serve_with(listener, self.service(), self.serve_options(), shutdown).await?;
+        tracing::info!("in-flight requests finished");
+        drain_background(&self.background()).await;
+        drop(purger);
+        Ok(())
     }
 }

@@ -13,16 +13,6 @@
 //!
 //! Errors name the file or the server (with any password in the URL hidden), so a
 //! misconfigured store fails at start-up with a message that says what to fix.
-//!
-//! ```
-//! # #[tokio::main(flavor = "current_thread")] async fn main() {
-//! use context_relay_gateway::config::{StoreBackend, StoreConfig};
-//! use context_relay_gateway::store::open_store;
-//! let config = StoreConfig { backend: StoreBackend::Memory, ..StoreConfig::default() };
-//! let store = open_store(&config).await.unwrap();
-//! assert_eq!(store.backend(), "memory");
-//! # }
-//! ```
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -75,7 +65,7 @@ pub enum StoreOpenError {
 
 /// Opens the redb or memory store of `config` (no I/O beyond the file); `None` for redis,
 /// which only [`open_store`] can connect.
-pub fn open_local_store(
+pub(crate) fn open_local_store(
     config: &StoreConfig,
 ) -> Result<Option<Arc<dyn HandoffStore>>, StoreOpenError> {
     match config.backend {
@@ -93,7 +83,9 @@ pub fn open_local_store(
 }
 
 /// Opens (or connects to) the store of `config`.
-pub async fn open_store(config: &StoreConfig) -> Result<Arc<dyn HandoffStore>, StoreOpenError> {
+pub(crate) async fn open_store(
+    config: &StoreConfig,
+) -> Result<Arc<dyn HandoffStore>, StoreOpenError> {
     if let Some(store) = open_local_store(config)? {
         return Ok(store);
     }
@@ -131,7 +123,7 @@ async fn connect_redis(_config: &StoreConfig) -> Result<Arc<dyn HandoffStore>, S
     Err(StoreOpenError::RedisUnsupported)
 }
 
-pub use crate::secret::redact_url;
+pub(crate) use crate::secret::redact_url;
 
 #[cfg(test)]
 mod tests {
@@ -185,5 +177,20 @@ mod tests {
         let msg = e.to_string();
         assert!(msg.contains("127.0.0.1:1"), "{msg}");
         assert!(!msg.contains("hunter2"), "{msg}");
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    #[tokio::test(flavor = "current_thread")]
+    async fn module_example() {
+        use crate::config::{StoreBackend, StoreConfig};
+        use crate::store::open_store;
+        let config = StoreConfig {
+            backend: StoreBackend::Memory,
+            ..StoreConfig::default()
+        };
+        let store = open_store(&config).await.unwrap();
+        assert_eq!(store.backend(), "memory");
     }
 }

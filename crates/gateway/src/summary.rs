@@ -21,10 +21,10 @@ use context_relay_core::prompt::SummarySettings;
 use crate::config::Config;
 
 /// The `[providers.summary]` table (the same settings the tower layer takes).
-pub type ProviderSummary = SummarySettings;
+pub(crate) type ProviderSummary = SummarySettings;
 
 /// The summary settings of every provider that has a `[providers.summary]` table.
-pub fn summary_settings(config: &Config) -> Vec<(String, SummarySettings)> {
+pub(crate) fn summary_settings(config: &Config) -> Vec<(String, SummarySettings)> {
     config
         .providers
         .iter()

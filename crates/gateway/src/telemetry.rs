@@ -36,12 +36,12 @@ use tracing::Span;
 
 /// Buckets of `context_relay_gateway_request_seconds`: from a cached `/healthz` to a long
 /// reasoning turn.
-pub const REQUEST_BUCKETS: [f64; 14] = [
+pub(crate) const REQUEST_BUCKETS: [f64; 14] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
 ];
 /// Buckets of `context_relay_gateway_upstream_first_byte_seconds`: providers take from tens of
 /// milliseconds to minutes before the first token.
-pub const FIRST_BYTE_BUCKETS: [f64; 13] = [
+pub(crate) const FIRST_BYTE_BUCKETS: [f64; 13] = [
     0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0, 300.0,
 ];
 
@@ -80,14 +80,7 @@ pub fn prometheus_builder() -> PrometheusBuilder {
 }
 
 /// The `route` label of `path`.
-///
-/// ```
-/// use context_relay_gateway::telemetry::route_label;
-/// assert_eq!(route_label("/v1/responses"), "/v1/responses");
-/// assert_eq!(route_label("/admin/handoffs/s-1"), "/admin/handoffs/{session}");
-/// assert_eq!(route_label("/wp-login.php"), "other");
-/// ```
-pub fn route_label(path: &str) -> &'static str {
+pub(crate) fn route_label(path: &str) -> &'static str {
     if let Some(r) = ROUTES.iter().find(|r| **r == path) {
         return r;
     }
@@ -99,7 +92,7 @@ pub fn route_label(path: &str) -> &'static str {
 
 /// Layer recording `context_relay_gateway_request_seconds` and the in-flight gauge.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct RequestMetricsLayer;
+pub(crate) struct RequestMetricsLayer;
 
 impl<S> Layer<S> for RequestMetricsLayer {
     type Service = RequestMetrics<S>;
@@ -111,7 +104,7 @@ impl<S> Layer<S> for RequestMetricsLayer {
 
 /// See [`RequestMetricsLayer`].
 #[derive(Debug, Clone)]
-pub struct RequestMetrics<S> {
+pub(crate) struct RequestMetrics<S> {
     inner: S,
 }
 
@@ -183,7 +176,7 @@ where
 }
 
 /// The access-log span of a request (for `TraceLayer::make_span_with`).
-pub fn access_span<B>(req: &Request<B>) -> Span {
+pub(crate) fn access_span<B>(req: &Request<B>) -> Span {
     let request_id = req
         .headers()
         .get("x-request-id")
@@ -207,7 +200,7 @@ pub fn access_span<B>(req: &Request<B>) -> Span {
 
 /// The access-log line of a response (for `TraceLayer::on_response`): records what the stack
 /// learned about the request on the span, then logs it.
-pub fn access_log<B>(res: &Response<B>, latency: Duration, span: &Span) {
+pub(crate) fn access_log<B>(res: &Response<B>, latency: Duration, span: &Span) {
     let ext = res.extensions();
     let status = res.status().as_u16();
     span.record("status", status);
@@ -250,5 +243,19 @@ mod tests {
         assert_eq!(route_label("/admin/handoffs/a/b"), "other");
         assert_eq!(route_label("/admin/handoffs/"), "other");
         assert_eq!(route_label("/v1/chat/completions/x"), "other");
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    #[test]
+    fn route_label_example() {
+        use crate::telemetry::route_label;
+        assert_eq!(route_label("/v1/responses"), "/v1/responses");
+        assert_eq!(
+            route_label("/admin/handoffs/s-1"),
+            "/admin/handoffs/{session}"
+        );
+        assert_eq!(route_label("/wp-login.php"), "other");
     }
 }

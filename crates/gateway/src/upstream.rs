@@ -75,7 +75,7 @@ pub enum UpstreamError {
 
 type OutBody = UnsyncBoxBody<Bytes, BoxError>;
 
-/// The time bounds of upstream calls (see the [module docs](self)).
+/// The time bounds of upstream calls (`[limits]` `upstream_*_timeout_secs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UpstreamLimits {
     /// Connecting (TCP) to the provider (10 s).
@@ -96,7 +96,10 @@ impl Default for UpstreamLimits {
     }
 }
 
-/// See the [module docs](self).
+/// The gateway's HTTP client to providers, as a tower service: it sends each request to the
+/// base URL of the [`UpstreamEndpoint`] extension with that account's credential (the client's
+/// own credentials and hop-by-hop headers removed), streams both bodies, and answers a 502 or
+/// 504 in the client's error shape when the provider cannot be reached or is too slow.
 #[derive(Clone, Debug)]
 pub struct Upstream {
     client: Client<HttpsConnector<HttpConnector>, OutBody>,
@@ -163,16 +166,7 @@ impl Upstream {
 }
 
 /// The upstream URL of a client request: `base_url` + the path after `/v1` + the query.
-///
-/// ```
-/// use context_relay_gateway::upstream::upstream_uri;
-/// let uri: http::Uri = "/v1/messages?beta=true".parse().unwrap();
-/// assert_eq!(
-///     upstream_uri("https://api.example/v1", &uri).unwrap(),
-///     "https://api.example/v1/messages?beta=true"
-/// );
-/// ```
-pub fn upstream_uri(base_url: &str, client: &Uri) -> Result<Uri, http::uri::InvalidUri> {
+pub(crate) fn upstream_uri(base_url: &str, client: &Uri) -> Result<Uri, http::uri::InvalidUri> {
     let path = client.path();
     let rest = match path.strip_prefix("/v1") {
         Some(r) if r.is_empty() || r.starts_with('/') => r,
@@ -189,7 +183,7 @@ pub fn upstream_uri(base_url: &str, client: &Uri) -> Result<Uri, http::uri::Inva
 }
 
 /// Removes hop-by-hop headers, including those the `connection` header names.
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -206,10 +200,10 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 /// The response body of [`Upstream`]: the provider's stream, or the gateway's own error.
-pub type UpstreamBody = Either<IdleTimeoutBody<Incoming>, Full<Bytes>>;
+pub(crate) type UpstreamBody = Either<IdleTimeoutBody<Incoming>, Full<Bytes>>;
 
 /// The future of [`Upstream`].
-pub type ResponseFuture =
+pub(crate) type ResponseFuture =
     Pin<Box<dyn Future<Output = Result<Response<UpstreamBody>, Infallible>> + Send>>;
 
 impl<B> Service<Request<B>> for Upstream
@@ -368,5 +362,18 @@ mod tests {
         strip_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1);
         assert!(h.contains_key("x-codex-turn-state"));
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    #[test]
+    fn upstream_uri_example() {
+        use crate::upstream::upstream_uri;
+        let uri: http::Uri = "/v1/messages?beta=true".parse().unwrap();
+        assert_eq!(
+            upstream_uri("https://api.example/v1", &uri).unwrap(),
+            "https://api.example/v1/messages?beta=true"
+        );
     }
 }

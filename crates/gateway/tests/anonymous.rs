@@ -1,22 +1,21 @@
 //! An open gateway gives every credential-less request a tenant of its own; the relay keeps
 //! nothing for such a request (no affinity, no handoff), while keyed requests are relayed.
 
+mod support;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use support::{CodexGateway, http_client, spawn, start_sim};
 
 use bytes::Bytes;
 use context_relay_core::{HandoffKey, HandoffRecord};
 use context_relay_gateway::Gateway;
-use context_relay_gateway::config::Config;
-use context_relay_gateway::sim::SimProvider;
+use context_relay_sim::SimProvider;
 use context_relay_store::{
     Affinity, Claim, GenerationLease, HandoffStore, MemoryStore, StoreFuture,
 };
 use http::Request;
 use http_body_util::Full;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 
 /// A memory store that notes the tenant of every write.
 #[derive(Default)]
@@ -103,38 +102,18 @@ impl HandoffStore for Recording {
 
 #[tokio::test]
 async fn anonymous_requests_write_no_affinity_and_no_handoff_but_are_served() {
-    let sim = SimProvider::builder()
-        .account("acct-a", "key-a")
-        .start()
-        .await
-        .unwrap();
-    let config = Config::from_toml_str(
-        &format!(
-            r#"
-[store]
-backend = "memory"
-[[providers]]
-name = "codex"
-base_url = "{}"
-quota = "none"
-  [[providers.accounts]]
-  id = "acct-a"
-  api_key = "key-a"
-[[combos]]
-name = "codex-relay"
-targets = ["codex/gpt-5.5"]
-"#,
-            sim.base_url()
-        ),
-        |_| None,
-    )
-    .unwrap();
+    let sim = start_sim(SimProvider::builder(), &["acct-a"]).await;
+    let config = CodexGateway {
+        accounts: &["acct-a"],
+        provider: "quota = \"none\"",
+        ..CodexGateway::default()
+    }
+    .config(&sim.base_url());
     let store = Arc::new(Recording::default());
     let gateway = Gateway::with_store(config, store.clone()).unwrap();
     assert!(gateway.relay_enabled());
-    let server = gateway.spawn("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let client: Client<HttpConnector, Full<Bytes>> =
-        Client::builder(TokioExecutor::new()).build_http();
+    let (gateway, server) = spawn(gateway).await;
+    let client = http_client();
     let send = |key: Option<&'static str>| {
         let mut req = Request::post(format!("{}/v1/chat/completions", server.url()))
             .header("session_id", "s-1");

@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
 
 use bytes::Bytes;
-use context_relay_gateway::sim::SimProvider;
+use context_relay_sim::SimProvider;
 use http::Request;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;

@@ -6,16 +6,18 @@ use std::io::Write as _;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use context_relay_gateway::Gateway;
 use context_relay_gateway::config::Config;
-use context_relay_gateway::server::RunningGateway;
-use context_relay_gateway::sim::SimProvider;
+mod support;
+
+use context_relay_gateway::{Gateway, RunningGateway};
+use context_relay_sim::SimProvider;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
+use support::{CodexGateway, spawn};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -28,6 +30,7 @@ fn config(base_url: &str, stalled_url: &str) -> Config {
     Config::from_toml_str(
         &format!(
             r#"
+admin_token = "adm"
 [store]
 backend = "memory"
 [limits]
@@ -84,7 +87,7 @@ fn sha256_hex(s: &str) -> String {
 
 struct Env {
     _sim: SimProvider,
-    gateway: Gateway,
+    _gateway: Gateway,
     server: RunningGateway,
     client: Client<HttpConnector, Full<Bytes>>,
     stalled: StalledUpstream,
@@ -101,7 +104,7 @@ async fn setup() -> Env {
     let server = gateway.spawn("127.0.0.1:0".parse().unwrap()).await.unwrap();
     Env {
         _sim: sim,
-        gateway,
+        _gateway: gateway,
         server,
         client: Client::builder(TokioExecutor::new()).build_http(),
         stalled,
@@ -257,13 +260,20 @@ async fn missing_wrong_and_forbidden_keys_in_the_api_shape() {
         .await;
     assert_eq!(status, 200);
     // His sessions are his: the tenant is the client's name.
-    let bound = env
-        .gateway
-        .pools()
-        .get("codex")
+    let req = Request::get(format!("{}/admin/accounts", env.server.url()))
+        .header("authorization", "Bearer adm")
+        .body(Full::default())
+        .unwrap();
+    let res = env.client.request(req).await.unwrap();
+    let v: Value =
+        serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    let acct_a = v["accounts"]
+        .as_array()
         .unwrap()
-        .sessions_per_account();
-    assert!(bound[0] >= 1);
+        .iter()
+        .find(|a| a["account"] == "acct-a")
+        .unwrap();
+    assert!(acct_a["sessions"].as_u64().unwrap() >= 1, "{v}");
 }
 
 /// Reads until the peer closes (or `limit` passes); returns what was read and when it ended.
@@ -425,52 +435,6 @@ async fn stacked_gzip_layers_are_refused_without_decoding() {
 }
 
 #[tokio::test]
-async fn a_panicking_handler_is_an_api_shaped_500_and_the_server_lives_on() {
-    let env = setup().await;
-    let panicking = tower::util::BoxCloneSyncService::new(tower::service_fn(
-        |req: Request<axum::body::Body>| async move {
-            if req.uri().path().ends_with("/responses") {
-                panic!("injected test panic");
-            }
-            Ok::<_, std::convert::Infallible>(http::Response::new(axum::body::Body::empty()))
-        },
-    ));
-    let service = env.gateway.service_for(env.gateway.router_with(panicking));
-    let server = RunningGateway::start_with(
-        "127.0.0.1:0".parse().unwrap(),
-        service,
-        env.gateway.serve_options(),
-    )
-    .await
-    .unwrap();
-    for _ in 0..3 {
-        let req = Request::post(format!("{}/v1/responses", server.url()))
-            .body(Full::new(Bytes::from_static(b"{}")))
-            .unwrap();
-        let res = env.client.request(req).await.unwrap();
-        assert_eq!(res.status(), 500);
-        let v: Value =
-            serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
-        // Readable as an OpenAI error and as an Anthropic one.
-        assert_eq!(v["type"], "error");
-        assert_eq!(v["error"]["type"], "api_error");
-        assert!(v["error"]["message"].is_string());
-        assert!(!v.to_string().contains("injected test panic"));
-    }
-    let res = env
-        .client
-        .request(
-            Request::get(format!("{}/healthz", server.url()))
-                .body(Full::default())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 200);
-    server.shutdown().await.unwrap();
-}
-
-#[tokio::test]
 async fn request_ids_are_set_or_propagated() {
     let env = setup().await;
     let get = |id: Option<&'static str>| {
@@ -578,7 +542,8 @@ targets = ["codex/gpt-5.5"]
         (StatusCode::OK, Some("ready"))
     );
 
-    // One turn binds a session to acct-a; then acct-a is exhausted.
+    // One turn binds a session to acct-a and reports it at 100 %: acct-a is exhausted.
+    sim.set_used("acct-a", 90.0);
     let req = Request::post(format!("{}/v1/chat/completions", server.url()))
         .header("authorization", "Bearer c")
         .header("session-id", "s-1")
@@ -587,12 +552,6 @@ targets = ["codex/gpt-5.5"]
         )))
         .unwrap();
     assert_eq!(client.request(req).await.unwrap().status(), 200);
-    let until = std::time::SystemTime::now() + Duration::from_secs(600);
-    gateway
-        .pools()
-        .get("codex")
-        .unwrap()
-        .mark_exhausted(0, until);
 
     let (status, v) = get("/admin/accounts", Some("adm-token")).await;
     assert_eq!(status, 200);
@@ -632,32 +591,15 @@ targets = ["codex/gpt-5.5"]
 
 /// A gateway over `base_url` with extra top-level keys and `[limits]` lines.
 async fn small_gateway(base_url: &str, top: &str, limits: &str) -> (Gateway, RunningGateway) {
-    let config = Config::from_toml_str(
-        &format!(
-            r#"
-{top}
-[store]
-backend = "memory"
-[limits]
-{limits}
-[[providers]]
-name = "codex"
-base_url = "{base_url}"
-quota = "none"
-  [[providers.accounts]]
-  id = "acct-a"
-  api_key = "key-a"
-[[combos]]
-name = "codex-relay"
-targets = ["codex/gpt-5.5"]
-"#
-        ),
-        |_| None,
-    )
-    .unwrap();
-    let gateway = Gateway::new(config).unwrap();
-    let server = gateway.spawn("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    (gateway, server)
+    let store = format!("backend = \"memory\"\n[limits]\n{limits}");
+    let config = CodexGateway {
+        accounts: &["acct-a"],
+        top,
+        store: &store,
+        provider: "quota = \"none\"",
+    }
+    .config(base_url);
+    spawn(Gateway::new(config).unwrap()).await
 }
 
 #[tokio::test]
@@ -848,7 +790,7 @@ async fn credential_less_requests_never_share_a_session() {
         .start()
         .await
         .unwrap();
-    let (gateway, server) = small_gateway(&sim.base_url(), "", "").await;
+    let (_gateway, server) = small_gateway(&sim.base_url(), "admin_token = \"adm\"", "").await;
     let client: Client<HttpConnector, Full<Bytes>> =
         Client::builder(TokioExecutor::new()).build_http();
     // No session header: the session is the body's fingerprint, the same for all four.
@@ -864,11 +806,21 @@ async fn credential_less_requests_never_share_a_session() {
             .unwrap(),
         )
     };
-    let bound = || gateway.pools().get("codex").unwrap().sessions_per_account()[0];
+    // Sessions bound to acct-a, from `GET /admin/accounts`.
+    let bound = || async {
+        let req = Request::get(format!("{}/admin/accounts", server.url()))
+            .header("authorization", "Bearer adm")
+            .body(Full::default())
+            .unwrap();
+        let res = client.request(req).await.unwrap();
+        let v: Value =
+            serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
+        v["accounts"][0]["sessions"].as_u64().unwrap()
+    };
     assert_eq!(send(None).await.unwrap().status(), 200);
     assert_eq!(send(None).await.unwrap().status(), 200);
-    assert_eq!(bound(), 2, "two anonymous requests are two tenants");
+    assert_eq!(bound().await, 2, "two anonymous requests are two tenants");
     assert_eq!(send(Some("k1")).await.unwrap().status(), 200);
     assert_eq!(send(Some("k1")).await.unwrap().status(), 200);
-    assert_eq!(bound(), 3, "one credential, one tenant, one session");
+    assert_eq!(bound().await, 3, "one credential, one tenant, one session");
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use context_relay_gateway::Gateway;
 use context_relay_gateway::config::Config;
-use context_relay_gateway::telemetry::prometheus_builder;
+use context_relay_gateway::prometheus_builder;
 use http::Request;
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;

@@ -1,12 +1,12 @@
 //! Loopback end-to-end tests: a real gateway server on 127.0.0.1:0, the simulated provider,
 //! and a real HTTP client.
 
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::Bytes;
 use context_relay_gateway::config::Config;
-use context_relay_gateway::sim::{SimBuilder, SimProvider, SimQuotaHeaders};
 use context_relay_gateway::{Gateway, RunningGateway};
+use context_relay_sim::{SimBuilder, SimProvider, SimQuotaHeaders};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -16,7 +16,7 @@ use hyper_util::rt::TokioExecutor;
 
 struct Env {
     sim: SimProvider,
-    gateway: Gateway,
+    _gateway: Gateway,
     server: RunningGateway,
     client: Client<HttpConnector, Full<Bytes>>,
 }
@@ -25,6 +25,7 @@ fn config_text(base_url: &str, extra: &str) -> String {
     format!(
         r#"
 max_request_bytes = 8388608
+admin_token = "adm-token"
 [store]
 backend = "memory"
 [[providers]]
@@ -72,7 +73,7 @@ async fn setup_with(sim: SimBuilder) -> Env {
     let client = Client::builder(TokioExecutor::new()).build_http();
     Env {
         sim,
-        gateway,
+        _gateway: gateway,
         server,
         client,
     }
@@ -103,6 +104,30 @@ impl Env {
             .await;
         let status = res.status();
         (status, res.into_body().collect().await.unwrap().to_bytes())
+    }
+
+    /// Account `id` as `GET /admin/accounts` shows it.
+    async fn account(&self, id: &str) -> serde_json::Value {
+        let req = Request::get(self.url("/admin/accounts"))
+            .header("authorization", "Bearer adm-token")
+            .body(Full::default())
+            .unwrap();
+        let res = self.send(req).await;
+        assert_eq!(res.status(), 200);
+        let v: serde_json::Value =
+            serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
+        v["accounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["account"] == id)
+            .cloned()
+            .unwrap()
+    }
+
+    /// Sessions bound to account `id`.
+    async fn sessions_of(&self, id: &str) -> u64 {
+        self.account(id).await["sessions"].as_u64().unwrap()
     }
 
     fn upstream_accounts(&self) -> Vec<String> {
@@ -210,18 +235,25 @@ async fn anthropic_messages_with_x_api_key_and_beta_query() {
         &up.body[..],
         body.replace("claude-relay", "claude-sonnet-4-5").as_bytes()
     );
-    // Sessions are bound per tenant (the keyed hash of the client's key).
-    let mut client = http::HeaderMap::new();
-    client.insert("x-api-key", "client-key".parse().unwrap());
-    let tenant = env.gateway.auth().identify(&client).unwrap().0.0;
-    assert_eq!(
-        env.gateway
-            .pools()
-            .get("anthropic")
+    // Sessions are bound per tenant (the keyed hash of the client's key): the same session id
+    // from another client key is another session.
+    assert_eq!(env.sessions_of("acct-c").await, 1);
+    let again = |key: &'static str| {
+        Request::post(env.url("/v1/messages?beta=true"))
+            .header("x-api-key", key)
+            .header("anthropic-version", "2023-06-01")
+            .header("x-claude-code-session-id", "cc-1")
+            .body(Full::new(Bytes::from_static(body.as_bytes())))
             .unwrap()
-            .bound(&format!("{tenant}\ncc-1")),
-        Some(0)
+    };
+    assert_eq!(env.send(again("client-key")).await.status(), 200);
+    assert_eq!(
+        env.sessions_of("acct-c").await,
+        1,
+        "same tenant, same session"
     );
+    assert_eq!(env.send(again("other-key")).await.status(), 200);
+    assert_eq!(env.sessions_of("acct-c").await, 2, "another tenant");
 }
 
 #[tokio::test]
@@ -253,44 +285,6 @@ async fn hop_by_hop_headers_are_stripped_and_others_pass() {
 }
 
 #[tokio::test]
-async fn fill_first_and_sticky_sessions() {
-    let env = setup().await;
-    // s1 lands on acct-b: acct-a answers 429 once.
-    env.sim.set_used("acct-a", 100.0);
-    assert_eq!(
-        env.post("/v1/chat/completions", Some("s1"), CHAT).await.0,
-        200
-    );
-    assert_eq!(env.upstream_accounts(), ["acct-a", "acct-b"]);
-    // acct-a recovers (its reset passed).
-    env.sim.set_used("acct-a", 0.0);
-    env.gateway
-        .pools()
-        .get("codex")
-        .unwrap()
-        .mark_exhausted(0, UNIX_EPOCH);
-    env.sim.clear_requests();
-    // s1 stays on acct-b; new sessions and session-less requests fill acct-a first.
-    assert_eq!(
-        env.post("/v1/chat/completions", Some("s1"), CHAT).await.0,
-        200
-    );
-    assert_eq!(
-        env.post("/v1/chat/completions", Some("s2"), CHAT).await.0,
-        200
-    );
-    assert_eq!(env.post("/v1/chat/completions", None, CHAT).await.0, 200);
-    assert_eq!(
-        env.post("/v1/chat/completions", Some("s1"), CHAT).await.0,
-        200
-    );
-    assert_eq!(
-        env.upstream_accounts(),
-        ["acct-b", "acct-a", "acct-a", "acct-b"]
-    );
-}
-
-#[tokio::test]
 async fn rotation_when_the_quota_header_crosses_rotate_at() {
     let env = setup_with(SimProvider::builder().quota_step(50.0)).await;
     for _ in 0..3 {
@@ -305,15 +299,10 @@ async fn rotation_when_the_quota_header_crosses_rotate_at() {
     }
     // 50 %, then 100 % ≥ rotate_at: the third turn moves without ever seeing a 429.
     assert_eq!(env.upstream_accounts(), ["acct-a", "acct-a", "acct-b"]);
-    let snap = env
-        .gateway
-        .pools()
-        .get("codex")
-        .unwrap()
-        .snapshot(std::time::SystemTime::now());
-    assert_eq!(snap[0].used, Some(1.0));
-    assert!(snap[0].exhausted_until.is_some());
-    assert_eq!(snap[1].used, Some(0.5));
+    let (a, b) = (env.account("acct-a").await, env.account("acct-b").await);
+    assert_eq!(a["used_ratio"], 1.0);
+    assert_eq!(a["state"], "exhausted");
+    assert_eq!(b["used_ratio"], 0.5);
 }
 
 #[tokio::test]

@@ -1,60 +1,35 @@
 //! `/metrics` shows the relay counters once the relay acted. This file is its own test binary
 //! (its own process) because it installs the global Prometheus recorder.
 
+mod support;
+
 use bytes::Bytes;
 use context_relay_gateway::Gateway;
-use context_relay_gateway::config::Config;
-use context_relay_gateway::sim::SimProvider;
+use context_relay_sim::SimProvider;
 use http::Request;
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use serde_json::json;
+use support::{CodexGateway, http_client, spawn, start_sim};
 
 #[tokio::test]
 async fn relay_counters_appear_on_metrics() {
-    let handle = context_relay_gateway::telemetry::prometheus_builder()
+    let handle = context_relay_gateway::prometheus_builder()
         .install_recorder()
         .unwrap();
-    let sim = SimProvider::builder()
-        .account("acct-a", "key-a")
-        .account("acct-b", "key-b")
-        .quota_step(30.0)
-        .summary_reply(
+    let sim = start_sim(
+        SimProvider::builder().quota_step(30.0).summary_reply(
             "writing a handoff note",
             json!({"summary": "Renaming the crate.", "keyDecisions": [], "taskProgress": "",
-                   "activeEntities": []})
+                       "activeEntities": []})
             .to_string(),
-        )
-        .start()
-        .await
-        .unwrap();
-    let config = Config::from_toml_str(
-        &format!(
-            r#"
-[store]
-backend = "memory"
-[[providers]]
-name = "codex"
-base_url = "{}"
-  [[providers.accounts]]
-  id = "acct-a"
-  api_key = "key-a"
-  [[providers.accounts]]
-  id = "acct-b"
-  api_key = "key-b"
-[[combos]]
-name = "codex-relay"
-targets = ["codex/gpt-5.5"]
-"#,
-            sim.base_url()
         ),
-        |_| None,
+        &["acct-a", "acct-b"],
     )
-    .unwrap();
+    .await;
+    let config = CodexGateway::default().config(&sim.base_url());
     let gateway = Gateway::new(config).unwrap().with_metrics(handle);
-    let server = gateway.spawn("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let client = Client::builder(TokioExecutor::new()).build_http();
+    let (gateway, server) = spawn(gateway).await;
+    let client = http_client();
     let get_metrics = || async {
         let req = Request::get(format!("{}/metrics", server.url()))
             .body(Full::<Bytes>::default())

@@ -3,19 +3,20 @@
 //! and everything recovers once Redis is back on the same port.
 #![cfg(feature = "redis")]
 
+mod support;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use support::{CodexGateway, http_client, spawn, start_sim};
 
 use bytes::Bytes;
 use context_relay_gateway::Gateway;
-use context_relay_gateway::config::Config;
-use context_relay_gateway::sim::SimProvider;
+use context_relay_sim::SimProvider;
 use http::Request;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 
 /// A redis-server of our own (this test stops it), killed on drop.
 struct Redis(Child);
@@ -119,38 +120,20 @@ async fn requests_pass_through_while_redis_is_down_and_recover() {
         .unwrap()
         .port();
     let redis = Redis::start(port);
-    let sim = SimProvider::builder()
-        .account("acct-a", "key-a")
-        .quota_step(1.0)
-        .start()
-        .await
-        .unwrap();
-    let config = Config::from_toml_str(
-        &format!(
-            r#"
-[store]
-backend = "redis"
-url = "redis://127.0.0.1:{port}/"
-prefix = "outage-test:"
-[[providers]]
-name = "codex"
-base_url = "{}"
-  [[providers.accounts]]
-  id = "acct-a"
-  api_key = "key-a"
-[[combos]]
-name = "codex-relay"
-targets = ["codex/gpt-5.5"]
-"#,
-            sim.base_url()
-        ),
-        |_| None,
-    )
-    .unwrap();
+    let sim = start_sim(SimProvider::builder().quota_step(1.0), &["acct-a"]).await;
+    let store = format!(
+        "backend = \"redis\"\nurl = \"redis://127.0.0.1:{port}/\"\nprefix = \"outage-test:\""
+    );
+    let config = CodexGateway {
+        accounts: &["acct-a"],
+        store: &store,
+        ..CodexGateway::default()
+    }
+    .config(&sim.base_url());
     let gateway = Gateway::connect(config).await.unwrap();
-    let server = gateway.spawn("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let (gateway, server) = spawn(gateway).await;
     let url = server.url();
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let client = http_client();
 
     let mut up = Vec::new();
     for n in 0..10 {

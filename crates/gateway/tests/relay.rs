@@ -11,8 +11,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use context_relay_gateway::config::Config;
-use context_relay_gateway::sim::{RecordedRequest, SimProvider, SimQuotaHeaders};
 use context_relay_gateway::{Gateway, RunningGateway};
+use context_relay_sim::{RecordedRequest, SimProvider, SimQuotaHeaders};
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use bytes::Bytes;
-use context_relay_gateway::sim::SimProvider;
+use context_relay_sim::SimProvider;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;

@@ -4,7 +4,7 @@
 
 mod support;
 
-use context_relay_gateway::sim::{SimFault, SimProvider};
+use context_relay_sim::{SimFault, SimProvider};
 use http::StatusCode;
 use serde_json::{Value, json};
 use support::{
@@ -77,9 +77,7 @@ async fn a_revoked_account_is_rotated_away() {
     assert!(completed(&reply));
     let accounts = h.served();
     assert_eq!(accounts, ["acct-a", "acct-b"]);
-    let pool = h.gateways[0].0.pools().get("codex").unwrap().clone();
-    let snap = pool.snapshot(std::time::SystemTime::now());
-    assert_eq!(snap[0].state(), "disabled");
+    assert_eq!(h.account(0, "acct-a").await["state"], "disabled");
     // The disabled account is skipped: another session goes straight to acct-b.
     h.sim.clear_requests();
     let mut other = Conversation::new(Client::Codex, "0199a1b2-0000-7000-8000-000000000006");
@@ -134,11 +132,11 @@ async fn a_quota_error_in_another_status_rotates_the_account() {
     assert!(completed(&reply));
     let accounts = h.served();
     assert_eq!(accounts, ["acct-a", "acct-b"]);
-    let pool = h.gateways[0].0.pools().get("codex").unwrap().clone();
-    let now = std::time::SystemTime::now();
-    let until = pool.snapshot(now)[0].exhausted_until.expect("exhausted");
+    let a = h.account(0, "acct-a").await;
+    assert_eq!(a["state"], "exhausted");
+    let until: jiff::Timestamp = a["resets_at"].as_str().unwrap().parse().unwrap();
     assert!(
-        until.duration_since(now).unwrap().as_secs() > 1700,
+        until.as_second() - jiff::Timestamp::now().as_second() > 1700,
         "until its announced reset"
     );
 }

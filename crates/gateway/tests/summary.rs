@@ -2,67 +2,42 @@
 //! simulated provider answers the real 400) is dropped, the summary retried once, the handoff
 //! stored, and the refusal remembered for the next session.
 
+mod support;
+
 use std::sync::Arc;
+use support::{CodexGateway, http_client, spawn, start_sim};
 
 use bytes::Bytes;
 use context_relay_gateway::Gateway;
-use context_relay_gateway::config::Config;
-use context_relay_gateway::sim::SimProvider;
+use context_relay_sim::SimProvider;
 use context_relay_store::{HandoffStore, MemoryStore};
 use http::Request;
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use serde_json::json;
 
 #[tokio::test]
 async fn refused_summary_parameter_is_dropped_and_remembered() {
-    let sim = SimProvider::builder()
-        .account("acct-a", "key-a")
-        .account("acct-b", "key-b")
-        .quota_step(30.0)
-        .summary_reply(
-            "writing a handoff note",
-            json!({"summary": "Renaming the crate.", "keyDecisions": ["keep the old name as an alias"],
-                   "taskProgress": "", "activeEntities": []})
-            .to_string(),
-        )
-        .start()
-        .await
-        .expect("sim");
-    let config = Config::from_toml_str(
-        &format!(
-            r#"
-[store]
-backend = "memory"
-[[providers]]
-name = "codex"
-base_url = "{}"
-  [providers.summary]
-  max_output_tokens = 600
-  params = {{ temperature = 0.2 }}
-  [[providers.accounts]]
-  id = "acct-a"
-  api_key = "key-a"
-  [[providers.accounts]]
-  id = "acct-b"
-  api_key = "key-b"
-[[combos]]
-name = "codex-relay"
-targets = ["codex/gpt-5.5"]
-"#,
-            sim.base_url()
-        ),
-        |_| None,
+    let sim = start_sim(
+        SimProvider::builder()
+            .quota_step(30.0)
+            .summary_reply(
+                "writing a handoff note",
+                json!({"summary": "Renaming the crate.", "keyDecisions": ["keep the old name as an alias"],
+                       "taskProgress": "", "activeEntities": []})
+                .to_string(),
+            ),
+        &["acct-a", "acct-b"],
     )
-    .expect("config");
+    .await;
+    let config = CodexGateway {
+        provider: "  [providers.summary]\n  max_output_tokens = 600\n  params = { temperature = 0.2 }",
+        ..CodexGateway::default()
+    }
+    .config(&sim.base_url());
     let store: Arc<dyn HandoffStore> = Arc::new(MemoryStore::new());
     let gateway = Gateway::with_store(config, store.clone()).expect("gateway");
-    let server = gateway
-        .spawn("127.0.0.1:0".parse().expect("addr"))
-        .await
-        .expect("spawn");
-    let client = Client::builder(TokioExecutor::new()).build_http();
+    let (gateway, server) = spawn(gateway).await;
+    let client = http_client();
     let send = |session: &'static str, turn: usize| {
         let req = Request::post(format!("{}/v1/chat/completions", server.url()))
             .header("authorization", "Bearer c")

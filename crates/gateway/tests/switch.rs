@@ -9,7 +9,7 @@
 
 mod support;
 
-use context_relay_gateway::sim::{SimFault, SimProvider};
+use context_relay_sim::{SimFault, SimProvider};
 use http::StatusCode;
 use serde_json::{Value, json};
 use support::{

@@ -187,3 +187,52 @@ fn model_ids() {
         ["codex-relay", "plain", "codex/gpt-5.5", "anthropic/claude"]
     );
 }
+
+/// The pool key the account resolver builds from what [`identify`] set: `tenant\nsession`.
+fn identified(req: &Request<()>, body: &[u8]) -> Option<String> {
+    let (mut parts, ()) = req.clone().into_parts();
+    identify(&mut parts, body);
+    let tenant = parts.extensions.get::<Tenant>().expect("a tenant, always");
+    let session = parts.extensions.get::<SessionId>()?;
+    Some(format!("{}\n{}", tenant.0, session.0))
+}
+
+#[test]
+fn identify_sets_tenant_and_session_once_for_everyone() {
+    let key = identified;
+    let mut req = Request::new(());
+    // No header, a body that is not JSON: no fingerprint either.
+    assert_eq!(key(&req, b"not json"), None);
+    req.headers_mut()
+        .insert("thread-id", HeaderValue::from_static("t"));
+    req.headers_mut()
+        .insert("session-id", HeaderValue::from_static("  "));
+    assert_eq!(key(&req, b"").as_deref(), Some("anonymous\nt"));
+    req.headers_mut()
+        .insert("x-claude-code-session-id", HeaderValue::from_static("cc"));
+    assert_eq!(key(&req, b"").as_deref(), Some("anonymous\ncc"));
+    req.headers_mut()
+        .insert("authorization", HeaderValue::from_static("Bearer k1"));
+    let tenant = context_relay_core::session::tenant(req.headers());
+    assert_eq!(key(&req, b"").as_deref(), Some(&*format!("{tenant}\ncc")));
+    req.extensions_mut().insert(SessionId::new("ext"));
+    assert_eq!(key(&req, b"").as_deref(), Some(&*format!("{tenant}\next")));
+    req.extensions_mut().insert(Tenant::new("t1"));
+    assert_eq!(key(&req, b"").as_deref(), Some("t1\next"));
+    // A blank extension counts as absent; an explicit one is cleaned like any other.
+    req.extensions_mut().insert(SessionId::new(" "));
+    assert_eq!(key(&req, b"").as_deref(), Some("t1\ncc"));
+    req.extensions_mut().insert(SessionId::new(" ext "));
+    assert_eq!(key(&req, b"").as_deref(), Some("t1\next"));
+    let long = "x".repeat(300);
+    let mut req = Request::new(());
+    req.headers_mut()
+        .insert("x-session-id", HeaderValue::from_str(&long).unwrap());
+    assert_eq!(key(&req, b"").unwrap().len(), "anonymous\n".len() + 128);
+    // Without headers the body gives the session (a fingerprint of the stable parts).
+    let req = Request::new(());
+    let turn1 = br#"{"model":"m","messages":[{"role":"user","content":"fix the bug"}]}"#;
+    let turn2 = br#"{"model":"m","messages":[{"role":"user","content":"fix the bug"},{"role":"assistant","content":"done"},{"role":"user","content":"thanks"}]}"#;
+    assert!(key(&req, turn1).is_some());
+    assert_eq!(key(&req, turn1), key(&req, turn2));
+}

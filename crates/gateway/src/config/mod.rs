@@ -86,7 +86,8 @@ pub struct Config {
     /// Where handoffs are kept.
     #[serde(default)]
     pub store: StoreConfig,
-    /// Global relay settings (DESIGN §8 names, durations in seconds: `ttl_secs`, …).
+    /// Global relay settings (the relay layers' setting names, durations in seconds: `ttl_secs`,
+    /// …).
     #[serde(default)]
     pub relay: RelayOverrides,
     /// Upstream providers and their accounts, in the order accounts are filled.
@@ -242,7 +243,8 @@ pub enum AuthScheme {
     XApiKey,
 }
 
-/// Which quota headers a provider sends (DESIGN §6), read by the parsers of
+/// Which quota headers a provider sends with each answer (its usage of the account), read by
+/// the parsers of
 /// `context_relay_core::quota` (see [`QuotaFormat::kind`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -1,14 +1,13 @@
-//! What an account's error answer does to the account: the verdict's side of the pool
-//! (exhausted, disabled), with its log line and metric, and whether the request moves on.
+//! What a verdict does to the account: the pool's side (exhausted, disabled), with its log line
+//! and metric, and whether the request moves on to the next account.
 
 use std::time::SystemTime;
 
-use context_relay_core::{QuotaSignal, decode};
-use http::{HeaderMap, StatusCode, header};
+use context_relay_core::QuotaSignal;
+use http::StatusCode;
 
-use super::MAX_ERROR_BODY;
+use super::verdict::Verdict;
 use crate::pool::{ProviderPool, reset_or_default};
-use crate::verdict::Verdict;
 
 /// One attempt of a request on one account, as far as rotation is concerned.
 pub(super) struct Attempt<'a> {
@@ -109,35 +108,6 @@ pub(super) fn record_usage(
             "account reached rotate_at; new turns go to the next account"
         );
         exhausted_metric(pool, account, "quota");
-    }
-}
-
-/// The error type of an error body, for logs: Codex `usage_limit_reached`, Anthropic
-/// `rate_limit_error` / `authentication_error`, OpenAI `invalid_api_key`, … (the `code` when
-/// there is one, else the `type`).
-pub(super) fn error_type(body: &[u8]) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
-    let e = v.get("error")?;
-    e.get("code")
-        .and_then(|t| t.as_str())
-        .or_else(|| e.get("type").and_then(|t| t.as_str()))
-        .map(str::to_owned)
-}
-
-/// An error body as text: decoded when the provider compressed it (the client's
-/// `accept-encoding` is forwarded). `None` when it cannot be decoded.
-pub(super) fn decoded_error_body<'a>(
-    headers: &HeaderMap,
-    body: &'a [u8],
-) -> Option<std::borrow::Cow<'a, [u8]>> {
-    match headers
-        .get(header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-    {
-        None => Some(std::borrow::Cow::Borrowed(body)),
-        Some(coding) => decode::decode(coding.trim(), body, MAX_ERROR_BODY)
-            .ok()
-            .map(std::borrow::Cow::Owned),
     }
 }
 

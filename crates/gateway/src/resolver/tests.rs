@@ -100,11 +100,14 @@ fn upstream(
     })
 }
 
+/// A request as ComboService hands it on: routing targets and the request's identity set.
 fn request(session: &str, targets: &[(&str, &str)]) -> Request<Full<Bytes>> {
     let mut req = Request::post("/v1/responses")
         .header("session-id", session)
         .body(Full::new(Bytes::from_static(br#"{"model":"gpt-5.5"}"#)))
         .unwrap();
+    req.extensions_mut().insert(SessionId::new(session));
+    req.extensions_mut().insert(Tenant::new("anonymous"));
     let t: Arc<[Target]> = targets
         .iter()
         .map(|(p, m)| Target {
@@ -287,6 +290,7 @@ fn internal(session: &str) -> Request<Full<Bytes>> {
     req.extensions_mut().insert(SkipRelay);
     req.extensions_mut().insert(ComboName::new("relay"));
     req.extensions_mut().insert(SessionId::new(session));
+    req.extensions_mut().insert(Tenant::new("anonymous"));
     req
 }
 
@@ -355,41 +359,15 @@ async fn a_summary_call_gets_one_attempt_and_binds_nothing() {
 }
 
 #[test]
-fn session_keys() {
-    let key = |req: &Request<()>, body: &[u8]| session_key(req.headers(), req.extensions(), body);
+fn session_keys_come_from_the_extensions_only() {
     let mut req = Request::new(());
-    // No header, a body that is not JSON: no fingerprint either.
-    assert_eq!(key(&req, b"not json"), None);
     req.headers_mut()
-        .insert("thread-id", HeaderValue::from_static("t"));
-    req.headers_mut()
-        .insert("session-id", HeaderValue::from_static("  "));
-    assert_eq!(key(&req, b"").as_deref(), Some("anonymous\nt"));
-    req.headers_mut()
-        .insert("x-claude-code-session-id", HeaderValue::from_static("cc"));
-    assert_eq!(key(&req, b"").as_deref(), Some("anonymous\ncc"));
-    req.headers_mut()
-        .insert("authorization", HeaderValue::from_static("Bearer k1"));
-    let tenant = context_relay_core::session::tenant(req.headers());
-    assert_eq!(key(&req, b"").as_deref(), Some(&*format!("{tenant}\ncc")));
+        .insert("session-id", HeaderValue::from_static("from-header"));
+    assert_eq!(session_key(req.extensions()), None, "headers are not read");
     req.extensions_mut().insert(SessionId::new("ext"));
-    assert_eq!(key(&req, b"").as_deref(), Some(&*format!("{tenant}\next")));
+    assert_eq!(session_key(req.extensions()), None, "no tenant, no key");
     req.extensions_mut().insert(Tenant::new("t1"));
-    assert_eq!(key(&req, b"").as_deref(), Some("t1\next"));
-    // A blank extension counts as absent.
-    req.extensions_mut().insert(SessionId::new(" "));
-    assert_eq!(key(&req, b"").as_deref(), Some("t1\ncc"));
-    let long = "x".repeat(300);
-    let mut req = Request::new(());
-    req.headers_mut()
-        .insert("x-session-id", HeaderValue::from_str(&long).unwrap());
-    assert_eq!(key(&req, b"").unwrap().len(), "anonymous\n".len() + 128);
-    // Without headers the body gives the session (a fingerprint of the stable parts).
-    let req = Request::new(());
-    let turn1 = br#"{"model":"m","messages":[{"role":"user","content":"fix the bug"}]}"#;
-    let turn2 = br#"{"model":"m","messages":[{"role":"user","content":"fix the bug"},{"role":"assistant","content":"done"},{"role":"user","content":"thanks"}]}"#;
-    assert!(key(&req, turn1).is_some());
-    assert_eq!(key(&req, turn1), key(&req, turn2));
+    assert_eq!(session_key(req.extensions()).as_deref(), Some("t1\next"));
 }
 
 /// Three Codex accounts, `a`, `b`, `c`.
@@ -539,4 +517,86 @@ async fn a_long_error_body_is_forwarded_whole() {
     let res = call_scripted(&p, &log, script, "s").await;
     assert_eq!(res.status(), 400);
     assert_eq!(text(res).await.len(), MAX_ERROR_BODY * 2);
+}
+
+/// End to end (a gateway server, the simulated provider, a real client): new sessions fill the
+/// first available account, a bound session stays on its account.
+#[tokio::test]
+async fn fill_first_and_sticky_sessions_over_loopback() {
+    use context_relay_sim::SimProvider;
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+
+    let sim = SimProvider::builder()
+        .account("acct-a", "key-a")
+        .account("acct-b", "key-b")
+        .start()
+        .await
+        .unwrap();
+    let config = Config::from_toml_str(
+        &format!(
+            r#"
+[store]
+backend = "memory"
+[[providers]]
+name = "codex"
+base_url = "{}"
+  [[providers.accounts]]
+  id = "acct-a"
+  api_key = "key-a"
+  [[providers.accounts]]
+  id = "acct-b"
+  api_key = "key-b"
+[[combos]]
+name = "codex-relay"
+targets = ["codex/gpt-5.5"]
+"#,
+            sim.base_url()
+        ),
+        |_| None,
+    )
+    .unwrap();
+    let gateway = crate::Gateway::new(config).unwrap();
+    let server = gateway.spawn("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let client = Client::builder(TokioExecutor::new()).build_http();
+    let post = |session: Option<&str>| {
+        let mut b = Request::post(format!("{}/v1/chat/completions", server.url()))
+            .header("authorization", "Bearer client-key");
+        if let Some(s) = session {
+            b = b.header("session-id", s);
+        }
+        let req = b
+            .body(Full::new(Bytes::from_static(
+                br#"{"model":"codex-relay","messages":[{"role":"user","content":"hi"}]}"#,
+            )))
+            .unwrap();
+        let client = client.clone();
+        async move { client.request(req).await.unwrap().status() }
+    };
+    let served = || -> Vec<String> {
+        sim.requests()
+            .iter()
+            .map(|r| r.account.clone().unwrap_or_default())
+            .collect()
+    };
+    // s1 lands on acct-b: acct-a answers 429 once.
+    sim.set_used("acct-a", 100.0);
+    assert_eq!(post(Some("s1")).await, 200);
+    assert_eq!(served(), ["acct-a", "acct-b"]);
+    // acct-a recovers (its reset passed).
+    sim.set_used("acct-a", 0.0);
+    gateway
+        .pools
+        .get("codex")
+        .unwrap()
+        .mark_exhausted(0, std::time::UNIX_EPOCH);
+    sim.clear_requests();
+    // s1 stays on acct-b; new sessions and session-less requests fill acct-a first.
+    assert_eq!(post(Some("s1")).await, 200);
+    assert_eq!(post(Some("s2")).await, 200);
+    assert_eq!(post(None).await, 200);
+    assert_eq!(post(Some("s1")).await, 200);
+    assert_eq!(served(), ["acct-b", "acct-a", "acct-a", "acct-b"]);
+    server.shutdown().await.unwrap();
+    sim.shutdown().await;
 }

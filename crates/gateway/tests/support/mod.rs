@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use context_relay_gateway::config::Config;
-use context_relay_gateway::sim::{RecordedRequest, SimProvider};
 use context_relay_gateway::{Gateway, RunningGateway};
+use context_relay_sim::{RecordedRequest, SimProvider};
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client as HttpClient;
@@ -211,6 +211,9 @@ pub fn contains(hay: &[u8], needle: &str) -> bool {
     hay.windows(needle.len()).any(|w| w == needle.as_bytes())
 }
 
+/// The `admin_token` of [`config`].
+pub const ADMIN_TOKEN: &str = "adm-token";
+
 /// One or more gateways over one strict simulated provider.
 pub struct Harness {
     pub sim: SimProvider,
@@ -236,6 +239,7 @@ pub fn config(base_url: &str, store: &str) -> Config {
     };
     let text = format!(
         r#"
+admin_token = "{ADMIN_TOKEN}"
 [store]
 {store}
 [relay]
@@ -274,11 +278,7 @@ targets = ["anthropic/claude-opus-4-8"]
 impl Harness {
     /// `count` gateways with `store` (a `[store]` table body) over a simulated provider that
     /// uses 30 % of an account per turn.
-    pub async fn start(
-        count: usize,
-        store: &str,
-        sim: context_relay_gateway::sim::SimBuilder,
-    ) -> Self {
+    pub async fn start(count: usize, store: &str, sim: context_relay_sim::SimBuilder) -> Self {
         let mut sim = sim;
         for id in ["acct-a", "acct-b", "acct-c", "acct-x", "acct-y", "acct-z"] {
             sim = sim.account(id, format!("key-{id}"));
@@ -306,6 +306,22 @@ impl Harness {
             gateways,
             client,
         }
+    }
+
+    /// Account `id` of gateway `gw` as `GET /admin/accounts` shows it.
+    pub async fn account(&self, gw: usize, id: &str) -> Value {
+        let req = Request::get(format!("{}/admin/accounts", self.gateways[gw].1.url()))
+            .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
+            .body(Full::default())
+            .unwrap();
+        let res = self.client.request(req).await.expect("gateway answers");
+        assert_eq!(res.status(), 200);
+        let v: Value = serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes())
+            .expect("JSON");
+        v["accounts"]
+            .as_array()
+            .and_then(|a| a.iter().find(|a| a["account"] == id).cloned())
+            .expect("the account is listed")
     }
 
     /// Sends `body` to `path` of gateway `gw` with `headers`; the status, the `x-context-relay`
@@ -477,4 +493,80 @@ pub async fn handoff_ready(h: &Harness, conv: &mut Conversation, session: &str) 
     assert_eq!(h.handoffs(session).await, 1);
     h.sim.set_used(conv.client.accounts()[0], 100.0);
     h.sim.clear_requests();
+}
+
+/// A one-provider gateway over the simulated provider, the setup most tests share: provider
+/// `codex` with accounts `acct-a`, `acct-b`, … (keys `key-a`, `key-b`, …: see [`start_sim`])
+/// behind combo `codex-relay` → `codex/gpt-5.5`.
+pub struct CodexGateway<'a> {
+    /// Account ids, in fill order.
+    pub accounts: &'a [&'a str],
+    /// Top-level keys, before every table.
+    pub top: &'a str,
+    /// The body of `[store]`, and any table to follow it (`[limits]`).
+    pub store: &'a str,
+    /// Provider keys and sub-tables (`quota = "none"`, `[providers.summary]`).
+    pub provider: &'a str,
+}
+
+impl Default for CodexGateway<'_> {
+    fn default() -> Self {
+        Self {
+            accounts: &["acct-a", "acct-b"],
+            top: "",
+            store: "backend = \"memory\"",
+            provider: "",
+        }
+    }
+}
+
+impl CodexGateway<'_> {
+    /// The configuration over the provider at `base_url`.
+    pub fn config(&self, base_url: &str) -> Config {
+        let accounts: String = self
+            .accounts
+            .iter()
+            .map(|id| {
+                format!(
+                    "  [[providers.accounts]]\n  id = \"{id}\"\n  api_key = \"{}\"\n",
+                    key_of(id)
+                )
+            })
+            .collect();
+        let text = format!(
+            "{top}\n[store]\n{store}\n[[providers]]\nname = \"codex\"\nbase_url = \"{base_url}\"\n{provider}\n{accounts}[[combos]]\nname = \"codex-relay\"\ntargets = [\"codex/gpt-5.5\"]\n",
+            top = self.top,
+            store = self.store,
+            provider = self.provider,
+        );
+        Config::from_toml_str(&text, |_| None).expect("test config")
+    }
+}
+
+/// The API key of account `id` in [`start_sim`] and [`CodexGateway`]: `acct-a` → `key-a`.
+pub fn key_of(id: &str) -> String {
+    format!("key-{}", id.strip_prefix("acct-").unwrap_or(id))
+}
+
+/// Starts `sim` with `accounts` (keys from [`key_of`]).
+pub async fn start_sim(sim: context_relay_sim::SimBuilder, accounts: &[&str]) -> SimProvider {
+    let mut sim = sim;
+    for id in accounts {
+        sim = sim.account(*id, key_of(id));
+    }
+    sim.start().await.expect("sim")
+}
+
+/// Serves `gateway` on a free loopback port.
+pub async fn spawn(gateway: Gateway) -> (Gateway, RunningGateway) {
+    let server = gateway
+        .spawn("127.0.0.1:0".parse().unwrap())
+        .await
+        .expect("spawn");
+    (gateway, server)
+}
+
+/// A plain HTTP/1 client.
+pub fn http_client() -> HttpClient<HttpConnector, Full<Bytes>> {
+    HttpClient::builder(TokioExecutor::new()).build_http()
 }

@@ -12,10 +12,8 @@ pub mod clients;
 #[path = "../../../store/tests/common/redis_server.rs"]
 pub mod redis_server;
 
-/// The gateway's simulated provider's minting of account-bound blobs, shared.
-#[path = "../../../gateway/src/sim/bound.rs"]
-#[allow(dead_code, unreachable_pub)]
-mod sim_bound;
+/// The simulated provider's minting of account-bound blobs, shared.
+use context_relay_sim::Minter;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -42,8 +40,8 @@ pub const UNRELATED_400: &str = r#"{"error":{"message":"Unsupported parameter: '
 /// Size of a minted blob: real `encrypted_content` and signatures are kilobytes.
 pub const BLOB_BYTES: usize = 2048;
 
-fn minter() -> sim_bound::Minter {
-    sim_bound::Minter::new(0x5eed, BLOB_BYTES)
+fn minter() -> Minter {
+    Minter::new(0x5eed, BLOB_BYTES)
 }
 
 /// The `encrypted_content` the double mints for `account` in its `n`th answer.

@@ -21,9 +21,8 @@ use tokio::sync::{Semaphore, mpsc};
 use tower::util::BoxCloneSyncService;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
-/// The parameter rules of real providers, shared with the gateway's simulated provider.
-#[path = "../../../gateway/src/sim_rules.rs"]
-pub mod sim_rules;
+/// The parameter rules of real providers, shared with the simulated provider.
+pub use context_relay_sim::rules as sim_rules;
 
 pub type Body = BoxBody<Bytes, TestError>;
 

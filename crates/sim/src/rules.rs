@@ -10,7 +10,7 @@
 //! | ChatGPT Codex backend ([`Backend::ChatGptCodex`]) | `{"detail": …}` 400s unless `stream: true` and `store: false`, and for `max_output_tokens` / `temperature` |
 //!
 //! ```
-//! use context_relay_gateway::sim_rules::{Backend, check};
+//! use context_relay_sim::rules::{Backend, check};
 //! let body = serde_json::json!({"model": "gpt-5", "temperature": 0.1, "messages": []});
 //! let (status, error) = check(Backend::Api, "/v1/chat/completions", &body).unwrap();
 //! assert_eq!(status, 400);

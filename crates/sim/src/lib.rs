@@ -25,7 +25,7 @@
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
-//! use context_relay_gateway::sim::SimProvider;
+//! use context_relay_sim::SimProvider;
 //! let sim = SimProvider::builder().account("a", "key-a").quota_step(40.0).start().await.unwrap();
 //! assert!(sim.base_url().ends_with("/v1"));
 //! assert_eq!(sim.used("a"), Some(0.0));
@@ -34,6 +34,12 @@
 //! sim.shutdown().await;
 //! # }
 //! ```
+//!
+//! The `context-relay-sim` binary serves one from the command line (`context-relay-sim --listen
+//! 127.0.0.1:9000 --accounts a,b`), for harnesses that run the gateway as a process.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -49,20 +55,21 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 use tokio::sync::watch;
 
-use crate::error::{ErrorShape, error_body};
-use crate::server::RunningGateway;
-
 mod bound;
 mod control;
 mod quota;
 mod reply;
+pub mod rules;
+mod server;
 
+pub use bound::Minter;
 pub use control::SimFault;
 use quota::{exhausted, quota_headers};
 use reply::{
     Reply, chat_events, chat_json, messages_events, messages_json, responses_events,
     responses_json, sse,
 };
+use server::Server;
 
 /// Which quota headers the simulated provider sends.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -180,7 +187,13 @@ impl SimBuilder {
         self
     }
 
-    /// Starts serving on `127.0.0.1:0`.
+    /// Listens on `addr` (`127.0.0.1:0` by default: a free loopback port).
+    pub fn listen(mut self, addr: SocketAddr) -> Self {
+        self.addr = addr;
+        self
+    }
+
+    /// Starts serving (on `127.0.0.1:0` unless [`listen`](Self::listen) said otherwise).
     pub async fn start(self) -> std::io::Result<SimProvider> {
         let state = Arc::new(SimState {
             accounts: Mutex::new(
@@ -209,7 +222,7 @@ impl SimBuilder {
             let state = s.clone();
             async move { handle(state, req).await }
         });
-        let server = RunningGateway::start(self.addr, router).await?;
+        let server = Server::start(self.addr, router).await?;
         Ok(SimProvider { state, server })
     }
 }
@@ -278,7 +291,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// A running simulated provider. See the [module docs](self).
 pub struct SimProvider {
     state: Arc<SimState>,
-    server: RunningGateway,
+    server: Server,
 }
 
 impl std::fmt::Debug for SimProvider {
@@ -367,7 +380,7 @@ impl SimProvider {
 
     /// Stops the server (in-flight streams finish first).
     pub async fn shutdown(self) {
-        let _ = self.server.shutdown().await;
+        self.server.shutdown().await;
     }
 }
 
@@ -386,7 +399,7 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
         .map(|c| c.to_bytes())
         .unwrap_or_default();
     let path = parts.uri.path().to_owned();
-    let shape = ErrorShape::for_path(&path);
+    let anthropic = path.ends_with("/messages") || path.contains("/messages/");
     let credential = parts
         .headers
         .get(header::AUTHORIZATION)
@@ -424,7 +437,7 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
         p if p.ends_with("/messages") => Api::Messages,
         _ => {
             return error(
-                shape,
+                anthropic,
                 StatusCode::NOT_FOUND,
                 "not_found_error",
                 "unknown path",
@@ -439,7 +452,7 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
         Ok(v @ Value::Object(_)) => v,
         _ => {
             return error(
-                shape,
+                anthropic,
                 StatusCode::BAD_REQUEST,
                 "invalid_request_error",
                 "body is not a JSON object",
@@ -447,9 +460,7 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
         }
     };
     // Real providers refuse some parameters on some models: so does the double.
-    if let Some((status, body)) =
-        crate::sim_rules::check(crate::sim_rules::Backend::Api, &path, &request)
-    {
+    if let Some((status, body)) = rules::check(rules::Backend::Api, &path, &request) {
         state.reject(recorded, "parameter_rule");
         let mut res = Response::new(Body::from(body));
         *res.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
@@ -471,7 +482,7 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
         let mut accounts = lock(&state.accounts);
         let Some(a) = accounts.iter_mut().find(|a| a.id == account) else {
             return error(
-                shape,
+                anthropic,
                 StatusCode::UNAUTHORIZED,
                 "authentication_error",
                 "unknown account",
@@ -552,12 +563,13 @@ fn unix_now() -> u64 {
         .unwrap_or(0)
 }
 
-fn error(shape: ErrorShape, status: StatusCode, kind: &str, message: &str) -> Response<Body> {
-    let mut res = Response::new(Body::from(error_body(shape, kind, message)));
-    *res.status_mut() = status;
-    res.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    res
+/// An error in the shape of the API `path` belongs to: Anthropic's
+/// `{"type":"error","error":{"type","message"}}` or OpenAI's `{"error":{"message","type"}}`.
+fn error(anthropic: bool, status: StatusCode, kind: &str, message: &str) -> Response<Body> {
+    let body = if anthropic {
+        serde_json::json!({"type": "error", "error": {"type": kind, "message": message}})
+    } else {
+        serde_json::json!({"error": {"message": message, "type": kind, "code": kind}})
+    };
+    control::json_response(status, &body)
 }

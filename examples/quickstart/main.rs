@@ -7,7 +7,7 @@
 //!
 //! Everything runs in this process, on 127.0.0.1 only:
 //!
-//! - a **simulated provider** (`context_relay_gateway::sim`, a test double) with two accounts,
+//! - a **simulated provider** (`context_relay_sim`, a test double) with two accounts,
 //!   `acct-a` and `acct-b`. Each turn uses 22 % of the serving account's quota, reported the way
 //!   the ChatGPT Codex backend does (`x-codex-primary-used-percent`); an account at 100 % answers
 //!   429 `usage_limit_reached`; the summary request of the relay gets a canned JSON note;
@@ -27,8 +27,8 @@
 //! 4. once `acct-b` has answered, the handoff is deleted: it is used exactly once.
 //!
 //! Reading order: `run` tells the story, `before_switch`, `switch` and `after_switch` narrate
-//! and check each phase, and the mechanics (the gateway's TOML, the scripted session, the client,
-//! printing) come after them.
+//! and check each phase; the mechanics (the gateway's TOML, the scripted session, the client)
+//! are in `session.rs` and the printing in `print.rs`.
 //!
 //! The lines starting with `[quickstart]` are stable markers that CI greps for. The example
 //! exits with status 1 and a message naming what did not happen if any step of the story fails.
@@ -37,18 +37,13 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use bytes::Bytes;
 use context_relay::core::HandoffRecord;
 use context_relay::core::render::render_record;
+use context_relay_gateway::Gateway;
 use context_relay_gateway::config::Config;
-use context_relay_gateway::sim::{RecordedRequest, SimProvider, SimQuotaHeaders};
-use context_relay_gateway::{Gateway, RunningGateway};
-use http::{Request, StatusCode};
-use http_body_util::{BodyExt, Full};
+use context_relay_sim::{SimProvider, SimQuotaHeaders};
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use serde_json::{Value, json};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 type Result<T, E = Error> = std::result::Result<T, E>;
@@ -75,6 +70,15 @@ macro_rules! check {
         }
     };
 }
+
+mod print;
+mod session;
+
+use print::{marker, print_block, print_handoff};
+use session::{
+    Outcome, Session, account, canned_summary, carries_handoff, gateway_toml, injected_message,
+    items, script,
+};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -404,337 +408,4 @@ fn after_switch(n: usize, out: &Outcome) -> Result<()> {
         out.quota, out.reply
     );
     Ok(())
-}
-
-/// The gateway's configuration, as it would be written in `gateway.toml` (see
-/// `crates/gateway/README.md`). The redb path is filled in afterwards with the temporary folder.
-fn gateway_toml(provider_url: &str) -> String {
-    format!(
-        r#"
-admin_token = "{ADMIN_TOKEN}"
-
-[store]
-backend = "redb"
-
-[relay]
-handoff_threshold = {HANDOFF_THRESHOLD}
-handoff_providers = ["codex"]
-
-[[providers]]
-name = "codex"
-base_url = "{provider_url}"
-quota = "codex"
-rotate_at = 0.95
-  [[providers.accounts]]
-  id = "acct-a"
-  api_key = "sim-key-a"
-  [[providers.accounts]]
-  id = "acct-b"
-  api_key = "sim-key-b"
-
-[[combos]]
-name = "codex-relay"
-strategy = "context-relay"
-targets = ["codex/gpt-5.5"]
-"#
-    )
-}
-
-/// What the simulated provider answers to the relay's summary request. A real model would write
-/// this from the history it is sent; the simulator recognises the request by the prompt's
-/// opening words and returns this note instead.
-fn canned_summary() -> String {
-    json!({
-        "summary": "Adding a --json flag to `todo list` in the Rust todo CLI. The flag is parsed \
-            in src/cli.rs and the JSON is written with serde in src/output.rs. cargo test shows \
-            one failure: cli::json_flag_prints_array expects a JSON array but gets an object.",
-        "keyDecisions": [
-            "serde + serde_json for the JSON output",
-            "plain text stays the default output",
-            "--json only applies to `todo list`"
-        ],
-        "taskProgress": "done: flag parsing, JSON writer; pending: the failing test \
-            cli::json_flag_prints_array; next: emit an array, then document the flag in README.md",
-        "activeEntities": ["src/cli.rs", "src/output.rs", "--json", "cli::json_flag_prints_array"]
-    })
-    .to_string()
-}
-
-/// One request of the session: what the client adds to the history before sending it.
-struct Turn {
-    /// A one-line description for the narration.
-    caption: String,
-    /// The items appended to `input` (a user message, or the output of a tool call).
-    adds: Vec<Value>,
-    /// A tool call the model makes in its reply. The simulator only answers with text, so the
-    /// script supplies the call that Codex CLI would then run.
-    tool_call: Option<Value>,
-}
-
-impl Turn {
-    /// The user types `text`.
-    fn user(text: &str) -> Self {
-        Self {
-            caption: format!("user: {text}"),
-            adds: vec![json!({"type": "message", "role": "user",
-                "content": [{"type": "input_text", "text": text}]})],
-            tool_call: None,
-        }
-    }
-
-    /// The model's reply to this turn also calls `command` through the `exec_command` tool.
-    fn then_runs(mut self, call_id: &str, command: &str) -> Self {
-        let arguments = json!({ "cmd": command }).to_string();
-        self.tool_call = Some(json!({"type": "function_call", "name": "exec_command",
-            "arguments": arguments, "call_id": call_id}));
-        self
-    }
-
-    /// Codex CLI sends back what the command of `call_id` printed.
-    fn tool_output(call_id: &str, caption: &str, output: &str) -> Self {
-        Self {
-            caption: format!("tool result: {caption}"),
-            adds: vec![json!({"type": "function_call_output", "call_id": call_id,
-                "output": output})],
-            tool_call: None,
-        }
-    }
-}
-
-/// The session: a user asks Codex for a feature, the model runs the tests through a tool, and
-/// the work goes on after the account switch.
-fn script() -> Vec<Turn> {
-    vec![
-        Turn::user("Add a --json flag to `todo list` that prints the tasks as JSON."),
-        Turn::user("Use serde for it and keep the text output as the default."),
-        Turn::user("Run the tests.").then_runs("call_cargo_test", "cargo test"),
-        Turn::tool_output(
-            "call_cargo_test",
-            "`cargo test` -> 1 failed (cli::json_flag_prints_array)",
-            "running 12 tests\n...\nfailures:\n    cli::json_flag_prints_array\n\
-             test result: FAILED. 11 passed; 1 failed",
-        ),
-        Turn::user("Fix the failing test."),
-        Turn::user("Now document the flag in README.md."),
-        Turn::user("Commit it."),
-    ]
-}
-
-/// The client side of the session, plus handles on the gateway and the provider to narrate
-/// what happened behind the gateway.
-struct Session {
-    sim: SimProvider,
-    gateway: Gateway,
-    server: RunningGateway,
-    client: Client<HttpConnector, Full<Bytes>>,
-    /// The conversation so far, resent in full every turn (Codex CLI uses `store: false`).
-    history: Vec<Value>,
-    /// How many provider requests were already narrated.
-    seen: usize,
-}
-
-/// What one turn looked like from both sides of the gateway.
-struct Outcome {
-    /// The assistant's text, as the client read it from the SSE stream.
-    reply: String,
-    /// `x-codex-primary-used-percent` as the client received it.
-    quota: String,
-    /// The attempts the provider received for this turn, in order (the retry included).
-    attempts: Vec<RecordedRequest>,
-    /// Summary requests the relay sent after the turn.
-    summaries: Vec<RecordedRequest>,
-    /// The request body the client sent.
-    sent: Value,
-}
-
-impl Outcome {
-    /// The attempt that served the turn (the last one).
-    fn served(&self, n: usize) -> Result<&RecordedRequest> {
-        self.attempts.last().ok_or_else(|| {
-            format!("turn {n}: expected the provider to receive the turn, found no request").into()
-        })
-    }
-}
-
-impl Session {
-    /// Sends the next request of the session and waits for the relay's background work.
-    async fn send(&mut self, turn: &Turn) -> Result<Outcome> {
-        self.history.extend(turn.adds.iter().cloned());
-        let body = codex_request(&self.history);
-        let request = Request::post(format!("{}/v1/responses", self.server.url()))
-            .header("authorization", format!("Bearer {CLIENT_KEY}"))
-            .header("content-type", "application/json")
-            .header("originator", "codex_cli_rs")
-            .header("session-id", SESSION)
-            .body(Full::new(Bytes::from(body.to_string())))?;
-        let response = self.client.request(request).await?;
-        let status = response.status();
-        // What the gateway reads to decide on handoffs and rotation, passed on to the client.
-        let quota = response
-            .headers()
-            .get("x-codex-primary-used-percent")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<f64>().ok())
-            .map_or_else(|| "?".to_owned(), |p| format!("{p:.0}"));
-        let text =
-            String::from_utf8_lossy(&response.into_body().collect().await?.to_bytes()).into_owned();
-        check!(
-            status == StatusCode::OK,
-            "expected the client to get 200 from the gateway, found {status}: {text}"
-        );
-        let reply = completed_text(&text).ok_or_else(|| {
-            format!("expected a response.completed event in the stream, found: {text}")
-        })?;
-
-        // Codex CLI appends the model's output to the history it sends next time.
-        self.history
-            .push(json!({"type": "message", "role": "assistant",
-            "content": [{"type": "output_text", "text": reply}]}));
-        self.history.extend(turn.tool_call.iter().cloned());
-
-        // Summaries and handoff deletions run in the background after the response: wait for
-        // them instead of sleeping, so what follows sees their outcome.
-        self.gateway.background().idle().await;
-        let new = self
-            .sim
-            .requests()
-            .get(self.seen..)
-            .unwrap_or_default()
-            .to_vec();
-        self.seen += new.len();
-        let (summaries, attempts) = new.into_iter().partition(|r| r.summary);
-        Ok(Outcome {
-            reply,
-            quota,
-            attempts,
-            summaries,
-            sent: body,
-        })
-    }
-
-    /// `GET /admin/handoffs?settle=true`: the stored handoffs, as an operator would list them.
-    async fn admin_handoffs(&self) -> Result<Vec<Value>> {
-        let request = Request::get(format!("{}/admin/handoffs?settle=true", self.server.url()))
-            .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
-            .body(Full::default())?;
-        let response = self.client.request(request).await?;
-        let status = response.status();
-        let body = response.into_body().collect().await?.to_bytes();
-        check!(
-            status == StatusCode::OK,
-            "expected 200 from GET /admin/handoffs, found {status}: {}",
-            String::from_utf8_lossy(&body)
-        );
-        let v: Value = serde_json::from_slice(&body)?;
-        Ok(v["handoffs"].as_array().cloned().unwrap_or_default())
-    }
-}
-
-/// A Responses API request shaped like Codex CLI's: streamed, not stored, tools declared, the
-/// session id as `prompt_cache_key`, and `model` naming the gateway's combo.
-fn codex_request(history: &[Value]) -> Value {
-    let mut input = vec![json!({"type": "message", "role": "developer", "content": [
-        {"type": "input_text", "text": "You are Codex, a coding agent. You and the user share \
-            a workspace: the `todo` command-line tool, written in Rust."}]})];
-    input.extend(history.iter().cloned());
-    json!({
-        "model": "codex-relay",
-        "input": input,
-        "tools": [{"type": "function", "name": "exec_command",
-            "description": "Runs a shell command in the workspace.",
-            "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}},
-                           "required": ["cmd"]},
-            "strict": false}],
-        "tool_choice": "auto",
-        "parallel_tool_calls": true,
-        "reasoning": {"effort": "medium"},
-        "store": false,
-        "stream": true,
-        "include": ["reasoning.encrypted_content"],
-        "prompt_cache_key": SESSION
-    })
-}
-
-/// The assistant text of the `response.completed` event of a Responses API SSE stream.
-fn completed_text(sse: &str) -> Option<String> {
-    let completed = sse
-        .split("\n\n")
-        .filter_map(|event| event.lines().find_map(|l| l.strip_prefix("data: ")))
-        .filter_map(|data| serde_json::from_str::<Value>(data).ok())
-        .find(|v| v["type"] == "response.completed")?;
-    let text: String = completed["response"]["output"]
-        .as_array()?
-        .iter()
-        .filter_map(|item| item["content"].as_array())
-        .flatten()
-        .filter_map(|part| part["text"].as_str())
-        .collect();
-    Some(text)
-}
-
-/// The text of the first `input` item of a request the provider received, when it is the
-/// injected `<context_handoff>` message.
-fn injected_message(request: &RecordedRequest) -> Option<String> {
-    let body = request.json()?;
-    let first = body["input"].get(0)?;
-    let text = first["content"].get(0)?["text"].as_str()?;
-    (first["role"] == "developer" && text.starts_with(HANDOFF_TAG)).then(|| text.to_owned())
-}
-
-/// The `input` items of a Responses API body.
-fn items(body: &Value) -> Vec<Value> {
-    body["input"].as_array().cloned().unwrap_or_default()
-}
-
-fn carries_handoff(request: &RecordedRequest) -> bool {
-    String::from_utf8_lossy(&request.body).contains(HANDOFF_TAG)
-}
-
-fn account(request: &RecordedRequest) -> &str {
-    request.account.as_deref().unwrap_or("an unknown account")
-}
-
-fn marker(what: &str) {
-    println!("[quickstart] {what}");
-}
-
-/// Prints `text` indented under a turn, one `|` per line so its exact content stays visible.
-fn print_block(text: &str) {
-    for line in text.lines() {
-        println!("          | {line}");
-    }
-}
-
-/// Prints a handoff as `GET /admin/handoffs` returns it.
-fn print_handoff(h: &Value) {
-    let s = |key: &str| h[key].as_str().unwrap_or("?").to_owned();
-    let list = |key: &str| -> Vec<String> {
-        h[key]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_owned)
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    println!(
-        "        from {} / {}, {} messages summarised by {}, expires {}",
-        s("from_provider"),
-        s("from_account"),
-        h["message_count"],
-        s("model"),
-        s("expires_at")
-    );
-    println!("        summary:         {}", s("summary"));
-    println!("        key decisions:");
-    for d in list("key_decisions") {
-        println!("          - {d}");
-    }
-    println!("        task progress:   {}", s("task_progress"));
-    println!(
-        "        active entities: {}",
-        list("active_entities").join(", ")
-    );
 }

@@ -38,15 +38,25 @@ pub(super) struct Rejection {
     pub(super) status: u16,
 }
 
-/// The minting secrets of the sim's accounts.
+/// Mints account-bound blobs (`encrypted_content`, thinking signatures) the way the simulated
+/// provider does: a keyed hash of (seed, account, nonce) padded to a realistic size, so only
+/// the minting account verifies it. Test doubles that bind state to accounts share it.
+///
+/// ```
+/// use context_relay_sim::Minter;
+/// let m = Minter::new(7, 2048);
+/// assert_eq!(m.encrypted("a", "1").len(), 2048);
+/// assert_ne!(m.encrypted("a", "1"), m.encrypted("b", "1"));
+/// ```
 #[derive(Debug, Clone)]
-pub(super) struct Minter {
+pub struct Minter {
     seed: u64,
     blob_bytes: usize,
 }
 
 impl Minter {
-    pub(super) fn new(seed: u64, blob_bytes: usize) -> Self {
+    /// A minter with its secret `seed`, minting blobs of `blob_bytes` bytes.
+    pub fn new(seed: u64, blob_bytes: usize) -> Self {
         Self { seed, blob_bytes }
     }
 
@@ -72,12 +82,12 @@ impl Minter {
     }
 
     /// An `encrypted_content` blob minted by `account`.
-    pub(super) fn encrypted(&self, account: &str, nonce: &str) -> String {
+    pub fn encrypted(&self, account: &str, nonce: &str) -> String {
         self.mint(ENCRYPTED_PREFIX, account, nonce)
     }
 
     /// A thinking `signature` minted by `account`.
-    pub(super) fn signature(&self, account: &str, nonce: &str) -> String {
+    pub fn signature(&self, account: &str, nonce: &str) -> String {
         self.mint(SIGNATURE_PREFIX, account, nonce)
     }
 
@@ -96,7 +106,7 @@ impl Minter {
     }
 
     /// Which of `accounts` minted `blob`, if any.
-    pub(super) fn owner<'a>(&self, accounts: &'a [String], blob: &str) -> Option<&'a str> {
+    pub fn owner<'a>(&self, accounts: &'a [String], blob: &str) -> Option<&'a str> {
         accounts
             .iter()
             .find(|a| self.verifies(a, blob))

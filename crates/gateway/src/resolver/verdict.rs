@@ -1,7 +1,7 @@
 //! What an upstream error answer means for the account that gave it.
 //!
 //! The resolver asks this of every response with an error status, after reading (a bounded
-//! prefix of) its body:
+//! prefix of) its body and decoding it ([`decoded_error_body`]):
 //!
 //! - **exhausted**: a 429, or a quota error body in any status (Codex sends
 //!   `usage_limit_reached` with statuses other than 429; OpenAI `rate_limit_exceeded`,
@@ -13,31 +13,18 @@
 //! - **unavailable**: a 5xx (including the gateway's own 502 when the provider could not be
 //!   reached): worth one more try on another account, since nothing reached the client yet.
 //! - anything else is the **client's answer** (a 400 about the request itself, a 404, …).
-//!
-//! ```
-//! use std::time::SystemTime;
-//! use context_relay_core::quota::QuotaKind;
-//! use context_relay_gateway::verdict::{Verdict, classify};
-//! use http::{HeaderMap, StatusCode};
-//!
-//! let body = br#"{"error":{"type":"usage_limit_reached","resets_in_seconds":60}}"#;
-//! let now = SystemTime::now();
-//! let v = classify(QuotaKind::Codex, StatusCode::BAD_REQUEST, &HeaderMap::new(), Some(body), now);
-//! assert!(matches!(v, Verdict::Exhausted(_)));
-//! let body = br#"{"error":{"code":"invalid_api_key"}}"#;
-//! let v = classify(QuotaKind::Codex, StatusCode::UNAUTHORIZED, &HeaderMap::new(), Some(body), now);
-//! assert_eq!(v, Verdict::Refused);
-//! ```
 
 use std::time::SystemTime;
 
-use context_relay_core::QuotaSignal;
 use context_relay_core::quota::{self, QuotaKind};
+use context_relay_core::{QuotaSignal, decode};
+
+use super::MAX_ERROR_BODY;
 use http::{HeaderMap, StatusCode, header};
 
 /// What to do with the account that gave an error answer. See the [module docs](self).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Out of quota; the signal carries the reset when one was announced.
     Exhausted(QuotaSignal),
     /// The provider refuses the account's credential.
@@ -48,22 +35,10 @@ pub enum Verdict {
     Answer,
 }
 
-impl Verdict {
-    /// The label of this verdict in logs and metrics.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Verdict::Exhausted(_) => "exhausted",
-            Verdict::Refused => "refused",
-            Verdict::Unavailable => "unavailable",
-            Verdict::Answer => "answer",
-        }
-    }
-}
-
 /// The verdict on a response of `status` with `headers` and `body` (the complete, decoded
 /// body when it was read within the limit; `None` otherwise). Successful and informational
 /// statuses are always [`Verdict::Answer`].
-pub fn classify(
+pub(crate) fn classify(
     kind: QuotaKind,
     status: StatusCode,
     headers: &HeaderMap,
@@ -113,6 +88,35 @@ fn retry_after_only(headers: &HeaderMap) -> HeaderMap {
         }
     }
     out
+}
+
+/// The error type of an error body, for logs: Codex `usage_limit_reached`, Anthropic
+/// `rate_limit_error` / `authentication_error`, OpenAI `invalid_api_key`, … (the `code` when
+/// there is one, else the `type`).
+pub(super) fn error_type(body: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let e = v.get("error")?;
+    e.get("code")
+        .and_then(|t| t.as_str())
+        .or_else(|| e.get("type").and_then(|t| t.as_str()))
+        .map(str::to_owned)
+}
+
+/// An error body as text: decoded when the provider compressed it (the client's
+/// `accept-encoding` is forwarded). `None` when it cannot be decoded.
+pub(super) fn decoded_error_body<'a>(
+    headers: &HeaderMap,
+    body: &'a [u8],
+) -> Option<std::borrow::Cow<'a, [u8]>> {
+    match headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+    {
+        None => Some(std::borrow::Cow::Borrowed(body)),
+        Some(coding) => decode::decode(coding.trim(), body, MAX_ERROR_BODY)
+            .ok()
+            .map(std::borrow::Cow::Owned),
+    }
 }
 
 #[cfg(test)]
@@ -226,5 +230,36 @@ mod tests {
             now(),
         );
         assert_eq!(r, Verdict::Answer);
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    #[test]
+    fn module_example() {
+        use crate::resolver::verdict::{Verdict, classify};
+        use context_relay_core::quota::QuotaKind;
+        use http::{HeaderMap, StatusCode};
+        use std::time::SystemTime;
+
+        let body = br#"{"error":{"type":"usage_limit_reached","resets_in_seconds":60}}"#;
+        let now = SystemTime::now();
+        let v = classify(
+            QuotaKind::Codex,
+            StatusCode::BAD_REQUEST,
+            &HeaderMap::new(),
+            Some(body),
+            now,
+        );
+        assert!(matches!(v, Verdict::Exhausted(_)));
+        let body = br#"{"error":{"code":"invalid_api_key"}}"#;
+        let v = classify(
+            QuotaKind::Codex,
+            StatusCode::UNAUTHORIZED,
+            &HeaderMap::new(),
+            Some(body),
+            now,
+        );
+        assert_eq!(v, Verdict::Refused);
     }
 }

@@ -100,7 +100,7 @@ impl SimState {
     }
 }
 
-fn json_response(status: StatusCode, body: &Value) -> Response<Body> {
+pub(super) fn json_response(status: StatusCode, body: &Value) -> Response<Body> {
     let mut res = Response::new(Body::from(body.to_string()));
     *res.status_mut() = status;
     res.headers_mut().insert(

@@ -1,0 +1,162 @@
+//! The harness around the processes under test: core pinning, spawning and reaping the
+//! children, and reading their CPU time from `/proc`.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::{BoxError, CHILD_START_TIMEOUT, Target};
+
+/// How the processes are placed on cores.
+pub(crate) struct Pinning {
+    /// `Some(core)` for the children when `taskset` works and there are two cores.
+    pub(crate) child_core: Option<usize>,
+    pub(crate) note: String,
+}
+
+pub(crate) fn pin_self(cores: (usize, usize)) -> Pinning {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let taskset_ok = Command::new("taskset")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !taskset_ok {
+        return Pinning {
+            child_core: None,
+            note: "UNPINNED: `taskset` (util-linux) not found; processes float over all cores"
+                .into(),
+        };
+    }
+    if cpus < 2 {
+        return Pinning {
+            child_core: None,
+            note: format!("UNPINNED: {cpus} core available, two are needed"),
+        };
+    }
+    // Called before any thread exists, so every thread of this process inherits the mask.
+    let pinned = Command::new("taskset")
+        .args(["-a", "-p", "-c", &cores.0.to_string()])
+        .arg(std::process::id().to_string())
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !pinned {
+        return Pinning {
+            child_core: None,
+            note: format!("UNPINNED: `taskset -p -c {}` failed", cores.0),
+        };
+    }
+    Pinning {
+        child_core: Some(cores.1),
+        note: format!(
+            "load generator + simulated provider on core {}, process under test on core {} ({cpus} cores visible)",
+            cores.0, cores.1
+        ),
+    }
+}
+
+/// Kills and reaps the children on every exit path, panics included.
+#[derive(Default)]
+pub(crate) struct ChildGuard(pub(crate) Vec<Child>);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+pub(crate) fn spawn_server(
+    guard: &mut ChildGuard,
+    target: Target,
+    upstream: &str,
+    dir: &Path,
+    child_core: Option<usize>,
+) -> Result<(u32, SocketAddr), BoxError> {
+    let exe = std::env::current_exe()?;
+    let port_file = dir.join(format!("{}.port", target.name()));
+    let mut cmd = match child_core {
+        Some(core) => {
+            let mut c = Command::new("taskset");
+            c.args(["-c", &core.to_string()]).arg(&exe);
+            c
+        }
+        None => Command::new(&exe),
+    };
+    cmd.args([
+        "--serve",
+        target.name(),
+        "--upstream",
+        upstream,
+        "--port-file",
+    ])
+    .arg(&port_file)
+    .stdin(Stdio::piped())
+    .stdout(Stdio::null())
+    .stderr(Stdio::inherit());
+    // `taskset -c CORE PROG` execs PROG, so the pid is the server's own.
+    let child = cmd.spawn()?;
+    let pid = child.id();
+    guard.0.push(child);
+    let started = Instant::now();
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&port_file)
+            && let Ok(port) = text.trim().parse::<u16>()
+        {
+            return Ok((pid, SocketAddr::from(([127, 0, 0, 1], port))));
+        }
+        if let Some(child) = guard.0.last_mut()
+            && let Some(status) = child.try_wait()?
+        {
+            return Err(format!(
+                "{}: expected the server to report its port, found it exited with {status}",
+                target.name()
+            )
+            .into());
+        }
+        if started.elapsed() > CHILD_START_TIMEOUT {
+            return Err(format!(
+                "{}: expected a port file within {CHILD_START_TIMEOUT:?}, found none",
+                target.name()
+            )
+            .into());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Clock ticks per second of `/proc/<pid>/stat` times.
+pub(crate) fn clock_ticks() -> u64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .filter(|t| *t > 0)
+        .unwrap_or(100)
+}
+
+/// `utime + stime` of every thread of `pid`, in clock ticks.
+pub(crate) fn cpu_ticks(pid: u32) -> Result<u64, BoxError> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The command name may contain spaces and parentheses: fields start after the last `)`.
+    let rest = stat
+        .rfind(')')
+        .map(|i| &stat[i + 1..])
+        .ok_or_else(|| format!("/proc/{pid}/stat: expected `pid (comm) …`, found {stat:?}"))?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // Fields 14 and 15 of proc(5); `rest` starts at field 3.
+    let tick = |i: usize| -> Result<u64, BoxError> {
+        fields
+            .get(i)
+            .and_then(|f| f.parse().ok())
+            .ok_or_else(|| format!("/proc/{pid}/stat: expected a number as field {}", i + 3).into())
+    };
+    Ok(tick(11)? + tick(12)?)
+}

@@ -1,0 +1,165 @@
+use proptest::prelude::*;
+
+use super::*;
+
+fn pool(n: usize, rotate_at: f64) -> ProviderPool {
+    let accounts = (0..n)
+        .map(|i| format!("[[providers.accounts]]\nid = \"a{i}\"\napi_key = \"k{i}\"\n"))
+        .collect::<String>();
+    let text = format!(
+        "[[providers]]\nname = \"p\"\nbase_url = \"http://h/v1/\"\nrotate_at = {rotate_at}\nauth = \"x-api-key\"\n{accounts}"
+    );
+    let c = Config::from_toml_str(&text, |_| None).unwrap();
+    ProviderPool::new(&c.providers[0])
+}
+
+fn t(s: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000 + s)
+}
+
+#[test]
+fn credentials_follow_auth() {
+    let p = pool(1, 0.95);
+    let (name, value) = p.accounts()[0].credential();
+    assert_eq!(name, "x-api-key");
+    assert_eq!(value, "k0");
+    assert!(value.is_sensitive());
+    assert_eq!(&**p.base_url(), "http://h/v1");
+}
+
+#[test]
+fn fill_first_and_sticky() {
+    let p = pool(3, 0.95);
+    assert_eq!(p.pick(Some("s1"), &[], t(0)), Some(0));
+    // A session bound to the second account stays there although the first is free.
+    p.bind("s2", 1);
+    assert_eq!(p.pick(Some("s2"), &[], t(1)), Some(1));
+    assert_eq!(p.bound("s2"), Some(1));
+    // New sessions and sessionless requests fill the first account.
+    assert_eq!(p.pick(Some("s3"), &[], t(1)), Some(0));
+    assert_eq!(p.pick(None, &[], t(1)), Some(0));
+}
+
+#[test]
+fn rotation_at_threshold_until_reset() {
+    let p = pool(2, 0.9);
+    p.bind("s", 0);
+    assert!(!p.observe(0, &QuotaSignal::used(0.89), t(0)));
+    assert_eq!(p.pick(Some("s"), &[], t(0)), Some(0));
+    let signal = QuotaSignal {
+        percent_used: 0.9,
+        resets_at: Some(t(500)),
+        window: None,
+    };
+    assert!(p.observe(0, &signal, t(1)));
+    assert_eq!(p.pick(Some("s"), &[], t(2)), Some(1));
+    assert_eq!(p.next_reset(t(2)), Some(t(500)));
+    let snap = p.snapshot(t(2));
+    assert_eq!(snap[0].used, Some(0.9));
+    assert_eq!(snap[0].exhausted_until, Some(t(500)));
+    // After the reset the session's account is available again, its usage forgotten.
+    assert_eq!(p.pick(Some("s"), &[], t(500)), Some(0));
+    assert_eq!(p.snapshot(t(500))[0].used, None);
+}
+
+#[test]
+fn default_reset_when_none_announced() {
+    let p = pool(1, 0.95);
+    assert!(p.observe(0, &QuotaSignal::used(1.0), t(0)));
+    assert_eq!(p.pick(None, &[], t(59)), None);
+    assert_eq!(p.pick(None, &[], t(60)), Some(0));
+    // A reset in the past counts as none.
+    assert_eq!(reset_or_default(Some(t(5)), t(10)), t(70));
+}
+
+#[test]
+fn exclusion_and_exhaustion() {
+    let p = pool(3, 0.95);
+    p.bind("s", 0);
+    assert_eq!(p.pick(Some("s"), &[0], t(0)), Some(1));
+    p.mark_exhausted(1, t(100));
+    assert_eq!(p.pick(Some("s"), &[0], t(0)), Some(2));
+    assert_eq!(p.pick(Some("s"), &[0, 2], t(0)), None);
+}
+
+#[test]
+fn bindings_are_bounded_least_recently_used_first() {
+    let p = pool(2, 0.95).with_max_sessions(16);
+    for i in 0..16 {
+        p.bind(&format!("s{i}"), 1);
+    }
+    // s0 is used again: it is now the most recent.
+    p.bind("s0", 1);
+    assert_eq!(p.sessions(), 16);
+    p.bind("new", 1);
+    // The two least recently used (16 / 8) made room: s1 and s2.
+    assert_eq!(p.sessions(), 15);
+    assert_eq!(p.bound("s0"), Some(1));
+    assert_eq!(p.bound("s1"), None);
+    assert_eq!(p.bound("s2"), None);
+    assert_eq!(p.bound("s3"), Some(1));
+    assert_eq!(p.bound("new"), Some(1));
+    for i in 0..1000 {
+        p.bind(&format!("x{i}"), 0);
+    }
+    assert!(p.sessions() <= 16);
+}
+
+#[test]
+fn refused_accounts_back_off_and_return() {
+    let p = pool(2, 0.95);
+    p.bind("s", 0);
+    assert_eq!(p.disable(0, t(0)), t(60));
+    assert_eq!(p.pick(Some("s"), &[], t(1)), Some(1));
+    let snap = p.snapshot(t(1));
+    assert_eq!(snap[0].state(), "disabled");
+    assert_eq!(snap[1].state(), "available");
+    assert_eq!(p.next_reset(t(1)), Some(t(60)));
+    // Back after the back-off; refused again, it waits twice as long.
+    assert_eq!(p.pick(Some("s"), &[], t(60)), Some(0));
+    assert_eq!(p.disable(0, t(60)), t(180));
+    assert_eq!(p.disable(0, t(180)), t(420));
+    // A success starts the back-off over.
+    p.succeeded(0);
+    assert_eq!(p.disable(0, t(1000)), t(1060));
+    // It never exceeds the cap.
+    for _ in 0..40 {
+        p.disable(1, t(0));
+    }
+    assert_eq!(p.disable(1, t(0)), t(0) + MAX_REFUSED_BACKOFF);
+    // An exhausted account shows as exhausted.
+    p.mark_exhausted(0, t(5000));
+    assert_eq!(p.snapshot(t(2000))[0].state(), "exhausted");
+}
+
+proptest! {
+    /// Whatever sessions are bound, the table stays within its bound and the session
+    /// bound last is always remembered, with its account.
+    #[test]
+    fn bindings_stay_bounded(binds in proptest::collection::vec((0u8..64, 0usize..3), 1..400)) {
+        let p = pool(3, 0.95).with_max_sessions(16);
+        for (s, a) in &binds {
+            p.bind(&format!("s{s}"), *a);
+            prop_assert!(p.sessions() <= 16);
+        }
+        let (s, a) = binds.last().unwrap();
+        prop_assert_eq!(p.bound(&format!("s{s}")), Some(*a));
+    }
+
+    /// Whatever happened before, `pick` returns an available, non-excluded account, and
+    /// the first such account when the session is not bound.
+    #[test]
+    fn pick_is_fill_first(
+        exhausted in proptest::collection::vec(any::<bool>(), 4),
+        exclude in proptest::collection::vec(0usize..4, 0..4),
+    ) {
+        let p = pool(4, 0.95);
+        for (i, e) in exhausted.iter().enumerate() {
+            if *e {
+                p.mark_exhausted(i, t(100));
+            }
+        }
+        let expected = (0..4).find(|i| !exhausted[*i] && !exclude.contains(i));
+        prop_assert_eq!(p.pick(Some("new"), &exclude, t(1)), expected);
+    }
+}

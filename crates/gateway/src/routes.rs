@@ -1,0 +1,223 @@
+//! The HTTP routes of the gateway and the tower-http stack around them.
+//!
+//! Routes: `POST /v1/chat/completions`, `POST /v1/responses`, `POST /v1/messages` (query kept),
+//! `POST /v1/messages/count_tokens` through the proxy stack; `GET /v1/models`, `GET /healthz`,
+//! `GET /readyz` (see [`ready`](crate::ready)), `GET /metrics`, and `GET`/`HEAD /` (Claude
+//! Code's warm-up) answered by the gateway; the [`admin`](crate::admin) routes when
+//! `admin_token` is configured. Any other path is a 404 in the error shape of the API the path
+//! belongs to.
+//!
+//! Around the routes, outermost first ([`Gateway::service`]): `CatchPanicLayer` (a panic is a
+//! 500 in an error shape every client reads, and the process lives on),
+//! `SetSensitiveRequestHeadersLayer` (`authorization`, `x-api-key`, `proxy-authorization`,
+//! `cookie` are never logged), `SetRequestIdLayer` / `PropagateRequestIdLayer`
+//! (`x-request-id`), `TraceLayer` as the access log (see [`telemetry`](crate::telemetry)), the
+//! request metrics, and the client body timeout (`client_body_timeout_secs` between two chunks;
+//! then a 408).
+
+use std::any::Any;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::routing::{get, post_service};
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, Request, Response, StatusCode, header};
+use hyper::body::Incoming;
+use tower::ServiceBuilder;
+use tower::util::BoxCloneSyncService;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
+use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutBody};
+use tower_http::trace::TraceLayer;
+
+use crate::app::{Gateway, ProxyService};
+use crate::combo::Routes;
+use crate::error::{ErrorShape, any_shape_error_body, error_body};
+use crate::relay::RelayLayers;
+use crate::server::HttpService;
+use crate::telemetry::{RequestMetricsLayer, access_log, access_span};
+
+impl Gateway {
+    /// The HTTP routes, with the proxy stack mounted on the API paths.
+    pub fn router(&self) -> Router {
+        self.router_with(self.proxy())
+    }
+
+    /// The whole HTTP service: [`router`](Self::router) inside the tower-http stack.
+    pub fn service(&self) -> HttpService {
+        self.service_for(self.router())
+    }
+
+    /// `router` inside this gateway's tower-http stack (see the [module docs](self)).
+    pub(crate) fn service_for(&self, router: Router) -> HttpService {
+        let sensitive: Arc<[HeaderName]> = Arc::new([
+            header::AUTHORIZATION,
+            HeaderName::from_static("x-api-key"),
+            header::PROXY_AUTHORIZATION,
+            header::COOKIE,
+        ]);
+        let body_timeout = self.config.limits.client_body_timeout_secs.duration();
+        BoxCloneSyncService::new(
+            ServiceBuilder::new()
+                .map_response(|res: Response<_>| res.map(Body::new))
+                .layer(CatchPanicLayer::custom(panic_response))
+                .layer(SetSensitiveRequestHeadersLayer::from_shared(sensitive))
+                .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+                .layer(PropagateRequestIdLayer::x_request_id())
+                .layer(
+                    TraceLayer::new_for_http()
+                        .make_span_with(access_span)
+                        .on_request(())
+                        .on_response(access_log)
+                        .on_body_chunk(())
+                        .on_eos(())
+                        .on_failure(()),
+                )
+                .layer(RequestMetricsLayer)
+                .layer(RequestBodyTimeoutLayer::new(body_timeout))
+                .map_request(|req: Request<TimeoutBody<Incoming>>| req.map(Body::new))
+                .service(router),
+        )
+    }
+
+    /// The HTTP routes with a given proxy service.
+    pub(crate) fn router_with(&self, proxy: ProxyService) -> Router {
+        let models = models_body(&self.routes);
+        let metrics = self.metrics.clone();
+        let readiness = self.readiness.clone();
+        let router = Router::new()
+            .route(
+                "/",
+                get(|| async { text(StatusCode::OK, "context-relay-gateway\n") }),
+            )
+            .route(
+                "/healthz",
+                get(|| async { json(StatusCode::OK, Bytes::from_static(b"{\"status\":\"ok\"}")) }),
+            )
+            .route(
+                "/readyz",
+                get(move || {
+                    let readiness = readiness.clone();
+                    async move {
+                        match readiness.check().await {
+                            Ok(()) => json(
+                                StatusCode::OK,
+                                Bytes::from_static(b"{\"status\":\"ready\"}"),
+                            ),
+                            Err(why) => json(
+                                StatusCode::SERVICE_UNAVAILABLE,
+                                Bytes::from(
+                                    serde_json::json!({"status": why.as_str()}).to_string(),
+                                ),
+                            ),
+                        }
+                    }
+                }),
+            )
+            .route(
+                "/metrics",
+                get(move || {
+                    let metrics = metrics.clone();
+                    async move {
+                        let page = metrics.map(|h| {
+                            h.run_upkeep();
+                            h.render()
+                        });
+                        let mut res = text(StatusCode::OK, page.unwrap_or_default());
+                        res.headers_mut().insert(
+                            header::CONTENT_TYPE,
+                            HeaderValue::from_static("text/plain; version=0.0.4"),
+                        );
+                        res
+                    }
+                }),
+            )
+            .route(
+                "/v1/models",
+                get(move || {
+                    let models = models.clone();
+                    async move { json(StatusCode::OK, models) }
+                }),
+            )
+            .route("/v1/chat/completions", post_service(proxy.clone()))
+            .route("/v1/responses", post_service(proxy.clone()))
+            .route("/v1/messages", post_service(proxy.clone()))
+            .route("/v1/messages/count_tokens", post_service(proxy));
+        let router = match &self.config.admin_token {
+            Some(token) => router.merge(crate::admin::routes(
+                self.store.clone(),
+                token,
+                self.relay.as_ref().map(RelayLayers::background),
+                self.pools.clone(),
+            )),
+            None => router,
+        };
+        router.fallback(|req: Request<Body>| async move {
+            let path = req.uri().path().to_owned();
+            json(
+                StatusCode::NOT_FOUND,
+                error_body(
+                    ErrorShape::for_path(&path),
+                    "not_found_error",
+                    &format!("no route for {} {path}", req.method()),
+                ),
+            )
+        })
+    }
+}
+
+/// The 500 of a caught panic. The request path (and so the client's API) is unknown here, so
+/// the body is one that OpenAI and Anthropic clients both read.
+fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response<Body> {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".to_owned());
+    tracing::error!(panic = %what, "request handler panicked; answered 500");
+    metrics::counter!("context_relay_gateway_panics_total").increment(1);
+    json(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        any_shape_error_body(
+            "api_error",
+            "the gateway failed on this request (internal error)",
+        ),
+    )
+}
+
+/// `GET /v1/models` in the OpenAI list shape: combos first, then their provider/model targets.
+fn models_body(routes: &Routes) -> Bytes {
+    let data: Vec<serde_json::Value> = routes
+        .model_ids()
+        .into_iter()
+        .map(|(id, owner)| {
+            serde_json::json!({"id": id, "object": "model", "created": 0, "owned_by": owner})
+        })
+        .collect();
+    Bytes::from(serde_json::json!({"object": "list", "data": data}).to_string())
+}
+
+fn json(status: StatusCode, body: Bytes) -> Response<Body> {
+    let mut res = Response::new(Body::from(body));
+    *res.status_mut() = status;
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    res
+}
+
+fn text(status: StatusCode, body: impl Into<Body>) -> Response<Body> {
+    let mut res = Response::new(body.into());
+    *res.status_mut() = status;
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    res
+}
+
+#[cfg(test)]
+mod tests;

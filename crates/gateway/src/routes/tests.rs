@@ -1,0 +1,79 @@
+use bytes::Bytes;
+use http::Request;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value;
+
+use crate::config::Config;
+use crate::server::RunningGateway;
+use crate::{Gateway, app::ProxyService};
+
+fn gateway() -> Gateway {
+    let config = Config::from_toml_str(
+        r#"
+[store]
+backend = "memory"
+[[providers]]
+name = "codex"
+base_url = "http://127.0.0.1:9/v1"
+  [[providers.accounts]]
+  id = "acct-a"
+  api_key = "key-a"
+[[combos]]
+name = "codex-relay"
+targets = ["codex/gpt-5.5"]
+"#,
+        |_| None,
+    )
+    .unwrap();
+    Gateway::new(config).unwrap()
+}
+
+#[tokio::test]
+async fn a_panicking_handler_is_an_api_shaped_500_and_the_server_lives_on() {
+    let gateway = gateway();
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let panicking: ProxyService = tower::util::BoxCloneSyncService::new(tower::service_fn(
+        |req: Request<axum::body::Body>| async move {
+            if req.uri().path().ends_with("/responses") {
+                panic!("injected test panic");
+            }
+            Ok::<_, std::convert::Infallible>(http::Response::new(axum::body::Body::empty()))
+        },
+    ));
+    let service = gateway.service_for(gateway.router_with(panicking));
+    let server = RunningGateway::start_with(
+        "127.0.0.1:0".parse().unwrap(),
+        service,
+        gateway.serve_options(),
+    )
+    .await
+    .unwrap();
+    for _ in 0..3 {
+        let req = Request::post(format!("{}/v1/responses", server.url()))
+            .body(Full::new(Bytes::from_static(b"{}")))
+            .unwrap();
+        let res = client.request(req).await.unwrap();
+        assert_eq!(res.status(), 500);
+        let v: Value =
+            serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
+        // Readable as an OpenAI error and as an Anthropic one.
+        assert_eq!(v["type"], "error");
+        assert_eq!(v["error"]["type"], "api_error");
+        assert!(v["error"]["message"].is_string());
+        assert!(!v.to_string().contains("injected test panic"));
+    }
+    let res = client
+        .request(
+            Request::get(format!("{}/healthz", server.url()))
+                .body(Full::default())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    server.shutdown().await.unwrap();
+}
