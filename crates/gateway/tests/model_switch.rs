@@ -156,6 +156,11 @@ fn assert_moved(h: &Harness, r: &RecordedRequest) {
 
 #[tokio::test]
 async fn a_combo_falling_through_to_its_next_target_carries_the_note_then_writes_a_handoff() {
+    // The only test of this binary that installs the global recorder: the others may add to
+    // its counts, so only the presence of the labelled series is asserted.
+    let metrics = context_relay_gateway::prometheus_builder()
+        .install_recorder()
+        .expect("one recorder per test binary");
     // 10 % a turn: no account-switch handoff is ever written.
     let h = harness(10.0).await;
     let session = "0199b000-0000-7000-8000-00000000a001";
@@ -198,6 +203,14 @@ async fn a_combo_falling_through_to_its_next_target_carries_the_note_then_writes
         h.sim.requests().into_iter().filter(|r| r.summary).collect();
     assert_eq!(summaries.len(), 1);
     assert_eq!(summaries[0].account.as_deref(), Some("acct-p"));
+    let page = metrics.render();
+    for series in [
+        "context_relay_injected_total{kind=\"model\"}",
+        "context_relay_switches_total{kind=\"model\"}",
+        "context_relay_generations_total{outcome=\"generated\",kind=\"model\"}",
+    ] {
+        assert!(page.contains(series), "{series} missing in\n{page}");
+    }
 
     // The next turn stays on the new model: nothing injected again, the first target's state
     // (resent by the client) still stripped.
