@@ -19,6 +19,7 @@ use context_relay_store::{Affinity, HandoffStore, MemoryStore};
 use http::{HeaderMap, StatusCode, Uri};
 
 const CODEX: &str = "codex/gpt-5.5";
+const HANDOFF_TAG: &str = "<context_handoff>";
 const CLAUDE: &str = "anthropic/claude-sonnet-4-5";
 /// An Anthropic Messages turn whose history carries a thinking block signed by the old
 /// provider's account.
@@ -475,6 +476,19 @@ async fn with_account_handoffs_off_only_model_switches_are_relayed() {
     let body = text(&decided);
     assert!(body.contains("Model switch from codex/gpt-5.5 to anthropic/claude-sonnet-4-5"));
     assert!(!body.contains("sig-of-codex"), "{body}");
+    decided.ticket.unwrap().ended(Ending::Completed);
+    f.relay.background().idle().await;
+    // The scrub of the model switch lasts, for every account of the new model.
+    for account in [claude_x(), ResolvedAccount::new("anthropic", "acct-y")] {
+        let later = f.decide(path, &account, CLAUDE, MESSAGES).await;
+        let body = text(&later);
+        assert!(
+            !body.contains("sig-of-codex") && !body.contains(HANDOFF_TAG),
+            "{body}"
+        );
+        let action = later.ticket.unwrap().action();
+        assert!(action.scrubbed && !action.model_switch, "{action:?}");
+    }
 
     // No quota-driven handoff; the model-switch one is written.
     let mut near_limit = HeaderMap::new();

@@ -154,6 +154,19 @@ fn assert_moved(h: &Harness, r: &RecordedRequest) {
     );
 }
 
+/// A later turn on the second target: accepted, carrying no state but its account's own.
+fn assert_stays(h: &Harness, r: &RecordedRequest) {
+    assert_eq!(r.account.as_deref(), Some("acct-p"));
+    assert_eq!(r.rejected, None);
+    let owners = h.owners(r);
+    assert!(
+        owners
+            .iter()
+            .all(|o| o.as_deref().is_none_or(|o| o == "acct-p")),
+        "{owners:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_combo_falling_through_to_its_next_target_carries_the_note_then_writes_a_handoff() {
     // The only test of this binary that installs the global recorder: the others may add to
@@ -220,16 +233,8 @@ async fn a_combo_falling_through_to_its_next_target_carries_the_note_then_writes
         "{acted}"
     );
     let next = last_turn(&h);
-    assert_eq!(next.account.as_deref(), Some("acct-p"));
-    assert_eq!(next.rejected, None);
     assert!(!contains(&next.body, HANDOFF_TAG));
-    assert!(
-        h.owners(&next)
-            .iter()
-            .all(|o| o.as_deref().is_none_or(|o| o == "acct-p")),
-        "{:?}",
-        h.owners(&next)
-    );
+    assert_stays(&h, &next);
     assert_eq!(admin_handoffs(&h, session).await.len(), 1);
 }
 
@@ -282,4 +287,14 @@ async fn a_priority_combo_gets_the_model_switch_but_no_account_handoff() {
     let listed = admin_handoffs(&h, session).await;
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0]["kind"], "model-switch");
+
+    // The scrub of the model switch lasts: the next turn goes out without the first target's
+    // state, which the client still resends.
+    let acted = turn(&h, &mut conv).await;
+    assert!(
+        acted.contains("scrubbed") && !acted.contains("model-switch"),
+        "{acted}"
+    );
+    let next = last_turn(&h);
+    assert_stays(&h, &next);
 }

@@ -49,9 +49,9 @@ impl Relay {
     ///
     /// The fast path reads no body and touches no store: the store's in-memory index says no
     /// handoff waits for the session, and the affinity cache says the session stays on this
-    /// account and model ([`RequestFacts::model`]) with nothing foreign to remove. It needs the session from a header (or
-    /// [`RequestFacts::session`]); clients that send none have their body read to derive the
-    /// session fingerprint.
+    /// account and model ([`RequestFacts::model`]) with nothing foreign to remove. It needs the
+    /// session from a header (or [`RequestFacts::session`]); clients that send none have their
+    /// body read to derive the session fingerprint.
     pub fn inject(
         &self,
         uri: &Uri,
@@ -91,10 +91,10 @@ impl Relay {
             if let Some(affinity) = shared.store.cached_affinity(&key) {
                 let stays = match &affinity {
                     None => true,
+                    // Where account switches are not relayed, any account of the model stays.
                     Some(a) => {
-                        let same_account =
-                            a.serves(account) && a.foreign_at(SystemTime::now()).is_none();
-                        (same_account || !config.account_handoff)
+                        (a.serves(account) || !config.account_handoff)
+                            && a.foreign_at(SystemTime::now()).is_none()
                             && !model::moved(a, serving_model.map(|m| &*m.0))
                     }
                 };
@@ -266,9 +266,11 @@ impl BodyDecision {
             None if !config.account_handoff => None,
             None => claim_for(&shared, &key, &account, model.is_some(), config.lease).await,
         };
+        // The state recorded as foreign at the last switch; where account switches are not
+        // relayed, that was a model switch, and it is foreign to every account of the model.
         let foreign = affinity
             .as_ref()
-            .filter(|_| serving && config.account_handoff)
+            .filter(|_| serving || !config.account_handoff)
             .and_then(|a| a.foreign_at(now).cloned());
         let scope = if switch || moved.is_some() || (affinity.is_none() && claim.is_some()) {
             // Everything the session carries was minted elsewhere.
