@@ -144,6 +144,7 @@ impl RelayProxy {
         let facts = RequestFacts {
             combo: Some(&self.combo),
             account: Some(&account),
+            model: None,
             session: session_id.as_ref(),
             tenant: Some(&tenant),
             skip: false,
