@@ -5,7 +5,8 @@
 pub enum ApiShape {
     /// OpenAI Chat Completions (`POST …/chat/completions`, `messages`).
     ChatCompletions,
-    /// OpenAI Responses (`POST …/responses`, `input`).
+    /// OpenAI Responses (`POST …/responses`, `input`), and its compaction endpoint
+    /// (`POST …/responses/compact`, the same body).
     Responses,
     /// Anthropic Messages (`POST …/messages`, `messages` + top-level `system`).
     AnthropicMessages,
@@ -28,7 +29,7 @@ impl ApiShape {
         let path = path.split('?').next().unwrap_or(path).trim_end_matches('/');
         if path.ends_with("/chat/completions") {
             Some(Self::ChatCompletions)
-        } else if path.ends_with("/responses") {
+        } else if path.ends_with("/responses") || path.ends_with("/responses/compact") {
             Some(Self::Responses)
         } else if path.ends_with("/messages") {
             Some(Self::AnthropicMessages)
@@ -67,6 +68,10 @@ mod tests {
             Some(ApiShape::ChatCompletions)
         );
         assert_eq!(ApiShape::from_path("/v1/messages/count_tokens"), None);
+        assert_eq!(
+            ApiShape::from_path("/v1/responses/compact"),
+            Some(ApiShape::Responses)
+        );
         assert_eq!(
             ApiShape::from_path("/v1beta/models/gemini-2.5-pro:generateContent"),
             Some(ApiShape::Gemini)

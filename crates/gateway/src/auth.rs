@@ -299,6 +299,9 @@ pub(crate) fn unauthenticated(shape: ErrorShape) -> Response<Full<Bytes>> {
         ErrorShape::Anthropic => {
             "expected a client key of this gateway in `x-api-key` or `Authorization: Bearer <key>`, found a missing or unknown key"
         }
+        ErrorShape::Gemini => {
+            "expected a client key of this gateway in `x-goog-api-key` or `?key=`, found a missing or unknown key"
+        }
     };
     let kind = ErrorKind::Unauthenticated.name(shape);
     let mut res = error_response(shape, StatusCode::UNAUTHORIZED, kind, message);

@@ -9,8 +9,8 @@
 //!           sets ComboName + RouteTargets
 //! ```
 //!
-//! - `model` names a combo → [`ComboName`] (for `context-relay` combos) and [`RouteTargets`]
-//!   (the combo's targets, tried in order) are set;
+//! - `model` names a combo → [`ComboName`] and [`RouteTargets`] (the combo's targets, tried in
+//!   order) are set; the relay settings of a `priority` combo keep only the model-switch path;
 //! - `model` is `provider/model` → [`RouteTargets`] with that one target, no combo;
 //! - anything else → a 404 in the client's error shape;
 //! - a client whose [`ClientAccess`] does not list the model gets a 403;
@@ -40,8 +40,9 @@ use tower_service::Service;
 use crate::auth::{ClientAccess, forbidden};
 use crate::budget::{BudgetHold, ByteBudget};
 use crate::collect::{Collect, collect_within, is_timeout};
-use crate::config::{Config, Strategy};
+use crate::config::Config;
 use crate::error::{ErrorKind, ErrorShape, error_response};
+use crate::gemini;
 use crate::model::{find_model, replace_model};
 
 /// Boxed error used for body errors.
@@ -106,10 +107,9 @@ impl Routes {
                     model: Arc::from(t.model.as_str()),
                 })
                 .collect();
-            let combo = match c.strategy {
-                Strategy::ContextRelay => Some(ComboName::new(c.name.as_str())),
-                Strategy::Priority => None,
-            };
+            // Both strategies name the combo to the relay: a `priority` combo's relay settings
+            // keep only its model-switch path (see `Config::relay_configs`).
+            let combo = Some(ComboName::new(c.name.as_str()));
             routes
                 .combos
                 .insert(c.name.clone(), (combo, RouteTargets(targets)));
@@ -378,13 +378,23 @@ where
         }
     };
 
-    let field = find_model(&body).map_err(|e| bad_request(&e.to_string()))?;
+    // A Gemini request names its model in the path, not in the body.
+    let (model, field) = match gemini::path_model(parts.uri.path()) {
+        Some((_, model)) => {
+            gemini::check_body(&body).map_err(|e| bad_request(&e))?;
+            (model, None)
+        }
+        None => {
+            let field = find_model(&body).map_err(|e| bad_request(&e.to_string()))?;
+            (field.value.clone(), Some(field))
+        }
+    };
     if let Some(access) = parts.extensions.get::<ClientAccess>()
-        && !access.allows(&field.value)
+        && !access.allows(&model)
     {
-        return Err(forbidden(shape, &access.name, &field.value));
+        return Err(forbidden(shape, &access.name, &model));
     }
-    let (combo, targets) = routes.resolve(&field.value).map_err(|e| {
+    let (combo, targets) = routes.resolve(&model).map_err(|e| {
         error_response(
             shape,
             StatusCode::NOT_FOUND,
@@ -392,12 +402,18 @@ where
             &e.to_string(),
         )
     })?;
-    let body = match targets.0.first() {
-        Some(first) if *first.model != field.value => {
-            replace_model(&body, &field, &first.model).unwrap_or(body)
+    let body = match (targets.0.first(), &field) {
+        (Some(first), Some(field)) if *first.model != field.value => {
+            replace_model(&body, field, &first.model).unwrap_or(body)
         }
         _ => body,
     };
+    if let Some(first) = targets.0.first()
+        && field.is_none()
+        && let Some(uri) = gemini::with_model(&parts.uri, &first.model)
+    {
+        parts.uri = uri;
+    }
 
     parts
         .headers

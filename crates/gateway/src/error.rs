@@ -2,7 +2,9 @@
 //!
 //! OpenAI clients read `{"error":{"message","type"}}`; Anthropic clients read
 //! `{"type":"error","error":{"type","message"}}` and map the status to an exception class
-//! (see `CLIENTS.md`), so the shape follows the request path.
+//! (its SDKs map the status to an exception class), and Gemini clients read a
+//! `google.rpc.Status`, `{"error":{"code","message","status"}}`; the shape follows the request
+//! path.
 
 use bytes::Bytes;
 use context_relay_core::ApiShape;
@@ -16,6 +18,8 @@ pub(crate) enum ErrorShape {
     OpenAi,
     /// `{"type":"error","error":{"type","message"}}` (Anthropic Messages).
     Anthropic,
+    /// `{"error":{"code","message","status"}}`, a `google.rpc.Status` (Gemini API).
+    Gemini,
 }
 
 impl ErrorShape {
@@ -28,6 +32,7 @@ impl ErrorShape {
             .map_or(path, |i| &path[..i + "/messages".len()]);
         match ApiShape::from_path(path) {
             Some(ApiShape::AnthropicMessages) => Self::Anthropic,
+            Some(ApiShape::Gemini) => Self::Gemini,
             _ => Self::OpenAi,
         }
     }
@@ -65,6 +70,9 @@ impl ErrorKind {
     /// The error type name in `shape`: OpenAI's free-form names, or one of Anthropic's fixed
     /// `*_error` types.
     pub(crate) fn name(self, shape: ErrorShape) -> &'static str {
+        if shape == ErrorShape::Gemini {
+            return self.google_status();
+        }
         let (openai, anthropic) = match self {
             Self::InvalidRequest => ("invalid_request_error", "invalid_request_error"),
             Self::RequestTooLarge => ("request_too_large", "request_too_large"),
@@ -79,9 +87,38 @@ impl ErrorKind {
             Self::Internal => ("api_error", "api_error"),
         };
         match shape {
-            ErrorShape::OpenAi => openai,
             ErrorShape::Anthropic => anthropic,
+            _ => openai,
         }
+    }
+
+    /// The `google.rpc.Code` name of this error, as the Gemini API spells it.
+    fn google_status(self) -> &'static str {
+        match self {
+            Self::InvalidRequest | Self::RequestTooLarge => "INVALID_ARGUMENT",
+            Self::ModelNotFound => "NOT_FOUND",
+            Self::Overloaded | Self::Upstream => "UNAVAILABLE",
+            Self::RequestTimeout | Self::UpstreamTimeout => "DEADLINE_EXCEEDED",
+            Self::RateLimited => "RESOURCE_EXHAUSTED",
+            Self::Unauthenticated => "UNAUTHENTICATED",
+            Self::PermissionDenied => "PERMISSION_DENIED",
+            Self::Internal => "INTERNAL",
+        }
+    }
+}
+
+/// The HTTP status of a `google.rpc.Code` name; the names of the other shapes (the 404 of an
+/// unknown path is named `not_found_error` whatever the shape) are mapped too.
+fn google_code(status: &str) -> (u16, &str) {
+    match status {
+        "INVALID_ARGUMENT" | "invalid_request_error" => (400, "INVALID_ARGUMENT"),
+        "UNAUTHENTICATED" => (401, "UNAUTHENTICATED"),
+        "PERMISSION_DENIED" => (403, "PERMISSION_DENIED"),
+        "NOT_FOUND" | "not_found_error" => (404, "NOT_FOUND"),
+        "RESOURCE_EXHAUSTED" => (429, "RESOURCE_EXHAUSTED"),
+        "UNAVAILABLE" => (503, "UNAVAILABLE"),
+        "DEADLINE_EXCEEDED" => (504, "DEADLINE_EXCEEDED"),
+        _ => (500, "INTERNAL"),
     }
 }
 
@@ -95,6 +132,10 @@ pub(crate) fn error_body(shape: ErrorShape, kind: &str, message: &str) -> Bytes 
             "type": "error",
             "error": {"type": kind, "message": message}
         }),
+        ErrorShape::Gemini => {
+            let (code, status) = google_code(kind);
+            serde_json::json!({"error": {"code": code, "message": message, "status": status}})
+        }
     };
     Bytes::from(v.to_string())
 }
@@ -191,10 +232,54 @@ mod tests {
             ErrorShape::for_path("/v1/chat/completions"),
             ErrorShape::OpenAi
         );
+        assert_eq!(
+            ErrorShape::for_path("/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse"),
+            ErrorShape::Gemini
+        );
+        assert_eq!(
+            ErrorShape::for_path("/v1/models/g/m:generateContent"),
+            ErrorShape::Gemini
+        );
         let v: serde_json::Value =
             serde_json::from_slice(&error_body(ErrorShape::OpenAi, "bad", "m \"q\"")).unwrap();
         assert_eq!(v["error"]["type"], "bad");
         assert_eq!(v["error"]["message"], "m \"q\"");
+    }
+}
+
+#[cfg(test)]
+mod gemini_tests {
+    use super::*;
+
+    /// Every kind the gateway answers in the Gemini shape is a `google.rpc.Status` whose code
+    /// is the HTTP status the gateway sends with it.
+    #[test]
+    fn gemini_bodies_are_rpc_statuses() {
+        use ErrorKind::*;
+        for (kind, code) in [
+            (InvalidRequest, 400),
+            (RequestTooLarge, 400),
+            (ModelNotFound, 404),
+            (Overloaded, 503),
+            (RequestTimeout, 504),
+            (UpstreamTimeout, 504),
+            (Upstream, 503),
+            (RateLimited, 429),
+            (Unauthenticated, 401),
+            (PermissionDenied, 403),
+            (Internal, 500),
+        ] {
+            let name = kind.name(ErrorShape::Gemini);
+            let v: serde_json::Value =
+                serde_json::from_slice(&error_body(ErrorShape::Gemini, name, "why")).unwrap();
+            assert_eq!(v["error"]["code"], code, "{kind:?}");
+            assert_eq!(v["error"]["status"], name, "{kind:?}");
+            assert_eq!(v["error"]["message"], "why");
+        }
+        let v: serde_json::Value =
+            serde_json::from_slice(&error_body(ErrorShape::Gemini, "not_found_error", "x"))
+                .unwrap();
+        assert_eq!(v["error"]["status"], "NOT_FOUND");
     }
 }
 

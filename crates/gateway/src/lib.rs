@@ -43,6 +43,7 @@ mod collect;
 mod combo;
 pub mod config;
 mod error;
+mod gemini;
 mod idle;
 mod model;
 mod peek;

@@ -159,6 +159,9 @@ impl ProviderPool {
                 let (name, value) = match p.auth {
                     AuthScheme::Bearer => (header::AUTHORIZATION, format!("Bearer {key}")),
                     AuthScheme::XApiKey => (HeaderName::from_static("x-api-key"), key.to_owned()),
+                    AuthScheme::XGoogApiKey => {
+                        (HeaderName::from_static("x-goog-api-key"), key.to_owned())
+                    }
                 };
                 // Validated at load; an invalid key leaves the account out rather than panic.
                 let mut value = HeaderValue::from_str(&value).ok()?;

@@ -1,7 +1,9 @@
 //! The HTTP routes of the gateway and the tower-http stack around them.
 //!
-//! Routes: `POST /v1/chat/completions`, `POST /v1/responses`, `POST /v1/messages` (query kept),
-//! `POST /v1/messages/count_tokens` through the proxy stack; `GET /v1/models`, `GET /healthz`,
+//! Routes: `POST /v1/chat/completions`, `POST /v1/responses`, `POST /v1/responses/compact`,
+//! `POST /v1/messages` (query kept), `POST /v1/messages/count_tokens`, and Gemini's
+//! `POST /{v1,v1beta}/models/{model}:generateContent` / `:streamGenerateContent` (see
+//! [`gemini`](crate::gemini)) through the proxy stack; `GET /v1/models`, `GET /healthz`,
 //! `GET /readyz` (see [`ready`](crate::ready)), `GET /metrics`, and `GET`/`HEAD /` (Claude
 //! Code's warm-up) answered by the gateway; the [`admin`](crate::admin) routes when
 //! `admin_token` is configured. Any other path is a 404 in the error shape of the API the path
@@ -9,8 +11,8 @@
 //!
 //! Around the routes, outermost first ([`Gateway::service`]): `CatchPanicLayer` (a panic is a
 //! 500 in an error shape every client reads, and the process lives on),
-//! `SetSensitiveRequestHeadersLayer` (`authorization`, `x-api-key`, `proxy-authorization`,
-//! `cookie` are never logged), `SetRequestIdLayer` / `PropagateRequestIdLayer`
+//! `SetSensitiveRequestHeadersLayer` (`authorization`, `x-api-key`, `x-goog-api-key`,
+//! `proxy-authorization`, `cookie` are never logged), `SetRequestIdLayer` / `PropagateRequestIdLayer`
 //! (`x-request-id`), `TraceLayer` as the access log (see [`telemetry`](crate::telemetry)), the
 //! request metrics, and the client body timeout (`client_body_timeout_secs` between two chunks;
 //! then a 408).
@@ -35,6 +37,7 @@ use tower_http::trace::TraceLayer;
 use crate::app::{Gateway, ProxyService};
 use crate::combo::Routes;
 use crate::error::{ErrorShape, any_shape_error_body, error_body};
+use crate::gemini;
 use crate::relay::RelayLayers;
 use crate::server::HttpService;
 use crate::telemetry::{RequestMetricsLayer, access_log, access_span};
@@ -55,6 +58,7 @@ impl Gateway {
         let sensitive: Arc<[HeaderName]> = Arc::new([
             header::AUTHORIZATION,
             HeaderName::from_static("x-api-key"),
+            HeaderName::from_static("x-goog-api-key"),
             header::PROXY_AUTHORIZATION,
             header::COOKIE,
         ]);
@@ -144,7 +148,16 @@ impl Gateway {
             .route("/v1/chat/completions", post_service(proxy.clone()))
             .route("/v1/responses", post_service(proxy.clone()))
             .route("/v1/messages", post_service(proxy.clone()))
-            .route("/v1/messages/count_tokens", post_service(proxy));
+            .route("/v1/messages/count_tokens", post_service(proxy.clone()))
+            .route("/v1/responses/compact", post_service(proxy.clone()))
+            .route(
+                "/v1/models/{*rest}",
+                post_service(gemini::service(proxy.clone())),
+            )
+            .route(
+                "/v1beta/models/{*rest}",
+                post_service(gemini::service(proxy)),
+            );
         let router = match &self.config.admin_token {
             Some(token) => router.merge(crate::admin::routes(
                 self.store.clone(),

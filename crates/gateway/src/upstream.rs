@@ -174,10 +174,15 @@ impl Upstream {
     }
 }
 
-/// The upstream URL of a client request: `base_url` + the path after `/v1` + the query.
+/// The upstream URL of a client request: `base_url` + the path after `/v1` (or `/v1beta`) +
+/// the query.
 pub(crate) fn upstream_uri(base_url: &str, client: &Uri) -> Result<Uri, http::uri::InvalidUri> {
     let path = client.path();
-    let rest = match path.strip_prefix("/v1") {
+    // Gemini clients name their API version `v1beta` as well as `v1`.
+    let rest = match path
+        .strip_prefix("/v1beta")
+        .or_else(|| path.strip_prefix("/v1"))
+    {
         Some(r) if r.is_empty() || r.starts_with('/') => r,
         _ => path,
     };

@@ -1,9 +1,11 @@
 //! A simulated LLM provider on loopback — a **test double** for tests, benches and the
 //! quickstart, never a production component.
 //!
-//! It serves OpenAI Chat Completions, the Responses API and Anthropic Messages (JSON and SSE,
-//! with the event sequences Codex CLI, Claude Code and the official SDKs need), with several
-//! accounts keyed by API key (`Authorization: Bearer` or `x-api-key`):
+//! It serves OpenAI Chat Completions, the Responses API (and Codex's `/responses/compact`),
+//! Anthropic Messages (JSON and SSE, with the event sequences Codex CLI, Claude Code and the
+//! official SDKs need) and the Gemini API (`models/{model}:generateContent`,
+//! `:streamGenerateContent?alt=sse`), with several accounts keyed by API key
+//! (`Authorization: Bearer`, `x-api-key` or Gemini's `x-goog-api-key`):
 //!
 //! - each turn adds [`SimBuilder::quota_step`] percent to the account's usage, reported with
 //!   Codex headers (`x-codex-primary-used-percent`, `-window-minutes`, `-reset-at`) or, with
@@ -56,7 +58,9 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 mod bound;
+mod compact;
 mod control;
+mod gemini;
 mod quota;
 mod reply;
 pub mod rules;
@@ -415,7 +419,8 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .or_else(|| parts.headers.get("x-api-key").and_then(|v| v.to_str().ok()))
-        .map(str::to_owned);
+        .map(str::to_owned)
+        .or_else(|| gemini::key(&parts));
     let account = credential.as_deref().and_then(|k| {
         lock(&state.accounts)
             .iter()
@@ -440,9 +445,13 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
     if parts.method == Method::HEAD || (parts.method == Method::GET && path == "/") {
         return Response::new(Body::empty());
     }
+    if gemini::route(&path).is_some() {
+        return gemini::serve(&state, recorded, &parts, &body, account, summary);
+    }
+    let compact = path.ends_with("/responses/compact");
     let api = match path.as_str() {
         p if p.ends_with("/chat/completions") => Api::Chat,
-        p if p.ends_with("/responses") => Api::Responses,
+        p if p.ends_with("/responses") || compact => Api::Responses,
         p if p.ends_with("/messages") => Api::Messages,
         _ => {
             return error(
@@ -530,6 +539,9 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
         reasoning: None,
         thinking: None,
     };
+    if compact {
+        return compact::reply(&state, &account, &request, id, used, now);
+    }
     let reply = control::mint(&state, api, &account, &request, reply);
 
     let mut res = if stream {

@@ -7,7 +7,7 @@
 //!   `usage_limit_reached` with statuses other than 429; OpenAI `rate_limit_exceeded`,
 //!   Anthropic `rate_limit_error`), or quota headers at 100 % or more. The account waits for
 //!   its announced reset and the request goes to another account.
-//! - **refused**: 401 or 403 without a quota body: the provider no longer accepts the account's
+//! - **refused**: 401 or 403 without a quota body, or Gemini's 400 `API_KEY_INVALID`: the provider no longer accepts the account's
 //!   credential (a revoked key, a logged-out subscription). The account leaves the pool for a
 //!   back-off and the request goes to another account.
 //! - **unavailable**: a 5xx (including the gateway's own 502 when the provider could not be
@@ -71,11 +71,21 @@ pub(crate) fn classify(
     if let Some(signal) = with_headers.filter(|s| s.percent_used >= 1.0) {
         return Verdict::Exhausted(signal);
     }
+    // The Gemini API refuses a bad key with a 400 whose `ErrorInfo` reason says so.
+    if status == StatusCode::BAD_REQUEST
+        && body.is_some_and(|b| contains_bytes(b, b"\"API_KEY_INVALID\""))
+    {
+        return Verdict::Refused;
+    }
     match status {
         StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Verdict::Refused,
         s if s.is_server_error() => Verdict::Unavailable,
         _ => Verdict::Answer,
     }
+}
+
+fn contains_bytes(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
 }
 
 fn retry_after_only(headers: &HeaderMap) -> HeaderMap {
@@ -203,6 +213,16 @@ mod tests {
             v(QuotaKind::Anthropic, 403, &[], b"<html>forbidden</html>"),
             Verdict::Refused
         );
+        // Gemini refuses a bad key with a 400; any other 400 of it is the client's answer.
+        let gemini_key = br#"{"error":{"code":400,"message":"API key not valid. Please pass a valid API key.","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"API_KEY_INVALID","domain":"googleapis.com"}]}}"#;
+        assert_eq!(v(QuotaKind::None, 400, &[], gemini_key), Verdict::Refused);
+        let signature = br#"{"error":{"code":400,"message":"Corrupted thought signature.","status":"INVALID_ARGUMENT"}}"#;
+        assert_eq!(v(QuotaKind::None, 400, &[], signature), Verdict::Answer);
+        let exhausted = br#"{"error":{"code":429,"message":"quota","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"37s"}]}}"#;
+        assert!(matches!(
+            v(QuotaKind::None, 429, &[], exhausted),
+            Verdict::Exhausted(s) if s.resets_at == Some(now() + Duration::from_secs(37))
+        ));
     }
 
     #[test]
