@@ -199,7 +199,8 @@ pub struct SessionMatch {
 /// let mut headers = http::HeaderMap::new();
 /// headers.insert("x-session-id", " ".parse().unwrap());
 /// headers.insert("thread-id", " t-1 ".parse().unwrap());
-/// let (id, name) = header_session(&headers, &SessionSources::default()).unwrap();
+/// let sources = SessionSources::default();
+/// let (id, name) = header_session(&headers, &sources).unwrap();
 /// assert_eq!((id, name.as_str()), ("t-1", "thread-id"));
 /// ```
 pub fn header_session<'h>(
