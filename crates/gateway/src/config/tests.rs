@@ -43,7 +43,7 @@ fn defaults() {
     assert!(warnings.is_empty());
     assert_eq!(
         configs.for_combo("codex-relay").handoff_providers,
-        ["codex"]
+        ["*"]
     );
 }
 
