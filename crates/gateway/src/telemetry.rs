@@ -212,8 +212,8 @@ pub(crate) fn access_log<B>(res: &Response<B>, latency: Duration, span: &Span) {
         span.record("combo", &*c.0);
     }
     if let Some(r) = ext.get::<ResolvedAccount>() {
-        span.record("provider", &*r.provider);
-        span.record("account", &*r.account);
+        span.record("provider", &**r.provider());
+        span.record("account", &**r.account());
     }
     // What the relay did (`injected`, `scrubbed`, `repaired`, comma-joined), or `none`.
     let handoff = res

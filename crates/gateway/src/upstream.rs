@@ -268,7 +268,7 @@ where
             let provider = parts
                 .extensions
                 .get::<ResolvedAccount>()
-                .map_or_else(|| "-".to_owned(), |r| r.provider.to_string());
+                .map_or_else(|| "-".to_owned(), |r| r.provider().to_string());
             let out = Request::from_parts(parts, body.map_err(Into::into).boxed_unsync());
             let started = std::time::Instant::now();
             let sent = tokio::time::timeout(limits.head, client.request(out)).await;

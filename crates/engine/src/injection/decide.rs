@@ -184,7 +184,7 @@ impl BodyDecision {
             "context_relay.inject",
             tenant = %self.tenant,
             combo = %self.combo,
-            account = %self.account.account,
+            account = %self.account.account(),
         );
         self.decide_in(headers, raw).instrument(span).await
     }

@@ -111,7 +111,7 @@ impl Ticket {
     pub fn ended(mut self, ending: Ending) {
         if ending != Ending::Completed {
             if ending == Ending::Failed {
-                tracing::info!(account = %self.account.account, "response failed in-band");
+                tracing::info!(account = %self.account.account(), "response failed in-band");
             }
             // `Drop` releases the claim.
             return;
