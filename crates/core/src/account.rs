@@ -25,6 +25,14 @@ use std::sync::Arc;
 /// Built only with [`ResolvedAccount::new`], which lower-cases the provider, so that two
 /// references to one account are always `==` and hash alike; read it with
 /// [`provider`](Self::provider) and [`account`](Self::account).
+///
+/// A reference cannot be built field by field (that could keep an upper-case provider):
+///
+/// ```compile_fail
+/// use context_relay_core::ResolvedAccount;
+///
+/// let a = ResolvedAccount { provider: "Codex".into(), account: "acct-a".into() };
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ResolvedAccount {
     /// Provider name, e.g. `codex`, `anthropic`: always lower case.

@@ -44,7 +44,7 @@ impl RelayLayers {
         P: Into<Arc<str>>,
     {
         Self::from_builder(
-            ContextRelay::new(store)
+            ContextRelay::builder(store)
                 .configs(configs)
                 .stream_summaries_for(stream_summaries_for)
                 .quota_source(resolver_signal_only),
