@@ -168,9 +168,12 @@ pub struct RelayBuilder {
     edits: DefaultEdits,
 }
 
+/// One change to the default configuration.
+type DefaultEdit = Arc<dyn Fn(&mut RelayConfig) + Send + Sync>;
+
 /// Changes to the default configuration.
 #[derive(Clone, Default)]
-struct DefaultEdits(Vec<Arc<dyn Fn(&mut RelayConfig) + Send + Sync>>);
+struct DefaultEdits(Vec<DefaultEdit>);
 
 impl std::fmt::Debug for DefaultEdits {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

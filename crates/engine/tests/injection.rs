@@ -324,19 +324,30 @@ async fn label_on_an_error_status_gives_the_handoff_back_before_the_retry() {
     let f = Fixture::new();
     f.handoff_from_a().await;
     // Sent to acct-b: a switch, the handoff is claimed and injected.
-    let Inject::ReadBody(d) = f.inject("/v1/chat/completions", &b()) else { panic!() };
+    let Inject::ReadBody(d) = f.inject("/v1/chat/completions", &b()) else {
+        panic!()
+    };
     let mut h = f.headers.clone();
     let decided = d.decide(&mut h, Bytes::from_static(CHAT.as_bytes())).await;
     let ticket = decided.ticket.unwrap();
     assert!(ticket.carries_handoff());
     // acct-b answers 429; the adapter labels the head as `label` documents, and retries at once.
-    let (mut parts, ()) = http::Response::builder().status(429).body(()).unwrap().into_parts();
+    let (mut parts, ()) = http::Response::builder()
+        .status(429)
+        .body(())
+        .unwrap()
+        .into_parts();
     assert!(ticket.label(&mut parts).await.is_none());
     let c = ResolvedAccount::new("codex", "acct-c");
-    let Inject::ReadBody(d) = f.inject("/v1/chat/completions", &c) else { panic!() };
+    let Inject::ReadBody(d) = f.inject("/v1/chat/completions", &c) else {
+        panic!()
+    };
     let mut h = f.headers.clone();
     let decided = d.decide(&mut h, Bytes::from_static(CHAT.as_bytes())).await;
-    assert!(decided.ticket.unwrap().carries_handoff(), "the retry on acct-c found the handoff still leased");
+    assert!(
+        decided.ticket.unwrap().carries_handoff(),
+        "the retry on acct-c found the handoff still leased"
+    );
 }
 
 #[tokio::test]
@@ -354,7 +365,9 @@ async fn try_label_refuses_an_error_status_with_a_claim() {
         .body(())
         .unwrap()
         .into_parts();
-    let ticket = ticket.try_label(&mut parts).expect_err("must be released first");
+    let ticket = ticket
+        .try_label(&mut parts)
+        .expect_err("must be released first");
     assert!(parts.headers.get(RELAY_HEADER).is_none(), "head untouched");
     assert!(ticket.carries_handoff());
     // A 2xx needs no release: labelled at once.

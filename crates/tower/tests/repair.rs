@@ -283,11 +283,17 @@ async fn keepalives_before_output_do_not_hold_the_head_forever() {
         // A keep-alive comment every 9 s (a proxy in front of a model that thinks for minutes).
         let pings = futures_util::stream::unfold(0u32, |n| async move {
             tokio::time::sleep(Duration::from_secs(9)).await;
-            Some((Ok::<_, Infallible>(http_body::Frame::data(Bytes::from_static(b": ping\n\n"))), n + 1))
+            Some((
+                Ok::<_, Infallible>(http_body::Frame::data(Bytes::from_static(b": ping\n\n"))),
+                n + 1,
+            ))
         });
-        let frames = futures_util::stream::iter([Ok::<_, Infallible>(http_body::Frame::data(opening))]).chain(pings);
+        let frames =
+            futures_util::stream::iter([Ok::<_, Infallible>(http_body::Frame::data(opening))])
+                .chain(pings);
         let mut res = Response::new(StreamBody::new(frames));
-        res.headers_mut().insert("content-type", "text/event-stream".parse().unwrap());
+        res.headers_mut()
+            .insert("content-type", "text/event-stream".parse().unwrap());
         Ok::<_, Infallible>(res)
     });
     let svc = ServiceBuilder::new()
@@ -300,10 +306,14 @@ async fn keepalives_before_output_do_not_hold_the_head_forever() {
         .body(http_body_util::Full::new(Bytes::from(body.to_string())))
         .unwrap();
     req.extensions_mut().insert(ComboName::new("relay"));
-    req.extensions_mut().insert(ResolvedAccount::new("codex", "acct-a"));
+    req.extensions_mut()
+        .insert(ResolvedAccount::new("codex", "acct-a"));
     let start = tokio::time::Instant::now();
     let res = svc.oneshot(req).await.unwrap();
     let waited = start.elapsed();
     assert_eq!(res.status(), StatusCode::OK);
-    assert!(waited <= Duration::from_secs(30), "response head held back for {waited:?}");
+    assert!(
+        waited <= Duration::from_secs(30),
+        "response head held back for {waited:?}"
+    );
 }

@@ -122,7 +122,7 @@ impl GenerationTicket {
             return None;
         }
         let account = served_by?.clone();
-        let allowed = self.config.generates_for(&account.provider());
+        let allowed = self.config.generates_for(account.provider());
         // Gate 2: a service's own signal wins over header parsing.
         let now = SystemTime::now();
         let signal = match signal {

@@ -89,9 +89,12 @@ impl Ticket {
     /// [`label`](Self::label) without waiting, when nothing must be given back first (no
     /// claim, or a 2xx): `Err` with the ticket, the head untouched, when a claim must be
     /// released (then use `label`).
-    pub fn try_label(self, parts: &mut http::response::Parts) -> Result<Option<Ticket>, Ticket> {
+    pub fn try_label(
+        self,
+        parts: &mut http::response::Parts,
+    ) -> Result<Option<Ticket>, Box<Ticket>> {
         if self.claim.is_some() && !parts.status.is_success() {
-            return Err(self);
+            return Err(Box::new(self));
         }
         Ok(self.label_head(parts))
     }

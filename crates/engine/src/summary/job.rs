@@ -286,13 +286,13 @@ impl Job {
     fn settings(&self) -> SummarySettings {
         let shared = &self.shared;
         let mut settings = shared
-            .settings_for(&self.account.provider())
+            .settings_for(self.account.provider())
             .cloned()
             .unwrap_or_default();
         if !self.config.handoff_model.trim().is_empty() {
             settings.model = Some(self.config.handoff_model.clone());
         }
-        if settings.stream.is_none() && shared.stream_summaries_for(&self.account.provider()) {
+        if settings.stream.is_none() && shared.stream_summaries_for(self.account.provider()) {
             settings.stream = Some(true);
         }
         settings
@@ -315,7 +315,7 @@ impl Job {
             .to_owned();
         shared
             .dropped
-            .apply(&self.account.provider(), &model, &mut body);
+            .apply(self.account.provider(), &model, &mut body);
         let make = |bytes: Bytes| SummaryRequest {
             shape: self.shape,
             body: bytes,
@@ -328,7 +328,7 @@ impl Job {
         let reply_body = match call(
             summarizer,
             &shared.dropped,
-            &self.account.provider(),
+            self.account.provider(),
             &model,
             body,
             make,

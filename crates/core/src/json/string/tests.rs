@@ -159,13 +159,11 @@ fn naive(b: &[u8], start: usize) -> Result<usize, JsonError> {
             Some(b'\\') => match b.get(i + 1) {
                 None => return Err(JsonError::UnterminatedString { start }),
                 Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
-                Some(b'u') => {
-                    match b.get(i + 2..i + 6) {
-                        None => return Err(JsonError::UnterminatedString { start }),
-                        Some(h) if h.iter().all(u8::is_ascii_hexdigit) => i += 6,
-                        Some(_) => return Err(JsonError::InvalidEscape { at: i }),
-                    }
-                }
+                Some(b'u') => match b.get(i + 2..i + 6) {
+                    None => return Err(JsonError::UnterminatedString { start }),
+                    Some(h) if h.iter().all(u8::is_ascii_hexdigit) => i += 6,
+                    Some(_) => return Err(JsonError::InvalidEscape { at: i }),
+                },
                 Some(_) => return Err(JsonError::InvalidEscape { at: i }),
             },
             Some(&c) if c < 0x20 => return Err(JsonError::ControlCharacter { at: i, byte: c }),
