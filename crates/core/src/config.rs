@@ -261,7 +261,9 @@ impl RelayConfig {
     ///
     /// ```
     /// use context_relay_core::config::RelayConfig;
-    /// let c = RelayConfig::default();
+    /// let mut c = RelayConfig::default(); // every provider
+    /// assert!(c.generates_for("anthropic"));
+    /// c.handoff_providers = vec!["codex".into()];
     /// assert!(c.generates_for("Codex"));
     /// assert!(!c.generates_for("anthropic"));
     /// ```
