@@ -92,6 +92,16 @@ pub struct RelayConfig {
     pub max_body_bytes: usize,
     /// Where the handoff goes in a Responses API request.
     pub injection_slot_responses: InjectionSlot,
+    /// Whether a session routed to another model than the one that last served it gets a
+    /// model-switch handoff (and, after the first response on the new model, a new one is
+    /// generated for the providers of `handoff_providers`). On by default.
+    pub model_switch: bool,
+    /// Whether account switches are relayed: quota-driven handoffs are generated, and a
+    /// session moving to another account of its model is scrubbed and gets the account-switch
+    /// handoff. On by default; off, only model switches are relayed (an application whose
+    /// routing is a plain priority list, not quota-driven account rotation). Not a file
+    /// setting: the application decides it per combo.
+    pub account_handoff: bool,
 }
 
 impl Default for RelayConfig {
@@ -108,6 +118,8 @@ impl Default for RelayConfig {
             lease: DEFAULT_LEASE,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             injection_slot_responses: InjectionSlot::InputItem,
+            model_switch: true,
+            account_handoff: true,
         }
     }
 }
@@ -166,6 +178,9 @@ pub struct RelayOverrides {
     /// See [`RelayConfig::injection_slot_responses`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub injection_slot_responses: Option<InjectionSlot>,
+    /// See [`RelayConfig::model_switch`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_switch: Option<bool>,
 }
 
 impl RelayOverrides {
@@ -193,6 +208,7 @@ impl RelayOverrides {
             injection_slot_responses: self
                 .injection_slot_responses
                 .or(below.injection_slot_responses),
+            model_switch: self.model_switch.or(below.model_switch),
         }
     }
 }
@@ -253,6 +269,9 @@ impl RelayConfig {
         }
         if let Some(s) = o.injection_slot_responses {
             c.injection_slot_responses = s;
+        }
+        if let Some(m) = o.model_switch {
+            c.model_switch = m;
         }
         (c, warnings)
     }
@@ -360,6 +379,21 @@ mod tests {
         assert_eq!(c.max_body_bytes, 8 * 1024 * 1024);
         assert_eq!(c.relay_mode, RelayMode::Standard);
         assert_eq!(c.injection_slot_responses, InjectionSlot::InputItem);
+        assert!(c.model_switch);
+        assert!(c.account_handoff);
+    }
+
+    #[test]
+    fn model_switch_resolves_per_combo() {
+        let (c, _) = RelayConfig::resolve(&o(r#"{"model_switch": false}"#), &o("{}"));
+        assert!(!c.model_switch);
+        let (c, _) = RelayConfig::resolve(
+            &o(r#"{"model_switch": false}"#),
+            &o(r#"{"model_switch": true}"#),
+        );
+        assert!(c.model_switch);
+        let (c, _) = RelayConfig::resolve(&o("{}"), &o(r#"{"model_switch": false}"#));
+        assert!(!c.model_switch);
     }
 
     #[test]

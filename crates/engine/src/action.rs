@@ -1,10 +1,11 @@
 //! What the relay did to one request, told on its response.
 
-use http::HeaderValue;
 use http::header::HeaderName;
+use http::{HeaderMap, HeaderValue};
 
 /// The response header naming what the relay did to the request:
-/// `injected`, `scrubbed`, `repaired`, comma-joined when several (absent when nothing).
+/// `model-switch`, `injected`, `scrubbed`, `repaired`, comma-joined when several (absent when
+/// nothing). The relay sets it, replacing any the upstream sent.
 pub const RELAY_HEADER: HeaderName = HeaderName::from_static("x-context-relay");
 
 /// What the relay did to a request, set as a response extension (and as
@@ -16,9 +17,19 @@ pub const RELAY_HEADER: HeaderName = HeaderName::from_static("x-context-relay");
 /// let action = RelayAction { injected: true, scrubbed: true, ..RelayAction::default() };
 /// assert_eq!(action.to_string(), "injected, scrubbed");
 /// assert!(RelayAction::default().is_empty());
+///
+/// // Read back from a response head: what the generation side looks at.
+/// let moved = RelayAction { model_switch: true, injected: true, ..RelayAction::default() };
+/// let mut headers = http::HeaderMap::new();
+/// headers.insert(context_relay_engine::RELAY_HEADER, moved.header_value().unwrap());
+/// assert_eq!(headers[context_relay_engine::RELAY_HEADER], "model-switch, injected");
+/// assert_eq!(RelayAction::from_headers(&headers), moved);
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct RelayAction {
+    /// The request went to another model than the one that last served the session (a
+    /// model-switch handoff, or the bare note, was meant for it).
+    pub model_switch: bool,
     /// The session's handoff was injected.
     pub injected: bool,
     /// Account-bound state of another account was removed.
@@ -30,7 +41,26 @@ pub struct RelayAction {
 impl RelayAction {
     /// Whether the relay did nothing.
     pub fn is_empty(&self) -> bool {
-        !(self.injected || self.scrubbed || self.repaired)
+        !(self.model_switch || self.injected || self.scrubbed || self.repaired)
+    }
+
+    /// The action named by the [`RELAY_HEADER`] of `headers` (empty without one; unknown names
+    /// are ignored).
+    pub fn from_headers(headers: &HeaderMap) -> Self {
+        let mut action = Self::default();
+        let Some(value) = headers.get(RELAY_HEADER).and_then(|v| v.to_str().ok()) else {
+            return action;
+        };
+        for name in value.split(',').map(str::trim) {
+            match name {
+                "model-switch" => action.model_switch = true,
+                "injected" => action.injected = true,
+                "scrubbed" => action.scrubbed = true,
+                "repaired" => action.repaired = true,
+                _ => {}
+            }
+        }
+        action
     }
 
     /// The [`RELAY_HEADER`] value; `None` when nothing was done.
@@ -44,6 +74,7 @@ impl RelayAction {
 impl std::fmt::Display for RelayAction {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let names = [
+            (self.model_switch, "model-switch"),
             (self.injected, "injected"),
             (self.scrubbed, "scrubbed"),
             (self.repaired, "repaired"),

@@ -4,6 +4,7 @@
 //! ```text
 //! client ─▶ ComboService ─▶ GenerationLayer ─▶ AccountResolver ─▶ InjectionLayer ─▶ upstream
 //!           sets ComboName                      sets ResolvedAccount
+//!                                               and ServingModel
 //!                                               (request and response)
 //! ```
 //!
@@ -38,6 +39,17 @@ pub struct Tenant(pub Arc<str>);
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SessionId(pub Arc<str>);
 
+/// The model a request is sent to, as `provider/model` (`codex/gpt-5.5`), set by whatever
+/// picks the routing target (a combo service or account resolver; an embedding application
+/// otherwise).
+///
+/// The relay records it with the session's affinity when a response completes. A later
+/// request of the session sent to another model is a **model switch**: all account-bound
+/// state is removed and a handoff naming both models is injected. Without it, model switches
+/// are not detected.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ServingModel(pub Arc<str>);
+
 /// Marks an internal request (the summary call): the relay passes it through untouched.
 ///
 /// Internal markers live in extensions only; they never reach a JSON body.
@@ -48,6 +60,13 @@ impl ComboName {
     /// Builds a combo name.
     pub fn new(name: impl Into<Arc<str>>) -> Self {
         Self(name.into())
+    }
+}
+
+impl ServingModel {
+    /// Builds a serving model (`provider/model`).
+    pub fn new(model: impl Into<Arc<str>>) -> Self {
+        Self(model.into())
     }
 }
 
@@ -66,8 +85,8 @@ impl SessionId {
 }
 
 /// What the parts of the stack before the relay know about a request, borrowed: its
-/// [`ComboName`], the [`ResolvedAccount`] it was sent to, an explicit [`SessionId`] and
-/// [`Tenant`], and whether it is marked [`SkipRelay`].
+/// [`ComboName`], the [`ResolvedAccount`] and [`ServingModel`] it was sent to, an explicit
+/// [`SessionId`] and [`Tenant`], and whether it is marked [`SkipRelay`].
 ///
 /// An adapter on `http` types reads them from the request's extensions with
 /// [`from_extensions`](Self::from_extensions); another (a pingora proxy) fills the fields.
@@ -88,6 +107,8 @@ pub struct RequestFacts<'a> {
     pub combo: Option<&'a ComboName>,
     /// The account the request is sent to (needed by the injection side).
     pub account: Option<&'a ResolvedAccount>,
+    /// The model the request is sent to; without it model switches are not detected.
+    pub model: Option<&'a ServingModel>,
     /// An explicit session id; otherwise it is derived from headers and body.
     pub session: Option<&'a SessionId>,
     /// An explicit tenant; otherwise it is derived from the credential.
@@ -102,6 +123,7 @@ impl<'a> RequestFacts<'a> {
         Self {
             combo: ext.get(),
             account: ext.get(),
+            model: ext.get(),
             session: ext.get(),
             tenant: ext.get(),
             skip: ext.get::<SkipRelay>().is_some(),

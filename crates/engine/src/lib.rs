@@ -19,6 +19,15 @@
 //!   push the reply into the [`ReplyWatch`]; the summary job runs on the relay's
 //!   [`Background`] through a [`Summarizer`].
 //!
+//! - **Model switches**: with the [`ServingModel`] (`provider/model`) known, a session sent to
+//!   another model than the one that last served it (a combo falling through to its next
+//!   target) has all its account-bound state removed and gets a handoff naming both models,
+//!   made from its freshest stored handoff or, without one, a note that no summary exists.
+//!   After the first successful response on the new model, a handoff of kind `model-switch`
+//!   is written on it (kept apart from the account-switch handoff: neither overwrites or
+//!   consumes the other). `RelayConfig::model_switch` switches this per combo;
+//!   `RelayConfig::account_handoff = false` keeps only this path (no quota-driven handoff).
+//!
 //! Nothing here fails or delays a request because of the relay: failures are logged with
 //! `tracing`, counted with the `metrics` facade (names in [`metrics`]), and the request goes
 //! through unchanged.
@@ -76,7 +85,8 @@ pub use action::{RELAY_HEADER, RelayAction};
 pub use background::Background;
 pub use configs::RelayConfigs;
 pub use extensions::{
-    ComboName, QuotaSignal, RequestFacts, ResolvedAccount, SessionId, SkipRelay, Tenant,
+    ComboName, QuotaSignal, RequestFacts, ResolvedAccount, ServingModel, SessionId, SkipRelay,
+    Tenant,
 };
 pub use generation::{Capture, GenerationTicket, ReplyWatch};
 pub use injection::{BodyDecision, Decided, EndWatch, Inject, Look, Repair, Ticket};

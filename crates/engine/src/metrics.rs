@@ -4,22 +4,24 @@
 //! fails.
 
 /// Summary generations by `outcome`: `generated`, `extractive` (the model gave none; a handoff
-/// was built from the conversation), `rejected`, `unparseable`, `unavailable`.
+/// was built from the conversation), `rejected`, `unparseable`, `unavailable`; and by `kind`:
+/// `account` (the account neared its limit) or `model` (the first response on a new model).
 pub const GENERATIONS: &str = "context_relay_generations_total";
-/// Duration of summary generations, in seconds, by `outcome`.
+/// Duration of summary generations, in seconds, by `outcome` and `kind`.
 pub const GENERATION_SECONDS: &str = "context_relay_generation_seconds";
 /// Qualifying responses that did not start a generation, by `reason`
 /// (`provider`: the serving provider is not among the handoff providers, `exhausted`,
 /// `fresh`, `cooling_down`, `in_flight`, `in_flight_elsewhere`, `store_unavailable`,
 /// `no_session`, `queue_full`, `empty`).
 pub const GENERATIONS_SKIPPED: &str = "context_relay_generations_skipped_total";
-/// Handoffs injected into a request.
+/// Handoffs injected into a request, by `kind`: `account` (an account switch) or `model` (a
+/// model switch: the freshest handoff, or the bare note when the session has none).
 pub const INJECTED: &str = "context_relay_injected_total";
 /// Handoffs deleted after a request carrying them succeeded.
 pub const CONSUMED: &str = "context_relay_consumed_total";
 /// Claimed handoffs given back after a failed or dropped request.
 pub const RELEASED: &str = "context_relay_released_total";
-/// Requests made portable on an account switch.
+/// Requests made portable on a switch, by `kind`: `account` or `model`.
 pub const SWITCHES: &str = "context_relay_switches_total";
 /// Account-bound items removed from bodies, by `kind`.
 pub const SCRUBBED: &str = "context_relay_scrubbed_total";
@@ -32,6 +34,14 @@ pub const STORE_ERRORS: &str = "context_relay_store_errors_total";
 /// Requests the relay wanted to rewrite but passed through unchanged, by `reason`
 /// (`too_large`, `undecodable`, `not_json`, `not_applicable`).
 pub const REWRITE_SKIPPED: &str = "context_relay_rewrite_skipped_total";
+
+/// The `kind` label of a handoff kind: `model` for a model switch, `account` otherwise.
+pub(crate) fn kind_label(kind: context_relay_core::HandoffKind) -> &'static str {
+    match kind {
+        context_relay_core::HandoffKind::ModelSwitch => "model",
+        _ => "account",
+    }
+}
 
 /// Logs and counts a failed store operation (the request passes through).
 pub(crate) fn store_error(op: &'static str, err: &dyn std::fmt::Display) {

@@ -7,10 +7,12 @@
 //! - `GET /admin/handoffs[?tenant=…][&session=…][&settle=true]` →
 //!   `{"handoffs":[{"tenant","session","combo","from_provider","from_account","summary",
 //!   "key_decisions","task_progress","active_entities","message_count","model","generated_at",
-//!   "expires_at","kind"}]}` (`kind`: `generated`, or `extractive` for a handoff built without a
-//!   model call), oldest first, times in RFC 3339 (UTC). With `settle=true` the gateway
-//!   first waits (at most 10 s) for the summaries and claim completions in flight, so a script
-//!   can list right after a turn and see its outcome.
+//!   "expires_at","kind"}]}` (`kind`: `generated`, `extractive` for a handoff built without a
+//!   model call, or `model-switch` for the handoff written on the model a session moved to; a
+//!   session can have an account-switch and a model-switch handoff side by side), oldest
+//!   first, times in RFC 3339 (UTC). With `settle=true` the gateway first waits (at most 10 s)
+//!   for the summaries and claim completions in flight, so a script can list right after a
+//!   turn and see its outcome.
 //! - `DELETE /admin/handoffs/{session}[?tenant=…][&combo=…]` deletes every handoff of that
 //!   session (of one tenant / combo when given) → `{"deleted": N}`.
 //!

@@ -9,8 +9,8 @@
 //!           sets ComboName + RouteTargets
 //! ```
 //!
-//! - `model` names a combo → [`ComboName`] (for `context-relay` combos) and [`RouteTargets`]
-//!   (the combo's targets, tried in order) are set;
+//! - `model` names a combo → [`ComboName`] and [`RouteTargets`] (the combo's targets, tried in
+//!   order) are set; the relay settings of a `priority` combo keep only the model-switch path;
 //! - `model` is `provider/model` → [`RouteTargets`] with that one target, no combo;
 //! - anything else → a 404 in the client's error shape;
 //! - a client whose [`ClientAccess`] does not list the model gets a 403;
@@ -40,7 +40,7 @@ use tower_service::Service;
 use crate::auth::{ClientAccess, forbidden};
 use crate::budget::{BudgetHold, ByteBudget};
 use crate::collect::{Collect, collect_within, is_timeout};
-use crate::config::{Config, Strategy};
+use crate::config::Config;
 use crate::error::{ErrorKind, ErrorShape, error_response};
 use crate::model::{find_model, replace_model};
 
@@ -106,10 +106,9 @@ impl Routes {
                     model: Arc::from(t.model.as_str()),
                 })
                 .collect();
-            let combo = match c.strategy {
-                Strategy::ContextRelay => Some(ComboName::new(c.name.as_str())),
-                Strategy::Priority => None,
-            };
+            // Both strategies name the combo to the relay: a `priority` combo's relay settings
+            // keep only its model-switch path (see `Config::relay_configs`).
+            let combo = Some(ComboName::new(c.name.as_str()));
             routes
                 .combos
                 .insert(c.name.clone(), (combo, RouteTargets(targets)));

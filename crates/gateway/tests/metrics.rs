@@ -77,6 +77,14 @@ async fn relay_counters_appear_on_metrics() {
         assert!(page.contains(name), "{name} missing from\n{page}");
     }
     assert!(page.contains("outcome=\"generated\""), "{page}");
+    // An account switch: the relay counters say which kind of handoff.
+    for series in [
+        "context_relay_injected_total{kind=\"account\"} 1",
+        "context_relay_switches_total{kind=\"account\"} 1",
+        "context_relay_generations_total{outcome=\"generated\",kind=\"account\"}",
+    ] {
+        assert!(page.contains(series), "{series} missing from\n{page}");
+    }
     // Histograms with their explicit buckets and labels.
     assert!(
         page.contains(

@@ -4,6 +4,7 @@
 //! ```text
 //! client ─▶ ComboService ─▶ GenerationLayer ─▶ AccountResolver ─▶ InjectionLayer ─▶ upstream
 //!           sets ComboName                      sets ResolvedAccount
+//!                                               and ServingModel
 //!                                               (on the request)
 //! ```
 //!
@@ -12,11 +13,13 @@
 //! [`GenerationLayer`] knows which account served. [`Tenant`] and [`SessionId`] are optional
 //! overrides of what the relay derives from the credential and the session headers or body;
 //! [`SkipRelay`] marks internal requests; a [`QuotaSignal`] on the response wins over the
-//! layer's quota source.
+//! layer's quota source. [`ServingModel`] (`provider/model`) turns on model switches: a
+//! session sent to another model than the one that last served it gets a model-switch
+//! handoff, and all account-bound state is removed.
 //!
 //! [`InjectionLayer`]: crate::InjectionLayer
 //! [`GenerationLayer`]: crate::GenerationLayer
 
 pub use context_relay_engine::{
-    ComboName, QuotaSignal, ResolvedAccount, SessionId, SkipRelay, Tenant,
+    ComboName, QuotaSignal, ResolvedAccount, ServingModel, SessionId, SkipRelay, Tenant,
 };

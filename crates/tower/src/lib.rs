@@ -122,7 +122,9 @@ pub use context_relay_engine::{
     Background, BoxError, HeaderQuota, MAX_ERROR_BODY_BYTES, MAX_SUMMARY_REPLY_BYTES, QuotaSource,
     RelayConfigs, Summarizer, SummaryError, SummaryFuture, SummaryRequest,
 };
-pub use extensions::{ComboName, QuotaSignal, ResolvedAccount, SessionId, SkipRelay, Tenant};
+pub use extensions::{
+    ComboName, QuotaSignal, ResolvedAccount, ServingModel, SessionId, SkipRelay, Tenant,
+};
 pub use generation::{Generation, GenerationLayer};
 pub use injection::{Injection, InjectionLayer, RELAY_HEADER, RelayAction};
 pub use relay::{ContextRelay, ContextRelayBuilder};

@@ -50,7 +50,9 @@ async fn every_outcome_has_its_label() {
         ("unparseable", 1),
         ("extractive", 1),
     ] {
-        let line = format!("context_relay_generations_total{{outcome=\"{outcome}\"}} {count}");
+        let line = format!(
+            "context_relay_generations_total{{outcome=\"{outcome}\",kind=\"account\"}} {count}"
+        );
         assert!(text.contains(&line), "{line} missing in\n{text}");
     }
 }

@@ -6,11 +6,12 @@ use std::time::SystemTime;
 
 use context_relay_core::config::EXHAUSTION;
 use context_relay_core::reply::{REPLY_CAP, ReplyCapture};
-use context_relay_core::{ApiShape, QuotaSignal, RelayConfig, session};
+use context_relay_core::{ApiShape, HandoffKind, QuotaSignal, RelayConfig, session};
 use http::{HeaderMap, StatusCode, Uri, header};
 
 use super::capture::{Capture, ReplyWatch, Trigger};
 use super::kept::KeptHeaders;
+use crate::action::RelayAction;
 use crate::extensions::{ComboName, RequestFacts, ResolvedAccount};
 use crate::metrics;
 use crate::relay::{Relay, Shared};
@@ -35,7 +36,7 @@ impl Relay {
         }
         let combo = facts.combo?.clone();
         let config = self.shared.configs.for_combo_arc(&combo.0);
-        if config.handoff_providers.is_empty() {
+        if config.handoff_providers.is_empty() || !(config.account_handoff || config.model_switch) {
             return None;
         }
         let shape = ApiShape::from_path(uri.path())?;
@@ -104,6 +105,12 @@ impl GenerationTicket {
     /// whose provider gets handoffs, with usage in [threshold, 95 %), of a known session that
     /// is neither cooling down nor being summarised already (the refresh gate is the job's).
     ///
+    /// The first successful response on a new model (the injection side labelled it
+    /// `x-context-relay: model-switch`, see [`RelayAction`]) qualifies whatever the usage, when
+    /// the combo has `model_switch` on: the same gates then lead to a handoff of kind
+    /// `model-switch` (kept apart from the account-switch one), unless the session has a fresh
+    /// one already.
+    ///
     /// `served_by` is the account that served (the response's [`ResolvedAccount`]); `signal`
     /// a quota signal the application computed, which wins over the relay's
     /// [`QuotaSource`](crate::QuotaSource). `None` when no summary follows (skips are counted
@@ -125,13 +132,16 @@ impl GenerationTicket {
         let allowed = self.config.generates_for(account.provider());
         // Gate 2: a service's own signal wins over header parsing.
         let now = SystemTime::now();
-        let signal = match signal {
-            Some(s) => s,
-            None => self.shared.quota.signal(status, headers, now)?,
-        };
-        if signal.percent_used.is_nan() || signal.percent_used < self.config.handoff_threshold {
+        let signal = signal.or_else(|| self.shared.quota.signal(status, headers, now));
+        let used = signal.as_ref().map_or(f64::NAN, |s| s.percent_used);
+        let kind = if used >= self.config.handoff_threshold && self.config.account_handoff {
+            HandoffKind::Generated
+        } else if self.config.model_switch && RelayAction::from_headers(headers).model_switch {
+            // The first response on a new model.
+            HandoffKind::ModelSwitch
+        } else {
             return None;
-        }
+        };
         // Gate 3: only counted when the turn would otherwise qualify, so that the pass-through
         // path records nothing.
         if !allowed {
@@ -139,7 +149,7 @@ impl GenerationTicket {
             return None;
         }
         // Gate 4: never spend a summary call on an account about to be cut off.
-        if signal.percent_used >= EXHAUSTION {
+        if used >= EXHAUSTION {
             skipped("exhausted");
             return None;
         }
@@ -188,7 +198,9 @@ impl GenerationTicket {
                 headers: kept,
                 capture: self.capture,
                 account,
-                signal,
+                kind,
+                // The account's reset bounds an account-switch handoff only.
+                signal: signal.filter(|_| kind == HandoffKind::Generated),
                 guard,
             },
         }))

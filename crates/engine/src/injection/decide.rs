@@ -12,6 +12,7 @@ use context_relay_store::{Affinity, Claim};
 use http::{HeaderMap, HeaderValue, Uri, header};
 use tracing::Instrument;
 
+use super::model::{self, ModelMove};
 use super::repair::{Remember, Repair, Sent};
 use super::tee::Tee;
 use super::ticket::{Ticket, release};
@@ -48,9 +49,9 @@ impl Relay {
     ///
     /// The fast path reads no body and touches no store: the store's in-memory index says no
     /// handoff waits for the session, and the affinity cache says the session stays on this
-    /// account with nothing foreign to remove. It needs the session from a header (or
-    /// [`RequestFacts::session`]); clients that send none have their body read to derive the
-    /// session fingerprint.
+    /// account and model ([`RequestFacts::model`]) with nothing foreign to remove. It needs the
+    /// session from a header (or [`RequestFacts::session`]); clients that send none have their
+    /// body read to derive the session fingerprint.
     pub fn inject(
         &self,
         uri: &Uri,
@@ -74,6 +75,12 @@ impl Relay {
         let id = session::identify(headers, None, &shared.sources, explicit, Some(tenant));
         let (tenant, header_session) = (id.tenant, id.session);
         let config = shared.configs.for_combo_arc(&combo.0);
+        // Model switches are detected only with a serving model, and where they are on.
+        let serving_model = facts.model.filter(|_| config.model_switch);
+        if !config.account_handoff && serving_model.is_none() {
+            // Only model switches are relayed here, and they cannot be told.
+            return Inject::Pass;
+        }
 
         if let Some(session) = &header_session {
             let key = HandoffKey {
@@ -84,12 +91,18 @@ impl Relay {
             if let Some(affinity) = shared.store.cached_affinity(&key) {
                 let stays = match &affinity {
                     None => true,
-                    Some(a) => a.serves(account) && a.foreign_at(SystemTime::now()).is_none(),
+                    // Where account switches are not relayed, any account of the model stays.
+                    Some(a) => {
+                        (a.serves(account) || !config.account_handoff)
+                            && a.foreign_at(SystemTime::now()).is_none()
+                            && !model::moved(a, serving_model.map(|m| &*m.0))
+                    }
                 };
                 if stays && !shared.store.may_contain(&key) {
                     let mut ticket = Ticket::new(shared.clone(), account.clone());
-                    if affinity.is_none() {
-                        ticket.record = Some((key.clone(), affinity_to(account)));
+                    let model = serving_model.map(|m| &*m.0);
+                    if let Some(record) = model::to_record(affinity.as_ref(), account, model) {
+                        ticket.record = Some((key.clone(), record));
                     }
                     let limit = config.max_body_bytes;
                     let bound = matches!(shape, ApiShape::Responses | ApiShape::AnthropicMessages);
@@ -122,6 +135,7 @@ impl Relay {
             tenant,
             header_session,
             account: account.clone(),
+            model: serving_model.map(|m| m.0.clone()),
         })
     }
 }
@@ -136,6 +150,8 @@ pub struct BodyDecision {
     tenant: Arc<str>,
     header_session: Option<Arc<str>>,
     account: ResolvedAccount,
+    /// The serving model, when model switches are detected.
+    model: Option<Arc<str>>,
 }
 
 /// The request as it goes out after [`BodyDecision::decide`].
@@ -167,8 +183,10 @@ impl BodyDecision {
                 session,
                 combo: self.combo,
             };
-            if affinity_of(&self.shared, &key).await.is_none() {
-                ticket.record = Some((key, affinity_to(&self.account)));
+            let affinity = affinity_of(&self.shared, &key).await;
+            let model = self.model.as_deref();
+            if let Some(record) = model::to_record(affinity.as_ref(), &self.account, model) {
+                ticket.record = Some((key, record));
             }
         }
         ticket
@@ -198,6 +216,7 @@ impl BodyDecision {
             tenant,
             header_session,
             account,
+            model,
         } = self;
         let unchanged = |body, ticket| Decided {
             body,
@@ -235,15 +254,25 @@ impl BodyDecision {
         let now = SystemTime::now();
         let affinity = affinity_of(&shared, &key).await;
         let serving = affinity.as_ref().is_some_and(|a| a.serves(&account));
-        // Switch: the last account that served this session is another one.
-        let switch = affinity.is_some() && !serving;
-        // A live handoff written by another account.
-        let claim = claim_for(&shared, &key, &account, config.lease).await;
+        // Switch: the last account that served this session is another one (relayed only
+        // where account switches are).
+        let switch = affinity.is_some() && !serving && config.account_handoff;
+        // Model switch: the last model that served this session is another one.
+        let moved = model::model_move(affinity.as_ref(), model.as_ref());
+        // A live handoff written by another account (a model switch reads the freshest handoff
+        // instead, and claims none).
+        let claim = match moved {
+            Some(_) => None,
+            None if !config.account_handoff => None,
+            None => claim_for(&shared, &key, &account, model.is_some(), config.lease).await,
+        };
+        // The state recorded as foreign at the last switch; where account switches are not
+        // relayed, that was a model switch, and it is foreign to every account of the model.
         let foreign = affinity
             .as_ref()
-            .filter(|_| serving)
+            .filter(|_| serving || !config.account_handoff)
             .and_then(|a| a.foreign_at(now).cloned());
-        let scope = if switch || (affinity.is_none() && claim.is_some()) {
+        let scope = if switch || moved.is_some() || (affinity.is_none() && claim.is_some()) {
             // Everything the session carries was minted elsewhere.
             Scope::All
         } else if let Some(set) = &foreign {
@@ -258,8 +287,8 @@ impl BodyDecision {
                 foreign: foreign.clone().unwrap_or_default(),
                 ttl: config.ttl,
             };
-            if affinity.is_none() {
-                ticket.record = Some((key, affinity_to(&account)));
+            if let Some(record) = model::to_record(affinity.as_ref(), &account, model.as_deref()) {
+                ticket.record = Some((key, record));
             }
             let repair = decoded.map(|json| {
                 Box::new(Repair {
@@ -283,7 +312,10 @@ impl BodyDecision {
             }
             return unchanged(raw, Some(ticket));
         };
-        let message = claim.as_ref().map(|c| render::render_record(&c.record));
+        let message = match &moved {
+            Some(m) => Some(model::message(&shared, &key, m).await),
+            None => claim.as_ref().map(|c| render::render_record(&c.record)),
+        };
         let rewrite = match portable::rewrite(
             shape,
             &decoded,
@@ -321,31 +353,35 @@ impl BodyDecision {
                 scrubbed = true;
             }
         }
-        if switch {
-            ::metrics::counter!(metrics::SWITCHES).increment(1);
+        // Which handoff the request is about: an account switch's or a model switch's.
+        let kind = if moved.is_some() { "model" } else { "account" };
+        if switch || moved.is_some() {
+            ::metrics::counter!(metrics::SWITCHES, "kind" => kind).increment(1);
         }
         for (kind, n) in rewrite.removed.iter() {
             ::metrics::counter!(metrics::SCRUBBED, "kind" => kind).increment(n as u64);
         }
         let injected = rewrite.injected;
         if injected {
-            ::metrics::counter!(metrics::INJECTED).increment(1);
+            ::metrics::counter!(metrics::INJECTED, "kind" => kind).increment(1);
         }
         if let Some(e) = &rewrite.inject_error {
             skipped("not_injectable");
             tracing::warn!(error = %e, "handoff not injectable into this body; made portable only");
         }
-        tracing::info!(injected, switch, removed = ?rewrite.removed, "request rewritten");
+        log_rewrite(injected, switch, moved.as_ref(), &rewrite.removed);
+        ticket.action.model_switch = moved.is_some();
         ticket.action.injected = injected;
         ticket.action.scrubbed = scrubbed;
         if matches!(scope, Scope::All) {
             // What this request carried was minted by other accounts: the serving account must
             // never be sent it, for as long as a handoff lives.
             let carried = foreign_of(&affinity, now).merged(&seen);
-            ticket.record = Some((
-                key,
-                affinity_to(&account).with_foreign(carried, now + config.ttl),
-            ));
+            let to = model::with_model(affinity_to(&account), model.as_deref());
+            ticket.record = Some((key, to.with_foreign(carried, now + config.ttl)));
+        } else if let Some(record) = model::to_record(affinity.as_ref(), &account, model.as_deref())
+        {
+            ticket.record = Some((key, record));
         }
         let body = match rewrite.body {
             // Rewritten bodies are forwarded uncompressed.
@@ -410,20 +446,30 @@ async fn affinity_of(shared: &Shared, key: &HandoffKey) -> Option<Affinity> {
     }
 }
 
-/// Claims the key's handoff when one is live and was written by another account.
+/// Claims the key's handoff when one is live and was written by another account (of the
+/// serving provider, when `same_provider`: with models known, a handoff written on another
+/// provider was for a model switch to read, not for this account to consume).
 async fn claim_for(
     shared: &Shared,
     key: &HandoffKey,
     account: &ResolvedAccount,
+    same_provider: bool,
     lease: std::time::Duration,
 ) -> Option<Claim> {
+    let claimable = |record: &context_relay_core::HandoffRecord| {
+        !record.is_from(account)
+            && (!same_provider
+                || record
+                    .from_provider
+                    .eq_ignore_ascii_case(account.provider()))
+    };
     if !shared.store.may_contain(key) {
         return None;
     }
     // Read first: while the session stays on the account that wrote the handoff (between the
     // threshold and the rotation), a claim/release pair per request would be two writes.
     match shared.store.get(key).await {
-        Ok(Some(record)) if !record.is_from(account) => {}
+        Ok(Some(record)) if claimable(&record) => {}
         Ok(_) => return None,
         Err(e) => {
             metrics::store_error("get", &e);
@@ -431,7 +477,7 @@ async fn claim_for(
         }
     }
     match shared.store.claim(key, lease).await {
-        Ok(Some(claim)) if !claim.record.is_from(account) => Some(claim),
+        Ok(Some(claim)) if claimable(&claim.record) => Some(claim),
         Ok(Some(claim)) => {
             release(shared, &claim).await;
             None
@@ -442,6 +488,25 @@ async fn claim_for(
             metrics::store_error("claim", &e);
             None
         }
+    }
+}
+
+fn log_rewrite(
+    injected: bool,
+    switch: bool,
+    moved: Option<&ModelMove>,
+    removed: &portable::Removed,
+) {
+    match moved {
+        Some(m) => tracing::info!(
+            injected,
+            switch,
+            from_model = %m.previous,
+            to_model = %m.current,
+            removed = ?removed,
+            "request rewritten for a model switch"
+        ),
+        None => tracing::info!(injected, switch, removed = ?removed, "request rewritten"),
     }
 }
 

@@ -14,11 +14,20 @@
 //! later request of the session to that account is stripped of exactly those pieces, while the
 //! state the account minted itself is forwarded. The record lives for the handoff TTL.
 //!
+//! **Model switches.** With the serving model known ([`ServingModel`](crate::ServingModel)),
+//! a request sent to another model than the one that last served the session is a model
+//! switch: all account-bound state goes, and a handoff whose `<transfer_reason>` names both
+//! models is injected, made from the freshest stored handoff of the session (read, not
+//! consumed), or a bare note saying that no summary exists and the history is the whole
+//! context. The response carries `x-context-relay: model-switch, …`, from which the generation
+//! side writes a model-switch handoff on the new model.
+//!
 //! **Success means the response completed.** The handoff is deleted, and the affinity moves,
 //! only when the response body ended with the API's terminal success event (or is a complete
 //! JSON body): see [`Ticket`].
 
 mod decide;
+mod model;
 mod repair;
 mod tee;
 mod ticket;

@@ -103,6 +103,8 @@ impl Ticket {
         if parts.extensions.get::<ResolvedAccount>().is_none() {
             parts.extensions.insert(self.account.clone());
         }
+        // The header is the relay's word: an upstream's own is not passed on as if it were.
+        parts.headers.remove(RELAY_HEADER);
         if let Some(value) = self.action.header_value() {
             parts.headers.insert(RELAY_HEADER, value);
             parts.extensions.insert(self.action);

@@ -43,7 +43,11 @@ pub(crate) struct Job {
     pub(crate) headers: HeaderMap,
     pub(crate) capture: Arc<Capture>,
     pub(crate) account: ResolvedAccount,
-    pub(crate) signal: QuotaSignal,
+    /// `Generated` (the account nears its limit) or `ModelSwitch` (the session moved to
+    /// another model).
+    pub(crate) kind: HandoffKind,
+    /// The quota signal that qualified the turn (none for a model switch).
+    pub(crate) signal: Option<QuotaSignal>,
     // Held until the job ends: the key is in flight for exactly that long.
     pub(crate) guard: InFlightGuard,
 }
@@ -121,7 +125,8 @@ impl Job {
             session = %self.key.session,
             combo = %self.key.combo,
             account = %self.account.account(),
-            used = self.signal.percent_used,
+            kind = self.kind.as_str(),
+            used = self.signal.as_ref().map(|s| s.percent_used),
         );
         background.spawn(self.run(reply).instrument(span));
     }
@@ -132,8 +137,10 @@ impl Job {
         if let Outcome::Skipped(reason) = outcome {
             skipped(reason);
         } else {
-            ::metrics::counter!(metrics::GENERATIONS, "outcome" => outcome.label()).increment(1);
-            ::metrics::histogram!(metrics::GENERATION_SECONDS, "outcome" => outcome.label())
+            let (label, kind) = (outcome.label(), metrics::kind_label(self.kind));
+            ::metrics::counter!(metrics::GENERATIONS, "outcome" => label, "kind" => kind)
+                .increment(1);
+            ::metrics::histogram!(metrics::GENERATION_SECONDS, "outcome" => label, "kind" => kind)
                 .record(started.elapsed().as_secs_f64());
         }
         let shared = &self.shared;
@@ -171,8 +178,13 @@ impl Job {
         let message_count = u32::try_from(prepared.selection.source_count).unwrap_or(u32::MAX);
 
         // Refresh gate: a live model handoff written fewer than `refresh_after_messages`
-        // messages ago is still good enough. An extractive one never is.
-        let existing = match shared.store.get(&self.key).await {
+        // messages ago is still good enough. An extractive one never is. A model switch looks
+        // at the freshest handoff of either kind: that is what a later switch would inject.
+        let existing = match self.kind {
+            HandoffKind::ModelSwitch => shared.store.freshest(&self.key).await,
+            _ => shared.store.get(&self.key).await,
+        };
+        let existing = match existing {
             Ok(existing) => existing,
             Err(e) => {
                 // Fail open: summarise anyway; the upsert will tell whether the store is back.
@@ -181,7 +193,7 @@ impl Job {
             }
         };
         if let Some(h) = &existing
-            && h.kind == HandoffKind::Generated
+            && h.kind != HandoffKind::Extractive
             && message_count.saturating_sub(h.message_count) < self.config.refresh_after_messages
         {
             return Outcome::Skipped("fresh");
@@ -215,7 +227,10 @@ impl Job {
             }
         };
         let mut outcome = self.summarise(&prepared, message_count).await;
+        // An extractive handoff stands in for an account switch's only: a model switch has
+        // the freshest handoff, or the note, to inject.
         if let Outcome::Failed(why) = outcome
+            && self.kind == HandoffKind::Generated
             && existing
                 .as_ref()
                 .is_none_or(|h| h.kind == HandoffKind::Extractive)
@@ -348,10 +363,7 @@ impl Job {
         };
         handoff.active_entities =
             merge_entities(&handoff.active_entities, &prepared.selection.touched_files);
-        if self
-            .store(handoff, HandoffKind::Generated, message_count, model)
-            .await
-        {
+        if self.store(handoff, self.kind, message_count, model).await {
             Outcome::Generated
         } else {
             Outcome::Failed(Failure::Unavailable)
@@ -368,7 +380,7 @@ impl Job {
     ) -> bool {
         let now = SystemTime::now();
         let ttl_end = now + self.config.ttl;
-        let expires_at = match self.signal.resets_at {
+        let expires_at = match self.signal.as_ref().and_then(|s| s.resets_at) {
             Some(reset) if reset > now && reset < ttl_end => reset,
             _ => ttl_end,
         };

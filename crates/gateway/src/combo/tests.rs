@@ -89,9 +89,13 @@ async fn combo_sets_extensions_and_rewrites() {
 }
 
 #[tokio::test]
-async fn priority_combo_and_direct_targets_set_no_combo_name() {
+async fn priority_combos_name_their_combo_direct_targets_do_not() {
+    // The relay sees a priority combo (for its model switches); its settings keep only that.
     let (_, _, seen) = run(post("/v1/messages", br#"{"model":"plain"}"#)).await;
-    assert!(seen.unwrap().0.extensions().get::<ComboName>().is_none());
+    assert_eq!(
+        seen.unwrap().0.extensions().get::<ComboName>(),
+        Some(&ComboName::new("plain"))
+    );
     let (_, _, seen) = run(post("/v1/messages", br#"{"model":"anthropic/claude-x/y"}"#)).await;
     let (req, body) = seen.unwrap();
     assert_eq!(&body[..], br#"{"model":"claude-x/y"}"#);

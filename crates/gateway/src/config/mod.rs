@@ -371,8 +371,8 @@ pub enum Strategy {
     /// Targets in order, with context relay across account switches.
     #[default]
     ContextRelay,
-    /// Targets in order, without context relay (no `ComboName` is set, so the relay layers
-    /// pass these requests through).
+    /// Targets in order, without the quota-driven account handoff: only a move to another
+    /// target (a model switch) is relayed, unless `model_switch = false`.
     Priority,
 }
 
@@ -463,12 +463,14 @@ impl Config {
     }
 
     /// Resolved relay settings of every combo (built-in < `[relay]` < `[combos.relay]`),
-    /// with the warnings of values that fell back to their default.
+    /// with the warnings of values that fell back to their default. A `priority` combo gets
+    /// the model-switch relay only (`account_handoff` off: no quota-driven handoff).
     pub fn relay_configs(&self) -> Vec<(String, RelayConfig, Vec<ConfigWarning>)> {
         self.combos
             .iter()
             .map(|c| {
-                let (config, warnings) = RelayConfig::resolve(&self.relay, &c.relay);
+                let (mut config, warnings) = RelayConfig::resolve(&self.relay, &c.relay);
+                config.account_handoff = c.strategy == Strategy::ContextRelay;
                 (c.name.clone(), config, warnings)
             })
             .collect()

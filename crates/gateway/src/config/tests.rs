@@ -280,3 +280,34 @@ fn no_accounts_and_empty_targets() {
     let e = err(&MINIMAL.replace("targets = [\"codex/gpt-5.5\"]", "targets = []"));
     assert!(e.contains("targets"), "{e}");
 }
+
+#[test]
+fn model_switch_is_on_by_default_overridable_per_combo_and_priority_keeps_only_it() {
+    let text = format!(
+        "{MINIMAL}\n[[combos]]\nname = \"plain\"\nstrategy = \"priority\"\ntargets = [\"codex/gpt-5.5\", \"codex/gpt-5.4-mini\"]\n"
+    );
+    let c = load(&text).unwrap();
+    let relay = c.relay_configs();
+    assert!(relay.iter().all(|(_, r, _)| r.model_switch));
+    assert!(
+        relay[0].1.account_handoff,
+        "context-relay: account handoffs too"
+    );
+    assert!(!relay[1].1.account_handoff, "priority: model switches only");
+
+    let off = load(&format!("[relay]\nmodel_switch = false\n{text}")).unwrap();
+    assert!(off.relay_configs().iter().all(|(_, r, _)| !r.model_switch));
+    let (settings, _) = off.relay_settings();
+    assert!(!settings.default_config().model_switch);
+    let back_on = load(&format!(
+        "[relay]\nmodel_switch = false\n{MINIMAL}  [combos.relay]\n  model_switch = true\n"
+    ))
+    .unwrap();
+    assert!(back_on.relay_configs()[0].1.model_switch);
+
+    let e = err(&format!("[relay]\nmodel_switch = \"yes\"\n{MINIMAL}"));
+    assert!(
+        e.contains("line 2") && e.contains("expected a boolean"),
+        "{e}"
+    );
+}

@@ -35,10 +35,16 @@
 //! request once more to the same account. Any other error is passed on untouched. This also
 //! works on the fast path: the request's frames are kept by reference as they go out.
 //!
+//! **Model switches.** With a [`ServingModel`](crate::ServingModel) (`provider/model`) on the
+//! request, a session sent to another model than the one that last served it loses all its
+//! account-bound state and gets a handoff naming both models (its freshest stored handoff, or a
+//! note that none exists); GenerationLayer then writes a `model-switch` handoff on the new
+//! model after its first successful response.
+//!
 //! Responses the layer acted on carry a [`RelayAction`] extension and the
-//! [`RELAY_HEADER`] (`x-context-relay: injected, scrubbed, repaired`). Every response of a
-//! request with a [`ResolvedAccount`] carries that account as an extension (unless the inner
-//! service set one), so that the resolver need not copy it.
+//! [`RELAY_HEADER`] (`x-context-relay: model-switch, injected, scrubbed, repaired`). Every
+//! response of a request with a [`ResolvedAccount`] carries that account as an extension
+//! (unless the inner service set one), so that the resolver need not copy it.
 //!
 //! **Fast path.** When the session comes from a header (or a [`SessionId`] extension), the
 //! store's in-memory index has no handoff for it and the affinity cache says the session stays

@@ -1,0 +1,300 @@
+//! Model switches end to end: a real gateway on 127.0.0.1:0, a real HTTP client, and the strict
+//! simulated provider (account-bound state minted per account, another account's rejected).
+//!
+//! A combo of two targets whose first target is exhausted on every account moves the session
+//! to its second target: another provider and model. The gateway does not translate between
+//! API shapes, so both targets speak the client's shape (Anthropic Messages, Claude Code's
+//! requests): `anthropic/claude-opus-4-8` and `backup/claude-sonnet-4-5`, two providers of
+//! the simulator with accounts of their own.
+
+mod support;
+
+use context_relay_gateway::Gateway;
+use context_relay_gateway::config::Config;
+use context_relay_sim::{RecordedRequest, SimProvider};
+use http::Request;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client as HttpClient;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{Value, json};
+use support::{
+    ADMIN_TOKEN, Client, Conversation, HANDOFF_TAG, Harness, SUMMARY_NEEDLE, completed, contains,
+    summary_reply,
+};
+
+const FIRST: &str = "anthropic/claude-opus-4-8";
+const SECOND: &str = "backup/claude-sonnet-4-5";
+/// Words of the bare note (no summary of the session exists).
+const NO_SUMMARY: &str = "no summary of the earlier session exists";
+
+/// A gateway over one simulator: provider `anthropic` (accounts `acct-x`, `acct-y`) and
+/// provider `backup` (account `acct-p`), both Anthropic Messages; combo `claude-fallback`
+/// (context-relay) and `claude-priority` (priority) over both, in that order.
+async fn harness(quota_step: f64) -> Harness {
+    let sim = SimProvider::builder()
+        .account("acct-x", "key-acct-x")
+        .account("acct-y", "key-acct-y")
+        .account("acct-p", "key-acct-p")
+        .quota_step(quota_step)
+        .summary_reply(SUMMARY_NEEDLE, summary_reply())
+        .start()
+        .await
+        .expect("sim");
+    let base_url = sim.base_url();
+    let text = format!(
+        r#"
+admin_token = "{ADMIN_TOKEN}"
+[store]
+backend = "memory"
+[relay]
+handoff_providers = ["*"]
+[[providers]]
+name = "anthropic"
+base_url = "{base_url}"
+auth = "x-api-key"
+  [[providers.accounts]]
+  id = "acct-x"
+  api_key = "key-acct-x"
+  [[providers.accounts]]
+  id = "acct-y"
+  api_key = "key-acct-y"
+[[providers]]
+name = "backup"
+base_url = "{base_url}"
+auth = "x-api-key"
+  [[providers.accounts]]
+  id = "acct-p"
+  api_key = "key-acct-p"
+[[combos]]
+name = "claude-fallback"
+targets = ["{FIRST}", "{SECOND}"]
+[[combos]]
+name = "claude-priority"
+strategy = "priority"
+targets = ["{FIRST}", "{SECOND}"]
+"#
+    );
+    let config = Config::from_toml_str(&text, |_| None).expect("test config");
+    let gateway = Gateway::connect(config).await.expect("gateway");
+    let server = gateway
+        .spawn("127.0.0.1:0".parse().unwrap())
+        .await
+        .expect("spawn");
+    Harness {
+        sim,
+        gateways: vec![(gateway, server)],
+        client: HttpClient::builder(TokioExecutor::new()).build_http(),
+    }
+}
+
+/// A Claude Code conversation asking for `combo`.
+fn conversation(combo: &str, session: &str) -> Conversation {
+    let mut conv = Conversation::new(Client::Claude, session);
+    conv.body["model"] = json!(combo);
+    conv
+}
+
+/// The last client turn the provider received.
+fn last_turn(h: &Harness) -> RecordedRequest {
+    h.turns().pop().expect("a turn reached the provider")
+}
+
+/// Sends a turn; asserts it completed; the `x-context-relay` header.
+async fn turn(h: &Harness, conv: &mut Conversation) -> String {
+    let (status, acted, reply) = conv.turn(h, 0).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&reply));
+    assert!(completed(&reply), "{}", String::from_utf8_lossy(&reply));
+    acted.unwrap_or_default()
+}
+
+/// Every account of the first target is used up.
+fn exhaust_first_target(h: &Harness) {
+    h.sim.set_used("acct-x", 100.0);
+    h.sim.set_used("acct-y", 100.0);
+}
+
+/// `GET /admin/handoffs?session=…&settle=true`: the listed handoffs.
+async fn admin_handoffs(h: &Harness, session: &str) -> Vec<Value> {
+    let url = format!(
+        "{}/admin/handoffs?session={session}&settle=true",
+        h.gateways[0].1.url()
+    );
+    let req = Request::get(url)
+        .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
+        .body(Full::default())
+        .unwrap();
+    let res = h.client.request(req).await.expect("gateway answers");
+    assert_eq!(res.status(), 200);
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    let v: Value = serde_json::from_slice(&bytes).expect("JSON");
+    v["handoffs"].as_array().cloned().unwrap_or_default()
+}
+
+/// The request the second target received: its model, no state of the first target's
+/// accounts, and a model-switch block naming both models.
+fn assert_moved(h: &Harness, r: &RecordedRequest) {
+    assert_eq!(r.account.as_deref(), Some("acct-p"));
+    assert_eq!(r.rejected, None, "the new provider accepted the request");
+    let body = r.json().expect("JSON");
+    assert_eq!(body["model"], "claude-sonnet-4-5");
+    assert!(
+        h.owners(r).iter().all(Option::is_none),
+        "no account-bound state of the first target: {:?}",
+        h.owners(r)
+    );
+    assert!(
+        contains(
+            &r.body,
+            &format!(
+                "<transfer_reason>Model switch from {FIRST} to {SECOND}: continuing a previous session</transfer_reason>"
+            )
+        ),
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+}
+
+/// A later turn on the second target: accepted, carrying no state but its account's own.
+fn assert_stays(h: &Harness, r: &RecordedRequest) {
+    assert_eq!(r.account.as_deref(), Some("acct-p"));
+    assert_eq!(r.rejected, None);
+    let owners = h.owners(r);
+    assert!(
+        owners
+            .iter()
+            .all(|o| o.as_deref().is_none_or(|o| o == "acct-p")),
+        "{owners:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_combo_falling_through_to_its_next_target_carries_the_note_then_writes_a_handoff() {
+    // The only test of this binary that installs the global recorder: the others may add to
+    // its counts, so only the presence of the labelled series is asserted.
+    let metrics = context_relay_gateway::prometheus_builder()
+        .install_recorder()
+        .expect("one recorder per test binary");
+    // 10 % a turn: no account-switch handoff is ever written.
+    let h = harness(10.0).await;
+    let session = "0199b000-0000-7000-8000-00000000a001";
+    let mut conv = conversation("claude-fallback", session);
+    let acted = turn(&h, &mut conv).await;
+    assert!(acted.is_empty(), "{acted}");
+    let first = last_turn(&h);
+    assert_eq!(first.account.as_deref(), Some("acct-x"));
+    assert!(
+        h.sim.state_owners(&first).is_empty(),
+        "the first turn carries no state yet"
+    );
+    h.idle().await;
+    assert!(admin_handoffs(&h, session).await.is_empty());
+
+    exhaust_first_target(&h);
+    // The client resends acct-x's signed thinking.
+    let history = serde_json::to_string(&conv.body).unwrap();
+    assert!(
+        history.contains("\"signature\""),
+        "signed thinking in the history"
+    );
+    let acted = turn(&h, &mut conv).await;
+    assert!(
+        acted.contains("model-switch") && acted.contains("injected") && acted.contains("scrubbed"),
+        "{acted}"
+    );
+    let moved = last_turn(&h);
+    assert_moved(&h, &moved);
+    assert!(contains(&moved.body, NO_SUMMARY), "the bare note");
+    assert!(!contains(&moved.body, "<session_summary>"));
+
+    // The first successful response on the new model wrote a handoff there.
+    let listed = admin_handoffs(&h, session).await;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["kind"], "model-switch");
+    assert_eq!(listed[0]["from_provider"], "backup");
+    assert_eq!(listed[0]["from_account"], "acct-p");
+    let summaries: Vec<RecordedRequest> =
+        h.sim.requests().into_iter().filter(|r| r.summary).collect();
+    assert_eq!(summaries.len(), 1);
+    assert_eq!(summaries[0].account.as_deref(), Some("acct-p"));
+    let page = metrics.render();
+    for series in [
+        "context_relay_injected_total{kind=\"model\"}",
+        "context_relay_switches_total{kind=\"model\"}",
+        "context_relay_generations_total{outcome=\"generated\",kind=\"model\"}",
+    ] {
+        assert!(page.contains(series), "{series} missing in\n{page}");
+    }
+
+    // The next turn stays on the new model: nothing injected again, the first target's state
+    // (resent by the client) still stripped.
+    let acted = turn(&h, &mut conv).await;
+    assert!(
+        !acted.contains("model-switch") && !acted.contains("injected"),
+        "{acted}"
+    );
+    let next = last_turn(&h);
+    assert!(!contains(&next.body, HANDOFF_TAG));
+    assert_stays(&h, &next);
+    assert_eq!(admin_handoffs(&h, session).await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_model_switch_carries_the_freshest_handoff_and_leaves_the_account_handoff() {
+    // 30 % a turn: turn 3 reaches 90 % and writes an account-switch handoff.
+    let h = harness(30.0).await;
+    let session = "0199b000-0000-7000-8000-00000000a002";
+    let mut conv = conversation("claude-fallback", session);
+    for _ in 1..=3 {
+        turn(&h, &mut conv).await;
+    }
+    let listed = admin_handoffs(&h, session).await;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["kind"], "generated");
+
+    exhaust_first_target(&h);
+    let acted = turn(&h, &mut conv).await;
+    assert!(acted.contains("model-switch"), "{acted}");
+    let moved = last_turn(&h);
+    assert_moved(&h, &moved);
+    assert!(contains(&moved.body, "Adding a --json flag to the CLI"));
+    assert!(!contains(&moved.body, NO_SUMMARY));
+
+    // Read, not consumed: the account handoff is still listed (and, being fresh, no other is
+    // written).
+    let listed = admin_handoffs(&h, session).await;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["kind"], "generated");
+    assert_eq!(listed[0]["from_provider"], "anthropic");
+}
+
+#[tokio::test]
+async fn a_priority_combo_gets_the_model_switch_but_no_account_handoff() {
+    let h = harness(30.0).await;
+    let session = "0199b000-0000-7000-8000-00000000a003";
+    let mut conv = conversation("claude-priority", session);
+    for _ in 1..=3 {
+        assert!(turn(&h, &mut conv).await.is_empty());
+    }
+    // At 90 %: no quota-driven handoff for a priority combo.
+    assert!(admin_handoffs(&h, session).await.is_empty());
+
+    exhaust_first_target(&h);
+    let acted = turn(&h, &mut conv).await;
+    assert!(acted.contains("model-switch"), "{acted}");
+    let moved = last_turn(&h);
+    assert_moved(&h, &moved);
+    assert!(contains(&moved.body, NO_SUMMARY));
+    let listed = admin_handoffs(&h, session).await;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["kind"], "model-switch");
+
+    // The scrub of the model switch lasts: the next turn goes out without the first target's
+    // state, which the client still resends.
+    let acted = turn(&h, &mut conv).await;
+    assert!(
+        acted.contains("scrubbed") && !acted.contains("model-switch"),
+        "{acted}"
+    );
+    let next = last_turn(&h);
+    assert_stays(&h, &next);
+}
