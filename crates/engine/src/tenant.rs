@@ -5,21 +5,21 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use context_relay_core::session;
-use http::{HeaderMap, HeaderValue, header};
+use http::HeaderMap;
 
 use crate::extensions::Tenant;
 
 /// Distinct credentials remembered before the memo starts over.
 const MAX_ENTRIES: usize = 4096;
 
-type Credentials = (Option<HeaderValue>, Option<HeaderValue>);
-
-/// Memoised [`session::tenant`], shared by every request of a relay.
+/// Memoised [`session::tenant`], shared by every request of a relay. It is keyed on
+/// [`session::credential`], exactly what the derivation reads, so two requests share a memo
+/// entry only when they would derive the same tenant.
 #[derive(Debug, Default)]
 pub(crate) struct TenantMemo {
     // foldhash: SipHash's DoS resistance buys nothing here (the map is bounded and cleared)
     // and costs more than the rest of the look-up.
-    map: RwLock<HashMap<Credentials, Arc<str>, foldhash::fast::RandomState>>,
+    map: RwLock<HashMap<Box<[u8]>, Arc<str>, foldhash::fast::RandomState>>,
 }
 
 impl TenantMemo {
@@ -28,12 +28,10 @@ impl TenantMemo {
         if let Some(t) = given {
             return t.0.clone();
         }
-        let key = (
-            headers.get(header::AUTHORIZATION).cloned(),
-            headers.get("x-api-key").cloned(),
-        );
+        // Never empty when present: the empty key stands for "no credential" (anonymous).
+        let key = session::credential(headers).unwrap_or_default();
         if let Ok(map) = self.map.read()
-            && let Some(t) = map.get(&key)
+            && let Some(t) = map.get(key)
         {
             return t.clone();
         }
@@ -44,7 +42,7 @@ impl TenantMemo {
             if map.len() >= MAX_ENTRIES {
                 map.clear();
             }
-            map.insert(key, tenant.clone());
+            map.insert(Box::from(key), tenant.clone());
         }
         tenant
     }
@@ -52,6 +50,8 @@ impl TenantMemo {
 
 #[cfg(test)]
 mod tests {
+    use http::HeaderValue;
+
     use super::*;
 
     #[test]
@@ -63,6 +63,9 @@ mod tests {
             vec![("authorization", "Bearer sk-two")],
             vec![],
             vec![("authorization", " "), ("x-api-key", "sk-three")],
+            vec![("x-goog-api-key", "AIza-one")],
+            vec![("x-goog-api-key", "AIza-two")],
+            vec![("authorization", "Bearer"), ("x-goog-api-key", "AIza-one")],
         ] {
             let mut h = HeaderMap::new();
             for (n, v) in creds {
@@ -72,6 +75,18 @@ mod tests {
                 assert_eq!(&*memo.tenant(None, &h), session::tenant(&h));
             }
         }
+    }
+
+    #[test]
+    fn gemini_keys_are_distinct_tenants() {
+        let memo = TenantMemo::default();
+        let mut a = HeaderMap::new();
+        a.insert("x-goog-api-key", HeaderValue::from_static("AIza-one"));
+        let mut b = HeaderMap::new();
+        b.insert("x-goog-api-key", HeaderValue::from_static("AIza-two"));
+        assert_eq!(&*memo.tenant(None, &a), session::tenant(&a));
+        assert_eq!(&*memo.tenant(None, &b), session::tenant(&b));
+        assert_ne!(memo.tenant(None, &a), memo.tenant(None, &b));
     }
 
     #[test]
