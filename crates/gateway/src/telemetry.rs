@@ -248,10 +248,16 @@ mod tests {
         assert_eq!(route_label("/v1/chat/completions/x"), "other");
         let gemini = "/v1beta/models/{*rest}";
         assert_eq!(route_label("/v1beta/models/g-2:generateContent"), gemini);
-        assert_eq!(route_label("/v1beta/models/google/g-2:generateContent"), gemini);
+        assert_eq!(
+            route_label("/v1beta/models/google/g-2:generateContent"),
+            gemini
+        );
         assert_eq!(route_label("/v1beta/models/"), "other");
         assert_eq!(route_label("/v1/models"), "/v1/models");
-        assert_eq!(route_label("/v1/responses/compact"), "/v1/responses/compact");
+        assert_eq!(
+            route_label("/v1/responses/compact"),
+            "/v1/responses/compact"
+        );
     }
 }
 

@@ -108,7 +108,9 @@ targets = ["codex/gpt-5.5"]
     ));
     let router = gateway.router_with(ok);
     for route in super::ROUTES {
-        let path = route.replace("{session}", "s-1");
+        let path = route
+            .replace("{session}", "s-1")
+            .replace("{*rest}", "gemini-2.5-pro:generateContent");
         assert_eq!(crate::telemetry::route_label(&path), route);
         for method in ["GET", "POST", "DELETE"] {
             let req = Request::builder()
