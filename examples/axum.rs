@@ -45,7 +45,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 
 /// The relaying proxy as an axum router, and the handle on its background work.
 pub fn router(store: Arc<dyn HandoffStore>, accounts: Accounts) -> (Router, Background) {
-    let relay = ContextRelay::new(store).build();
+    let relay = ContextRelay::builder(store).build();
     let (client, rotate) = (accounts.client(), accounts.clone());
     let proxy = ServiceBuilder::new()
         // The combo service: every request of this example belongs to one combo.

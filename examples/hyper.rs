@@ -45,7 +45,7 @@ pub fn serve(
     impl std::future::Future<Output = std::io::Result<()>> + Send,
     Background,
 ) {
-    let relay = ContextRelay::new(store).build();
+    let relay = ContextRelay::builder(store).build();
     let (client, rotate) = (accounts.client(), accounts.clone());
     let proxy = ServiceBuilder::new()
         .map_request(|mut req: Request<Incoming>| {

@@ -58,7 +58,7 @@ impl Accounts {
     }
 
     fn index(account: Option<&ResolvedAccount>) -> Option<usize> {
-        account?.account.strip_prefix("acct-")?.parse().ok()
+        account?.account().strip_prefix("acct-")?.parse().ok()
     }
 
     /// Skips for a minute the account that answered 429 (InjectionLayer puts the account that

@@ -11,7 +11,7 @@
 //! use context_relay_core::ResolvedAccount;
 //!
 //! let a = ResolvedAccount::new("Codex", "acct-A");
-//! assert_eq!(&*a.provider, "codex");
+//! assert_eq!(&**a.provider(), "codex");
 //! assert_eq!(a, ResolvedAccount::new("codex", "acct-A"));
 //! assert_ne!(a, ResolvedAccount::new("codex", "acct-a"));
 //! assert_eq!(a.to_string(), "codex/acct-A");
@@ -22,17 +22,23 @@ use std::sync::Arc;
 
 /// A provider account: the provider's name (lower case) and the account id within it.
 ///
-/// Build it with [`ResolvedAccount::new`], which lower-cases the provider, so that two
-/// references to one account are always `==` and hash alike. The fields are public for
-/// reading; a value built by hand with an upper-case provider would not compare equal to
-/// one built by `new`.
+/// Built only with [`ResolvedAccount::new`], which lower-cases the provider, so that two
+/// references to one account are always `==` and hash alike; read it with
+/// [`provider`](Self::provider) and [`account`](Self::account).
+///
+/// A reference cannot be built field by field (that could keep an upper-case provider):
+///
+/// ```compile_fail
+/// use context_relay_core::ResolvedAccount;
+///
+/// let a = ResolvedAccount { provider: "Codex".into(), account: "acct-a".into() };
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ResolvedAccount {
-    /// Provider name, e.g. `codex`, `anthropic`: always lower case when built by
-    /// [`ResolvedAccount::new`].
-    pub provider: Arc<str>,
+    /// Provider name, e.g. `codex`, `anthropic`: always lower case.
+    provider: Arc<str>,
     /// Account id within the provider, as configured (case-sensitive).
-    pub account: Arc<str>,
+    account: Arc<str>,
 }
 
 impl ResolvedAccount {

@@ -73,7 +73,8 @@ pub struct RelayConfig {
     pub handoff_threshold: f64,
     /// Model for the summary call; empty = the request's model.
     pub handoff_model: String,
-    /// Providers (lower-case) whose accounts get handoffs; `"*"` = any; empty = none.
+    /// Providers (lower-case) whose accounts get handoffs; `"*"` = any (the default); empty =
+    /// none.
     pub handoff_providers: Vec<String>,
     /// Number of non-system entries summarised (`5..=100`).
     pub max_messages_for_summary: u32,
@@ -108,7 +109,7 @@ impl Default for RelayConfig {
         Self {
             handoff_threshold: DEFAULT_THRESHOLD,
             handoff_model: String::new(),
-            handoff_providers: vec!["codex".to_owned()],
+            handoff_providers: vec!["*".to_owned()],
             max_messages_for_summary: DEFAULT_MAX_MESSAGES,
             relay_mode: RelayMode::Standard,
             ttl: DEFAULT_TTL,
@@ -279,7 +280,9 @@ impl RelayConfig {
     ///
     /// ```
     /// use context_relay_core::config::RelayConfig;
-    /// let c = RelayConfig::default();
+    /// let mut c = RelayConfig::default(); // every provider
+    /// assert!(c.generates_for("anthropic"));
+    /// c.handoff_providers = vec!["codex".into()];
     /// assert!(c.generates_for("Codex"));
     /// assert!(!c.generates_for("anthropic"));
     /// ```
@@ -366,7 +369,8 @@ mod tests {
     fn defaults() {
         let c = RelayConfig::default();
         assert_eq!(c.handoff_threshold, 0.85);
-        assert_eq!(c.handoff_providers, vec!["codex"]);
+        assert_eq!(c.handoff_providers, vec!["*"]);
+        assert!(c.generates_for("anthropic") && c.generates_for("codex"));
         assert_eq!(c.max_messages_for_summary, 30);
         assert_eq!(c.ttl, Duration::from_secs(18_000));
         assert_eq!(c.refresh_after_messages, 20);
@@ -458,7 +462,7 @@ mod tests {
         assert_eq!(c.ttl, Duration::from_secs(60));
         assert_eq!(c.relay_mode, RelayMode::SchemaLocked);
         assert_eq!(c.max_messages_for_summary, 10);
-        assert_eq!(c.handoff_providers, vec!["codex"]);
+        assert_eq!(c.handoff_providers, vec!["*"]);
     }
 
     #[test]

@@ -224,8 +224,8 @@ impl HandoffRecord {
 
     /// Records `account` as the writer.
     pub fn set_from(&mut self, account: &ResolvedAccount) {
-        self.from_provider = account.provider.to_string();
-        self.from_account = account.account.to_string();
+        self.from_provider = account.provider().to_string();
+        self.from_account = account.account().to_string();
     }
 
     /// The slot the record is stored in (from its kind).

@@ -8,8 +8,8 @@ use context_relay_core::RelayConfig;
 /// A default [`RelayConfig`] plus per-combo configurations (already resolved over the
 /// default: see [`RelayConfig::resolve`]).
 ///
-/// [`RelayConfigs::default`] differs from `RelayConfig::default()` in one way: every provider
-/// gets handoffs (`handoff_providers = ["*"]`), so that a relay works for whatever provider it
+/// [`RelayConfigs::default`] uses `RelayConfig::default()` for every combo: every provider gets
+/// handoffs (`handoff_providers = ["*"]`), so that a relay works for whatever provider it
 /// fronts until it is told otherwise.
 ///
 /// ```
@@ -31,10 +31,7 @@ pub struct RelayConfigs {
 
 impl Default for RelayConfigs {
     fn default() -> Self {
-        Self::new(RelayConfig {
-            handoff_providers: vec!["*".to_owned()],
-            ..RelayConfig::default()
-        })
+        Self::new(RelayConfig::default())
     }
 }
 

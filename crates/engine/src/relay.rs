@@ -140,9 +140,46 @@ impl Relay {
 ///
 /// The builder holds the global parts (in-flight registry, cool-downs, bounds, background
 /// tracker) already: every relay built from it (or from its clones) shares them.
+///
+/// [`configs`](Self::configs) and [`config`](Self::config) set the base configuration; the
+/// one-field setters ([`threshold`](Self::threshold), [`providers`](Self::providers),
+/// [`ttl`](Self::ttl), …) change the default configuration over that base whatever the order
+/// of the calls. Per-combo configurations given with `configs` are complete and kept as they
+/// are.
+///
+/// ```
+/// use std::sync::Arc;
+/// use context_relay_core::RelayConfig;
+/// use context_relay_engine::{Relay, RelayConfigs};
+/// use context_relay_store::MemoryStore;
+///
+/// let configs = RelayConfigs::default().with_combo("strict", RelayConfig::default());
+/// let store = Arc::new(MemoryStore::new());
+/// let a = Relay::builder(store.clone()).threshold(0.7).configs(configs.clone()).build();
+/// let b = Relay::builder(store).configs(configs).threshold(0.7).build();
+/// for relay in [a, b] {
+///     assert_eq!(relay.configs().for_combo("any").handoff_threshold, 0.7);
+///     assert_eq!(relay.configs().for_combo("strict").handoff_threshold, 0.85);
+/// }
+/// ```
 #[derive(Clone, Debug)]
 pub struct RelayBuilder {
     shared: Shared,
+    /// The one-field setters, applied in order to the default configuration at build time.
+    edits: DefaultEdits,
+}
+
+/// One change to the default configuration.
+type DefaultEdit = Arc<dyn Fn(&mut RelayConfig) + Send + Sync>;
+
+/// Changes to the default configuration.
+#[derive(Clone, Default)]
+struct DefaultEdits(Vec<DefaultEdit>);
+
+impl std::fmt::Debug for DefaultEdits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} default edits", self.0.len())
+    }
 }
 
 impl RelayBuilder {
@@ -166,14 +203,28 @@ impl RelayBuilder {
                 settings: Arc::default(),
                 dropped: Arc::default(),
             },
+            edits: DefaultEdits::default(),
         }
     }
 
     /// The relay.
     pub fn build(&self) -> Relay {
-        Relay {
-            shared: Arc::new(self.shared.clone()),
+        let mut shared = self.shared.clone();
+        if !self.edits.0.is_empty() {
+            let default = shared.configs.default_mut();
+            for edit in &self.edits.0 {
+                edit(default);
+            }
         }
+        Relay {
+            shared: Arc::new(shared),
+        }
+    }
+
+    /// Changes the default configuration at build time, over whatever base is set.
+    fn edit(mut self, edit: impl Fn(&mut RelayConfig) + Send + Sync + 'static) -> Self {
+        self.edits.0.push(Arc::new(edit));
+        self
     }
 
     /// The store.
@@ -186,13 +237,13 @@ impl RelayBuilder {
         self.shared.background.clone()
     }
 
-    /// Uses `configs` (default plus per-combo configurations).
+    /// Uses `configs` (default plus per-combo configurations) as the base.
     pub fn configs(mut self, configs: RelayConfigs) -> Self {
         self.shared.configs = configs;
         self
     }
 
-    /// Uses `config` as the default configuration.
+    /// Uses `config` as the base default configuration.
     pub fn config(mut self, config: RelayConfig) -> Self {
         *self.shared.configs.default_mut() = config;
         self
@@ -200,58 +251,52 @@ impl RelayBuilder {
 
     /// Sets the default handoff threshold; invalid values (not finite, ≤ 0, ≥ 0.95) keep the
     /// default 0.85 with a warning.
-    pub fn threshold(mut self, threshold: f64) -> Self {
+    pub fn threshold(self, threshold: f64) -> Self {
         let mut warnings = Vec::new();
         let t = context_relay_core::config::validate_threshold(threshold, &mut warnings);
         for w in warnings {
             tracing::warn!(%w, "invalid relay configuration");
         }
-        self.shared.configs.default_mut().handoff_threshold = t;
-        self
+        self.edit(move |c| c.handoff_threshold = t)
     }
 
     /// Sets the default providers whose accounts get handoffs (`"*"` = any, the default;
     /// empty = none).
-    pub fn providers<I, P>(mut self, providers: I) -> Self
+    pub fn providers<I, P>(self, providers: I) -> Self
     where
         I: IntoIterator<Item = P>,
         P: Into<String>,
     {
         let list: Vec<String> = providers.into_iter().map(Into::into).collect();
-        self.shared.configs.default_mut().handoff_providers =
-            context_relay_core::config::normalize_providers(&list);
-        self
+        let providers = context_relay_core::config::normalize_providers(&list);
+        self.edit(move |c| c.handoff_providers.clone_from(&providers))
     }
 
     /// Sets the default handoff time to live.
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.shared.configs.default_mut().ttl = ttl;
-        self
+    pub fn ttl(self, ttl: Duration) -> Self {
+        self.edit(move |c| c.ttl = ttl)
     }
 
     /// Sets the default bound on one summary call.
-    pub fn summary_timeout(mut self, timeout: Duration) -> Self {
-        self.shared.configs.default_mut().summary_timeout = timeout;
-        self
+    pub fn summary_timeout(self, timeout: Duration) -> Self {
+        self.edit(move |c| c.summary_timeout = timeout)
     }
 
     /// Sets the default selection mode.
-    pub fn relay_mode(mut self, mode: RelayMode) -> Self {
-        self.shared.configs.default_mut().relay_mode = mode;
-        self
+    pub fn relay_mode(self, mode: RelayMode) -> Self {
+        self.edit(move |c| c.relay_mode = mode)
     }
 
     /// Where the handoff goes in Responses API requests, by default.
-    pub fn responses_slot(mut self, slot: InjectionSlot) -> Self {
-        self.shared.configs.default_mut().injection_slot_responses = slot;
-        self
+    pub fn responses_slot(self, slot: InjectionSlot) -> Self {
+        self.edit(move |c| c.injection_slot_responses = slot)
     }
 
     /// Largest request body read for a rewrite or kept for a summary, by default; larger ones
     /// pass through.
-    pub fn max_body_bytes(mut self, max: usize) -> Self {
-        self.shared.configs.default_mut().max_body_bytes = max.max(1);
-        self
+    pub fn max_body_bytes(self, max: usize) -> Self {
+        let max = max.max(1);
+        self.edit(move |c| c.max_body_bytes = max)
     }
 
     /// Bounds concurrent summary generations (at least 1).

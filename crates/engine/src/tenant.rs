@@ -3,29 +3,24 @@
 //! reference count, no allocation.
 
 use std::collections::{HashMap, HashSet};
-use std::hash::BuildHasher;
 use std::sync::{Arc, RwLock};
 
 use context_relay_core::session::{self, SessionSources};
-use http::{HeaderMap, HeaderValue, header};
+use http::HeaderMap;
 
 use crate::extensions::{SessionId, Tenant};
 
 /// Distinct credentials (or sessions) remembered before a memo starts over.
 const MAX_ENTRIES: usize = 4096;
 
-type Credentials = (Option<HeaderValue>, Option<HeaderValue>);
-
-// foldhash: SipHash's DoS resistance buys nothing here (the maps are bounded and cleared)
-// and costs more than the rest of the look-up.
-type Hasher = foldhash::fast::RandomState;
-
-/// Memoised [`session::tenant`], shared by every request of a relay.
+/// Memoised [`session::tenant`], shared by every request of a relay. It is keyed on
+/// [`session::credential`], exactly what the derivation reads, so two requests share a memo
+/// entry only when they would derive the same tenant.
 #[derive(Debug, Default)]
 pub(crate) struct TenantMemo {
-    hasher: Hasher,
-    /// By the hash of the credential headers; the headers themselves are compared on a hit.
-    map: RwLock<HashMap<u64, (Credentials, Arc<str>), Hasher>>,
+    // foldhash: SipHash's DoS resistance buys nothing here (the map is bounded and cleared)
+    // and costs more than the rest of the look-up.
+    map: RwLock<HashMap<Box<[u8]>, Arc<str>, foldhash::fast::RandomState>>,
 }
 
 impl TenantMemo {
@@ -34,16 +29,10 @@ impl TenantMemo {
         if let Some(t) = given {
             return t.0.clone();
         }
-        let auth = headers.get(header::AUTHORIZATION);
-        let key = headers.get("x-api-key");
-        let hash = self.hasher.hash_one((
-            auth.map(HeaderValue::as_bytes),
-            key.map(HeaderValue::as_bytes),
-        ));
+        // Never empty when present: the empty key stands for "no credential" (anonymous).
+        let key = session::credential(headers).unwrap_or_default();
         if let Ok(map) = self.map.read()
-            && let Some(((a, k), t)) = map.get(&hash)
-            && a.as_ref() == auth
-            && k.as_ref() == key
+            && let Some(t) = map.get(key)
         {
             return t.clone();
         }
@@ -54,7 +43,7 @@ impl TenantMemo {
             if map.len() >= MAX_ENTRIES {
                 map.clear();
             }
-            map.insert(hash, ((auth.cloned(), key.cloned()), tenant.clone()));
+            map.insert(Box::from(key), tenant.clone());
         }
         tenant
     }
@@ -64,7 +53,7 @@ impl TenantMemo {
 /// `Arc<str>` shared by every request of the session.
 #[derive(Debug, Default)]
 pub(crate) struct SessionMemo {
-    set: RwLock<HashSet<Arc<str>, Hasher>>,
+    set: RwLock<HashSet<Arc<str>, foldhash::fast::RandomState>>,
 }
 
 impl SessionMemo {
@@ -108,6 +97,8 @@ impl SessionMemo {
 
 #[cfg(test)]
 mod tests {
+    use http::HeaderValue;
+
     use super::*;
 
     #[test]
@@ -119,6 +110,9 @@ mod tests {
             vec![("authorization", "Bearer sk-two")],
             vec![],
             vec![("authorization", " "), ("x-api-key", "sk-three")],
+            vec![("x-goog-api-key", "AIza-one")],
+            vec![("x-goog-api-key", "AIza-two")],
+            vec![("authorization", "Bearer"), ("x-goog-api-key", "AIza-one")],
         ] {
             let mut h = HeaderMap::new();
             for (n, v) in creds {
@@ -128,6 +122,18 @@ mod tests {
                 assert_eq!(&*memo.tenant(None, &h), session::tenant(&h));
             }
         }
+    }
+
+    #[test]
+    fn gemini_keys_are_distinct_tenants() {
+        let memo = TenantMemo::default();
+        let mut a = HeaderMap::new();
+        a.insert("x-goog-api-key", HeaderValue::from_static("AIza-one"));
+        let mut b = HeaderMap::new();
+        b.insert("x-goog-api-key", HeaderValue::from_static("AIza-two"));
+        assert_eq!(&*memo.tenant(None, &a), session::tenant(&a));
+        assert_eq!(&*memo.tenant(None, &b), session::tenant(&b));
+        assert_ne!(memo.tenant(None, &a), memo.tenant(None, &b));
     }
 
     #[test]

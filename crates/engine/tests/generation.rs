@@ -164,3 +164,27 @@ async fn a_reply_that_failed_starts_nothing() {
     f.relay.background().idle().await;
     assert_eq!(f.calls.load(Ordering::SeqCst), 0);
 }
+
+#[tokio::test]
+async fn a_gemini_key_client_gets_its_handoff_under_its_own_tenant() {
+    let mut f = Fixture::new(|b| b);
+    f.headers.remove("authorization");
+    f.headers
+        .insert("x-goog-api-key", "AIza-client".parse().unwrap());
+    f.turn("acct-a", "88", StatusCode::OK).await;
+    assert_eq!(f.calls.load(Ordering::SeqCst), 1);
+    let request = f.seen.lock().unwrap().take().expect("summary request");
+    let anon = HandoffKey::new("anonymous", "s1", "codex-relay");
+    assert!(
+        f.store.get(&anon).await.unwrap().is_none(),
+        "stored under the anonymous tenant"
+    );
+    assert!(
+        f.store.get(&f.key()).await.unwrap().is_some(),
+        "not under the client's tenant"
+    );
+    assert!(
+        request.headers.contains_key("x-goog-api-key"),
+        "summary request lost the client's key"
+    );
+}

@@ -172,7 +172,7 @@ async fn a_switch_injects_the_handoff_and_a_completed_response_consumes_it() {
 
     // The response head is labelled; a 2xx waits for its body.
     let (mut parts, ()) = http::Response::new(()).into_parts();
-    let ticket = ticket.label(&mut parts).expect("waits for the body");
+    let ticket = ticket.label(&mut parts).await.expect("waits for the body");
     assert_eq!(parts.headers[RELAY_HEADER], "injected");
     assert_eq!(parts.extensions.get::<ResolvedAccount>(), Some(&b()));
 
@@ -216,7 +216,7 @@ async fn an_error_status_gives_the_handoff_back_at_once() {
     // A ticket given back records nothing.
     let (mut parts, ()) = http::Response::new(()).into_parts();
     parts.status = StatusCode::TOO_MANY_REQUESTS;
-    assert!(ticket.label(&mut parts).is_none());
+    assert!(ticket.label(&mut parts).await.is_none());
 }
 
 #[tokio::test]
@@ -317,4 +317,61 @@ async fn a_rejection_of_account_bound_state_gives_the_body_to_send_again() {
         .await;
     assert_eq!(decided.body, Bytes::from_static(br#"{"input":[]}"#));
     assert!(decided.ticket.unwrap().action().scrubbed);
+}
+
+#[tokio::test]
+async fn label_on_an_error_status_gives_the_handoff_back_before_the_retry() {
+    let f = Fixture::new();
+    f.handoff_from_a().await;
+    // Sent to acct-b: a switch, the handoff is claimed and injected.
+    let Inject::ReadBody(d) = f.inject("/v1/chat/completions", &b()) else {
+        panic!()
+    };
+    let mut h = f.headers.clone();
+    let decided = d.decide(&mut h, Bytes::from_static(CHAT.as_bytes())).await;
+    let ticket = decided.ticket.unwrap();
+    assert!(ticket.carries_handoff());
+    // acct-b answers 429; the adapter labels the head as `label` documents, and retries at once.
+    let (mut parts, ()) = http::Response::builder()
+        .status(429)
+        .body(())
+        .unwrap()
+        .into_parts();
+    assert!(ticket.label(&mut parts).await.is_none());
+    let c = ResolvedAccount::new("codex", "acct-c");
+    let Inject::ReadBody(d) = f.inject("/v1/chat/completions", &c) else {
+        panic!()
+    };
+    let mut h = f.headers.clone();
+    let decided = d.decide(&mut h, Bytes::from_static(CHAT.as_bytes())).await;
+    assert!(
+        decided.ticket.unwrap().carries_handoff(),
+        "the retry on acct-c found the handoff still leased"
+    );
+}
+
+#[tokio::test]
+async fn try_label_refuses_an_error_status_with_a_claim() {
+    let f = Fixture::new();
+    f.handoff_from_a().await;
+    let Inject::ReadBody(d) = f.inject("/v1/chat/completions", &b()) else {
+        panic!()
+    };
+    let mut h = f.headers.clone();
+    let decided = d.decide(&mut h, Bytes::from_static(CHAT.as_bytes())).await;
+    let ticket = decided.ticket.unwrap();
+    let (mut parts, ()) = http::Response::builder()
+        .status(429)
+        .body(())
+        .unwrap()
+        .into_parts();
+    let ticket = ticket
+        .try_label(&mut parts)
+        .expect_err("must be released first");
+    assert!(parts.headers.get(RELAY_HEADER).is_none(), "head untouched");
+    assert!(ticket.carries_handoff());
+    // A 2xx needs no release: labelled at once.
+    let (mut parts, ()) = http::Response::new(()).into_parts();
+    assert!(ticket.try_label(&mut parts).expect("no release").is_some());
+    assert_eq!(parts.headers[RELAY_HEADER], "injected");
 }

@@ -59,6 +59,13 @@ struct Admin {
 
 /// The admin routes over `store`, guarded by `token`. `background` (absent when the relay is
 /// off) is what `settle=true` waits for.
+/// `GET /admin/handoffs`.
+pub(crate) const HANDOFFS: &str = "/admin/handoffs";
+/// `DELETE /admin/handoffs/{session}`.
+pub(crate) const HANDOFF: &str = "/admin/handoffs/{session}";
+/// `GET /admin/accounts`.
+pub(crate) const ACCOUNTS: &str = "/admin/accounts";
+
 pub(crate) fn routes(
     store: Arc<dyn HandoffStore>,
     token: &str,
@@ -72,9 +79,9 @@ pub(crate) fn routes(
         background,
     };
     Router::new()
-        .route("/admin/handoffs", get(list))
-        .route("/admin/handoffs/{session}", axum::routing::delete(remove))
-        .route("/admin/accounts", get(accounts))
+        .route(HANDOFFS, get(list))
+        .route(HANDOFF, axum::routing::delete(remove))
+        .route(ACCOUNTS, get(accounts))
         .with_state(state)
 }
 

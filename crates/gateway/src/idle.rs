@@ -33,7 +33,7 @@ pin_project_lite::pin_project! {
 
 impl<B> IdleTimeoutBody<B> {
     /// `inner`, failing after `idle` without a frame.
-    pub fn new(inner: B, idle: Duration) -> Self {
+    pub(crate) fn new(inner: B, idle: Duration) -> Self {
         Self {
             inner,
             sleep: sleep(idle),

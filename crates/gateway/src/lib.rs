@@ -28,8 +28,7 @@
 //!
 //! The embedding API is [`Gateway`] (built from a [`config::Config`]), what it returns
 //! ([`RunningGateway`], [`GatewayError`], [`HttpService`], [`RelayBackground`]) and
-//! [`prometheus_builder`] for its `/metrics` page. [`Upstream`] is the gateway's HTTP client
-//! to providers (TLS, HTTP/2, timeouts), usable on its own behind the relay layers.
+//! [`prometheus_builder`] for its `/metrics` page.
 //!
 #![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
@@ -66,4 +65,4 @@ pub use relay::RelayBackground;
 pub use server::{BACKGROUND_GRACE, HttpService, RunningGateway};
 pub use store::StoreOpenError;
 pub use telemetry::prometheus_builder;
-pub use upstream::{Upstream, UpstreamEndpoint, UpstreamError, UpstreamLimits};
+pub use upstream::UpstreamError;

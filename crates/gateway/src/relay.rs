@@ -44,7 +44,7 @@ impl RelayLayers {
         P: Into<Arc<str>>,
     {
         Self::from_builder(
-            ContextRelay::new(store)
+            ContextRelay::builder(store)
                 .configs(configs)
                 .stream_summaries_for(stream_summaries_for)
                 .quota_source(resolver_signal_only),
@@ -85,10 +85,7 @@ impl RelayLayers {
 
     /// The handle on both layers' background work (one tracker, shared by both).
     pub(crate) fn background(&self) -> RelayBackground {
-        RelayBackground {
-            generation: self.background.clone(),
-            injection: self.background.clone(),
-        }
+        RelayBackground(self.background.clone())
     }
 }
 
@@ -99,43 +96,29 @@ fn resolver_signal_only(_: StatusCode, _: &HeaderMap, _: SystemTime) -> Option<Q
 }
 
 /// The background work of both relay layers: summaries being generated and stored, claimed
-/// handoffs being completed or released, affinities being written.
+/// handoffs being completed or released, affinities being written. Both layers share one
+/// tracker.
 ///
 /// Tests and examples wait for it with [`idle`](Self::idle) instead of sleeping; the gateway
 /// waits for it (bounded) on shutdown.
 #[derive(Debug, Clone, Default)]
-pub struct RelayBackground {
-    generation: Background,
-    injection: Background,
-}
+pub struct RelayBackground(Background);
 
 impl RelayBackground {
-    /// The tracker of GenerationLayer (summaries).
-    pub fn generation(&self) -> &Background {
-        &self.generation
+    /// The tracker both layers spawn their work on.
+    pub fn tracker(&self) -> &Background {
+        &self.0
     }
 
-    /// The tracker of InjectionLayer (claim completion and release, affinity writes).
-    pub fn injection(&self) -> &Background {
-        &self.injection
-    }
-
-    /// Tasks still running in either layer.
+    /// Tasks still running.
     pub fn in_flight(&self) -> usize {
-        self.generation.in_flight() + self.injection.in_flight()
+        self.0.in_flight()
     }
 
-    /// Waits until neither layer has background work running.
+    /// Waits until no background work is running (work started meanwhile, such as a summary
+    /// call passing through the stack, is waited for too).
     pub async fn idle(&self) {
-        // One layer's work can start the other's (a summary call passes through the stack),
-        // so wait until both are idle at the same time.
-        loop {
-            self.generation.idle().await;
-            self.injection.idle().await;
-            if self.in_flight() == 0 {
-                return;
-            }
-        }
+        self.0.idle().await;
     }
 
     /// [`idle`](Self::idle), giving up after `limit`; `true` when it became idle.
@@ -149,13 +132,15 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn idle_waits_for_both_layers() {
-        let bg = RelayBackground::default();
+    async fn one_task_is_counted_once_and_waited_for() {
+        let store: Arc<dyn HandoffStore> = Arc::new(context_relay_store::MemoryStore::new());
+        let layers = RelayLayers::new(store, RelayConfigs::default(), Vec::<String>::new());
+        let bg = layers.background();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let injection = bg.injection().clone();
-        bg.generation().spawn(async move {
-            // Work of one layer that starts work in the other before it ends.
-            injection.spawn(async move {
+        let inner = bg.tracker().clone();
+        bg.tracker().spawn(async move {
+            // Work that starts more work before it ends.
+            inner.spawn(async move {
                 let _ = rx.await;
             });
         });
@@ -164,8 +149,9 @@ mod tests {
             async move { bg.idle().await }
         });
         tokio::task::yield_now().await;
+        assert_eq!(bg.in_flight(), 1, "one task, counted once");
         assert!(!bg.idle_within(Duration::from_millis(1)).await);
-        tx.send(()).expect("the injection task waits");
+        tx.send(()).expect("the inner task waits");
         waiter.await.expect("idle returns");
         assert_eq!(bg.in_flight(), 0);
     }

@@ -42,6 +42,42 @@ use crate::relay::RelayLayers;
 use crate::server::HttpService;
 use crate::telemetry::{RequestMetricsLayer, access_log, access_span};
 
+/// `GET`/`HEAD /`.
+const ROOT: &str = "/";
+const HEALTHZ: &str = "/healthz";
+const READYZ: &str = "/readyz";
+const METRICS: &str = "/metrics";
+const MODELS: &str = "/v1/models";
+const CHAT: &str = "/v1/chat/completions";
+const RESPONSES: &str = "/v1/responses";
+const MESSAGES: &str = "/v1/messages";
+const COUNT_TOKENS: &str = "/v1/messages/count_tokens";
+const COMPACT: &str = "/v1/responses/compact";
+/// Gemini `…/{model}:generateContent` and `:streamGenerateContent` (the model may hold a `/`).
+const GEMINI: &str = "/v1/models/{*rest}";
+const GEMINI_BETA: &str = "/v1beta/models/{*rest}";
+
+/// Every route the gateway serves, as the router is given them (`{…}`: one path segment,
+/// `{*…}`: the rest of the path); the `route` label of the request metrics is one of these or
+/// `other`.
+pub(crate) const ROUTES: [&str; 15] = [
+    ROOT,
+    HEALTHZ,
+    READYZ,
+    METRICS,
+    MODELS,
+    CHAT,
+    RESPONSES,
+    MESSAGES,
+    COUNT_TOKENS,
+    COMPACT,
+    GEMINI,
+    GEMINI_BETA,
+    crate::admin::HANDOFFS,
+    crate::admin::ACCOUNTS,
+    crate::admin::HANDOFF,
+];
+
 impl Gateway {
     /// The HTTP routes, with the proxy stack mounted on the API paths.
     pub fn router(&self) -> Router {
@@ -93,15 +129,15 @@ impl Gateway {
         let readiness = self.readiness.clone();
         let router = Router::new()
             .route(
-                "/",
+                ROOT,
                 get(|| async { text(StatusCode::OK, "context-relay-gateway\n") }),
             )
             .route(
-                "/healthz",
+                HEALTHZ,
                 get(|| async { json(StatusCode::OK, Bytes::from_static(b"{\"status\":\"ok\"}")) }),
             )
             .route(
-                "/readyz",
+                READYZ,
                 get(move || {
                     let readiness = readiness.clone();
                     async move {
@@ -121,7 +157,7 @@ impl Gateway {
                 }),
             )
             .route(
-                "/metrics",
+                METRICS,
                 get(move || {
                     let metrics = metrics.clone();
                     async move {
@@ -139,25 +175,19 @@ impl Gateway {
                 }),
             )
             .route(
-                "/v1/models",
+                MODELS,
                 get(move || {
                     let models = models.clone();
                     async move { json(StatusCode::OK, models) }
                 }),
             )
-            .route("/v1/chat/completions", post_service(proxy.clone()))
-            .route("/v1/responses", post_service(proxy.clone()))
-            .route("/v1/messages", post_service(proxy.clone()))
-            .route("/v1/messages/count_tokens", post_service(proxy.clone()))
-            .route("/v1/responses/compact", post_service(proxy.clone()))
-            .route(
-                "/v1/models/{*rest}",
-                post_service(gemini::service(proxy.clone())),
-            )
-            .route(
-                "/v1beta/models/{*rest}",
-                post_service(gemini::service(proxy)),
-            );
+            .route(CHAT, post_service(proxy.clone()))
+            .route(RESPONSES, post_service(proxy.clone()))
+            .route(MESSAGES, post_service(proxy.clone()))
+            .route(COUNT_TOKENS, post_service(proxy.clone()))
+            .route(COMPACT, post_service(proxy.clone()))
+            .route(GEMINI, post_service(gemini::service(proxy.clone())))
+            .route(GEMINI_BETA, post_service(gemini::service(proxy)));
         let router = match &self.config.admin_token {
             Some(token) => router.merge(crate::admin::routes(
                 self.store.clone(),

@@ -37,6 +37,8 @@ use tower_layer::Layer;
 use tower_service::Service;
 use tracing::Span;
 
+use crate::routes::ROUTES;
+
 /// Buckets of `context_relay_gateway_request_seconds`: from a cached `/healthz` to a long
 /// reasoning turn.
 pub(crate) const REQUEST_BUCKETS: [f64; 14] = [
@@ -46,22 +48,6 @@ pub(crate) const REQUEST_BUCKETS: [f64; 14] = [
 /// milliseconds to minutes before the first token.
 pub(crate) const FIRST_BYTE_BUCKETS: [f64; 13] = [
     0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0, 300.0,
-];
-
-/// The routes named in the `route` label.
-const ROUTES: [&str; 12] = [
-    "/",
-    "/healthz",
-    "/readyz",
-    "/metrics",
-    "/v1/models",
-    "/v1/chat/completions",
-    "/v1/responses",
-    "/v1/messages",
-    "/v1/messages/count_tokens",
-    "/admin/handoffs",
-    "/admin/accounts",
-    "/admin/handoffs/{session}",
 ];
 
 /// A Prometheus builder with the gateway's histogram buckets; install it with
@@ -82,14 +68,31 @@ pub fn prometheus_builder() -> PrometheusBuilder {
         .unwrap_or_else(|_| PrometheusBuilder::new())
 }
 
-/// The `route` label of `path`.
+/// The `route` label of `path`: the route of [`ROUTES`] it matches, or `other`.
 pub(crate) fn route_label(path: &str) -> &'static str {
-    if let Some(r) = ROUTES.iter().find(|r| **r == path) {
-        return r;
-    }
-    match path.strip_prefix("/admin/handoffs/") {
-        Some(rest) if !rest.is_empty() && !rest.contains('/') => "/admin/handoffs/{session}",
-        _ => "other",
+    ROUTES
+        .iter()
+        .find(|r| matches_route(r, path))
+        .map_or("other", |r| r)
+}
+
+/// Whether `path` matches the route `template`, where a `{…}` segment is one non-empty path
+/// segment and a final `{*…}` segment is the non-empty rest of the path.
+fn matches_route(template: &str, path: &str) -> bool {
+    let mut t = template.split('/');
+    let mut p = path.split('/');
+    loop {
+        match (t.next(), p.next()) {
+            (None, None) => return true,
+            (Some(t), Some(p)) if t.starts_with("{*") => return !p.is_empty(),
+            (Some(t), Some(p)) if t.starts_with('{') && t.ends_with('}') => {
+                if p.is_empty() {
+                    return false;
+                }
+            }
+            (Some(t), Some(p)) if t == p => {}
+            _ => return false,
+        }
     }
 }
 
@@ -310,8 +313,8 @@ pub(crate) fn access_log<B>(res: &Response<B>, latency: Duration, span: &Span) {
         span.record("combo", &*c.0);
     }
     if let Some(r) = ext.get::<ResolvedAccount>() {
-        span.record("provider", &*r.provider);
-        span.record("account", &*r.account);
+        span.record("provider", &**r.provider());
+        span.record("account", &**r.account());
     }
     // What the relay did (`injected`, `scrubbed`, `repaired`, comma-joined), or `none`.
     let handoff = res
@@ -341,6 +344,18 @@ mod tests {
         assert_eq!(route_label("/admin/handoffs/a/b"), "other");
         assert_eq!(route_label("/admin/handoffs/"), "other");
         assert_eq!(route_label("/v1/chat/completions/x"), "other");
+        let gemini = "/v1beta/models/{*rest}";
+        assert_eq!(route_label("/v1beta/models/g-2:generateContent"), gemini);
+        assert_eq!(
+            route_label("/v1beta/models/google/g-2:generateContent"),
+            gemini
+        );
+        assert_eq!(route_label("/v1beta/models/"), "other");
+        assert_eq!(route_label("/v1/models"), "/v1/models");
+        assert_eq!(
+            route_label("/v1/responses/compact"),
+            "/v1/responses/compact"
+        );
     }
 }
 

@@ -50,11 +50,11 @@ use crate::telemetry::HistogramsBy;
 /// Request extension set by the account resolver: where the request goes and with which
 /// credential.
 #[derive(Clone)]
-pub struct UpstreamEndpoint {
+pub(crate) struct UpstreamEndpoint {
     /// Provider base URL without a trailing `/` (the client path after `/v1` is appended).
-    pub base_url: Arc<str>,
+    pub(crate) base_url: Arc<str>,
     /// The header carrying the account's credential.
-    pub credential: Option<(HeaderName, HeaderValue)>,
+    pub(crate) credential: Option<(HeaderName, HeaderValue)>,
 }
 
 impl std::fmt::Debug for UpstreamEndpoint {
@@ -78,13 +78,13 @@ type OutBody = UnsyncBoxBody<Bytes, BoxError>;
 
 /// The time bounds of upstream calls (`[limits]` `upstream_*_timeout_secs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UpstreamLimits {
+pub(crate) struct UpstreamLimits {
     /// Connecting (TCP) to the provider (10 s).
-    pub connect: Duration,
+    pub(crate) connect: Duration,
     /// From sending the request to the response head (600 s).
-    pub head: Duration,
+    pub(crate) head: Duration,
     /// Between two chunks of the response body (300 s).
-    pub idle: Duration,
+    pub(crate) idle: Duration,
 }
 
 impl Default for UpstreamLimits {
@@ -102,7 +102,7 @@ impl Default for UpstreamLimits {
 /// own credentials and hop-by-hop headers removed), streams both bodies, and answers a 502 or
 /// 504 in the client's error shape when the provider cannot be reached or is too slow.
 #[derive(Clone, Debug)]
-pub struct Upstream {
+pub(crate) struct Upstream {
     client: Client<HttpsConnector<HttpConnector>, OutBody>,
     limits: UpstreamLimits,
     first_byte: Arc<HistogramsBy>,
@@ -143,13 +143,8 @@ const HOP_BY_HOP: [&str; 9] = [
 ];
 
 impl Upstream {
-    /// A pooled client for http and https upstreams, with the default [`UpstreamLimits`].
-    pub fn new() -> Result<Self, UpstreamError> {
-        Self::with_limits(UpstreamLimits::default())
-    }
-
     /// A pooled client for http and https upstreams bounded by `limits`.
-    pub fn with_limits(limits: UpstreamLimits) -> Result<Self, UpstreamError> {
+    pub(crate) fn with_limits(limits: UpstreamLimits) -> Result<Self, UpstreamError> {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_nodelay(true);
@@ -283,7 +278,7 @@ where
             let provider: Arc<str> = parts
                 .extensions
                 .get::<ResolvedAccount>()
-                .map_or_else(|| Arc::from("-"), |r| r.provider.clone());
+                .map_or_else(|| Arc::from("-"), |r| r.provider().clone());
             let out = Request::from_parts(parts, body.map_err(Into::into).boxed_unsync());
             let started = std::time::Instant::now();
             let sent = tokio::time::timeout(limits.head, client.request(out)).await;

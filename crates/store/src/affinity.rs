@@ -41,8 +41,8 @@ pub(crate) struct Stored {
 impl Stored {
     pub(crate) fn new(a: &Affinity, written_at: u64) -> Self {
         Self {
-            provider: a.account().provider.to_string(),
-            account: a.account().account.to_string(),
+            provider: a.account().provider().to_string(),
+            account: a.account().account().to_string(),
             written_at,
             foreign: (*a.foreign).clone(),
             foreign_until: to_unix_millis(a.foreign_expires_at),
@@ -233,10 +233,10 @@ impl AffinityMap {
 
 /// Interns provider and account names: affinities repeat a handful of them millions of times.
 pub(crate) fn intern(a: Affinity) -> Affinity {
-    let account = ResolvedAccount {
-        provider: Arc::from(&*a.account().provider),
-        account: Arc::from(&*a.account().account),
-    };
+    let account = ResolvedAccount::new(
+        Arc::<str>::from(&**a.account().provider()),
+        Arc::<str>::from(&**a.account().account()),
+    );
     Affinity { account, ..a }
 }
 

@@ -82,7 +82,7 @@ async fn replicas_share_records_claims_and_generation_leases() {
         .unwrap();
     assert_eq!(stores[3].cached_affinity(&k), None);
     let seen = stores[3].affinity(&k).await.unwrap().unwrap();
-    assert_eq!(&*seen.account().account, "bob");
+    assert_eq!(&**seen.account().account(), "bob");
     // A replica never decides on its cached view: after another replica moved the session,
     // the first one sees the move at once.
     stores[3]
@@ -91,7 +91,7 @@ async fn replicas_share_records_claims_and_generation_leases() {
         .unwrap();
     assert_eq!(stores[0].cached_affinity(&k), None);
     let seen = stores[0].affinity(&k).await.unwrap().unwrap();
-    assert_eq!(&*seen.account().account, "carol");
+    assert_eq!(&**seen.account().account(), "carol");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

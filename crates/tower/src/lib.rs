@@ -61,7 +61,7 @@
 //!     }
 //! });
 //!
-//! let relay = ContextRelay::new(Arc::new(MemoryStore::new())).build();
+//! let relay = ContextRelay::builder(Arc::new(MemoryStore::new())).build();
 //! let svc = ServiceBuilder::new()
 //!     // The combo service.
 //!     .map_request(|mut req: Request<Full<Bytes>>| {

@@ -21,7 +21,7 @@ use crate::{GenerationLayer, InjectionLayer};
 /// use context_relay_store::MemoryStore;
 /// use context_relay_tower::ContextRelay;
 ///
-/// let relay = ContextRelay::new(Arc::new(MemoryStore::new())).threshold(0.8).build();
+/// let relay = ContextRelay::builder(Arc::new(MemoryStore::new())).threshold(0.8).build();
 /// let (generation, injection) = (relay.generation_layer(), relay.injection_layer());
 /// assert!(generation.is_enabled() && injection.is_enabled());
 ///
@@ -42,8 +42,7 @@ pub struct ContextRelay {
 impl ContextRelay {
     /// Starts the configuration of a relay over `store` (every provider gets handoffs,
     /// threshold 85 %); finish with [`build`](ContextRelayBuilder::build).
-    #[allow(clippy::new_ret_no_self)]
-    pub fn new(store: Arc<dyn HandoffStore>) -> ContextRelayBuilder {
+    pub fn builder(store: Arc<dyn HandoffStore>) -> ContextRelayBuilder {
         ContextRelayBuilder {
             builder: RelayBuilder::new(store),
         }

@@ -104,7 +104,7 @@ async fn disabled_passes_a_switch_through_with_the_same_service_type() {
                 echo::<RequestBody<RequestBody<Full<Bytes>>>>,
             ))
     };
-    let on = ContextRelay::new(store.clone()).build();
+    let on = ContextRelay::builder(store.clone()).build();
     let off = ContextRelay::disabled();
     // One type for both: an application switches the relay off by configuration.
     let mut services = [stack(&off), stack(&on)];

@@ -262,3 +262,58 @@ async fn the_double_rejects_state_the_serving_account_did_not_mint() {
     let statuses: Vec<_> = provider.received().iter().map(|r| r.status).collect();
     assert_eq!(statuses, [ok, bad, bad, bad, bad, ok, bad]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn keepalives_before_output_do_not_hold_the_head_forever() {
+    use std::convert::Infallible;
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use context_relay_store::MemoryStore;
+    use context_relay_tower::{ComboName, InjectionLayer, ResolvedAccount};
+    use http::{Request, Response};
+    use http_body_util::StreamBody;
+    use tower::ServiceBuilder;
+
+    let upstream = tower::service_fn(move |req: Request<_>| async move {
+        let _ = http_body_util::BodyExt::collect(req.into_body()).await;
+        let opening = Bytes::from_static(
+            b"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"r\"}}\n\n",
+        );
+        // A keep-alive comment every 9 s (a proxy in front of a model that thinks for minutes).
+        let pings = futures_util::stream::unfold(0u32, |n| async move {
+            tokio::time::sleep(Duration::from_secs(9)).await;
+            Some((
+                Ok::<_, Infallible>(http_body::Frame::data(Bytes::from_static(b": ping\n\n"))),
+                n + 1,
+            ))
+        });
+        let frames =
+            futures_util::stream::iter([Ok::<_, Infallible>(http_body::Frame::data(opening))])
+                .chain(pings);
+        let mut res = Response::new(StreamBody::new(frames));
+        res.headers_mut()
+            .insert("content-type", "text/event-stream".parse().unwrap());
+        Ok::<_, Infallible>(res)
+    });
+    let svc = ServiceBuilder::new()
+        .layer(InjectionLayer::new(Arc::new(MemoryStore::new())))
+        .service(upstream);
+    let body = json!({"stream": true, "input": [
+        {"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":bound::enc("acct-x", 1)}]});
+    let mut req = Request::post("/v1/responses")
+        .header("session-id", "pings")
+        .body(http_body_util::Full::new(Bytes::from(body.to_string())))
+        .unwrap();
+    req.extensions_mut().insert(ComboName::new("relay"));
+    req.extensions_mut()
+        .insert(ResolvedAccount::new("codex", "acct-a"));
+    let start = tokio::time::Instant::now();
+    let res = svc.oneshot(req).await.unwrap();
+    let waited = start.elapsed();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(
+        waited <= Duration::from_secs(30),
+        "response head held back for {waited:?}"
+    );
+}

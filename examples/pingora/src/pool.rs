@@ -122,7 +122,7 @@ impl Route {
 
     /// The account id.
     pub fn id(&self) -> &str {
-        &self.slot.reference.account
+        self.slot.reference.account()
     }
 
     /// The account, as the relay refers to it.
@@ -169,7 +169,7 @@ impl Pool {
 
     /// The provider of the accounts, as the relay names it (lower case).
     pub fn provider(&self) -> &str {
-        &self.accounts[0].reference.provider
+        self.accounts[0].reference.provider()
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {

@@ -160,6 +160,12 @@ pub(super) fn exact(b: &[u8], start: usize, control_free: bool) -> Result<usize,
                 }
                 break;
             }
+            // A raw control byte before this escape is the first error, whatever the escape.
+            let before = controls & ((1u64 << e) - 1);
+            if before != 0 {
+                let at = i + before.trailing_zeros() as usize;
+                return Err(JsonError::ControlCharacter { at, byte: b[at] });
+            }
             let at = i + e as usize;
             match ESCAPE_LEN[usize::from(block[e as usize + 1])] {
                 2 => {}

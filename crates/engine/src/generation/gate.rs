@@ -40,7 +40,10 @@ impl Relay {
             return None;
         }
         let shape = ApiShape::from_path(uri.path())?;
-        // Derived from the headers (or body) only when a response qualifies: most never do.
+        // The tenant comes from the same memo as injection's, from the full request headers;
+        // the session is derived from the headers (or body) only when a response qualifies:
+        // most never do.
+        let tenant = self.shared.tenants.tenant(facts.tenant, headers);
         Some(GenerationTicket {
             shared: self.shared.clone(),
             summarizer: self.shared.summarizer.clone(),
@@ -51,7 +54,7 @@ impl Relay {
             uri: uri.clone(),
             headers: KeptHeaders::keep(headers, &self.shared.sources),
             session: facts.session.map(|s| s.0.clone()),
-            tenant: facts.tenant.map(|t| t.0.clone()),
+            tenant,
         })
     }
 }
@@ -66,7 +69,7 @@ pub struct GenerationTicket {
     uri: Uri,
     headers: KeptHeaders,
     session: Option<Arc<str>>,
-    tenant: Option<Arc<str>>,
+    tenant: Arc<str>,
     capture: Arc<Capture>,
 }
 
@@ -126,7 +129,7 @@ impl GenerationTicket {
             return None;
         }
         let account = served_by?.clone();
-        let allowed = self.config.generates_for(&account.provider);
+        let allowed = self.config.generates_for(account.provider());
         // Gate 2: a service's own signal wins over header parsing.
         let now = SystemTime::now();
         let signal = signal.or_else(|| self.shared.quota.signal(status, headers, now));
@@ -152,7 +155,8 @@ impl GenerationTicket {
         }
         let kept = self.headers.into_map();
         let sources = &self.shared.sources;
-        let mut id = session::identify(&kept, None, sources, self.session, self.tenant);
+        let tenant = Some(self.tenant);
+        let mut id = session::identify(&kept, None, sources, self.session, tenant);
         if id.session.is_none() {
             // Clients that send no session header: the session comes from the body.
             let body = decoded_body(&self.capture, &kept, self.config.max_body_bytes);

@@ -4,8 +4,8 @@ use context_relay_core::session::{DEFAULT_SESSION_HEADERS, SessionSources};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use smallvec::SmallVec;
 
-/// Whether a request header is kept for a possible summary of its turn: the credential (tenant
-/// derivation, and stacks that forward the client's key), the body's encoding, the session
+/// Whether a request header is kept for a possible summary of its turn: the credential (stacks
+/// that forward the client's key), the body's encoding, the session
 /// headers, and the API-version and account-routing headers a provider requires on the summary
 /// request too. Everything else belongs to the turn and is not repeated.
 fn kept(name: &HeaderName, sources: &SessionSources) -> bool {
@@ -13,6 +13,7 @@ fn kept(name: &HeaderName, sources: &SessionSources) -> bool {
         name.as_str(),
         "authorization"
             | "x-api-key"
+            | "x-goog-api-key"
             | "content-encoding"
             | "anthropic-version"
             | "anthropic-beta"
@@ -64,6 +65,7 @@ mod tests {
         let mut h = HeaderMap::new();
         for (n, v) in [
             ("authorization", "Bearer k"),
+            ("x-goog-api-key", "AIza"),
             ("x-claude-code-session-id", "s"),
             ("anthropic-version", "2023-06-01"),
             ("content-encoding", "zstd"),
@@ -82,6 +84,7 @@ mod tests {
             names,
             [
                 "authorization",
+                "x-goog-api-key",
                 "x-claude-code-session-id",
                 "anthropic-version",
                 "content-encoding",

@@ -202,7 +202,7 @@ impl BodyDecision {
             "context_relay.inject",
             tenant = %self.tenant,
             combo = %self.combo,
-            account = %self.account.account,
+            account = %self.account.account(),
         );
         self.decide_in(headers, raw).instrument(span).await
     }
@@ -458,7 +458,10 @@ async fn claim_for(
 ) -> Option<Claim> {
     let claimable = |record: &context_relay_core::HandoffRecord| {
         !record.is_from(account)
-            && (!same_provider || record.from_provider.eq_ignore_ascii_case(&account.provider))
+            && (!same_provider
+                || record
+                    .from_provider
+                    .eq_ignore_ascii_case(account.provider()))
     };
     if !shared.store.may_contain(key) {
         return None;

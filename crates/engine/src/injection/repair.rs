@@ -4,7 +4,7 @@
 //!
 //! The rejection comes as a `400` whose body names the state, or, for a Responses stream, as a
 //! failure event before any output: such a stream's opening events are held back until the
-//! first output event (at most [`HOLD_LIMIT`] bytes, at most [`HOLD_TIME`] per event), so that
+//! first output event (at most [`HOLD_LIMIT`] bytes, at most [`HOLD_TIME`] in all), so that
 //! the client never sees the failed attempt. Any other error is passed on untouched.
 
 use std::sync::Arc;
@@ -26,9 +26,9 @@ use crate::metrics;
 /// Most stream bytes held back while waiting for the first output event; past this the stream
 /// is passed on as it is.
 pub const HOLD_LIMIT: usize = 64 * 1024;
-/// Longest wait for the next event while holding a stream's opening back: a provider that goes
-/// quiet after `response.created` gets its stream passed on rather than the client's response
-/// head delayed.
+/// Longest a stream's opening is held back, in all (keep-alive comments do not extend it): a
+/// provider that goes quiet after `response.created`, or only sends pings while the model
+/// thinks, gets its stream passed on rather than the client's response head delayed.
 pub const HOLD_TIME: Duration = Duration::from_secs(10);
 
 /// What a repair needs of a request: the body that went out, and where to remember that the
@@ -206,11 +206,13 @@ fn stripped(
 /// output event, the end, or a failure.
 ///
 /// The adapter reads chunks while [`settled`](Self::settled) and [`full`](Self::full) are
-/// false and the body goes on, [`push`](Self::push)es each, waits at most [`HOLD_TIME`] per
-/// chunk when [`holds`](Self::holds), then [`finish`](Self::finish)es.
+/// false and the body goes on, [`push`](Self::push)es each, waits for the next chunk no later
+/// than the [`deadline`](Self::deadline) (one deadline for the whole hold, [`HOLD_TIME`] after
+/// the look began), then [`finish`](Self::finish)es.
 #[derive(Debug)]
 pub struct Look {
     hold: bool,
+    deadline: tokio::time::Instant,
     detector: EndDetector,
     error_body: Vec<u8>,
     held: usize,
@@ -221,6 +223,7 @@ impl Look {
     pub fn new(repair: &Repair, status: StatusCode, headers: &HeaderMap) -> Self {
         Self {
             hold: holdable(repair.shape, status, headers),
+            deadline: tokio::time::Instant::now() + HOLD_TIME,
             detector: EndDetector::new(),
             error_body: Vec::new(),
             held: 0,
@@ -230,6 +233,13 @@ impl Look {
     /// Whether it holds a stream's opening back (rather than reading an error body).
     pub fn holds(&self) -> bool {
         self.hold
+    }
+
+    /// When a held stream's opening stops being held, whatever arrives meanwhile: the adapter
+    /// stops reading ahead at this instant and passes on what it holds. `None` when it reads
+    /// an error body (bounded by size instead).
+    pub fn deadline(&self) -> Option<tokio::time::Instant> {
+        self.hold.then_some(self.deadline)
     }
 
     /// A held stream got its first output event or its end: the rest is not held.

@@ -18,8 +18,9 @@ use crate::relay::Shared;
 /// - [`ended`](Self::ended) with [`Ending::Completed`] (a 2xx whose body ended with the API's
 ///   terminal success event, or a complete JSON body) deletes the handoff and records the
 ///   affinity, in the background;
-/// - [`release_now`](Self::release_now) on an error status, before the response is handed on,
-///   so that a retry on another account can claim the handoff at once;
+/// - [`label`](Self::label) on an error status gives the claim back before the response is
+///   handed on, so that a retry on another account can claim the handoff at once
+///   ([`release_now`](Self::release_now) does the same when there is no response);
 /// - dropping it, or ending it any other way, gives the claim back (in the background).
 pub struct Ticket {
     pub(crate) shared: Arc<Shared>,
@@ -74,10 +75,31 @@ impl Ticket {
     }
 
     /// Labels a response head: the [`ResolvedAccount`] extension when the response lacks one,
-    /// the [`RelayAction`] extension and [`RELAY_HEADER`] when the relay acted. Gives the
-    /// ticket back when it waits for the end of a successful body (watch it with
-    /// [`EndWatch`]); otherwise dropping it settles it.
-    pub fn label(self, parts: &mut http::response::Parts) -> Option<Ticket> {
+    /// the [`RelayAction`] extension and [`RELAY_HEADER`] when the relay acted. On an error
+    /// status the claim is given back before this returns, so that a retry on another account
+    /// can claim the handoff at once. Gives the ticket back when it waits for the end of a
+    /// successful body (watch it with [`EndWatch`]); otherwise dropping it settles it.
+    pub async fn label(mut self, parts: &mut http::response::Parts) -> Option<Ticket> {
+        if !parts.status.is_success() {
+            self.release_now().await;
+        }
+        self.label_head(parts)
+    }
+
+    /// [`label`](Self::label) without waiting, when nothing must be given back first (no
+    /// claim, or a 2xx): `Err` with the ticket, the head untouched, when a claim must be
+    /// released (then use `label`).
+    pub fn try_label(
+        self,
+        parts: &mut http::response::Parts,
+    ) -> Result<Option<Ticket>, Box<Ticket>> {
+        if self.claim.is_some() && !parts.status.is_success() {
+            return Err(Box::new(self));
+        }
+        Ok(self.label_head(parts))
+    }
+
+    fn label_head(self, parts: &mut http::response::Parts) -> Option<Ticket> {
         if parts.extensions.get::<ResolvedAccount>().is_none() {
             parts.extensions.insert(self.account.clone());
         }
@@ -94,7 +116,7 @@ impl Ticket {
     pub fn ended(mut self, ending: Ending) {
         if ending != Ending::Completed {
             if ending == Ending::Failed {
-                tracing::info!(account = %self.account.account, "response failed in-band");
+                tracing::info!(account = %self.account.account(), "response failed in-band");
             }
             // `Drop` releases the claim.
             return;

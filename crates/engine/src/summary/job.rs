@@ -124,7 +124,7 @@ impl Job {
             tenant = %self.key.tenant,
             session = %self.key.session,
             combo = %self.key.combo,
-            account = %self.account.account,
+            account = %self.account.account(),
             kind = self.kind.as_str(),
             used = self.signal.as_ref().map(|s| s.percent_used),
         );
@@ -301,13 +301,13 @@ impl Job {
     fn settings(&self) -> SummarySettings {
         let shared = &self.shared;
         let mut settings = shared
-            .settings_for(&self.account.provider)
+            .settings_for(self.account.provider())
             .cloned()
             .unwrap_or_default();
         if !self.config.handoff_model.trim().is_empty() {
             settings.model = Some(self.config.handoff_model.clone());
         }
-        if settings.stream.is_none() && shared.stream_summaries_for(&self.account.provider) {
+        if settings.stream.is_none() && shared.stream_summaries_for(self.account.provider()) {
             settings.stream = Some(true);
         }
         settings
@@ -330,7 +330,7 @@ impl Job {
             .to_owned();
         shared
             .dropped
-            .apply(&self.account.provider, &model, &mut body);
+            .apply(self.account.provider(), &model, &mut body);
         let make = |bytes: Bytes| SummaryRequest {
             shape: self.shape,
             body: bytes,
@@ -343,7 +343,7 @@ impl Job {
         let reply_body = match call(
             summarizer,
             &shared.dropped,
-            &self.account.provider,
+            self.account.provider(),
             &model,
             body,
             make,
@@ -390,8 +390,8 @@ impl Job {
             tenant: self.key.tenant.clone(),
             session: self.key.session.clone(),
             combo: self.key.combo.clone(),
-            from_provider: self.account.provider.to_string(),
-            from_account: self.account.account.to_string(),
+            from_provider: self.account.provider().to_string(),
+            from_account: self.account.account().to_string(),
             handoff,
             message_count,
             model,

@@ -41,10 +41,7 @@ fn defaults() {
     assert!(!off.relay_enabled);
     let (configs, warnings) = c.relay_settings();
     assert!(warnings.is_empty());
-    assert_eq!(
-        configs.for_combo("codex-relay").handoff_providers,
-        ["codex"]
-    );
+    assert_eq!(configs.for_combo("codex-relay").handoff_providers, ["*"]);
 }
 
 #[test]

@@ -81,8 +81,8 @@ fn upstream(
             let ep = req.extensions().get::<UpstreamEndpoint>().unwrap().clone();
             assert!(ep.credential.is_some());
             let body = req.into_body().collect().await.unwrap().to_bytes();
-            log.lock().unwrap().push((acct.account.to_string(), body));
-            let mut res = if limited.contains(&&*acct.account) {
+            log.lock().unwrap().push((acct.account().to_string(), body));
+            let mut res = if limited.contains(&&**acct.account()) {
                 let mut r = Response::new(Full::new(Bytes::from_static(
                     br#"{"error":{"type":"usage_limit_reached","resets_in_seconds":3600}}"#,
                 )));
@@ -393,10 +393,10 @@ async fn call_scripted(pools: &Arc<AccountPools>, log: &Log, script: Script, ses
         async move {
             let acct = req.extensions().get::<ResolvedAccount>().unwrap().clone();
             let body = req.into_body().collect().await.unwrap().to_bytes();
-            log.lock().unwrap().push((acct.account.to_string(), body));
+            log.lock().unwrap().push((acct.account().to_string(), body));
             let (status, body) = script
                 .iter()
-                .find(|(a, _, _)| **a == *acct.account)
+                .find(|(a, _, _)| **a == **acct.account())
                 .map_or((200, "ok"), |(_, s, b)| (*s, *b));
             let mut res = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
             *res.status_mut() = StatusCode::from_u16(status).unwrap();

@@ -77,3 +77,53 @@ async fn a_panicking_handler_is_an_api_shaped_500_and_the_server_lives_on() {
     assert_eq!(res.status(), 200);
     server.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn every_labelled_route_is_served() {
+    use tower::ServiceExt;
+
+    let config = Config::from_toml_str(
+        r#"
+admin_token = "secret-admin-token-0123456789"
+[store]
+backend = "memory"
+[[providers]]
+name = "codex"
+base_url = "http://127.0.0.1:9/v1"
+  [[providers.accounts]]
+  id = "acct-a"
+  api_key = "key-a"
+[[combos]]
+name = "codex-relay"
+targets = ["codex/gpt-5.5"]
+"#,
+        |_| None,
+    )
+    .unwrap();
+    let gateway = Gateway::new(config).unwrap();
+    let ok: ProxyService = tower::util::BoxCloneSyncService::new(tower::service_fn(
+        |_: Request<axum::body::Body>| async move {
+            Ok::<_, std::convert::Infallible>(http::Response::new(axum::body::Body::empty()))
+        },
+    ));
+    let router = gateway.router_with(ok);
+    for route in super::ROUTES {
+        let path = route
+            .replace("{session}", "s-1")
+            .replace("{*rest}", "gemini-2.5-pro:generateContent");
+        assert_eq!(crate::telemetry::route_label(&path), route);
+        for method in ["GET", "POST", "DELETE"] {
+            let req = Request::builder()
+                .method(method)
+                .uri(&path)
+                .body(axum::body::Body::empty())
+                .unwrap();
+            let res = router.clone().oneshot(req).await.unwrap();
+            let body = res.into_body().collect().await.unwrap().to_bytes();
+            assert!(
+                !String::from_utf8_lossy(&body).contains("no route for"),
+                "{method} {path} fell through to the 404"
+            );
+        }
+    }
+}

@@ -387,8 +387,8 @@ impl HandoffStore for RedisStore {
             let ttl = millis(self.inner.affinity_ttl).max(1);
             let mut inv = self.inner.scripts.set_affinity.prepare_invoke();
             inv.key(self.affinity_key(key))
-                .arg(&*a.account().provider)
-                .arg(&*a.account().account)
+                .arg(&**a.account().provider())
+                .arg(&**a.account().account())
                 .arg(ttl)
                 .arg(ttl / 4 * 3)
                 .arg(foreign)

@@ -83,9 +83,9 @@ where
                 let look = match (&result, retry.as_ref()) {
                     (Ok(response), Some(r)) => needs_a_look(response, r),
                     _ => false,
-                };
+                } || ticket.as_ref().is_some_and(Ticket::carries_handoff);
                 if !look {
-                    // Nothing to release synchronously: the fast path never holds a claim.
+                    // Nothing to release: a claimed ticket takes `respond`.
                     return Poll::Ready(
                         result.map(|r| finish_plain(r, ticket.take(), account.take())),
                     );

@@ -6,7 +6,6 @@ use std::pin::Pin;
 
 use context_relay_core::ending::EndDetector;
 use context_relay_core::repair::RepairKind;
-use context_relay_engine::injection::HOLD_TIME;
 use context_relay_engine::{EndWatch, Look, Repair, ResolvedAccount, Ticket};
 use http::Response;
 use http_body::{Body, Frame};
@@ -25,8 +24,10 @@ pub(crate) fn needs_a_look<B, E>(response: &Response<B>, retry: &Retry<B, E>) ->
         .wants_look(response.status(), response.headers())
 }
 
-/// The layer's response, without reading ahead: a body watched when the ticket waits for its
-/// end. The request's account goes on the response in every case.
+/// The layer's response on the direct path, without reading ahead or waiting: a body watched
+/// when the ticket waits for its end. The request's account goes on the response in every
+/// case. Only for tickets that carry no claim (a claimed ticket takes [`respond`], which gives
+/// the claim of an error response back before handing it on).
 pub(crate) fn finish_plain<B>(
     response: Response<B>,
     ticket: Option<Ticket>,
@@ -37,27 +38,40 @@ where
     B::Data: AsRef<[u8]>,
 {
     let (mut parts, body) = response.into_parts();
-    let hook = label(&mut parts, ticket, account).map(|t| EndHook::Ticket(EndWatch::new(t)));
+    let ticket = match ticket.map(|t| t.try_label(&mut parts)) {
+        Some(Ok(t)) => t,
+        // Not reached (see above); dropping the ticket releases its claim in the background.
+        Some(Err(_)) => None,
+        None => label_account(&mut parts, account),
+    };
+    let hook = ticket.map(|t| EndHook::Ticket(EndWatch::new(t)));
     Response::from_parts(parts, ResponseBody::plain(body, hook))
 }
 
-/// Labels the response (account, action); the ticket that still waits for the body's end.
-fn label(
+/// Labels the response (account, action), the claim of an error response given back first;
+/// the ticket that still waits for the body's end.
+async fn label(
     parts: &mut http::response::Parts,
     ticket: Option<Ticket>,
     account: Option<ResolvedAccount>,
 ) -> Option<Ticket> {
     match ticket {
-        Some(t) => t.label(parts),
-        None => {
-            if let Some(a) = account
-                && parts.extensions.get::<ResolvedAccount>().is_none()
-            {
-                parts.extensions.insert(a);
-            }
-            None
-        }
+        Some(t) => t.label(parts).await,
+        None => label_account(parts, account),
     }
+}
+
+/// Labels a response without a ticket with the request's account.
+fn label_account(
+    parts: &mut http::response::Parts,
+    account: Option<ResolvedAccount>,
+) -> Option<Ticket> {
+    if let Some(a) = account
+        && parts.extensions.get::<ResolvedAccount>().is_none()
+    {
+        parts.extensions.insert(a);
+    }
+    None
 }
 
 /// Handles the inner result (see the module docs). `retry` is given when the request can be
@@ -109,19 +123,18 @@ where
 /// The response without a retry: the claim goes back first on an error status.
 async fn settle<B>(
     response: Response<B>,
-    mut ticket: Option<Ticket>,
+    ticket: Option<Ticket>,
     account: Option<ResolvedAccount>,
 ) -> Response<ResponseBody<B>>
 where
     B: Body,
     B::Data: AsRef<[u8]>,
 {
-    if !response.status().is_success()
-        && let Some(t) = ticket.as_mut()
-    {
-        t.release_now().await;
-    }
-    finish_plain(response, ticket, account)
+    let (mut parts, body) = response.into_parts();
+    let hook = label(&mut parts, ticket, account)
+        .await
+        .map(|t| EndHook::Ticket(EndWatch::new(t)));
+    Response::from_parts(parts, ResponseBody::plain(body, hook))
 }
 
 /// A response read ahead.
@@ -156,13 +169,12 @@ where
             ended = body.is_end_stream();
             break;
         }
-        let next = if look.holds() {
-            match tokio::time::timeout(HOLD_TIME, body.frame()).await {
+        let next = match look.deadline() {
+            Some(deadline) => match tokio::time::timeout_at(deadline, body.frame()).await {
                 Ok(next) => next,
                 Err(_) => break,
-            }
-        } else {
-            body.frame().await
+            },
+            None => body.frame().await,
         };
         match next {
             None => {
@@ -195,7 +207,7 @@ where
 /// The layer's response from a response read ahead.
 async fn assemble<B>(
     looked: Looked<B>,
-    mut ticket: Option<Ticket>,
+    ticket: Option<Ticket>,
     account: Option<ResolvedAccount>,
 ) -> Response<ResponseBody<B>>
 where
@@ -210,12 +222,8 @@ where
         ended,
         ..
     } = looked;
-    if !parts.status.is_success()
-        && let Some(t) = ticket.as_mut()
-    {
-        t.release_now().await;
-    }
-    let hook =
-        label(&mut parts, ticket, account).map(|t| EndHook::Ticket(EndWatch::resume(detector, t)));
+    let hook = label(&mut parts, ticket, account)
+        .await
+        .map(|t| EndHook::Ticket(EndWatch::resume(detector, t)));
     Response::from_parts(parts, ResponseBody::boxed(body, prefix, ended, hook))
 }

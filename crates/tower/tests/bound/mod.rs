@@ -179,7 +179,7 @@ impl Provider {
         let account = req
             .extensions()
             .get::<ResolvedAccount>()
-            .map(|a| a.account.to_string())
+            .map(|a| a.account().to_string())
             .unwrap_or_default();
         let path = req.uri().path().to_owned();
         let headers = req.headers().clone();

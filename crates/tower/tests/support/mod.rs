@@ -164,7 +164,7 @@ impl Upstream {
         let account = req
             .extensions()
             .get::<ResolvedAccount>()
-            .map(|a| a.account.to_string());
+            .map(|a| a.account().to_string());
         let path = req.uri().path().to_owned();
         let headers = req.headers().clone();
         let body = read_like_hyper(req.into_body()).await;

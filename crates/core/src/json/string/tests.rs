@@ -148,3 +148,69 @@ fn long_plain_runs_are_checked_for_control_bytes() {
         }
     }
 }
+
+/// An independent, byte-at-a-time reference: the first error in string order.
+fn naive(b: &[u8], start: usize) -> Result<usize, JsonError> {
+    let mut i = start + 1;
+    loop {
+        match b.get(i) {
+            None => return Err(JsonError::UnterminatedString { start }),
+            Some(b'"') => return Ok(i + 1),
+            Some(b'\\') => match b.get(i + 1) {
+                None => return Err(JsonError::UnterminatedString { start }),
+                Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
+                Some(b'u') => match b.get(i + 2..i + 6) {
+                    None => return Err(JsonError::UnterminatedString { start }),
+                    Some(h) if h.iter().all(u8::is_ascii_hexdigit) => i += 6,
+                    Some(_) => return Err(JsonError::InvalidEscape { at: i }),
+                },
+                Some(_) => return Err(JsonError::InvalidEscape { at: i }),
+            },
+            Some(&c) if c < 0x20 => return Err(JsonError::ControlCharacter { at: i, byte: c }),
+            Some(_) => i += 1,
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(20000))]
+    #[test]
+    fn skip_agrees_with_naive(
+        body in prop::collection::vec(prop::sample::select(b"\\\"nu0aZ \x01\xc3\xa9qF".to_vec()), 0..300),
+    ) {
+        let mut b = vec![b'"'];
+        b.extend(body);
+        prop_assert_eq!(skip(&b, 0), naive(&b, 0), "{:?}", String::from_utf8_lossy(&b));
+    }
+    #[test]
+    fn skip_ok_agrees_with_naive_ok(
+        body in prop::collection::vec(prop::sample::select(b"\\\"nu0aZ \x01\xc3\xa9qF".to_vec()), 0..300),
+    ) {
+        let mut b = vec![b'"'];
+        b.extend(body);
+        prop_assert_eq!(skip(&b, 0).ok(), naive(&b, 0).ok(), "{:?}", String::from_utf8_lossy(&b));
+    }
+}
+
+#[test]
+fn control_before_invalid_escape_in_one_block() {
+    let mut b = vec![b'"'];
+    b.extend_from_slice(b"ab\x01cd\\q");
+    b.extend(std::iter::repeat_n(b'x', 80));
+    b.push(b'"');
+    assert_eq!(skip(&b, 0), naive(&b, 0));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(20000))]
+    #[test]
+    fn pieces_ok_agree_with_naive(pieces in prop::collection::vec(piece(), 0..60)) {
+        let mut b = vec![b'"'];
+        for p in pieces { b.extend(p); }
+        b.push(b'"');
+        let n = naive(&b, 0);
+        let s = skip(&b, 0);
+        prop_assert_eq!(s.is_ok(), n.is_ok());
+        if n.is_ok() { prop_assert_eq!(s, n); }
+    }
+}
