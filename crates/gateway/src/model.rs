@@ -9,8 +9,13 @@
 //!
 //! What is validated is what is read: the bytes up to the end of the `model` value, and that
 //! the body ends with `}` (a cut body is refused here). A body malformed elsewhere after
-//! `model` is forwarded, and the provider refuses it; a second `model` member after the first
-//! is not looked for (the first one routes the request).
+//! `model` is forwarded, and the provider refuses it.
+//!
+//! A second top-level `model` is refused, as it must be: the first one routes the request and
+//! decides what the client may use, while a provider may serve the last one. The rest of the
+//! body is only searched (SIMD `memmem`) for the text `"model"` and for `\u` escapes (a key
+//! can spell `model` with them); only a body holding one of them is parsed whole to tell a
+//! nested or quoted `model` from a second top-level one.
 
 use std::ops::Range;
 
@@ -62,6 +67,13 @@ pub(crate) fn find_model(body: &[u8]) -> Result<ModelField, ModelError> {
         ));
     }
     let span = field.value;
+    if may_repeat(&body[span.end..]) {
+        // Duplicate keys are ambiguous: providers disagree on which one wins.
+        let invalid =
+            |e: &dyn std::fmt::Display| ModelError::NotJson(format!("invalid JSON ({e})"));
+        let object = json::parse_object(body).map_err(|e| invalid(&e))?;
+        object.unique("model").map_err(|e| invalid(&e))?;
+    }
     let not_string =
         || ModelError::NotString(truncate(&String::from_utf8_lossy(&body[span.clone()])));
     if Kind::of(body, &span) != Some(Kind::String) {
@@ -74,6 +86,13 @@ pub(crate) fn find_model(body: &[u8]) -> Result<ModelField, ModelError> {
         }),
         _ => Err(not_string()),
     }
+}
+
+/// Whether `rest` (the body after the first `model` value) may hold a second top-level
+/// `model`: it contains the token `"model"`, or a `\u` escape that could spell it in a key.
+fn may_repeat(rest: &[u8]) -> bool {
+    memchr::memmem::find(rest, b"\"model\"").is_some()
+        || memchr::memmem::find(rest, b"\\u").is_some()
 }
 
 /// `body` with the string at `field.span` replaced by the JSON string `model` (the same
@@ -127,9 +146,21 @@ mod tests {
             find_model(b"{\"model\":\" \"}"),
             Err(ModelError::NotString("\" \"".into()))
         );
-        // Only the start is read: the first `model` routes, what follows is not looked at.
-        let f = find_model(b"{\"model\":\"a\",\"model\":\"b\"}").unwrap();
-        assert_eq!(f.value, "a");
+        // A second top-level `model`, plain or spelt with escapes, is refused.
+        for dup in [
+            &b"{\"model\":\"a\",\"model\":\"b\"}"[..],
+            b"{\"model\":\"a\",\"mod\\u0065l\":\"b\"}",
+        ] {
+            assert!(
+                matches!(find_model(dup), Err(ModelError::NotJson(ref e)) if e.contains("found 2")),
+                "{:?}",
+                find_model(dup)
+            );
+        }
+        // Nested or quoted `model`s and escapes elsewhere are not duplicates.
+        let nested = br#"{"model":"a","tools":[{"parameters":{"model":{"type":"string"}}}],"x":"model","t":"caf\u00e9"}"#;
+        assert_eq!(find_model(nested).unwrap().value, "a");
+        // Without such a token the rest is not read.
         assert_eq!(find_model(b"{\"model\":\"a\", oops}").unwrap().value, "a");
         assert!(matches!(
             find_model(b"{\"model\":\"a\", \"n\": 1"),
