@@ -91,6 +91,9 @@ auth = "x-goog-api-key"
 name = "gemini-relay"
 targets = ["gemini/gemini-2.5-flash"]
 [[combos]]
+name = "gemini3"
+targets = ["gemini/gemini-3-pro"]
+[[combos]]
 name = "fallback"
 targets = ["down/gemini-3-pro", "gemini/gemini-2.5-pro"]
 "#,
@@ -408,4 +411,52 @@ async fn the_simulated_api_is_strict() {
     assert!(String::from_utf8_lossy(&reply).contains("API_KEY_INVALID"));
     let (status, _) = post(&url, &[], &body).await;
     assert_eq!(status, 403);
+}
+
+/// Gemini 3 refuses a current-turn function call without a signature, so a switch in the middle
+/// of a tool round trip must not simply drop the old account's signature: the relay puts the
+/// documented placeholder there and the other account serves the turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switch_mid_tool_call_keeps_gemini_3_serving() {
+    let s = setup().await;
+    let url = format!("{}/v1beta/models/gemini3:generateContent", s.url);
+    let mut h = headers();
+    h.push(("x-goog-api-key".into(), CLIENT_KEY.into()));
+    let mut body = first_body();
+    let (status, reply) = post(&url, &h, &body).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&reply));
+    assert!(answer(&reply).contains("from account acct-g1"));
+    s.gw.0.background().idle().await;
+    // The model asked for a tool with acct-g1's signature; the client answers it.
+    let signature = s.sim.mint_thought_signature("acct-g1", "tool-call");
+    let contents = body["contents"].as_array_mut().unwrap();
+    contents.push(json!({"role": "model", "parts": [{
+        "functionCall": {"name": "get_weather", "args": {"city": "Paris"}},
+        "thoughtSignature": signature,
+    }]}));
+    contents.push(json!({"role": "user", "parts": [{
+        "functionResponse": {"name": "get_weather", "response": {"temperature": 21}},
+    }]}));
+    s.sim.set_used("acct-g1", 100.0);
+    s.sim.clear_requests();
+    let (status, reply) = post(&url, &h, &body).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&reply));
+    assert!(answer(&reply).contains("from account acct-g2"));
+    let retry = s
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|r| !r.summary && r.account.as_deref() == Some("acct-g2"))
+        .last()
+        .expect("the turn reached acct-g2");
+    assert_eq!(retry.rejected, None);
+    let sent = retry.json().unwrap();
+    let call = sent["contents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["parts"].as_array().cloned().unwrap_or_default())
+        .find(|p| p.get("functionCall").is_some())
+        .expect("the call is kept");
+    assert_eq!(call["thoughtSignature"], "skip_thought_signature_validator");
 }

@@ -16,6 +16,9 @@
 //! - Replies carry a minted signature on the answer's text part (and a `thought: true` part
 //!   when `thinkingConfig.include_thoughts` asks for thoughts); streamed ones are
 //!   `data: {…}\r\n\r\n` events, the last one with `finishReason`.
+//! - On `gemini-3*` models the first `functionCall` of each model step of the current turn must
+//!   carry a signature (the placeholder counts), else the real 400 "Function call is missing a
+//!   thought_signature …".
 //! - The Gemini API sends no quota headers; the simulated one sends those of
 //!   [`SimBuilder::quota_headers`](super::SimBuilder::quota_headers), so that a test can drive a
 //!   relay's threshold before the 429 (`SimQuotaHeaders::None` is the real API).
@@ -187,6 +190,23 @@ pub(super) fn serve(
             None,
         );
     }
+    if model.starts_with("gemini-3")
+        && let Some(position) = unsigned_current_call(&request)
+    {
+        state.reject(recorded, "missing_thought_signature");
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            "INVALID_ARGUMENT",
+            &format!(
+                "Function call is missing a thought_signature in functionCall parts. This is \
+                 required for tools to work correctly, and missing thought_signature may lead \
+                 to degraded model performance. Additional data, function call position \
+                 {position}. Please refer to \
+                 https://ai.google.dev/gemini-api/docs/thought-signatures for more details."
+            ),
+            None,
+        );
+    }
 
     let cfg = &state.config;
     let (used, turn) = {
@@ -274,6 +294,33 @@ pub(super) fn serve(
     res.headers_mut()
         .insert("x-sim-account", header_value(&account));
     res
+}
+
+/// Gemini 3 validates the current turn's function calls: the first `functionCall` part of each
+/// model step after the last user message (a user entry with more than function responses)
+/// must carry a signature. The index in `contents` of the first step without one.
+fn unsigned_current_call(request: &Value) -> Option<usize> {
+    let contents = request["contents"].as_array()?;
+    let asks = |c: &Value| {
+        c["role"] == "user"
+            && c["parts"]
+                .as_array()
+                .is_some_and(|ps| ps.iter().any(|p| p.get("functionResponse").is_none()))
+    };
+    let start = contents.iter().rposition(asks).map_or(0, |i| i + 1);
+    contents.iter().enumerate().skip(start).find_map(|(i, c)| {
+        let first_call = c["parts"]
+            .as_array()?
+            .iter()
+            .find(|p| p.get("functionCall").is_some())?;
+        let signed = [
+            &first_call["thoughtSignature"],
+            &first_call["thought_signature"],
+        ]
+        .iter()
+        .any(|s| s.as_str().is_some_and(|s| !s.is_empty()));
+        (c["role"] == "model" && !signed).then_some(i)
+    })
 }
 
 /// Every thought signature of the history (`contents[].parts[]`), in both spellings.
@@ -374,5 +421,25 @@ mod tests {
         assert_eq!(route("/v1/models/m:countTokens"), None);
         assert_eq!(route("/v1/models/:generateContent"), None);
         assert_eq!(route("/v1/responses"), None);
+    }
+
+    #[test]
+    fn current_turn_calls_need_a_signature() {
+        let call = |sig: Option<&str>| {
+            let mut part = json!({"functionCall": {"name": "ls", "args": {}}});
+            if let Some(s) = sig {
+                part["thoughtSignature"] = json!(s);
+            }
+            json!({"role": "model", "parts": [part]})
+        };
+        let answer = json!({"role": "user", "parts": [{"functionResponse": {"name": "ls"}}]});
+        let ask = json!({"role": "user", "parts": [{"text": "list"}]});
+        // An unsigned call of an earlier turn is not checked; one of the current turn is.
+        let earlier = json!({"contents": [ask, call(None), answer, ask]});
+        assert_eq!(unsigned_current_call(&earlier), None);
+        let current = json!({"contents": [ask, call(Some("c2ln")), answer, call(None), answer]});
+        assert_eq!(unsigned_current_call(&current), Some(3));
+        let placeholder = json!({"contents": [ask, call(Some(PLACEHOLDER)), answer]});
+        assert_eq!(unsigned_current_call(&placeholder), None);
     }
 }
