@@ -18,8 +18,9 @@
 //!   again, so the relay layers leave it alone rather than record an affinity (a store write)
 //!   per request that nothing would read and that would push real sessions out of the cache.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -66,8 +67,17 @@ struct Client {
 
 enum Mode {
     Keys(Vec<Client>),
-    Open { secret: [u8; 32], anon: AtomicU64 },
+    Open {
+        secret: [u8; 32],
+        anon: AtomicU64,
+        /// Tenants of recent credentials, so that a client's requests cost one hash look-up
+        /// rather than an HMAC each (cleared when [`MEMO_MAX`] credentials are held).
+        memo: Mutex<HashMap<Box<[u8]>, Tenant>>,
+    },
 }
+
+/// Most credentials whose tenant an open gateway keeps at hand.
+const MEMO_MAX: usize = 4096;
 
 /// The authentication policy of a gateway (see the [module docs](self)). Cheap to share.
 #[derive(Clone)]
@@ -107,6 +117,7 @@ impl Auth {
             Mode::Open {
                 secret,
                 anon: AtomicU64::new(0),
+                memo: Mutex::default(),
             }
         } else {
             Mode::Keys(
@@ -157,15 +168,24 @@ impl Auth {
                 let access = found.ok_or(Refusal::Unauthenticated)?;
                 Ok((Tenant(access.name.clone()), Some(access.clone())))
             }
-            Mode::Open { secret, anon } => {
-                let tenant = match credential {
-                    Some(c) => format!("k-{}", hmac_hex(secret, b"credential", c)),
-                    None => {
-                        let n = anon.fetch_add(1, Ordering::Relaxed);
-                        format!("anon-{}", hmac_hex(secret, b"anonymous", &n.to_be_bytes()))
-                    }
+            Mode::Open { secret, anon, memo } => {
+                let Some(c) = credential else {
+                    let n = anon.fetch_add(1, Ordering::Relaxed);
+                    let tenant =
+                        format!("anon-{}", hmac_hex(secret, b"anonymous", &n.to_be_bytes()));
+                    return Ok((Tenant::new(tenant), None));
                 };
-                Ok((Tenant::new(tenant), None))
+                // A poisoned memo only means a panic while it was held: it is still a valid map.
+                let mut memo = memo.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(t) = memo.get(c) {
+                    return Ok((t.clone(), None));
+                }
+                let tenant = Tenant::new(format!("k-{}", hmac_hex(secret, b"credential", c)));
+                if memo.len() >= MEMO_MAX {
+                    memo.clear();
+                }
+                memo.insert(c.into(), tenant.clone());
+                Ok((tenant, None))
             }
         }
     }
@@ -337,8 +357,37 @@ mod tests {
             mode: Arc::new(Mode::Open {
                 secret: [1; 32],
                 anon: AtomicU64::new(0),
+                memo: Mutex::default(),
             }),
         }
+    }
+
+    #[test]
+    fn open_tenants_are_memoised_within_a_bound() {
+        let a = open();
+        let Mode::Open { memo, secret, .. } = &*a.mode else {
+            unreachable!("open() is open")
+        };
+        let t = |key: &str| {
+            a.authenticate(&headers(&[("x-api-key", key)]))
+                .unwrap()
+                .0
+                .0
+                .to_string()
+        };
+        let first = t("sk-1");
+        assert_eq!(
+            first,
+            format!("k-{}", hmac_hex(secret, b"credential", b"sk-1"))
+        );
+        assert_eq!(t("sk-1"), first);
+        assert_eq!(memo.lock().unwrap().len(), 1);
+        for i in 0..MEMO_MAX + 10 {
+            t(&format!("sk-x{i}"));
+        }
+        assert!(memo.lock().unwrap().len() <= MEMO_MAX);
+        // Forgotten or not, a credential keeps its tenant.
+        assert_eq!(t("sk-1"), first);
     }
 
     #[test]
@@ -356,6 +405,7 @@ mod tests {
             mode: Arc::new(Mode::Open {
                 secret: [2; 32],
                 anon: AtomicU64::new(0),
+                memo: Mutex::default(),
             }),
         };
         assert_ne!(

@@ -44,6 +44,7 @@ pub mod config;
 mod error;
 mod gemini;
 mod idle;
+mod log_buffer;
 mod model;
 mod peek;
 mod pool;
@@ -60,6 +61,7 @@ mod upstream;
 
 pub use app::{Gateway, GatewayError};
 pub use config::Config;
+pub use log_buffer::{LineWriter, LogBuffer};
 pub use ready::Readiness;
 pub use relay::RelayBackground;
 pub use server::{BACKGROUND_GRACE, HttpService, RunningGateway};

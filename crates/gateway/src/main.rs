@@ -1,13 +1,15 @@
 //! `context-relay-gateway --config FILE`: an OpenAI/Anthropic-compatible gateway that pools
 //! provider accounts and keeps sessions alive across account rotation.
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
 use context_relay_gateway::config::{Config, LogFormat};
-use context_relay_gateway::{Gateway, prometheus_builder};
+use context_relay_gateway::{Gateway, LogBuffer, prometheus_builder};
 use tracing_subscriber::EnvFilter;
 
 /// OpenAI/Anthropic-compatible gateway that pools several accounts per provider and keeps long
@@ -32,15 +34,54 @@ struct Args {
     log_format: Option<LogFormat>,
 }
 
-fn init_logging(format: LogFormat) {
+/// mimalloc: the gateway allocates and frees many small buffers per request, which glibc's
+/// allocator serves measurably slower (see the README's performance section).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Writes the waiting log lines when `main` returns, whatever the path.
+struct FlushOnExit(Option<LogBuffer>);
+
+impl Drop for FlushOnExit {
+    fn drop(&mut self) {
+        if let Some(log) = &self.0 {
+            log.flush();
+        }
+    }
+}
+
+/// How long access-log lines may wait before they are written (see [`LogBuffer`]).
+const LOG_FLUSH_EVERY: Duration = Duration::from_millis(100);
+
+/// Sets up logging to stderr; the returned buffer must be flushed before the process exits.
+fn init_logging(format: LogFormat) -> Option<LogBuffer> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let ansi = std::io::stderr().is_terminal();
+    let log = match LogBuffer::stderr(LOG_FLUSH_EVERY) {
+        Ok(log) => log,
+        Err(e) => {
+            // No flusher thread: every line is written through.
+            eprintln!("warning: cannot start the log flusher ({e}); logging unbuffered");
+            let builder = tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_ansi(ansi)
+                .with_writer(std::io::stderr);
+            match format {
+                LogFormat::Text => builder.init(),
+                LogFormat::Json => builder.json().with_current_span(true).init(),
+            }
+            return None;
+        }
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_ansi(ansi)
+        .with_writer(log.clone());
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().with_current_span(true).init(),
     }
+    Some(log)
 }
 
 fn main() -> ExitCode {
@@ -53,7 +94,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    init_logging(args.log_format.unwrap_or(config.log_format));
+    let _flush = FlushOnExit(init_logging(args.log_format.unwrap_or(config.log_format)));
     if let Some(listen) = args.listen {
         config.listen = listen;
         if let Err(e) = config.check_open(listen) {

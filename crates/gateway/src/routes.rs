@@ -13,8 +13,7 @@
 //! 500 in an error shape every client reads, and the process lives on),
 //! `SetSensitiveRequestHeadersLayer` (`authorization`, `x-api-key`, `x-goog-api-key`,
 //! `proxy-authorization`, `cookie` are never logged), `SetRequestIdLayer` / `PropagateRequestIdLayer`
-//! (`x-request-id`), `TraceLayer` as the access log (see [`telemetry`](crate::telemetry)), the
-//! request metrics, and the client body timeout (`client_body_timeout_secs` between two chunks;
+//! (`x-request-id`), the request metrics and the access log (see [`telemetry`](crate::telemetry)), and the client body timeout (`client_body_timeout_secs` between two chunks;
 //! then a 408).
 
 use std::any::Any;
@@ -32,7 +31,6 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutBody};
-use tower_http::trace::TraceLayer;
 
 use crate::app::{Gateway, ProxyService};
 use crate::combo::Routes;
@@ -40,7 +38,7 @@ use crate::error::{ErrorShape, any_shape_error_body, error_body};
 use crate::gemini;
 use crate::relay::RelayLayers;
 use crate::server::HttpService;
-use crate::telemetry::{RequestMetricsLayer, access_log, access_span};
+use crate::telemetry::RequestMetricsLayer;
 
 /// `GET`/`HEAD /`.
 const ROOT: &str = "/";
@@ -106,15 +104,6 @@ impl Gateway {
                 .layer(SetSensitiveRequestHeadersLayer::from_shared(sensitive))
                 .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
                 .layer(PropagateRequestIdLayer::x_request_id())
-                .layer(
-                    TraceLayer::new_for_http()
-                        .make_span_with(access_span)
-                        .on_request(())
-                        .on_response(access_log)
-                        .on_body_chunk(())
-                        .on_eos(())
-                        .on_failure(()),
-                )
                 .layer(RequestMetricsLayer::default())
                 .layer(RequestBodyTimeoutLayer::new(body_timeout))
                 .map_request(|req: Request<TimeoutBody<Incoming>>| req.map(Body::new))

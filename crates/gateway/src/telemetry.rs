@@ -17,10 +17,11 @@
 //! `route` is the route's path (`/v1/responses`, `/admin/handoffs/{session}`) or `other`, so
 //! arbitrary client paths cannot blow up the label set.
 //!
-//! The access log is one `INFO` event per request (target `context_relay_gateway::access`) in a
-//! span carrying `method`, `path`, `request_id`, and, once the response is known, `status`,
-//! `latency_ms`, `tenant`, `combo`, `provider`, `account` and `handoff`. It never carries a
-//! header value, a key or a body.
+//! The access log is one `INFO` event per request (target `context_relay_gateway::access`),
+//! written when the response head is known, in a span carrying `method`, `path`, `request_id`,
+//! `status`, `latency_ms`, `tenant`, `combo`, `provider`, `account` and `handoff`. It never
+//! carries a header value, a key or a body. With the access target at `DEBUG`, what is logged
+//! while a request runs nests in a `request` span with its `request_id`.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -35,7 +36,8 @@ use metrics::{Gauge, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use tower_layer::Layer;
 use tower_service::Service;
-use tracing::Span;
+use tracing::Instrument;
+use tracing::instrument::Instrumented;
 
 use crate::routes::ROUTES;
 
@@ -70,9 +72,13 @@ pub fn prometheus_builder() -> PrometheusBuilder {
 
 /// The `route` label of `path`: the route of [`ROUTES`] it matches, or `other`.
 pub(crate) fn route_label(path: &str) -> &'static str {
+    // Most requests hit a route without parameters: a plain comparison finds it.
+    if let Some(r) = ROUTES.iter().find(|r| **r == path) {
+        return r;
+    }
     ROUTES
         .iter()
-        .find(|r| matches_route(r, path))
+        .find(|r| r.contains('{') && matches_route(r, path))
         .map_or("other", |r| r)
 }
 
@@ -96,7 +102,8 @@ fn matches_route(template: &str, path: &str) -> bool {
     }
 }
 
-/// Layer recording `context_relay_gateway_request_seconds` and the in-flight gauge.
+/// Layer recording `context_relay_gateway_request_seconds` and the in-flight gauge, and writing
+/// the access log.
 ///
 /// The metric handles are registered once per label set (on first use, so after the
 /// application installed its recorder) and shared by the services of the layer: a request
@@ -180,10 +187,21 @@ where
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let gauge = self.handles.in_flight().clone();
         gauge.increment(1.0);
+        // Events logged while the request runs nest in a `DEBUG` span with its id (none is made
+        // at the default level).
+        let span = tracing::debug_span!(
+            target: ACCESS,
+            "request",
+            request_id = req
+                .headers()
+                .get(&X_REQUEST_ID)
+                .and_then(|v| v.to_str().ok())
+        );
         MetricsFuture {
             route: route_label(req.uri().path()),
+            access: AccessRequest::of(&req),
             started: Instant::now(),
-            inner: self.inner.call(req),
+            inner: span.in_scope(|| self.inner.call(req)).instrument(span),
             handles: self.handles.clone(),
             guard: InFlight(gauge),
         }
@@ -209,8 +227,9 @@ pin_project_lite::pin_project! {
     /// The future of [`RequestMetrics`].
     pub struct MetricsFuture<F> {
         #[pin]
-        inner: F,
+        inner: Instrumented<F>,
         route: &'static str,
+        access: Option<AccessRequest>,
         started: Instant,
         handles: Arc<Handles>,
         guard: InFlight,
@@ -227,9 +246,13 @@ where
         let this = self.project();
         let out = std::task::ready!(this.inner.poll(cx));
         let status = out.as_ref().ok().map(Response::status);
+        let latency = this.started.elapsed();
         this.handles
             .seconds(this.route, status)
-            .record(this.started.elapsed().as_secs_f64());
+            .record(latency.as_secs_f64());
+        if let (Some(access), Ok(res)) = (this.access.as_ref(), out.as_ref()) {
+            access.log(res, latency);
+        }
         Poll::Ready(out)
     }
 }
@@ -276,61 +299,64 @@ impl HistogramsBy {
     }
 }
 
-/// The access-log span of a request (for `TraceLayer::make_span_with`).
-pub(crate) fn access_span<B>(req: &Request<B>) -> Span {
-    let request_id = req
-        .headers()
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("-");
-    tracing::info_span!(
-        target: "context_relay_gateway::access",
-        "request",
-        method = %req.method(),
-        path = %req.uri().path(),
-        request_id = %request_id,
-        status = tracing::field::Empty,
-        latency_ms = tracing::field::Empty,
-        tenant = tracing::field::Empty,
-        combo = tracing::field::Empty,
-        provider = tracing::field::Empty,
-        account = tracing::field::Empty,
-        handoff = tracing::field::Empty,
-    )
+/// The target of the access log.
+const ACCESS: &str = "context_relay_gateway::access";
+
+/// What the access-log line needs of the request, taken only when the line is enabled.
+struct AccessRequest {
+    method: http::Method,
+    uri: http::Uri,
+    request_id: Option<http::HeaderValue>,
 }
 
-/// The access-log line of a response (for `TraceLayer::on_response`): records what the stack
-/// learned about the request on the span, then logs it.
-pub(crate) fn access_log<B>(res: &Response<B>, latency: Duration, span: &Span) {
-    let ext = res.extensions();
-    let status = res.status().as_u16();
-    span.record("status", status);
-    span.record("latency_ms", latency.as_secs_f64() * 1000.0);
-    if let Some(Tenant(t)) = ext.get::<Tenant>() {
-        span.record("tenant", &**t);
+impl AccessRequest {
+    fn of<B>(req: &Request<B>) -> Option<Self> {
+        tracing::enabled!(target: ACCESS, tracing::Level::INFO).then(|| Self {
+            method: req.method().clone(),
+            uri: req.uri().clone(),
+            request_id: req.headers().get(&X_REQUEST_ID).cloned(),
+        })
     }
-    if let Some(c) = ext.get::<ComboName>() {
-        span.record("combo", &*c.0);
+
+    /// Logs the line of `res`: an `INFO` event in a span carrying every field, both made here
+    /// at once, so a request costs one span and one event and no field recorded later.
+    fn log<B>(&self, res: &Response<B>, latency: Duration) {
+        let ext = res.extensions();
+        let status = res.status().as_u16();
+        let latency_ms = latency.as_secs_f64() * 1000.0;
+        let request_id = self
+            .request_id
+            .as_ref()
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("-");
+        let tenant = ext.get::<Tenant>().map(|t| &*t.0);
+        let combo = ext.get::<ComboName>().map(|c| &*c.0);
+        let account = ext.get::<ResolvedAccount>();
+        // What the relay did (`injected`, `scrubbed`, `repaired`, comma-joined), or `none`.
+        let handoff = res
+            .headers()
+            .get(context_relay_tower::RELAY_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("none");
+        let span = tracing::info_span!(
+            target: ACCESS,
+            "request",
+            method = %self.method,
+            path = %self.uri.path(),
+            request_id = %request_id,
+            status,
+            latency_ms,
+            tenant,
+            combo,
+            provider = account.map(|a| &**a.provider()),
+            account = account.map(|a| &**a.account()),
+            handoff,
+        );
+        tracing::info!(target: ACCESS, parent: &span, status, latency_ms, "request");
     }
-    if let Some(r) = ext.get::<ResolvedAccount>() {
-        span.record("provider", &**r.provider());
-        span.record("account", &**r.account());
-    }
-    // What the relay did (`injected`, `scrubbed`, `repaired`, comma-joined), or `none`.
-    let handoff = res
-        .headers()
-        .get(context_relay_tower::RELAY_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("none");
-    span.record("handoff", handoff);
-    tracing::info!(
-        target: "context_relay_gateway::access",
-        parent: span,
-        status,
-        latency_ms = latency.as_secs_f64() * 1000.0,
-        "request"
-    );
 }
+
+static X_REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request-id");
 
 #[cfg(test)]
 mod tests {

@@ -110,36 +110,36 @@ pub(crate) struct Upstream {
 
 /// Request headers a client may not set upstream: they would choose the account's
 /// organization or project, or carry a credential of their own.
-const CLIENT_ONLY: [&str; 8] = [
-    "authorization",
-    "x-api-key",
-    "api-key",
-    "x-goog-api-key",
-    "cookie",
-    "openai-organization",
-    "openai-project",
-    "anthropic-organization-id",
+static CLIENT_ONLY: [HeaderName; 8] = [
+    HeaderName::from_static("authorization"),
+    HeaderName::from_static("x-api-key"),
+    HeaderName::from_static("api-key"),
+    HeaderName::from_static("x-goog-api-key"),
+    HeaderName::from_static("cookie"),
+    HeaderName::from_static("openai-organization"),
+    HeaderName::from_static("openai-project"),
+    HeaderName::from_static("anthropic-organization-id"),
 ];
 
 /// Response headers that identify the account and stay between the gateway and the provider.
-const ACCOUNT_ONLY: [&str; 3] = [
-    "set-cookie",
-    "openai-organization",
-    "anthropic-organization-id",
+static ACCOUNT_ONLY: [HeaderName; 3] = [
+    HeaderName::from_static("set-cookie"),
+    HeaderName::from_static("openai-organization"),
+    HeaderName::from_static("anthropic-organization-id"),
 ];
 
 /// Headers that describe one connection, not the message (RFC 9110 §7.6.1), plus `host`,
 /// which the client derives from the upstream URL.
-const HOP_BY_HOP: [&str; 9] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
+static HOP_BY_HOP: [HeaderName; 9] = [
+    HeaderName::from_static("connection"),
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    HeaderName::from_static("proxy-authenticate"),
+    HeaderName::from_static("proxy-authorization"),
+    HeaderName::from_static("te"),
+    HeaderName::from_static("trailer"),
+    HeaderName::from_static("transfer-encoding"),
+    HeaderName::from_static("upgrade"),
 ];
 
 impl Upstream {
@@ -203,7 +203,7 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for n in named {
         headers.remove(n);
     }
-    for n in HOP_BY_HOP {
+    for n in &HOP_BY_HOP {
         headers.remove(n);
     }
 }
@@ -262,7 +262,7 @@ where
             };
             strip_hop_by_hop(&mut parts.headers);
             parts.headers.remove(header::HOST);
-            for name in CLIENT_ONLY {
+            for name in &CLIENT_ONLY {
                 parts.headers.remove(name);
             }
             // hyper sets the length from the body (exact for buffered bodies, chunked for
@@ -305,7 +305,7 @@ where
             match sent {
                 Ok(mut res) => {
                     strip_hop_by_hop(res.headers_mut());
-                    for name in ACCOUNT_ONLY {
+                    for name in &ACCOUNT_ONLY {
                         res.headers_mut().remove(name);
                     }
                     Ok(res.map(|b| Either::Left(IdleTimeoutBody::new(b, limits.idle))))
