@@ -28,6 +28,7 @@ use context_relay_core::quota::QuotaKind;
 use http::{HeaderName, HeaderValue, header};
 
 use crate::config::{AuthScheme, Config, ProviderConfig, QuotaFormat};
+use crate::telemetry::ResponseCounters;
 
 /// How long an account stays exhausted when the provider announced no reset.
 pub(crate) const DEFAULT_RESET: Duration = Duration::from_secs(60);
@@ -75,6 +76,8 @@ pub(crate) struct Account {
     /// This account as every relay part names it (provider, id), built once.
     pub resolved: ResolvedAccount,
     header: (HeaderName, HeaderValue),
+    /// Its `context_relay_gateway_upstream_responses_total` counters.
+    pub responses: Arc<ResponseCounters>,
 }
 
 impl std::fmt::Debug for Account {
@@ -170,6 +173,7 @@ impl ProviderPool {
                     id: Arc::from(a.id.as_str()),
                     resolved: ResolvedAccount::new(p.name.as_str(), a.id.as_str()),
                     header: (name, value),
+                    responses: Arc::new(ResponseCounters::new(&p.name, &a.id)),
                 })
             })
             .collect();

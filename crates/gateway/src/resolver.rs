@@ -285,13 +285,7 @@ where
             let mut res = inner.ready().await?.call(attempt).await?;
             let now = SystemTime::now();
             let status = res.status();
-            metrics::counter!(
-                "context_relay_gateway_upstream_responses_total",
-                "provider" => pool.name().to_string(),
-                "account" => account.id.to_string(),
-                "status" => status.as_str().to_owned()
-            )
-            .increment(1);
+            account.responses.count(status);
             if !status.is_client_error() && !status.is_server_error() {
                 let signal =
                     quota::from_response(pool.quota_kind(), status, res.headers(), None, now);

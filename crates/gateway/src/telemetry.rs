@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use context_relay_tower::{ComboName, ResolvedAccount, Tenant};
 use http::{Request, Response};
-use metrics::{Gauge, Histogram};
+use metrics::{Counter, Gauge, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use tower_layer::Layer;
 use tower_service::Service;
@@ -299,6 +299,56 @@ impl HistogramsBy {
     }
 }
 
+/// `context_relay_gateway_upstream_responses_total` of one account, by status, each counter
+/// registered once (on first use): counting a response costs no label allocation.
+pub(crate) struct ResponseCounters {
+    provider: Arc<str>,
+    account: Arc<str>,
+    by_status: RwLock<HashMap<u16, Counter>>,
+}
+
+impl std::fmt::Debug for ResponseCounters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseCounters")
+            .field("provider", &self.provider)
+            .field("account", &self.account)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ResponseCounters {
+    /// The counters of `account` of `provider`.
+    pub(crate) fn new(provider: &str, account: &str) -> Self {
+        Self {
+            provider: Arc::from(provider),
+            account: Arc::from(account),
+            by_status: RwLock::default(),
+        }
+    }
+
+    /// Counts one response with `status`.
+    pub(crate) fn count(&self, status: http::StatusCode) {
+        let key = status.as_u16();
+        if let Ok(map) = self.by_status.read()
+            && let Some(c) = map.get(&key)
+        {
+            c.increment(1);
+            return;
+        }
+        let c = metrics::counter!(
+            "context_relay_gateway_upstream_responses_total",
+            "provider" => self.provider.to_string(),
+            "account" => self.account.to_string(),
+            "status" => status.as_str().to_owned()
+        );
+        c.increment(1);
+        if let Ok(mut map) = self.by_status.write() {
+            // Statuses are nearly a closed set: the map stays small.
+            map.insert(key, c);
+        }
+    }
+}
+
 /// The target of the access log.
 const ACCESS: &str = "context_relay_gateway::access";
 
@@ -361,6 +411,36 @@ static X_REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn response_counters_count_by_status_with_handles_made_once() {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let counters = ResponseCounters::new("codex", "acct-a");
+        metrics::with_local_recorder(&recorder, || {
+            counters.count(http::StatusCode::OK);
+            counters.count(http::StatusCode::OK);
+            counters.count(http::StatusCode::TOO_MANY_REQUESTS);
+        });
+        // The handle registered with the recorder keeps counting without it.
+        counters.count(http::StatusCode::OK);
+        let page = handle.render();
+        let line = |status: &str| {
+            page.lines()
+                .find(|l| {
+                    l.starts_with("context_relay_gateway_upstream_responses_total{")
+                        && l.contains(&format!("status=\"{status}\""))
+                })
+                .map(str::to_owned)
+        };
+        let ok = line("200").expect("200 counted");
+        assert!(
+            ok.contains("provider=\"codex\"") && ok.contains("account=\"acct-a\""),
+            "{ok}"
+        );
+        assert!(ok.ends_with(" 3"), "{page}");
+        assert!(line("429").expect("429 counted").ends_with(" 1"), "{page}");
+    }
 
     #[test]
     fn routes_have_bounded_labels() {
