@@ -2,9 +2,9 @@
 //! simulated provider (account-bound state minted per account, another account's rejected).
 //!
 //! A combo of two targets whose first target is exhausted on every account moves the session
-//! to its second target: another provider and model. The gateway does not translate between
-//! API shapes, so both targets speak the client's shape (Anthropic Messages, Claude Code's
-//! requests): `anthropic/claude-opus-4-8` and `backup/claude-sonnet-4-5`, two providers of
+//! to its second target: another provider and model. Here both targets speak the client's
+//! shape (Anthropic Messages, Claude Code's requests; `translate.rs` covers a move across
+//! shapes): `anthropic/claude-opus-4-8` and `backup/claude-sonnet-4-5`, two providers of
 //! the simulator with accounts of their own.
 
 mod support;

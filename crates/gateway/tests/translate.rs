@@ -140,7 +140,12 @@ fn read_as_codex(reply: &[u8]) -> (String, Vec<Value>, Value) {
         .iter()
         .find(|e| e["type"] == "response.completed")
         .cloned()
-        .unwrap_or_else(|| panic!("no response.completed in {}", String::from_utf8_lossy(reply)));
+        .unwrap_or_else(|| {
+            panic!(
+                "no response.completed in {}",
+                String::from_utf8_lossy(reply)
+            )
+        });
     assert_eq!(events[0]["type"], "response.created");
     (text, items, done)
 }
@@ -152,10 +157,23 @@ fn assert_messages_shape(r: &RecordedRequest) {
     let body = r.json().expect("JSON");
     assert_eq!(body["model"], "claude-sonnet-4-5");
     assert!(body["max_tokens"].as_u64().is_some());
-    for key in ["input", "instructions", "reasoning", "store", "include", "previous_response_id", "prompt_cache_key", "text"] {
+    for key in [
+        "input",
+        "instructions",
+        "reasoning",
+        "store",
+        "include",
+        "previous_response_id",
+        "prompt_cache_key",
+        "text",
+    ] {
         assert!(body.get(key).is_none(), "{key} was sent to Anthropic");
     }
-    for needle in ["encrypted_content", "\"type\":\"reasoning\"", "previous_response_id"] {
+    for needle in [
+        "encrypted_content",
+        "\"type\":\"reasoning\"",
+        "previous_response_id",
+    ] {
         assert!(!contains(&r.body, needle), "{needle} was sent to Anthropic");
     }
     assert_eq!(body["messages"][0]["role"], "user");
@@ -173,20 +191,30 @@ async fn a_codex_session_moves_to_anthropic_translated_with_the_model_switch() {
     assert!(first.uri.path().ends_with("/v1/responses"));
     h.idle().await;
     // The history now holds acct-a's reasoning item with its encrypted_content.
-    assert!(serde_json::to_string(&conv.body).unwrap().contains("encrypted_content"));
+    assert!(
+        serde_json::to_string(&conv.body)
+            .unwrap()
+            .contains("encrypted_content")
+    );
 
     h.sim.set_used("acct-a", 100.0);
     h.sim.set_used("acct-b", 100.0);
     let (status, acted, reply) = conv.turn(&h, 0).await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&reply));
     let acted = acted.unwrap_or_default();
-    assert!(acted.contains("model-switch") && acted.contains("injected"), "{acted}");
+    assert!(
+        acted.contains("model-switch") && acted.contains("injected"),
+        "{acted}"
+    );
     let moved = last_turn(&h);
     assert_eq!(moved.account.as_deref(), Some("acct-x"));
     assert_messages_shape(&moved);
     let body = moved.json().unwrap();
     let system = body["system"].as_str().expect("a system prompt");
-    assert!(system.contains(HANDOFF_TAG), "the handoff is in Anthropic's system");
+    assert!(
+        system.contains(HANDOFF_TAG),
+        "the handoff is in Anthropic's system"
+    );
     assert!(system.contains(&format!(
         "<transfer_reason>Model switch from {FIRST} to {SECOND}: continuing a previous session</transfer_reason>"
     )), "{}", &system[..system.len().min(2000)]);
@@ -225,8 +253,10 @@ async fn a_codex_session_moves_to_anthropic_translated_with_the_model_switch() {
     assert_messages_shape(&next);
     assert!(!contains(&next.body, HANDOFF_TAG));
     let messages = next.json().unwrap()["messages"].as_array().unwrap().clone();
-    assert!(messages.iter().any(|m| m["role"] == "assistant"
-        && m["content"][0]["text"] == "Reply 1 from account acct-x."));
+    assert!(
+        messages.iter().any(|m| m["role"] == "assistant"
+            && m["content"][0]["text"] == "Reply 1 from account acct-x.")
+    );
     let (text, _, _) = read_as_codex(&reply);
     assert_eq!(text, "Reply 2 from account acct-x.");
 }
@@ -245,14 +275,23 @@ async fn a_json_round_trip_rotates_on_an_anthropic_429() {
     assert_eq!(v["object"], "response");
     assert_eq!(v["status"], "completed");
     assert_eq!(v["output"][0]["type"], "message");
-    assert_eq!(v["output"][0]["content"][0]["text"], "Reply 1 from account acct-y.");
+    assert_eq!(
+        v["output"][0]["content"][0]["text"],
+        "Reply 1 from account acct-y."
+    );
     assert!(v["usage"]["total_tokens"].as_u64().unwrap() > 0);
     let turns = h.turns();
-    let accounts: Vec<_> = turns.iter().map(|r| r.account.clone().unwrap_or_default()).collect();
+    let accounts: Vec<_> = turns
+        .iter()
+        .map(|r| r.account.clone().unwrap_or_default())
+        .collect();
     assert_eq!(accounts, ["acct-x", "acct-y"]);
     let sent = turns[1].json().unwrap();
     assert_eq!(sent["system"], "Be terse.");
-    assert_eq!(sent["messages"], json!([{"role": "user", "content": [{"type": "text", "text": "say hi"}]}]));
+    assert_eq!(
+        sent["messages"],
+        json!([{"role": "user", "content": [{"type": "text", "text": "say hi"}]}])
+    );
     assert!(sent.get("stream").is_none());
     assert_eq!(h.account(0, "acct-x").await["state"], "exhausted");
 
@@ -269,9 +308,7 @@ async fn a_tool_call_round_trip() {
     let h = harness(Some("exec_command")).await;
     let session = "0199c000-0000-7000-8000-00000000b003";
     let mut conv = conversation("claude-only", session);
-    let (status, _, reply) = h
-        .send(0, "/v1/responses", &conv.headers, &conv.body)
-        .await;
+    let (status, _, reply) = h.send(0, "/v1/responses", &conv.headers, &conv.body).await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&reply));
     let (text, items, done) = read_as_codex(&reply);
     assert_eq!(text, "Reply 1 from account acct-x.");
@@ -291,16 +328,20 @@ async fn a_tool_call_round_trip() {
     assert_eq!(deltas, call["arguments"].as_str().unwrap());
     assert_eq!(done["response"]["output"].as_array().unwrap().len(), 2);
     let sent = last_turn(&h).json().unwrap();
-    assert!(sent["tools"].as_array().unwrap().iter().any(|t| t["name"] == "apply_patch"
-        && t["input_schema"]["properties"]["input"]["type"] == "string"));
+    assert!(
+        sent["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "apply_patch"
+                && t["input_schema"]["properties"]["input"]["type"] == "string")
+    );
 
     // Codex runs the command and sends the whole history back with the call's output.
     let input = conv.body["input"].as_array_mut().unwrap();
     input.extend(items.iter().cloned());
     input.push(json!({"type": "function_call_output", "call_id": call_id, "output": "total 0"}));
-    let (status, _, reply) = h
-        .send(0, "/v1/responses", &conv.headers, &conv.body)
-        .await;
+    let (status, _, reply) = h.send(0, "/v1/responses", &conv.headers, &conv.body).await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&reply));
     let r = last_turn(&h);
     assert_messages_shape(&r);
@@ -310,7 +351,10 @@ async fn a_tool_call_round_trip() {
     assert_eq!(messages[n - 2]["content"][1]["type"], "tool_use");
     assert_eq!(messages[n - 2]["content"][1]["id"], call_id.as_str());
     assert_eq!(messages[n - 1]["content"][0]["type"], "tool_result");
-    assert_eq!(messages[n - 1]["content"][0]["tool_use_id"], call_id.as_str());
+    assert_eq!(
+        messages[n - 1]["content"][0]["tool_use_id"],
+        call_id.as_str()
+    );
     let (text, items, _) = read_as_codex(&reply);
     assert_eq!(text, "Reply 2 from account acct-x.");
     assert_eq!(items.len(), 1, "an answer, no new call");
