@@ -251,7 +251,7 @@ impl State {
                     .and_then(Value::as_str)
                     .unwrap_or("tool")
                     .to_owned();
-                let custom = self.ctx.custom_tools.iter().any(|t| *t == name);
+                let custom = self.ctx.custom_tools.contains(&name);
                 let (item_id, item) = if custom {
                     let id = format!("ctc_{call_id}");
                     (
