@@ -1,11 +1,12 @@
 //! The shape rules of the Anthropic Messages API, with the real API's error messages: no
-//! unknown top-level field, the first conversation message from `user`, `user` and
-//! `assistant` alternating, every `tool_use` answered by a `tool_result` in the next message,
-//! and every `tool_result` first in its message and answering a `tool_use` of the message
-//! before. (`max_tokens` is checked by [`crate::rules`].)
+//! unknown top-level field, the first conversation message from `user`, roles `user` or
+//! `assistant`, every `tool_use` answered by a `tool_result` in the next turn, and every
+//! `tool_result` first in its turn and answering a `tool_use` of the turn before. (`max_tokens`
+//! is checked by [`crate::rules`].)
 //!
-//! `system` entries inside `messages` (Claude Code's mid-conversation system beta) are not
-//! conversation turns: they are skipped by the role rules.
+//! Like the real API, consecutive messages of one role are one turn (the API combines them),
+//! so the tool rules apply to the combined turns. `system` entries inside `messages` (Claude
+//! Code's mid-conversation system beta) are not turns: the role rules skip them.
 
 use serde_json::Value;
 
@@ -60,52 +61,43 @@ pub(crate) fn check(body: &Value) -> Option<String> {
         return Some(format!("{extra}: Extra inputs are not permitted"));
     }
     let messages = obj.get("messages")?.as_array()?;
-    let turns: Vec<(usize, &Value)> = messages
-        .iter()
-        .enumerate()
-        .filter(|(_, m)| m.get("role").and_then(Value::as_str) != Some("system"))
-        .collect();
     let role = |m: &Value| {
         m.get("role")
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_owned()
     };
-    if let Some((_, first)) = turns.first()
-        && role(first) != "user"
-    {
-        return Some("messages: first message must use the \"user\" role".into());
-    }
-    let empty = Vec::new();
     let blocks = |m: &Value| -> Vec<Value> {
         match m.get("content") {
             Some(Value::Array(b)) => b.clone(),
             Some(Value::String(s)) => vec![serde_json::json!({"type": "text", "text": s})],
-            _ => empty.clone(),
+            _ => Vec::new(),
         }
     };
-    for (k, (i, m)) in turns.iter().enumerate() {
+    // (index of the turn's first message, role, combined blocks)
+    let mut turns: Vec<(usize, String, Vec<Value>)> = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
         let r = role(m);
+        if r == "system" {
+            continue;
+        }
         if r != "user" && r != "assistant" {
             return Some(format!(
                 "messages.{i}.role: Input should be 'user' or 'assistant'"
             ));
         }
-        let prev = k.checked_sub(1).map(|p| turns[p]);
-        if let Some((_, p)) = prev
-            && role(p) == r
-        {
-            return Some(format!(
-                "messages: roles must alternate between \"user\" and \"assistant\", but found multiple \"{r}\" roles in a row"
-            ));
+        match turns.last_mut() {
+            Some(last) if last.1 == r => last.2.extend(blocks(m)),
+            _ => turns.push((i, r, blocks(m))),
         }
-        let own = blocks(m);
-        let asked: Vec<String> = prev.map_or_else(Vec::new, |(_, p)| {
-            ids(&blocks(p), "tool_use", "id")
-                .into_iter()
-                .map(str::to_owned)
-                .collect()
-        });
+    }
+    if turns.first().is_some_and(|t| t.1 != "user") {
+        return Some("messages: first message must use the \"user\" role".into());
+    }
+    for (k, (i, _, own)) in turns.iter().enumerate() {
+        let asked: Vec<&str> = k
+            .checked_sub(1)
+            .map_or_else(Vec::new, |p| ids(&turns[p].2, "tool_use", "id"));
         let mut other_seen = false;
         for (j, b) in own.iter().enumerate() {
             if kind(b) != "tool_result" {
@@ -113,17 +105,17 @@ pub(crate) fn check(body: &Value) -> Option<String> {
                 continue;
             }
             let id = b.get("tool_use_id").and_then(Value::as_str).unwrap_or("");
-            if other_seen || !asked.iter().any(|a| a == id) {
+            if other_seen || !asked.contains(&id) {
                 return Some(format!(
                     "messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: {id}. Each `tool_result` block must have a corresponding `tool_use` block in the previous message."
                 ));
             }
         }
-        // The tool_use ids of this message need answers in the next turn.
-        let asks = ids(&own, "tool_use", "id");
+        // The tool_use ids of this turn need answers in the next one.
+        let asks = ids(own, "tool_use", "id");
         if !asks.is_empty() {
-            let next = turns.get(k + 1).map(|(_, n)| blocks(n)).unwrap_or_default();
-            let answered = ids(&next, "tool_result", "tool_use_id");
+            let next = turns.get(k + 1).map(|t| t.2.as_slice()).unwrap_or_default();
+            let answered = ids(next, "tool_result", "tool_use_id");
             let missing: Vec<&str> = asks.into_iter().filter(|a| !answered.contains(a)).collect();
             if !missing.is_empty() {
                 return Some(format!(
@@ -180,12 +172,11 @@ mod tests {
         assert!(
             refused(m(json!([{"role": "assistant", "content": "x"}]))).contains("first message")
         );
-        assert!(
-            refused(m(
-                json!([{"role": "user", "content": "x"}, {"role": "user", "content": "y"}])
-            ))
-            .contains("alternate")
-        );
+        // Consecutive messages of one role are one turn, as the real API combines them.
+        accepted(m(
+            json!([{"role": "user", "content": "x"}, {"role": "user", "content": "y"}]),
+        ));
+        assert!(refused(m(json!([{"role": "tool", "content": "x"}]))).contains("Input should be"));
         accepted(m(
             json!([{"role": "user", "content": "x"}, {"role": "system", "content": "s"}, {"role": "assistant", "content": "y"}]),
         ));
