@@ -13,8 +13,6 @@ mod support;
 use context_relay_gateway::Gateway;
 use context_relay_gateway::config::Config;
 use context_relay_sim::{RecordedRequest, SimProvider, SimQuotaHeaders};
-use http::Request;
-use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
@@ -103,23 +101,6 @@ fn conversation(combo: &str, session: &str) -> Conversation {
 
 fn last_turn(h: &Harness) -> RecordedRequest {
     h.turns().pop().expect("a turn reached the provider")
-}
-
-/// `GET /admin/handoffs?session=…&settle=true`: the listed handoffs.
-async fn admin_handoffs(h: &Harness, session: &str) -> Vec<Value> {
-    let url = format!(
-        "{}/admin/handoffs?session={session}&settle=true",
-        h.gateways[0].1.url()
-    );
-    let req = Request::get(url)
-        .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
-        .body(Full::default())
-        .unwrap();
-    let res = h.client.request(req).await.expect("gateway answers");
-    assert_eq!(res.status(), 200);
-    let bytes = res.into_body().collect().await.unwrap().to_bytes();
-    let v: Value = serde_json::from_slice(&bytes).expect("JSON");
-    v["handoffs"].as_array().cloned().unwrap_or_default()
 }
 
 /// What Codex reads of a Responses stream: the joined text deltas, the `output_item.done`
@@ -230,7 +211,7 @@ async fn a_codex_session_moves_to_anthropic_translated_with_the_model_switch() {
 
     // The first answer on the new model wrote a model-switch handoff there, through the
     // same translation (the summary request is in the client's shape).
-    let listed = admin_handoffs(&h, session).await;
+    let listed = h.admin_handoffs(session).await;
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0]["kind"], "model-switch");
     assert_eq!(listed[0]["from_provider"], "anthropic");

@@ -2,7 +2,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::sequence::{Msg, Role, normalize};
+use super::sequence::{Msg, Role, content_text, normalize};
 use super::{DEFAULT_MAX_TOKENS, TranslateError};
 
 /// How a request is translated.
@@ -230,7 +230,7 @@ fn input_item(
             msgs.push(tool_use(item, input));
         }
         "function_call_output" | "custom_tool_call_output" => {
-            let content = output_text(item.get("output"));
+            let content = content_text(item.get("output"));
             let mut block = json!({
                 "type": "tool_result",
                 "tool_use_id": tool_id(str_of(item, "call_id")),
@@ -257,20 +257,6 @@ fn tool_use(item: &Value, input: Value) -> Msg {
             "name": if name.is_empty() { "tool" } else { name },
             "input": input,
         })],
-    }
-}
-
-/// A tool output (a string, or content parts) as text.
-fn output_text(output: Option<&Value>) -> String {
-    match output {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("\n"),
-        Some(Value::Null) | None => String::new(),
-        Some(other) => other.to_string(),
     }
 }
 

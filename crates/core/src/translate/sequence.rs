@@ -41,6 +41,30 @@ fn block_id<'a>(b: &'a Value, key: &str) -> &'a str {
     b.get(key).and_then(Value::as_str).unwrap_or("")
 }
 
+/// The ids of the `tool_use` blocks among `blocks`.
+fn tool_use_ids(blocks: &[Value]) -> Vec<String> {
+    blocks
+        .iter()
+        .filter(|b| block_type(b) == "tool_use")
+        .map(|b| block_id(b, "id").to_owned())
+        .collect()
+}
+
+/// Content that is a string or a list of parts with `text`, as text (parts joined by lines);
+/// any other JSON value as its JSON text.
+pub(super) fn content_text(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Some(Value::Null) | None => String::new(),
+        Some(other) => other.to_string(),
+    }
+}
+
 /// Merges and repairs `msgs` into a sequence the Messages API accepts (see the module docs).
 pub(super) fn normalize(msgs: Vec<Msg>) -> Vec<Msg> {
     let mut out: Vec<Msg> = Vec::with_capacity(msgs.len() + 1);
@@ -65,18 +89,8 @@ pub(super) fn normalize(msgs: Vec<Msg>) -> Vec<Msg> {
     // Tool pairing, walking assistant turns and the user turn after each.
     let mut i = 0;
     while i < out.len() {
-        let asked: Vec<String> = if out[i].role == Role::Assistant {
-            out[i]
-                .blocks
-                .iter()
-                .filter(|b| block_type(b) == "tool_use")
-                .map(|b| block_id(b, "id").to_owned())
-                .collect()
-        } else {
-            Vec::new()
-        };
         if out[i].role == Role::Assistant {
-            if !asked.is_empty() && i + 1 == out.len() {
+            if !tool_use_ids(&out[i].blocks).is_empty() && i + 1 == out.len() {
                 out.push(Msg {
                     role: Role::User,
                     blocks: Vec::new(),
@@ -86,15 +100,9 @@ pub(super) fn normalize(msgs: Vec<Msg>) -> Vec<Msg> {
             continue;
         }
         // A user message: `asked` is what the assistant message before it asked.
-        let prev_asked: Vec<String> = if i > 0 {
-            out[i - 1]
-                .blocks
-                .iter()
-                .filter(|b| block_type(b) == "tool_use")
-                .map(|b| block_id(b, "id").to_owned())
-                .collect()
-        } else {
-            Vec::new()
+        let prev_asked = match i.checked_sub(1) {
+            Some(p) => tool_use_ids(&out[p].blocks),
+            None => Vec::new(),
         };
         let blocks = std::mem::take(&mut out[i].blocks);
         let mut results: Vec<Value> = Vec::new();
@@ -129,15 +137,7 @@ pub(super) fn normalize(msgs: Vec<Msg>) -> Vec<Msg> {
 /// A `tool_result` that answers no `tool_use` of the message before, as plain text.
 fn orphan_text(b: &Value) -> Value {
     let id = block_id(b, "tool_use_id");
-    let content = match b.get("content") {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    };
+    let content = content_text(b.get("content"));
     json!({"type": "text", "text": format!("Output of the earlier tool call {id}:\n{content}")})
 }
 

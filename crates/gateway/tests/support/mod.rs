@@ -392,6 +392,23 @@ impl Harness {
             .collect()
     }
 
+    /// `GET /admin/handoffs?session=…&settle=true` of the first gateway: the listed handoffs.
+    pub async fn admin_handoffs(&self, session: &str) -> Vec<Value> {
+        let url = format!(
+            "{}/admin/handoffs?session={session}&settle=true",
+            self.gateways[0].1.url()
+        );
+        let req = Request::get(url)
+            .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
+            .body(Full::default())
+            .unwrap();
+        let res = self.client.request(req).await.expect("gateway answers");
+        assert_eq!(res.status(), 200);
+        let bytes = res.into_body().collect().await.unwrap().to_bytes();
+        let v: Value = serde_json::from_slice(&bytes).expect("JSON");
+        v["handoffs"].as_array().cloned().unwrap_or_default()
+    }
+
     /// Handoffs stored for `session` (any combo), read through the first gateway's store.
     pub async fn handoffs(&self, session: &str) -> usize {
         self.gateways[0]
