@@ -289,3 +289,30 @@ where
         SizeHint::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn which_shapes_a_provider_serves() {
+        for path in [
+            "/v1/chat/completions",
+            "/v1/responses",
+            "/v1/responses/compact",
+            "/v1/messages?beta=true",
+            "/v1beta/models/g:generateContent",
+        ] {
+            assert!(serves(ProviderApi::Passthrough, path), "{path}");
+        }
+        assert!(serves(ProviderApi::Anthropic, "/v1/responses"));
+        assert!(serves(ProviderApi::Anthropic, "/v1/messages?beta=true"));
+        assert!(serves(ProviderApi::Anthropic, "/v1/messages/count_tokens"));
+        assert!(!serves(ProviderApi::Anthropic, "/v1/responses/compact"));
+        assert!(!serves(ProviderApi::Anthropic, "/v1/chat/completions"));
+        assert!(!serves(
+            ProviderApi::Anthropic,
+            "/v1beta/models/g:streamGenerateContent"
+        ));
+    }
+}

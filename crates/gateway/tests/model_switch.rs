@@ -9,11 +9,7 @@
 
 mod support;
 
-use context_relay_gateway::Gateway;
-use context_relay_gateway::config::Config;
 use context_relay_sim::{RecordedRequest, SimProvider};
-use hyper_util::client::legacy::Client as HttpClient;
-use hyper_util::rt::TokioExecutor;
 use serde_json::json;
 use support::{
     ADMIN_TOKEN, Client, Conversation, HANDOFF_TAG, Harness, SUMMARY_NEEDLE, completed, contains,
@@ -72,17 +68,7 @@ strategy = "priority"
 targets = ["{FIRST}", "{SECOND}"]
 "#
     );
-    let config = Config::from_toml_str(&text, |_| None).expect("test config");
-    let gateway = Gateway::connect(config).await.expect("gateway");
-    let server = gateway
-        .spawn("127.0.0.1:0".parse().unwrap())
-        .await
-        .expect("spawn");
-    Harness {
-        sim,
-        gateways: vec![(gateway, server)],
-        client: HttpClient::builder(TokioExecutor::new()).build_http(),
-    }
+    Harness::single(sim, &text).await
 }
 
 /// A Claude Code conversation asking for `combo`.

@@ -276,6 +276,21 @@ targets = ["anthropic/claude-opus-4-8"]
 }
 
 impl Harness {
+    /// One gateway configured by the TOML `text` over `sim`.
+    pub async fn single(sim: SimProvider, text: &str) -> Self {
+        let config = Config::from_toml_str(text, |_| None).expect("test config");
+        let gateway = Gateway::connect(config).await.expect("gateway");
+        let server = gateway
+            .spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .expect("spawn");
+        Self {
+            sim,
+            gateways: vec![(gateway, server)],
+            client: HttpClient::builder(TokioExecutor::new()).build_http(),
+        }
+    }
+
     /// `count` gateways with `store` (a `[store]` table body) over a simulated provider that
     /// uses 30 % of an account per turn.
     pub async fn start(count: usize, store: &str, sim: context_relay_sim::SimBuilder) -> Self {
