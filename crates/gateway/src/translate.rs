@@ -40,13 +40,18 @@ const ANTHROPIC_VERSION: &str = "2023-06-01";
 const MAX_ANSWER_BYTES: usize = 32 * 1024 * 1024;
 
 /// Whether a provider speaking `api` can serve a request to `path`: a pass-through provider
-/// serves everything; an Anthropic provider serves Anthropic requests and other
+/// serves everything; an OpenAI provider everything but Anthropic Messages and Gemini; an
+/// Anthropic provider serves Anthropic requests and other
 /// non-conversation paths as they are, and Responses requests translated, but not Chat
 /// Completions, Gemini, nor Codex compaction (`/responses/compact` has no Messages
 /// equivalent).
 pub(crate) fn serves(api: ProviderApi, path: &str) -> bool {
     match api {
         ProviderApi::Passthrough => true,
+        ProviderApi::Openai => !matches!(
+            ApiShape::from_path(path),
+            Some(ApiShape::AnthropicMessages | ApiShape::Gemini)
+        ),
         ProviderApi::Anthropic => match ApiShape::from_path(path) {
             None | Some(ApiShape::AnthropicMessages) => true,
             Some(ApiShape::Responses) => !is_compact(path),
@@ -309,6 +314,13 @@ mod tests {
         assert!(serves(ProviderApi::Anthropic, "/v1/messages?beta=true"));
         assert!(serves(ProviderApi::Anthropic, "/v1/messages/count_tokens"));
         assert!(!serves(ProviderApi::Anthropic, "/v1/responses/compact"));
+        assert!(serves(ProviderApi::Openai, "/v1/responses/compact"));
+        assert!(serves(ProviderApi::Openai, "/v1/chat/completions"));
+        assert!(!serves(ProviderApi::Openai, "/v1/messages"));
+        assert!(!serves(
+            ProviderApi::Openai,
+            "/v1beta/models/g:generateContent"
+        ));
         assert!(!serves(ProviderApi::Anthropic, "/v1/chat/completions"));
         assert!(!serves(
             ProviderApi::Anthropic,

@@ -4,7 +4,8 @@
 //! alternating, unpaired `tool_use`/`tool_result`, another account's signed thinking).
 //!
 //! Combo `codex-claude` is `[codex/gpt-5.5, anthropic/claude-sonnet-4-5]`: provider `codex`
-//! speaks Responses, provider `anthropic` (`api = "anthropic"`) only Messages. A Codex
+//! (`api = "openai"`) speaks Responses, provider `anthropic` (`api = "anthropic"`) only
+//! Messages. A Codex
 //! session whose first target is exhausted on every account moves to the second target,
 //! translated both ways, with the model switch relayed.
 
@@ -49,6 +50,7 @@ handoff_providers = ["*"]
 [[providers]]
 name = "codex"
 base_url = "{base_url}"
+api = "openai"
   [[providers.accounts]]
   id = "acct-a"
   api_key = "key-acct-a"
@@ -340,5 +342,16 @@ async fn shapes_without_a_translation_are_refused_in_the_clients_shape() {
     let compact = json!({"model": "claude-only", "input": "hi"});
     let (status, _, _) = h.send(0, "/v1/responses/compact", &headers, &compact).await;
     assert_eq!(status, 400);
+    // An Anthropic client sent to the OpenAI-only provider: refused in the Anthropic shape.
+    let messages = json!({"model": "codex/gpt-5.5", "max_tokens": 5,
+                          "messages": [{"role": "user", "content": "hi"}]});
+    let (status, _, reply) = h.send(0, "/v1/messages", &headers, &messages).await;
+    assert_eq!(status, 400);
+    let v: Value = serde_json::from_slice(&reply).expect("JSON error");
+    assert_eq!(v["type"], "error");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("codex"),
+        "{v}"
+    );
     assert!(h.turns().is_empty(), "nothing reached the provider");
 }

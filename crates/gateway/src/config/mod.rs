@@ -254,6 +254,9 @@ pub enum ProviderApi {
     /// Codex, and any provider that speaks what its clients send).
     #[default]
     Passthrough,
+    /// Only the OpenAI shapes (Chat Completions, Responses), forwarded as they are: Anthropic
+    /// Messages and Gemini requests are not served.
+    Openai,
     /// Only Anthropic Messages (`{base_url}/messages`): Anthropic requests are forwarded as
     /// they are, Responses requests are translated both ways, other shapes are not served.
     Anthropic,
@@ -269,6 +272,7 @@ impl ProviderApi {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Passthrough => "passthrough",
+            Self::Openai => "openai",
             Self::Anthropic => "anthropic",
         }
     }
@@ -335,7 +339,7 @@ pub struct ProviderConfig {
     /// How the account key is sent.
     #[serde(default)]
     pub auth: AuthScheme,
-    /// Which API the provider speaks (`passthrough` or `anthropic`).
+    /// Which API the provider speaks (`passthrough`, `openai` or `anthropic`).
     #[serde(default)]
     pub api: ProviderApi,
     /// Which quota headers to read.

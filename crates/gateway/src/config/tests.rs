@@ -112,6 +112,10 @@ fn provider_api() {
         load(&with("passthrough")).unwrap().providers[0].api,
         ProviderApi::Passthrough
     );
+    assert_eq!(
+        load(&with("openai")).unwrap().providers[0].api,
+        ProviderApi::Openai
+    );
     let err = load(&with("gemini")).unwrap_err().to_string();
     assert!(err.contains("api") && err.contains("gemini"), "{err}");
 }
