@@ -271,7 +271,130 @@ fn item() -> impl Strategy<Value = Value> {
     ]
 }
 
+/// One content block of a generated Messages stream.
+#[derive(Debug, Clone)]
+enum GenBlock {
+    Text(Vec<String>),
+    Tool(String),
+    Thinking,
+}
+
+fn gen_block() -> impl Strategy<Value = GenBlock> {
+    prop_oneof![
+        prop::collection::vec("[a-z \u{e9}\u{1f600}\n\"]{0,6}", 0..4).prop_map(GenBlock::Text),
+        prop::sample::select(vec!["shell", "apply_patch"])
+            .prop_map(|n| GenBlock::Tool(n.to_owned())),
+        Just(GenBlock::Thinking),
+    ]
+}
+
+/// A Messages stream of `blocks`, ended by `end` (0: message_stop, 1: an error event, 2: cut).
+fn gen_stream(blocks: &[GenBlock], end: u8) -> String {
+    let mut out = String::from(
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"usage\":{\"input_tokens\":3}}}\n\n",
+    );
+    let mut ev = |v: Value| {
+        out.push_str(&format!(
+            "event: {}\ndata: {v}\n\n",
+            v["type"].as_str().unwrap()
+        ))
+    };
+    for (i, b) in blocks.iter().enumerate() {
+        match b {
+            GenBlock::Text(parts) => {
+                ev(
+                    json!({"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}}),
+                );
+                for p in parts {
+                    ev(
+                        json!({"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": p}}),
+                    );
+                }
+            }
+            GenBlock::Tool(name) => {
+                ev(
+                    json!({"type": "content_block_start", "index": i, "content_block": {"type": "tool_use", "id": format!("t{i}"), "name": name, "input": {}}}),
+                );
+                for p in ["{\"input\":", "\"x\"}"] {
+                    ev(
+                        json!({"type": "content_block_delta", "index": i, "delta": {"type": "input_json_delta", "partial_json": p}}),
+                    );
+                }
+            }
+            GenBlock::Thinking => {
+                ev(
+                    json!({"type": "content_block_start", "index": i, "content_block": {"type": "thinking", "thinking": ""}}),
+                );
+                ev(
+                    json!({"type": "content_block_delta", "index": i, "delta": {"type": "signature_delta", "signature": "s"}}),
+                );
+            }
+        }
+        ev(json!({"type": "content_block_stop", "index": i}));
+    }
+    match end {
+        0 => {
+            ev(
+                json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 4}}),
+            );
+            ev(json!({"type": "message_stop"}));
+        }
+        1 => ev(
+            json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+        ),
+        _ => {}
+    }
+    out
+}
+
+fn split_at(bytes: &[u8], cuts: Vec<usize>) -> Vec<&[u8]> {
+    let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (bytes.len() + 1)).collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    let mut chunks = Vec::new();
+    let mut at = 0;
+    for c in cuts {
+        chunks.push(&bytes[at..c]);
+        at = c;
+    }
+    chunks.push(&bytes[at..]);
+    chunks
+}
+
 proptest! {
+    #[test]
+    fn any_stream_translates_the_same_in_any_chunks(
+        blocks in prop::collection::vec(gen_block(), 0..6),
+        end in 0u8..3,
+        cuts in prop::collection::vec(any::<usize>(), 0..16),
+    ) {
+        let stream = gen_stream(&blocks, end);
+        let bytes = stream.as_bytes();
+        let whole = run(&[bytes]);
+        prop_assert_eq!(&run(&split_at(bytes, cuts)), &whole);
+        let ev = events(&whole);
+        let terminal = |e: &Value| ["response.completed", "response.failed", "response.incomplete"].contains(&e["type"].as_str().unwrap_or(""));
+        prop_assert_eq!(ev.iter().filter(|e| terminal(e)).count(), 1);
+        prop_assert!(terminal(ev.last().unwrap()));
+        prop_assert_eq!(ev.last().unwrap()["type"] == "response.completed", end == 0);
+        // Every event about an item follows that item's output_item.added.
+        let mut added = Vec::new();
+        for e in &ev {
+            if e["type"] == "response.output_item.added" {
+                added.push(e["output_index"].as_u64().unwrap());
+            } else if let Some(i) = e.get("output_index").and_then(Value::as_u64) {
+                prop_assert!(added.contains(&i), "{} before its item", e["type"]);
+            }
+        }
+        // The text of each finished message item is its deltas joined.
+        let texts: Vec<String> = blocks.iter().filter_map(|b| match b { GenBlock::Text(p) => Some(p.concat()), _ => None }).collect();
+        let done: Vec<String> = ev.iter().filter(|e| e["type"] == "response.output_item.done" && e["item"]["type"] == "message")
+            .map(|e| e["item"]["content"][0]["text"].as_str().unwrap().to_owned()).collect();
+        if end == 0 {
+            prop_assert_eq!(done, texts);
+        }
+    }
+
     #[test]
     fn any_input_gives_a_valid_conversation(items in prop::collection::vec(item(), 0..24)) {
         let v = translate(&json!({"model": "gpt-5.5", "input": items}));
