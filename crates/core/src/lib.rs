@@ -42,6 +42,7 @@ pub mod session;
 mod sse;
 pub mod time;
 pub mod touched;
+pub mod translate;
 pub mod unsupported;
 
 pub use account::ResolvedAccount;

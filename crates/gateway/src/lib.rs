@@ -57,6 +57,7 @@ mod server;
 mod store;
 mod summary;
 mod telemetry;
+mod translate;
 mod upstream;
 
 pub use app::{Gateway, GatewayError};

@@ -27,7 +27,7 @@ use context_relay_core::ResolvedAccount;
 use context_relay_core::quota::QuotaKind;
 use http::{HeaderName, HeaderValue, header};
 
-use crate::config::{AuthScheme, Config, ProviderConfig, QuotaFormat};
+use crate::config::{AuthScheme, Config, ProviderApi, ProviderConfig, QuotaFormat};
 use crate::telemetry::ResponseCounters;
 
 /// How long an account stays exhausted when the provider announced no reset.
@@ -144,6 +144,7 @@ struct PoolState {
 pub(crate) struct ProviderPool {
     name: Arc<str>,
     base_url: Arc<str>,
+    api: ProviderApi,
     quota: QuotaFormat,
     rotate_at: f64,
     accounts: Vec<Account>,
@@ -185,6 +186,7 @@ impl ProviderPool {
         Self {
             name: Arc::from(p.name.as_str()),
             base_url: Arc::from(p.base_url.trim_end_matches('/')),
+            api: p.api,
             quota: p.quota,
             rotate_at: p.rotate_at,
             accounts,
@@ -208,6 +210,11 @@ impl ProviderPool {
     /// The base URL, without a trailing `/`.
     pub(crate) fn base_url(&self) -> &Arc<str> {
         &self.base_url
+    }
+
+    /// The API the provider speaks.
+    pub(crate) fn api(&self) -> ProviderApi {
+        self.api
     }
 
     /// The core parser selection for this provider's quota headers.

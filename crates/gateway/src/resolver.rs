@@ -244,11 +244,18 @@ where
     let mut providers_seen: Vec<Arc<ProviderPool>> = Vec::new();
     let mut attempts = 0usize;
     let mut unavailable_retried = false;
+    let mut skipped_shape = Vec::new();
     'targets: for target in targets.0.iter() {
         let Some(pool) = pools.get(&target.provider).cloned() else {
             tracing::warn!(provider = %target.provider, "route target names an unknown provider");
             continue;
         };
+        if !crate::translate::serves(pool.api(), parts.uri.path()) {
+            tracing::info!(provider = %target.provider, api = pool.api().as_str(), path = parts.uri.path(), "route target skipped: its provider cannot serve this API shape");
+            metrics::counter!("context_relay_gateway_targets_skipped_total", "provider" => pool.name().to_string(), "reason" => "api_shape").increment(1);
+            skipped_shape.push(target.provider.clone());
+            continue;
+        }
         if !providers_seen.iter().any(|p| Arc::ptr_eq(p, &pool)) {
             providers_seen.push(pool.clone());
         }
@@ -365,6 +372,18 @@ where
         }
         None => {}
     }
+    if providers_seen.is_empty() && !skipped_shape.is_empty() {
+        return Ok(own_error(
+            shape,
+            StatusCode::BAD_REQUEST,
+            ErrorKind::InvalidRequest,
+            &format!(
+                "no target of this route can serve a request to {}: {} speak(s) another API and the gateway does not translate this pair",
+                parts.uri.path(),
+                skipped_shape.join(", ")
+            ),
+        ));
+    }
     let now = SystemTime::now();
     let names: Vec<&str> = providers_seen.iter().map(|p| &**p.name()).collect();
     let next = providers_seen
@@ -427,6 +446,7 @@ fn attempt_request(
     req.extensions_mut().insert(UpstreamEndpoint {
         base_url: pool.base_url().clone(),
         credential,
+        api: pool.api(),
     });
     req.extensions_mut().insert(resolved);
     req

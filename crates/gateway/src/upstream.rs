@@ -31,7 +31,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, Uri, header};
 use http_body::Body;
 use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Either, Full};
+use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
@@ -42,6 +42,7 @@ use tower_service::Service;
 use context_relay_tower::ResolvedAccount;
 
 use crate::combo::BoxError;
+use crate::config::ProviderApi;
 use crate::error::{ErrorKind, ErrorShape, error_response};
 use crate::idle::IdleTimeoutBody;
 use crate::secret::redact_url;
@@ -55,6 +56,8 @@ pub(crate) struct UpstreamEndpoint {
     pub(crate) base_url: Arc<str>,
     /// The header carrying the account's credential.
     pub(crate) credential: Option<(HeaderName, HeaderValue)>,
+    /// The API the provider speaks: a client shape it does not speak is translated.
+    pub(crate) api: ProviderApi,
 }
 
 impl std::fmt::Debug for UpstreamEndpoint {
@@ -62,6 +65,7 @@ impl std::fmt::Debug for UpstreamEndpoint {
         f.debug_struct("UpstreamEndpoint")
             .field("base_url", &redact_url(&self.base_url))
             .field("credential", &self.credential.as_ref().map(|(n, _)| n))
+            .field("api", &self.api)
             .finish()
     }
 }
@@ -208,8 +212,12 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-/// The response body of [`Upstream`]: the provider's stream, or the gateway's own error.
-pub(crate) type UpstreamBody = Either<IdleTimeoutBody<Incoming>, Full<Bytes>>;
+/// The provider's stream, or the gateway's own error.
+pub(crate) type RawBody = Either<IdleTimeoutBody<Incoming>, Full<Bytes>>;
+
+/// The response body of [`Upstream`]: the provider's answer as it came, or translated into
+/// the client's shape.
+pub(crate) type UpstreamBody = Either<RawBody, crate::translate::Translated<RawBody>>;
 
 /// The future of [`Upstream`].
 pub(crate) type ResponseFuture =
@@ -234,100 +242,113 @@ where
         let limits = self.limits;
         let first_byte = self.first_byte.clone();
         Box::pin(async move {
-            let shape = ErrorShape::for_path(req.uri().path());
-            let bad_gateway = |message: String| {
-                let kind = ErrorKind::Upstream.name(shape);
-                Ok(
-                    error_response(shape, StatusCode::BAD_GATEWAY, kind, &message)
-                        .map(Either::Right),
-                )
+            // A Responses request to a provider that speaks only Anthropic Messages goes out
+            // translated, and its answer comes back translated.
+            let (req, inbound) = match crate::translate::outbound(req).await {
+                Ok(r) => r,
+                Err(refused) => return Ok(refused.map(|b| Either::Left(Either::Right(b)))),
             };
-            let (mut parts, body) = req.into_parts();
-            let Some(endpoint) = parts.extensions.remove::<UpstreamEndpoint>() else {
-                return bad_gateway(
-                    "the gateway resolved no upstream for this request (no UpstreamEndpoint)"
-                        .into(),
-                );
-            };
-            // A base URL may carry user-info: never shown as is (parsed only on error paths).
-            let shown = || redact_url(&endpoint.base_url);
-            let uri = match upstream_uri(&endpoint.base_url, &parts.uri) {
-                Ok(u) => u,
-                Err(e) => {
-                    return bad_gateway(format!(
-                        "the upstream URL for {} is invalid: {e}",
-                        shown()
-                    ));
-                }
-            };
-            strip_hop_by_hop(&mut parts.headers);
-            parts.headers.remove(header::HOST);
-            for name in &CLIENT_ONLY {
-                parts.headers.remove(name);
-            }
-            // hyper sets the length from the body (exact for buffered bodies, chunked for
-            // streams), so a stale client value can never disagree with what is sent.
-            parts.headers.remove(header::CONTENT_LENGTH);
-            if let Some((name, value)) = endpoint.credential {
-                parts.headers.insert(name, value);
-            }
-            parts.uri = uri;
-            // The client picks the protocol per connection; a client's HTTP/2 request must not
-            // force HTTP/2 on an HTTP/1 upstream.
-            parts.version = http::Version::HTTP_11;
-            let provider: Arc<str> = parts
-                .extensions
-                .get::<ResolvedAccount>()
-                .map_or_else(|| Arc::from("-"), |r| r.provider().clone());
-            let out = Request::from_parts(parts, body.map_err(Into::into).boxed_unsync());
-            let started = std::time::Instant::now();
-            let sent = tokio::time::timeout(limits.head, client.request(out)).await;
-            first_byte
-                .get(&provider)
-                .record(started.elapsed().as_secs_f64());
-            let Ok(sent) = sent else {
-                let provider = provider.to_string();
-                tracing::warn!(base_url = %shown(), after = ?limits.head, "upstream sent no response head in time");
-                metrics::counter!("context_relay_gateway_upstream_timeouts_total", "provider" => provider, "phase" => "head").increment(1);
-                let kind = ErrorKind::UpstreamTimeout.name(shape);
-                return Ok(error_response(
-                    shape,
-                    StatusCode::GATEWAY_TIMEOUT,
-                    kind,
-                    &format!(
-                        "the upstream {} sent no response within {:?} (upstream_head_timeout_secs)",
-                        shown(),
-                        limits.head
-                    ),
-                )
-                .map(Either::Right));
-            };
-            match sent {
-                Ok(mut res) => {
-                    strip_hop_by_hop(res.headers_mut());
-                    for name in &ACCOUNT_ONLY {
-                        res.headers_mut().remove(name);
-                    }
-                    Ok(res.map(|b| Either::Left(IdleTimeoutBody::new(b, limits.idle))))
-                }
-                Err(e) => {
-                    // hyper's top-level message is generic ("client error (Connect)"); the
-                    // cause chain says what happened ("Connection refused").
-                    let mut source = String::new();
-                    let mut cause = std::error::Error::source(&e);
-                    while let Some(c) = cause {
-                        source.push_str(&format!(": {c}"));
-                        cause = c.source();
-                    }
-                    tracing::warn!(base_url = %shown(), error = %e, "upstream request failed");
-                    metrics::counter!("context_relay_gateway_upstream_errors_total").increment(1);
-                    bad_gateway(format!(
-                        "the upstream {} could not be reached: {e}{source}",
-                        shown()
-                    ))
-                }
-            }
+            let res = send(client, limits, first_byte, req).await;
+            Ok(match inbound {
+                None => res.map(Either::Left),
+                Some(inbound) => inbound.response(res).await.map(Either::Right),
+            })
         })
+    }
+}
+
+/// Sends `req` to its [`UpstreamEndpoint`] (see [`Upstream`]).
+async fn send(
+    client: Client<HttpsConnector<HttpConnector>, OutBody>,
+    limits: UpstreamLimits,
+    first_byte: Arc<HistogramsBy>,
+    req: Request<OutBody>,
+) -> Response<RawBody> {
+    let shape = ErrorShape::for_path(req.uri().path());
+    let bad_gateway = |message: String| {
+        let kind = ErrorKind::Upstream.name(shape);
+        error_response(shape, StatusCode::BAD_GATEWAY, kind, &message).map(Either::Right)
+    };
+    let (mut parts, body) = req.into_parts();
+    let Some(endpoint) = parts.extensions.remove::<UpstreamEndpoint>() else {
+        return bad_gateway(
+            "the gateway resolved no upstream for this request (no UpstreamEndpoint)".into(),
+        );
+    };
+    // A base URL may carry user-info: never shown as is (parsed only on error paths).
+    let shown = || redact_url(&endpoint.base_url);
+    let uri = match upstream_uri(&endpoint.base_url, &parts.uri) {
+        Ok(u) => u,
+        Err(e) => {
+            return bad_gateway(format!("the upstream URL for {} is invalid: {e}", shown()));
+        }
+    };
+    strip_hop_by_hop(&mut parts.headers);
+    parts.headers.remove(header::HOST);
+    for name in &CLIENT_ONLY {
+        parts.headers.remove(name);
+    }
+    // hyper sets the length from the body (exact for buffered bodies, chunked for
+    // streams), so a stale client value can never disagree with what is sent.
+    parts.headers.remove(header::CONTENT_LENGTH);
+    if let Some((name, value)) = endpoint.credential {
+        parts.headers.insert(name, value);
+    }
+    parts.uri = uri;
+    // The client picks the protocol per connection; a client's HTTP/2 request must not
+    // force HTTP/2 on an HTTP/1 upstream.
+    parts.version = http::Version::HTTP_11;
+    let provider: Arc<str> = parts
+        .extensions
+        .get::<ResolvedAccount>()
+        .map_or_else(|| Arc::from("-"), |r| r.provider().clone());
+    let out = Request::from_parts(parts, body);
+    let started = std::time::Instant::now();
+    let sent = tokio::time::timeout(limits.head, client.request(out)).await;
+    first_byte
+        .get(&provider)
+        .record(started.elapsed().as_secs_f64());
+    let Ok(sent) = sent else {
+        let provider = provider.to_string();
+        tracing::warn!(base_url = %shown(), after = ?limits.head, "upstream sent no response head in time");
+        metrics::counter!("context_relay_gateway_upstream_timeouts_total", "provider" => provider, "phase" => "head").increment(1);
+        let kind = ErrorKind::UpstreamTimeout.name(shape);
+        return error_response(
+            shape,
+            StatusCode::GATEWAY_TIMEOUT,
+            kind,
+            &format!(
+                "the upstream {} sent no response within {:?} (upstream_head_timeout_secs)",
+                shown(),
+                limits.head
+            ),
+        )
+        .map(Either::Right);
+    };
+    match sent {
+        Ok(mut res) => {
+            strip_hop_by_hop(res.headers_mut());
+            for name in &ACCOUNT_ONLY {
+                res.headers_mut().remove(name);
+            }
+            res.map(|b| Either::Left(IdleTimeoutBody::new(b, limits.idle)))
+        }
+        Err(e) => {
+            // hyper's top-level message is generic ("client error (Connect)"); the
+            // cause chain says what happened ("Connection refused").
+            let mut source = String::new();
+            let mut cause = std::error::Error::source(&e);
+            while let Some(c) = cause {
+                source.push_str(&format!(": {c}"));
+                cause = c.source();
+            }
+            tracing::warn!(base_url = %shown(), error = %e, "upstream request failed");
+            metrics::counter!("context_relay_gateway_upstream_errors_total").increment(1);
+            bad_gateway(format!(
+                "the upstream {} could not be reached: {e}{source}",
+                shown()
+            ))
+        }
     }
 }
 

@@ -2,21 +2,15 @@
 //! simulated provider (account-bound state minted per account, another account's rejected).
 //!
 //! A combo of two targets whose first target is exhausted on every account moves the session
-//! to its second target: another provider and model. The gateway does not translate between
-//! API shapes, so both targets speak the client's shape (Anthropic Messages, Claude Code's
-//! requests): `anthropic/claude-opus-4-8` and `backup/claude-sonnet-4-5`, two providers of
+//! to its second target: another provider and model. Here both targets speak the client's
+//! shape (Anthropic Messages, Claude Code's requests; `translate.rs` covers a move across
+//! shapes): `anthropic/claude-opus-4-8` and `backup/claude-sonnet-4-5`, two providers of
 //! the simulator with accounts of their own.
 
 mod support;
 
-use context_relay_gateway::Gateway;
-use context_relay_gateway::config::Config;
 use context_relay_sim::{RecordedRequest, SimProvider};
-use http::Request;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client as HttpClient;
-use hyper_util::rt::TokioExecutor;
-use serde_json::{Value, json};
+use serde_json::json;
 use support::{
     ADMIN_TOKEN, Client, Conversation, HANDOFF_TAG, Harness, SUMMARY_NEEDLE, completed, contains,
     summary_reply,
@@ -74,17 +68,7 @@ strategy = "priority"
 targets = ["{FIRST}", "{SECOND}"]
 "#
     );
-    let config = Config::from_toml_str(&text, |_| None).expect("test config");
-    let gateway = Gateway::connect(config).await.expect("gateway");
-    let server = gateway
-        .spawn("127.0.0.1:0".parse().unwrap())
-        .await
-        .expect("spawn");
-    Harness {
-        sim,
-        gateways: vec![(gateway, server)],
-        client: HttpClient::builder(TokioExecutor::new()).build_http(),
-    }
+    Harness::single(sim, &text).await
 }
 
 /// A Claude Code conversation asking for `combo`.
@@ -111,23 +95,6 @@ async fn turn(h: &Harness, conv: &mut Conversation) -> String {
 fn exhaust_first_target(h: &Harness) {
     h.sim.set_used("acct-x", 100.0);
     h.sim.set_used("acct-y", 100.0);
-}
-
-/// `GET /admin/handoffs?session=…&settle=true`: the listed handoffs.
-async fn admin_handoffs(h: &Harness, session: &str) -> Vec<Value> {
-    let url = format!(
-        "{}/admin/handoffs?session={session}&settle=true",
-        h.gateways[0].1.url()
-    );
-    let req = Request::get(url)
-        .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
-        .body(Full::default())
-        .unwrap();
-    let res = h.client.request(req).await.expect("gateway answers");
-    assert_eq!(res.status(), 200);
-    let bytes = res.into_body().collect().await.unwrap().to_bytes();
-    let v: Value = serde_json::from_slice(&bytes).expect("JSON");
-    v["handoffs"].as_array().cloned().unwrap_or_default()
 }
 
 /// The request the second target received: its model, no state of the first target's
@@ -187,7 +154,7 @@ async fn a_combo_falling_through_to_its_next_target_carries_the_note_then_writes
         "the first turn carries no state yet"
     );
     h.idle().await;
-    assert!(admin_handoffs(&h, session).await.is_empty());
+    assert!(h.admin_handoffs(session).await.is_empty());
 
     exhaust_first_target(&h);
     // The client resends acct-x's signed thinking.
@@ -207,7 +174,7 @@ async fn a_combo_falling_through_to_its_next_target_carries_the_note_then_writes
     assert!(!contains(&moved.body, "<session_summary>"));
 
     // The first successful response on the new model wrote a handoff there.
-    let listed = admin_handoffs(&h, session).await;
+    let listed = h.admin_handoffs(session).await;
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0]["kind"], "model-switch");
     assert_eq!(listed[0]["from_provider"], "backup");
@@ -235,7 +202,7 @@ async fn a_combo_falling_through_to_its_next_target_carries_the_note_then_writes
     let next = last_turn(&h);
     assert!(!contains(&next.body, HANDOFF_TAG));
     assert_stays(&h, &next);
-    assert_eq!(admin_handoffs(&h, session).await.len(), 1);
+    assert_eq!(h.admin_handoffs(session).await.len(), 1);
 }
 
 #[tokio::test]
@@ -247,7 +214,7 @@ async fn a_model_switch_carries_the_freshest_handoff_and_leaves_the_account_hand
     for _ in 1..=3 {
         turn(&h, &mut conv).await;
     }
-    let listed = admin_handoffs(&h, session).await;
+    let listed = h.admin_handoffs(session).await;
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0]["kind"], "generated");
 
@@ -261,7 +228,7 @@ async fn a_model_switch_carries_the_freshest_handoff_and_leaves_the_account_hand
 
     // Read, not consumed: the account handoff is still listed (and, being fresh, no other is
     // written).
-    let listed = admin_handoffs(&h, session).await;
+    let listed = h.admin_handoffs(session).await;
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0]["kind"], "generated");
     assert_eq!(listed[0]["from_provider"], "anthropic");
@@ -276,7 +243,7 @@ async fn a_priority_combo_gets_the_model_switch_but_no_account_handoff() {
         assert!(turn(&h, &mut conv).await.is_empty());
     }
     // At 90 %: no quota-driven handoff for a priority combo.
-    assert!(admin_handoffs(&h, session).await.is_empty());
+    assert!(h.admin_handoffs(session).await.is_empty());
 
     exhaust_first_target(&h);
     let acted = turn(&h, &mut conv).await;
@@ -284,7 +251,7 @@ async fn a_priority_combo_gets_the_model_switch_but_no_account_handoff() {
     let moved = last_turn(&h);
     assert_moved(&h, &moved);
     assert!(contains(&moved.body, NO_SUMMARY));
-    let listed = admin_handoffs(&h, session).await;
+    let listed = h.admin_handoffs(session).await;
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0]["kind"], "model-switch");
 

@@ -139,8 +139,7 @@ fn failed_reply(state: &SimState, request: &Value) -> Reply {
         input_tokens: 0,
         output_tokens: 0,
         include_usage: false,
-        reasoning: None,
-        thinking: None,
+        ..Reply::default()
     }
 }
 
@@ -259,6 +258,7 @@ pub(super) fn mint(
                 let nonce = format!("th_sim_{}", reply.id);
                 reply.thinking = Some(state.minter.signature(account, &nonce));
             }
+            reply.tool_use = super::tool::call(&state.config, request, reply.id);
         }
         Api::Chat => {}
     }

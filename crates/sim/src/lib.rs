@@ -61,31 +61,22 @@ mod bound;
 mod compact;
 mod control;
 mod gemini;
+mod messages;
 mod quota;
 mod reply;
 pub mod rules;
 mod server;
+mod tool;
 
 pub use bound::Minter;
 pub use control::SimFault;
+pub use quota::SimQuotaHeaders;
 use quota::{exhausted, quota_headers};
 use reply::{
     Reply, chat_events_in, chat_json, messages_events, messages_json, responses_events,
     responses_json, sse,
 };
 use server::Server;
-
-/// Which quota headers the simulated provider sends.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum SimQuotaHeaders {
-    /// `x-codex-primary-*` (percent 0..100, window minutes, reset epoch seconds).
-    #[default]
-    Codex,
-    /// `anthropic-ratelimit-unified-5h-*` (fraction 0..1, reset epoch seconds).
-    Anthropic,
-    /// None (only the 429 tells).
-    None,
-}
 
 type Matcher = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
 
@@ -102,6 +93,7 @@ pub struct SimBuilder {
     blob_bytes: usize,
     state_errors_in_band: bool,
     chat_deltas: usize,
+    tool_call: Option<String>,
 }
 
 impl std::fmt::Debug for SimBuilder {
@@ -129,6 +121,7 @@ impl Default for SimBuilder {
             blob_bytes: 1536,
             state_errors_in_band: false,
             chat_deltas: 2,
+            tool_call: None,
         }
     }
 }
@@ -536,8 +529,7 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
         include_usage: request["stream_options"]["include_usage"]
             .as_bool()
             .unwrap_or(false),
-        reasoning: None,
-        thinking: None,
+        ..Reply::default()
     };
     if compact {
         return compact::reply(&state, &account, &request, id, used, now);

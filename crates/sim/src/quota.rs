@@ -5,7 +5,19 @@ use axum::body::Body;
 use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 use serde_json::json;
 
-use super::{Api, SimBuilder, SimQuotaHeaders, header_value};
+use super::{Api, SimBuilder, header_value};
+
+/// Which quota headers the simulated provider sends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SimQuotaHeaders {
+    /// `x-codex-primary-*` (percent 0..100, window minutes, reset epoch seconds).
+    #[default]
+    Codex,
+    /// `anthropic-ratelimit-unified-5h-*` (fraction 0..1, reset epoch seconds).
+    Anthropic,
+    /// None (only the 429 tells).
+    None,
+}
 
 pub(super) fn quota_headers(cfg: &SimBuilder, h: &mut HeaderMap, used: f64, now: u64) {
     let reset = (now + cfg.reset_secs).to_string();

@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::unix_now;
 
+#[derive(Default)]
 pub(super) struct Reply {
     pub(super) id: u64,
     pub(super) model: String,
@@ -24,6 +25,8 @@ pub(super) struct Reply {
     pub(super) reasoning: Option<(String, String)>,
     /// The signature of a thinking block before the text (Messages).
     pub(super) thinking: Option<String>,
+    /// A tool call after the text (Messages): id, tool name, input.
+    pub(super) tool_use: Option<(String, String, Value)>,
 }
 
 impl Reply {
@@ -205,10 +208,13 @@ pub(super) fn messages_json(r: &Reply) -> Value {
         );
     }
     content.push(json!({"type": "text", "text": r.text}));
+    if let Some((id, name, input)) = &r.tool_use {
+        content.push(json!({"type": "tool_use", "id": id, "name": name, "input": input}));
+    }
     json!({
         "id": format!("msg_sim_{}", r.id), "type": "message", "role": "assistant",
         "model": r.model, "content": content,
-        "stop_reason": "end_turn", "stop_sequence": null,
+        "stop_reason": stop_reason(r), "stop_sequence": null,
         "usage": {"input_tokens": r.input_tokens, "output_tokens": r.output_tokens}
     })
 }
@@ -257,11 +263,37 @@ pub(super) fn messages_events(r: &Reply) -> Vec<Bytes> {
         delta(a),
         delta(b),
         json!({"type": "content_block_stop", "index": index}),
-        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null},
+    ]);
+    if let Some((id, name, input)) = &r.tool_use {
+        let at = index + 1;
+        let args = input.to_string();
+        let (a, b) = args.split_at(args.len() / 2);
+        let part = |p: &str| {
+            json!({"type": "content_block_delta", "index": at,
+                   "delta": {"type": "input_json_delta", "partial_json": p}})
+        };
+        events.extend([
+            json!({"type": "content_block_start", "index": at,
+                   "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}),
+            part(a),
+            part(b),
+            json!({"type": "content_block_stop", "index": at}),
+        ]);
+    }
+    events.extend([
+        json!({"type": "message_delta", "delta": {"stop_reason": stop_reason(r), "stop_sequence": null},
                "usage": {"output_tokens": r.output_tokens}}),
         json!({"type": "message_stop"}),
     ]);
     named(events)
+}
+
+fn stop_reason(r: &Reply) -> &'static str {
+    if r.tool_use.is_some() {
+        "tool_use"
+    } else {
+        "end_turn"
+    }
 }
 
 /// A Messages stream that fails before any content: `message_start`, then an `error` event
@@ -331,8 +363,7 @@ mod tests {
             input_tokens: 3,
             output_tokens: 2,
             include_usage: true,
-            reasoning: None,
-            thinking: None,
+            ..Reply::default()
         }
     }
 

@@ -68,10 +68,23 @@ impl ConfigError {
             Some(span) => line_column(text, span.start),
             None => (1, 1),
         };
+        let mut message = scrub(e.message());
+        // Name the key of a refused value (`api = "gemini"` → "key `api`"): the message of an
+        // unknown variant does not.
+        if let Some(key) = e
+            .span()
+            .and_then(|span| text.get(..span.start))
+            .and_then(|before| before.rsplit('\n').next())
+            .and_then(|line| line.split_once('='))
+            .map(|(key, _)| key.trim())
+            .filter(|key| !key.is_empty() && !key.contains(['"', '\'', ' ']))
+        {
+            message.push_str(&format!(" (key `{key}`)"));
+        }
         Self::Parse {
             line,
             column,
-            message: scrub(e.message()),
+            message,
         }
     }
 }

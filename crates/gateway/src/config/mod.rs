@@ -246,6 +246,38 @@ pub enum AuthScheme {
     XGoogApiKey,
 }
 
+/// Which API a provider speaks (`api`), and so which client requests it can serve.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderApi {
+    /// The client's request is forwarded in its own shape, to the client's path (OpenAI,
+    /// Codex, and any provider that speaks what its clients send).
+    #[default]
+    Passthrough,
+    /// Only the OpenAI shapes (Chat Completions, Responses), forwarded as they are: Anthropic
+    /// Messages and Gemini requests are not served.
+    Openai,
+    /// Only Anthropic Messages (`{base_url}/messages`): Anthropic requests are forwarded as
+    /// they are, Responses requests are translated both ways, other shapes are not served.
+    Anthropic,
+}
+
+impl ProviderApi {
+    /// The configuration name.
+    ///
+    /// ```
+    /// use context_relay_gateway::config::ProviderApi;
+    /// assert_eq!(ProviderApi::default().as_str(), "passthrough");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Passthrough => "passthrough",
+            Self::Openai => "openai",
+            Self::Anthropic => "anthropic",
+        }
+    }
+}
+
 /// Which quota headers a provider sends with each answer (its usage of the account), read by
 /// the parsers of
 /// `context_relay_core::quota` (see [`QuotaFormat::kind`]).
@@ -307,6 +339,9 @@ pub struct ProviderConfig {
     /// How the account key is sent.
     #[serde(default)]
     pub auth: AuthScheme,
+    /// Which API the provider speaks (`passthrough`, `openai` or `anthropic`).
+    #[serde(default)]
+    pub api: ProviderApi,
     /// Which quota headers to read.
     #[serde(default)]
     pub quota: QuotaFormat,
@@ -334,6 +369,7 @@ impl std::fmt::Debug for ProviderConfig {
             .field("name", &self.name)
             .field("base_url", &redact_url(&self.base_url))
             .field("auth", &self.auth)
+            .field("api", &self.api)
             .field("quota", &self.quota)
             .field("rotate_at", &self.rotate_at)
             .field("accounts", &self.accounts)

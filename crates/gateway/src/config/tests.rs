@@ -93,6 +93,34 @@ fn quota_formats_map_to_core_kinds() {
 }
 
 #[test]
+fn provider_api() {
+    assert_eq!(
+        load(MINIMAL).unwrap().providers[0].api,
+        ProviderApi::Passthrough
+    );
+    let with = |v: &str| {
+        MINIMAL.replace(
+            "name = \"codex\"\n",
+            &format!("name = \"codex\"\napi = \"{v}\"\n"),
+        )
+    };
+    assert_eq!(
+        load(&with("anthropic")).unwrap().providers[0].api,
+        ProviderApi::Anthropic
+    );
+    assert_eq!(
+        load(&with("passthrough")).unwrap().providers[0].api,
+        ProviderApi::Passthrough
+    );
+    assert_eq!(
+        load(&with("openai")).unwrap().providers[0].api,
+        ProviderApi::Openai
+    );
+    let err = load(&with("gemini")).unwrap_err().to_string();
+    assert!(err.contains("api") && err.contains("gemini"), "{err}");
+}
+
+#[test]
 fn full_schema_of_the_issue() {
     let text = r#"
 listen = "0.0.0.0:4100"

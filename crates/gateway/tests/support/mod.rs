@@ -276,6 +276,21 @@ targets = ["anthropic/claude-opus-4-8"]
 }
 
 impl Harness {
+    /// One gateway configured by the TOML `text` over `sim`.
+    pub async fn single(sim: SimProvider, text: &str) -> Self {
+        let config = Config::from_toml_str(text, |_| None).expect("test config");
+        let gateway = Gateway::connect(config).await.expect("gateway");
+        let server = gateway
+            .spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .expect("spawn");
+        Self {
+            sim,
+            gateways: vec![(gateway, server)],
+            client: HttpClient::builder(TokioExecutor::new()).build_http(),
+        }
+    }
+
     /// `count` gateways with `store` (a `[store]` table body) over a simulated provider that
     /// uses 30 % of an account per turn.
     pub async fn start(count: usize, store: &str, sim: context_relay_sim::SimBuilder) -> Self {
@@ -390,6 +405,23 @@ impl Harness {
             .into_iter()
             .map(|(_, o)| o)
             .collect()
+    }
+
+    /// `GET /admin/handoffs?session=…&settle=true` of the first gateway: the listed handoffs.
+    pub async fn admin_handoffs(&self, session: &str) -> Vec<Value> {
+        let url = format!(
+            "{}/admin/handoffs?session={session}&settle=true",
+            self.gateways[0].1.url()
+        );
+        let req = Request::get(url)
+            .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
+            .body(Full::default())
+            .unwrap();
+        let res = self.client.request(req).await.expect("gateway answers");
+        assert_eq!(res.status(), 200);
+        let bytes = res.into_body().collect().await.unwrap().to_bytes();
+        let v: Value = serde_json::from_slice(&bytes).expect("JSON");
+        v["handoffs"].as_array().cloned().unwrap_or_default()
     }
 
     /// Handoffs stored for `session` (any combo), read through the first gateway's store.

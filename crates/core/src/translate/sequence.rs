@@ -1,0 +1,207 @@
+//! The Messages conversation rules, enforced on a list of messages: the first message is
+//! `user`, roles alternate, every `tool_use` is answered in the next message, and that
+//! message's `tool_result` blocks come first and answer only those `tool_use` blocks.
+
+use serde_json::{Value, json};
+
+/// A message author of the Messages API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Role {
+    User,
+    Assistant,
+}
+
+impl Role {
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            Self::User => "user",
+            Self::Assistant => "assistant",
+        }
+    }
+}
+
+/// One message under construction: its role and content blocks.
+#[derive(Debug, Clone)]
+pub(super) struct Msg {
+    pub(super) role: Role,
+    pub(super) blocks: Vec<Value>,
+}
+
+/// The text a model reads in place of a `tool_use` whose answer the history lacks.
+const NO_RESULT: &str = "(no result of this call was recorded)";
+
+/// A user message opening a conversation that started with the assistant or had no message.
+const OPENING: &str = "(the conversation continues)";
+
+fn block_type(b: &Value) -> &str {
+    b.get("type").and_then(Value::as_str).unwrap_or("")
+}
+
+fn block_id<'a>(b: &'a Value, key: &str) -> &'a str {
+    b.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
+/// The ids of the `tool_use` blocks among `blocks`.
+fn tool_use_ids(blocks: &[Value]) -> Vec<String> {
+    blocks
+        .iter()
+        .filter(|b| block_type(b) == "tool_use")
+        .map(|b| block_id(b, "id").to_owned())
+        .collect()
+}
+
+/// Content that is a string or a list of parts with `text`, as text (parts joined by lines);
+/// any other JSON value as its JSON text.
+pub(super) fn content_text(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Some(Value::Null) | None => String::new(),
+        Some(other) => other.to_string(),
+    }
+}
+
+/// Merges and repairs `msgs` into a sequence the Messages API accepts (see the module docs).
+pub(super) fn normalize(msgs: Vec<Msg>) -> Vec<Msg> {
+    let mut out: Vec<Msg> = Vec::with_capacity(msgs.len() + 1);
+    for m in msgs {
+        if m.blocks.is_empty() {
+            continue;
+        }
+        match out.last_mut() {
+            Some(last) if last.role == m.role => last.blocks.extend(m.blocks),
+            _ => out.push(m),
+        }
+    }
+    if out.first().is_none_or(|m| m.role != Role::User) {
+        out.insert(
+            0,
+            Msg {
+                role: Role::User,
+                blocks: vec![json!({"type": "text", "text": OPENING})],
+            },
+        );
+    }
+    // Tool pairing, walking assistant turns and the user turn after each.
+    let mut i = 0;
+    while i < out.len() {
+        if out[i].role == Role::Assistant {
+            if !tool_use_ids(&out[i].blocks).is_empty() && i + 1 == out.len() {
+                out.push(Msg {
+                    role: Role::User,
+                    blocks: Vec::new(),
+                });
+            }
+            i += 1;
+            continue;
+        }
+        // A user message: `asked` is what the assistant message before it asked.
+        let prev_asked = match i.checked_sub(1) {
+            Some(p) => tool_use_ids(&out[p].blocks),
+            None => Vec::new(),
+        };
+        let blocks = std::mem::take(&mut out[i].blocks);
+        let mut results: Vec<Value> = Vec::new();
+        let mut rest: Vec<Value> = Vec::new();
+        for b in blocks {
+            if block_type(&b) != "tool_result" {
+                rest.push(b);
+                continue;
+            }
+            let id = block_id(&b, "tool_use_id");
+            let answered = results.iter().any(|r| block_id(r, "tool_use_id") == id);
+            if prev_asked.iter().any(|a| a == id) && !answered {
+                results.push(b);
+            } else {
+                rest.push(orphan_text(&b));
+            }
+        }
+        for id in &prev_asked {
+            if !results.iter().any(|r| block_id(r, "tool_use_id") == id) {
+                results.push(json!({
+                    "type": "tool_result", "tool_use_id": id, "content": NO_RESULT, "is_error": true
+                }));
+            }
+        }
+        results.extend(rest);
+        out[i].blocks = results;
+        i += 1;
+    }
+    out
+}
+
+/// A `tool_result` that answers no `tool_use` of the message before, as plain text.
+fn orphan_text(b: &Value) -> Value {
+    let id = block_id(b, "tool_use_id");
+    let content = content_text(b.get("content"));
+    json!({"type": "text", "text": format!("Output of the earlier tool call {id}:\n{content}")})
+}
+
+/// Whether `messages` (a Messages API `messages` array) obeys the rules of the module docs;
+/// the first rule broken otherwise. Used by tests of the translation.
+#[cfg(test)]
+pub(super) fn check(messages: &[Value]) -> Result<(), String> {
+    let role = |m: &Value| m["role"].as_str().unwrap_or("").to_owned();
+    if messages.is_empty() {
+        return Err("no message".into());
+    }
+    if role(&messages[0]) != "user" {
+        return Err("the first message is not user".into());
+    }
+    let empty = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        let blocks = m["content"].as_array().unwrap_or(&empty);
+        if blocks.is_empty() {
+            return Err(format!("message {i} is empty"));
+        }
+        if i > 0 && role(&messages[i - 1]) == role(m) {
+            return Err(format!("message {i} repeats the role {}", role(m)));
+        }
+        for b in blocks {
+            if block_type(b) == "text" && block_id(b, "text").is_empty() {
+                return Err(format!("message {i} has an empty text block"));
+            }
+        }
+        let asked: Vec<&str> = if i > 0 {
+            messages[i - 1]["content"]
+                .as_array()
+                .unwrap_or(&empty)
+                .iter()
+                .filter(|b| block_type(b) == "tool_use")
+                .map(|b| block_id(b, "id"))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let mut seen_other = false;
+        let mut answered = Vec::new();
+        for b in blocks {
+            if block_type(b) == "tool_result" {
+                if seen_other {
+                    return Err(format!("message {i}: a tool_result follows other content"));
+                }
+                let id = block_id(b, "tool_use_id");
+                if !asked.contains(&id) {
+                    return Err(format!("message {i}: tool_result {id} answers no tool_use"));
+                }
+                answered.push(id);
+            } else {
+                seen_other = true;
+            }
+        }
+        if role(m) == "user" && asked.iter().any(|a| !answered.contains(a)) {
+            return Err(format!("message {i} leaves a tool_use unanswered"));
+        }
+        if role(m) == "assistant"
+            && i + 1 == messages.len()
+            && blocks.iter().any(|b| block_type(b) == "tool_use")
+        {
+            return Err("the last message asks a tool_use nobody answers".into());
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,330 @@
+//! Responses ⇄ Anthropic Messages on the wire: a Responses client served by a provider that
+//! speaks only Anthropic Messages (`api = "anthropic"`).
+//!
+//! It runs inside the upstream client, below the relay layers: the relay injects and scrubs in
+//! the client's shape, then the outgoing body is translated
+//! ([`context_relay_core::translate`]) and sent to `{base_url}/messages` with
+//! `anthropic-version` set (kept when the client sent one) and `accept-encoding: identity` (the
+//! answer is read here). The answer comes back in the client's shape: an error body
+//! (status kept), a JSON answer, or an SSE stream translated event by event as it arrives.
+//! Response headers, quota headers included, are kept, so the account resolver reads the
+//! provider's usage and rotates on a 429 as for an untranslated answer.
+//!
+//! [`serves`] says which client shapes a provider can serve; the resolver skips a target
+//! that cannot serve the request's shape.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use context_relay_core::ApiShape;
+use context_relay_core::translate::{
+    RequestOptions, ResponseContext, StreamTranslator, messages_error_to_responses,
+    messages_to_response, responses_to_messages,
+};
+use http::{HeaderValue, Request, Response, StatusCode, header};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Either, Full, Limited};
+
+use crate::combo::BoxError;
+use crate::config::ProviderApi;
+use crate::error::{ErrorKind, ErrorShape, error_response};
+use crate::upstream::UpstreamEndpoint;
+
+/// The Anthropic API version sent when the client named none.
+const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// The largest JSON answer or error body translated whole (larger ones pass unchanged).
+const MAX_ANSWER_BYTES: usize = 32 * 1024 * 1024;
+
+/// Whether a provider speaking `api` can serve a request to `path`: a pass-through provider
+/// serves everything; an OpenAI provider everything but Anthropic Messages and Gemini; an
+/// Anthropic provider serves Anthropic requests and other
+/// non-conversation paths as they are, and Responses requests translated, but not Chat
+/// Completions, Gemini, nor Codex compaction (`/responses/compact` has no Messages
+/// equivalent).
+pub(crate) fn serves(api: ProviderApi, path: &str) -> bool {
+    match api {
+        ProviderApi::Passthrough => true,
+        ProviderApi::Openai => !matches!(
+            ApiShape::from_path(path),
+            Some(ApiShape::AnthropicMessages | ApiShape::Gemini)
+        ),
+        ProviderApi::Anthropic => match ApiShape::from_path(path) {
+            None | Some(ApiShape::AnthropicMessages) => true,
+            Some(ApiShape::Responses) => !is_compact(path),
+            Some(ApiShape::ChatCompletions | ApiShape::Gemini) => false,
+        },
+    }
+}
+
+fn is_compact(path: &str) -> bool {
+    path.trim_end_matches('/').ends_with("/responses/compact")
+}
+
+type OutBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// How the answer of a translated request is translated back.
+#[derive(Debug)]
+pub(crate) struct Inbound {
+    ctx: ResponseContext,
+}
+
+/// The request as it goes upstream, and how to read its answer when it was translated; or
+/// the gateway's own answer when it cannot be sent.
+pub(crate) async fn outbound<B>(
+    req: Request<B>,
+) -> Result<(Request<OutBody>, Option<Inbound>), Response<Full<Bytes>>>
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let api = req
+        .extensions()
+        .get::<UpstreamEndpoint>()
+        .map_or(ProviderApi::Passthrough, |e| e.api);
+    let path = req.uri().path();
+    let translate =
+        api == ProviderApi::Anthropic && ApiShape::from_path(path) == Some(ApiShape::Responses);
+    if !translate {
+        return Ok((req.map(|b| b.map_err(Into::into).boxed_unsync()), None));
+    }
+    let shape = ErrorShape::for_path(path);
+    let refuse = |status: StatusCode, kind: ErrorKind, message: &str| {
+        error_response(shape, status, kind.name(shape), message)
+    };
+    if is_compact(path) {
+        return Err(refuse(
+            StatusCode::BAD_REQUEST,
+            ErrorKind::InvalidRequest,
+            "/v1/responses/compact cannot be served by a provider that speaks Anthropic Messages",
+        ));
+    }
+    let (mut parts, body) = req.into_parts();
+    let bytes = match body.collect().await {
+        Ok(c) => c.to_bytes(),
+        Err(e) => {
+            let e: BoxError = e.into();
+            return Err(refuse(
+                StatusCode::BAD_REQUEST,
+                ErrorKind::InvalidRequest,
+                &format!("the request body could not be read: {e}"),
+            ));
+        }
+    };
+    let model = crate::model::find_model(&bytes)
+        .map(|f| f.value)
+        .unwrap_or_default();
+    let translated = match responses_to_messages(&bytes, &RequestOptions::new(model.clone())) {
+        Ok(t) => t,
+        Err(e) => {
+            metrics::counter!("context_relay_gateway_translate_errors_total").increment(1);
+            return Err(refuse(
+                StatusCode::BAD_REQUEST,
+                ErrorKind::InvalidRequest,
+                &format!("the Responses request cannot be translated to Anthropic Messages: {e}"),
+            ));
+        }
+    };
+    if !translated.dropped.is_empty() {
+        tracing::debug!(dropped = ?translated.dropped, "Responses fields without a Messages equivalent were left out");
+    }
+    metrics::counter!("context_relay_gateway_translated_requests_total", "from" => "responses", "to" => "anthropic").increment(1);
+    let mut uri = String::from("/v1/messages");
+    if let Some(q) = parts.uri.query() {
+        uri.push('?');
+        uri.push_str(q);
+    }
+    parts.uri = uri
+        .parse()
+        .unwrap_or_else(|_| http::Uri::from_static("/v1/messages"));
+    parts
+        .headers
+        .entry("anthropic-version")
+        .or_insert(HeaderValue::from_static(ANTHROPIC_VERSION));
+    parts.headers.insert(
+        header::ACCEPT_ENCODING,
+        HeaderValue::from_static("identity"),
+    );
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    let created_at = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let inbound = Inbound {
+        ctx: ResponseContext {
+            model: translated.client_model.clone().or(Some(model)),
+            custom_tools: translated.custom_tools,
+            created_at,
+        },
+    };
+    let body = Full::new(Bytes::from(translated.body))
+        .map_err(|never| match never {})
+        .boxed_unsync();
+    Ok((Request::from_parts(parts, body), Some(inbound)))
+}
+
+impl Inbound {
+    /// The provider's answer in the client's shape.
+    pub(crate) async fn response<B>(self, res: Response<B>) -> Response<Translated<B>>
+    where
+        B: Body<Data = Bytes>,
+        B::Error: Into<BoxError>,
+    {
+        let status = res.status();
+        let is_sse = res
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        let (mut parts, body) = res.into_parts();
+        parts.headers.remove(header::CONTENT_LENGTH);
+        if status.is_success() && is_sse {
+            return Response::from_parts(
+                parts,
+                Either::Right(SseBody {
+                    inner: body,
+                    translator: StreamTranslator::new(self.ctx),
+                    finished: false,
+                }),
+            );
+        }
+        let bytes = match Limited::new(body, MAX_ANSWER_BYTES).collect().await {
+            Ok(c) => c.to_bytes(),
+            Err(e) => {
+                tracing::warn!(error = %e, "the provider's answer could not be read for translation");
+                let shape = ErrorShape::OpenAi;
+                let kind = ErrorKind::Upstream.name(shape);
+                let res = error_response(
+                    shape,
+                    StatusCode::BAD_GATEWAY,
+                    kind,
+                    &format!("the provider's answer could not be read: {e}"),
+                );
+                return res.map(Either::Left);
+            }
+        };
+        let out = if status.is_success() {
+            messages_to_response(&bytes, &self.ctx)
+        } else {
+            messages_error_to_responses(&bytes)
+        };
+        let out = match out {
+            Some(out) => {
+                parts.headers.insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                Bytes::from(out)
+            }
+            None => {
+                metrics::counter!("context_relay_gateway_translate_errors_total").increment(1);
+                tracing::warn!(%status, "the provider's answer is not an Anthropic Messages body; passed unchanged");
+                bytes
+            }
+        };
+        Response::from_parts(parts, Either::Left(Full::new(out)))
+    }
+}
+
+/// The body of a translated answer: translated whole, or an SSE stream translated as it
+/// arrives.
+pub(crate) type Translated<B> = Either<Full<Bytes>, SseBody<B>>;
+
+pin_project_lite::pin_project! {
+    /// A Messages SSE body read as the Responses SSE body of [`StreamTranslator`]. It ends
+    /// when the inner body ends (with `response.failed` when that came before
+    /// `message_stop`); an inner error ends it the same way, logged.
+    pub(crate) struct SseBody<B> {
+        #[pin]
+        inner: B,
+        translator: StreamTranslator,
+        finished: bool,
+    }
+}
+
+impl<B> Body for SseBody<B>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let mut this = self.project();
+        loop {
+            if *this.finished {
+                return Poll::Ready(None);
+            }
+            let out = match std::task::ready!(this.inner.as_mut().poll_frame(cx)) {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => this.translator.push(&data),
+                    Err(_) => continue,
+                },
+                Some(Err(e)) => {
+                    let e: BoxError = e.into();
+                    tracing::warn!(error = %e, "the provider's stream failed; the client gets response.failed");
+                    *this.finished = true;
+                    this.translator.finish()
+                }
+                None => {
+                    *this.finished = true;
+                    this.translator.finish()
+                }
+            };
+            if !out.is_empty() {
+                return Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))));
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.finished
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn which_shapes_a_provider_serves() {
+        for path in [
+            "/v1/chat/completions",
+            "/v1/responses",
+            "/v1/responses/compact",
+            "/v1/messages?beta=true",
+            "/v1beta/models/g:generateContent",
+        ] {
+            assert!(serves(ProviderApi::Passthrough, path), "{path}");
+        }
+        assert!(serves(ProviderApi::Anthropic, "/v1/responses"));
+        assert!(serves(ProviderApi::Anthropic, "/v1/messages?beta=true"));
+        assert!(serves(ProviderApi::Anthropic, "/v1/messages/count_tokens"));
+        assert!(!serves(ProviderApi::Anthropic, "/v1/responses/compact"));
+        assert!(serves(ProviderApi::Openai, "/v1/responses/compact"));
+        assert!(serves(ProviderApi::Openai, "/v1/chat/completions"));
+        assert!(!serves(ProviderApi::Openai, "/v1/messages"));
+        assert!(!serves(
+            ProviderApi::Openai,
+            "/v1beta/models/g:generateContent"
+        ));
+        assert!(!serves(ProviderApi::Anthropic, "/v1/chat/completions"));
+        assert!(!serves(
+            ProviderApi::Anthropic,
+            "/v1beta/models/g:streamGenerateContent"
+        ));
+    }
+}
