@@ -48,6 +48,8 @@ mod edit;
 mod scan;
 mod string;
 mod walk;
+#[cfg(target_arch = "x86_64")]
+mod x86;
 
 pub use edit::{EditError, Edits, ListEdit};
 pub use walk::{Items, Key, Members, find_member, splice_str};

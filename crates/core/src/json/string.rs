@@ -15,7 +15,8 @@
 //! only the exact path existed.
 
 use super::JsonError;
-use super::classify::{control_free, find_special, simd};
+use super::classify::simd::{self, Lanes, Wide};
+use super::classify::{control_free, find_special};
 
 /// Skips the string whose opening quote is at `start`; returns the offset past its closing
 /// quote. UTF-8 is not checked here.
@@ -55,19 +56,31 @@ fn below_lowest(mask: u64) -> u64 {
 }
 
 /// The end of the string at `start` when it is well-formed; `None` when it is not, or when
-/// this path cannot tell (the exact path decides then).
-fn fast(b: &[u8], start: usize) -> Option<usize> {
+/// this path cannot tell (the exact path decides then). Runs [`fast_with`] on the widest
+/// vector unit the CPU has.
+#[inline]
+pub(super) fn fast(b: &[u8], start: usize) -> Option<usize> {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(avx2) = super::x86::Avx2::detect() {
+        return avx2.fast(b, start);
+    }
+    fast_with(Wide, b, start)
+}
+
+/// [`fast`] with the blocks classified by `l`.
+#[inline(always)]
+pub(super) fn fast_with<L: Lanes>(l: L, b: &[u8], start: usize) -> Option<usize> {
     let mut i = start + 1;
     let mut carry = 0u64;
     // The previous block held no special byte.
     let mut plain = false;
     while let Some(block) = b.get(i..).and_then(<[u8]>::first_chunk::<64>) {
-        let v = simd::Block::load(block);
-        let quotes = v.eq(b'"');
-        let backslashes = v.eq(b'\\');
+        let v = l.load(block);
+        let quotes = l.eq(v, b'"');
+        let backslashes = l.eq(v, b'\\');
         // Raw control bytes are rare inside strings (in pretty JSON they follow them): one
         // test for the block, the mask only when it holds any.
-        let controls = if v.any_control() { v.controls() } else { 0 };
+        let controls = if l.any_control(v) { l.controls(v) } else { 0 };
         if backslashes | carry == 0 {
             if quotes != 0 {
                 if controls & below_lowest(quotes) != 0 {
@@ -100,7 +113,7 @@ fn fast(b: &[u8], start: usize) -> Option<usize> {
             return None;
         }
         // Escapes of a quote, a backslash, `n` or `t` are valid; the others are looked at.
-        let common = quotes | backslashes | v.eq2(b'n', b't');
+        let common = quotes | backslashes | l.eq2(v, b'n', b't');
         let mut rare = escaped & !common & inside;
         while rare != 0 {
             let k = rare.trailing_zeros() as usize;
@@ -130,7 +143,7 @@ fn fast(b: &[u8], start: usize) -> Option<usize> {
 pub(super) fn exact(b: &[u8], start: usize, control_free: bool) -> Result<usize, JsonError> {
     let mut i = start + 1;
     while let Some(block) = b.get(i..).and_then(<[u8]>::first_chunk::<64>) {
-        let (quotes, mut backslashes, controls) = simd::masks(block);
+        let (quotes, mut backslashes, controls) = simd::masks(Wide, block);
         if quotes | backslashes | controls == 0 && control_free {
             match memchr::memchr2(b'"', b'\\', &b[i + 64..]) {
                 Some(k) => i += 64 + k,
