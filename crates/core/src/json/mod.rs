@@ -45,6 +45,9 @@ use std::ops::Range;
 
 mod classify;
 mod edit;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod scan;
 mod string;
 mod walk;
