@@ -5,7 +5,9 @@
 #![no_main]
 
 use context_relay_core::json::JsonError;
-use context_relay_core::json::fuzzing::{block_masks, fast_scans, skip_string};
+use context_relay_core::json::fuzzing::{
+    block_masks, fast_scans, fast_utf8_scan, parse_object_both, skip_string,
+};
 use libfuzzer_sys::fuzz_target;
 
 /// The masks of a block, one byte at a time.
@@ -75,5 +77,26 @@ fuzz_target!(|data: &[u8]| {
         }
         let scans = fast_scans(&b, start);
         assert!(scans.windows(2).all(|w| w[0] == w[1]), "{scans:?} in {b:?}");
+        // With UTF-8 checked in the scan: never a string the reference or the standard
+        // library refuses, and every valid one when the whole input is UTF-8 (bytes after
+        // the closing quote are checked with its block, so invalid ones may make it give up).
+        let want_utf8 = want
+            .clone()
+            .ok()
+            .filter(|&end| std::str::from_utf8(&b[start + 1..end - 1]).is_ok());
+        if let Some(end) = fast_utf8_scan(&b, start) {
+            assert_eq!(Some(end), want_utf8, "start {start} in {b:?}");
+        } else if std::str::from_utf8(&b).is_ok() && one_pass_runs() {
+            assert_eq!(None, want_utf8, "start {start} in {b:?}");
+        }
     }
+    // The whole input as a document: the one-pass parse answers as the two-pass one.
+    let [one, two] = parse_object_both(data);
+    assert_eq!(one, two, "{data:?}");
 });
+
+/// Whether the one-pass scan runs on this CPU (it refuses the empty string only when it
+/// cannot run).
+fn one_pass_runs() -> bool {
+    fast_utf8_scan(b"\"\"", 0).is_some()
+}

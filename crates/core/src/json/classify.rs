@@ -24,6 +24,17 @@ pub(super) mod simd {
         fn any_control(self, v: Self::Block) -> bool;
         /// The raw control bytes.
         fn controls(self, v: Self::Block) -> u64;
+        /// UTF-8 validation carried from block to block through one string.
+        type Utf8: Copy;
+        /// The validation state at the start of a string's contents (after the ASCII opening
+        /// quote); `None` when this path does not check UTF-8 in the scan.
+        fn utf8_start(self) -> Option<Self::Utf8>;
+        /// Checks block `v`, the one after the blocks `state` has seen.
+        fn utf8_block(self, v: Self::Block, state: &mut Self::Utf8);
+        /// Whether the blocks seen hold no invalid sequence (a sequence cut by the end of
+        /// the last block is not counted: the caller ends its scan at an ASCII quote inside
+        /// that block, which the check already saw).
+        fn utf8_valid(self, state: Self::Utf8) -> bool;
     }
 
     /// Classification through `wide` (safe SIMD types: SSE2 on x86_64, NEON on aarch64,
@@ -82,6 +93,19 @@ pub(super) mod simd {
             // Unsigned `c <= 0x1f` as `max(c, 0x1f) == 0x1f`.
             let max = u8x16::splat(0x1f);
             v.mask(|v| v.max(max).cmp_eq(max))
+        }
+
+        /// This path leaves UTF-8 to a separate pass (`simdutf8`).
+        type Utf8 = ();
+
+        fn utf8_start(self) -> Option<()> {
+            None
+        }
+
+        fn utf8_block(self, _: Block, _: &mut ()) {}
+
+        fn utf8_valid(self, _: ()) -> bool {
+            false
         }
     }
 

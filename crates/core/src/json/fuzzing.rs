@@ -34,10 +34,10 @@ pub fn block_masks(block: &[u8; 64]) -> Vec<(u64, u64, u64, u64, bool)> {
 /// CPU can run (portable first); `None` where the path leaves the answer to the exact scan.
 pub fn fast_scans(b: &[u8], start: usize) -> Vec<Option<usize>> {
     #[allow(unused_mut)]
-    let mut all = vec![string::fast_with(Wide, b, start)];
+    let mut all = vec![string::fast_with::<_, false>(Wide, b, start)];
     #[cfg(target_arch = "x86_64")]
     if let Some(avx2) = super::x86::Avx2::detect() {
-        all.push(avx2.fast(b, start));
+        all.push(avx2.fast::<false>(b, start));
     }
     all
 }
@@ -46,4 +46,19 @@ pub fn fast_scans(b: &[u8], start: usize) -> Vec<Option<usize>> {
 /// closing quote, or its first error (UTF-8 is not checked here).
 pub fn skip_string(b: &[u8], start: usize) -> Result<usize, JsonError> {
     string::skip(b, start)
+}
+
+/// The one-pass scan (UTF-8 checked in the scan) of the string whose opening quote is at
+/// `start`; `None` also when this CPU has no vector path for it.
+pub fn fast_utf8_scan(b: &[u8], start: usize) -> Option<usize> {
+    string::fast_utf8(b, start)
+}
+
+/// [`super::parse_object`] (one pass when the CPU allows it) and the two-pass parse, which
+/// checks UTF-8 over the whole body first: they must give the same answer.
+pub fn parse_object_both(body: &[u8]) -> [Result<super::Object<'_>, JsonError>; 2] {
+    [
+        super::parse_object(body),
+        super::parse_object_two_pass(body),
+    ]
 }

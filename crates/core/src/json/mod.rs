@@ -298,6 +298,14 @@ pub struct Array {
 
 /// Validates a whole document: one JSON value surrounded by optional whitespace.
 pub fn validate(body: &[u8]) -> Result<Span, JsonError> {
+    if let Some(mut s) = scan::Scanner::one_pass(body) {
+        let start = s.skip_ws(0);
+        if let Ok(end) = s.skip_value(start)
+            && s.expect_end(end).is_ok()
+        {
+            return Ok(start..end);
+        }
+    }
     scan::check_utf8(body, 0)?;
     let mut s = scan::Scanner::new(body);
     let start = s.skip_ws(0);
@@ -310,6 +318,29 @@ pub fn validate(body: &[u8]) -> Result<Span, JsonError> {
 ///
 /// A well-formed document of another kind gives [`JsonError::WrongKind`].
 pub fn parse_object(body: &[u8]) -> Result<Object<'_>, JsonError> {
+    if let Some(obj) = parse_object_one_pass(body) {
+        return Ok(obj);
+    }
+    parse_object_two_pass(body)
+}
+
+/// [`parse_object`] in one pass over the bytes, UTF-8 checked inside the string scan; `None`
+/// when the CPU has no vector path for it or when the body is not a well-formed object (the
+/// two-pass parse then finds the error).
+fn parse_object_one_pass(body: &[u8]) -> Option<Object<'_>> {
+    let mut s = scan::Scanner::one_pass(body)?;
+    let start = s.skip_ws(0);
+    if body.get(start) != Some(&b'{') {
+        return None;
+    }
+    let obj = s.object(start).ok()?;
+    s.expect_end(obj.span.end).ok()?;
+    Some(obj)
+}
+
+/// [`parse_object`] with UTF-8 checked in its own pass first, so errors are the first of
+/// the input.
+fn parse_object_two_pass(body: &[u8]) -> Result<Object<'_>, JsonError> {
     scan::check_utf8(body, 0)?;
     let mut s = scan::Scanner::new(body);
     let start = s.skip_ws(0);

@@ -39,8 +39,8 @@ fn same_masks(avx2: Avx2, b: &[u8]) {
 fn same_scans(avx2: Avx2, b: &[u8]) {
     for start in 0..b.len() {
         assert_eq!(
-            fast_with(Wide, b, start),
-            avx2.fast(b, start),
+            fast_with::<_, false>(Wide, b, start),
+            avx2.fast::<false>(b, start),
             "start {start} in {:?}",
             String::from_utf8_lossy(b)
         );
@@ -81,6 +81,143 @@ fn every_byte_value_at_every_block_position() {
             let mut block = [b'a'; 64];
             block[at] = value;
             same_masks(avx2, &block);
+        }
+    }
+}
+
+/// The one-pass scan of the string opened at `b[0]` against the scan without UTF-8 and the
+/// standard library's UTF-8 check of its contents. When bytes after the closing quote are
+/// not UTF-8 the one-pass scan may give up (they are checked with the last block), but it
+/// never accepts a string the other two refuse.
+fn same_utf8_scan(avx2: Avx2, b: &[u8]) {
+    let got = avx2.fast::<true>(b, 0);
+    let want = super::super::string::skip(b, 0)
+        .ok()
+        .filter(|&end| std::str::from_utf8(&b[1..end - 1]).is_ok());
+    if std::str::from_utf8(b).is_ok() || got.is_some() {
+        assert_eq!(got, want, "{b:?}");
+    }
+}
+
+/// String contents: UTF-8 sequences of every length, broken ones, escapes, quotes.
+fn utf8_piece() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        3 => "[a-z\\\\\"]{0,70}".prop_map(String::into_bytes),
+        3 => any::<String>().prop_map(String::into_bytes),
+        3 => prop::sample::select(vec![
+            "é", "→", "😀", "\u{7ff}", "\u{800}", "\u{ffff}", "\u{10000}", "\u{10ffff}", "\u{d7ff}",
+            "\u{e000}", "\\n", "\\\"", "\\u00e9",
+        ])
+        .prop_map(|s| s.as_bytes().to_vec()),
+        2 => prop::collection::vec(0x80u8..=0xff, 1..4),
+        1 => prop::sample::select(vec![
+            &b"\xc0\x80"[..], b"\xc1\xbf", b"\xe0\x80\x80", b"\xe0\x9f\xbf", b"\xed\xa0\x80",
+            b"\xed\xbf\xbf", b"\xf0\x80\x80\x80", b"\xf0\x8f\xbf\xbf", b"\xf4\x90\x80\x80",
+            b"\xf5\x80\x80\x80", b"\xff", b"\xe2\x86", b"\xf0\x9f\x98",
+        ])
+        .prop_map(<[u8]>::to_vec),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3000))]
+
+    #[test]
+    fn one_pass_utf8_scan_agrees(
+        pieces in prop::collection::vec(utf8_piece(), 0..30),
+        tail in prop::collection::vec(utf8_piece(), 0..3),
+    ) {
+        let Some(avx2) = Avx2::detect() else {
+            return Ok(());
+        };
+        let mut b = vec![b'"'];
+        for p in pieces {
+            b.extend(p);
+        }
+        b.push(b'"');
+        for p in tail {
+            b.extend(p);
+        }
+        // Every alignment of the same string within its blocks.
+        for lead in 0..4 {
+            same_utf8_scan(avx2, &b[lead.min(b.len() - 1)..]);
+        }
+        same_utf8_scan(avx2, &b);
+    }
+
+    #[test]
+    fn one_pass_utf8_scan_agrees_on_any_bytes(body in prop::collection::vec(byte(), 0..300)) {
+        let Some(avx2) = Avx2::detect() else {
+            return Ok(());
+        };
+        let mut b = vec![b'"'];
+        b.extend(body);
+        same_utf8_scan(avx2, &b);
+    }
+
+    #[test]
+    fn one_pass_parse_agrees_with_two_passes(
+        v in crate::json::tests::arb_value(),
+        cut in any::<prop::sample::Index>(),
+        byte in 0x80u8..=0xff,
+    ) {
+        let body = serde_json::to_vec(&serde_json::json!({"v": v, "s": "é→😀"})).unwrap();
+        let whole = super::super::parse_object(&body);
+        prop_assert_eq!(&whole, &super::super::parse_object_two_pass(&body));
+        // Valid bodies are answered by the one-pass parse itself.
+        prop_assert!(super::super::parse_object_one_pass(&body).is_some());
+        prop_assert_eq!(super::super::validate(&body), Ok(0..body.len()));
+        // One byte replaced: a different error or none, the same as with two passes.
+        let mut broken = body.clone();
+        let at = cut.index(broken.len());
+        broken[at] = byte;
+        prop_assert_eq!(
+            super::super::parse_object(&broken),
+            super::super::parse_object_two_pass(&broken)
+        );
+    }
+}
+
+/// Every pair of bytes at the block edges and every lead byte with every continuation
+/// pattern: the one-pass scan agrees with the standard library.
+#[test]
+fn every_byte_pair_at_the_block_edges() {
+    let Some(avx2) = Avx2::detect() else {
+        return;
+    };
+    for at in [0usize, 1, 30, 31, 32, 33, 61, 62, 63, 64, 65, 95, 126, 127] {
+        for first in 0..=255u8 {
+            for second in 0..=255u8 {
+                let mut b = vec![b'"'];
+                b.extend(std::iter::repeat_n(b'a', at));
+                b.extend_from_slice(&[first, second]);
+                b.extend_from_slice(b"bc\"");
+                b.extend(std::iter::repeat_n(b'z', 70));
+                same_utf8_scan(avx2, &b);
+            }
+        }
+    }
+    for at in [0usize, 29, 30, 31, 61, 62, 63] {
+        for lead in 0xc0..=0xffu8 {
+            for conts in [
+                &[0x80u8, 0x80, 0x80][..],
+                &[0x8f, 0xbf, 0xbf],
+                &[0x90, 0x80, 0x80],
+                &[0xa0, 0x80, 0x80],
+                &[0xbf, 0xbf, 0xbf],
+                &[0x80, 0x80],
+                &[0x80],
+                &[0x80, b'"'],
+            ] {
+                let mut b = vec![b'"'];
+                b.extend(std::iter::repeat_n(b'a', at));
+                b.push(lead);
+                b.extend_from_slice(conts);
+                b.push(b'"');
+                same_utf8_scan(avx2, &b);
+                b.extend(std::iter::repeat_n(b'z', 70));
+                same_utf8_scan(avx2, &b);
+            }
         }
     }
 }
