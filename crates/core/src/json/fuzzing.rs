@@ -8,7 +8,7 @@ use super::string;
 
 /// The masks of one 64-byte block on every path this CPU can run: quotes, backslashes, raw
 /// control bytes, `n`-or-`t` bytes, and whether any control byte is present. The first entry
-/// is the portable path; AVX2 follows when the CPU has it.
+/// is the portable path; AVX2 and AVX-512 follow when the CPU has them.
 pub fn block_masks(block: &[u8; 64]) -> Vec<(u64, u64, u64, u64, bool)> {
     fn one<L: Lanes>(l: L, block: &[u8; 64]) -> (u64, u64, u64, u64, bool) {
         let (quotes, backslashes, controls) = masks(l, block);
@@ -27,6 +27,10 @@ pub fn block_masks(block: &[u8; 64]) -> Vec<(u64, u64, u64, u64, bool)> {
     if let Some(avx2) = super::x86::Avx2::detect() {
         all.push(one(avx2, block));
     }
+    #[cfg(target_arch = "x86_64")]
+    if let Some(avx512) = super::x86::Avx512::detect() {
+        all.push(one(avx512, block));
+    }
     all
 }
 
@@ -39,6 +43,10 @@ pub fn fast_scans(b: &[u8], start: usize) -> Vec<Option<usize>> {
     if let Some(avx2) = super::x86::Avx2::detect() {
         all.push(avx2.fast::<false>(b, start));
     }
+    #[cfg(target_arch = "x86_64")]
+    if let Some(avx512) = super::x86::Avx512::detect() {
+        all.push(avx512.fast::<false>(b, start));
+    }
     all
 }
 
@@ -49,9 +57,20 @@ pub fn skip_string(b: &[u8], start: usize) -> Result<usize, JsonError> {
 }
 
 /// The one-pass scan (UTF-8 checked in the scan) of the string whose opening quote is at
-/// `start`; `None` also when this CPU has no vector path for it.
-pub fn fast_utf8_scan(b: &[u8], start: usize) -> Option<usize> {
-    string::fast_utf8(b, start)
+/// `start`, on every vector path this CPU has (the widest one is the one the parser uses).
+pub fn fast_utf8_scans(b: &[u8], start: usize) -> Vec<Option<usize>> {
+    #[allow(unused_mut)]
+    let mut all = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    if let Some(avx2) = super::x86::Avx2::detect() {
+        all.push(avx2.fast::<true>(b, start));
+    }
+    #[cfg(target_arch = "x86_64")]
+    if let Some(avx512) = super::x86::Avx512::detect() {
+        all.push(avx512.fast::<true>(b, start));
+    }
+    let _ = (b, start);
+    all
 }
 
 /// [`super::parse_object`] (one pass when the CPU allows it) and the two-pass parse, which

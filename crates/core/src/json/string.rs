@@ -61,8 +61,8 @@ fn below_lowest(mask: u64) -> u64 {
 #[inline]
 pub(super) fn fast(b: &[u8], start: usize) -> Option<usize> {
     #[cfg(target_arch = "x86_64")]
-    if let Some(avx2) = super::x86::Avx2::detect() {
-        return avx2.fast::<false>(b, start);
+    if let Some(end) = super::x86::fast::<false>(b, start) {
+        return end;
     }
     fast_with::<_, false>(Wide, b, start)
 }
@@ -72,8 +72,8 @@ pub(super) fn fast(b: &[u8], start: usize) -> Option<usize> {
 #[inline]
 pub(super) fn fast_utf8(b: &[u8], start: usize) -> Option<usize> {
     #[cfg(target_arch = "x86_64")]
-    if let Some(avx2) = super::x86::Avx2::detect() {
-        return avx2.fast::<true>(b, start);
+    if let Some(end) = super::x86::fast::<true>(b, start) {
+        return end;
     }
     let _ = (b, start);
     None

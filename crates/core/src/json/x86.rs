@@ -27,13 +27,17 @@
 #![allow(unsafe_code)]
 
 use std::arch::x86_64::{
-    __m256i, _mm256_alignr_epi8, _mm256_and_si256, _mm256_cmpeq_epi8, _mm256_loadu_si256,
-    _mm256_max_epu8, _mm256_min_epu8, _mm256_movemask_epi8, _mm256_or_si256,
-    _mm256_permute2x128_si256, _mm256_set1_epi8, _mm256_setr_epi8, _mm256_setzero_si256,
+    __m256i, _mm_loadu_si128, _mm256_alignr_epi8, _mm256_and_si256, _mm256_broadcastsi128_si256,
+    _mm256_cmpeq_epi8, _mm256_loadu_si256, _mm256_max_epu8, _mm256_min_epu8, _mm256_movemask_epi8,
+    _mm256_or_si256, _mm256_permute2x128_si256, _mm256_set1_epi8, _mm256_setzero_si256,
     _mm256_shuffle_epi8, _mm256_srli_epi16, _mm256_subs_epu8, _mm256_testz_si256, _mm256_xor_si256,
 };
 
 use super::classify::simd::Lanes;
+
+mod avx512;
+
+pub(super) use avx512::Avx512;
 
 /// Proof that the CPU has AVX2 (see [`Avx2::detect`]).
 #[derive(Debug, Clone, Copy)]
@@ -127,6 +131,82 @@ mod bits {
     pub(super) const CARRY: i8 = TOO_SHORT | TOO_LONG | TWO_CONTS;
 }
 
+use bits::*;
+
+/// Errors allowed by the high nibble of the first byte of a pair.
+const FIRST_HIGH: [i8; 16] = [
+    TOO_LONG,
+    TOO_LONG,
+    TOO_LONG,
+    TOO_LONG,
+    TOO_LONG,
+    TOO_LONG,
+    TOO_LONG,
+    TOO_LONG,
+    TWO_CONTS,
+    TWO_CONTS,
+    TWO_CONTS,
+    TWO_CONTS,
+    TOO_SHORT | OVERLONG_2,
+    TOO_SHORT,
+    TOO_SHORT | OVERLONG_3 | SURROGATE,
+    TOO_SHORT | TOO_LARGE | TOO_LARGE_1000 | OVERLONG_4,
+];
+
+/// The errors of `F5..FF` leads and of the leads that carry no nibble-specific error.
+const LARGE: i8 = CARRY | TOO_LARGE | TOO_LARGE_1000;
+
+/// Errors allowed by the low nibble of the first byte of a pair.
+const FIRST_LOW: [i8; 16] = [
+    CARRY | OVERLONG_3 | OVERLONG_2 | OVERLONG_4,
+    CARRY | OVERLONG_2,
+    CARRY,
+    CARRY,
+    CARRY | TOO_LARGE,
+    LARGE,
+    LARGE,
+    LARGE,
+    LARGE,
+    LARGE,
+    LARGE,
+    LARGE,
+    LARGE,
+    LARGE | SURROGATE,
+    LARGE,
+    LARGE,
+];
+
+/// Errors allowed by the high nibble of the second byte of a pair.
+const SECOND_HIGH: [i8; 16] = [
+    TOO_SHORT,
+    TOO_SHORT,
+    TOO_SHORT,
+    TOO_SHORT,
+    TOO_SHORT,
+    TOO_SHORT,
+    TOO_SHORT,
+    TOO_SHORT,
+    TOO_LONG | OVERLONG_2 | TWO_CONTS | OVERLONG_3 | TOO_LARGE_1000 | OVERLONG_4,
+    TOO_LONG | OVERLONG_2 | TWO_CONTS | OVERLONG_3 | TOO_LARGE,
+    TOO_LONG | OVERLONG_2 | TWO_CONTS | SURROGATE | TOO_LARGE,
+    TOO_LONG | OVERLONG_2 | TWO_CONTS | SURROGATE | TOO_LARGE,
+    TOO_SHORT,
+    TOO_SHORT,
+    TOO_SHORT,
+    TOO_SHORT,
+];
+
+/// Subtracted (saturating) from the last bytes of a block: non-zero where a lead byte
+/// starts a sequence longer than what is left (a 4-byte lead in the last 3 bytes, a 3-byte
+/// lead in the last 2, a 2-byte lead last).
+const fn incomplete_max<const N: usize>() -> [i8; N] {
+    let mut max = [-1i8; N];
+    max[N - 3] = (0xf0u8 - 1) as i8;
+    max[N - 2] = (0xe0u8 - 1) as i8;
+    max[N - 1] = (0xc0u8 - 1) as i8;
+    max
+}
+
 /// The invalid bytes of `input` given the 32 bytes before it (non-zero bytes of the result).
 ///
 /// Three 16-entry table lookups classify each byte with the one before it (the high nibble
@@ -137,11 +217,11 @@ mod bits {
 /// "Validating UTF-8 in less than one instruction per byte" (2021).
 #[inline(always)]
 fn utf8_errors(avx2: Avx2, input: __m256i, prev: __m256i) -> __m256i {
-    use bits::*;
     let _ = avx2;
-    // SAFETY: `avx2` proves the CPU has AVX2, the only requirement of these intrinsics
-    // (they take and return registers, no memory). The shuffle indices are nibbles, so
-    // every lookup stays inside its 16-entry table.
+    // SAFETY: `avx2` proves the CPU has AVX2, the only requirement of these intrinsics.
+    // They take and return registers, except the table loads, which read exactly the 16
+    // bytes of a `[i8; 16]` constant without an alignment requirement. The shuffle indices
+    // are nibbles, so every lookup stays inside its 16-entry table.
     unsafe {
         // The 16 bytes before each lane: the last lane of `prev`, then the first of `input`.
         let before = _mm256_permute2x128_si256::<0x21>(prev, input);
@@ -150,69 +230,9 @@ fn utf8_errors(avx2: Avx2, input: __m256i, prev: __m256i) -> __m256i {
         let prev3 = _mm256_alignr_epi8::<13>(input, before);
         let low = _mm256_set1_epi8(0x0f);
         let high_nibble = |v| _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
-        let table = |t: [i8; 16]| {
-            _mm256_setr_epi8(
-                t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9], t[10], t[11], t[12],
-                t[13], t[14], t[15], t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9],
-                t[10], t[11], t[12], t[13], t[14], t[15],
-            )
-        };
-        let first_high = table([
-            TOO_LONG,
-            TOO_LONG,
-            TOO_LONG,
-            TOO_LONG,
-            TOO_LONG,
-            TOO_LONG,
-            TOO_LONG,
-            TOO_LONG,
-            TWO_CONTS,
-            TWO_CONTS,
-            TWO_CONTS,
-            TWO_CONTS,
-            TOO_SHORT | OVERLONG_2,
-            TOO_SHORT,
-            TOO_SHORT | OVERLONG_3 | SURROGATE,
-            TOO_SHORT | TOO_LARGE | TOO_LARGE_1000 | OVERLONG_4,
-        ]);
-        let large = CARRY | TOO_LARGE | TOO_LARGE_1000;
-        let first_low = table([
-            CARRY | OVERLONG_3 | OVERLONG_2 | OVERLONG_4,
-            CARRY | OVERLONG_2,
-            CARRY,
-            CARRY,
-            CARRY | TOO_LARGE,
-            large,
-            large,
-            large,
-            large,
-            large,
-            large,
-            large,
-            large,
-            large | SURROGATE,
-            large,
-            large,
-        ]);
-        let continuation_80 = TOO_LONG | OVERLONG_2 | TWO_CONTS | OVERLONG_3 | TOO_LARGE_1000;
-        let second_high = table([
-            TOO_SHORT,
-            TOO_SHORT,
-            TOO_SHORT,
-            TOO_SHORT,
-            TOO_SHORT,
-            TOO_SHORT,
-            TOO_SHORT,
-            TOO_SHORT,
-            continuation_80 | OVERLONG_4,
-            TOO_LONG | OVERLONG_2 | TWO_CONTS | OVERLONG_3 | TOO_LARGE,
-            TOO_LONG | OVERLONG_2 | TWO_CONTS | SURROGATE | TOO_LARGE,
-            TOO_LONG | OVERLONG_2 | TWO_CONTS | SURROGATE | TOO_LARGE,
-            TOO_SHORT,
-            TOO_SHORT,
-            TOO_SHORT,
-            TOO_SHORT,
-        ]);
+        let table = |t: &[i8; 16]| _mm256_broadcastsi128_si256(_mm_loadu_si128(t.as_ptr().cast()));
+        let (first_high, first_low, second_high) =
+            (table(&FIRST_HIGH), table(&FIRST_LOW), table(&SECOND_HIGH));
         let pair = _mm256_and_si256(
             _mm256_and_si256(
                 _mm256_shuffle_epi8(first_high, high_nibble(prev1)),
@@ -234,11 +254,7 @@ fn utf8_errors(avx2: Avx2, input: __m256i, prev: __m256i) -> __m256i {
 #[inline(always)]
 fn utf8_incomplete(avx2: Avx2, input: __m256i) -> __m256i {
     let _ = avx2;
-    let mut max = [-1i8; 32];
-    // A 4-byte lead in the last 3 bytes, a 3-byte lead in the last 2, a 2-byte lead last.
-    max[29] = (0xf0u8 - 1) as i8;
-    max[30] = (0xe0u8 - 1) as i8;
-    max[31] = (0xc0u8 - 1) as i8;
+    let max: [i8; 32] = incomplete_max();
     // SAFETY: `avx2` proves AVX2; `max` is a live 32-byte array read with an unaligned load.
     unsafe { _mm256_subs_epu8(input, _mm256_loadu_si256(max.as_ptr().cast())) }
 }
@@ -341,6 +357,16 @@ impl Lanes for Avx2 {
         // SAFETY: `self` proves AVX2; register operations only.
         unsafe { _mm256_testz_si256(state.error, state.error) == 1 }
     }
+}
+
+/// [`super::string::fast_with`] on the widest vector unit this CPU has: AVX-512, AVX2, or
+/// `None` when it has neither (the caller takes the portable path).
+#[inline]
+pub(super) fn fast<const UTF8: bool>(b: &[u8], start: usize) -> Option<Option<usize>> {
+    if let Some(avx512) = Avx512::detect() {
+        return Some(avx512.fast::<UTF8>(b, start));
+    }
+    Avx2::detect().map(|avx2| avx2.fast::<UTF8>(b, start))
 }
 
 #[cfg(test)]

@@ -1,10 +1,44 @@
-//! The AVX2 masks and scan against the portable ones: same answers on every input.
+//! The AVX2 and AVX-512 masks and scans against the portable ones: same answers on every
+//! input. Each test runs on the paths this CPU has.
 
 use proptest::prelude::*;
 
 use super::super::classify::simd::{Lanes, Wide, masks};
 use super::super::string::fast_with;
-use super::Avx2;
+use super::{Avx2, Avx512};
+
+/// A scan on one vector path: `(b, start)` to the end of the string, as `fast_with`.
+type Scan = fn(&[u8], usize) -> Option<usize>;
+
+/// The vector paths this CPU has, as `(name, scan without UTF-8, scan with UTF-8)`.
+fn scans() -> Vec<(&'static str, Scan, Scan)> {
+    let mut all: Vec<(&'static str, Scan, Scan)> = Vec::new();
+    if Avx2::detect().is_some() {
+        all.push((
+            "avx2",
+            |b, s| Avx2::detect()?.fast::<false>(b, s),
+            |b, s| Avx2::detect()?.fast::<true>(b, s),
+        ));
+    }
+    if Avx512::detect().is_some() {
+        all.push((
+            "avx512",
+            |b, s| Avx512::detect()?.fast::<false>(b, s),
+            |b, s| Avx512::detect()?.fast::<true>(b, s),
+        ));
+    }
+    all
+}
+
+/// The masks of every vector path this CPU has against the portable ones.
+fn same_masks_everywhere(b: &[u8]) {
+    if let Some(avx2) = Avx2::detect() {
+        same_masks(avx2, b);
+    }
+    if let Some(avx512) = Avx512::detect() {
+        same_masks(avx512, b);
+    }
+}
 
 /// Bytes that matter to the scan, and the bytes around them: quotes, backslashes, escape
 /// letters, control bytes, 0x7f/0x80 and the lead and continuation bytes of multi-byte UTF-8.
@@ -19,31 +53,33 @@ fn byte() -> impl Strategy<Value = u8> {
 
 /// Every 64-byte window of `b` (every alignment relative to the allocation) gives the same
 /// masks on both paths.
-fn same_masks(avx2: Avx2, b: &[u8]) {
+fn same_masks<L: Lanes>(l: L, b: &[u8]) {
     for at in 0..b.len().saturating_sub(63) {
         let Some(block) = b[at..].first_chunk::<64>() else {
             break;
         };
-        let (w, a) = (Wide.load(block), avx2.load(block));
-        assert_eq!(masks(Wide, block), masks(avx2, block), "at {at}");
+        let (w, a) = (Wide.load(block), l.load(block));
+        assert_eq!(masks(Wide, block), masks(l, block), "at {at}");
         for byte in [b'"', b'\\', b'n', 0, 0x80, 0xff] {
-            assert_eq!(Wide.eq(w, byte), avx2.eq(a, byte), "{byte} at {at}");
+            assert_eq!(Wide.eq(w, byte), l.eq(a, byte), "{byte} at {at}");
         }
-        assert_eq!(Wide.eq2(w, b'n', b't'), avx2.eq2(a, b'n', b't'), "at {at}");
-        assert_eq!(Wide.controls(w), avx2.controls(a), "at {at}");
-        assert_eq!(Wide.any_control(w), avx2.any_control(a), "at {at}");
+        assert_eq!(Wide.eq2(w, b'n', b't'), l.eq2(a, b'n', b't'), "at {at}");
+        assert_eq!(Wide.controls(w), l.controls(a), "at {at}");
+        assert_eq!(Wide.any_control(w), l.any_control(a), "at {at}");
     }
 }
 
-/// The scan from every starting quote gives the same answer on both paths.
-fn same_scans(avx2: Avx2, b: &[u8]) {
-    for start in 0..b.len() {
-        assert_eq!(
-            fast_with::<_, false>(Wide, b, start),
-            avx2.fast::<false>(b, start),
-            "start {start} in {:?}",
-            String::from_utf8_lossy(b)
-        );
+/// The scan from every starting quote gives the same answer on every path.
+fn same_scans(b: &[u8]) {
+    for (name, fast, _) in scans() {
+        for start in 0..b.len() {
+            assert_eq!(
+                fast_with::<_, false>(Wide, b, start),
+                fast(b, start),
+                "{name}: start {start} in {:?}",
+                String::from_utf8_lossy(b)
+            );
+        }
     }
 }
 
@@ -51,36 +87,27 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(3000))]
 
     #[test]
-    fn avx2_agrees_with_portable(body in prop::collection::vec(byte(), 0..300)) {
-        let Some(avx2) = Avx2::detect() else {
-            return Ok(());
-        };
-        same_masks(avx2, &body);
+    fn vector_paths_agree_with_portable(body in prop::collection::vec(byte(), 0..300)) {
+        same_masks_everywhere(&body);
         let mut b = vec![b'"'];
         b.extend_from_slice(&body);
-        same_scans(avx2, &b);
+        same_scans(&b);
     }
 
     #[test]
-    fn avx2_agrees_with_portable_on_any_bytes(body in prop::collection::vec(any::<u8>(), 0..300)) {
-        let Some(avx2) = Avx2::detect() else {
-            return Ok(());
-        };
-        same_masks(avx2, &body);
-        same_scans(avx2, &body);
+    fn vector_paths_agree_with_portable_on_any_bytes(body in prop::collection::vec(any::<u8>(), 0..300)) {
+        same_masks_everywhere(&body);
+        same_scans(&body);
     }
 }
 
 #[test]
 fn every_byte_value_at_every_block_position() {
-    let Some(avx2) = Avx2::detect() else {
-        return;
-    };
     for value in 0..=255u8 {
         for at in 0..64 {
             let mut block = [b'a'; 64];
             block[at] = value;
-            same_masks(avx2, &block);
+            same_masks_everywhere(&block);
         }
     }
 }
@@ -89,13 +116,15 @@ fn every_byte_value_at_every_block_position() {
 /// standard library's UTF-8 check of its contents. When bytes after the closing quote are
 /// not UTF-8 the one-pass scan may give up (they are checked with the last block), but it
 /// never accepts a string the other two refuse.
-fn same_utf8_scan(avx2: Avx2, b: &[u8]) {
-    let got = avx2.fast::<true>(b, 0);
+fn same_utf8_scan(b: &[u8]) {
     let want = super::super::string::skip(b, 0)
         .ok()
         .filter(|&end| std::str::from_utf8(&b[1..end - 1]).is_ok());
-    if std::str::from_utf8(b).is_ok() || got.is_some() {
-        assert_eq!(got, want, "{b:?}");
+    for (name, _, fast_utf8) in scans() {
+        let got = fast_utf8(b, 0);
+        if std::str::from_utf8(b).is_ok() || got.is_some() {
+            assert_eq!(got, want, "{name}: {b:?}");
+        }
     }
 }
 
@@ -127,9 +156,6 @@ proptest! {
         pieces in prop::collection::vec(utf8_piece(), 0..30),
         tail in prop::collection::vec(utf8_piece(), 0..3),
     ) {
-        let Some(avx2) = Avx2::detect() else {
-            return Ok(());
-        };
         let mut b = vec![b'"'];
         for p in pieces {
             b.extend(p);
@@ -140,19 +166,16 @@ proptest! {
         }
         // Every alignment of the same string within its blocks.
         for lead in 0..4 {
-            same_utf8_scan(avx2, &b[lead.min(b.len() - 1)..]);
+            same_utf8_scan(&b[lead.min(b.len() - 1)..]);
         }
-        same_utf8_scan(avx2, &b);
+        same_utf8_scan(&b);
     }
 
     #[test]
     fn one_pass_utf8_scan_agrees_on_any_bytes(body in prop::collection::vec(byte(), 0..300)) {
-        let Some(avx2) = Avx2::detect() else {
-            return Ok(());
-        };
         let mut b = vec![b'"'];
         b.extend(body);
-        same_utf8_scan(avx2, &b);
+        same_utf8_scan(&b);
     }
 
     #[test]
@@ -182,9 +205,6 @@ proptest! {
 /// pattern: the one-pass scan agrees with the standard library.
 #[test]
 fn every_byte_pair_at_the_block_edges() {
-    let Some(avx2) = Avx2::detect() else {
-        return;
-    };
     for at in [0usize, 1, 30, 31, 32, 33, 61, 62, 63, 64, 65, 95, 126, 127] {
         for first in 0..=255u8 {
             for second in 0..=255u8 {
@@ -193,7 +213,7 @@ fn every_byte_pair_at_the_block_edges() {
                 b.extend_from_slice(&[first, second]);
                 b.extend_from_slice(b"bc\"");
                 b.extend(std::iter::repeat_n(b'z', 70));
-                same_utf8_scan(avx2, &b);
+                same_utf8_scan(&b);
             }
         }
     }
@@ -214,9 +234,9 @@ fn every_byte_pair_at_the_block_edges() {
                 b.push(lead);
                 b.extend_from_slice(conts);
                 b.push(b'"');
-                same_utf8_scan(avx2, &b);
+                same_utf8_scan(&b);
                 b.extend(std::iter::repeat_n(b'z', 70));
-                same_utf8_scan(avx2, &b);
+                same_utf8_scan(&b);
             }
         }
     }
