@@ -142,8 +142,7 @@ fn special_flags(x: u64) -> u64 {
 /// The offset of the first special byte at or after `i` (`b.len()` when there is none).
 ///
 /// Long runs of plain text dominate real bodies, so they are classified 8 bytes at a time
-/// with word arithmetic (this crate forbids `unsafe`, so no vector intrinsics), two words per
-/// step. When the caller knows there is no raw control byte (`control_free`), only quotes and
+/// with word arithmetic (safe code, the same on every CPU), two words per step. When the caller knows there is no raw control byte (`control_free`), only quotes and
 /// backslashes matter, and runs longer than one step are left to `memchr2`, which uses the
 /// CPU's vector unit.
 #[inline]

@@ -21,11 +21,15 @@
 //! skipped with an explicit stack, never by recursion, so hostile input cannot overflow the
 //! call stack.
 //!
-//! Long strings dominate real bodies, so that is where the speed is: UTF-8 is checked once
-//! per call over the whole input (`simdutf8`), string contents are classified 64 bytes at a
-//! time into bit masks with safe SIMD types (`wide`) and escapes are resolved on the masks
-//! with carry arithmetic, so that an escape every few dozen bytes (code) costs no branch,
-//! and long plain runs are crossed with `memchr2`.
+//! Long strings dominate real bodies, so that is where the speed is: string contents are
+//! classified 64 bytes at a time into bit masks and escapes are resolved on the masks with
+//! carry arithmetic, so that an escape every few dozen bytes (code) costs no branch. On
+//! x86_64 CPUs with AVX-512 or AVX2 (detected at run time) the blocks are classified with
+//! those vectors and each string's UTF-8 is checked in the same pass, so a whole-body parse
+//! reads the body once; elsewhere safe SIMD types (`wide`) classify the blocks, long plain
+//! runs are crossed with `memchr2`, and UTF-8 is checked once per call over the whole input
+//! (`simdutf8`). When the one-pass parse refuses a body, the two-pass one runs to report
+//! the first error, so errors do not depend on the CPU.
 //!
 //! ```
 //! use context_relay_core::json;

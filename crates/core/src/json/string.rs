@@ -13,6 +13,11 @@
 //! anything is wrong, the fast path gives up and the exact path ([`exact`]) scans the
 //! string again from its start and reports the first error, so errors are the same as when
 //! only the exact path existed.
+//!
+//! The blocks are classified by the widest vector unit the CPU has (AVX-512 or AVX2 on
+//! x86_64, through the `x86` module; SSE2 or NEON through `wide` elsewhere). With AVX2 or
+//! AVX-512, [`fast_utf8`] also checks the string's UTF-8 on the same blocks, which lets a
+//! whole-body parse skip its separate UTF-8 pass.
 
 use super::JsonError;
 use super::classify::simd::{self, Lanes, Wide};

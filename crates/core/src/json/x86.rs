@@ -1,29 +1,36 @@
-//! AVX2 classification of string blocks: the crate's one module with `unsafe` code.
+//! AVX2 and AVX-512 classification of string blocks, and a UTF-8 check in the same pass:
+//! the crate's one module with `unsafe` code.
 //!
 //! Why `unsafe`: the string scan ([`super::string`]) spends its time turning 64-byte blocks
-//! into bit masks (quotes, backslashes, raw control bytes). The safe vector types it uses
-//! otherwise ([`Wide`](super::classify::simd::Wide), from the `wide` crate) are compiled for
-//! the baseline x86_64 CPU, that is SSE2 and 16-byte vectors, because their instruction set
-//! is fixed when the crate is built. Using the 32-byte AVX2 vectors of the CPU the relay
-//! actually runs on needs runtime detection and `std::arch` intrinsics, which Rust exposes
-//! only through `unsafe` (a raw-pointer load, and calls into functions compiled for a CPU
-//! feature the caller must prove is present).
+//! into bit masks (quotes, backslashes, raw control bytes), and a body's UTF-8 check is a
+//! pass of its own otherwise. The safe vector types the scan uses everywhere else
+//! ([`Wide`](super::classify::simd::Wide), from the `wide` crate) are compiled for the
+//! baseline x86_64 CPU, that is SSE2 and 16-byte vectors, because their instruction set is
+//! fixed when the crate is built; and SSE2 has no byte shuffle, which the UTF-8 check needs
+//! for its table lookups. Using the 32-byte AVX2 or 64-byte AVX-512 vectors of the CPU the
+//! relay actually runs on needs runtime detection and `std::arch` intrinsics, which Rust
+//! exposes only through `unsafe` (raw-pointer loads, and calls into functions compiled for a
+//! CPU feature the caller must prove is present).
 //!
 //! How it stays sound:
-//! - [`Avx2`] is a zero-sized token with a private field; its only constructor,
-//!   [`Avx2::detect`], returns one only when `is_x86_feature_detected!("avx2")` holds. Every
-//!   `unsafe` block below takes that token by value, so the AVX2 instructions it runs are
-//!   known to exist on this CPU.
-//! - Loads read exactly the 64 bytes of a `&[u8; 64]` with unaligned loads (`loadu`), so
-//!   they stay inside a live, initialised borrow whatever its alignment.
-//! - Nothing else is unsafe: the masks are plain integers and the scan that uses them
-//!   ([`super::string::fast_with`]) is safe code, shared with the portable path.
+//! - [`Avx2`] and [`Avx512`] are zero-sized tokens with a private field; their only
+//!   constructors, `detect`, return one only when `is_x86_feature_detected!` reports the
+//!   features (AVX2; AVX-512 F and BW). Every `unsafe` block takes a token by value, so the
+//!   instructions it runs are known to exist on this CPU.
+//! - Loads read exactly the bytes of a borrowed fixed-size array (a 64-byte block, a 16-byte
+//!   table, the 32- or 64-byte constant of [`incomplete_max`]) with unaligned loads, so they
+//!   stay inside live, initialised memory whatever its alignment.
+//! - Table lookups (`shuffle_epi8`) index with nibbles, inside their 16 entries.
+//! - Nothing else is unsafe: masks are plain integers, and the scan that uses them
+//!   ([`super::string::fast_with`]) is safe code shared with the portable path.
 //!
 //! The SSE2 baseline is the portable path itself (`wide` compiles to SSE2 on x86_64), and
-//! other architectures use it too. The AVX2 masks are tested against it with proptest (random
-//! bytes with quotes, backslashes, control bytes and multi-byte UTF-8, every length up to 300
-//! and every alignment) and by the `json_masks` fuzz target in `fuzz/`, which also compares
-//! the whole string scan with a byte-at-a-time reference.
+//! other architectures use it too, with UTF-8 checked in its own pass (`simdutf8`). The
+//! vector paths are tested against it with proptest (random bytes with quotes, backslashes,
+//! control bytes and every kind of valid and broken UTF-8, lengths up to 300, every
+//! alignment) and by the `json_masks` fuzz target in `fuzz/`, which also compares the whole
+//! string scan with a byte-at-a-time reference and the one-pass document parse with the
+//! two-pass one.
 #![allow(unsafe_code)]
 
 use std::arch::x86_64::{
