@@ -1,22 +1,53 @@
 //! Finding the bytes a JSON string scan stops at (quotes, backslashes, raw control bytes),
 //! many bytes at a time.
 
-/// Vector classification of string bytes, through `wide` (safe SIMD types: SSE2 on x86_64,
-/// NEON on aarch64, plain arrays elsewhere).
+/// Vector classification of string bytes: the operations the block scans need, over any
+/// vector unit. [`simd::Wide`] is the portable implementation; the `x86` module adds AVX2
+/// when the CPU has it.
 pub(super) mod simd {
     use wide::u8x16;
+
+    /// A way to classify 64-byte blocks into bit masks (bit `k` for byte `k`).
+    ///
+    /// A value of an implementing type is a proof that its instructions can run here, so
+    /// the methods are safe to call.
+    pub(in crate::json) trait Lanes: Copy {
+        /// A block loaded into vector registers.
+        type Block: Copy;
+        /// Loads a block.
+        fn load(self, block: &[u8; 64]) -> Self::Block;
+        /// The bytes equal to `byte`.
+        fn eq(self, v: Self::Block, byte: u8) -> u64;
+        /// The bytes equal to `a` or `b`.
+        fn eq2(self, v: Self::Block, a: u8, b: u8) -> u64;
+        /// Whether any byte is a raw control byte (below 0x20).
+        fn any_control(self, v: Self::Block) -> bool;
+        /// The raw control bytes.
+        fn controls(self, v: Self::Block) -> u64;
+        /// UTF-8 validation carried from block to block through one string.
+        type Utf8: Copy;
+        /// The validation state at the start of a string's contents (after the ASCII opening
+        /// quote); `None` when this path does not check UTF-8 in the scan.
+        fn utf8_start(self) -> Option<Self::Utf8>;
+        /// Checks block `v`, the one after the blocks `state` has seen.
+        fn utf8_block(self, v: Self::Block, state: &mut Self::Utf8);
+        /// Whether the blocks seen hold no invalid sequence (a sequence cut by the end of
+        /// the last block is not counted: the caller ends its scan at an ASCII quote inside
+        /// that block, which the check already saw).
+        fn utf8_valid(self, state: Self::Utf8) -> bool;
+    }
+
+    /// Classification through `wide` (safe SIMD types: SSE2 on x86_64, NEON on aarch64,
+    /// plain arrays elsewhere): the path every CPU can take, and the reference the AVX2
+    /// path is tested and fuzzed against.
+    #[derive(Debug, Clone, Copy)]
+    pub(in crate::json) struct Wide;
 
     /// A 64-byte block in four vectors.
     #[derive(Debug, Clone, Copy)]
     pub(in crate::json) struct Block([u8x16; 4]);
 
     impl Block {
-        #[inline(always)]
-        pub(in crate::json) fn load(block: &[u8; 64]) -> Self {
-            let (chunks, _) = block.as_chunks::<16>();
-            Self([0, 1, 2, 3].map(|k| u8x16::new(chunks[k])))
-        }
-
         /// Bit `k` set for each `k` where `f` marks vector byte `k` (all ones).
         #[inline(always)]
         fn mask(&self, f: impl Fn(u8x16) -> u8x16) -> u64 {
@@ -26,45 +57,64 @@ pub(super) mod simd {
             }
             m
         }
+    }
 
-        /// The bytes equal to `byte`.
+    impl Lanes for Wide {
+        type Block = Block;
+
         #[inline(always)]
-        pub(in crate::json) fn eq(&self, byte: u8) -> u64 {
+        fn load(self, block: &[u8; 64]) -> Block {
+            let (chunks, _) = block.as_chunks::<16>();
+            Block([0, 1, 2, 3].map(|k| u8x16::new(chunks[k])))
+        }
+
+        #[inline(always)]
+        fn eq(self, v: Block, byte: u8) -> u64 {
             let b = u8x16::splat(byte);
-            self.mask(|v| v.cmp_eq(b))
+            v.mask(|v| v.cmp_eq(b))
         }
 
-        /// The bytes equal to `a` or `b`.
         #[inline(always)]
-        pub(in crate::json) fn eq2(&self, a: u8, b: u8) -> u64 {
+        fn eq2(self, v: Block, a: u8, b: u8) -> u64 {
             let (a, b) = (u8x16::splat(a), u8x16::splat(b));
-            self.mask(|v| v.cmp_eq(a) | v.cmp_eq(b))
+            v.mask(|v| v.cmp_eq(a) | v.cmp_eq(b))
         }
 
-        /// Whether any byte is a raw control byte (one compare for the whole block).
         #[inline(always)]
-        pub(in crate::json) fn any_control(&self) -> bool {
-            let [a, b, c, d] = self.0;
+        fn any_control(self, v: Block) -> bool {
+            let [a, b, c, d] = v.0;
             let min = a.min(b).min(c.min(d));
             let max = u8x16::splat(0x1f);
             min.max(max).cmp_eq(max).move_mask() != 0
         }
 
-        /// The raw control bytes (below 0x20).
         #[inline(always)]
-        pub(in crate::json) fn controls(&self) -> u64 {
+        fn controls(self, v: Block) -> u64 {
             // Unsigned `c <= 0x1f` as `max(c, 0x1f) == 0x1f`.
             let max = u8x16::splat(0x1f);
-            self.mask(|v| v.max(max).cmp_eq(max))
+            v.mask(|v| v.max(max).cmp_eq(max))
+        }
+
+        /// This path leaves UTF-8 to a separate pass (`simdutf8`).
+        type Utf8 = ();
+
+        fn utf8_start(self) -> Option<()> {
+            None
+        }
+
+        fn utf8_block(self, _: Block, _: &mut ()) {}
+
+        fn utf8_valid(self, _: ()) -> bool {
+            false
         }
     }
 
     /// The quotes, backslashes and raw control bytes of `block`, as bit masks (bit `k` for
     /// `block[k]`).
     #[inline(always)]
-    pub(in crate::json) fn masks(block: &[u8; 64]) -> (u64, u64, u64) {
-        let v = Block::load(block);
-        (v.eq(b'"'), v.eq(b'\\'), v.controls())
+    pub(in crate::json) fn masks<L: Lanes>(l: L, block: &[u8; 64]) -> (u64, u64, u64) {
+        let v = l.load(block);
+        (l.eq(v, b'"'), l.eq(v, b'\\'), l.controls(v))
     }
 }
 
@@ -92,8 +142,7 @@ fn special_flags(x: u64) -> u64 {
 /// The offset of the first special byte at or after `i` (`b.len()` when there is none).
 ///
 /// Long runs of plain text dominate real bodies, so they are classified 8 bytes at a time
-/// with word arithmetic (this crate forbids `unsafe`, so no vector intrinsics), two words per
-/// step. When the caller knows there is no raw control byte (`control_free`), only quotes and
+/// with word arithmetic (safe code, the same on every CPU), two words per step. When the caller knows there is no raw control byte (`control_free`), only quotes and
 /// backslashes matter, and runs longer than one step are left to `memchr2`, which uses the
 /// CPU's vector unit.
 #[inline]
