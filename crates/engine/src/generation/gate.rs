@@ -12,7 +12,7 @@ use http::{HeaderMap, StatusCode, Uri, header};
 use super::capture::{Capture, ReplyWatch, Trigger};
 use super::kept::KeptHeaders;
 use crate::action::RelayAction;
-use crate::extensions::{ComboName, RequestFacts, ResolvedAccount};
+use crate::extensions::{ComboName, RequestFacts, ResolvedAccount, Tenant};
 use crate::metrics;
 use crate::relay::{Relay, Shared};
 use crate::summary::Summarizer;
@@ -40,10 +40,8 @@ impl Relay {
             return None;
         }
         let shape = ApiShape::from_path(uri.path())?;
-        // The tenant comes from the same memo as injection's, from the full request headers;
-        // the session is derived from the headers (or body) only when a response qualifies:
-        // most never do.
-        let tenant = self.shared.tenants.tenant(facts.tenant, headers);
+        // The tenant and the session are derived only when a response qualifies: most never
+        // do. The kept headers hold every header either derivation reads.
         Some(GenerationTicket {
             shared: self.shared.clone(),
             summarizer: self.shared.summarizer.clone(),
@@ -54,7 +52,7 @@ impl Relay {
             uri: uri.clone(),
             headers: KeptHeaders::keep(headers, &self.shared.sources),
             session: facts.session.map(|s| s.0.clone()),
-            tenant,
+            tenant: facts.tenant.cloned(),
         })
     }
 }
@@ -69,7 +67,8 @@ pub struct GenerationTicket {
     uri: Uri,
     headers: KeptHeaders,
     session: Option<Arc<str>>,
-    tenant: Arc<str>,
+    /// An explicit tenant; otherwise derived from the kept credential headers.
+    tenant: Option<Tenant>,
     capture: Arc<Capture>,
 }
 
@@ -155,7 +154,7 @@ impl GenerationTicket {
         }
         let kept = self.headers.into_map();
         let sources = &self.shared.sources;
-        let tenant = Some(self.tenant);
+        let tenant = Some(self.shared.tenants.tenant(self.tenant.as_ref(), &kept));
         let mut id = session::identify(&kept, None, sources, self.session, tenant);
         if id.session.is_none() {
             // Clients that send no session header: the session comes from the body.

@@ -4,8 +4,9 @@ use context_relay_core::session::{DEFAULT_SESSION_HEADERS, SessionSources};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use smallvec::SmallVec;
 
-/// Whether a request header is kept for a possible summary of its turn: the credential (stacks
-/// that forward the client's key), the body's encoding, the session
+/// Whether a request header is kept for a possible summary of its turn: the credential (the
+/// tenant is derived from it, and stacks forward the client's key), the body's encoding, the
+/// session
 /// headers, and the API-version and account-routing headers a provider requires on the summary
 /// request too. Everything else belongs to the turn and is not repeated.
 fn kept(name: &HeaderName, sources: &SessionSources) -> bool {
@@ -59,6 +60,38 @@ impl KeptHeaders {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use context_relay_core::session;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The tenant is derived from the kept headers when a response qualifies: they must
+        /// give the credential the whole request gives, whatever headers it has, in any order,
+        /// repeated or blank.
+        #[test]
+        fn kept_headers_give_the_requests_credential(
+            pairs in prop::collection::vec(
+                (
+                    prop::sample::select(vec![
+                        "authorization", "x-api-key", "x-goog-api-key", "content-type",
+                        "x-session-id", "proxy-authorization", "cookie",
+                    ]),
+                    prop::sample::select(vec![
+                        "Bearer sk-one", "bearer  sk-two ", "Bearer", " ", "Basic dTpw",
+                        "sk-three", "AIza-four", "",
+                    ]),
+                ),
+                0..6,
+            )
+        ) {
+            let mut h = HeaderMap::new();
+            for (n, v) in pairs {
+                h.append(n, HeaderValue::from_static(v));
+            }
+            let kept = KeptHeaders::keep(&h, &SessionSources::default()).into_map();
+            prop_assert_eq!(session::credential(&kept), session::credential(&h));
+            prop_assert_eq!(session::tenant(&kept), session::tenant(&h));
+        }
+    }
 
     #[test]
     fn keeps_credentials_session_and_api_headers_only() {

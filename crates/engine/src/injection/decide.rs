@@ -102,7 +102,7 @@ impl Relay {
                     let mut ticket = Ticket::new(shared.clone(), account.clone());
                     let model = serving_model.map(|m| &*m.0);
                     if let Some(record) = model::to_record(affinity.as_ref(), account, model) {
-                        ticket.record = Some((key.clone(), record));
+                        ticket.set_record(key.clone(), record);
                     }
                     let limit = config.max_body_bytes;
                     let bound = matches!(shape, ApiShape::Responses | ApiShape::AnthropicMessages);
@@ -186,7 +186,7 @@ impl BodyDecision {
             let affinity = affinity_of(&self.shared, &key).await;
             let model = self.model.as_deref();
             if let Some(record) = model::to_record(affinity.as_ref(), &self.account, model) {
-                ticket.record = Some((key, record));
+                ticket.set_record(key, record);
             }
         }
         ticket
@@ -288,7 +288,7 @@ impl BodyDecision {
                 ttl: config.ttl,
             };
             if let Some(record) = model::to_record(affinity.as_ref(), &account, model.as_deref()) {
-                ticket.record = Some((key, record));
+                ticket.set_record(key, record);
             }
             let repair = decoded.map(|json| {
                 Box::new(Repair {
@@ -378,10 +378,10 @@ impl BodyDecision {
             // never be sent it, for as long as a handoff lives.
             let carried = foreign_of(&affinity, now).merged(&seen);
             let to = model::with_model(affinity_to(&account), model.as_deref());
-            ticket.record = Some((key, to.with_foreign(carried, now + config.ttl)));
+            ticket.set_record(key, to.with_foreign(carried, now + config.ttl));
         } else if let Some(record) = model::to_record(affinity.as_ref(), &account, model.as_deref())
         {
-            ticket.record = Some((key, record));
+            ticket.set_record(key, record);
         }
         let body = match rewrite.body {
             // Rewritten bodies are forwarded uncompressed.
