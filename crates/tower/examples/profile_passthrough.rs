@@ -64,17 +64,31 @@ fn main() {
     let bare = tower::service_fn(upstream::<Full<Bytes>>);
     rt.block_on(async {
         // Warm the affinity cache: the steady state of a session on its account.
-        let res = layered.clone().oneshot(request(responses)).await.expect("ok");
+        let res = layered
+            .clone()
+            .oneshot(request(responses))
+            .await
+            .expect("ok");
         res.into_body().collect().await.expect("body");
         tokio::task::yield_now().await;
         for _ in 0..n {
             if mode == "bare" {
                 let mut svc = bare;
-                let res = svc.ready().await.expect("ready").call(request(responses)).await;
+                let res = svc
+                    .ready()
+                    .await
+                    .expect("ready")
+                    .call(request(responses))
+                    .await;
                 res.expect("ok").into_body().collect().await.expect("body");
             } else {
                 let mut svc = layered.clone();
-                let res = svc.ready().await.expect("ready").call(request(responses)).await;
+                let res = svc
+                    .ready()
+                    .await
+                    .expect("ready")
+                    .call(request(responses))
+                    .await;
                 res.expect("ok").into_body().collect().await.expect("body");
             }
         }

@@ -119,7 +119,9 @@ where
     fn size_hint(&self) -> SizeHint {
         let (body, prefix) = match self {
             Inner::Plain { body } => return body.size_hint(),
-            Inner::Ahead { done: true, prefix, .. } => return SizeHint::with_exact(held(prefix)),
+            Inner::Ahead {
+                done: true, prefix, ..
+            } => return SizeHint::with_exact(held(prefix)),
             Inner::Ahead { body, prefix, .. } => (body, prefix),
         };
         let held = held(prefix);

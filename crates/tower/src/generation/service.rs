@@ -116,6 +116,6 @@ where
         });
         let capture = ticket.capture().clone();
         let req = req.map(|b| RequestBody::captured(b, capture));
-        ResponseFuture::new(self.inner.call(req), Some(Box::new(ticket)))
+        ResponseFuture::new(self.inner.call(req), Some(ticket))
     }
 }
