@@ -133,8 +133,8 @@ impl GenerationTicket {
         if !status.is_success() {
             return None;
         }
-        let account = served_by?.clone();
-        let allowed = t.config.generates_for(account.provider());
+        let served_by = served_by?;
+        let allowed = t.config.generates_for(served_by.provider());
         // Gate 2: a service's own signal wins over header parsing.
         let now = SystemTime::now();
         let signal = signal.or_else(|| t.shared.quota.signal(status, headers, now));
@@ -202,7 +202,7 @@ impl GenerationTicket {
                 uri: t.uri,
                 headers: kept,
                 capture: t.capture,
-                account,
+                account: served_by.clone(),
                 kind,
                 // The account's reset bounds an account-switch handoff only.
                 signal: signal.filter(|_| kind == HandoffKind::Generated),
