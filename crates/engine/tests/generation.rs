@@ -188,3 +188,34 @@ async fn a_gemini_key_client_gets_its_handoff_under_its_own_tenant() {
         "summary request lost the client's key"
     );
 }
+
+/// The tenant is derived when the response qualifies, not at header time: an explicit
+/// `Tenant` given with the request still wins over the credential.
+#[tokio::test]
+async fn an_explicit_tenant_keys_the_handoff() {
+    let f = Fixture::new(|b| b);
+    let combo = ComboName::new("codex-relay");
+    let team = context_relay_engine::Tenant::new("team-a");
+    let facts = RequestFacts {
+        combo: Some(&combo),
+        tenant: Some(&team),
+        ..Default::default()
+    };
+    let uri: Uri = "/v1/chat/completions".parse().unwrap();
+    let ticket = f.relay.generation(&uri, &f.headers, facts).unwrap();
+    ticket
+        .capture()
+        .push_last(&Bytes::from_static(TURN.as_bytes()));
+    let mut response = HeaderMap::new();
+    response.insert("x-codex-primary-used-percent", "88".parse().unwrap());
+    let served_by = ResolvedAccount::new("codex", "acct-a");
+    let mut watch = ticket
+        .response(StatusCode::OK, &response, Some(&served_by), None)
+        .expect("qualifies");
+    watch.push(REPLY.as_bytes());
+    watch.ended();
+    f.relay.background().idle().await;
+    let team_key = HandoffKey::new("team-a", "s1", "codex-relay");
+    assert!(f.store.get(&team_key).await.unwrap().is_some());
+    assert!(f.store.get(&f.key()).await.unwrap().is_none());
+}
