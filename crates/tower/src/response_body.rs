@@ -144,9 +144,12 @@ fn held<D: AsRef<[u8]>, E>(prefix: &VecDeque<Result<Frame<D>, E>>) -> u64 {
         .sum()
 }
 
+/// What polling a body gives.
+type Polled<B> = Poll<Option<Result<Frame<<B as Body>::Data>, <B as Body>::Error>>>;
+
 /// Feeds what the inner body gave to the hook; ends the hook at the body's end.
 fn observe<B: Body>(
-    polled: &Poll<Option<Result<Frame<B::Data>, B::Error>>>,
+    polled: &Polled<B>,
     hook: &mut Option<EndHook>,
     ended: impl FnOnce() -> bool,
 ) where
