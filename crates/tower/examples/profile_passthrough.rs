@@ -47,6 +47,18 @@ where
     Ok(Response::new(Full::new(Bytes::from_static(b"{}"))))
 }
 
+/// One request through `svc`, its response read whole.
+async fn once<S, B>(mut svc: S, req: Request<Full<Bytes>>)
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<B>>,
+    S::Error: std::fmt::Debug,
+    B: http_body::Body,
+    B::Error: std::fmt::Debug,
+{
+    let res = svc.ready().await.expect("ready").call(req).await;
+    res.expect("ok").into_body().collect().await.expect("body");
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let mode = args.next().unwrap_or_else(|| "layered".to_owned());
@@ -73,23 +85,9 @@ fn main() {
         tokio::task::yield_now().await;
         for _ in 0..n {
             if mode == "bare" {
-                let mut svc = bare;
-                let res = svc
-                    .ready()
-                    .await
-                    .expect("ready")
-                    .call(request(responses))
-                    .await;
-                res.expect("ok").into_body().collect().await.expect("body");
+                once(bare, request(responses)).await;
             } else {
-                let mut svc = layered.clone();
-                let res = svc
-                    .ready()
-                    .await
-                    .expect("ready")
-                    .call(request(responses))
-                    .await;
-                res.expect("ok").into_body().collect().await.expect("body");
+                once(layered.clone(), request(responses)).await;
             }
         }
     });

@@ -148,11 +148,8 @@ fn held<D: AsRef<[u8]>, E>(prefix: &VecDeque<Result<Frame<D>, E>>) -> u64 {
 type Polled<B> = Poll<Option<Result<Frame<<B as Body>::Data>, <B as Body>::Error>>>;
 
 /// Feeds what the inner body gave to the hook; ends the hook at the body's end.
-fn observe<B: Body>(
-    polled: &Polled<B>,
-    hook: &mut Option<EndHook>,
-    ended: impl FnOnce() -> bool,
-) where
+fn observe<B: Body>(polled: &Polled<B>, hook: &mut Option<EndHook>, ended: impl FnOnce() -> bool)
+where
     B::Data: AsRef<[u8]>,
 {
     if hook.is_none() {

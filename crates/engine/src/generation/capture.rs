@@ -24,6 +24,10 @@ use crate::summary::job::Job;
 /// capture.finish();
 /// assert_eq!(capture.bytes().as_deref(), Some(&b"{\"a\":1}"[..]));
 ///
+/// let last = Capture::new(16);
+/// last.push_last(&Bytes::from_static(b"{}"));
+/// assert_eq!(last.bytes().as_deref(), Some(&b"{}"[..]), "complete with its last chunk");
+///
 /// let over = Capture::new(4);
 /// over.push(&Bytes::from_static(b"too long"));
 /// over.finish();
