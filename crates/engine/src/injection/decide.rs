@@ -155,6 +155,10 @@ fn fast(
     }
     let mut ticket = Ticket::new(shared.clone(), account.clone());
     let model = serving_model.map(|m| &*m.0);
+    // The key moves to the repair; it is cloned only when an affinity is recorded (rare).
+    if let Some(record) = model::to_record(affinity.as_ref(), account, model) {
+        ticket.set_record(key.clone(), record);
+    }
     let limit = config.max_body_bytes;
     let bound = matches!(shape, ApiShape::Responses | ApiShape::AnthropicMessages);
     let repair = (bound && body_len_hint <= limit as u64).then(|| {
@@ -168,15 +172,12 @@ fn fast(
             },
             turn_state: headers.contains_key(TURN_STATE),
             remember: Some(Remember {
-                key: key.clone(),
+                key,
                 foreign: ForeignSet::default(),
                 ttl: config.ttl,
             }),
         })
     });
-    if let Some(record) = model::to_record(affinity.as_ref(), account, model) {
-        ticket.set_record(key, record);
-    }
     Ok(Inject::Forward { ticket, repair })
 }
 
