@@ -26,7 +26,12 @@ impl ApiShape {
     /// assert_eq!(ApiShape::from_path("/v1/models"), None);
     /// ```
     pub fn from_path(path: &str) -> Option<Self> {
-        let path = path.split('?').next().unwrap_or(path).trim_end_matches('/');
+        // A byte search: this runs on every request, and paths are short.
+        let path = match path.bytes().position(|b| b == b'?') {
+            Some(query) => &path[..query],
+            None => path,
+        };
+        let path = path.trim_end_matches('/');
         if path.ends_with("/chat/completions") {
             Some(Self::ChatCompletions)
         } else if path.ends_with("/responses") || path.ends_with("/responses/compact") {

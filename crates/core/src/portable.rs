@@ -53,6 +53,7 @@
 //! ```
 
 use std::borrow::Cow;
+use std::sync::LazyLock;
 
 use crate::api::ApiShape;
 use crate::config::InjectionSlot;
@@ -246,9 +247,11 @@ pub const BOUND_MARKER_MAX_LEN: usize = {
 /// assert!(!may_carry_bound_state(br#"{"input":"hi"}"#));
 /// ```
 pub fn may_carry_bound_state(body: &[u8]) -> bool {
-    BOUND_MARKERS
-        .iter()
-        .any(|m| memchr::memmem::find(body, m).is_some())
+    // Built once: every passed-through Responses or Messages body (and each of its frames) is
+    // scanned, and building a searcher costs more than running it on a small body.
+    static FINDERS: LazyLock<[memchr::memmem::Finder<'static>; BOUND_MARKERS.len()]> =
+        LazyLock::new(|| BOUND_MARKERS.map(memchr::memmem::Finder::new));
+    FINDERS.iter().any(|f| f.find(body).is_some())
 }
 
 /// Removes all account-bound state of `body` (see the module docs).

@@ -8,6 +8,7 @@ use bytes::Bytes;
 use context_relay_core::{HandoffKey, session};
 use context_relay_engine::{
     ComboName, Relay, RelayBuilder, RequestFacts, ResolvedAccount, SummaryError, SummaryRequest,
+    Tenant,
 };
 use context_relay_store::{HandoffStore, MemoryStore};
 use http::{HeaderMap, StatusCode, Uri};
@@ -50,9 +51,21 @@ impl Fixture {
 
     /// One turn served by `account` at `used` percent; the status of the response.
     async fn turn(&self, account: &str, used: &str, status: StatusCode) {
+        self.turn_of(None, account, used, status).await;
+    }
+
+    /// [`turn`](Self::turn) of a request with an explicit `tenant`.
+    async fn turn_of(
+        &self,
+        tenant: Option<&Tenant>,
+        account: &str,
+        used: &str,
+        status: StatusCode,
+    ) {
         let combo = ComboName::new("codex-relay");
         let facts = RequestFacts {
             combo: Some(&combo),
+            tenant,
             ..Default::default()
         };
         let uri: Uri = "/v1/chat/completions".parse().unwrap();
@@ -187,4 +200,17 @@ async fn a_gemini_key_client_gets_its_handoff_under_its_own_tenant() {
         request.headers.contains_key("x-goog-api-key"),
         "summary request lost the client's key"
     );
+}
+
+/// The tenant is derived when the response qualifies, not at header time: an explicit
+/// `Tenant` given with the request still wins over the credential.
+#[tokio::test]
+async fn an_explicit_tenant_keys_the_handoff() {
+    let f = Fixture::new(|b| b);
+    f.turn_of(Some(&Tenant::new("team-a")), "acct-a", "88", StatusCode::OK)
+        .await;
+    assert_eq!(f.calls.load(Ordering::SeqCst), 1);
+    let team_key = HandoffKey::new("team-a", "s1", "codex-relay");
+    assert!(f.store.get(&team_key).await.unwrap().is_some());
+    assert!(f.store.get(&f.key()).await.unwrap().is_none());
 }

@@ -375,3 +375,33 @@ async fn try_label_refuses_an_error_status_with_a_claim() {
     assert!(ticket.try_label(&mut parts).expect("no release").is_some());
     assert_eq!(parts.headers[RELAY_HEADER], "injected");
 }
+
+/// The fast path reads the clock only when the affinity records foreign state: a live record
+/// must still send the request to the slow path (where it is scrubbed), an expired or empty one
+/// must not.
+#[tokio::test]
+async fn the_fast_path_is_taken_only_without_live_foreign_state() {
+    use context_relay_core::portable::ForeignSet;
+    let f = Fixture::new();
+    let key = f.key();
+    let cases = [
+        (ForeignSet::default(), Duration::from_secs(3600), true),
+        (ForeignSet::from_digests([7]), Duration::ZERO, true),
+        (
+            ForeignSet::from_digests([7]),
+            Duration::from_secs(3600),
+            false,
+        ),
+    ];
+    for (foreign, ttl, fast) in cases {
+        let affinity =
+            Affinity::new("codex", "acct-a").with_foreign(foreign, SystemTime::now() + ttl);
+        f.store.set_affinity(&key, affinity).await.unwrap();
+        let inject = f.inject("/v1/responses", &a());
+        assert_eq!(
+            matches!(inject, Inject::Forward { .. }),
+            fast,
+            "{inject:?} with {ttl:?}"
+        );
+    }
+}

@@ -1,7 +1,7 @@
 //! Runs the pass-through path in a loop, for profilers that count instructions
 //! (`valgrind --tool=callgrind`), which stay repeatable on a busy machine where timings do not.
 //!
-//! `cargo run --release -p context-relay-tower --example profile_passthrough -- [layered|bare] [N]`
+//! `cargo run --release -p context-relay-tower --example profile_passthrough -- [layered|bare] [N] [chat|responses]`
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -16,12 +16,21 @@ use tower::{Service, ServiceBuilder, ServiceExt};
 const BODY: &str =
     r#"{"model":"gpt-5","messages":[{"role":"user","content":"add a --json flag"}]}"#;
 
-fn request() -> Request<Full<Bytes>> {
-    let mut req = Request::post("/v1/chat/completions")
+/// A Responses turn carrying account-bound state: its pass-through keeps the frames for a
+/// repair.
+const RESPONSES_BODY: &str = r#"{"model":"gpt-5.5","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"add a --json flag"}]},{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"gAAAAB-minted-by-acct-a"}]}"#;
+
+fn request(responses: bool) -> Request<Full<Bytes>> {
+    let (path, body) = if responses {
+        ("/v1/responses", RESPONSES_BODY)
+    } else {
+        ("/v1/chat/completions", BODY)
+    };
+    let mut req = Request::post(path)
         .header("x-session-id", "bench-session")
         .header("authorization", "Bearer sk-bench")
         .header("content-type", "application/json")
-        .body(Full::new(Bytes::from_static(BODY.as_bytes())))
+        .body(Full::new(Bytes::from_static(body.as_bytes())))
         .expect("request");
     req.extensions_mut().insert(ComboName::new("codex-relay"));
     req.extensions_mut()
@@ -38,10 +47,23 @@ where
     Ok(Response::new(Full::new(Bytes::from_static(b"{}"))))
 }
 
+/// One request through `svc`, its response read whole.
+async fn once<S, B>(mut svc: S, req: Request<Full<Bytes>>)
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<B>>,
+    S::Error: std::fmt::Debug,
+    B: http_body::Body,
+    B::Error: std::fmt::Debug,
+{
+    let res = svc.ready().await.expect("ready").call(req).await;
+    res.expect("ok").into_body().collect().await.expect("body");
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let mode = args.next().unwrap_or_else(|| "layered".to_owned());
     let n: usize = args.next().and_then(|n| n.parse().ok()).unwrap_or(10_000);
+    let responses = args.next().is_some_and(|api| api == "responses");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -54,18 +76,18 @@ fn main() {
     let bare = tower::service_fn(upstream::<Full<Bytes>>);
     rt.block_on(async {
         // Warm the affinity cache: the steady state of a session on its account.
-        let res = layered.clone().oneshot(request()).await.expect("ok");
+        let res = layered
+            .clone()
+            .oneshot(request(responses))
+            .await
+            .expect("ok");
         res.into_body().collect().await.expect("body");
         tokio::task::yield_now().await;
         for _ in 0..n {
             if mode == "bare" {
-                let mut svc = bare;
-                let res = svc.ready().await.expect("ready").call(request()).await;
-                res.expect("ok").into_body().collect().await.expect("body");
+                once(bare, request(responses)).await;
             } else {
-                let mut svc = layered.clone();
-                let res = svc.ready().await.expect("ready").call(request()).await;
-                res.expect("ok").into_body().collect().await.expect("body");
+                once(layered.clone(), request(responses)).await;
             }
         }
     });

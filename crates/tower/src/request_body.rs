@@ -123,33 +123,52 @@ impl<B: Body> RequestBody<B> {
 }
 
 impl Keep {
-    /// What the inner body gave, after `inner_ended` tells whether it reported its end.
+    /// What the inner body gave, after `inner_ended` tells whether it reported its end. `true`
+    /// when nothing more is kept (the copy is complete or given up): the body lets go of it.
     fn saw<E>(
         &self,
         polled: &Poll<Option<Result<Frame<Bytes>, E>>>,
         inner_ended: impl Fn() -> bool,
-    ) {
+    ) -> bool {
         match self {
             Keep::Capture(capture) => match polled {
                 Poll::Ready(Some(Ok(frame))) => {
-                    if let Some(data) = frame.data_ref() {
-                        capture.push(data);
-                    }
                     // hyper's client stops polling once the body says it has ended, so the
                     // trailing `None` may never come.
-                    if inner_ended() {
-                        capture.finish();
+                    let ended = inner_ended();
+                    match frame.data_ref() {
+                        Some(data) if ended => capture.push_last(data),
+                        Some(data) => capture.push(data),
+                        None if ended => capture.finish(),
+                        None => {}
                     }
+                    ended
                 }
-                Poll::Ready(None) => capture.finish(),
-                Poll::Ready(Some(Err(_))) => capture.fail(),
-                Poll::Pending => {}
+                Poll::Ready(None) => {
+                    capture.finish();
+                    true
+                }
+                Poll::Ready(Some(Err(_))) => {
+                    capture.fail();
+                    true
+                }
+                Poll::Pending => false,
             },
             Keep::Tee(tee) => match polled {
-                Poll::Ready(Some(Ok(frame))) => tee.keep(frame.data_ref()),
-                Poll::Ready(None) => tee.end(),
-                Poll::Ready(Some(Err(_))) => tee.keep(None),
-                Poll::Pending => {}
+                Poll::Ready(Some(Ok(frame))) => {
+                    tee.keep(frame.data_ref());
+                    // Trailers: given up.
+                    frame.data_ref().is_none()
+                }
+                Poll::Ready(None) => {
+                    tee.end();
+                    true
+                }
+                Poll::Ready(Some(Err(_))) => {
+                    tee.keep(None);
+                    true
+                }
+                Poll::Pending => false,
             },
         }
     }
@@ -169,8 +188,10 @@ where
         match self.project().kind.project() {
             KindProj::Passthrough { mut inner, keep } => {
                 let polled = inner.as_mut().poll_frame(cx);
-                if let Some(keep) = keep {
-                    keep.saw(&polled, || inner.is_end_stream());
+                if let Some(k) = keep.as_ref()
+                    && k.saw(&polled, || inner.is_end_stream())
+                {
+                    *keep = None;
                 }
                 polled
             }

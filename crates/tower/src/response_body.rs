@@ -25,30 +25,35 @@ pin_project! {
     pub struct ResponseBody<B: Body> {
         #[pin]
         inner: Inner<B>,
-        prefix: VecDeque<Result<Frame<B::Data>, B::Error>>,
-        // The inner body already gave its `None` (read ahead): it is not polled again.
-        inner_done: bool,
         hook: Option<EndHook>,
     }
 }
 
 pin_project! {
+    // Small on the pass-through path: responses are moved several times on their way out, and
+    // both layers nest their bodies, so every byte here is copied a few times per request.
     #[project = InnerProj]
-    enum Inner<B> {
+    enum Inner<B: Body> {
+        // The inner body, untouched.
         Plain { #[pin] body: B },
-        Boxed { body: Pin<Box<B>> },
+        // The inner body after frames were read ahead of the consumer.
+        Ahead {
+            body: Pin<Box<B>>,
+            prefix: VecDeque<Result<Frame<B::Data>, B::Error>>,
+            // The inner body already gave its `None` (read ahead): it is not polled again.
+            done: bool,
+        },
     }
 }
 
-/// What watches the body's end.
-// The ticket stays inline: it is on the fast path of every relayed request, where an
-// allocation costs more than the bytes moved.
-#[allow(clippy::large_enum_variant)]
+/// What watches the body's end. Both are boxed: the pass-through path has no hook at all, and
+/// a hook inline would make every response body (nested once per layer) several hundred bytes
+/// larger.
 pub(crate) enum EndHook {
     /// The injection side: completes or releases the request's ticket.
-    Ticket(EndWatch),
-    /// The generation side: starts the summary once the reply is complete (boxed: it holds
-    /// the reply capture, and only the rare qualifying turn has one).
+    Ticket(Box<EndWatch>),
+    /// The generation side: starts the summary once the reply is complete (it holds the reply
+    /// capture; only the rare qualifying turn has one).
     Reply(Box<ReplyWatch>),
 }
 
@@ -74,54 +79,107 @@ where
     B::Data: AsRef<[u8]>,
 {
     pub(crate) fn plain(body: B, hook: Option<EndHook>) -> Self {
-        Self::start(Inner::Plain { body }, VecDeque::new(), false, hook)
+        Self::start(Inner::Plain { body }, hook)
     }
 
-    /// `inner_done`: the inner body was read up to its `None` while `prefix` was read ahead.
+    /// `done`: the inner body was read up to its `None` while `prefix` was read ahead.
     pub(crate) fn boxed(
         body: Pin<Box<B>>,
         prefix: VecDeque<Result<Frame<B::Data>, B::Error>>,
-        inner_done: bool,
+        done: bool,
         hook: Option<EndHook>,
     ) -> Self {
-        Self::start(Inner::Boxed { body }, prefix, inner_done, hook)
+        Self::start(Inner::Ahead { body, prefix, done }, hook)
     }
 
-    fn start(
-        inner: Inner<B>,
-        prefix: VecDeque<Result<Frame<B::Data>, B::Error>>,
-        inner_done: bool,
-        mut hook: Option<EndHook>,
-    ) -> Self {
+    fn start(inner: Inner<B>, mut hook: Option<EndHook>) -> Self {
         // An empty body may never be polled: judge it now.
-        if prefix.is_empty()
-            && (inner_done || inner.is_end_stream())
+        if inner.is_end_stream()
             && let Some(h) = hook.take()
         {
             h.end(false);
         }
-        Self {
-            inner,
-            prefix,
-            inner_done,
-            hook,
-        }
+        Self { inner, hook }
     }
 }
 
-impl<B: Body> Inner<B> {
+impl<B: Body> Inner<B>
+where
+    B::Data: AsRef<[u8]>,
+{
     fn is_end_stream(&self) -> bool {
         match self {
             Inner::Plain { body } => body.is_end_stream(),
-            Inner::Boxed { body } => body.is_end_stream(),
+            Inner::Ahead { body, prefix, done } => {
+                prefix.is_empty() && (*done || body.is_end_stream())
+            }
         }
     }
 
     fn size_hint(&self) -> SizeHint {
-        match self {
-            Inner::Plain { body } => body.size_hint(),
-            Inner::Boxed { body } => body.size_hint(),
+        let (body, prefix) = match self {
+            Inner::Plain { body } => return body.size_hint(),
+            Inner::Ahead {
+                done: true, prefix, ..
+            } => return SizeHint::with_exact(held(prefix)),
+            Inner::Ahead { body, prefix, .. } => (body, prefix),
+        };
+        let held = held(prefix);
+        let inner = body.size_hint();
+        let mut hint = SizeHint::new();
+        hint.set_lower(inner.lower().saturating_add(held));
+        if let Some(upper) = inner.upper() {
+            hint.set_upper(upper.saturating_add(held));
         }
+        hint
+    }
+}
+
+/// The data bytes read ahead.
+fn held<D: AsRef<[u8]>, E>(prefix: &VecDeque<Result<Frame<D>, E>>) -> u64 {
+    prefix
+        .iter()
+        .filter_map(|f| f.as_ref().ok().and_then(Frame::data_ref))
+        .map(|d| d.as_ref().len() as u64)
+        .sum()
+}
+
+/// What polling a body gives.
+type Polled<B> = Poll<Option<Result<Frame<<B as Body>::Data>, <B as Body>::Error>>>;
+
+/// Feeds what the inner body gave to the hook; ends the hook at the body's end.
+fn observe<B: Body>(polled: &Polled<B>, hook: &mut Option<EndHook>, ended: impl FnOnce() -> bool)
+where
+    B::Data: AsRef<[u8]>,
+{
+    if hook.is_none() {
+        return;
+    }
+    match polled {
+        Poll::Ready(Some(Ok(frame))) => {
+            if let Some(h) = hook.as_mut()
+                && let Some(data) = frame.data_ref()
+            {
+                h.push(data.as_ref());
+            }
+            // The consumer may never poll again after the last frame.
+            if ended()
+                && let Some(h) = hook.take()
+            {
+                h.end(false);
+            }
+        }
+        Poll::Ready(None) => {
+            if let Some(h) = hook.take() {
+                h.end(false);
+            }
+        }
+        Poll::Ready(Some(Err(_))) => {
+            if let Some(h) = hook.take() {
+                h.end(true);
+            }
+        }
+        Poll::Pending => {}
     }
 }
 
@@ -136,77 +194,43 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        let mut this = self.project();
-        if let Some(item) = this.prefix.pop_front() {
-            // Read ahead: already fed to the detector.
-            let failed = item.is_err();
-            if (failed
-                || (this.prefix.is_empty() && (*this.inner_done || this.inner.is_end_stream())))
-                && let Some(h) = this.hook.take()
-            {
-                h.end(failed);
+        let this = self.project();
+        let hook = this.hook;
+        match this.inner.project() {
+            InnerProj::Plain { mut body } => {
+                let polled = body.as_mut().poll_frame(cx);
+                observe::<B>(&polled, hook, || body.is_end_stream());
+                polled
             }
-            return Poll::Ready(Some(item));
+            InnerProj::Ahead { body, prefix, done } => {
+                if let Some(item) = prefix.pop_front() {
+                    // Read ahead: already fed to the detector.
+                    let failed = item.is_err();
+                    if (failed || (prefix.is_empty() && (*done || body.is_end_stream())))
+                        && let Some(h) = hook.take()
+                    {
+                        h.end(failed);
+                    }
+                    return Poll::Ready(Some(item));
+                }
+                if *done {
+                    if let Some(h) = hook.take() {
+                        h.end(false);
+                    }
+                    return Poll::Ready(None);
+                }
+                let polled = body.as_mut().poll_frame(cx);
+                observe::<B>(&polled, hook, || body.is_end_stream());
+                polled
+            }
         }
-        if *this.inner_done {
-            if let Some(h) = this.hook.take() {
-                h.end(false);
-            }
-            return Poll::Ready(None);
-        }
-        let polled = match this.inner.as_mut().project() {
-            InnerProj::Plain { body } => body.poll_frame(cx),
-            InnerProj::Boxed { body } => body.as_mut().poll_frame(cx),
-        };
-        match &polled {
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Some(h) = this.hook.as_mut()
-                    && let Some(data) = frame.data_ref()
-                {
-                    h.push(data.as_ref());
-                }
-                // The consumer may never poll again after the last frame.
-                if this.inner.is_end_stream()
-                    && let Some(h) = this.hook.take()
-                {
-                    h.end(false);
-                }
-            }
-            Poll::Ready(None) => {
-                if let Some(h) = this.hook.take() {
-                    h.end(false);
-                }
-            }
-            Poll::Ready(Some(Err(_))) => {
-                if let Some(h) = this.hook.take() {
-                    h.end(true);
-                }
-            }
-            Poll::Pending => {}
-        }
-        polled
     }
 
     fn is_end_stream(&self) -> bool {
-        self.prefix.is_empty() && (self.inner_done || self.inner.is_end_stream())
+        self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        let held: u64 = self
-            .prefix
-            .iter()
-            .filter_map(|f| f.as_ref().ok().and_then(Frame::data_ref))
-            .map(|d| d.as_ref().len() as u64)
-            .sum();
-        if self.inner_done {
-            return SizeHint::with_exact(held);
-        }
-        let inner = self.inner.size_hint();
-        let mut hint = SizeHint::new();
-        hint.set_lower(inner.lower().saturating_add(held));
-        if let Some(upper) = inner.upper() {
-            hint.set_upper(upper.saturating_add(held));
-        }
-        hint
+        self.inner.size_hint()
     }
 }

@@ -304,9 +304,14 @@ fn session_of_user_id(user_id: &str) -> Option<String> {
 /// ```
 pub fn clean_session_id(value: &str) -> Option<&str> {
     let trimmed = value.trim();
-    let capped = match trimmed.char_indices().nth(MAX_SESSION_ID_CHARS) {
-        Some((end, _)) => trimmed[..end].trim_end(),
-        None => trimmed,
+    let capped = if trimmed.len() <= MAX_SESSION_ID_CHARS {
+        // At most that many bytes is at most that many characters: none to count.
+        trimmed
+    } else {
+        match trimmed.char_indices().nth(MAX_SESSION_ID_CHARS) {
+            Some((end, _)) => trimmed[..end].trim_end(),
+            None => trimmed,
+        }
     };
     (!capped.is_empty()).then_some(capped)
 }
@@ -336,20 +341,25 @@ fn clean(value: &str) -> Option<String> {
 /// assert_eq!(credential(&http::HeaderMap::new()), None);
 /// ```
 pub fn credential(headers: &HeaderMap) -> Option<&[u8]> {
-    let value = |name: &str| {
+    // Named by `HeaderName` constants, not strings: a string is parsed on every look-up, and
+    // this runs on every relayed request.
+    const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+    const X_GOOG_API_KEY: HeaderName = HeaderName::from_static("x-goog-api-key");
+    let value = |name: &HeaderName| {
         let v = headers.get(name)?.as_bytes().trim_ascii();
         (!v.is_empty()).then_some(v)
     };
-    let bearer =
-        value("authorization").map(|v| match v.iter().position(|b| *b == b' ' || *b == b'\t') {
+    let bearer = value(&http::header::AUTHORIZATION).map(|v| {
+        match v.iter().position(|b| *b == b' ' || *b == b'\t') {
             Some(i) if v[..i].eq_ignore_ascii_case(b"bearer") => v[i..].trim_ascii(),
             None if v.eq_ignore_ascii_case(b"bearer") => b"",
             _ => v,
-        });
+        }
+    });
     bearer
         .filter(|v| !v.is_empty())
-        .or_else(|| value("x-api-key"))
-        .or_else(|| value("x-goog-api-key"))
+        .or_else(|| value(&X_API_KEY))
+        .or_else(|| value(&X_GOOG_API_KEY))
 }
 
 /// The tenant of a request without a `Tenant` extension: 16 hex characters of the SHA-256 of

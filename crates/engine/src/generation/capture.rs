@@ -24,6 +24,10 @@ use crate::summary::job::Job;
 /// capture.finish();
 /// assert_eq!(capture.bytes().as_deref(), Some(&b"{\"a\":1}"[..]));
 ///
+/// let last = Capture::new(16);
+/// last.push_last(&Bytes::from_static(b"{}"));
+/// assert_eq!(last.bytes().as_deref(), Some(&b"{}"[..]), "complete with its last chunk");
+///
 /// let over = Capture::new(4);
 /// over.push(&Bytes::from_static(b"too long"));
 /// over.finish();
@@ -46,6 +50,21 @@ struct CaptureState {
     complete: bool,
 }
 
+impl CaptureState {
+    fn push(&mut self, data: &Bytes, limit: usize) {
+        if self.abandoned {
+            return;
+        }
+        if self.len + data.len() > limit {
+            self.abandoned = true;
+            self.frames = SmallVec::new();
+            return;
+        }
+        self.len += data.len();
+        self.frames.push(data.clone());
+    }
+}
+
 impl Capture {
     /// An empty copy keeping at most `limit` bytes.
     pub fn new(limit: usize) -> Self {
@@ -64,18 +83,15 @@ impl Capture {
 
     /// A chunk of the body went out. Past the limit, the copy is given up.
     pub fn push(&self, data: &Bytes) {
-        let limit = self.limit;
+        self.with_state(|s| s.push(data, self.limit));
+    }
+
+    /// The last chunk of the body went out: [`push`](Self::push) then
+    /// [`finish`](Self::finish), under one lock.
+    pub fn push_last(&self, data: &Bytes) {
         self.with_state(|s| {
-            if s.abandoned {
-                return;
-            }
-            if s.len + data.len() > limit {
-                s.abandoned = true;
-                s.frames = SmallVec::new();
-                return;
-            }
-            s.len += data.len();
-            s.frames.push(data.clone());
+            s.push(data, self.limit);
+            s.complete = true;
         });
     }
 

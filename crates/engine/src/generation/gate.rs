@@ -12,7 +12,7 @@ use http::{HeaderMap, StatusCode, Uri, header};
 use super::capture::{Capture, ReplyWatch, Trigger};
 use super::kept::KeptHeaders;
 use crate::action::RelayAction;
-use crate::extensions::{ComboName, RequestFacts, ResolvedAccount};
+use crate::extensions::{ComboName, RequestFacts, ResolvedAccount, Tenant};
 use crate::metrics;
 use crate::relay::{Relay, Shared};
 use crate::summary::Summarizer;
@@ -40,11 +40,9 @@ impl Relay {
             return None;
         }
         let shape = ApiShape::from_path(uri.path())?;
-        // The tenant comes from the same memo as injection's, from the full request headers;
-        // the session is derived from the headers (or body) only when a response qualifies:
-        // most never do.
-        let tenant = self.shared.tenants.tenant(facts.tenant, headers);
-        Some(GenerationTicket {
+        // The tenant and the session are derived only when a response qualifies: most never
+        // do. The kept headers hold every header either derivation reads.
+        Some(GenerationTicket(Box::new(Pending {
             shared: self.shared.clone(),
             summarizer: self.shared.summarizer.clone(),
             capture: Arc::new(Capture::new(config.max_body_bytes)),
@@ -54,13 +52,18 @@ impl Relay {
             uri: uri.clone(),
             headers: KeptHeaders::keep(headers, &self.shared.sources),
             session: facts.session.map(|s| s.0.clone()),
-            tenant,
-        })
+            tenant: facts.tenant.cloned(),
+        })))
     }
 }
 
 /// What a request that can lead to a summary leaves for its response to decide on.
-pub struct GenerationTicket {
+///
+/// One pointer: it is made for every relayed request and moved with its response future.
+pub struct GenerationTicket(Box<Pending>);
+
+/// What a [`GenerationTicket`] holds.
+struct Pending {
     shared: Arc<Shared>,
     summarizer: Option<Arc<dyn Summarizer>>,
     config: Arc<RelayConfig>,
@@ -69,15 +72,16 @@ pub struct GenerationTicket {
     uri: Uri,
     headers: KeptHeaders,
     session: Option<Arc<str>>,
-    tenant: Arc<str>,
+    /// An explicit tenant; otherwise derived from the kept credential headers.
+    tenant: Option<Tenant>,
     capture: Arc<Capture>,
 }
 
 impl std::fmt::Debug for GenerationTicket {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GenerationTicket")
-            .field("combo", &self.combo)
-            .field("shape", &self.shape)
+            .field("combo", &self.0.combo)
+            .field("shape", &self.0.shape)
             .finish_non_exhaustive()
     }
 }
@@ -85,19 +89,19 @@ impl std::fmt::Debug for GenerationTicket {
 impl GenerationTicket {
     /// The copy of the request body to push the forwarded chunks into.
     pub fn capture(&self) -> &Arc<Capture> {
-        &self.capture
+        &self.0.capture
     }
 
     /// Whether a summarizer is set (the relay's, or one given with
     /// [`summarizer_or`](Self::summarizer_or)).
     pub fn has_summarizer(&self) -> bool {
-        self.summarizer.is_some()
+        self.0.summarizer.is_some()
     }
 
     /// Uses the summarizer `default` makes when the relay was built without one.
     pub fn summarizer_or(&mut self, default: impl FnOnce() -> Arc<dyn Summarizer>) {
-        if self.summarizer.is_none() {
-            self.summarizer = Some(default());
+        if self.0.summarizer.is_none() {
+            self.0.summarizer = Some(default());
         }
     }
 
@@ -123,20 +127,21 @@ impl GenerationTicket {
         served_by: Option<&ResolvedAccount>,
         signal: Option<QuotaSignal>,
     ) -> Option<ReplyWatch> {
+        let t = self.0;
         // Gate 1: the serving account is known. Only a successful turn is summarised: an error
         // reply is no conversation to continue from.
         if !status.is_success() {
             return None;
         }
-        let account = served_by?.clone();
-        let allowed = self.config.generates_for(account.provider());
+        let served_by = served_by?;
+        let allowed = t.config.generates_for(served_by.provider());
         // Gate 2: a service's own signal wins over header parsing.
         let now = SystemTime::now();
-        let signal = signal.or_else(|| self.shared.quota.signal(status, headers, now));
+        let signal = signal.or_else(|| t.shared.quota.signal(status, headers, now));
         let used = signal.as_ref().map_or(f64::NAN, |s| s.percent_used);
-        let kind = if used >= self.config.handoff_threshold && self.config.account_handoff {
+        let kind = if used >= t.config.handoff_threshold && t.config.account_handoff {
             HandoffKind::Generated
-        } else if self.config.model_switch && RelayAction::from_headers(headers).model_switch {
+        } else if t.config.model_switch && RelayAction::from_headers(headers).model_switch {
             // The first response on a new model.
             HandoffKind::ModelSwitch
         } else {
@@ -153,28 +158,28 @@ impl GenerationTicket {
             skipped("exhausted");
             return None;
         }
-        let kept = self.headers.into_map();
-        let sources = &self.shared.sources;
-        let tenant = Some(self.tenant);
-        let mut id = session::identify(&kept, None, sources, self.session, tenant);
+        let kept = t.headers.into_map();
+        let sources = &t.shared.sources;
+        let tenant = Some(t.shared.tenants.tenant(t.tenant.as_ref(), &kept));
+        let mut id = session::identify(&kept, None, sources, t.session, tenant);
         if id.session.is_none() {
             // Clients that send no session header: the session comes from the body.
-            let body = decoded_body(&self.capture, &kept, self.config.max_body_bytes);
+            let body = decoded_body(&t.capture, &kept, t.config.max_body_bytes);
             if let Some(body) = body {
                 id = session::identify(&kept, Some(&body), sources, None, Some(id.tenant));
             }
         }
-        let Some(key) = id.key(self.combo.0) else {
+        let Some(key) = id.key(t.combo.0) else {
             skipped("no_session");
             return None;
         };
         // Gate 5.
-        if self.shared.cooldown.is_cooling(&key, now) {
+        if t.shared.cooldown.is_cooling(&key, now) {
             skipped("cooling_down");
             return None;
         }
         // Gate 6: at most one generation per key.
-        let Some(guard) = self.shared.inflight.try_begin(&key) else {
+        let Some(guard) = t.shared.inflight.try_begin(&key) else {
             skipped("in_flight");
             return None;
         };
@@ -189,15 +194,15 @@ impl GenerationTicket {
         Some(ReplyWatch::new(Trigger {
             reply: ReplyCapture::encoded(is_sse, REPLY_CAP, encoding),
             job: Job {
-                shared: self.shared,
-                summarizer: self.summarizer,
-                config: self.config,
+                shared: t.shared,
+                summarizer: t.summarizer,
+                config: t.config,
                 key,
-                shape: self.shape,
-                uri: self.uri,
+                shape: t.shape,
+                uri: t.uri,
                 headers: kept,
-                capture: self.capture,
-                account,
+                capture: t.capture,
+                account: served_by.clone(),
                 kind,
                 // The account's reset bounds an account-switch handoff only.
                 signal: signal.filter(|_| kind == HandoffKind::Generated),

@@ -9,14 +9,14 @@ use bytes::Bytes;
 use context_relay_core::portable::{self, ForeignSet, Scope, TURN_STATE_HEADER, digest};
 use context_relay_core::{ApiShape, HandoffKey, RelayConfig, decode, render, session};
 use context_relay_store::{Affinity, Claim};
-use http::{HeaderMap, HeaderValue, Uri, header};
+use http::{HeaderMap, HeaderName, HeaderValue, Uri, header};
 use tracing::Instrument;
 
 use super::model::{self, ModelMove};
 use super::repair::{Remember, Repair, Sent};
 use super::tee::Tee;
 use super::ticket::{Ticket, release};
-use crate::extensions::{RequestFacts, ResolvedAccount};
+use crate::extensions::{RequestFacts, ResolvedAccount, ServingModel};
 use crate::metrics;
 use crate::relay::{Relay, Shared};
 
@@ -74,7 +74,7 @@ impl Relay {
         let header_session = shared
             .sessions
             .session(facts.session, headers, &shared.sources);
-        let config = shared.configs.for_combo_arc(&combo.0);
+        let config = shared.configs.for_combo(&combo.0);
         // Model switches are detected only with a serving model, and where they are on.
         let serving_model = facts.model.filter(|_| config.model_switch);
         if !config.account_handoff && serving_model.is_none() {
@@ -82,54 +82,34 @@ impl Relay {
             return Inject::Pass;
         }
 
-        if let Some(session) = &header_session {
-            let key = HandoffKey {
-                tenant: tenant.clone(),
-                session: session.clone(),
-                combo: combo.0.clone(),
-            };
-            if let Some(affinity) = shared.store.cached_affinity(&key) {
-                let stays = match &affinity {
-                    None => true,
-                    // Where account switches are not relayed, any account of the model stays.
-                    Some(a) => {
-                        (a.serves(account) || !config.account_handoff)
-                            && a.foreign_at(SystemTime::now()).is_none()
-                            && !model::moved(a, serving_model.map(|m| &*m.0))
-                    }
+        // The ids move into the key (no reference counts touched on the fast path), and back
+        // out of it for the slow path.
+        let (tenant, header_session) = match header_session {
+            None => (tenant, None),
+            Some(session) => {
+                let key = HandoffKey {
+                    tenant,
+                    session,
+                    combo: combo.0.clone(),
                 };
-                if stays && !shared.store.may_contain(&key) {
-                    let mut ticket = Ticket::new(shared.clone(), account.clone());
-                    let model = serving_model.map(|m| &*m.0);
-                    if let Some(record) = model::to_record(affinity.as_ref(), account, model) {
-                        ticket.record = Some((key.clone(), record));
-                    }
-                    let limit = config.max_body_bytes;
-                    let bound = matches!(shape, ApiShape::Responses | ApiShape::AnthropicMessages);
-                    let repair = (bound && body_len_hint <= limit as u64).then(|| {
-                        Box::new(Repair {
-                            shape,
-                            slot: config.injection_slot_responses,
-                            sent: Sent::Tee {
-                                tee: Tee::new(limit),
-                                encoding: headers.get(header::CONTENT_ENCODING).cloned(),
-                                limit,
-                            },
-                            turn_state: headers.contains_key(TURN_STATE_HEADER),
-                            remember: Some(Remember {
-                                key,
-                                foreign: ForeignSet::default(),
-                                ttl: config.ttl,
-                            }),
-                        })
-                    });
-                    return Inject::Forward { ticket, repair };
+                match fast(
+                    shared,
+                    config,
+                    key,
+                    shape,
+                    account,
+                    serving_model,
+                    headers,
+                    body_len_hint,
+                ) {
+                    Ok(forward) => return forward,
+                    Err(key) => (key.tenant, Some(key.session)),
                 }
             }
-        }
+        };
         Inject::ReadBody(BodyDecision {
             shared: shared.clone(),
-            config,
+            config: shared.configs.for_combo_arc(&combo.0),
             shape,
             combo: combo.0.clone(),
             tenant,
@@ -138,6 +118,67 @@ impl Relay {
             model: serving_model.map(|m| m.0.clone()),
         })
     }
+}
+
+/// Named once: a header looked up by a string is parsed on every look-up.
+const TURN_STATE: HeaderName = HeaderName::from_static(TURN_STATE_HEADER);
+
+/// The fast path of [`Relay::inject`]: the session stays on its account and model with nothing
+/// foreign to remove, and no handoff waits (the store's caches tell, without I/O). Otherwise
+/// the key back, for the slow path.
+#[allow(clippy::too_many_arguments)]
+fn fast(
+    shared: &Arc<Shared>,
+    config: &RelayConfig,
+    key: HandoffKey,
+    shape: ApiShape,
+    account: &ResolvedAccount,
+    serving_model: Option<&ServingModel>,
+    headers: &HeaderMap,
+    body_len_hint: u64,
+) -> Result<Inject, HandoffKey> {
+    let Some(affinity) = shared.store.cached_affinity(&key) else {
+        return Err(key);
+    };
+    let stays = match &affinity {
+        None => true,
+        // Where account switches are not relayed, any account of the model stays.
+        Some(a) => {
+            (a.serves(account) || !config.account_handoff)
+                // The clock is read only when something foreign is recorded.
+                && (a.foreign.is_empty() || a.foreign_at(SystemTime::now()).is_none())
+                && !model::moved(a, serving_model.map(|m| &*m.0))
+        }
+    };
+    if !stays || shared.store.may_contain(&key) {
+        return Err(key);
+    }
+    let mut ticket = Ticket::new(shared.clone(), account.clone());
+    let model = serving_model.map(|m| &*m.0);
+    // The key moves to the repair; it is cloned only when an affinity is recorded (rare).
+    if let Some(record) = model::to_record(affinity.as_ref(), account, model) {
+        ticket.set_record(key.clone(), record);
+    }
+    let limit = config.max_body_bytes;
+    let bound = matches!(shape, ApiShape::Responses | ApiShape::AnthropicMessages);
+    let repair = (bound && body_len_hint <= limit as u64).then(|| {
+        Box::new(Repair {
+            shape,
+            slot: config.injection_slot_responses,
+            sent: Sent::Tee {
+                tee: Tee::new(limit),
+                encoding: headers.get(header::CONTENT_ENCODING).cloned(),
+                limit,
+            },
+            turn_state: headers.contains_key(TURN_STATE),
+            remember: Some(Remember {
+                key,
+                foreign: ForeignSet::default(),
+                ttl: config.ttl,
+            }),
+        })
+    });
+    Ok(Inject::Forward { ticket, repair })
 }
 
 /// The slow path of the injection side: the decision once the whole body is known.
@@ -186,7 +227,7 @@ impl BodyDecision {
             let affinity = affinity_of(&self.shared, &key).await;
             let model = self.model.as_deref();
             if let Some(record) = model::to_record(affinity.as_ref(), &self.account, model) {
-                ticket.record = Some((key, record));
+                ticket.set_record(key, record);
             }
         }
         ticket
@@ -288,7 +329,7 @@ impl BodyDecision {
                 ttl: config.ttl,
             };
             if let Some(record) = model::to_record(affinity.as_ref(), &account, model.as_deref()) {
-                ticket.record = Some((key, record));
+                ticket.set_record(key, record);
             }
             let repair = decoded.map(|json| {
                 Box::new(Repair {
@@ -378,10 +419,10 @@ impl BodyDecision {
             // never be sent it, for as long as a handoff lives.
             let carried = foreign_of(&affinity, now).merged(&seen);
             let to = model::with_model(affinity_to(&account), model.as_deref());
-            ticket.record = Some((key, to.with_foreign(carried, now + config.ttl)));
+            ticket.set_record(key, to.with_foreign(carried, now + config.ttl));
         } else if let Some(record) = model::to_record(affinity.as_ref(), &account, model.as_deref())
         {
-            ticket.record = Some((key, record));
+            ticket.set_record(key, record);
         }
         let body = match rewrite.body {
             // Rewritten bodies are forwarded uncompressed.

@@ -153,13 +153,13 @@ impl Repair {
             if let Some(r) = self.remember {
                 // What the rejected request carried is foreign to this account from now on:
                 // the next turns are scrubbed instead of rejected again.
-                let base = match &t.record {
+                let base = match t.record.as_deref() {
                     Some((_, planned)) => (*planned.foreign).clone(),
                     None => r.foreign,
                 };
                 let affinity = Affinity::of(t.account.clone())
                     .with_foreign(base.merged(&seen), SystemTime::now() + r.ttl);
-                t.record = Some((r.key, affinity));
+                t.set_record(r.key, affinity);
             }
         }
         Some(body)

@@ -28,7 +28,9 @@ pub struct Ticket {
     /// The handoff this request carries.
     pub(crate) claim: Option<Box<Claim>>,
     /// The affinity to record once the response completed (`None`: it stays as it is).
-    pub(crate) record: Option<(HandoffKey, Affinity)>,
+    /// Boxed: a session that stays on its account records nothing, and the ticket is moved
+    /// with every response future.
+    pub(crate) record: Option<Box<(HandoffKey, Affinity)>>,
     pub(crate) action: RelayAction,
 }
 
@@ -52,6 +54,11 @@ impl Ticket {
             record: None,
             action: RelayAction::default(),
         }
+    }
+
+    /// Records `affinity` for `key` once the response completed.
+    pub(crate) fn set_record(&mut self, key: HandoffKey, affinity: Affinity) {
+        self.record = Some(Box::new((key, affinity)));
     }
 
     /// The account the request was sent to.
@@ -133,7 +140,8 @@ impl Ticket {
                 }
             });
         }
-        if let Some((key, affinity)) = self.record.take() {
+        if let Some(record) = self.record.take() {
+            let (key, affinity) = *record;
             let store = self.shared.store.clone();
             self.shared.background.spawn(async move {
                 if let Err(e) = store.set_affinity(&key, affinity).await {

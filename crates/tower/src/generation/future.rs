@@ -14,12 +14,12 @@ pin_project! {
     pub struct ResponseFuture<F> {
         #[pin]
         inner: F,
-        ticket: Option<Box<GenerationTicket>>,
+        ticket: Option<GenerationTicket>,
     }
 }
 
 impl<F> ResponseFuture<F> {
-    pub(crate) fn new(inner: F, ticket: Option<Box<GenerationTicket>>) -> Self {
+    pub(crate) fn new(inner: F, ticket: Option<GenerationTicket>) -> Self {
         Self { inner, ticket }
     }
 }

@@ -44,7 +44,7 @@ where
         Some(Err(_)) => None,
         None => label_account(&mut parts, account),
     };
-    let hook = ticket.map(|t| EndHook::Ticket(EndWatch::new(t)));
+    let hook = ticket.map(|t| EndHook::Ticket(Box::new(EndWatch::new(t))));
     Response::from_parts(parts, ResponseBody::plain(body, hook))
 }
 
@@ -133,7 +133,7 @@ where
     let (mut parts, body) = response.into_parts();
     let hook = label(&mut parts, ticket, account)
         .await
-        .map(|t| EndHook::Ticket(EndWatch::new(t)));
+        .map(|t| EndHook::Ticket(Box::new(EndWatch::new(t))));
     Response::from_parts(parts, ResponseBody::plain(body, hook))
 }
 
@@ -224,6 +224,6 @@ where
     } = looked;
     let hook = label(&mut parts, ticket, account)
         .await
-        .map(|t| EndHook::Ticket(EndWatch::resume(detector, t)));
+        .map(|t| EndHook::Ticket(Box::new(EndWatch::resume(detector, t))));
     Response::from_parts(parts, ResponseBody::boxed(body, prefix, ended, hook))
 }

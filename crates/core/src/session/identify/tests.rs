@@ -141,6 +141,20 @@ proptest! {
         }
     }
 
+    /// The byte-length shortcut cuts exactly where counting characters does.
+    #[test]
+    fn cleaning_cuts_at_the_character_cap(raw in any_text(), pad in "[é€😀a ]{0,140}") {
+        for raw in [raw.clone(), format!("{pad}{raw}"), format!("{raw}{pad}{raw}")] {
+            let trimmed = raw.trim();
+            let counted = match trimmed.char_indices().nth(MAX_SESSION_ID_CHARS) {
+                Some((end, _)) => trimmed[..end].trim_end(),
+                None => trimmed,
+            };
+            let expected = (!counted.is_empty()).then_some(counted);
+            prop_assert_eq!(clean_session_id(&raw), expected);
+        }
+    }
+
     #[test]
     fn agrees_with_the_derivations_it_replaces((headers, body, sources) in request()) {
         let id = identify(&headers, body.as_deref(), &sources, None, None);
