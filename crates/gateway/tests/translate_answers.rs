@@ -73,7 +73,14 @@ fn assert_valid_messages(r: &RecordedRequest) -> Value {
     assert_eq!(r.rejected, None, "the Messages endpoint accepted it");
     let body = r.json().expect("JSON");
     assert_eq!(body["model"], "claude-sonnet-4-5");
-    for key in ["input", "instructions", "reasoning", "store", "include", "text"] {
+    for key in [
+        "input",
+        "instructions",
+        "reasoning",
+        "store",
+        "include",
+        "text",
+    ] {
         assert!(body.get(key).is_none(), "{key} was sent to Anthropic");
     }
     body
@@ -158,13 +165,9 @@ async fn codex_compaction_is_served_with_a_summary_by_the_anthropic_model() {
         .collect();
     assert!(user_messages.len() >= 2, "the history has user messages");
 
+    let compact = compact_body(&conv.body);
     let (status, _, reply) = h
-        .send(
-            0,
-            "/v1/responses/compact",
-            &conv.headers,
-            &compact_body(&conv.body),
-        )
+        .send(0, "/v1/responses/compact", &conv.headers, &compact)
         .await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&reply));
     let v: Value = serde_json::from_slice(&reply).expect("a JSON compaction");
@@ -209,14 +212,9 @@ async fn codex_compaction_is_served_with_a_summary_by_the_anthropic_model() {
     // A compaction too long for the context window is the 400 context_length_exceeded.
     let h = harness(Some(4_000)).await;
     let (status, _, reply) = h
-        .send(
-            0,
-            "/v1/responses/compact",
-            &conv.headers,
-            &compact_body(&conv.body),
-        )
+        .send(0, "/v1/responses/compact", &conv.headers, &compact)
         .await;
-    assert_eq!(status, 400);
+    assert_eq!(status, 400, "{}", String::from_utf8_lossy(&reply));
     let v: Value = serde_json::from_slice(&reply).expect("a JSON error");
     assert_eq!(v["error"]["code"], "context_length_exceeded");
 }
@@ -224,7 +222,8 @@ async fn codex_compaction_is_served_with_a_summary_by_the_anthropic_model() {
 #[tokio::test]
 async fn overloaded_is_a_503_server_is_overloaded() {
     let h = harness(None).await;
-    let overloaded = json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}});
+    let overloaded =
+        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}});
     // Both accounts overloaded: the gateway tries the second once, then answers.
     for _ in 0..2 {
         h.sim.fail_next(

@@ -37,8 +37,12 @@ pub(super) fn refusal(
     }
     state.reject(recorded, "prompt_too_long");
     let message = format!("prompt is too long: {tokens} tokens > {window} maximum");
-    let body = json!({"type": "error", "error": {"type": "invalid_request_error", "message": message}});
-    Some(super::control::json_response(StatusCode::BAD_REQUEST, &body))
+    let body =
+        json!({"type": "error", "error": {"type": "invalid_request_error", "message": message}});
+    Some(super::control::json_response(
+        StatusCode::BAD_REQUEST,
+        &body,
+    ))
 }
 
 #[cfg(test)]
@@ -88,9 +92,14 @@ mod tests {
         // Other endpoints have no window here.
         let responses = Request::post("/v1/responses")
             .header("authorization", "Bearer key-a")
-            .body(Body::from(json!({"model": "gpt-5.5", "input": "word ".repeat(200)}).to_string()))
+            .body(Body::from(
+                json!({"model": "gpt-5.5", "input": "word ".repeat(200)}).to_string(),
+            ))
             .unwrap();
-        assert_eq!(crate::handle(sim.state.clone(), responses).await.status(), 200);
+        assert_eq!(
+            crate::handle(sim.state.clone(), responses).await.status(),
+            200
+        );
         sim.shutdown().await;
     }
 }

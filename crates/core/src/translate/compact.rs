@@ -61,8 +61,10 @@ pub struct CompactionRequest {
 }
 
 fn is_user_message(item: &Value) -> bool {
-    matches!(item.get("type").and_then(Value::as_str), None | Some("message"))
-        && item.get("role").and_then(Value::as_str) == Some("user")
+    matches!(
+        item.get("type").and_then(Value::as_str),
+        None | Some("message")
+    ) && item.get("role").and_then(Value::as_str) == Some("user")
 }
 
 /// The Responses turn that asks for the summary of the compaction request `body` (see the
@@ -92,7 +94,11 @@ pub fn compaction_turn(body: &[u8]) -> Result<CompactionRequest, TranslateError>
             });
         }
     };
-    let kept = input.iter().filter(|i| is_user_message(i)).cloned().collect();
+    let kept = input
+        .iter()
+        .filter(|i| is_user_message(i))
+        .cloned()
+        .collect();
     input.push(user(COMPACTION_PROMPT));
     root.insert("input".into(), Value::Array(input));
     root.remove("stream");
@@ -167,7 +173,10 @@ mod tests {
             ]
         });
         let c = compaction_turn(body.to_string().as_bytes()).unwrap();
-        assert_eq!(c.kept, [msg("user", "fix the bug"), msg("user", "now test it")]);
+        assert_eq!(
+            c.kept,
+            [msg("user", "fix the bug"), msg("user", "now test it")]
+        );
         let t = responses_to_messages(&c.turn, &RequestOptions::new("claude-x")).unwrap();
         assert!(!t.stream);
         let v: Value = serde_json::from_slice(&t.body).unwrap();
@@ -179,7 +188,11 @@ mod tests {
         assert_eq!(last["role"], "user");
         let text = serde_json::to_string(&last["content"]).unwrap();
         assert!(text.contains("about to be compacted"), "{text}");
-        assert!(messages.iter().any(|m| m["content"].to_string().contains("tool_use")));
+        assert!(
+            messages
+                .iter()
+                .any(|m| m["content"].to_string().contains("tool_use"))
+        );
         assert!(!t.body.windows(6).any(|w| w == b"opaque"));
 
         // A string input is one user message.

@@ -138,8 +138,8 @@ mod tests {
             "input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000, decrease input length or `max_tokens` and try again",
             "Prompt is too long",
         ] {
-            let e = ResponsesError::from_messages(400, &anthropic("invalid_request_error", m))
-                .unwrap();
+            let e =
+                ResponsesError::from_messages(400, &anthropic("invalid_request_error", m)).unwrap();
             assert_eq!(e.status, 400);
             assert!(e.is_context_overflow(), "{m}");
             let v: Value = serde_json::from_slice(&e.body()).unwrap();
@@ -167,8 +167,8 @@ mod tests {
             .unwrap();
         assert_eq!((e.status, e.code.as_str()), (503, SERVER_IS_OVERLOADED));
         for status in [400, 401, 403, 404, 413, 429, 500, 503] {
-            let e = ResponsesError::from_messages(status, &anthropic("rate_limit_error", "x"))
-                .unwrap();
+            let e =
+                ResponsesError::from_messages(status, &anthropic("rate_limit_error", "x")).unwrap();
             assert_eq!(e.status, status);
         }
         assert!(ResponsesError::from_messages(400, b"{\"error\":\"x\"}").is_none());

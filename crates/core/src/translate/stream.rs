@@ -231,7 +231,10 @@ impl State {
             "ping" => out.extend_from_slice(b": ping\n\n"),
             "error" => {
                 let err = &v["error"];
-                let kind = err.get("type").and_then(Value::as_str).unwrap_or("api_error");
+                let kind = err
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("api_error");
                 let message = err.get("message").and_then(Value::as_str).unwrap_or(kind);
                 let code = responses_error_code(kind, message).to_owned();
                 let message = message.to_owned();
@@ -415,7 +418,8 @@ impl State {
 mod tests {
     use super::*;
 
-    const START: &str = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\"}}\n\n";
+    const START: &str =
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\"}}\n\n";
     const PING: &str = "event: ping\ndata: {\"type\": \"ping\"}\n\n";
 
     #[test]
@@ -453,7 +457,11 @@ mod tests {
             out.extend(t.push(err.as_bytes()));
             out.extend(t.finish());
             let text = String::from_utf8(out).unwrap();
-            let last = text.lines().filter_map(|l| l.strip_prefix("data: ")).last().unwrap();
+            let last = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("data: "))
+                .last()
+                .unwrap();
             let v: Value = serde_json::from_str(last).unwrap();
             assert_eq!(v["type"], "response.failed");
             assert_eq!(v["response"]["error"]["code"], code);
@@ -464,14 +472,24 @@ mod tests {
     #[test]
     fn a_refusal_is_created_then_failed() {
         let mut t = StreamTranslator::new(ResponseContext::default());
-        let out = t.fail("context_length_exceeded", "prompt is too long: 9 tokens > 5 maximum");
+        let out = t.fail(
+            "context_length_exceeded",
+            "prompt is too long: 9 tokens > 5 maximum",
+        );
         let text = String::from_utf8(out).unwrap();
         let types: Vec<Value> = text
             .lines()
             .filter_map(|l| l.strip_prefix("data: "))
             .map(|d| serde_json::from_str::<Value>(d).unwrap()["type"].clone())
             .collect();
-        assert_eq!(types, ["response.created", "response.in_progress", "response.failed"]);
+        assert_eq!(
+            types,
+            [
+                "response.created",
+                "response.in_progress",
+                "response.failed"
+            ]
+        );
         assert!(t.is_done());
         assert!(t.fail("x", "y").is_empty(), "one terminal event");
         assert!(t.push(START.as_bytes()).is_empty());
