@@ -67,8 +67,13 @@ fn is_user_message(item: &Value) -> bool {
     ) && item.get("role").and_then(Value::as_str) == Some("user")
 }
 
-/// The Responses turn that asks for the summary of the compaction request `body` (see the
-/// [module docs](self)).
+/// The Responses turn that asks for the summary of the compaction request `body`, and the
+/// user messages the compacted history keeps.
+///
+/// The turn has the same `instructions`, `input` and `tools`, then one more user message,
+/// [`COMPACTION_PROMPT`]; it is not streamed, and has `tool_choice: "none"` (the tools stay
+/// declared, since a history with tool calls needs them). Its Messages answer becomes the
+/// compacted history with [`messages_to_compaction`].
 ///
 /// # Errors
 /// [`TranslateError`] when the body is not a JSON object or `input` is neither a string nor
@@ -108,9 +113,11 @@ pub fn compaction_turn(body: &[u8]) -> Result<CompactionRequest, TranslateError>
     Ok(CompactionRequest { turn, kept })
 }
 
-/// The compaction answer (`object: "response.compaction"`) built from the Messages JSON
-/// `answer` to a [`compaction_turn`] and the `kept` user messages; `None` when the answer
-/// is not a Messages answer or carries no text.
+/// The compaction answer built from the Messages JSON `answer` to a [`compaction_turn`] and
+/// the `kept` user messages: `{"id","object":"response.compaction","created_at","output",
+/// "usage"}`, whose `output` (the history that replaces the client's) is the kept messages
+/// then the summary as a user message, [`SUMMARY_PREFIX`] and the model's text. `None` when
+/// the answer is not a Messages answer or carries no text.
 pub fn messages_to_compaction(
     answer: &[u8],
     kept: &[Value],

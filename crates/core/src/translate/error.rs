@@ -27,8 +27,11 @@ const CONTEXT_PHRASES: [&str; 4] = [
     "context window exceeded",
 ];
 
-/// The Responses `code` of an Anthropic error of type `kind` saying `message` (see the
-/// [module docs](self)).
+/// The Responses `code` of an Anthropic error of type `kind` saying `message`:
+/// `context_length_exceeded` for an `invalid_request_error` about the context window
+/// (`prompt is too long: N tokens > M maximum`, `input length and max_tokens exceed context
+/// limit: …`), on which Codex CLI compacts its history; `server_is_overloaded` for an
+/// `overloaded_error`; else `kind` itself.
 ///
 /// ```
 /// use context_relay_core::translate::responses_error_code;
@@ -66,7 +69,8 @@ pub struct ResponsesError {
 impl ResponsesError {
     /// The Anthropic error answer of `status` with `body`
     /// (`{"type":"error","error":{"type":…,"message":…}}`); `None` when the body is not an
-    /// Anthropic error.
+    /// Anthropic error. The status is kept, except 529 (Anthropic's overload status, unknown
+    /// to OpenAI clients), which becomes 503; the code is [`responses_error_code`]'s.
     ///
     /// ```
     /// use context_relay_core::translate::ResponsesError;

@@ -460,7 +460,7 @@ mod tests {
             let last = text
                 .lines()
                 .filter_map(|l| l.strip_prefix("data: "))
-                .last()
+                .next_back()
                 .unwrap();
             let v: Value = serde_json::from_str(last).unwrap();
             assert_eq!(v["type"], "response.failed");
