@@ -50,7 +50,7 @@ const ACCESS_TARGET: &str = "context_relay_gateway::access";
 const FLUSH_AT: usize = 64 * 1024;
 
 /// A [`MakeWriter`] for `tracing-subscriber`'s fmt layer that batches the access log (see the
-/// [module docs](self)). Clones share one buffer.
+/// module docs). Clones share one buffer.
 #[derive(Clone)]
 pub struct LogBuffer {
     shared: Arc<Shared>,

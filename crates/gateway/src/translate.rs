@@ -5,10 +5,20 @@
 //! the client's shape, then the outgoing body is translated
 //! ([`context_relay_core::translate`]) and sent to `{base_url}/messages` with
 //! `anthropic-version` set (kept when the client sent one) and `accept-encoding: identity` (the
-//! answer is read here). The answer comes back in the client's shape: an error body
-//! (status kept), a JSON answer, or an SSE stream translated event by event as it arrives.
-//! Response headers, quota headers included, are kept, so the account resolver reads the
-//! provider's usage and rotates on a 429 as for an untranslated answer.
+//! answer is read here). The answer comes back in the client's shape: an error body, a JSON
+//! answer, or an SSE stream translated event by event as it arrives. Response headers, quota
+//! headers included, are kept, so the account resolver reads the provider's usage and rotates
+//! on a 429 as for an untranslated answer.
+//!
+//! Errors keep their status, except Anthropic's 529 `overloaded_error`, a 503
+//! `server_is_overloaded`. A prompt longer than the model's context window (Anthropic's 400
+//! `prompt is too long: …`) has the code `context_length_exceeded`, and a streamed request
+//! gets it where Codex CLI reads it: a 200 stream of `response.created` then
+//! `response.failed`, on which Codex compacts its history and goes on.
+//!
+//! Codex's compaction (`/responses/compact`) is served too: the history goes out as a
+//! Messages request asking for a summary, and the answer is the compacted history
+//! ([`context_relay_core::translate::compaction_turn`]).
 //!
 //! [`serves`] says which client shapes a provider can serve; the resolver skips a target
 //! that cannot serve the request's shape.
@@ -20,8 +30,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use context_relay_core::ApiShape;
 use context_relay_core::translate::{
-    RequestOptions, ResponseContext, StreamTranslator, messages_error_to_responses,
-    messages_to_response, responses_to_messages,
+    RequestOptions, ResponseContext, ResponsesError, StreamTranslator, compaction_turn,
+    messages_to_compaction, messages_to_response, responses_to_messages,
 };
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body::{Body, Frame, SizeHint};
@@ -36,15 +46,16 @@ use crate::upstream::UpstreamEndpoint;
 /// The Anthropic API version sent when the client named none.
 const ANTHROPIC_VERSION: &str = "2023-06-01";
 
-/// The largest JSON answer or error body translated whole (larger ones pass unchanged).
+/// The largest JSON answer or error body translated whole. A larger one is answered with a
+/// 502 in the client's shape: passed unchanged, it would be an Anthropic body the client
+/// cannot read.
 const MAX_ANSWER_BYTES: usize = 32 * 1024 * 1024;
 
 /// Whether a provider speaking `api` can serve a request to `path`: a pass-through provider
 /// serves everything; an OpenAI provider everything but Anthropic Messages and Gemini; an
 /// Anthropic provider serves Anthropic requests and other
-/// non-conversation paths as they are, and Responses requests translated, but not Chat
-/// Completions, Gemini, nor Codex compaction (`/responses/compact` has no Messages
-/// equivalent).
+/// non-conversation paths as they are, and Responses requests (Codex compaction included)
+/// translated, but not Chat Completions nor Gemini.
 pub(crate) fn serves(api: ProviderApi, path: &str) -> bool {
     match api {
         ProviderApi::Passthrough => true,
@@ -53,8 +64,7 @@ pub(crate) fn serves(api: ProviderApi, path: &str) -> bool {
             Some(ApiShape::AnthropicMessages | ApiShape::Gemini)
         ),
         ProviderApi::Anthropic => match ApiShape::from_path(path) {
-            None | Some(ApiShape::AnthropicMessages) => true,
-            Some(ApiShape::Responses) => !is_compact(path),
+            None | Some(ApiShape::AnthropicMessages | ApiShape::Responses) => true,
             Some(ApiShape::ChatCompletions | ApiShape::Gemini) => false,
         },
     }
@@ -70,6 +80,10 @@ type OutBody = UnsyncBoxBody<Bytes, BoxError>;
 #[derive(Debug)]
 pub(crate) struct Inbound {
     ctx: ResponseContext,
+    /// The client asked for a stream.
+    stream: bool,
+    /// A compaction: the user messages kept in the compacted history.
+    compaction: Option<Vec<serde_json::Value>>,
 }
 
 /// The request as it goes upstream, and how to read its answer when it was translated; or
@@ -95,13 +109,7 @@ where
     let refuse = |status: StatusCode, kind: ErrorKind, message: &str| {
         error_response(shape, status, kind.name(shape), message)
     };
-    if is_compact(path) {
-        return Err(refuse(
-            StatusCode::BAD_REQUEST,
-            ErrorKind::InvalidRequest,
-            "/v1/responses/compact cannot be served by a provider that speaks Anthropic Messages",
-        ));
-    }
+    let compact = is_compact(path);
     let (mut parts, body) = req.into_parts();
     let bytes = match body.collect().await {
         Ok(c) => c.to_bytes(),
@@ -117,6 +125,21 @@ where
     let model = crate::model::find_model(&bytes)
         .map(|f| f.value)
         .unwrap_or_default();
+    // A compaction goes out as the turn that asks for the summary.
+    let (bytes, compaction) = if compact {
+        match compaction_turn(&bytes) {
+            Ok(c) => (Bytes::from(c.turn), Some(c.kept)),
+            Err(e) => {
+                return Err(refuse(
+                    StatusCode::BAD_REQUEST,
+                    ErrorKind::InvalidRequest,
+                    &format!("the compaction request cannot be translated: {e}"),
+                ));
+            }
+        }
+    } else {
+        (bytes, None)
+    };
     let translated = match responses_to_messages(&bytes, &RequestOptions::new(model.clone())) {
         Ok(t) => t,
         Err(e) => {
@@ -161,6 +184,8 @@ where
             custom_tools: translated.custom_tools,
             created_at,
         },
+        stream: translated.stream,
+        compaction,
     };
     let body = Full::new(Bytes::from(translated.body))
         .map_err(|never| match never {})
@@ -196,22 +221,30 @@ impl Inbound {
         let bytes = match Limited::new(body, MAX_ANSWER_BYTES).collect().await {
             Ok(c) => c.to_bytes(),
             Err(e) => {
+                let message = if e.is::<http_body_util::LengthLimitError>() {
+                    format!(
+                        "the provider's answer is larger than the {} MiB the gateway translates",
+                        MAX_ANSWER_BYTES >> 20
+                    )
+                } else {
+                    format!("the provider's answer could not be read: {e}")
+                };
                 tracing::warn!(error = %e, "the provider's answer could not be read for translation");
-                let shape = ErrorShape::OpenAi;
-                let kind = ErrorKind::Upstream.name(shape);
-                let res = error_response(
-                    shape,
-                    StatusCode::BAD_GATEWAY,
-                    kind,
-                    &format!("the provider's answer could not be read: {e}"),
-                );
-                return res.map(Either::Left);
+                return bad_gateway(&message);
             }
         };
-        let out = if status.is_success() {
-            messages_to_response(&bytes, &self.ctx)
-        } else {
-            messages_error_to_responses(&bytes)
+        if !status.is_success() {
+            return self.error(parts, &bytes);
+        }
+        let out = match &self.compaction {
+            Some(kept) => match messages_to_compaction(&bytes, kept, &self.ctx) {
+                Some(out) => Some(out),
+                None if messages_to_response(&bytes, &self.ctx).is_some() => {
+                    return bad_gateway("the provider's answer to the compaction has no summary");
+                }
+                None => None,
+            },
+            None => messages_to_response(&bytes, &self.ctx),
         };
         let out = match out {
             Some(out) => {
@@ -229,6 +262,38 @@ impl Inbound {
         };
         Response::from_parts(parts, Either::Left(Full::new(out)))
     }
+
+    /// The provider's error answer (`parts` and its whole body) in the client's shape.
+    fn error<B>(self, mut parts: http::response::Parts, bytes: &Bytes) -> Response<Translated<B>> {
+        let Some(e) = ResponsesError::from_messages(parts.status.as_u16(), bytes) else {
+            metrics::counter!("context_relay_gateway_translate_errors_total").increment(1);
+            tracing::warn!(status = %parts.status, "the provider's error is not an Anthropic error body; passed unchanged");
+            return Response::from_parts(parts, Either::Left(Full::new(bytes.clone())));
+        };
+        if e.is_context_overflow() && self.stream {
+            // Codex reads `context_length_exceeded` only from a `response.failed` event.
+            let out = StreamTranslator::new(self.ctx).fail(&e.code, &e.message);
+            parts.status = StatusCode::OK;
+            parts.headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/event-stream"),
+            );
+            return Response::from_parts(parts, Either::Left(Full::new(Bytes::from(out))));
+        }
+        parts.status = StatusCode::from_u16(e.status).unwrap_or(parts.status);
+        parts.headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        Response::from_parts(parts, Either::Left(Full::new(Bytes::from(e.body()))))
+    }
+}
+
+/// The gateway's 502 about a provider's answer it cannot translate, in the Responses shape.
+fn bad_gateway<B>(message: &str) -> Response<Translated<B>> {
+    let shape = ErrorShape::OpenAi;
+    let kind = ErrorKind::Upstream.name(shape);
+    error_response(shape, StatusCode::BAD_GATEWAY, kind, message).map(Either::Left)
 }
 
 /// The body of a translated answer: translated whole, or an SSE stream translated as it
@@ -299,6 +364,29 @@ where
 mod tests {
     use super::*;
 
+    #[tokio::test]
+    async fn an_answer_too_large_to_translate_is_a_502_that_says_so() {
+        for status in [StatusCode::OK, StatusCode::BAD_REQUEST] {
+            let inbound = Inbound {
+                ctx: ResponseContext::default(),
+                stream: false,
+                compaction: None,
+            };
+            let big = Bytes::from(vec![b' '; MAX_ANSWER_BYTES + 1]);
+            let res = Response::builder()
+                .status(status)
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Full::new(big))
+                .unwrap();
+            let res = inbound.response(res).await;
+            assert_eq!(res.status(), StatusCode::BAD_GATEWAY);
+            let body = res.into_body().collect().await.unwrap().to_bytes();
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            let message = v["error"]["message"].as_str().unwrap();
+            assert!(message.contains("larger than the 32 MiB"), "{message}");
+        }
+    }
+
     #[test]
     fn which_shapes_a_provider_serves() {
         for path in [
@@ -313,7 +401,7 @@ mod tests {
         assert!(serves(ProviderApi::Anthropic, "/v1/responses"));
         assert!(serves(ProviderApi::Anthropic, "/v1/messages?beta=true"));
         assert!(serves(ProviderApi::Anthropic, "/v1/messages/count_tokens"));
-        assert!(!serves(ProviderApi::Anthropic, "/v1/responses/compact"));
+        assert!(serves(ProviderApi::Anthropic, "/v1/responses/compact"));
         assert!(serves(ProviderApi::Openai, "/v1/responses/compact"));
         assert!(serves(ProviderApi::Openai, "/v1/chat/completions"));
         assert!(!serves(ProviderApi::Openai, "/v1/messages"));

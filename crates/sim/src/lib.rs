@@ -23,7 +23,8 @@
 //!   fails in-band; [`SimProvider::revoke`] makes an account's key answer 401;
 //! - every request is recorded (headers and body bytes) for assertions;
 //! - SSE streams can be held after their first output event until the test releases them
-//!   ([`SimProvider::hold_streams`]), to prove that a proxy forwards events without buffering.
+//!   ([`SimProvider::hold_streams`]), to prove that a proxy forwards events without buffering;
+//! - the Messages endpoint can have a context window ([`SimBuilder::context_window`]).
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -67,6 +68,7 @@ mod reply;
 pub mod rules;
 mod server;
 mod tool;
+mod window;
 
 pub use bound::Minter;
 pub use control::SimFault;
@@ -94,6 +96,7 @@ pub struct SimBuilder {
     state_errors_in_band: bool,
     chat_deltas: usize,
     tool_call: Option<String>,
+    context_window: Option<u64>,
 }
 
 impl std::fmt::Debug for SimBuilder {
@@ -122,6 +125,7 @@ impl Default for SimBuilder {
             state_errors_in_band: false,
             chat_deltas: 2,
             tool_call: None,
+            context_window: None,
         }
     }
 }
@@ -479,6 +483,9 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
+        return res;
+    }
+    if let Some(res) = window::refusal(&state, recorded, &path, &body) {
         return res;
     }
     let model = request["model"].as_str().unwrap_or("unknown").to_owned();

@@ -31,6 +31,7 @@
 //! assert!(v.get("store").is_none() && v.get("reasoning").is_none());
 //! ```
 
+mod compact;
 mod error;
 mod request;
 mod response;
@@ -39,7 +40,13 @@ mod stream;
 #[cfg(test)]
 mod tests;
 
-pub use error::messages_error_to_responses;
+pub use compact::{
+    COMPACTION_PROMPT, CompactionRequest, SUMMARY_PREFIX, compaction_turn, messages_to_compaction,
+};
+pub use error::{
+    CONTEXT_LENGTH_EXCEEDED, ResponsesError, SERVER_IS_OVERLOADED, messages_error_to_responses,
+    responses_error_code,
+};
 pub use request::{RequestOptions, Translated, responses_to_messages};
 pub use response::{ResponseContext, messages_to_response};
 pub use stream::StreamTranslator;

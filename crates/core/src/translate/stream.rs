@@ -4,6 +4,7 @@ use std::collections::HashMap;
 
 use serde_json::{Value, json};
 
+use super::error::responses_error_code;
 use super::response::{ResponseContext, call_item, message_item, response_object, usage};
 use crate::sse::{Event, Splitter};
 
@@ -17,7 +18,10 @@ const EVENT_LIMIT: usize = 8 * 1024 * 1024;
 /// `response.output_item.done` with the whole item, and `response.completed` (with `usage` and
 /// every output item) at `message_stop`, or `response.incomplete` when the model ran out of
 /// tokens. An `error` event, or a body that ends before `message_stop`, gives
-/// `response.failed`. Every event carries an `event:` line and a `sequence_number`.
+/// `response.failed` (its `code` as [`responses_error_code`](super::responses_error_code)
+/// says). Every event carries an `event:` line and a `sequence_number`. A `ping` becomes
+/// the SSE comment `: ping`, which SSE readers skip but which keeps a client's idle timer
+/// from firing while the first token is slow to come.
 ///
 /// ```
 /// use context_relay_core::translate::{ResponseContext, StreamTranslator};
@@ -108,6 +112,27 @@ impl StreamTranslator {
                 "the provider's stream ended before message_stop",
                 &mut out,
             );
+        }
+        out
+    }
+
+    /// The whole translated stream of a request the provider refused before streaming:
+    /// `response.created`, then `response.failed` with `code` and `message`. A Responses
+    /// client reads some errors only there (Codex CLI compacts its history on
+    /// `context_length_exceeded` in `response.failed`).
+    ///
+    /// ```
+    /// use context_relay_core::translate::{ResponseContext, StreamTranslator};
+    /// let mut t = StreamTranslator::new(ResponseContext::default());
+    /// let text = String::from_utf8(t.fail("context_length_exceeded", "prompt is too long")).unwrap();
+    /// assert!(text.starts_with("event: response.created\n"));
+    /// assert!(text.contains("\"code\":\"context_length_exceeded\""));
+    /// assert!(t.is_done() && t.finish().is_empty());
+    /// ```
+    pub fn fail(&mut self, code: &str, message: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        if !self.state.done {
+            self.state.fail(code, message, &mut out);
         }
         out
     }
@@ -203,18 +228,16 @@ impl State {
                 }
             }
             "message_stop" => self.complete(out),
+            "ping" => out.extend_from_slice(b": ping\n\n"),
             "error" => {
                 let err = &v["error"];
-                let code = err
+                let kind = err
                     .get("type")
                     .and_then(Value::as_str)
-                    .unwrap_or("api_error")
-                    .to_owned();
-                let message = err
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .unwrap_or(&code)
-                    .to_owned();
+                    .unwrap_or("api_error");
+                let message = err.get("message").and_then(Value::as_str).unwrap_or(kind);
+                let code = responses_error_code(kind, message).to_owned();
+                let message = message.to_owned();
                 self.fail(&code, &message, out);
             }
             _ => {}
@@ -388,5 +411,87 @@ impl State {
             "response.completed"
         };
         self.emit(out, json!({"type": kind, "response": r}));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const START: &str =
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\"}}\n\n";
+    const PING: &str = "event: ping\ndata: {\"type\": \"ping\"}\n\n";
+
+    #[test]
+    fn pings_become_sse_comments() {
+        let mut t = StreamTranslator::new(ResponseContext::default());
+        let head = t.push(START.as_bytes());
+        assert!(head.starts_with(b"event: response.created"));
+        assert_eq!(t.push(PING.as_bytes()), b": ping\n\n");
+        // Split anywhere, still one comment once the event is whole.
+        let (a, b) = PING.as_bytes().split_at(9);
+        assert!(t.push(a).is_empty());
+        assert_eq!(t.push(b), b": ping\n\n");
+        // A ping before message_start too.
+        let mut t = StreamTranslator::new(ResponseContext::default());
+        assert_eq!(t.push(PING.as_bytes()), b": ping\n\n");
+    }
+
+    #[test]
+    fn error_events_carry_the_responses_code() {
+        for (kind, message, code) in [
+            ("overloaded_error", "Overloaded", "server_is_overloaded"),
+            (
+                "invalid_request_error",
+                "prompt is too long: 9 tokens > 5 maximum",
+                "context_length_exceeded",
+            ),
+            ("api_error", "Internal server error", "api_error"),
+        ] {
+            let mut t = StreamTranslator::new(ResponseContext::default());
+            let err = format!(
+                "event: error\ndata: {}\n\n",
+                json!({"type": "error", "error": {"type": kind, "message": message}})
+            );
+            let mut out = t.push(START.as_bytes());
+            out.extend(t.push(err.as_bytes()));
+            out.extend(t.finish());
+            let text = String::from_utf8(out).unwrap();
+            let last = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("data: "))
+                .next_back()
+                .unwrap();
+            let v: Value = serde_json::from_str(last).unwrap();
+            assert_eq!(v["type"], "response.failed");
+            assert_eq!(v["response"]["error"]["code"], code);
+            assert_eq!(v["response"]["error"]["message"], message);
+        }
+    }
+
+    #[test]
+    fn a_refusal_is_created_then_failed() {
+        let mut t = StreamTranslator::new(ResponseContext::default());
+        let out = t.fail(
+            "context_length_exceeded",
+            "prompt is too long: 9 tokens > 5 maximum",
+        );
+        let text = String::from_utf8(out).unwrap();
+        let types: Vec<Value> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .map(|d| serde_json::from_str::<Value>(d).unwrap()["type"].clone())
+            .collect();
+        assert_eq!(
+            types,
+            [
+                "response.created",
+                "response.in_progress",
+                "response.failed"
+            ]
+        );
+        assert!(t.is_done());
+        assert!(t.fail("x", "y").is_empty(), "one terminal event");
+        assert!(t.push(START.as_bytes()).is_empty());
     }
 }
