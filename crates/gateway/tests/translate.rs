@@ -179,9 +179,7 @@ async fn a_codex_session_moves_to_anthropic_translated_with_the_model_switch() {
     assert_eq!(moved.account.as_deref(), Some("acct-x"));
     assert_messages_shape(&moved);
     let body = moved.json().unwrap();
-    let system = body["system"][0]["text"]
-        .as_str()
-        .expect("a system prompt");
+    let system = body["system"][0]["text"].as_str().expect("a system prompt");
     assert!(
         system.contains(HANDOFF_TAG),
         "the handoff is in Anthropic's system"

@@ -83,8 +83,14 @@ async fn a_history_whose_tools_were_all_dropped_reads_as_text() {
     let sent = accepted(&h, &body).await;
     assert!(sent.get("tools").is_none());
     let text = sent["messages"].to_string();
-    assert!(!text.contains("tool_use") && !text.contains("tool_result"), "{text}");
-    assert!(text.contains("exec_command") && text.contains("Cargo.toml"), "{text}");
+    assert!(
+        !text.contains("tool_use") && !text.contains("tool_result"),
+        "{text}"
+    );
+    assert!(
+        text.contains("exec_command") && text.contains("Cargo.toml"),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -92,25 +98,25 @@ async fn a_codex_history_the_naive_translation_would_get_refused() {
     let h = harness("").await;
     let png = "data:image/png;base64,iVBORw0KGgo=";
     let body = json!({"model": "claude", "temperature": 1.4, "top_p": 0.9,
-        "instructions": [{"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "You are Codex."}]}],
-        "tools": [
-            {"type": "function", "name": "view_image", "parameters": {"type": "object", "properties": {}}},
-            {"type": "custom", "name": "apply_patch", "description": "Edit files.",
-             "format": {"type": "grammar", "syntax": "lark", "definition": "start: begin_patch hunk+ end_patch"}},
-            {"type": "web_search"}
-        ],
-        "tool_choice": {"type": "function", "name": "web_search"},
-        "input": [
-            {"role": "user", "content": [{"type": "input_text", "text": "  "}, {"type": "input_text", "text": "look at both"}]},
-            {"type": "function_call", "call_id": "call.1", "name": "view_image", "arguments": "{}"},
-            {"type": "function_call", "call_id": "call:1", "name": "view_image", "arguments": "{}"},
-            {"type": "function_call_output", "call_id": "call.1", "output": [
-                {"type": "input_text", "text": "first"}, {"type": "input_image", "image_url": png}]},
-            {"type": "function_call_output", "call_id": "call:1", "output": [
-                {"type": "input_image", "image_url": "https://example.com/b.png"}]},
-            {"role": "developer", "content": "Mind the tests."},
-            {"role": "assistant", "content": [{"type": "output_text", "text": "Both seen. \n"}]}
-        ]});
+    "instructions": [{"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "You are Codex."}]}],
+    "tools": [
+        {"type": "function", "name": "view_image", "parameters": {"type": "object", "properties": {}}},
+        {"type": "custom", "name": "apply_patch", "description": "Edit files.",
+         "format": {"type": "grammar", "syntax": "lark", "definition": "start: begin_patch hunk+ end_patch"}},
+        {"type": "web_search"}
+    ],
+    "tool_choice": {"type": "function", "name": "web_search"},
+    "input": [
+        {"role": "user", "content": [{"type": "input_text", "text": "  "}, {"type": "input_text", "text": "look at both"}]},
+        {"type": "function_call", "call_id": "call.1", "name": "view_image", "arguments": "{}"},
+        {"type": "function_call", "call_id": "call:1", "name": "view_image", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call.1", "output": [
+            {"type": "input_text", "text": "first"}, {"type": "input_image", "image_url": png}]},
+        {"type": "function_call_output", "call_id": "call:1", "output": [
+            {"type": "input_image", "image_url": "https://example.com/b.png"}]},
+        {"role": "developer", "content": "Mind the tests."},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "Both seen. \n"}]}
+    ]});
     let sent = accepted(&h, &body).await;
     let system = sent["system"][0]["text"].as_str().unwrap();
     assert!(system.starts_with("You are Codex.") && system.ends_with("Mind the tests."));
