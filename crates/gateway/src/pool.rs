@@ -145,6 +145,7 @@ pub(crate) struct ProviderPool {
     name: Arc<str>,
     base_url: Arc<str>,
     api: ProviderApi,
+    max_output_tokens: Option<u64>,
     quota: QuotaFormat,
     rotate_at: f64,
     accounts: Vec<Account>,
@@ -187,6 +188,7 @@ impl ProviderPool {
             name: Arc::from(p.name.as_str()),
             base_url: Arc::from(p.base_url.trim_end_matches('/')),
             api: p.api,
+            max_output_tokens: p.max_output_tokens,
             quota: p.quota,
             rotate_at: p.rotate_at,
             accounts,
@@ -215,6 +217,11 @@ impl ProviderPool {
     /// The API the provider speaks.
     pub(crate) fn api(&self) -> ProviderApi {
         self.api
+    }
+
+    /// `max_tokens` of a translated request whose client set none (`max_output_tokens`).
+    pub(crate) fn max_output_tokens(&self) -> Option<u64> {
+        self.max_output_tokens
     }
 
     /// The core parser selection for this provider's quota headers.

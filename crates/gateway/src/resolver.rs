@@ -447,6 +447,7 @@ fn attempt_request(
         base_url: pool.base_url().clone(),
         credential,
         api: pool.api(),
+        max_output_tokens: pool.max_output_tokens(),
     });
     req.extensions_mut().insert(resolved);
     req

@@ -140,7 +140,15 @@ where
     } else {
         (bytes, None)
     };
-    let translated = match responses_to_messages(&bytes, &RequestOptions::new(model.clone())) {
+    let mut options = RequestOptions::new(model.clone());
+    if let Some(max) = parts
+        .extensions
+        .get::<UpstreamEndpoint>()
+        .and_then(|e| e.max_output_tokens)
+    {
+        options.default_max_tokens = max;
+    }
+    let translated = match responses_to_messages(&bytes, &options) {
         Ok(t) => t,
         Err(e) => {
             metrics::counter!("context_relay_gateway_translate_errors_total").increment(1);

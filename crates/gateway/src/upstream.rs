@@ -58,6 +58,8 @@ pub(crate) struct UpstreamEndpoint {
     pub(crate) credential: Option<(HeaderName, HeaderValue)>,
     /// The API the provider speaks: a client shape it does not speak is translated.
     pub(crate) api: ProviderApi,
+    /// The provider's `max_output_tokens`, for a translated request whose client set none.
+    pub(crate) max_output_tokens: Option<u64>,
 }
 
 impl std::fmt::Debug for UpstreamEndpoint {

@@ -179,7 +179,7 @@ async fn a_codex_session_moves_to_anthropic_translated_with_the_model_switch() {
     assert_eq!(moved.account.as_deref(), Some("acct-x"));
     assert_messages_shape(&moved);
     let body = moved.json().unwrap();
-    let system = body["system"].as_str().expect("a system prompt");
+    let system = body["system"][0]["text"].as_str().expect("a system prompt");
     assert!(
         system.contains(HANDOFF_TAG),
         "the handoff is in Anthropic's system"
@@ -256,11 +256,15 @@ async fn a_json_round_trip_rotates_on_an_anthropic_429() {
         .collect();
     assert_eq!(accounts, ["acct-x", "acct-y"]);
     let sent = turns[1].json().unwrap();
-    assert_eq!(sent["system"], "Be terse.");
+    assert_eq!(
+        sent["system"],
+        json!([{"type": "text", "text": "Be terse.", "cache_control": {"type": "ephemeral"}}])
+    );
     assert_eq!(
         sent["messages"],
-        json!([{"role": "user", "content": [{"type": "text", "text": "say hi"}]}])
+        json!([{"role": "user", "content": [{"type": "text", "text": "say hi", "cache_control": {"type": "ephemeral"}}]}])
     );
+    assert_eq!(sent["max_tokens"], 32000);
     assert!(sent.get("stream").is_none());
     assert_eq!(h.account(0, "acct-x").await["state"], "exhausted");
 

@@ -62,6 +62,7 @@ mod bound;
 mod compact;
 mod control;
 mod gemini;
+mod message_params;
 mod messages;
 mod quota;
 mod reply;

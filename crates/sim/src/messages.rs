@@ -1,8 +1,10 @@
 //! The shape rules of the Anthropic Messages API, with the real API's error messages: no
 //! unknown top-level field, the first conversation message from `user`, roles `user` or
 //! `assistant`, every `tool_use` answered by a `tool_result` in the next turn, and every
-//! `tool_result` first in its turn and answering a `tool_use` of the turn before. (`max_tokens`
-//! is checked by [`crate::rules`].)
+//! `tool_result` first in its turn and answering a `tool_use` of the turn before; `tool_use`
+//! ids unique, no empty or whitespace-only text block, and no trailing whitespace at the end
+//! of a final assistant message (the API reads it as a prefill). (`max_tokens` is checked by
+//! [`crate::rules`], the request-level rules by `message_params`.)
 //!
 //! Like the real API, consecutive messages of one role are one turn (the API combines them),
 //! so the tool rules apply to the combined turns. `system` entries inside `messages` (Claude
@@ -94,6 +96,9 @@ pub(crate) fn check(body: &Value) -> Option<String> {
     if turns.first().is_some_and(|t| t.1 != "user") {
         return Some("messages: first message must use the \"user\" role".into());
     }
+    if let Some(e) = text_and_ids(messages, &blocks) {
+        return Some(e);
+    }
     for (k, (i, _, own)) in turns.iter().enumerate() {
         let asked: Vec<&str> = k
             .checked_sub(1)
@@ -126,6 +131,47 @@ pub(crate) fn check(body: &Value) -> Option<String> {
         }
     }
     None
+}
+
+/// The block-level rules: unique `tool_use` ids, no blank text block, no trailing whitespace
+/// at the end of a final assistant message.
+fn text_and_ids(messages: &[Value], blocks: &dyn Fn(&Value) -> Vec<Value>) -> Option<String> {
+    let mut seen = std::collections::HashSet::new();
+    for (i, m) in messages.iter().enumerate() {
+        for (j, b) in blocks(m).iter().enumerate() {
+            match kind(b) {
+                "text" => {
+                    let text = b.get("text").and_then(Value::as_str).unwrap_or("");
+                    if text.is_empty() {
+                        return Some("messages: text content blocks must be non-empty".into());
+                    }
+                    if text.trim().is_empty() {
+                        return Some(
+                            "messages: text content blocks must contain non-whitespace text".into(),
+                        );
+                    }
+                }
+                "tool_use" => {
+                    let id = b.get("id").and_then(Value::as_str).unwrap_or("").to_owned();
+                    if !seen.insert(id) {
+                        return Some(format!(
+                            "messages.{i}.content.{j}: `tool_use` ids must be unique"
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let last = messages.last()?;
+    let ends_blank = blocks(last).last().is_some_and(|b| {
+        kind(b) == "text"
+            && b.get("text")
+                .and_then(Value::as_str)
+                .is_some_and(|t| t.ends_with(char::is_whitespace))
+    });
+    (last.get("role").and_then(Value::as_str) == Some("assistant") && ends_blank)
+        .then(|| "messages: final assistant content cannot end with trailing whitespace".into())
 }
 
 #[cfg(test)]
@@ -184,7 +230,11 @@ mod tests {
 
     #[test]
     fn tool_pairing() {
-        let m = |msgs: serde_json::Value| json!({"model": "c", "max_tokens": 5, "messages": msgs});
+        // Tool blocks need tools (checked by `message_params`).
+        let m = |msgs: serde_json::Value| {
+            json!({"model": "c", "max_tokens": 5, "messages": msgs,
+            "tools": [{"name": "f", "input_schema": {"type": "object"}}]})
+        };
         let asked = json!({"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]});
         let user = json!({"role": "user", "content": "go"});
         accepted(m(
@@ -204,5 +254,33 @@ mod tests {
         assert!(e.contains("without `tool_result`"), "{e}");
         let e = refused(m(json!([user, asked])));
         assert!(e.contains("without `tool_result`"), "{e}");
+        let twice = json!({"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}, {"type": "tool_use", "id": "t1", "name": "f", "input": {}}]});
+        let e = refused(m(
+            json!([user, twice, {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1"}]}]),
+        ));
+        assert_eq!(e, "messages.1.content.1: `tool_use` ids must be unique");
+    }
+
+    #[test]
+    fn blank_text_and_trailing_whitespace() {
+        let m = |msgs: serde_json::Value| json!({"model": "c", "max_tokens": 5, "messages": msgs});
+        let e = refused(m(
+            json!([{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": " \n"}]}]),
+        ));
+        assert_eq!(
+            e,
+            "messages: text content blocks must contain non-whitespace text"
+        );
+        assert!(refused(m(json!([{"role": "user", "content": ""}]))).contains("non-empty"));
+        let e = refused(m(
+            json!([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Sure \n"}]),
+        ));
+        assert_eq!(
+            e,
+            "messages: final assistant content cannot end with trailing whitespace"
+        );
+        accepted(m(
+            json!([{"role": "user", "content": "hi "}, {"role": "assistant", "content": "Sure"}]),
+        ));
     }
 }

@@ -7,7 +7,8 @@
 //! | o-series (`o1`, `o3`, `o4`) with a `temperature` other than 1 | 400 `Unsupported value: 'temperature' does not support 0.1 with this model. Only the default (1) value is supported.` (`unsupported_value`) |
 //! | Chat Completions, reasoning family, with `max_tokens` | 400 `Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.` |
 //! | Anthropic Messages without `max_tokens` | 400 `max_tokens: Field required` |
-//! | Anthropic Messages with an unknown field, a first message not `user`, a role other than `user`/`assistant`, or a `tool_use`/`tool_result` not paired (consecutive messages of one role are one turn, as the API combines them) | 400 `invalid_request_error` with the real API's message (`input: Extra inputs are not permitted`, …) |
+//! | Anthropic Messages with an unknown field, a first message not `user`, a role other than `user`/`assistant`, a `tool_use`/`tool_result` not paired (consecutive messages of one role are one turn, as the API combines them), a repeated `tool_use` id, an empty or whitespace-only text block, a final assistant message ending in whitespace | 400 `invalid_request_error` with the real API's message (`input: Extra inputs are not permitted`, …) |
+//! | Anthropic Messages with `tool_use`/`tool_result` blocks but no `tools`, a `tool_choice` naming an unknown tool, more than 4 `cache_control` blocks, `temperature` with `top_p`, a temperature outside `0..=1`, a blank `system` text block | 400 `invalid_request_error` with the real API's message (`Requests which include \`tool_use\` or \`tool_result\` blocks must define tools.`, `A maximum of 4 blocks with cache_control may be provided. Found 5.`, …) |
 //! | ChatGPT Codex backend ([`Backend::ChatGptCodex`]) | `{"detail": …}` 400s unless `stream: true` and `store: false`, and for `max_output_tokens` / `temperature` |
 //!
 //! ```
@@ -77,7 +78,9 @@ pub fn check(backend: Backend, path: &str, body: &Value) -> Option<(u16, String)
             let e = json!({"type": "error", "error": {"type": "invalid_request_error", "message": "max_tokens: Field required"}});
             return Some((400, e.to_string()));
         }
-        return crate::messages::check(body).map(|message| {
+        return crate::messages::check(body)
+            .or_else(|| crate::message_params::check(body))
+            .map(|message| {
             let e = json!({"type": "error", "error": {"type": "invalid_request_error", "message": message}});
             (400, e.to_string())
         });

@@ -30,12 +30,40 @@ fn fixtures() -> Vec<PathBuf> {
     out
 }
 
+/// `body` with its tools declared: a hand-made capture with `tool_use` blocks but no `tools`
+/// gets one tool per name it calls, since the Messages API (and the upstream double)
+/// refuses tool blocks in a request without tools, and Claude Code always declares them.
+fn with_tools(body: &serde_json::Value) -> serde_json::Value {
+    let mut body = body.clone();
+    let mut names: Vec<serde_json::Value> = Vec::new();
+    for b in body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["content"].as_array())
+        .flatten()
+        .filter(|b| b["type"] == "tool_use")
+    {
+        if !names.contains(&b["name"]) {
+            names.push(b["name"].clone());
+        }
+    }
+    if body.get("tools").is_none() && !names.is_empty() {
+        let tools: Vec<serde_json::Value> = names
+            .into_iter()
+            .map(|n| serde_json::json!({"name": n, "input_schema": {"type": "object"}}))
+            .collect();
+        body["tools"] = serde_json::Value::Array(tools);
+    }
+    body
+}
+
 fn capture_request(path: &Path) -> (Request<support::Body>, Bytes) {
     let v: serde_json::Value =
         serde_json::from_slice(&std::fs::read(path).expect("read fixture")).expect("fixture JSON");
     let body = match v.get("body") {
         Some(serde_json::Value::Null) | None => Bytes::new(),
-        Some(b) => Bytes::from(serde_json::to_vec(b).expect("serialize")),
+        Some(b) => Bytes::from(serde_json::to_vec(&with_tools(b)).expect("serialize")),
     };
     let mut builder = Request::builder()
         .method(v["method"].as_str().unwrap_or("POST"))

@@ -2,7 +2,8 @@
 
 use serde_json::{Map, Value, json};
 
-use super::sequence::{Msg, Role, content_text, normalize};
+use super::sequence::{Msg, Role, calls_as_text, content_text, normalize};
+use super::tools::{CallIds, tool_choice, translate_tools};
 use super::{DEFAULT_MAX_TOKENS, TranslateError};
 
 /// How a request is translated.
@@ -40,9 +41,24 @@ pub struct Translated {
     pub dropped: Vec<String>,
 }
 
-/// Top-level Responses fields with a Messages equivalent or none worth keeping: everything
-/// else is dropped and listed.
-const KEPT: [&str; 2] = ["temperature", "top_p"];
+/// Top-level Responses fields read by the translation: every other one is dropped and listed.
+const HANDLED: [&str; 10] = [
+    "model",
+    "instructions",
+    "input",
+    "max_output_tokens",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "stream",
+    "temperature",
+    "top_p",
+];
+
+/// The prompt-caching marker of the Messages API (a five-minute cache entry).
+fn ephemeral() -> Value {
+    json!({"type": "ephemeral"})
+}
 
 /// Translates a Responses request `body` into a Messages request (see the module docs).
 ///
@@ -60,18 +76,20 @@ pub fn responses_to_messages(
     };
     let mut dropped = Vec::new();
     let mut system: Vec<String> = Vec::new();
-    if let Some(text) = root.get("instructions").and_then(Value::as_str)
-        && !text.is_empty()
-    {
-        system.push(text.to_owned());
-    }
+    instructions(root.get("instructions"), &mut system, &mut dropped);
+    let mut custom_tools = Vec::new();
+    let mut tools = match root.get("tools") {
+        Some(Value::Array(tools)) => translate_tools(tools, &mut custom_tools, &mut dropped),
+        _ => Vec::new(),
+    };
+    let mut ids = CallIds::default();
     let mut msgs: Vec<Msg> = Vec::new();
     match root.get("input") {
         None | Some(Value::Null) => {}
         Some(Value::String(s)) => msgs.push(user_text(s)),
         Some(Value::Array(items)) => {
             for item in items {
-                input_item(item, &mut system, &mut msgs, &mut dropped);
+                input_item(item, &mut system, &mut msgs, &mut ids, &mut dropped);
             }
         }
         Some(_) => {
@@ -79,6 +97,12 @@ pub fn responses_to_messages(
                 field: "input",
                 expected: "a string or an array of items",
             });
+        }
+    }
+    if tools.is_empty() {
+        // The API refuses `tool_use`/`tool_result` blocks in a request without tools.
+        for m in &mut msgs {
+            calls_as_text(m);
         }
     }
     let mut out = Map::new();
@@ -90,47 +114,43 @@ pub fn responses_to_messages(
         .unwrap_or(options.default_max_tokens);
     out.insert("max_tokens".into(), json!(max));
     if !system.is_empty() {
-        out.insert("system".into(), Value::String(system.join("\n\n")));
+        // One block, so the cache breakpoint covers the whole system prompt.
+        let block =
+            json!({"type": "text", "text": system.join("\n\n"), "cache_control": ephemeral()});
+        out.insert("system".into(), Value::Array(vec![block]));
     }
-    let messages: Vec<Value> = normalize(msgs)
+    let mut messages: Vec<Value> = normalize(msgs)
         .into_iter()
         .map(|m| json!({"role": m.role.as_str(), "content": m.blocks}))
         .collect();
+    // The cache breakpoint of the conversation: the last block of the last user message, so
+    // the next turn (the same history plus new items) reads it all from the cache.
+    if let Some(last) = messages
+        .iter_mut()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .and_then(|m| m["content"].as_array_mut())
+        .and_then(|blocks| blocks.last_mut())
+    {
+        last["cache_control"] = ephemeral();
+    }
     out.insert("messages".into(), Value::Array(messages));
-    let mut custom_tools = Vec::new();
-    let tools = match root.get("tools") {
-        Some(Value::Array(tools)) => translate_tools(tools, &mut custom_tools, &mut dropped),
-        _ => Vec::new(),
-    };
     if !tools.is_empty() {
-        out.insert("tools".into(), Value::Array(tools));
         let parallel = root.get("parallel_tool_calls").and_then(Value::as_bool);
-        if let Some(choice) = tool_choice(root.get("tool_choice"), parallel) {
-            out.insert("tool_choice".into(), choice);
+        let choice = tool_choice(root.get("tool_choice"), parallel, &tools, &mut dropped);
+        if let Some(last) = tools.last_mut() {
+            last["cache_control"] = ephemeral();
         }
+        out.insert("tools".into(), Value::Array(tools));
+        out.insert("tool_choice".into(), choice);
     }
     let stream = root.get("stream").and_then(Value::as_bool) == Some(true);
     if stream {
         out.insert("stream".into(), Value::Bool(true));
     }
-    for key in KEPT {
-        if let Some(v) = root.get(key).filter(|v| v.is_number()) {
-            out.insert(key.into(), v.clone());
-        }
-    }
+    sampling(&root, &mut out, &mut dropped);
     for key in root.keys() {
-        let handled = matches!(
-            key.as_str(),
-            "model"
-                | "instructions"
-                | "input"
-                | "max_output_tokens"
-                | "tools"
-                | "tool_choice"
-                | "parallel_tool_calls"
-                | "stream"
-        ) || KEPT.contains(&key.as_str());
-        if !handled {
+        if !HANDLED.contains(&key.as_str()) {
             dropped.push(key.clone());
         }
     }
@@ -143,6 +163,74 @@ pub fn responses_to_messages(
         custom_tools,
         dropped,
     })
+}
+
+/// `instructions`, a string or an array of input messages (read as system text).
+fn instructions(value: Option<&Value>, system: &mut Vec<String>, dropped: &mut Vec<String>) {
+    match value {
+        None | Some(Value::Null) => {}
+        Some(Value::String(s)) => {
+            if !s.trim().is_empty() {
+                system.push(s.clone());
+            }
+        }
+        Some(Value::Array(items)) => {
+            for item in items {
+                let is_message = item.get("role").is_some() && str_of(item, "type") != "reasoning";
+                if !is_message {
+                    dropped.push(format!("instructions:item:{}", str_of(item, "type")));
+                    continue;
+                }
+                let blocks = content_blocks(item.get("content"), dropped);
+                push_text(system, &blocks);
+            }
+        }
+        Some(_) => dropped.push("instructions".into()),
+    }
+}
+
+/// Appends the text of `blocks` (lines joined) to `system`, when there is some.
+fn push_text(system: &mut Vec<String>, blocks: &[Value]) {
+    let text: Vec<&str> = blocks
+        .iter()
+        .filter_map(|b| b.get("text").and_then(Value::as_str))
+        .collect();
+    if !text.is_empty() {
+        system.push(text.join("\n"));
+    }
+}
+
+/// `temperature` and `top_p`: current Claude models refuse both together and a temperature
+/// outside `0..=1`, so `top_p` is left out when both are given and the temperature clamped;
+/// each change is listed in `dropped`.
+fn sampling(root: &Map<String, Value>, out: &mut Map<String, Value>, dropped: &mut Vec<String>) {
+    let mut number = |key: &str| match root.get(key) {
+        None | Some(Value::Null) => None,
+        Some(v) => {
+            let n = v.as_f64();
+            if n.is_none() {
+                dropped.push(key.to_owned());
+            }
+            n
+        }
+    };
+    let temperature = number("temperature");
+    let top_p = number("top_p");
+    let mut clamped = |key: &str, n: f64| {
+        let c = n.clamp(0.0, 1.0);
+        if c != n {
+            dropped.push(format!("{key}:{n} clamped to {c}"));
+        }
+        out.insert(key.to_owned(), json!(c));
+    };
+    if let Some(t) = temperature {
+        clamped("temperature", t);
+    }
+    match top_p {
+        Some(_) if temperature.is_some() => dropped.push("top_p:temperature given".into()),
+        Some(p) => clamped("top_p", p),
+        None => {}
+    }
 }
 
 fn user_text(s: &str) -> Msg {
@@ -161,25 +249,11 @@ fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
     v.get(key).and_then(Value::as_str).unwrap_or("")
 }
 
-/// Anthropic tool ids match `^[a-zA-Z0-9_-]+$`.
-fn tool_id(call_id: &str) -> String {
-    let id: String = call_id
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if id.is_empty() { "call".into() } else { id }
-}
-
 fn input_item(
     item: &Value,
     system: &mut Vec<String>,
     msgs: &mut Vec<Msg>,
+    ids: &mut CallIds,
     dropped: &mut Vec<String>,
 ) {
     let kind = match item.get("type").and_then(Value::as_str) {
@@ -196,15 +270,8 @@ fn input_item(
             let role = str_of(item, "role");
             let blocks = content_blocks(item.get("content"), dropped);
             match role {
-                "developer" | "system" => {
-                    let text: Vec<&str> = blocks
-                        .iter()
-                        .filter_map(|b| b.get("text").and_then(Value::as_str))
-                        .collect();
-                    if !text.is_empty() {
-                        system.push(text.join("\n"));
-                    }
-                }
+                // Messages has no developer turn: its text joins `system`, wherever it stood.
+                "developer" | "system" => push_text(system, &blocks),
                 "assistant" => msgs.push(Msg {
                     role: Role::Assistant,
                     // Images are user content only.
@@ -223,20 +290,31 @@ fn input_item(
                 Ok(Value::Null) | Err(_) if args.trim().is_empty() => json!({}),
                 _ => json!({ "arguments": args }),
             };
-            msgs.push(tool_use(item, input));
+            msgs.push(tool_use(item, input, ids));
         }
         "custom_tool_call" => {
             let input = json!({ "input": str_of(item, "input") });
-            msgs.push(tool_use(item, input));
+            msgs.push(tool_use(item, input, ids));
         }
         "function_call_output" | "custom_tool_call_output" => {
-            let content = content_text(item.get("output"));
             let mut block = json!({
                 "type": "tool_result",
-                "tool_use_id": tool_id(str_of(item, "call_id")),
+                "tool_use_id": ids.output(str_of(item, "call_id")),
             });
-            if !content.trim().is_empty() {
-                block["content"] = Value::String(content);
+            match item.get("output") {
+                // Content parts (text, images) become the result's content blocks.
+                Some(output @ Value::Array(_)) => {
+                    let blocks = content_blocks(Some(output), dropped);
+                    if !blocks.is_empty() {
+                        block["content"] = Value::Array(blocks);
+                    }
+                }
+                output => {
+                    let content = content_text(output);
+                    if !content.trim().is_empty() {
+                        block["content"] = Value::String(content);
+                    }
+                }
             }
             msgs.push(Msg {
                 role: Role::User,
@@ -247,13 +325,13 @@ fn input_item(
     }
 }
 
-fn tool_use(item: &Value, input: Value) -> Msg {
+fn tool_use(item: &Value, input: Value, ids: &mut CallIds) -> Msg {
     let name = str_of(item, "name");
     Msg {
         role: Role::Assistant,
         blocks: vec![json!({
             "type": "tool_use",
-            "id": tool_id(str_of(item, "call_id")),
+            "id": ids.call(str_of(item, "call_id")),
             "name": if name.is_empty() { "tool" } else { name },
             "input": input,
         })],
@@ -294,79 +372,4 @@ fn image_block(url: &str) -> Option<Value> {
     }
     (url.starts_with("https://") || url.starts_with("http://"))
         .then(|| json!({"type": "image", "source": {"type": "url", "url": url}}))
-}
-
-/// Anthropic tool names match `^[a-zA-Z0-9_-]{1,64}$`.
-fn valid_tool_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 64
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-}
-
-fn translate_tools(
-    tools: &[Value],
-    custom: &mut Vec<String>,
-    dropped: &mut Vec<String>,
-) -> Vec<Value> {
-    let mut out: Vec<Value> = Vec::new();
-    for tool in tools {
-        let kind = str_of(tool, "type");
-        let name = str_of(tool, "name");
-        if !valid_tool_name(name) || out.iter().any(|t| t["name"] == name) {
-            dropped.push(format!("tool:{kind}:{name}"));
-            continue;
-        }
-        let description = str_of(tool, "description");
-        let schema = match kind {
-            "function" => match tool.get("parameters") {
-                Some(Value::Object(p)) => {
-                    let mut p = p.clone();
-                    p.insert("type".into(), Value::String("object".into()));
-                    Value::Object(p)
-                }
-                _ => json!({"type": "object", "properties": {}}),
-            },
-            "custom" => {
-                custom.push(name.to_owned());
-                json!({
-                    "type": "object",
-                    "properties": {"input": {"type": "string", "description": "The raw input of the tool, as its description says."}},
-                    "required": ["input"]
-                })
-            }
-            _ => {
-                dropped.push(format!("tool:{kind}:{name}"));
-                continue;
-            }
-        };
-        let mut t = json!({"name": name, "input_schema": schema});
-        if !description.is_empty() {
-            t["description"] = Value::String(description.to_owned());
-        }
-        out.push(t);
-    }
-    out
-}
-
-fn tool_choice(choice: Option<&Value>, parallel: Option<bool>) -> Option<Value> {
-    let mut out = match choice {
-        None | Some(Value::Null) => json!({"type": "auto"}),
-        Some(Value::String(s)) => match s.as_str() {
-            "none" => json!({"type": "none"}),
-            "required" => json!({"type": "any"}),
-            _ => json!({"type": "auto"}),
-        },
-        Some(v) => match (str_of(v, "type"), str_of(v, "name")) {
-            ("function" | "custom", name) if valid_tool_name(name) => {
-                json!({"type": "tool", "name": name})
-            }
-            _ => json!({"type": "auto"}),
-        },
-    };
-    if parallel == Some(false) && out["type"] != "none" {
-        out["disable_parallel_tool_use"] = Value::Bool(true);
-    }
-    Some(out)
 }

@@ -1,6 +1,8 @@
 //! The Messages conversation rules, enforced on a list of messages: the first message is
 //! `user`, roles alternate, every `tool_use` is answered in the next message, and that
-//! message's `tool_result` blocks come first and answer only those `tool_use` blocks.
+//! message's `tool_result` blocks come first and answer only those `tool_use` blocks; no
+//! text block is empty or only whitespace, and a final assistant message does not end with
+//! whitespace.
 
 use serde_json::{Value, json};
 
@@ -117,7 +119,7 @@ pub(super) fn normalize(msgs: Vec<Msg>) -> Vec<Msg> {
             if prev_asked.iter().any(|a| a == id) && !answered {
                 results.push(b);
             } else {
-                rest.push(orphan_text(&b));
+                rest.extend(result_as_text(&b));
             }
         }
         for id in &prev_asked {
@@ -131,14 +133,77 @@ pub(super) fn normalize(msgs: Vec<Msg>) -> Vec<Msg> {
         out[i].blocks = results;
         i += 1;
     }
+    trim_final_assistant(&mut out);
     out
 }
 
-/// A `tool_result` that answers no `tool_use` of the message before, as plain text.
-fn orphan_text(b: &Value) -> Value {
+/// A `tool_result` block as user content the API takes without a `tool_use` before it: its
+/// text after a line naming the call, then its images.
+fn result_as_text(b: &Value) -> Vec<Value> {
     let id = block_id(b, "tool_use_id");
-    let content = content_text(b.get("content"));
-    json!({"type": "text", "text": format!("Output of the earlier tool call {id}:\n{content}")})
+    let content = b.get("content");
+    let text = content_text(content);
+    let mut out = vec![
+        json!({"type": "text", "text": format!("Output of the earlier tool call {id}:\n{text}")}),
+    ];
+    if let Some(Value::Array(blocks)) = content {
+        out.extend(blocks.iter().filter(|b| block_type(b) == "image").cloned());
+    }
+    out
+}
+
+/// Rewrites the `tool_use` and `tool_result` blocks of `m` as text, for a request that
+/// defines no tools (the API refuses such blocks then).
+pub(super) fn calls_as_text(m: &mut Msg) {
+    if !m
+        .blocks
+        .iter()
+        .any(|b| matches!(block_type(b), "tool_use" | "tool_result"))
+    {
+        return;
+    }
+    let blocks = std::mem::take(&mut m.blocks);
+    for b in blocks {
+        match block_type(&b) {
+            "tool_use" => {
+                let input = b.get("input").cloned().unwrap_or(Value::Null);
+                let text = format!(
+                    "(called the tool {} as call {} with input {input})",
+                    block_id(&b, "name"),
+                    block_id(&b, "id")
+                );
+                m.blocks.push(json!({"type": "text", "text": text}));
+            }
+            "tool_result" => m.blocks.extend(result_as_text(&b)),
+            _ => m.blocks.push(b),
+        }
+    }
+}
+
+/// Trims the trailing whitespace of a final assistant message, which the API refuses (it
+/// reads such a message as a prefill of the answer).
+fn trim_final_assistant(out: &mut Vec<Msg>) {
+    let Some(last) = out.last_mut().filter(|m| m.role == Role::Assistant) else {
+        return;
+    };
+    while let Some(b) = last.blocks.last_mut() {
+        if block_type(b) != "text" {
+            return;
+        }
+        let text = block_id(b, "text");
+        let trimmed = text.trim_end();
+        if trimmed.is_empty() {
+            last.blocks.pop();
+            continue;
+        }
+        if trimmed.len() != text.len() {
+            b["text"] = Value::String(trimmed.to_owned());
+        }
+        return;
+    }
+    if last.blocks.is_empty() {
+        out.pop();
+    }
 }
 
 /// Whether `messages` (a Messages API `messages` array) obeys the rules of the module docs;
@@ -153,6 +218,7 @@ pub(super) fn check(messages: &[Value]) -> Result<(), String> {
         return Err("the first message is not user".into());
     }
     let empty = Vec::new();
+    let mut seen_ids = std::collections::HashSet::new();
     for (i, m) in messages.iter().enumerate() {
         let blocks = m["content"].as_array().unwrap_or(&empty);
         if blocks.is_empty() {
@@ -162,9 +228,23 @@ pub(super) fn check(messages: &[Value]) -> Result<(), String> {
             return Err(format!("message {i} repeats the role {}", role(m)));
         }
         for b in blocks {
-            if block_type(b) == "text" && block_id(b, "text").is_empty() {
-                return Err(format!("message {i} has an empty text block"));
+            if block_type(b) == "text" && block_id(b, "text").trim().is_empty() {
+                return Err(format!("message {i} has a blank text block"));
             }
+            if block_type(b) == "tool_use" {
+                let id = block_id(b, "id");
+                if !seen_ids.insert(id) {
+                    return Err(format!("message {i} repeats the tool_use id {id}"));
+                }
+            }
+        }
+        if role(m) == "assistant"
+            && i + 1 == messages.len()
+            && blocks.last().is_some_and(|b| {
+                block_type(b) == "text" && block_id(b, "text").ends_with(char::is_whitespace)
+            })
+        {
+            return Err("the final assistant message ends with whitespace".into());
         }
         let asked: Vec<&str> = if i > 0 {
             messages[i - 1]["content"]

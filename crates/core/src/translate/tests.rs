@@ -54,7 +54,7 @@ fn codex_shaped_request() {
     assert_eq!(v["model"], "claude-x");
     assert_eq!(v["stream"], true);
     assert!(
-        v["system"]
+        v["system"][0]["text"]
             .as_str()
             .unwrap()
             .starts_with("<context_handoff>h</context_handoff>\n\nYou are Codex.")
@@ -87,6 +87,7 @@ fn codex_shaped_request() {
     );
     assert_eq!(v["tools"].as_array().unwrap().len(), 2);
     assert_eq!(v["tools"][1]["input_schema"]["required"], json!(["input"]));
+    check_request(&v).unwrap();
     assert_eq!(v["tool_choice"], json!({"type": "auto"}));
     assert_eq!(t.custom_tools, vec!["apply_patch".to_owned()]);
     assert!(t.dropped.iter().any(|d| d == "item:reasoning"));
@@ -109,6 +110,249 @@ fn max_tokens_and_tool_choice() {
     let v = translate(&json!({"input": [], "tool_choice": "none"}));
     assert!(v.get("tool_choice").is_none());
     check(v["messages"].as_array().unwrap()).unwrap();
+}
+
+/// The request-level rules of the Messages API beyond the conversation ones of
+/// [`check`]: tool blocks need tools, tool choice names a listed tool, at most four cache
+/// breakpoints, and sampling parameters the current models take.
+fn check_request(v: &Value) -> Result<(), String> {
+    check(v["messages"].as_array().ok_or("no messages")?)?;
+    let text = v.to_string();
+    let tools = v["tools"].as_array().cloned().unwrap_or_default();
+    if tools.is_empty() && (text.contains("\"tool_use\"") || text.contains("\"tool_result\"")) {
+        return Err("tool blocks without tools".into());
+    }
+    if v["tool_choice"]["type"] == "tool"
+        && !tools.iter().any(|t| t["name"] == v["tool_choice"]["name"])
+    {
+        return Err("tool_choice names an unknown tool".into());
+    }
+    let breakpoints = text.matches("\"cache_control\"").count();
+    if breakpoints > 4 {
+        return Err(format!("{breakpoints} cache breakpoints"));
+    }
+    if v.get("temperature").is_some() && v.get("top_p").is_some() {
+        return Err("temperature and top_p".into());
+    }
+    for k in ["temperature", "top_p"] {
+        if let Some(t) = v.get(k) {
+            let t = t.as_f64().ok_or("not a number")?;
+            if !(0.0..=1.0).contains(&t) {
+                return Err(format!("{k} {t}"));
+            }
+        }
+    }
+    if let Some(system) = v.get("system") {
+        for b in system.as_array().ok_or("system is not blocks")? {
+            if b["text"].as_str().unwrap_or("").trim().is_empty() {
+                return Err("blank system block".into());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn translate_t(body: &Value) -> (Value, Translated) {
+    let t = responses_to_messages(
+        body.to_string().as_bytes(),
+        &RequestOptions::new("claude-x"),
+    )
+    .expect("translates");
+    (serde_json::from_slice(&t.body).expect("JSON"), t)
+}
+
+#[test]
+fn max_tokens_default_and_per_provider() {
+    let v = translate(&json!({"input": "hi"}));
+    assert_eq!(v["max_tokens"], 32000);
+    let options = RequestOptions {
+        default_max_tokens: 64000,
+        ..RequestOptions::new("claude-x")
+    };
+    let t = responses_to_messages(br#"{"input":"hi"}"#, &options).unwrap();
+    let v: Value = serde_json::from_slice(&t.body).unwrap();
+    assert_eq!(v["max_tokens"], 64000);
+    let t = responses_to_messages(br#"{"input":"hi","max_output_tokens":50}"#, &options).unwrap();
+    let v: Value = serde_json::from_slice(&t.body).unwrap();
+    assert_eq!(v["max_tokens"], 50);
+}
+
+#[test]
+fn tool_output_arrays_keep_their_images() {
+    let (v, t) = translate_t(
+        &json!({"tools": [{"type": "function", "name": "view_image"}], "input": [
+            {"type": "function_call", "call_id": "c1", "name": "view_image", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": [
+                {"type": "input_text", "text": "the screenshot"},
+                {"type": "input_image", "image_url": "data:image/png;base64,iVBOR"},
+                {"type": "input_image", "image_url": "https://example.com/a.png"},
+                {"type": "input_file", "file_id": "file_1"}
+            ]}
+        ]}),
+    );
+    check_request(&v).unwrap();
+    let result = &v["messages"][2]["content"][0];
+    assert_eq!(result["type"], "tool_result");
+    assert_eq!(
+        result["content"][0],
+        json!({"type": "text", "text": "the screenshot"})
+    );
+    assert_eq!(
+        result["content"][1]["source"],
+        json!({"type": "base64", "media_type": "image/png", "data": "iVBOR"})
+    );
+    assert_eq!(
+        result["content"][2]["source"],
+        json!({"type": "url", "url": "https://example.com/a.png"})
+    );
+    assert_eq!(result["content"].as_array().unwrap().len(), 3);
+    assert!(
+        t.dropped.contains(&"part:input_file".to_owned()),
+        "{:?}",
+        t.dropped
+    );
+}
+
+#[test]
+fn cache_breakpoints_on_tools_system_and_last_user_block() {
+    let v = translate(&json!({"instructions": "Be terse.", "tools": [
+        {"type": "function", "name": "a"}, {"type": "function", "name": "b"}],
+    "input": [
+        {"role": "user", "content": "one"},
+        {"role": "assistant", "content": "two"},
+        {"role": "user", "content": [{"type": "input_text", "text": "three"}, {"type": "input_text", "text": "four"}]},
+        {"role": "assistant", "content": "five"}
+    ]}));
+    check_request(&v).unwrap();
+    let eph = json!({"type": "ephemeral"});
+    assert_eq!(v["system"][0]["cache_control"], eph);
+    assert!(v["tools"][0].get("cache_control").is_none());
+    assert_eq!(v["tools"][1]["cache_control"], eph);
+    assert_eq!(v["messages"][2]["content"][1]["cache_control"], eph);
+    assert_eq!(v.to_string().matches("cache_control").count(), 3);
+}
+
+#[test]
+fn sampling_obeys_the_claude_rules() {
+    let (v, t) = translate_t(&json!({"input": "hi", "temperature": 1.7, "top_p": 0.9}));
+    assert_eq!(v["temperature"], 1.0);
+    assert!(v.get("top_p").is_none());
+    assert!(
+        t.dropped.iter().any(|d| d.starts_with("temperature:1.7")),
+        "{:?}",
+        t.dropped
+    );
+    assert!(
+        t.dropped.iter().any(|d| d.starts_with("top_p")),
+        "{:?}",
+        t.dropped
+    );
+    let (v, t) = translate_t(&json!({"input": "hi", "top_p": 0.5}));
+    assert_eq!(v["top_p"], 0.5);
+    assert!(t.dropped.is_empty(), "{:?}", t.dropped);
+    let v = translate(&json!({"input": "hi", "temperature": -1}));
+    assert_eq!(v["temperature"], 0.0);
+    check_request(&v).unwrap();
+}
+
+#[test]
+fn calls_read_as_text_when_no_tool_is_left() {
+    let (v, t) = translate_t(
+        &json!({"tools": [{"type": "web_search"}], "tool_choice": "auto", "input": [
+            {"role": "user", "content": "search"},
+            {"type": "function_call", "call_id": "c1", "name": "shell", "arguments": "{\"cmd\":\"ls\"}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "a.rs"},
+            {"role": "user", "content": "next"}
+        ]}),
+    );
+    check_request(&v).unwrap();
+    assert!(v.get("tools").is_none() && v.get("tool_choice").is_none());
+    let m = &v["messages"];
+    assert!(
+        m[1]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("shell")
+    );
+    assert!(
+        m[2]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("a.rs")
+    );
+    assert!(t.dropped.iter().any(|d| d.starts_with("tool:web_search")));
+}
+
+#[test]
+fn tool_choice_of_an_unknown_tool_is_auto() {
+    let (v, t) = translate_t(
+        &json!({"input": "hi", "tools": [{"type": "function", "name": "f"}],
+        "tool_choice": {"type": "function", "name": "gone"}}),
+    );
+    assert_eq!(v["tool_choice"], json!({"type": "auto"}));
+    assert!(
+        t.dropped.contains(&"tool_choice:function:gone".to_owned()),
+        "{:?}",
+        t.dropped
+    );
+    let v = translate(
+        &json!({"input": "hi", "tools": [{"type": "function", "name": "f"}],
+        "tool_choice": {"type": "function", "name": "f"}}),
+    );
+    assert_eq!(v["tool_choice"], json!({"type": "tool", "name": "f"}));
+}
+
+#[test]
+fn colliding_call_ids_stay_distinct() {
+    let v = translate(
+        &json!({"tools": [{"type": "function", "name": "f"}], "input": [
+            {"role": "user", "content": "go"},
+            {"type": "function_call", "call_id": "a.b", "name": "f", "arguments": "{}"},
+            {"type": "function_call", "call_id": "a:b", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "a:b", "output": "second"},
+            {"type": "function_call_output", "call_id": "a.b", "output": "first"}
+        ]}),
+    );
+    check_request(&v).unwrap();
+    let m = &v["messages"];
+    assert_eq!(m[1]["content"][0]["id"], "a_b");
+    assert_eq!(m[1]["content"][1]["id"], "a_b_2");
+    let results = m[2]["content"].as_array().unwrap();
+    let answer =
+        |id: &str| results.iter().find(|r| r["tool_use_id"] == id).unwrap()["content"].clone();
+    assert_eq!(answer("a_b"), "first");
+    assert_eq!(answer("a_b_2"), "second");
+}
+
+#[test]
+fn instruction_items_and_custom_tool_grammar() {
+    let v = translate(&json!({"input": "hi",
+        "instructions": [{"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "Rule one."}]},
+                         {"role": "system", "content": "Rule two."}],
+        "tools": [{"type": "custom", "name": "apply_patch", "description": "Patch files.",
+                   "format": {"type": "grammar", "syntax": "lark", "definition": "start: begin_patch hunk+ end_patch"}}]}));
+    assert_eq!(v["system"][0]["text"], "Rule one.\n\nRule two.");
+    let d = v["tools"][0]["description"].as_str().unwrap();
+    assert!(d.starts_with("Patch files.\n\n"), "{d}");
+    assert!(
+        d.contains("lark grammar") && d.contains("start: begin_patch hunk+ end_patch"),
+        "{d}"
+    );
+}
+
+#[test]
+fn no_blank_text_and_no_trailing_whitespace_at_the_end() {
+    let v = translate(&json!({"instructions": "  \n", "input": [
+        {"role": "user", "content": [{"type": "input_text", "text": " \n\t"}, {"type": "input_text", "text": "hi"}]},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "partial answer \n"}, {"type": "output_text", "text": "  "}]}
+    ]}));
+    check_request(&v).unwrap();
+    assert!(v.get("system").is_none());
+    assert_eq!(
+        v["messages"][1]["content"],
+        json!([{"type": "text", "text": "partial answer"}])
+    );
+    assert_eq!(v["messages"][0]["content"][0]["text"], "hi");
 }
 
 #[test]
@@ -254,8 +498,8 @@ fn error_bodies() {
 }
 
 fn item() -> impl Strategy<Value = Value> {
-    let id = prop::sample::select(vec!["c1", "c2", "c3", "c.4"]);
-    let text = prop::sample::select(vec!["", " ", "hi", "more text"]);
+    let id = prop::sample::select(vec!["c1", "c2", "c3", "c.4", "c:4", "c_4"]);
+    let text = prop::sample::select(vec!["", " ", "hi", "more text", "ends in space \n"]);
     prop_oneof![
         text.clone().prop_map(|t| json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": t}]})),
         text.clone().prop_map(|t| json!({"role": "user", "content": t})),
@@ -265,8 +509,11 @@ fn item() -> impl Strategy<Value = Value> {
         id.clone().prop_map(|c| json!({"type": "function_call", "call_id": c, "name": "shell", "arguments": "not json"})),
         id.clone().prop_map(|c| json!({"type": "function_call_output", "call_id": c, "output": "out"})),
         id.clone().prop_map(|c| json!({"type": "custom_tool_call", "call_id": c, "name": "apply_patch", "input": "p"})),
-        id.prop_map(|c| json!({"type": "custom_tool_call_output", "call_id": c, "output": ""})),
+        id.clone().prop_map(|c| json!({"type": "custom_tool_call_output", "call_id": c, "output": ""})),
         Just(json!({"type": "reasoning", "encrypted_content": "x", "summary": []})),
+        id.clone().prop_map(|c| json!({"type": "function_call_output", "call_id": c, "output": [
+            {"type": "input_text", "text": " "}, {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]})),
+        id.prop_map(|c| json!({"type": "function_call_output", "call_id": c, "output": [{"type": "input_text", "text": "t"}]})),
         Just(json!({"type": "message", "role": "user", "content": [{"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]})),
     ]
 }
@@ -396,10 +643,25 @@ proptest! {
     }
 
     #[test]
-    fn any_input_gives_a_valid_conversation(items in prop::collection::vec(item(), 0..24)) {
-        let v = translate(&json!({"model": "gpt-5.5", "input": items}));
-        let messages = v["messages"].as_array().unwrap();
-        prop_assert!(check(messages).is_ok(), "{:?}\n{}", check(messages), serde_json::to_string_pretty(&v).unwrap());
+    fn any_input_gives_a_valid_conversation(
+        items in prop::collection::vec(item(), 0..24),
+        with_tools in any::<bool>(),
+        choice in prop::sample::select(vec!["auto", "f", "web_search", "shell"]),
+        temperature in prop::option::of(-1.0f64..3.0),
+        top_p in prop::option::of(-0.5f64..1.5),
+        instructions in prop::sample::select(vec!["", " ", "Be terse. "]),
+    ) {
+        let tools = if with_tools {
+            json!([{"type": "function", "name": "shell"}, {"type": "custom", "name": "apply_patch"}, {"type": "web_search"}])
+        } else {
+            json!([{"type": "web_search"}])
+        };
+        let mut body = json!({"model": "gpt-5.5", "input": items, "tools": tools, "instructions": instructions,
+            "tool_choice": if choice == "auto" { json!("auto") } else { json!({"type": "function", "name": choice}) }});
+        if let Some(t) = temperature { body["temperature"] = json!(t); }
+        if let Some(p) = top_p { body["top_p"] = json!(p); }
+        let v = translate(&body);
+        prop_assert!(check_request(&v).is_ok(), "{:?}\n{}", check_request(&v), serde_json::to_string_pretty(&v).unwrap());
         prop_assert!(v["max_tokens"].as_u64().is_some());
     }
 

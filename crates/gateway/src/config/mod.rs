@@ -342,6 +342,10 @@ pub struct ProviderConfig {
     /// Which API the provider speaks (`passthrough`, `openai` or `anthropic`).
     #[serde(default)]
     pub api: ProviderApi,
+    /// `max_tokens` of a Responses request translated for an `api = "anthropic"` provider when
+    /// the client set no `max_output_tokens` (Codex never does); at least 1. Unset: 32000.
+    #[serde(default)]
+    pub max_output_tokens: Option<u64>,
     /// Which quota headers to read.
     #[serde(default)]
     pub quota: QuotaFormat,

@@ -356,3 +356,23 @@ fn model_switch_is_on_by_default_overridable_per_combo_and_priority_keeps_only_i
         "{e}"
     );
 }
+
+#[test]
+fn max_output_tokens_is_optional_and_at_least_one() {
+    assert_eq!(load(MINIMAL).unwrap().providers[0].max_output_tokens, None);
+    let with = |v: &str| {
+        MINIMAL.replace(
+            "name = \"codex\"\n",
+            &format!("name = \"codex\"\nmax_output_tokens = {v}\n"),
+        )
+    };
+    let c = load(&with("64000")).unwrap();
+    assert_eq!(c.providers[0].max_output_tokens, Some(64000));
+    let e = err(&with("0"));
+    assert!(
+        e.contains("providers[\"codex\"].max_output_tokens") && e.contains("at least 1"),
+        "{e}"
+    );
+    assert!(load(&with("-5")).is_err());
+    assert!(load(&with("\"many\"")).is_err());
+}

@@ -70,6 +70,13 @@ impl Config {
                     p.rotate_at.to_string(),
                 ));
             }
+            if p.max_output_tokens == Some(0) {
+                return Err(invalid(
+                    format!("{field}.max_output_tokens"),
+                    "an integer of at least 1",
+                    "0",
+                ));
+            }
             if p.accounts.is_empty() {
                 return Err(invalid(
                     format!("{field}.accounts"),
