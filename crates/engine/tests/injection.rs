@@ -184,6 +184,49 @@ async fn a_switch_injects_the_handoff_and_a_completed_response_consumes_it() {
 }
 
 #[tokio::test]
+async fn the_turn_right_after_a_switch_keeps_the_new_accounts_state_even_before_the_write() {
+    let f = Fixture::new();
+    f.handoff_from_a().await;
+    let Inject::ReadBody(decision) = f.inject("/v1/responses", &b()) else {
+        panic!("a switch reads the body")
+    };
+    let mut headers = f.headers.clone();
+    let decided = decision
+        .decide(&mut headers, Bytes::from_static(RESPONSES_BOUND.as_bytes()))
+        .await;
+    assert!(!String::from_utf8_lossy(&decided.body).contains("gAAA-of-acct-a"));
+    let ticket = decided.ticket.expect("a session");
+    let (mut parts, ()) = http::Response::new(()).into_parts();
+    let ticket = ticket.label(&mut parts).await.expect("waits for the body");
+    ticket.ended(Ending::Completed);
+    // No await since: the background write of the affinity has not run (one thread), as when
+    // the client's next turn comes at once (a tool result). That turn carries acct-a's item
+    // again and acct-b's own reasoning: acct-b's must stay, or acct-b loses its own state.
+    let next = r#"{"input":[{"type":"reasoning","encrypted_content":"gAAA-of-acct-a"},{"type":"reasoning","encrypted_content":"gAAA-of-acct-b"}]}"#;
+    let body = match f.inject("/v1/responses", &b()) {
+        Inject::ReadBody(decision) => {
+            let mut headers = f.headers.clone();
+            let decided = decision
+                .decide(&mut headers, Bytes::from_static(next.as_bytes()))
+                .await;
+            let ticket = decided.ticket.expect("a session");
+            assert!(!ticket.action().injected, "no second injection");
+            String::from_utf8(decided.body.to_vec()).unwrap()
+        }
+        Inject::Forward { .. } => next.to_owned(),
+        Inject::Pass => panic!("the session is relayed"),
+    };
+    assert!(
+        body.contains("gAAA-of-acct-b"),
+        "acct-b's own state kept: {body}"
+    );
+    assert!(
+        !body.contains("gAAA-of-acct-a"),
+        "acct-a's still scrubbed: {body}"
+    );
+}
+
+#[tokio::test]
 async fn an_error_status_gives_the_handoff_back_at_once() {
     let f = Fixture::new();
     f.handoff_from_a().await;

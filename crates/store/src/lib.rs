@@ -194,6 +194,21 @@ pub trait HandoffStore: Send + Sync + 'static {
     /// a refresh).
     fn set_affinity<'a>(&'a self, key: &'a HandoffKey, affinity: Affinity) -> StoreFuture<'a, ()>;
 
+    /// [`set_affinity`](Self::set_affinity) for a caller that does not wait for the write:
+    /// what this process reads ([`cached_affinity`](Self::cached_affinity)) knows the new
+    /// affinity when this returns, so the session's next request sees it even when it comes
+    /// before the write is done; the returned future finishes the write.
+    ///
+    /// The default does everything in the future (for a backend whose reads go elsewhere, such
+    /// as Redis, the write itself is what other replicas read).
+    fn set_affinity_now(
+        self: Arc<Self>,
+        key: HandoffKey,
+        affinity: Affinity,
+    ) -> StoreFuture<'static, ()> {
+        Box::pin(async move { self.set_affinity(&key, affinity).await })
+    }
+
     /// Backend name for logs and metrics (`"redb"`, `"memory"`, `"redis"`).
     fn backend(&self) -> &'static str;
 

@@ -45,6 +45,16 @@ impl Default for MemoryStore {
 }
 
 impl MemoryStore {
+    /// Records `a` for the session of `key` (memory only: nothing else to write).
+    fn store_affinity(&self, key: &HandoffKey, a: Affinity) {
+        let now = self.now_ms();
+        let map = &self.inner.affinity;
+        let k = affinity::key(key);
+        if map.needs_write(&k, &a, now, self.inner.affinity_ttl / 4) == Write::Store {
+            map.insert(k, affinity::intern(a), now);
+        }
+    }
+
     /// An empty store on the system clock.
     pub fn new() -> Self {
         Self::with_clock(Arc::new(SystemClock))
@@ -224,12 +234,12 @@ impl HandoffStore for MemoryStore {
     }
 
     fn set_affinity<'a>(&'a self, key: &'a HandoffKey, a: Affinity) -> StoreFuture<'a, ()> {
-        let now = self.now_ms();
-        let map = &self.inner.affinity;
-        let k = affinity::key(key);
-        if map.needs_write(&k, &a, now, self.inner.affinity_ttl / 4) == Write::Store {
-            map.insert(k, affinity::intern(a), now);
-        }
+        self.store_affinity(key, a);
+        ready(())
+    }
+
+    fn set_affinity_now(self: Arc<Self>, key: HandoffKey, a: Affinity) -> StoreFuture<'static, ()> {
+        self.store_affinity(&key, a);
         ready(())
     }
 

@@ -241,6 +241,18 @@ mod cases {
         assert_eq!(h.store.affinity(&key("acme", "s2")).await.unwrap(), None);
     }
 
+    pub(super) async fn affinity_set_now_is_read_before_its_write_finishes(h: &Harness) {
+        let k = key("acme", "s-now");
+        let alice = Affinity::new("codex", "alice");
+        let write = h.store.clone().set_affinity_now(k.clone(), alice.clone());
+        if h.store.backend() != "redis" {
+            // Not awaited yet: this process already reads it.
+            assert_eq!(h.store.cached_affinity(&k), Some(Some(alice.clone())));
+        }
+        write.await.unwrap();
+        assert_eq!(h.store.affinity(&k).await.unwrap(), Some(alice));
+    }
+
     pub(super) async fn affinity_is_per_combo(h: &Harness) {
         let a = HandoffKey::new("acme", "s1", "combo-a");
         let b = HandoffKey::new("acme", "s1", "combo-b");
@@ -582,6 +594,7 @@ conformance!(
     tenants_never_see_each_other,
     list_filters_by_tenant_and_session,
     affinity_round_trips,
+    affinity_set_now_is_read_before_its_write_finishes,
     affinity_is_per_combo,
     foreign_digests_are_kept_until_they_expire,
     generation_lease_is_exclusive_when_distributed,

@@ -142,9 +142,11 @@ impl Ticket {
         }
         if let Some(record) = self.record.take() {
             let (key, affinity) = *record;
-            let store = self.shared.store.clone();
+            // Known to this process now, written in the background: a next turn that comes
+            // before the write must not be taken for another switch.
+            let write = self.shared.store.clone().set_affinity_now(key, affinity);
             self.shared.background.spawn(async move {
-                if let Err(e) = store.set_affinity(&key, affinity).await {
+                if let Err(e) = write.await {
                     metrics::store_error("set_affinity", &e);
                 }
             });

@@ -1,6 +1,7 @@
 //! [`HandoffStore`] for [`RedbStore`]: reads answer inline, writes resolve once committed.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use context_relay_core::{HandoffKey, HandoffRecord, HandoffSlot};
@@ -95,6 +96,17 @@ impl HandoffStore for RedbStore {
 
     fn set_affinity<'a>(&'a self, key: &'a HandoffKey, a: Affinity) -> StoreFuture<'a, ()> {
         let queued = self.set_affinity_queue(key, a);
+        Box::pin(async move {
+            match queued? {
+                Some(rx) => committed(rx).await,
+                None => Ok(()),
+            }
+        })
+    }
+
+    fn set_affinity_now(self: Arc<Self>, key: HandoffKey, a: Affinity) -> StoreFuture<'static, ()> {
+        // The in-memory map is updated when the write is queued, before the commit.
+        let queued = self.set_affinity_queue(&key, a);
         Box::pin(async move {
             match queued? {
                 Some(rx) => committed(rx).await,
