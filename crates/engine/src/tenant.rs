@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
 use context_relay_core::session::{self, SessionSources};
-use http::HeaderMap;
+use http::{HeaderMap, Uri};
 
 use crate::extensions::{SessionId, Tenant};
 
@@ -25,18 +25,26 @@ pub(crate) struct TenantMemo {
 
 impl TenantMemo {
     /// The request's tenant: its [`Tenant`] extension, else derived from its credential.
-    pub(crate) fn tenant(&self, given: Option<&Tenant>, headers: &HeaderMap) -> Arc<str> {
+    ///
+    /// The credential is [`session::request_credential`]: a header, else a Gemini `?key=`.
+    pub(crate) fn tenant(
+        &self,
+        given: Option<&Tenant>,
+        headers: &HeaderMap,
+        uri: &Uri,
+    ) -> Arc<str> {
         if let Some(t) = given {
             return t.0.clone();
         }
         // Never empty when present: the empty key stands for "no credential" (anonymous).
-        let key = session::credential(headers).unwrap_or_default();
+        let credential = session::request_credential(headers, uri);
+        let key: &[u8] = credential.as_deref().unwrap_or_default();
         if let Ok(map) = self.map.read()
             && let Some(t) = map.get(key)
         {
             return t.clone();
         }
-        let tenant: Arc<str> = Arc::from(session::tenant(headers));
+        let tenant: Arc<str> = Arc::from(session::tenant_of(credential.as_deref()));
         if let Ok(mut map) = self.map.write() {
             // A bound, not an LRU: a gateway has few credentials, and a flood of new ones
             // only costs re-hashing.
@@ -119,7 +127,10 @@ mod tests {
                 h.insert(n, HeaderValue::from_static(v));
             }
             for _ in 0..2 {
-                assert_eq!(&*memo.tenant(None, &h), session::tenant(&h));
+                assert_eq!(
+                    &*memo.tenant(None, &h, &Uri::default()),
+                    session::tenant(&h)
+                );
             }
         }
     }
@@ -131,9 +142,47 @@ mod tests {
         a.insert("x-goog-api-key", HeaderValue::from_static("AIza-one"));
         let mut b = HeaderMap::new();
         b.insert("x-goog-api-key", HeaderValue::from_static("AIza-two"));
-        assert_eq!(&*memo.tenant(None, &a), session::tenant(&a));
-        assert_eq!(&*memo.tenant(None, &b), session::tenant(&b));
-        assert_ne!(memo.tenant(None, &a), memo.tenant(None, &b));
+        assert_eq!(
+            &*memo.tenant(None, &a, &Uri::default()),
+            session::tenant(&a)
+        );
+        assert_eq!(
+            &*memo.tenant(None, &b, &Uri::default()),
+            session::tenant(&b)
+        );
+        assert_ne!(
+            memo.tenant(None, &a, &Uri::default()),
+            memo.tenant(None, &b, &Uri::default())
+        );
+    }
+
+    #[test]
+    fn a_gemini_query_key_is_the_tenant_of_that_key() {
+        let memo = TenantMemo::default();
+        let none = HeaderMap::new();
+        let mut header = HeaderMap::new();
+        header.insert("x-goog-api-key", HeaderValue::from_static("AIza-one"));
+        let q = |s: &str| -> Uri { s.parse().unwrap() };
+        let one = q("/v1beta/models/m:generateContent?key=AIza-one");
+        let two = q("/v1beta/models/m:streamGenerateContent?alt=sse&key=AIza-two");
+        assert_eq!(
+            memo.tenant(None, &none, &one),
+            memo.tenant(None, &header, &Uri::default())
+        );
+        assert_ne!(
+            memo.tenant(None, &none, &one),
+            memo.tenant(None, &none, &two)
+        );
+        assert_ne!(&*memo.tenant(None, &none, &two), "anonymous");
+        // A header wins over the query; an empty key is no key.
+        assert_eq!(
+            memo.tenant(None, &header, &two),
+            memo.tenant(None, &header, &one)
+        );
+        assert_eq!(
+            &*memo.tenant(None, &none, &q("/v1/models/m:generateContent?key=")),
+            "anonymous"
+        );
     }
 
     #[test]
@@ -179,6 +228,6 @@ mod tests {
         let team = Tenant::new("team-a");
         let mut h = HeaderMap::new();
         h.insert("authorization", HeaderValue::from_static("Bearer sk"));
-        assert_eq!(&*memo.tenant(Some(&team), &h), "team-a");
+        assert_eq!(&*memo.tenant(Some(&team), &h, &Uri::default()), "team-a");
     }
 }

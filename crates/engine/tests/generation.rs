@@ -62,13 +62,26 @@ impl Fixture {
         used: &str,
         status: StatusCode,
     ) {
+        self.turn_at("/v1/chat/completions", tenant, account, used, status)
+            .await;
+    }
+
+    /// [`turn_of`](Self::turn_of) sent to `path` (a query included).
+    async fn turn_at(
+        &self,
+        path: &str,
+        tenant: Option<&Tenant>,
+        account: &str,
+        used: &str,
+        status: StatusCode,
+    ) {
         let combo = ComboName::new("codex-relay");
         let facts = RequestFacts {
             combo: Some(&combo),
             tenant,
             ..Default::default()
         };
-        let uri: Uri = "/v1/chat/completions".parse().unwrap();
+        let uri: Uri = path.parse().unwrap();
         let ticket = self
             .relay
             .generation(&uri, &self.headers, facts)
@@ -199,6 +212,37 @@ async fn a_gemini_key_client_gets_its_handoff_under_its_own_tenant() {
     assert!(
         request.headers.contains_key("x-goog-api-key"),
         "summary request lost the client's key"
+    );
+}
+
+#[tokio::test]
+async fn a_query_key_client_gets_its_handoff_under_its_own_tenant() {
+    let mut f = Fixture::new(|b| b);
+    f.headers.remove("authorization");
+    f.turn_at(
+        "/v1/chat/completions?key=AIza-query",
+        None,
+        "acct-a",
+        "88",
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(f.calls.load(Ordering::SeqCst), 1);
+    let request = f.seen.lock().unwrap().take().expect("summary request");
+    assert_eq!(
+        request.uri.query(),
+        Some("key=AIza-query"),
+        "summary keeps the key"
+    );
+    let own = HandoffKey::new(session::tenant_of(Some(b"AIza-query")), "s1", "codex-relay");
+    assert!(
+        f.store.get(&own).await.unwrap().is_some(),
+        "not under the key's tenant"
+    );
+    let anon = HandoffKey::new("anonymous", "s1", "codex-relay");
+    assert!(
+        f.store.get(&anon).await.unwrap().is_none(),
+        "stored as anonymous"
     );
 }
 

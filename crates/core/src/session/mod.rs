@@ -377,10 +377,60 @@ pub fn credential(headers: &HeaderMap) -> Option<&[u8]> {
 /// assert_eq!(tenant(&http::HeaderMap::new()), "anonymous");
 /// ```
 pub fn tenant(headers: &HeaderMap) -> String {
-    match credential(headers) {
+    tenant_of(credential(headers))
+}
+
+/// The tenant of a request whose credential is `credential` (see [`tenant`]):
+/// [`request_credential`] with it gives the tenant of a request whose key is in its query.
+///
+/// ```
+/// use context_relay_core::session::{request_credential, tenant, tenant_of};
+///
+/// let mut h = http::HeaderMap::new();
+/// h.insert("x-goog-api-key", "AIza-one".parse().unwrap());
+/// let uri: http::Uri = "/v1beta/models/m:generateContent?key=AIza-one".parse().unwrap();
+/// let none = http::HeaderMap::new();
+/// let from_query = request_credential(&none, &uri);
+/// assert_eq!(tenant_of(from_query.as_deref()), tenant(&h));
+/// ```
+pub fn tenant_of(credential: Option<&[u8]>) -> String {
+    match credential {
         Some(secret) => hex16(&Sha256::digest(secret)),
         None => "anonymous".to_owned(),
     }
+}
+
+/// The query parameter a Gemini client may carry its key in (`?key=…`), as Google's API
+/// accepts it.
+pub const QUERY_CREDENTIAL: &str = "key";
+
+/// The credential of a request: [`credential`] from its headers, else the first non-empty
+/// [`QUERY_CREDENTIAL`] parameter of its query, percent-decoded.
+///
+/// ```
+/// use context_relay_core::session::request_credential;
+///
+/// let uri: http::Uri = "/v1/models/m:generateContent?alt=sse&key=ck%2B1".parse().unwrap();
+/// let none = http::HeaderMap::new();
+/// assert_eq!(request_credential(&none, &uri).as_deref(), Some(&b"ck+1"[..]));
+/// let mut h = http::HeaderMap::new();
+/// h.insert("x-goog-api-key", "hk".parse().unwrap());
+/// assert_eq!(request_credential(&h, &uri).as_deref(), Some(&b"hk"[..]));
+/// ```
+pub fn request_credential<'a>(
+    headers: &'a HeaderMap,
+    uri: &'a http::Uri,
+) -> Option<std::borrow::Cow<'a, [u8]>> {
+    if let Some(c) = credential(headers) {
+        return Some(std::borrow::Cow::Borrowed(c));
+    }
+    let query = uri.query()?;
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(name, value)| name == QUERY_CREDENTIAL && !value.trim().is_empty())
+        .map(|(_, value)| match value {
+            std::borrow::Cow::Borrowed(v) => std::borrow::Cow::Borrowed(v.trim().as_bytes()),
+            std::borrow::Cow::Owned(v) => std::borrow::Cow::Owned(v.trim().as_bytes().to_vec()),
+        })
 }
 
 /// The first 8 bytes of a digest as 16 lower-case hex characters.

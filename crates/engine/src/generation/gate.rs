@@ -160,7 +160,7 @@ impl GenerationTicket {
         }
         let kept = t.headers.into_map();
         let sources = &t.shared.sources;
-        let tenant = Some(t.shared.tenants.tenant(t.tenant.as_ref(), &kept));
+        let tenant = Some(t.shared.tenants.tenant(t.tenant.as_ref(), &kept, &t.uri));
         let mut id = session::identify(&kept, None, sources, t.session, tenant);
         if id.session.is_none() {
             // Clients that send no session header: the session comes from the body.

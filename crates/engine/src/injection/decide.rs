@@ -70,7 +70,7 @@ impl Relay {
         };
         let shared = &self.shared;
         // Tenant and header session are memoised (derived in core, interned here).
-        let tenant = shared.tenants.tenant(facts.tenant, headers);
+        let tenant = shared.tenants.tenant(facts.tenant, headers, uri);
         let header_session = shared
             .sessions
             .session(facts.session, headers, &shared.sources);
