@@ -31,8 +31,8 @@ pub use context_relay_core::ResolvedAccount;
 /// Who owns the session (the caller identity set by an auth layer).
 ///
 /// Without it the tenant is derived from the inbound credential: a short hash of the
-/// `authorization` / `x-api-key` / `x-goog-api-key` value, else of a Gemini client's `?key=`
-/// query parameter, `anonymous` without one.
+/// `authorization` / `x-api-key` / `x-goog-api-key` value, else of the `key` query parameter
+/// (where Gemini clients may send their key), `anonymous` without one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Tenant(pub Arc<str>);
 

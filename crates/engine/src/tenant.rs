@@ -12,10 +12,13 @@ use crate::extensions::{SessionId, Tenant};
 
 /// Distinct credentials (or sessions) remembered before a memo starts over.
 const MAX_ENTRIES: usize = 4096;
+/// Longest credential the tenant memo keeps (API keys are well under it).
+const MAX_KEY: usize = 256;
 
-/// Memoised [`session::tenant`], shared by every request of a relay. It is keyed on
-/// [`session::credential`], exactly what the derivation reads, so two requests share a memo
-/// entry only when they would derive the same tenant.
+/// Memoised [`session::tenant_of`], shared by every request of a relay. It is keyed on
+/// [`session::request_credential`], exactly what the derivation reads, so two requests share
+/// a memo entry only when they would derive the same tenant. Credentials longer than
+/// [`MAX_KEY`] bytes are hashed each time, never kept, so the memo's memory stays bounded.
 #[derive(Debug, Default)]
 pub(crate) struct TenantMemo {
     // foldhash: SipHash's DoS resistance buys nothing here (the map is bounded and cleared)
@@ -45,6 +48,9 @@ impl TenantMemo {
             return t.clone();
         }
         let tenant: Arc<str> = Arc::from(session::tenant_of(credential.as_deref()));
+        if key.len() > MAX_KEY {
+            return tenant;
+        }
         if let Ok(mut map) = self.map.write() {
             // A bound, not an LRU: a gateway has few credentials, and a flood of new ones
             // only costs re-hashing.
@@ -183,6 +189,21 @@ mod tests {
             &*memo.tenant(None, &none, &q("/v1/models/m:generateContent?key=")),
             "anonymous"
         );
+        // Only the first `key` counts, as in the gateway, which moves it into a header.
+        let second = q("/v1/models/m:generateContent?key=&key=AIza-one");
+        assert_eq!(&*memo.tenant(None, &none, &second), "anonymous");
+        // A credential longer than a key is derived, not kept.
+        let long: Uri = format!(
+            "/v1/models/m:generateContent?key={}",
+            "k".repeat(MAX_KEY + 1)
+        )
+        .parse()
+        .unwrap();
+        assert_eq!(
+            memo.tenant(None, &none, &long),
+            memo.tenant(None, &none, &long)
+        );
+        assert!(memo.map.read().unwrap().keys().all(|k| k.len() <= MAX_KEY));
     }
 
     #[test]

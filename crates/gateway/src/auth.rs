@@ -78,6 +78,8 @@ enum Mode {
 
 /// Most credentials whose tenant an open gateway keeps at hand.
 const MEMO_MAX: usize = 4096;
+/// Longest credential the memo keeps (API keys are well under it).
+const MEMO_KEY_MAX: usize = 256;
 
 /// The authentication policy of a gateway (see the [module docs](self)). Cheap to share.
 #[derive(Clone)]
@@ -175,16 +177,22 @@ impl Auth {
                         format!("anon-{}", hmac_hex(secret, b"anonymous", &n.to_be_bytes()));
                     return Ok((Tenant::new(tenant), None));
                 };
+                // Only credentials of a key's size are kept: the memo's memory stays bounded
+                // (MEMO_MAX × MEMO_KEY_MAX), whatever clients send.
+                let memoised = c.len() <= MEMO_KEY_MAX;
                 // A poisoned memo only means a panic while it was held: it is still a valid map.
-                let mut memo = memo.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some(t) = memo.get(c) {
+                let lock = || memo.lock().unwrap_or_else(|p| p.into_inner());
+                if memoised && let Some(t) = lock().get(c) {
                     return Ok((t.clone(), None));
                 }
                 let tenant = Tenant::new(format!("k-{}", hmac_hex(secret, b"credential", c)));
-                if memo.len() >= MEMO_MAX {
-                    memo.clear();
+                if memoised {
+                    let mut memo = lock();
+                    if memo.len() >= MEMO_MAX {
+                        memo.clear();
+                    }
+                    memo.insert(c.into(), tenant.clone());
                 }
-                memo.insert(c.into(), tenant.clone());
                 Ok((tenant, None))
             }
         }
@@ -388,6 +396,11 @@ mod tests {
         assert!(memo.lock().unwrap().len() <= MEMO_MAX);
         // Forgotten or not, a credential keeps its tenant.
         assert_eq!(t("sk-1"), first);
+        // A credential longer than a key is hashed each time, never kept.
+        let long = "k".repeat(MEMO_KEY_MAX + 1);
+        let before = memo.lock().unwrap().len();
+        assert_eq!(t(&long), t(&long));
+        assert_eq!(memo.lock().unwrap().len(), before);
     }
 
     #[test]

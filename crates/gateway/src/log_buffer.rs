@@ -6,7 +6,8 @@
 //! below) in memory and writes them together: when 64 KiB are waiting, when the flusher thread
 //! wakes (every 100 ms by default), before any other line, and when the last handle is dropped.
 //! Every other line (start-up, warnings, errors) is written at once, after the access lines
-//! before it, so the order of the lines is kept. A process killed with `SIGKILL` loses at most
+//! before it, so the order of the lines logged through `tracing` is kept (a line written to
+//! stderr by other means, such as a panic message, may come before access lines still waiting). A process killed with `SIGKILL` loses at most
 //! the access lines of its last flush interval.
 //!
 //! ```

@@ -42,11 +42,17 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Writes the waiting log lines when `main` returns, whatever the path.
 struct FlushOnExit(Option<LogBuffer>);
 
-impl Drop for FlushOnExit {
-    fn drop(&mut self) {
+impl FlushOnExit {
+    fn flush(&self) {
         if let Some(log) = &self.0 {
             log.flush();
         }
+    }
+}
+
+impl Drop for FlushOnExit {
+    fn drop(&mut self) {
+        self.flush();
     }
 }
 
@@ -56,7 +62,9 @@ const LOG_FLUSH_EVERY: Duration = Duration::from_millis(100);
 /// Sets up logging to stderr; the returned buffer must be flushed before the process exits.
 fn init_logging(format: LogFormat) -> Option<LogBuffer> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let ansi = std::io::stderr().is_terminal();
+    // Colours on a terminal only, and never with NO_COLOR set (https://no-color.org).
+    let ansi = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let log = match LogBuffer::stderr(LOG_FLUSH_EVERY) {
         Ok(log) => log,
         Err(e) => {
@@ -94,7 +102,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let _flush = FlushOnExit(init_logging(args.log_format.unwrap_or(config.log_format)));
+    let log = FlushOnExit(init_logging(args.log_format.unwrap_or(config.log_format)));
     if let Some(listen) = args.listen {
         config.listen = listen;
         if let Err(e) = config.check_open(listen) {
@@ -132,6 +140,8 @@ fn main() -> ExitCode {
     match runtime.block_on(run(config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            // After the access lines still waiting, not before them.
+            log.flush();
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }

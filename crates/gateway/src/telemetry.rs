@@ -20,8 +20,10 @@
 //! The access log is one `INFO` event per request (target `context_relay_gateway::access`),
 //! written when the response head is known, in a span carrying `method`, `path`, `request_id`,
 //! `status`, `latency_ms`, `tenant`, `combo`, `provider`, `account` and `handoff`. It never
-//! carries a header value, a key or a body. With the access target at `DEBUG`, what is logged
-//! while a request runs nests in a `request` span with its `request_id`.
+//! carries a header value, a key or a body. The span is made only when the line is written, so
+//! at the default level what is logged while a request runs carries its own fields, not the
+//! request's; with the access target at `DEBUG`, what the routed service logs until the
+//! response head nests in a `request` span with its `request_id`.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -402,7 +404,8 @@ impl AccessRequest {
             account = account.map(|a| &**a.account()),
             handoff,
         );
-        tracing::info!(target: ACCESS, parent: &span, status, latency_ms, "request");
+        // Inside the span, not `parent:` it: JSON's `spans` list is built from the entered spans.
+        span.in_scope(|| tracing::info!(target: ACCESS, status, latency_ms, "request"));
     }
 }
 

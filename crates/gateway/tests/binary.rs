@@ -189,6 +189,8 @@ key_env = "ALICE_KEY"
     assert_eq!(chat["level"], "INFO");
     assert_eq!(chat["fields"]["status"], 200);
     assert!(chat["fields"]["latency_ms"].as_f64().unwrap() >= 0.0);
+    // The access event sits in its span: JSON's span list names it too.
+    assert_eq!(chat["spans"][0]["request_id"], "rid-42", "{chat}");
     let span = &chat["span"];
     assert_eq!(span["method"], "POST");
     assert_eq!(span["request_id"], "rid-42");

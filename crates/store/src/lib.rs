@@ -196,11 +196,13 @@ pub trait HandoffStore: Send + Sync + 'static {
 
     /// [`set_affinity`](Self::set_affinity) for a caller that does not wait for the write:
     /// what this process reads ([`cached_affinity`](Self::cached_affinity)) knows the new
-    /// affinity when this returns, so the session's next request sees it even when it comes
-    /// before the write is done; the returned future finishes the write.
+    /// affinity when this returns (Redis: only with an affinity cache TTL, zero by default;
+    /// otherwise, and for other replicas, once the write is done), so the session's next
+    /// request sees it even when it comes before the write; the returned future finishes the
+    /// write.
     ///
-    /// The default does everything in the future (for a backend whose reads go elsewhere, such
-    /// as Redis, the write itself is what other replicas read).
+    /// The default, for a backend without a view of its own, does everything in the future:
+    /// until it has run, a read may still give the previous affinity.
     fn set_affinity_now(
         self: Arc<Self>,
         key: HandoffKey,

@@ -401,11 +401,13 @@ pub fn tenant_of(credential: Option<&[u8]>) -> String {
 }
 
 /// The query parameter a Gemini client may carry its key in (`?key=…`), as Google's API
-/// accepts it.
+/// accepts it. It is read on any path: a request carrying no credential header but a `key`
+/// parameter is told apart by it.
 pub const QUERY_CREDENTIAL: &str = "key";
 
-/// The credential of a request: [`credential`] from its headers, else the first non-empty
-/// [`QUERY_CREDENTIAL`] parameter of its query, percent-decoded.
+/// The credential of a request: [`credential`] from its headers, else the first
+/// [`QUERY_CREDENTIAL`] parameter of its query, percent-decoded and trimmed (empty: none), as
+/// the gateway reads it when it moves the key into `x-goog-api-key`.
 ///
 /// ```
 /// use context_relay_core::session::request_credential;
@@ -426,7 +428,8 @@ pub fn request_credential<'a>(
     }
     let query = uri.query()?;
     form_urlencoded::parse(query.as_bytes())
-        .find(|(name, value)| name == QUERY_CREDENTIAL && !value.trim().is_empty())
+        .find(|(name, _)| name == QUERY_CREDENTIAL)
+        .filter(|(_, value)| !value.trim().is_empty())
         .map(|(_, value)| match value {
             std::borrow::Cow::Borrowed(v) => std::borrow::Cow::Borrowed(v.trim().as_bytes()),
             std::borrow::Cow::Owned(v) => std::borrow::Cow::Owned(v.trim().as_bytes().to_vec()),

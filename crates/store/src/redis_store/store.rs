@@ -1,5 +1,6 @@
 //! [`HandoffStore`] for [`RedisStore`]: every operation is one command or one script call.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use context_relay_core::time::{from_unix_millis, to_unix_millis};
@@ -14,6 +15,28 @@ use crate::{
 };
 
 impl RedisStore {
+    /// Writes `a` for the session of `key` to Redis (the cache is the caller's).
+    async fn write_affinity(&self, key: &HandoffKey, a: &Affinity) -> Result<(), StoreError> {
+        let foreign = serde_json::to_string(&Foreign {
+            foreign: (*a.foreign).clone(),
+            until: to_unix_millis(a.foreign_expires_at),
+        })?;
+        let ttl = millis(self.inner.affinity_ttl).max(1);
+        let mut inv = self.inner.scripts.set_affinity.prepare_invoke();
+        inv.key(self.affinity_key(key))
+            .arg(&**a.account().provider())
+            .arg(&**a.account().account())
+            .arg(ttl)
+            .arg(ttl / 4 * 3)
+            .arg(foreign)
+            .arg(a.model().unwrap_or_default());
+        let mut conn = self.conn();
+        let _: i64 = self
+            .call("set_affinity", inv.invoke_async(&mut conn))
+            .await?;
+        Ok(())
+    }
+
     /// Takes the cluster-wide right to summarise `key` for `ttl` (`SET NX PX`); `None` when
     /// another replica holds it. Same as [`HandoffStore::begin_generation`].
     pub async fn try_begin_generation(
@@ -380,26 +403,23 @@ impl HandoffStore for RedisStore {
             if cache.needs_write(&k, &a, now, self.inner.affinity_cache_ttl) == Write::Skip {
                 return Ok(());
             }
-            let foreign = serde_json::to_string(&Foreign {
-                foreign: (*a.foreign).clone(),
-                until: to_unix_millis(a.foreign_expires_at),
-            })?;
-            let ttl = millis(self.inner.affinity_ttl).max(1);
-            let mut inv = self.inner.scripts.set_affinity.prepare_invoke();
-            inv.key(self.affinity_key(key))
-                .arg(&**a.account().provider())
-                .arg(&**a.account().account())
-                .arg(ttl)
-                .arg(ttl / 4 * 3)
-                .arg(foreign)
-                .arg(a.model().unwrap_or_default());
-            let mut conn = self.conn();
-            let _: i64 = self
-                .call("set_affinity", inv.invoke_async(&mut conn))
-                .await?;
+            self.write_affinity(key, &a).await?;
             cache.insert(k, affinity::intern(a), now);
             Ok(())
         })
+    }
+
+    fn set_affinity_now(self: Arc<Self>, key: HandoffKey, a: Affinity) -> StoreFuture<'static, ()> {
+        // This replica's cache first: its next request of the session sees the new affinity at
+        // once (while the cache entry is fresh); other replicas see it once Redis has it.
+        let now = self.now_ms();
+        let cache = &self.inner.affinity_cache;
+        let k = affinity::key(&key);
+        if cache.needs_write(&k, &a, now, self.inner.affinity_cache_ttl) == Write::Skip {
+            return Box::pin(std::future::ready(Ok(())));
+        }
+        cache.insert(k, affinity::intern(a.clone()), now);
+        Box::pin(async move { self.write_affinity(&key, &a).await })
     }
 
     fn backend(&self) -> &'static str {
