@@ -9,12 +9,13 @@
 //! `admin_token` is configured. Any other path is a 404 in the error shape of the API the path
 //! belongs to.
 //!
-//! Around the routes, outermost first ([`Gateway::service`]): `CatchPanicLayer` (a panic is a
-//! 500 in an error shape every client reads, and the process lives on),
+//! Around the routes, outermost first ([`Gateway::service`]):
 //! `SetSensitiveRequestHeadersLayer` (`authorization`, `x-api-key`, `x-goog-api-key`,
-//! `proxy-authorization`, `cookie` are never logged), `SetRequestIdLayer` / `PropagateRequestIdLayer`
-//! (`x-request-id`), the request metrics and the access log (see [`telemetry`](crate::telemetry)), and the client body timeout (`client_body_timeout_secs` between two chunks;
-//! then a 408).
+//! `proxy-authorization`, `cookie` are never logged), `SetRequestIdLayer` /
+//! `PropagateRequestIdLayer` (`x-request-id`), the request metrics and the access log (see
+//! [`telemetry`](crate::telemetry)), `CatchPanicLayer` (a panic is a 500 in an error shape every
+//! client reads, counted and logged like any response, and the process lives on), and the
+//! client body timeout (`client_body_timeout_secs` between two chunks; then a 408).
 
 use std::any::Any;
 use std::sync::Arc;
@@ -100,11 +101,13 @@ impl Gateway {
         BoxCloneSyncService::new(
             ServiceBuilder::new()
                 .map_response(|res: Response<_>| res.map(Body::new))
-                .layer(CatchPanicLayer::custom(panic_response))
                 .layer(SetSensitiveRequestHeadersLayer::from_shared(sensitive))
                 .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
                 .layer(PropagateRequestIdLayer::x_request_id())
+                // Outside the panic catcher: a panic's 500 is counted, logged and carries its
+                // request id like any other response.
                 .layer(RequestMetricsLayer::default())
+                .layer(CatchPanicLayer::custom(panic_response))
                 .layer(RequestBodyTimeoutLayer::new(body_timeout))
                 .map_request(|req: Request<TimeoutBody<Incoming>>| req.map(Body::new))
                 .service(router),

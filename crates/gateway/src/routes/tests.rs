@@ -58,6 +58,8 @@ async fn a_panicking_handler_is_an_api_shaped_500_and_the_server_lives_on() {
             .unwrap();
         let res = client.request(req).await.unwrap();
         assert_eq!(res.status(), 500);
+        // The layers outside the panic catcher (request id, metrics, access log) saw it.
+        assert!(res.headers().contains_key("x-request-id"));
         let v: Value =
             serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
         // Readable as an OpenAI error and as an Anthropic one.
