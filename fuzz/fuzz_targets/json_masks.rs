@@ -4,9 +4,8 @@
 //! `cargo +nightly fuzz run json_masks -- -max_total_time=300` (from the repository root).
 #![no_main]
 
-use context_relay_core::json::JsonError;
 use context_relay_core::json::fuzzing::{
-    block_masks, fast_scans, fast_utf8_scans, parse_object_both, skip_string,
+    block_masks, fast_scans, fast_utf8_scans, parse_object_both, reference_skip, skip_string,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -27,30 +26,6 @@ fn reference_masks(block: &[u8; 64]) -> (u64, u64, u64, u64, bool) {
         mark(&|c| c == b'n' || c == b't'),
         controls != 0,
     )
-}
-
-/// The string scan, one byte at a time: the end of the string opened at `start`, or its first
-/// error in string order.
-fn reference_skip(b: &[u8], start: usize) -> Result<usize, JsonError> {
-    let mut i = start + 1;
-    loop {
-        match b.get(i) {
-            None => return Err(JsonError::UnterminatedString { start }),
-            Some(b'"') => return Ok(i + 1),
-            Some(b'\\') => match b.get(i + 1) {
-                None => return Err(JsonError::UnterminatedString { start }),
-                Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
-                Some(b'u') => match b.get(i + 2..i + 6) {
-                    None => return Err(JsonError::UnterminatedString { start }),
-                    Some(h) if h.iter().all(u8::is_ascii_hexdigit) => i += 6,
-                    Some(_) => return Err(JsonError::InvalidEscape { at: i }),
-                },
-                Some(_) => return Err(JsonError::InvalidEscape { at: i }),
-            },
-            Some(&c) if c < 0x20 => return Err(JsonError::ControlCharacter { at: i, byte: c }),
-            Some(_) => i += 1,
-        }
-    }
 }
 
 fuzz_target!(|data: &[u8]| {

@@ -116,7 +116,7 @@ pub(crate) fn key_to_header<B>(mut req: Request<B>) -> Request<B> {
     let mut kept = form_urlencoded::Serializer::new(String::new());
     let mut any_kept = false;
     for (name, value) in form_urlencoded::parse(query.as_bytes()) {
-        if name == "key" {
+        if name == context_relay_core::session::QUERY_CREDENTIAL {
             key.get_or_insert(value.into_owned());
         } else {
             kept.append_pair(&name, &value);

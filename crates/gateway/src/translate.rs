@@ -38,6 +38,8 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Either, Full, Limited};
 
+use context_relay_tower::ServingModel;
+
 use crate::combo::BoxError;
 use crate::config::ProviderApi;
 use crate::error::{ErrorKind, ErrorShape, error_response};
@@ -122,8 +124,14 @@ where
             ));
         }
     };
-    let model = crate::model::find_model(&bytes)
-        .map(|f| f.value)
+    // The target's model, as the resolver routed the request (`provider/model`); without it
+    // the translator keeps the model the body names (the gateway already wrote the target's
+    // there), so the body is not searched for it again here.
+    let model = parts
+        .extensions
+        .get::<ServingModel>()
+        .and_then(|m| m.0.split_once('/'))
+        .map(|(_, model)| model.to_owned())
         .unwrap_or_default();
     // A compaction goes out as the turn that asks for the summary.
     let (bytes, compaction) = if compact {
@@ -188,7 +196,10 @@ where
         .map_or(0, |d| d.as_secs());
     let inbound = Inbound {
         ctx: ResponseContext {
-            model: translated.client_model.clone().or(Some(model)),
+            model: translated
+                .client_model
+                .clone()
+                .or((!model.is_empty()).then_some(model)),
             custom_tools: translated.custom_tools,
             created_at,
         },

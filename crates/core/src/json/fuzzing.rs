@@ -81,3 +81,28 @@ pub fn parse_object_both(body: &[u8]) -> [Result<super::Object<'_>, JsonError>; 
         super::parse_object_two_pass(body),
     ]
 }
+
+/// The string scan, one byte at a time, independent of the scanner: the end of the string
+/// opened at `start`, or its first error in string order (what the tests and the fuzz target
+/// compare every path with).
+pub fn reference_skip(b: &[u8], start: usize) -> Result<usize, JsonError> {
+    let mut i = start + 1;
+    loop {
+        match b.get(i) {
+            None => return Err(JsonError::UnterminatedString { start }),
+            Some(b'"') => return Ok(i + 1),
+            Some(b'\\') => match b.get(i + 1) {
+                None => return Err(JsonError::UnterminatedString { start }),
+                Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
+                Some(b'u') => match b.get(i + 2..i + 6) {
+                    None => return Err(JsonError::UnterminatedString { start }),
+                    Some(h) if h.iter().all(u8::is_ascii_hexdigit) => i += 6,
+                    Some(_) => return Err(JsonError::InvalidEscape { at: i }),
+                },
+                Some(_) => return Err(JsonError::InvalidEscape { at: i }),
+            },
+            Some(&c) if c < 0x20 => return Err(JsonError::ControlCharacter { at: i, byte: c }),
+            Some(_) => i += 1,
+        }
+    }
+}

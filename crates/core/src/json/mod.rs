@@ -49,7 +49,7 @@ use std::ops::Range;
 
 mod classify;
 mod edit;
-#[cfg(feature = "fuzzing")]
+#[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
 mod scan;

@@ -9,7 +9,8 @@ use super::{DEFAULT_MAX_TOKENS, TranslateError};
 /// How a request is translated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestOptions {
-    /// The model the provider is asked for (the route target's model).
+    /// The model the provider is asked for (the route target's model); empty: the model the
+    /// body names.
     pub model: String,
     /// `max_tokens` when the client set no `max_output_tokens`.
     pub default_max_tokens: u64,
@@ -106,7 +107,12 @@ pub fn responses_to_messages(
         }
     }
     let mut out = Map::new();
-    out.insert("model".into(), Value::String(options.model.clone()));
+    let client_model = root.get("model").and_then(Value::as_str).map(str::to_owned);
+    let model = match (&*options.model, &client_model) {
+        ("", Some(named)) => named.clone(),
+        (target, _) => target.to_owned(),
+    };
+    out.insert("model".into(), Value::String(model));
     let max = root
         .get("max_output_tokens")
         .and_then(Value::as_u64)
@@ -159,7 +165,7 @@ pub fn responses_to_messages(
     Ok(Translated {
         body,
         stream,
-        client_model: root.get("model").and_then(Value::as_str).map(str::to_owned),
+        client_model,
         custom_tools,
         dropped,
     })

@@ -178,6 +178,18 @@ fn max_tokens_default_and_per_provider() {
 }
 
 #[test]
+fn the_target_model_or_else_the_one_the_body_names() {
+    let body = br#"{"model":"claude-body","input":"hi"}"#;
+    let t = responses_to_messages(body, &RequestOptions::new("claude-target")).unwrap();
+    let v: Value = serde_json::from_slice(&t.body).unwrap();
+    assert_eq!(v["model"], "claude-target");
+    assert_eq!(t.client_model.as_deref(), Some("claude-body"));
+    let t = responses_to_messages(body, &RequestOptions::new("")).unwrap();
+    let v: Value = serde_json::from_slice(&t.body).unwrap();
+    assert_eq!(v["model"], "claude-body");
+}
+
+#[test]
 fn tool_output_arrays_keep_their_images() {
     let (v, t) = translate_t(
         &json!({"tools": [{"type": "function", "name": "view_image"}], "input": [

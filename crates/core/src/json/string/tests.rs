@@ -3,6 +3,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::json::fuzzing::reference_skip as naive;
 
 /// What `Scanner` did before the fast path existed: the exact scan, with plain runs crossed
 /// by `memchr2` when the input holds no control byte.
@@ -145,29 +146,6 @@ fn long_plain_runs_are_checked_for_control_bytes() {
                     byte: b'\t'
                 })
             );
-        }
-    }
-}
-
-/// An independent, byte-at-a-time reference: the first error in string order.
-fn naive(b: &[u8], start: usize) -> Result<usize, JsonError> {
-    let mut i = start + 1;
-    loop {
-        match b.get(i) {
-            None => return Err(JsonError::UnterminatedString { start }),
-            Some(b'"') => return Ok(i + 1),
-            Some(b'\\') => match b.get(i + 1) {
-                None => return Err(JsonError::UnterminatedString { start }),
-                Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
-                Some(b'u') => match b.get(i + 2..i + 6) {
-                    None => return Err(JsonError::UnterminatedString { start }),
-                    Some(h) if h.iter().all(u8::is_ascii_hexdigit) => i += 6,
-                    Some(_) => return Err(JsonError::InvalidEscape { at: i }),
-                },
-                Some(_) => return Err(JsonError::InvalidEscape { at: i }),
-            },
-            Some(&c) if c < 0x20 => return Err(JsonError::ControlCharacter { at: i, byte: c }),
-            Some(_) => i += 1,
         }
     }
 }
