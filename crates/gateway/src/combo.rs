@@ -39,11 +39,11 @@ use tower_service::Service;
 
 use crate::auth::{ClientAccess, forbidden};
 use crate::budget::{BudgetHold, ByteBudget};
-use crate::collect::{Collect, collect_within, is_timeout};
+use crate::collect::{Buffered, Collect, collect_within, is_timeout};
 use crate::config::Config;
 use crate::error::{ErrorKind, ErrorShape, error_response};
 use crate::gemini;
-use crate::model::{find_model, replace_model};
+use crate::model::{find_model, rewrite_model};
 
 /// Boxed error used for body errors.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -361,9 +361,9 @@ where
                     &format!("expected at most {MAX_CODINGS} content codings, found {layers}"),
                 ));
             }
-            match decode(encoding, &raw, limit) {
+            match decode(encoding, raw.as_slice(), limit) {
                 Ok(b) if !hold.take(b.len()) => return Err(busy()),
-                Ok(b) => Bytes::from(b),
+                Ok(b) => Buffered::Chunk(Bytes::from(b)),
                 Err(DecodeError::TooLarge { .. }) => return Err(too_large()),
                 Err(e @ DecodeError::Unsupported(_)) => {
                     return Err(error_response(
@@ -381,11 +381,11 @@ where
     // A Gemini request names its model in the path, not in the body.
     let (model, field) = match gemini::path_model(parts.uri.path()) {
         Some((_, model)) => {
-            gemini::check_body(&body).map_err(|e| bad_request(&e))?;
+            gemini::check_body(body.as_slice()).map_err(|e| bad_request(&e))?;
             (model, None)
         }
         None => {
-            let field = find_model(&body).map_err(|e| bad_request(&e.to_string()))?;
+            let field = find_model(body.as_slice()).map_err(|e| bad_request(&e.to_string()))?;
             (field.value.clone(), Some(field))
         }
     };
@@ -403,10 +403,8 @@ where
         )
     })?;
     let body = match (targets.0.first(), &field) {
-        (Some(first), Some(field)) if *first.model != field.value => {
-            replace_model(&body, field, &first.model).unwrap_or(body)
-        }
-        _ => body,
+        (Some(first), Some(field)) => rewrite_model(body, field, &first.model),
+        _ => body.into_bytes(),
     };
     if let Some(first) = targets.0.first()
         && field.is_none()

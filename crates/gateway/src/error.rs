@@ -27,9 +27,10 @@ impl ErrorShape {
     pub(crate) fn for_path(path: &str) -> Self {
         let path = path.split('?').next().unwrap_or(path);
         // `…/messages/count_tokens` and the like are no conversation turn, but the Messages API.
-        let path = path
-            .find("/messages/")
-            .map_or(path, |i| &path[..i + "/messages".len()]);
+        // (`memmem`: `str::find` builds a searcher costlier than this whole search.)
+        let path = memchr::memmem::find(path.as_bytes(), b"/messages/")
+            .and_then(|i| path.get(..i + "/messages".len()))
+            .unwrap_or(path);
         match ApiShape::from_path(path) {
             Some(ApiShape::AnthropicMessages) => Self::Anthropic,
             Some(ApiShape::Gemini) => Self::Gemini,

@@ -2,7 +2,8 @@
 //! instead of holding a connection (and its buffers) forever.
 //!
 //! Unlike a plain timeout it resets on every frame, so a long SSE stream that keeps sending is
-//! never cut. It forwards `is_end_stream` and `size_hint`, so `content-length` and end of stream
+//! never cut. The timer is armed only when the body has to wait: a body whose frames are
+//! already there (a buffered JSON answer) never touches the runtime's timer. It forwards `is_end_stream` and `size_hint`, so `content-length` and end of stream
 //! are seen through it exactly as without it.
 
 use std::future::Future;
@@ -28,6 +29,8 @@ pin_project_lite::pin_project! {
         #[pin]
         sleep: Sleep,
         idle: Duration,
+        // `sleep` runs from the first wait after the last frame.
+        armed: bool,
     }
 }
 
@@ -38,6 +41,7 @@ impl<B> IdleTimeoutBody<B> {
             inner,
             sleep: sleep(idle),
             idle,
+            armed: false,
         }
     }
 }
@@ -57,14 +61,18 @@ where
         let mut this = self.project();
         match this.inner.poll_frame(cx) {
             Poll::Ready(frame) => {
-                let deadline = Instant::now() + *this.idle;
-                this.sleep.as_mut().reset(deadline);
+                *this.armed = false;
                 Poll::Ready(frame.map(|r| r.map_err(Into::into)))
             }
-            Poll::Pending => match this.sleep.poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(IdleTimeout(*this.idle))))),
-                Poll::Pending => Poll::Pending,
-            },
+            Poll::Pending => {
+                if !std::mem::replace(this.armed, true) {
+                    this.sleep.as_mut().reset(Instant::now() + *this.idle);
+                }
+                match this.sleep.poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(IdleTimeout(*this.idle))))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
         }
     }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use context_relay_gateway::config::{Config, LogFormat};
-use context_relay_gateway::{Gateway, LogBuffer, prometheus_builder};
+use context_relay_gateway::{Gateway, LogBuffer, PlainFields, prometheus_builder};
 use tracing_subscriber::EnvFilter;
 
 /// OpenAI/Anthropic-compatible gateway that pools several accounts per provider and keeps long
@@ -86,6 +86,8 @@ fn init_logging(format: LogFormat) -> Option<LogBuffer> {
         .with_ansi(ansi)
         .with_writer(log.clone());
     match format {
+        // Without colours the same text is written by a cheaper field formatter.
+        LogFormat::Text if !ansi => builder.fmt_fields(PlainFields).init(),
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().with_current_span(true).init(),
     }

@@ -4,8 +4,10 @@
 //! The work is bounded by the start of the body, not by its size: the members of the top-level
 //! object are read up to `model` and no further (clients send it first or nearly), and the
 //! rewrite splices the new name into the buffered bytes, one copy at most and none when the
-//! client already sent the target's name. Key order, number formatting and unknown fields reach
-//! the provider exactly as the client sent them.
+//! client already sent the target's name. A body the gateway joined from several chunks has
+//! spare bytes in front ([`Buffered::Joined`]): there the new name is written in place and only
+//! the bytes before it move. Key order, number formatting and unknown fields reach the provider
+//! exactly as the client sent them.
 //!
 //! What is validated is what is read: the bytes up to the end of the `model` value, and that
 //! the body ends with `}` (a cut body is refused here). A body malformed elsewhere after
@@ -21,6 +23,8 @@ use std::ops::Range;
 
 use bytes::Bytes;
 use context_relay_core::json::{self, JsonError, Kind};
+
+use crate::collect::{Buffered, HEADROOM};
 
 /// Why no model could be read.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -105,6 +109,38 @@ pub(crate) fn replace_model(body: &Bytes, field: &ModelField, model: &str) -> Op
     json::splice_str(body, field.span.clone(), model).ok()
 }
 
+/// [`replace_model`] on a body as the gateway read it, consuming it: a joined body is
+/// rewritten in place when the new name fits in the spare bytes, so that only the bytes before
+/// `model` move; otherwise the body is copied once, as by [`replace_model`].
+pub(crate) fn rewrite_model(body: Buffered, field: &ModelField, model: &str) -> Bytes {
+    let buf = match body {
+        Buffered::Joined(buf) if field.value != model => buf,
+        other => {
+            let bytes = other.into_bytes();
+            return replace_model(&bytes, field, model).unwrap_or(bytes);
+        }
+    };
+    let (start, end) = (HEADROOM + field.span.start, HEADROOM + field.span.end);
+    let literal = serde_json::Value::String(model.to_owned()).to_string();
+    // The new literal ends where the old one did; what precedes it moves left or right by the
+    // difference in length.
+    let Some(from) = (end.checked_sub(literal.len()))
+        .and_then(|at| at.checked_sub(field.span.start))
+        .filter(|_| {
+            // The span is a string literal of this body.
+            end <= buf.len() && buf.get(start) == Some(&b'"') && buf.get(end - 1) == Some(&b'"')
+        })
+    else {
+        let bytes = Buffered::Joined(buf).into_bytes();
+        return replace_model(&bytes, field, model).unwrap_or(bytes);
+    };
+    let mut buf = buf;
+    buf.copy_within(HEADROOM..start, from);
+    let at = end - literal.len();
+    buf[at..end].copy_from_slice(literal.as_bytes());
+    Bytes::from(buf).slice(from..)
+}
+
 fn truncate(text: &str) -> String {
     let mut s: String = text.chars().take(60).collect();
     if s.len() < text.len() {
@@ -184,6 +220,29 @@ mod tests {
         assert_eq!(same.as_ptr(), body.as_ptr());
     }
 
+    #[test]
+    fn a_joined_body_is_rewritten_without_copying_it() {
+        let text = br#"{"model":"codex-relay","messages":[{"role":"user","content":"hi"}]}"#;
+        let field = find_model(text).unwrap();
+        for new in ["gpt-5.5", "a-much-longer-model-name-than-the-combo-name"] {
+            let mut joined = vec![b' '; HEADROOM];
+            joined.extend_from_slice(text);
+            let range = joined.as_ptr_range();
+            let out = rewrite_model(Buffered::Joined(joined), &field, new);
+            assert!(range.contains(&out.as_ptr()), "copied for {new}");
+            let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
+            assert_eq!(value["model"], new);
+            assert_eq!(value["messages"][0]["content"], "hi");
+        }
+        // Longer than the spare bytes allow: copied once, still right.
+        let long = "m".repeat(HEADROOM + 40);
+        let mut joined = vec![b' '; HEADROOM];
+        joined.extend_from_slice(text);
+        let out = rewrite_model(Buffered::Joined(joined), &field, &long);
+        let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(value["model"], long.as_str());
+    }
+
     proptest! {
         /// Every byte but the model literal is kept, and the result parses to the same value
         /// with only `model` changed.
@@ -211,6 +270,29 @@ mod tests {
             let b: serde_json::Value = serde_json::from_slice(&out).unwrap();
             a["model"] = serde_json::Value::String(new);
             prop_assert_eq!(a, b);
+        }
+
+        /// A joined body rewritten in place equals the copying splice, whether the new name is
+        /// shorter, longer, or too long for the spare bytes.
+        #[test]
+        fn rewriting_a_joined_body_in_place_equals_the_splice(
+            before in "[a-z ]{0,12}",
+            model in "[a-z0-9.-]{1,20}|\\PC{1,8}",
+            new in "[a-z0-9./-]{0,100}|\\PC{1,30}",
+            tail in "[a-z\\\"]{0,40}",
+        ) {
+            prop_assume!(!model.trim().is_empty());
+            let model_lit = serde_json::Value::String(model).to_string();
+            let tail_lit = serde_json::Value::String(tail).to_string();
+            let text = format!("{{\"a{before}\":1,\"model\":{model_lit},\"t\":{tail_lit}}}");
+            let field = find_model(text.as_bytes()).unwrap();
+            let spliced = replace_model(&Bytes::from(text.clone()), &field, &new).unwrap();
+            let mut joined = vec![b' '; HEADROOM];
+            joined.extend_from_slice(text.as_bytes());
+            let rewritten = rewrite_model(Buffered::Joined(joined), &field, &new);
+            prop_assert_eq!(&rewritten[..], &spliced[..]);
+            let chunk = rewrite_model(Buffered::Chunk(Bytes::from(text)), &field, &new);
+            prop_assert_eq!(&chunk[..], &spliced[..]);
         }
 
         #[test]

@@ -31,12 +31,12 @@ use tower::util::BoxCloneSyncService;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
-use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutBody};
 
 use crate::app::{Gateway, ProxyService};
 use crate::combo::Routes;
 use crate::error::{ErrorShape, any_shape_error_body, error_body};
 use crate::gemini;
+use crate::idle::IdleTimeoutBody;
 use crate::relay::RelayLayers;
 use crate::server::HttpService;
 use crate::telemetry::RequestMetricsLayer;
@@ -108,8 +108,11 @@ impl Gateway {
                 // request id like any other response.
                 .layer(RequestMetricsLayer::default())
                 .layer(CatchPanicLayer::custom(panic_response))
-                .layer(RequestBodyTimeoutLayer::new(body_timeout))
-                .map_request(|req: Request<TimeoutBody<Incoming>>| req.map(Body::new))
+                // Armed only while the body waits for the client: a body already received
+                // costs no timer.
+                .map_request(move |req: Request<Incoming>| {
+                    req.map(|b| Body::new(IdleTimeoutBody::new(b, body_timeout)))
+                })
                 .service(router),
         )
     }

@@ -109,7 +109,8 @@ impl Default for UpstreamLimits {
 /// 504 in the client's error shape when the provider cannot be reached or is too slow.
 #[derive(Clone, Debug)]
 pub(crate) struct Upstream {
-    client: Client<HttpsConnector<HttpConnector>, OutBody>,
+    /// Shared: a request clones one reference count, not the client's configuration.
+    client: Arc<Client<HttpsConnector<HttpConnector>, OutBody>>,
     limits: UpstreamLimits,
     first_byte: Arc<HistogramsBy>,
 }
@@ -165,7 +166,7 @@ impl Upstream {
             .pool_idle_timeout(Duration::from_secs(90))
             .build(https);
         Ok(Self {
-            client,
+            client: Arc::new(client),
             limits,
             first_byte: Arc::new(HistogramsBy::new(
                 "context_relay_gateway_upstream_first_byte_seconds",
@@ -197,8 +198,10 @@ pub(crate) fn upstream_uri(base_url: &str, client: &Uri) -> Result<Uri, http::ur
     url.parse()
 }
 
-/// Removes hop-by-hop headers, including those the `connection` header names.
-pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+/// Removes hop-by-hop headers (those the `connection` header names too) and those `also`
+/// selects. Each header present is looked at once: most of the listed names are absent, and
+/// removing an absent name costs a hash look-up.
+fn strip(headers: &mut HeaderMap, also: impl Fn(&HeaderName) -> bool) {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -206,10 +209,12 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
         .flat_map(|v| v.split(','))
         .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
         .collect();
-    for n in named {
-        headers.remove(n);
-    }
-    for n in &HOP_BY_HOP {
+    let doomed: Vec<HeaderName> = headers
+        .keys()
+        .filter(|n| HOP_BY_HOP.contains(n) || named.contains(n) || also(n))
+        .cloned()
+        .collect();
+    for n in doomed {
         headers.remove(n);
     }
 }
@@ -261,7 +266,7 @@ where
 
 /// Sends `req` to its [`UpstreamEndpoint`] (see [`Upstream`]).
 async fn send(
-    client: Client<HttpsConnector<HttpConnector>, OutBody>,
+    client: Arc<Client<HttpsConnector<HttpConnector>, OutBody>>,
     limits: UpstreamLimits,
     first_byte: Arc<HistogramsBy>,
     req: Request<OutBody>,
@@ -285,14 +290,11 @@ async fn send(
             return bad_gateway(format!("the upstream URL for {} is invalid: {e}", shown()));
         }
     };
-    strip_hop_by_hop(&mut parts.headers);
-    parts.headers.remove(header::HOST);
-    for name in &CLIENT_ONLY {
-        parts.headers.remove(name);
-    }
     // hyper sets the length from the body (exact for buffered bodies, chunked for
     // streams), so a stale client value can never disagree with what is sent.
-    parts.headers.remove(header::CONTENT_LENGTH);
+    strip(&mut parts.headers, |n| {
+        n == header::HOST || n == header::CONTENT_LENGTH || CLIENT_ONLY.contains(n)
+    });
     if let Some((name, value)) = endpoint.credential {
         parts.headers.insert(name, value);
     }
@@ -329,10 +331,7 @@ async fn send(
     };
     match sent {
         Ok(mut res) => {
-            strip_hop_by_hop(res.headers_mut());
-            for name in &ACCOUNT_ONLY {
-                res.headers_mut().remove(name);
-            }
+            strip(res.headers_mut(), |n| ACCOUNT_ONLY.contains(n));
             res.map(|b| Either::Left(IdleTimeoutBody::new(b, limits.idle)))
         }
         Err(e) => {
@@ -391,8 +390,10 @@ mod tests {
         h.insert("te", HeaderValue::from_static("trailers"));
         h.insert("upgrade", HeaderValue::from_static("h2c"));
         h.insert("x-codex-turn-state", HeaderValue::from_static("s"));
-        strip_hop_by_hop(&mut h);
-        assert_eq!(h.len(), 1);
+        h.append("set-cookie", HeaderValue::from_static("a=1"));
+        h.append("set-cookie", HeaderValue::from_static("b=2"));
+        strip(&mut h, |n| ACCOUNT_ONLY.contains(n));
+        assert_eq!(h.len(), 1, "{h:?}");
         assert!(h.contains_key("x-codex-turn-state"));
     }
 }

@@ -79,8 +79,8 @@ fn unified(headers: &HeaderMap) -> Option<QuotaSignal> {
     let mut found = UNIFIED_WINDOWS
         .iter()
         .map(|(utilization, reset, length)| {
-            let used = header_number(headers, utilization)?;
-            let reset = header(headers, reset).and_then(instant);
+            let used = header_number(headers, *utilization)?;
+            let reset = header(headers, *reset).and_then(instant);
             signal(used, reset, Some(*length))
         })
         .fold(None, worst);
@@ -97,9 +97,9 @@ fn unified(headers: &HeaderMap) -> Option<QuotaSignal> {
 }
 
 fn dimension(headers: &HeaderMap, [limit, remaining, reset]: &[&str; 3]) -> Option<QuotaSignal> {
-    let limit = header_number(headers, limit)?;
-    let remaining = header_number(headers, remaining)?;
-    let reset = header(headers, reset).and_then(instant);
+    let limit = header_number(headers, *limit)?;
+    let remaining = header_number(headers, *remaining)?;
+    let reset = header(headers, *reset).and_then(instant);
     signal(used_of(limit, remaining)?, reset, None)
 }
 

@@ -7,7 +7,7 @@
 
 use std::time::SystemTime;
 
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 
 use super::QuotaSignal;
 use super::value::{after, epoch, header_number, seconds, signal, worst};
@@ -33,34 +33,34 @@ pub fn from_headers(headers: &HeaderMap, now: SystemTime) -> Option<QuotaSignal>
     )
 }
 
-/// The header names of one window, spelled out so a lookup allocates nothing.
+/// The header names of one window, parsed once (a lookup by `&str` parses the name every time).
 struct Window {
-    used: &'static str,
-    reset_at: &'static str,
-    reset_after: &'static str,
-    minutes: &'static str,
+    used: HeaderName,
+    reset_at: HeaderName,
+    reset_after: HeaderName,
+    minutes: HeaderName,
 }
 
 const PRIMARY: Window = Window {
-    used: "x-codex-primary-used-percent",
-    reset_at: "x-codex-primary-reset-at",
-    reset_after: "x-codex-primary-reset-after-seconds",
-    minutes: "x-codex-primary-window-minutes",
+    used: HeaderName::from_static("x-codex-primary-used-percent"),
+    reset_at: HeaderName::from_static("x-codex-primary-reset-at"),
+    reset_after: HeaderName::from_static("x-codex-primary-reset-after-seconds"),
+    minutes: HeaderName::from_static("x-codex-primary-window-minutes"),
 };
 
 const SECONDARY: Window = Window {
-    used: "x-codex-secondary-used-percent",
-    reset_at: "x-codex-secondary-reset-at",
-    reset_after: "x-codex-secondary-reset-after-seconds",
-    minutes: "x-codex-secondary-window-minutes",
+    used: HeaderName::from_static("x-codex-secondary-used-percent"),
+    reset_at: HeaderName::from_static("x-codex-secondary-reset-at"),
+    reset_after: HeaderName::from_static("x-codex-secondary-reset-after-seconds"),
+    minutes: HeaderName::from_static("x-codex-secondary-window-minutes"),
 };
 
 fn window(headers: &HeaderMap, now: SystemTime, names: &Window) -> Option<QuotaSignal> {
-    let used = header_number(headers, names.used)?;
-    let resets_at = header_number(headers, names.reset_at)
+    let used = header_number(headers, &names.used)?;
+    let resets_at = header_number(headers, &names.reset_at)
         .and_then(epoch)
-        .or_else(|| header_number(headers, names.reset_after).and_then(|s| after(now, s)));
-    let window = header_number(headers, names.minutes).and_then(|m| seconds(m * 60.0));
+        .or_else(|| header_number(headers, &names.reset_after).and_then(|s| after(now, s)));
+    let window = header_number(headers, &names.minutes).and_then(|m| seconds(m * 60.0));
     signal(used / 100.0, resets_at, window)
 }
 

@@ -52,9 +52,9 @@ fn dimension(
     [limit, remaining, reset]: &[&str; 3],
 ) -> Option<QuotaSignal> {
     // A negative limit fails `header_number`, which is exactly "not limited".
-    let limit = header_number(headers, limit)?;
-    let remaining = header_number(headers, remaining)?;
-    let reset = header(headers, reset)
+    let limit = header_number(headers, *limit)?;
+    let remaining = header_number(headers, *remaining)?;
+    let reset = header(headers, *reset)
         .and_then(go_duration)
         .and_then(|d| now.checked_add(d));
     signal(used_of(limit, remaining)?, reset, None)

@@ -5,11 +5,12 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::HeaderMap;
+use http::header::AsHeaderName;
 
 use super::QuotaSignal;
 
 /// The first value of `name`, trimmed; `None` when absent, blank or not UTF-8.
-pub(crate) fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+pub(crate) fn header(headers: &HeaderMap, name: impl AsHeaderName) -> Option<&str> {
     let value = std::str::from_utf8(headers.get(name)?.as_bytes())
         .ok()?
         .trim();
@@ -24,7 +25,7 @@ pub(crate) fn number(s: &str) -> Option<f64> {
 }
 
 /// The header `name` as a finite, non-negative number.
-pub(crate) fn header_number(headers: &HeaderMap, name: &str) -> Option<f64> {
+pub(crate) fn header_number(headers: &HeaderMap, name: impl AsHeaderName) -> Option<f64> {
     number(header(headers, name)?)
 }
 
