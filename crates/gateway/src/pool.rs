@@ -28,7 +28,7 @@ use context_relay_core::quota::QuotaKind;
 use http::{HeaderName, HeaderValue, header};
 
 use crate::config::{AuthScheme, Config, ProviderApi, ProviderConfig, QuotaFormat};
-use crate::telemetry::ResponseCounters;
+use crate::telemetry::AccountMetrics;
 
 /// How long an account stays exhausted when the provider announced no reset.
 pub(crate) const DEFAULT_RESET: Duration = Duration::from_secs(60);
@@ -76,8 +76,8 @@ pub(crate) struct Account {
     /// This account as every relay part names it (provider, id), built once.
     pub resolved: ResolvedAccount,
     header: (HeaderName, HeaderValue),
-    /// Its `context_relay_gateway_upstream_responses_total` counters.
-    pub responses: Arc<ResponseCounters>,
+    /// Its metrics.
+    pub metrics: Arc<AccountMetrics>,
 }
 
 impl std::fmt::Debug for Account {
@@ -175,7 +175,7 @@ impl ProviderPool {
                     id: Arc::from(a.id.as_str()),
                     resolved: ResolvedAccount::new(p.name.as_str(), a.id.as_str()),
                     header: (name, value),
-                    responses: Arc::new(ResponseCounters::new(&p.name, &a.id)),
+                    metrics: Arc::new(AccountMetrics::new(&p.name, &a.id)),
                 })
             })
             .collect();

@@ -301,31 +301,47 @@ impl HistogramsBy {
     }
 }
 
-/// `context_relay_gateway_upstream_responses_total` of one account, by status, each counter
-/// registered once (on first use): counting a response costs no label allocation.
-pub(crate) struct ResponseCounters {
+/// The metrics of one account, each handle registered once (on first use), so that recording
+/// costs no label allocation and no registry look-up: `context_relay_gateway_upstream_responses_total`
+/// by status and `context_relay_gateway_account_used_ratio`.
+pub(crate) struct AccountMetrics {
     provider: Arc<str>,
     account: Arc<str>,
     by_status: RwLock<HashMap<u16, Counter>>,
+    used: OnceLock<Gauge>,
 }
 
-impl std::fmt::Debug for ResponseCounters {
+impl std::fmt::Debug for AccountMetrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ResponseCounters")
+        f.debug_struct("AccountMetrics")
             .field("provider", &self.provider)
             .field("account", &self.account)
             .finish_non_exhaustive()
     }
 }
 
-impl ResponseCounters {
-    /// The counters of `account` of `provider`.
+impl AccountMetrics {
+    /// The metrics of `account` of `provider`.
     pub(crate) fn new(provider: &str, account: &str) -> Self {
         Self {
             provider: Arc::from(provider),
             account: Arc::from(account),
             by_status: RwLock::default(),
+            used: OnceLock::new(),
         }
+    }
+
+    /// Sets the account's last usage reading (0..1, above 1 past its limit).
+    pub(crate) fn set_used(&self, ratio: f64) {
+        self.used
+            .get_or_init(|| {
+                metrics::gauge!(
+                    "context_relay_gateway_account_used_ratio",
+                    "provider" => self.provider.to_string(),
+                    "account" => self.account.to_string()
+                )
+            })
+            .set(ratio);
     }
 
     /// Counts one response with `status`.
@@ -419,7 +435,7 @@ mod tests {
     fn response_counters_count_by_status_with_handles_made_once() {
         let recorder = PrometheusBuilder::new().build_recorder();
         let handle = recorder.handle();
-        let counters = ResponseCounters::new("codex", "acct-a");
+        let counters = AccountMetrics::new("codex", "acct-a");
         metrics::with_local_recorder(&recorder, || {
             counters.count(http::StatusCode::OK);
             counters.count(http::StatusCode::OK);
@@ -443,6 +459,26 @@ mod tests {
         );
         assert!(ok.ends_with(" 3"), "{page}");
         assert!(line("429").expect("429 counted").ends_with(" 1"), "{page}");
+    }
+
+    #[test]
+    fn the_used_ratio_gauge_is_registered_once_and_keeps_the_last_reading() {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let account = AccountMetrics::new("codex", "acct-b");
+        metrics::with_local_recorder(&recorder, || account.set_used(0.5));
+        // Later readings go through the handle made the first time.
+        account.set_used(0.87);
+        let page = handle.render();
+        let line = page
+            .lines()
+            .find(|l| l.starts_with("context_relay_gateway_account_used_ratio{"))
+            .unwrap_or_else(|| panic!("no gauge in {page}"));
+        assert!(
+            line.contains("provider=\"codex\"") && line.contains("account=\"acct-b\""),
+            "{line}"
+        );
+        assert!(line.ends_with(" 0.87"), "{line}");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use context_relay_core::QuotaSignal;
 use http::StatusCode;
 
 use super::verdict::Verdict;
-use crate::pool::{ProviderPool, reset_or_default};
+use crate::pool::{Account, ProviderPool, reset_or_default};
 
 /// One attempt of a request on one account, as far as rotation is concerned.
 pub(super) struct Attempt<'a> {
@@ -89,17 +89,13 @@ impl Attempt<'_> {
 pub(super) fn record_usage(
     pool: &ProviderPool,
     idx: usize,
-    account: &str,
+    account: &Account,
     signal: &QuotaSignal,
     now: SystemTime,
     internal: bool,
 ) {
-    metrics::gauge!(
-        "context_relay_gateway_account_used_ratio",
-        "provider" => pool.name().to_string(),
-        "account" => account.to_owned()
-    )
-    .set(signal.percent_used);
+    account.metrics.set_used(signal.percent_used);
+    let account = &*account.id;
     if internal {
         pool.note_usage(idx, signal.percent_used);
     } else if pool.observe(idx, signal, now) {
