@@ -297,7 +297,7 @@ where
                 let signal =
                     quota::from_response(pool.quota_kind(), status, res.headers(), None, now);
                 if let Some(signal) = signal {
-                    record_usage(&pool, idx, &account, &signal, now, internal);
+                    record_usage(&pool, idx, account, &signal, now, internal);
                     res.extensions_mut().insert(signal);
                 }
                 if status.is_success() {
@@ -344,7 +344,7 @@ where
                 if let Some(signal) =
                     quota::from_response(pool.quota_kind(), status, &res_parts.headers, None, now)
                 {
-                    record_usage(&pool, idx, &account, &signal, now, internal);
+                    record_usage(&pool, idx, account, &signal, now, internal);
                     res_parts.extensions.insert(signal);
                 }
                 res_parts.extensions.insert(resolved);
