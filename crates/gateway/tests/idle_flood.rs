@@ -65,8 +65,9 @@ base_url = "http://127.0.0.1:9/v1"
             ));
         }
     }
-    // Every connection beyond the limit is closed as soon as the gateway has seen it.
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // Every connection beyond the limit is closed as soon as the gateway has seen it. (The
+    // deadlines only bound a failing run: a loaded CI machine takes seconds to accept 2 000.)
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let page = handle.render();
         peak = peak.max(metric(&page, "context_relay_gateway_connections"));
@@ -95,7 +96,7 @@ base_url = "http://127.0.0.1:9/v1"
             break started.elapsed();
         }
         assert!(
-            started.elapsed() < Duration::from_secs(20),
+            started.elapsed() < Duration::from_secs(60),
             "/healthz never answered"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
