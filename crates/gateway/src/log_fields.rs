@@ -46,8 +46,10 @@ use tracing_subscriber::field::{RecordFields, VisitOutput};
 use tracing_subscriber::fmt::FormatFields;
 use tracing_subscriber::fmt::format::{DefaultVisitor, Writer};
 
-/// Formats log fields as plain `name=value` text: what the default formatter writes with
-/// colours off (see the [module docs](self)).
+/// Formats log fields as plain `name=value` text, byte for byte what `tracing-subscriber`'s
+/// default field formatter writes with colours off, without routing each name through ANSI
+/// styling. Messages and errors are handed to the default formatter. Use it only where colours
+/// are off: with colours the default formatter styles the names.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PlainFields;
 
