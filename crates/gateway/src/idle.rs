@@ -3,8 +3,9 @@
 //!
 //! Unlike a plain timeout it resets on every frame, so a long SSE stream that keeps sending is
 //! never cut. The timer is armed only when the body has to wait: a body whose frames are
-//! already there (a buffered JSON answer) never touches the runtime's timer. It forwards `is_end_stream` and `size_hint`, so `content-length` and end of stream
-//! are seen through it exactly as without it.
+//! already there (a buffered JSON answer) never touches the runtime's timer. It forwards
+//! `is_end_stream` and `size_hint`, so `content-length` and end of stream are seen through it
+//! exactly as without it.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -121,6 +122,40 @@ mod tests {
         let err = body.as_mut().frame().await.unwrap().unwrap_err();
         assert!(err.is::<IdleTimeout>(), "{err}");
         feeder.abort();
+    }
+
+    /// The wait counts from when the body is polled and has nothing, not from the last frame:
+    /// a consumer that took its time between two polls does not cut the stream.
+    #[tokio::test(start_paused = true)]
+    async fn the_timer_runs_only_while_the_body_waits() {
+        let idle = Duration::from_secs(5);
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(4);
+        let stream =
+            futures_util::stream::unfold(
+                rx,
+                |mut rx| async move { rx.recv().await.map(|f| (f, rx)) },
+            );
+        let mut body = std::pin::pin!(IdleTimeoutBody::new(StreamBody::new(stream), idle));
+        tx.send(Ok(Frame::data(Bytes::from_static(b"a"))))
+            .await
+            .ok();
+        assert!(body.as_mut().frame().await.unwrap().is_ok());
+        // The consumer is busy for twice the idle time, then polls; the next frame comes
+        // within the idle time of that poll.
+        tokio::time::sleep(idle * 2).await;
+        let feeder = tokio::spawn(async move {
+            tokio::time::sleep(idle / 2).await;
+            tx.send(Ok(Frame::data(Bytes::from_static(b"b"))))
+                .await
+                .ok();
+            tx
+        });
+        let frame = body.as_mut().frame().await.unwrap();
+        assert_eq!(frame.unwrap().into_data().unwrap(), "b");
+        // Then a real stall is still cut.
+        let _tx = feeder.await.unwrap();
+        let err = body.as_mut().frame().await.unwrap().unwrap_err();
+        assert!(err.is::<IdleTimeout>(), "{err}");
     }
 }
 

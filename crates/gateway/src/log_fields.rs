@@ -75,7 +75,11 @@ struct PlainVisitor<'w> {
 
 impl PlainVisitor<'_> {
     /// Hands a field to the default formatter (messages and errors, whose escaping it owns).
-    fn by_default(&mut self, record: impl FnOnce(&mut DefaultVisitor<'_>)) {
+    fn by_default(&mut self, field: &Field, record: impl FnOnce(&mut DefaultVisitor<'_>)) {
+        // What the default formatter writes nothing for must not count as written.
+        if self.result.is_err() || field.name().starts_with("log.") {
+            return;
+        }
         let mut visitor = DefaultVisitor::new(self.writer.by_ref(), self.is_empty);
         record(&mut visitor);
         self.is_empty = false;
@@ -107,7 +111,7 @@ impl PlainVisitor<'_> {
 impl Visit for PlainVisitor<'_> {
     fn record_str(&mut self, field: &Field, value: &str) {
         if field.name() == "message" {
-            return self.by_default(|v| v.record_str(field, value));
+            return self.by_default(field, |v| v.record_str(field, value));
         }
         if !self.name(field) {
             return;
@@ -123,12 +127,12 @@ impl Visit for PlainVisitor<'_> {
     }
 
     fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
-        self.by_default(|v| v.record_error(field, value));
+        self.by_default(field, |v| v.record_error(field, value));
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
         if field.name() == "message" {
-            return self.by_default(|v| v.record_debug(field, value));
+            return self.by_default(field, |v| v.record_debug(field, value));
         }
         if self.name(field) {
             self.result = write!(self.writer, "{value:?}");
@@ -213,6 +217,13 @@ mod tests {
             tracing::info!(status = count, latency_ms = number, "request");
             tracing::warn!(error = &err as &dyn std::error::Error, what = ?text, "{text}");
             tracing::info!(n = count, flag = true, neg = -3i64);
+            // `log.` fields are the `log` bridge's metadata: never written, never separated.
+            tracing::info!(
+                log.err = &err as &dyn std::error::Error,
+                b = 2,
+                log.x = "y",
+                c = 3
+            );
         });
         span.record("account", "acct-a");
         span.in_scope(|| tracing::info!("after"));

@@ -11,6 +11,7 @@ use clap::Parser;
 use context_relay_gateway::config::{Config, LogFormat};
 use context_relay_gateway::{Gateway, LogBuffer, PlainFields, prometheus_builder};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::MakeWriter;
 
 /// OpenAI/Anthropic-compatible gateway that pools several accounts per provider and keeps long
 /// coding sessions alive across account rotation.
@@ -65,33 +66,35 @@ fn init_logging(format: LogFormat) -> Option<LogBuffer> {
     // Colours on a terminal only, and never with NO_COLOR set (https://no-color.org).
     let ansi = std::io::stderr().is_terminal()
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    let log = match LogBuffer::stderr(LOG_FLUSH_EVERY) {
-        Ok(log) => log,
+    match LogBuffer::stderr(LOG_FLUSH_EVERY) {
+        Ok(log) => {
+            install(log.clone(), filter, ansi, format);
+            Some(log)
+        }
         Err(e) => {
             // No flusher thread: every line is written through.
             eprintln!("warning: cannot start the log flusher ({e}); logging unbuffered");
-            let builder = tracing_subscriber::fmt()
-                .with_env_filter(filter)
-                .with_ansi(ansi)
-                .with_writer(std::io::stderr);
-            match format {
-                LogFormat::Text => builder.init(),
-                LogFormat::Json => builder.json().with_current_span(true).init(),
-            }
-            return None;
+            install(std::io::stderr, filter, ansi, format);
+            None
         }
-    };
+    }
+}
+
+/// Installs the global subscriber writing to `writer` in `format`.
+fn install<W>(writer: W, filter: EnvFilter, ansi: bool, format: LogFormat)
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
-        .with_writer(log.clone());
+        .with_writer(writer);
     match format {
         // Without colours the same text is written by a cheaper field formatter.
         LogFormat::Text if !ansi => builder.fmt_fields(PlainFields).init(),
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().with_current_span(true).init(),
     }
-    Some(log)
 }
 
 fn main() -> ExitCode {

@@ -301,9 +301,9 @@ impl HistogramsBy {
     }
 }
 
-/// The metrics of one account, each handle registered once (on first use), so that recording
-/// costs no label allocation and no registry look-up: `context_relay_gateway_upstream_responses_total`
-/// by status and `context_relay_gateway_account_used_ratio`.
+/// The metrics of one account: `context_relay_gateway_upstream_responses_total` by status and
+/// `context_relay_gateway_account_used_ratio`. Each handle is registered once (on first use),
+/// so that recording costs no label allocation and no registry look-up.
 pub(crate) struct AccountMetrics {
     provider: Arc<str>,
     account: Arc<str>,

@@ -135,8 +135,8 @@ static ACCOUNT_ONLY: [HeaderName; 3] = [
     HeaderName::from_static("anthropic-organization-id"),
 ];
 
-/// Headers that describe one connection, not the message (RFC 9110 §7.6.1), plus `host`,
-/// which the client derives from the upstream URL.
+/// Headers that describe one connection, not the message (RFC 9110 §7.6.1). (`host` is
+/// stripped from requests too: the client derives it from the upstream URL.)
 static HOP_BY_HOP: [HeaderName; 9] = [
     HeaderName::from_static("connection"),
     HeaderName::from_static("keep-alive"),

@@ -37,7 +37,11 @@ targets = ["anthropic/claude"]
 
 type Seen = (Request<()>, Bytes);
 
-async fn run(req: Request<Full<Bytes>>) -> (StatusCode, Bytes, Option<Seen>) {
+async fn run<B>(req: Request<B>) -> (StatusCode, Bytes, Option<Seen>)
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
     let seen = Arc::new(std::sync::Mutex::new(None));
     let s2 = seen.clone();
     let svc = ComboLayer::new(Routes::from_config(&config()), 1024).layer(service_fn(
@@ -86,6 +90,44 @@ async fn combo_sets_extensions_and_rewrites() {
     let t = req.extensions().get::<RouteTargets>().unwrap();
     assert_eq!(t.0.len(), 2);
     assert_eq!(&*t.0[1].model, "claude");
+}
+
+/// A body that arrives in several chunks is joined once and its `model` rewritten in the
+/// joined buffer: the upstream gets every other byte as sent, whatever the new name's length.
+#[tokio::test]
+async fn a_body_in_several_chunks_is_forwarded_whole_with_its_model_rewritten() {
+    let chunks: [&'static [u8]; 3] = [
+        br#"{"model": "#,
+        br#""codex-relay", "messages":[{"role":"user","#,
+        br#""content":"caf\u00e9 \"q\""}],"n":1.50}"#,
+    ];
+    for (client, sent) in [
+        ("codex-relay", "gpt-5.5"),
+        ("plain", "claude"),
+        ("codex/gpt-5.5", "gpt-5.5"),
+    ] {
+        let body: Vec<Bytes> = chunks
+            .iter()
+            .map(|c| Bytes::from(String::from_utf8_lossy(c).replace("codex-relay", client)))
+            .collect();
+        let whole: Vec<u8> = body.concat();
+        let frames = futures_util::stream::iter(
+            body.into_iter()
+                .map(|b| Ok::<_, Infallible>(http_body::Frame::data(b))),
+        );
+        let req = Request::post("/v1/chat/completions")
+            .body(http_body_util::StreamBody::new(frames))
+            .unwrap();
+        let (status, _, seen) = run(req).await;
+        assert_eq!(status, 200, "{client}");
+        let (_, got) = seen.unwrap();
+        let expected = String::from_utf8_lossy(&whole).replacen(
+            &format!("\"{client}\""),
+            &format!("\"{sent}\""),
+            1,
+        );
+        assert_eq!(String::from_utf8_lossy(&got), expected, "{client}");
+    }
 }
 
 #[tokio::test]
