@@ -209,9 +209,13 @@ fn strip(headers: &mut HeaderMap, also: impl Fn(&HeaderName) -> bool) {
         .flat_map(|v| v.split(','))
         .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
         .collect();
+    // Names a client lists are looked up one by one: the list is the client's, of any length.
+    for n in named {
+        headers.remove(n);
+    }
     let doomed: Vec<HeaderName> = headers
         .keys()
-        .filter(|n| HOP_BY_HOP.contains(n) || named.contains(n) || also(n))
+        .filter(|n| HOP_BY_HOP.contains(n) || also(n))
         .cloned()
         .collect();
     for n in doomed {
