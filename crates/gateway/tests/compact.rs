@@ -10,31 +10,9 @@ mod support;
 
 use context_relay_sim::SimProvider;
 use serde_json::{Value, json};
-use support::{Client, Conversation, HANDOFF_TAG, Harness, MEMORY};
+use support::{Client, Conversation, HANDOFF_TAG, Harness, MEMORY, compact_body};
 
 const SESSION: &str = "0199d00d-5c3a-7b21-9c4d-5e6f7a8b9c0d";
-
-/// The body Codex sends to `/responses/compact`: the turn's `model`, `instructions`, `input`,
-/// `tools`, `parallel_tool_calls`, `reasoning` and `text`, no `stream` or `store`.
-fn compact_body(turn: &Value) -> Value {
-    let keep = [
-        "model",
-        "instructions",
-        "input",
-        "tools",
-        "parallel_tool_calls",
-        "reasoning",
-        "text",
-    ];
-    Value::Object(
-        turn.as_object()
-            .unwrap()
-            .iter()
-            .filter(|(k, _)| keep.contains(&k.as_str()))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
-    )
-}
 
 /// Codex replaces its history by the compacted one, then asks the next question.
 fn compacted(conv: &mut Conversation, reply: &[u8], prompt: &str) {
@@ -83,7 +61,7 @@ async fn compaction_is_proxied_and_its_item_is_scrubbed_on_a_switch() {
     // Next turn on the same account carries the compaction item: it is a's and accepted.
     // At 90 % a handoff is written.
     assert_eq!(conv.turn(&h, 0).await.0, 200);
-    let turn = h.turns().pop().unwrap();
+    let turn = h.last_turn();
     assert_eq!(turn.account.as_deref(), Some(a));
     assert_eq!(turn.rejected, None);
     assert!(h.owners(&turn).contains(&Some(a.to_owned())));
@@ -126,7 +104,7 @@ async fn compaction_is_proxied_and_its_item_is_scrubbed_on_a_switch() {
     // comes seconds later.)
     h.idle().await;
     assert_eq!(conv.turn(&h, 0).await.0, 200);
-    let turn = h.turns().pop().unwrap();
+    let turn = h.last_turn();
     assert_eq!(turn.account.as_deref(), Some(b));
     assert_eq!(turn.rejected, None);
     assert!(h.owners(&turn).contains(&Some(b.to_owned())));

@@ -10,7 +10,6 @@
 mod support;
 
 use context_relay_sim::{RecordedRequest, SimProvider};
-use serde_json::json;
 use support::{
     ADMIN_TOKEN, Client, Conversation, HANDOFF_TAG, Harness, SUMMARY_NEEDLE, completed, contains,
     summary_reply,
@@ -69,18 +68,6 @@ targets = ["{FIRST}", "{SECOND}"]
 "#
     );
     Harness::single(sim, &text).await
-}
-
-/// A Claude Code conversation asking for `combo`.
-fn conversation(combo: &str, session: &str) -> Conversation {
-    let mut conv = Conversation::new(Client::Claude, session);
-    conv.body["model"] = json!(combo);
-    conv
-}
-
-/// The last client turn the provider received.
-fn last_turn(h: &Harness) -> RecordedRequest {
-    h.turns().pop().expect("a turn reached the provider")
 }
 
 /// Sends a turn; asserts it completed; the `x-context-relay` header.
@@ -144,10 +131,10 @@ async fn a_combo_falling_through_to_its_next_target_carries_the_note_then_writes
     // 10 % a turn: no account-switch handoff is ever written.
     let h = harness(10.0).await;
     let session = "0199b000-0000-7000-8000-00000000a001";
-    let mut conv = conversation("claude-fallback", session);
+    let mut conv = Conversation::asking(Client::Claude, session, "claude-fallback");
     let acted = turn(&h, &mut conv).await;
     assert!(acted.is_empty(), "{acted}");
-    let first = last_turn(&h);
+    let first = h.last_turn();
     assert_eq!(first.account.as_deref(), Some("acct-x"));
     assert!(
         h.sim.state_owners(&first).is_empty(),
@@ -168,7 +155,7 @@ async fn a_combo_falling_through_to_its_next_target_carries_the_note_then_writes
         acted.contains("model-switch") && acted.contains("injected") && acted.contains("scrubbed"),
         "{acted}"
     );
-    let moved = last_turn(&h);
+    let moved = h.last_turn();
     assert_moved(&h, &moved);
     assert!(contains(&moved.body, NO_SUMMARY), "the bare note");
     assert!(!contains(&moved.body, "<session_summary>"));
@@ -199,7 +186,7 @@ async fn a_combo_falling_through_to_its_next_target_carries_the_note_then_writes
         !acted.contains("model-switch") && !acted.contains("injected"),
         "{acted}"
     );
-    let next = last_turn(&h);
+    let next = h.last_turn();
     assert!(!contains(&next.body, HANDOFF_TAG));
     assert_stays(&h, &next);
     assert_eq!(h.admin_handoffs(session).await.len(), 1);
@@ -210,7 +197,7 @@ async fn a_model_switch_carries_the_freshest_handoff_and_leaves_the_account_hand
     // 30 % a turn: turn 3 reaches 90 % and writes an account-switch handoff.
     let h = harness(30.0).await;
     let session = "0199b000-0000-7000-8000-00000000a002";
-    let mut conv = conversation("claude-fallback", session);
+    let mut conv = Conversation::asking(Client::Claude, session, "claude-fallback");
     for _ in 1..=3 {
         turn(&h, &mut conv).await;
     }
@@ -221,7 +208,7 @@ async fn a_model_switch_carries_the_freshest_handoff_and_leaves_the_account_hand
     exhaust_first_target(&h);
     let acted = turn(&h, &mut conv).await;
     assert!(acted.contains("model-switch"), "{acted}");
-    let moved = last_turn(&h);
+    let moved = h.last_turn();
     assert_moved(&h, &moved);
     assert!(contains(&moved.body, "Adding a --json flag to the CLI"));
     assert!(!contains(&moved.body, NO_SUMMARY));
@@ -238,7 +225,7 @@ async fn a_model_switch_carries_the_freshest_handoff_and_leaves_the_account_hand
 async fn a_priority_combo_gets_the_model_switch_but_no_account_handoff() {
     let h = harness(30.0).await;
     let session = "0199b000-0000-7000-8000-00000000a003";
-    let mut conv = conversation("claude-priority", session);
+    let mut conv = Conversation::asking(Client::Claude, session, "claude-priority");
     for _ in 1..=3 {
         assert!(turn(&h, &mut conv).await.is_empty());
     }
@@ -248,7 +235,7 @@ async fn a_priority_combo_gets_the_model_switch_but_no_account_handoff() {
     exhaust_first_target(&h);
     let acted = turn(&h, &mut conv).await;
     assert!(acted.contains("model-switch"), "{acted}");
-    let moved = last_turn(&h);
+    let moved = h.last_turn();
     assert_moved(&h, &moved);
     assert!(contains(&moved.body, NO_SUMMARY));
     let listed = h.admin_handoffs(session).await;
@@ -262,6 +249,6 @@ async fn a_priority_combo_gets_the_model_switch_but_no_account_handoff() {
         acted.contains("scrubbed") && !acted.contains("model-switch"),
         "{acted}"
     );
-    let next = last_turn(&h);
+    let next = h.last_turn();
     assert_stays(&h, &next);
 }

@@ -144,8 +144,11 @@ async fn a_quota_error_in_another_status_rotates_the_account() {
 #[tokio::test]
 async fn a_connection_error_is_retried_once_on_the_next_account() {
     let h = Harness::start(1, MEMORY, SimProvider::builder()).await;
-    let mut conv = Conversation::new(Client::Codex, "0199a1b2-0000-7000-8000-00000000000c");
-    conv.body["model"] = json!("fallback-relay");
+    let mut conv = Conversation::asking(
+        Client::Codex,
+        "0199a1b2-0000-7000-8000-00000000000c",
+        "fallback-relay",
+    );
     let (status, _, reply) = conv.turn(&h, 0).await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&reply));
     assert!(completed(&reply));

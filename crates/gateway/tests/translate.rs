@@ -15,7 +15,7 @@ use context_relay_sim::{RecordedRequest, SimProvider, SimQuotaHeaders};
 use serde_json::{Value, json};
 use support::{
     ADMIN_TOKEN, Client, Conversation, HANDOFF_TAG, Harness, SUMMARY_NEEDLE, completed, contains,
-    sse_events, summary_reply,
+    json_headers, sse_events, summary_reply,
 };
 
 const FIRST: &str = "codex/gpt-5.5";
@@ -80,17 +80,6 @@ targets = ["{SECOND}"]
     Harness::single(sim, &text).await
 }
 
-/// A real-size Codex conversation asking for `combo`.
-fn conversation(combo: &str, session: &str) -> Conversation {
-    let mut conv = Conversation::new(Client::Codex, session);
-    conv.body["model"] = json!(combo);
-    conv
-}
-
-fn last_turn(h: &Harness) -> RecordedRequest {
-    h.turns().pop().expect("a turn reached the provider")
-}
-
 /// What Codex reads of a Responses stream: the joined text deltas, the `output_item.done`
 /// items, and the `response.completed` event (Codex fails a turn without it).
 fn read_as_codex(reply: &[u8]) -> (String, Vec<Value>, Value) {
@@ -152,10 +141,10 @@ fn assert_messages_shape(r: &RecordedRequest) {
 async fn a_codex_session_moves_to_anthropic_translated_with_the_model_switch() {
     let h = harness(None).await;
     let session = "0199c000-0000-7000-8000-00000000b001";
-    let mut conv = conversation("codex-claude", session);
+    let mut conv = Conversation::asking(Client::Codex, session, "codex-claude");
     let (status, _, reply) = conv.turn(&h, 0).await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&reply));
-    let first = last_turn(&h);
+    let first = h.last_turn();
     assert_eq!(first.account.as_deref(), Some("acct-a"));
     assert!(first.uri.path().ends_with("/v1/responses"));
     h.idle().await;
@@ -175,7 +164,7 @@ async fn a_codex_session_moves_to_anthropic_translated_with_the_model_switch() {
         acted.contains("model-switch") && acted.contains("injected"),
         "{acted}"
     );
-    let moved = last_turn(&h);
+    let moved = h.last_turn();
     assert_eq!(moved.account.as_deref(), Some("acct-x"));
     assert_messages_shape(&moved);
     let body = moved.json().unwrap();
@@ -217,7 +206,7 @@ async fn a_codex_session_moves_to_anthropic_translated_with_the_model_switch() {
     let (status, acted, reply) = conv.turn(&h, 0).await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&reply));
     assert!(!acted.unwrap_or_default().contains("model-switch"));
-    let next = last_turn(&h);
+    let next = h.last_turn();
     assert_eq!(next.account.as_deref(), Some("acct-x"));
     assert_messages_shape(&next);
     assert!(!contains(&next.body, HANDOFF_TAG));
@@ -235,7 +224,7 @@ async fn a_json_round_trip_rotates_on_an_anthropic_429() {
     let h = harness(None).await;
     // acct-x is used up: its 429 (translated) rotates the request to acct-y.
     h.sim.set_used("acct-x", 100.0);
-    let headers = vec![("content-type".to_owned(), "application/json".to_owned())];
+    let headers = json_headers();
     let body = json!({"model": "claude-only", "instructions": "Be terse.", "input": "say hi",
                       "store": false, "reasoning": {"effort": "low"}});
     let (status, _, reply) = h.send(0, "/v1/responses", &headers, &body).await;
@@ -280,7 +269,7 @@ async fn a_json_round_trip_rotates_on_an_anthropic_429() {
 async fn a_tool_call_round_trip() {
     let h = harness(Some("exec_command")).await;
     let session = "0199c000-0000-7000-8000-00000000b003";
-    let mut conv = conversation("claude-only", session);
+    let mut conv = Conversation::asking(Client::Codex, session, "claude-only");
     let (status, _, reply) = h.send(0, "/v1/responses", &conv.headers, &conv.body).await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&reply));
     let (text, items, done) = read_as_codex(&reply);
@@ -300,7 +289,7 @@ async fn a_tool_call_round_trip() {
         .collect();
     assert_eq!(deltas, call["arguments"].as_str().unwrap());
     assert_eq!(done["response"]["output"].as_array().unwrap().len(), 2);
-    let sent = last_turn(&h).json().unwrap();
+    let sent = h.last_turn().json().unwrap();
     assert!(
         sent["tools"]
             .as_array()
@@ -316,7 +305,7 @@ async fn a_tool_call_round_trip() {
     input.push(json!({"type": "function_call_output", "call_id": call_id, "output": "total 0"}));
     let (status, _, reply) = h.send(0, "/v1/responses", &conv.headers, &conv.body).await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&reply));
-    let r = last_turn(&h);
+    let r = h.last_turn();
     assert_messages_shape(&r);
     let messages = r.json().unwrap()["messages"].as_array().unwrap().clone();
     let n = messages.len();
@@ -336,7 +325,7 @@ async fn a_tool_call_round_trip() {
 #[tokio::test]
 async fn shapes_without_a_translation_are_refused_in_the_clients_shape() {
     let h = harness(None).await;
-    let headers = vec![("content-type".to_owned(), "application/json".to_owned())];
+    let headers = json_headers();
     let chat = json!({"model": "claude-only", "messages": [{"role": "user", "content": "hi"}]});
     let (status, _, reply) = h.send(0, "/v1/chat/completions", &headers, &chat).await;
     assert_eq!(status, 400);

@@ -16,7 +16,7 @@ use context_relay_core::translate::{COMPACTION_PROMPT, SUMMARY_PREFIX};
 use context_relay_sim::{RecordedRequest, SimFault, SimProvider, SimQuotaHeaders};
 use http::StatusCode;
 use serde_json::{Value, json};
-use support::{ADMIN_TOKEN, Client, Conversation, Harness, sse_events};
+use support::{ADMIN_TOKEN, Client, Conversation, Harness, compact_body, json_headers, sse_events};
 
 /// A gateway over a simulator with provider `anthropic` (`api = "anthropic"`, accounts
 /// `acct-x` and `acct-y`) and combo `claude-only`; the Messages endpoint refuses prompts over
@@ -56,17 +56,6 @@ targets = ["anthropic/claude-sonnet-4-5"]
     Harness::single(sim, &text).await
 }
 
-/// A real-size Codex conversation (its first turn) asking for `claude-only`.
-fn codex(session: &str) -> Conversation {
-    let mut conv = Conversation::new(Client::Codex, session);
-    conv.body["model"] = json!("claude-only");
-    conv
-}
-
-fn json_headers() -> Vec<(String, String)> {
-    vec![("content-type".to_owned(), "application/json".to_owned())]
-}
-
 /// The request reached the Messages endpoint, which accepted it as a valid Messages body.
 fn assert_valid_messages(r: &RecordedRequest) -> Value {
     assert!(r.uri.path().ends_with("/v1/messages"), "{}", r.uri);
@@ -89,7 +78,11 @@ fn assert_valid_messages(r: &RecordedRequest) -> Value {
 #[tokio::test]
 async fn a_prompt_too_long_is_context_length_exceeded_where_codex_reads_it() {
     let h = harness(Some(4_000)).await;
-    let conv = codex("0199c000-0000-7000-8000-00000000e001");
+    let conv = Conversation::asking(
+        Client::Codex,
+        "0199c000-0000-7000-8000-00000000e001",
+        "claude-only",
+    );
     let (status, _, reply) = h.send(0, "/v1/responses", &conv.headers, &conv.body).await;
     // Streamed: a 200 stream of response.created then response.failed.
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&reply));
@@ -129,31 +122,14 @@ async fn a_prompt_too_long_is_context_length_exceeded_where_codex_reads_it() {
     assert_eq!(status, 200);
 }
 
-/// The body Codex sends to `/responses/compact`: the turn's `model`, `instructions`, `input`,
-/// `tools`, `parallel_tool_calls`, `reasoning` and `text`.
-fn compact_body(turn: &Value) -> Value {
-    let keep = [
-        "model",
-        "instructions",
-        "input",
-        "tools",
-        "parallel_tool_calls",
-        "reasoning",
-        "text",
-    ];
-    let obj = turn.as_object().unwrap();
-    Value::Object(
-        obj.iter()
-            .filter(|(k, _)| keep.contains(&k.as_str()))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
-    )
-}
-
 #[tokio::test]
 async fn codex_compaction_is_served_with_a_summary_by_the_anthropic_model() {
     let h = harness(None).await;
-    let mut conv = codex("0199c000-0000-7000-8000-00000000e002");
+    let mut conv = Conversation::asking(
+        Client::Codex,
+        "0199c000-0000-7000-8000-00000000e002",
+        "claude-only",
+    );
     let (status, _, _) = conv.turn(&h, 0).await;
     assert_eq!(status, 200);
     let user_messages: Vec<Value> = conv.body["input"]
@@ -186,7 +162,7 @@ async fn codex_compaction_is_served_with_a_summary_by_the_anthropic_model() {
     );
 
     // Upstream: one valid, non-streamed Messages request asking for the summary.
-    let r = h.turns().pop().unwrap();
+    let r = h.last_turn();
     assert_eq!(r.account.as_deref(), Some("acct-x"));
     let sent = assert_valid_messages(&r);
     assert!(sent.get("stream").is_none());
@@ -206,7 +182,7 @@ async fn codex_compaction_is_served_with_a_summary_by_the_anthropic_model() {
     let (status, _, reply) = h.send(0, "/v1/responses", &conv.headers, &conv.body).await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&reply));
     assert!(support::completed(&reply));
-    let next = assert_valid_messages(&h.turns().pop().unwrap());
+    let next = assert_valid_messages(&h.last_turn());
     assert!(next.to_string().contains(SUMMARY_PREFIX.trim_end()));
 
     // A compaction too long for the context window is the 400 context_length_exceeded.
@@ -250,7 +226,11 @@ async fn overloaded_is_a_503_server_is_overloaded() {
 #[tokio::test]
 async fn pings_reach_the_client_as_sse_comments() {
     let h = harness(None).await;
-    let conv = codex("0199c000-0000-7000-8000-00000000e004");
+    let conv = Conversation::asking(
+        Client::Codex,
+        "0199c000-0000-7000-8000-00000000e004",
+        "claude-only",
+    );
     let (status, _, reply) = h.send(0, "/v1/responses", &conv.headers, &conv.body).await;
     assert_eq!(status, 200);
     let text = String::from_utf8_lossy(&reply);

@@ -9,10 +9,10 @@ mod support;
 
 use context_relay_core::translate::{RequestOptions, responses_to_messages};
 use context_relay_sim::rules::{Backend, check};
-use context_relay_sim::{RecordedRequest, SimProvider, SimQuotaHeaders};
+use context_relay_sim::{SimProvider, SimQuotaHeaders};
 use proptest::prelude::*;
 use serde_json::{Value, json};
-use support::Harness;
+use support::{Harness, json_headers};
 
 /// A gateway over one simulator with provider `anthropic` (`api = "anthropic"`, the extra
 /// provider keys `extra`), combo `claude` → `anthropic/claude-sonnet-4-5`.
@@ -49,9 +49,9 @@ targets = ["anthropic/claude-sonnet-4-5"]
 /// Sends a Responses `body` (model `claude`) and returns the request the provider got,
 /// after checking the provider accepted it and the client got a completed answer.
 async fn accepted(h: &Harness, body: &Value) -> Value {
-    let headers = vec![("content-type".to_owned(), "application/json".to_owned())];
+    let headers = json_headers();
     let (status, _, reply) = h.send(0, "/v1/responses", &headers, body).await;
-    let sent: RecordedRequest = h.turns().pop().expect("a turn reached the provider");
+    let sent = h.last_turn();
     assert_eq!(sent.rejected, None, "the Messages endpoint refused it");
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&reply));
     let v: Value = serde_json::from_slice(&reply).expect("a JSON answer");

@@ -190,6 +190,32 @@ pub fn claude_next_turn(body: &mut Value, reply_sse: &[u8], prompt: &str) {
 }
 
 /// The JSON data of every SSE event in `bytes`.
+/// The body Codex sends to `/responses/compact`: the turn's `model`, `instructions`, `input`,
+/// `tools`, `parallel_tool_calls`, `reasoning` and `text`, no `stream` or `store`.
+pub fn compact_body(turn: &Value) -> Value {
+    const KEEP: [&str; 7] = [
+        "model",
+        "instructions",
+        "input",
+        "tools",
+        "parallel_tool_calls",
+        "reasoning",
+        "text",
+    ];
+    let fields = turn.as_object().into_iter().flatten();
+    Value::Object(
+        fields
+            .filter(|(k, _)| KEEP.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    )
+}
+
+/// The headers of a plain JSON request (no credential, no session header).
+pub fn json_headers() -> Vec<(String, String)> {
+    vec![("content-type".to_owned(), "application/json".to_owned())]
+}
+
 pub fn sse_events(bytes: &[u8]) -> Vec<Value> {
     String::from_utf8_lossy(bytes)
         .split("\n\n")
@@ -381,6 +407,11 @@ impl Harness {
         }
     }
 
+    /// The last client turn the provider received.
+    pub fn last_turn(&self) -> RecordedRequest {
+        self.turns().pop().expect("a turn reached the provider")
+    }
+
     /// Upstream requests that were client turns (not summary calls).
     pub fn turns(&self) -> Vec<RecordedRequest> {
         self.sim
@@ -499,6 +530,13 @@ impl Conversation {
             body,
             turn: 1,
         }
+    }
+
+    /// A conversation of `client` asking for `model` (a combo or `provider/model`).
+    pub fn asking(client: Client, session: &str, model: &str) -> Self {
+        let mut conv = Self::new(client, session);
+        conv.body["model"] = Value::from(model);
+        conv
     }
 
     /// Sends the current history to gateway `gw`; on a completed reply, the history grows by
