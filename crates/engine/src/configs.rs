@@ -1,6 +1,6 @@
 //! The resolved relay configuration of every combo.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Arc;
 
 use context_relay_core::RelayConfig;

@@ -1,6 +1,6 @@
 //! [`Relay`]: the state every request of a relay shares, and its builder.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -18,7 +18,7 @@
 //!   again, so the relay layers leave it alone rather than record an affinity (a store write)
 //!   per request that nothing would read and that would push real sessions out of the cache.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};

@@ -21,7 +21,7 @@
 //! fixed, every byte but the `model` literal as the client sent it. Bodies that are not JSON or
 //! have no `model` get a 400, bodies over the limit a 413; none of them reaches the inner service.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, LazyLock};

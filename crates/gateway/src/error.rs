@@ -6,10 +6,13 @@
 //! `google.rpc.Status`, `{"error":{"code","message","status"}}`; the shape follows the request
 //! path.
 
+use std::sync::LazyLock;
+
 use bytes::Bytes;
 use context_relay_core::ApiShape;
 use http::{HeaderValue, Response, StatusCode, header};
 use http_body_util::Full;
+use memchr::memmem::Finder;
 
 /// Which error shape a client understands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,8 +30,10 @@ impl ErrorShape {
     pub(crate) fn for_path(path: &str) -> Self {
         let path = path.split('?').next().unwrap_or(path);
         // `…/messages/count_tokens` and the like are no conversation turn, but the Messages API.
-        // (`memmem`: `str::find` builds a searcher costlier than this whole search.)
-        let path = memchr::memmem::find(path.as_bytes(), b"/messages/")
+        // (A searcher built once: building one costs more than this whole search.)
+        static MESSAGES: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"/messages/"));
+        let path = MESSAGES
+            .find(path.as_bytes())
             .and_then(|i| path.get(..i + "/messages".len()))
             .unwrap_or(path);
         match ApiShape::from_path(path) {

@@ -20,9 +20,11 @@
 //! nested or quoted `model` from a second top-level one.
 
 use std::ops::Range;
+use std::sync::LazyLock;
 
 use bytes::Bytes;
 use context_relay_core::json::{self, JsonError, Kind};
+use memchr::memmem::Finder;
 
 use crate::collect::{Buffered, HEADROOM};
 
@@ -95,8 +97,10 @@ pub(crate) fn find_model(body: &[u8]) -> Result<ModelField, ModelError> {
 /// Whether `rest` (the body after the first `model` value) may hold a second top-level
 /// `model`: it contains the token `"model"`, or a `\u` escape that could spell it in a key.
 fn may_repeat(rest: &[u8]) -> bool {
-    memchr::memmem::find(rest, b"\"model\"").is_some()
-        || memchr::memmem::find(rest, b"\\u").is_some()
+    // Searchers built once: on a small body, building one costs more than the search.
+    static MODEL: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"model\""));
+    static ESCAPE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\\u"));
+    MODEL.find(rest).is_some() || ESCAPE.find(rest).is_some()
 }
 
 /// `body` with the string at `field.span` replaced by the JSON string `model` (the same

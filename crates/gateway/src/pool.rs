@@ -18,7 +18,7 @@
 //! sits behind one short-held mutex. Functions take `now` so the rules are testable without a
 //! clock.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
@@ -181,7 +181,7 @@ impl ProviderPool {
             .collect();
         let state = PoolState {
             accounts: vec![AccountState::default(); accounts.len()],
-            sessions: HashMap::new(),
+            sessions: HashMap::default(),
             clock: 0,
         };
         Self {

@@ -25,7 +25,7 @@
 //! request's; with the access target at `DEBUG`, what the routed service logs until the
 //! response head nests in a `request` span with its `request_id`.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock, RwLock};
