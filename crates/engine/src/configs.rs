@@ -1,9 +1,9 @@
 //! The resolved relay configuration of every combo.
 
-use foldhash::HashMap;
 use std::sync::Arc;
 
 use context_relay_core::RelayConfig;
+use foldhash::HashMap;
 
 /// A default [`RelayConfig`] plus per-combo configurations (already resolved over the
 /// default: see [`RelayConfig::resolve`]).

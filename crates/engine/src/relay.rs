@@ -1,6 +1,5 @@
 //! [`Relay`]: the state every request of a relay shares, and its builder.
 
-use foldhash::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,6 +8,7 @@ use context_relay_core::config::{InjectionSlot, RelayMode};
 use context_relay_core::prompt::SummarySettings;
 use context_relay_core::session::SessionSources;
 use context_relay_store::{CoolDown, HandoffStore, InFlight};
+use foldhash::HashMap;
 use tokio::sync::Semaphore;
 
 use crate::background::Background;

@@ -18,7 +18,6 @@
 //!   again, so the relay layers leave it alone rather than record an affinity (a store write)
 //!   per request that nothing would read and that would push real sessions out of the cache.
 
-use foldhash::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -26,6 +25,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use context_relay_core::session::credential;
 use context_relay_tower::{SkipRelay, Tenant};
+use foldhash::HashMap;
 use futures_util::future::{Either as EitherFuture, Ready, ready};
 use hmac::digest::KeyInit;
 use hmac::{Hmac, Mac};

@@ -21,7 +21,6 @@
 //! fixed, every byte but the `model` literal as the client sent it. Bodies that are not JSON or
 //! have no `model` get a 400, bodies over the limit a 413; none of them reaches the inner service.
 
-use foldhash::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, LazyLock};
@@ -31,6 +30,7 @@ use bytes::Bytes;
 use context_relay_core::decode::{DecodeError, decode};
 use context_relay_core::session::{self, SessionSources};
 use context_relay_tower::{ComboName, SessionId, Tenant};
+use foldhash::HashMap;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body::Body;
 use http_body_util::{Either, Full};

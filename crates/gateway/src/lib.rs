@@ -34,6 +34,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
+mod access_log;
 mod admin;
 mod app;
 mod auth;
@@ -61,6 +62,7 @@ mod telemetry;
 mod translate;
 mod upstream;
 
+pub use access_log::write_access_lines_to;
 pub use app::{Gateway, GatewayError};
 pub use config::Config;
 pub use log_buffer::{LineWriter, LogBuffer};

@@ -45,8 +45,6 @@ use std::time::Duration;
 use tracing::{Level, Metadata};
 use tracing_subscriber::fmt::MakeWriter;
 
-/// The target of the access-log lines, the only ones that are batched.
-const ACCESS_TARGET: &str = "context_relay_gateway::access";
 /// Waiting bytes beyond which a batch is written at once.
 const FLUSH_AT: usize = 64 * 1024;
 
@@ -128,6 +126,12 @@ impl LogBuffer {
         lock(&self.shared).flush();
     }
 
+    /// Adds one access-log line (batched like those written through `tracing`).
+    pub(crate) fn write_access_line(&self, line: &[u8]) {
+        let mut writer = self.writer(true);
+        writer.state.pending.extend_from_slice(line);
+    }
+
     fn writer(&self, batched: bool) -> LineWriter<'_> {
         LineWriter {
             state: lock(&self.shared),
@@ -183,7 +187,7 @@ impl<'a> MakeWriter<'a> for LogBuffer {
 
     fn make_writer_for(&'a self, meta: &Metadata<'_>) -> Self::Writer {
         // `Level` orders by verbosity: INFO and below are at least as verbose as INFO.
-        self.writer(meta.target() == ACCESS_TARGET && *meta.level() >= Level::INFO)
+        self.writer(meta.target() == crate::access_log::TARGET && *meta.level() >= Level::INFO)
     }
 }
 

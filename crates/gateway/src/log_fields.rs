@@ -116,14 +116,7 @@ impl Visit for PlainVisitor<'_> {
         if !self.name(field) {
             return;
         }
-        self.result = if needs_escape(value) {
-            write!(self.writer, "{value:?}")
-        } else {
-            self.writer
-                .write_char('"')
-                .and_then(|()| self.writer.write_str(value))
-                .and_then(|()| self.writer.write_char('"'))
-        };
+        self.result = write_quoted(&mut self.writer, value);
     }
 
     fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
@@ -137,6 +130,17 @@ impl Visit for PlainVisitor<'_> {
         if self.name(field) {
             self.result = write!(self.writer, "{value:?}");
         }
+    }
+}
+
+/// Writes `value` as `Debug` writes a `str`: in quotes, escaped where needed.
+pub(crate) fn write_quoted(out: &mut impl fmt::Write, value: &str) -> fmt::Result {
+    if needs_escape(value) {
+        write!(out, "{value:?}")
+    } else {
+        out.write_char('"')?;
+        out.write_str(value)?;
+        out.write_char('"')
     }
 }
 

@@ -68,20 +68,25 @@ fn init_logging(format: LogFormat) -> Option<LogBuffer> {
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     match LogBuffer::stderr(LOG_FLUSH_EVERY) {
         Ok(log) => {
-            install(log.clone(), filter, ansi, format);
+            if install(log.clone(), filter, ansi, format) {
+                context_relay_gateway::write_access_lines_to(log.clone());
+            }
             Some(log)
         }
         Err(e) => {
             // No flusher thread: every line is written through.
             eprintln!("warning: cannot start the log flusher ({e}); logging unbuffered");
+            // Unbuffered, the access lines go through `tracing` like every other line.
             install(std::io::stderr, filter, ansi, format);
             None
         }
     }
 }
 
-/// Installs the global subscriber writing to `writer` in `format`.
-fn install<W>(writer: W, filter: EnvFilter, ansi: bool, format: LogFormat)
+/// Installs the global subscriber writing to `writer` in `format`; `true` when it writes plain
+/// text without colours with [`PlainFields`], the text the access log can write itself
+/// ([`context_relay_gateway::write_access_lines_to`]).
+fn install<W>(writer: W, filter: EnvFilter, ansi: bool, format: LogFormat) -> bool
 where
     W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
 {
@@ -91,9 +96,18 @@ where
         .with_writer(writer);
     match format {
         // Without colours the same text is written by a cheaper field formatter.
-        LogFormat::Text if !ansi => builder.fmt_fields(PlainFields).init(),
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().with_current_span(true).init(),
+        LogFormat::Text if !ansi => {
+            builder.fmt_fields(PlainFields).init();
+            true
+        }
+        LogFormat::Text => {
+            builder.init();
+            false
+        }
+        LogFormat::Json => {
+            builder.json().with_current_span(true).init();
+            false
+        }
     }
 }
 

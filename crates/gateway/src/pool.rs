@@ -18,13 +18,13 @@
 //! sits behind one short-held mutex. Functions take `now` so the rules are testable without a
 //! clock.
 
-use foldhash::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use context_relay_core::QuotaSignal;
 use context_relay_core::ResolvedAccount;
 use context_relay_core::quota::QuotaKind;
+use foldhash::HashMap;
 use http::{HeaderName, HeaderValue, header};
 
 use crate::config::{AuthScheme, Config, ProviderApi, ProviderConfig, QuotaFormat};

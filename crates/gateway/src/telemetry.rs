@@ -17,22 +17,18 @@
 //! `route` is the route's path (`/v1/responses`, `/admin/handoffs/{session}`) or `other`, so
 //! arbitrary client paths cannot blow up the label set.
 //!
-//! The access log is one `INFO` event per request (target `context_relay_gateway::access`),
-//! written when the response head is known, in a span carrying `method`, `path`, `request_id`,
-//! `status`, `latency_ms`, `tenant`, `combo`, `provider`, `account` and `handoff`. It never
-//! carries a header value, a key or a body. The span is made only when the line is written, so
-//! at the default level what is logged while a request runs carries its own fields, not the
-//! request's; with the access target at `DEBUG`, what the routed service logs until the
+//! The access log (see [`access_log`](crate::access_log)) is written when the response head is
+//! known. At the default level what is logged while a request runs carries its own fields, not
+//! the request's; with the access target at `DEBUG`, what the routed service logs until the
 //! response head nests in a `request` span with its `request_id`.
 
-use foldhash::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock, RwLock};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use context_relay_tower::{ComboName, ResolvedAccount, Tenant};
+use foldhash::HashMap;
 use http::{Request, Response};
 use metrics::{Counter, Gauge, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
@@ -41,6 +37,7 @@ use tower_service::Service;
 use tracing::Instrument;
 use tracing::instrument::Instrumented;
 
+use crate::access_log::{self, AccessRequest};
 use crate::routes::ROUTES;
 
 /// Buckets of `context_relay_gateway_request_seconds`: from a cached `/healthz` to a long
@@ -192,11 +189,11 @@ where
         // Events logged while the request runs nest in a `DEBUG` span with its id (none is made
         // at the default level).
         let span = tracing::debug_span!(
-            target: ACCESS,
+            target: access_log::TARGET,
             "request",
             request_id = req
                 .headers()
-                .get(&X_REQUEST_ID)
+                .get(&access_log::X_REQUEST_ID)
                 .and_then(|v| v.to_str().ok())
         );
         MetricsFuture {
@@ -366,66 +363,6 @@ impl AccountMetrics {
         }
     }
 }
-
-/// The target of the access log.
-const ACCESS: &str = "context_relay_gateway::access";
-
-/// What the access-log line needs of the request, taken only when the line is enabled.
-struct AccessRequest {
-    method: http::Method,
-    uri: http::Uri,
-    request_id: Option<http::HeaderValue>,
-}
-
-impl AccessRequest {
-    fn of<B>(req: &Request<B>) -> Option<Self> {
-        tracing::enabled!(target: ACCESS, tracing::Level::INFO).then(|| Self {
-            method: req.method().clone(),
-            uri: req.uri().clone(),
-            request_id: req.headers().get(&X_REQUEST_ID).cloned(),
-        })
-    }
-
-    /// Logs the line of `res`: an `INFO` event in a span carrying every field, both made here
-    /// at once, so a request costs one span and one event and no field recorded later.
-    fn log<B>(&self, res: &Response<B>, latency: Duration) {
-        let ext = res.extensions();
-        let status = res.status().as_u16();
-        let latency_ms = latency.as_secs_f64() * 1000.0;
-        let request_id = self
-            .request_id
-            .as_ref()
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("-");
-        let tenant = ext.get::<Tenant>().map(|t| &*t.0);
-        let combo = ext.get::<ComboName>().map(|c| &*c.0);
-        let account = ext.get::<ResolvedAccount>();
-        // What the relay did (`injected`, `scrubbed`, `repaired`, comma-joined), or `none`.
-        let handoff = res
-            .headers()
-            .get(context_relay_tower::RELAY_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("none");
-        let span = tracing::info_span!(
-            target: ACCESS,
-            "request",
-            method = %self.method,
-            path = %self.uri.path(),
-            request_id = %request_id,
-            status,
-            latency_ms,
-            tenant,
-            combo,
-            provider = account.map(|a| &**a.provider()),
-            account = account.map(|a| &**a.account()),
-            handoff,
-        );
-        // Inside the span, not `parent:` it: JSON's `spans` list is built from the entered spans.
-        span.in_scope(|| tracing::info!(target: ACCESS, status, latency_ms, "request"));
-    }
-}
-
-static X_REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request-id");
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,6 @@
 //! The real binary as operators run it: what a configuration typo prints (line and column,
-//! never a secret), and `--log-format json` (every stderr line a JSON object, the access log
-//! with its fields and without keys).
+//! never a secret), `--log-format json` (every stderr line a JSON object, the access log with
+//! its fields and without keys) and the default text format's access line.
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
@@ -87,8 +87,10 @@ fn a_typo_next_to_a_secret_prints_its_position_and_no_secret() {
     );
 }
 
-#[tokio::test]
-async fn json_logs_carry_the_access_log_without_keys() {
+/// Runs the binary with `args` besides its config, sends a chat request (`x-request-id:
+/// rid-42`) and a `/healthz`, stops it with SIGTERM, and returns its stderr, checked to hold
+/// no key and no body text.
+async fn serve_two_requests(args: &[&str]) -> String {
     let sim = SimProvider::builder()
         .account("acct-a", "key-a")
         .start()
@@ -121,7 +123,7 @@ key_env = "ALICE_KEY"
     let mut child = Command::new(env!("CARGO_BIN_EXE_context-relay-gateway"))
         .arg("--config")
         .arg(&path)
-        .args(["--log-format", "json"])
+        .args(args)
         .env("ALICE_KEY", CLIENT_KEY)
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
@@ -174,6 +176,12 @@ key_env = "ALICE_KEY"
     assert!(!stderr.contains(CLIENT_KEY), "{stderr}");
     assert!(!stderr.contains("key-a"), "{stderr}");
     assert!(!stderr.contains("the body text"), "{stderr}");
+    stderr
+}
+
+#[tokio::test]
+async fn json_logs_carry_the_access_log_without_keys() {
+    let stderr = serve_two_requests(&["--log-format", "json"]).await;
     let lines: Vec<Value> = stderr
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
@@ -209,4 +217,40 @@ key_env = "ALICE_KEY"
             .as_str()
             .is_some_and(|m| m.contains("listening"))
     }));
+}
+
+/// The default text format without colours (stderr is not a terminal), whose access line the
+/// gateway writes itself: the same text as through `tracing`.
+#[tokio::test]
+async fn text_logs_carry_the_access_log_without_keys() {
+    let stderr = serve_two_requests(&[]).await;
+    let access = |path: &str| {
+        stderr
+            .lines()
+            .find(|l| l.contains(&format!(" path={path} ")))
+            .unwrap_or_else(|| panic!("no access line for {path} in\n{stderr}"))
+    };
+    let chat = access("/v1/chat/completions");
+    let (time, rest) = chat.split_at("2026-12-01T20:14:14.123456Z".len());
+    assert!(time.parse::<jiff::Timestamp>().is_ok(), "{chat}");
+    assert!(
+        rest.starts_with(
+            "  INFO request{method=POST path=/v1/chat/completions request_id=rid-42 status=200 \
+             latency_ms="
+        ),
+        "{chat}"
+    );
+    assert!(
+        rest.contains(
+            " tenant=\"alice\" combo=\"codex-relay\" provider=\"codex\" account=\"acct-a\" \
+             handoff=\"none\"}: context_relay_gateway::access: request status=200 latency_ms="
+        ),
+        "{chat}"
+    );
+    let health = access("/healthz");
+    assert!(
+        health.contains("  INFO request{method=GET path=/healthz "),
+        "{health}"
+    );
+    assert!(health.ends_with(|c: char| c.is_ascii_digit()), "{health}");
 }

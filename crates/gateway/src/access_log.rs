@@ -1,0 +1,260 @@
+//! The access log: one `INFO` line per request (target `context_relay_gateway::access`),
+//! written when the response head is known.
+//!
+//! The line is an event in a span carrying `method`, `path`, `request_id`, `status`,
+//! `latency_ms`, `tenant`, `combo`, `provider`, `account` and `handoff`, so that the JSON
+//! format has them under `span` (and `spans`) and the text format reads
+//!
+//! ```text
+//! 2026-12-01T20:14:14.123456Z  INFO request{method=POST path=/v1/responses request_id=… status=200 latency_ms=1.234 tenant="…" combo="codex-relay" provider="codex" account="acct-a" handoff="none"}: context_relay_gateway::access: request status=200 latency_ms=1.234
+//! ```
+//!
+//! It never carries a header value, a key or a body. Fields without a value (a request that
+//! was not routed has no `combo`) are left out.
+//!
+//! Making a span and formatting it costs about as much as the rest of what the gateway does
+//! for a small request. The binary's plain-text log without colours therefore writes the line
+//! itself, byte for byte what `tracing-subscriber` writes for that span and event
+//! ([`write_access_lines_to`]); every other setup (JSON, colours, an embedding application's
+//! subscriber) gets the span and the event. Either way the line is written only when the
+//! access target is enabled at `INFO` by the subscriber's filter.
+
+use std::cell::RefCell;
+use std::fmt::Write as _;
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime};
+
+use context_relay_tower::{ComboName, ResolvedAccount, Tenant};
+use http::{HeaderName, Request, Response};
+
+use crate::LogBuffer;
+
+/// The target of the access log.
+pub(crate) const TARGET: &str = "context_relay_gateway::access";
+
+/// The request id header (set by the request-id layer when the client sent none).
+pub(crate) static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// Where access lines go when they bypass `tracing` (set once, by the binary).
+static DIRECT: OnceLock<LogBuffer> = OnceLock::new();
+
+/// Makes this process write its access lines straight into `log`, in the text that the global
+/// subscriber would write for them; `false` when a buffer was already set (the first one
+/// stays).
+///
+/// Call it only when the global subscriber is `tracing_subscriber::fmt()` in its default text
+/// format with [`PlainFields`](crate::PlainFields), no colours, the default timer and `log` as
+/// its writer, as the `context-relay-gateway` binary sets it up: with any other format the
+/// lines would differ from the rest of the log. The subscriber's filter still decides whether
+/// access lines are written.
+pub fn write_access_lines_to(log: LogBuffer) -> bool {
+    DIRECT.set(log).is_ok()
+}
+
+/// What the access line needs of the request, taken only when the line is enabled.
+pub(crate) struct AccessRequest {
+    method: http::Method,
+    uri: http::Uri,
+    request_id: Option<http::HeaderValue>,
+}
+
+impl AccessRequest {
+    /// `None` when the subscriber would drop the line.
+    pub(crate) fn of<B>(req: &Request<B>) -> Option<Self> {
+        tracing::enabled!(target: TARGET, tracing::Level::INFO).then(|| Self {
+            method: req.method().clone(),
+            uri: req.uri().clone(),
+            request_id: req.headers().get(&X_REQUEST_ID).cloned(),
+        })
+    }
+
+    /// Logs the line of `res`.
+    pub(crate) fn log<B>(&self, res: &Response<B>, latency: Duration) {
+        let ext = res.extensions();
+        let account = ext.get::<ResolvedAccount>();
+        let line = AccessLine {
+            method: self.method.as_str(),
+            path: self.uri.path(),
+            request_id: self
+                .request_id
+                .as_ref()
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("-"),
+            status: res.status().as_u16(),
+            latency_ms: latency.as_secs_f64() * 1000.0,
+            tenant: ext.get::<Tenant>().map(|t| &*t.0),
+            combo: ext.get::<ComboName>().map(|c| &*c.0),
+            provider: account.map(|a| &**a.provider()),
+            account: account.map(|a| &**a.account()),
+            // What the relay did (`injected`, `scrubbed`, `repaired`, comma-joined), or `none`.
+            handoff: res
+                .headers()
+                .get(context_relay_tower::RELAY_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("none"),
+        };
+        match DIRECT.get() {
+            Some(log) => line.write_to(log),
+            None => line.emit(),
+        }
+    }
+}
+
+/// The fields of one access line.
+#[derive(Debug, Clone, Copy)]
+struct AccessLine<'a> {
+    method: &'a str,
+    path: &'a str,
+    request_id: &'a str,
+    status: u16,
+    latency_ms: f64,
+    tenant: Option<&'a str>,
+    combo: Option<&'a str>,
+    provider: Option<&'a str>,
+    account: Option<&'a str>,
+    handoff: &'a str,
+}
+
+impl AccessLine<'_> {
+    /// The line through `tracing`: an `INFO` event in a span carrying every field, both made
+    /// here at once, so that a request costs one span and one event and no field recorded
+    /// later.
+    fn emit(&self) {
+        let (status, latency_ms) = (self.status, self.latency_ms);
+        let span = tracing::info_span!(
+            target: TARGET,
+            "request",
+            method = %self.method,
+            path = %self.path,
+            request_id = %self.request_id,
+            status,
+            latency_ms,
+            tenant = self.tenant,
+            combo = self.combo,
+            provider = self.provider,
+            account = self.account,
+            handoff = self.handoff,
+        );
+        // Inside the span, not `parent:` it: JSON's `spans` list is built from the entered spans.
+        span.in_scope(|| tracing::info!(target: TARGET, status, latency_ms, "request"));
+    }
+
+    /// The line written into `log` directly, with the time of the call.
+    fn write_to(&self, log: &LogBuffer) {
+        let Ok(since_epoch) = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH) else {
+            // A clock before 1970: the subscriber knows how to show it.
+            return self.emit();
+        };
+        LINE.with_borrow_mut(|buf| {
+            buf.line.clear();
+            buf.clock.timestamp(since_epoch, &mut buf.line);
+            buf.line.push(' ');
+            self.text(&mut buf.line);
+            log.write_access_line(buf.line.as_bytes());
+        });
+    }
+
+    /// What the fmt layer writes after the timestamp (and its space): level, span, target,
+    /// event fields, newline.
+    fn text(&self, out: &mut String) {
+        // Writing to a `String` does not fail: the `fmt::Result`s are `Ok`.
+        out.push_str(" INFO request{method=");
+        out.push_str(self.method);
+        out.push_str(" path=");
+        out.push_str(self.path);
+        out.push_str(" request_id=");
+        out.push_str(self.request_id);
+        // Numbers as the field formatter writes them: with `Debug`.
+        let _ = write!(
+            out,
+            " status={} latency_ms={:?}",
+            self.status, self.latency_ms
+        );
+        let strings = [
+            ("tenant", self.tenant),
+            ("combo", self.combo),
+            ("provider", self.provider),
+            ("account", self.account),
+            ("handoff", Some(self.handoff)),
+        ];
+        for (name, value) in strings {
+            if let Some(value) = value {
+                out.push(' ');
+                out.push_str(name);
+                out.push('=');
+                let _ = crate::log_fields::write_quoted(out, value);
+            }
+        }
+        out.push_str("}: ");
+        out.push_str(TARGET);
+        let _ = writeln!(
+            out,
+            ": request status={} latency_ms={:?}",
+            self.status, self.latency_ms
+        );
+    }
+}
+
+/// Each thread's line buffer and clock.
+struct LineBuf {
+    line: String,
+    clock: Clock,
+}
+
+thread_local! {
+    static LINE: RefCell<LineBuf> = const {
+        RefCell::new(LineBuf { line: String::new(), clock: Clock { second: u64::MAX, prefix: String::new() } })
+    };
+}
+
+/// The timestamp `tracing-subscriber`'s default timer writes (RFC 3339 in UTC with
+/// microseconds, `2026-12-01T20:14:14.123456Z`), its date and time of day made once a second.
+struct Clock {
+    second: u64,
+    /// `2026-12-01T20:14:14` for `second`.
+    prefix: String,
+}
+
+impl Clock {
+    fn timestamp(&mut self, since_epoch: Duration, out: &mut String) {
+        let second = since_epoch.as_secs();
+        if second != self.second {
+            self.prefix.clear();
+            civil(second, &mut self.prefix);
+            self.second = second;
+        }
+        let _ = write!(out, "{}.{:06}Z", self.prefix, since_epoch.subsec_micros());
+    }
+}
+
+/// `second` (since 1970) as `YYYY-MM-DDTHH:MM:SS` in UTC.
+fn civil(second: u64, out: &mut String) {
+    let days = second / 86_400;
+    let of_day = second % 86_400;
+    let (year, month, day) = civil_from_days(days);
+    let (h, m, s) = (of_day / 3600, of_day / 60 % 60, of_day % 60);
+    let _ = if year > 9999 {
+        write!(out, "+{year}")
+    } else {
+        write!(out, "{year:04}")
+    };
+    let _ = write!(out, "-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}");
+}
+
+/// The proleptic Gregorian date `days` after 1970-01-01 (the days-to-civil algorithm over
+/// 400-year eras).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests;

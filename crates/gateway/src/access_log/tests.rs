@@ -1,0 +1,189 @@
+use std::io;
+use std::sync::{Arc, Mutex};
+
+use proptest::prelude::*;
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::time::FormatTime;
+
+use super::*;
+use crate::PlainFields;
+
+#[derive(Clone, Default)]
+struct Sink(Arc<Mutex<Vec<u8>>>);
+
+impl io::Write for Sink {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        self.0
+            .lock()
+            .map_err(|_| io::ErrorKind::Other)?
+            .extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Sink {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().expect("sink")).into_owned()
+    }
+}
+
+/// What the binary's subscriber (plain text, no colours, `PlainFields`) writes for `line`
+/// through `tracing`, without the timestamp.
+fn through_tracing(line: &AccessLine<'_>) -> String {
+    let sink = Sink::default();
+    let writer = sink.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .fmt_fields(PlainFields)
+        .without_time()
+        .with_writer(move || writer.clone())
+        .finish();
+    tracing::subscriber::with_default(subscriber, || line.emit());
+    sink.text()
+}
+
+fn direct(line: &AccessLine<'_>) -> String {
+    let mut out = String::new();
+    line.text(&mut out);
+    out
+}
+
+const ROUTED: AccessLine<'static> = AccessLine {
+    method: "POST",
+    path: "/v1/chat/completions",
+    request_id: "rid-42",
+    status: 200,
+    latency_ms: 1.234,
+    tenant: Some("alice"),
+    combo: Some("codex-relay"),
+    provider: Some("codex"),
+    account: Some("acct-a"),
+    handoff: "none",
+};
+
+#[test]
+fn the_direct_line_is_the_subscribers() {
+    let expected = " INFO request{method=POST path=/v1/chat/completions request_id=rid-42 \
+                    status=200 latency_ms=1.234 tenant=\"alice\" combo=\"codex-relay\" \
+                    provider=\"codex\" account=\"acct-a\" handoff=\"none\"}: \
+                    context_relay_gateway::access: request status=200 latency_ms=1.234\n";
+    assert_eq!(through_tracing(&ROUTED), expected);
+    assert_eq!(direct(&ROUTED), expected);
+
+    // Not routed: the absent fields are left out; odd values are escaped alike.
+    let unrouted = AccessLine {
+        method: "GET",
+        path: "/healthz",
+        request_id: "-",
+        status: 404,
+        latency_ms: 0.0,
+        tenant: Some("t \"quoted\"\n\u{1b}[31m"),
+        combo: None,
+        provider: None,
+        account: None,
+        handoff: "injected,scrubbed",
+    };
+    assert_eq!(direct(&unrouted), through_tracing(&unrouted));
+    for latency_ms in [1e-7, 123_456_789.5, f64::MIN_POSITIVE, 1e300] {
+        let line = AccessLine {
+            latency_ms,
+            ..ROUTED
+        };
+        assert_eq!(direct(&line), through_tracing(&line));
+    }
+}
+
+#[test]
+fn the_direct_line_goes_into_the_buffer_with_a_timestamp() {
+    let sink = Sink::default();
+    let log = LogBuffer::new(sink.clone());
+    ROUTED.write_to(&log);
+    // Batched like the access lines written through `tracing`.
+    assert!(sink.text().is_empty());
+    log.flush();
+    let text = sink.text();
+    let (time, rest) = text.split_at("2026-12-01T20:14:14.123456Z".len());
+    assert_eq!(rest, format!(" {}", direct(&ROUTED)), "{text}");
+    assert!(time.ends_with('Z') && time.as_bytes()[10] == b'T', "{time}");
+    assert!(time.parse::<jiff::Timestamp>().is_ok(), "{time}");
+}
+
+#[test]
+fn the_timestamp_is_the_default_timers() {
+    let mut clock = Clock {
+        second: u64::MAX,
+        prefix: String::new(),
+    };
+    let now = || {
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .expect("after 1970")
+    };
+    for _ in 0..3 {
+        let mut before = String::new();
+        clock.timestamp(now(), &mut before);
+        let mut theirs = String::new();
+        tracing_subscriber::fmt::time::SystemTime
+            .format_time(&mut Writer::new(&mut theirs))
+            .expect("format");
+        let mut after = String::new();
+        clock.timestamp(now(), &mut after);
+        assert_eq!(before.len(), theirs.len(), "{before} {theirs}");
+        assert!(
+            before <= theirs && theirs <= after,
+            "{before} {theirs} {after}"
+        );
+    }
+}
+
+#[test]
+fn civil_dates() {
+    let at = |second| {
+        let mut s = String::new();
+        civil(second, &mut s);
+        s
+    };
+    assert_eq!(at(0), "1970-01-01T00:00:00");
+    assert_eq!(at(951_782_400), "2000-02-29T00:00:00");
+    assert_eq!(at(1_795_983_254), "2026-11-29T20:14:14");
+    assert_eq!(at(253_402_300_799), "9999-12-31T23:59:59");
+}
+
+proptest! {
+    #[test]
+    fn civil_matches_jiff(second in 0u64..=253_402_300_799) {
+        let mut ours = String::new();
+        civil(second, &mut ours);
+        let ts = jiff::Timestamp::from_second(second as i64).expect("in range");
+        prop_assert_eq!(ours, ts.strftime("%Y-%m-%dT%H:%M:%S").to_string());
+    }
+
+    #[test]
+    fn any_line_is_the_subscribers(
+        path in "/[ -~]{0,40}",
+        request_id in "[!-~]{0,20}",
+        status in any::<u16>(),
+        latency_ms in any::<f64>(),
+        tenant in proptest::option::of(any::<String>()),
+        combo in proptest::option::of("[ -~]{0,12}"),
+        account in proptest::option::of(any::<String>()),
+        handoff in any::<String>(),
+    ) {
+        let line = AccessLine {
+            method: "POST",
+            path: &path,
+            request_id: &request_id,
+            status,
+            latency_ms,
+            tenant: tenant.as_deref(),
+            combo: combo.as_deref(),
+            provider: Some("codex"),
+            account: account.as_deref(),
+            handoff: &handoff,
+        };
+        prop_assert_eq!(direct(&line), through_tracing(&line));
+    }
+}
