@@ -141,17 +141,23 @@ impl AccessLine<'_> {
 
     /// The line written into `log` directly, with the time of the call.
     fn write_to(&self, log: &LogBuffer) {
-        let Ok(since_epoch) = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH) else {
-            // A clock before 1970: the subscriber knows how to show it.
-            return self.emit();
-        };
-        LINE.with_borrow_mut(|buf| {
-            buf.line.clear();
-            buf.clock.timestamp(since_epoch, &mut buf.line);
-            buf.line.push(' ');
-            self.text(&mut buf.line);
-            log.write_access_line(buf.line.as_bytes());
+        let since_epoch = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH);
+        let written = since_epoch.is_ok_and(|since_epoch| {
+            LINE.with_borrow_mut(|buf| {
+                buf.line.clear();
+                if !buf.clock.timestamp(since_epoch, &mut buf.line) {
+                    return false;
+                }
+                buf.line.push(' ');
+                self.text(&mut buf.line);
+                log.write_access_line(buf.line.as_bytes());
+                true
+            })
         });
+        if !written {
+            // A clock before 1970 or past 9999: the subscriber knows how to show it.
+            self.emit();
+        }
     }
 
     /// What the fmt layer writes after the timestamp (and its space): level, span, target,
@@ -203,7 +209,10 @@ struct LineBuf {
 
 thread_local! {
     static LINE: RefCell<LineBuf> = const {
-        RefCell::new(LineBuf { line: String::new(), clock: Clock { second: u64::MAX, prefix: String::new() } })
+        RefCell::new(LineBuf {
+            line: String::new(),
+            clock: Clock::new(),
+        })
     };
 }
 
@@ -216,44 +225,31 @@ struct Clock {
 }
 
 impl Clock {
-    fn timestamp(&mut self, since_epoch: Duration, out: &mut String) {
+    const fn new() -> Self {
+        Self {
+            second: u64::MAX,
+            prefix: String::new(),
+        }
+    }
+
+    /// Writes the timestamp `since_epoch` after 1970; `false` (nothing written) past the last
+    /// timestamp `jiff` holds, late in the year 9999.
+    fn timestamp(&mut self, since_epoch: Duration, out: &mut String) -> bool {
         let second = since_epoch.as_secs();
         if second != self.second {
+            let Some(time) = i64::try_from(second)
+                .ok()
+                .and_then(|s| jiff::Timestamp::from_second(s).ok())
+            else {
+                return false;
+            };
             self.prefix.clear();
-            civil(second, &mut self.prefix);
+            let _ = write!(self.prefix, "{}", time.strftime("%Y-%m-%dT%H:%M:%S"));
             self.second = second;
         }
         let _ = write!(out, "{}.{:06}Z", self.prefix, since_epoch.subsec_micros());
+        true
     }
-}
-
-/// `second` (since 1970) as `YYYY-MM-DDTHH:MM:SS` in UTC.
-fn civil(second: u64, out: &mut String) {
-    let days = second / 86_400;
-    let of_day = second % 86_400;
-    let (year, month, day) = civil_from_days(days);
-    let (h, m, s) = (of_day / 3600, of_day / 60 % 60, of_day % 60);
-    let _ = if year > 9999 {
-        write!(out, "+{year}")
-    } else {
-        write!(out, "{year:04}")
-    };
-    let _ = write!(out, "-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}");
-}
-
-/// The proleptic Gregorian date `days` after 1970-01-01 (the days-to-civil algorithm over
-/// 400-year eras).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z % 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]

@@ -113,10 +113,7 @@ fn the_direct_line_goes_into_the_buffer_with_a_timestamp() {
 
 #[test]
 fn the_timestamp_is_the_default_timers() {
-    let mut clock = Clock {
-        second: u64::MAX,
-        prefix: String::new(),
-    };
+    let mut clock = Clock::new();
     let now = || {
         SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -124,13 +121,13 @@ fn the_timestamp_is_the_default_timers() {
     };
     for _ in 0..3 {
         let mut before = String::new();
-        clock.timestamp(now(), &mut before);
+        assert!(clock.timestamp(now(), &mut before));
         let mut theirs = String::new();
         tracing_subscriber::fmt::time::SystemTime
             .format_time(&mut Writer::new(&mut theirs))
             .expect("format");
         let mut after = String::new();
-        clock.timestamp(now(), &mut after);
+        assert!(clock.timestamp(now(), &mut after));
         assert_eq!(before.len(), theirs.len(), "{before} {theirs}");
         assert!(
             before <= theirs && theirs <= after,
@@ -139,28 +136,7 @@ fn the_timestamp_is_the_default_timers() {
     }
 }
 
-#[test]
-fn civil_dates() {
-    let at = |second| {
-        let mut s = String::new();
-        civil(second, &mut s);
-        s
-    };
-    assert_eq!(at(0), "1970-01-01T00:00:00");
-    assert_eq!(at(951_782_400), "2000-02-29T00:00:00");
-    assert_eq!(at(1_795_983_254), "2026-11-29T20:14:14");
-    assert_eq!(at(253_402_300_799), "9999-12-31T23:59:59");
-}
-
 proptest! {
-    #[test]
-    fn civil_matches_jiff(second in 0u64..=253_402_300_799) {
-        let mut ours = String::new();
-        civil(second, &mut ours);
-        let ts = jiff::Timestamp::from_second(second as i64).expect("in range");
-        prop_assert_eq!(ours, ts.strftime("%Y-%m-%dT%H:%M:%S").to_string());
-    }
-
     #[test]
     fn any_line_is_the_subscribers(
         path in "/[ -~]{0,40}",
@@ -186,4 +162,37 @@ proptest! {
         };
         prop_assert_eq!(direct(&line), through_tracing(&line));
     }
+}
+
+#[test]
+fn timestamps_at_the_edges() {
+    let mut clock = Clock::new();
+    let at = |clock: &mut Clock, second: u64, micros: u32| {
+        let mut s = String::new();
+        let ok = clock.timestamp(
+            Duration::from_secs(second) + Duration::from_micros(micros.into()),
+            &mut s,
+        );
+        ok.then_some(s)
+    };
+    assert_eq!(
+        at(&mut clock, 0, 7).as_deref(),
+        Some("1970-01-01T00:00:00.000007Z")
+    );
+    assert_eq!(
+        at(&mut clock, 951_782_400, 999_999).as_deref(),
+        Some("2000-02-29T00:00:00.999999Z")
+    );
+    // The same second again: the date made for it is reused.
+    assert_eq!(
+        at(&mut clock, 951_782_400, 0).as_deref(),
+        Some("2000-02-29T00:00:00.000000Z")
+    );
+    assert_eq!(
+        at(&mut clock, 253_402_207_200, 0).as_deref(),
+        Some("9999-12-30T22:00:00.000000Z")
+    );
+    // Past the last timestamp `jiff` holds the line goes through the subscriber instead.
+    assert_eq!(at(&mut clock, 253_402_300_799, 0), None);
+    assert_eq!(at(&mut clock, u64::MAX, 0), None);
 }
