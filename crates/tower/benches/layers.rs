@@ -9,14 +9,17 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use context_relay_core::{Handoff, HandoffRecord};
 use context_relay_store::{HandoffStore, MemoryStore};
 use context_relay_tower::{ComboName, GenerationLayer, InjectionLayer, ResolvedAccount};
 use criterion::{Criterion, criterion_group, criterion_main};
-use http::{HeaderName, HeaderValue, Method, Request, Response, Uri};
+use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use tower::{Service, ServiceBuilder, ServiceExt};
+
+#[path = "support/hyper_request.rs"]
+mod hyper_request;
 
 const BODY: &str = r#"{"model":"gpt-5","messages":[{"role":"system","content":"You are a coding agent."},{"role":"user","content":"add a --json flag to the CLI and cover it with a test"}]}"#;
 
@@ -33,43 +36,10 @@ fn responses_request(account: &str) -> Request<Full<Bytes>> {
 }
 
 fn request_to(path: &str, body: &'static str, account: &str) -> Request<Full<Bytes>> {
-    let mut req = parsed_head(path, &HEADERS);
-    *req.body_mut() = Full::new(Bytes::from_static(body.as_bytes()));
+    let mut req = hyper_request::post(path, &hyper_request::HEADERS, body);
     req.extensions_mut().insert(ComboName::new("codex-relay"));
     req.extensions_mut()
         .insert(ResolvedAccount::new("codex", account.to_owned()));
-    req
-}
-
-const HEADERS: [(&str, &str); 3] = [
-    ("x-session-id", "bench-session"),
-    ("authorization", "Bearer sk-bench"),
-    ("content-type", "application/json"),
-];
-
-/// A `POST` head as hyper's HTTP/1 server hands it on: the path and the header values are
-/// slices of one shared buffer (the connection's read buffer), so that cloning one costs a
-/// reference count, not an allocation. Both the bare service and the layers get such requests.
-fn parsed_head(path: &str, headers: &[(&'static str, &str)]) -> Request<Full<Bytes>> {
-    let mut read = BytesMut::with_capacity(256);
-    read.extend_from_slice(path.as_bytes());
-    for (_, value) in headers {
-        read.extend_from_slice(value.as_bytes());
-    }
-    let len = read.len();
-    let head = read.split_to(len).freeze();
-    let mut req = Request::new(Full::default());
-    *req.method_mut() = Method::POST;
-    *req.uri_mut() = Uri::from_maybe_shared(head.slice(..path.len())).expect("path");
-    let mut at = path.len();
-    for (name, value) in headers {
-        let value = head.slice(at..at + value.len());
-        at += value.len();
-        req.headers_mut().insert(
-            HeaderName::from_static(name),
-            HeaderValue::from_maybe_shared(value).expect("value"),
-        );
-    }
     req
 }
 

@@ -6,12 +6,15 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use context_relay_store::{HandoffStore, MemoryStore};
 use context_relay_tower::{ComboName, GenerationLayer, InjectionLayer, ResolvedAccount};
-use http::{HeaderName, HeaderValue, Method, Request, Response, Uri};
+use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use tower::{Service, ServiceBuilder, ServiceExt};
+
+#[path = "../benches/support/hyper_request.rs"]
+mod hyper_request;
 
 const BODY: &str =
     r#"{"model":"gpt-5","messages":[{"role":"user","content":"add a --json flag"}]}"#;
@@ -26,43 +29,10 @@ fn request(responses: bool) -> Request<Full<Bytes>> {
     } else {
         ("/v1/chat/completions", BODY)
     };
-    let mut req = parsed_head(path, &HEADERS);
-    *req.body_mut() = Full::new(Bytes::from_static(body.as_bytes()));
+    let mut req = hyper_request::post(path, &hyper_request::HEADERS, body);
     req.extensions_mut().insert(ComboName::new("codex-relay"));
     req.extensions_mut()
         .insert(ResolvedAccount::new("codex", "acct-a"));
-    req
-}
-
-const HEADERS: [(&str, &str); 3] = [
-    ("x-session-id", "bench-session"),
-    ("authorization", "Bearer sk-bench"),
-    ("content-type", "application/json"),
-];
-
-/// A `POST` head as hyper's HTTP/1 server hands it on: the path and the header values are
-/// slices of one shared buffer (the connection's read buffer), so that cloning one costs a
-/// reference count, not an allocation.
-fn parsed_head(path: &str, headers: &[(&'static str, &str)]) -> Request<Full<Bytes>> {
-    let mut read = BytesMut::with_capacity(256);
-    read.extend_from_slice(path.as_bytes());
-    for (_, value) in headers {
-        read.extend_from_slice(value.as_bytes());
-    }
-    let len = read.len();
-    let head = read.split_to(len).freeze();
-    let mut req = Request::new(Full::default());
-    *req.method_mut() = Method::POST;
-    *req.uri_mut() = Uri::from_maybe_shared(head.slice(..path.len())).expect("path");
-    let mut at = path.len();
-    for (name, value) in headers {
-        let value = head.slice(at..at + value.len());
-        at += value.len();
-        req.headers_mut().insert(
-            HeaderName::from_static(name),
-            HeaderValue::from_maybe_shared(value).expect("value"),
-        );
-    }
     req
 }
 
