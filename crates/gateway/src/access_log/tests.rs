@@ -167,32 +167,20 @@ proptest! {
 #[test]
 fn timestamps_at_the_edges() {
     let mut clock = Clock::new();
-    let at = |clock: &mut Clock, second: u64, micros: u32| {
+    // In order: the second entry repeats the second before it, whose date is reused. Past the
+    // last timestamp `jiff` holds nothing is written: the line goes through the subscriber.
+    let cases = [
+        (0, 7, Some("1970-01-01T00:00:00.000007Z")),
+        (951_782_400, 999_999, Some("2000-02-29T00:00:00.999999Z")),
+        (951_782_400, 0, Some("2000-02-29T00:00:00.000000Z")),
+        (253_402_207_200, 0, Some("9999-12-30T22:00:00.000000Z")),
+        (253_402_300_799, 0, None),
+        (u64::MAX, 0, None),
+    ];
+    for (second, micros, expected) in cases {
         let mut s = String::new();
-        let ok = clock.timestamp(
-            Duration::from_secs(second) + Duration::from_micros(micros.into()),
-            &mut s,
-        );
-        ok.then_some(s)
-    };
-    assert_eq!(
-        at(&mut clock, 0, 7).as_deref(),
-        Some("1970-01-01T00:00:00.000007Z")
-    );
-    assert_eq!(
-        at(&mut clock, 951_782_400, 999_999).as_deref(),
-        Some("2000-02-29T00:00:00.999999Z")
-    );
-    // The same second again: the date made for it is reused.
-    assert_eq!(
-        at(&mut clock, 951_782_400, 0).as_deref(),
-        Some("2000-02-29T00:00:00.000000Z")
-    );
-    assert_eq!(
-        at(&mut clock, 253_402_207_200, 0).as_deref(),
-        Some("9999-12-30T22:00:00.000000Z")
-    );
-    // Past the last timestamp `jiff` holds the line goes through the subscriber instead.
-    assert_eq!(at(&mut clock, 253_402_300_799, 0), None);
-    assert_eq!(at(&mut clock, u64::MAX, 0), None);
+        let since_epoch = Duration::from_secs(second) + Duration::from_micros(micros);
+        let written = clock.timestamp(since_epoch, &mut s);
+        assert_eq!(written.then_some(s.as_str()), expected, "{second}");
+    }
 }
