@@ -12,9 +12,10 @@
 //! It never carries a header value, a key or a body. Fields without a value (a request that
 //! was not routed has no `combo`) are left out.
 //!
-//! Making a span and formatting it costs about as much as the rest of what the gateway does
-//! for a small request. The binary's plain-text log without colours therefore writes the line
-//! itself, byte for byte what `tracing-subscriber` writes for that span and event
+//! Making a span and formatting it through `tracing-subscriber` cost 1.3–4.9 µs of CPU per
+//! request in the gateway's measurements, a large share of a small request. The binary's
+//! plain-text log without colours therefore writes the line itself, byte for byte what
+//! `tracing-subscriber` writes for that span and event
 //! ([`write_access_lines_to`]); every other setup (JSON, colours, an embedding application's
 //! subscriber) gets the span and the event. Either way the line is written only when the
 //! access target is enabled at `INFO` by the subscriber's filter.
