@@ -1,4 +1,4 @@
-//! The session fingerprint (v2) on real-size sessions in each client's own key order: stable
+//! The session fingerprint (v3) on real-size sessions in each client's own key order: stable
 //! across turns, blind to what follows the first ask, different for different asks.
 
 mod sessions;

@@ -204,6 +204,23 @@ pub struct Items<'a> {
 }
 
 impl<'a> Items<'a> {
+    /// A walk over the array that `body` holds (after optional whitespace), such as the span of
+    /// a value another walk returned. Nothing after the closing `]` is read.
+    ///
+    /// ```
+    /// use context_relay_core::json::Items;
+    ///
+    /// let body = br#" [1, "two", {"three": 3}] "#;
+    /// let items: Vec<_> = Items::root(body).unwrap().collect::<Result<_, _>>().unwrap();
+    /// assert_eq!(&body[items[1].clone()], br#""two""#);
+    /// assert!(Items::root(b"{}").is_err());
+    /// ```
+    pub fn root(body: &'a [u8]) -> Result<Self, JsonError> {
+        let s = Scanner::new(body);
+        let open = s.skip_ws(0);
+        Self::new(s, body, open)
+    }
+
     fn new(s: Scanner<'a>, b: &'a [u8], open: usize) -> Result<Self, JsonError> {
         match Kind::at(b, open) {
             Some(Kind::Array) => Ok(Self {

@@ -2,16 +2,20 @@
 //! read from the start of the body only.
 
 use std::borrow::Cow;
+use std::ops::Range;
 
-use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::lenient::{Object, Str, Text};
-use crate::json::{Items, Kind, Members, Span};
+use crate::json::{self, Items, Kind, Members, Span};
 
 /// Domain separation, so these digests never equal a hash of the same bytes made elsewhere,
-/// and the layout version (v1 also hashed the sorted tool names, which sit after the history).
-const DOMAIN: &[u8] = b"context-relay/session-fingerprint/v2\n";
+/// and the layout version (v1 also hashed the sorted tool names, which sit after the history;
+/// v2 hashed the decoded text).
+const DOMAIN: &[u8] = b"context-relay/session-fingerprint/v3\n";
+
+/// How deep text is followed into nested arrays and objects; a body nesting deeper there has
+/// no fingerprint.
+const MAX_DEPTH: usize = 128;
 
 /// 16 hex characters identifying a conversation by its stable parts, or `None` when the body
 /// does not start as a JSON object or has neither a system prompt nor a user message.
@@ -39,8 +43,15 @@ const DOMAIN: &[u8] = b"context-relay/session-fingerprint/v2\n";
 ///   string conversation (a Responses `input` string) is the user message.
 ///
 /// Text is a string, or the `text` / `content` / `parts` of part objects and arrays (images,
-/// tool inputs and cache markers are skipped), parts joined with `\n`. Members of unexpected
-/// types count as absent.
+/// tool inputs and cache markers are skipped). Members of unexpected types count as absent;
+/// in an entry, a repeated `role`, `content` or `parts` counts once, the last one.
+///
+/// **Strings are hashed as sent**, between their quotes, escapes included, and not decoded:
+/// a client sends the same first messages in the same bytes on every turn, and reading them
+/// without decoding is most of what keeps this cheap. Two spellings of one text (`é` and
+/// `\u00e9`, `/` and `\/`) therefore give different ids. Decoding happens only where the
+/// characters matter: a `role` holding an escape, and a user entry that might be a context
+/// block (one whose first non-space character is `<`, an escape or not ASCII).
 ///
 /// What real clients send first decides what counts: the OpenAI SDKs (`model, messages` or
 /// `model, input, instructions`) give model, the in-array system entries and the first ask;
@@ -56,14 +67,16 @@ const DOMAIN: &[u8] = b"context-relay/session-fingerprint/v2\n";
 ///   keys stay before the conversation array; moving `model` or a system key across it, or
 ///   changing the earlier entries of the history, starts a new session (a pending handoff
 ///   is then not found);
-/// - ids differ from those of v1 (which also hashed the sorted tool names), so a session
-///   identified by fingerprint alone starts over once when the relay is upgraded.
+/// - ids differ from those of v2 (which hashed the decoded text) and v1 (which also hashed
+///   the sorted tool names), so a session identified by fingerprint alone starts over once
+///   when the relay is upgraded.
 ///
-/// Byte layout hashed with SHA-256: the ASCII line `context-relay/session-fingerprint/v2\n`;
+/// Byte layout hashed with SHA-256: the ASCII line `context-relay/session-fingerprint/v3\n`;
 /// then model, `instructions`, `system` and `systemInstruction`, each as an 8-byte
-/// big-endian length followed by its UTF-8 bytes; the number of in-array system entries as 8
+/// big-endian length followed by its bytes; the number of in-array system entries as 8
 /// bytes big-endian and each as length + bytes; the first user message as length + bytes.
-/// The id is the first 8 digest bytes in lower-case hex.
+/// The bytes of a text are its strings' contents as sent, joined by one newline byte (which
+/// a JSON string never holds raw). The id is the first 8 digest bytes in lower-case hex.
 ///
 /// ```
 /// use context_relay_core::session::fingerprint;
@@ -79,8 +92,7 @@ const DOMAIN: &[u8] = b"context-relay/session-fingerprint/v2\n";
 /// ```
 pub fn fingerprint(body: &[u8]) -> Option<String> {
     let parts = Parts::read(body)?;
-    let user = parts.user.as_ref().map(Text::joined).unwrap_or_default();
-    let empty = |t: &Text<'_>| t.is_empty();
+    let user = parts.user.unwrap_or_default();
     if user.is_empty()
         && [
             &parts.instructions,
@@ -88,49 +100,45 @@ pub fn fingerprint(body: &[u8]) -> Option<String> {
             &parts.system_instruction,
         ]
         .into_iter()
-        .all(empty)
-        && parts.entries.iter().all(empty)
+        .all(Text::is_empty)
+        && parts.entries.iter().all(Text::is_empty)
     {
         return None;
     }
 
     let mut hasher = Sha256::new();
     hasher.update(DOMAIN);
-    let mut field = |bytes: &[u8]| {
-        hasher.update((bytes.len() as u64).to_be_bytes());
-        hasher.update(bytes);
-    };
-    field(parts.model.as_deref().unwrap_or_default().as_bytes());
-    field(parts.instructions.joined().as_bytes());
-    field(parts.system.joined().as_bytes());
-    field(parts.system_instruction.joined().as_bytes());
+    let model = parts.model.unwrap_or_default();
+    hasher.update((model.len() as u64).to_be_bytes());
+    hasher.update(body.get(model).unwrap_or_default());
+    parts.instructions.hash(&mut hasher, body);
+    parts.system.hash(&mut hasher, body);
+    parts.system_instruction.hash(&mut hasher, body);
     hasher.update((parts.entries.len() as u64).to_be_bytes());
     for entry in &parts.entries {
-        let text = entry.joined();
-        hasher.update((text.len() as u64).to_be_bytes());
-        hasher.update(text.as_bytes());
+        entry.hash(&mut hasher, body);
     }
-    hasher.update((user.len() as u64).to_be_bytes());
-    hasher.update(user.as_bytes());
+    user.hash(&mut hasher, body);
     Some(super::hex16(&hasher.finalize()))
 }
 
-/// The parts of a fingerprint, read from the start of a body.
+/// The parts of a fingerprint, read from the start of a body: where their text sits in it.
 #[derive(Default)]
-struct Parts<'a> {
-    model: Option<Cow<'a, str>>,
-    instructions: Text<'a>,
-    system: Text<'a>,
-    system_instruction: Text<'a>,
+struct Parts {
+    /// The contents of the `model` string (between its quotes).
+    model: Option<Span>,
+    instructions: Text,
+    system: Text,
+    system_instruction: Text,
     /// The `system` / `developer` entries of the conversation before its first user entry.
-    entries: Vec<Text<'a>>,
-    user: Option<Text<'a>>,
+    entries: Vec<Text>,
+    user: Option<Text>,
 }
 
-impl<'a> Parts<'a> {
-    /// `None` when what is read is not well-formed JSON (or nests deeper than `serde_json`
-    /// reads), or the body is not an object.
-    fn read(body: &'a [u8]) -> Option<Self> {
+impl Parts {
+    /// `None` when what is read is not well-formed JSON (or nests deeper than [`MAX_DEPTH`]),
+    /// or the body is not an object.
+    fn read(body: &[u8]) -> Option<Self> {
         let mut parts = Parts::default();
         let mut members = Members::root(body).ok()?;
         while let Some(key) = members.next() {
@@ -138,7 +146,7 @@ impl<'a> Parts<'a> {
             let slot = match key.key.as_ref() {
                 "model" => {
                     let span = members.value(&key).ok()?;
-                    parts.model = value::<Str<'a>>(body, span)?.0;
+                    parts.model = string_contents(body, &span);
                     continue;
                 }
                 "instructions" => &mut parts.instructions,
@@ -153,7 +161,7 @@ impl<'a> Parts<'a> {
                         return Some(parts);
                     }
                     Some(Kind::String) => {
-                        parts.user = Some(value(body, members.value(&key).ok()?)?);
+                        parts.user = Some(Text::read(body, members.value(&key).ok()?)?);
                         return Some(parts);
                     }
                     // Not a conversation: skipped like any other member.
@@ -161,28 +169,26 @@ impl<'a> Parts<'a> {
                 },
                 _ => continue,
             };
-            *slot = value(body, members.value(&key).ok()?)?;
+            *slot = Text::read(body, members.value(&key).ok()?)?;
         }
         Some(parts)
     }
 
     /// Reads the conversation array up to its first user entry that is not a context block.
-    fn conversation(&mut self, body: &'a [u8], items: Items<'a>) -> Option<()> {
+    fn conversation(&mut self, body: &[u8], items: Items<'_>) -> Option<()> {
         let mut context = None;
         for item in items {
-            let Object(entry) = value::<Object<Entry<'a>>>(body, item.ok()?)?;
-            let Some(entry) = entry else { continue };
-            match entry.role.as_deref() {
-                Some("system" | "developer") if context.is_none() => {
-                    self.entries.push(entry.text());
-                }
-                Some("user") => {
-                    let text = entry.text();
-                    if !is_context_block(&text) {
-                        self.user = Some(text);
+            let Some(entry) = Entry::read(body, item.ok()?)? else {
+                continue;
+            };
+            match entry.role {
+                Role::System if context.is_none() => self.entries.push(entry.text),
+                Role::User => {
+                    if !is_context_block(body, &entry.text) {
+                        self.user = Some(entry.text);
                         return Some(());
                     }
-                    context.get_or_insert(text);
+                    context.get_or_insert(entry.text);
                 }
                 _ => {}
             }
@@ -200,162 +206,178 @@ pub(super) fn is_empty_array(body: &[u8], open: usize) -> bool {
         == Some(&b']')
 }
 
-/// The value at `span` (validated by the walk) read as `T`.
-fn value<'a, T: Deserialize<'a>>(body: &'a [u8], span: Span) -> Option<T> {
-    serde_json::from_slice(body.get(span)?).ok()
+/// The contents of the JSON string at `span` (between its quotes, as sent), or `None` for
+/// any other value.
+fn string_contents(body: &[u8], span: &Span) -> Option<Span> {
+    (Kind::at(body, span.start) == Some(Kind::String) && span.len() >= 2)
+        .then(|| span.start + 1..span.end - 1)
 }
 
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Entry<'a> {
-    #[serde(borrow)]
-    role: Str<'a>,
-    #[serde(borrow)]
-    content: Text<'a>,
-    #[serde(borrow)]
-    parts: Text<'a>,
-}
+/// The text of a message content in any provider's shape: the strings of a string, an array
+/// of parts, or a part object, where from objects only `text`, `content` and `parts` are
+/// followed (images, tool inputs and cache markers are skipped). Each part is where a string's
+/// contents sit in the body, escapes and all.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct Text(Vec<Span>);
 
-impl<'a> Entry<'a> {
-    fn text(self) -> Text<'a> {
-        let mut text = self.content;
-        text.0.extend(self.parts.0);
-        text
+impl Text {
+    /// The text of the (validated) value at `span`; `None` past [`MAX_DEPTH`].
+    fn read(body: &[u8], span: Span) -> Option<Self> {
+        let mut text = Text::default();
+        text.collect(body, span, 0)?;
+        Some(text)
+    }
+
+    fn collect(&mut self, body: &[u8], span: Span, depth: usize) -> Option<()> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        let value = body.get(span.clone())?;
+        let offset = |inner: Span| inner.start + span.start..inner.end + span.start;
+        match Kind::at(value, 0)? {
+            Kind::String => self.0.extend(string_contents(body, &span)),
+            Kind::Array => {
+                for item in Items::root(value).ok()? {
+                    self.collect(body, offset(item.ok()?), depth + 1)?;
+                }
+            }
+            Kind::Object => {
+                let mut members = Members::root(value).ok()?;
+                while let Some(key) = members.next() {
+                    let key = key.ok()?;
+                    if matches!(key.key.as_ref(), "text" | "content" | "parts") {
+                        let inner = members.value(&key).ok()?;
+                        self.collect(body, offset(inner), depth + 1)?;
+                    }
+                }
+            }
+            _ => {}
+        }
+        Some(())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.iter().all(Range::is_empty)
+    }
+
+    /// Hashes the parts joined by a newline byte (which a JSON string never holds raw), after
+    /// the joined length.
+    fn hash(&self, hasher: &mut Sha256, body: &[u8]) {
+        let len = self.0.iter().map(Range::len).sum::<usize>() + self.0.len().saturating_sub(1);
+        hasher.update((len as u64).to_be_bytes());
+        for (i, part) in self.0.iter().enumerate() {
+            if i > 0 {
+                hasher.update(b"\n");
+            }
+            hasher.update(body.get(part.clone()).unwrap_or_default());
+        }
+    }
+
+    /// Each part decoded (escapes resolved), for the checks that need the characters.
+    fn decoded<'b>(&self, body: &'b [u8]) -> impl Iterator<Item = Option<Cow<'b, str>>> {
+        self.0
+            .iter()
+            .map(move |part| json::decode_str(body, part.start - 1..part.end + 1).ok())
     }
 }
 
-fn is_context_block(text: &Text<'_>) -> bool {
-    let mut parts = text
-        .0
-        .iter()
-        .map(|p| p.trim())
-        .filter(|p| !p.is_empty())
-        .peekable();
-    parts.peek().is_some()
-        && parts.all(|p| {
-            let tagged = p.strip_prefix('<').and_then(|rest| rest.chars().next());
-            tagged.is_some_and(|c| c.is_ascii_alphabetic()) && p.ends_with('>')
-        })
+/// The roles that matter to the fingerprint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// `system` or `developer`.
+    System,
+    User,
+    Other,
+}
+
+/// A conversation entry: its role and its text (`content`, then `parts`).
+struct Entry {
+    role: Role,
+    text: Text,
+}
+
+impl Entry {
+    /// `Some(None)` for an item that is not an object; `None` past [`MAX_DEPTH`].
+    fn read(body: &[u8], span: Span) -> Option<Option<Self>> {
+        let value = body.get(span.clone())?;
+        if Kind::at(value, 0) != Some(Kind::Object) {
+            return Some(None);
+        }
+        let offset = |inner: Span| inner.start + span.start..inner.end + span.start;
+        let mut role = Role::Other;
+        let (mut content, mut parts) = (Text::default(), Text::default());
+        let mut members = Members::root(value).ok()?;
+        while let Some(key) = members.next() {
+            let key = key.ok()?;
+            let slot = match key.key.as_ref() {
+                "role" => {
+                    role = Role::of(body, offset(members.value(&key).ok()?));
+                    continue;
+                }
+                "content" => &mut content,
+                "parts" => &mut parts,
+                _ => continue,
+            };
+            // A repeated key: the last one counts.
+            *slot = Text::read(body, offset(members.value(&key).ok()?))?;
+        }
+        content.0.extend(parts.0);
+        Some(Some(Self {
+            role,
+            text: content,
+        }))
+    }
+}
+
+impl Role {
+    fn of(body: &[u8], span: Span) -> Self {
+        let Some(contents) = string_contents(body, &span) else {
+            return Role::Other;
+        };
+        let raw = body.get(contents).unwrap_or_default();
+        let decoded;
+        let name: &[u8] = if raw.contains(&b'\\') {
+            decoded = json::decode_str(body, span).unwrap_or_default();
+            decoded.as_bytes()
+        } else {
+            raw
+        };
+        match name {
+            b"system" | b"developer" => Role::System,
+            b"user" => Role::User,
+            _ => Role::Other,
+        }
+    }
+}
+
+/// Whether every part with text, trimmed, starts with `<` and a letter and ends with `>` (and
+/// there is one).
+///
+/// A part whose first byte that is not a space is plain ASCII other than `<` and `\` cannot
+/// be a block, and settles it without decoding; otherwise the decoded parts are checked.
+fn is_context_block(body: &[u8], text: &Text) -> bool {
+    let cannot_be_a_block = text.0.iter().any(|part| {
+        let raw = body.get(part.clone()).unwrap_or_default();
+        raw.iter()
+            .find(|&&b| b != b' ')
+            .is_some_and(|&b| b.is_ascii() && b != b'<' && b != b'\\')
+    });
+    if cannot_be_a_block {
+        return false;
+    }
+    let mut blocks = text.decoded(body);
+    let mut any = false;
+    blocks.all(|part| {
+        let Some(part) = part else { return false };
+        let part = part.trim();
+        if part.is_empty() {
+            return true;
+        }
+        any = true;
+        let tagged = part.strip_prefix('<').and_then(|rest| rest.chars().next());
+        tagged.is_some_and(|c| c.is_ascii_alphabetic()) && part.ends_with('>')
+    }) && any
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn fp(json: &str) -> Option<String> {
-        fingerprint(json.as_bytes())
-    }
-
-    /// v1 hashed the sorted tool names; v2 does not read them (they follow the history).
-    #[test]
-    fn tools_do_not_count_and_keys_before_the_history_may_move() {
-        let a = fp(
-            r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"b"}},{"type":"function","function":{"name":"a"}}]}"#,
-        );
-        let b = fp(
-            r#"{"tools":[{"type":"function","function":{"name":"a"}}],"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}"#,
-        );
-        assert!(a.is_some());
-        assert_eq!(a, b);
-        // `model` after the history is not read.
-        let c = fp(r#"{"messages":[{"role":"user","content":"hi"}],"model":"m"}"#);
-        assert_ne!(a, c);
-        assert_eq!(
-            c,
-            fp(r#"{"messages":[{"role":"user","content":"hi"}],"model":"x"}"#)
-        );
-    }
-
-    #[test]
-    fn keys_before_the_history_count_in_any_order() {
-        let keys = [
-            r#""model":"m""#,
-            r#""instructions":"be brief""#,
-            r#""system":[{"type":"text","text":"sys"}]"#,
-            r#""systemInstruction":{"parts":[{"text":"g"}]}"#,
-        ];
-        let body = |order: &[usize]| {
-            let head: Vec<&str> = order.iter().map(|&i| keys[i]).collect();
-            fp(&format!(
-                r#"{{{},"messages":[{{"role":"user","content":"hi"}}],"tools":[]}}"#,
-                head.join(",")
-            ))
-        };
-        let reference = body(&[0, 1, 2, 3]);
-        for order in [[3, 2, 1, 0], [1, 3, 0, 2], [2, 0, 3, 1]] {
-            assert_eq!(body(&order), reference);
-        }
-        // Each of them counts.
-        for drop in 0..4 {
-            let rest: Vec<usize> = (0..4).filter(|&i| i != drop).collect();
-            assert_ne!(body(&rest), reference);
-        }
-        // A repeated key: the last one counts.
-        let twice = fp(
-            r#"{"model":"x","model":"m","instructions":"be brief","system":[{"type":"text","text":"sys"}],"systemInstruction":{"parts":[{"text":"g"}]},"messages":[{"role":"user","content":"hi"}]}"#,
-        );
-        assert_eq!(twice, reference);
-    }
-
-    #[test]
-    fn gemini_and_responses_string_input() {
-        let g = fp(
-            r#"{"systemInstruction":{"parts":[{"text":"be brief"}]},"contents":[{"role":"user","parts":[{"text":"hi"}]},{"role":"model","parts":[{"text":"yo"}]}],"tools":[{"functionDeclarations":[{"name":"f"},{"name":"e"}]}]}"#,
-        );
-        let g2 = fp(
-            r#"{"systemInstruction":{"parts":[{"text":"be brief"}]},"contents":[{"role":"user","parts":[{"text":"hi"}]}],"tools":[{"functionDeclarations":[{"name":"e"},{"name":"f"}]}]}"#,
-        );
-        assert!(g.is_some());
-        assert_eq!(g, g2);
-        let r = fp(r#"{"model":"m","instructions":"be brief","input":"hi"}"#);
-        let r2 = fp(
-            r#"{"model":"m","instructions":"be brief","input":[{"role":"user","content":[{"type":"input_text","text":"hi"}]},{"type":"function_call","name":"x"}]}"#,
-        );
-        assert_eq!(r, r2);
-    }
-
-    #[test]
-    fn an_empty_conversation_array_is_passed_over() {
-        let input = r#""input":[{"role":"user","content":"hi"}]"#;
-        let alone = fp(&format!(r#"{{"model":"m",{input}}}"#));
-        assert!(alone.is_some());
-        assert_eq!(
-            fp(&format!(r#"{{"model":"m","messages":[ ],{input}}}"#)),
-            alone
-        );
-        assert_eq!(fp(r#"{"model":"m","messages":[]}"#), None);
-    }
-
-    #[test]
-    fn context_blocks_are_passed_over() {
-        let env = r#"{"role":"user","content":[{"type":"input_text","text":"<environment_context>\n<cwd>/w</cwd>\n</environment_context>"}]}"#;
-        let a = fp(&format!(
-            r#"{{"model":"m","input":[{env},{{"role":"user","content":"task one"}}]}}"#
-        ));
-        let b = fp(&format!(
-            r#"{{"model":"m","input":[{env},{{"role":"user","content":"task two"}}]}}"#
-        ));
-        assert_ne!(a, b);
-        let only_env = fp(&format!(r#"{{"model":"m","input":[{env}]}}"#));
-        assert!(only_env.is_some());
-    }
-
-    #[test]
-    fn no_conversation_no_fingerprint() {
-        assert_eq!(fp(r#"{"model":"m"}"#), None);
-        assert_eq!(fp("[]"), None);
-        assert_eq!(fp("not json"), None);
-        assert_eq!(
-            fp(r#"{"model":"m","messages":5,"input":{"role":"user"}}"#),
-            None
-        );
-    }
-
-    #[test]
-    fn fields_do_not_run_together() {
-        // Without length prefixes these two would hash the same bytes.
-        let a = fp(r#"{"model":"ab","messages":[{"role":"user","content":"c"}]}"#);
-        let b = fp(r#"{"model":"a","messages":[{"role":"user","content":"bc"}]}"#);
-        assert_ne!(a, b);
-    }
-}
+mod tests;

@@ -10,7 +10,7 @@ use std::fmt;
 use std::marker::PhantomData;
 
 use serde::de::value::MapAccessDeserializer;
-use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 
 /// Implements the visitor methods for every JSON value a lenient type does not want: scalars
 /// give the default, arrays and objects are skipped without allocating.
@@ -119,64 +119,6 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
     }
 }
 
-/// The text of a message content in any provider's shape: a string, an array of parts, or a
-/// part object; from objects only `text`, `content` and `parts` are followed, so images,
-/// tool inputs and cache markers are skipped.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub(crate) struct Text<'a>(pub(crate) Vec<Cow<'a, str>>);
-
-impl Text<'_> {
-    pub(crate) fn is_empty(&self) -> bool {
-        self.0.iter().all(|s| s.is_empty())
-    }
-
-    /// The parts joined by newlines.
-    pub(crate) fn joined(&self) -> String {
-        self.0.join("\n")
-    }
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<'a>(PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-            type Value = Text<'a>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Text<'a>, E> {
-                Ok(Text(vec![Cow::Borrowed(v)]))
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Text<'a>, E> {
-                Ok(Text(vec![Cow::Owned(v.to_owned())]))
-            }
-            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Text<'a>, E> {
-                Ok(Text(vec![Cow::Owned(v)]))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Text<'a>, A::Error> {
-                let mut parts = Vec::new();
-                while let Some(Text(more)) = seq.next_element::<Text<'a>>()? {
-                    parts.extend(more);
-                }
-                Ok(Text(parts))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Text<'a>, A::Error> {
-                let mut parts = Vec::new();
-                while let Some(Str(key)) = map.next_key::<Str<'de>>()? {
-                    if matches!(key.as_deref(), Some("text" | "content" | "parts")) {
-                        parts.extend(map.next_value::<Text<'a>>()?.0);
-                    } else {
-                        map.next_value::<IgnoredAny>()?;
-                    }
-                }
-                Ok(Text(parts))
-            }
-            ignore_other_values!();
-        }
-        d.deserialize_any(V(PhantomData))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use serde::Deserialize;
@@ -188,8 +130,6 @@ mod tests {
     struct Probe<'a> {
         #[serde(borrow)]
         s: Str<'a>,
-        #[serde(borrow)]
-        t: Text<'a>,
         o: Object<Inner>,
     }
 
@@ -201,17 +141,16 @@ mod tests {
 
     #[test]
     fn wrong_types_become_empty() {
-        let p: Probe<'_> = serde_json::from_str(r#"{"s":[1,{"a":2}],"t":5,"o":"no"}"#).unwrap();
+        let p: Probe<'_> = serde_json::from_str(r#"{"s":[1,{"a":2}],"o":"no"}"#).unwrap();
         assert_eq!(p.s.0, None);
-        assert!(p.t.is_empty());
         assert!(p.o.0.is_none());
     }
 
     #[test]
-    fn text_follows_parts_and_borrows() {
-        let body = r#"{"s":"plain","t":[{"type":"text","text":"a","cache_control":{"type":"x"}},{"type":"image","source":{"data":"zzz"}},"b",{"parts":[{"text":"c"}]}]}"#;
-        let p: Probe<'_> = serde_json::from_str(body).unwrap();
+    fn strings_borrow_when_they_can() {
+        let p: Probe<'_> = serde_json::from_str(r#"{"s":"plain"}"#).unwrap();
         assert!(matches!(p.s.0, Some(Cow::Borrowed("plain"))));
-        assert_eq!(p.t.joined(), "a\nb\nc");
+        let p: Probe<'_> = serde_json::from_str(r#"{"s":"a\nb"}"#).unwrap();
+        assert_eq!(p.s.as_deref(), Some("a\nb"));
     }
 }
