@@ -29,7 +29,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use context_relay_core::decode::{DecodeError, decode};
 use context_relay_core::session::{self, SessionSources};
-use context_relay_tower::{ComboName, SessionId, Tenant};
+use context_relay_tower::{ComboName, ServingModel, SessionId, Tenant};
 use foldhash::HashMap;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body::Body;
@@ -55,6 +55,20 @@ pub(crate) struct Target {
     pub provider: Arc<str>,
     /// The model sent upstream.
     pub model: Arc<str>,
+    /// `provider/model`, as the relay is told which model served (made once, not per
+    /// request).
+    pub serving: ServingModel,
+}
+
+impl Target {
+    pub(crate) fn new(provider: Arc<str>, model: Arc<str>) -> Self {
+        let serving = ServingModel::new(format!("{provider}/{model}"));
+        Self {
+            provider,
+            model,
+            serving,
+        }
+    }
 }
 
 /// Request extension: the targets of a request, tried in order by the account resolver.
@@ -102,10 +116,7 @@ impl Routes {
             let targets: Arc<[Target]> = c
                 .targets
                 .iter()
-                .map(|t| Target {
-                    provider: Arc::from(t.provider.as_str()),
-                    model: Arc::from(t.model.as_str()),
-                })
+                .map(|t| Target::new(Arc::from(t.provider.as_str()), Arc::from(t.model.as_str())))
                 .collect();
             // Both strategies name the combo to the relay: a `priority` combo's relay settings
             // keep only its model-switch path (see `Config::relay_configs`).
@@ -130,10 +141,7 @@ impl Routes {
             && !m.is_empty()
             && let Some(p) = self.providers.iter().find(|p| &***p == provider)
         {
-            let target = Target {
-                provider: p.clone(),
-                model: Arc::from(m),
-            };
+            let target = Target::new(p.clone(), Arc::from(m));
             return Ok((None, RouteTargets(Arc::from([target]))));
         }
         Err(RouteError::UnknownModel {

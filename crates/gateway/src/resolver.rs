@@ -22,7 +22,7 @@
 //!    sends; a request without them is not sticky;
 //! 3. targets are tried in order; within a target's provider the [`ProviderPool`] picks the
 //!    session's account or the first available one;
-//! 4. the attempt carries [`ResolvedAccount`], [`ServingModel`] (the target as
+//! 4. the attempt carries [`ResolvedAccount`], [`ServingModel`](context_relay_tower::ServingModel) (the target as
 //!    `provider/model`: the relay recognises a session that falls through to another target as
 //!    a model switch) and an [`UpstreamEndpoint`] (base URL and the account's credential,
 //!    applied by the upstream client after it strips the client's); the `model` is rewritten
@@ -63,7 +63,7 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 use context_relay_core::quota;
-use context_relay_tower::{ComboName, ResolvedAccount, ServingModel, SessionId, SkipRelay, Tenant};
+use context_relay_tower::{ComboName, ResolvedAccount, SessionId, SkipRelay, Tenant};
 use http::{Extensions, HeaderName, HeaderValue, Request, Response, StatusCode, header};
 use http_body::Body;
 use http_body_util::{BodyExt, Either, Full, Limited};
@@ -260,8 +260,6 @@ where
             providers_seen.push(pool.clone());
         }
         let body = body_for_target(&body, target, first_model.as_deref());
-        // The relay tells a move to another target by it (a model switch).
-        let serving = ServingModel::new(format!("{}/{}", target.provider, target.model));
         let mut tried: Vec<usize> = Vec::new();
         loop {
             // The summary call gets one attempt: it is no user turn worth a retry, and a
@@ -280,7 +278,8 @@ where
             };
             let resolved = account.resolved.clone();
             let mut attempt = attempt_request(&parts, body.clone(), &pool, idx, resolved.clone());
-            attempt.extensions_mut().insert(serving.clone());
+            // The relay tells a move to another target by it (a model switch).
+            attempt.extensions_mut().insert(target.serving.clone());
             // A Gemini request names the model in its path.
             if let Some(uri) = crate::gemini::with_model(&parts.uri, &target.model) {
                 *attempt.uri_mut() = uri;

@@ -110,10 +110,7 @@ fn request(session: &str, targets: &[(&str, &str)]) -> Request<Full<Bytes>> {
     req.extensions_mut().insert(Tenant::new("anonymous"));
     let t: Arc<[Target]> = targets
         .iter()
-        .map(|(p, m)| Target {
-            provider: Arc::from(*p),
-            model: Arc::from(*m),
-        })
+        .map(|(p, m)| Target::new(Arc::from(*p), Arc::from(*m)))
         .collect();
     req.extensions_mut().insert(RouteTargets(t));
     req
