@@ -275,9 +275,9 @@ impl Text {
 
     /// Each part decoded (escapes resolved), for the checks that need the characters.
     fn decoded<'b>(&self, body: &'b [u8]) -> impl Iterator<Item = Option<Cow<'b, str>>> {
-        self.0
-            .iter()
-            .map(move |part| json::decode_str(body, part.start - 1..part.end + 1).ok())
+        self.0.iter().map(move |part| {
+            json::decode_str(body, part.start.saturating_sub(1)..part.end + 1).ok()
+        })
     }
 }
 
