@@ -4,8 +4,8 @@
 //!
 //! Per request it does what the gateway cannot skip on the pass-through path, with the same
 //! core functions the gateway calls, and nothing else:
-//! - the client credential (`authorization: Bearer …` or `x-api-key`) mapped to its tenant,
-//!   memoised per credential as the open gateway does;
+//! - the client credential (read by `session::credential`, as the gateway reads it) mapped
+//!   to its tenant, memoised per credential as the open gateway does;
 //! - the body buffered (bounded), its top-level `model` found and spliced to the first
 //!   target's model;
 //! - the session fingerprint of the body and the session's account binding looked up (made
@@ -117,12 +117,7 @@ impl Floor {
             return status(StatusCode::NOT_FOUND);
         }
         let (mut parts, body) = req.into_parts();
-        let credential = parts
-            .headers
-            .get(AUTHORIZATION)
-            .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
-            .or_else(|| parts.headers.get("x-api-key").map(HeaderValue::as_bytes));
-        let Some(tenant) = credential.map(|c| self.tenant(c)) else {
+        let Some(tenant) = session::credential(&parts.headers).map(|c| self.tenant(c)) else {
             return status(StatusCode::UNAUTHORIZED);
         };
         let Ok(body) = Limited::new(body, self.max_body).collect().await else {

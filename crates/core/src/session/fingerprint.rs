@@ -213,6 +213,11 @@ fn string_contents(body: &[u8], span: &Span) -> Option<Span> {
         .then(|| span.start + 1..span.end - 1)
 }
 
+/// `inner`, a span of the slice `body[outer]`, as a span of `body`.
+fn within(outer: &Span, inner: Span) -> Span {
+    inner.start + outer.start..inner.end + outer.start
+}
+
 /// The text of a message content in any provider's shape: the strings of a string, an array
 /// of parts, or a part object, where from objects only `text`, `content` and `parts` are
 /// followed (images, tool inputs and cache markers are skipped). Each part is where a string's
@@ -233,7 +238,7 @@ impl Text {
             return None;
         }
         let value = body.get(span.clone())?;
-        let offset = |inner: Span| inner.start + span.start..inner.end + span.start;
+        let offset = |inner: Span| within(&span, inner);
         match Kind::at(value, 0)? {
             Kind::String => self.0.extend(string_contents(body, &span)),
             Kind::Array => {
@@ -303,7 +308,7 @@ impl Entry {
         if Kind::at(value, 0) != Some(Kind::Object) {
             return Some(None);
         }
-        let offset = |inner: Span| inner.start + span.start..inner.end + span.start;
+        let offset = |inner: Span| within(&span, inner);
         let mut role = Role::Other;
         let (mut content, mut parts) = (Text::default(), Text::default());
         let mut members = Members::root(value).ok()?;
