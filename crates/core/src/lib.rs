@@ -34,6 +34,7 @@ pub mod parse;
 pub mod portable;
 pub mod prompt;
 pub mod quota;
+pub mod reasoning;
 pub mod render;
 pub mod repair;
 pub mod reply;

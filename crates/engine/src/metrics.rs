@@ -17,6 +17,9 @@ pub const GENERATIONS_SKIPPED: &str = "context_relay_generations_skipped_total";
 /// Handoffs injected into a request, by `kind`: `account` (an account switch) or `model` (a
 /// model switch: the freshest handoff, or the bare note when the session has none).
 pub const INJECTED: &str = "context_relay_injected_total";
+/// Switches that found no stored handoff and carried one built from the request being sent,
+/// by `stored` (`true`; `false` when the store failed and it was injected unstored).
+pub const SWITCH_EXTRACTIVE: &str = "context_relay_switch_extractive_total";
 /// Handoffs deleted after a request carrying them succeeded.
 pub const CONSUMED: &str = "context_relay_consumed_total";
 /// Claimed handoffs given back after a failed or dropped request.

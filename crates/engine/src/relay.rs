@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use context_relay_core::RelayConfig;
 use context_relay_core::config::{InjectionSlot, RelayMode};
 use context_relay_core::prompt::SummarySettings;
 use context_relay_core::session::SessionSources;
-use context_relay_store::{CoolDown, HandoffStore, InFlight};
+use context_relay_core::{HandoffKey, RelayConfig};
+use context_relay_store::{Affinity, CoolDown, HandoffStore, InFlight};
 use foldhash::HashMap;
 use tokio::sync::Semaphore;
 
@@ -87,6 +87,21 @@ impl std::fmt::Debug for Shared {
 }
 
 impl Shared {
+    /// The affinity of `key`, from the store's cache when it knows, else from the store (a
+    /// store error is logged and counted, and reads as none).
+    pub(crate) async fn affinity(&self, key: &HandoffKey) -> Option<Affinity> {
+        match self.store.cached_affinity(key) {
+            Some(a) => a,
+            None => match self.store.affinity(key).await {
+                Ok(a) => a,
+                Err(e) => {
+                    crate::metrics::store_error("affinity", &e);
+                    None
+                }
+            },
+        }
+    }
+
     /// The summary settings configured for `provider`.
     pub(crate) fn settings_for(&self, provider: &str) -> Option<&SummarySettings> {
         if self.settings.is_empty() {
@@ -149,7 +164,7 @@ impl Relay {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use context_relay_core::RelayConfig;
+/// use context_relay_core::{HandoffKey, RelayConfig};
 /// use context_relay_engine::{Relay, RelayConfigs};
 /// use context_relay_store::MemoryStore;
 ///

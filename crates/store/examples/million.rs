@@ -24,6 +24,7 @@ fn record(i: usize, now: SystemTime) -> HandoffRecord {
             active_entities: vec!["src/parse.rs".into()],
         },
         message_count: 42,
+        conversation: None,
         model: "gpt-5-mini".into(),
         threshold: 0.85,
         generated_at: now,

@@ -98,6 +98,7 @@ fn record(key: &HandoffKey) -> HandoffRecord {
             ..Handoff::default()
         },
         message_count: 5,
+        conversation: None,
         model: "gpt-5.5".into(),
         threshold: 0.85,
         generated_at: now,

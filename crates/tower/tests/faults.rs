@@ -118,6 +118,7 @@ async fn seed(stack: &Stack, key: &HandoffKey) {
                 ..Default::default()
             },
             message_count: 4,
+            conversation: None,
             model: "gpt-5".into(),
             threshold: 0.85,
             generated_at: now,

@@ -122,6 +122,63 @@ pub fn fingerprint(body: &[u8]) -> Option<String> {
     Some(super::hex16(&hasher.finalize()))
 }
 
+/// Domain separation of [`opening`] digests.
+const OPENING_DOMAIN: &[u8] = b"context-relay/conversation-opening/v1\n";
+
+/// The opening of a conversation: what tells apart two conversations that share a session
+/// header (Claude Code's sub-agents send their parent's), read like the [`fingerprint`]'s
+/// first user message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Opening {
+    /// A digest of the first user message (passing over context blocks), its strings as
+    /// sent; neither the model nor the system prompt count (a model switch rewrites `model`).
+    pub digest: u64,
+    /// Whether the conversation goes on after that message: a request without history (the
+    /// first of a conversation) has nothing to carry across a switch.
+    pub continued: bool,
+    /// Whether the request continues a conversation the provider keeps (a top-level
+    /// `previous_response_id` or `conversation`, wherever it stands): such a request sends
+    /// only its new input, so its first user message is no opening of a conversation.
+    pub chained: bool,
+}
+
+/// The [`Opening`] of `body`, from its start only (see [`fingerprint`] for what is read and
+/// how); `None` when the body does not start as a JSON object or has no user message.
+///
+/// ```
+/// use context_relay_core::session::opening;
+///
+/// let first = br#"{"messages":[{"role":"user","content":"fix the bug"}]}"#;
+/// let later = br#"{"messages":[{"role":"user","content":"fix the bug"},{"role":"assistant","content":"done"}]}"#;
+/// let other = br#"{"messages":[{"role":"user","content":"review the diff"}]}"#;
+/// let (a, b) = (opening(first).unwrap(), opening(later).unwrap());
+/// assert_eq!(a.digest, b.digest);
+/// assert!(!a.continued && b.continued);
+/// assert_ne!(opening(other).unwrap().digest, a.digest);
+/// let chain = br#"{"input":"and now the tests","previous_response_id":"resp_1"}"#;
+/// assert!(opening(chain).unwrap().chained && !a.chained);
+/// ```
+pub fn opening(body: &[u8]) -> Option<Opening> {
+    let parts = Parts::read(body)?;
+    let user = parts.user?;
+    if user.is_empty() {
+        return None;
+    }
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    hasher.update(OPENING_DOMAIN);
+    for (i, part) in user.0.iter().enumerate() {
+        if i > 0 {
+            hasher.update(b"\n");
+        }
+        hasher.update(body.get(part.clone()).unwrap_or_default());
+    }
+    Some(Opening {
+        digest: hasher.digest(),
+        continued: parts.continued,
+        chained: super::body_ids::chained(body),
+    })
+}
+
 /// The parts of a fingerprint, read from the start of a body: where their text sits in it.
 #[derive(Default)]
 struct Parts {
@@ -133,6 +190,8 @@ struct Parts {
     /// The `system` / `developer` entries of the conversation before its first user entry.
     entries: Vec<Text>,
     user: Option<Text>,
+    /// Entries follow the first user entry.
+    continued: bool,
 }
 
 impl Parts {
@@ -176,9 +235,11 @@ impl Parts {
 
     /// Reads the conversation array up to its first user entry that is not a context block.
     fn conversation(&mut self, body: &[u8], items: Items<'_>) -> Option<()> {
-        let mut context = None;
+        let mut context: Option<(Text, usize)> = None;
         for item in items {
-            let Some(entry) = Entry::read(body, item.ok()?)? else {
+            let span = item.ok()?;
+            let end = span.end;
+            let Some(entry) = Entry::read(body, span)? else {
                 continue;
             };
             match entry.role {
@@ -186,16 +247,28 @@ impl Parts {
                 Role::User => {
                     if !is_context_block(body, &entry.text) {
                         self.user = Some(entry.text);
+                        self.continued = more_items(body, end);
                         return Some(());
                     }
-                    context.get_or_insert(entry.text);
+                    context.get_or_insert((entry.text, end));
                 }
                 _ => {}
             }
         }
-        self.user = context;
+        if let Some((text, end)) = context {
+            self.user = Some(text);
+            self.continued = more_items(body, end);
+        }
         Some(())
     }
+}
+
+/// Whether another item follows the array item ending at `end` (a `,` comes next).
+fn more_items(body: &[u8], end: usize) -> bool {
+    let rest = body.get(end..).unwrap_or_default();
+    rest.iter()
+        .find(|b| !matches!(b, b' ' | b'\n' | b'\r' | b'\t'))
+        == Some(&b',')
 }
 
 /// Whether the array opening at `open` closes right away (the walk validates it later).

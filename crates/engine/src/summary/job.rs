@@ -15,6 +15,7 @@ use context_relay_core::extractive::extractive_handoff;
 use context_relay_core::handoff::RECORD_VERSION;
 use context_relay_core::prompt::{SummarySettings, summary_prompt, summary_request};
 use context_relay_core::select::Selection;
+use context_relay_core::session::Opening;
 use context_relay_core::touched::merge_entities;
 use context_relay_core::{
     ApiShape, Handoff, HandoffKey, HandoffKind, HandoffRecord, QuotaSignal, RelayConfig, decode,
@@ -29,6 +30,7 @@ use super::call::{CallResult, call};
 use super::{Summarizer, SummaryRequest};
 use crate::extensions::{ComboName, ResolvedAccount, SessionId, Tenant};
 use crate::generation::Capture;
+use crate::injection::other_conversation;
 use crate::metrics;
 use crate::relay::Shared;
 
@@ -109,10 +111,12 @@ impl Outcome {
     }
 }
 
-/// What a job keeps of the request: the selection and the fields the summary request needs.
+/// What a job keeps of the request: the selection, the fields the summary request needs and
+/// the conversation's opening.
 struct Prepared {
     selection: Selection,
     trigger: Value,
+    opening: Option<Opening>,
 }
 
 impl Job {
@@ -176,6 +180,8 @@ impl Job {
         }
         let shared = self.shared.clone();
         let message_count = u32::try_from(prepared.selection.source_count).unwrap_or(u32::MAX);
+        // A conversation other than the session's primary one has its own handoff.
+        self.key = conversation_key(&shared, self.key.clone(), prepared.opening).await;
 
         // Refresh gate: a live model handoff written fewer than `refresh_after_messages`
         // messages ago is still good enough. An extractive one never is. A model switch looks
@@ -241,6 +247,7 @@ impl Job {
                     HandoffKind::Extractive,
                     message_count,
                     String::new(),
+                    prepared.opening.map(|o| o.digest),
                 )
                 .await
         {
@@ -262,6 +269,7 @@ impl Job {
             return None;
         };
         drop(capture);
+        let opening = context_relay_core::session::opening(&body);
         let value: Value = match serde_json::from_slice(&body) {
             Ok(v) => v,
             Err(e) => {
@@ -294,6 +302,7 @@ impl Job {
         Some(Prepared {
             selection,
             trigger: Value::Object(trigger),
+            opening,
         })
     }
 
@@ -363,7 +372,16 @@ impl Job {
         };
         handoff.active_entities =
             merge_entities(&handoff.active_entities, &prepared.selection.touched_files);
-        if self.store(handoff, self.kind, message_count, model).await {
+        if self
+            .store(
+                handoff,
+                self.kind,
+                message_count,
+                model,
+                prepared.opening.map(|o| o.digest),
+            )
+            .await
+        {
             Outcome::Generated
         } else {
             Outcome::Failed(Failure::Unavailable)
@@ -377,6 +395,7 @@ impl Job {
         kind: HandoffKind,
         message_count: u32,
         model: String,
+        opening: Option<u64>,
     ) -> bool {
         let now = SystemTime::now();
         let ttl_end = now + self.config.ttl;
@@ -384,7 +403,7 @@ impl Job {
             Some(reset) if reset > now && reset < ttl_end => reset,
             _ => ttl_end,
         };
-        let record = HandoffRecord {
+        let mut record = HandoffRecord {
             version: RECORD_VERSION,
             kind,
             tenant: self.key.tenant.clone(),
@@ -394,11 +413,13 @@ impl Job {
             from_account: self.account.account().to_string(),
             handoff,
             message_count,
+            conversation: None,
             model,
             threshold: self.config.handoff_threshold,
             generated_at: now,
             expires_at,
         };
+        record.set_conversation(opening);
         match self.shared.store.upsert(record).await {
             Ok(()) => {
                 tracing::info!(
@@ -414,6 +435,21 @@ impl Job {
             }
         }
     }
+}
+
+/// The key a summary of the conversation opening with `opening` is stored under: the
+/// session's own for its primary conversation (or when the session recorded none), else the
+/// conversation's (see the injection side's conversation rule).
+async fn conversation_key(
+    shared: &Shared,
+    key: HandoffKey,
+    opening: Option<Opening>,
+) -> HandoffKey {
+    let Some(opening) = opening else {
+        return key;
+    };
+    let primary = shared.affinity(&key).await.and_then(|a| a.conversation());
+    other_conversation(&key, primary, opening).unwrap_or(key)
 }
 
 /// The captured request body, decoded when the client compressed it.

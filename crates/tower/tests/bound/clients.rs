@@ -92,6 +92,7 @@ impl Relay {
                 ..Handoff::default()
             },
             message_count: 12,
+            conversation: None,
             model: "gpt-5".into(),
             threshold: 0.85,
             generated_at: now,
