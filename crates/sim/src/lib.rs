@@ -69,6 +69,7 @@ mod calls;
 mod compact;
 mod control;
 mod gemini;
+mod hold;
 #[cfg(test)]
 mod loop_tests;
 mod message_params;
@@ -85,6 +86,7 @@ mod window;
 
 pub use bound::Minter;
 pub use control::SimFault;
+pub use hold::StreamHold;
 pub use quota::SimQuotaHeaders;
 use quota::{exhausted, quota_headers};
 use reply::{
@@ -330,25 +332,6 @@ impl std::fmt::Debug for SimProvider {
     }
 }
 
-/// Holds SSE streams after their first event until released (or dropped).
-#[derive(Debug)]
-pub struct StreamHold {
-    tx: watch::Sender<bool>,
-}
-
-impl StreamHold {
-    /// Lets held streams continue.
-    pub fn release(self) {
-        // Drop does it.
-    }
-}
-
-impl Drop for StreamHold {
-    fn drop(&mut self) {
-        let _ = self.tx.send(true);
-    }
-}
-
 impl SimProvider {
     /// A builder with no accounts.
     pub fn builder() -> SimBuilder {
@@ -396,14 +379,6 @@ impl SimProvider {
             .iter()
             .find(|a| a.id == id)
             .map(|a| a.turns)
-    }
-
-    /// Holds every SSE stream started from now on after its first output event (the opening
-    /// events before it go out too), until the returned guard is released or dropped.
-    pub fn hold_streams(&self) -> StreamHold {
-        let (tx, rx) = watch::channel(false);
-        *lock(&self.state.hold) = Some(rx);
-        StreamHold { tx }
     }
 
     /// Stops the server (in-flight streams finish first).
