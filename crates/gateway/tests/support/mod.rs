@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod agents;
+
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
