@@ -18,12 +18,16 @@ use support::{
 };
 
 /// Turns 1–3 on the first account (30, 60, 90 %: a handoff is written), then the account is
-/// used up and turns 4–6 go to the second account. Returns the upstream requests of turns 4–6.
-async fn three_turns_after_a_switch(client: Client) {
+/// used up and turns 4–6 go to the second account. `model` is the combo or direct
+/// `provider/model` route asked for (the client's combo when `None`).
+async fn three_turns_after_a_switch(client: Client, model: Option<&str>) {
     let h = Harness::start(1, MEMORY, SimProvider::builder()).await;
     let [a, b, _] = client.accounts();
     let session = "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b";
-    let mut conv = Conversation::new(client, session);
+    let mut conv = match model {
+        Some(model) => Conversation::asking(client, session, model),
+        None => Conversation::new(client, session),
+    };
     let first_size = serde_json::to_vec(&conv.body).unwrap().len();
     // The captures' sizes: Codex 38 059 bytes, Claude Code 76 328 bytes.
     let real: usize = match client {
@@ -137,12 +141,19 @@ async fn three_turns_after_a_switch(client: Client) {
 
 #[tokio::test]
 async fn codex_history_keeps_working_three_turns_after_a_switch() {
-    three_turns_after_a_switch(Client::Codex).await;
+    three_turns_after_a_switch(Client::Codex, None).await;
 }
 
 #[tokio::test]
 async fn claude_code_history_keeps_working_three_turns_after_a_switch() {
-    three_turns_after_a_switch(Client::Claude).await;
+    three_turns_after_a_switch(Client::Claude, None).await;
+}
+
+/// A session addressed as `provider/model` (no combo) gets the whole relay, keyed by the route.
+#[tokio::test]
+async fn a_direct_route_keeps_working_three_turns_after_a_switch() {
+    three_turns_after_a_switch(Client::Codex, Some("codex/gpt-5.5")).await;
+    three_turns_after_a_switch(Client::Claude, Some("anthropic/claude-opus-4-8")).await;
 }
 
 /// A session this gateway never saw (the client comes from another gateway) whose history
