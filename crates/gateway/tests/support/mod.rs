@@ -376,15 +376,27 @@ impl Harness {
         headers: &[(String, String)],
         body: &Value,
     ) -> (StatusCode, Option<String>, Bytes) {
+        let bytes = serde_json::to_vec(body).unwrap();
+        self.send_raw(gw, path, headers, bytes).await
+    }
+
+    /// Sends the bytes `body` (as they are: key order, spacing) to `path` of gateway `gw`; the
+    /// status, the `x-context-relay` header and the whole reply.
+    pub async fn send_raw(
+        &self,
+        gw: usize,
+        path: &str,
+        headers: &[(String, String)],
+        body: Vec<u8>,
+    ) -> (StatusCode, Option<String>, Bytes) {
         let url = format!("{}{path}", self.gateways[gw].1.url());
         let mut b = Request::post(url);
         for (k, v) in headers {
             b = b.header(k.as_str(), v.as_str());
         }
-        let bytes = Bytes::from(serde_json::to_vec(body).unwrap());
         let res = self
             .client
-            .request(b.body(Full::new(bytes)).unwrap())
+            .request(b.body(Full::new(Bytes::from(body))).unwrap())
             .await
             .expect("gateway answers");
         let status = res.status();
