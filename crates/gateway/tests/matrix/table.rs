@@ -80,29 +80,28 @@ pub fn render(seed: u64, results: &[(Cell, Outcome)]) -> String {
             );
         }
     }
-    out.push_str("\nWhat the new account received (cells that passed):\n\n");
+    out.push_str("\nWhat the new account received, in the cells that passed:\n\n");
     for cause in Cause::ALL {
-        let mut seen: Vec<String> = results
-            .iter()
-            .filter(|(c, _)| c.cause == cause)
-            .filter_map(|(c, o)| match o {
-                Outcome::Pass(r) => {
-                    Some(format!("{} / {}: {r}", c.shape.name(), c.position.name()))
+        // Each kind of reception, with the number of cells that showed it.
+        let mut kinds: Vec<(&str, usize)> = Vec::new();
+        for (_, o) in results.iter().filter(|(c, _)| c.cause == cause) {
+            if let Outcome::Pass(received) = o {
+                match kinds.iter_mut().find(|(k, _)| *k == received.as_str()) {
+                    Some((_, n)) => *n += 1,
+                    None => kinds.push((received.as_str(), 1)),
                 }
-                _ => None,
-            })
-            .collect();
-        seen.sort();
-        let _ = writeln!(
-            out,
-            "- {}: {}",
-            cause.name(),
-            if seen.is_empty() {
-                "(no passing cell)".to_owned()
-            } else {
-                seen.join("; ")
             }
-        );
+        }
+        let text = if kinds.is_empty() {
+            "no cell passed".to_owned()
+        } else {
+            kinds
+                .iter()
+                .map(|(k, n)| format!("{k} ({n} cells)"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        let _ = writeln!(out, "- {}: {text}", cause.name());
     }
     out
 }

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use http::StatusCode;
 use serde_json::{Value, json};
 
-use super::{Harness, claude_first_turn, codex_first_turn, sse_events};
+use super::{Harness, claude_first_turn, codex_first_turn, messages_blocks, sse_events};
 
 /// The API shape of an agent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -219,44 +219,7 @@ impl Agent {
         if !events.iter().any(|e| e["type"] == "message_stop") {
             return None;
         }
-        let mut blocks: Vec<Value> = Vec::new();
-        let mut partial: Vec<String> = Vec::new();
-        for event in events {
-            match event["type"].as_str() {
-                Some("content_block_start") => {
-                    blocks.push(event["content_block"].clone());
-                    partial.push(String::new());
-                }
-                Some("content_block_delta") => {
-                    let (Some(block), Some(json)) = (blocks.last_mut(), partial.last_mut()) else {
-                        continue;
-                    };
-                    let d = &event["delta"];
-                    let (field, piece) = match d["type"].as_str() {
-                        Some("text_delta") => ("text", &d["text"]),
-                        Some("thinking_delta") => ("thinking", &d["thinking"]),
-                        Some("signature_delta") => ("signature", &d["signature"]),
-                        Some("input_json_delta") => {
-                            json.push_str(d["partial_json"].as_str().unwrap_or(""));
-                            continue;
-                        }
-                        _ => continue,
-                    };
-                    let joined = format!(
-                        "{}{}",
-                        block[field].as_str().unwrap_or(""),
-                        piece.as_str().unwrap_or("")
-                    );
-                    block[field] = json!(joined);
-                }
-                _ => {}
-            }
-        }
-        for (block, json) in blocks.iter_mut().zip(&partial) {
-            if block["type"] == "tool_use" && !json.is_empty() {
-                block["input"] = serde_json::from_str(json).unwrap_or(Value::Null);
-            }
-        }
+        let blocks = messages_blocks(events);
         let results: Vec<Value> = blocks
             .iter()
             .filter(|b| b["type"] == "tool_use")

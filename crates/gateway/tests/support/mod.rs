@@ -161,12 +161,26 @@ pub fn codex_next_turn(body: &mut Value, reply_sse: &[u8], prompt: &str) {
 /// The Claude Code way of continuing: the streamed assistant content (signed thinking, text)
 /// becomes an assistant message, then the next user message.
 pub fn claude_next_turn(body: &mut Value, reply_sse: &[u8], prompt: &str) {
+    let blocks = messages_blocks(&sse_events(reply_sse));
+    let messages = body["messages"].as_array_mut().expect("messages array");
+    messages.push(json!({"role": "assistant", "content": blocks}));
+    messages.push(json!({"role": "user", "content": [{"type": "text", "text": prompt}]}));
+}
+
+/// The content blocks of a streamed Messages reply, rebuilt from its events as Claude Code
+/// rebuilds them: text, thinking and its signature joined from their deltas, a `tool_use`
+/// block's `input` parsed from its `input_json_delta` pieces.
+pub fn messages_blocks(events: &[Value]) -> Vec<Value> {
     let mut blocks: Vec<Value> = Vec::new();
-    for event in sse_events(reply_sse) {
+    let mut partial: Vec<String> = Vec::new();
+    for event in events {
         match event["type"].as_str() {
-            Some("content_block_start") => blocks.push(event["content_block"].clone()),
+            Some("content_block_start") => {
+                blocks.push(event["content_block"].clone());
+                partial.push(String::new());
+            }
             Some("content_block_delta") => {
-                let Some(block) = blocks.last_mut() else {
+                let (Some(block), Some(json)) = (blocks.last_mut(), partial.last_mut()) else {
                     continue;
                 };
                 let d = &event["delta"];
@@ -174,6 +188,10 @@ pub fn claude_next_turn(body: &mut Value, reply_sse: &[u8], prompt: &str) {
                     Some("text_delta") => ("text", &d["text"]),
                     Some("thinking_delta") => ("thinking", &d["thinking"]),
                     Some("signature_delta") => ("signature", &d["signature"]),
+                    Some("input_json_delta") => {
+                        json.push_str(d["partial_json"].as_str().unwrap_or(""));
+                        continue;
+                    }
                     _ => continue,
                 };
                 let joined = format!(
@@ -186,12 +204,14 @@ pub fn claude_next_turn(body: &mut Value, reply_sse: &[u8], prompt: &str) {
             _ => {}
         }
     }
-    let messages = body["messages"].as_array_mut().expect("messages array");
-    messages.push(json!({"role": "assistant", "content": blocks}));
-    messages.push(json!({"role": "user", "content": [{"type": "text", "text": prompt}]}));
+    for (block, json) in blocks.iter_mut().zip(&partial) {
+        if block["type"] == "tool_use" && !json.is_empty() {
+            block["input"] = serde_json::from_str(json).unwrap_or(Value::Null);
+        }
+    }
+    blocks
 }
 
-/// The JSON data of every SSE event in `bytes`.
 /// The body Codex sends to `/responses/compact`: the turn's `model`, `instructions`, `input`,
 /// `tools`, `parallel_tool_calls`, `reasoning` and `text`, no `stream` or `store`.
 pub fn compact_body(turn: &Value) -> Value {
@@ -218,6 +238,7 @@ pub fn json_headers() -> Vec<(String, String)> {
     vec![("content-type".to_owned(), "application/json".to_owned())]
 }
 
+/// The JSON data of every SSE event in `bytes`.
 pub fn sse_events(bytes: &[u8]) -> Vec<Value> {
     String::from_utf8_lossy(bytes)
         .split("\n\n")
