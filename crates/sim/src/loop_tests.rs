@@ -102,8 +102,10 @@ async fn responses_loop_with_reasoning_then_text() {
 #[tokio::test]
 async fn messages_loop_keeps_the_thinking_rule_at_every_step() {
     let sim = sim(2).await;
-    let mut body = json!({"model": "claude-opus-4-8", "max_tokens": 100, "stream": false,
-        "thinking": {"type": "adaptive"},
+    // Budgeted thinking: the API requires the block at every step (adaptive thinking may
+    // answer a step without thinking).
+    let mut body = json!({"model": "claude-sonnet-4-5", "max_tokens": 2048, "stream": false,
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
         "tools": [{"name": "Agent", "input_schema": {}}, {"name": "Bash", "input_schema": {}}],
         "messages": [{"role": "user", "content": "go"}]});
     for step in 1..=2 {

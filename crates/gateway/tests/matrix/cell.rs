@@ -150,7 +150,7 @@ impl Cell {
     pub fn not_applicable(&self) -> Option<&'static str> {
         if self.position == Position::AfterCompaction && self.shape != Shape::Codex {
             return Some(match self.shape {
-                Shape::Claude => {
+                Shape::Claude | Shape::ClaudeBudget => {
                     "Claude Code compacts on the client: the summary is plain text any account reads"
                 }
                 Shape::Chat => "Chat Completions has no compaction endpoint",

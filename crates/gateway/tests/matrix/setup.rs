@@ -29,6 +29,12 @@ pub fn targets(shape: Shape) -> (&'static str, &'static str, &'static str, &'sta
             "anthropic-b",
             "claude-sonnet-4-5",
         ),
+        Shape::ClaudeBudget => (
+            "anthropic",
+            "claude-sonnet-4-5",
+            "anthropic-b",
+            "claude-opus-4-8",
+        ),
         Shape::Chat => ("openai", "gpt-4.1", "openai-b", "gpt-4.1-mini"),
         Shape::Gemini => ("gemini", "gemini-3-pro", "gemini-b", "gemini-3-flash"),
     }
@@ -68,7 +74,7 @@ pub const MODEL_WRITTEN: &str = "Model-written summary of the work on";
 pub async fn start(cell: &Cell, calls: usize, markers: Vec<String>) -> Harness {
     let headers = match (cell.cause, cell.shape) {
         (Cause::NoQuotaHeaders, _) => SimQuotaHeaders::None,
-        (_, Shape::Claude) => SimQuotaHeaders::Anthropic,
+        (_, Shape::Claude | Shape::ClaudeBudget) => SimQuotaHeaders::Anthropic,
         _ => SimQuotaHeaders::Codex,
     };
     let mut sim = SimProvider::builder()
@@ -90,7 +96,7 @@ pub async fn start(cell: &Cell, calls: usize, markers: Vec<String>) -> Harness {
 fn config(cell: &Cell, base_url: &str) -> String {
     let (p, m, b, bm) = targets(cell.shape);
     let auth = match cell.shape {
-        Shape::Claude => "auth = \"x-api-key\"\n",
+        Shape::Claude | Shape::ClaudeBudget => "auth = \"x-api-key\"\n",
         Shape::Gemini => "auth = \"x-goog-api-key\"\n",
         _ => "",
     };

@@ -15,7 +15,15 @@ pub fn render(seed: u64, results: &[(Cell, Outcome)]) -> String {
             .find(|(c, _)| c.shape == shape && c.position == position && c.cause == cause)
     };
     let mut out = String::new();
-    let _ = writeln!(out, "Switch matrix, seed {seed:#x}\n");
+    let count = |f: fn(&Outcome) -> bool| results.iter().filter(|(_, o)| f(o)).count();
+    let _ = writeln!(
+        out,
+        "Switch matrix, seed {seed:#x}: {} cells, {} pass, {} fail, {} n/a\n",
+        results.len(),
+        count(|o| matches!(o, Outcome::Pass(_))),
+        count(|o| matches!(o, Outcome::Fail { .. })),
+        count(|o| matches!(o, Outcome::NotApplicable(_))),
+    );
     let _ = write!(out, "| shape | position |");
     for cause in Cause::ALL {
         let _ = write!(out, " {} |", cause.name());
@@ -62,6 +70,7 @@ pub fn render(seed: u64, results: &[(Cell, Outcome)]) -> String {
             _ => None,
         })
         .collect();
+    reasons.sort_unstable();
     reasons.dedup();
     if !reasons.is_empty() {
         out.push_str("\nn/a: after compaction applies to Codex only (");

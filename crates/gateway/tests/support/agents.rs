@@ -5,7 +5,7 @@
 //! | shape | request | how it continues |
 //! |---|---|---|
 //! | Codex CLI | `POST /v1/responses`, `store: false`, `include: ["reasoning.encrypted_content"]`, real-sized (capture 11) | the reply's `reasoning` and `function_call` items, then a `function_call_output` per call |
-//! | Claude Code | `POST /v1/messages?beta=true`, adaptive thinking, `clear_thinking` edits, real-sized (capture 13) | the assistant message (signed `thinking` first, text, `tool_use`), then a user turn of `tool_result`s |
+//! | Claude Code | `POST /v1/messages?beta=true`, adaptive thinking (or, with `claude-sonnet-4-5`, thinking with a budget), `clear_thinking` edits, real-sized (capture 13) | the assistant message (signed `thinking` first, text, `tool_use`), then a user turn of `tool_result`s |
 //! | Chat agent | `POST /v1/chat/completions`, streamed, function tools | the assistant message with `tool_calls`, then a `tool` message per call |
 //! | Gemini | `POST /v1beta/models/{model}:streamGenerateContent?alt=sse`, thoughts included | the model content (signatures re-encoded URL-safe, as `google-genai` does), then a user turn of `functionResponse`s |
 //!
@@ -23,18 +23,29 @@ use super::{Harness, claude_first_turn, codex_first_turn, messages_blocks, sse_e
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shape {
     Codex,
+    /// Claude Code's default: adaptive thinking (`claude-opus-4-8`).
     Claude,
+    /// Claude Code with `--model claude-sonnet-4-5`: thinking with a budget, whose tool loops
+    /// must start each assistant turn with a thinking block.
+    ClaudeBudget,
     Chat,
     Gemini,
 }
 
 impl Shape {
-    pub const ALL: [Shape; 4] = [Shape::Codex, Shape::Claude, Shape::Chat, Shape::Gemini];
+    pub const ALL: [Shape; 5] = [
+        Shape::Codex,
+        Shape::Claude,
+        Shape::ClaudeBudget,
+        Shape::Chat,
+        Shape::Gemini,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Shape::Codex => "Codex (Responses, store false)",
-            Shape::Claude => "Claude Code (Messages, thinking)",
+            Shape::Claude => "Claude Code (Messages, adaptive thinking)",
+            Shape::ClaudeBudget => "Claude Code (Messages, thinking budget)",
             Shape::Chat => "Chat agent (tools)",
             Shape::Gemini => "Gemini (function calls)",
         }
@@ -83,9 +94,17 @@ impl Agent {
                 }
                 (h, b)
             }
-            Shape::Claude => {
+            Shape::Claude | Shape::ClaudeBudget => {
                 let (h, mut b) = claude_first_turn(model, session);
                 b["messages"][0]["content"][1]["text"] = json!(task);
+                if shape == Shape::ClaudeBudget {
+                    // What Claude Code sends with `--model claude-sonnet-4-5`.
+                    b["max_tokens"] = json!(32000);
+                    b["thinking"] = json!({"type": "enabled", "budget_tokens": 31999});
+                    if let Some(o) = b.as_object_mut() {
+                        o.remove("output_config");
+                    }
+                }
                 (h, b)
             }
             Shape::Chat => (
@@ -121,7 +140,7 @@ impl Agent {
     pub fn path(&self) -> String {
         match self.shape {
             Shape::Codex => "/v1/responses".into(),
-            Shape::Claude => "/v1/messages?beta=true".into(),
+            Shape::Claude | Shape::ClaudeBudget => "/v1/messages?beta=true".into(),
             Shape::Chat => "/v1/chat/completions".into(),
             Shape::Gemini => format!(
                 "/v1beta/models/{}:streamGenerateContent?alt=sse",
@@ -142,7 +161,7 @@ impl Agent {
         let events = sse_events(reply);
         match self.shape {
             Shape::Codex => self.absorb_responses(&events),
-            Shape::Claude => self.absorb_messages(&events),
+            Shape::Claude | Shape::ClaudeBudget => self.absorb_messages(&events),
             Shape::Chat => self.absorb_chat(&events),
             Shape::Gemini => self.absorb_gemini(reply),
         }
@@ -156,7 +175,7 @@ impl Agent {
                 json!({"type": "message", "role": "user",
                        "content": [{"type": "input_text", "text": prompt}]}),
             ),
-            Shape::Claude => (
+            Shape::Claude | Shape::ClaudeBudget => (
                 "messages",
                 json!({"role": "user", "content": [{"type": "text", "text": prompt}]}),
             ),
