@@ -1,6 +1,8 @@
 //! The invariants of every cell, read from every request the provider recorded (client turns,
 //! retries, rejected attempts, compaction and summary requests):
 //!
+//! 0. (the cell's own check) the cause moved every conversation: the session's first request
+//!    away from `p1` at session start, else at least one switch per conversation;
 //! 1. every request the client sends gets a 200 with a complete reply (checked as the script
 //!    plays);
 //! 2. no account receives state another account minted (reasoning and compaction blobs,
@@ -19,7 +21,8 @@ use context_relay_sim::RecordedRequest;
 
 use super::Cell;
 use super::script::Conv;
-use super::setup::MODEL_WRITTEN;
+use super::setup::{MODEL_WRITTEN, PRIMARY};
+use crate::support::agents::Shape;
 use crate::support::{HANDOFF_TAG, Harness};
 
 /// The end tag of a handoff block.
@@ -34,6 +37,7 @@ pub type Broken = (String, String);
 
 fn broken(n: u8, evidence: String) -> Broken {
     let title = match n {
+        0 => "0 the cause moved the session",
         1 => "1 every request gets a 200",
         2 => "2 no foreign state, no rejected attempt",
         3 => "3 one handoff per switch",
@@ -109,12 +113,16 @@ pub fn check(
     let account = |r: &RecordedRequest| r.account.clone().unwrap_or_else(|| "?".into());
     // 2: state and rejections.
     for (i, r) in requests.iter().enumerate() {
-        let owners = h.sim.state_owners(r).into_iter().chain(
+        // Each shape's state is read by one parser of the recorded body.
+        let owners: Vec<(String, Option<String>)> = if cell.shape == Shape::Gemini {
             h.sim
                 .thought_signature_owners(r)
                 .into_iter()
-                .map(|(_, o)| ("thoughtSignature".to_owned(), o)),
-        );
+                .map(|(_, o)| ("thoughtSignature".to_owned(), o))
+                .collect()
+        } else {
+            h.sim.state_owners(r)
+        };
         for (what, owner) in owners {
             if let Some(owner) = owner
                 && Some(&owner) != r.account.as_ref()
@@ -156,6 +164,8 @@ pub fn check(
     let mut received = Vec::new();
     for conv in convs {
         let mut last_served: Option<String> = None;
+        let mut first_served: Option<String> = None;
+        let mut switches = 0;
         for (i, r) in requests.iter().enumerate() {
             if r.summary {
                 continue;
@@ -189,7 +199,9 @@ pub fn check(
                 }
                 if switched {
                     received.push(format!("{}: {}", conv.name, kind(found[0], &body)));
+                    switches += 1;
                 }
+                first_served.get_or_insert_with(|| acct.clone());
                 last_served = Some(acct.clone());
             } else if found.len() > 1 {
                 return Err(broken(
@@ -227,6 +239,24 @@ pub fn check(
                     ));
                 }
             }
+        }
+        // The cell tests what it says: the cause moved the conversation.
+        let moved = if cell.position == super::Position::SessionStart
+            && cell.cause != super::Cause::UsageJump
+        {
+            first_served.as_deref().is_some_and(|a| a != PRIMARY[0])
+        } else {
+            switches > 0
+        };
+        if !moved {
+            return Err(broken(
+                0,
+                format!(
+                    "{} never moved: first served by {}, {switches} switches",
+                    conv.name,
+                    first_served.as_deref().unwrap_or("nobody")
+                ),
+            ));
         }
     }
     // 5: the compaction note.

@@ -58,7 +58,7 @@ pub fn render(seed: u64, results: &[(Cell, Outcome)]) -> String {
         }
     }
     out.push_str(
-        "\nInvariants: 1 every request gets a 200; 2 no account receives another account's \
+        "\nInvariants: 0 the cause moved the session (the cell tests what it says); 1 every request gets a 200; 2 no account receives another account's \
          state, and no attempt is rejected but by the cause; 3 exactly one handoff on each \
          conversation's first request on a new account, none elsewhere; 4 a handoff carries \
          its own conversation's task and no other's; 5 the compaction note is true.\n",
