@@ -11,7 +11,7 @@ use http_body_util::StreamBody;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
-use super::unix_now;
+use super::{calls, unix_now};
 
 #[derive(Default)]
 pub(super) struct Reply {
@@ -25,7 +25,8 @@ pub(super) struct Reply {
     pub(super) reasoning: Option<(String, String)>,
     /// The signature of a thinking block before the text (Messages).
     pub(super) thinking: Option<String>,
-    /// A tool call after the text (Messages): id, tool name, input.
+    /// A tool call: after the text (Messages), instead of the text (Responses, Chat, Gemini):
+    /// id, tool name, input.
     pub(super) tool_use: Option<(String, String, Value)>,
 }
 
@@ -38,11 +39,14 @@ impl Reply {
 }
 
 pub(super) fn chat_json(r: &Reply) -> Value {
+    let (message, finish) = match &r.tool_use {
+        Some(call) => (calls::chat_message(call), "tool_calls"),
+        None => (json!({"role": "assistant", "content": r.text}), "stop"),
+    };
     json!({
         "id": format!("chatcmpl-sim-{}", r.id), "object": "chat.completion", "created": unix_now(),
         "model": r.model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": r.text},
-                     "finish_reason": "stop"}],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         "usage": {"prompt_tokens": r.input_tokens, "completion_tokens": r.output_tokens,
                   "total_tokens": r.input_tokens + r.output_tokens}
     })
@@ -71,16 +75,30 @@ pub(super) fn chat_events_in(r: &Reply, deltas: usize) -> Vec<Bytes> {
             })
             .collect()
     };
-    let mut out = vec![chunk(
-        json!({"role": "assistant", "content": ""}),
-        Value::Null,
-    )];
-    out.extend(
-        pieces
-            .into_iter()
-            .map(|p| chunk(json!({ "content": p }), Value::Null)),
-    );
-    out.push(chunk(json!({}), json!("stop")));
+    let mut out = Vec::new();
+    if let Some(call) = &r.tool_use {
+        out.push(chunk(
+            json!({"role": "assistant", "content": null}),
+            Value::Null,
+        ));
+        out.extend(
+            calls::chat_deltas(call)
+                .into_iter()
+                .map(|d| chunk(d, Value::Null)),
+        );
+        out.push(chunk(json!({}), json!("tool_calls")));
+    } else {
+        out.push(chunk(
+            json!({"role": "assistant", "content": ""}),
+            Value::Null,
+        ));
+        out.extend(
+            pieces
+                .into_iter()
+                .map(|p| chunk(json!({ "content": p }), Value::Null)),
+        );
+        out.push(chunk(json!({}), json!("stop")));
+    }
     if r.include_usage {
         out.push(
             json!({"id": id, "object": "chat.completion.chunk", "created": unix_now(),
@@ -113,7 +131,10 @@ fn responses_reasoning(r: &Reply) -> Option<Value> {
 
 fn responses_output(r: &Reply) -> Value {
     let mut out: Vec<Value> = responses_reasoning(r).into_iter().collect();
-    out.push(responses_message(r, &r.text, "completed"));
+    out.push(match &r.tool_use {
+        Some(call) => calls::responses_item(call, true),
+        None => responses_message(r, &r.text, "completed"),
+    });
     Value::Array(out)
 }
 
@@ -145,9 +166,6 @@ fn numbered(events: Vec<Value>) -> Vec<Bytes> {
 }
 
 pub(super) fn responses_events(r: &Reply) -> Vec<Bytes> {
-    let item_id = format!("msg_sim_{}", r.id);
-    let (a, b) = r.halves();
-    let part = |text: &str| json!({"type": "output_text", "text": text, "annotations": []});
     let mut events = vec![
         json!({"type": "response.created", "response": responses_base(r, "in_progress", json!([]), Value::Null)}),
         json!({"type": "response.in_progress", "response": responses_base(r, "in_progress", json!([]), Value::Null)}),
@@ -161,7 +179,29 @@ pub(super) fn responses_events(r: &Reply) -> Vec<Bytes> {
         events.push(json!({"type": "response.output_item.done", "output_index": 0, "item": item}));
         index = 1;
     }
-    events.extend([
+    if let Some(call) = &r.tool_use {
+        events.extend(calls::responses_events(call, index));
+    } else {
+        events.extend(responses_message_events(r, index));
+    }
+    events.push(
+        json!({"type": "response.completed", "response": responses_base(
+            r,
+            "completed",
+            responses_output(r),
+            json!({"input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
+                   "total_tokens": r.input_tokens + r.output_tokens}),
+        )}),
+    );
+    numbered(events)
+}
+
+/// The stream events of the assistant message of a Responses reply at `index`.
+fn responses_message_events(r: &Reply, index: usize) -> Vec<Value> {
+    let item_id = format!("msg_sim_{}", r.id);
+    let (a, b) = r.halves();
+    let part = |text: &str| json!({"type": "output_text", "text": text, "annotations": []});
+    vec![
         json!({"type": "response.output_item.added", "output_index": index,
                "item": responses_message(r, "", "in_progress")}),
         json!({"type": "response.content_part.added", "item_id": item_id, "output_index": index,
@@ -176,15 +216,7 @@ pub(super) fn responses_events(r: &Reply) -> Vec<Bytes> {
                "content_index": 0, "part": part(&r.text)}),
         json!({"type": "response.output_item.done", "output_index": index,
                "item": responses_message(r, &r.text, "completed")}),
-        json!({"type": "response.completed", "response": responses_base(
-            r,
-            "completed",
-            responses_output(r),
-            json!({"input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
-                   "total_tokens": r.input_tokens + r.output_tokens}),
-        )}),
-    ]);
-    numbered(events)
+    ]
 }
 
 /// A Responses stream that fails before any output: `response.created`,
