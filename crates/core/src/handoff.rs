@@ -225,6 +225,11 @@ pub struct HandoffRecord {
     /// apart. A handoff is only injected into the conversation it summarises.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conversation: Option<String>,
+    /// Whether the summary covers the context of the conversation's `compaction` items: its
+    /// summary request carried them, to the account that minted them. The note replacing
+    /// those items on another account says the context is in the handoff only then.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub compaction: bool,
     /// The model that wrote the summary.
     pub model: String,
     /// The handoff threshold in force when it was written.

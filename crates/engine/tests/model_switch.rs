@@ -120,6 +120,7 @@ impl Fixture {
                 },
                 message_count: 12,
                 conversation: None,
+                compaction: false,
                 model: "gpt-5.5".into(),
                 threshold: 0.85,
                 generated_at: at,

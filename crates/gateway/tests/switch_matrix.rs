@@ -9,7 +9,7 @@
 //! temporary directory.
 //!
 //! ```text
-//! cargo test -p context-relay-gateway --test switch_matrix -- --ignored --nocapture
+//! cargo test -p context-relay-gateway --test switch_matrix -- --nocapture
 //! ```
 
 mod matrix;
@@ -136,13 +136,7 @@ async fn play(cell: Cell, mut rng: Rng) -> Outcome {
     }
 }
 
-// Ignored until the relay does what the matrix checks; missing today (see docs/switching.md,
-// "Switch matrix"): an extractive handoff built at switch time when none is stored (usage
-// jump, 503/529, connection error, 401, no quota headers), `thinking` kept valid through a
-// tool loop that crosses the switch (Claude Code), the `compaction` item in the summary
-// request (Codex), and conversations of one session kept apart (sub-agents).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the relay's switch fixes are in progress: run with --ignored"]
 async fn switch_matrix() {
     let seed = seed();
     if std::env::var_os("SWITCH_MATRIX_LOG").is_some() {

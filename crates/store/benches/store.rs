@@ -29,6 +29,7 @@ fn record(key: &HandoffKey) -> HandoffRecord {
         },
         message_count: 42,
         conversation: None,
+        compaction: false,
         model: "gpt-5-mini".into(),
         threshold: 0.85,
         generated_at: now,

@@ -25,6 +25,7 @@ fn record(i: usize, now: SystemTime) -> HandoffRecord {
         },
         message_count: 42,
         conversation: None,
+        compaction: false,
         model: "gpt-5-mini".into(),
         threshold: 0.85,
         generated_at: now,

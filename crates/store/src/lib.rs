@@ -67,6 +67,7 @@
 //!     handoff: Handoff { summary: "Refactoring the parser".into(), ..Handoff::default() },
 //!     message_count: 12,
 //!     conversation: None,
+//!     compaction: false,
 //!     model: "gpt-5-mini".into(),
 //!     threshold: 0.85,
 //!     generated_at: now,

@@ -15,6 +15,7 @@ fn at(ms: u64, kind: HandoffKind) -> HandoffRecord {
         handoff: Handoff::default(),
         message_count: 0,
         conversation: None,
+        compaction: false,
         model: "m".into(),
         threshold: 0.85,
         generated_at: context_relay_core::time::from_unix_millis(ms),

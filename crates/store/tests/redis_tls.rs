@@ -99,6 +99,7 @@ fn record(key: &HandoffKey) -> HandoffRecord {
         },
         message_count: 5,
         conversation: None,
+        compaction: false,
         model: "gpt-5.5".into(),
         threshold: 0.85,
         generated_at: now,

@@ -62,6 +62,7 @@ async fn handoff_from_a(store: &Arc<dyn HandoffStore>) {
         },
         message_count: 4,
         conversation: None,
+        compaction: false,
         model: "gpt-5".into(),
         threshold: 0.85,
         generated_at: now,

@@ -39,6 +39,7 @@ fn record(session: &str, credential: &str, from: &str) -> HandoffRecord {
         },
         message_count: 12,
         conversation: None,
+        compaction: false,
         model: "gpt-5".into(),
         threshold: 0.85,
         generated_at: now,

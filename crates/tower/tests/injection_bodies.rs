@@ -53,6 +53,7 @@ fn record() -> HandoffRecord {
         },
         message_count: 12,
         conversation: None,
+        compaction: false,
         model: "gpt-5".into(),
         threshold: 0.85,
         generated_at: now,

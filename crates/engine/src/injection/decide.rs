@@ -397,7 +397,7 @@ impl BodyDecision {
             )
             .await;
         }
-        let message = match &moved {
+        let (message, covers_compaction) = match &moved {
             Some(m) => {
                 let built = || {
                     switch_handoff(
@@ -407,15 +407,23 @@ impl BodyDecision {
                         config.max_messages_for_summary,
                     )
                 };
-                Some(model::message(&shared, &key, m, built).await)
+                let (text, covers) = model::message(&shared, &key, m, built).await;
+                (Some(text), covers)
             }
-            None => carried.as_ref().map(|c| render::render_record(c.record())),
+            None => match carried.as_ref() {
+                Some(c) => (
+                    Some(render::render_record(c.record())),
+                    c.record().compaction,
+                ),
+                None => (None, false),
+            },
         };
-        let rewrite = match portable::rewrite(
+        let rewrite = match portable::rewrite_noting(
             shape,
             &decoded,
             scope,
             message.as_deref(),
+            covers_compaction,
             config.injection_slot_responses,
         ) {
             Ok(rewrite) => rewrite,

@@ -46,6 +46,7 @@ pub(crate) async fn at_switch(
         handoff: built.handoff,
         message_count: built.message_count,
         conversation: None,
+        compaction: false,
         model: String::new(),
         threshold: config.handoff_threshold,
         generated_at: now,

@@ -70,16 +70,16 @@ pub(crate) fn with_model(affinity: Affinity, model: Option<&str>) -> Affinity {
     }
 }
 
-/// The message injected on `m`: the freshest stored handoff of the session rendered for a
-/// model switch; without one (or when the store cannot tell), the handoff `built` from the
-/// request itself (a switch never lands with nothing); the bare note when the request holds
-/// no text to build one from.
+/// The message injected on `m`, and whether it summarises the request's compacted context:
+/// the freshest stored handoff of the session rendered for a model switch; without one (or
+/// when the store cannot tell), the handoff `built` from the request itself (a switch never
+/// lands with nothing); the bare note when the request holds no text to build one from.
 pub(crate) async fn message(
     shared: &Shared,
     key: &HandoffKey,
     m: &ModelMove,
     built: impl FnOnce() -> Option<SwitchHandoff>,
-) -> String {
+) -> (String, bool) {
     let freshest = match shared.store.freshest(key).await {
         Ok(record) => record,
         Err(e) => {
@@ -88,13 +88,15 @@ pub(crate) async fn message(
         }
     };
     if let Some(record) = freshest {
-        return render::render_model_switch_record(&record, &m.previous, &m.current);
+        let text = render::render_model_switch_record(&record, &m.previous, &m.current);
+        return (text, record.compaction);
     }
-    match built() {
+    let text = match built() {
         Some(b) => {
             ::metrics::counter!(metrics::SWITCH_EXTRACTIVE, "stored" => "false").increment(1);
             render::render_model_switch(&b.handoff, b.message_count, &m.previous, &m.current)
         }
         None => render::render_model_switch_note(&m.previous, &m.current),
-    }
+    };
+    (text, false)
 }

@@ -13,13 +13,13 @@ use bytes::Bytes;
 use context_relay_core::conversation::Conversation;
 use context_relay_core::extractive::extractive_handoff;
 use context_relay_core::handoff::RECORD_VERSION;
-use context_relay_core::prompt::{SummarySettings, summary_prompt, summary_request};
+use context_relay_core::prompt::{SummarySettings, summary_prompt, summary_request_carrying};
 use context_relay_core::select::Selection;
 use context_relay_core::session::Opening;
 use context_relay_core::touched::merge_entities;
 use context_relay_core::{
     ApiShape, Handoff, HandoffKey, HandoffKind, HandoffRecord, QuotaSignal, RelayConfig, decode,
-    parse, reply, select,
+    parse, portable, reply, select,
 };
 use context_relay_store::InFlightGuard;
 use http::{HeaderMap, Uri, header};
@@ -117,6 +117,10 @@ struct Prepared {
     selection: Selection,
     trigger: Value,
     opening: Option<Opening>,
+    /// Responses `compaction` items of the request, with the digest of their blob.
+    compactions: Vec<(Value, u64)>,
+    /// The readable ones among them, carried before the summary prompt.
+    carried: Vec<Value>,
 }
 
 impl Job {
@@ -182,6 +186,9 @@ impl Job {
         let message_count = u32::try_from(prepared.selection.source_count).unwrap_or(u32::MAX);
         // A conversation other than the session's primary one has its own handoff.
         self.key = conversation_key(&shared, self.key.clone(), prepared.opening).await;
+        let mut prepared = prepared;
+        // The compacted context reaches the summary when the serving account can read it.
+        let covers_compaction = self.readable_compactions(&mut prepared).await;
 
         // Refresh gate: a live model handoff written fewer than `refresh_after_messages`
         // messages ago is still good enough. An extractive one never is. A model switch looks
@@ -232,7 +239,9 @@ impl Job {
                 None
             }
         };
-        let mut outcome = self.summarise(&prepared, message_count).await;
+        let mut outcome = self
+            .summarise(&prepared, message_count, covers_compaction)
+            .await;
         // An extractive handoff stands in for an account switch's only: a model switch has
         // the freshest handoff, or the note, to inject.
         if let Outcome::Failed(why) = outcome
@@ -248,6 +257,7 @@ impl Job {
                     message_count,
                     String::new(),
                     prepared.opening.map(|o| o.digest),
+                    false,
                 )
                 .await
         {
@@ -291,6 +301,7 @@ impl Job {
             self.config.relay_mode,
             self.config.max_messages_for_summary,
         );
+        let compactions = compaction_items(self.shape, &value);
         let mut trigger = Map::new();
         if let Value::Object(mut obj) = value {
             for k in TRIGGER_FIELDS {
@@ -303,7 +314,29 @@ impl Job {
             selection,
             trigger: Value::Object(trigger),
             opening,
+            compactions,
+            carried: Vec::new(),
         })
+    }
+
+    /// Puts the request's `compaction` items the serving account minted (those its affinity
+    /// does not record as foreign) aside, for the summary request to carry before its prompt;
+    /// whether there was any.
+    async fn readable_compactions(&self, prepared: &mut Prepared) -> bool {
+        if prepared.compactions.is_empty() {
+            return false;
+        }
+        let now = SystemTime::now();
+        let affinity = self.shared.affinity(&self.key).await;
+        let foreign = affinity.as_ref().and_then(|a| a.foreign_at(now));
+        let readable: Vec<Value> = std::mem::take(&mut prepared.compactions)
+            .into_iter()
+            .filter(|(_, d)| !foreign.is_some_and(|f| f.contains(*d)))
+            .map(|(item, _)| item)
+            .collect();
+        let covers = !readable.is_empty();
+        prepared.carried = readable;
+        covers
     }
 
     /// The summary settings for the serving provider, with the configured overrides.
@@ -322,14 +355,25 @@ impl Job {
         settings
     }
 
-    async fn summarise(&self, prepared: &Prepared, message_count: u32) -> Outcome {
+    async fn summarise(
+        &self,
+        prepared: &Prepared,
+        message_count: u32,
+        covers_compaction: bool,
+    ) -> Outcome {
         let shared = &self.shared;
         let Some(summarizer) = &self.summarizer else {
             return Outcome::Failed(Failure::Unavailable);
         };
         let settings = self.settings();
         let prompt = summary_prompt(&prepared.selection.text, &prepared.selection.touched_files);
-        let mut body = summary_request(self.shape, &prepared.trigger, &prompt, &settings);
+        let mut body = summary_request_carrying(
+            self.shape,
+            &prepared.trigger,
+            &prepared.carried,
+            &prompt,
+            &settings,
+        );
         drop(prompt);
         let model = body
             .get("model")
@@ -379,6 +423,7 @@ impl Job {
                 message_count,
                 model,
                 prepared.opening.map(|o| o.digest),
+                covers_compaction,
             )
             .await
         {
@@ -396,6 +441,7 @@ impl Job {
         message_count: u32,
         model: String,
         opening: Option<u64>,
+        compaction: bool,
     ) -> bool {
         let now = SystemTime::now();
         let ttl_end = now + self.config.ttl;
@@ -414,12 +460,14 @@ impl Job {
             handoff,
             message_count,
             conversation: None,
+            compaction: false,
             model,
             threshold: self.config.handoff_threshold,
             generated_at: now,
             expires_at,
         };
         record.set_conversation(opening);
+        record.compaction = compaction;
         match self.shared.store.upsert(record).await {
             Ok(()) => {
                 tracing::info!(
@@ -450,6 +498,25 @@ async fn conversation_key(
     };
     let primary = shared.affinity(&key).await.and_then(|a| a.conversation());
     other_conversation(&key, primary, opening).unwrap_or(key)
+}
+
+/// The `compaction` items of a Responses request, with the digest of their blob as the
+/// scrub records it (the JSON string as serialized; clients send it unescaped).
+fn compaction_items(shape: ApiShape, value: &Value) -> Vec<(Value, u64)> {
+    if shape != ApiShape::Responses {
+        return Vec::new();
+    }
+    let items = value.get("input").and_then(Value::as_array);
+    items
+        .into_iter()
+        .flatten()
+        .filter(|item| item.get("type").and_then(Value::as_str) == Some("compaction"))
+        .filter_map(|item| {
+            let blob = item.get("encrypted_content").filter(|b| b.is_string())?;
+            let digest = portable::digest(&serde_json::to_vec(blob).ok()?);
+            Some((item.clone(), digest))
+        })
+        .collect()
 }
 
 /// The captured request body, decoded when the client compressed it.

@@ -93,6 +93,7 @@ impl Relay {
             },
             message_count: 12,
             conversation: None,
+            compaction: false,
             model: "gpt-5".into(),
             threshold: 0.85,
             generated_at: now,
