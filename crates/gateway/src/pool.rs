@@ -43,17 +43,21 @@ pub(crate) const MAX_REFUSED_BACKOFF: Duration = Duration::from_secs(3600);
 #[derive(Debug, Default)]
 pub(crate) struct AccountPools {
     providers: HashMap<Arc<str>, Arc<ProviderPool>>,
+    /// The same pools in configuration order, for what operators read.
+    ordered: Vec<Arc<ProviderPool>>,
 }
 
 impl AccountPools {
     /// One pool per provider of `config`.
     pub(crate) fn from_config(config: &Config) -> Self {
+        let ordered: Vec<Arc<ProviderPool>> = config
+            .providers
+            .iter()
+            .map(|p| Arc::new(ProviderPool::new(p)))
+            .collect();
         Self {
-            providers: config
-                .providers
-                .iter()
-                .map(|p| (Arc::from(p.name.as_str()), Arc::new(ProviderPool::new(p))))
-                .collect(),
+            providers: ordered.iter().map(|p| (p.name.clone(), p.clone())).collect(),
+            ordered,
         }
     }
 
@@ -62,9 +66,9 @@ impl AccountPools {
         self.providers.get(provider)
     }
 
-    /// Every pool, in no particular order.
+    /// Every pool, in configuration order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Arc<ProviderPool>> {
-        self.providers.values()
+        self.ordered.iter()
     }
 }
 

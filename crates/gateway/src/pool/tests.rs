@@ -163,3 +163,22 @@ proptest! {
         prop_assert_eq!(p.pick(Some("new"), &exclude, t(1)), expected);
     }
 }
+
+#[test]
+fn pools_are_listed_in_configuration_order() {
+    // Names whose hashes would scatter them: a map's order is not the file's.
+    let names = ["zeta", "alpha", "mu", "beta", "omega", "delta", "kappa", "gamma"];
+    let text: String = names
+        .iter()
+        .map(|n| {
+            format!(
+                "[[providers]]\nname = \"{n}\"\nbase_url = \"http://h/v1\"\n[[providers.accounts]]\nid = \"a\"\napi_key = \"k\"\n"
+            )
+        })
+        .collect();
+    let c = Config::from_toml_str(&text, |_| None).unwrap();
+    let pools = AccountPools::from_config(&c);
+    let listed: Vec<&str> = pools.iter().map(|p| &**p.name()).collect();
+    assert_eq!(listed, names);
+    assert!(pools.get("mu").is_some());
+}
