@@ -56,7 +56,10 @@ impl AccountPools {
             .map(|p| Arc::new(ProviderPool::new(p)))
             .collect();
         Self {
-            providers: ordered.iter().map(|p| (p.name.clone(), p.clone())).collect(),
+            providers: ordered
+                .iter()
+                .map(|p| (p.name.clone(), p.clone()))
+                .collect(),
             ordered,
         }
     }

@@ -253,7 +253,12 @@ where
         if !crate::translate::serves(pool.api(), parts.uri.path()) {
             tracing::info!(provider = %target.provider, api = pool.api().as_str(), path = parts.uri.path(), "route target skipped: its provider cannot serve this API shape");
             metrics::counter!("context_relay_gateway_targets_skipped_total", "provider" => pool.name().to_string(), "reason" => "api_shape").increment(1);
-            skipped_shape.push(target.provider.clone());
+            skipped_shape.push(format!(
+                "{} (provider `{}` has api = \"{}\")",
+                target.serving.0,
+                target.provider,
+                pool.api().as_str()
+            ));
             continue;
         }
         if !providers_seen.iter().any(|p| Arc::ptr_eq(p, &pool)) {
@@ -360,13 +365,20 @@ where
                 shape,
                 StatusCode::BAD_GATEWAY,
                 ErrorKind::Upstream,
-                "the provider refused the credential of every account that could serve this request; the gateway's operator must check the account keys",
+                &format!(
+                    "the provider refused the credential of every account that could serve this request; the gateway's operator must check the account keys{}",
+                    skipped_note(&skipped_shape, parts.uri.path())
+                ),
             );
             res.extensions_mut().insert(resolved);
             return Ok(res);
         }
         Some((mut res, resolved, _)) => {
             res.extensions_mut().insert(resolved);
+            // The provider's body goes as it came; the header tells what was not tried.
+            if let Some(value) = skipped_header(&skipped_shape) {
+                res.headers_mut().insert(SKIPPED_HEADER, value);
+            }
             return Ok(res.map(Either::Right));
         }
         None => {}
@@ -397,17 +409,41 @@ where
         StatusCode::TOO_MANY_REQUESTS,
         ErrorKind::RateLimited,
         &format!(
-            "every account of {} is exhausted; the next one becomes available in about {wait} s",
+            "every account of {} is exhausted; the next one becomes available in about {wait} s{}",
             if names.is_empty() {
                 "the route".to_owned()
             } else {
                 names.join(", ")
-            }
+            },
+            skipped_note(&skipped_shape, parts.uri.path())
         ),
     );
     res.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from(wait));
     Ok(res)
+}
+
+/// The header naming the targets skipped for their API shape on an error the provider wrote
+/// (its body is forwarded untouched).
+pub(crate) const SKIPPED_HEADER: HeaderName = HeaderName::from_static("x-context-relay-skipped");
+
+fn skipped_header(skipped: &[String]) -> Option<HeaderValue> {
+    if skipped.is_empty() {
+        return None;
+    }
+    HeaderValue::from_str(&skipped.join(", ")).ok()
+}
+
+/// What the gateway's own error adds about targets skipped for their API shape: without it,
+/// "every account is exhausted" would hide that a later target was never tried.
+fn skipped_note(skipped: &[String], path: &str) -> String {
+    if skipped.is_empty() {
+        return String::new();
+    }
+    format!(
+        "; skipped because they cannot serve {path}: {}",
+        skipped.join(", ")
+    )
 }
 
 /// The body for `target`: the model is rewritten when this target names another model than

@@ -167,7 +167,9 @@ proptest! {
 #[test]
 fn pools_are_listed_in_configuration_order() {
     // Names whose hashes would scatter them: a map's order is not the file's.
-    let names = ["zeta", "alpha", "mu", "beta", "omega", "delta", "kappa", "gamma"];
+    let names = [
+        "zeta", "alpha", "mu", "beta", "omega", "delta", "kappa", "gamma",
+    ];
     let text: String = names
         .iter()
         .map(|n| {
