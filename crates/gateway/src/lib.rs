@@ -67,7 +67,7 @@ pub use app::{Gateway, GatewayError};
 pub use config::Config;
 pub use log_buffer::{LineWriter, LogBuffer};
 pub use log_fields::PlainFields;
-pub use ready::Readiness;
+pub use ready::{NotReady, Readiness, Ready};
 pub use relay::RelayBackground;
 pub use server::{BACKGROUND_GRACE, HttpService, RunningGateway};
 pub use store::StoreOpenError;

@@ -37,6 +37,7 @@ use crate::combo::Routes;
 use crate::error::{ErrorShape, any_shape_error_body, error_body};
 use crate::gemini;
 use crate::idle::IdleTimeoutBody;
+use crate::ready::Ready;
 use crate::relay::RelayLayers;
 use crate::server::HttpService;
 use crate::telemetry::RequestMetricsLayer;
@@ -137,9 +138,20 @@ impl Gateway {
                     let readiness = readiness.clone();
                     async move {
                         match readiness.check().await {
-                            Ok(()) => json(
+                            Ok(Ready::Ready) => json(
                                 StatusCode::OK,
                                 Bytes::from_static(b"{\"status\":\"ready\"}"),
+                            ),
+                            Ok(degraded @ Ready::StoreDegraded) => json(
+                                StatusCode::OK,
+                                Bytes::from(
+                                    serde_json::json!({
+                                        "status": degraded.as_str(),
+                                        "store": "unreachable",
+                                        "detail": "the redis store does not answer: requests pass through without the relay until it does",
+                                    })
+                                    .to_string(),
+                                ),
                             ),
                             Err(why) => json(
                                 StatusCode::SERVICE_UNAVAILABLE,
