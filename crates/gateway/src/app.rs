@@ -29,7 +29,7 @@ use crate::config::Config;
 use crate::pool::AccountPools;
 use crate::ready::Readiness;
 use crate::relay::{RelayBackground, RelayLayers};
-use crate::resolver::AccountResolverLayer;
+use crate::resolver::{AccountResolverLayer, AffinityStore};
 use crate::server::ServeOptions;
 use crate::store::{StoreOpenError, open_local_store, open_store};
 use crate::upstream::{Upstream, UpstreamError, UpstreamLimits};
@@ -60,6 +60,8 @@ pub(crate) struct StackOptions {
     pub auth: Auth,
     /// The shared budget of buffered request bytes.
     pub budget: ByteBudget,
+    /// Where sessions the pools do not know find their account again (the relay's affinity).
+    pub affinity: Option<AffinityStore>,
 }
 
 /// Builds the proxy stack: client authentication, the combo service, then the relay layers
@@ -79,9 +81,12 @@ pub(crate) fn proxy_stack(
 ) -> ProxyService {
     let max_body_bytes = options.max_body_bytes;
     let combo = ComboLayer::from_arc(routes.clone(), max_body_bytes).budget(options.budget);
-    let resolver = AccountResolverLayer::new(pools)
+    let mut resolver = AccountResolverLayer::new(pools)
         .routes(routes)
         .max_body_bytes(max_body_bytes);
+    if let Some(store) = options.affinity {
+        resolver = resolver.affinity_from(store);
+    }
     let auth = AuthLayer::new(options.auth);
     match relay {
         Some(relay) => BoxCloneSyncService::new(
@@ -299,6 +304,11 @@ impl Gateway {
                 max_body_bytes: self.config.max_request_bytes,
                 auth: self.auth.clone(),
                 budget: self.budget.clone(),
+                // Only the relay writes affinities.
+                affinity: self
+                    .relay
+                    .is_some()
+                    .then(|| AffinityStore(self.store.clone())),
             },
             self.relay.as_ref(),
         )

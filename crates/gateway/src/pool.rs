@@ -329,7 +329,6 @@ impl ProviderPool {
         self.lock().sessions.len()
     }
 
-    #[cfg(test)]
     /// The account `session` is bound to, if any.
     pub(crate) fn bound(&self, session: &str) -> Option<usize> {
         self.lock().sessions.get(session).map(|(i, _)| *i)

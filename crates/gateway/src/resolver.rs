@@ -93,6 +93,7 @@ pub(crate) struct AccountResolverLayer {
     pools: Arc<AccountPools>,
     routes: Option<Arc<Routes>>,
     max_body_bytes: usize,
+    affinity: Option<AffinityStore>,
 }
 
 impl AccountResolverLayer {
@@ -102,7 +103,15 @@ impl AccountResolverLayer {
             pools,
             routes: None,
             max_body_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            affinity: None,
         }
+    }
+
+    /// Binds a session the pools do not know to the account of its affinity in `store` (see
+    /// [`restore`]), so that a restart keeps sessions where they were.
+    pub(crate) fn affinity_from(mut self, store: AffinityStore) -> Self {
+        self.affinity = Some(store);
+        self
     }
 
     /// Routes requests that carry a [`ComboName`] but no [`RouteTargets`] (the relay's summary
@@ -128,6 +137,7 @@ impl<S> Layer<S> for AccountResolverLayer {
             pools: self.pools.clone(),
             routes: self.routes.clone(),
             max_body_bytes: self.max_body_bytes,
+            affinity: self.affinity.clone(),
         }
     }
 }
@@ -139,6 +149,7 @@ pub(crate) struct AccountResolver<S> {
     pools: Arc<AccountPools>,
     routes: Option<Arc<Routes>>,
     max_body_bytes: usize,
+    affinity: Option<AffinityStore>,
 }
 
 /// The future of [`AccountResolver`].
@@ -168,7 +179,8 @@ where
         let pools = self.pools.clone();
         let routes = self.routes.clone();
         let limit = self.max_body_bytes;
-        Box::pin(resolve(inner, pools, routes, limit, req))
+        let affinity = self.affinity.clone();
+        Box::pin(resolve(inner, pools, routes, limit, affinity, req))
     }
 }
 
@@ -188,6 +200,7 @@ async fn resolve<S, B, ResBody>(
     pools: Arc<AccountPools>,
     routes: Option<Arc<Routes>>,
     limit: usize,
+    affinity: Option<AffinityStore>,
     req: Request<B>,
 ) -> Result<Response<Either<ResBody, Peeked<ResBody>>>, S::Error>
 where
@@ -236,6 +249,9 @@ where
         }
     };
     let session = session_key(&parts.extensions);
+    if let (Some(store), Some(s), false) = (&affinity, &session, internal) {
+        restore::rebind(&pools, store.0.as_ref(), &parts.extensions, s, &targets).await;
+    }
     let first_model = targets.0.first().map(|t| t.model.clone());
 
     // The last error answer of an account that was rotated away, and its verdict: what the
@@ -499,6 +515,8 @@ fn own_error<B>(
     })
 }
 
+mod restore;
+pub(crate) use restore::AffinityStore;
 mod rotate;
 #[cfg(test)]
 mod tests;

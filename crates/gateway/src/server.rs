@@ -224,8 +224,8 @@ impl RunningGateway {
     }
 
     /// Stops accepting, waits for in-flight requests (within the shutdown timeout), then (at
-    /// most [`BACKGROUND_GRACE`]) for the relay's background work, stops the purger, and
-    /// returns the server's result.
+    /// most [`BACKGROUND_GRACE`]) for the relay's background work, stops the purger (once this
+    /// returns, only the [`Gateway`] holds the store), and returns the server's result.
     pub async fn shutdown(mut self) -> io::Result<()> {
         if let Some(readiness) = self.readiness.take() {
             readiness.shutting_down();
@@ -238,7 +238,9 @@ impl RunningGateway {
             Err(e) => Err(io::Error::other(e)),
         };
         drain_background(&self.background).await;
-        drop(self.purger.take());
+        if let Some(purger) = self.purger.take() {
+            purger.stop().await;
+        }
         result
     }
 }
@@ -280,7 +282,7 @@ impl Gateway {
         serve_with(listener, self.service(), self.serve_options(), shutdown).await?;
         tracing::info!("in-flight requests finished");
         drain_background(&self.background()).await;
-        drop(purger);
+        purger.stop().await;
         Ok(())
     }
 }
