@@ -26,13 +26,14 @@ use crate::auth::{Auth, AuthLayer, TENANT_SECRET, random_secret};
 use crate::budget::ByteBudget;
 use crate::combo::{ComboLayer, Routes};
 use crate::config::Config;
+use crate::live::Live;
 use crate::pool::AccountPools;
 use crate::ready::Readiness;
 use crate::relay::{RelayBackground, RelayLayers};
 use crate::resolver::{AccountResolverLayer, AffinityStore};
 use crate::server::ServeOptions;
 use crate::store::{StoreOpenError, open_local_store, open_store};
-use crate::upstream::{Upstream, UpstreamError, UpstreamLimits};
+use crate::upstream::{Upstream, UpstreamError};
 
 /// The type-erased proxy stack, as the router mounts it.
 pub(crate) type ProxyService = BoxCloneSyncService<Request<Body>, Response<Body>, Infallible>;
@@ -49,6 +50,9 @@ pub enum GatewayError {
     /// No random secret could be made or read for open-mode tenants.
     #[error("cannot set up the tenant secret: {0}")]
     Secret(String),
+    /// A configuration to reload is refused (the running one stays).
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
 }
 
 /// What the proxy stack needs besides routes, pools and the upstream client.
@@ -132,6 +136,8 @@ pub struct Gateway {
     pub(crate) auth: Auth,
     pub(crate) budget: ByteBudget,
     pub(crate) readiness: Readiness,
+    /// The router the running server serves; a reload swaps it.
+    pub(crate) live: Live,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -196,12 +202,7 @@ impl Gateway {
             .relay_enabled
             .then(|| RelayLayers::new(store.clone(), configs, config.stream_summary_providers()))
             .map(|r| r.summary_settings(crate::summary::summary_settings(&config)));
-        let limits = &config.limits;
-        let upstream = Upstream::with_limits(UpstreamLimits {
-            connect: limits.upstream_connect_timeout_secs.duration(),
-            head: limits.upstream_head_timeout_secs.duration(),
-            idle: limits.upstream_idle_timeout_secs.duration(),
-        })?;
+        let upstream = Upstream::with_limits(crate::reload::upstream_limits(&config))?;
         let secret = random_secret().map_err(|e| GatewayError::Secret(e.to_string()))?;
         Ok(Self {
             routes: Arc::new(Routes::from_config(&config)),
@@ -214,6 +215,7 @@ impl Gateway {
             budget: ByteBudget::new(config.limits.max_buffered_bytes),
             config: Arc::new(config),
             metrics: None,
+            live: Live::default(),
         })
     }
 

@@ -156,7 +156,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(config)) {
+    match runtime.block_on(run(config, args.config, args.listen)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // After the access lines still waiting, not before them.
@@ -167,14 +167,27 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
+async fn run(
+    config: Config,
+    path: PathBuf,
+    listen_override: Option<SocketAddr>,
+) -> Result<(), Box<dyn std::error::Error>> {
     let listen = config.listen;
     let metrics = prometheus_builder().install_recorder()?;
+    context_relay_gateway::describe_metrics();
     let gateway = Gateway::connect(config).await?.with_metrics(metrics);
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let addr = listener.local_addr()?;
+    // Listening for SIGHUP before the address is printed: a reload asked for right after
+    // start-up must not meet the signal's default action (exit).
+    let reloads = tokio::spawn(reload_on_hangup(
+        gateway.clone(),
+        hangups(),
+        path,
+        listen_override,
+    ));
     tracing::info!(
         %addr,
         store = gateway.store().backend(),
@@ -185,13 +198,92 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     // One plain line on stdout, for scripts that start the gateway on port 0.
     println!("listening on http://{addr}");
     gateway.serve(listener, shutdown_signal()).await?;
+    // The reload task holds the gateway (and so the store): it ends before the store closes.
+    reloads.abort();
+    let _ = reloads.await;
     // The last handle on the store: redb commits what is queued and releases its file here.
     drop(gateway);
     tracing::info!("store closed; bye");
     Ok(())
 }
 
-/// Completes on ctrl-c or (on Unix) SIGTERM.
+/// SIGHUP as a stream (on Unix; elsewhere, never).
+#[cfg(unix)]
+fn hangups() -> Option<tokio::signal::unix::Signal> {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!("cannot listen for SIGHUP (no configuration reload): {e}");
+            None
+        }
+    }
+}
+
+#[cfg(not(unix))]
+fn hangups() -> Option<()> {
+    None
+}
+
+/// Reloads the configuration file on every SIGHUP: a file that does not load or validate
+/// leaves the running configuration in place, and the log says why.
+#[cfg(unix)]
+async fn reload_on_hangup(
+    mut gateway: Gateway,
+    hangups: Option<tokio::signal::unix::Signal>,
+    path: PathBuf,
+    listen_override: Option<SocketAddr>,
+) {
+    let Some(mut hangups) = hangups else { return };
+    while hangups.recv().await.is_some() {
+        tracing::info!(path = %path.display(), "SIGHUP received: reloading the configuration");
+        let mut config = match Config::load(&path) {
+            Ok(c) => c,
+            Err(e) => {
+                refused(&e);
+                continue;
+            }
+        };
+        if let Some(listen) = listen_override {
+            config.listen = listen;
+        }
+        match gateway.reload(config).await {
+            Ok(next) => {
+                gateway = next;
+                metrics::counter!("context_relay_gateway_config_reloads_total", "outcome" => "applied")
+                    .increment(1);
+                let c = gateway.config();
+                tracing::info!(
+                    providers = c.providers.len(),
+                    accounts = c.providers.iter().map(|p| p.accounts.len()).sum::<usize>(),
+                    combos = c.combos.len(),
+                    clients = c.clients.len(),
+                    "configuration reloaded"
+                );
+            }
+            Err(e) => refused(&e),
+        }
+    }
+}
+
+/// Logs and counts a reload that keeps the running configuration.
+#[cfg(unix)]
+fn refused(e: &dyn std::fmt::Display) {
+    tracing::error!("configuration not reloaded (the running one stays): {e}");
+    metrics::counter!("context_relay_gateway_config_reloads_total", "outcome" => "refused")
+        .increment(1);
+}
+
+#[cfg(not(unix))]
+async fn reload_on_hangup(
+    _gateway: Gateway,
+    _hangups: Option<()>,
+    _path: PathBuf,
+    _listen_override: Option<SocketAddr>,
+) {
+}
+
+/// Completes on ctrl-c or (on Unix) SIGTERM. SIGHUP reloads the configuration instead
+/// ([`reload_on_hangup`]).
 async fn shutdown_signal() {
     let ctrl_c = async {
         if let Err(e) = tokio::signal::ctrl_c().await {

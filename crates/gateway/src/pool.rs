@@ -64,6 +64,16 @@ impl AccountPools {
         }
     }
 
+    /// Takes over what `old` (the pools before a configuration reload) knows of the providers
+    /// both configurations have (see [`ProviderPool::carry_from`]).
+    pub(crate) fn carry_from(&self, old: &AccountPools) {
+        for pool in &self.ordered {
+            if let Some(before) = old.get(pool.name()) {
+                pool.carry_from(before);
+            }
+        }
+    }
+
     /// The pool of `provider`.
     pub(crate) fn get(&self, provider: &str) -> Option<&Arc<ProviderPool>> {
         self.providers.get(provider)
@@ -281,6 +291,37 @@ impl ProviderPool {
             return Some(i);
         }
         (0..self.accounts.len()).find(|&i| available(i, &state))
+    }
+
+    /// Takes over what `old` (the same provider before a configuration reload) knows, by
+    /// account id: each remaining account's usage, exhaustion and refusal back-off, and the
+    /// sessions bound to it. A removed account's sessions are placed afresh; a new account
+    /// starts unused.
+    pub(crate) fn carry_from(&self, old: &ProviderPool) {
+        // Index in this pool of each account of the old one.
+        let moved: Vec<Option<usize>> = old
+            .accounts
+            .iter()
+            .map(|a| self.accounts.iter().position(|n| n.id == a.id))
+            .collect();
+        let before = old.lock();
+        let mut state = self.lock();
+        for (i, account) in before.accounts.iter().enumerate() {
+            if let Some(Some(j)) = moved.get(i)
+                && let Some(slot) = state.accounts.get_mut(*j)
+            {
+                *slot = account.clone();
+            }
+        }
+        state.sessions = before
+            .sessions
+            .iter()
+            .filter_map(|(session, (i, tick))| {
+                let j = moved.get(*i).copied().flatten()?;
+                Some((session.clone(), (j, *tick)))
+            })
+            .collect();
+        state.clock = before.clock;
     }
 
     /// Remembers that `account` served `session` (call it on a successful answer only, so

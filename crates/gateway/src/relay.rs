@@ -73,6 +73,26 @@ impl RelayLayers {
         Self::from_builder(builder)
     }
 
+    /// The layers of new relay settings (a configuration reload) over the same relay state:
+    /// in-flight summaries, cool-downs and background work carry over.
+    pub(crate) fn reconfigured<I, P>(
+        &self,
+        configs: RelayConfigs,
+        stream_summaries_for: I,
+        settings: impl IntoIterator<Item = (String, context_relay_core::prompt::SummarySettings)>,
+    ) -> Self
+    where
+        I: IntoIterator<Item = P>,
+        P: Into<Arc<str>>,
+    {
+        let builder = self
+            .builder
+            .clone()
+            .configs(configs)
+            .stream_summaries_for(stream_summaries_for);
+        Self::from_builder(builder).summary_settings(settings)
+    }
+
     /// The layer between ComboService and AccountResolver.
     pub(crate) fn generation(&self) -> &GenerationLayer {
         &self.generation

@@ -25,7 +25,6 @@ use axum::body::Body;
 use axum::routing::{get, post_service};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode, header};
-use hyper::body::Incoming;
 use tower::ServiceBuilder;
 use tower::util::BoxCloneSyncService;
 use tower_http::catch_panic::CatchPanicLayer;
@@ -36,7 +35,7 @@ use crate::app::{Gateway, ProxyService};
 use crate::combo::Routes;
 use crate::error::{ErrorShape, any_shape_error_body, error_body};
 use crate::gemini;
-use crate::idle::IdleTimeoutBody;
+use crate::live::Live;
 use crate::ready::Ready;
 use crate::relay::RelayLayers;
 use crate::server::HttpService;
@@ -84,13 +83,28 @@ impl Gateway {
         self.router_with(self.proxy())
     }
 
-    /// The whole HTTP service: [`router`](Self::router) inside the tower-http stack.
+    /// The whole HTTP service: [`router`](Self::router) inside the tower-http stack. A
+    /// [`reload`](Self::reload) of this gateway replaces the router it serves.
     pub fn service(&self) -> HttpService {
-        self.service_for(self.router())
+        self.live.set(self.router(), self.body_timeout());
+        self.stack(self.live.clone())
     }
 
     /// `router` inside this gateway's tower-http stack (see the [module docs](self)).
+    #[cfg(test)]
     pub(crate) fn service_for(&self, router: Router) -> HttpService {
+        let live = Live::default();
+        live.set(router, self.body_timeout());
+        self.stack(live)
+    }
+
+    /// `client_body_timeout_secs`.
+    pub(crate) fn body_timeout(&self) -> std::time::Duration {
+        self.config.limits.client_body_timeout_secs.duration()
+    }
+
+    /// The tower-http stack around the router `live` serves.
+    fn stack(&self, live: Live) -> HttpService {
         let sensitive: Arc<[HeaderName]> = Arc::new([
             header::AUTHORIZATION,
             HeaderName::from_static("x-api-key"),
@@ -98,7 +112,6 @@ impl Gateway {
             header::PROXY_AUTHORIZATION,
             header::COOKIE,
         ]);
-        let body_timeout = self.config.limits.client_body_timeout_secs.duration();
         BoxCloneSyncService::new(
             ServiceBuilder::new()
                 .map_response(|res: Response<_>| res.map(Body::new))
@@ -109,12 +122,8 @@ impl Gateway {
                 // request id like any other response.
                 .layer(RequestMetricsLayer::default())
                 .layer(CatchPanicLayer::custom(panic_response))
-                // Armed only while the body waits for the client: a body already received
-                // costs no timer.
-                .map_request(move |req: Request<Incoming>| {
-                    req.map(|b| Body::new(IdleTimeoutBody::new(b, body_timeout)))
-                })
-                .service(router),
+                // The router of the current configuration, with the client body timeout.
+                .service(live),
         )
     }
 
