@@ -34,6 +34,7 @@ use crate::resolver::{AccountResolverLayer, AffinityStore};
 use crate::server::ServeOptions;
 use crate::store::{StoreOpenError, open_local_store, open_store};
 use crate::upstream::{Upstream, UpstreamError};
+use crate::usage::UsageLedger;
 
 /// The type-erased proxy stack, as the router mounts it.
 pub(crate) type ProxyService = BoxCloneSyncService<Request<Body>, Response<Body>, Infallible>;
@@ -138,6 +139,8 @@ pub struct Gateway {
     pub(crate) readiness: Readiness,
     /// The router the running server serves; a reload swaps it.
     pub(crate) live: Live,
+    /// The tokens counted from the providers' answers.
+    pub(crate) usage: UsageLedger,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -202,7 +205,10 @@ impl Gateway {
             .relay_enabled
             .then(|| RelayLayers::new(store.clone(), configs, config.stream_summary_providers()))
             .map(|r| r.summary_settings(crate::summary::summary_settings(&config)));
-        let upstream = Upstream::with_limits(crate::reload::upstream_limits(&config))?;
+        let usage = UsageLedger::default();
+        usage.set_open(config.is_open());
+        let upstream =
+            Upstream::with_limits(crate::reload::upstream_limits(&config))?.usage(usage.clone());
         let secret = random_secret().map_err(|e| GatewayError::Secret(e.to_string()))?;
         Ok(Self {
             routes: Arc::new(Routes::from_config(&config)),
@@ -216,6 +222,7 @@ impl Gateway {
             config: Arc::new(config),
             metrics: None,
             live: Live::default(),
+            usage,
         })
     }
 

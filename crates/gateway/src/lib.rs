@@ -64,6 +64,7 @@ mod summary;
 mod telemetry;
 mod translate;
 mod upstream;
+mod usage;
 
 pub use access_log::write_access_lines_to;
 pub use app::{Gateway, GatewayError};

@@ -54,13 +54,14 @@ impl Gateway {
         let upstream = if limits == upstream_limits(&self.config) {
             self.upstream.clone()
         } else {
-            Upstream::with_limits(limits)?
+            Upstream::with_limits(limits)?.usage(self.usage.clone())
         };
         let budget = if config.limits.max_buffered_bytes == self.config.limits.max_buffered_bytes {
             self.budget.clone()
         } else {
             ByteBudget::new(config.limits.max_buffered_bytes)
         };
+        self.usage.set_open(config.is_open());
         let secret = random_secret().map_err(|e| GatewayError::Secret(e.to_string()))?;
         let next = Gateway {
             routes: Arc::new(Routes::from_config(&config)),
@@ -73,6 +74,7 @@ impl Gateway {
             budget,
             readiness: self.readiness.clone(),
             live: self.live.clone(),
+            usage: self.usage.clone(),
             config: Arc::new(config),
         }
         .load_tenant_secret()
