@@ -26,6 +26,7 @@ use crate::auth::{Auth, AuthLayer, TENANT_SECRET, random_secret};
 use crate::budget::ByteBudget;
 use crate::combo::{ComboLayer, Routes};
 use crate::config::Config;
+use crate::console::Activity;
 use crate::live::Live;
 use crate::pool::AccountPools;
 use crate::ready::Readiness;
@@ -67,6 +68,8 @@ pub(crate) struct StackOptions {
     pub budget: ByteBudget,
     /// Where sessions the pools do not know find their account again (the relay's affinity).
     pub affinity: Option<AffinityStore>,
+    /// Where switches and rotations are told.
+    pub activity: Activity,
 }
 
 /// Builds the proxy stack: client authentication, the combo service, then the relay layers
@@ -92,6 +95,7 @@ pub(crate) fn proxy_stack(
     if let Some(store) = options.affinity {
         resolver = resolver.affinity_from(store);
     }
+    let resolver = resolver.activity(options.activity);
     let auth = AuthLayer::new(options.auth);
     match relay {
         Some(relay) => BoxCloneSyncService::new(
@@ -141,6 +145,8 @@ pub struct Gateway {
     pub(crate) live: Live,
     /// The tokens counted from the providers' answers.
     pub(crate) usage: UsageLedger,
+    /// What the gateway and the relay did lately, for the console.
+    pub(crate) activity: Activity,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -201,10 +207,14 @@ impl Gateway {
         for w in config.warnings() {
             tracing::warn!("{w}");
         }
+        let activity = Activity::default();
         let relay = config
             .relay_enabled
             .then(|| RelayLayers::new(store.clone(), configs, config.stream_summary_providers()))
-            .map(|r| r.summary_settings(crate::summary::summary_settings(&config)));
+            .map(|r| {
+                r.summary_settings(crate::summary::summary_settings(&config))
+                    .with_activity(activity.clone())
+            });
         let usage = UsageLedger::default();
         usage.set_open(config.is_open());
         let upstream =
@@ -223,6 +233,7 @@ impl Gateway {
             metrics: None,
             live: Live::default(),
             usage,
+            activity,
         })
     }
 
@@ -242,7 +253,8 @@ impl Gateway {
                         configs,
                         self.config.stream_summary_providers(),
                     )
-                    .summary_settings(crate::summary::summary_settings(&self.config)),
+                    .summary_settings(crate::summary::summary_settings(&self.config))
+                    .with_activity(self.activity.clone()),
                 );
             }
             (true, true) => {}
@@ -318,6 +330,7 @@ impl Gateway {
                     .relay
                     .is_some()
                     .then(|| AffinityStore(self.store.clone())),
+                activity: self.activity.clone(),
             },
             self.relay.as_ref(),
         )

@@ -42,6 +42,7 @@ mod budget;
 mod collect;
 mod combo;
 pub mod config;
+mod console;
 mod error;
 mod gemini;
 mod idle;

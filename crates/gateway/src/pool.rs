@@ -326,18 +326,21 @@ impl ProviderPool {
 
     /// Remembers that `account` served `session` (call it on a successful answer only, so
     /// that a failing account never captures a session).
-    pub(crate) fn bind(&self, session: &str, account: usize) {
+    /// Returns the account the session was bound to before, when it was another.
+    pub(crate) fn bind(&self, session: &str, account: usize) -> Option<usize> {
         let mut state = self.lock();
         state.clock += 1;
         let tick = state.clock;
         if let Some(entry) = state.sessions.get_mut(session) {
+            let before = entry.0;
             *entry = (account, tick);
-            return;
+            return (before != account).then_some(before);
         }
         if state.sessions.len() >= self.max_sessions {
             forget_least_recent(&mut state.sessions, self.max_sessions / 8);
         }
         state.sessions.insert(Arc::from(session), (account, tick));
+        None
     }
 
     /// Records a successful answer of `account`: its refusal back-off starts over.

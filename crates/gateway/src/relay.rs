@@ -61,6 +61,14 @@ impl RelayLayers {
         }
     }
 
+    /// Tells `activity` the outcome of every summary generation and every skip.
+    pub(crate) fn with_activity(self, activity: crate::console::Activity) -> Self {
+        Self::from_builder(
+            self.builder
+                .events(move |e: context_relay_tower::RelayEvent| activity.relay_event(&e)),
+        )
+    }
+
     /// Uses `settings` (provider name, `[providers.summary]`) for summary requests.
     pub(crate) fn summary_settings(
         self,

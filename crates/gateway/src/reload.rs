@@ -75,6 +75,7 @@ impl Gateway {
             readiness: self.readiness.clone(),
             live: self.live.clone(),
             usage: self.usage.clone(),
+            activity: self.activity.clone(),
             config: Arc::new(config),
         }
         .load_tenant_secret()
@@ -135,8 +136,13 @@ mod tests {
     use super::*;
 
     fn config(extra: &str) -> Config {
+        let listen = if extra.contains("listen") {
+            ""
+        } else {
+            "listen = \"127.0.0.1:4000\"\n"
+        };
         let text = format!(
-            "listen = \"127.0.0.1:4000\"\n{extra}\n[[providers]]\nname = \"p\"\nbase_url = \"http://h/v1\"\n[[providers.accounts]]\nid = \"a\"\napi_key = \"k\"\n"
+            "{listen}{extra}\n[[providers]]\nname = \"p\"\nbase_url = \"http://h/v1\"\n[[providers.accounts]]\nid = \"a\"\napi_key = \"k\"\n"
         );
         Config::from_toml_str(&text, |_| None).unwrap()
     }

@@ -74,6 +74,7 @@ use tower_service::Service;
 use crate::auth::Anonymous;
 use crate::combo::{BoxError, RouteTargets, Routes, Target};
 use crate::config::DEFAULT_MAX_REQUEST_BYTES;
+use crate::console::Activity;
 use crate::error::{ErrorKind, ErrorShape, error_response_as};
 use crate::model::{find_model, replace_model};
 use crate::peek::{Peeked, peek};
@@ -94,6 +95,7 @@ pub(crate) struct AccountResolverLayer {
     routes: Option<Arc<Routes>>,
     max_body_bytes: usize,
     affinity: Option<AffinityStore>,
+    activity: Activity,
 }
 
 impl AccountResolverLayer {
@@ -104,7 +106,15 @@ impl AccountResolverLayer {
             routes: None,
             max_body_bytes: DEFAULT_MAX_REQUEST_BYTES,
             affinity: None,
+            activity: Activity::default(),
         }
+    }
+
+    /// Tells `activity` of every session that moves to another account, every request the
+    /// relay acted on, and every account that leaves rotation.
+    pub(crate) fn activity(mut self, activity: Activity) -> Self {
+        self.activity = activity;
+        self
     }
 
     /// Binds a session the pools do not know to the account of its affinity in `store` (see
@@ -138,6 +148,7 @@ impl<S> Layer<S> for AccountResolverLayer {
             routes: self.routes.clone(),
             max_body_bytes: self.max_body_bytes,
             affinity: self.affinity.clone(),
+            activity: self.activity.clone(),
         }
     }
 }
@@ -150,6 +161,7 @@ pub(crate) struct AccountResolver<S> {
     routes: Option<Arc<Routes>>,
     max_body_bytes: usize,
     affinity: Option<AffinityStore>,
+    activity: Activity,
 }
 
 /// The future of [`AccountResolver`].
@@ -179,9 +191,18 @@ where
         let pools = self.pools.clone();
         let routes = self.routes.clone();
         let limit = self.max_body_bytes;
-        let affinity = self.affinity.clone();
-        Box::pin(resolve(inner, pools, routes, limit, affinity, req))
+        let shared = Shared {
+            affinity: self.affinity.clone(),
+            activity: self.activity.clone(),
+        };
+        Box::pin(resolve(inner, pools, routes, limit, shared, req))
     }
+}
+
+/// What every request of a resolver shares besides the pools and routes.
+struct Shared {
+    affinity: Option<AffinityStore>,
+    activity: Activity,
 }
 
 /// The pool key of a request's session: `tenant` + newline + session id, so that two tenants
@@ -200,7 +221,7 @@ async fn resolve<S, B, ResBody>(
     pools: Arc<AccountPools>,
     routes: Option<Arc<Routes>>,
     limit: usize,
-    affinity: Option<AffinityStore>,
+    shared: Shared,
     req: Request<B>,
 ) -> Result<Response<Either<ResBody, Peeked<ResBody>>>, S::Error>
 where
@@ -249,6 +270,7 @@ where
         }
     };
     let session = session_key(&parts.extensions);
+    let Shared { affinity, activity } = shared;
     if let (Some(store), Some(s), false) = (&affinity, &session, internal) {
         restore::rebind(&pools, store.0.as_ref(), &parts.extensions, s, &targets).await;
     }
@@ -317,13 +339,20 @@ where
                 let signal =
                     quota::from_response(pool.quota_kind(), status, res.headers(), None, now);
                 if let Some(signal) = signal {
-                    record_usage(&pool, idx, account, &signal, now, internal);
+                    record_usage(&pool, idx, account, &signal, (now, internal), &activity);
                     res.extensions_mut().insert(signal);
                 }
                 if status.is_success() {
                     pool.succeeded(idx);
                     if !internal && let Some(s) = &session {
-                        pool.bind(s, idx);
+                        let from = pool.bind(s, idx).and_then(|i| pool.accounts().get(i));
+                        activity.served(
+                            &parts.extensions,
+                            res.extensions(),
+                            pool.name(),
+                            &account.id,
+                            from.map(|a| &a.id),
+                        );
                     }
                 }
                 res.extensions_mut().insert(resolved);
@@ -346,6 +375,7 @@ where
             );
             let attempt = Attempt {
                 pool: &pool,
+                activity: &activity,
                 idx,
                 account: &account.id,
                 status,
@@ -364,7 +394,7 @@ where
                 if let Some(signal) =
                     quota::from_response(pool.quota_kind(), status, &res_parts.headers, None, now)
                 {
-                    record_usage(&pool, idx, account, &signal, now, internal);
+                    record_usage(&pool, idx, account, &signal, (now, internal), &activity);
                     res_parts.extensions.insert(signal);
                 }
                 res_parts.extensions.insert(resolved);

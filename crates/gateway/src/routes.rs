@@ -33,6 +33,7 @@ use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 
 use crate::app::{Gateway, ProxyService};
 use crate::combo::Routes;
+use crate::console;
 use crate::error::{ErrorShape, any_shape_error_body, error_body};
 use crate::gemini;
 use crate::live::Live;
@@ -59,7 +60,7 @@ const GEMINI_BETA: &str = "/v1beta/models/{*rest}";
 /// Every route the gateway serves, as the router is given them (`{…}`: one path segment,
 /// `{*…}`: the rest of the path); the `route` label of the request metrics is one of these or
 /// `other`.
-pub(crate) const ROUTES: [&str; 15] = [
+pub(crate) const ROUTES: [&str; 24] = [
     ROOT,
     HEALTHZ,
     READYZ,
@@ -75,6 +76,15 @@ pub(crate) const ROUTES: [&str; 15] = [
     crate::admin::HANDOFFS,
     crate::admin::ACCOUNTS,
     crate::admin::HANDOFF,
+    console::BARE,
+    console::PAGE,
+    console::LOGIN,
+    console::LOGOUT,
+    console::SCRIPT,
+    console::STYLE,
+    console::USAGE,
+    console::ACTIVITY,
+    console::EVENTS,
 ];
 
 impl Gateway {
@@ -205,12 +215,18 @@ impl Gateway {
             .route(GEMINI, post_service(gemini::service(proxy.clone())))
             .route(GEMINI_BETA, post_service(gemini::service(proxy)));
         let router = match &self.config.admin_token {
-            Some(token) => router.merge(crate::admin::routes(
-                self.store.clone(),
-                token,
-                self.relay.as_ref().map(RelayLayers::background),
-                self.pools.clone(),
-            )),
+            Some(token) => router
+                .merge(crate::admin::routes(
+                    self.store.clone(),
+                    token,
+                    self.relay.as_ref().map(RelayLayers::background),
+                    self.pools.clone(),
+                ))
+                .merge(console::routes(
+                    token,
+                    self.usage.clone(),
+                    self.activity.clone(),
+                )),
             None => router,
         };
         router.fallback(|req: Request<Body>| async move {
