@@ -1,13 +1,15 @@
 //! Admin routes: inspect and delete stored handoffs.
 //!
 //! Mounted only when `admin_token` is configured (otherwise these paths are 404). Every call
-//! needs `Authorization: Bearer <admin_token>`; a missing or wrong token is a 401 (the token is
-//! compared in constant time).
+//! needs `Authorization: Bearer <admin_token>` or the console's login cookie (see
+//! [`console`](crate::console)); a missing or wrong token is a 401 (the token is compared in
+//! constant time).
 //!
 //! - `GET /admin/handoffs[?tenant=…][&session=…][&settle=true]` →
 //!   `{"handoffs":[{"tenant","session","combo","from_provider","from_account","summary",
 //!   "key_decisions","task_progress","active_entities","message_count","model","generated_at",
-//!   "expires_at","kind"}]}` (`kind`: `generated`, `extractive` for a handoff built without a
+//!   "expires_at","kind","size"}]}` (`size`: the bytes of text it carries; `kind`: `generated`,
+//!   `extractive` for a handoff built without a
 //!   model call, or `model-switch` for the handoff written on the model a session moved to; a
 //!   session can have an account-switch and a model-switch handoff side by side), oldest
 //!   first, times in RFC 3339 (UTC). With `settle=true` the gateway first waits (at most 10 s)

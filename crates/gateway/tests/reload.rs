@@ -1,7 +1,7 @@
 //! SIGHUP reloads the configuration of the running binary: a good file changes clients,
 //! accounts and combos for the next request and keeps sessions on their accounts; a bad file
 //! keeps the running configuration and the log says why. `/metrics` has a `# HELP` line for
-//! every metric.
+//! every metric. `--probe` (the container health check) says whether the gateway is ready.
 #![cfg(unix)]
 
 use std::io::{BufRead, BufReader};
@@ -253,7 +253,24 @@ async fn sighup_reloads_a_good_file_and_keeps_the_running_one_over_a_bad_file() 
         "{page}"
     );
 
+    // The container health check.
+    let probe = |url: String| {
+        Command::new(env!("CARGO_BIN_EXE_context-relay-gateway"))
+            .arg("--probe")
+            .arg(url)
+            .output()
+            .unwrap()
+    };
+    let ready = probe(format!("{}/readyz", gw.url));
+    assert!(ready.status.success(), "{ready:?}");
+    let url = gw.url.clone();
     gw.signal("-TERM");
     let mut gw = gw;
     assert!(gw.child.wait().unwrap().success());
+    let gone = probe(format!("{url}/readyz"));
+    assert!(!gone.status.success());
+    assert!(
+        String::from_utf8_lossy(&gone.stderr).contains("not ready"),
+        "{gone:?}"
+    );
 }
