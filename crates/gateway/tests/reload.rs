@@ -4,6 +4,8 @@
 //! every metric. `--probe` (the container health check) says whether the gateway is ready.
 #![cfg(unix)]
 
+mod support;
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -30,25 +32,12 @@ struct Running {
 
 impl Running {
     fn start(config: &Path) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_context-relay-gateway"))
-            .arg("--config")
-            .arg(config)
-            .env("RUST_LOG", "info,context_relay_gateway::access=off")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the gateway binary starts");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .expect("the gateway prints its address");
-        let url = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_owned();
+        let (mut child, url) = support::start_binary(
+            env!("CARGO_BIN_EXE_context-relay-gateway"),
+            config,
+            "info,context_relay_gateway::access=off",
+            Stdio::piped(),
+        );
         let (tx, log) = mpsc::channel();
         let stderr = child.stderr.take().unwrap();
         std::thread::spawn(move || {
@@ -62,13 +51,7 @@ impl Running {
     }
 
     fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .arg(sig)
-            .arg(self.child.id().to_string())
-            .status()
-            .expect("kill(1) runs")
-            .success();
-        assert!(ok);
+        support::signal(&self.child, sig);
     }
 
     /// Sends SIGHUP and waits for the log line that tells how the reload went.
