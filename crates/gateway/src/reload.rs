@@ -22,9 +22,17 @@ use crate::pool::AccountPools;
 use crate::upstream::{Upstream, UpstreamLimits};
 
 impl Gateway {
-    /// Serves `config` from the next request on (see the [module docs](self)); returns the
-    /// gateway of the new configuration, which the next reload starts from. On an error
-    /// nothing changes.
+    /// Serves `config` from the next request on; returns the gateway of the new configuration,
+    /// which the next reload starts from. On an error nothing changes.
+    ///
+    /// Clients, providers and accounts, combos, relay settings and the per-request limits
+    /// take effect for the next request, on open connections too. The store, the relay's
+    /// in-flight summaries, cool-downs and background work, metrics, readiness, the usage
+    /// counted and the activity feed carry over, and so do each remaining account's usage,
+    /// exhaustion and sessions (matched by provider name and account id). `listen`,
+    /// `[store]`, `log_format`, `relay_enabled`, `client_header_timeout_secs`,
+    /// `max_connections` and `shutdown_timeout_secs` need a restart: a reload that changes
+    /// them keeps the running values and logs a warning.
     ///
     /// Only what [`service`](Self::service), [`spawn`](Self::spawn) and
     /// [`serve`](Self::serve) serve is reloaded: a router taken with
