@@ -45,6 +45,7 @@ pub mod time;
 pub mod touched;
 pub mod translate;
 pub mod unsupported;
+pub mod usage;
 
 pub use account::ResolvedAccount;
 pub use api::ApiShape;

@@ -76,6 +76,7 @@
 mod action;
 mod background;
 mod configs;
+mod events;
 mod extensions;
 pub mod generation;
 pub mod injection;
@@ -89,6 +90,7 @@ mod tenant;
 pub use action::{RELAY_HEADER, RelayAction};
 pub use background::Background;
 pub use configs::RelayConfigs;
+pub use events::{RelayEvent, RelayEvents};
 pub use extensions::{
     ComboName, QuotaSignal, RequestFacts, ResolvedAccount, ServingModel, SessionId, SkipRelay,
     Tenant,

@@ -13,6 +13,7 @@ use tokio::sync::Semaphore;
 
 use crate::background::Background;
 use crate::configs::RelayConfigs;
+use crate::events::{RelayEvent, RelayEvents};
 use crate::quota::{HeaderQuota, QuotaSource};
 use crate::summary::Summarizer;
 use crate::summary::call::DroppedParams;
@@ -74,6 +75,8 @@ pub(crate) struct Shared {
     pub(crate) settings: Arc<HashMap<String, SummarySettings>>,
     /// Parameters each provider and model refused in summary requests.
     pub(crate) dropped: Arc<DroppedParams>,
+    /// Where background outcomes are told, if anywhere.
+    pub(crate) events: Option<Arc<dyn RelayEvents>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -99,6 +102,13 @@ impl Shared {
                     None
                 }
             },
+        }
+    }
+
+    /// Tells the event sink, if one is set; `make` runs only then.
+    pub(crate) fn tell(&self, make: impl FnOnce() -> RelayEvent) {
+        if let Some(sink) = &self.events {
+            sink.event(make());
         }
     }
 
@@ -217,6 +227,7 @@ impl RelayBuilder {
                 stream_providers: Arc::from(Vec::new()),
                 settings: Arc::default(),
                 dropped: Arc::default(),
+                events: None,
             },
             edits: DefaultEdits::default(),
         }
@@ -332,6 +343,13 @@ impl RelayBuilder {
     /// streaming, and extra body parameters (see [`SummarySettings`]).
     pub fn summary_settings(mut self, provider: &str, settings: SummarySettings) -> Self {
         Arc::make_mut(&mut self.shared.settings).insert(provider.to_ascii_lowercase(), settings);
+        self
+    }
+
+    /// Tells `sink` the outcome of every summary generation and every qualifying turn that
+    /// started none (see [`RelayEvent`]).
+    pub fn events(mut self, sink: impl RelayEvents) -> Self {
+        self.shared.events = Some(Arc::new(sink));
         self
     }
 

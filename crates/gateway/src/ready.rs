@@ -1,9 +1,15 @@
 //! `GET /readyz`: whether this replica should receive traffic.
 //!
-//! 200 `{"status":"ready"}` when the handoff store answers; 503 `{"status":"store unreachable"}`
-//! while it does not (for Redis, also while its circuit breaker is open), and 503
-//! `{"status":"shutting down"}` once shutdown began. `/healthz` stays 200 while the process runs:
-//! the gateway still serves requests without its store (the relay fails open).
+//! - 200 `{"status":"ready"}` when the handoff store answers;
+//! - 200 `{"status":"degraded","store":"unreachable","detail":…}` while an **optional** store
+//!   does not answer: the Redis store. Requests keep passing through without the relay (it
+//!   fails open), and every replica shares that Redis: answering 503 would take all of them out
+//!   of their balancer at once and turn a relay outage into a full one;
+//! - 503 `{"status":"store unreachable"}` while a **required** store does not answer: one
+//!   replica's own file (redb), which another replica may not share;
+//! - 503 `{"status":"shutting down"}` once shutdown began.
+//!
+//! `/healthz` stays 200 while the process runs.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,6 +34,25 @@ impl std::fmt::Debug for Readiness {
             .field("store", &self.store.backend())
             .field("shutting_down", &self.shutting_down.load(Ordering::Relaxed))
             .finish()
+    }
+}
+
+/// A gateway that can take traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ready {
+    /// Everything answers.
+    Ready,
+    /// The optional store does not answer: requests pass through without the relay.
+    StoreDegraded,
+}
+
+impl Ready {
+    /// The `status` text of `/readyz`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ready => "ready",
+            Self::StoreDegraded => "degraded",
+        }
     }
 }
 
@@ -65,20 +90,32 @@ impl Readiness {
     }
 
     /// Asks the store (one cheap read, bounded by a second).
-    pub async fn check(&self) -> Result<(), NotReady> {
+    pub async fn check(&self) -> Result<Ready, NotReady> {
         if self.shutting_down.load(Ordering::Relaxed) {
             return Err(NotReady::ShuttingDown);
         }
         let probe = HandoffKey::new("context-relay", "readyz", "probe");
-        match tokio::time::timeout(PROBE_TIMEOUT, self.store.contains(&probe)).await {
-            Ok(Ok(_)) => Ok(()),
+        let answered = match tokio::time::timeout(PROBE_TIMEOUT, self.store.contains(&probe)).await
+        {
+            Ok(Ok(_)) => true,
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "readyz: store error");
-                Err(NotReady::StoreUnreachable)
+                false
             }
-            Err(_) => Err(NotReady::StoreUnreachable),
+            Err(_) => false,
+        };
+        match (answered, store_is_optional(self.store.backend())) {
+            (true, _) => Ok(Ready::Ready),
+            (false, true) => Ok(Ready::StoreDegraded),
+            (false, false) => Err(NotReady::StoreUnreachable),
         }
     }
+}
+
+/// Whether a store's outage leaves the replica serving (see the module docs): a store shared
+/// by every replica, whose outage only switches the relay off.
+fn store_is_optional(backend: &str) -> bool {
+    backend == "redis"
 }
 
 #[cfg(test)]
@@ -88,7 +125,7 @@ mod tests {
     #[tokio::test]
     async fn ready_until_shutdown() {
         let r = Readiness::new(Arc::new(context_relay_store::MemoryStore::new()));
-        assert_eq!(r.check().await, Ok(()));
+        assert_eq!(r.check().await, Ok(Ready::Ready));
         r.clone().shutting_down();
         assert_eq!(r.check().await, Err(NotReady::ShuttingDown));
     }

@@ -155,6 +155,13 @@ impl SimState {
         }
     }
 
+    /// Records the usage the answer to request `index` reported.
+    pub(super) fn note_usage(&self, index: usize, usage: super::SimUsage) {
+        if let Some(r) = lock(&self.requests).get_mut(index) {
+            r.usage = Some(usage);
+        }
+    }
+
     fn next_id(&self) -> u64 {
         let mut c = lock(&self.counter);
         *c += 1;
@@ -194,11 +201,14 @@ pub(super) fn unauthorized(api: Api) -> Response<Body> {
 }
 
 fn failed_reply(state: &SimState, request: &Value) -> Reply {
+    // The input was read before the answer failed: a stream reports it at its start.
+    let input_tokens = super::input_tokens(request.to_string().len());
     Reply {
         id: state.next_id(),
         model: request["model"].as_str().unwrap_or("unknown").to_owned(),
         text: String::new(),
-        input_tokens: 0,
+        input_tokens,
+        cached_tokens: super::cached_tokens(input_tokens),
         output_tokens: 0,
         include_usage: false,
         ..Reply::default()

@@ -262,11 +262,27 @@ pub(super) fn serve(
             request[g]["thinkingConfig"][k] == true || request[g]["thinking_config"][k] == true
         })
     });
-    let tokens = (body.len() / 4) as u64;
+    let tokens = super::input_tokens(body.len());
+    let cached = super::cached_tokens(tokens);
+    // Thoughts are counted apart from the candidates' tokens.
+    let thought_tokens: u64 = if thoughts { 3 } else { 0 };
     let usage = |out: u64| {
-        json!({"promptTokenCount": tokens, "candidatesTokenCount": out,
-            "totalTokenCount": tokens + out})
+        let mut u = json!({"promptTokenCount": tokens, "cachedContentTokenCount": cached,
+            "candidatesTokenCount": out, "totalTokenCount": tokens + out + thought_tokens});
+        if thoughts {
+            u["thoughtsTokenCount"] = json!(thought_tokens);
+        }
+        u
     };
+    state.note_usage(
+        recorded,
+        super::SimUsage {
+            input: tokens,
+            cached,
+            output: 12 + thought_tokens,
+            reasoning: thought_tokens,
+        },
+    );
     let chunk = |parts: Value, finish: bool, out: u64| {
         let mut candidate = json!({"content": {"parts": parts, "role": "model"}, "index": 0});
         if finish {

@@ -274,6 +274,33 @@ pub struct RecordedRequest {
     /// The error code it was rejected with (`invalid_encrypted_content`, `invalid_signature`,
     /// an injected fault's label, …), if it was.
     pub rejected: Option<String>,
+    /// The usage the answer reported, when it was served a whole answer.
+    pub usage: Option<SimUsage>,
+}
+
+/// The tokens an answer of the simulated provider reported, in its own terms: `input` counts
+/// the cached tokens too, `output` the reasoning ones. Each API says it its own way (Anthropic's
+/// `input_tokens` leaves the cache reads out, Gemini's candidates leave the thoughts out).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SimUsage {
+    /// Every input token.
+    pub input: u64,
+    /// Of `input`, read from the prompt cache (a quarter of it, in this double).
+    pub cached: u64,
+    /// Every output token.
+    pub output: u64,
+    /// Of `output`, reasoning tokens (sent by the OpenAI APIs and by Gemini with thoughts).
+    pub reasoning: u64,
+}
+
+/// The input tokens the simulated provider charges for a request body of `len` bytes.
+pub(crate) fn input_tokens(len: usize) -> u64 {
+    (len / 4) as u64
+}
+
+/// The cached share of `input` tokens (a quarter: the history a client resends is cached).
+pub(crate) fn cached_tokens(input: u64) -> u64 {
+    input / 4
 }
 
 impl RecordedRequest {
@@ -428,6 +455,7 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
             account: account.clone(),
             summary,
             rejected: None,
+            usage: None,
         });
         requests.len() - 1
     };
@@ -525,13 +553,16 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
     } else {
         format!("Reply {turn} from account {account}.")
     };
-    let input_tokens = (body.len() / 4) as u64;
+    let input_tokens = input_tokens(body.len());
     let reply = Reply {
         id,
         model,
         text,
         input_tokens,
+        cached_tokens: cached_tokens(input_tokens),
         output_tokens: 12,
+        // The OpenAI APIs tell the reasoning tokens apart; Anthropic does not.
+        reasoning_tokens: if api == Api::Messages { 0 } else { 5 },
         include_usage: request["stream_options"]["include_usage"]
             .as_bool()
             .unwrap_or(false),
@@ -541,6 +572,15 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
         return compact::reply(&state, &account, &request, id, used, now);
     }
     let reply = control::mint(&state, api, &account, &request, reply);
+    state.note_usage(
+        recorded,
+        SimUsage {
+            input: reply.input_tokens,
+            cached: reply.cached_tokens,
+            output: reply.output_tokens,
+            reasoning: reply.reasoning_tokens,
+        },
+    );
 
     let mut res = if stream {
         let hold = lock(&state.hold).clone();

@@ -18,8 +18,14 @@ pub(super) struct Reply {
     pub(super) id: u64,
     pub(super) model: String,
     pub(super) text: String,
+    /// Every input token, the cached ones included.
     pub(super) input_tokens: u64,
+    /// Of `input_tokens`, those read from the prompt cache.
+    pub(super) cached_tokens: u64,
+    /// Every output token, the reasoning ones included.
     pub(super) output_tokens: u64,
+    /// Of `output_tokens`, reasoning (reported by the OpenAI APIs only).
+    pub(super) reasoning_tokens: u64,
     pub(super) include_usage: bool,
     /// A reasoning item (id, `encrypted_content`) before the message (Responses).
     pub(super) reasoning: Option<(String, String)>,
@@ -31,6 +37,32 @@ pub(super) struct Reply {
 }
 
 impl Reply {
+    /// The usage of this reply in the Chat Completions shape.
+    fn chat_usage(&self) -> Value {
+        json!({"prompt_tokens": self.input_tokens, "completion_tokens": self.output_tokens,
+               "total_tokens": self.input_tokens + self.output_tokens,
+               "prompt_tokens_details": {"cached_tokens": self.cached_tokens, "audio_tokens": 0},
+               "completion_tokens_details": {"reasoning_tokens": self.reasoning_tokens,
+                                             "audio_tokens": 0}})
+    }
+
+    /// The usage of this reply in the Responses shape.
+    fn responses_usage(&self) -> Value {
+        json!({"input_tokens": self.input_tokens,
+               "input_tokens_details": {"cached_tokens": self.cached_tokens},
+               "output_tokens": self.output_tokens,
+               "output_tokens_details": {"reasoning_tokens": self.reasoning_tokens},
+               "total_tokens": self.input_tokens + self.output_tokens})
+    }
+
+    /// The usage of this reply in the Messages shape, with `output` output tokens: Anthropic's
+    /// `input_tokens` leaves the cache reads out.
+    fn messages_usage(&self, output: u64) -> Value {
+        json!({"input_tokens": self.input_tokens - self.cached_tokens.min(self.input_tokens),
+               "cache_read_input_tokens": self.cached_tokens,
+               "cache_creation_input_tokens": 0, "output_tokens": output})
+    }
+
     /// The text in two deltas, so that streams carry more than one.
     fn halves(&self) -> (&str, &str) {
         let mid = self.text.char_indices().nth(self.text.chars().count() / 2);
@@ -47,8 +79,7 @@ pub(super) fn chat_json(r: &Reply) -> Value {
         "id": format!("chatcmpl-sim-{}", r.id), "object": "chat.completion", "created": unix_now(),
         "model": r.model,
         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": {"prompt_tokens": r.input_tokens, "completion_tokens": r.output_tokens,
-                  "total_tokens": r.input_tokens + r.output_tokens}
+        "usage": r.chat_usage()
     })
 }
 
@@ -102,9 +133,7 @@ pub(super) fn chat_events_in(r: &Reply, deltas: usize) -> Vec<Bytes> {
     if r.include_usage {
         out.push(
             json!({"id": id, "object": "chat.completion.chunk", "created": unix_now(),
-            "model": r.model, "choices": [],
-            "usage": {"prompt_tokens": r.input_tokens, "completion_tokens": r.output_tokens,
-                      "total_tokens": r.input_tokens + r.output_tokens}}),
+            "model": r.model, "choices": [], "usage": r.chat_usage()}),
         );
     }
     let mut events: Vec<Bytes> = out
@@ -143,8 +172,7 @@ pub(super) fn responses_json(r: &Reply) -> Value {
         "id": format!("resp_sim_{}", r.id), "object": "response", "created_at": unix_now(),
         "status": "completed", "model": r.model,
         "output": responses_output(r),
-        "usage": {"input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
-                  "total_tokens": r.input_tokens + r.output_tokens}
+        "usage": r.responses_usage()
     })
 }
 
@@ -189,8 +217,7 @@ pub(super) fn responses_events(r: &Reply) -> Vec<Bytes> {
             r,
             "completed",
             responses_output(r),
-            json!({"input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
-                   "total_tokens": r.input_tokens + r.output_tokens}),
+            r.responses_usage(),
         )}),
     );
     numbered(events)
@@ -247,7 +274,7 @@ pub(super) fn messages_json(r: &Reply) -> Value {
         "id": format!("msg_sim_{}", r.id), "type": "message", "role": "assistant",
         "model": r.model, "content": content,
         "stop_reason": stop_reason(r), "stop_sequence": null,
-        "usage": {"input_tokens": r.input_tokens, "output_tokens": r.output_tokens}
+        "usage": r.messages_usage(r.output_tokens)
     })
 }
 
@@ -255,7 +282,7 @@ fn messages_start(r: &Reply) -> Value {
     json!({"type": "message_start", "message": {
         "id": format!("msg_sim_{}", r.id), "type": "message", "role": "assistant",
         "model": r.model, "content": [], "stop_reason": null, "stop_sequence": null,
-        "usage": {"input_tokens": r.input_tokens, "output_tokens": 1}}})
+        "usage": r.messages_usage(1)}})
 }
 
 fn named(events: Vec<Value>) -> Vec<Bytes> {

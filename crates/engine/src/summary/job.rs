@@ -28,6 +28,7 @@ use tracing::Instrument;
 
 use super::call::{CallResult, call};
 use super::{Summarizer, SummaryRequest};
+use crate::events::RelayEvent;
 use crate::extensions::{ComboName, ResolvedAccount, SessionId, Tenant};
 use crate::generation::Capture;
 use crate::injection::other_conversation;
@@ -142,6 +143,17 @@ impl Job {
     async fn run(mut self, reply: Option<String>) {
         let started = Instant::now();
         let outcome = self.generate(reply).await;
+        self.shared.tell(|| {
+            let event = RelayEvent::new(outcome.label())
+                .key(&self.key)
+                .account(&self.account)
+                .handoff(self.kind);
+            match outcome {
+                Outcome::Skipped(reason) => event.reason(reason),
+                Outcome::Extractive(f) => event.reason(f.as_str()),
+                _ => event,
+            }
+        });
         if let Outcome::Skipped(reason) = outcome {
             skipped(reason);
         } else {

@@ -7,7 +7,9 @@
 
 pub mod agents;
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 
 use bytes::Bytes;
 use context_relay_gateway::config::Config;
@@ -674,4 +676,41 @@ pub async fn spawn(gateway: Gateway) -> (Gateway, RunningGateway) {
 /// A plain HTTP/1 client.
 pub fn http_client() -> HttpClient<HttpConnector, Full<Bytes>> {
     HttpClient::builder(TokioExecutor::new()).build_http()
+}
+
+/// Starts the gateway binary `bin` (the test's `env!("CARGO_BIN_EXE_context-relay-gateway")`)
+/// on `config` with `RUST_LOG=rust_log`, its stderr as `stderr` says, and reads the address it
+/// prints once listening: the child and `http://ADDR`.
+pub fn start_binary(bin: &str, config: &Path, rust_log: &str, stderr: Stdio) -> (Child, String) {
+    let mut child = Command::new(bin)
+        .arg("--config")
+        .arg(config)
+        .env("RUST_LOG", rust_log)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .expect("the gateway binary starts");
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("the gateway prints its address");
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_owned();
+    (child, url)
+}
+
+/// Sends `sig` (`-TERM`, `-HUP`, …) to `child` with kill(1).
+pub fn signal(child: &Child, sig: &str) {
+    let status = Command::new("kill")
+        .arg(sig)
+        .arg(child.id().to_string())
+        .status()
+        .expect("kill(1) runs");
+    assert!(status.success(), "kill {sig} failed");
 }
