@@ -14,7 +14,8 @@
 //! summary generation (`generated`, `extractive`, `rejected`, `unparseable`, `unavailable`),
 //! `skipped` (a turn past the threshold that started no summary; `reason` says why),
 //! `exhausted` and `disabled` (an account taken out of rotation; `reason` says why). `actions`
-//! lists what the relay did to the request (`model-switch`, `injected`, `scrubbed`,
+//! lists what the relay did to the request (`model-switch`, `injected`, `extractive` (the
+//! injected handoff was built at the switch, without a model call), `scrubbed`,
 //! `repaired`). Kinds added later appear as they are named: a reader shows what it does not
 //! know as is.
 //!
@@ -128,6 +129,7 @@ impl Activity {
         let actions = [
             (action.model_switch, "model-switch"),
             (action.injected, "injected"),
+            (action.extractive, "extractive"),
             (action.scrubbed, "scrubbed"),
             (action.repaired, "repaired"),
         ]
