@@ -93,7 +93,10 @@ Write the note in the language of the conversation.
     let mut prompt = String::with_capacity(HEAD.len() + history.len() + files_len + 96);
     prompt.push_str(HEAD);
     if !touched_files.is_empty() {
-        prompt.push_str("\nFiles the session touched, newest first:\n");
+        prompt.push_str(
+            "\nFiles the session touched: those it edited, newest first, then those its latest \
+             tool calls named:\n",
+        );
         for f in touched_files {
             prompt.push_str("- ");
             prompt.push_str(f);
