@@ -217,8 +217,12 @@ impl Job {
                 None
             }
         };
+        // An account handoff written on another provider (before a model switch) is not fresh
+        // for this one's accounts: theirs must cover the work done on the new model.
         if let Some(h) = &existing
             && h.kind != HandoffKind::Extractive
+            && (self.kind == HandoffKind::ModelSwitch
+                || *h.from_provider == **self.account.provider())
             && message_count.saturating_sub(h.message_count) < self.config.refresh_after_messages
         {
             return Outcome::Skipped("fresh");
