@@ -334,6 +334,33 @@ mod tests {
     }
 
     #[test]
+    fn the_conversation_and_the_previous_account_round_trip_and_older_records_have_none() {
+        let old = r#"{"provider":"codex","account":"acct-A","written_at":7,"foreign":[],"foreign_until":0}"#;
+        let a = serde_json::from_str::<Stored>(old).expect("old").affinity();
+        assert_eq!(a.conversation(), None);
+        assert_eq!(a.previous, None);
+        let with = a
+            .with_conversation(0x00ab_cdef_0123_4567)
+            .with_previous(ResolvedAccount::new("codex", "acct-B"));
+        let json = serde_json::to_string(&Stored::new(&with, 7)).expect("json");
+        assert!(
+            json.contains(r#""conversation":"00abcdef01234567""#),
+            "{json}"
+        );
+        let back = serde_json::from_str::<Stored>(&json)
+            .expect("new")
+            .affinity();
+        assert_eq!(back, with);
+        assert_eq!(back.conversation(), Some(0x00ab_cdef_0123_4567));
+        // A malformed digest reads as an unknown conversation, not an error.
+        let bad = json.replace("00abcdef01234567", "not hex");
+        let back = serde_json::from_str::<Stored>(&bad)
+            .expect("bad")
+            .affinity();
+        assert_eq!(back.conversation(), None);
+    }
+
+    #[test]
     fn writes_only_when_changed_or_stale() {
         let m = AffinityMap::new(100);
         let ttl = Duration::from_secs(400);
