@@ -21,6 +21,9 @@
 //!   [`SimProvider::state_owners`] tells who minted each piece of a recorded request;
 //! - faults on demand ([`SimProvider::fail_next`]): an error status, or a 200 stream that
 //!   fails in-band; [`SimProvider::revoke`] makes an account's key answer 401;
+//! - subscription logins ([`SimBuilder::login`]): the ChatGPT and Claude token endpoints with
+//!   rotating single-use refresh tokens and expiring access tokens, the ChatGPT Codex backend
+//!   route and Claude's OAuth checks, each as strict as the real one (see [`subscription`]);
 //! - every request is recorded (headers and body bytes) for assertions;
 //! - SSE streams can be held after their first output event until the test releases them
 //!   ([`SimProvider::hold_streams`]), to prove that a proxy forwards events without buffering;
@@ -64,15 +67,18 @@ mod control;
 mod gemini;
 mod message_params;
 mod messages;
+mod oauth;
 mod quota;
 mod reply;
 pub mod rules;
 mod server;
+pub mod subscription;
 mod tool;
 mod window;
 
 pub use bound::Minter;
 pub use control::SimFault;
+pub use oauth::{CLAUDE_CLIENT_ID, CODEX_CLIENT_ID, SimLogin};
 pub use quota::SimQuotaHeaders;
 use quota::{exhausted, quota_headers};
 use reply::{
@@ -98,6 +104,8 @@ pub struct SimBuilder {
     chat_deltas: usize,
     tool_call: Option<String>,
     context_window: Option<u64>,
+    logins: Vec<(String, SimLogin)>,
+    access_ttl: u64,
 }
 
 impl std::fmt::Debug for SimBuilder {
@@ -127,6 +135,8 @@ impl Default for SimBuilder {
             chat_deltas: 2,
             tool_call: None,
             context_window: None,
+            logins: Vec::new(),
+            access_ttl: 3600,
         }
     }
 }
@@ -206,22 +216,31 @@ impl SimBuilder {
 
     /// Starts serving (on `127.0.0.1:0` unless [`listen`](Self::listen) said otherwise).
     pub async fn start(self) -> std::io::Result<SimProvider> {
+        let seed = minting_seed();
+        // A login account has no API key: a key no request can send stands in for it.
+        let login_accounts = self
+            .logins
+            .iter()
+            .map(|(id, _)| (id.clone(), format!("\u{0}login {id}"), 0.0));
         let state = Arc::new(SimState {
             accounts: Mutex::new(
                 self.accounts
                     .iter()
+                    .cloned()
+                    .chain(login_accounts)
                     .map(|(id, key, used)| SimAccountState {
-                        id: id.clone(),
-                        key: key.clone(),
-                        used: *used,
+                        id,
+                        key,
+                        used,
                         turns: 0,
                     })
                     .collect(),
             ),
+            logins: oauth::Logins::new(&self.logins, self.access_ttl, seed),
             requests: Mutex::new(Vec::new()),
             hold: Mutex::new(None),
             counter: Mutex::new(0),
-            minter: bound::Minter::new(minting_seed(), self.blob_bytes),
+            minter: bound::Minter::new(seed, self.blob_bytes),
             stored: Mutex::new(bound::StoredResponses::new()),
             faults: Mutex::new(VecDeque::new()),
             revoked: Mutex::new(Vec::new()),
@@ -274,6 +293,7 @@ struct SimAccountState {
 
 struct SimState {
     accounts: Mutex<Vec<SimAccountState>>,
+    logins: oauth::Logins,
     requests: Mutex<Vec<RecordedRequest>>,
     hold: Mutex<Option<watch::Receiver<bool>>>,
     counter: Mutex<u64>,
@@ -410,6 +430,9 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
         .map(|c| c.to_bytes())
         .unwrap_or_default();
     let path = parts.uri.path().to_owned();
+    if parts.method == Method::POST && oauth::is_token_path(&path) {
+        return state.logins.token(&path, &body);
+    }
     let anthropic = path.ends_with("/messages") || path.contains("/messages/");
     let credential = parts
         .headers
@@ -424,6 +447,7 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
             .iter()
             .find(|a| a.key == k)
             .map(|a| a.id.clone())
+            .or_else(|| state.logins.owner(k))
     });
     let summary = state.config.summary.as_ref().is_some_and(|(m, _)| m(&body));
     let recorded = {
@@ -460,6 +484,14 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
             );
         }
     };
+    let login = match subscription::admit(&state, &parts.headers, &path, api, credential.as_deref())
+    {
+        Ok(login) => login.map(|(_, kind)| kind),
+        Err((res, code)) => {
+            state.reject(recorded, code);
+            return res;
+        }
+    };
     let Some(account) = account.filter(|a| !lock(&state.revoked).contains(a)) else {
         state.reject(recorded, "invalid_api_key");
         return control::unauthorized(api);
@@ -475,8 +507,17 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
             );
         }
     };
+    if let Some((res, code)) = subscription::check_body(login, &request) {
+        state.reject(recorded, code);
+        return res;
+    }
     // Real providers refuse some parameters on some models: so does the double.
-    if let Some((status, body)) = rules::check(rules::Backend::Api, &path, &request) {
+    let backend = if subscription::is_codex_backend(&path) && !compact {
+        rules::Backend::ChatGptCodex
+    } else {
+        rules::Backend::Api
+    };
+    if let Some((status, body)) = rules::check(backend, &path, &request) {
         state.reject(recorded, "parameter_rule");
         let mut res = Response::new(Body::from(body));
         *res.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
