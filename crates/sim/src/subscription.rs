@@ -37,7 +37,7 @@ pub(crate) fn is_codex_backend(path: &str) -> bool {
 }
 
 /// A refusal and the label it is recorded with.
-pub(crate) type Refusal = (Response<Body>, &'static str);
+pub(crate) type Refusal = Box<(Response<Body>, &'static str)>;
 
 /// The account a request authenticates as, for a credential that is a login's access token or
 /// a request to the Codex backend; `Ok(None)` when neither (the API-key path decides), `Err`
@@ -83,13 +83,13 @@ pub(crate) fn admit(
                     .get("chatgpt-account-id")
                     .and_then(|v| v.to_str().ok());
                 if named.is_none() || named != state.logins.workspace(&id).as_deref() {
-                    return Err((
+                    return Err(Box::new((
                         json_response(
                             StatusCode::FORBIDDEN,
                             &json!({"detail": "The chatgpt-account-id header is missing or names another account than the token's."}),
                         ),
                         "chatgpt_account_id",
-                    ));
+                    )));
                 }
                 Ok(Some((id, kind)))
             }
@@ -171,13 +171,13 @@ fn has_beta(headers: &HeaderMap, beta: &str) -> bool {
 fn codex_detail(status: StatusCode, code: &'static str, message: &str) -> Refusal {
     let body = json!({"detail": {"message": message, "type": "invalid_request_error",
                                  "param": null, "code": code}});
-    (json_response(status, &body), code)
+    Box::new((json_response(status, &body), code))
 }
 
 fn anthropic(status: StatusCode, kind: &str, message: &str, label: &'static str) -> Refusal {
     let body = json!({"type": "error", "error": {"type": kind, "message": message},
                       "request_id": "req_sim"});
-    (json_response(status, &body), label)
+    Box::new((json_response(status, &body), label))
 }
 
 /// A login's token sent to an API it is not good for.
@@ -192,7 +192,7 @@ fn wrong_api(api: Api) -> Refusal {
     }
     let body = json!({"error": {"message": "You have insufficient permissions for this operation. Missing scopes: api.responses.write.",
                                 "type": "invalid_request_error", "param": null, "code": "missing_scope"}});
-    (json_response(StatusCode::UNAUTHORIZED, &body), "wrong_api")
+    Box::new((json_response(StatusCode::UNAUTHORIZED, &body), "wrong_api"))
 }
 
 #[cfg(test)]
