@@ -26,7 +26,7 @@ use crate::auth::{Auth, AuthLayer, TENANT_SECRET, random_secret};
 use crate::budget::ByteBudget;
 use crate::combo::{ComboLayer, Routes};
 use crate::config::Config;
-use crate::pool::AccountPools;
+use crate::pool::{AccountPools, LoginServices};
 use crate::ready::Readiness;
 use crate::relay::{RelayBackground, RelayLayers};
 use crate::resolver::AccountResolverLayer;
@@ -198,9 +198,13 @@ impl Gateway {
             idle: limits.upstream_idle_timeout_secs.duration(),
         })?;
         let secret = random_secret().map_err(|e| GatewayError::Secret(e.to_string()))?;
+        let logins = LoginServices {
+            store: store.clone(),
+            client: upstream.client(),
+        };
         Ok(Self {
             routes: Arc::new(Routes::from_config(&config)),
-            pools: Arc::new(AccountPools::from_config(&config)),
+            pools: Arc::new(AccountPools::new(&config, Some(&logins))),
             upstream,
             readiness: Readiness::new(store.clone()),
             store,

@@ -10,16 +10,19 @@
 //! - A refresh answers a new access token **and a new refresh token**; the old refresh token is
 //!   dead. Presenting it again is refused with the real error shape (ChatGPT: 401
 //!   `refresh_token_reused`; Claude: 400 `invalid_grant`) and, as OAuth refresh-token rotation
-//!   with reuse detection does, revokes the whole login: its current refresh token dies too.
+//!   with reuse detection does, revokes that login's chain: its current refresh token and
+//!   access tokens die too. Each login ([`SimProvider::login_file`]) starts a chain of its
+//!   own.
 //! - ChatGPT access tokens are JWTs (`exp`, and the `chatgpt_account_id` claim under
 //!   `https://api.openai.com/auth`, as Codex reads them); Claude ones are `sk-ant-oat01-…`.
 //!   Each expires after [`SimBuilder::access_ttl`](crate::SimBuilder::access_ttl) seconds, or
 //!   at once with [`SimProvider::expire_access`](crate::SimProvider::expire_access).
-//! - A revoked login ([`SimProvider::revoke`](crate::SimProvider::revoke)) has its access
-//!   tokens refused and its refresh token refused for good (ChatGPT `refresh_token_invalidated`,
-//!   Claude `invalid_grant`).
+//! - A revoked login ([`SimProvider::revoke`](crate::SimProvider::revoke)) has the access
+//!   tokens of every chain issued so far refused, and their refresh tokens refused for good
+//!   (ChatGPT `refresh_token_invalidated`, Claude `invalid_grant`); a login made after it
+//!   works.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use axum::body::Body;
@@ -53,7 +56,13 @@ impl SimProvider {
     /// `auth.json` or a Claude Code `.credentials.json` holding a fresh pair. `None` for an
     /// account that is no login.
     pub fn login_file(&self, id: &str) -> Option<Value> {
-        self.state.logins.login_file(id)
+        self.state.logins.login_file(id, None)
+    }
+
+    /// [`login_file`](Self::login_file) whose access token expires in `secs` seconds (the
+    /// later ones live [`SimBuilder::access_ttl`]).
+    pub fn login_file_expiring(&self, id: &str, secs: u64) -> Option<Value> {
+        self.state.logins.login_file(id, Some(secs))
     }
 
     /// The token endpoint of `kind`'s logins: `{url}/oauth/token` (ChatGPT) or
@@ -133,13 +142,15 @@ struct Login {
     kind: SimLogin,
     /// The ChatGPT account id (the `chatgpt-account-id` header value).
     workspace: String,
-    /// Refresh tokens that may still be used (one per chain of logins).
-    live: HashSet<String>,
-    /// Refresh tokens already used.
-    used: HashSet<String>,
-    /// Every access token issued, with its expiry (Unix seconds).
-    access: Vec<(String, u64)>,
-    revoked: bool,
+    /// Refresh tokens that may still be used, with their chain (one chain per login).
+    live: HashMap<String, u64>,
+    /// Refresh tokens already used, with their chain.
+    used: HashMap<String, u64>,
+    /// Every access token issued: token, expiry (Unix seconds), chain.
+    access: Vec<(String, u64, u64)>,
+    /// Chains revoked (by reuse, or by [`Logins::revoke`]).
+    revoked: HashSet<u64>,
+    chains: u64,
     refreshes: u64,
 }
 
@@ -179,10 +190,11 @@ impl Logins {
                 id: id.clone(),
                 kind: *kind,
                 workspace: format!("ws-{id}"),
-                live: HashSet::new(),
-                used: HashSet::new(),
+                live: HashMap::new(),
+                used: HashMap::new(),
                 access: Vec::new(),
-                revoked: false,
+                revoked: HashSet::new(),
+                chains: 0,
                 refreshes: 0,
             })
             .collect();
@@ -205,10 +217,21 @@ impl Logins {
         digest.iter().take(24).map(|b| format!("{b:02x}")).collect()
     }
 
-    /// Issues a new pair to `login` (a new chain when `replacing` is `None`).
-    fn issue(&self, login: &mut Login, replacing: Option<&str>) -> Pair {
+    /// Issues a new pair to `login` (a new chain when `replacing` is `None`), its access token
+    /// living `ttl` seconds (the configured TTL when `None`).
+    fn issue(&self, login: &mut Login, replacing: Option<&str>, ttl: Option<u64>) -> Pair {
+        let chain = match replacing.and_then(|old| login.live.remove(old).map(|c| (old, c))) {
+            Some((old, chain)) => {
+                login.used.insert(old.to_owned(), chain);
+                chain
+            }
+            None => {
+                login.chains += 1;
+                login.chains
+            }
+        };
         let now = unix_now();
-        let expires_at = now + self.ttl;
+        let expires_at = now + ttl.unwrap_or(self.ttl);
         let pair = match login.kind {
             SimLogin::Codex => {
                 let auth =
@@ -233,21 +256,17 @@ impl Logins {
                 expires_at,
             },
         };
-        if let Some(old) = replacing {
-            login.live.remove(old);
-            login.used.insert(old.to_owned());
-        }
-        login.live.insert(pair.refresh.clone());
-        login.access.push((pair.access.clone(), expires_at));
+        login.live.insert(pair.refresh.clone(), chain);
+        login.access.push((pair.access.clone(), expires_at, chain));
         pair
     }
 
     /// A new login of account `id` (what logging in with the CLI writes), as the CLI's
     /// credential file; `None` for an account that is no login.
-    pub(crate) fn login_file(&self, id: &str) -> Option<Value> {
+    pub(crate) fn login_file(&self, id: &str, ttl: Option<u64>) -> Option<Value> {
         let mut logins = lock(&self.logins);
         let login = logins.iter_mut().find(|l| l.id == id)?;
-        let pair = self.issue(login, None);
+        let pair = self.issue(login, None, ttl);
         Some(match login.kind {
             SimLogin::Codex => json!({
                 "OPENAI_API_KEY": null,
@@ -281,15 +300,12 @@ impl Logins {
     pub(crate) fn access(&self, token: &str) -> Option<Access> {
         let now = unix_now();
         let logins = lock(&self.logins);
-        let login = logins
+        let (login, &(_, exp, chain)) = logins
             .iter()
-            .find(|l| l.access.iter().any(|(t, _)| t == token))?;
-        let expired = login
-            .access
-            .iter()
-            .any(|(t, exp)| t == token && *exp <= now);
+            .find_map(|l| l.access.iter().find(|(t, ..)| t == token).map(|a| (l, a)))?;
+        let expired = exp <= now;
         let (id, kind) = (login.id.clone(), login.kind);
-        Some(if login.revoked {
+        Some(if login.revoked.contains(&chain) {
             Access::Revoked(id, kind)
         } else if expired {
             Access::Expired(id, kind)
@@ -302,16 +318,17 @@ impl Logins {
     pub(crate) fn expire(&self, id: &str) {
         let now = unix_now();
         if let Some(l) = lock(&self.logins).iter_mut().find(|l| l.id == id) {
-            for (_, exp) in &mut l.access {
+            for (_, exp, _) in &mut l.access {
                 *exp = (*exp).min(now);
             }
         }
     }
 
-    /// Revokes login `id`: its access and refresh tokens are refused from now on.
+    /// Revokes every chain of login `id` issued so far: their access and refresh tokens are
+    /// refused from now on.
     pub(crate) fn revoke(&self, id: &str) {
         if let Some(l) = lock(&self.logins).iter_mut().find(|l| l.id == id) {
-            l.revoked = true;
+            l.revoked.extend(1..=l.chains);
         }
     }
 
@@ -354,23 +371,23 @@ impl Logins {
         }
         let presented = field("refresh_token");
         let mut logins = lock(&self.logins);
-        let Some(login) = logins
-            .iter_mut()
-            .find(|l| l.kind == kind && (l.live.contains(presented) || l.used.contains(presented)))
-        else {
+        let found = logins.iter_mut().find_map(|l| {
+            let live = l.live.get(presented).map(|c| (*c, false));
+            let chain = live.or_else(|| l.used.get(presented).map(|c| (*c, true)))?;
+            (l.kind == kind).then_some((l, chain))
+        });
+        let Some((login, (chain, used))) = found else {
             return refused(kind, Refusal::Unknown);
         };
-        if login.revoked {
+        if login.revoked.contains(&chain) {
             return refused(kind, Refusal::Revoked);
         }
-        if login.used.contains(presented) {
-            // Reuse detection: the login's live refresh tokens die with it.
-            let live: Vec<String> = login.live.drain().collect();
-            login.used.extend(live);
-            login.revoked = true;
+        if used {
+            // Reuse detection: the whole chain dies.
+            login.revoked.insert(chain);
             return refused(kind, Refusal::Reused);
         }
-        let pair = self.issue(login, Some(presented));
+        let pair = self.issue(login, Some(presented), None);
         login.refreshes += 1;
         let body = match kind {
             SimLogin::Codex => json!({

@@ -10,7 +10,7 @@ fn pool(n: usize, rotate_at: f64) -> ProviderPool {
         "[[providers]]\nname = \"p\"\nbase_url = \"http://h/v1/\"\nrotate_at = {rotate_at}\nauth = \"x-api-key\"\n{accounts}"
     );
     let c = Config::from_toml_str(&text, |_| None).unwrap();
-    ProviderPool::new(&c.providers[0])
+    ProviderPool::new(&c.providers[0], None)
 }
 
 fn t(s: u64) -> SystemTime {
@@ -20,7 +20,10 @@ fn t(s: u64) -> SystemTime {
 #[test]
 fn credentials_follow_auth() {
     let p = pool(1, 0.95);
-    let (name, value) = p.accounts()[0].credential();
+    let AccountAuth::Key(credential) = &p.accounts()[0].auth else {
+        panic!("a key account");
+    };
+    let (name, value) = credential.main();
     assert_eq!(name, "x-api-key");
     assert_eq!(value, "k0");
     assert!(value.is_sensitive());
