@@ -229,8 +229,11 @@ async fn accounts(State(admin): State<Admin>, headers: HeaderMap) -> Response<Bo
     for pool in admin.pools.iter() {
         let sessions = pool.sessions_per_account();
         for (i, status) in pool.snapshot(now).into_iter().enumerate() {
-            // When the account is usable again: the later of its exhaustion and its refusal.
-            let resets_at = status.exhausted_until.max(status.disabled_until);
+            // When the account is usable again: the later of its exhaustion and its refusal
+            // (never by itself for a login refused for good).
+            let resets_at = (!status.refused)
+                .then(|| status.exhausted_until.max(status.disabled_until))
+                .flatten();
             let login = pool.accounts().get(i).and_then(|a| a.login()).map(|l| {
                 let st = l.status(now);
                 serde_json::json!({

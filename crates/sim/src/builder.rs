@@ -33,6 +33,7 @@ pub struct SimBuilder {
     pub(crate) context_window: Option<u64>,
     pub(crate) logins: Vec<(String, SimLogin)>,
     pub(crate) access_ttl: u64,
+    pub(crate) token_delay: Option<std::time::Duration>,
 }
 
 impl std::fmt::Debug for SimBuilder {
@@ -64,6 +65,7 @@ impl Default for SimBuilder {
             context_window: None,
             logins: Vec::new(),
             access_ttl: 3600,
+            token_delay: None,
         }
     }
 }

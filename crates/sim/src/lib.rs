@@ -262,6 +262,9 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
         .unwrap_or_default();
     let path = parts.uri.path().to_owned();
     if parts.method == Method::POST && oauth::is_token_path(&path) {
+        if let Some(delay) = state.config.token_delay {
+            tokio::time::sleep(delay).await;
+        }
         return state.logins.token(&path, &body);
     }
     let anthropic = path.ends_with("/messages") || path.contains("/messages/");

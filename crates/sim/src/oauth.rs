@@ -49,6 +49,13 @@ impl SimBuilder {
         self.access_ttl = secs;
         self
     }
+
+    /// Makes the token endpoint take `delay` before it answers (a distant issuer), so that
+    /// requests that need a refresh pile up while one is in flight.
+    pub fn token_delay(mut self, delay: std::time::Duration) -> Self {
+        self.token_delay = Some(delay);
+        self
+    }
 }
 
 impl SimProvider {

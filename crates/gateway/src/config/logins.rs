@@ -200,3 +200,6 @@ impl Config {
             .count()
     }
 }
+
+#[cfg(test)]
+mod tests;
