@@ -168,6 +168,7 @@ impl SimBuilder {
             logins: oauth::Logins::new(&self.logins, self.access_ttl, seed),
             requests: Mutex::new(Vec::new()),
             hold: Mutex::new(None),
+            arrivals: tokio::sync::watch::channel(0).0,
             counter: Mutex::new(0),
             minter: bound::Minter::new(seed, self.blob_bytes),
             stored: Mutex::new(bound::StoredResponses::new()),

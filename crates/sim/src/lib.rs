@@ -127,6 +127,8 @@ struct SimState {
     logins: oauth::Logins,
     requests: Mutex<Vec<RecordedRequest>>,
     hold: Mutex<Option<watch::Receiver<bool>>>,
+    /// Counts the requests received (what [`SimProvider::arrivals`] watches).
+    arrivals: watch::Sender<usize>,
     counter: Mutex<u64>,
     minter: bound::Minter,
     stored: Mutex<bound::StoredResponses>,
@@ -202,6 +204,12 @@ impl SimProvider {
     /// Every request received so far.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         lock(&self.state.requests).clone()
+    }
+
+    /// A watch of the number of requests received so far (token requests apart): a test
+    /// awaits a request with `wait_for` instead of polling.
+    pub fn arrivals(&self) -> watch::Receiver<usize> {
+        self.state.arrivals.subscribe()
     }
 
     /// Forgets the recorded requests.
@@ -297,6 +305,7 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
         });
         requests.len() - 1
     };
+    state.arrivals.send_replace(recorded + 1);
 
     if parts.method == Method::HEAD || (parts.method == Method::GET && path == "/") {
         return Response::new(Body::empty());
