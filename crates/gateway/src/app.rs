@@ -31,7 +31,7 @@ use crate::ready::Readiness;
 use crate::relay::{RelayBackground, RelayLayers};
 use crate::resolver::AccountResolverLayer;
 use crate::server::ServeOptions;
-use crate::store::{StoreOpenError, open_local_store, open_store};
+use crate::store::{StoreOpenError, make_private, open_local_store, open_store};
 use crate::upstream::{Upstream, UpstreamError, UpstreamLimits};
 
 /// The type-erased proxy stack, as the router mounts it.
@@ -152,6 +152,9 @@ impl Gateway {
     /// uses the one kept in the store, so tenants survive restarts and agree across replicas.
     pub fn new(config: Config) -> Result<Self, GatewayError> {
         let store = open_local_store(&config.store)?.ok_or(StoreOpenError::NeedsAsync)?;
+        if config.logins() > 0 {
+            make_private(&config.store);
+        }
         Self::with_store(config, store)
     }
 
@@ -159,6 +162,9 @@ impl Gateway {
     /// backend (what the binary uses).
     pub async fn connect(config: Config) -> Result<Self, GatewayError> {
         let store = open_store(&config.store).await?;
+        if config.logins() > 0 {
+            make_private(&config.store);
+        }
         Self::with_store(config, store)?.load_tenant_secret().await
     }
 

@@ -24,10 +24,11 @@ impl Process {
         let mut child = Command::new(env!("CARGO_BIN_EXE_context-relay-gateway"))
             .arg("--config")
             .arg(config)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("the gateway binary starts");
         let mut line = String::new();
@@ -40,6 +41,17 @@ impl Process {
             .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
             .to_owned();
         Self { child, url }
+    }
+
+    /// SIGKILL; what it logged.
+    fn kill9(mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let mut logged = String::new();
+        if let Some(mut stderr) = self.child.stderr.take() {
+            let _ = std::io::Read::read_to_string(&mut stderr, &mut logged);
+        }
+        logged
     }
 }
 
@@ -112,9 +124,10 @@ async fn killed_right_after_a_refresh(client: Client) {
         .expect("the refreshed request reached the backend")
         .expect("the simulator runs");
     assert_eq!(sim.refreshes(a), 1);
-    drop(gw);
+    let logged = gw.kill9();
     drop(hold);
     let _ = waiting.await;
+    assert!(logged.contains("login refreshed"), "{logged}");
 
     // What the killed gateway saved: the rotated pair, in a private file.
     let rotated = l.refresh_token(a);
@@ -122,6 +135,12 @@ async fn killed_right_after_a_refresh(client: Client) {
         rotated, before,
         "the rotated pair was in the file before it was used"
     );
+    for token in [&before, &rotated] {
+        assert!(
+            !logged.contains(token.as_str()),
+            "a token in the log: {logged}"
+        );
+    }
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
