@@ -310,7 +310,7 @@ pub trait HandoffStore: Send + Sync + 'static {
         Box::pin(std::future::ready(Ok(candidate)))
     }
 
-    /// The stored credentials of subscription login `name` (see [`login`](crate::login)),
+    /// The stored credentials of subscription login `name` (see [`login`]),
     /// `None` when none are stored. The default keeps nothing.
     fn login<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<StoredLogin>> {
         let _ = name;

@@ -169,7 +169,6 @@ async fn replicas_sharing_a_store_refresh_once() {
 #[tokio::test]
 async fn a_refused_login_is_refused_for_good_and_a_new_login_revives_it() {
     let s = setup(SimLogin::Codex).await;
-    let path = s.dir.path().join("auth.json");
     let login = s.login(
         "auth.json",
         &s.sim.login_file_expiring("a", 60).unwrap(),

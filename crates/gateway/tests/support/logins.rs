@@ -2,7 +2,8 @@
 //! credential files (as the client's CLI writes them) in a temporary folder, and the gateway
 //! configuration that pools them.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use context_relay_sim::{SimBuilder, SimLogin, SimProvider, SimQuotaHeaders};
 use serde_json::{Value, json};
@@ -13,11 +14,41 @@ use super::{ADMIN_TOKEN, Client, Conversation, SUMMARY_NEEDLE, summary_reply};
 pub const CODEX_INSTRUCTIONS: &str =
     "You are Codex, a coding agent based on GPT-5. You and the user share the same workspace.";
 
+/// A fresh folder under the system's temporary folder, removed on drop (this file is shared
+/// with crates that have no `tempfile`).
+pub struct Folder(PathBuf);
+
+impl Folder {
+    pub fn new() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let path = std::env::temp_dir().join(format!(
+            "cr-logins-{}-{}-{nanos}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&path).expect("a temporary folder");
+        Self(path)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Folder {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// Two logins of `client`'s subscription (its first two accounts) and a folder for their files.
 pub struct Logins {
     pub client: Client,
     pub kind: SimLogin,
-    pub dir: tempfile::TempDir,
+    pub dir: Folder,
 }
 
 impl Logins {
@@ -29,7 +60,7 @@ impl Logins {
         Self {
             client,
             kind,
-            dir: tempfile::tempdir().expect("a temporary folder"),
+            dir: Folder::new(),
         }
     }
 
