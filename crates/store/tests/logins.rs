@@ -2,6 +2,7 @@
 //! winner among concurrent writers, the refresh lock), plus what only the durable and the shared
 //! backends promise (a redb login survives a reopen; Redis replicas share one login and one lock).
 
+#[macro_use]
 mod common;
 
 use std::sync::Arc;
@@ -112,29 +113,6 @@ mod cases {
         assert!(!shown.contains("rt-secret"), "{shown}");
         assert!(shown.contains("11 bytes"), "{shown}");
     }
-}
-
-macro_rules! backend {
-    ($backend:ident, $make:path, [$($case:ident),* $(,)?]) => {
-        mod $backend {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let h = $make().await;
-                    super::cases::$case(&h).await;
-                }
-            )*
-        }
-    };
-}
-
-macro_rules! conformance {
-    ($($case:ident),* $(,)?) => {
-        backend!(memory, crate::common::memory, [$($case),*]);
-        backend!(redb, crate::common::redb, [$($case),*]);
-        #[cfg(feature = "redis")]
-        backend!(redis, crate::common::redis, [$($case),*]);
-    };
 }
 
 conformance!(

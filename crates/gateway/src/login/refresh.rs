@@ -11,8 +11,8 @@ use super::{Issued, Login, Unusable, credential, file, jwt};
 
 /// How long the store-wide refresh lock lives: longer than a refresh may take.
 pub(crate) const LOCK_TTL: Duration = Duration::from_secs(60);
-/// Longest wait for another replica's refresh.
-const LOCK_WAIT: Duration = Duration::from_secs(60);
+/// Longest wait for another replica's refresh, when this one has no usable access token.
+const LOCK_WAIT: Duration = Duration::from_secs(10);
 
 /// What agreeing with the store comes to.
 enum Sync {
@@ -61,6 +61,12 @@ impl Login {
         }
     }
 
+    /// Whether the current pair is of no use for `need` any more: refused by the provider, or
+    /// expired.
+    fn spent(&self, need: Need) -> bool {
+        need != Need::Fresh || self.state().tokens.expired(SystemTime::now())
+    }
+
     /// The current pair, as the fallback of a refresh that failed for now: still good for
     /// `Fresh` while it has not expired.
     fn fallback(&self, need: Need, why: String) -> Result<Issued, Unusable> {
@@ -102,8 +108,14 @@ impl Login {
                     }
                     return out;
                 }
+                Ok(None) if need == Need::Fresh && !self.spent(need) => {
+                    // Another replica refreshes: the current token serves meanwhile, and its
+                    // pair is found in the store next time.
+                    return self.fallback(need, String::new());
+                }
                 Ok(None) if Instant::now() < deadline => {
-                    // Another replica refreshes: wait for its pair.
+                    // Another replica refreshes and this one has no usable token: wait for
+                    // the other's pair.
                     tokio::time::sleep(poll).await;
                     poll = (poll * 2).min(Duration::from_secs(1));
                     self.sync().await;
@@ -120,12 +132,13 @@ impl Login {
                 Err(e) => {
                     // Nothing coordinates the replicas now: refresh only a pair that is of no
                     // use any more, the risk of two refreshes is then worth taking.
-                    let spent =
-                        need != Need::Fresh || self.state().tokens.expired(SystemTime::now());
+                    let spent = self.spent(need);
                     tracing::warn!(provider = %self.name.provider, account = %self.name.account, error = %e, refreshing = spent, "the store cannot lock the login's refresh");
                     if spent {
                         return self.refresh_now(need).await;
                     }
+                    self.state().failed_until =
+                        Some(SystemTime::now() + super::RETRY_REFRESH_AFTER);
                     return self.fallback(need, format!("the store cannot lock the refresh: {e}"));
                 }
             }

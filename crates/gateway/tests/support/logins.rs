@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use context_relay_sim::{SimBuilder, SimLogin, SimProvider, SimQuotaHeaders};
 use serde_json::{Value, json};
 
-use super::{ADMIN_TOKEN, Client, Conversation, SUMMARY_NEEDLE, summary_reply};
+use super::{ADMIN_TOKEN, Client, Conversation, Harness, SUMMARY_NEEDLE, summary_reply};
 
 /// What Codex sends as `instructions` to the ChatGPT backend (which requires them).
 pub const CODEX_INSTRUCTIONS: &str =
@@ -105,9 +105,13 @@ impl Logins {
 
     /// The refresh token in `id`'s credential file now.
     pub fn refresh_token(&self, id: &str) -> String {
+        self.refresh_token_at(&self.path(id))
+    }
+
+    /// The refresh token in the credential file at `path` now.
+    pub fn refresh_token_at(&self, path: &Path) -> String {
         let v: Value =
-            serde_json::from_slice(&std::fs::read(self.path(id)).expect("credential file"))
-                .expect("JSON");
+            serde_json::from_slice(&std::fs::read(path).expect("credential file")).expect("JSON");
         let t = match self.kind {
             SimLogin::Codex => &v["tokens"]["refresh_token"],
             SimLogin::Claude => &v["claudeAiOauth"]["refreshToken"],
@@ -158,6 +162,18 @@ token_url = "{token_url}"
             pa = self.path(a).display().to_string(),
             pb = self.path(b).display().to_string(),
         )
+    }
+
+    /// Starts `sim`, logs both accounts in (the first one's access token expiring in
+    /// `expiring` seconds when given) and serves a gateway pooling them over `store` (a
+    /// `[store]` table's body).
+    pub async fn start(&self, sim: SimBuilder, expiring: Option<u64>, store: &str) -> Harness {
+        let sim = sim.start().await.expect("sim");
+        let [a, b] = self.accounts();
+        self.log_in(&sim, a, expiring);
+        self.log_in(&sim, b, None);
+        let text = self.config(&sim, store);
+        Harness::single(sim, &text).await
     }
 
     /// A conversation of the client as it talks to its subscription backend (Codex sends its
