@@ -303,7 +303,8 @@ impl Login {
                 // too, the next attempt refreshes it.
                 let before = self.state().generation;
                 self.sync().await;
-                if self.state().generation != before || self.reread_file(&old) {
+                let moved = self.state().generation != before;
+                if moved || self.reread_file(&old) {
                     let st = self.state();
                     if let Some(credential) = &st.credential {
                         return Ok(Issued {
