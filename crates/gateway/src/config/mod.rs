@@ -32,6 +32,7 @@ use context_relay_core::quota::QuotaKind;
 use context_relay_tower::RelayConfigs;
 use serde::Deserialize;
 
+mod auth;
 mod clients;
 mod env;
 mod error;
@@ -39,6 +40,7 @@ mod limits;
 mod logins;
 mod validate;
 
+pub use auth::AuthScheme;
 pub use clients::ClientConfig;
 pub use error::ConfigError;
 pub use limits::{LimitsConfig, Secs};
@@ -230,53 +232,6 @@ pub enum StoreBackend {
     Memory,
     /// A redis server shared by several replicas.
     Redis,
-}
-
-/// How the account credential is sent upstream: an API key in a header, or a subscription
-/// login's access token (accounts with `credentials`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-pub enum AuthScheme {
-    /// `Authorization: Bearer <key>` (OpenAI, Codex).
-    #[default]
-    #[serde(rename = "bearer")]
-    Bearer,
-    /// `x-api-key: <key>` (Anthropic).
-    #[serde(rename = "x-api-key")]
-    XApiKey,
-    /// `x-goog-api-key: <key>` (Gemini API).
-    #[serde(rename = "x-goog-api-key")]
-    XGoogApiKey,
-    /// A ChatGPT login of Codex CLI (`auth.json`): `Authorization: Bearer <access token>` and
-    /// `chatgpt-account-id`, for the ChatGPT Codex backend.
-    #[serde(rename = "chatgpt")]
-    Chatgpt,
-    /// A Claude Pro/Max login of Claude Code (`.credentials.json`): `Authorization: Bearer
-    /// <access token>` and the `oauth-2025-04-20` beta added to the client's `anthropic-beta`.
-    #[serde(rename = "claude-oauth")]
-    ClaudeOauth,
-}
-
-impl AuthScheme {
-    /// Whether accounts log in with `credentials` (rather than an API key).
-    ///
-    /// ```
-    /// use context_relay_gateway::config::AuthScheme;
-    /// assert!(AuthScheme::Chatgpt.is_login() && !AuthScheme::XApiKey.is_login());
-    /// ```
-    pub fn is_login(self) -> bool {
-        matches!(self, Self::Chatgpt | Self::ClaudeOauth)
-    }
-
-    /// The configuration name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Bearer => "bearer",
-            Self::XApiKey => "x-api-key",
-            Self::XGoogApiKey => "x-goog-api-key",
-            Self::Chatgpt => "chatgpt",
-            Self::ClaudeOauth => "claude-oauth",
-        }
-    }
 }
 
 /// Which API a provider speaks (`api`), and so which client requests it can serve.
