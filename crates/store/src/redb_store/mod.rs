@@ -14,10 +14,12 @@
 //! never disagree once the queue has drained.
 //!
 //! Files: `open` (tables, value layout, index rebuild), `writer` (the queue and the writer
-//! thread), `reads` (point reads against the index), `store` (the [`HandoffStore`] impl).
+//! thread), `reads` (point reads against the index), `store` (the [`HandoffStore`] impl),
+//! `login` (subscription logins, table `logins`).
 //!
 //! [`HandoffStore`]: crate::HandoffStore
 
+mod login;
 mod open;
 mod reads;
 mod store;

@@ -25,11 +25,13 @@
 //! or the certificate authorities given to [`RedisStoreBuilder::root_certificates`].
 //!
 //! Files: `connection` (connecting, timeouts, the breaker), `scripts` (key names, stored
-//! fields, Lua scripts), `store` (the [`HandoffStore`] impl).
+//! fields, Lua scripts), `store` (the [`HandoffStore`] impl), `login` (subscription logins and
+//! their refresh lock).
 //!
 //! [`HandoffStore`]: crate::HandoffStore
 
 mod connection;
+mod login;
 mod scripts;
 mod store;
 

@@ -13,6 +13,34 @@ use context_relay_store::{HandoffStore, ManualClock, MemoryStore, RedbStore};
 mod redis_server;
 pub use redis_server::RedisServer;
 
+/// `mod $backend { #[tokio::test] async fn $case() { cases::$case(&$make().await) } … }`: the
+/// cases of the including file's `cases` module against one backend.
+#[allow(unused_macros)]
+macro_rules! backend {
+    ($backend:ident, $make:path, [$($case:ident),* $(,)?]) => {
+        mod $backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let h = $make().await;
+                    super::cases::$case(&h).await;
+                }
+            )*
+        }
+    };
+}
+
+/// The cases against every backend (redis with the `redis` feature).
+#[allow(unused_macros)]
+macro_rules! conformance {
+    ($($case:ident),* $(,)?) => {
+        backend!(memory, crate::common::memory, [$($case),*]);
+        backend!(redb, crate::common::redb, [$($case),*]);
+        #[cfg(feature = "redis")]
+        backend!(redis, crate::common::redis, [$($case),*]);
+    };
+}
+
 /// A store under test, its clock, and whatever must live as long as it (a temp dir, a server).
 pub struct Harness {
     pub store: Arc<dyn HandoffStore>,
