@@ -4,12 +4,17 @@
 //! `messages`, …) and Codex requests (`model`, …, `input` with its developer prompt and
 //! `<environment_context>` first); the history grows, the first turn stays.
 //!
+//! The `session-ids` group prices the contract that `prompt_cache_key` counts wherever it stands
+//! at the top level: a 1 MiB Codex body with the key before `input`, the same body with the key
+//! after it (as the OpenAI SDK writes it), each read by [`session_id`], next to one validation
+//! of the body.
+//!
 //! `cargo bench -p context-relay-core --bench fingerprint -- --warm-up-time 1 --measurement-time 3`
 
 use std::hint::black_box;
 
 use context_relay_core::json;
-use context_relay_core::session::fingerprint;
+use context_relay_core::session::{SessionSources, fingerprint, session_id};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use serde_json::{Value, json};
 
@@ -73,6 +78,27 @@ fn bench(c: &mut Criterion) {
         }
         group.finish();
     }
+    let after = codex(1 << 20);
+    let text = String::from_utf8(after.clone()).expect("UTF-8");
+    let before = text
+        .replacen(r#","prompt_cache_key":"k""#, "", 1)
+        .replacen(r#"{"model""#, r#"{"prompt_cache_key":"k","model""#, 1)
+        .into_bytes();
+    let headers = http::HeaderMap::new();
+    let sources = SessionSources::default();
+    let mut group = c.benchmark_group("session-ids/codex-1MiB");
+    group.throughput(Throughput::Bytes(after.len() as u64));
+    for (label, body) in [("key-first", &before), ("key-after-input", &after)] {
+        let found = session_id(&headers, Some(body), &sources).expect("a session");
+        assert_eq!(found.id, "k");
+        group.bench_with_input(BenchmarkId::new("session_id", label), body, |b, body| {
+            b.iter(|| session_id(&headers, Some(black_box(body)), &sources))
+        });
+    }
+    group.bench_with_input(BenchmarkId::new("validate", "1MiB"), &after, |b, body| {
+        b.iter(|| json::validate(black_box(body)))
+    });
+    group.finish();
 }
 
 criterion_group!(benches, bench);

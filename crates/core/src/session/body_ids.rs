@@ -7,11 +7,13 @@
 //! cannot tell them apart), so they count wherever they stand at the top level.
 //!
 //! What keeps this cheap on a long history resent every turn:
-//! - a byte search for the two key literals first (`"prompt_cache_key"`, `"metadata"`): a
-//!   body holding neither is not walked at all;
+//! - a forward byte search for the two key literals first (`"prompt_cache_key"`,
+//!   `"metadata"`): a body holding neither is not walked at all;
 //! - the walk over the top-level members skips every other value (the conversation array
-//!   included) with the scanner, without decoding or copying it, and stops past the last
-//!   place where either literal occurs, since no later member can be one of them.
+//!   included) with the scanner, without decoding or copying it; once it passes the next
+//!   place where a literal occurs, it searches for the one after, and stops when there is
+//!   none, since no later member can be one of them. A key written first costs one walk step
+//!   and one search over the rest of the body.
 //!
 //! A key spelled with escapes (`"prompt\u005fcache_key"`) is not recognised; no client writes
 //! one. A member repeated counts once, the last one read. A body that turns out malformed
@@ -34,13 +36,17 @@ struct Metadata<'a> {
     user_id: Str<'a>,
 }
 
-/// Reverse searchers for the quoted key literals of `keys`, built once per call site.
-type Finders = [memchr::memmem::FinderRev<'static>];
+/// Forward searchers for the quoted key literals of `keys`, built once per call site.
+type Finders = [memchr::memmem::Finder<'static>];
 
-/// Where the last possible start of any of the keys is: the opening quote of the last
-/// occurrence of any of their literals, or `None` when none occurs.
-fn last_candidate(body: &[u8], finders: &Finders) -> Option<usize> {
-    finders.iter().filter_map(|f| f.rfind(body)).max()
+/// The start of the first occurrence at or after `from` of any of the literals, or `None`.
+fn next_candidate(body: &[u8], from: usize, finders: &Finders) -> Option<usize> {
+    let rest = body.get(from..)?;
+    finders
+        .iter()
+        .filter_map(|f| f.find(rest))
+        .min()
+        .map(|i| from + i)
 }
 
 /// Calls `found` with each top-level member whose key is one of `keys` (unquoted), in body
@@ -52,15 +58,19 @@ fn top_level_members(
     keys: &[&str],
     mut found: impl FnMut(&str, crate::json::Span) -> bool,
 ) {
-    let Some(last) = last_candidate(body, finders) else {
+    let Some(mut next) = next_candidate(body, 0, finders) else {
         return;
     };
     let Ok(mut members) = Members::root(body) else {
         return;
     };
     while let Some(Ok(key)) = members.next() {
-        if key.key_span.start > last {
-            return;
+        if key.key_span.start > next {
+            // The occurrence was inside an earlier value: look for the next one from here.
+            match next_candidate(body, key.key_span.start, finders) {
+                Some(n) => next = n,
+                None => return,
+            }
         }
         if keys.contains(&key.key.as_ref()) {
             // A malformed value ends the walk; what was found before it counts.
@@ -78,10 +88,10 @@ fn top_level_members(
 /// `previous_response_id` or `conversation` member (Responses API), wherever it stands.
 pub(super) fn chained(body: &[u8]) -> bool {
     use std::sync::LazyLock;
-    static FINDERS: LazyLock<[memchr::memmem::FinderRev<'static>; 2]> = LazyLock::new(|| {
+    static FINDERS: LazyLock<[memchr::memmem::Finder<'static>; 2]> = LazyLock::new(|| {
         [
-            memchr::memmem::FinderRev::new(b"\"previous_response_id\""),
-            memchr::memmem::FinderRev::new(b"\"conversation\""),
+            memchr::memmem::Finder::new(b"\"previous_response_id\""),
+            memchr::memmem::Finder::new(b"\"conversation\""),
         ]
     });
     let mut chained = false;
@@ -103,10 +113,10 @@ impl<'a> BodyIds<'a> {
     /// object. A member repeated counts once, the last one read.
     pub(super) fn read(body: &'a [u8]) -> Self {
         use std::sync::LazyLock;
-        static FINDERS: LazyLock<[memchr::memmem::FinderRev<'static>; 2]> = LazyLock::new(|| {
+        static FINDERS: LazyLock<[memchr::memmem::Finder<'static>; 2]> = LazyLock::new(|| {
             [
-                memchr::memmem::FinderRev::new(b"\"prompt_cache_key\""),
-                memchr::memmem::FinderRev::new(b"\"metadata\""),
+                memchr::memmem::Finder::new(b"\"prompt_cache_key\""),
+                memchr::memmem::Finder::new(b"\"metadata\""),
             ]
         });
         let mut ids = Self::default();
@@ -218,5 +228,36 @@ mod tests {
             ids(r#"{"prompt_cache_key":"k","input":[1], "tail": oops"#),
             (None, Some("k".into()))
         );
+    }
+
+    proptest::proptest! {
+        /// Whatever the order of the members and wherever the literal also occurs inside
+        /// values, the key read is the last top-level string one, as a full parse reads it.
+        #[test]
+        fn agrees_with_a_full_parse(
+            members in proptest::collection::vec((0u8..5, "[a-z]{0,6}"), 0..8),
+        ) {
+            let parts: Vec<String> = members
+                .iter()
+                .map(|(kind, v)| match kind {
+                    0 => format!(r#""prompt_cache_key":"{v}""#),
+                    1 => format!(r#""input":[{{"prompt_cache_key":"n{v}"}},"\"prompt_cache_key\""]"#),
+                    2 => format!(r#""prompt_cache_key":{}"#, v.len()),
+                    3 => format!(r#""note":"prompt_cache_key {v}""#),
+                    _ => format!(r#""m{v}":{{"a":[1,2,{{"b":"c"}}]}}"#),
+                })
+                .collect();
+            let body = format!("{{{}}}", parts.join(","));
+            // The oracle: the last top-level member of that name, when it is a string.
+            let mut expected = None;
+            for (kind, v) in &members {
+                match kind {
+                    0 => expected = Some(v.clone()),
+                    2 => expected = None,
+                    _ => {}
+                }
+            }
+            proptest::prop_assert_eq!(ids(&body).1, expected, "{}", body);
+        }
     }
 }
