@@ -42,6 +42,7 @@ mod budget;
 mod collect;
 mod combo;
 pub mod config;
+mod connection;
 mod error;
 mod gemini;
 mod idle;
