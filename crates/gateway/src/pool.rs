@@ -8,8 +8,11 @@
 //! - **Exhaustion**: a 429, or a quota signal at or above `rotate_at`, makes an account
 //!   unavailable until the reset the provider announced (60 s when it announced none).
 //! - **Refusal**: an account whose credential the provider refused (401/403) is disabled for a
-//!   back-off that doubles with each consecutive refusal (1 min, 2 min, … at most 1 h) and is
-//!   tried again after it; its first success resets the back-off.
+//!   back-off that doubles with each consecutive refusal (1 min, 2 min, … at most 1 h). After
+//!   the back-off one request probes it while the others keep skipping it: an answer that
+//!   shows the credential works (a success, a quota error, an error about the request)
+//!   re-enables it and resets the back-off; a refusal of the probe doubles the back-off. Further
+//!   refusals while it is disabled (requests that were already on their way) change nothing.
 //! - **Bounded memory**: at most [`DEFAULT_MAX_SESSIONS`] session bindings per provider; when
 //!   full, the least recently used eighth is forgotten (those sessions are placed fill-first
 //!   again on their next request).
@@ -38,6 +41,9 @@ pub(crate) const DEFAULT_MAX_SESSIONS: usize = 100_000;
 pub(crate) const REFUSED_BACKOFF: Duration = Duration::from_secs(60);
 /// The longest back-off of a refused account.
 pub(crate) const MAX_REFUSED_BACKOFF: Duration = Duration::from_secs(3600);
+/// How long the probe of a disabled account may take before another request probes it (a
+/// probe whose client went away never reports).
+pub(crate) const PROBE_WINDOW: Duration = Duration::from_secs(60);
 
 /// The pools of every configured provider.
 #[derive(Debug, Default)]
@@ -129,6 +135,8 @@ struct AccountState {
     disabled_until: Option<SystemTime>,
     /// Consecutive refusals, for the back-off.
     refusals: u32,
+    /// A disabled account past its back-off is being probed by one request until then.
+    probe_until: Option<SystemTime>,
 }
 
 #[derive(Debug, Default)]
@@ -255,25 +263,26 @@ impl ProviderPool {
                 a.used = None;
                 a.exhausted_until = None;
             }
-            if a.disabled_until.is_some_and(|t| t <= now) {
-                // Tried again; `refusals` stays until a success, so a second refusal waits
-                // longer.
-                a.disabled_until = None;
-            }
         }
+        // A disabled account past its back-off takes one probe at a time.
         let available = |i: usize, state: &PoolState| {
             !exclude.contains(&i)
-                && state
-                    .accounts
-                    .get(i)
-                    .is_some_and(|a| a.exhausted_until.is_none() && a.disabled_until.is_none())
+                && state.accounts.get(i).is_some_and(|a| {
+                    a.exhausted_until.is_none()
+                        && a.disabled_until
+                            .is_none_or(|t| t <= now && a.probe_until.is_none_or(|p| p <= now))
+                })
         };
-        if let Some(&(i, _)) = session.and_then(|s| state.sessions.get(s))
-            && available(i, &state)
+        let picked = match session.and_then(|s| state.sessions.get(s)) {
+            Some(&(i, _)) if available(i, &state) => Some(i),
+            _ => (0..self.accounts.len()).find(|&i| available(i, &state)),
+        }?;
+        if let Some(a) = state.accounts.get_mut(picked)
+            && a.disabled_until.is_some()
         {
-            return Some(i);
+            a.probe_until = Some(now + PROBE_WINDOW);
         }
-        (0..self.accounts.len()).find(|&i| available(i, &state))
+        Some(picked)
     }
 
     /// Remembers that `account` served `session` (call it on a successful answer only, so
@@ -292,23 +301,42 @@ impl ProviderPool {
         state.sessions.insert(Arc::from(session), (account, tick));
     }
 
-    /// Records a successful answer of `account`: its refusal back-off starts over.
+    /// Records an answer of `account` that shows its credential works (a success, or an error
+    /// about quota or about the request): a disabled account is enabled again and its refusal
+    /// back-off starts over.
     pub(crate) fn succeeded(&self, account: usize) {
         let mut state = self.lock();
         if let Some(a) = state.accounts.get_mut(account)
-            && a.refusals > 0
+            && (a.refusals > 0 || a.disabled_until.is_some())
         {
             a.refusals = 0;
+            a.disabled_until = None;
+            a.probe_until = None;
+        }
+    }
+
+    /// Ends the probe of `account` without a verdict on its credential (the provider failed):
+    /// the next request probes it again.
+    pub(crate) fn probe_ended(&self, account: usize) {
+        if let Some(a) = self.lock().accounts.get_mut(account) {
+            a.probe_until = None;
         }
     }
 
     /// Disables `account` because the provider refused its credential, for a back-off that
     /// doubles with each consecutive refusal. Returns until when.
+    ///
+    /// A refusal while the account is still in its back-off (a request that was sent before
+    /// it was disabled) leaves the back-off as it is: only a refused probe doubles it.
     pub(crate) fn disable(&self, account: usize, now: SystemTime) -> SystemTime {
         let mut state = self.lock();
         let Some(a) = state.accounts.get_mut(account) else {
             return now;
         };
+        if let Some(until) = a.disabled_until.filter(|t| *t > now) {
+            return until;
+        }
+        a.probe_until = None;
         let factor = 1u32 << a.refusals.min(10);
         let until = now + (REFUSED_BACKOFF * factor).min(MAX_REFUSED_BACKOFF);
         a.refusals = a.refusals.saturating_add(1);

@@ -331,6 +331,13 @@ where
                 internal,
                 now,
             };
+            match verdict {
+                Verdict::Refused => {}
+                // Nothing learnt about the credential: the next request probes it again.
+                Verdict::Unavailable => pool.probe_ended(idx),
+                // The provider took the credential and judged the quota or the request.
+                Verdict::Exhausted(_) | Verdict::Answer => pool.succeeded(idx),
+            }
             let error = decoded.as_deref().and_then(error_type).unwrap_or_default();
             let rotate = attempt.rotate(verdict, &error, &mut unavailable_retried);
             if let Verdict::Exhausted(signal) = verdict {
@@ -339,9 +346,16 @@ where
                 res_parts.extensions.insert(signal);
             }
             if !rotate {
-                // The client's answer: it still carries the usage reading and who served.
+                // The client's answer: it still carries the usage reading and who served. A 429
+                // that the request caused says nothing about the account's quota: only its
+                // headers are read.
+                let reading = if status == StatusCode::TOO_MANY_REQUESTS {
+                    StatusCode::OK
+                } else {
+                    status
+                };
                 if let Some(signal) =
-                    quota::from_response(pool.quota_kind(), status, &res_parts.headers, None, now)
+                    quota::from_response(pool.quota_kind(), reading, &res_parts.headers, None, now)
                 {
                     record_usage(&pool, idx, account, &signal, now, internal);
                     res_parts.extensions.insert(signal);
