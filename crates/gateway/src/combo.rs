@@ -27,7 +27,7 @@ use std::sync::{Arc, LazyLock};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use context_relay_core::decode::{DecodeError, decode};
+use context_relay_core::decode::DecodeError;
 use context_relay_core::session::{self, SessionSources};
 use context_relay_tower::{ComboName, ServingModel, SessionId, Tenant};
 use foldhash::HashMap;
@@ -41,6 +41,7 @@ use crate::auth::{ClientAccess, forbidden};
 use crate::budget::{BudgetHold, ByteBudget};
 use crate::collect::{Buffered, Collect, collect_within, is_timeout};
 use crate::config::Config;
+use crate::decoding::decode_off_workers;
 use crate::error::{ErrorKind, ErrorShape, error_response};
 use crate::gemini;
 use crate::model::{find_model, rewrite_model};
@@ -335,7 +336,7 @@ where
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         res
     };
-    let raw = match collect_within(body, limit, hold).await {
+    let raw = match collect_within(body, declared, limit, hold).await {
         Ok(bytes) => bytes,
         Err(Collect::TooLarge) => return Err(too_large()),
         Err(Collect::Budget) => return Err(busy()),
@@ -369,8 +370,10 @@ where
                     &format!("expected at most {MAX_CODINGS} content codings, found {layers}"),
                 ));
             }
-            match decode(encoding, raw.as_slice(), limit) {
-                Ok(b) if !hold.take(b.len()) => return Err(busy()),
+            match decode_off_workers(encoding.to_owned(), raw, limit).await {
+                // The decoded buffer is held whole, spare capacity included (the compressed
+                // bytes stay counted until the request ends).
+                Ok(b) if !hold.take(b.capacity()) => return Err(busy()),
                 Ok(b) => Buffered::Chunk(Bytes::from(b)),
                 Err(DecodeError::TooLarge { .. }) => return Err(too_large()),
                 Err(e @ DecodeError::Unsupported(_)) => {

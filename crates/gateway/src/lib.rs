@@ -43,6 +43,7 @@ mod collect;
 mod combo;
 pub mod config;
 mod connection;
+mod decoding;
 mod error;
 mod gemini;
 mod idle;
