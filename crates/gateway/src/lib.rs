@@ -72,6 +72,6 @@ pub use log_fields::PlainFields;
 pub use ready::Readiness;
 pub use relay::RelayBackground;
 pub use server::{BACKGROUND_GRACE, HttpService, RunningGateway};
-pub use store::StoreOpenError;
+pub use store::{StoreOpenError, check_store};
 pub use telemetry::prometheus_builder;
 pub use upstream::UpstreamError;

@@ -1,7 +1,8 @@
 //! `GET /readyz`: whether this replica should receive traffic.
 //!
 //! 200 `{"status":"ready"}` when the handoff store answers; 503 `{"status":"store unreachable"}`
-//! while it does not (for Redis, also while its circuit breaker is open), and 503
+//! while it does not (for Redis, also while its circuit breaker is open; for redb, while its
+//! file is broken after an I/O error and not reopened yet), and 503
 //! `{"status":"shutting down"}` once shutdown began. `/healthz` stays 200 while the process runs:
 //! the gateway still serves requests without its store (the relay fails open).
 
@@ -68,6 +69,12 @@ impl Readiness {
     pub async fn check(&self) -> Result<(), NotReady> {
         if self.shutting_down.load(Ordering::Relaxed) {
             return Err(NotReady::ShuttingDown);
+        }
+        // A store known to be broken (a redb file after an I/O error) is not ready, even
+        // though it still answers reads from memory.
+        if let Err(e) = self.store.health() {
+            tracing::debug!(error = %e, "readyz: store broken");
+            return Err(NotReady::StoreUnreachable);
         }
         let probe = HandoffKey::new("context-relay", "readyz", "probe");
         match tokio::time::timeout(PROBE_TIMEOUT, self.store.contains(&probe)).await {

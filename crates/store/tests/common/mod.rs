@@ -11,6 +11,7 @@ use context_relay_core::{Handoff, HandoffKey, HandoffRecord};
 use context_relay_store::{HandoffStore, ManualClock, MemoryStore, RedbStore};
 
 mod redis_server;
+#[allow(unused_imports)]
 pub use redis_server::RedisServer;
 
 /// A store under test, its clock, and whatever must live as long as it (a temp dir, a server).
