@@ -41,7 +41,7 @@ use crate::auth::{ClientAccess, forbidden};
 use crate::budget::{BudgetHold, ByteBudget};
 use crate::collect::{Buffered, Collect, collect_within, is_timeout};
 use crate::config::Config;
-use crate::decoding::decode_off_workers;
+use crate::decoding::{OFF_WORKERS_BYTES, decode_off_workers, off_workers};
 use crate::error::{ErrorKind, ErrorShape, error_response};
 use crate::gemini;
 use crate::model::{find_model, rewrite_model};
@@ -427,7 +427,17 @@ where
     parts
         .headers
         .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
-    identify(&mut parts, &body);
+    if body.len() >= OFF_WORKERS_BYTES {
+        let body = body.clone();
+        parts = off_workers(move || {
+            identify(&mut parts, &body);
+            parts
+        })
+        .await
+        .map_err(|e| bad_request(&format!("the request body could not be read: {e}")))?;
+    } else {
+        identify(&mut parts, &body);
+    }
     if let Some(combo) = combo {
         parts.extensions.insert(combo);
     }
