@@ -64,22 +64,19 @@ fn codex_cli_session_header() {
     assert_eq!(found.source, header("session-id"));
     assert_eq!(found.id, c.headers["session-id"].to_str().unwrap());
 
-    // Without its headers: Codex sends prompt_cache_key (the same id) after the history, where
-    // it is not read; the fingerprint tells the session, the same on every turn.
+    // Without its headers: Codex sends prompt_cache_key (the same id) after the history; it
+    // counts there, and before it alike.
     let found = session_id(&HeaderMap::new(), Some(&body), &SessionSources::default()).unwrap();
-    assert_eq!(found.source, SessionSource::Fingerprint);
-    assert_eq!(Some(found.id), fingerprint(&body));
-    // Sent before the history, it is the id.
+    assert_eq!(found.source, SessionSource::PromptCacheKey);
+    assert_eq!(found.id, c.headers["session-id"].to_str().unwrap());
     let mut v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     let key = v
         .as_object_mut()
         .unwrap()
         .remove("prompt_cache_key")
         .unwrap();
-    let front = format!(
-        r#"{{"prompt_cache_key":{key},{}"#,
-        &serde_json::to_string(&v).unwrap()[1..]
-    );
+    let rest = serde_json::to_string(&v).unwrap();
+    let front = format!(r#"{{"prompt_cache_key":{key},{}"#, &rest[1..]);
     let found = session_id(
         &HeaderMap::new(),
         Some(front.as_bytes()),
@@ -88,6 +85,15 @@ fn codex_cli_session_header() {
     .unwrap();
     assert_eq!(found.source, SessionSource::PromptCacheKey);
     assert_eq!(found.id, c.headers["session-id"].to_str().unwrap());
+    // Without it at all, the fingerprint tells the session.
+    let found = session_id(
+        &HeaderMap::new(),
+        Some(rest.as_bytes()),
+        &SessionSources::default(),
+    )
+    .unwrap();
+    assert_eq!(found.source, SessionSource::Fingerprint);
+    assert_eq!(Some(found.id), fingerprint(rest.as_bytes()));
 }
 
 #[test]
@@ -102,27 +108,28 @@ fn claude_code_header_then_metadata_user_id() {
     assert_eq!(found.source, header("x-claude-code-session-id"));
     assert_eq!(found.id, expected);
 
-    // Without the header: Claude Code's metadata comes after the history, where it is not
-    // read; the fingerprint tells the session.
+    // Without the header: Claude Code's metadata comes after the history; it counts there,
+    // and gives the same id as the header.
     let mut without = c.headers.clone();
     without.remove("x-claude-code-session-id");
     let found = session_id(&without, Some(&body), &SessionSources::default()).unwrap();
-    assert_eq!(found.source, SessionSource::Fingerprint);
-    // Sent before the history, metadata.user_id gives the same id as the header.
+    assert_eq!(found.source, SessionSource::MetadataUserId);
+    assert_eq!(found.id, expected);
+    // Sent before the history, the same.
     let mut v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     let meta = v.as_object_mut().unwrap().remove("metadata").unwrap();
-    let front = format!(
-        r#"{{"metadata":{meta},{}"#,
-        &serde_json::to_string(&v).unwrap()[1..]
-    );
+    let rest = serde_json::to_string(&v).unwrap();
+    let front = format!(r#"{{"metadata":{meta},{}"#, &rest[1..]);
     let found = session_id(&without, Some(front.as_bytes()), &SessionSources::default()).unwrap();
     assert_eq!(found.source, SessionSource::MetadataUserId);
     assert_eq!(found.id, expected);
+    // Without it, the fingerprint.
+    let found = session_id(&without, Some(rest.as_bytes()), &SessionSources::default()).unwrap();
+    assert_eq!(found.source, SessionSource::Fingerprint);
 }
 
 #[test]
 fn legacy_metadata_user_id() {
-    // Written out: `json!` would sort `metadata` after `messages`, where it is not read.
     let body = br#"{"model": "claude-sonnet-4-5",
         "metadata": {"user_id": "user_5f2a_account__session_0b8e9f5c-1d2e-4f3a-9b8c-7d6e5f4a3b2c"},
         "messages": [{"role": "user", "content": "hi"}]}"#;
@@ -413,4 +420,49 @@ proptest! {
             prop_assert_eq!(fingerprint(&bytes), fingerprint(&serde_json::to_vec(&longer).unwrap()));
         }
     }
+}
+
+/// The OpenAI SDK's Responses body: `model`, `input`, then `prompt_cache_key` after the
+/// history, no session header.
+fn sdk_turn(key: &str, opening: &str, history_bytes: usize) -> Vec<u8> {
+    let mut input = vec![json!({"role": "user", "content": opening})];
+    let filler = "x".repeat(1000);
+    let mut size = 0;
+    let mut i = 0;
+    while size < history_bytes {
+        let item = json!({"role": if i % 2 == 0 { "assistant" } else { "user" },
+                          "content": format!("{i} {filler}")});
+        size += item.to_string().len();
+        input.push(item);
+        i += 1;
+    }
+    format!(
+        r#"{{"model":"gpt-5","input":{},"prompt_cache_key":{}}}"#,
+        Value::Array(input),
+        json!(key)
+    )
+    .into_bytes()
+}
+
+#[test]
+fn prompt_cache_key_after_a_large_history_is_the_session() {
+    let sources = SessionSources::default();
+    let id = |body: &[u8]| {
+        let found = session_id(&HeaderMap::new(), Some(body), &sources).unwrap();
+        assert_eq!(found.source, SessionSource::PromptCacheKey);
+        found.id
+    };
+    // One conversation, its first turn and a turn with 1 MiB of history: one session.
+    let first = id(&sdk_turn("conv-1", "Fix the flaky test.", 0));
+    let late = id(&sdk_turn("conv-1", "Fix the flaky test.", 1 << 20));
+    assert_eq!(first, "conv-1");
+    assert_eq!(late, first);
+    // Two conversations with the same opening and their own keys: two sessions (the
+    // fingerprint alone would fold them into one).
+    let other = id(&sdk_turn("conv-2", "Fix the flaky test.", 1 << 20));
+    assert_eq!(other, "conv-2");
+    assert_eq!(
+        fingerprint(&sdk_turn("conv-1", "Fix the flaky test.", 0)),
+        fingerprint(&sdk_turn("conv-2", "Fix the flaky test.", 0))
+    );
 }

@@ -11,7 +11,8 @@
 //!
 //! - `model` names a combo → [`ComboName`] and [`RouteTargets`] (the combo's targets, tried in
 //!   order) are set; the relay settings of a `priority` combo keep only the model-switch path;
-//! - `model` is `provider/model` → [`RouteTargets`] with that one target, no combo;
+//! - `model` is `provider/model` → [`RouteTargets`] with that one target, and the route as
+//!   its [`ComboName`] (the relay keys a direct route's sessions by the route);
 //! - anything else → a 404 in the client's error shape;
 //! - a client whose [`ClientAccess`] does not list the model gets a 403;
 //! - [`Tenant`] and [`SessionId`] are set for every routed request (see [`identify`]), and
@@ -138,12 +139,12 @@ impl Routes {
         if let Some((combo, targets)) = self.combos.get(model) {
             return Ok((combo.clone(), targets.clone()));
         }
-        if let Some((provider, m)) = model.split_once('/')
-            && !m.is_empty()
-            && let Some(p) = self.providers.iter().find(|p| &***p == provider)
-        {
-            let target = Target::new(p.clone(), Arc::from(m));
-            return Ok((None, RouteTargets(Arc::from([target]))));
+        if let Some(target) = self.direct(model) {
+            // A direct route gets the whole relay, keyed by the route: its sessions are
+            // scrubbed, repaired and handed off when they move between the provider's
+            // accounts, like a combo's.
+            let combo = ComboName::new(&*target.serving.0);
+            return Ok((Some(combo), RouteTargets(Arc::from([target]))));
         }
         Err(RouteError::UnknownModel {
             model: model.to_owned(),
@@ -157,10 +158,26 @@ impl Routes {
         })
     }
 
-    /// The targets of the combo `name`: internal requests (the relay's summary call) carry the
-    /// session's [`ComboName`] but no [`RouteTargets`], and are routed with these.
-    pub(crate) fn combo_targets(&self, name: &str) -> Option<&RouteTargets> {
-        self.combos.get(name).map(|(_, targets)| targets)
+    /// The one target of a direct `provider/model` route, when `model` is one.
+    fn direct(&self, model: &str) -> Option<Target> {
+        let (provider, m) = model.split_once('/')?;
+        if m.is_empty() {
+            return None;
+        }
+        let p = self.providers.iter().find(|p| &***p == provider)?;
+        Some(Target::new(p.clone(), Arc::from(m)))
+    }
+
+    /// The targets of the combo or direct route `name`: internal requests (the relay's summary
+    /// call) carry the session's [`ComboName`] but no [`RouteTargets`], and are routed with
+    /// these.
+    pub(crate) fn combo_targets(&self, name: &str) -> Option<RouteTargets> {
+        match self.combos.get(name) {
+            Some((_, targets)) => Some(targets.clone()),
+            None => self
+                .direct(name)
+                .map(|target| RouteTargets(Arc::from([target]))),
+        }
     }
 
     /// The model ids clients can ask for: combos, then every distinct combo target.

@@ -205,7 +205,7 @@ where
         && req.extensions().get::<Anonymous>().is_none();
     let targets = req.extensions().get::<RouteTargets>().cloned().or_else(|| {
         let combo = req.extensions().get::<ComboName>()?;
-        routes.as_ref()?.combo_targets(&combo.0).cloned()
+        routes.as_ref()?.combo_targets(&combo.0)
     });
     let Some(targets) = targets else {
         return Ok(own_error(

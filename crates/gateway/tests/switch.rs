@@ -18,12 +18,16 @@ use support::{
 };
 
 /// Turns 1–3 on the first account (30, 60, 90 %: a handoff is written), then the account is
-/// used up and turns 4–6 go to the second account. Returns the upstream requests of turns 4–6.
-async fn three_turns_after_a_switch(client: Client) {
+/// used up and turns 4–6 go to the second account. `model` is the combo or direct
+/// `provider/model` route asked for (the client's combo when `None`).
+async fn three_turns_after_a_switch(client: Client, model: Option<&str>) {
     let h = Harness::start(1, MEMORY, SimProvider::builder()).await;
     let [a, b, _] = client.accounts();
     let session = "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b";
-    let mut conv = Conversation::new(client, session);
+    let mut conv = match model {
+        Some(model) => Conversation::asking(client, session, model),
+        None => Conversation::new(client, session),
+    };
     let first_size = serde_json::to_vec(&conv.body).unwrap().len();
     // The captures' sizes: Codex 38 059 bytes, Claude Code 76 328 bytes.
     let real: usize = match client {
@@ -137,12 +141,19 @@ async fn three_turns_after_a_switch(client: Client) {
 
 #[tokio::test]
 async fn codex_history_keeps_working_three_turns_after_a_switch() {
-    three_turns_after_a_switch(Client::Codex).await;
+    three_turns_after_a_switch(Client::Codex, None).await;
 }
 
 #[tokio::test]
 async fn claude_code_history_keeps_working_three_turns_after_a_switch() {
-    three_turns_after_a_switch(Client::Claude).await;
+    three_turns_after_a_switch(Client::Claude, None).await;
+}
+
+/// A session addressed as `provider/model` (no combo) gets the whole relay, keyed by the route.
+#[tokio::test]
+async fn a_direct_route_keeps_working_three_turns_after_a_switch() {
+    three_turns_after_a_switch(Client::Codex, Some("codex/gpt-5.5")).await;
+    three_turns_after_a_switch(Client::Claude, Some("anthropic/claude-opus-4-8")).await;
 }
 
 /// A session this gateway never saw (the client comes from another gateway) whose history
@@ -508,5 +519,81 @@ async fn a_stored_response_chain_continues_on_the_new_account() {
     for r in &to_b[1..] {
         assert_eq!(h.owners(r), [Some("acct-b".to_owned())]);
         assert_eq!(r.rejected, None);
+    }
+}
+
+/// Claude Code with budgeted thinking (`--model claude-sonnet-4-5`): a tool loop that crosses
+/// the switch goes on for several steps on the new account. Its first step there has thinking
+/// turned off (the loop's thinking was the old account's); the new account then answers
+/// without thinking, and every later step of the same loop must keep thinking off until the
+/// next plain user turn, or the provider refuses it ("a final `assistant` message must start
+/// with a thinking block").
+#[tokio::test]
+async fn a_budgeted_thinking_tool_loop_stays_valid_to_its_end_after_the_switch() {
+    let h = Harness::start(1, MEMORY, SimProvider::builder()).await;
+    let session = "0199a1b2-0000-7000-8000-00000000000c";
+    let mut conv = Conversation::new(Client::Claude, session);
+    conv.body["thinking"] = json!({"type": "enabled", "budget_tokens": 31999});
+    for _ in 1..=2 {
+        assert_eq!(conv.turn(&h, 0).await.0, 200);
+    }
+    let (status, _, reply) = h
+        .send(0, Client::Claude.path(), &conv.headers, &conv.body)
+        .await;
+    assert_eq!(status, 200);
+    continue_with_tool_result(&mut conv, &reply);
+    h.idle().await;
+    h.sim.set_used("acct-x", 100.0);
+    h.sim.clear_requests();
+    // Three more steps of the loop on acct-y: each answered turn calls the tool again.
+    for step in 1..=3 {
+        let (status, acted, reply) = h
+            .send(0, Client::Claude.path(), &conv.headers, &conv.body)
+            .await;
+        assert_eq!(
+            status,
+            200,
+            "loop step {step} ({acted:?}): {}",
+            String::from_utf8_lossy(&reply)
+        );
+        h.idle().await;
+        let sent = h.last_turn().json().unwrap();
+        assert_eq!(sent["thinking"], json!({"type": "disabled"}), "step {step}");
+        // The model's turn had no thinking (it was off); the client calls the next tool.
+        claude_next_turn(&mut conv.body, &reply, "unused");
+        let messages = conv.body["messages"].as_array_mut().unwrap();
+        messages.pop();
+        let id = format!("toolu_loop_{step}");
+        messages
+            .last_mut()
+            .unwrap()
+            .get_mut("content")
+            .and_then(Value::as_array_mut)
+            .unwrap()
+            .push(json!({"type": "tool_use", "id": id, "name": "Bash",
+                         "input": {"command": "cargo test", "description": "Run the tests"}}));
+        messages.push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": id, "content": "ok"}]}));
+    }
+    // The loop ends with a plain user turn: thinking is on again.
+    let messages = conv.body["messages"].as_array_mut().unwrap();
+    messages
+        .push(json!({"role": "assistant", "content": [{"type": "text", "text": "All green."}]}));
+    messages
+        .push(json!({"role": "user", "content": [{"type": "text", "text": "Thanks, commit it."}]}));
+    let (status, _, reply) = conv.turn(&h, 0).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&reply));
+    let sent = h.last_turn().json().unwrap();
+    assert_eq!(sent["thinking"]["type"], "enabled");
+    // (acct-x, used up, answered the first step with a 429 before it moved.)
+    let to_y: Vec<_> = h
+        .turns()
+        .into_iter()
+        .filter(|r| r.account.as_deref() == Some("acct-y"))
+        .collect();
+    assert_eq!(to_y.len(), 4);
+    for r in &to_y {
+        assert_eq!(r.rejected, None, "no step was refused");
+        assert!(h.owners(r).iter().all(|o| o.as_deref() == Some("acct-y")));
     }
 }

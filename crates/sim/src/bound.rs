@@ -274,7 +274,12 @@ pub(super) fn check_messages(minter: &Minter, account: &str, request: &Value) ->
             }
             _ => None,
         };
-        if on
+        // Only extended thinking with a budget requires the block: an adaptive model may
+        // answer a tool loop step without thinking, and the API takes such a turn back as it
+        // is (a real Claude Code capture carries one: `shared/fixtures/clients/
+        // claude-tool-roundtrip/03-…`).
+        let budgeted = request.pointer("/thinking/type").and_then(Value::as_str) == Some("enabled");
+        if budgeted
             && let Some(i) = continued
             && let Some(first) = content(&messages[i]).and_then(|c| c.first().cloned())
             && !is_thinking(&first)
@@ -449,12 +454,15 @@ mod tests {
         );
         assert_eq!(r.body["type"], "error");
         assert_eq!(r.body["error"]["type"], "invalid_request_error");
-        // Without its thinking block, the tool cycle breaks the thinking rule.
+        // Without its thinking block, the tool cycle breaks the thinking rule of budgeted
+        // thinking; adaptive thinking takes the step as it is (the model may not think).
         let mut stripped = req.clone();
         stripped["messages"][1]["content"]
             .as_array_mut()
             .unwrap()
             .remove(0);
+        assert_eq!(check_messages(&m, "b", &stripped), None);
+        stripped["thinking"] = json!({"type": "enabled", "budget_tokens": 1024});
         let r = check_messages(&m, "b", &stripped).unwrap();
         assert!(r.body["error"]["message"]
             .as_str()

@@ -11,10 +11,8 @@ use crate::json::{self, JsonError, Kind, ListEdit, Span};
 #[derive(Debug, Default, Clone, Copy)]
 struct Turn {
     assistant: bool,
-    /// The assistant turn began with a (redacted) thinking block.
-    began_with_thinking: bool,
-    /// A thinking block was removed from it.
-    lost_thinking: bool,
+    /// After the edits, the assistant message still starts with a (redacted) thinking block.
+    starts_with_thinking: bool,
     /// A user turn holding `tool_result` blocks.
     tool_results: bool,
     dropped: bool,
@@ -50,6 +48,7 @@ pub(super) fn anthropic(plan: &mut Plan<'_>, cx: &mut Cx<'_>) -> Result<(), Port
                         cx.removed.empty_messages += 1;
                     }
                 }
+                // A string content starts with no thinking block.
                 (Some("assistant"), None) => turn.assistant = true,
                 (Some("user"), Some(content)) => {
                     let blocks = json::array_at(body, content)?;
@@ -88,7 +87,8 @@ fn block_type<'a>(body: &'a [u8], block: &Span) -> Result<Option<Cow<'a, str>>, 
     Ok(string_member(body, &object, "type"))
 }
 
-/// Plans the removal of the thinking blocks of one assistant message's `content`.
+/// Plans the removal of the thinking blocks of one assistant message's `content`, and tells
+/// whether what is left starts with a thinking block.
 fn strip_thinking(
     plan: &mut Plan<'_>,
     content: Span,
@@ -98,21 +98,25 @@ fn strip_thinking(
     let body = plan.body;
     let blocks = json::array_at(body, content)?;
     let mut list = ListEdit::new(&blocks.span, blocks.items.clone());
+    // Whether the first block that stays is a thinking block (`None`: none stayed yet).
+    let mut first_kept: Option<bool> = None;
     for (k, b) in blocks.items.iter().enumerate() {
         if Kind::of(body, b) != Some(Kind::Object) {
+            first_kept.get_or_insert(false);
             continue;
         }
         let object = json::object_at(body, b.clone())?;
         let (token, thinking) = match string_member(body, &object, "type").as_deref() {
             Some("thinking") => (object.get("signature"), true),
             Some("redacted_thinking") => (object.get("data"), false),
-            _ => continue,
+            _ => {
+                first_kept.get_or_insert(false);
+                continue;
+            }
         };
-        if k == 0 {
-            turn.began_with_thinking = true;
-        }
         let token = token.map(|f| f.value.clone());
         if !cx.judge(body, token.as_ref()) {
+            first_kept.get_or_insert(true);
             continue;
         }
         if thinking {
@@ -120,10 +124,10 @@ fn strip_thinking(
         } else {
             cx.removed.redacted_thinking_blocks += 1;
         }
-        turn.lost_thinking = true;
         list.drop_member(k);
     }
-    if !turn.lost_thinking {
+    turn.starts_with_thinking = first_kept == Some(true);
+    if list.is_noop() {
         return Ok(());
     }
     if list.len_after() == 0 {
@@ -176,8 +180,13 @@ fn drop_thinking_edits(plan: &mut Plan<'_>, cx: &mut Cx<'_>) -> Result<(), Porta
     Ok(())
 }
 
-/// Whether extended thinking is on and the request continues an assistant turn whose
-/// thinking block was removed (see the module docs).
+/// Whether extended thinking is on (`enabled`, with a budget) and the request continues an
+/// assistant turn that, after the edits, does not start with a thinking block: the API then
+/// requires one (the turn is an assistant prefill, or the one that `tool_result`s in the last
+/// message answer) and rejects the body. This holds whether the thinking block was removed here (minted by
+/// another account) or the turn was answered without thinking (by an account that got this
+/// tool loop with thinking off): the loop stays valid until the next plain user turn, which
+/// starts a fresh assistant turn that may think again.
 fn thinking_needs_disabling(plan: &Plan<'_>, turns: &[Turn]) -> Result<bool, PortableError> {
     let Some(t) = plan.field("thinking")? else {
         return Ok(false);
@@ -187,24 +196,22 @@ fn thinking_needs_disabling(plan: &Plan<'_>, turns: &[Turn]) -> Result<bool, Por
         return Ok(false);
     }
     let object = json::object_at(plan.body, span)?;
-    let on = matches!(
-        string_member(plan.body, &object, "type").as_deref(),
-        Some("enabled" | "adaptive")
-    );
-    if !on {
+    // Only extended thinking with a budget requires the block: with adaptive thinking the
+    // model may answer a tool loop step without thinking, and the API takes such a turn back
+    // as it is (Claude Code's own requests carry them), so nothing needs turning off.
+    if string_member(plan.body, &object, "type").as_deref() != Some("enabled") {
         return Ok(false);
     }
     let Some((last, before)) = turns.split_last() else {
         return Ok(false);
     };
-    // An assistant prefill that lost its thinking.
-    if last.assistant && !last.dropped && last.lost_thinking {
-        return Ok(true);
-    }
-    // Tool results answering an assistant turn that began with thinking.
-    Ok(!last.assistant
-        && last.tool_results
-        && before
-            .last()
-            .is_some_and(|prev| prev.assistant && prev.began_with_thinking))
+    let continued = if last.assistant {
+        // An assistant prefill (a prefill removed whole leaves a user turn last).
+        (!last.dropped).then_some(last)
+    } else if last.tool_results {
+        before.iter().rev().find(|t| t.assistant && !t.dropped)
+    } else {
+        None
+    };
+    Ok(continued.is_some_and(|turn| !turn.starts_with_thinking))
 }

@@ -155,28 +155,77 @@ fn tool_cycle(thinking: &str, first_block: Value) -> Value {
 
 #[test]
 fn anthropic_tool_cycle_that_began_with_thinking_disables_thinking() {
-    for mode in ["enabled", "adaptive"] {
-        let body = tool_cycle(
-            mode,
-            json!({"type": "thinking", "thinking": "t", "signature": "s"}),
-        );
-        let (out, removed) = portable(ApiShape::AnthropicMessages, &body);
-        let out = out.unwrap();
-        assert_eq!(out["thinking"], json!({"type": "disabled"}));
-        assert_eq!(out["messages"][1]["content"].as_array().unwrap().len(), 1);
-        assert_eq!(removed.thinking_disabled, 1);
-        assert_eq!(removed.thinking_blocks, 1);
-    }
+    let body = tool_cycle(
+        "enabled",
+        json!({"type": "thinking", "thinking": "t", "signature": "s"}),
+    );
+    let (out, removed) = portable(ApiShape::AnthropicMessages, &body);
+    let out = out.unwrap();
+    assert_eq!(out["thinking"], json!({"type": "disabled"}));
+    assert_eq!(out["messages"][1]["content"].as_array().unwrap().len(), 1);
+    assert_eq!(removed.thinking_disabled, 1);
+    assert_eq!(removed.thinking_blocks, 1);
+    // Adaptive thinking takes a loop step without thinking back as it is: it stays on.
+    let body = tool_cycle(
+        "adaptive",
+        json!({"type": "thinking", "thinking": "t", "signature": "s"}),
+    );
+    let (out, removed) = portable(ApiShape::AnthropicMessages, &body);
+    let out = out.unwrap();
+    assert_eq!(out["thinking"], json!({"type": "adaptive"}));
+    assert_eq!(out["messages"][1]["content"].as_array().unwrap().len(), 1);
+    assert_eq!(removed.thinking_disabled, 0);
+    assert_eq!(removed.thinking_blocks, 1);
     // Thinking off already: nothing to disable.
     let body = tool_cycle("disabled", json!({"type": "thinking", "thinking": "t"}));
     let (out, removed) = portable(ApiShape::AnthropicMessages, &body);
     assert_eq!(out.unwrap()["thinking"], json!({"type": "disabled"}));
     assert_eq!(removed.thinking_disabled, 0);
-    // The assistant turn began with text: the client's body was valid as is and stays so.
+    // The assistant turn began with text (an account that got this tool loop with thinking
+    // off answered it without thinking): with thinking on the API requires a thinking block
+    // first, so thinking stays off until the next plain user turn.
     let body = tool_cycle("enabled", json!({"type": "text", "text": "x"}));
     let (out, removed) = portable(ApiShape::AnthropicMessages, &body);
-    assert!(out.is_none());
-    assert!(removed.is_empty());
+    assert_eq!(out.unwrap()["thinking"], json!({"type": "disabled"}));
+    assert_eq!(removed.thinking_disabled, 1);
+    assert_eq!(removed.thinking_blocks, 0);
+}
+
+#[test]
+fn a_tool_loop_that_keeps_its_own_thinking_keeps_thinking_on() {
+    // The lasting scrub on the new account: the loop's assistant turn starts with that
+    // account's own thinking, which stays; only the old account's block goes.
+    let mut body = tool_cycle(
+        "enabled",
+        json!({"type": "thinking", "thinking": "mine", "signature": "sig-B"}),
+    );
+    body["messages"].as_array_mut().unwrap().insert(
+        1,
+        json!({"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "old", "signature": "sig-A"},
+            {"type": "text", "text": "earlier"}]}),
+    );
+    body["messages"]
+        .as_array_mut()
+        .unwrap()
+        .insert(2, json!({"role": "user", "content": "go on"}));
+    let foreign = ForeignSet::from_digests([d("sig-A")]);
+    let (out, r) = scoped(
+        ApiShape::AnthropicMessages,
+        &body,
+        Scope::Foreign(&foreign),
+        None,
+    );
+    assert_eq!(out["thinking"], body["thinking"]);
+    assert_eq!(r.removed.thinking_disabled, 0);
+    assert_eq!(r.removed.thinking_blocks, 1);
+    // A prefill that never had thinking, with thinking on, is continued without it.
+    let body = json!({"thinking": {"type": "enabled", "budget_tokens": 1024}, "messages": [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [{"type": "text", "text": "{"}]}]});
+    let (out, removed) = portable(ApiShape::AnthropicMessages, &body);
+    assert_eq!(out.unwrap()["thinking"], json!({"type": "disabled"}));
+    assert_eq!(removed.thinking_disabled, 1);
 }
 
 #[test]
@@ -436,7 +485,7 @@ fn the_compaction_note_says_what_is_true_of_the_request() {
 fn disabling_thinking_drops_the_edits_that_need_it() {
     let cycle = |context: Value| {
         json!({
-            "thinking": {"type": "adaptive"},
+            "thinking": {"type": "enabled", "budget_tokens": 1024},
             "context_management": context,
             "messages": [
                 {"role": "user", "content": "q"},

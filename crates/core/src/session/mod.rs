@@ -18,12 +18,12 @@
 //! 4. a [`fingerprint`] of the conversation's stable parts.
 //!
 //! Values are trimmed and capped at [`MAX_SESSION_ID_CHARS`] characters; a blank value counts
-//! as absent and the next source is tried. The body is only read when no header gave an id,
-//! and then only its start: `metadata` and `prompt_cache_key` count when they come before the
-//! conversation array (`messages`, `input`, `contents`), and the fingerprint reads up to the
-//! first user message. Nothing is read past that, so the cost does not grow with the history.
-//! Codex and Claude Code send these members after the history, and the same id in a session
-//! header, which wins.
+//! as absent and the next source is tried. The body is only read when no header gave an id.
+//! `metadata` and `prompt_cache_key` count wherever they stand among the top-level members
+//! (the OpenAI SDK writes `prompt_cache_key` after `input`, Claude Code `metadata` after
+//! `messages`): a byte search for their keys comes first, and only a body holding one is
+//! walked, its other values (the history) skipped by the scanner without being decoded. The
+//! fingerprint reads up to the first user message and no further.
 //!
 //! ```
 //! use context_relay_core::session::{session_id, SessionSource, SessionSources};
@@ -234,8 +234,8 @@ pub fn session_id(
     }
     let body = body?;
     if sources.metadata_user_id || sources.prompt_cache_key {
-        // Only the members before the conversation are read (see `body_ids`); a body that is
-        // not a JSON object gives none.
+        // Wherever they stand at the top level (see `body_ids`); a body that is not a JSON
+        // object gives none.
         let ids = BodyIds::read(body);
         let from_metadata = sources
             .metadata_user_id

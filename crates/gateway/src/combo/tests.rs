@@ -131,7 +131,7 @@ async fn a_body_in_several_chunks_is_forwarded_whole_with_its_model_rewritten() 
 }
 
 #[tokio::test]
-async fn priority_combos_name_their_combo_direct_targets_do_not() {
+async fn combos_and_direct_routes_name_their_combo() {
     // The relay sees a priority combo (for its model switches); its settings keep only that.
     let (_, _, seen) = run(post("/v1/messages", br#"{"model":"plain"}"#)).await;
     assert_eq!(
@@ -141,7 +141,11 @@ async fn priority_combos_name_their_combo_direct_targets_do_not() {
     let (_, _, seen) = run(post("/v1/messages", br#"{"model":"anthropic/claude-x/y"}"#)).await;
     let (req, body) = seen.unwrap();
     assert_eq!(&body[..], br#"{"model":"claude-x/y"}"#);
-    assert!(req.extensions().get::<ComboName>().is_none());
+    // A direct route is keyed by the route, so the relay acts on it as on a combo.
+    assert_eq!(
+        req.extensions().get::<ComboName>(),
+        Some(&ComboName::new("anthropic/claude-x/y"))
+    );
     assert_eq!(
         &*req.extensions().get::<RouteTargets>().unwrap().0[0].provider,
         "anthropic"
