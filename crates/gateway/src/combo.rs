@@ -459,6 +459,12 @@ where
         parts.extensions.insert(combo);
     }
     parts.extensions.insert(targets);
+    // The stack below may hold one rewritten copy of the body beside it (a handoff injected,
+    // account-bound state scrubbed, a translated body): it is counted up front, so that the
+    // budget bounds what the process really holds.
+    if !hold.take(body.len()) {
+        return Err(busy());
+    }
     Ok(Request::from_parts(parts, Full::new(body)))
 }
 

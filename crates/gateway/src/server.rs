@@ -42,6 +42,9 @@ use crate::relay::RelayBackground;
 /// How long shutdown waits for the relay's background work.
 pub const BACKGROUND_GRACE: Duration = Duration::from_secs(10);
 
+/// The largest read buffer of an HTTP/1 client connection, and so the largest request head.
+const MAX_READ_BUFFER: usize = 64 << 10;
+
 /// The whole HTTP service of a gateway, as the accept loop serves it.
 pub type HttpService = BoxCloneSyncService<Request<Incoming>, Response<Body>, Infallible>;
 
@@ -80,7 +83,12 @@ pub(crate) async fn serve_with(
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(options.header_timeout);
+        .header_read_timeout(options.header_timeout)
+        // hyper's read buffer grows to 400 KiB on a large body, on every connection at once;
+        // the body's bytes are copied out of it (and counted in the byte budget) as they come,
+        // so a smaller buffer costs no throughput worth having and bounds what each connection
+        // holds beside the budget. Request heads must fit in it.
+        .max_buf_size(MAX_READ_BUFFER);
     let builder = Arc::new(builder);
     let admission = Admission::new(options.max_connections);
     let (closing, closing_rx) = watch::channel(false);
