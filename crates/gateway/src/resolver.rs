@@ -78,6 +78,7 @@ use crate::error::{ErrorKind, ErrorShape, error_response_as};
 use crate::model::{find_model, replace_model};
 use crate::peek::{Peeked, peek};
 use crate::pool::{AccountPools, ProviderPool};
+use crate::upstream::HeadTimedOut;
 use crate::upstream::UpstreamEndpoint;
 
 use rotate::{Attempt, record_usage};
@@ -339,6 +340,11 @@ where
                 Verdict::Exhausted(_) | Verdict::Answer => pool.succeeded(idx),
             }
             let error = decoded.as_deref().and_then(error_type).unwrap_or_default();
+            if res_parts.extensions.get::<HeadTimedOut>().is_some() {
+                // The provider already had the whole head timeout: another account would make
+                // the client wait as long again.
+                unavailable_retried = true;
+            }
             let rotate = attempt.rotate(verdict, &error, &mut unavailable_retried);
             if let Verdict::Exhausted(signal) = verdict {
                 // The client may still see this answer (when no other account is left): it

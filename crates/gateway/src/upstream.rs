@@ -291,7 +291,8 @@ async fn send(
     let uri = match upstream_uri(&endpoint.base_url, &parts.uri) {
         Ok(u) => u,
         Err(e) => {
-            return bad_gateway(format!("the upstream URL for {} is invalid: {e}", shown()));
+            tracing::warn!(base_url = %shown(), error = %e, "the upstream URL is invalid");
+            return bad_gateway(format!("the provider's configured URL is invalid: {e}"));
         }
     };
     // hyper sets the length from the body (exact for buffered bodies, chunked for
@@ -317,21 +318,22 @@ async fn send(
         .get(&provider)
         .record(started.elapsed().as_secs_f64());
     let Ok(sent) = sent else {
-        let provider = provider.to_string();
         tracing::warn!(base_url = %shown(), after = ?limits.head, "upstream sent no response head in time");
-        metrics::counter!("context_relay_gateway_upstream_timeouts_total", "provider" => provider, "phase" => "head").increment(1);
+        metrics::counter!("context_relay_gateway_upstream_timeouts_total", "provider" => provider.to_string(), "phase" => "head").increment(1);
         let kind = ErrorKind::UpstreamTimeout.name(shape);
-        return error_response(
+        // The base URL stays in the log: clients learn nothing of the provider's address.
+        let mut res = error_response(
             shape,
             StatusCode::GATEWAY_TIMEOUT,
             kind,
             &format!(
-                "the upstream {} sent no response within {:?} (upstream_head_timeout_secs)",
-                shown(),
+                "the provider {provider} sent no response within {:?} (upstream_head_timeout_secs)",
                 limits.head
             ),
         )
         .map(Either::Right);
+        res.extensions_mut().insert(HeadTimedOut);
+        return res;
     };
     match sent {
         Ok(mut res) => {
@@ -350,12 +352,17 @@ async fn send(
             tracing::warn!(base_url = %shown(), error = %e, "upstream request failed");
             metrics::counter!("context_relay_gateway_upstream_errors_total").increment(1);
             bad_gateway(format!(
-                "the upstream {} could not be reached: {e}{source}",
-                shown()
+                "the provider {provider} could not be reached: {e}{source}"
             ))
         }
     }
 }
+
+/// Response extension: this 504 is the gateway's own, after `upstream_head_timeout_secs`
+/// without a response head. The resolver does not try another account after it: that would
+/// make the client wait twice the timeout.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HeadTimedOut;
 
 #[cfg(test)]
 mod tests {

@@ -645,3 +645,35 @@ targets = ["codex/gpt-5.5"]
     server.shutdown().await.unwrap();
     sim.shutdown().await;
 }
+
+/// The gateway's own 504 after the head timeout is not tried on another account: the client
+/// would wait the whole timeout again. A provider's own 5xx still is.
+#[tokio::test]
+async fn a_head_timeout_is_not_retried_on_another_account() {
+    for (timed_out, tried) in [(true, 1), (false, 2)] {
+        let (p, log) = (pools3(), Log::default());
+        let log2 = log.clone();
+        let svc = service_fn(move |req: Request<Full<Bytes>>| {
+            let log = log2.clone();
+            async move {
+                let acct = req.extensions().get::<ResolvedAccount>().unwrap().clone();
+                log.lock()
+                    .unwrap()
+                    .push((acct.account().to_string(), Bytes::new()));
+                let mut res = Response::new(Full::new(Bytes::from_static(b"{}")));
+                *res.status_mut() = StatusCode::GATEWAY_TIMEOUT;
+                if timed_out {
+                    res.extensions_mut().insert(HeadTimedOut);
+                }
+                Ok::<_, Infallible>(res)
+            }
+        });
+        let res = AccountResolverLayer::new(p.clone())
+            .layer(svc)
+            .oneshot(request("s", &[("codex", "gpt-5.5")]))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 504);
+        assert_eq!(accounts(&log).len(), tried, "timed out: {timed_out}");
+    }
+}
