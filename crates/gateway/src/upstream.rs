@@ -117,7 +117,7 @@ pub(crate) struct Upstream {
 
 /// Request headers a client may not set upstream: they would choose the account's
 /// organization or project, or carry a credential of their own.
-static CLIENT_ONLY: [HeaderName; 8] = [
+static CLIENT_ONLY: [HeaderName; 14] = [
     HeaderName::from_static("authorization"),
     HeaderName::from_static("x-api-key"),
     HeaderName::from_static("api-key"),
@@ -126,13 +126,25 @@ static CLIENT_ONLY: [HeaderName; 8] = [
     HeaderName::from_static("openai-organization"),
     HeaderName::from_static("openai-project"),
     HeaderName::from_static("anthropic-organization-id"),
+    // The client's own ChatGPT account: the provider must see the pooled account only.
+    HeaderName::from_static("chatgpt-account-id"),
+    // Where the client connects from, and through which proxies: the provider sees the
+    // gateway, not the clients behind it.
+    HeaderName::from_static("x-forwarded-for"),
+    HeaderName::from_static("x-forwarded-host"),
+    HeaderName::from_static("x-real-ip"),
+    HeaderName::from_static("forwarded"),
+    HeaderName::from_static("via"),
 ];
 
-/// Response headers that identify the account and stay between the gateway and the provider.
-static ACCOUNT_ONLY: [HeaderName; 3] = [
+/// Response headers that identify the account and stay between the gateway and the provider
+/// (the provider's request id too: the client gets the gateway's).
+static ACCOUNT_ONLY: [HeaderName; 5] = [
     HeaderName::from_static("set-cookie"),
     HeaderName::from_static("openai-organization"),
+    HeaderName::from_static("openai-project"),
     HeaderName::from_static("anthropic-organization-id"),
+    HeaderName::from_static("x-request-id"),
 ];
 
 /// Headers that describe one connection, not the message (RFC 9110 §7.6.1). (`host` is
