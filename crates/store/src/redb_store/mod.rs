@@ -182,10 +182,16 @@ impl RedbStore {
         self.inner.corrupt.load(Ordering::Relaxed)
     }
 
-    /// `Ok` while the store can write; while its file is broken (an I/O error, until it is
-    /// reopened), [`StoreError::Unavailable`] with the time to the next attempt.
+    /// `Ok` while the store can write; from a failed commit (an I/O error) until a commit
+    /// succeeds again on the reopened file, [`StoreError::Unavailable`] with the time to the
+    /// next attempt.
     pub fn health(&self) -> Result<(), StoreError> {
         self.inner.db.health("write")
+    }
+
+    /// Completes once [`health`](Self::health) is `Ok` (at once when it is).
+    pub async fn recovered(&self) {
+        self.inner.db.recovered().await;
     }
 
     /// The open database for `op`, or why there is none.
@@ -245,8 +251,10 @@ impl Drop for Inner {
 /// it is broken.
 pub(super) struct DbCell {
     db: RwLock<Option<Arc<Database>>>,
-    /// When the store broke, the next attempt to reopen it.
+    /// From a failed commit until a commit succeeds again: the next attempt.
     broken: Mutex<Option<Instant>>,
+    /// Told when a broken store works again.
+    recovered: tokio::sync::Notify,
 }
 
 impl DbCell {
@@ -254,34 +262,70 @@ impl DbCell {
         Self {
             db: RwLock::new(Some(Arc::new(db))),
             broken: Mutex::new(None),
+            recovered: tokio::sync::Notify::new(),
         }
     }
 
+    /// The open database (reads work on a reopened file before writes are tried again).
     pub(super) fn get(&self, op: &'static str) -> Result<Arc<Database>, StoreError> {
-        self.health(op)?;
         self.db
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
-            .ok_or(StoreError::Unavailable {
-                op,
-                retry_in: Duration::ZERO,
-            })
+            .ok_or_else(|| self.unavailable(op))
+    }
+
+    pub(super) fn is_open(&self) -> bool {
+        self.db
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+    }
+
+    fn unavailable(&self, op: &'static str) -> StoreError {
+        let next = *self.broken.lock().unwrap_or_else(PoisonError::into_inner);
+        StoreError::Unavailable {
+            op,
+            retry_in: next.map_or(Duration::ZERO, |n| {
+                n.saturating_duration_since(Instant::now())
+            }),
+        }
     }
 
     pub(super) fn health(&self, op: &'static str) -> Result<(), StoreError> {
-        match *self.broken.lock().unwrap_or_else(PoisonError::into_inner) {
-            None => Ok(()),
-            Some(next) => Err(StoreError::Unavailable {
-                op,
-                retry_in: next.saturating_duration_since(Instant::now()),
-            }),
+        if self
+            .broken
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+        {
+            return Err(self.unavailable(op));
         }
+        Ok(())
     }
 
     /// Marks the store broken until at least `next`.
     pub(super) fn broke(&self, next: Instant) {
         *self.broken.lock().unwrap_or_else(PoisonError::into_inner) = Some(next);
+    }
+
+    /// Ends the broken state.
+    pub(super) fn works(&self) {
+        *self.broken.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        self.recovered.notify_waiters();
+    }
+
+    /// Completes once the store is not broken.
+    pub(super) async fn recovered(&self) {
+        loop {
+            let notified = self.recovered.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            if self.health("write").is_ok() {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// Takes the database out (readers then get [`StoreError::Unavailable`]) and waits, briefly,
@@ -307,10 +351,9 @@ impl DbCell {
         }
     }
 
-    /// Puts a reopened database in and ends the broken state.
+    /// Puts a reopened database in (the store stays broken until a commit succeeds).
     pub(super) fn put(&self, db: Database) {
         *self.db.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(db));
-        *self.broken.lock().unwrap_or_else(PoisonError::into_inner) = None;
     }
 }
 

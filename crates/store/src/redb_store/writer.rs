@@ -177,7 +177,7 @@ pub(super) struct Reopen {
 pub(super) fn run_writer(reopen: &Reopen, rx: &mpsc::Receiver<Op>, max_batch: usize) {
     let cell = &reopen.cell;
     let mut backoff = reopen.first_backoff;
-    // While broken: when to try reopening next.
+    // While broken: when to try again.
     let mut next_attempt: Option<Instant> = None;
     loop {
         let first = match next_attempt {
@@ -194,11 +194,11 @@ pub(super) fn run_writer(reopen: &Reopen, rx: &mpsc::Receiver<Op>, max_batch: us
         if let Some(at) = next_attempt
             && Instant::now() >= at
         {
-            match super::open::open_database(&reopen.path, reopen.cache_size) {
-                Ok(db) => {
-                    cell.put(db);
+            match recover(reopen) {
+                Ok(()) => {
                     next_attempt = None;
                     backoff = reopen.first_backoff;
+                    cell.works();
                     tracing::info!(path = %reopen.path.display(), "redb store reopened; writes resume");
                 }
                 Err(e) => {
@@ -206,7 +206,8 @@ pub(super) fn run_writer(reopen: &Reopen, rx: &mpsc::Receiver<Op>, max_batch: us
                     let at = Instant::now() + backoff;
                     next_attempt = Some(at);
                     cell.broke(at);
-                    tracing::error!(error = %e, retry_in = ?backoff, "redb store still broken; reopening it later");
+                    cell.take();
+                    tracing::error!(error = %e, retry_in = ?backoff, "redb store still broken; trying again later");
                 }
             }
         }
@@ -220,9 +221,11 @@ pub(super) fn run_writer(reopen: &Reopen, rx: &mpsc::Receiver<Op>, max_batch: us
                 Err(_) => break,
             }
         }
-        let result = match cell.get("commit") {
-            Err(unavailable) => Err(unavailable),
-            Ok(db) => apply(&db, &batch).map_err(|e| {
+        let result = match (next_attempt, cell.get("commit")) {
+            // Broken: answered at once, until the next attempt.
+            (Some(_), _) => cell.health("commit"),
+            (None, Err(unavailable)) => Err(unavailable),
+            (None, Ok(db)) => apply(&db, &batch).map_err(|e| {
                 let at = Instant::now() + backoff;
                 tracing::error!(
                     error = %e, writes = batch.len(), path = %reopen.path.display(), retry_in = ?backoff,
@@ -263,6 +266,23 @@ pub(super) fn run_writer(reopen: &Reopen, rx: &mpsc::Receiver<Op>, max_batch: us
             }
         }
     }
+}
+
+/// Reopens the file when it is closed, then proves it writable with an empty commit.
+fn recover(reopen: &Reopen) -> Result<(), StoreError> {
+    if !reopen.cell.is_open() {
+        let db = super::open::open_database(&reopen.path, reopen.cache_size)?;
+        reopen.cell.put(db);
+    }
+    let db = reopen.cell.get("commit")?;
+    let probe = db.begin_write().map_err(|e| StoreError::Io {
+        op: "commit",
+        reason: e.to_string(),
+    })?;
+    probe.commit().map_err(|e| StoreError::Io {
+        op: "commit",
+        reason: e.to_string(),
+    })
 }
 
 fn apply(db: &Database, batch: &[Op]) -> Result<(), redb::Error> {
