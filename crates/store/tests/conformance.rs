@@ -572,12 +572,30 @@ macro_rules! backend {
     };
 }
 
+/// Every case against one three-master Redis Cluster, each under a key prefix of its own
+/// (starting a cluster per case would cost seconds each).
+macro_rules! cluster {
+    ([$($case:ident),* $(,)?]) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn redis_cluster() {
+            let cluster = crate::common::RedisCluster::start();
+            $(
+                eprintln!("redis cluster: {}", stringify!($case));
+                let h = crate::common::redis_cluster(&cluster).await;
+                crate::cases::$case(&h).await;
+            )*
+        }
+    };
+}
+
 macro_rules! conformance {
     ($($case:ident),* $(,)?) => {
         backend!(memory, crate::common::memory, [$($case),*]);
         backend!(redb, crate::common::redb, [$($case),*]);
         #[cfg(feature = "redis")]
         backend!(redis, crate::common::redis, [$($case),*]);
+        #[cfg(feature = "redis")]
+        cluster!([$($case),*]);
     };
 }
 
