@@ -133,6 +133,7 @@ pub(crate) async fn open_store(
 async fn connect_redis(config: &StoreConfig) -> Result<Arc<dyn HandoffStore>, StoreOpenError> {
     let url = config.url.as_deref().ok_or(StoreOpenError::MissingUrl)?;
     let mut builder = context_relay_store::RedisStore::builder(url)
+        .cluster(config.cluster)
         .request_timeout(std::time::Duration::from_millis(config.request_timeout_ms));
     if let Some(prefix) = &config.prefix {
         builder = builder.prefix(prefix.as_str());
@@ -151,7 +152,7 @@ async fn connect_redis(config: &StoreConfig) -> Result<Arc<dyn HandoffStore>, St
             url: redact_url(url),
             source,
         })?;
-    tracing::info!(url = %redact_url(url), "handoff store: redis");
+    tracing::info!(url = %redact_url(url), cluster = config.cluster, "handoff store: redis");
     Ok(Arc::new(store))
 }
 

@@ -10,7 +10,8 @@
 //! - [`RedbStore`] (feature `redb`, default): one file, one writer thread that group-commits
 //!   everything queued, point reads inline, an in-memory index of live keys;
 //! - [`MemoryStore`]: the same semantics without persistence;
-//! - `RedisStore` (feature `redis`): for several replicas sharing one store.
+//! - `RedisStore` (feature `redis`): for several replicas sharing one Redis, or one Redis
+//!   Cluster.
 //!
 //! Two handoffs per key: an account-switch handoff and a model-switch handoff of one session
 //! are kept apart, in the two [`HandoffSlot`]s of the key. The slot is not a parameter of the

@@ -163,8 +163,13 @@ pub struct StoreConfig {
     #[serde(default = "default_store_path")]
     pub path: PathBuf,
     /// The redis URL (`redis://…` or `rediss://…` for TLS), required by the redis backend.
+    /// With `cluster = true`, one or more nodes of the cluster, comma-separated.
     #[serde(default)]
     pub url: Option<String>,
+    /// Whether `url` names a Redis Cluster (`false`): the store then follows the cluster's
+    /// slot map, redirections and failovers, and keeps the keys of each session in one slot.
+    #[serde(default)]
+    pub cluster: bool,
     /// The environment variable holding `url` (which may carry a password).
     #[serde(default)]
     pub url_env: Option<String>,
@@ -192,6 +197,7 @@ impl Default for StoreConfig {
             backend: StoreBackend::default(),
             path: default_store_path(),
             url: None,
+            cluster: false,
             url_env: None,
             prefix: None,
             ca_file: None,
@@ -206,6 +212,7 @@ impl std::fmt::Debug for StoreConfig {
             .field("backend", &self.backend)
             .field("path", &self.path)
             .field("url", &self.url.as_deref().map(redact_url))
+            .field("cluster", &self.cluster)
             .field("url_env", &self.url_env)
             .field("prefix", &self.prefix)
             .field("ca_file", &self.ca_file)

@@ -1,12 +1,18 @@
 //! The Redis backend: several gateway replicas share one store.
 //!
 //! Every record is a hash `{prefix}h:<key>` (account slot) or `{prefix}hm:<key>` (model slot)
-//! with fields `rec` (the JSON record), `ver` (a
-//! version from the `{prefix}seq` counter), `exp` (expiry, Unix ms) and, while leased, `lu`
-//! (lease end, Unix ms) and `lt` (lease token). Claim, complete, release and delete are Lua
-//! scripts, so each is atomic on the server. Expiry and lease ends are compared with the
-//! caller's [`Clock`] (passed to the scripts), which keeps the semantics of the other backends;
-//! the record's Redis TTL (`PEXPIREAT exp`) only collects garbage.
+//! with fields `rec` (the JSON record), `ver` (its version: a number the writing replica never
+//! gave before, see `ids`), `exp` (expiry, Unix ms) and, while leased, `lu` (lease end, Unix ms)
+//! and `lt` (lease token, made the same way). Claim, complete, release and delete are Lua
+//! scripts on that one key, so each is atomic on the server. Expiry and lease ends are compared
+//! with the caller's [`Clock`] (passed to the scripts), which keeps the semantics of the other
+//! backends; the record's Redis TTL (`PEXPIREAT exp`) only collects garbage.
+//!
+//! On a Redis Cluster ([`RedisStoreBuilder::cluster`]) `<key>` is a hash tag (`{…}`), so the
+//! keys of one session (both slots, its generation lease) live in one hash slot; no call
+//! touches keys of two sessions, and listing and purging scan every master. Redis replicates
+//! to replicas asynchronously: a write acknowledged by a master that dies before its replica
+//! has it is lost with the failover.
 //!
 //! An affinity is a hash `{prefix}ac:<tenant, session, combo>` with fields `p` (provider), `a`
 //! (account), `f` (the foreign digests and until when they are kept, JSON) and, when known,
@@ -24,8 +30,10 @@
 //! `rediss://` URLs connect over TLS (rustls with ring), checked against the public web roots
 //! or the certificate authorities given to [`RedisStoreBuilder::root_certificates`].
 //!
-//! Files: `connection` (connecting, timeouts, the breaker), `scripts` (key names, stored
-//! fields, Lua scripts), `store` (the [`HandoffStore`] impl).
+//! Files: `connection` (connecting, timeouts, the breaker), `cluster` (one server or a
+//! cluster behind one connection type, the scan of every master), `ids` (versions and
+//! tokens), `scripts` (key names, stored fields, Lua scripts), `store` (the [`HandoffStore`]
+//! impl).
 //!
 //! [`HandoffStore`]: crate::HandoffStore
 
