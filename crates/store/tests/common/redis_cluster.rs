@@ -63,6 +63,10 @@ impl RedisCluster {
                     &conf,
                     "--cluster-node-timeout",
                     "1000",
+                    // A replica syncs at once (not after the default 5 s): one that never
+                    // synced may not be promoted.
+                    "--repl-diskless-sync-delay",
+                    "0",
                     "--dir",
                     &dir,
                 ],
@@ -97,7 +101,8 @@ impl RedisCluster {
         cluster
     }
 
-    /// Waits (bounded) until every live node says the cluster is ok and knows every node.
+    /// Waits (bounded) until every live node says the cluster is ok and knows every node, and
+    /// every replica is in sync with its master.
     pub fn settle(&self) {
         let deadline = Instant::now() + SETTLE;
         let live = self.nodes.iter().filter(|n| n.is_some()).count();
@@ -112,7 +117,10 @@ impl RedisCluster {
                     .lines()
                     .find_map(|l| l.strip_prefix("cluster_known_nodes:"))
                     .and_then(|n| n.trim().parse::<usize>().ok());
-                if info.contains("cluster_state:ok") && known >= Some(live) {
+                let replication = self.cli_at(*port, &["info", "replication"]);
+                let synced = !replication.contains("role:slave")
+                    || replication.contains("master_link_status:up");
+                if info.contains("cluster_state:ok") && known >= Some(live) && synced {
                     break;
                 }
                 assert!(
