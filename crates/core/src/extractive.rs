@@ -1,10 +1,14 @@
-//! A handoff built without any model call, from the selection alone: what a switch carries
-//! when the summary model could not give one (the call was rejected, its reply unparseable,
-//! or the provider unavailable).
+//! Handoffs built without any model call.
 //!
-//! It holds the task (the session's first user ask), the latest ask, the last assistant text
-//! and the touched files, each clipped to the handoff limits. A model-written handoff replaces
-//! it as soon as one is generated.
+//! - [`extractive_handoff`]: from the selection of a summary job, when the summary model gave
+//!   none (the call was rejected, its reply unparseable, or the provider unavailable). It
+//!   holds the task (the session's first user ask), the latest ask, the last assistant text
+//!   and the touched files, each clipped to the handoff limits.
+//! - [`switch_handoff`]: at a switch that finds no stored handoff, from the request being
+//!   sent: the same, the latest asks, and the readable text of the reasoning the switch
+//!   removes. A switch never lands with nothing.
+//!
+//! A model-written handoff replaces either as soon as one is generated.
 //!
 //! ```
 //! use context_relay_core::{ApiShape, RelayMode};
@@ -21,26 +25,38 @@
 //! assert!(h.task_progress.contains("Now write the tests."));
 //! ```
 
-use crate::handoff::{Handoff, MAX_SUMMARY_CHARS, MAX_TASK_PROGRESS_CHARS};
+use serde_json::Value;
+
+use crate::api::ApiShape;
+use crate::config::RelayMode;
+use crate::conversation::Conversation;
+use crate::handoff::{
+    Handoff, MAX_ITEM_CHARS, MAX_KEY_DECISIONS, MAX_SUMMARY_CHARS, MAX_TASK_PROGRESS_CHARS,
+};
 use crate::parse::clamp_chars;
-use crate::select::Selection;
+use crate::reasoning::readable_reasoning;
+use crate::select::{Selection, select};
 use crate::touched::merge_entities;
 
 /// Longest share of the summary given to each of the task and the last assistant text.
 const PIECE_CHARS: usize = 900;
+/// Longest share of a switch-time summary given to the newest reasoning.
+const REASONING_PIECE_CHARS: usize = 600;
+
+/// `s` on one line (whitespace runs folded), clipped to `max` chars with an ellipsis.
+fn one_line(s: &str, max: usize) -> String {
+    let folded = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    let cut = clamp_chars(&folded, max);
+    if cut.len() < folded.len() {
+        format!("{cut}…")
+    } else {
+        cut.to_owned()
+    }
+}
 
 /// The extractive handoff of `selection`, or `None` when it has neither a user ask nor
 /// assistant text.
 pub fn extractive_handoff(selection: &Selection) -> Option<Handoff> {
-    let one_line = |s: &str, max: usize| -> String {
-        let folded = s.split_whitespace().collect::<Vec<_>>().join(" ");
-        let cut = clamp_chars(&folded, max);
-        if cut.len() < folded.len() {
-            format!("{cut}…")
-        } else {
-            cut.to_owned()
-        }
-    };
     if selection.task.is_none() && selection.last_assistant.is_none() {
         return None;
     }
@@ -69,6 +85,102 @@ pub fn extractive_handoff(selection: &Selection) -> Option<Handoff> {
         key_decisions: Vec::new(),
         task_progress,
         active_entities: merge_entities(&[], &selection.touched_files),
+    })
+}
+
+/// A handoff built at a switch from the request being sent, and what it was built from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SwitchHandoff {
+    /// The handoff.
+    pub handoff: Handoff,
+    /// Number of conversation entries it was built from.
+    pub message_count: u32,
+}
+
+/// The handoff a switch carries when none is stored: built from the request being sent,
+/// without a model call.
+///
+/// It holds the task (the first user ask), the latest asks (newest first), the last
+/// assistant text, the files the tool calls touched, and the readable text of the reasoning
+/// the switch removes ([`readable_reasoning`]: only the blobs and signatures are bound to the
+/// account; their summaries and thinking text are not). Newest reasoning goes into the
+/// summary, earlier pieces into `key_decisions`, each clipped: the whole stays within the
+/// handoff limits (a few KB), whatever the size of the body. `None` when the body is not a
+/// conversation of `shape` or holds no text at all.
+///
+/// ```
+/// use context_relay_core::{ApiShape, RelayMode, extractive::switch_handoff};
+///
+/// let body = br#"{"messages": [
+///   {"role": "user", "content": "Add a --json flag to the CLI."},
+///   {"role": "assistant", "content": [
+///     {"type": "thinking", "thinking": "The parser lives in src/cli.rs.", "signature": "s"},
+///     {"type": "tool_use", "id": "t1", "name": "Edit", "input": {"file_path": "src/cli.rs"}}]},
+///   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}
+/// ]}"#;
+/// let h = switch_handoff(ApiShape::AnthropicMessages, body, RelayMode::Standard, 30).unwrap();
+/// assert!(h.handoff.summary.contains("Add a --json flag to the CLI."));
+/// assert!(h.handoff.summary.contains("The parser lives in src/cli.rs."));
+/// assert_eq!(h.handoff.active_entities, ["src/cli.rs"]);
+/// assert_eq!(h.message_count, 3);
+/// ```
+pub fn switch_handoff(
+    shape: ApiShape,
+    body: &[u8],
+    mode: RelayMode,
+    max_messages: u32,
+) -> Option<SwitchHandoff> {
+    let value: Value = serde_json::from_slice(body).ok()?;
+    let conversation = Conversation::from_value(shape, &value).ok()?;
+    let selection = select(&conversation, None, mode, max_messages);
+    let reasoning = readable_reasoning(shape, &value);
+    drop(value);
+    if selection.task.is_none() && selection.last_assistant.is_none() && reasoning.is_empty() {
+        return None;
+    }
+    let mut summary = String::from(
+        "No model summary was available; this handoff was built from the conversation itself when it moved. ",
+    );
+    if let Some(task) = &selection.task {
+        summary.push_str("Task: ");
+        summary.push_str(&one_line(task, PIECE_CHARS));
+        summary.push('\n');
+    }
+    if let Some(last) = &selection.last_assistant {
+        summary.push_str("Last assistant reply: ");
+        summary.push_str(&one_line(last, PIECE_CHARS));
+        summary.push('\n');
+    }
+    if let Some(newest) = reasoning.first() {
+        summary.push_str("Latest reasoning: ");
+        summary.push_str(&one_line(newest, REASONING_PIECE_CHARS));
+    }
+    let summary = clamp_chars(summary.trim(), MAX_SUMMARY_CHARS).to_owned();
+    let mut task_progress = String::new();
+    for (i, ask) in selection.recent_asks.iter().enumerate() {
+        let label = if i == 0 {
+            "Latest request: "
+        } else {
+            "\nEarlier request: "
+        };
+        task_progress.push_str(label);
+        task_progress.push_str(&one_line(ask, MAX_TASK_PROGRESS_CHARS));
+    }
+    let task_progress = clamp_chars(&task_progress, MAX_TASK_PROGRESS_CHARS).to_owned();
+    let key_decisions = reasoning
+        .iter()
+        .skip(1)
+        .take(MAX_KEY_DECISIONS)
+        .map(|r| one_line(&format!("Reasoning: {r}"), MAX_ITEM_CHARS - 1))
+        .collect();
+    Some(SwitchHandoff {
+        handoff: Handoff {
+            summary,
+            key_decisions,
+            task_progress,
+            active_entities: merge_entities(&[], &selection.touched_files),
+        },
+        message_count: u32::try_from(selection.source_count).unwrap_or(u32::MAX),
     })
 }
 

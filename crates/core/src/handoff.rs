@@ -52,7 +52,45 @@ impl HandoffKey {
             combo: combo.into(),
         }
     }
+
+    /// The key of a conversation of this key's session other than its primary one (see
+    /// [`crate::session::opening`]): the session id followed by
+    /// [`CONVERSATION_SEPARATOR`] and the conversation's opening digest in 16 hex digits.
+    ///
+    /// ```
+    /// use context_relay_core::HandoffKey;
+    ///
+    /// let key = HandoffKey::new("t", "s-1", "c");
+    /// let sub = key.conversation(0xab);
+    /// assert_eq!(&*sub.session, "s-1#00000000000000ab");
+    /// assert_eq!(HandoffKey::session_of(&sub.session), "s-1");
+    /// assert_eq!(HandoffKey::session_of("s-1"), "s-1");
+    /// ```
+    pub fn conversation(&self, digest: u64) -> HandoffKey {
+        HandoffKey {
+            tenant: self.tenant.clone(),
+            session: format!("{}{CONVERSATION_SEPARATOR}{digest:016x}", self.session).into(),
+            combo: self.combo.clone(),
+        }
+    }
+
+    /// The session id a key's `session` belongs to: itself, or the session of a conversation
+    /// key made by [`HandoffKey::conversation`].
+    pub fn session_of(session: &str) -> &str {
+        match session.rsplit_once(CONVERSATION_SEPARATOR) {
+            Some((base, digest))
+                if digest.len() == 16 && digest.bytes().all(|b| b.is_ascii_hexdigit()) =>
+            {
+                base
+            }
+            _ => session,
+        }
+    }
 }
+
+/// What separates a session id from a conversation's opening digest in a conversation key
+/// ([`HandoffKey::conversation`]).
+pub const CONVERSATION_SEPARATOR: char = '#';
 
 impl std::fmt::Display for HandoffKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -182,6 +220,16 @@ pub struct HandoffRecord {
     pub handoff: Handoff,
     /// Number of conversation entries the summary was made from.
     pub message_count: u32,
+    /// The opening digest of the conversation it summarises, in 16 hex digits (see
+    /// [`crate::session::opening`]); absent in records written before conversations were told
+    /// apart. A handoff is only injected into the conversation it summarises.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<String>,
+    /// Whether the summary covers the context of the conversation's `compaction` items: its
+    /// summary request carried them, to the account that minted them. The note replacing
+    /// those items on another account says the context is in the handoff only then.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub compaction: bool,
     /// The model that wrote the summary.
     pub model: String,
     /// The handoff threshold in force when it was written.
@@ -236,6 +284,18 @@ impl HandoffRecord {
     /// Whether the record is still live at `now`.
     pub fn is_live(&self, now: SystemTime) -> bool {
         now < self.expires_at
+    }
+
+    /// The opening digest of the conversation it summarises, when recorded (and well formed).
+    pub fn conversation_digest(&self) -> Option<u64> {
+        self.conversation
+            .as_deref()
+            .and_then(|d| u64::from_str_radix(d, 16).ok())
+    }
+
+    /// Records `digest` as the opening of the conversation it summarises.
+    pub fn set_conversation(&mut self, digest: Option<u64>) {
+        self.conversation = digest.map(|d| format!("{d:016x}"));
     }
 }
 

@@ -34,6 +34,7 @@ pub mod parse;
 pub mod portable;
 pub mod prompt;
 pub mod quota;
+pub mod reasoning;
 pub mod render;
 pub mod repair;
 pub mod reply;
@@ -44,6 +45,7 @@ pub mod time;
 pub mod touched;
 pub mod translate;
 pub mod unsupported;
+pub mod usage;
 
 pub use account::ResolvedAccount;
 pub use api::ApiShape;

@@ -8,9 +8,9 @@
 //! - Responses API: `previous_response_id` and `conversation` (server-side state of the old
 //!   account); `input` items of type `reasoning` as whole items (an id without its encrypted
 //!   blob, or a blob next to an edited item, is rejected too); `compaction` items are replaced
-//!   by a short developer note ([`COMPACTION_NOTE`] when the handoff is injected into the same
-//!   request, else [`COMPACTION_NOTE_ALONE`]) since their encrypted summary cannot be read by
-//!   the new account; any other item carrying `encrypted_content` (the encrypted tool outputs
+//!   by a short developer note ([`COMPACTION_NOTE`] when the handoff injected into the same
+//!   request summarises the compacted context, else [`COMPACTION_NOTE_ALONE`]) since their
+//!   encrypted summary cannot be read by the new account; any other item carrying `encrypted_content` (the encrypted tool outputs
 //!   and agent messages of Codex's multi-agent tools) is replaced by a plain tool output (same
 //!   `call_id`, so the call stays answered) or message saying [`FOREIGN_OUTPUT_NOTE`]. The
 //!   [`TURN_STATE_HEADER`] request header must be dropped by the caller (headers are not part
@@ -74,12 +74,12 @@ use gemini::gemini;
 pub const TURN_STATE_HEADER: &str = "x-codex-turn-state";
 
 /// The text of the developer note that replaces a `compaction` item when the request also
-/// carries the context handoff.
+/// carries a context handoff that summarises the compacted context.
 pub const COMPACTION_NOTE: &str = "Earlier context of this conversation was compacted on \
 another account and cannot be carried over; it is summarised in the context handoff.";
 
-/// The text of the developer note that replaces a `compaction` item when no handoff is
-/// injected into the request.
+/// The text of the developer note that replaces a `compaction` item when no handoff that
+/// summarises the compacted context is injected into the request.
 pub const COMPACTION_NOTE_ALONE: &str = "Earlier context of this conversation was compacted \
 on another account and cannot be carried over; it is not available here.";
 
@@ -297,8 +297,9 @@ pub fn rewrite_for_switch(
 ///
 /// An injection failure (a body of an unexpected shape) does not undo the portability edits:
 /// the request still needs them to be accepted by the new account. It is reported in
-/// [`Rewrite::inject_error`]. A `compaction` item's note says the earlier context is in the
-/// handoff only when the message was injected.
+/// [`Rewrite::inject_error`]. A `compaction` item's note says the compacted context is not
+/// available ([`COMPACTION_NOTE_ALONE`]): see [`rewrite_noting`] for a handoff that summarises
+/// it.
 ///
 /// ```
 /// use context_relay_core::ApiShape;
@@ -316,6 +317,22 @@ pub fn rewrite(
     body: &[u8],
     scope: Scope<'_>,
     message: Option<&str>,
+    slot: InjectionSlot,
+) -> Result<Rewrite, PortableError> {
+    rewrite_noting(shape, body, scope, message, false, slot)
+}
+
+/// [`rewrite`], for a `message` that does (`covers_compaction`) or does not summarise the
+/// context the request's `compaction` items hold: a compaction item's note says that context
+/// is in the handoff ([`COMPACTION_NOTE`]) only when the message was injected and covers it
+/// (it was written by the account that minted the items, from a summary request that carried
+/// them), and that it is not available here ([`COMPACTION_NOTE_ALONE`]) otherwise.
+pub fn rewrite_noting(
+    shape: ApiShape,
+    body: &[u8],
+    scope: Scope<'_>,
+    message: Option<&str>,
+    covers_compaction: bool,
     slot: InjectionSlot,
 ) -> Result<Rewrite, PortableError> {
     let mut plan = Plan::new(body)?;
@@ -344,7 +361,7 @@ pub fn rewrite(
             }
         }
     }
-    let note = compaction_note(if injected {
+    let note = compaction_note(if injected && covers_compaction {
         COMPACTION_NOTE
     } else {
         COMPACTION_NOTE_ALONE

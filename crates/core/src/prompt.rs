@@ -10,7 +10,7 @@
 //!
 //! | shape | body |
 //! |---|---|
-//! | Responses | `model`, `instructions` (unchanged, when sent), `input` (one user message item), `store` and `stream` (as sent), `max_output_tokens` |
+//! | Responses | `model`, `instructions` (unchanged, when sent), `input` (the `carried` items of [`summary_request_carrying`], then one user message item), `store` and `stream` (as sent), `max_output_tokens` |
 //! | Anthropic Messages | `model`, `system` (as sent), `messages`, `max_tokens` (required), `thinking: {"type": "disabled"}`, `stream` |
 //! | Chat Completions | `model`, `messages`, `stream`, `max_completion_tokens` for OpenAI reasoning families (`o1`, `o3`, `o4`, `gpt-5`…), else `max_tokens` |
 //! | Gemini | `contents`, `generationConfig.maxOutputTokens` (model and streaming are in the URL) |
@@ -93,7 +93,10 @@ Write the note in the language of the conversation.
     let mut prompt = String::with_capacity(HEAD.len() + history.len() + files_len + 96);
     prompt.push_str(HEAD);
     if !touched_files.is_empty() {
-        prompt.push_str("\nFiles the session touched, newest first:\n");
+        prompt.push_str(
+            "\nFiles the session touched: those it edited, newest first, then those its latest \
+             tool calls named:\n",
+        );
         for f in touched_files {
             prompt.push_str("- ");
             prompt.push_str(f);
@@ -133,6 +136,30 @@ pub fn summary_request(
     prompt: &str,
     settings: &SummarySettings,
 ) -> Value {
+    summary_request_carrying(shape, trigger, &[], prompt, settings)
+}
+
+/// [`summary_request`], with `carried` Responses input items placed before the prompt: the
+/// items the serving account can read and the prompt cannot carry, such as its own encrypted
+/// `compaction` items. Other shapes ignore them.
+///
+/// ```
+/// use context_relay_core::{prompt::{summary_request_carrying, SummarySettings}, ApiShape};
+/// let trigger = serde_json::json!({"model": "gpt-5", "input": [{"type": "message"}]});
+/// let item = serde_json::json!({"type": "compaction", "encrypted_content": "gAAA"});
+/// let v = summary_request_carrying(
+///     ApiShape::Responses, &trigger, &[item.clone()], "P", &SummarySettings::default(),
+/// );
+/// assert_eq!(v["input"][0], item);
+/// assert_eq!(v["input"].as_array().map(Vec::len), Some(2));
+/// ```
+pub fn summary_request_carrying(
+    shape: ApiShape,
+    trigger: &Value,
+    carried: &[Value],
+    prompt: &str,
+    settings: &SummarySettings,
+) -> Value {
     let field = |k: &str| trigger.get(k).filter(|v| !v.is_null()).cloned();
     let model = settings
         .model
@@ -146,14 +173,13 @@ pub fn summary_request(
         ApiShape::Responses => {
             body.extend(model.map(|m| ("model".to_owned(), m)));
             body.extend(field("instructions").map(|v| ("instructions".to_owned(), v)));
-            body.insert(
-                "input".to_owned(),
-                json!([{
-                    "type": "message",
-                    "role": "user",
-                    "content": [{"type": "input_text", "text": prompt}],
-                }]),
-            );
+            let mut input = carried.to_vec();
+            input.push(json!({
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": prompt}],
+            }));
+            body.insert("input".to_owned(), Value::Array(input));
             body.extend(field("store").map(|v| ("store".to_owned(), v)));
             let stream = settings.stream.map(Value::Bool).or_else(|| field("stream"));
             body.extend(stream.map(|v| ("stream".to_owned(), v)));

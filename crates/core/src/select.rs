@@ -64,6 +64,8 @@ pub const TASK_CHARS: usize = 6000;
 pub const REPLY_CHARS: usize = 8000;
 /// Longest earlier user ask or assistant text kept, in chars (marker included).
 pub const ASK_CHARS: usize = 2000;
+/// Most user asks kept in [`Selection::recent_asks`].
+pub const RECENT_ASKS: usize = 3;
 /// Role given to the captured assistant reply of this turn.
 pub const REPLY_ROLE: &str = "assistant";
 /// Role label written for an entry without a role.
@@ -94,6 +96,9 @@ pub struct Selection {
     pub task: Option<String>,
     /// The latest user ask (clipped), when there is one.
     pub latest_ask: Option<String>,
+    /// The newest user asks, newest first: at most [`RECENT_ASKS`], each clipped to
+    /// [`ASK_CHARS`].
+    pub recent_asks: Vec<String>,
     /// The latest assistant text: this turn's reply when captured, else the last assistant
     /// text of the conversation (clipped).
     pub last_assistant: Option<String>,
@@ -411,6 +416,12 @@ pub fn select(
     };
     let task = find(Class::Task);
     let latest_ask = find(Class::Latest).or_else(|| task.clone());
+    let recent_asks = asks
+        .iter()
+        .rev()
+        .take(RECENT_ASKS)
+        .map(|&i| clip(&pieces[i].text, ASK_CHARS).into_owned())
+        .collect();
     Selection {
         estimated_tokens: estimate_tokens(&text),
         text,
@@ -419,6 +430,7 @@ pub fn select(
         boilerplate_chars,
         task,
         latest_ask,
+        recent_asks,
         last_assistant,
         touched_files: touched_files(conv),
     }

@@ -11,8 +11,9 @@
 //!   `apply_patch`).
 //!
 //! Arguments sent as a JSON string (Chat Completions and Responses function calls) are parsed
-//! first. [`touched_files`] lists them newest first, without duplicates, at most
-//! [`MAX_TOUCHED_FILES`]; [`merge_entities`] adds them to the entities a model named.
+//! first. [`touched_files`] lists the files the session edited, newest first, then those the
+//! last [`RECENT_CALLS`] tool calls named, without duplicates, at most [`MAX_TOUCHED_FILES`];
+//! [`merge_entities`] adds them to the entities a model named.
 //!
 //! ```
 //! use context_relay_core::{ApiShape, conversation::Conversation, touched::touched_files};
@@ -24,16 +25,28 @@
 //!      "arguments": "{\"path\":\"README.md\"}"}
 //! ]});
 //! let conv = Conversation::from_value(ApiShape::Responses, &body).unwrap();
-//! assert_eq!(touched_files(&conv), ["README.md", "src/lib.rs"]);
+//! // The edited file first, then what the latest calls read.
+//! assert_eq!(touched_files(&conv), ["src/lib.rs", "README.md"]);
 //! ```
 
 use serde_json::Value;
 
-use crate::conversation::Conversation;
+use crate::conversation::{Conversation, PartKind};
 use crate::handoff::{MAX_ACTIVE_ENTITIES, MAX_ITEM_CHARS};
 
-/// Most touched files listed.
-pub const MAX_TOUCHED_FILES: usize = 10;
+/// Most touched files listed: a long session edits a few dozen files at most, and each costs
+/// one short line of the summary prompt.
+pub const MAX_TOUCHED_FILES: usize = 40;
+
+/// The latest tool calls whose files are listed after the edited ones, whatever the calls did.
+pub const RECENT_CALLS: usize = 10;
+
+/// Words in a tool's name that say it writes the files it names (ASCII case ignored):
+/// Claude Code's `Edit`, `MultiEdit`, `Write` and `NotebookEdit`, `write_file`, `apply_patch`,
+/// `str_replace_based_edit_tool`, `create_file`, `delete_file`, …
+const EDIT_WORDS: [&str; 9] = [
+    "edit", "write", "patch", "create", "replace", "insert", "delete", "rename", "move",
+];
 
 /// Headers of an `apply_patch` envelope that name a file.
 const PATCH_HEADERS: [&str; 4] = [
@@ -43,20 +56,37 @@ const PATCH_HEADERS: [&str; 4] = [
     "*** Move to:",
 ];
 
-/// Appends the files named by one tool call's arguments to `out`, in the order they appear.
-pub fn files_in_args(args: &Value, out: &mut Vec<String>) {
+/// Appends the files named by one tool call's arguments to `out`, in the order they appear;
+/// whether an `apply_patch` envelope named any of them (the call edits them).
+pub fn files_in_args(args: &Value, out: &mut Vec<String>) -> bool {
     match args {
         Value::String(s) => match serde_json::from_str::<Value>(s) {
             Ok(v @ Value::Object(_)) => files_in_object(&v, out),
             _ => files_in_patch(s, out),
         },
         Value::Object(_) => files_in_object(args, out),
-        _ => {}
+        _ => false,
     }
 }
 
-fn files_in_object(v: &Value, out: &mut Vec<String>) {
-    let Some(obj) = v.as_object() else { return };
+/// Whether a tool's name says it writes the files it names: it holds `edit`, `write`, `patch`,
+/// `create`, `replace`, `insert`, `delete`, `rename` or `move` (ASCII case ignored).
+///
+/// ```
+/// use context_relay_core::touched::is_edit_tool;
+/// assert!(is_edit_tool("MultiEdit") && is_edit_tool("write_file") && is_edit_tool("apply_patch"));
+/// assert!(!is_edit_tool("Read") && !is_edit_tool("Grep") && !is_edit_tool("exec_command"));
+/// ```
+pub fn is_edit_tool(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    EDIT_WORDS.iter().any(|w| name.contains(w))
+}
+
+fn files_in_object(v: &Value, out: &mut Vec<String>) -> bool {
+    let Some(obj) = v.as_object() else {
+        return false;
+    };
+    let mut patched = false;
     for (key, value) in obj {
         match (key.as_str(), value) {
             ("file_path" | "path" | "notebook_path", Value::String(p)) => push_path(p, out),
@@ -65,29 +95,32 @@ fn files_in_object(v: &Value, out: &mut Vec<String>) {
                     push_path(p, out);
                 }
             }
-            (_, Value::String(s)) => files_in_patch(s, out),
+            (_, Value::String(s)) => patched |= files_in_patch(s, out),
             (_, Value::Array(items)) => {
                 for s in items.iter().filter_map(Value::as_str) {
-                    files_in_patch(s, out);
+                    patched |= files_in_patch(s, out);
                 }
             }
             _ => {}
         }
     }
+    patched
 }
 
-/// The file headers of an `apply_patch` envelope inside `text`.
-fn files_in_patch(text: &str, out: &mut Vec<String>) {
+/// The file headers of an `apply_patch` envelope inside `text`; whether there was any.
+fn files_in_patch(text: &str, out: &mut Vec<String>) -> bool {
     // Cheap rejection: almost no argument is a patch.
     if memchr::memmem::find(text.as_bytes(), b"*** ").is_none() {
-        return;
+        return false;
     }
+    let before = out.len();
     for line in text.lines() {
         let line = line.trim_start();
         if let Some(path) = PATCH_HEADERS.iter().find_map(|h| line.strip_prefix(h)) {
             push_path(path, out);
         }
     }
+    out.len() > before
 }
 
 fn push_path(path: &str, out: &mut Vec<String>) {
@@ -98,18 +131,34 @@ fn push_path(path: &str, out: &mut Vec<String>) {
     out.push(path.to_owned());
 }
 
-/// The files the conversation's tool calls touched, newest first, each once, at most
-/// [`MAX_TOUCHED_FILES`].
+/// The files the conversation's tool calls edited, newest first, then the other files the
+/// last [`RECENT_CALLS`] tool calls named (those of the entries that hold them), each once, at
+/// most [`MAX_TOUCHED_FILES`].
 pub fn touched_files(conv: &Conversation) -> Vec<String> {
+    fn push(out: &mut Vec<String>, file: &String) {
+        if out.len() < MAX_TOUCHED_FILES && !out.iter().any(|f| f == file) {
+            out.push(file.clone());
+        }
+    }
     let mut out: Vec<String> = Vec::new();
-    for entry in conv.entries().iter().rev() {
+    let entries = conv.entries();
+    for entry in entries.iter().rev() {
+        for file in entry.edited.iter().rev() {
+            push(&mut out, file);
+        }
+    }
+    let mut calls = 0;
+    for entry in entries.iter().rev() {
+        if calls >= RECENT_CALLS {
+            break;
+        }
+        calls += entry
+            .kinds
+            .iter()
+            .filter(|k| **k == PartKind::ToolCall)
+            .count();
         for file in entry.files.iter().rev() {
-            if out.len() == MAX_TOUCHED_FILES {
-                return out;
-            }
-            if !out.iter().any(|f| f == file) {
-                out.push(file.clone());
-            }
+            push(&mut out, file);
         }
     }
     out
@@ -146,7 +195,7 @@ mod tests {
 
     fn files(args: Value) -> Vec<String> {
         let mut out = Vec::new();
-        files_in_args(&args, &mut out);
+        let _ = files_in_args(&args, &mut out);
         out
     }
 
@@ -183,7 +232,7 @@ mod tests {
     #[test]
     fn newest_first_deduplicated_bounded() {
         let mut input = Vec::new();
-        for i in 0..15 {
+        for i in 0..(MAX_TOUCHED_FILES + 5) {
             input.push(
                 json!({"type": "function_call", "name": "edit", "call_id": i.to_string(),
                 "arguments": format!("{{\"path\":\"f{i}.rs\"}}")}),
@@ -197,8 +246,40 @@ mod tests {
             .expect("conversation");
         let got = touched_files(&conv);
         assert_eq!(got.len(), MAX_TOUCHED_FILES);
-        assert_eq!(&got[..3], ["f3.rs", "f14.rs", "f13.rs"]);
+        let newest = format!("f{}.rs", MAX_TOUCHED_FILES + 4);
+        assert_eq!(got[..2], ["f3.rs".to_owned(), newest]);
         assert!(!got[1..].contains(&"f3.rs".to_owned()));
+    }
+
+    /// A session that reads far more files than it edits: every edited file is listed, first,
+    /// then the files the latest calls read, and no older read.
+    #[test]
+    fn edits_come_first_and_reads_do_not_crowd_them_out() {
+        let mut input = Vec::new();
+        let call = |name: &str, id: String, path: String| {
+            json!({"type": "function_call", "name": name, "call_id": id,
+                   "arguments": json!({"path": path}).to_string()})
+        };
+        for i in 0..12 {
+            input.push(call("write_file", format!("w{i}"), format!("src/e{i}.rs")));
+            for j in 0..4 {
+                input.push(call(
+                    "read_file",
+                    format!("r{i}_{j}"),
+                    format!("docs/r{i}_{j}.md"),
+                ));
+            }
+        }
+        let conv = Conversation::from_value(ApiShape::Responses, &json!({"input": input}))
+            .expect("conversation");
+        let got = touched_files(&conv);
+        let edited: Vec<String> = (0..12).rev().map(|i| format!("src/e{i}.rs")).collect();
+        assert_eq!(got[..12], edited[..]);
+        // The last ten calls: the edits and reads of rounds 11 and 10.
+        assert!(got.contains(&"docs/r11_0.md".to_owned()));
+        assert!(got.contains(&"docs/r10_0.md".to_owned()));
+        assert!(!got.contains(&"docs/r9_3.md".to_owned()));
+        assert!(!got.contains(&"docs/r0_0.md".to_owned()));
     }
 
     #[test]

@@ -4,8 +4,8 @@ use http::header::HeaderName;
 use http::{HeaderMap, HeaderValue};
 
 /// The response header naming what the relay did to the request:
-/// `model-switch`, `injected`, `scrubbed`, `repaired`, comma-joined when several (absent when
-/// nothing). The relay sets it, replacing any the upstream sent.
+/// `model-switch`, `injected`, `extractive`, `scrubbed`, `repaired`, comma-joined when several
+/// (absent when nothing). The relay sets it, replacing any the upstream sent.
 pub const RELAY_HEADER: HeaderName = HeaderName::from_static("x-context-relay");
 
 /// What the relay did to a request, set as a response extension (and as
@@ -32,6 +32,11 @@ pub struct RelayAction {
     pub model_switch: bool,
     /// The session's handoff was injected.
     pub injected: bool,
+    /// The handoff injected was built without a model call ([`HandoffKind::Extractive`]:
+    /// at the switch from the request itself, or after a failed summary).
+    ///
+    /// [`HandoffKind::Extractive`]: context_relay_core::HandoffKind::Extractive
+    pub extractive: bool,
     /// Account-bound state of another account was removed.
     pub scrubbed: bool,
     /// The provider rejected account-bound state, and the request was sent again without it.
@@ -41,7 +46,7 @@ pub struct RelayAction {
 impl RelayAction {
     /// Whether the relay did nothing.
     pub fn is_empty(&self) -> bool {
-        !(self.model_switch || self.injected || self.scrubbed || self.repaired)
+        !(self.model_switch || self.injected || self.extractive || self.scrubbed || self.repaired)
     }
 
     /// The action named by the [`RELAY_HEADER`] of `headers` (empty without one; unknown names
@@ -55,6 +60,7 @@ impl RelayAction {
             match name {
                 "model-switch" => action.model_switch = true,
                 "injected" => action.injected = true,
+                "extractive" => action.extractive = true,
                 "scrubbed" => action.scrubbed = true,
                 "repaired" => action.repaired = true,
                 _ => {}
@@ -76,6 +82,7 @@ impl std::fmt::Display for RelayAction {
         let names = [
             (self.model_switch, "model-switch"),
             (self.injected, "injected"),
+            (self.extractive, "extractive"),
             (self.scrubbed, "scrubbed"),
             (self.repaired, "repaired"),
         ];

@@ -50,11 +50,16 @@
 //! let (a, b) = (ResolvedAccount::new("codex", "acct-a"), ResolvedAccount::new("codex", "acct-b"));
 //! let on = |account| RequestFacts { combo: Some(&combo), account: Some(account), ..Default::default() };
 //!
-//! // The session's first turn, on acct-a: the fast path, the body is not read.
-//! let Inject::Forward { ticket, .. } = relay.inject(&uri, &headers, on(&a), 0) else { panic!() };
+//! // The session's first turn, on acct-a: read once, to record the session's conversation.
+//! let Inject::ReadBody(first) = relay.inject(&uri, &headers, on(&a), 0) else { panic!() };
+//! let body = Bytes::from_static(br#"{"input":"add a --json flag"}"#);
+//! let decided = first.decide(&mut headers.clone(), body.clone()).await;
+//! assert_eq!(decided.body, body, "forwarded as sent");
 //! // The response completed: the session's affinity is now acct-a.
-//! ticket.ended(Ending::Completed);
+//! decided.ticket.expect("a session").ended(Ending::Completed);
 //! relay.background().idle().await;
+//! // Its next turns on acct-a take the fast path: the body is not read.
+//! assert!(matches!(relay.inject(&uri, &headers, on(&a), 0), Inject::Forward { .. }));
 //!
 //! // The next turn was sent to acct-b: a switch, decided on the body.
 //! let Inject::ReadBody(decision) = relay.inject(&uri, &headers, on(&b), 0) else { panic!() };
@@ -71,6 +76,7 @@
 mod action;
 mod background;
 mod configs;
+mod events;
 mod extensions;
 pub mod generation;
 pub mod injection;
@@ -84,6 +90,7 @@ mod tenant;
 pub use action::{RELAY_HEADER, RelayAction};
 pub use background::Background;
 pub use configs::RelayConfigs;
+pub use events::{RelayEvent, RelayEvents};
 pub use extensions::{
     ComboName, QuotaSignal, RequestFacts, ResolvedAccount, ServingModel, SessionId, SkipRelay,
     Tenant,

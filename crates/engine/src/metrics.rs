@@ -19,6 +19,9 @@ pub const GENERATIONS_SKIPPED: &str = "context_relay_generations_skipped_total";
 /// Handoffs injected into a request, by `kind`: `account` (an account switch) or `model` (a
 /// model switch: the freshest handoff, or the bare note when the session has none).
 pub const INJECTED: &str = "context_relay_injected_total";
+/// Switches that found no stored handoff and carried one built from the request being sent,
+/// by `stored` (`true`; `false` when the store failed and it was injected unstored).
+pub const SWITCH_EXTRACTIVE: &str = "context_relay_switch_extractive_total";
 /// Handoffs deleted after a request carrying them succeeded.
 pub const CONSUMED: &str = "context_relay_consumed_total";
 /// Claimed handoffs given back after a failed or dropped request.
@@ -57,4 +60,52 @@ pub(crate) fn store_error(op: &'static str, err: &StoreError) {
         tracing::warn!(op, error = %err, "context-relay store error; passing through");
     }
     metrics::counter!(STORE_ERRORS, "op" => op).increment(1);
+}
+
+/// Registers the help text of every relay metric with the installed `metrics` recorder (the
+/// `# HELP` lines of a Prometheus page). Call it once, after installing the recorder.
+pub fn describe() {
+    use ::metrics::{describe_counter, describe_histogram};
+    describe_counter!(
+        GENERATIONS,
+        "Summary generations, by outcome (generated, extractive, rejected, unparseable, unavailable) and kind (account, model)."
+    );
+    describe_histogram!(
+        GENERATION_SECONDS,
+        ::metrics::Unit::Seconds,
+        "Duration of summary generations, by outcome and kind."
+    );
+    describe_counter!(
+        GENERATIONS_SKIPPED,
+        "Responses past the handoff threshold that started no summary, by reason."
+    );
+    describe_counter!(
+        INJECTED,
+        "Handoffs injected into a request, by kind (account, model)."
+    );
+    describe_counter!(
+        CONSUMED,
+        "Handoffs deleted after the request carrying them completed."
+    );
+    describe_counter!(
+        RELEASED,
+        "Claimed handoffs given back after a failed or dropped request."
+    );
+    describe_counter!(
+        SWITCHES,
+        "Requests made portable on a switch, by kind (account, model)."
+    );
+    describe_counter!(
+        SCRUBBED,
+        "Account-bound items removed from request bodies, by kind."
+    );
+    describe_counter!(
+        REPAIRS,
+        "Requests sent once more without account-bound state after the provider rejected it, by kind."
+    );
+    describe_counter!(STORE_ERRORS, "Handoff store operations that failed, by op.");
+    describe_counter!(
+        REWRITE_SKIPPED,
+        "Requests the relay meant to rewrite but passed through unchanged, by reason."
+    );
 }

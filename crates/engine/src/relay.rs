@@ -3,16 +3,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use context_relay_core::RelayConfig;
 use context_relay_core::config::{InjectionSlot, RelayMode};
 use context_relay_core::prompt::SummarySettings;
 use context_relay_core::session::SessionSources;
-use context_relay_store::{CoolDown, HandoffStore, InFlight};
+use context_relay_core::{HandoffKey, RelayConfig};
+use context_relay_store::{Affinity, CoolDown, HandoffStore, InFlight};
 use foldhash::HashMap;
 use tokio::sync::Semaphore;
 
 use crate::background::Background;
 use crate::configs::RelayConfigs;
+use crate::events::{RelayEvent, RelayEvents};
 use crate::quota::{HeaderQuota, QuotaSource};
 use crate::summary::Summarizer;
 use crate::summary::call::DroppedParams;
@@ -74,6 +75,8 @@ pub(crate) struct Shared {
     pub(crate) settings: Arc<HashMap<String, SummarySettings>>,
     /// Parameters each provider and model refused in summary requests.
     pub(crate) dropped: Arc<DroppedParams>,
+    /// Where background outcomes are told, if anywhere.
+    pub(crate) events: Option<Arc<dyn RelayEvents>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -87,6 +90,28 @@ impl std::fmt::Debug for Shared {
 }
 
 impl Shared {
+    /// The affinity of `key`, from the store's cache when it knows, else from the store (a
+    /// store error is logged and counted, and reads as none).
+    pub(crate) async fn affinity(&self, key: &HandoffKey) -> Option<Affinity> {
+        match self.store.cached_affinity(key) {
+            Some(a) => a,
+            None => match self.store.affinity(key).await {
+                Ok(a) => a,
+                Err(e) => {
+                    crate::metrics::store_error("affinity", &e);
+                    None
+                }
+            },
+        }
+    }
+
+    /// Tells the event sink, if one is set; `make` runs only then.
+    pub(crate) fn tell(&self, make: impl FnOnce() -> RelayEvent) {
+        if let Some(sink) = &self.events {
+            sink.event(make());
+        }
+    }
+
     /// The summary settings configured for `provider`.
     pub(crate) fn settings_for(&self, provider: &str) -> Option<&SummarySettings> {
         if self.settings.is_empty() {
@@ -149,7 +174,7 @@ impl Relay {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use context_relay_core::RelayConfig;
+/// use context_relay_core::{HandoffKey, RelayConfig};
 /// use context_relay_engine::{Relay, RelayConfigs};
 /// use context_relay_store::MemoryStore;
 ///
@@ -202,6 +227,7 @@ impl RelayBuilder {
                 stream_providers: Arc::from(Vec::new()),
                 settings: Arc::default(),
                 dropped: Arc::default(),
+                events: None,
             },
             edits: DefaultEdits::default(),
         }
@@ -317,6 +343,13 @@ impl RelayBuilder {
     /// streaming, and extra body parameters (see [`SummarySettings`]).
     pub fn summary_settings(mut self, provider: &str, settings: SummarySettings) -> Self {
         Arc::make_mut(&mut self.shared.settings).insert(provider.to_ascii_lowercase(), settings);
+        self
+    }
+
+    /// Tells `sink` the outcome of every summary generation and every qualifying turn that
+    /// started none (see [`RelayEvent`]).
+    pub fn events(mut self, sink: impl RelayEvents) -> Self {
+        self.shared.events = Some(Arc::new(sink));
         self
     }
 

@@ -258,3 +258,36 @@ async fn an_explicit_tenant_keys_the_handoff() {
     assert!(f.store.get(&team_key).await.unwrap().is_some());
     assert!(f.store.get(&f.key()).await.unwrap().is_none());
 }
+
+#[tokio::test]
+async fn the_event_sink_hears_each_outcome_and_each_skip_with_its_reason() {
+    let events: Arc<Mutex<Vec<context_relay_engine::RelayEvent>>> = Arc::default();
+    let sink = events.clone();
+    let f = Fixture::new(|b| {
+        b.events(move |e: context_relay_engine::RelayEvent| sink.lock().unwrap().push(e))
+    });
+    f.turn("acct-a", "40", StatusCode::OK).await; // below the threshold: nothing to tell
+    f.turn("acct-a", "88", StatusCode::OK).await; // generated
+    f.turn("acct-a", "89", StatusCode::OK).await; // skipped: a fresh handoff exists
+    f.turn("acct-a", "97", StatusCode::OK).await; // skipped: the account is about to be cut off
+    let events = events.lock().unwrap();
+    let told: Vec<(&str, Option<&str>)> = events.iter().map(|e| (e.kind, e.reason)).collect();
+    assert_eq!(
+        told,
+        [
+            ("generated", None),
+            ("skipped", Some("fresh")),
+            ("skipped", Some("exhausted"))
+        ]
+    );
+    assert_eq!(events[0].key.as_ref(), Some(&f.key()));
+    assert_eq!(
+        events[0].account.as_ref().map(|a| &**a.account()),
+        Some("acct-a")
+    );
+    assert_eq!(
+        events[0].handoff,
+        Some(context_relay_core::HandoffKind::Generated)
+    );
+    assert_eq!(events[2].key, None, "skipped before the session was read");
+}

@@ -73,6 +73,8 @@ impl Fixture {
                     active_entities: vec!["src/cli.rs".into()],
                 },
                 message_count: 12,
+                conversation: None,
+                compaction: false,
                 model: "gpt-5".into(),
                 threshold: 0.85,
                 generated_at: now,
@@ -129,25 +131,37 @@ async fn passes_what_is_not_relayed() {
 #[tokio::test]
 async fn a_completed_first_turn_records_the_affinity_a_dropped_one_does_not() {
     let f = Fixture::new();
-    let Inject::Forward { ticket, repair } = f.inject("/v1/chat/completions", &a()) else {
-        panic!("a new session on the fast path")
+    // A session's first turn is read: its opening is recorded as its primary conversation.
+    let first = || async {
+        let Inject::ReadBody(d) = f.inject("/v1/chat/completions", &a()) else {
+            panic!("a new session's first turn is read")
+        };
+        let mut h = f.headers.clone();
+        let decided = d.decide(&mut h, Bytes::from_static(CHAT.as_bytes())).await;
+        assert_eq!(decided.body, CHAT.as_bytes(), "forwarded as sent");
+        assert!(
+            decided.repair.is_none_or(|r| !r.may_repair()),
+            "chat completions carry no account-bound state"
+        );
+        decided.ticket.expect("a session")
     };
-    assert!(
-        repair.is_none(),
-        "chat completions carry no account-bound state"
-    );
-    drop(ticket);
+    drop(first().await);
     f.relay.background().idle().await;
     assert_eq!(f.store.affinity(&f.key()).await.unwrap(), None);
 
-    let Inject::Forward { ticket, .. } = f.inject("/v1/chat/completions", &a()) else {
-        panic!()
-    };
+    let ticket = first().await;
     assert_eq!(ticket.account(), &a());
     ticket.ended(Ending::Completed);
     f.relay.background().idle().await;
     let affinity = f.store.affinity(&f.key()).await.unwrap().expect("recorded");
     assert!(affinity.is("codex", "acct-a"));
+    let opening = session::opening(CHAT.as_bytes()).unwrap();
+    assert_eq!(affinity.conversation(), Some(opening.digest));
+    // From then on the session stays on the fast path.
+    assert!(matches!(
+        f.inject("/v1/chat/completions", &a()),
+        Inject::Forward { .. }
+    ));
 }
 
 #[tokio::test]
@@ -315,7 +329,11 @@ async fn a_body_over_the_limit_goes_out_unchanged() {
 #[tokio::test]
 async fn a_rejection_of_account_bound_state_gives_the_body_to_send_again() {
     let f = Fixture::new();
-    // The session's first turn carries state another account minted: read and kept.
+    f.store
+        .set_affinity(&f.key(), Affinity::new("codex", "acct-a"))
+        .await
+        .unwrap();
+    // A turn of the session carries state another account minted: forwarded and kept.
     let Inject::Forward { ticket, repair } = f.inject("/v1/responses", &a()) else {
         panic!("fast path")
     };
@@ -419,16 +437,17 @@ async fn try_label_refuses_an_error_status_with_a_claim() {
     assert_eq!(parts.headers[RELAY_HEADER], "injected");
 }
 
-/// The fast path reads the clock only when the affinity records foreign state: a live record
-/// must still send the request to the slow path (where it is scrubbed), an expired or empty one
-/// must not.
+/// The fast path reads the clock only when the affinity records a switch: within the switch
+/// window the request goes to the slow path (where it is scrubbed, and other conversations of
+/// the session cross), whether or not foreign state was recorded; after it, it does not.
 #[tokio::test]
-async fn the_fast_path_is_taken_only_without_live_foreign_state() {
+async fn the_fast_path_is_taken_only_outside_the_switch_window() {
     use context_relay_core::portable::ForeignSet;
     let f = Fixture::new();
     let key = f.key();
     let cases = [
-        (ForeignSet::default(), Duration::from_secs(3600), true),
+        (ForeignSet::default(), Duration::from_secs(3600), false),
+        (ForeignSet::default(), Duration::ZERO, true),
         (ForeignSet::from_digests([7]), Duration::ZERO, true),
         (
             ForeignSet::from_digests([7]),

@@ -119,6 +119,8 @@ impl Fixture {
                     ..Handoff::default()
                 },
                 message_count: 12,
+                conversation: None,
+                compaction: false,
                 model: "gpt-5.5".into(),
                 threshold: 0.85,
                 generated_at: at,
@@ -283,7 +285,7 @@ async fn the_account_handoff_is_read_and_left_unconsumed() {
 }
 
 #[tokio::test]
-async fn a_model_switch_without_any_handoff_injects_the_bare_note() {
+async fn a_model_switch_without_any_handoff_carries_one_built_from_the_request() {
     let f = Fixture::new();
     // Same provider and account, another model.
     f.served(&codex_a(), CODEX).await;
@@ -301,12 +303,35 @@ async fn a_model_switch_without_any_handoff_injects_the_bare_note() {
         "{body}"
     );
     assert!(
+        body.contains("<session_summary>No model summary was available"),
+        "{body}"
+    );
+    assert!(body.contains("Task: add a --json flag"), "{body}");
+    assert!(
+        !body.contains(&NO_SUMMARY_NOTE.replace('"', "\\\"")),
+        "{body}"
+    );
+    let action = decided.ticket.unwrap().action();
+    assert!(action.model_switch && action.injected, "{action:?}");
+
+    // A request with no text to build one from: the bare note.
+    let f = Fixture::new();
+    f.served(&codex_a(), CODEX).await;
+    let empty = r#"{"model":"gpt-5.5","messages":[{"role":"system","content":""}]}"#;
+    let decided = f
+        .decide(
+            "/v1/chat/completions",
+            &codex_a(),
+            "codex/gpt-5.4-mini",
+            empty,
+        )
+        .await;
+    let body = text(&decided);
+    assert!(
         body.contains(&NO_SUMMARY_NOTE.replace('"', "\\\"")),
         "{body}"
     );
     assert!(!body.contains("<session_summary>"), "{body}");
-    let action = decided.ticket.unwrap().action();
-    assert!(action.model_switch && action.injected, "{action:?}");
 }
 
 #[tokio::test]
@@ -369,11 +394,11 @@ async fn the_switch_is_injected_once_and_the_first_model_is_recorded() {
     assert!(ticket.action().model_switch);
     ticket.ended(Ending::Completed);
     f.relay.background().idle().await;
-    // Completed: the session is on the new model, the next request is the fast path.
-    assert!(matches!(
-        f.inject(path, &codex_a(), Some("codex/gpt-5.4-mini")),
-        Inject::Forward { .. }
-    ));
+    // Completed: the session is on the new model. Within the switch window the next request
+    // is read (other conversations of the session may still cross), and is no switch.
+    let next = f.decide(path, &codex_a(), "codex/gpt-5.4-mini", CHAT).await;
+    assert!(next.ticket.unwrap().action().is_empty());
+    assert_eq!(next.body, CHAT.as_bytes());
 }
 
 fn switched_head() -> HeaderMap {

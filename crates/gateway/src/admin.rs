@@ -1,13 +1,15 @@
 //! Admin routes: inspect and delete stored handoffs.
 //!
 //! Mounted only when `admin_token` is configured (otherwise these paths are 404). Every call
-//! needs `Authorization: Bearer <admin_token>`; a missing or wrong token is a 401 (the token is
-//! compared in constant time).
+//! needs `Authorization: Bearer <admin_token>` or the console's login cookie (see
+//! [`console`](crate::console)); a missing or wrong token is a 401 (the token is compared in
+//! constant time).
 //!
 //! - `GET /admin/handoffs[?tenant=…][&session=…][&settle=true]` →
 //!   `{"handoffs":[{"tenant","session","combo","from_provider","from_account","summary",
 //!   "key_decisions","task_progress","active_entities","message_count","model","generated_at",
-//!   "expires_at","kind"}]}` (`kind`: `generated`, `extractive` for a handoff built without a
+//!   "expires_at","kind","size"}]}` (`size`: the bytes of text it carries; `kind`: `generated`,
+//!   `extractive` for a handoff built without a
 //!   model call, or `model-switch` for the handoff written on the model a session moved to; a
 //!   session can have an account-switch and a model-switch handoff side by side), oldest
 //!   first, times in RFC 3339 (UTC). With `settle=true` the gateway first waits (at most 10 s)
@@ -36,11 +38,10 @@ use axum::routing::get;
 use bytes::Bytes;
 use context_relay_core::HandoffRecord;
 use context_relay_store::HandoffStore;
-use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
+use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 
+use crate::console::AdminAuth;
 use crate::error::{ErrorShape, error_body};
 use crate::pool::AccountPools;
 use crate::relay::RelayBackground;
@@ -52,8 +53,8 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(10);
 struct Admin {
     store: Arc<dyn HandoffStore>,
     pools: Arc<AccountPools>,
-    /// SHA-256 of the token: comparing digests in constant time hides the token's length too.
-    token_digest: [u8; 32],
+    /// The token (as a Bearer token) or the console's login cookie.
+    auth: AdminAuth,
     background: Option<RelayBackground>,
 }
 
@@ -75,7 +76,7 @@ pub(crate) fn routes(
     let state = Admin {
         store,
         pools,
-        token_digest: Sha256::digest(token.as_bytes()).into(),
+        auth: AdminAuth::new(token),
         background,
     };
     Router::new()
@@ -116,6 +117,8 @@ struct HandoffView<'a> {
     generated_at: String,
     expires_at: String,
     kind: &'static str,
+    /// The handoff's size in bytes, as injected (its fields' text).
+    size: usize,
 }
 
 impl<'a> From<&'a HandoffRecord> for HandoffView<'a> {
@@ -135,8 +138,18 @@ impl<'a> From<&'a HandoffRecord> for HandoffView<'a> {
             generated_at: rfc3339(r.generated_at),
             expires_at: rfc3339(r.expires_at),
             kind: r.kind.as_str(),
+            size: handoff_size(r),
         }
     }
+}
+
+/// The bytes of text a handoff carries (summary, decisions, progress, entities).
+fn handoff_size(r: &HandoffRecord) -> usize {
+    let h = &r.handoff;
+    h.summary.len()
+        + h.task_progress.len()
+        + h.key_decisions.iter().map(String::len).sum::<usize>()
+        + h.active_entities.iter().map(String::len).sum::<usize>()
 }
 
 /// `t` in RFC 3339, UTC, millisecond precision (`2026-01-02T03:04:05.678Z`).
@@ -150,27 +163,13 @@ pub(crate) fn rfc3339(t: SystemTime) -> String {
     format!("{ts:.3}")
 }
 
-fn authorized(admin: &Admin, headers: &HeaderMap) -> bool {
-    let Some(token) = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            let (scheme, rest) = v.trim().split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
-        })
-    else {
-        return false;
-    };
-    let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-    digest.ct_eq(&admin.token_digest).into()
-}
-
 async fn list(
     State(admin): State<Admin>,
+    method: Method,
     headers: HeaderMap,
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Response<Body> {
-    if !authorized(&admin, &headers) {
+    if !admin.auth.allows(&method, &headers) {
         return unauthorized();
     }
     let Query(q) = match query {
@@ -213,8 +212,12 @@ async fn list(
     }
 }
 
-async fn accounts(State(admin): State<Admin>, headers: HeaderMap) -> Response<Body> {
-    if !authorized(&admin, &headers) {
+async fn accounts(
+    State(admin): State<Admin>,
+    method: Method,
+    headers: HeaderMap,
+) -> Response<Body> {
+    if !admin.auth.allows(&method, &headers) {
         return unauthorized();
     }
     let now = SystemTime::now();
@@ -242,11 +245,12 @@ async fn accounts(State(admin): State<Admin>, headers: HeaderMap) -> Response<Bo
 
 async fn remove(
     State(admin): State<Admin>,
+    method: Method,
     headers: HeaderMap,
     Path(session): Path<String>,
     query: Result<Query<DeleteQuery>, QueryRejection>,
 ) -> Response<Body> {
-    if !authorized(&admin, &headers) {
+    if !admin.auth.allows(&method, &headers) {
         return unauthorized();
     }
     let Query(q) = match query {
@@ -281,7 +285,8 @@ async fn remove(
     )
 }
 
-fn unauthorized() -> Response<Body> {
+/// The 401 of a missing or wrong admin token (and of the console without its login).
+pub(crate) fn unauthorized() -> Response<Body> {
     let mut res = error(
         StatusCode::UNAUTHORIZED,
         "authentication_error",
@@ -320,32 +325,6 @@ fn json(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn admin(token: &str) -> Admin {
-        Admin {
-            store: Arc::new(context_relay_store::MemoryStore::new()),
-            pools: Arc::new(AccountPools::default()),
-            token_digest: Sha256::digest(token.as_bytes()).into(),
-            background: None,
-        }
-    }
-
-    #[test]
-    fn bearer_token_check() {
-        let a = admin("s3cret");
-        let h = |v: &str| {
-            let mut m = HeaderMap::new();
-            m.insert(header::AUTHORIZATION, HeaderValue::from_str(v).unwrap());
-            m
-        };
-        assert!(authorized(&a, &h("Bearer s3cret")));
-        assert!(authorized(&a, &h("bearer  s3cret ")));
-        assert!(!authorized(&a, &h("Bearer s3cre")));
-        assert!(!authorized(&a, &h("Bearer s3cret2")));
-        assert!(!authorized(&a, &h("Basic s3cret")));
-        assert!(!authorized(&a, &h("s3cret")));
-        assert!(!authorized(&a, &HeaderMap::new()));
-    }
 
     #[test]
     fn rfc3339_is_utc_with_millis() {

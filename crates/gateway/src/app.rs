@@ -26,13 +26,16 @@ use crate::auth::{Auth, AuthLayer, TENANT_SECRET, random_secret};
 use crate::budget::ByteBudget;
 use crate::combo::{ComboLayer, Routes};
 use crate::config::Config;
+use crate::console::Activity;
+use crate::live::Live;
 use crate::pool::AccountPools;
 use crate::ready::Readiness;
 use crate::relay::{RelayBackground, RelayLayers};
-use crate::resolver::AccountResolverLayer;
+use crate::resolver::{AccountResolverLayer, AffinityStore};
 use crate::server::ServeOptions;
 use crate::store::{StoreOpenError, open_local_store, open_store};
-use crate::upstream::{Upstream, UpstreamError, UpstreamLimits};
+use crate::upstream::{Upstream, UpstreamError};
+use crate::usage::UsageLedger;
 
 /// The type-erased proxy stack, as the router mounts it.
 pub(crate) type ProxyService = BoxCloneSyncService<Request<Body>, Response<Body>, Infallible>;
@@ -49,6 +52,9 @@ pub enum GatewayError {
     /// No random secret could be made or read for open-mode tenants.
     #[error("cannot set up the tenant secret: {0}")]
     Secret(String),
+    /// A configuration to reload is refused (the running one stays).
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
 }
 
 /// What the proxy stack needs besides routes, pools and the upstream client.
@@ -60,6 +66,10 @@ pub(crate) struct StackOptions {
     pub auth: Auth,
     /// The shared budget of buffered request bytes.
     pub budget: ByteBudget,
+    /// Where sessions the pools do not know find their account again (the relay's affinity).
+    pub affinity: Option<AffinityStore>,
+    /// Where switches and rotations are told.
+    pub activity: Activity,
 }
 
 /// Builds the proxy stack: client authentication, the combo service, then the relay layers
@@ -79,9 +89,13 @@ pub(crate) fn proxy_stack(
 ) -> ProxyService {
     let max_body_bytes = options.max_body_bytes;
     let combo = ComboLayer::from_arc(routes.clone(), max_body_bytes).budget(options.budget);
-    let resolver = AccountResolverLayer::new(pools)
+    let mut resolver = AccountResolverLayer::new(pools)
         .routes(routes)
         .max_body_bytes(max_body_bytes);
+    if let Some(store) = options.affinity {
+        resolver = resolver.affinity_from(store);
+    }
+    let resolver = resolver.activity(options.activity);
     let auth = AuthLayer::new(options.auth);
     match relay {
         Some(relay) => BoxCloneSyncService::new(
@@ -127,6 +141,12 @@ pub struct Gateway {
     pub(crate) auth: Auth,
     pub(crate) budget: ByteBudget,
     pub(crate) readiness: Readiness,
+    /// The router the running server serves; a reload swaps it.
+    pub(crate) live: Live,
+    /// The tokens counted from the providers' answers.
+    pub(crate) usage: UsageLedger,
+    /// What the gateway and the relay did lately, for the console.
+    pub(crate) activity: Activity,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -187,16 +207,18 @@ impl Gateway {
         for w in config.warnings() {
             tracing::warn!("{w}");
         }
+        let activity = Activity::default();
         let relay = config
             .relay_enabled
             .then(|| RelayLayers::new(store.clone(), configs, config.stream_summary_providers()))
-            .map(|r| r.summary_settings(crate::summary::summary_settings(&config)));
-        let limits = &config.limits;
-        let upstream = Upstream::with_limits(UpstreamLimits {
-            connect: limits.upstream_connect_timeout_secs.duration(),
-            head: limits.upstream_head_timeout_secs.duration(),
-            idle: limits.upstream_idle_timeout_secs.duration(),
-        })?;
+            .map(|r| {
+                r.summary_settings(crate::summary::summary_settings(&config))
+                    .with_activity(activity.clone())
+            });
+        let usage = UsageLedger::default();
+        usage.set_open(config.is_open());
+        let upstream =
+            Upstream::with_limits(crate::reload::upstream_limits(&config))?.usage(usage.clone());
         let secret = random_secret().map_err(|e| GatewayError::Secret(e.to_string()))?;
         Ok(Self {
             routes: Arc::new(Routes::from_config(&config)),
@@ -209,6 +231,9 @@ impl Gateway {
             budget: ByteBudget::new(config.limits.max_buffered_bytes),
             config: Arc::new(config),
             metrics: None,
+            live: Live::default(),
+            usage,
+            activity,
         })
     }
 
@@ -228,7 +253,8 @@ impl Gateway {
                         configs,
                         self.config.stream_summary_providers(),
                     )
-                    .summary_settings(crate::summary::summary_settings(&self.config)),
+                    .summary_settings(crate::summary::summary_settings(&self.config))
+                    .with_activity(self.activity.clone()),
                 );
             }
             (true, true) => {}
@@ -299,6 +325,12 @@ impl Gateway {
                 max_body_bytes: self.config.max_request_bytes,
                 auth: self.auth.clone(),
                 budget: self.budget.clone(),
+                // Only the relay writes affinities.
+                affinity: self
+                    .relay
+                    .is_some()
+                    .then(|| AffinityStore(self.store.clone())),
+                activity: self.activity.clone(),
             },
             self.relay.as_ref(),
         )

@@ -21,8 +21,13 @@ use tracing_subscriber::fmt::MakeWriter;
 #[command(name = "context-relay-gateway", version)]
 struct Args {
     /// The TOML configuration file (see the crate README for the schema).
-    #[arg(long, short = 'c', value_name = "FILE")]
-    config: PathBuf,
+    #[arg(
+        long,
+        short = 'c',
+        value_name = "FILE",
+        required_unless_present = "probe"
+    )]
+    config: Option<PathBuf>,
     /// Listen on this address instead of the file's `listen` (e.g. 0.0.0.0:4000).
     #[arg(long, value_name = "ADDR")]
     listen: Option<SocketAddr>,
@@ -33,6 +38,11 @@ struct Args {
     /// Log lines as text or as one JSON object per line (overrides the file's `log_format`).
     #[arg(long, value_enum, value_name = "FORMAT")]
     log_format: Option<LogFormat>,
+    /// Ask a running gateway whether it is ready (e.g. http://127.0.0.1:4000/readyz) and exit:
+    /// 0 on a 2xx answer within 5 s, 1 otherwise. For container health checks, where the image
+    /// has no HTTP client of its own.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["config", "check", "listen"])]
+    probe: Option<String>,
 }
 
 /// mimalloc: the gateway allocates and frees many small buffers per request, which glibc's
@@ -113,7 +123,14 @@ where
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let mut config = match Config::load(&args.config) {
+    if let Some(url) = &args.probe {
+        return probe(url);
+    }
+    let Some(path) = args.config.clone() else {
+        eprintln!("error: --config FILE is required");
+        return ExitCode::FAILURE;
+    };
+    let mut config = match Config::load(&path) {
         Ok(c) => c,
         Err(e) => {
             // Logging is not set up yet (its format is in the file): plain stderr.
@@ -147,7 +164,7 @@ fn main() -> ExitCode {
         let accounts: usize = config.providers.iter().map(|p| p.accounts.len()).sum();
         println!(
             "{}: valid ({} providers, {accounts} accounts, {} combos)",
-            args.config.display(),
+            path.display(),
             config.providers.len(),
             config.combos.len()
         );
@@ -164,7 +181,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(config)) {
+    match runtime.block_on(run(config, path, args.listen)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // After the access lines still waiting, not before them.
@@ -175,14 +192,27 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
+async fn run(
+    config: Config,
+    path: PathBuf,
+    listen_override: Option<SocketAddr>,
+) -> Result<(), Box<dyn std::error::Error>> {
     let listen = config.listen;
     let metrics = prometheus_builder().install_recorder()?;
+    context_relay_gateway::describe_metrics();
     let gateway = Gateway::connect(config).await?.with_metrics(metrics);
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let addr = listener.local_addr()?;
+    // Listening for SIGHUP before the address is printed: a reload asked for right after
+    // start-up must not meet the signal's default action (exit).
+    let reloads = tokio::spawn(reload_on_hangup(
+        gateway.clone(),
+        hangups(),
+        path,
+        listen_override,
+    ));
     tracing::info!(
         %addr,
         store = gateway.store().backend(),
@@ -193,13 +223,126 @@ async fn run(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     // One plain line on stdout, for scripts that start the gateway on port 0.
     println!("listening on http://{addr}");
     gateway.serve(listener, shutdown_signal()).await?;
+    // The reload task holds the gateway (and so the store): it ends before the store closes.
+    reloads.abort();
+    let _ = reloads.await;
     // The last handle on the store: redb commits what is queued and releases its file here.
     drop(gateway);
     tracing::info!("store closed; bye");
     Ok(())
 }
 
-/// Completes on ctrl-c or (on Unix) SIGTERM.
+/// `--probe URL`: a GET of `url` (plain HTTP) within 5 s; success on a 2xx answer.
+fn probe(url: &str) -> ExitCode {
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        eprintln!("error: cannot start the async runtime");
+        return ExitCode::FAILURE;
+    };
+    let outcome = runtime.block_on(async {
+        let uri: http::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
+        let client: hyper_util::client::legacy::Client<_, http_body_util::Empty<bytes::Bytes>> =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http();
+        let request = client.get(uri);
+        match tokio::time::timeout(Duration::from_secs(5), request).await {
+            Ok(Ok(res)) if res.status().is_success() => Ok(res.status()),
+            Ok(Ok(res)) => Err(format!("{url} answered {}", res.status())),
+            Ok(Err(e)) => Err(format!("{url}: {e}")),
+            Err(_) => Err(format!("{url} did not answer within 5 s")),
+        }
+    });
+    match outcome {
+        Ok(status) => {
+            println!("{url}: {status}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("not ready: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// SIGHUP as a stream (on Unix; elsewhere, never).
+#[cfg(unix)]
+fn hangups() -> Option<tokio::signal::unix::Signal> {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!("cannot listen for SIGHUP (no configuration reload): {e}");
+            None
+        }
+    }
+}
+
+#[cfg(not(unix))]
+fn hangups() -> Option<()> {
+    None
+}
+
+/// Reloads the configuration file on every SIGHUP: a file that does not load or validate
+/// leaves the running configuration in place, and the log says why.
+#[cfg(unix)]
+async fn reload_on_hangup(
+    mut gateway: Gateway,
+    hangups: Option<tokio::signal::unix::Signal>,
+    path: PathBuf,
+    listen_override: Option<SocketAddr>,
+) {
+    let Some(mut hangups) = hangups else { return };
+    while hangups.recv().await.is_some() {
+        tracing::info!(path = %path.display(), "SIGHUP received: reloading the configuration");
+        let mut config = match Config::load(&path) {
+            Ok(c) => c,
+            Err(e) => {
+                refused(&e);
+                continue;
+            }
+        };
+        if let Some(listen) = listen_override {
+            config.listen = listen;
+        }
+        match gateway.reload(config).await {
+            Ok(next) => {
+                gateway = next;
+                metrics::counter!("context_relay_gateway_config_reloads_total", "outcome" => "applied")
+                    .increment(1);
+                let c = gateway.config();
+                tracing::info!(
+                    providers = c.providers.len(),
+                    accounts = c.providers.iter().map(|p| p.accounts.len()).sum::<usize>(),
+                    combos = c.combos.len(),
+                    clients = c.clients.len(),
+                    "configuration reloaded"
+                );
+            }
+            Err(e) => refused(&e),
+        }
+    }
+}
+
+/// Logs and counts a reload that keeps the running configuration.
+#[cfg(unix)]
+fn refused(e: &dyn std::fmt::Display) {
+    tracing::error!("configuration not reloaded (the running one stays): {e}");
+    metrics::counter!("context_relay_gateway_config_reloads_total", "outcome" => "refused")
+        .increment(1);
+}
+
+#[cfg(not(unix))]
+async fn reload_on_hangup(
+    _gateway: Gateway,
+    _hangups: Option<()>,
+    _path: PathBuf,
+    _listen_override: Option<SocketAddr>,
+) {
+}
+
+/// Completes on ctrl-c or (on Unix) SIGTERM. SIGHUP reloads the configuration instead
+/// ([`reload_on_hangup`]).
 async fn shutdown_signal() {
     let ctrl_c = async {
         if let Err(e) = tokio::signal::ctrl_c().await {

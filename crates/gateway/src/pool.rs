@@ -49,17 +49,34 @@ pub(crate) const PROBE_WINDOW: Duration = Duration::from_secs(60);
 #[derive(Debug, Default)]
 pub(crate) struct AccountPools {
     providers: HashMap<Arc<str>, Arc<ProviderPool>>,
+    /// The same pools in configuration order, for what operators read.
+    ordered: Vec<Arc<ProviderPool>>,
 }
 
 impl AccountPools {
     /// One pool per provider of `config`.
     pub(crate) fn from_config(config: &Config) -> Self {
+        let ordered: Vec<Arc<ProviderPool>> = config
+            .providers
+            .iter()
+            .map(|p| Arc::new(ProviderPool::new(p)))
+            .collect();
         Self {
-            providers: config
-                .providers
+            providers: ordered
                 .iter()
-                .map(|p| (Arc::from(p.name.as_str()), Arc::new(ProviderPool::new(p))))
+                .map(|p| (p.name.clone(), p.clone()))
                 .collect(),
+            ordered,
+        }
+    }
+
+    /// Takes over what `old` (the pools before a configuration reload) knows of the providers
+    /// both configurations have (see [`ProviderPool::carry_from`]).
+    pub(crate) fn carry_from(&self, old: &AccountPools) {
+        for pool in &self.ordered {
+            if let Some(before) = old.get(pool.name()) {
+                pool.carry_from(before);
+            }
         }
     }
 
@@ -68,9 +85,9 @@ impl AccountPools {
         self.providers.get(provider)
     }
 
-    /// Every pool, in no particular order.
+    /// Every pool, in configuration order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Arc<ProviderPool>> {
-        self.providers.values()
+        self.ordered.iter()
     }
 }
 
@@ -285,20 +302,54 @@ impl ProviderPool {
         Some(picked)
     }
 
+    /// Takes over what `old` (the same provider before a configuration reload) knows, by
+    /// account id: each remaining account's usage, exhaustion and refusal back-off, and the
+    /// sessions bound to it. A removed account's sessions are placed afresh; a new account
+    /// starts unused.
+    pub(crate) fn carry_from(&self, old: &ProviderPool) {
+        // Index in this pool of each account of the old one.
+        let moved: Vec<Option<usize>> = old
+            .accounts
+            .iter()
+            .map(|a| self.accounts.iter().position(|n| n.id == a.id))
+            .collect();
+        let before = old.lock();
+        let mut state = self.lock();
+        for (i, account) in before.accounts.iter().enumerate() {
+            if let Some(Some(j)) = moved.get(i)
+                && let Some(slot) = state.accounts.get_mut(*j)
+            {
+                *slot = account.clone();
+            }
+        }
+        state.sessions = before
+            .sessions
+            .iter()
+            .filter_map(|(session, (i, tick))| {
+                let j = moved.get(*i).copied().flatten()?;
+                Some((session.clone(), (j, *tick)))
+            })
+            .collect();
+        state.clock = before.clock;
+    }
+
     /// Remembers that `account` served `session` (call it on a successful answer only, so
     /// that a failing account never captures a session).
-    pub(crate) fn bind(&self, session: &str, account: usize) {
+    /// Returns the account the session was bound to before, when it was another.
+    pub(crate) fn bind(&self, session: &str, account: usize) -> Option<usize> {
         let mut state = self.lock();
         state.clock += 1;
         let tick = state.clock;
         if let Some(entry) = state.sessions.get_mut(session) {
+            let before = entry.0;
             *entry = (account, tick);
-            return;
+            return (before != account).then_some(before);
         }
         if state.sessions.len() >= self.max_sessions {
             forget_least_recent(&mut state.sessions, self.max_sessions / 8);
         }
         state.sessions.insert(Arc::from(session), (account, tick));
+        None
     }
 
     /// Records an answer of `account` that shows its credential works (a success, or an error
@@ -350,7 +401,6 @@ impl ProviderPool {
         self.lock().sessions.len()
     }
 
-    #[cfg(test)]
     /// The account `session` is bound to, if any.
     pub(crate) fn bound(&self, session: &str) -> Option<usize> {
         self.lock().sessions.get(session).map(|(i, _)| *i)

@@ -1,10 +1,16 @@
 //! `GET /readyz`: whether this replica should receive traffic.
 //!
-//! 200 `{"status":"ready"}` when the handoff store answers; 503 `{"status":"store unreachable"}`
-//! while it does not (for Redis, also while its circuit breaker is open; for redb, while its
-//! file is broken after an I/O error and not reopened yet), and 503
-//! `{"status":"shutting down"}` once shutdown began. `/healthz` stays 200 while the process runs:
-//! the gateway still serves requests without its store (the relay fails open).
+//! - 200 `{"status":"ready"}` when the handoff store answers;
+//! - 200 `{"status":"degraded","store":"unreachable","detail":…}` while an **optional** store
+//!   does not answer: the Redis store. Requests keep passing through without the relay (it
+//!   fails open), and every replica shares that Redis: answering 503 would take all of them out
+//!   of their balancer at once and turn a relay outage into a full one;
+//! - 503 `{"status":"store unreachable"}` while a **required** store does not answer: one
+//!   replica's own file (redb), which another replica may not share; also while that file is
+//!   broken after an I/O error and no commit has succeeded on it since;
+//! - 503 `{"status":"shutting down"}` once shutdown began.
+//!
+//! `/healthz` stays 200 while the process runs.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,6 +35,25 @@ impl std::fmt::Debug for Readiness {
             .field("store", &self.store.backend())
             .field("shutting_down", &self.shutting_down.load(Ordering::Relaxed))
             .finish()
+    }
+}
+
+/// A gateway that can take traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ready {
+    /// Everything answers.
+    Ready,
+    /// The optional store does not answer: requests pass through without the relay.
+    StoreDegraded,
+}
+
+impl Ready {
+    /// The `status` text of `/readyz`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ready => "ready",
+            Self::StoreDegraded => "degraded",
+        }
     }
 }
 
@@ -66,26 +91,41 @@ impl Readiness {
     }
 
     /// Asks the store (one cheap read, bounded by a second).
-    pub async fn check(&self) -> Result<(), NotReady> {
+    pub async fn check(&self) -> Result<Ready, NotReady> {
         if self.shutting_down.load(Ordering::Relaxed) {
             return Err(NotReady::ShuttingDown);
         }
-        // A store known to be broken (a redb file after an I/O error) is not ready, even
-        // though it still answers reads from memory.
-        if let Err(e) = self.store.health() {
-            tracing::debug!(error = %e, "readyz: store broken");
-            return Err(NotReady::StoreUnreachable);
-        }
         let probe = HandoffKey::new("context-relay", "readyz", "probe");
-        match tokio::time::timeout(PROBE_TIMEOUT, self.store.contains(&probe)).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => {
-                tracing::debug!(error = %e, "readyz: store error");
-                Err(NotReady::StoreUnreachable)
+        let answered = match self.store.health() {
+            // A store known to be broken (a redb file after an I/O error) does not answer,
+            // even though it still answers reads from memory.
+            Err(e) => {
+                tracing::debug!(error = %e, "readyz: store broken");
+                false
             }
-            Err(_) => Err(NotReady::StoreUnreachable),
+            Ok(()) => {
+                match tokio::time::timeout(PROBE_TIMEOUT, self.store.contains(&probe)).await {
+                    Ok(Ok(_)) => true,
+                    Ok(Err(e)) => {
+                        tracing::debug!(error = %e, "readyz: store error");
+                        false
+                    }
+                    Err(_) => false,
+                }
+            }
+        };
+        match (answered, store_is_optional(self.store.backend())) {
+            (true, _) => Ok(Ready::Ready),
+            (false, true) => Ok(Ready::StoreDegraded),
+            (false, false) => Err(NotReady::StoreUnreachable),
         }
     }
+}
+
+/// Whether a store's outage leaves the replica serving (see the module docs): a store shared
+/// by every replica, whose outage only switches the relay off.
+fn store_is_optional(backend: &str) -> bool {
+    backend == "redis"
 }
 
 #[cfg(test)]
@@ -95,7 +135,7 @@ mod tests {
     #[tokio::test]
     async fn ready_until_shutdown() {
         let r = Readiness::new(Arc::new(context_relay_store::MemoryStore::new()));
-        assert_eq!(r.check().await, Ok(()));
+        assert_eq!(r.check().await, Ok(Ready::Ready));
         r.clone().shutting_down();
         assert_eq!(r.check().await, Err(NotReady::ShuttingDown));
     }

@@ -61,6 +61,14 @@ impl RelayLayers {
         }
     }
 
+    /// Tells `activity` the outcome of every summary generation and every skip.
+    pub(crate) fn with_activity(self, activity: crate::console::Activity) -> Self {
+        Self::from_builder(
+            self.builder
+                .events(move |e: context_relay_tower::RelayEvent| activity.relay_event(&e)),
+        )
+    }
+
     /// Uses `settings` (provider name, `[providers.summary]`) for summary requests.
     pub(crate) fn summary_settings(
         self,
@@ -71,6 +79,26 @@ impl RelayLayers {
             builder = builder.summary_settings(&provider, s);
         }
         Self::from_builder(builder)
+    }
+
+    /// The layers of new relay settings (a configuration reload) over the same relay state:
+    /// in-flight summaries, cool-downs and background work carry over.
+    pub(crate) fn reconfigured<I, P>(
+        &self,
+        configs: RelayConfigs,
+        stream_summaries_for: I,
+        settings: impl IntoIterator<Item = (String, context_relay_core::prompt::SummarySettings)>,
+    ) -> Self
+    where
+        I: IntoIterator<Item = P>,
+        P: Into<Arc<str>>,
+    {
+        let builder = self
+            .builder
+            .clone()
+            .configs(configs)
+            .stream_summaries_for(stream_summaries_for);
+        Self::from_builder(builder).summary_settings(settings)
     }
 
     /// The layer between ComboService and AccountResolver.

@@ -74,6 +74,7 @@ use tower_service::Service;
 use crate::auth::Anonymous;
 use crate::combo::{BoxError, RouteTargets, Routes, Target};
 use crate::config::DEFAULT_MAX_REQUEST_BYTES;
+use crate::console::Activity;
 use crate::error::{ErrorKind, ErrorShape, error_response_as};
 use crate::model::{find_model, replace_model};
 use crate::peek::{Peeked, peek};
@@ -94,6 +95,8 @@ pub(crate) struct AccountResolverLayer {
     pools: Arc<AccountPools>,
     routes: Option<Arc<Routes>>,
     max_body_bytes: usize,
+    affinity: Option<AffinityStore>,
+    activity: Activity,
 }
 
 impl AccountResolverLayer {
@@ -103,7 +106,23 @@ impl AccountResolverLayer {
             pools,
             routes: None,
             max_body_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            affinity: None,
+            activity: Activity::default(),
         }
+    }
+
+    /// Tells `activity` of every session that moves to another account, every request the
+    /// relay acted on, and every account that leaves rotation.
+    pub(crate) fn activity(mut self, activity: Activity) -> Self {
+        self.activity = activity;
+        self
+    }
+
+    /// Binds a session the pools do not know to the account of its affinity in `store` (see
+    /// [`restore`]), so that a restart keeps sessions where they were.
+    pub(crate) fn affinity_from(mut self, store: AffinityStore) -> Self {
+        self.affinity = Some(store);
+        self
     }
 
     /// Routes requests that carry a [`ComboName`] but no [`RouteTargets`] (the relay's summary
@@ -129,6 +148,8 @@ impl<S> Layer<S> for AccountResolverLayer {
             pools: self.pools.clone(),
             routes: self.routes.clone(),
             max_body_bytes: self.max_body_bytes,
+            affinity: self.affinity.clone(),
+            activity: self.activity.clone(),
         }
     }
 }
@@ -140,6 +161,8 @@ pub(crate) struct AccountResolver<S> {
     pools: Arc<AccountPools>,
     routes: Option<Arc<Routes>>,
     max_body_bytes: usize,
+    affinity: Option<AffinityStore>,
+    activity: Activity,
 }
 
 /// The future of [`AccountResolver`].
@@ -169,8 +192,18 @@ where
         let pools = self.pools.clone();
         let routes = self.routes.clone();
         let limit = self.max_body_bytes;
-        Box::pin(resolve(inner, pools, routes, limit, req))
+        let shared = Shared {
+            affinity: self.affinity.clone(),
+            activity: self.activity.clone(),
+        };
+        Box::pin(resolve(inner, pools, routes, limit, shared, req))
     }
+}
+
+/// What every request of a resolver shares besides the pools and routes.
+struct Shared {
+    affinity: Option<AffinityStore>,
+    activity: Activity,
 }
 
 /// The pool key of a request's session: `tenant` + newline + session id, so that two tenants
@@ -189,6 +222,7 @@ async fn resolve<S, B, ResBody>(
     pools: Arc<AccountPools>,
     routes: Option<Arc<Routes>>,
     limit: usize,
+    shared: Shared,
     req: Request<B>,
 ) -> Result<Response<Either<ResBody, Peeked<ResBody>>>, S::Error>
 where
@@ -237,6 +271,10 @@ where
         }
     };
     let session = session_key(&parts.extensions);
+    let Shared { affinity, activity } = shared;
+    if let (Some(store), Some(s), false) = (&affinity, &session, internal) {
+        restore::rebind(&pools, store.0.as_ref(), &parts.extensions, s, &targets).await;
+    }
     let first_model = targets.0.first().map(|t| t.model.clone());
 
     // The last error answer of an account that was rotated away, and its verdict: what the
@@ -254,7 +292,12 @@ where
         if !crate::translate::serves(pool.api(), parts.uri.path()) {
             tracing::info!(provider = %target.provider, api = pool.api().as_str(), path = parts.uri.path(), "route target skipped: its provider cannot serve this API shape");
             metrics::counter!("context_relay_gateway_targets_skipped_total", "provider" => pool.name().to_string(), "reason" => "api_shape").increment(1);
-            skipped_shape.push(target.provider.clone());
+            skipped_shape.push(format!(
+                "{} (provider `{}` has api = \"{}\")",
+                target.serving.0,
+                target.provider,
+                pool.api().as_str()
+            ));
             continue;
         }
         if !providers_seen.iter().any(|p| Arc::ptr_eq(p, &pool)) {
@@ -297,13 +340,20 @@ where
                 let signal =
                     quota::from_response(pool.quota_kind(), status, res.headers(), None, now);
                 if let Some(signal) = signal {
-                    record_usage(&pool, idx, account, &signal, now, internal);
+                    record_usage(&pool, idx, account, &signal, (now, internal), &activity);
                     res.extensions_mut().insert(signal);
                 }
                 if status.is_success() {
                     pool.succeeded(idx);
                     if !internal && let Some(s) = &session {
-                        pool.bind(s, idx);
+                        let from = pool.bind(s, idx).and_then(|i| pool.accounts().get(i));
+                        activity.served(
+                            &parts.extensions,
+                            res.extensions(),
+                            pool.name(),
+                            &account.id,
+                            from.map(|a| &a.id),
+                        );
                     }
                 }
                 res.extensions_mut().insert(resolved);
@@ -326,6 +376,7 @@ where
             );
             let attempt = Attempt {
                 pool: &pool,
+                activity: &activity,
                 idx,
                 account: &account.id,
                 status,
@@ -363,7 +414,7 @@ where
                 if let Some(signal) =
                     quota::from_response(pool.quota_kind(), reading, &res_parts.headers, None, now)
                 {
-                    record_usage(&pool, idx, account, &signal, now, internal);
+                    record_usage(&pool, idx, account, &signal, (now, internal), &activity);
                     res_parts.extensions.insert(signal);
                 }
                 res_parts.extensions.insert(resolved);
@@ -380,13 +431,20 @@ where
                 shape,
                 StatusCode::BAD_GATEWAY,
                 ErrorKind::Upstream,
-                "the provider refused the credential of every account that could serve this request; the gateway's operator must check the account keys",
+                &format!(
+                    "the provider refused the credential of every account that could serve this request; the gateway's operator must check the account keys{}",
+                    skipped_note(&skipped_shape, parts.uri.path())
+                ),
             );
             res.extensions_mut().insert(resolved);
             return Ok(res);
         }
         Some((mut res, resolved, _)) => {
             res.extensions_mut().insert(resolved);
+            // The provider's body goes as it came; the header tells what was not tried.
+            if let Some(value) = skipped_header(&skipped_shape) {
+                res.headers_mut().insert(SKIPPED_HEADER, value);
+            }
             return Ok(res.map(Either::Right));
         }
         None => {}
@@ -417,17 +475,41 @@ where
         StatusCode::TOO_MANY_REQUESTS,
         ErrorKind::RateLimited,
         &format!(
-            "every account of {} is exhausted; the next one becomes available in about {wait} s",
+            "every account of {} is exhausted; the next one becomes available in about {wait} s{}",
             if names.is_empty() {
                 "the route".to_owned()
             } else {
                 names.join(", ")
-            }
+            },
+            skipped_note(&skipped_shape, parts.uri.path())
         ),
     );
     res.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from(wait));
     Ok(res)
+}
+
+/// The header naming the targets skipped for their API shape on an error the provider wrote
+/// (its body is forwarded untouched).
+pub(crate) const SKIPPED_HEADER: HeaderName = HeaderName::from_static("x-context-relay-skipped");
+
+fn skipped_header(skipped: &[String]) -> Option<HeaderValue> {
+    if skipped.is_empty() {
+        return None;
+    }
+    HeaderValue::from_str(&skipped.join(", ")).ok()
+}
+
+/// What the gateway's own error adds about targets skipped for their API shape: without it,
+/// "every account is exhausted" would hide that a later target was never tried.
+fn skipped_note(skipped: &[String], path: &str) -> String {
+    if skipped.is_empty() {
+        return String::new();
+    }
+    format!(
+        "; skipped because they cannot serve {path}: {}",
+        skipped.join(", ")
+    )
 }
 
 /// The body for `target`: the model is rewritten when this target names another model than
@@ -483,6 +565,8 @@ fn own_error<B>(
     })
 }
 
+mod restore;
+pub(crate) use restore::AffinityStore;
 mod rotate;
 #[cfg(test)]
 mod tests;

@@ -25,7 +25,6 @@ use axum::body::Body;
 use axum::routing::{get, post_service};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode, header};
-use hyper::body::Incoming;
 use tower::ServiceBuilder;
 use tower::util::BoxCloneSyncService;
 use tower_http::catch_panic::CatchPanicLayer;
@@ -34,9 +33,11 @@ use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 
 use crate::app::{Gateway, ProxyService};
 use crate::combo::Routes;
+use crate::console;
 use crate::error::{ErrorShape, any_shape_error_body, error_body};
 use crate::gemini;
-use crate::idle::IdleTimeoutBody;
+use crate::live::Live;
+use crate::ready::Ready;
 use crate::relay::RelayLayers;
 use crate::server::HttpService;
 use crate::telemetry::RequestMetricsLayer;
@@ -59,7 +60,7 @@ const GEMINI_BETA: &str = "/v1beta/models/{*rest}";
 /// Every route the gateway serves, as the router is given them (`{…}`: one path segment,
 /// `{*…}`: the rest of the path); the `route` label of the request metrics is one of these or
 /// `other`.
-pub(crate) const ROUTES: [&str; 15] = [
+pub(crate) const ROUTES: [&str; 24] = [
     ROOT,
     HEALTHZ,
     READYZ,
@@ -75,6 +76,15 @@ pub(crate) const ROUTES: [&str; 15] = [
     crate::admin::HANDOFFS,
     crate::admin::ACCOUNTS,
     crate::admin::HANDOFF,
+    console::BARE,
+    console::PAGE,
+    console::LOGIN,
+    console::LOGOUT,
+    console::SCRIPT,
+    console::STYLE,
+    console::USAGE,
+    console::ACTIVITY,
+    console::EVENTS,
 ];
 
 impl Gateway {
@@ -83,13 +93,28 @@ impl Gateway {
         self.router_with(self.proxy())
     }
 
-    /// The whole HTTP service: [`router`](Self::router) inside the tower-http stack.
+    /// The whole HTTP service: [`router`](Self::router) inside the tower-http stack. A
+    /// [`reload`](Self::reload) of this gateway replaces the router it serves.
     pub fn service(&self) -> HttpService {
-        self.service_for(self.router())
+        self.live.set(self.router(), self.body_timeout());
+        self.stack(self.live.clone())
     }
 
     /// `router` inside this gateway's tower-http stack (see the [module docs](self)).
+    #[cfg(test)]
     pub(crate) fn service_for(&self, router: Router) -> HttpService {
+        let live = Live::default();
+        live.set(router, self.body_timeout());
+        self.stack(live)
+    }
+
+    /// `client_body_timeout_secs`.
+    pub(crate) fn body_timeout(&self) -> std::time::Duration {
+        self.config.limits.client_body_timeout_secs.duration()
+    }
+
+    /// The tower-http stack around the router `live` serves.
+    fn stack(&self, live: Live) -> HttpService {
         let sensitive: Arc<[HeaderName]> = Arc::new([
             header::AUTHORIZATION,
             HeaderName::from_static("x-api-key"),
@@ -97,7 +122,6 @@ impl Gateway {
             header::PROXY_AUTHORIZATION,
             header::COOKIE,
         ]);
-        let body_timeout = self.config.limits.client_body_timeout_secs.duration();
         BoxCloneSyncService::new(
             ServiceBuilder::new()
                 .map_response(|res: Response<_>| res.map(Body::new))
@@ -108,12 +132,8 @@ impl Gateway {
                 // request id like any other response.
                 .layer(RequestMetricsLayer::default())
                 .layer(CatchPanicLayer::custom(panic_response))
-                // Armed only while the body waits for the client: a body already received
-                // costs no timer.
-                .map_request(move |req: Request<Incoming>| {
-                    req.map(|b| Body::new(IdleTimeoutBody::new(b, body_timeout)))
-                })
-                .service(router),
+                // The router of the current configuration, with the client body timeout.
+                .service(live),
         )
     }
 
@@ -137,9 +157,20 @@ impl Gateway {
                     let readiness = readiness.clone();
                     async move {
                         match readiness.check().await {
-                            Ok(()) => json(
+                            Ok(Ready::Ready) => json(
                                 StatusCode::OK,
                                 Bytes::from_static(b"{\"status\":\"ready\"}"),
+                            ),
+                            Ok(degraded @ Ready::StoreDegraded) => json(
+                                StatusCode::OK,
+                                Bytes::from(
+                                    serde_json::json!({
+                                        "status": degraded.as_str(),
+                                        "store": "unreachable",
+                                        "detail": "the redis store does not answer: requests pass through without the relay until it does",
+                                    })
+                                    .to_string(),
+                                ),
                             ),
                             Err(why) => json(
                                 StatusCode::SERVICE_UNAVAILABLE,
@@ -184,12 +215,18 @@ impl Gateway {
             .route(GEMINI, post_service(gemini::service(proxy.clone())))
             .route(GEMINI_BETA, post_service(gemini::service(proxy)));
         let router = match &self.config.admin_token {
-            Some(token) => router.merge(crate::admin::routes(
-                self.store.clone(),
-                token,
-                self.relay.as_ref().map(RelayLayers::background),
-                self.pools.clone(),
-            )),
+            Some(token) => router
+                .merge(crate::admin::routes(
+                    self.store.clone(),
+                    token,
+                    self.relay.as_ref().map(RelayLayers::background),
+                    self.pools.clone(),
+                ))
+                .merge(console::routes(
+                    token,
+                    self.usage.clone(),
+                    self.activity.clone(),
+                )),
             None => router,
         };
         router.fallback(|req: Request<Body>| async move {

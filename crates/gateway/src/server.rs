@@ -36,6 +36,7 @@ use context_relay_store::PurgerHandle;
 
 use crate::app::Gateway;
 use crate::connection::{self, Admission};
+use crate::console::Activity;
 use crate::ready::Readiness;
 use crate::relay::RelayBackground;
 
@@ -168,6 +169,7 @@ pub struct RunningGateway {
     background: RelayBackground,
     purger: Option<PurgerHandle>,
     readiness: Option<Readiness>,
+    activity: Option<Activity>,
 }
 
 impl RunningGateway {
@@ -191,6 +193,7 @@ impl RunningGateway {
             background: RelayBackground::default(),
             purger: None,
             readiness: None,
+            activity: None,
         })
     }
 
@@ -210,11 +213,15 @@ impl RunningGateway {
     }
 
     /// Stops accepting, waits for in-flight requests (within the shutdown timeout), then (at
-    /// most [`BACKGROUND_GRACE`]) for the relay's background work, stops the purger, and
-    /// returns the server's result.
+    /// most [`BACKGROUND_GRACE`]) for the relay's background work, stops the purger (once this
+    /// returns, only the [`Gateway`] holds the store), and returns the server's result.
     pub async fn shutdown(mut self) -> io::Result<()> {
         if let Some(readiness) = self.readiness.take() {
             readiness.shutting_down();
+        }
+        // Open console streams end, so they do not hold the drain.
+        if let Some(activity) = self.activity.take() {
+            activity.close();
         }
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
@@ -224,7 +231,9 @@ impl RunningGateway {
             Err(e) => Err(io::Error::other(e)),
         };
         drain_background(&self.background).await;
-        drop(self.purger.take());
+        if let Some(purger) = self.purger.take() {
+            purger.stop().await;
+        }
         result
     }
 }
@@ -244,6 +253,7 @@ impl Gateway {
         running.background = self.background();
         running.purger = Some(self.spawn_purger());
         running.readiness = Some(self.readiness().clone());
+        running.activity = Some(self.activity.clone());
         Ok(running)
     }
 
@@ -259,14 +269,16 @@ impl Gateway {
     ) -> io::Result<()> {
         let purger = self.spawn_purger();
         let readiness = self.readiness().clone();
+        let activity = self.activity.clone();
         let shutdown = async move {
             shutdown.await;
             readiness.shutting_down();
+            activity.close();
         };
         serve_with(listener, self.service(), self.serve_options(), shutdown).await?;
         tracing::info!("in-flight requests finished");
         drain_background(&self.background()).await;
-        drop(purger);
+        purger.stop().await;
         Ok(())
     }
 }

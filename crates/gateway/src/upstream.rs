@@ -47,6 +47,7 @@ use crate::error::{ErrorKind, ErrorShape, error_response};
 use crate::idle::IdleTimeoutBody;
 use crate::secret::redact_url;
 use crate::telemetry::HistogramsBy;
+use crate::usage::{MeteredBody, UsageLedger};
 
 /// Request extension set by the account resolver: where the request goes and with which
 /// credential.
@@ -113,6 +114,8 @@ pub(crate) struct Upstream {
     client: Arc<Client<HttpsConnector<HttpConnector>, OutBody>>,
     limits: UpstreamLimits,
     first_byte: Arc<HistogramsBy>,
+    /// Where the usage of successful answers is counted.
+    usage: Option<UsageLedger>,
 }
 
 /// Request headers a client may not set upstream: they would choose the account's
@@ -184,7 +187,14 @@ impl Upstream {
                 "context_relay_gateway_upstream_first_byte_seconds",
                 "provider",
             )),
+            usage: None,
         })
+    }
+
+    /// Counts the usage of every successful answer in `ledger`.
+    pub(crate) fn usage(mut self, ledger: UsageLedger) -> Self {
+        self.usage = Some(ledger);
+        self
     }
 }
 
@@ -235,8 +245,8 @@ fn strip(headers: &mut HeaderMap, also: impl Fn(&HeaderName) -> bool) {
     }
 }
 
-/// The provider's stream, or the gateway's own error.
-pub(crate) type RawBody = Either<IdleTimeoutBody<Incoming>, Full<Bytes>>;
+/// The provider's stream (its usage counted), or the gateway's own error.
+pub(crate) type RawBody = Either<MeteredBody<IdleTimeoutBody<Incoming>>, Full<Bytes>>;
 
 /// The response body of [`Upstream`]: the provider's answer as it came, or translated into
 /// the client's shape.
@@ -264,6 +274,7 @@ where
         let client = self.client.clone();
         let limits = self.limits;
         let first_byte = self.first_byte.clone();
+        let usage = self.usage.clone();
         Box::pin(async move {
             // A Responses request to a provider that speaks only Anthropic Messages goes out
             // translated, and its answer comes back translated.
@@ -271,7 +282,7 @@ where
                 Ok(r) => r,
                 Err(refused) => return Ok(refused.map(|b| Either::Left(Either::Right(b)))),
             };
-            let res = send(client, limits, first_byte, req).await;
+            let res = send(client, limits, first_byte, usage, req).await;
             Ok(match inbound {
                 None => res.map(Either::Left),
                 Some(inbound) => inbound.response(res).await.map(Either::Right),
@@ -285,6 +296,7 @@ async fn send(
     client: Arc<Client<HttpsConnector<HttpConnector>, OutBody>>,
     limits: UpstreamLimits,
     first_byte: Arc<HistogramsBy>,
+    usage: Option<UsageLedger>,
     req: Request<OutBody>,
 ) -> Response<RawBody> {
     let shape = ErrorShape::for_path(req.uri().path());
@@ -323,6 +335,10 @@ async fn send(
         .extensions
         .get::<ResolvedAccount>()
         .map_or_else(|| Arc::from("-"), |r| r.provider().clone());
+    // Only a successful answer reports usage; the labels are taken before the request goes.
+    let labels = usage
+        .as_ref()
+        .and_then(|ledger| Some((ledger.clone(), ledger.labels(&parts.extensions)?)));
     let out = Request::from_parts(parts, body);
     let started = std::time::Instant::now();
     let sent = tokio::time::timeout(limits.head, client.request(out)).await;
@@ -350,7 +366,20 @@ async fn send(
     match sent {
         Ok(mut res) => {
             strip(res.headers_mut(), |n| ACCOUNT_ONLY.contains(n));
-            res.map(|b| Either::Left(IdleTimeoutBody::new(b, limits.idle)))
+            let meter = labels.filter(|_| res.status().is_success());
+            let encoding = res
+                .headers()
+                .get(header::CONTENT_ENCODING)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned();
+            res.map(|b| {
+                let body = IdleTimeoutBody::new(b, limits.idle);
+                Either::Left(match meter {
+                    Some((ledger, labels)) => MeteredBody::new(body, ledger, labels, &encoding),
+                    None => MeteredBody::plain(body),
+                })
+            })
         }
         Err(e) => {
             // hyper's top-level message is generic ("client error (Connect)"); the

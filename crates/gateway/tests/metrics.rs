@@ -40,14 +40,20 @@ async fn relay_counters_appear_on_metrics() {
     };
     assert!(!get_metrics().await.contains("context_relay_injected_total"));
 
+    // One conversation: every turn resends the history, as chat clients do.
     let send = |turn: usize| {
+        let mut messages = Vec::new();
+        for t in 1..=turn {
+            messages.push(json!({"role": "user", "content": format!("turn {t}")}));
+            if t < turn {
+                messages.push(json!({"role": "assistant", "content": "ok"}));
+            }
+        }
         let req = Request::post(format!("{}/v1/chat/completions", server.url()))
             .header("authorization", "Bearer c")
             .header("session-id", "m1")
             .body(Full::new(Bytes::from(
-                json!({"model": "codex-relay",
-                       "messages": [{"role": "user", "content": format!("turn {turn}")}]})
-                .to_string(),
+                json!({"model": "codex-relay", "messages": messages}).to_string(),
             )))
             .unwrap();
         let client = client.clone();

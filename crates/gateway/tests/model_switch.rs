@@ -9,6 +9,8 @@
 
 mod support;
 
+use serde_json::Value;
+
 use context_relay_sim::{RecordedRequest, SimProvider};
 use support::{
     ADMIN_TOKEN, Client, Conversation, HANDOFF_TAG, Harness, SUMMARY_NEEDLE, completed, contains,
@@ -19,15 +21,19 @@ const FIRST: &str = "anthropic/claude-opus-4-8";
 const SECOND: &str = "backup/claude-sonnet-4-5";
 /// Words of the bare note (no summary of the session exists).
 const NO_SUMMARY: &str = "no summary of the earlier session exists";
+/// The opening of a handoff built from the request at the switch.
+const BUILT: &str =
+    "No model summary was available; this handoff was built from the conversation itself";
 
 /// A gateway over one simulator: provider `anthropic` (accounts `acct-x`, `acct-y`) and
-/// provider `backup` (account `acct-p`), both Anthropic Messages; combo `claude-fallback`
+/// provider `backup` (accounts `acct-p`, `acct-q`), both Anthropic Messages; combo `claude-fallback`
 /// (context-relay) and `claude-priority` (priority) over both, in that order.
 async fn harness(quota_step: f64) -> Harness {
     let sim = SimProvider::builder()
         .account("acct-x", "key-acct-x")
         .account("acct-y", "key-acct-y")
         .account("acct-p", "key-acct-p")
+        .account("acct-q", "key-acct-q")
         .quota_step(quota_step)
         .summary_reply(SUMMARY_NEEDLE, summary_reply())
         .start()
@@ -58,6 +64,9 @@ auth = "x-api-key"
   [[providers.accounts]]
   id = "acct-p"
   api_key = "key-acct-p"
+  [[providers.accounts]]
+  id = "acct-q"
+  api_key = "key-acct-q"
 [[combos]]
 name = "claude-fallback"
 targets = ["{FIRST}", "{SECOND}"]
@@ -157,11 +166,18 @@ async fn a_combo_falling_through_to_its_next_target_carries_the_note_then_writes
     );
     let moved = h.last_turn();
     assert_moved(&h, &moved);
-    assert!(contains(&moved.body, NO_SUMMARY), "the bare note");
-    assert!(!contains(&moved.body, "<session_summary>"));
+    // No summary was ever written: the switch carries one built from the request itself.
+    assert!(contains(&moved.body, BUILT), "built from the request");
+    assert!(!contains(&moved.body, NO_SUMMARY));
 
-    // The first successful response on the new model wrote a handoff there.
-    let listed = h.admin_handoffs(session).await;
+    // The first successful response on the new model wrote a handoff there (beside the one
+    // built when the first target's next account was tried, and refused).
+    let listed: Vec<Value> = h
+        .admin_handoffs(session)
+        .await
+        .into_iter()
+        .filter(|h| h["kind"] != "extractive")
+        .collect();
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0]["kind"], "model-switch");
     assert_eq!(listed[0]["from_provider"], "backup");
@@ -189,7 +205,8 @@ async fn a_combo_falling_through_to_its_next_target_carries_the_note_then_writes
     let next = h.last_turn();
     assert!(!contains(&next.body, HANDOFF_TAG));
     assert_stays(&h, &next);
-    assert_eq!(h.admin_handoffs(session).await.len(), 1);
+    // (The model-switch handoff, and the one built when acct-y was tried.)
+    assert_eq!(h.admin_handoffs(session).await.len(), 2);
 }
 
 #[tokio::test]
@@ -222,6 +239,57 @@ async fn a_model_switch_carries_the_freshest_handoff_and_leaves_the_account_hand
 }
 
 #[tokio::test]
+async fn after_a_model_switch_the_new_models_accounts_hand_off_as_the_old_ones_did() {
+    // 30 % a turn: turn 3 reaches 90 % on acct-x, turn 6 reaches 90 % on acct-p.
+    let h = harness(30.0).await;
+    let session = "0199b000-0000-7000-8000-00000000a004";
+    let mut conv = Conversation::asking(Client::Claude, session, "claude-fallback");
+    for _ in 1..=3 {
+        turn(&h, &mut conv).await;
+    }
+    h.idle().await;
+    exhaust_first_target(&h);
+    let acted = turn(&h, &mut conv).await;
+    assert!(acted.contains("model-switch"), "{acted}");
+    for _ in 5..=6 {
+        turn(&h, &mut conv).await;
+    }
+    h.idle().await;
+    // The account handoff is now the new model's account's own: written from the work done
+    // on the new model, fewer than `refresh_after_messages` messages after the old one.
+    let listed = h.admin_handoffs(session).await;
+    let account: Vec<&Value> = listed.iter().filter(|h| h["kind"] == "generated").collect();
+    assert_eq!(account.len(), 1, "{listed:?}");
+    assert_eq!(account[0]["from_provider"], "backup");
+    assert_eq!(account[0]["from_account"], "acct-p");
+
+    // acct-p is used up: the session moves to acct-q with that handoff and none of acct-p's
+    // state.
+    h.sim.set_used("acct-p", 100.0);
+    let acted = turn(&h, &mut conv).await;
+    assert!(
+        acted.contains("injected") && !acted.contains("model-switch"),
+        "{acted}"
+    );
+    let moved = h.last_turn();
+    assert_eq!(moved.account.as_deref(), Some("acct-q"));
+    assert_eq!(moved.rejected, None);
+    assert!(contains(&moved.body, HANDOFF_TAG));
+    assert!(
+        h.owners(&moved).iter().all(Option::is_none),
+        "{:?}",
+        h.owners(&moved)
+    );
+    let listed = h.admin_handoffs(session).await;
+    assert!(
+        listed
+            .iter()
+            .all(|h| h["kind"] != "generated" || h["from_account"] != "acct-p"),
+        "the injected handoff is consumed: {listed:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_priority_combo_gets_the_model_switch_but_no_account_handoff() {
     let h = harness(30.0).await;
     let session = "0199b000-0000-7000-8000-00000000a003";
@@ -237,7 +305,7 @@ async fn a_priority_combo_gets_the_model_switch_but_no_account_handoff() {
     assert!(acted.contains("model-switch"), "{acted}");
     let moved = h.last_turn();
     assert_moved(&h, &moved);
-    assert!(contains(&moved.body, NO_SUMMARY));
+    assert!(contains(&moved.body, BUILT));
     let listed = h.admin_handoffs(session).await;
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0]["kind"], "model-switch");

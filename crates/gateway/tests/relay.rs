@@ -877,6 +877,7 @@ async fn admin_routes_list_and_delete() {
         "generated_at",
         "expires_at",
         "kind",
+        "size",
     ];
     expected.sort_unstable();
     let mut keys = keys;
@@ -897,6 +898,22 @@ async fn admin_routes_list_and_delete() {
     );
     assert!(h["message_count"].as_u64().unwrap() >= 5);
     assert_eq!(h["model"], "gpt-5.5");
+    // The bytes of text the handoff carries.
+    let text = |k: &str| match &h[k] {
+        Value::String(s) => s.len(),
+        Value::Array(a) => a.iter().map(|s| s.as_str().unwrap_or("").len()).sum(),
+        _ => 0,
+    };
+    let size = [
+        "summary",
+        "key_decisions",
+        "task_progress",
+        "active_entities",
+    ]
+    .iter()
+    .map(|k| text(k))
+    .sum::<usize>();
+    assert_eq!(h["size"].as_u64(), Some(size as u64));
     // Open mode: `k-` and 32 hex digits of the keyed hash of the client's key.
     let tenant = h["tenant"].as_str().unwrap();
     assert!(tenant.starts_with("k-") && tenant.len() == 34, "{tenant}");

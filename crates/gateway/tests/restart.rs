@@ -2,9 +2,10 @@
 //! restarted gateway: the real binary runs as a child process over a config file in a temporary
 //! folder, the simulated provider runs in the test.
 
-use std::io::{BufRead, BufReader};
+mod support;
+
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 
 use bytes::Bytes;
 use context_relay_sim::SimProvider;
@@ -27,36 +28,18 @@ struct Gateway {
 impl Gateway {
     /// Starts the binary on `config` and reads the address it prints once listening.
     fn start(config: &Path) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_context-relay-gateway"))
-            .arg("--config")
-            .arg(config)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("the gateway binary starts");
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("the gateway prints its address");
-        let url = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_owned();
+        let (child, url) = support::start_binary(
+            env!("CARGO_BIN_EXE_context-relay-gateway"),
+            config,
+            "warn",
+            Stdio::inherit(),
+        );
         Self { child, url }
     }
 
     /// SIGTERM, then waits for the process: its exit status.
     fn terminate(mut self) -> std::process::ExitStatus {
-        let status = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status()
-            .expect("kill(1) runs");
-        assert!(status.success());
+        support::signal(&self.child, "-TERM");
         self.child.wait().expect("the child exits")
     }
 

@@ -91,8 +91,16 @@ impl Minter {
         self.mint(SIGNATURE_PREFIX, account, nonce)
     }
 
+    /// The nonce `blob` was minted with (whoever minted it).
+    pub(super) fn nonce(blob: &str) -> Option<&str> {
+        let body = blob
+            .strip_prefix(ENCRYPTED_PREFIX)
+            .or_else(|| blob.strip_prefix(SIGNATURE_PREFIX))?;
+        body.split_once('.').map(|(nonce, _)| nonce)
+    }
+
     /// Whether `blob` was minted by `account`.
-    fn verifies(&self, account: &str, blob: &str) -> bool {
+    pub(super) fn verifies(&self, account: &str, blob: &str) -> bool {
         let body = blob
             .strip_prefix(ENCRYPTED_PREFIX)
             .or_else(|| blob.strip_prefix(SIGNATURE_PREFIX));

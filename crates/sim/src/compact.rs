@@ -3,7 +3,8 @@
 //! the answer is the compacted history, `{"output":[…]}`: the user messages of the input, kept
 //! as they are, then one `compaction` item whose `encrypted_content` this account minted. A
 //! later request of another account carrying that item is refused like any foreign
-//! `encrypted_content`.
+//! `encrypted_content`; a summary request of the minting account can read what it replaced
+//! (see `summary`).
 
 use axum::body::Body;
 use http::Response;
@@ -28,10 +29,12 @@ pub(super) fn reply(
         .filter(|item| item["type"] == "message" && item["role"] == "user")
         .cloned()
         .collect();
+    let nonce = format!("cmp{id}");
+    super::summary::remember(state, &nonce, &request["input"]);
     output.push(json!({
         "type": "compaction",
         "id": format!("cmp_{id:08}"),
-        "encrypted_content": state.minter.encrypted(account, &format!("cmp{id}")),
+        "encrypted_content": state.minter.encrypted(account, &nonce),
     }));
     let mut res = super::control::json_response(http::StatusCode::OK, &json!({"output": output}));
     quota_headers(&state.config, res.headers_mut(), used, now);

@@ -12,7 +12,7 @@ use super::reply::{
     Reply, chat_events, messages_events, messages_failed_events, responses_events,
     responses_failed_events, sse,
 };
-use super::{Api, RecordedRequest, SimProvider, SimState, lock};
+use super::{Api, RecordedRequest, SimProvider, SimState, lock, tool_loop};
 
 /// A fault the simulated provider answers the next matching request with
 /// ([`SimProvider::fail_next`]).
@@ -29,6 +29,68 @@ pub enum SimFault {
     /// `message_stop`, `[DONE]`), as when the provider's connection drops. A request that is
     /// not streamed gets a 500 instead.
     Truncated,
+    /// The provider is overloaded, in the API's words: OpenAI's 503 `server_error` ("That
+    /// model is currently overloaded with other requests…"), Anthropic's 529
+    /// `overloaded_error`, Gemini's 503 `UNAVAILABLE` ("The model is overloaded…").
+    Overloaded,
+    /// The connection is closed once the request is read, without any response (the client
+    /// sees a connection error, as when the provider's front end drops it).
+    Disconnect,
+}
+
+/// Marks a response that must not be sent: the connection is closed instead
+/// ([`SimFault::Disconnect`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Disconnect;
+
+/// The response of a [`SimFault::Disconnect`]: never sent, see [`close_if_disconnect`].
+pub(super) fn disconnect() -> Response<Body> {
+    let mut res = Response::new(Body::empty());
+    res.extensions_mut().insert(Disconnect);
+    res
+}
+
+/// Drops the connection of a response marked [`Disconnect`]: the task serving the connection
+/// unwinds, so the socket closes with no byte of a response written. `resume_unwind` does not
+/// run the panic hook: nothing is printed.
+pub(super) fn close_if_disconnect(res: Response<Body>) -> Response<Body> {
+    if res.extensions().get::<Disconnect>().is_some() {
+        std::panic::resume_unwind(Box::new("simulated connection drop"));
+    }
+    res
+}
+
+/// The overloaded answer of `api` ([`SimFault::Overloaded`]); `None` is Gemini.
+pub(super) fn overloaded(api: Option<Api>) -> Response<Body> {
+    match api {
+        Some(Api::Messages) => json_response(
+            StatusCode::from_u16(529).unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
+            &json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"},
+                    "request_id": "req_sim"}),
+        ),
+        Some(_) => json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &json!({"error": {"message": "That model is currently overloaded with other requests. You can retry your request, or contact us through our help center at help.openai.com if the error persists. (Please include the request ID req_sim in your message.)",
+                              "type": "server_error", "param": null, "code": null}}),
+        ),
+        None => json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &json!({"error": {"code": 503, "message": "The model is overloaded. Please try again later.",
+                              "status": "UNAVAILABLE"}}),
+        ),
+    }
+}
+
+/// Takes the next fault queued for `account` (summary requests take none).
+pub(super) fn take_fault(state: &SimState, account: &str, summary: bool) -> Option<SimFault> {
+    if summary {
+        return None;
+    }
+    let mut faults = lock(&state.faults);
+    let i = faults
+        .iter()
+        .position(|(a, _)| a.as_deref().is_none_or(|a| a == account))?;
+    faults.remove(i).map(|(_, f)| f)
 }
 
 impl SimProvider {
@@ -93,6 +155,13 @@ impl SimState {
         }
     }
 
+    /// Records the usage the answer to request `index` reported.
+    pub(super) fn note_usage(&self, index: usize, usage: super::SimUsage) {
+        if let Some(r) = lock(&self.requests).get_mut(index) {
+            r.usage = Some(usage);
+        }
+    }
+
     fn next_id(&self) -> u64 {
         let mut c = lock(&self.counter);
         *c += 1;
@@ -132,11 +201,14 @@ pub(super) fn unauthorized(api: Api) -> Response<Body> {
 }
 
 fn failed_reply(state: &SimState, request: &Value) -> Reply {
+    // The input was read before the answer failed: a stream reports it at its start.
+    let input_tokens = super::input_tokens(request.to_string().len());
     Reply {
         id: state.next_id(),
         model: request["model"].as_str().unwrap_or("unknown").to_owned(),
         text: String::new(),
-        input_tokens: 0,
+        input_tokens,
+        cached_tokens: super::cached_tokens(input_tokens),
         output_tokens: 0,
         include_usage: false,
         ..Reply::default()
@@ -154,16 +226,7 @@ pub(super) fn rejection(
     summary: bool,
 ) -> Option<Response<Body>> {
     let stream = request["stream"].as_bool().unwrap_or(false);
-    let fault = (!summary)
-        .then(|| {
-            let mut faults = lock(&state.faults);
-            let i = faults
-                .iter()
-                .position(|(a, _)| a.as_deref().is_none_or(|a| a == account))?;
-            faults.remove(i).map(|(_, f)| f)
-        })
-        .flatten();
-    match fault {
+    match take_fault(state, account, summary) {
         Some(SimFault::Status(status, body)) => {
             state.reject(recorded, &format!("fault_{}", status.as_u16()));
             return Some(json_response(status, &body));
@@ -199,7 +262,23 @@ pub(super) fn rejection(
             state.reject(recorded, "truncated");
             return Some(server_error());
         }
+        Some(SimFault::Overloaded) => {
+            state.reject(recorded, "overloaded");
+            return Some(overloaded(Some(api)));
+        }
+        Some(SimFault::Disconnect) => {
+            state.reject(recorded, "disconnect");
+            return Some(disconnect());
+        }
         None => {}
+    }
+    if let Some(body) = match api {
+        Api::Responses => crate::pairing::responses(request),
+        Api::Chat => crate::pairing::chat(request),
+        Api::Messages => None,
+    } {
+        state.reject(recorded, "tool_pairing");
+        return Some(json_response(StatusCode::BAD_REQUEST, &body));
     }
     let rejected: Option<Rejection> = match api {
         Api::Responses => {
@@ -261,6 +340,9 @@ pub(super) fn mint(
             reply.tool_use = super::tool::call(&state.config, request, reply.id);
         }
         Api::Chat => {}
+    }
+    if api != Api::Messages {
+        reply.tool_use = tool_loop::next_call(&state.config, api.into(), request, reply.id);
     }
     reply
 }

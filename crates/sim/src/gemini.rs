@@ -19,6 +19,9 @@
 //! - On `gemini-3*` models the first `functionCall` of each model step of the current turn must
 //!   carry a signature (the placeholder counts), else the real 400 "Function call is missing a
 //!   thought_signature …".
+//! - Tool loops ([`SimBuilder::tool_loop`](super::SimBuilder::tool_loop)) answer with a
+//!   `functionCall` part signed by the account; the pairing of calls and function responses is
+//!   enforced with the real 400s; injected faults are answered in the API's words.
 //! - The Gemini API sends no quota headers; the simulated one sends those of
 //!   [`SimBuilder::quota_headers`](super::SimBuilder::quota_headers), so that a test can drive a
 //!   relay's threshold before the 429 (`SimQuotaHeaders::None` is the real API).
@@ -32,7 +35,7 @@ use http::{HeaderValue, Response, StatusCode, header};
 use serde_json::{Value, json};
 
 use super::reply::sse;
-use super::{SimState, header_value, lock};
+use super::{SimFault, SimState, header_value, lock};
 
 /// The members of a `GenerateContentRequest` body, in both proto JSON spellings.
 const MEMBERS: [&str; 13] = [
@@ -208,6 +211,14 @@ pub(super) fn serve(
         );
     }
 
+    if let Some(message) = super::pairing::gemini(&request) {
+        state.reject(recorded, "tool_pairing");
+        return rpc_error(StatusCode::BAD_REQUEST, "INVALID_ARGUMENT", message, None);
+    }
+    if let Some(fault) = super::control::take_fault(state, &account, summary) {
+        return fault_answer(state, recorded, fault);
+    }
+
     let cfg = &state.config;
     let (used, turn) = {
         let mut accounts = lock(&state.accounts);
@@ -235,9 +246,15 @@ pub(super) fn serve(
         *c += 1;
         *c
     };
-    let text = match (&cfg.summary, summary) {
-        (Some((_, reply)), true) => reply.clone(),
-        _ => format!("Reply {turn} from account {account}."),
+    let text = if summary {
+        super::summary::reply(state, &account, body)
+    } else {
+        format!("Reply {turn} from account {account}.")
+    };
+    let call = if summary {
+        None
+    } else {
+        super::tool_loop::next_call(cfg, super::tool_loop::LoopApi::Gemini, &request, id)
     };
     let signature = STANDARD.encode(state.minter.signature(&account, &format!("g{id}")));
     let thoughts = ["include_thoughts", "includeThoughts"].iter().any(|k| {
@@ -245,11 +262,27 @@ pub(super) fn serve(
             request[g]["thinkingConfig"][k] == true || request[g]["thinking_config"][k] == true
         })
     });
-    let tokens = (body.len() / 4) as u64;
+    let tokens = super::input_tokens(body.len());
+    let cached = super::cached_tokens(tokens);
+    // Thoughts are counted apart from the candidates' tokens.
+    let thought_tokens: u64 = if thoughts { 3 } else { 0 };
     let usage = |out: u64| {
-        json!({"promptTokenCount": tokens, "candidatesTokenCount": out,
-            "totalTokenCount": tokens + out})
+        let mut u = json!({"promptTokenCount": tokens, "cachedContentTokenCount": cached,
+            "candidatesTokenCount": out, "totalTokenCount": tokens + out + thought_tokens});
+        if thoughts {
+            u["thoughtsTokenCount"] = json!(thought_tokens);
+        }
+        u
     };
+    state.note_usage(
+        recorded,
+        super::SimUsage {
+            input: tokens,
+            cached,
+            output: 12 + thought_tokens,
+            reasoning: thought_tokens,
+        },
+    );
     let chunk = |parts: Value, finish: bool, out: u64| {
         let mut candidate = json!({"content": {"parts": parts, "role": "model"}, "index": 0});
         if finish {
@@ -261,25 +294,47 @@ pub(super) fn serve(
     let thought =
         json!({"text": format!("**Answering**\n\nThinking about turn {turn}."), "thought": true});
     let mut res = if stream {
-        let (head, tail) = text.split_at(text.len() / 2);
-        let mut first = vec![json!({"text": head})];
-        if thoughts {
-            first.insert(0, thought);
+        let mut mid = text.len() / 2;
+        while !text.is_char_boundary(mid) {
+            mid -= 1;
         }
-        let events = [
-            chunk(Value::Array(first), false, 4),
-            chunk(
-                json!([{"text": tail, "thoughtSignature": signature}]),
+        let (head, tail) = text.split_at(mid);
+        let chunks = if let Some(call) = &call {
+            // The thought streams first, then the signed call ends the step.
+            let last = chunk(
+                json!([super::calls::gemini_part(call, &signature)]),
                 true,
                 12,
-            ),
-        ]
-        .iter()
-        .map(|v| Bytes::from(format!("data: {v}\r\n\r\n")))
-        .collect();
+            );
+            if thoughts {
+                vec![chunk(json!([thought]), false, 4), last]
+            } else {
+                vec![last]
+            }
+        } else {
+            let mut first = vec![json!({"text": head})];
+            if thoughts {
+                first.insert(0, thought);
+            }
+            vec![
+                chunk(Value::Array(first), false, 4),
+                chunk(
+                    json!([{"text": tail, "thoughtSignature": signature}]),
+                    true,
+                    12,
+                ),
+            ]
+        };
+        let events = chunks
+            .iter()
+            .map(|v| Bytes::from(format!("data: {v}\r\n\r\n")))
+            .collect();
         sse(events, lock(&state.hold).clone())
     } else {
-        let mut parts = vec![json!({"text": text, "thoughtSignature": signature})];
+        let mut parts = match &call {
+            Some(call) => vec![super::calls::gemini_part(call, &signature)],
+            None => vec![json!({"text": text, "thoughtSignature": signature})],
+        };
         if thoughts {
             parts.insert(0, thought);
         }
@@ -294,6 +349,33 @@ pub(super) fn serve(
     res.headers_mut()
         .insert("x-sim-account", header_value(&account));
     res
+}
+
+/// The answer to a request that met an injected `fault`, as the Gemini API words it.
+fn fault_answer(state: &SimState, recorded: usize, fault: SimFault) -> Response<Body> {
+    match fault {
+        SimFault::Status(status, body) => {
+            state.reject(recorded, &format!("fault_{}", status.as_u16()));
+            super::control::json_response(status, &body)
+        }
+        SimFault::Overloaded => {
+            state.reject(recorded, "overloaded");
+            super::control::overloaded(None)
+        }
+        SimFault::Disconnect => {
+            state.reject(recorded, "disconnect");
+            super::control::disconnect()
+        }
+        SimFault::InBand | SimFault::Truncated => {
+            state.reject(recorded, "internal");
+            rpc_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "INTERNAL",
+                "An internal error has occurred. Please retry or report in https://developers.generativeai.google/guide/troubleshooting",
+                None,
+            )
+        }
+    }
 }
 
 /// Gemini 3 validates the current turn's function calls: the first `functionCall` part of each

@@ -12,15 +12,21 @@
 //!   [`SimQuotaHeaders::Anthropic`], Anthropic unified headers;
 //! - an account at 100 % answers 429 (Codex `usage_limit_reached` body, or Anthropic
 //!   `rate_limit_error` on `/messages`);
-//! - requests recognised as summary requests (a matcher over the body) get a canned reply and
-//!   do not count as turns;
+//! - requests recognised as summary requests (a matcher over the body) get a canned reply (or
+//!   one built from the request, [`SimBuilder::summary_reply_with`]) and do not count as turns;
+//! - tool loops ([`SimBuilder::tool_loop`]): each plain user ask is answered by a configured
+//!   number of tool calls before the text answer, on every API, and the pairing of calls and
+//!   results is enforced with the real 400s;
 //! - account-bound state is minted per account and verified like the real APIs do
 //!   (Responses `reasoning` / `compaction` `encrypted_content`, `previous_response_id` of
 //!   stored responses, Anthropic `thinking` signatures, and the thinking rules of the Messages
 //!   API): another account's state is rejected with the real error bodies;
 //!   [`SimProvider::state_owners`] tells who minted each piece of a recorded request;
-//! - faults on demand ([`SimProvider::fail_next`]): an error status, or a 200 stream that
-//!   fails in-band; [`SimProvider::revoke`] makes an account's key answer 401;
+//! - faults on demand ([`SimProvider::fail_next`]): an error status, an overloaded provider,
+//!   a connection closed without a response, or a 200 stream that fails in-band;
+//!   [`SimProvider::revoke`] makes an account's key answer 401; a used-up account's 429 is
+//!   recorded as a rejection (`usage_limit_reached`, `rate_limit_error`,
+//!   `RESOURCE_EXHAUSTED`);
 //! - every request is recorded (headers and body bytes) for assertions;
 //! - SSE streams can be held after their first output event until the test releases them
 //!   ([`SimProvider::hold_streams`]), to prove that a proxy forwards events without buffering;
@@ -59,20 +65,28 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 mod bound;
+mod calls;
 mod compact;
 mod control;
 mod gemini;
+mod hold;
+#[cfg(test)]
+mod loop_tests;
 mod message_params;
 mod messages;
+mod pairing;
 mod quota;
 mod reply;
 pub mod rules;
 mod server;
+mod summary;
 mod tool;
+mod tool_loop;
 mod window;
 
 pub use bound::Minter;
 pub use control::SimFault;
+pub use hold::StreamHold;
 pub use quota::SimQuotaHeaders;
 use quota::{exhausted, quota_headers};
 use reply::{
@@ -80,6 +94,7 @@ use reply::{
     responses_json, sse,
 };
 use server::Server;
+pub use summary::SummaryRequest;
 
 type Matcher = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
 
@@ -91,12 +106,13 @@ pub struct SimBuilder {
     window_minutes: u64,
     reset_secs: u64,
     quota_headers: SimQuotaHeaders,
-    summary: Option<(Matcher, String)>,
+    summary: Option<(Matcher, summary::Replier)>,
     addr: SocketAddr,
     blob_bytes: usize,
     state_errors_in_band: bool,
     chat_deltas: usize,
     tool_call: Option<String>,
+    tool_loop: usize,
     context_window: Option<u64>,
 }
 
@@ -126,6 +142,7 @@ impl Default for SimBuilder {
             state_errors_in_band: false,
             chat_deltas: 2,
             tool_call: None,
+            tool_loop: 0,
             context_window: None,
         }
     }
@@ -169,12 +186,12 @@ impl SimBuilder {
     /// Requests for which `matcher(body)` is true get `reply` as the assistant text and use
     /// no quota.
     pub fn summary_matcher(
-        mut self,
+        self,
         matcher: impl Fn(&[u8]) -> bool + Send + Sync + 'static,
         reply: impl Into<String>,
     ) -> Self {
-        self.summary = Some((Arc::new(matcher), reply.into()));
-        self
+        let reply: String = reply.into();
+        self.summary_reply_with(matcher, move |_| reply.clone())
     }
 
     /// Content deltas of a streamed Chat Completions reply (2 by default): with usage asked for,
@@ -225,13 +242,14 @@ impl SimBuilder {
             stored: Mutex::new(bound::StoredResponses::new()),
             faults: Mutex::new(VecDeque::new()),
             revoked: Mutex::new(Vec::new()),
+            compacted: Mutex::new(summary::Compacted::new()),
             in_band: AtomicBool::new(self.state_errors_in_band),
             config: self.clone(),
         });
         let s = state.clone();
         let router = Router::new().fallback(move |req: Request<Body>| {
             let state = s.clone();
-            async move { handle(state, req).await }
+            async move { control::close_if_disconnect(handle(state, req).await) }
         });
         let server = Server::start(self.addr, router).await?;
         Ok(SimProvider { state, server })
@@ -256,6 +274,33 @@ pub struct RecordedRequest {
     /// The error code it was rejected with (`invalid_encrypted_content`, `invalid_signature`,
     /// an injected fault's label, …), if it was.
     pub rejected: Option<String>,
+    /// The usage the answer reported, when it was served a whole answer.
+    pub usage: Option<SimUsage>,
+}
+
+/// The tokens an answer of the simulated provider reported, in its own terms: `input` counts
+/// the cached tokens too, `output` the reasoning ones. Each API says it its own way (Anthropic's
+/// `input_tokens` leaves the cache reads out, Gemini's candidates leave the thoughts out).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SimUsage {
+    /// Every input token.
+    pub input: u64,
+    /// Of `input`, read from the prompt cache (a quarter of it, in this double).
+    pub cached: u64,
+    /// Every output token.
+    pub output: u64,
+    /// Of `output`, reasoning tokens (sent by the OpenAI APIs and by Gemini with thoughts).
+    pub reasoning: u64,
+}
+
+/// The input tokens the simulated provider charges for a request body of `len` bytes.
+pub(crate) fn input_tokens(len: usize) -> u64 {
+    (len / 4) as u64
+}
+
+/// The cached share of `input` tokens (a quarter: the history a client resends is cached).
+pub(crate) fn cached_tokens(input: u64) -> u64 {
+    input / 4
 }
 
 impl RecordedRequest {
@@ -281,6 +326,7 @@ struct SimState {
     stored: Mutex<bound::StoredResponses>,
     faults: Mutex<VecDeque<(Option<String>, SimFault)>>,
     revoked: Mutex<Vec<String>>,
+    compacted: Mutex<summary::Compacted>,
     in_band: AtomicBool,
     config: SimBuilder,
 }
@@ -310,25 +356,6 @@ impl std::fmt::Debug for SimProvider {
         f.debug_struct("SimProvider")
             .field("addr", &self.server.addr())
             .finish()
-    }
-}
-
-/// Holds SSE streams after their first event until released (or dropped).
-#[derive(Debug)]
-pub struct StreamHold {
-    tx: watch::Sender<bool>,
-}
-
-impl StreamHold {
-    /// Lets held streams continue.
-    pub fn release(self) {
-        // Drop does it.
-    }
-}
-
-impl Drop for StreamHold {
-    fn drop(&mut self) {
-        let _ = self.tx.send(true);
     }
 }
 
@@ -381,14 +408,6 @@ impl SimProvider {
             .map(|a| a.turns)
     }
 
-    /// Holds every SSE stream started from now on after its first output event (the opening
-    /// events before it go out too), until the returned guard is released or dropped.
-    pub fn hold_streams(&self) -> StreamHold {
-        let (tx, rx) = watch::channel(false);
-        *lock(&self.state.hold) = Some(rx);
-        StreamHold { tx }
-    }
-
     /// Stops the server (in-flight streams finish first).
     pub async fn shutdown(self) {
         self.server.shutdown().await;
@@ -436,6 +455,7 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
             account: account.clone(),
             summary,
             rejected: None,
+            usage: None,
         });
         requests.len() - 1
     };
@@ -511,6 +531,11 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
             if a.used >= 100.0 {
                 let used = a.used;
                 drop(accounts);
+                let code = match api {
+                    Api::Messages => "rate_limit_error",
+                    _ => "usage_limit_reached",
+                };
+                state.reject(recorded, code);
                 return exhausted(cfg, api, used, now);
             }
             a.used = (a.used + cfg.quota_step).min(100.0);
@@ -523,17 +548,21 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
         *c += 1;
         *c
     };
-    let text = match (&cfg.summary, summary) {
-        (Some((_, reply)), true) => reply.clone(),
-        _ => format!("Reply {turn} from account {account}."),
+    let text = if summary {
+        summary::reply(&state, &account, &body)
+    } else {
+        format!("Reply {turn} from account {account}.")
     };
-    let input_tokens = (body.len() / 4) as u64;
+    let input_tokens = input_tokens(body.len());
     let reply = Reply {
         id,
         model,
         text,
         input_tokens,
+        cached_tokens: cached_tokens(input_tokens),
         output_tokens: 12,
+        // The OpenAI APIs tell the reasoning tokens apart; Anthropic does not.
+        reasoning_tokens: if api == Api::Messages { 0 } else { 5 },
         include_usage: request["stream_options"]["include_usage"]
             .as_bool()
             .unwrap_or(false),
@@ -543,6 +572,15 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
         return compact::reply(&state, &account, &request, id, used, now);
     }
     let reply = control::mint(&state, api, &account, &request, reply);
+    state.note_usage(
+        recorded,
+        SimUsage {
+            input: reply.input_tokens,
+            cached: reply.cached_tokens,
+            output: reply.output_tokens,
+            reasoning: reply.reasoning_tokens,
+        },
+    );
 
     let mut res = if stream {
         let hold = lock(&state.hold).clone();

@@ -11,25 +11,58 @@ use http_body_util::StreamBody;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
-use super::unix_now;
+use super::{calls, unix_now};
 
 #[derive(Default)]
 pub(super) struct Reply {
     pub(super) id: u64,
     pub(super) model: String,
     pub(super) text: String,
+    /// Every input token, the cached ones included.
     pub(super) input_tokens: u64,
+    /// Of `input_tokens`, those read from the prompt cache.
+    pub(super) cached_tokens: u64,
+    /// Every output token, the reasoning ones included.
     pub(super) output_tokens: u64,
+    /// Of `output_tokens`, reasoning (reported by the OpenAI APIs only).
+    pub(super) reasoning_tokens: u64,
     pub(super) include_usage: bool,
     /// A reasoning item (id, `encrypted_content`) before the message (Responses).
     pub(super) reasoning: Option<(String, String)>,
     /// The signature of a thinking block before the text (Messages).
     pub(super) thinking: Option<String>,
-    /// A tool call after the text (Messages): id, tool name, input.
+    /// A tool call: after the text (Messages), instead of the text (Responses, Chat, Gemini):
+    /// id, tool name, input.
     pub(super) tool_use: Option<(String, String, Value)>,
 }
 
 impl Reply {
+    /// The usage of this reply in the Chat Completions shape.
+    fn chat_usage(&self) -> Value {
+        json!({"prompt_tokens": self.input_tokens, "completion_tokens": self.output_tokens,
+               "total_tokens": self.input_tokens + self.output_tokens,
+               "prompt_tokens_details": {"cached_tokens": self.cached_tokens, "audio_tokens": 0},
+               "completion_tokens_details": {"reasoning_tokens": self.reasoning_tokens,
+                                             "audio_tokens": 0}})
+    }
+
+    /// The usage of this reply in the Responses shape.
+    fn responses_usage(&self) -> Value {
+        json!({"input_tokens": self.input_tokens,
+               "input_tokens_details": {"cached_tokens": self.cached_tokens},
+               "output_tokens": self.output_tokens,
+               "output_tokens_details": {"reasoning_tokens": self.reasoning_tokens},
+               "total_tokens": self.input_tokens + self.output_tokens})
+    }
+
+    /// The usage of this reply in the Messages shape, with `output` output tokens: Anthropic's
+    /// `input_tokens` leaves the cache reads out.
+    fn messages_usage(&self, output: u64) -> Value {
+        json!({"input_tokens": self.input_tokens - self.cached_tokens.min(self.input_tokens),
+               "cache_read_input_tokens": self.cached_tokens,
+               "cache_creation_input_tokens": 0, "output_tokens": output})
+    }
+
     /// The text in two deltas, so that streams carry more than one.
     fn halves(&self) -> (&str, &str) {
         let mid = self.text.char_indices().nth(self.text.chars().count() / 2);
@@ -38,13 +71,15 @@ impl Reply {
 }
 
 pub(super) fn chat_json(r: &Reply) -> Value {
+    let (message, finish) = match &r.tool_use {
+        Some(call) => (calls::chat_message(call), "tool_calls"),
+        None => (json!({"role": "assistant", "content": r.text}), "stop"),
+    };
     json!({
         "id": format!("chatcmpl-sim-{}", r.id), "object": "chat.completion", "created": unix_now(),
         "model": r.model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": r.text},
-                     "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": r.input_tokens, "completion_tokens": r.output_tokens,
-                  "total_tokens": r.input_tokens + r.output_tokens}
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": r.chat_usage()
     })
 }
 
@@ -71,22 +106,34 @@ pub(super) fn chat_events_in(r: &Reply, deltas: usize) -> Vec<Bytes> {
             })
             .collect()
     };
-    let mut out = vec![chunk(
-        json!({"role": "assistant", "content": ""}),
-        Value::Null,
-    )];
-    out.extend(
-        pieces
-            .into_iter()
-            .map(|p| chunk(json!({ "content": p }), Value::Null)),
-    );
-    out.push(chunk(json!({}), json!("stop")));
+    let mut out = Vec::new();
+    if let Some(call) = &r.tool_use {
+        out.push(chunk(
+            json!({"role": "assistant", "content": null}),
+            Value::Null,
+        ));
+        out.extend(
+            calls::chat_deltas(call)
+                .into_iter()
+                .map(|d| chunk(d, Value::Null)),
+        );
+        out.push(chunk(json!({}), json!("tool_calls")));
+    } else {
+        out.push(chunk(
+            json!({"role": "assistant", "content": ""}),
+            Value::Null,
+        ));
+        out.extend(
+            pieces
+                .into_iter()
+                .map(|p| chunk(json!({ "content": p }), Value::Null)),
+        );
+        out.push(chunk(json!({}), json!("stop")));
+    }
     if r.include_usage {
         out.push(
             json!({"id": id, "object": "chat.completion.chunk", "created": unix_now(),
-            "model": r.model, "choices": [],
-            "usage": {"prompt_tokens": r.input_tokens, "completion_tokens": r.output_tokens,
-                      "total_tokens": r.input_tokens + r.output_tokens}}),
+            "model": r.model, "choices": [], "usage": r.chat_usage()}),
         );
     }
     let mut events: Vec<Bytes> = out
@@ -113,7 +160,10 @@ fn responses_reasoning(r: &Reply) -> Option<Value> {
 
 fn responses_output(r: &Reply) -> Value {
     let mut out: Vec<Value> = responses_reasoning(r).into_iter().collect();
-    out.push(responses_message(r, &r.text, "completed"));
+    out.push(match &r.tool_use {
+        Some(call) => calls::responses_item(call, true),
+        None => responses_message(r, &r.text, "completed"),
+    });
     Value::Array(out)
 }
 
@@ -122,8 +172,7 @@ pub(super) fn responses_json(r: &Reply) -> Value {
         "id": format!("resp_sim_{}", r.id), "object": "response", "created_at": unix_now(),
         "status": "completed", "model": r.model,
         "output": responses_output(r),
-        "usage": {"input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
-                  "total_tokens": r.input_tokens + r.output_tokens}
+        "usage": r.responses_usage()
     })
 }
 
@@ -145,9 +194,6 @@ fn numbered(events: Vec<Value>) -> Vec<Bytes> {
 }
 
 pub(super) fn responses_events(r: &Reply) -> Vec<Bytes> {
-    let item_id = format!("msg_sim_{}", r.id);
-    let (a, b) = r.halves();
-    let part = |text: &str| json!({"type": "output_text", "text": text, "annotations": []});
     let mut events = vec![
         json!({"type": "response.created", "response": responses_base(r, "in_progress", json!([]), Value::Null)}),
         json!({"type": "response.in_progress", "response": responses_base(r, "in_progress", json!([]), Value::Null)}),
@@ -161,7 +207,28 @@ pub(super) fn responses_events(r: &Reply) -> Vec<Bytes> {
         events.push(json!({"type": "response.output_item.done", "output_index": 0, "item": item}));
         index = 1;
     }
-    events.extend([
+    if let Some(call) = &r.tool_use {
+        events.extend(calls::responses_events(call, index));
+    } else {
+        events.extend(responses_message_events(r, index));
+    }
+    events.push(
+        json!({"type": "response.completed", "response": responses_base(
+            r,
+            "completed",
+            responses_output(r),
+            r.responses_usage(),
+        )}),
+    );
+    numbered(events)
+}
+
+/// The stream events of the assistant message of a Responses reply at `index`.
+fn responses_message_events(r: &Reply, index: usize) -> Vec<Value> {
+    let item_id = format!("msg_sim_{}", r.id);
+    let (a, b) = r.halves();
+    let part = |text: &str| json!({"type": "output_text", "text": text, "annotations": []});
+    vec![
         json!({"type": "response.output_item.added", "output_index": index,
                "item": responses_message(r, "", "in_progress")}),
         json!({"type": "response.content_part.added", "item_id": item_id, "output_index": index,
@@ -176,15 +243,7 @@ pub(super) fn responses_events(r: &Reply) -> Vec<Bytes> {
                "content_index": 0, "part": part(&r.text)}),
         json!({"type": "response.output_item.done", "output_index": index,
                "item": responses_message(r, &r.text, "completed")}),
-        json!({"type": "response.completed", "response": responses_base(
-            r,
-            "completed",
-            responses_output(r),
-            json!({"input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
-                   "total_tokens": r.input_tokens + r.output_tokens}),
-        )}),
-    ]);
-    numbered(events)
+    ]
 }
 
 /// A Responses stream that fails before any output: `response.created`,
@@ -215,7 +274,7 @@ pub(super) fn messages_json(r: &Reply) -> Value {
         "id": format!("msg_sim_{}", r.id), "type": "message", "role": "assistant",
         "model": r.model, "content": content,
         "stop_reason": stop_reason(r), "stop_sequence": null,
-        "usage": {"input_tokens": r.input_tokens, "output_tokens": r.output_tokens}
+        "usage": r.messages_usage(r.output_tokens)
     })
 }
 
@@ -223,7 +282,7 @@ fn messages_start(r: &Reply) -> Value {
     json!({"type": "message_start", "message": {
         "id": format!("msg_sim_{}", r.id), "type": "message", "role": "assistant",
         "model": r.model, "content": [], "stop_reason": null, "stop_sequence": null,
-        "usage": {"input_tokens": r.input_tokens, "output_tokens": 1}}})
+        "usage": r.messages_usage(1)}})
 }
 
 fn named(events: Vec<Value>) -> Vec<Bytes> {

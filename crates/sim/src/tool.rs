@@ -1,6 +1,7 @@
 //! Tool calls in Messages answers, for tool round trips: when configured with
 //! [`SimBuilder::tool_call`], a Messages answer calls the named tool whenever the request
-//! offers it and its last message answers no earlier call.
+//! offers it and its last message answers no earlier call. With
+//! [`SimBuilder::tool_loop`], the loop decides when to call instead (on every API).
 
 use serde_json::{Value, json};
 
@@ -23,6 +24,9 @@ impl SimBuilder {
 
 /// The `(id, name, input)` of the call a Messages answer to `request` makes, if any.
 pub(super) fn call(cfg: &SimBuilder, request: &Value, id: u64) -> Option<(String, String, Value)> {
+    if cfg.tool_loop > 0 {
+        return super::tool_loop::next_call(cfg, super::tool_loop::LoopApi::Messages, request, id);
+    }
     let name = cfg.tool_call.as_ref()?;
     let offered = request["tools"]
         .as_array()?

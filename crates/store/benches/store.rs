@@ -28,6 +28,8 @@ fn record(key: &HandoffKey) -> HandoffRecord {
             active_entities: vec!["src/parse.rs".into(); 5],
         },
         message_count: 42,
+        conversation: None,
+        compaction: false,
         model: "gpt-5-mini".into(),
         threshold: 0.85,
         generated_at: now,

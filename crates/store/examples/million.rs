@@ -24,6 +24,8 @@ fn record(i: usize, now: SystemTime) -> HandoffRecord {
             active_entities: vec!["src/parse.rs".into()],
         },
         message_count: 42,
+        conversation: None,
+        compaction: false,
         model: "gpt-5-mini".into(),
         threshold: 0.85,
         generated_at: now,

@@ -36,6 +36,14 @@ pub(crate) struct Stored {
     /// affinity without a model is stored as it always was).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) model: Option<String>,
+    /// The primary conversation's opening digest, in hex (absent in older records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) conversation: Option<String>,
+    /// The account before the last switch (absent in older records and when none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) previous_provider: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) previous_account: Option<String>,
 }
 
 impl Stored {
@@ -47,16 +55,29 @@ impl Stored {
             foreign: (*a.foreign).clone(),
             foreign_until: to_unix_millis(a.foreign_expires_at),
             model: a.model().map(str::to_owned),
+            conversation: a.conversation().map(|d| format!("{d:016x}")),
+            previous_provider: a.previous.as_ref().map(|p| p.provider().to_string()),
+            previous_account: a.previous.as_ref().map(|p| p.account().to_string()),
         }
     }
 
     pub(crate) fn affinity(self) -> Affinity {
-        let a = Affinity::new(self.provider, self.account)
+        let mut a = Affinity::new(self.provider, self.account)
             .with_foreign(self.foreign, from_unix_millis(self.foreign_until));
-        match self.model {
-            Some(m) if !m.is_empty() => a.with_model(m),
-            _ => a,
+        if let Some(m) = self.model.filter(|m| !m.is_empty()) {
+            a = a.with_model(m);
         }
+        // A malformed digest is an unknown primary conversation, as in older records.
+        if let Some(d) = self
+            .conversation
+            .and_then(|c| u64::from_str_radix(&c, 16).ok())
+        {
+            a = a.with_conversation(d);
+        }
+        if let (Some(p), Some(acc)) = (self.previous_provider, self.previous_account) {
+            a = a.with_previous(ResolvedAccount::new(p, acc));
+        }
+        a
     }
 }
 
@@ -310,6 +331,33 @@ mod tests {
             .affinity();
         assert_eq!(back, with);
         assert_eq!(back.model(), Some("anthropic/claude-sonnet-4-5"));
+    }
+
+    #[test]
+    fn the_conversation_and_the_previous_account_round_trip_and_older_records_have_none() {
+        let old = r#"{"provider":"codex","account":"acct-A","written_at":7,"foreign":[],"foreign_until":0}"#;
+        let a = serde_json::from_str::<Stored>(old).expect("old").affinity();
+        assert_eq!(a.conversation(), None);
+        assert_eq!(a.previous, None);
+        let with = a
+            .with_conversation(0x00ab_cdef_0123_4567)
+            .with_previous(ResolvedAccount::new("codex", "acct-B"));
+        let json = serde_json::to_string(&Stored::new(&with, 7)).expect("json");
+        assert!(
+            json.contains(r#""conversation":"00abcdef01234567""#),
+            "{json}"
+        );
+        let back = serde_json::from_str::<Stored>(&json)
+            .expect("new")
+            .affinity();
+        assert_eq!(back, with);
+        assert_eq!(back.conversation(), Some(0x00ab_cdef_0123_4567));
+        // A malformed digest reads as an unknown conversation, not an error.
+        let bad = json.replace("00abcdef01234567", "not hex");
+        let back = serde_json::from_str::<Stored>(&bad)
+            .expect("bad")
+            .affinity();
+        assert_eq!(back.conversation(), None);
     }
 
     #[test]

@@ -67,6 +67,8 @@
 //!     from_account: "alice".into(),
 //!     handoff: Handoff { summary: "Refactoring the parser".into(), ..Handoff::default() },
 //!     message_count: 12,
+//!     conversation: None,
+//!     compaction: false,
 //!     model: "gpt-5-mini".into(),
 //!     threshold: 0.85,
 //!     generated_at: now,
@@ -177,7 +179,9 @@ pub trait HandoffStore: Send + Sync + 'static {
     /// Removes expired records (and stale affinities); returns how many records it removed.
     fn purge_expired(&self) -> StoreFuture<'_, usize>;
 
-    /// Live records, optionally only of one tenant and/or one session (the admin view).
+    /// Live records, optionally only of one tenant and/or one session (the admin view). A
+    /// session's records include those of its other conversations (keys made by
+    /// [`HandoffKey::conversation`]).
     fn list<'a>(
         &'a self,
         tenant: Option<&'a str>,
@@ -402,8 +406,14 @@ pub struct Affinity {
     model: Option<Arc<str>>,
     /// Digests of the state minted by earlier accounts.
     pub foreign: Arc<ForeignSet>,
-    /// When `foreign` is forgotten.
+    /// When `foreign` is forgotten; until then the session is in its switch window (see
+    /// [`Affinity::in_switch_window`]).
     pub foreign_expires_at: SystemTime,
+    /// The opening digest of the session's primary conversation (see
+    /// `context_relay_core::session::opening`): the conversation keyed by the session itself.
+    conversation: Option<u64>,
+    /// The account that served before the last switch (kept with `foreign`).
+    previous: Option<ResolvedAccount>,
 }
 
 impl Affinity {
@@ -414,6 +424,8 @@ impl Affinity {
             model: None,
             foreign: Arc::default(),
             foreign_expires_at: SystemTime::UNIX_EPOCH,
+            conversation: None,
+            previous: None,
         }
     }
 
@@ -461,6 +473,37 @@ impl Affinity {
     /// The foreign digests still kept at `now` (empty once they expired).
     pub fn foreign_at(&self, now: SystemTime) -> Option<&ForeignSet> {
         (now < self.foreign_expires_at && !self.foreign.is_empty()).then_some(&*self.foreign)
+    }
+
+    /// Whether the session switched accounts recently (until `foreign_expires_at`, the
+    /// handoff TTL after the switch), whether or not its requests carried account-bound
+    /// state: other conversations of the session may still have to cross.
+    pub fn in_switch_window(&self, now: SystemTime) -> bool {
+        now < self.foreign_expires_at
+    }
+
+    /// The same affinity with `digest` as its primary conversation's opening.
+    pub fn with_conversation(mut self, digest: u64) -> Self {
+        self.conversation = Some(digest);
+        self
+    }
+
+    /// The opening digest of the session's primary conversation, when recorded.
+    pub fn conversation(&self) -> Option<u64> {
+        self.conversation
+    }
+
+    /// The same affinity remembering `previous` as the account that served before the switch.
+    pub fn with_previous(mut self, previous: ResolvedAccount) -> Self {
+        self.previous = Some(previous);
+        self
+    }
+
+    /// The account that served before the last switch, while the switch window lasts.
+    pub fn previous_at(&self, now: SystemTime) -> Option<&ResolvedAccount> {
+        self.previous
+            .as_ref()
+            .filter(|_| self.in_switch_window(now))
     }
 }
 

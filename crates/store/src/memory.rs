@@ -160,7 +160,7 @@ impl MemoryStore {
             .flat_map(|records| records.iter())
             .filter(|s| s.meta.is_live(now))
             .filter(|s| tenant.is_none_or(|t| *s.record.tenant == *t))
-            .filter(|s| session.is_none_or(|x| *s.record.session == *x))
+            .filter(|s| session.is_none_or(|x| HandoffKey::session_of(&s.record.session) == x))
             .map(|s| s.record.clone())
             .collect();
         out.sort_by_key(|r| (r.key(), r.slot()));

@@ -53,6 +53,15 @@ impl PurgerHandle {
     pub fn runs(&self) -> watch::Receiver<u64> {
         self.runs.clone()
     }
+
+    /// Stops the purger and waits until its task has ended, and so has let go of the store.
+    /// Dropping the handle stops it too, but the task ends a moment later on the runtime: a
+    /// caller that reopens the store's file right after must stop it this way.
+    pub async fn stop(mut self) {
+        self.task.abort();
+        // The task never panics; an abort is what ends it.
+        let _ = (&mut self.task).await;
+    }
 }
 
 impl Drop for PurgerHandle {

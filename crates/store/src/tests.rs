@@ -14,6 +14,8 @@ fn at(ms: u64, kind: HandoffKind) -> HandoffRecord {
         from_account: "a".into(),
         handoff: Handoff::default(),
         message_count: 0,
+        conversation: None,
+        compaction: false,
         model: "m".into(),
         threshold: 0.85,
         generated_at: context_relay_core::time::from_unix_millis(ms),

@@ -92,6 +92,8 @@ fn record(key: &HandoffKey) -> HandoffRecord {
             ..Handoff::default()
         },
         message_count: 5,
+        conversation: None,
+        compaction: false,
         model: "gpt-5.5".into(),
         threshold: 0.85,
         generated_at: now,

@@ -98,6 +98,8 @@ fn record() -> HandoffRecord {
             active_entities: vec!["src/cli.rs".into()],
         },
         message_count: 12,
+        conversation: None,
+        compaction: false,
         model: "gpt-5".into(),
         threshold: 0.85,
         generated_at: now,

@@ -120,7 +120,7 @@ pub use builder::ServiceBuilderExt;
 pub use context_relay_engine::metrics;
 pub use context_relay_engine::{
     Background, BoxError, HeaderQuota, MAX_ERROR_BODY_BYTES, MAX_SUMMARY_REPLY_BYTES, QuotaSource,
-    RelayConfigs, Summarizer, SummaryError, SummaryFuture, SummaryRequest,
+    RelayConfigs, RelayEvent, RelayEvents, Summarizer, SummaryError, SummaryFuture, SummaryRequest,
 };
 pub use extensions::{
     ComboName, QuotaSignal, ResolvedAccount, ServingModel, SessionId, SkipRelay, Tenant,

@@ -8,7 +8,9 @@ use context_relay_core::RelayConfig;
 use context_relay_core::config::{InjectionSlot, RelayMode};
 use context_relay_core::prompt::SummarySettings;
 use context_relay_core::session::SessionSources;
-use context_relay_engine::{Background, QuotaSource, RelayBuilder, RelayConfigs, Summarizer};
+use context_relay_engine::{
+    Background, QuotaSource, RelayBuilder, RelayConfigs, RelayEvents, Summarizer,
+};
 use context_relay_store::HandoffStore;
 
 use crate::{GenerationLayer, InjectionLayer};
@@ -148,6 +150,14 @@ impl ContextRelayBuilder {
     {
         Self {
             builder: self.builder.providers(providers),
+        }
+    }
+
+    /// Tells `sink` the outcome of every summary generation and every qualifying turn that
+    /// started none (see [`RelayEvent`](crate::RelayEvent)).
+    pub fn events(self, sink: impl RelayEvents) -> Self {
+        Self {
+            builder: self.builder.events(sink),
         }
     }
 

@@ -61,6 +61,8 @@ async fn handoff_from_a(store: &Arc<dyn HandoffStore>) {
             active_entities: vec![],
         },
         message_count: 4,
+        conversation: None,
+        compaction: false,
         model: "gpt-5".into(),
         threshold: 0.85,
         generated_at: now,

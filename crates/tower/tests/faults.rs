@@ -118,6 +118,8 @@ async fn seed(stack: &Stack, key: &HandoffKey) {
                 ..Default::default()
             },
             message_count: 4,
+            conversation: None,
+            compaction: false,
             model: "gpt-5".into(),
             threshold: 0.85,
             generated_at: now,

@@ -38,6 +38,8 @@ fn record(session: &str, credential: &str, from: &str) -> HandoffRecord {
             active_entities: vec!["src/cli.rs".into()],
         },
         message_count: 12,
+        conversation: None,
+        compaction: false,
         model: "gpt-5".into(),
         threshold: 0.85,
         generated_at: now,
@@ -232,7 +234,11 @@ async fn switch_without_handoff_makes_the_body_portable() {
     let seen = &stack.upstream.turns()[1];
     let json = seen.json();
     assert!(json.get("previous_response_id").is_none());
-    assert_eq!(json["input"].as_array().unwrap().len(), 1);
+    // The handoff's developer item, then the user message; the reasoning item is gone.
+    assert_eq!(json["input"].as_array().unwrap().len(), 2);
+    assert_eq!(json["input"][0]["role"], "developer");
     assert!(seen.headers.get("x-codex-turn-state").is_none());
-    assert!(!seen.has_handoff());
+    // No handoff was stored: the switch carries one built from the request itself.
+    assert!(seen.has_handoff());
+    assert!(String::from_utf8_lossy(&seen.body).contains("Task: hi"));
 }

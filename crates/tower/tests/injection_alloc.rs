@@ -10,7 +10,8 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use context_relay_store::{HandoffStore, MemoryStore};
+use context_relay_core::HandoffKey;
+use context_relay_store::{Affinity, HandoffStore, MemoryStore};
 use context_relay_tower::{ComboName, InjectionLayer, ResolvedAccount};
 use http::{Request, Response};
 use http_body::Frame;
@@ -71,7 +72,7 @@ async fn a_successful_stream_does_not_join_the_request_body() {
             Ok::<_, Infallible>(res)
         },
     );
-    let svc = InjectionLayer::new(store).layer(inner);
+    let svc = InjectionLayer::new(store.clone()).layer(inner);
 
     // A long history with no account-bound state, in four frames of 40 KB.
     let filler = "x".repeat(40_000);
@@ -94,6 +95,16 @@ async fn a_successful_stream_does_not_join_the_request_body() {
     req.extensions_mut().insert(ComboName::new("codex-relay"));
     req.extensions_mut()
         .insert(ResolvedAccount::new("codex", "acct-a"));
+    // A session the relay knows (its first request is read, to tell its conversation).
+    let key = HandoffKey::new(
+        context_relay_core::session::tenant(req.headers()),
+        "s1",
+        "codex-relay",
+    );
+    store
+        .set_affinity(&key, Affinity::new("codex", "acct-a"))
+        .await
+        .expect("memory store");
 
     COUNT.with(|c| c.set(0));
     COUNTING.with(|c| c.set(true));

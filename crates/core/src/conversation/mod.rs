@@ -124,6 +124,9 @@ pub struct Entry {
     /// Files named by the arguments of this entry's tool calls, in call order (see
     /// [`crate::touched`]).
     pub files: Vec<String>,
+    /// Of [`files`](Self::files), those named by a call that edits them (an `apply_patch`
+    /// envelope, or a tool whose name says it writes: see [`crate::touched::is_edit_tool`]).
+    pub edited: Vec<String>,
 }
 
 impl Entry {
@@ -135,6 +138,7 @@ impl Entry {
             kinds: vec![PartKind::Text; parts.len()],
             parts,
             files: Vec::new(),
+            edited: Vec::new(),
         }
     }
 
@@ -144,6 +148,7 @@ impl Entry {
             parts: parts.texts,
             kinds: parts.kinds,
             files: parts.files,
+            edited: parts.edited,
         }
     }
 
@@ -174,6 +179,7 @@ pub(crate) struct Parts {
     texts: Vec<String>,
     kinds: Vec<PartKind>,
     files: Vec<String>,
+    edited: Vec<String>,
 }
 
 impl Parts {
@@ -183,7 +189,11 @@ impl Parts {
     }
 
     fn call(&mut self, name: &str, args: &Value) {
-        crate::touched::files_in_args(args, &mut self.files);
+        let start = self.files.len();
+        let patched = crate::touched::files_in_args(args, &mut self.files);
+        if patched || crate::touched::is_edit_tool(name) {
+            self.edited.extend_from_slice(&self.files[start..]);
+        }
         self.push(PartKind::ToolCall, tool_call_line(name, args));
     }
 

@@ -474,9 +474,23 @@ fn the_compaction_note_says_what_is_true_of_the_request() {
             .unwrap()
             .to_owned()
     };
+    // A handoff that summarises the compacted context: the note says so.
+    let r = rewrite_noting(
+        ApiShape::Responses,
+        body.to_string().as_bytes(),
+        Scope::All,
+        Some("HANDOFF"),
+        true,
+        InjectionSlot::InputItem,
+    )
+    .unwrap();
+    assert!(r.injected);
+    let out: Value = serde_json::from_slice(&r.body.unwrap()).unwrap();
+    assert_eq!(text(&out), COMPACTION_NOTE);
+    // A handoff that does not (an extractive one, or one written without the items), or none.
     let (out, r) = scoped(ApiShape::Responses, &body, Scope::All, Some("HANDOFF"));
     assert!(r.injected);
-    assert_eq!(text(&out), COMPACTION_NOTE);
+    assert_eq!(text(&out), COMPACTION_NOTE_ALONE);
     let (out, _) = scoped(ApiShape::Responses, &body, Scope::All, None);
     assert_eq!(text(&out), COMPACTION_NOTE_ALONE);
 }

@@ -27,7 +27,7 @@ fn prompt_names_every_key_the_files_and_carries_the_history() {
         assert!(p.contains(key), "{key}");
     }
     assert!(p.contains("200 words") && p.contains("ONE JSON object"));
-    assert!(p.contains("newest first:\n- src/a.rs\n- b.rs\n"));
+    assert!(p.contains("tool calls named:\n- src/a.rs\n- b.rs\n"));
     assert!(p.ends_with("<conversation>\n[1] USER:\nhello <b>\n</conversation>"));
     assert!(!summary_prompt("h", &[]).contains("Files the session touched"));
 }

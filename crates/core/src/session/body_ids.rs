@@ -34,56 +34,101 @@ struct Metadata<'a> {
     user_id: Str<'a>,
 }
 
-/// Where the last possible start of either key is: one past the opening quote of the last
-/// occurrence of either literal, or `None` when neither occurs.
-fn last_candidate(body: &[u8]) -> Option<usize> {
+/// Reverse searchers for the quoted key literals of `keys`, built once per call site.
+type Finders = [memchr::memmem::FinderRev<'static>];
+
+/// Where the last possible start of any of the keys is: the opening quote of the last
+/// occurrence of any of their literals, or `None` when none occurs.
+fn last_candidate(body: &[u8], finders: &Finders) -> Option<usize> {
+    finders.iter().filter_map(|f| f.rfind(body)).max()
+}
+
+/// Calls `found` with each top-level member whose key is one of `keys` (unquoted), in body
+/// order, and the span of its value; only bodies holding one of the key literals are walked,
+/// and the walk stops past the last of them. Stops early when `found` returns `false`.
+fn top_level_members(
+    body: &[u8],
+    finders: &Finders,
+    keys: &[&str],
+    mut found: impl FnMut(&str, crate::json::Span) -> bool,
+) {
+    let Some(last) = last_candidate(body, finders) else {
+        return;
+    };
+    let Ok(mut members) = Members::root(body) else {
+        return;
+    };
+    while let Some(Ok(key)) = members.next() {
+        if key.key_span.start > last {
+            return;
+        }
+        if keys.contains(&key.key.as_ref()) {
+            // A malformed value ends the walk; what was found before it counts.
+            let Ok(span) = members.value(&key) else {
+                return;
+            };
+            if !found(key.key.as_ref(), span) {
+                return;
+            }
+        }
+    }
+}
+
+/// Whether `body` continues a conversation kept by the provider: a top-level
+/// `previous_response_id` or `conversation` member (Responses API), wherever it stands.
+pub(super) fn chained(body: &[u8]) -> bool {
     use std::sync::LazyLock;
     static FINDERS: LazyLock<[memchr::memmem::FinderRev<'static>; 2]> = LazyLock::new(|| {
         [
-            memchr::memmem::FinderRev::new(b"\"prompt_cache_key\""),
-            memchr::memmem::FinderRev::new(b"\"metadata\""),
+            memchr::memmem::FinderRev::new(b"\"previous_response_id\""),
+            memchr::memmem::FinderRev::new(b"\"conversation\""),
         ]
     });
-    FINDERS.iter().filter_map(|f| f.rfind(body)).max()
+    let mut chained = false;
+    top_level_members(
+        body,
+        &*FINDERS,
+        &["previous_response_id", "conversation"],
+        |_, span| {
+            // `null` continues nothing.
+            chained = body.get(span).is_some_and(|v| v != b"null");
+            !chained
+        },
+    );
+    chained
 }
 
 impl<'a> BodyIds<'a> {
     /// The ids among the top-level members of `body`; none when the body is not a JSON
     /// object. A member repeated counts once, the last one read.
     pub(super) fn read(body: &'a [u8]) -> Self {
+        use std::sync::LazyLock;
+        static FINDERS: LazyLock<[memchr::memmem::FinderRev<'static>; 2]> = LazyLock::new(|| {
+            [
+                memchr::memmem::FinderRev::new(b"\"prompt_cache_key\""),
+                memchr::memmem::FinderRev::new(b"\"metadata\""),
+            ]
+        });
         let mut ids = Self::default();
-        if let Some(last) = last_candidate(body) {
-            // A malformed body keeps what was read before the fault.
-            let _ = ids.walk(body, last);
-        }
+        top_level_members(
+            body,
+            &*FINDERS,
+            &["metadata", "prompt_cache_key"],
+            |key, span| {
+                let Some(value) = body.get(span) else {
+                    return false;
+                };
+                if key == "metadata" {
+                    let meta: Option<Object<Metadata<'a>>> = serde_json::from_slice(value).ok();
+                    ids.user_id = meta.and_then(|m| m.0).and_then(|m| m.user_id.0);
+                } else {
+                    let s: Option<Str<'a>> = serde_json::from_slice(value).ok();
+                    ids.prompt_cache_key = s.and_then(|s| s.0);
+                }
+                true
+            },
+        );
         ids
-    }
-
-    /// Reads members until the one whose key starts after `last`: no key of interest can
-    /// start there.
-    fn walk(&mut self, body: &'a [u8], last: usize) -> Option<()> {
-        let mut members = Members::root(body).ok()?;
-        while let Some(key) = members.next() {
-            let key = key.ok()?;
-            if key.key_span.start > last {
-                break;
-            }
-            match key.key.as_ref() {
-                "metadata" => {
-                    let span = members.value(&key).ok()?;
-                    let meta: Object<Metadata<'a>> =
-                        serde_json::from_slice(body.get(span)?).ok()?;
-                    self.user_id = meta.0.and_then(|m| m.user_id.0);
-                }
-                "prompt_cache_key" => {
-                    let span = members.value(&key).ok()?;
-                    let s: Str<'a> = serde_json::from_slice(body.get(span)?).ok()?;
-                    self.prompt_cache_key = s.0;
-                }
-                _ => {}
-            }
-        }
-        Some(())
     }
 }
 

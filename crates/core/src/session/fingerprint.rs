@@ -124,6 +124,80 @@ pub fn fingerprint(body: &[u8]) -> Option<String> {
     Some(super::hex16(&hasher.finalize()))
 }
 
+/// Domain separation of [`opening`] digests.
+const OPENING_DOMAIN: &[u8] = b"context-relay/conversation-opening/v1\n";
+
+/// The opening of a conversation: what tells apart two conversations that share a session
+/// header (Claude Code's sub-agents send their parent's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Opening {
+    /// A digest of the conversation's first ask: the text parts of its first user message
+    /// that are the user's own words, not client context (tagged context blocks, and the
+    /// boilerplate of [`crate::boilerplate`]: Codex's `<environment_context>` and
+    /// `# AGENTS.md instructions`, Claude Code's `<system-reminder>`…), strings as sent.
+    /// Neither the model nor the system prompt count (a model switch rewrites `model`).
+    pub digest: u64,
+    /// Whether the conversation goes on after that message: a request without history (the
+    /// first of a conversation) has nothing to carry across a switch.
+    pub continued: bool,
+    /// Whether the request continues a conversation the provider keeps (a top-level
+    /// `previous_response_id` or `conversation`, wherever it stands): such a request sends
+    /// only its new input, so its first user message is no opening of a conversation.
+    pub chained: bool,
+}
+
+/// The [`Opening`] of `body`, from its start only: the top-level members up to the
+/// conversation array, and that array up to its first ask (see [`Opening::digest`]; when
+/// every user message is client context, the first one). `None` when the body does not start
+/// as a JSON object or has no user message.
+///
+/// ```
+/// use context_relay_core::session::opening;
+///
+/// let first = br#"{"messages":[{"role":"user","content":"fix the bug"}]}"#;
+/// let later = br#"{"messages":[{"role":"user","content":"fix the bug"},{"role":"assistant","content":"done"}]}"#;
+/// let other = br#"{"messages":[{"role":"user","content":"review the diff"}]}"#;
+/// let (a, b) = (opening(first).unwrap(), opening(later).unwrap());
+/// assert_eq!(a.digest, b.digest);
+/// assert!(!a.continued && b.continued);
+/// assert_ne!(opening(other).unwrap().digest, a.digest);
+/// // Client context before the ask does not count: two conversations started in one
+/// // directory differ by their asks.
+/// let codex = |ask: &str| format!(r##"{{"input":[
+///     {{"role":"user","content":"# AGENTS.md instructions for /w\n\n<INSTRUCTIONS>…</INSTRUCTIONS>"}},
+///     {{"role":"user","content":"{ask}"}}]}}"##);
+/// let (x, y) = (opening(codex("fix the bug").as_bytes()), opening(codex("write docs").as_bytes()));
+/// assert_ne!(x.unwrap().digest, y.unwrap().digest);
+/// let chain = br#"{"input":"and now the tests","previous_response_id":"resp_1"}"#;
+/// assert!(opening(chain).unwrap().chained && !a.chained);
+/// ```
+pub fn opening(body: &[u8]) -> Option<Opening> {
+    let parts = Parts::read_to(body, Until::Ask)?;
+    let (ask, continued) = parts.ask?;
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    hasher.update(OPENING_DOMAIN);
+    for (i, part) in ask.iter().enumerate() {
+        if i > 0 {
+            hasher.update(b"\n");
+        }
+        hasher.update(body.get(part.clone()).unwrap_or_default());
+    }
+    Some(Opening {
+        digest: hasher.digest(),
+        continued,
+        chained: super::body_ids::chained(body),
+    })
+}
+
+/// How far [`Parts::read_to`] reads the conversation array.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Until {
+    /// To the first user entry that is not a context block (the fingerprint's).
+    User,
+    /// Further, to the first user entry holding the user's own words ([`opening`]'s).
+    Ask,
+}
+
 /// The parts of a fingerprint, read from the start of a body: where their text sits in it.
 #[derive(Default)]
 struct Parts {
@@ -135,12 +209,19 @@ struct Parts {
     /// The `system` / `developer` entries of the conversation before its first user entry.
     entries: Vec<Text>,
     user: Option<Text>,
+    /// With [`Until::Ask`]: the parts of the first ask, and whether entries follow it.
+    ask: Option<(Vec<Span>, bool)>,
 }
 
 impl Parts {
     /// `None` when what is read is not well-formed JSON (or nests deeper than [`MAX_DEPTH`]),
     /// or the body is not an object.
     fn read(body: &[u8]) -> Option<Self> {
+        Self::read_to(body, Until::User)
+    }
+
+    /// [`Parts::read`], reading the conversation array as far as `until` says.
+    fn read_to(body: &[u8], until: Until) -> Option<Self> {
         let mut parts = Parts::default();
         let mut members = Members::root(body).ok()?;
         while let Some(key) = members.next() {
@@ -159,11 +240,15 @@ impl Parts {
                     // `input`: an empty array holds no conversation.
                     Some(Kind::Array) if is_empty_array(body, key.value_start) => continue,
                     Some(Kind::Array) => {
-                        parts.conversation(body, members.items(&key).ok()?)?;
+                        parts.conversation(body, members.items(&key).ok()?, until)?;
                         return Some(parts);
                     }
                     Some(Kind::String) => {
-                        parts.user = Some(Text::read(body, members.value(&key).ok()?)?);
+                        let text = Text::read(body, members.value(&key).ok()?)?;
+                        if until == Until::Ask && !text.is_empty() {
+                            parts.ask = Some((text.0.clone(), false));
+                        }
+                        parts.user = Some(text);
                         return Some(parts);
                     }
                     // Not a conversation: skipped like any other member.
@@ -176,28 +261,92 @@ impl Parts {
         Some(parts)
     }
 
-    /// Reads the conversation array up to its first user entry that is not a context block.
-    fn conversation(&mut self, body: &[u8], items: Items<'_>) -> Option<()> {
-        let mut context = None;
+    /// Reads the conversation array up to its first user entry that is not a context block
+    /// (and, with [`Until::Ask`], on to its first ask).
+    fn conversation(&mut self, body: &[u8], items: Items<'_>, until: Until) -> Option<()> {
+        let mut context: Option<Text> = None;
+        let mut first_user: Option<(Vec<Span>, usize)> = None;
         for item in items {
-            let Some(entry) = Entry::read(body, item.ok()?)? else {
+            let span = item.ok()?;
+            let end = span.end;
+            let Some(entry) = Entry::read(body, span)? else {
                 continue;
             };
             match entry.role {
-                Role::System if context.is_none() => self.entries.push(entry.text),
+                Role::System if context.is_none() && self.user.is_none() => {
+                    self.entries.push(entry.text)
+                }
                 Role::User => {
-                    if !is_context_block(body, &entry.text) {
-                        self.user = Some(entry.text);
-                        return Some(());
+                    if until == Until::Ask {
+                        let own = own_words(body, &entry.text);
+                        if !own.is_empty() {
+                            self.ask = Some((own, more_items(body, end)));
+                            return Some(());
+                        }
+                        first_user.get_or_insert((entry.text.0.clone(), end));
                     }
-                    context.get_or_insert(entry.text);
+                    if self.user.is_none() && !is_context_block(body, &entry.text) {
+                        self.user = Some(entry.text);
+                        if until == Until::User {
+                            return Some(());
+                        }
+                    } else {
+                        context.get_or_insert(entry.text);
+                    }
                 }
                 _ => {}
             }
         }
-        self.user = context;
+        if self.user.is_none() {
+            self.user = context;
+        }
+        if let Some((parts, end)) = first_user {
+            // Every user entry is client context: the first one stands for the ask.
+            self.ask = Some((parts, more_items(body, end)));
+        }
         Some(())
     }
+}
+
+/// The parts of a user entry's text that are the user's own words: neither a tagged context
+/// block nor client boilerplate ([`crate::boilerplate::is_client_context`]), and not blank.
+fn own_words(body: &[u8], text: &Text) -> Vec<Span> {
+    text.0
+        .iter()
+        .filter(|part| {
+            let raw = body.get((*part).clone()).unwrap_or_default();
+            let lead = raw.iter().position(|b| !matches!(b, b' ' | b'\t'));
+            match lead.map(|i| raw[i]) {
+                None => false,
+                // Plain ASCII that opens neither a tag nor a heading nor an escape: words.
+                Some(b) if b.is_ascii() && !matches!(b, b'<' | b'#' | b'\\') => true,
+                _ => {
+                    let decoded =
+                        json::decode_str(body, part.start.saturating_sub(1)..part.end + 1)
+                            .unwrap_or_default();
+                    let t = decoded.trim();
+                    !t.is_empty()
+                        && !is_tagged_block(t)
+                        && !crate::boilerplate::is_client_context(t)
+                }
+            }
+        })
+        .cloned()
+        .collect()
+}
+
+/// Whether `part` (trimmed) starts with `<` and a letter and ends with `>`.
+fn is_tagged_block(part: &str) -> bool {
+    let tagged = part.strip_prefix('<').and_then(|rest| rest.chars().next());
+    tagged.is_some_and(|c| c.is_ascii_alphabetic()) && part.ends_with('>')
+}
+
+/// Whether another item follows the array item ending at `end` (a `,` comes next).
+fn more_items(body: &[u8], end: usize) -> bool {
+    let rest = body.get(end..).unwrap_or_default();
+    rest.iter()
+        .find(|b| !matches!(b, b' ' | b'\n' | b'\r' | b'\t'))
+        == Some(&b',')
 }
 
 /// Whether the array opening at `open` closes right away (the walk validates it later).
@@ -363,8 +512,7 @@ fn is_context_block(body: &[u8], text: &Text) -> bool {
             return true;
         }
         any = true;
-        let tagged = part.strip_prefix('<').and_then(|rest| rest.chars().next());
-        tagged.is_some_and(|c| c.is_ascii_alphabetic()) && part.ends_with('>')
+        is_tagged_block(part)
     }) && any
 }
 

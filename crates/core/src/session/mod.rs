@@ -50,7 +50,7 @@ mod fingerprint;
 mod identify;
 
 use body_ids::BodyIds;
-pub use fingerprint::fingerprint;
+pub use fingerprint::{Opening, fingerprint, opening};
 pub use identify::{Identity, identify};
 use lenient::Str;
 

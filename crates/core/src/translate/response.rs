@@ -104,23 +104,22 @@ pub(super) fn call_item(call_id: &str, name: &str, input: &Value, ctx: &Response
     })
 }
 
-/// Responses usage from Messages usage (`input_tokens` there excludes cached input).
-/// `output_tokens` overrides the output count when the stream reported it late.
+/// Responses usage from Messages usage (`input_tokens` there excludes cached input; read by
+/// [`Usage`](crate::usage::Usage)). `output_tokens` overrides the output count when the stream
+/// reported it late.
 pub(super) fn usage(u: Option<&Value>, output_tokens: Option<u64>) -> Value {
-    let n = |k: &str| {
-        u.and_then(|u| u.get(k))
-            .and_then(Value::as_u64)
-            .unwrap_or(0)
-    };
-    let cached = n("cache_read_input_tokens");
-    let input = n("input_tokens") + cached + n("cache_creation_input_tokens");
-    let output = output_tokens.unwrap_or_else(|| n("output_tokens"));
+    let mut usage = u
+        .and_then(crate::usage::Usage::from_value)
+        .unwrap_or_default();
+    if let Some(n) = output_tokens {
+        usage.output = n;
+    }
     json!({
-        "input_tokens": input,
-        "input_tokens_details": {"cached_tokens": cached},
-        "output_tokens": output,
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": input + output
+        "input_tokens": usage.input,
+        "input_tokens_details": {"cached_tokens": usage.cached_input},
+        "output_tokens": usage.output,
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning_output},
+        "total_tokens": usage.input.saturating_add(usage.output)
     })
 }
 

@@ -11,8 +11,10 @@ pub struct Facts {
     pub decisions: [&'static str; 2],
     pub latest: &'static str,
     pub reply: &'static str,
-    /// Files edited, oldest first.
+    /// Files edited, oldest first (a file edited twice is here twice).
     pub edited: Vec<String>,
+    /// Files named by the last ten tool calls.
+    pub recent: Vec<String>,
 }
 
 pub const TASK: &str =
@@ -26,13 +28,17 @@ pub const LATEST: &str =
 pub const REPLY: &str =
     "All 212 tests pass now; the doc test in loader.rs parses its example with toml::from_str.";
 
-pub fn facts(edited: Vec<String>) -> Facts {
+/// The facts of a session whose tool calls named `calls` (one list of files per call, oldest
+/// first) and edited `edited`.
+pub fn facts(edited: Vec<String>, calls: &[Vec<String>]) -> Facts {
+    let recent = calls.iter().rev().take(10).flatten().cloned().collect();
     Facts {
         task: TASK,
         decisions: [DECISION_A, DECISION_B],
         latest: LATEST,
         reply: REPLY,
         edited,
+        recent,
     }
 }
 
@@ -112,8 +118,15 @@ fn ask(t: usize, turns: usize) -> String {
     }
 }
 
+/// The `k`th file edited in turn `t`: a realistic session comes back to the same files, here
+/// 15 of them.
 fn file(t: usize, k: usize) -> String {
-    format!("crates/config/src/part_{t:02}_{k}.rs")
+    format!("crates/config/src/part_{:02}.rs", (t * 2 + k) % 15)
+}
+
+/// A file read (never edited) in turn `t`: one new file per turn.
+fn read_file(t: usize) -> String {
+    format!("crates/config/tests/case_{t:02}.rs")
 }
 
 fn tool_output(t: usize, k: usize) -> String {
@@ -137,6 +150,7 @@ pub fn codex(turns: usize) -> (Value, Facts) {
     // Keep the client context items, drop the captured one-turn exchange.
     input.truncate(3);
     let mut edited = Vec::new();
+    let mut calls = Vec::new();
     for t in 1..=turns {
         input.push(json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": ask(t, turns)}]}));
         input.push(
@@ -145,12 +159,14 @@ pub fn codex(turns: usize) -> (Value, Facts) {
         for k in 0..3 {
             let id = format!("c{t}_{k}");
             if k == 0 {
+                calls.push(Vec::new());
                 input.push(json!({"type": "function_call", "name": "exec_command", "call_id": id,
                     "arguments": json!({"cmd": format!("sed -n 1,200p {}", file(t, 1))}).to_string()}));
                 input.push(json!({"type": "function_call_output", "call_id": id, "output": tool_output(t, k)}));
             } else {
                 let f = file(t, k);
                 edited.push(f.clone());
+                calls.push(vec![f.clone()]);
                 let patch = format!(
                     "*** Begin Patch\n*** Update File: {f}\n@@\n{}*** End Patch",
                     "-let v = yaml::from_str(s)?;\n+let v = toml::from_str(s)?;\n".repeat(25)
@@ -163,7 +179,7 @@ pub fn codex(turns: usize) -> (Value, Facts) {
             input.push(json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": assistant_text(t)}]}));
         }
     }
-    (body, facts(edited))
+    (body, facts(edited, &calls))
 }
 
 /// A Claude Code session (Messages API): its real system blocks and agent list, then per turn
@@ -176,6 +192,7 @@ pub fn claude_code(turns: usize) -> (Value, Facts) {
     let messages = body["messages"].as_array_mut().expect("messages");
     messages.clear();
     let mut edited = Vec::new();
+    let mut calls = Vec::new();
     for t in 1..=turns {
         messages.push(json!({"role": "user", "content": [
             {"type": "text", "text": reminder},
@@ -187,13 +204,19 @@ pub fn claude_code(turns: usize) -> (Value, Facts) {
         if t == turns {
             break;
         }
-        let (a, b) = (file(t, 1), file(t, 2));
+        let (a, b, r) = (file(t, 1), file(t, 2), read_file(t));
         edited.push(a.clone());
         edited.push(b.clone());
+        calls.extend([
+            vec![r.clone()],
+            vec![a.clone()],
+            vec![b.clone()],
+            Vec::new(),
+        ]);
         messages.push(json!({"role": "assistant", "content": [
             {"type": "thinking", "thinking": "Planning.", "signature": "sig".repeat(100)},
             {"type": "text", "text": assistant_text(t)},
-            {"type": "tool_use", "id": format!("r{t}"), "name": "Read", "input": {"file_path": a}},
+            {"type": "tool_use", "id": format!("r{t}"), "name": "Read", "input": {"file_path": r}},
             {"type": "tool_use", "id": format!("e{t}"), "name": "Edit", "input": {"file_path": a, "old_string": "yaml::from_str", "new_string": "toml::from_str"}},
             {"type": "tool_use", "id": format!("w{t}"), "name": "Edit", "input": {"file_path": b, "old_string": "serde_yaml", "new_string": "toml"}},
             {"type": "tool_use", "id": format!("b{t}"), "name": "Bash", "input": {"command": "cargo test -p config", "description": "tests"}}
@@ -205,7 +228,7 @@ pub fn claude_code(turns: usize) -> (Value, Facts) {
             {"type": "tool_result", "tool_use_id": format!("b{t}"), "content": tool_output(t, 3)}
         ]}));
     }
-    (body, facts(edited))
+    (body, facts(edited, &calls))
 }
 
 /// A Chat Completions agent (OpenAI SDK shape): a long system prompt, then per turn the ask,
@@ -218,20 +241,28 @@ pub fn chat_agent(turns: usize) -> (Value, Facts) {
     );
     let mut messages = vec![json!({"role": "system", "content": system})];
     let mut edited = Vec::new();
+    let mut calls = Vec::new();
     for t in 1..=turns {
         messages.push(json!({"role": "user", "content": ask(t, turns)}));
         if t == turns {
             break;
         }
-        let (a, b) = (file(t, 1), file(t, 2));
+        let (a, b, r) = (file(t, 1), file(t, 2), read_file(t));
         edited.push(a.clone());
         edited.push(b.clone());
+        calls.extend([
+            vec![r.clone()],
+            vec![a.clone()],
+            vec![b.clone()],
+            Vec::new(),
+        ]);
         messages.push(json!({"role": "assistant", "content": assistant_text(t), "tool_calls": [
+            {"id": format!("q{t}"), "type": "function", "function": {"name": "read_file", "arguments": json!({"path": r}).to_string()}},
             {"id": format!("w{t}"), "type": "function", "function": {"name": "write_file", "arguments": json!({"path": a, "content": tool_output(t, 1)}).to_string()}},
             {"id": format!("v{t}"), "type": "function", "function": {"name": "write_file", "arguments": json!({"path": b, "content": tool_output(t, 2)}).to_string()}},
             {"id": format!("r{t}"), "type": "function", "function": {"name": "run", "arguments": "{\"cmd\":\"cargo test\"}"}}
         ]}));
-        for id in [format!("w{t}"), format!("v{t}")] {
+        for id in [format!("q{t}"), format!("w{t}"), format!("v{t}")] {
             messages.push(json!({"role": "tool", "tool_call_id": id, "content": "written"}));
         }
         messages.push(
@@ -239,5 +270,5 @@ pub fn chat_agent(turns: usize) -> (Value, Facts) {
         );
     }
     body["messages"] = Value::Array(messages);
-    (body, facts(edited))
+    (body, facts(edited, &calls))
 }

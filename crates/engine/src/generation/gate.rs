@@ -6,12 +6,13 @@ use std::time::SystemTime;
 
 use context_relay_core::config::EXHAUSTION;
 use context_relay_core::reply::{REPLY_CAP, ReplyCapture};
-use context_relay_core::{ApiShape, HandoffKind, QuotaSignal, RelayConfig, session};
+use context_relay_core::{ApiShape, HandoffKey, HandoffKind, QuotaSignal, RelayConfig, session};
 use http::{HeaderMap, StatusCode, Uri, header};
 
 use super::capture::{Capture, ReplyWatch, Trigger};
 use super::kept::KeptHeaders;
 use crate::action::RelayAction;
+use crate::events::RelayEvent;
 use crate::extensions::{ComboName, RequestFacts, ResolvedAccount, Tenant};
 use crate::metrics;
 use crate::relay::{Relay, Shared};
@@ -150,12 +151,12 @@ impl GenerationTicket {
         // Gate 3: only counted when the turn would otherwise qualify, so that the pass-through
         // path records nothing.
         if !allowed {
-            skipped("provider");
+            skipped(&t.shared, "provider", None, served_by);
             return None;
         }
         // Gate 4: never spend a summary call on an account about to be cut off.
         if used >= EXHAUSTION {
-            skipped("exhausted");
+            skipped(&t.shared, "exhausted", None, served_by);
             return None;
         }
         let kept = t.headers.into_map();
@@ -170,17 +171,17 @@ impl GenerationTicket {
             }
         }
         let Some(key) = id.key(t.combo.0) else {
-            skipped("no_session");
+            skipped(&t.shared, "no_session", None, served_by);
             return None;
         };
         // Gate 5.
         if t.shared.cooldown.is_cooling(&key, now) {
-            skipped("cooling_down");
+            skipped(&t.shared, "cooling_down", Some(&key), served_by);
             return None;
         }
         // Gate 6: at most one generation per key.
         let Some(guard) = t.shared.inflight.try_begin(&key) else {
-            skipped("in_flight");
+            skipped(&t.shared, "in_flight", Some(&key), served_by);
             return None;
         };
         let is_sse = headers
@@ -212,6 +213,19 @@ impl GenerationTicket {
     }
 }
 
-fn skipped(reason: &'static str) {
+/// Counts a qualifying turn that starts no summary, and tells the event sink.
+fn skipped(
+    shared: &Shared,
+    reason: &'static str,
+    key: Option<&HandoffKey>,
+    account: &ResolvedAccount,
+) {
     ::metrics::counter!(metrics::GENERATIONS_SKIPPED, "reason" => reason).increment(1);
+    shared.tell(|| {
+        let event = RelayEvent::new("skipped").reason(reason).account(account);
+        match key {
+            Some(k) => event.key(k),
+            None => event,
+        }
+    });
 }

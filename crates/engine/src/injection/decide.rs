@@ -6,16 +6,20 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use bytes::Bytes;
+use context_relay_core::extractive::switch_handoff;
 use context_relay_core::portable::{self, ForeignSet, Scope, TURN_STATE_HEADER, digest};
 use context_relay_core::{ApiShape, HandoffKey, RelayConfig, decode, render, session};
-use context_relay_store::{Affinity, Claim};
+use context_relay_store::Affinity;
 use http::{HeaderMap, HeaderName, HeaderValue, Uri, header};
 use tracing::Instrument;
 
+use super::claim::{Carried, claim_for, give_back};
+use super::conversation::Conversation;
+use super::extractive;
 use super::model::{self, ModelMove};
 use super::repair::{Remember, Repair, Sent};
 use super::tee::Tee;
-use super::ticket::{Ticket, release};
+use super::ticket::Ticket;
 use crate::extensions::{RequestFacts, ResolvedAccount, ServingModel};
 use crate::metrics;
 use crate::relay::{Relay, Shared};
@@ -141,22 +145,29 @@ fn fast(
         return Err(key);
     };
     let stays = match &affinity {
-        None => true,
+        // The session's first request is read: its opening tells its primary conversation
+        // apart from others sharing the session header.
+        None => false,
         // Where account switches are not relayed, any account of the model stays.
         Some(a) => {
             (a.serves(account) || !config.account_handoff)
-                // The clock is read only when something foreign is recorded.
-                && (a.foreign.is_empty() || a.foreign_at(SystemTime::now()).is_none())
+                // Never switched: no clock read. After a switch, every conversation of the
+                // session is read until the switch window closes.
+                && (a.foreign_expires_at == SystemTime::UNIX_EPOCH
+                    || !a.in_switch_window(SystemTime::now()))
                 && !model::moved(a, serving_model.map(|m| &*m.0))
         }
     };
     if !stays || shared.store.may_contain(&key) {
         return Err(key);
     }
+    let Some(affinity) = affinity else {
+        return Err(key);
+    };
     let mut ticket = Ticket::new(shared.clone(), account.clone());
     let model = serving_model.map(|m| &*m.0);
     // The key moves to the repair; it is cloned only when an affinity is recorded (rare).
-    if let Some(record) = model::to_record(affinity.as_ref(), account, model) {
+    if let Some(record) = model::to_record(Some(&affinity), account, model) {
         ticket.set_record(key.clone(), record);
     }
     let limit = config.max_body_bytes;
@@ -175,6 +186,7 @@ fn fast(
                 key,
                 foreign: ForeignSet::default(),
                 ttl: config.ttl,
+                affinity: model::with_model(affinity, model),
             }),
         })
     });
@@ -224,7 +236,7 @@ impl BodyDecision {
                 session,
                 combo: self.combo,
             };
-            let affinity = affinity_of(&self.shared, &key).await;
+            let affinity = self.shared.affinity(&key).await;
             let model = self.model.as_deref();
             if let Some(record) = model::to_record(affinity.as_ref(), &self.account, model) {
                 ticket.set_record(key, record);
@@ -286,14 +298,20 @@ impl BodyDecision {
         let Some(session) = session else {
             return unchanged(raw, None);
         };
-        let key = HandoffKey {
+        let session_key = HandoffKey {
             tenant,
             session,
             combo,
         };
         let mut ticket = Ticket::new(shared.clone(), account.clone());
         let now = SystemTime::now();
-        let affinity = affinity_of(&shared, &key).await;
+        let session_affinity = shared.affinity(&session_key).await;
+        // Which conversation of the session this is (sub-agents share their parent's header).
+        let opening = decoded.as_deref().and_then(session::opening);
+        let conversation =
+            Conversation::resolve(&shared, session_key, session_affinity, opening, now).await;
+        let key = conversation.key.clone();
+        let affinity = conversation.affinity.clone();
         let serving = affinity.as_ref().is_some_and(|a| a.serves(&account));
         // Switch: the last account that served this session is another one (relayed only
         // where account switches are).
@@ -302,10 +320,19 @@ impl BodyDecision {
         let moved = model::model_move(affinity.as_ref(), model.as_ref());
         // A live handoff written by another account (a model switch reads the freshest handoff
         // instead, and claims none).
-        let claim = match moved {
+        let mut carried = match moved {
             Some(_) => None,
             None if !config.account_handoff => None,
-            None => claim_for(&shared, &key, &account, model.is_some(), config.lease).await,
+            None => claim_for(
+                &shared,
+                &key,
+                &account,
+                model.is_some(),
+                &conversation,
+                config.lease,
+            )
+            .await
+            .map(|c| Carried::Claimed(Box::new(c))),
         };
         // The state recorded as foreign at the last switch; where account switches are not
         // relayed, that was a model switch, and it is foreign to every account of the model.
@@ -313,7 +340,7 @@ impl BodyDecision {
             .as_ref()
             .filter(|_| serving || !config.account_handoff)
             .and_then(|a| a.foreign_at(now).cloned());
-        let scope = if switch || moved.is_some() || (affinity.is_none() && claim.is_some()) {
+        let scope = if switch || moved.is_some() || (affinity.is_none() && carried.is_some()) {
             // Everything the session carries was minted elsewhere.
             Scope::All
         } else if let Some(set) = &foreign {
@@ -322,13 +349,14 @@ impl BodyDecision {
             Scope::Nothing
         };
         let turn_state = headers.contains_key(TURN_STATE_HEADER);
-        if matches!(scope, Scope::Nothing) && claim.is_none() {
+        if matches!(scope, Scope::Nothing) && carried.is_none() {
             let remember = Remember {
                 key: key.clone(),
                 foreign: foreign.clone().unwrap_or_default(),
                 ttl: config.ttl,
+                affinity: kept_affinity(&conversation, &account, model.as_deref()),
             };
-            if let Some(record) = model::to_record(affinity.as_ref(), &account, model.as_deref()) {
+            if let Some(record) = conversation.record(&account, model.as_deref()) {
                 ticket.set_record(key, record);
             }
             let repair = decoded.map(|json| {
@@ -348,29 +376,61 @@ impl BodyDecision {
         }
         let Some(decoded) = decoded else {
             skipped("undecodable");
-            if let Some(c) = claim {
-                release(&shared, &c).await;
-            }
+            give_back(&shared, carried).await;
             return unchanged(raw, Some(ticket));
         };
-        let message = match &moved {
-            Some(m) => Some(model::message(&shared, &key, m).await),
-            None => claim.as_ref().map(|c| render::render_record(&c.record)),
+        // A switch never lands with nothing: without a stored handoff, one is built from
+        // this request.
+        if carried.is_none()
+            && switch
+            && moved.is_none()
+            && let Some(previous) = affinity.as_ref()
+        {
+            carried = extractive::at_switch(
+                &shared,
+                &config,
+                &key,
+                shape,
+                &decoded,
+                previous,
+                opening.map(|o| o.digest),
+            )
+            .await;
+        }
+        let (message, covers_compaction) = match &moved {
+            Some(m) => {
+                let built = || {
+                    switch_handoff(
+                        shape,
+                        &decoded,
+                        config.relay_mode,
+                        config.max_messages_for_summary,
+                    )
+                };
+                let (text, covers) = model::message(&shared, &key, m, built).await;
+                (Some(text), covers)
+            }
+            None => match carried.as_ref() {
+                Some(c) => (
+                    Some(render::render_record(c.record())),
+                    c.record().compaction,
+                ),
+                None => (None, false),
+            },
         };
-        let rewrite = match portable::rewrite(
+        let rewrite = match portable::rewrite_noting(
             shape,
             &decoded,
             scope,
             message.as_deref(),
+            covers_compaction,
             config.injection_slot_responses,
         ) {
             Ok(rewrite) => rewrite,
             Err(e) => {
                 skipped("not_applicable");
                 tracing::warn!(error = %e, "request not rewritable; passing through");
-                if let Some(c) = claim {
-                    release(&shared, &c).await;
-                }
+                give_back(&shared, carried).await;
                 return unchanged(raw, Some(ticket));
             }
         };
@@ -378,6 +438,7 @@ impl BodyDecision {
             key: key.clone(),
             foreign: foreign_of(&affinity, now),
             ttl: config.ttl,
+            affinity: kept_affinity(&conversation, &account, model.as_deref()),
         };
         let mut seen = rewrite.seen;
         let mut scrubbed = !rewrite.removed.is_empty();
@@ -413,15 +474,23 @@ impl BodyDecision {
         log_rewrite(injected, switch, moved.as_ref(), &rewrite.removed);
         ticket.action.model_switch = moved.is_some();
         ticket.action.injected = injected;
+        ticket.action.extractive = injected
+            && carried
+                .as_ref()
+                .is_some_and(|c| c.record().kind == context_relay_core::HandoffKind::Extractive);
         ticket.action.scrubbed = scrubbed;
         if matches!(scope, Scope::All) {
             // What this request carried was minted by other accounts: the serving account must
             // never be sent it, for as long as a handoff lives.
             let carried = foreign_of(&affinity, now).merged(&seen);
-            let to = model::with_model(affinity_to(&account), model.as_deref());
-            ticket.set_record(key, to.with_foreign(carried, now + config.ttl));
-        } else if let Some(record) = model::to_record(affinity.as_ref(), &account, model.as_deref())
-        {
+            let mut to = conversation
+                .fresh(&account, model.as_deref())
+                .with_foreign(carried, now + config.ttl);
+            if let Some(previous) = affinity.as_ref().filter(|a| !a.serves(&account)) {
+                to = to.with_previous(previous.account().clone());
+            }
+            ticket.set_record(key, to);
+        } else if let Some(record) = conversation.record(&account, model.as_deref()) {
             ticket.set_record(key, record);
         }
         let body = match rewrite.body {
@@ -435,10 +504,9 @@ impl BodyDecision {
         };
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
         // A handoff that could not be injected stays for a later request.
-        match claim {
-            Some(c) if injected => ticket.claim = Some(Box::new(c)),
-            Some(c) => release(&shared, &c).await,
-            None => {}
+        match carried {
+            Some(Carried::Claimed(c)) if injected => ticket.claim = Some(c),
+            other => give_back(&shared, other).await,
         }
         let sent = if headers.contains_key(header::CONTENT_ENCODING) {
             Sent::Body(decoded)
@@ -460,9 +528,17 @@ impl BodyDecision {
     }
 }
 
-/// The affinity of a session served by `account`, with nothing foreign.
-fn affinity_to(account: &ResolvedAccount) -> Affinity {
-    Affinity::of(account.clone())
+/// The affinity a repair records (before the stripped state is added): the one the request
+/// records when it completes, else the conversation's own, else a fresh one.
+fn kept_affinity(
+    conversation: &Conversation,
+    account: &ResolvedAccount,
+    model: Option<&str>,
+) -> Affinity {
+    conversation
+        .record(account, model)
+        .or_else(|| conversation.affinity.clone())
+        .unwrap_or_else(|| conversation.fresh(account, model))
 }
 
 /// The live foreign digests of the session's previous affinity (kept across further switches).
@@ -471,65 +547,6 @@ fn foreign_of(affinity: &Option<Affinity>, now: SystemTime) -> ForeignSet {
         .as_ref()
         .and_then(|a| a.foreign_at(now).cloned())
         .unwrap_or_default()
-}
-
-/// The session's affinity, from the cache when it knows, else from the store.
-async fn affinity_of(shared: &Shared, key: &HandoffKey) -> Option<Affinity> {
-    match shared.store.cached_affinity(key) {
-        Some(a) => a,
-        None => match shared.store.affinity(key).await {
-            Ok(a) => a,
-            Err(e) => {
-                metrics::store_error("affinity", &e);
-                None
-            }
-        },
-    }
-}
-
-/// Claims the key's handoff when one is live and was written by another account (of the
-/// serving provider, when `same_provider`: with models known, a handoff written on another
-/// provider was for a model switch to read, not for this account to consume).
-async fn claim_for(
-    shared: &Shared,
-    key: &HandoffKey,
-    account: &ResolvedAccount,
-    same_provider: bool,
-    lease: std::time::Duration,
-) -> Option<Claim> {
-    let claimable = |record: &context_relay_core::HandoffRecord| {
-        !record.is_from(account)
-            && (!same_provider
-                || record
-                    .from_provider
-                    .eq_ignore_ascii_case(account.provider()))
-    };
-    if !shared.store.may_contain(key) {
-        return None;
-    }
-    // Read first: while the session stays on the account that wrote the handoff (between the
-    // threshold and the rotation), a claim/release pair per request would be two writes.
-    match shared.store.get(key).await {
-        Ok(Some(record)) if claimable(&record) => {}
-        Ok(_) => return None,
-        Err(e) => {
-            metrics::store_error("get", &e);
-            return None;
-        }
-    }
-    match shared.store.claim(key, lease).await {
-        Ok(Some(claim)) if claimable(&claim.record) => Some(claim),
-        Ok(Some(claim)) => {
-            release(shared, &claim).await;
-            None
-        }
-        // Leased by a concurrent request: it injects, this one does not.
-        Ok(None) => None,
-        Err(e) => {
-            metrics::store_error("claim", &e);
-            None
-        }
-    }
 }
 
 fn log_rewrite(

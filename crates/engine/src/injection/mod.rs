@@ -26,12 +26,16 @@
 //! only when the response body ended with the API's terminal success event (or is a complete
 //! JSON body): see [`Ticket`].
 
+mod claim;
+mod conversation;
 mod decide;
+mod extractive;
 mod model;
 mod repair;
 mod tee;
 mod ticket;
 
+pub(crate) use conversation::other_conversation;
 pub use decide::{BodyDecision, Decided, Inject};
 pub use repair::{HOLD_LIMIT, HOLD_TIME, Look, Repair, resend_headers};
 pub use tee::Tee;

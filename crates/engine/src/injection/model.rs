@@ -6,12 +6,14 @@
 //! switch: the new model (often of another provider) can read none of the account-bound state
 //! the session carries, so all of it goes, and a handoff naming both models is injected, made
 //! from the freshest stored handoff of the session (read, never claimed: the account-switch
-//! handoff stays for the accounts of its own provider), or the bare note saying that no
+//! handoff stays for the accounts of its own provider), else built from the request itself
+//! as at an account switch, else (a request with no text) the bare note saying that no
 //! summary exists. The switch is injected once: the affinity moves to the new model when its
 //! response completes.
 
 use std::sync::Arc;
 
+use context_relay_core::extractive::SwitchHandoff;
 use context_relay_core::{HandoffKey, render};
 use context_relay_store::Affinity;
 
@@ -68,9 +70,16 @@ pub(crate) fn with_model(affinity: Affinity, model: Option<&str>) -> Affinity {
     }
 }
 
-/// The message injected on `m`: the freshest stored handoff of the session rendered for a
-/// model switch, or the bare note when there is none (or the store cannot tell).
-pub(crate) async fn message(shared: &Shared, key: &HandoffKey, m: &ModelMove) -> String {
+/// The message injected on `m`, and whether it summarises the request's compacted context:
+/// the freshest stored handoff of the session rendered for a model switch; without one (or
+/// when the store cannot tell), the handoff `built` from the request itself (a switch never
+/// lands with nothing); the bare note when the request holds no text to build one from.
+pub(crate) async fn message(
+    shared: &Shared,
+    key: &HandoffKey,
+    m: &ModelMove,
+    built: impl FnOnce() -> Option<SwitchHandoff>,
+) -> (String, bool) {
     let freshest = match shared.store.freshest(key).await {
         Ok(record) => record,
         Err(e) => {
@@ -78,8 +87,16 @@ pub(crate) async fn message(shared: &Shared, key: &HandoffKey, m: &ModelMove) ->
             None
         }
     };
-    match freshest {
-        Some(record) => render::render_model_switch_record(&record, &m.previous, &m.current),
-        None => render::render_model_switch_note(&m.previous, &m.current),
+    if let Some(record) = freshest {
+        let text = render::render_model_switch_record(&record, &m.previous, &m.current);
+        return (text, record.compaction);
     }
+    let text = match built() {
+        Some(b) => {
+            ::metrics::counter!(metrics::SWITCH_EXTRACTIVE, "stored" => "false").increment(1);
+            render::render_model_switch(&b.handoff, b.message_count, &m.previous, &m.current)
+        }
+        None => render::render_model_switch_note(&m.previous, &m.current),
+    };
+    (text, false)
 }

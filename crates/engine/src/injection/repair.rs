@@ -52,6 +52,9 @@ pub(crate) struct Remember {
     pub(crate) foreign: ForeignSet,
     /// How long the record is kept (the handoff TTL).
     pub(crate) ttl: Duration,
+    /// The affinity recorded when the response completes, before the stripped state is
+    /// added to it: the serving account, its model and the conversation's opening.
+    pub(crate) affinity: Affinity,
 }
 
 /// The body that went out.
@@ -153,12 +156,15 @@ impl Repair {
             if let Some(r) = self.remember {
                 // What the rejected request carried is foreign to this account from now on:
                 // the next turns are scrubbed instead of rejected again.
-                let base = match t.record.as_deref() {
-                    Some((_, planned)) => (*planned.foreign).clone(),
-                    None => r.foreign,
+                let (base, foreign) = match t.record.take() {
+                    Some(planned) => {
+                        let (_, planned) = *planned;
+                        let foreign = (*planned.foreign).clone();
+                        (planned, foreign)
+                    }
+                    None => (r.affinity, r.foreign),
                 };
-                let affinity = Affinity::of(t.account.clone())
-                    .with_foreign(base.merged(&seen), SystemTime::now() + r.ttl);
+                let affinity = base.with_foreign(foreign.merged(&seen), SystemTime::now() + r.ttl);
                 t.set_record(r.key, affinity);
             }
         }

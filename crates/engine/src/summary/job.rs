@@ -13,12 +13,13 @@ use bytes::Bytes;
 use context_relay_core::conversation::Conversation;
 use context_relay_core::extractive::extractive_handoff;
 use context_relay_core::handoff::RECORD_VERSION;
-use context_relay_core::prompt::{SummarySettings, summary_prompt, summary_request};
+use context_relay_core::prompt::{SummarySettings, summary_prompt, summary_request_carrying};
 use context_relay_core::select::Selection;
+use context_relay_core::session::Opening;
 use context_relay_core::touched::merge_entities;
 use context_relay_core::{
     ApiShape, Handoff, HandoffKey, HandoffKind, HandoffRecord, QuotaSignal, RelayConfig, decode,
-    parse, reply, select,
+    parse, portable, reply, select,
 };
 use context_relay_store::InFlightGuard;
 use http::{HeaderMap, Uri, header};
@@ -27,8 +28,10 @@ use tracing::Instrument;
 
 use super::call::{CallResult, call};
 use super::{Summarizer, SummaryRequest};
+use crate::events::RelayEvent;
 use crate::extensions::{ComboName, ResolvedAccount, SessionId, Tenant};
 use crate::generation::Capture;
+use crate::injection::other_conversation;
 use crate::metrics;
 use crate::relay::Shared;
 
@@ -109,10 +112,16 @@ impl Outcome {
     }
 }
 
-/// What a job keeps of the request: the selection and the fields the summary request needs.
+/// What a job keeps of the request: the selection, the fields the summary request needs and
+/// the conversation's opening.
 struct Prepared {
     selection: Selection,
     trigger: Value,
+    opening: Option<Opening>,
+    /// Responses `compaction` items of the request, with the digest of their blob.
+    compactions: Vec<(Value, u64)>,
+    /// The readable ones among them, carried before the summary prompt.
+    carried: Vec<Value>,
 }
 
 impl Job {
@@ -134,6 +143,17 @@ impl Job {
     async fn run(mut self, reply: Option<String>) {
         let started = Instant::now();
         let outcome = self.generate(reply).await;
+        self.shared.tell(|| {
+            let event = RelayEvent::new(outcome.label())
+                .key(&self.key)
+                .account(&self.account)
+                .handoff(self.kind);
+            match outcome {
+                Outcome::Skipped(reason) => event.reason(reason),
+                Outcome::Extractive(f) => event.reason(f.as_str()),
+                _ => event,
+            }
+        });
         if let Outcome::Skipped(reason) = outcome {
             skipped(reason);
         } else {
@@ -176,6 +196,11 @@ impl Job {
         }
         let shared = self.shared.clone();
         let message_count = u32::try_from(prepared.selection.source_count).unwrap_or(u32::MAX);
+        // A conversation other than the session's primary one has its own handoff.
+        self.key = conversation_key(&shared, self.key.clone(), prepared.opening).await;
+        let mut prepared = prepared;
+        // The compacted context reaches the summary when the serving account can read it.
+        let covers_compaction = self.readable_compactions(&mut prepared).await;
 
         // Refresh gate: a live model handoff written fewer than `refresh_after_messages`
         // messages ago is still good enough. An extractive one never is. A model switch looks
@@ -192,8 +217,12 @@ impl Job {
                 None
             }
         };
+        // An account handoff written on another provider (before a model switch) is not fresh
+        // for this one's accounts: theirs must cover the work done on the new model.
         if let Some(h) = &existing
             && h.kind != HandoffKind::Extractive
+            && (self.kind == HandoffKind::ModelSwitch
+                || *h.from_provider == **self.account.provider())
             && message_count.saturating_sub(h.message_count) < self.config.refresh_after_messages
         {
             return Outcome::Skipped("fresh");
@@ -226,7 +255,9 @@ impl Job {
                 None
             }
         };
-        let mut outcome = self.summarise(&prepared, message_count).await;
+        let mut outcome = self
+            .summarise(&prepared, message_count, covers_compaction)
+            .await;
         // An extractive handoff stands in for an account switch's only: a model switch has
         // the freshest handoff, or the note, to inject.
         if let Outcome::Failed(why) = outcome
@@ -241,6 +272,8 @@ impl Job {
                     HandoffKind::Extractive,
                     message_count,
                     String::new(),
+                    prepared.opening.map(|o| o.digest),
+                    false,
                 )
                 .await
         {
@@ -262,6 +295,7 @@ impl Job {
             return None;
         };
         drop(capture);
+        let opening = context_relay_core::session::opening(&body);
         let value: Value = match serde_json::from_slice(&body) {
             Ok(v) => v,
             Err(e) => {
@@ -283,6 +317,7 @@ impl Job {
             self.config.relay_mode,
             self.config.max_messages_for_summary,
         );
+        let compactions = compaction_items(self.shape, &value);
         let mut trigger = Map::new();
         if let Value::Object(mut obj) = value {
             for k in TRIGGER_FIELDS {
@@ -294,7 +329,30 @@ impl Job {
         Some(Prepared {
             selection,
             trigger: Value::Object(trigger),
+            opening,
+            compactions,
+            carried: Vec::new(),
         })
+    }
+
+    /// Puts the request's `compaction` items the serving account minted (those its affinity
+    /// does not record as foreign) aside, for the summary request to carry before its prompt;
+    /// whether there was any.
+    async fn readable_compactions(&self, prepared: &mut Prepared) -> bool {
+        if prepared.compactions.is_empty() {
+            return false;
+        }
+        let now = SystemTime::now();
+        let affinity = self.shared.affinity(&self.key).await;
+        let foreign = affinity.as_ref().and_then(|a| a.foreign_at(now));
+        let readable: Vec<Value> = std::mem::take(&mut prepared.compactions)
+            .into_iter()
+            .filter(|(_, d)| !foreign.is_some_and(|f| f.contains(*d)))
+            .map(|(item, _)| item)
+            .collect();
+        let covers = !readable.is_empty();
+        prepared.carried = readable;
+        covers
     }
 
     /// The summary settings for the serving provider, with the configured overrides.
@@ -313,14 +371,25 @@ impl Job {
         settings
     }
 
-    async fn summarise(&self, prepared: &Prepared, message_count: u32) -> Outcome {
+    async fn summarise(
+        &self,
+        prepared: &Prepared,
+        message_count: u32,
+        covers_compaction: bool,
+    ) -> Outcome {
         let shared = &self.shared;
         let Some(summarizer) = &self.summarizer else {
             return Outcome::Failed(Failure::Unavailable);
         };
         let settings = self.settings();
         let prompt = summary_prompt(&prepared.selection.text, &prepared.selection.touched_files);
-        let mut body = summary_request(self.shape, &prepared.trigger, &prompt, &settings);
+        let mut body = summary_request_carrying(
+            self.shape,
+            &prepared.trigger,
+            &prepared.carried,
+            &prompt,
+            &settings,
+        );
         drop(prompt);
         let model = body
             .get("model")
@@ -363,7 +432,17 @@ impl Job {
         };
         handoff.active_entities =
             merge_entities(&handoff.active_entities, &prepared.selection.touched_files);
-        if self.store(handoff, self.kind, message_count, model).await {
+        if self
+            .store(
+                handoff,
+                self.kind,
+                message_count,
+                model,
+                prepared.opening.map(|o| o.digest),
+                covers_compaction,
+            )
+            .await
+        {
             Outcome::Generated
         } else {
             Outcome::Failed(Failure::Unavailable)
@@ -377,6 +456,8 @@ impl Job {
         kind: HandoffKind,
         message_count: u32,
         model: String,
+        opening: Option<u64>,
+        compaction: bool,
     ) -> bool {
         let now = SystemTime::now();
         let ttl_end = now + self.config.ttl;
@@ -384,7 +465,7 @@ impl Job {
             Some(reset) if reset > now && reset < ttl_end => reset,
             _ => ttl_end,
         };
-        let record = HandoffRecord {
+        let mut record = HandoffRecord {
             version: RECORD_VERSION,
             kind,
             tenant: self.key.tenant.clone(),
@@ -394,11 +475,15 @@ impl Job {
             from_account: self.account.account().to_string(),
             handoff,
             message_count,
+            conversation: None,
+            compaction: false,
             model,
             threshold: self.config.handoff_threshold,
             generated_at: now,
             expires_at,
         };
+        record.set_conversation(opening);
+        record.compaction = compaction;
         match self.shared.store.upsert(record).await {
             Ok(()) => {
                 tracing::info!(
@@ -414,6 +499,40 @@ impl Job {
             }
         }
     }
+}
+
+/// The key a summary of the conversation opening with `opening` is stored under: the
+/// session's own for its primary conversation (or when the session recorded none), else the
+/// conversation's (see the injection side's conversation rule).
+async fn conversation_key(
+    shared: &Shared,
+    key: HandoffKey,
+    opening: Option<Opening>,
+) -> HandoffKey {
+    let Some(opening) = opening else {
+        return key;
+    };
+    let primary = shared.affinity(&key).await.and_then(|a| a.conversation());
+    other_conversation(&key, primary, opening).unwrap_or(key)
+}
+
+/// The `compaction` items of a Responses request, with the digest of their blob as the
+/// scrub records it (the JSON string as serialized; clients send it unescaped).
+fn compaction_items(shape: ApiShape, value: &Value) -> Vec<(Value, u64)> {
+    if shape != ApiShape::Responses {
+        return Vec::new();
+    }
+    let items = value.get("input").and_then(Value::as_array);
+    items
+        .into_iter()
+        .flatten()
+        .filter(|item| item.get("type").and_then(Value::as_str) == Some("compaction"))
+        .filter_map(|item| {
+            let blob = item.get("encrypted_content").filter(|b| b.is_string())?;
+            let digest = portable::digest(&serde_json::to_vec(blob).ok()?);
+            Some((item.clone(), digest))
+        })
+        .collect()
 }
 
 /// The captured request body, decoded when the client compressed it.

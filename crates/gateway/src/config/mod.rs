@@ -32,6 +32,7 @@ use context_relay_core::quota::QuotaKind;
 use context_relay_tower::RelayConfigs;
 use serde::Deserialize;
 
+mod api_hint;
 mod clients;
 mod env;
 mod error;

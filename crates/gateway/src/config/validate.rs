@@ -277,8 +277,9 @@ impl Config {
     }
 
     /// Things that are valid but almost certainly not what was meant, one line each: an open
-    /// gateway beyond loopback, and providers whose `rotate_at` is at or below a combo's
-    /// `handoff_threshold` (the account is left before a handoff is ever written).
+    /// gateway beyond loopback, providers whose `rotate_at` is at or below a combo's
+    /// `handoff_threshold` (the account is left before a handoff is ever written), and
+    /// providers on a host known to speak one API left on `api = "passthrough"`.
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
         if self.is_open() && !self.listen.ip().is_loopback() {
@@ -306,6 +307,7 @@ impl Config {
                 }
             }
         }
+        out.extend(super::api_hint::passthrough_warnings(self));
         out
     }
 }

@@ -181,3 +181,59 @@ proptest! {
         prop_assert_eq!(p.pick(Some("new"), &exclude, t(1)), expected);
     }
 }
+
+#[test]
+fn pools_are_listed_in_configuration_order() {
+    // Names whose hashes would scatter them: a map's order is not the file's.
+    let names = [
+        "zeta", "alpha", "mu", "beta", "omega", "delta", "kappa", "gamma",
+    ];
+    let text: String = names
+        .iter()
+        .map(|n| {
+            format!(
+                "[[providers]]\nname = \"{n}\"\nbase_url = \"http://h/v1\"\n[[providers.accounts]]\nid = \"a\"\napi_key = \"k\"\n"
+            )
+        })
+        .collect();
+    let c = Config::from_toml_str(&text, |_| None).unwrap();
+    let pools = AccountPools::from_config(&c);
+    let listed: Vec<&str> = pools.iter().map(|p| &**p.name()).collect();
+    assert_eq!(listed, names);
+    assert!(pools.get("mu").is_some());
+}
+
+#[test]
+fn a_reload_carries_usage_exhaustion_and_bindings_by_account_id() {
+    let config = |ids: &[&str]| {
+        let accounts: String = ids
+            .iter()
+            .map(|id| format!("[[providers.accounts]]\nid = \"{id}\"\napi_key = \"k-{id}\"\n"))
+            .collect();
+        Config::from_toml_str(
+            &format!("[[providers]]\nname = \"p\"\nbase_url = \"http://h/v1\"\n{accounts}"),
+            |_| None,
+        )
+        .unwrap()
+    };
+    let old = AccountPools::from_config(&config(&["a", "b", "gone"]));
+    let p = old.get("p").unwrap();
+    p.bind("s-a", 0);
+    p.bind("s-b", 1);
+    p.bind("s-gone", 2);
+    p.mark_exhausted(0, t(100));
+    p.note_usage(1, 0.4);
+
+    let new = AccountPools::from_config(&config(&["new", "b", "a"]));
+    new.carry_from(&old);
+    let p = new.get("p").unwrap();
+    assert_eq!(p.bound("s-a"), Some(2));
+    assert_eq!(p.bound("s-b"), Some(1));
+    assert_eq!(p.bound("s-gone"), None);
+    let snap = p.snapshot(t(0));
+    assert_eq!(snap[2].exhausted_until, Some(t(100)), "a stays exhausted");
+    assert_eq!(snap[1].used, Some(0.4));
+    assert_eq!(snap[0].used, None, "a new account starts unused");
+    // s-a's account is out: it moves to the first available one, the new account.
+    assert_eq!(p.pick(Some("s-a"), &[], t(0)), Some(0));
+}

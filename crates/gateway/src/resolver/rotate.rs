@@ -7,11 +7,13 @@ use context_relay_core::QuotaSignal;
 use http::StatusCode;
 
 use super::verdict::Verdict;
+use crate::console::Activity;
 use crate::pool::{Account, ProviderPool, reset_or_default};
 
 /// One attempt of a request on one account, as far as rotation is concerned.
 pub(super) struct Attempt<'a> {
     pub(super) pool: &'a ProviderPool,
+    pub(super) activity: &'a Activity,
     pub(super) idx: usize,
     pub(super) account: &'a str,
     pub(super) status: StatusCode,
@@ -40,6 +42,8 @@ impl Attempt<'_> {
                     "quota_error"
                 };
                 exhausted_metric(pool, account, reason);
+                self.activity
+                    .rotated("exhausted", reason, pool.name(), account, until);
                 tracing::info!(
                     provider = %pool.name(), account, internal = self.internal,
                     status = status.as_u16(), error,
@@ -49,6 +53,13 @@ impl Attempt<'_> {
             }
             Verdict::Refused => {
                 let until = pool.disable(self.idx, now);
+                self.activity.rotated(
+                    "disabled",
+                    "credential_refused",
+                    pool.name(),
+                    account,
+                    until,
+                );
                 let secs = until.duration_since(now).map_or(0, |d| d.as_secs());
                 metrics::counter!(
                     "context_relay_gateway_account_refused_total",
@@ -91,8 +102,8 @@ pub(super) fn record_usage(
     idx: usize,
     account: &Account,
     signal: &QuotaSignal,
-    now: SystemTime,
-    internal: bool,
+    (now, internal): (SystemTime, bool),
+    activity: &Activity,
 ) {
     account.metrics.set_used(signal.percent_used);
     let account = &*account.id;
@@ -104,6 +115,8 @@ pub(super) fn record_usage(
             "account reached rotate_at; new turns go to the next account"
         );
         exhausted_metric(pool, account, "quota");
+        let until = reset_or_default(signal.resets_at, now);
+        activity.rotated("exhausted", "quota", pool.name(), account, until);
     }
 }
 

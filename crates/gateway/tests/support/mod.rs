@@ -5,7 +5,11 @@
 
 #![allow(dead_code)]
 
+pub mod agents;
+
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 
 use bytes::Bytes;
 use context_relay_gateway::config::Config;
@@ -159,12 +163,26 @@ pub fn codex_next_turn(body: &mut Value, reply_sse: &[u8], prompt: &str) {
 /// The Claude Code way of continuing: the streamed assistant content (signed thinking, text)
 /// becomes an assistant message, then the next user message.
 pub fn claude_next_turn(body: &mut Value, reply_sse: &[u8], prompt: &str) {
+    let blocks = messages_blocks(&sse_events(reply_sse));
+    let messages = body["messages"].as_array_mut().expect("messages array");
+    messages.push(json!({"role": "assistant", "content": blocks}));
+    messages.push(json!({"role": "user", "content": [{"type": "text", "text": prompt}]}));
+}
+
+/// The content blocks of a streamed Messages reply, rebuilt from its events as Claude Code
+/// rebuilds them: text, thinking and its signature joined from their deltas, a `tool_use`
+/// block's `input` parsed from its `input_json_delta` pieces.
+pub fn messages_blocks(events: &[Value]) -> Vec<Value> {
     let mut blocks: Vec<Value> = Vec::new();
-    for event in sse_events(reply_sse) {
+    let mut partial: Vec<String> = Vec::new();
+    for event in events {
         match event["type"].as_str() {
-            Some("content_block_start") => blocks.push(event["content_block"].clone()),
+            Some("content_block_start") => {
+                blocks.push(event["content_block"].clone());
+                partial.push(String::new());
+            }
             Some("content_block_delta") => {
-                let Some(block) = blocks.last_mut() else {
+                let (Some(block), Some(json)) = (blocks.last_mut(), partial.last_mut()) else {
                     continue;
                 };
                 let d = &event["delta"];
@@ -172,6 +190,10 @@ pub fn claude_next_turn(body: &mut Value, reply_sse: &[u8], prompt: &str) {
                     Some("text_delta") => ("text", &d["text"]),
                     Some("thinking_delta") => ("thinking", &d["thinking"]),
                     Some("signature_delta") => ("signature", &d["signature"]),
+                    Some("input_json_delta") => {
+                        json.push_str(d["partial_json"].as_str().unwrap_or(""));
+                        continue;
+                    }
                     _ => continue,
                 };
                 let joined = format!(
@@ -184,12 +206,14 @@ pub fn claude_next_turn(body: &mut Value, reply_sse: &[u8], prompt: &str) {
             _ => {}
         }
     }
-    let messages = body["messages"].as_array_mut().expect("messages array");
-    messages.push(json!({"role": "assistant", "content": blocks}));
-    messages.push(json!({"role": "user", "content": [{"type": "text", "text": prompt}]}));
+    for (block, json) in blocks.iter_mut().zip(&partial) {
+        if block["type"] == "tool_use" && !json.is_empty() {
+            block["input"] = serde_json::from_str(json).unwrap_or(Value::Null);
+        }
+    }
+    blocks
 }
 
-/// The JSON data of every SSE event in `bytes`.
 /// The body Codex sends to `/responses/compact`: the turn's `model`, `instructions`, `input`,
 /// `tools`, `parallel_tool_calls`, `reasoning` and `text`, no `stream` or `store`.
 pub fn compact_body(turn: &Value) -> Value {
@@ -216,6 +240,7 @@ pub fn json_headers() -> Vec<(String, String)> {
     vec![("content-type".to_owned(), "application/json".to_owned())]
 }
 
+/// The JSON data of every SSE event in `bytes`.
 pub fn sse_events(bytes: &[u8]) -> Vec<Value> {
     String::from_utf8_lossy(bytes)
         .split("\n\n")
@@ -374,15 +399,27 @@ impl Harness {
         headers: &[(String, String)],
         body: &Value,
     ) -> (StatusCode, Option<String>, Bytes) {
+        let bytes = serde_json::to_vec(body).unwrap();
+        self.send_raw(gw, path, headers, bytes).await
+    }
+
+    /// Sends the bytes `body` (as they are: key order, spacing) to `path` of gateway `gw`; the
+    /// status, the `x-context-relay` header and the whole reply.
+    pub async fn send_raw(
+        &self,
+        gw: usize,
+        path: &str,
+        headers: &[(String, String)],
+        body: Vec<u8>,
+    ) -> (StatusCode, Option<String>, Bytes) {
         let url = format!("{}{path}", self.gateways[gw].1.url());
         let mut b = Request::post(url);
         for (k, v) in headers {
             b = b.header(k.as_str(), v.as_str());
         }
-        let bytes = Bytes::from(serde_json::to_vec(body).unwrap());
         let res = self
             .client
-            .request(b.body(Full::new(bytes)).unwrap())
+            .request(b.body(Full::new(Bytes::from(body))).unwrap())
             .await
             .expect("gateway answers");
         let status = res.status();
@@ -644,4 +681,41 @@ pub async fn spawn(gateway: Gateway) -> (Gateway, RunningGateway) {
 /// A plain HTTP/1 client.
 pub fn http_client() -> HttpClient<HttpConnector, Full<Bytes>> {
     HttpClient::builder(TokioExecutor::new()).build_http()
+}
+
+/// Starts the gateway binary `bin` (the test's `env!("CARGO_BIN_EXE_context-relay-gateway")`)
+/// on `config` with `RUST_LOG=rust_log`, its stderr as `stderr` says, and reads the address it
+/// prints once listening: the child and `http://ADDR`.
+pub fn start_binary(bin: &str, config: &Path, rust_log: &str, stderr: Stdio) -> (Child, String) {
+    let mut child = Command::new(bin)
+        .arg("--config")
+        .arg(config)
+        .env("RUST_LOG", rust_log)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .expect("the gateway binary starts");
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("the gateway prints its address");
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_owned();
+    (child, url)
+}
+
+/// Sends `sig` (`-TERM`, `-HUP`, …) to `child` with kill(1).
+pub fn signal(child: &Child, sig: &str) {
+    let status = Command::new("kill")
+        .arg(sig)
+        .arg(child.id().to_string())
+        .status()
+        .expect("kill(1) runs");
+    assert!(status.success(), "kill {sig} failed");
 }

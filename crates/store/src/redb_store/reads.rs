@@ -138,7 +138,9 @@ impl RedbStore {
                     .iter()
                     .filter(|e| e.value().is_live(now))
                     .filter(|e| tenant.is_none_or(|t| *e.key().tenant == *t))
-                    .filter(|e| session.is_none_or(|s| *e.key().session == *s))
+                    .filter(|e| {
+                        session.is_none_or(|s| HandoffKey::session_of(&e.key().session) == s)
+                    })
                     .map(|e| (e.key().clone(), slot))
                     .collect::<Vec<_>>()
             })

@@ -340,7 +340,7 @@ impl HandoffStore for RedisStore {
                     // another tenant's view, or as another kind.
                     Ok(r) if self.record_key(&r.key(), r.slot()) == k => {
                         if tenant.is_none_or(|t| *r.tenant == *t)
-                            && session.is_none_or(|s| *r.session == *s)
+                            && session.is_none_or(|s| HandoffKey::session_of(&r.session) == s)
                         {
                             out.push(r);
                         }

@@ -52,6 +52,8 @@ pub fn record(key: &HandoffKey, summary: &str, now: SystemTime, ttl: Duration) -
             active_entities: vec!["src/parse.rs".into()],
         },
         message_count: 42,
+        conversation: None,
+        compaction: false,
         model: "gpt-5-mini".into(),
         threshold: 0.85,
         // Stored times have millisecond resolution: keep test values exact.

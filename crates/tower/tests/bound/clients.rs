@@ -92,6 +92,8 @@ impl Relay {
                 ..Handoff::default()
             },
             message_count: 12,
+            conversation: None,
+            compaction: false,
             model: "gpt-5".into(),
             threshold: 0.85,
             generated_at: now,

@@ -1,0 +1,250 @@
+//! Token usage out of provider answers, in one shape whatever the API: what an answer cost.
+//!
+//! Every API reports the tokens an answer used, in its own words:
+//!
+//! | API | where | input | cached input | cache writes | output | reasoning |
+//! |---|---|---|---|---|---|---|
+//! | Chat Completions | `usage` (JSON; the last SSE chunk with `stream_options.include_usage`) | `prompt_tokens` | `prompt_tokens_details.cached_tokens` | — | `completion_tokens` | `completion_tokens_details.reasoning_tokens` |
+//! | Responses | `usage` (JSON), `response.usage` of `response.completed` / `.incomplete` / `.failed` | `input_tokens` | `input_tokens_details.cached_tokens` | — | `output_tokens` | `output_tokens_details.reasoning_tokens` |
+//! | Anthropic Messages | `usage` (JSON), `message.usage` of `message_start`, `usage` of `message_delta` | `input_tokens` + `cache_read_input_tokens` + `cache_creation_input_tokens` | `cache_read_input_tokens` | `cache_creation_input_tokens` | `output_tokens` | — |
+//! | Gemini | `usageMetadata` (JSON, each SSE chunk, each element of a JSON array stream) | `promptTokenCount` | `cachedContentTokenCount` | — | `candidatesTokenCount` + `thoughtsTokenCount` | `thoughtsTokenCount` |
+//!
+//! [`Usage`] holds them normalised: `input` counts every input token (cached ones included),
+//! `output` every output token (reasoning included). Anthropic's `input_tokens` leaves cache
+//! reads and writes out, so they are added back; Gemini's `candidatesTokenCount` leaves the
+//! thoughts out, so they are added back.
+//!
+//! [`UsageReader`] reads a response body as it streams by, fed chunks split anywhere. A stream
+//! reports usage in several events (Anthropic's input in `message_start`, its output in
+//! `message_delta`; Gemini's running totals in every chunk): each field keeps the last value
+//! seen, so a stream cut half way still gives what arrived (Anthropic's input tokens without
+//! the output). A whole JSON body is read when it is complete; one that never closed reported
+//! nothing.
+//!
+//! ```
+//! use context_relay_core::usage::{Usage, UsageReader};
+//!
+//! let mut reader = UsageReader::new("");
+//! reader.push(b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":");
+//! reader.push(b"{\"input_tokens\":10,\"cache_read_input_tokens\":90,\"output_tokens\":1}}}\n\n");
+//! // Cut here: the input arrived, the output did not.
+//! assert_eq!(reader.finish(), Some(Usage { input: 100, cached_input: 90, output: 1, ..Usage::default() }));
+//!
+//! let json = br#"{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3,
+//!     "completion_tokens_details":{"reasoning_tokens":2}}}"#;
+//! let usage = UsageReader::of(json).unwrap();
+//! assert_eq!((usage.input, usage.output, usage.reasoning_output), (7, 3, 2));
+//! ```
+
+mod raw;
+
+use crate::sse::Splitter;
+use raw::{Carrier, Raw};
+
+/// Largest SSE event data, and largest whole JSON body (as sent, compressed or not), read for
+/// usage. A `response.completed` event repeats the whole output and can be long; beyond this
+/// its usage is not read.
+pub const USAGE_READ_LIMIT: usize = 4 * 1024 * 1024;
+
+/// Tokens one answer used (see the module docs for where each comes from).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Usage {
+    /// Input tokens, all of them: read from the prompt cache, written to it, and the rest.
+    pub input: u64,
+    /// Of [`input`](Self::input), those read from the provider's prompt cache.
+    pub cached_input: u64,
+    /// Of [`input`](Self::input), those written to the prompt cache (Anthropic bills them
+    /// apart).
+    pub cache_write_input: u64,
+    /// Output tokens, reasoning included.
+    pub output: u64,
+    /// Of [`output`](Self::output), reasoning (thinking) tokens, where the provider tells them
+    /// apart.
+    pub reasoning_output: u64,
+}
+
+impl Usage {
+    /// The usage object of any API (`usage` or `usageMetadata`), or `None` when it holds no
+    /// count this module knows.
+    ///
+    /// ```
+    /// use context_relay_core::usage::Usage;
+    /// let v = serde_json::json!({"promptTokenCount": 12, "candidatesTokenCount": 5, "thoughtsTokenCount": 4});
+    /// let u = Usage::from_value(&v).unwrap();
+    /// assert_eq!((u.input, u.output, u.reasoning_output), (12, 9, 4));
+    /// assert_eq!(Usage::from_value(&serde_json::json!({"other": 1})), None);
+    /// ```
+    pub fn from_value(v: &serde_json::Value) -> Option<Self> {
+        Raw::of(v).usage()
+    }
+
+    /// Adds `other` to this usage, saturating.
+    pub fn add(&mut self, other: &Usage) {
+        self.input = self.input.saturating_add(other.input);
+        self.cached_input = self.cached_input.saturating_add(other.cached_input);
+        self.cache_write_input = self
+            .cache_write_input
+            .saturating_add(other.cache_write_input);
+        self.output = self.output.saturating_add(other.output);
+        self.reasoning_output = self.reasoning_output.saturating_add(other.reasoning_output);
+    }
+}
+
+/// Reads the usage of a response body as it streams by (see the module docs).
+#[derive(Debug)]
+pub struct UsageReader {
+    mode: Mode,
+    seen: Raw,
+}
+
+#[derive(Debug)]
+enum Mode {
+    /// Nothing but whitespace yet.
+    Undecided,
+    /// A JSON body, buffered whole (until it outgrows the limit).
+    Json { buf: Vec<u8>, gave_up: bool },
+    /// Server-sent events, read event by event.
+    Sse(Box<Splitter>),
+    /// A compressed body, buffered as sent and decoded at the end.
+    Encoded {
+        raw: Vec<u8>,
+        encoding: String,
+        gave_up: bool,
+    },
+}
+
+impl UsageReader {
+    /// A reader for a body sent with `content-encoding: encoding` (empty or `identity`: not
+    /// compressed).
+    pub fn new(encoding: &str) -> Self {
+        let encoding = encoding.trim();
+        let mode = if encoding.is_empty() || encoding.eq_ignore_ascii_case("identity") {
+            Mode::Undecided
+        } else {
+            Mode::Encoded {
+                raw: Vec::new(),
+                encoding: encoding.to_owned(),
+                gave_up: false,
+            }
+        };
+        Self {
+            mode,
+            seen: Raw::default(),
+        }
+    }
+
+    /// The usage of a whole, uncompressed body.
+    pub fn of(body: &[u8]) -> Option<Usage> {
+        let mut reader = Self::new("");
+        reader.push(body);
+        reader.finish()
+    }
+
+    /// Feeds the next bytes of the body.
+    pub fn push(&mut self, chunk: &[u8]) {
+        let mut rest = chunk;
+        if let Mode::Undecided = self.mode {
+            let Some(start) = rest
+                .iter()
+                .position(|b| !b.is_ascii_whitespace() && !matches!(b, 0xEF | 0xBB | 0xBF))
+            else {
+                return;
+            };
+            self.mode = if matches!(rest[start], b'{' | b'[') {
+                Mode::Json {
+                    buf: Vec::new(),
+                    gave_up: false,
+                }
+            } else {
+                Mode::Sse(Box::new(Splitter::new(USAGE_READ_LIMIT)))
+            };
+            rest = &rest[start..];
+        }
+        match &mut self.mode {
+            Mode::Undecided => {}
+            Mode::Json { buf, gave_up }
+            | Mode::Encoded {
+                raw: buf, gave_up, ..
+            } => keep(buf, gave_up, rest),
+            Mode::Sse(splitter) => {
+                let seen = &mut self.seen;
+                splitter.push(rest, |event| {
+                    if event.is_whole() {
+                        read_event(seen, event.data);
+                    }
+                });
+            }
+        }
+    }
+
+    /// The usage the body reported, as far as it arrived; `None` when it reported none.
+    pub fn finish(&mut self) -> Option<Usage> {
+        match std::mem::replace(&mut self.mode, Mode::Undecided) {
+            Mode::Undecided => {}
+            Mode::Json { gave_up: true, .. } | Mode::Encoded { gave_up: true, .. } => {}
+            Mode::Json { buf, .. } => read_json(&mut self.seen, &buf),
+            Mode::Sse(mut splitter) => {
+                let seen = &mut self.seen;
+                splitter.finish(|event| {
+                    if event.is_whole() {
+                        read_event(seen, event.data);
+                    }
+                });
+            }
+            Mode::Encoded { raw, encoding, .. } => {
+                if let Ok(plain) = crate::decode::decode(&encoding, &raw, USAGE_READ_LIMIT) {
+                    let mut reader = Self::new("");
+                    reader.push(&plain);
+                    return reader.finish();
+                }
+            }
+        }
+        self.seen.usage()
+    }
+}
+
+/// Appends `chunk` to a whole-body buffer, or gives up (and frees the buffer) once the body
+/// outgrows [`USAGE_READ_LIMIT`].
+fn keep(buf: &mut Vec<u8>, gave_up: &mut bool, chunk: &[u8]) {
+    if *gave_up {
+        return;
+    }
+    if buf.len() + chunk.len() > USAGE_READ_LIMIT {
+        *gave_up = true;
+        *buf = Vec::new();
+    } else {
+        buf.extend_from_slice(chunk);
+    }
+}
+
+/// Reads the usage an SSE event's data carries, if it may carry any.
+fn read_event(seen: &mut Raw, data: &[u8]) {
+    // Most events carry no usage: only those that name it are decoded.
+    if memchr::memmem::find(data, b"sage").is_none() {
+        return;
+    }
+    if let Ok(carrier) = serde_json::from_slice::<Carrier>(data) {
+        carrier.merge_into(seen);
+    }
+}
+
+/// Reads the usage of a whole JSON body: an object, or an array of them (Gemini's stream
+/// without SSE).
+fn read_json(seen: &mut Raw, body: &[u8]) {
+    if memchr::memmem::find(body, b"sage").is_none() {
+        return;
+    }
+    let first = body.iter().find(|b| !b.is_ascii_whitespace());
+    if first == Some(&b'[') {
+        if let Ok(items) = serde_json::from_slice::<Vec<Carrier>>(body) {
+            for item in items {
+                item.merge_into(seen);
+            }
+        }
+    } else if let Ok(carrier) = serde_json::from_slice::<Carrier>(body) {
+        carrier.merge_into(seen);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,210 @@
+//! The counts as the APIs spell them, merged across the events of a stream, and the places in
+//! a body or an event where a usage object sits.
+
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde_json::Value;
+
+use super::Usage;
+
+/// Every count any API reports, as sent; a later report of a field replaces an earlier one.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Raw {
+    // Chat Completions.
+    prompt: Option<u64>,
+    completion: Option<u64>,
+    // Chat Completions and Responses details.
+    cached: Option<u64>,
+    reasoning: Option<u64>,
+    // Responses and Anthropic.
+    input: Option<u64>,
+    output: Option<u64>,
+    // Anthropic.
+    cache_read: Option<u64>,
+    cache_creation: Option<u64>,
+    // Gemini.
+    prompt_count: Option<u64>,
+    candidates_count: Option<u64>,
+    cached_count: Option<u64>,
+    thoughts_count: Option<u64>,
+}
+
+impl Raw {
+    /// The counts of one usage object (of any API).
+    pub(super) fn of(v: &Value) -> Self {
+        let n = |k: &str| v.get(k).and_then(Value::as_u64);
+        let nested =
+            |outer: &str, k: &str| v.get(outer).and_then(|o| o.get(k)).and_then(Value::as_u64);
+        Self {
+            prompt: n("prompt_tokens"),
+            completion: n("completion_tokens"),
+            cached: nested("prompt_tokens_details", "cached_tokens")
+                .or_else(|| nested("input_tokens_details", "cached_tokens")),
+            reasoning: nested("completion_tokens_details", "reasoning_tokens")
+                .or_else(|| nested("output_tokens_details", "reasoning_tokens")),
+            input: n("input_tokens"),
+            output: n("output_tokens"),
+            cache_read: n("cache_read_input_tokens"),
+            cache_creation: n("cache_creation_input_tokens"),
+            prompt_count: n("promptTokenCount"),
+            candidates_count: n("candidatesTokenCount"),
+            cached_count: n("cachedContentTokenCount"),
+            thoughts_count: n("thoughtsTokenCount"),
+        }
+    }
+
+    /// Takes every field `newer` reports.
+    pub(super) fn merge(&mut self, newer: Raw) {
+        let fields = [
+            (&mut self.prompt, newer.prompt),
+            (&mut self.completion, newer.completion),
+            (&mut self.cached, newer.cached),
+            (&mut self.reasoning, newer.reasoning),
+            (&mut self.input, newer.input),
+            (&mut self.output, newer.output),
+            (&mut self.cache_read, newer.cache_read),
+            (&mut self.cache_creation, newer.cache_creation),
+            (&mut self.prompt_count, newer.prompt_count),
+            (&mut self.candidates_count, newer.candidates_count),
+            (&mut self.cached_count, newer.cached_count),
+            (&mut self.thoughts_count, newer.thoughts_count),
+        ];
+        for (mine, theirs) in fields {
+            if theirs.is_some() {
+                *mine = theirs;
+            }
+        }
+    }
+
+    /// The normalised usage; `None` when nothing was reported.
+    pub(super) fn usage(&self) -> Option<Usage> {
+        if *self == Raw::default() {
+            return None;
+        }
+        let z = |v: Option<u64>| v.unwrap_or(0);
+        let (cache_read, cache_creation) = (z(self.cache_read), z(self.cache_creation));
+        // Anthropic's `input_tokens` leaves the cache out; Responses' counts it.
+        let anthropic = self.cache_read.is_some() || self.cache_creation.is_some();
+        let input = if anthropic {
+            z(self.input)
+                .saturating_add(cache_read)
+                .saturating_add(cache_creation)
+        } else {
+            z(self.input)
+        };
+        let thoughts = z(self.thoughts_count);
+        Some(Usage {
+            input: z(self.prompt)
+                .saturating_add(input)
+                .saturating_add(z(self.prompt_count)),
+            cached_input: z(self.cached)
+                .saturating_add(cache_read)
+                .saturating_add(z(self.cached_count)),
+            cache_write_input: cache_creation,
+            output: z(self.completion)
+                .saturating_add(z(self.output))
+                .saturating_add(z(self.candidates_count))
+                .saturating_add(thoughts),
+            reasoning_output: z(self.reasoning).saturating_add(thoughts),
+        })
+    }
+}
+
+/// Where usage sits in a body or an event: `usage` (Chat, Responses and Anthropic bodies,
+/// Chat's last chunk, Anthropic's `message_delta`), `message.usage` (Anthropic's
+/// `message_start`), `response.usage` (Responses stream events), `usageMetadata` (Gemini).
+/// Every other member is skipped without being decoded.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct Carrier {
+    #[serde(default)]
+    usage: Option<Value>,
+    #[serde(default, rename = "usageMetadata", alias = "usage_metadata")]
+    usage_metadata: Option<Value>,
+    #[serde(default)]
+    message: Nested,
+    #[serde(default)]
+    response: Nested,
+}
+
+impl Carrier {
+    /// Merges every usage object this carrier holds into `seen`.
+    pub(super) fn merge_into(self, seen: &mut Raw) {
+        for v in [
+            self.message.0,
+            self.response.0,
+            self.usage,
+            self.usage_metadata,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if v.is_object() {
+                seen.merge(Raw::of(&v));
+            }
+        }
+    }
+}
+
+/// The `usage` member of an object, or nothing when the value is no object (an event whose
+/// `message` is a string must not fail the whole event).
+#[derive(Debug, Default)]
+pub(super) struct Nested(Option<Value>);
+
+impl<'de> Deserialize<'de> for Nested {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(NestedVisitor)
+    }
+}
+
+struct NestedVisitor;
+
+impl<'de> Visitor<'de> for NestedVisitor {
+    type Value = Nested;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Nested, A::Error> {
+        let mut usage = None;
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if key == "usage" {
+                usage = map.next_value::<Option<Value>>()?;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(Nested(usage))
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Nested, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Nested(None))
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Nested, E> {
+        Ok(Nested(None))
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Nested, E> {
+        Ok(Nested(None))
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Nested, E> {
+        Ok(Nested(None))
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Nested, E> {
+        Ok(Nested(None))
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Nested, E> {
+        Ok(Nested(None))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Nested, E> {
+        Ok(Nested(None))
+    }
+}

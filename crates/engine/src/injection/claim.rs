@@ -1,0 +1,84 @@
+//! The handoff a request carries: a live one another account wrote for this conversation,
+//! claimed from the store (leased, so that no concurrent request injects it too), or the one
+//! built at the switch ([`super::extractive`]); given back when it does not go out.
+
+use context_relay_core::{HandoffKey, HandoffRecord};
+use context_relay_store::Claim;
+
+use super::conversation::Conversation;
+use super::ticket::release;
+use crate::extensions::ResolvedAccount;
+use crate::metrics;
+use crate::relay::Shared;
+
+/// The handoff a switch carries.
+pub(crate) enum Carried {
+    /// Claimed from the store (written earlier, or just now at the switch).
+    Claimed(Box<Claim>),
+    /// Built at the switch but not stored (the store failed): injected all the same, with
+    /// nothing to complete or release.
+    Unstored(Box<HandoffRecord>),
+}
+
+impl Carried {
+    pub(crate) fn record(&self) -> &HandoffRecord {
+        match self {
+            Carried::Claimed(c) => &c.record,
+            Carried::Unstored(r) => r,
+        }
+    }
+}
+
+/// Claims the key's handoff when one is live and was written by another account (of the
+/// serving provider, when `same_provider`: with models known, a handoff written on another
+/// provider was for a model switch to read, not for this account to consume).
+pub(super) async fn claim_for(
+    shared: &Shared,
+    key: &HandoffKey,
+    account: &ResolvedAccount,
+    same_provider: bool,
+    conversation: &Conversation,
+    lease: std::time::Duration,
+) -> Option<Claim> {
+    let claimable = |record: &context_relay_core::HandoffRecord| {
+        !record.is_from(account)
+            && conversation.owns(record.conversation_digest())
+            && (!same_provider
+                || record
+                    .from_provider
+                    .eq_ignore_ascii_case(account.provider()))
+    };
+    if !shared.store.may_contain(key) {
+        return None;
+    }
+    // Read first: while the session stays on the account that wrote the handoff (between the
+    // threshold and the rotation), a claim/release pair per request would be two writes.
+    match shared.store.get(key).await {
+        Ok(Some(record)) if claimable(&record) => {}
+        Ok(_) => return None,
+        Err(e) => {
+            metrics::store_error("get", &e);
+            return None;
+        }
+    }
+    match shared.store.claim(key, lease).await {
+        Ok(Some(claim)) if claimable(&claim.record) => Some(claim),
+        Ok(Some(claim)) => {
+            release(shared, &claim).await;
+            None
+        }
+        // Leased by a concurrent request: it injects, this one does not.
+        Ok(None) => None,
+        Err(e) => {
+            metrics::store_error("claim", &e);
+            None
+        }
+    }
+}
+
+/// Gives a claimed handoff that goes out with no request back.
+pub(super) async fn give_back(shared: &Shared, carried: Option<Carried>) {
+    if let Some(Carried::Claimed(c)) = carried {
+        release(shared, &c).await;
+    }
+}

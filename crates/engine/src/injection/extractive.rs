@@ -1,0 +1,79 @@
+//! A switch never lands with nothing: when a switch finds no stored handoff (no summary was
+//! written — a 5xx, a connection error or a 401 moved the session, its usage jumped past the
+//! handoff band in one turn, or its provider sends no quota headers), one is built there and
+//! then from the request being sent ([`switch_handoff`]), stored as `extractive` and claimed
+//! like any other, so that a retry on yet another account gets it too and a later model
+//! handoff replaces it.
+
+use std::time::SystemTime;
+
+use context_relay_core::extractive::switch_handoff;
+use context_relay_core::handoff::RECORD_VERSION;
+use context_relay_core::{ApiShape, HandoffKey, HandoffKind, HandoffRecord, RelayConfig};
+use context_relay_store::Affinity;
+
+use super::claim::Carried;
+use crate::metrics;
+use crate::relay::Shared;
+
+/// Builds, stores and claims the extractive handoff of a switch away from `previous`, from
+/// the decoded request `body`. `None` when the body holds no conversation text.
+pub(crate) async fn at_switch(
+    shared: &Shared,
+    config: &RelayConfig,
+    key: &HandoffKey,
+    shape: ApiShape,
+    body: &[u8],
+    previous: &Affinity,
+    opening: Option<u64>,
+) -> Option<Carried> {
+    let built = switch_handoff(
+        shape,
+        body,
+        config.relay_mode,
+        config.max_messages_for_summary,
+    )?;
+    let now = SystemTime::now();
+    let from = previous.account();
+    let mut record = HandoffRecord {
+        version: RECORD_VERSION,
+        kind: HandoffKind::Extractive,
+        tenant: key.tenant.clone(),
+        session: key.session.clone(),
+        combo: key.combo.clone(),
+        from_provider: from.provider().to_string(),
+        from_account: from.account().to_string(),
+        handoff: built.handoff,
+        message_count: built.message_count,
+        conversation: None,
+        compaction: false,
+        model: String::new(),
+        threshold: config.handoff_threshold,
+        generated_at: now,
+        expires_at: now + config.ttl,
+    };
+    record.set_conversation(opening);
+    let claimed = match shared.store.upsert(record.clone()).await {
+        Ok(()) => shared.store.claim(key, config.lease).await,
+        Err(e) => Err(e),
+    };
+    let carried = match claimed {
+        // (A summary that landed meanwhile is claimed instead: it is better than this one.)
+        Ok(Some(claim)) => Carried::Claimed(Box::new(claim)),
+        // Leased by a concurrent request of the conversation: that request carries it.
+        Ok(None) => return None,
+        Err(e) => {
+            metrics::store_error("extractive_at_switch", &e);
+            Carried::Unstored(Box::new(record))
+        }
+    };
+    let stored = matches!(carried, Carried::Claimed(_));
+    ::metrics::counter!(metrics::SWITCH_EXTRACTIVE, "stored" => if stored { "true" } else { "false" })
+        .increment(1);
+    tracing::info!(
+        messages = carried.record().message_count,
+        stored,
+        "no stored handoff at the switch; carrying one built from the request"
+    );
+    Some(carried)
+}

@@ -1,0 +1,124 @@
+//! The `# HELP` lines of `/metrics`: a description of every metric the gateway, its store and
+//! the relay record, registered with the installed recorder.
+
+use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+
+/// Registers the help text of every metric with the installed `metrics` recorder, so that the
+/// Prometheus page carries a `# HELP` line for each. Call it once, after installing the
+/// recorder (the binary does).
+pub fn describe_metrics() {
+    context_relay_tower::metrics::describe();
+    describe_histogram!(
+        "context_relay_gateway_request_seconds",
+        Unit::Seconds,
+        "Time to the response head, by route and status."
+    );
+    describe_histogram!(
+        "context_relay_gateway_upstream_first_byte_seconds",
+        Unit::Seconds,
+        "Time to the provider's response head, by provider."
+    );
+    describe_gauge!(
+        "context_relay_gateway_requests_in_flight",
+        "Requests whose response head has not been sent yet."
+    );
+    describe_gauge!(
+        "context_relay_gateway_connections",
+        "Client connections that have sent a request head (each holds a max_connections slot)."
+    );
+    describe_gauge!(
+        "context_relay_gateway_connections_pending",
+        "Client connections waiting for their first complete request head."
+    );
+    for (name, help) in COUNTERS {
+        describe_counter!(name, help);
+    }
+    describe_gauge!(
+        "context_relay_gateway_account_used_ratio",
+        "The last usage of each account's quota its provider reported (1 = used up), by provider and account."
+    );
+}
+
+/// Counters and their help text.
+const COUNTERS: [(&str, &str); 20] = [
+    (
+        "context_relay_gateway_connections_rejected_total",
+        "Client connections closed at the limits: no max_connections slot left, or the oldest of too many waiting for their first request head.",
+    ),
+    (
+        "context_relay_gateway_connections_timed_out_total",
+        "Client connections closed because no complete request head came within client_header_timeout_secs.",
+    ),
+    (
+        "context_relay_gateway_budget_exhausted_total",
+        "Requests answered 503 because max_buffered_bytes were buffered.",
+    ),
+    (
+        "context_relay_gateway_unauthenticated_total",
+        "Requests answered 401: no client key, or one no client has.",
+    ),
+    (
+        "context_relay_gateway_upstream_timeouts_total",
+        "Provider calls that timed out, by provider and phase.",
+    ),
+    (
+        "context_relay_gateway_panics_total",
+        "Requests whose handler panicked (answered 500).",
+    ),
+    (
+        "context_relay_gateway_upstream_responses_total",
+        "Provider answers, by provider, account and status.",
+    ),
+    (
+        "context_relay_gateway_retries_total",
+        "Attempts of a request beyond its first, by provider.",
+    ),
+    (
+        "context_relay_gateway_account_exhausted_total",
+        "Accounts taken out of rotation until their reset, by provider, account and reason (429, quota_error, quota).",
+    ),
+    (
+        "context_relay_gateway_account_refused_total",
+        "Accounts disabled because the provider refused their credential, by provider, account and status.",
+    ),
+    (
+        "context_relay_gateway_unavailable_retries_total",
+        "Requests moved to the next account after a provider failure, by provider and account.",
+    ),
+    (
+        "context_relay_gateway_upstream_errors_total",
+        "Provider calls that failed without an answer (connection errors).",
+    ),
+    (
+        "context_relay_gateway_translated_requests_total",
+        "Requests translated to another API, by from and to.",
+    ),
+    (
+        "context_relay_gateway_translate_errors_total",
+        "Requests or answers that could not be translated.",
+    ),
+    (
+        "context_relay_gateway_targets_skipped_total",
+        "Route targets skipped for a request, by provider and reason (api_shape).",
+    ),
+    (
+        "context_relay_gateway_tokens_total",
+        "Tokens the providers reported in their answers' usage, by client, provider, account, model, kind (client: client traffic; summary: the relay's own summary calls) and type (input, cached_input, cache_write_input, output, reasoning_output).",
+    ),
+    (
+        "context_relay_gateway_usage_responses_total",
+        "Provider answers whose usage was counted, by client, provider, account, model and kind.",
+    ),
+    (
+        "context_relay_gateway_config_reloads_total",
+        "Configuration reloads (SIGHUP), by outcome (applied, refused).",
+    ),
+    (
+        "context_relay_store_breaker_opened_total",
+        "Times the store's circuit breaker opened (Redis stopped answering in time), by backend.",
+    ),
+    (
+        context_relay_store::CORRUPT_RECORDS_METRIC,
+        "Stored records that could not be read and were skipped, by backend.",
+    ),
+];

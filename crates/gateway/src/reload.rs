@@ -1,0 +1,176 @@
+//! Reloading the configuration of a running gateway (SIGHUP in the binary).
+//!
+//! [`Gateway::reload`] builds the gateway of a new, already validated configuration and makes
+//! the running server serve it: clients, providers and accounts, combos, relay settings and
+//! the per-request limits take effect for the next request, on open connections too. What the
+//! old gateway knows carries over: the store, the relay's in-flight summaries, cool-downs and
+//! background work, each remaining account's usage, exhaustion and sessions (matched by
+//! provider name and account id), metrics and readiness.
+//!
+//! Some settings belong to the process and need a restart: `listen`, `[store]`, `log_format`,
+//! `relay_enabled`, `client_header_timeout_secs`, `max_connections` and
+//! `shutdown_timeout_secs`. A reload that changes them keeps the running values and says so.
+
+use std::sync::Arc;
+
+use crate::app::{Gateway, GatewayError};
+use crate::auth::{Auth, random_secret};
+use crate::budget::ByteBudget;
+use crate::combo::Routes;
+use crate::config::Config;
+use crate::pool::AccountPools;
+use crate::upstream::{Upstream, UpstreamLimits};
+
+impl Gateway {
+    /// Serves `config` from the next request on; returns the gateway of the new configuration,
+    /// which the next reload starts from. On an error nothing changes.
+    ///
+    /// Clients, providers and accounts, combos, relay settings and the per-request limits
+    /// take effect for the next request, on open connections too. The store, the relay's
+    /// in-flight summaries, cool-downs and background work, metrics, readiness, the usage
+    /// counted and the activity feed carry over, and so do each remaining account's usage,
+    /// exhaustion and sessions (matched by provider name and account id). `listen`,
+    /// `[store]`, `log_format`, `relay_enabled`, `client_header_timeout_secs`,
+    /// `max_connections` and `shutdown_timeout_secs` need a restart: a reload that changes
+    /// them keeps the running values and logs a warning.
+    ///
+    /// Only what [`service`](Self::service), [`spawn`](Self::spawn) and
+    /// [`serve`](Self::serve) serve is reloaded: a router taken with
+    /// [`router`](Self::router) keeps the configuration it was built with.
+    pub async fn reload(&self, mut config: Config) -> Result<Gateway, GatewayError> {
+        for kept in keep_process_settings(&self.config, &mut config) {
+            tracing::warn!("{kept} changed: it applies after a restart; the running value is kept");
+        }
+        config.check_open(config.listen)?;
+        let (configs, warnings) = config.relay_settings();
+        for (field, w) in warnings {
+            tracing::warn!("{field}: {w} (the default is used)");
+        }
+        for w in config.warnings() {
+            tracing::warn!("{w}");
+        }
+        let relay = self.relay.as_ref().map(|r| {
+            r.reconfigured(
+                configs,
+                config.stream_summary_providers(),
+                crate::summary::summary_settings(&config),
+            )
+        });
+        let pools = AccountPools::from_config(&config);
+        pools.carry_from(&self.pools);
+        let limits = upstream_limits(&config);
+        let upstream = if limits == upstream_limits(&self.config) {
+            self.upstream.clone()
+        } else {
+            Upstream::with_limits(limits)?.usage(self.usage.clone())
+        };
+        let budget = if config.limits.max_buffered_bytes == self.config.limits.max_buffered_bytes {
+            self.budget.clone()
+        } else {
+            ByteBudget::new(config.limits.max_buffered_bytes)
+        };
+        self.usage.set_open(config.is_open());
+        let secret = random_secret().map_err(|e| GatewayError::Secret(e.to_string()))?;
+        let next = Gateway {
+            routes: Arc::new(Routes::from_config(&config)),
+            pools: Arc::new(pools),
+            upstream,
+            store: self.store.clone(),
+            relay,
+            metrics: self.metrics.clone(),
+            auth: Auth::from_config(&config, secret),
+            budget,
+            readiness: self.readiness.clone(),
+            live: self.live.clone(),
+            usage: self.usage.clone(),
+            activity: self.activity.clone(),
+            config: Arc::new(config),
+        }
+        .load_tenant_secret()
+        .await?;
+        self.live.set(next.router(), next.body_timeout());
+        Ok(next)
+    }
+}
+
+/// The upstream client's time bounds of `config`.
+pub(crate) fn upstream_limits(config: &Config) -> UpstreamLimits {
+    let l = &config.limits;
+    UpstreamLimits {
+        connect: l.upstream_connect_timeout_secs.duration(),
+        head: l.upstream_head_timeout_secs.duration(),
+        idle: l.upstream_idle_timeout_secs.duration(),
+    }
+}
+
+/// Puts the running values of the settings that need a restart back into `next`; the names of
+/// those that differed.
+fn keep_process_settings(running: &Config, next: &mut Config) -> Vec<&'static str> {
+    let mut kept = Vec::new();
+    if next.listen != running.listen {
+        kept.push("listen");
+        next.listen = running.listen;
+    }
+    if next.store != running.store {
+        kept.push("[store]");
+        next.store = running.store.clone();
+    }
+    if next.log_format != running.log_format {
+        kept.push("log_format");
+        next.log_format = running.log_format;
+    }
+    if next.relay_enabled != running.relay_enabled {
+        kept.push("relay_enabled");
+        next.relay_enabled = running.relay_enabled;
+    }
+    let (l, r) = (&mut next.limits, &running.limits);
+    if l.client_header_timeout_secs != r.client_header_timeout_secs {
+        kept.push("limits.client_header_timeout_secs");
+        l.client_header_timeout_secs = r.client_header_timeout_secs;
+    }
+    if l.max_connections != r.max_connections {
+        kept.push("limits.max_connections");
+        l.max_connections = r.max_connections;
+    }
+    if l.shutdown_timeout_secs != r.shutdown_timeout_secs {
+        kept.push("limits.shutdown_timeout_secs");
+        l.shutdown_timeout_secs = r.shutdown_timeout_secs;
+    }
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(extra: &str) -> Config {
+        let listen = if extra.contains("listen") {
+            ""
+        } else {
+            "listen = \"127.0.0.1:4000\"\n"
+        };
+        let text = format!(
+            "{listen}{extra}\n[[providers]]\nname = \"p\"\nbase_url = \"http://h/v1\"\n[[providers.accounts]]\nid = \"a\"\napi_key = \"k\"\n"
+        );
+        Config::from_toml_str(&text, |_| None).unwrap()
+    }
+
+    #[test]
+    fn process_settings_keep_their_running_values() {
+        let running = config("");
+        let mut next = config(
+            "listen = \"127.0.0.1:5000\"\nrelay_enabled = false\n[limits]\nmax_connections = 7\nupstream_head_timeout_secs = 5\n",
+        );
+        let kept = keep_process_settings(&running, &mut next);
+        assert_eq!(kept, ["listen", "relay_enabled", "limits.max_connections"]);
+        assert_eq!(next.listen, running.listen);
+        assert!(next.relay_enabled);
+        assert_eq!(next.limits.max_connections, running.limits.max_connections);
+        // A per-request limit is reloaded.
+        assert_eq!(
+            next.limits.upstream_head_timeout_secs.duration().as_secs(),
+            5
+        );
+        assert!(keep_process_settings(&running, &mut config("")).is_empty());
+    }
+}

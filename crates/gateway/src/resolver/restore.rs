@@ -1,0 +1,82 @@
+//! Session bindings rebuilt from the store's affinity, so that a restart (or a binding the pool
+//! forgot) does not move a session off its account.
+//!
+//! The pool's bindings live in memory; the relay records, durably, the account that last served
+//! each `(tenant, session, combo)` (its affinity). A session the pool has no binding for is
+//! looked up there once, before its first attempt: when its account belongs to one of the
+//! request's targets, the session is bound to it again. Without this, every session on a later
+//! account went back to the first available one after a restart, and paid a switch (scrub,
+//! handoff, lost prompt cache). Only combo requests have an affinity; a store error leaves the
+//! request to fill-first placement, as before.
+
+use std::sync::Arc;
+
+use context_relay_core::HandoffKey;
+use context_relay_store::HandoffStore;
+use context_relay_tower::{ComboName, SessionId, Tenant};
+use http::Extensions;
+
+use crate::combo::RouteTargets;
+use crate::pool::AccountPools;
+
+/// The store whose affinities [`rebind`] reads.
+#[derive(Clone)]
+pub(crate) struct AffinityStore(pub(crate) Arc<dyn HandoffStore>);
+
+impl std::fmt::Debug for AffinityStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("AffinityStore")
+            .field(&self.0.backend())
+            .finish()
+    }
+}
+
+/// Binds `session` (the pool key) to the account of its stored affinity when no pool of the
+/// request's targets knows it.
+pub(super) async fn rebind(
+    pools: &AccountPools,
+    store: &dyn HandoffStore,
+    extensions: &Extensions,
+    session: &str,
+    targets: &RouteTargets,
+) {
+    let target_pools = targets.0.iter().filter_map(|t| pools.get(&t.provider));
+    if target_pools.clone().any(|p| p.bound(session).is_some()) {
+        return;
+    }
+    let (Some(tenant), Some(id), Some(combo)) = (
+        extensions.get::<Tenant>(),
+        extensions.get::<SessionId>(),
+        extensions.get::<ComboName>(),
+    ) else {
+        return;
+    };
+    let key = HandoffKey::new(tenant.0.clone(), id.0.clone(), combo.0.clone());
+    let affinity = match store.affinity(&key).await {
+        Ok(Some(a)) => a,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::debug!(error = %e, "affinity not readable; the session is placed afresh");
+            return;
+        }
+    };
+    let account = affinity.account();
+    let Some(pool) = target_pools
+        .into_iter()
+        .find(|p| **p.name() == **account.provider())
+    else {
+        return;
+    };
+    if let Some(idx) = pool
+        .accounts()
+        .iter()
+        .position(|a| *a.id == **account.account())
+    {
+        pool.bind(session, idx);
+        tracing::debug!(
+            provider = %pool.name(),
+            account = %account.account(),
+            "session bound again to the account of its stored affinity"
+        );
+    }
+}

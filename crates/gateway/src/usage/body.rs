@@ -1,0 +1,103 @@
+//! The response body wrapper that reads an answer's usage as it streams by.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use context_relay_core::usage::UsageReader;
+use http_body::{Body, Frame, SizeHint};
+
+use super::{Labels, UsageLedger};
+
+/// What a metered body counts, and where.
+struct Meter {
+    reader: UsageReader,
+    ledger: UsageLedger,
+    labels: Labels,
+}
+
+pin_project_lite::pin_project! {
+    /// A response body that feeds every data frame to a [`UsageReader`] and counts the usage
+    /// once: as soon as the inner body reports its end, or when the body is dropped (a cut
+    /// stream, a client that went away), with what arrived. Without a meter it only forwards.
+    pub(crate) struct MeteredBody<B> {
+        #[pin]
+        inner: B,
+        meter: Option<Box<Meter>>,
+    }
+
+    impl<B> PinnedDrop for MeteredBody<B> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            count(this.meter);
+        }
+    }
+}
+
+impl<B> MeteredBody<B> {
+    /// `inner`, its usage counted in `ledger` under `labels`; `encoding` is the body's
+    /// `content-encoding`.
+    pub(crate) fn new(inner: B, ledger: UsageLedger, labels: Labels, encoding: &str) -> Self {
+        Self {
+            inner,
+            meter: Some(Box::new(Meter {
+                reader: UsageReader::new(encoding),
+                ledger,
+                labels,
+            })),
+        }
+    }
+
+    /// `inner`, not metered.
+    pub(crate) fn plain(inner: B) -> Self {
+        Self { inner, meter: None }
+    }
+}
+
+/// Counts the usage read so far, once.
+fn count(meter: &mut Option<Box<Meter>>) {
+    if let Some(mut m) = meter.take()
+        && let Some(usage) = m.reader.finish()
+    {
+        m.ledger.record(m.labels, &usage);
+    }
+}
+
+impl<B> Body for MeteredBody<B>
+where
+    B: Body<Data = Bytes>,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let mut this = self.project();
+        let frame = std::task::ready!(this.inner.as_mut().poll_frame(cx));
+        match &frame {
+            Some(Ok(f)) => {
+                if let (Some(m), Some(data)) = (this.meter.as_mut(), f.data_ref()) {
+                    m.reader.push(data);
+                }
+                // The consumer may not poll again once the body says it ended.
+                if this.inner.is_end_stream() {
+                    count(this.meter);
+                }
+            }
+            None => count(this.meter),
+            // A failed body is cut: what arrived is counted when it is dropped.
+            Some(Err(_)) => {}
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

@@ -1,0 +1,298 @@
+//! Usage accounting: the tokens providers report in their answers, counted per client,
+//! provider, account, model and kind of traffic.
+//!
+//! Every successful answer of a provider is read as it streams back to the client
+//! ([`MeteredBody`], with [`UsageReader`](context_relay_core::usage::UsageReader)): its usage
+//! (JSON, or the stream's usage events; cached and reasoning tokens where the provider sends
+//! them) is counted when the body ends, and also when it is cut or dropped: what arrived is
+//! counted. Labels:
+//!
+//! - `client`: the `[[clients]]` name (an open gateway counts all its callers as `open`);
+//! - `provider`, `account`: the account that answered;
+//! - `model`: the model the request was sent for (the target's);
+//! - `kind`: `client` for client traffic, `summary` for the relay's own summary calls (what
+//!   the relay costs).
+//!
+//! Metrics (counters): `context_relay_gateway_tokens_total{client,provider,account,model,kind,type}`
+//! with `type` one of `input`, `cached_input`, `cache_write_input`, `output`,
+//! `reasoning_output` (`input` includes the cached and cache-write tokens, `output` the
+//! reasoning ones), and `context_relay_gateway_usage_responses_total{client,provider,account,model,kind}`,
+//! the answers that reported usage. The same totals are kept in memory for the console and
+//! `GET /admin/usage`.
+
+mod body;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use context_relay_core::usage::Usage;
+use context_relay_tower::{ResolvedAccount, ServingModel, SkipRelay, Tenant};
+use foldhash::HashMap;
+use http::Extensions;
+use metrics::Counter;
+use serde::Serialize;
+
+use crate::auth::Anonymous;
+
+pub(crate) use body::MeteredBody;
+
+/// Token counts, by type, as the `type` label names them.
+const TYPES: [&str; 5] = [
+    "input",
+    "cached_input",
+    "cache_write_input",
+    "output",
+    "reasoning_output",
+];
+
+/// Client traffic, or the relay's own summary calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Traffic {
+    /// A client's request.
+    Client,
+    /// A summary call of the relay.
+    Summary,
+}
+
+impl Traffic {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Client => "client",
+            Self::Summary => "summary",
+        }
+    }
+}
+
+/// Who one answer's usage is counted for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Labels {
+    pub(crate) client: Arc<str>,
+    pub(crate) provider: Arc<str>,
+    pub(crate) account: Arc<str>,
+    /// The target, `provider/model` (shared with the request: no copy per answer).
+    pub(crate) serving: Arc<str>,
+    pub(crate) kind: Traffic,
+}
+
+impl Labels {
+    /// The model of the target.
+    pub(crate) fn model(&self) -> &str {
+        self.serving
+            .split_once('/')
+            .map_or(&*self.serving, |(_, model)| model)
+    }
+}
+
+/// The running totals of one label set.
+struct Entry {
+    labels: Labels,
+    responses: AtomicU64,
+    tokens: [AtomicU64; 5],
+    responses_counter: Counter,
+    counters: [Counter; 5],
+}
+
+impl Entry {
+    fn new(labels: Labels) -> Self {
+        let l = &labels;
+        let counter = |kind: &'static str| {
+            metrics::counter!(
+                "context_relay_gateway_tokens_total",
+                "client" => l.client.to_string(),
+                "provider" => l.provider.to_string(),
+                "account" => l.account.to_string(),
+                "model" => l.model().to_owned(),
+                "kind" => l.kind.as_str(),
+                "type" => kind
+            )
+        };
+        let counters = TYPES.map(counter);
+        let responses_counter = metrics::counter!(
+            "context_relay_gateway_usage_responses_total",
+            "client" => l.client.to_string(),
+            "provider" => l.provider.to_string(),
+            "account" => l.account.to_string(),
+            "model" => l.model().to_owned(),
+            "kind" => l.kind.as_str()
+        );
+        Self {
+            labels,
+            responses: AtomicU64::new(0),
+            tokens: Default::default(),
+            responses_counter,
+            counters,
+        }
+    }
+
+    fn add(&self, usage: &Usage) {
+        let counts = [
+            usage.input,
+            usage.cached_input,
+            usage.cache_write_input,
+            usage.output,
+            usage.reasoning_output,
+        ];
+        self.responses.fetch_add(1, Ordering::Relaxed);
+        self.responses_counter.increment(1);
+        for ((total, counter), n) in self.tokens.iter().zip(&self.counters).zip(counts) {
+            total.fetch_add(n, Ordering::Relaxed);
+            counter.increment(n);
+        }
+    }
+}
+
+/// One row of [`UsageLedger::rows`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct UsageRow {
+    pub(crate) client: String,
+    pub(crate) provider: String,
+    pub(crate) account: String,
+    pub(crate) model: String,
+    pub(crate) kind: Traffic,
+    /// Answers that reported usage.
+    pub(crate) responses: u64,
+    pub(crate) input: u64,
+    pub(crate) cached_input: u64,
+    pub(crate) cache_write_input: u64,
+    pub(crate) output: u64,
+    pub(crate) reasoning_output: u64,
+}
+
+/// The usage counted by a gateway; clones share it (it outlives configuration reloads).
+#[derive(Clone, Default)]
+pub(crate) struct UsageLedger(Arc<Inner>);
+
+struct Inner {
+    /// The gateway has no `[[clients]]`: callers are counted as `open`.
+    open: AtomicBool,
+    /// The `client` label of an open gateway's callers, made once.
+    open_client: Arc<str>,
+    /// The label of what is unknown, made once.
+    unknown: Arc<str>,
+    entries: Mutex<HashMap<Labels, Arc<Entry>>>,
+}
+
+impl Default for Inner {
+    fn default() -> Self {
+        Self {
+            open: AtomicBool::new(false),
+            open_client: Arc::from("open"),
+            unknown: Arc::from("-"),
+            entries: Mutex::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for UsageLedger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UsageLedger").finish_non_exhaustive()
+    }
+}
+
+impl UsageLedger {
+    /// Whether the gateway runs without `[[clients]]` (set again on a reload).
+    pub(crate) fn set_open(&self, open: bool) {
+        self.0.open.store(open, Ordering::Relaxed);
+    }
+
+    /// The labels of an upstream attempt (its request's extensions), or `None` when it was
+    /// not routed to an account.
+    pub(crate) fn labels(&self, extensions: &Extensions) -> Option<Labels> {
+        let account = extensions.get::<ResolvedAccount>()?;
+        let serving = extensions
+            .get::<ServingModel>()
+            .map_or_else(|| self.0.unknown.clone(), |m| m.0.clone());
+        // With `[[clients]]` the tenant is the client's name; an open gateway's tenants are
+        // keyed hashes, one per credential, which would make a label per caller.
+        let client = if self.0.open.load(Ordering::Relaxed) {
+            self.0.open_client.clone()
+        } else {
+            extensions
+                .get::<Tenant>()
+                .map_or_else(|| self.0.unknown.clone(), |t| t.0.clone())
+        };
+        let internal =
+            extensions.get::<SkipRelay>().is_some() && extensions.get::<Anonymous>().is_none();
+        Some(Labels {
+            client,
+            provider: account.provider().clone(),
+            account: account.account().clone(),
+            serving,
+            kind: if internal {
+                Traffic::Summary
+            } else {
+                Traffic::Client
+            },
+        })
+    }
+
+    /// Counts one answer's usage.
+    pub(crate) fn record(&self, labels: Labels, usage: &Usage) {
+        let entry = {
+            let mut entries = self
+                .0
+                .entries
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match entries.get(&labels) {
+                Some(e) => e.clone(),
+                None => {
+                    let e = Arc::new(Entry::new(labels.clone()));
+                    entries.insert(labels, e.clone());
+                    e
+                }
+            }
+        };
+        entry.add(usage);
+    }
+
+    /// Every label set counted so far with its totals, ordered by client, provider, account,
+    /// model and kind.
+    pub(crate) fn rows(&self) -> Vec<UsageRow> {
+        let entries: Vec<Arc<Entry>> = self
+            .0
+            .entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
+        let mut rows: Vec<UsageRow> = entries
+            .iter()
+            .map(|e| {
+                let t = |i: usize| e.tokens[i].load(Ordering::Relaxed);
+                let l = &e.labels;
+                UsageRow {
+                    client: l.client.to_string(),
+                    provider: l.provider.to_string(),
+                    account: l.account.to_string(),
+                    model: l.model().to_owned(),
+                    kind: l.kind,
+                    responses: e.responses.load(Ordering::Relaxed),
+                    input: t(0),
+                    cached_input: t(1),
+                    cache_write_input: t(2),
+                    output: t(3),
+                    reasoning_output: t(4),
+                }
+            })
+            .collect();
+        rows.sort_by(|a, b| {
+            let key = |r: &UsageRow| {
+                (
+                    r.client.clone(),
+                    r.provider.clone(),
+                    r.account.clone(),
+                    r.model.clone(),
+                    r.kind.as_str(),
+                )
+            };
+            key(a).cmp(&key(b))
+        });
+        rows
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,197 @@
+//! The console in a real browser: headless Chromium (Debian's `chromium`, driven through
+//! `chromedriver`) against a gateway over the simulated provider. It signs in with the admin
+//! token, sees the accounts in configuration order, watches a Codex session write its
+//! handoff and rotate (the switch, the handoff and the usage appear live), views a Claude
+//! session's handoff and deletes it, and saves screenshots (laptop and phone widths) under
+//! the test's output folder (`CARGO_TARGET_TMPDIR/console/`).
+
+#[path = "../support/mod.rs"]
+mod support;
+mod webdriver;
+
+use http::Request;
+use http_body_util::{BodyExt, Full};
+use support::{ADMIN_TOKEN, Client, Conversation, Harness, MEMORY, handoff_ready};
+use webdriver::{Browser, Driver};
+
+/// Waits until `css` is on the page and its text holds every one of `words`.
+async fn shows(browser: &Browser<'_>, css: &str, words: &[&str]) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let element = browser.must(css).await;
+        let text = browser.text(&element).await;
+        if words.iter().all(|w| text.contains(w)) {
+            return text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{css} reads {text:?}, without all of {words:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_shows_a_rotation_live_and_deletes_a_handoff() {
+    let h = Harness::start(1, MEMORY, context_relay_sim::SimProvider::builder()).await;
+    let url = h.gateways[0].1.url();
+    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("console");
+    std::fs::create_dir_all(&out).unwrap();
+    let profile = tempfile::tempdir().unwrap();
+
+    // No page and no data without the token.
+    for path in [
+        "/admin/console.js",
+        "/admin/usage",
+        "/admin/events",
+        "/admin/accounts",
+    ] {
+        let req = Request::get(format!("{url}{path}"))
+            .body(Full::default())
+            .unwrap();
+        let res = h.client.request(req).await.unwrap();
+        assert_eq!(res.status(), 401, "{path}");
+        res.into_body().collect().await.unwrap();
+    }
+
+    let driver = Driver::start().await;
+    let browser = driver.session(profile.path()).await;
+    browser.go(&format!("{url}/admin/")).await;
+    let token = browser.must("#token").await;
+    assert_eq!(
+        browser.count("#accounts").await,
+        0,
+        "the console is behind the login"
+    );
+    // A wrong token is refused.
+    browser.type_into(&token, "not-the-token").await;
+    browser.click(&browser.must("#sign-in").await).await;
+    shows(&browser, "p.error", &["not the admin token"]).await;
+    let token = browser.must("#token").await;
+    browser.type_into(&token, ADMIN_TOKEN).await;
+    browser.click(&browser.must("#sign-in").await).await;
+
+    // The accounts, per provider, in configuration order.
+    browser.must("#accounts tr[data-account='acct-z']").await;
+    let order = browser
+        .eval("return [...document.querySelectorAll('#accounts tr[data-account]')].map(r => r.dataset.account)")
+        .await;
+    assert_eq!(
+        order,
+        serde_json::json!([
+            "acct-a",
+            "acct-b",
+            "acct-c",
+            "acct-x",
+            "acct-y",
+            "acct-z",
+            "acct-dead"
+        ])
+    );
+    shows(&browser, "#live", &["live"]).await;
+
+    // A Codex session: three turns on acct-a write a handoff, then acct-a is used up.
+    let mut codex = Conversation::new(Client::Codex, "browser-codex");
+    handoff_ready(&h, &mut codex, "browser-codex").await;
+    shows(
+        &browser,
+        "#handoffs tr[data-session='browser-codex']",
+        &["generated", "codex/acct-a"],
+    )
+    .await;
+    shows(
+        &browser,
+        "#activity li[data-event='generated']",
+        &["browser-codex", "acct-a"],
+    )
+    .await;
+    // The next turn lands on acct-b with the handoff.
+    let (status, acted, _) = codex.turn(&h, 0).await;
+    assert_eq!(status, 200);
+    assert!(acted.unwrap_or_default().contains("injected"));
+    let switch = shows(
+        &browser,
+        "#activity li[data-event='switch']",
+        &["acct-a → acct-b", "injected"],
+    )
+    .await;
+    assert!(switch.contains("browser-codex"), "{switch}");
+    shows(
+        &browser,
+        "#activity li[data-event='exhausted']",
+        &["acct-a", "429"],
+    )
+    .await;
+    shows(
+        &browser,
+        "#accounts tr[data-account='acct-a']",
+        &["exhausted"],
+    )
+    .await;
+    shows(&browser, "#accounts tr[data-account='acct-b']", &["1"]).await;
+    // The handoff was consumed by the switch.
+    browser
+        .gone("#handoffs tr[data-session='browser-codex']")
+        .await;
+    // Usage: client traffic on both accounts, and the summary call on acct-a.
+    shows(
+        &browser,
+        "#usage tr[data-account='acct-b'][data-kind='client']",
+        &["gpt-5.5"],
+    )
+    .await;
+    shows(
+        &browser,
+        "#usage tr[data-account='acct-a'][data-kind='summary']",
+        &["summary"],
+    )
+    .await;
+
+    // A Claude session's handoff: viewed, then deleted from the page.
+    let mut claude = Conversation::new(Client::Claude, "browser-claude");
+    for _ in 0..3 {
+        assert_eq!(claude.turn(&h, 0).await.0, 200);
+    }
+    h.idle().await;
+    let row = "#handoffs tr[data-session='browser-claude']";
+    shows(&browser, row, &["generated", "anthropic/acct-x"]).await;
+    browser
+        .click(&browser.must(&format!("{row} button.view")).await)
+        .await;
+    shows(
+        &browser,
+        "#handoff-view",
+        &["Adding a --json flag", "src/cli.rs"],
+    )
+    .await;
+    std::fs::write(out.join("console-handoff.png"), browser.screenshot().await).unwrap();
+    browser
+        .click(&browser.must("#handoff-view button.close").await)
+        .await;
+    let delete = browser.must(&format!("{row} button.delete")).await;
+    browser.click(&delete).await;
+    shows(&browser, &format!("{row} button.delete"), &["Confirm"]).await;
+    browser.click(&delete).await;
+    browser.gone(row).await;
+    assert_eq!(
+        h.handoffs("browser-claude").await,
+        0,
+        "deleted from the store"
+    );
+
+    // Screenshots: a laptop and a phone.
+    let laptop = browser.screenshot().await;
+    assert!(laptop.starts_with(b"\x89PNG"), "a PNG");
+    std::fs::write(out.join("console.png"), laptop).unwrap();
+    browser.window(390, 844).await;
+    let overflow = browser
+        .eval("return document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        .await;
+    assert!(
+        overflow.as_i64().unwrap_or(i64::MAX) <= 0,
+        "the page scrolls sideways on a phone by {overflow} px"
+    );
+    std::fs::write(out.join("console-phone.png"), browser.screenshot().await).unwrap();
+    eprintln!("screenshots in {}", out.display());
+    browser.quit().await;
+}

@@ -1,0 +1,259 @@
+//! SIGHUP reloads the configuration of the running binary: a good file changes clients,
+//! accounts and combos for the next request and keeps sessions on their accounts; a bad file
+//! keeps the running configuration and the log says why. `/metrics` has a `# HELP` line for
+//! every metric. `--probe` (the container health check) says whether the gateway is ready.
+#![cfg(unix)]
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use context_relay_sim::SimProvider;
+use http::Request;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{Value, json};
+
+const ADMIN: &str = "reload-admin";
+
+/// The binary as a child process, its stderr read line by line on a thread.
+struct Running {
+    child: Child,
+    url: String,
+    log: mpsc::Receiver<String>,
+}
+
+impl Running {
+    fn start(config: &Path) -> Self {
+        let (mut child, url) = support::start_binary(
+            env!("CARGO_BIN_EXE_context-relay-gateway"),
+            config,
+            "info,context_relay_gateway::access=off",
+            Stdio::piped(),
+        );
+        let (tx, log) = mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self { child, url, log }
+    }
+
+    fn signal(&self, sig: &str) {
+        support::signal(&self.child, sig);
+    }
+
+    /// Sends SIGHUP and waits for the log line that tells how the reload went.
+    fn reload(&self) -> String {
+        self.signal("-HUP");
+        loop {
+            let line = self
+                .log
+                .recv_timeout(Duration::from_secs(20))
+                .expect("the gateway logs the reload's outcome");
+            if line.contains("configuration reloaded") || line.contains("not reloaded") {
+                return line;
+            }
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+}
+
+fn config(base_url: &str, clients: &[&str], accounts: &[&str], combos: &[&str]) -> String {
+    let mut text = format!("admin_token = \"{ADMIN}\"\n[store]\nbackend = \"memory\"\n");
+    for c in clients {
+        text.push_str(&format!(
+            "[[clients]]\nname = \"{c}\"\nkey = \"key-of-{c}\"\n"
+        ));
+    }
+    text.push_str(&format!(
+        "[[providers]]\nname = \"codex\"\nbase_url = \"{base_url}\"\n"
+    ));
+    for a in accounts {
+        text.push_str(&format!(
+            "  [[providers.accounts]]\n  id = \"{a}\"\n  api_key = \"key-{a}\"\n"
+        ));
+    }
+    for c in combos {
+        text.push_str(&format!(
+            "[[combos]]\nname = \"{c}\"\ntargets = [\"codex/gpt-5.5\"]\n"
+        ));
+    }
+    text
+}
+
+type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// One Chat turn: the status and the account that served it.
+async fn turn(client: &HttpClient, url: &str, who: &str, combo: &str, session: &str) -> u16 {
+    let body = json!({"model": combo, "messages": [{"role": "user", "content": "hi"}]});
+    let req = Request::post(format!("{url}/v1/chat/completions"))
+        .header("authorization", format!("Bearer key-of-{who}"))
+        .header("session-id", session)
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap();
+    let res = client.request(req).await.unwrap();
+    let status = res.status().as_u16();
+    res.into_body().collect().await.unwrap();
+    status
+}
+
+async fn get(client: &HttpClient, url: &str) -> String {
+    let req = Request::get(url)
+        .header("authorization", format!("Bearer {ADMIN}"))
+        .body(Full::default())
+        .unwrap();
+    let res = client.request(req).await.unwrap();
+    String::from_utf8(res.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap()
+}
+
+#[tokio::test]
+async fn sighup_reloads_a_good_file_and_keeps_the_running_one_over_a_bad_file() {
+    let sim = SimProvider::builder()
+        .account("acct-a", "key-acct-a")
+        .account("acct-b", "key-acct-b")
+        .account("acct-c", "key-acct-c")
+        .start()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    let base = sim.base_url();
+    std::fs::write(
+        &path,
+        config(&base, &["alice"], &["acct-a", "acct-b"], &["codex-relay"]),
+    )
+    .unwrap();
+    let gw = Running::start(&path);
+    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+    let served = || sim.requests().last().and_then(|r| r.account.clone());
+
+    assert_eq!(
+        turn(&client, &gw.url, "alice", "codex-relay", "s1").await,
+        200
+    );
+    assert_eq!(served().as_deref(), Some("acct-a"));
+    // A second session pinned to acct-b: acct-a is used up for one turn.
+    sim.set_used("acct-a", 100.0);
+    assert_eq!(
+        turn(&client, &gw.url, "alice", "codex-relay", "s2").await,
+        200
+    );
+    assert_eq!(served().as_deref(), Some("acct-b"));
+    sim.set_used("acct-a", 0.0);
+    assert_eq!(
+        turn(&client, &gw.url, "bob", "codex-relay", "s3").await,
+        401
+    );
+
+    // A good file: bob may call, acct-c is added before the others, a second combo exists.
+    std::fs::write(
+        &path,
+        config(
+            &base,
+            &["alice", "bob"],
+            &["acct-c", "acct-a", "acct-b"],
+            &["codex-relay", "second"],
+        ),
+    )
+    .unwrap();
+    let line = gw.reload();
+    assert!(line.contains("configuration reloaded"), "{line}");
+    assert_eq!(turn(&client, &gw.url, "bob", "second", "s3").await, 200);
+    // A new session fills the new first account; s2 stays where it was (acct-a is available
+    // again, so it is the carried-over binding that keeps it on acct-b).
+    assert_eq!(served().as_deref(), Some("acct-c"));
+    assert_eq!(
+        turn(&client, &gw.url, "alice", "codex-relay", "s2").await,
+        200
+    );
+    assert_eq!(served().as_deref(), Some("acct-b"));
+    let accounts: Value =
+        serde_json::from_str(&get(&client, &format!("{}/admin/accounts", gw.url)).await).unwrap();
+    let listed: Vec<&str> = accounts["accounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["account"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, ["acct-c", "acct-a", "acct-b"]);
+
+    // A bad file: the running configuration stays, and the log says why.
+    std::fs::write(
+        &path,
+        "[[providers]]\nname = \"codex\"\nbase_urll = \"x\"\n",
+    )
+    .unwrap();
+    let line = gw.reload();
+    assert!(
+        line.contains("not reloaded") && line.contains("line 3"),
+        "{line}"
+    );
+    assert_eq!(turn(&client, &gw.url, "bob", "second", "s4").await, 200);
+    // Valid TOML that fails validation is refused the same way.
+    std::fs::write(
+        &path,
+        config(&base, &["alice"], &["acct-a"], &["codex-relay"]).replace("codex/gpt-5.5", "nope/x"),
+    )
+    .unwrap();
+    let line = gw.reload();
+    assert!(line.contains("not reloaded"), "{line}");
+    assert_eq!(turn(&client, &gw.url, "bob", "second", "s5").await, 200);
+
+    // Every metric family on the page has its help text.
+    let page = get(&client, &format!("{}/metrics", gw.url)).await;
+    let families: Vec<&str> = page
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(families.len() > 5, "{page}");
+    for f in &families {
+        assert!(
+            page.contains(&format!("# HELP {f} ")),
+            "no # HELP line for {f} in\n{page}"
+        );
+    }
+    assert!(
+        page.contains("context_relay_gateway_config_reloads_total{outcome=\"refused\"} 2"),
+        "{page}"
+    );
+
+    // The container health check.
+    let probe = |url: String| {
+        Command::new(env!("CARGO_BIN_EXE_context-relay-gateway"))
+            .arg("--probe")
+            .arg(url)
+            .output()
+            .unwrap()
+    };
+    let ready = probe(format!("{}/readyz", gw.url));
+    assert!(ready.status.success(), "{ready:?}");
+    let url = gw.url.clone();
+    gw.signal("-TERM");
+    let mut gw = gw;
+    assert!(gw.child.wait().unwrap().success());
+    let gone = probe(format!("{url}/readyz"));
+    assert!(!gone.status.success());
+    assert!(
+        String::from_utf8_lossy(&gone.stderr).contains("not ready"),
+        "{gone:?}"
+    );
+}
