@@ -10,10 +10,10 @@ use std::net::SocketAddr;
 use context_relay_core::config::RelayOverrides;
 use http::HeaderValue;
 
+use super::Config;
 use super::clients::parse_hex32;
 use super::error::{ConfigError, invalid};
 use super::limits::{MAX_SECS, MIN_SECS};
-use super::{Config, StoreBackend, StoreConfig};
 use crate::secret::redact_url;
 
 /// Largest relay `ttl_secs` (30 days): beyond it `now + ttl` can overflow a timestamp.
@@ -346,71 +346,6 @@ fn validate_relay(field: &str, r: &RelayOverrides) -> Result<(), ConfigError> {
     Ok(())
 }
 
-impl StoreConfig {
-    fn validate(&self) -> Result<(), ConfigError> {
-        if !(1..=10_000).contains(&self.request_timeout_ms) {
-            return Err(invalid(
-                "store.request_timeout_ms",
-                "a number of milliseconds from 1 to 10000",
-                self.request_timeout_ms.to_string(),
-            ));
-        }
-        match self.backend {
-            StoreBackend::Redis => self.validate_redis(),
-            StoreBackend::Redb if self.path.as_os_str().is_empty() => {
-                Err(invalid("store.path", "a file path", "\"\""))
-            }
-            _ => Ok(()),
-        }
-    }
-}
-
-impl StoreConfig {
-    fn validate_redis(&self) -> Result<(), ConfigError> {
-        let Some(url) = self.url.as_deref() else {
-            return Err(invalid(
-                "store.url",
-                "a redis URL with backend = \"redis\"",
-                "none",
-            ));
-        };
-        let (expected, urls): (_, Vec<&str>) = if self.cluster {
-            (
-                "redis:// or rediss:// URLs of cluster nodes, comma-separated",
-                url.split(',').map(str::trim).collect(),
-            )
-        } else if url.contains(",redis://") || url.contains(",rediss://") {
-            // Several nodes, but not said to be a cluster.
-            (
-                "one redis:// or rediss:// URL (several need cluster = true)",
-                vec![""],
-            )
-        } else {
-            ("a redis:// or rediss:// URL", vec![url])
-        };
-        if !urls
-            .iter()
-            .all(|u| u.starts_with("redis://") || u.starts_with("rediss://"))
-        {
-            return Err(invalid(
-                "store.url",
-                expected,
-                format!("{:?}", redact_url(url)),
-            ));
-        }
-        if self.cluster
-            && let Some(prefix) = self.prefix.as_deref().filter(|p| p.contains(['{', '}']))
-        {
-            return Err(invalid(
-                "store.prefix",
-                "a prefix without { or } (on a cluster they choose a key's slot)",
-                format!("{prefix:?}"),
-            ));
-        }
-        Ok(())
-    }
-}
-
 /// `url` as an error may show it: a password in it is hidden.
 fn shown(url: &str) -> String {
     if !url.contains('@') {
@@ -566,32 +501,6 @@ mod tests {
         assert!(e.contains("both"), "{e}");
         let e = err("admin_token_env = \"UNSET\"", "");
         assert!(e.contains("UNSET") && e.contains("not set"), "{e}");
-    }
-
-    #[test]
-    fn a_redis_cluster_takes_several_nodes_and_no_brace_in_the_prefix() {
-        let store = |keys: &str| format!("[store]\nbackend = \"redis\"\n{keys}\n");
-        let c = load(
-            "",
-            &store("cluster = true\nurl = \"redis://:pw@a:1/, rediss://b:2/\""),
-        )
-        .unwrap();
-        assert!(c.store.cluster);
-        // Without `cluster`, a list is no URL; the error shows no password.
-        let e = err("", &store("url = \"redis://a:1/,redis://:pw-9@b:2/\""));
-        assert!(e.contains("store.url") && !e.contains("pw-9"), "{e}");
-        let e = err(
-            "",
-            &store("cluster = true\nurl = \"redis://a:1/,http://b:2/\""),
-        );
-        assert!(e.contains("comma-separated"), "{e}");
-        let e = err(
-            "",
-            &store("cluster = true\nurl = \"redis://a:1/\"\nprefix = \"{cr}:\""),
-        );
-        assert!(e.contains("store.prefix"), "{e}");
-        // One Redis takes any prefix.
-        load("", &store("url = \"redis://a:1/\"\nprefix = \"{cr}:\"")).unwrap();
     }
 
     #[test]
