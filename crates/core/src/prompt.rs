@@ -46,7 +46,9 @@ pub const SUMMARY_MAX_TOKENS: u32 = 800;
 pub struct SummarySettings {
     /// The model that writes summaries; unset = the model of the triggering request.
     pub model: Option<String>,
-    /// Output token limit (default 800).
+    /// Output token limit (default 800). `0` sends none where the API allows it (the ChatGPT
+    /// Codex backend refuses `max_output_tokens`); Anthropic Messages, which requires one, then
+    /// gets the default.
     pub max_output_tokens: u32,
     /// Whether to ask for a streamed reply; unset = as the client did (Responses) or `false`.
     pub stream: Option<bool>,
@@ -183,7 +185,9 @@ pub fn summary_request_carrying(
             body.extend(field("store").map(|v| ("store".to_owned(), v)));
             let stream = settings.stream.map(Value::Bool).or_else(|| field("stream"));
             body.extend(stream.map(|v| ("stream".to_owned(), v)));
-            body.insert("max_output_tokens".to_owned(), json!(limit));
+            if limit > 0 {
+                body.insert("max_output_tokens".to_owned(), json!(limit));
+            }
         }
         ApiShape::AnthropicMessages => {
             body.extend(model.map(|m| ("model".to_owned(), m)));
@@ -192,7 +196,8 @@ pub fn summary_request_carrying(
                 "messages".to_owned(),
                 json!([{"role": "user", "content": prompt}]),
             );
-            body.insert("max_tokens".to_owned(), json!(limit));
+            let required = if limit > 0 { limit } else { SUMMARY_MAX_TOKENS };
+            body.insert("max_tokens".to_owned(), json!(required));
             body.insert("thinking".to_owned(), json!({"type": "disabled"}));
             body.insert(
                 "stream".to_owned(),
@@ -218,17 +223,21 @@ pub fn summary_request_carrying(
             } else {
                 "max_tokens"
             };
-            body.insert(key.to_owned(), json!(limit));
+            if limit > 0 {
+                body.insert(key.to_owned(), json!(limit));
+            }
         }
         ApiShape::Gemini => {
             body.insert(
                 "contents".to_owned(),
                 json!([{"role": "user", "parts": [{"text": prompt}]}]),
             );
-            body.insert(
-                "generationConfig".to_owned(),
-                json!({"maxOutputTokens": limit}),
-            );
+            if limit > 0 {
+                body.insert(
+                    "generationConfig".to_owned(),
+                    json!({"maxOutputTokens": limit}),
+                );
+            }
         }
     }
     for (k, v) in &settings.params {

@@ -19,11 +19,18 @@
 //!   session (of one tenant / combo when given) → `{"deleted": N}`.
 //!
 //! - `GET /admin/accounts` →
-//!   `{"accounts":[{"provider","account","used_ratio","resets_at","state","sessions"}]}` in
-//!   configuration order: `used_ratio` is the last usage fraction the provider reported (`null`
-//!   before any), `resets_at` (RFC 3339, or `null`) when an exhausted or disabled account comes
-//!   back, `state` one of `available | exhausted | disabled` (disabled: the provider refused
-//!   its key), and `sessions` the number of sessions bound to the account.
+//!   `{"accounts":[{"provider","account","used_ratio","resets_at","state","sessions","login"}]}`
+//!   in configuration order: `used_ratio` is the last usage fraction the provider reported
+//!   (`null` before any), `resets_at` (RFC 3339, or `null`) when an exhausted or disabled
+//!   account comes back (`null` for a login refused for good: it comes back when someone logs
+//!   in again), `state` one of `available | exhausted | disabled` (disabled: the provider
+//!   refused its key, or its login's refresh was refused for good), `sessions` the number of
+//!   sessions bound to the account, and `login` `null` for an API key, else the subscription
+//!   login's `{"auth", "expires_at", "state", "error"}`: `auth` `chatgpt | claude-oauth`,
+//!   `expires_at` (RFC 3339, or `null`) when its access token expires, `state`
+//!   `valid | expired | refused` (an expired token is refreshed on the account's next
+//!   request), `error` the issuer's code of a refusal (`refresh_token_reused`,
+//!   `invalid_grant`, …) or `null`. Never a token.
 //!
 //! Store errors are a 503 with the store's message.
 
@@ -225,8 +232,20 @@ async fn accounts(
     for pool in admin.pools.iter() {
         let sessions = pool.sessions_per_account();
         for (i, status) in pool.snapshot(now).into_iter().enumerate() {
-            // When the account is usable again: the later of its exhaustion and its refusal.
-            let resets_at = status.exhausted_until.max(status.disabled_until);
+            // When the account is usable again: the later of its exhaustion and its refusal
+            // (never by itself for a login refused for good).
+            let resets_at = (!status.refused)
+                .then(|| status.exhausted_until.max(status.disabled_until))
+                .flatten();
+            let login = pool.accounts().get(i).and_then(|a| a.login()).map(|l| {
+                let st = l.status(now);
+                serde_json::json!({
+                    "auth": l.auth(),
+                    "expires_at": st.expires_at.map(rfc3339),
+                    "state": st.state,
+                    "error": st.error,
+                })
+            });
             out.push(serde_json::json!({
                 "provider": &**pool.name(),
                 "account": &*status.id,
@@ -234,6 +253,7 @@ async fn accounts(
                 "resets_at": resets_at.map(rfc3339),
                 "state": status.state(),
                 "sessions": sessions.get(i).copied().unwrap_or(0),
+                "login": login,
             }));
         }
     }

@@ -28,12 +28,12 @@ use crate::combo::{ComboLayer, Routes};
 use crate::config::Config;
 use crate::console::Activity;
 use crate::live::Live;
-use crate::pool::AccountPools;
+use crate::pool::{AccountPools, LoginServices};
 use crate::ready::Readiness;
 use crate::relay::{RelayBackground, RelayLayers};
 use crate::resolver::{AccountResolverLayer, AffinityStore};
 use crate::server::ServeOptions;
-use crate::store::{StoreOpenError, open_local_store, open_store};
+use crate::store::{StoreOpenError, make_private, open_local_store, open_store};
 use crate::upstream::{Upstream, UpstreamError};
 use crate::usage::UsageLedger;
 
@@ -172,6 +172,9 @@ impl Gateway {
     /// uses the one kept in the store, so tenants survive restarts and agree across replicas.
     pub fn new(config: Config) -> Result<Self, GatewayError> {
         let store = open_local_store(&config.store)?.ok_or(StoreOpenError::NeedsAsync)?;
+        if config.logins() > 0 {
+            make_private(&config.store);
+        }
         Self::with_store(config, store)
     }
 
@@ -179,6 +182,9 @@ impl Gateway {
     /// backend (what the binary uses).
     pub async fn connect(config: Config) -> Result<Self, GatewayError> {
         let store = open_store(&config.store).await?;
+        if config.logins() > 0 {
+            make_private(&config.store);
+        }
         Self::with_store(config, store)?.load_tenant_secret().await
     }
 
@@ -220,9 +226,14 @@ impl Gateway {
         let upstream =
             Upstream::with_limits(crate::reload::upstream_limits(&config))?.usage(usage.clone());
         let secret = random_secret().map_err(|e| GatewayError::Secret(e.to_string()))?;
+        let logins = LoginServices {
+            store: store.clone(),
+            client: upstream.client(),
+            carried: Vec::new(),
+        };
         Ok(Self {
             routes: Arc::new(Routes::from_config(&config)),
-            pools: Arc::new(AccountPools::from_config(&config)),
+            pools: Arc::new(AccountPools::new(&config, Some(&logins))),
             upstream,
             readiness: Readiness::new(store.clone()),
             store,

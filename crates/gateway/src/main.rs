@@ -162,8 +162,12 @@ fn main() -> ExitCode {
             }
         }
         let accounts: usize = config.providers.iter().map(|p| p.accounts.len()).sum();
+        let logins = match config.logins() {
+            0 => String::new(),
+            n => format!(" ({n} subscription logins)"),
+        };
         println!(
-            "{}: valid ({} providers, {accounts} accounts, {} combos)",
+            "{}: valid ({} providers, {accounts} accounts{logins}, {} combos)",
             path.display(),
             config.providers.len(),
             config.combos.len()

@@ -13,6 +13,8 @@
 //!   shows the credential works (a success, a quota error, an error about the request)
 //!   re-enables it and resets the back-off; a refusal of the probe doubles the back-off. Further
 //!   refusals while it is disabled (requests that were already on their way) change nothing.
+//!   A subscription login whose refresh its issuer refused for good is disabled for good
+//!   (until a restart with a new login): see [`login`](crate::login).
 //! - **Bounded memory**: at most [`DEFAULT_MAX_SESSIONS`] session bindings per provider; when
 //!   full, the least recently used eighth is forgotten (those sessions are placed fill-first
 //!   again on their next request).
@@ -31,7 +33,13 @@ use foldhash::HashMap;
 use http::{HeaderName, HeaderValue, header};
 
 use crate::config::{AuthScheme, Config, ProviderApi, ProviderConfig, QuotaFormat};
+use crate::credential::Credential;
+use crate::login::{Login, LoginName, TokenEndpoint};
 use crate::telemetry::AccountMetrics;
+use crate::upstream::HttpClient;
+
+mod account;
+pub(crate) use account::{Account, AccountAuth, AccountStatus};
 
 /// How long an account stays exhausted when the provider announced no reset.
 pub(crate) const DEFAULT_RESET: Duration = Duration::from_secs(60);
@@ -53,13 +61,31 @@ pub(crate) struct AccountPools {
     ordered: Vec<Arc<ProviderPool>>,
 }
 
+/// What subscription logins need: the store that shares their pairs, and the HTTP client
+/// they refresh with.
+#[derive(Clone)]
+pub(crate) struct LoginServices {
+    pub(crate) store: Arc<dyn context_relay_store::HandoffStore>,
+    pub(crate) client: Arc<HttpClient>,
+    /// The logins of the pools a reload replaces: an account whose login is unchanged keeps
+    /// its own (its tokens, and any refresh in flight, are not duplicated).
+    pub(crate) carried: Vec<Arc<Login>>,
+}
+
 impl AccountPools {
-    /// One pool per provider of `config`.
+    /// One pool per provider of `config`, without its login accounts.
+    #[cfg(test)]
     pub(crate) fn from_config(config: &Config) -> Self {
+        Self::new(config, None)
+    }
+
+    /// One pool per provider of `config`; login accounts use `logins` (without it they are
+    /// left out).
+    pub(crate) fn new(config: &Config, logins: Option<&LoginServices>) -> Self {
         let ordered: Vec<Arc<ProviderPool>> = config
             .providers
             .iter()
-            .map(|p| Arc::new(ProviderPool::new(p)))
+            .map(|p| Arc::new(ProviderPool::new(p, logins)))
             .collect();
         Self {
             providers: ordered
@@ -68,6 +94,14 @@ impl AccountPools {
                 .collect(),
             ordered,
         }
+    }
+
+    /// The logins of every pool, for a reload to carry over.
+    pub(crate) fn logins(&self) -> Vec<Arc<Login>> {
+        self.ordered
+            .iter()
+            .flat_map(|p| p.accounts.iter().filter_map(|a| a.login().cloned()))
+            .collect()
     }
 
     /// Takes over what `old` (the pools before a configuration reload) knows of the providers
@@ -91,60 +125,6 @@ impl AccountPools {
     }
 }
 
-/// One account's credential.
-#[derive(Clone)]
-pub(crate) struct Account {
-    /// The account id.
-    pub id: Arc<str>,
-    /// This account as every relay part names it (provider, id), built once.
-    pub resolved: ResolvedAccount,
-    header: (HeaderName, HeaderValue),
-    /// Its metrics.
-    pub metrics: Arc<AccountMetrics>,
-}
-
-impl std::fmt::Debug for Account {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Account")
-            .field("id", &self.id)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Account {
-    /// The header carrying this account's credential upstream (marked sensitive).
-    pub(crate) fn credential(&self) -> (HeaderName, HeaderValue) {
-        self.header.clone()
-    }
-}
-
-/// A point-in-time view of one account, for logs, demos and tests.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct AccountStatus {
-    /// The account id.
-    pub id: Arc<str>,
-    /// Last usage fraction the provider reported, if any.
-    pub used: Option<f64>,
-    /// Until when the account is exhausted (`None` = not exhausted).
-    pub exhausted_until: Option<SystemTime>,
-    /// Until when the account is disabled because the provider refused its credential
-    /// (`None` = not disabled).
-    pub disabled_until: Option<SystemTime>,
-}
-
-impl AccountStatus {
-    /// `available`, `exhausted` or `disabled` (a disabled account may also be exhausted).
-    pub(crate) fn state(&self) -> &'static str {
-        if self.disabled_until.is_some() {
-            "disabled"
-        } else if self.exhausted_until.is_some() {
-            "exhausted"
-        } else {
-            "available"
-        }
-    }
-}
-
 #[derive(Debug, Default, Clone)]
 struct AccountState {
     used: Option<f64>,
@@ -154,6 +134,8 @@ struct AccountState {
     refusals: u32,
     /// A disabled account past its back-off is being probed by one request until then.
     probe_until: Option<SystemTime>,
+    /// A login refused for good: out of the pool.
+    refused: bool,
 }
 
 #[derive(Debug, Default)]
@@ -179,27 +161,44 @@ pub(crate) struct ProviderPool {
 }
 
 impl ProviderPool {
-    /// The pool of one provider's configuration (keys already resolved by [`Config`]).
-    pub(crate) fn new(p: &ProviderConfig) -> Self {
+    /// The pool of one provider's configuration (keys already resolved and credential files
+    /// read by [`Config`]); login accounts use `logins` (without it they are left out).
+    pub(crate) fn new(p: &ProviderConfig, logins: Option<&LoginServices>) -> Self {
         let accounts: Vec<Account> = p
             .accounts
             .iter()
             .filter_map(|a| {
-                let key = a.api_key.as_deref()?;
-                let (name, value) = match p.auth {
-                    AuthScheme::Bearer => (header::AUTHORIZATION, format!("Bearer {key}")),
-                    AuthScheme::XApiKey => (HeaderName::from_static("x-api-key"), key.to_owned()),
-                    AuthScheme::XGoogApiKey => {
-                        (HeaderName::from_static("x-goog-api-key"), key.to_owned())
+                let auth = match (&a.login, logins) {
+                    (Some(file), Some(services)) => {
+                        let endpoint = TokenEndpoint {
+                            url: Arc::from(p.token_url()),
+                            client_id: Arc::from(p.client_id()),
+                            client: services.client.clone(),
+                        };
+                        let name = LoginName::new(&p.name, &a.id);
+                        let path = a.credentials.clone().unwrap_or_default();
+                        let carried = services
+                            .carried
+                            .iter()
+                            .find(|l| l.is_same(&name, &path, &endpoint));
+                        AccountAuth::Login(match carried {
+                            Some(login) => login.clone(),
+                            None => Arc::new(Login::new(
+                                name,
+                                path,
+                                file.clone(),
+                                endpoint,
+                                services.store.clone(),
+                            )),
+                        })
                     }
+                    (Some(_), None) => return None,
+                    (None, _) => AccountAuth::Key(key_credential(p.auth, a.api_key.as_deref()?)?),
                 };
-                // Validated at load; an invalid key leaves the account out rather than panic.
-                let mut value = HeaderValue::from_str(&value).ok()?;
-                value.set_sensitive(true);
                 Some(Account {
                     id: Arc::from(a.id.as_str()),
                     resolved: ResolvedAccount::new(p.name.as_str(), a.id.as_str()),
-                    header: (name, value),
+                    auth,
                     metrics: Arc::new(AccountMetrics::new(&p.name, &a.id)),
                 })
             })
@@ -286,6 +285,7 @@ impl ProviderPool {
             !exclude.contains(&i)
                 && state.accounts.get(i).is_some_and(|a| {
                     a.exhausted_until.is_none()
+                        && !a.refused
                         && a.disabled_until
                             .is_none_or(|t| t <= now && a.probe_until.is_none_or(|p| p <= now))
                 })
@@ -395,6 +395,13 @@ impl ProviderPool {
         until
     }
 
+    /// Takes `account` out of the pool for good: its login was refused.
+    pub(crate) fn refuse(&self, account: usize) {
+        if let Some(a) = self.lock().accounts.get_mut(account) {
+            a.refused = true;
+        }
+    }
+
     #[cfg(test)]
     /// Session bindings currently remembered.
     pub(crate) fn sessions(&self) -> usize {
@@ -446,6 +453,7 @@ impl ProviderPool {
                 used: s.used,
                 exhausted_until: s.exhausted_until.filter(|t| *t > now),
                 disabled_until: s.disabled_until.filter(|t| *t > now),
+                refused: s.refused,
             })
             .collect()
     }
@@ -474,6 +482,21 @@ impl ProviderPool {
             .filter(|t| *t > now)
             .min()
     }
+}
+
+/// The headers of an API key under `auth`; `None` for a login `auth` or a key that cannot be
+/// a header value (validated at load: such an account is left out rather than panic).
+fn key_credential(auth: AuthScheme, key: &str) -> Option<Credential> {
+    let (name, value) = match auth {
+        AuthScheme::Bearer => (header::AUTHORIZATION, format!("Bearer {key}")),
+        AuthScheme::XApiKey => (HeaderName::from_static("x-api-key"), key.to_owned()),
+        AuthScheme::XGoogApiKey => (HeaderName::from_static("x-goog-api-key"), key.to_owned()),
+        AuthScheme::Chatgpt | AuthScheme::ClaudeOauth => return None,
+    };
+    Some(Credential::header(
+        name,
+        HeaderValue::from_str(&value).ok()?,
+    ))
 }
 
 /// The announced reset when it lies in the future, else `now + DEFAULT_RESET`.

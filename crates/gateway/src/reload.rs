@@ -18,7 +18,7 @@ use crate::auth::{Auth, random_secret};
 use crate::budget::ByteBudget;
 use crate::combo::Routes;
 use crate::config::Config;
-use crate::pool::AccountPools;
+use crate::pool::{AccountPools, LoginServices};
 use crate::upstream::{Upstream, UpstreamLimits};
 
 impl Gateway {
@@ -29,7 +29,9 @@ impl Gateway {
     /// take effect for the next request, on open connections too. The store, the relay's
     /// in-flight summaries, cool-downs and background work, metrics, readiness, the usage
     /// counted and the activity feed carry over, and so do each remaining account's usage,
-    /// exhaustion and sessions (matched by provider name and account id). `listen`,
+    /// exhaustion and sessions (matched by provider name and account id), and each subscription
+    /// login left unchanged (same account, credentials file and token endpoint) keeps its
+    /// tokens and any refresh in flight. `listen`,
     /// `[store]`, `log_format`, `relay_enabled`, `client_header_timeout_secs`,
     /// `max_connections` and `shutdown_timeout_secs` need a restart: a reload that changes
     /// them keeps the running values and logs a warning.
@@ -56,14 +58,19 @@ impl Gateway {
                 crate::summary::summary_settings(&config),
             )
         });
-        let pools = AccountPools::from_config(&config);
-        pools.carry_from(&self.pools);
         let limits = upstream_limits(&config);
         let upstream = if limits == upstream_limits(&self.config) {
             self.upstream.clone()
         } else {
             Upstream::with_limits(limits)?.usage(self.usage.clone())
         };
+        let logins = LoginServices {
+            store: self.store.clone(),
+            client: upstream.client(),
+            carried: self.pools.logins(),
+        };
+        let pools = AccountPools::new(&config, Some(&logins));
+        pools.carry_from(&self.pools);
         let budget = if config.limits.max_buffered_bytes == self.config.limits.max_buffered_bytes {
             self.budget.clone()
         } else {

@@ -75,6 +75,7 @@ use crate::auth::Anonymous;
 use crate::combo::{BoxError, RouteTargets, Routes, Target};
 use crate::config::DEFAULT_MAX_REQUEST_BYTES;
 use crate::console::Activity;
+use crate::credential::Credential;
 use crate::error::{ErrorKind, ErrorShape, error_response_as};
 use crate::model::{find_model, replace_model};
 use crate::peek::{Peeked, peek};
@@ -321,18 +322,30 @@ where
                 break;
             };
             let resolved = account.resolved.clone();
-            let mut attempt = attempt_request(&parts, body.clone(), &pool, idx, resolved.clone());
-            // The relay tells a move to another target by it (a model switch).
-            attempt.extensions_mut().insert(target.serving.clone());
-            // A Gemini request names the model in its path.
-            if let Some(uri) = crate::gemini::with_model(&parts.uri, &target.model) {
-                *attempt.uri_mut() = uri;
-            }
+            // A login that cannot serve now is out of the pool (for good, or a back-off).
+            let Some(mut issue) = login::credential(&pool, idx, account, now).await else {
+                continue;
+            };
             if attempts > 1 {
                 metrics::counter!("context_relay_gateway_retries_total", "provider" => pool.name().to_string())
                     .increment(1);
             }
-            let mut res = inner.ready().await?.call(attempt).await?;
+            let mut res = loop {
+                let credential = issue.credential.clone();
+                let mut attempt =
+                    attempt_request(&parts, body.clone(), &pool, credential, resolved.clone());
+                // The relay tells a move to another target by it (a model switch).
+                attempt.extensions_mut().insert(target.serving.clone());
+                // A Gemini request names the model in its path.
+                if let Some(uri) = crate::gemini::with_model(&parts.uri, &target.model) {
+                    *attempt.uri_mut() = uri;
+                }
+                let res = inner.ready().await?.call(attempt).await?;
+                // A login's 401: refreshed once and sent again to the same account.
+                if !login::retry_after(&pool, idx, account, &mut issue, res.status()).await {
+                    break res;
+                }
+            };
             let now = SystemTime::now();
             let status = res.status();
             account.metrics.count(status);
@@ -530,7 +543,7 @@ fn attempt_request(
     parts: &http::request::Parts,
     body: Bytes,
     pool: &ProviderPool,
-    idx: usize,
+    credential: Credential,
     resolved: ResolvedAccount,
 ) -> Request<Full<Bytes>> {
     let len = body.len();
@@ -542,11 +555,9 @@ fn attempt_request(
     *req.extensions_mut() = parts.extensions.clone();
     req.headers_mut()
         .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
-    let credential: Option<(HeaderName, HeaderValue)> =
-        pool.accounts().get(idx).map(|a| a.credential());
     req.extensions_mut().insert(UpstreamEndpoint {
         base_url: pool.base_url().clone(),
-        credential,
+        credential: Some(credential),
         api: pool.api(),
         max_output_tokens: pool.max_output_tokens(),
     });
@@ -567,6 +578,7 @@ fn own_error<B>(
 
 mod restore;
 pub(crate) use restore::AffinityStore;
+mod login;
 mod rotate;
 #[cfg(test)]
 mod tests;

@@ -33,6 +33,26 @@ pub(crate) fn redact_url(url: &str) -> String {
     out
 }
 
+/// Takes the group's and others' permissions off the file at `path` (a file holding secrets);
+/// `true` when it changed anything. A no-op where file modes do not exist.
+pub(crate) fn restrict_to_owner(path: &std::path::Path) -> std::io::Result<bool> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path)?.permissions().mode();
+        if mode & 0o077 == 0 {
+            return Ok(false);
+        }
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode & 0o700))?;
+        Ok(true)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        Ok(false)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -56,6 +76,21 @@ mod tests {
         }
         assert_eq!(redact_url("not a url"), "<unparsable URL>");
         assert_eq!(redact_url("redis://h:1"), "redis://h:1");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn files_with_secrets_become_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("relay.redb");
+        std::fs::write(&path, b"x").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(restrict_to_owner(&path).unwrap());
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert!(!restrict_to_owner(&path).unwrap(), "already private");
+        assert!(restrict_to_owner(&dir.path().join("nope")).is_err());
     }
 }
 

@@ -161,6 +161,23 @@ async fn connect_redis(_config: &StoreConfig) -> Result<Arc<dyn HandoffStore>, S
     Err(StoreOpenError::RedisUnsupported)
 }
 
+/// Makes the redb file of `config` readable by its owner only when it is not already: it holds
+/// the subscription logins' tokens. Other backends keep no file of ours.
+pub(crate) fn make_private(config: &StoreConfig) {
+    if config.backend != StoreBackend::Redb {
+        return;
+    }
+    match crate::secret::restrict_to_owner(&config.path) {
+        Ok(true) => {
+            tracing::info!(path = %config.path.display(), "the store holds login tokens: its file is now readable by its owner only")
+        }
+        Ok(false) => {}
+        Err(e) => {
+            tracing::warn!(path = %config.path.display(), error = %e, "the store holds login tokens but its file's permissions cannot be restricted")
+        }
+    }
+}
+
 pub(crate) use crate::secret::redact_url;
 
 #[cfg(test)]

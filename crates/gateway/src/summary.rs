@@ -13,22 +13,34 @@
 //! ```
 //!
 //! Without the table, a summary request carries no sampling parameter at all (reasoning models
-//! refuse `temperature`). A parameter the model refuses anyway (a 400 naming it) is dropped,
+//! refuse `temperature`). A provider with `auth = "chatgpt"` (the ChatGPT Codex backend) gets
+//! no `max_output_tokens` and a streamed request, which is all that backend takes. A parameter the model refuses anyway (a 400 naming it) is dropped,
 //! the request retried once, and the refusal remembered for that provider and model.
 
 use context_relay_core::prompt::SummarySettings;
 
-use crate::config::Config;
+use crate::config::{AuthScheme, Config};
 
 /// The `[providers.summary]` table (the same settings the tower layer takes).
 pub(crate) type ProviderSummary = SummarySettings;
 
-/// The summary settings of every provider that has a `[providers.summary]` table.
+/// The summary settings of every provider that has a `[providers.summary]` table, or is the
+/// ChatGPT Codex backend (`auth = "chatgpt"`): that backend refuses `max_output_tokens` and
+/// wants a stream, so its summary requests carry no output limit and are streamed, whatever
+/// the table says.
 pub(crate) fn summary_settings(config: &Config) -> Vec<(String, SummarySettings)> {
     config
         .providers
         .iter()
-        .filter_map(|p| p.summary.clone().map(|s| (p.name.clone(), s)))
+        .filter_map(|p| {
+            let mut s = p.summary.clone();
+            if p.auth == AuthScheme::Chatgpt {
+                let s = s.get_or_insert_with(SummarySettings::default);
+                s.max_output_tokens = 0;
+                s.stream = Some(true);
+            }
+            s.map(|s| (p.name.clone(), s))
+        })
         .collect()
 }
 

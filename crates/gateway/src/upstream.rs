@@ -28,7 +28,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, Uri, header};
+use http::{HeaderMap, HeaderName, Request, Response, StatusCode, Uri, header};
 use http_body::Body;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{Either, Full};
@@ -43,6 +43,7 @@ use context_relay_tower::ResolvedAccount;
 
 use crate::combo::BoxError;
 use crate::config::ProviderApi;
+use crate::credential::Credential;
 use crate::error::{ErrorKind, ErrorShape, error_response};
 use crate::idle::IdleTimeoutBody;
 use crate::secret::redact_url;
@@ -55,8 +56,8 @@ use crate::usage::{MeteredBody, UsageLedger};
 pub(crate) struct UpstreamEndpoint {
     /// Provider base URL without a trailing `/` (the client path after `/v1` is appended).
     pub(crate) base_url: Arc<str>,
-    /// The header carrying the account's credential.
-    pub(crate) credential: Option<(HeaderName, HeaderValue)>,
+    /// The headers carrying the account's credential.
+    pub(crate) credential: Option<Credential>,
     /// The API the provider speaks: a client shape it does not speak is translated.
     pub(crate) api: ProviderApi,
     /// The provider's `max_output_tokens`, for a translated request whose client set none.
@@ -67,7 +68,7 @@ impl std::fmt::Debug for UpstreamEndpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UpstreamEndpoint")
             .field("base_url", &redact_url(&self.base_url))
-            .field("credential", &self.credential.as_ref().map(|(n, _)| n))
+            .field("credential", &self.credential)
             .field("api", &self.api)
             .finish()
     }
@@ -82,6 +83,9 @@ pub enum UpstreamError {
 }
 
 type OutBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// The pooled HTTP(S) client of upstream calls (also what logins refresh with).
+pub(crate) type HttpClient = Client<HttpsConnector<HttpConnector>, OutBody>;
 
 /// The time bounds of upstream calls (`[limits]` `upstream_*_timeout_secs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,7 +115,7 @@ impl Default for UpstreamLimits {
 #[derive(Clone, Debug)]
 pub(crate) struct Upstream {
     /// Shared: a request clones one reference count, not the client's configuration.
-    client: Arc<Client<HttpsConnector<HttpConnector>, OutBody>>,
+    client: Arc<HttpClient>,
     limits: UpstreamLimits,
     first_byte: Arc<HistogramsBy>,
     /// Where the usage of successful answers is counted.
@@ -195,6 +199,13 @@ impl Upstream {
     pub(crate) fn usage(mut self, ledger: UsageLedger) -> Self {
         self.usage = Some(ledger);
         self
+    }
+}
+
+impl Upstream {
+    /// The pooled client (the token refreshes of logins share it).
+    pub(crate) fn client(&self) -> Arc<HttpClient> {
+        self.client.clone()
     }
 }
 
@@ -293,7 +304,7 @@ where
 
 /// Sends `req` to its [`UpstreamEndpoint`] (see [`Upstream`]).
 async fn send(
-    client: Arc<Client<HttpsConnector<HttpConnector>, OutBody>>,
+    client: Arc<HttpClient>,
     limits: UpstreamLimits,
     first_byte: Arc<HistogramsBy>,
     usage: Option<UsageLedger>,
@@ -324,8 +335,8 @@ async fn send(
     strip(&mut parts.headers, |n| {
         n == header::HOST || n == header::CONTENT_LENGTH || CLIENT_ONLY.contains(n)
     });
-    if let Some((name, value)) = endpoint.credential {
-        parts.headers.insert(name, value);
+    if let Some(credential) = endpoint.credential {
+        credential.apply(&mut parts.headers);
     }
     parts.uri = uri;
     // The client picks the protocol per connection; a client's HTTP/2 request must not
@@ -408,6 +419,7 @@ pub(crate) struct HeadTimedOut;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderValue;
 
     #[test]
     fn uris() {

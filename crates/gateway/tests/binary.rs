@@ -298,3 +298,55 @@ fn a_damaged_store_file_is_a_clear_error_for_check_and_start() {
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("not there yet"));
 }
+
+/// `--check` reads the credential file of every login: a file of neither client is a clear
+/// error (exit 1) that names the account and the keys it found, never a value; a good one is
+/// counted.
+#[test]
+fn check_reads_the_credential_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let login = dir.path().join("auth.json");
+    let config = |file: &std::path::Path| {
+        format!(
+            "[[providers]]\nname = \"codex\"\nbase_url = \"https://chatgpt.com/backend-api/codex\"\nauth = \"chatgpt\"\n  [[providers.accounts]]\n  id = \"plus-1\"\n  credentials = {:?}\n",
+            file.display().to_string()
+        )
+    };
+    let check = |text: &str| {
+        Command::new(env!("CARGO_BIN_EXE_context-relay-gateway"))
+            .arg("--config")
+            .arg(write_config(&dir, text))
+            .arg("--check")
+            .output()
+            .unwrap()
+    };
+    std::fs::write(&login, format!(r#"{{"api_token":"{SECRET}"}}"#)).unwrap();
+    let out = check(&config(&login));
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("providers[\"codex\"].accounts[\"plus-1\"].credentials")
+            && stderr.contains("expected a Codex CLI auth.json")
+            && stderr.contains("\"api_token\""),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(SECRET), "{stderr}");
+
+    std::fs::write(
+        &login,
+        format!(r#"{{"OPENAI_API_KEY":null,"tokens":{{"access_token":"{SECRET}","refresh_token":"{SECRET}","account_id":"ws-1"}},"last_refresh":"2026-01-02T03:04:05Z"}}"#),
+    )
+    .unwrap();
+    let out = check(&config(&login));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("1 accounts (1 subscription logins)"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains(SECRET), "{stdout}");
+}

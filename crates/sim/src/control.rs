@@ -100,12 +100,14 @@ impl SimProvider {
         lock(&self.state.faults).push_back((account.map(str::to_owned), fault));
     }
 
-    /// Makes the key of `account` answer 401 from now on (a revoked key), in the API's shape.
+    /// Makes the key of `account` answer 401 from now on (a revoked key), in the API's shape;
+    /// for a login, its access tokens are refused and its refresh token is refused for good.
     pub fn revoke(&self, account: &str) {
         lock(&self.state.revoked).push(account.to_owned());
+        self.state.logins.revoke(account);
     }
 
-    /// Accepts the key of `account` again.
+    /// Accepts the key of `account` again (a revoked login stays revoked).
     pub fn restore(&self, account: &str) {
         lock(&self.state.revoked).retain(|a| a != account);
     }

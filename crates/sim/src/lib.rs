@@ -27,6 +27,9 @@
 //!   [`SimProvider::revoke`] makes an account's key answer 401; a used-up account's 429 is
 //!   recorded as a rejection (`usage_limit_reached`, `rate_limit_error`,
 //!   `RESOURCE_EXHAUSTED`);
+//! - subscription logins ([`SimBuilder::login`]): the ChatGPT and Claude token endpoints with
+//!   rotating single-use refresh tokens and expiring access tokens, the ChatGPT Codex backend
+//!   route and Claude's OAuth checks, each as strict as the real one (see [`subscription`]);
 //! - every request is recorded (headers and body bytes) for assertions;
 //! - SSE streams can be held after their first output event until the test releases them
 //!   ([`SimProvider::hold_streams`]), to prove that a proxy forwards events without buffering;
@@ -56,7 +59,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use axum::Router;
 use axum::body::Body;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, header};
@@ -65,6 +67,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 mod bound;
+mod builder;
 mod calls;
 mod compact;
 mod control;
@@ -74,19 +77,23 @@ mod hold;
 mod loop_tests;
 mod message_params;
 mod messages;
+mod oauth;
 mod pairing;
 mod quota;
 mod reply;
 pub mod rules;
 mod server;
+pub mod subscription;
 mod summary;
 mod tool;
 mod tool_loop;
 mod window;
 
 pub use bound::Minter;
+pub use builder::SimBuilder;
 pub use control::SimFault;
 pub use hold::StreamHold;
+pub use oauth::{CLAUDE_CLIENT_ID, CODEX_CLIENT_ID, SimLogin};
 pub use quota::SimQuotaHeaders;
 use quota::{exhausted, quota_headers};
 use reply::{
@@ -95,166 +102,6 @@ use reply::{
 };
 use server::Server;
 pub use summary::SummaryRequest;
-
-type Matcher = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
-
-/// Configures a [`SimProvider`].
-#[derive(Clone)]
-pub struct SimBuilder {
-    accounts: Vec<(String, String, f64)>,
-    quota_step: f64,
-    window_minutes: u64,
-    reset_secs: u64,
-    quota_headers: SimQuotaHeaders,
-    summary: Option<(Matcher, summary::Replier)>,
-    addr: SocketAddr,
-    blob_bytes: usize,
-    state_errors_in_band: bool,
-    chat_deltas: usize,
-    tool_call: Option<String>,
-    tool_loop: usize,
-    context_window: Option<u64>,
-}
-
-impl std::fmt::Debug for SimBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SimBuilder")
-            .field(
-                "accounts",
-                &self.accounts.iter().map(|a| &a.0).collect::<Vec<_>>(),
-            )
-            .field("quota_step", &self.quota_step)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Default for SimBuilder {
-    fn default() -> Self {
-        Self {
-            accounts: Vec::new(),
-            quota_step: 10.0,
-            window_minutes: 300,
-            reset_secs: 3600,
-            quota_headers: SimQuotaHeaders::Codex,
-            summary: None,
-            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-            blob_bytes: 1536,
-            state_errors_in_band: false,
-            chat_deltas: 2,
-            tool_call: None,
-            tool_loop: 0,
-            context_window: None,
-        }
-    }
-}
-
-impl SimBuilder {
-    /// Adds an account `id` authenticated by `api_key`, starting at 0 % used.
-    pub fn account(mut self, id: impl Into<String>, api_key: impl Into<String>) -> Self {
-        self.accounts.push((id.into(), api_key.into(), 0.0));
-        self
-    }
-
-    /// Percent of quota each turn uses (10 by default).
-    pub fn quota_step(mut self, percent: f64) -> Self {
-        self.quota_step = percent;
-        self
-    }
-
-    /// Seconds until the announced quota reset (3600 by default).
-    pub fn reset_secs(mut self, secs: u64) -> Self {
-        self.reset_secs = secs;
-        self
-    }
-
-    /// Which quota headers are sent.
-    pub fn quota_headers(mut self, headers: SimQuotaHeaders) -> Self {
-        self.quota_headers = headers;
-        self
-    }
-
-    /// Requests whose body contains `needle` get `reply` as the assistant text and use no
-    /// quota.
-    pub fn summary_reply(self, needle: impl Into<String>, reply: impl Into<String>) -> Self {
-        let needle = needle.into().into_bytes();
-        self.summary_matcher(
-            move |body| !needle.is_empty() && body.windows(needle.len()).any(|w| w == needle),
-            reply,
-        )
-    }
-
-    /// Requests for which `matcher(body)` is true get `reply` as the assistant text and use
-    /// no quota.
-    pub fn summary_matcher(
-        self,
-        matcher: impl Fn(&[u8]) -> bool + Send + Sync + 'static,
-        reply: impl Into<String>,
-    ) -> Self {
-        let reply: String = reply.into();
-        self.summary_reply_with(matcher, move |_| reply.clone())
-    }
-
-    /// Content deltas of a streamed Chat Completions reply (2 by default): with usage asked for,
-    /// a stream is `deltas + 4` events.
-    pub fn chat_deltas(mut self, deltas: usize) -> Self {
-        self.chat_deltas = deltas.max(2);
-        self
-    }
-
-    /// Size in bytes of each minted `encrypted_content` blob and thinking signature (1536 by
-    /// default; real reasoning blobs are a few kilobytes).
-    pub fn blob_bytes(mut self, bytes: usize) -> Self {
-        self.blob_bytes = bytes;
-        self
-    }
-
-    /// Rejects another account's state in a streamed Responses request the way the API
-    /// sometimes does: a 200 stream that ends in `response.failed` (off by default: a 400).
-    pub fn state_errors_in_band(mut self, in_band: bool) -> Self {
-        self.state_errors_in_band = in_band;
-        self
-    }
-
-    /// Listens on `addr` (`127.0.0.1:0` by default: a free loopback port).
-    pub fn listen(mut self, addr: SocketAddr) -> Self {
-        self.addr = addr;
-        self
-    }
-
-    /// Starts serving (on `127.0.0.1:0` unless [`listen`](Self::listen) said otherwise).
-    pub async fn start(self) -> std::io::Result<SimProvider> {
-        let state = Arc::new(SimState {
-            accounts: Mutex::new(
-                self.accounts
-                    .iter()
-                    .map(|(id, key, used)| SimAccountState {
-                        id: id.clone(),
-                        key: key.clone(),
-                        used: *used,
-                        turns: 0,
-                    })
-                    .collect(),
-            ),
-            requests: Mutex::new(Vec::new()),
-            hold: Mutex::new(None),
-            counter: Mutex::new(0),
-            minter: bound::Minter::new(minting_seed(), self.blob_bytes),
-            stored: Mutex::new(bound::StoredResponses::new()),
-            faults: Mutex::new(VecDeque::new()),
-            revoked: Mutex::new(Vec::new()),
-            compacted: Mutex::new(summary::Compacted::new()),
-            in_band: AtomicBool::new(self.state_errors_in_band),
-            config: self.clone(),
-        });
-        let s = state.clone();
-        let router = Router::new().fallback(move |req: Request<Body>| {
-            let state = s.clone();
-            async move { control::close_if_disconnect(handle(state, req).await) }
-        });
-        let server = Server::start(self.addr, router).await?;
-        Ok(SimProvider { state, server })
-    }
-}
 
 /// One request the simulated provider received.
 #[derive(Debug, Clone)]
@@ -319,8 +166,11 @@ struct SimAccountState {
 
 struct SimState {
     accounts: Mutex<Vec<SimAccountState>>,
+    logins: oauth::Logins,
     requests: Mutex<Vec<RecordedRequest>>,
     hold: Mutex<Option<watch::Receiver<bool>>>,
+    /// Counts the requests received (what [`SimProvider::arrivals`] watches).
+    arrivals: watch::Sender<usize>,
     counter: Mutex<u64>,
     minter: bound::Minter,
     stored: Mutex<bound::StoredResponses>,
@@ -380,6 +230,12 @@ impl SimProvider {
         lock(&self.state.requests).clone()
     }
 
+    /// A watch of the number of requests received so far (token requests apart): a test
+    /// awaits a request with `wait_for` instead of polling.
+    pub fn arrivals(&self) -> watch::Receiver<usize> {
+        self.state.arrivals.subscribe()
+    }
+
     /// Forgets the recorded requests.
     pub fn clear_requests(&self) {
         lock(&self.state.requests).clear();
@@ -429,6 +285,12 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
         .map(|c| c.to_bytes())
         .unwrap_or_default();
     let path = parts.uri.path().to_owned();
+    if parts.method == Method::POST && oauth::is_token_path(&path) {
+        if let Some(delay) = state.config.token_delay {
+            tokio::time::sleep(delay).await;
+        }
+        return state.logins.token(&path, &body);
+    }
     let anthropic = path.ends_with("/messages") || path.contains("/messages/");
     let credential = parts
         .headers
@@ -443,6 +305,7 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
             .iter()
             .find(|a| a.key == k)
             .map(|a| a.id.clone())
+            .or_else(|| state.logins.owner(k))
     });
     let summary = state.config.summary.as_ref().is_some_and(|(m, _)| m(&body));
     let recorded = {
@@ -459,6 +322,7 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
         });
         requests.len() - 1
     };
+    state.arrivals.send_replace(recorded + 1);
 
     if parts.method == Method::HEAD || (parts.method == Method::GET && path == "/") {
         return Response::new(Body::empty());
@@ -480,6 +344,15 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
             );
         }
     };
+    let login = match subscription::admit(&state, &parts.headers, &path, api, credential.as_deref())
+    {
+        Ok(login) => login.map(|(_, kind)| kind),
+        Err(refusal) => {
+            let (res, code) = *refusal;
+            state.reject(recorded, code);
+            return res;
+        }
+    };
     let Some(account) = account.filter(|a| !lock(&state.revoked).contains(a)) else {
         state.reject(recorded, "invalid_api_key");
         return control::unauthorized(api);
@@ -495,8 +368,18 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
             );
         }
     };
+    if let Some(refusal) = subscription::check_body(login, &request) {
+        let (res, code) = *refusal;
+        state.reject(recorded, code);
+        return res;
+    }
     // Real providers refuse some parameters on some models: so does the double.
-    if let Some((status, body)) = rules::check(rules::Backend::Api, &path, &request) {
+    let backend = if subscription::is_codex_backend(&path) && !compact {
+        rules::Backend::ChatGptCodex
+    } else {
+        rules::Backend::Api
+    };
+    if let Some((status, body)) = rules::check(backend, &path, &request) {
         state.reject(recorded, "parameter_rule");
         let mut res = Response::new(Body::from(body));
         *res.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);

@@ -9,7 +9,7 @@
 //! | Anthropic Messages without `max_tokens` | 400 `max_tokens: Field required` |
 //! | Anthropic Messages with an unknown field, a first message not `user`, a role other than `user`/`assistant`, a `tool_use`/`tool_result` not paired (consecutive messages of one role are one turn, as the API combines them), a repeated `tool_use` id, an empty or whitespace-only text block, a final assistant message ending in whitespace | 400 `invalid_request_error` with the real API's message (`input: Extra inputs are not permitted`, …) |
 //! | Anthropic Messages with `tool_use`/`tool_result` blocks but no `tools`, a `tool_choice` naming an unknown tool, more than 4 `cache_control` blocks, `temperature` with `top_p`, a temperature outside `0..=1`, a blank `system` text block | 400 `invalid_request_error` with the real API's message (`Requests which include \`tool_use\` or \`tool_result\` blocks must define tools.`, `A maximum of 4 blocks with cache_control may be provided. Found 5.`, …) |
-//! | ChatGPT Codex backend ([`Backend::ChatGptCodex`]) | `{"detail": …}` 400s unless `stream: true` and `store: false`, and for `max_output_tokens` / `temperature` |
+//! | ChatGPT Codex backend ([`Backend::ChatGptCodex`]) | `{"detail": …}` 400s unless `instructions` is given, `input` is a list, `stream: true` and `store: false`, and for `max_output_tokens` / `temperature` / `top_p` |
 //!
 //! ```
 //! use context_relay_sim::rules::{Backend, check};
@@ -60,6 +60,12 @@ pub fn check(backend: Backend, path: &str, body: &Value) -> Option<(u16, String)
     let has = |k: &str| body.get(k).is_some_and(|v| !v.is_null());
     if backend == Backend::ChatGptCodex {
         let detail = |m: &str| Some((400, json!({ "detail": m }).to_string()));
+        if !body.get("instructions").is_some_and(Value::is_string) {
+            return detail("Instructions are required");
+        }
+        if !body.get("input").is_some_and(Value::is_array) {
+            return detail("Input must be a list");
+        }
         if body.get("stream").and_then(Value::as_bool) != Some(true) {
             return detail("Stream must be set to true");
         }
@@ -177,7 +183,8 @@ mod tests {
 
     #[test]
     fn chatgpt_backend_takes_only_what_codex_sends() {
-        let ok = json!({"model": "gpt-5.5", "stream": true, "store": false, "instructions": "x"});
+        let ok = json!({"model": "gpt-5.5", "stream": true, "store": false, "instructions": "x",
+                        "input": []});
         assert!(check(Backend::ChatGptCodex, "/v1/responses", &ok).is_none());
         let mut b = ok.clone();
         b["max_output_tokens"] = json!(800);
@@ -189,5 +196,18 @@ mod tests {
         b = ok.clone();
         b["stream"] = json!(false);
         assert!(check(Backend::ChatGptCodex, "/v1/responses", &b).is_some());
+        for (field, value, error) in [
+            (
+                "instructions",
+                Value::Null,
+                r#"{"detail":"Instructions are required"}"#,
+            ),
+            ("input", json!("hi"), r#"{"detail":"Input must be a list"}"#),
+        ] {
+            b = ok.clone();
+            b[field] = value;
+            let (_, e) = check(Backend::ChatGptCodex, "/v1/responses", &b).expect("refused");
+            assert_eq!(e, error);
+        }
     }
 }

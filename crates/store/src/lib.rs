@@ -6,7 +6,11 @@
 //! request (from memory, no I/O), claims a handoff when an account switch happens, and records
 //! the serving account as the session's [`Affinity`].
 //!
-//! Backends, all passing one conformance suite (`tests/conformance.rs`):
+//! The store also keeps the credentials of subscription logins (a login's rotating token
+//! pair, written with compare-and-set, and the right to refresh it): see [`login`].
+//!
+//! Backends, all passing one conformance suite (`tests/conformance.rs`, and
+//! `tests/logins.rs` for logins):
 //! - [`RedbStore`] (feature `redb`, default): one file, one writer thread that group-commits
 //!   everything queued, point reads inline, an in-memory index of live keys;
 //! - [`MemoryStore`]: the same semantics without persistence;
@@ -105,6 +109,7 @@ pub mod cooldown;
 mod error;
 mod index;
 pub mod inflight;
+pub mod login;
 mod memory;
 mod purger;
 #[cfg(feature = "redb")]
@@ -116,6 +121,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use cooldown::CoolDown;
 pub use error::StoreError;
 pub use inflight::{InFlight, InFlightGuard};
+pub use login::{LoginLock, StoredLogin};
 pub use memory::MemoryStore;
 pub use purger::{DEFAULT_PURGE_INTERVAL, PurgerHandle, spawn_purger};
 #[cfg(feature = "redb")]
@@ -315,6 +321,46 @@ pub trait HandoffStore: Send + Sync + 'static {
     fn secret<'a>(&'a self, name: &'a str, candidate: [u8; 32]) -> StoreFuture<'a, [u8; 32]> {
         let _ = name;
         Box::pin(std::future::ready(Ok(candidate)))
+    }
+
+    /// The stored credentials of subscription login `name` (see [`login`]),
+    /// `None` when none are stored. The default keeps nothing.
+    fn login<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<StoredLogin>> {
+        let _ = name;
+        Box::pin(std::future::ready(Ok(None)))
+    }
+
+    /// Stores `data` as the credentials of login `name` if the stored version is still
+    /// `expected` (0: none stored), and returns the new version; `None` when another writer
+    /// got there first (the stored version is another). Durable backends have committed the
+    /// write when it returns. The default keeps nothing and always succeeds.
+    fn put_login<'a>(
+        &'a self,
+        name: &'a str,
+        expected: u64,
+        data: &'a [u8],
+    ) -> StoreFuture<'a, Option<u64>> {
+        let _ = (name, data);
+        Box::pin(std::future::ready(Ok(Some(expected + 1))))
+    }
+
+    /// Takes the store-wide right to refresh login `name` for at most `ttl`; `None` while
+    /// another holder has it. A distributed backend (redis) grants it to one replica at a time;
+    /// single-process backends always grant it (the process serialises its own refreshes).
+    fn lock_login<'a>(
+        &'a self,
+        name: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Option<LoginLock>> {
+        let _ = ttl;
+        Box::pin(std::future::ready(Ok(Some(LoginLock::local(name)))))
+    }
+
+    /// Gives back a lock taken by [`lock_login`](Self::lock_login) (a no-op when it already
+    /// ran out, was taken over, or was local).
+    fn unlock_login<'a>(&'a self, lock: &'a LoginLock) -> StoreFuture<'a, ()> {
+        let _ = lock;
+        Box::pin(std::future::ready(Ok(())))
     }
 }
 

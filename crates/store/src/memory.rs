@@ -13,7 +13,8 @@ use crate::DEFAULT_AFFINITY_CACHE_ENTRIES;
 use crate::affinity::{self, AffinityMap, Write};
 use crate::clock::{Clock, SystemClock, now_ms};
 use crate::index::{FastMap, Meta};
-use crate::{Affinity, Claim, DEFAULT_AFFINITY_TTL, HandoffStore, StoreFuture};
+use crate::login::LoginTable;
+use crate::{Affinity, Claim, DEFAULT_AFFINITY_TTL, HandoffStore, StoreFuture, StoredLogin};
 
 /// An in-process store for tests and ephemeral gateways; every operation completes without
 /// waiting.
@@ -31,6 +32,7 @@ struct Inner {
     affinity_ttl: Duration,
     clock: Arc<dyn Clock>,
     next: AtomicU64,
+    logins: LoginTable,
 }
 
 struct Held {
@@ -69,6 +71,7 @@ impl MemoryStore {
                 affinity_ttl: DEFAULT_AFFINITY_TTL,
                 clock,
                 next: AtomicU64::new(1),
+                logins: LoginTable::default(),
             }),
         }
     }
@@ -245,6 +248,19 @@ impl HandoffStore for MemoryStore {
 
     fn backend(&self) -> &'static str {
         "memory"
+    }
+
+    fn login<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<StoredLogin>> {
+        ready(self.inner.logins.get(name))
+    }
+
+    fn put_login<'a>(
+        &'a self,
+        name: &'a str,
+        expected: u64,
+        data: &'a [u8],
+    ) -> StoreFuture<'a, Option<u64>> {
+        ready(self.inner.logins.put(name, expected, data))
     }
 
     fn get_in<'a>(

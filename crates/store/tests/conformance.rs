@@ -2,6 +2,7 @@
 //! handoff, versioned completion, per-combo affinity, tenant isolation, the two handoff slots
 //! of a key).
 
+#[macro_use]
 mod common;
 
 use std::sync::Arc;
@@ -556,47 +557,6 @@ mod cases {
         h.store.end_generation(&lease).await.unwrap();
         assert!(h.store.begin_generation(&k, HOUR).await.unwrap().is_some());
     }
-}
-
-macro_rules! backend {
-    ($backend:ident, $make:path, [$($case:ident),* $(,)?]) => {
-        mod $backend {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let h = $make().await;
-                    super::cases::$case(&h).await;
-                }
-            )*
-        }
-    };
-}
-
-/// Every case against one three-master Redis Cluster, each under a key prefix of its own
-/// (starting a cluster per case would cost seconds each).
-macro_rules! cluster {
-    ([$($case:ident),* $(,)?]) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn redis_cluster() {
-            let cluster = crate::common::RedisCluster::start();
-            $(
-                eprintln!("redis cluster: {}", stringify!($case));
-                let h = crate::common::redis_cluster(&cluster).await;
-                crate::cases::$case(&h).await;
-            )*
-        }
-    };
-}
-
-macro_rules! conformance {
-    ($($case:ident),* $(,)?) => {
-        backend!(memory, crate::common::memory, [$($case),*]);
-        backend!(redb, crate::common::redb, [$($case),*]);
-        #[cfg(feature = "redis")]
-        backend!(redis, crate::common::redis, [$($case),*]);
-        #[cfg(feature = "redis")]
-        cluster!([$($case),*]);
-    };
 }
 
 conformance!(

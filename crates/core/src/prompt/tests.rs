@@ -155,3 +155,28 @@ fn settings_deserialize_with_defaults() {
     assert_eq!(s.params["temperature"], 1);
     assert!(serde_json::from_value::<SummarySettings>(json!({"nope": 1})).is_err());
 }
+
+#[test]
+fn a_zero_limit_sends_none_where_the_api_allows_it() {
+    let s = SummarySettings {
+        max_output_tokens: 0,
+        ..SummarySettings::default()
+    };
+    let codex = json!({"model": "gpt-5.5", "instructions": "You are Codex.", "store": false,
+                       "stream": true, "input": []});
+    let v = summary_request(ApiShape::Responses, &codex, "P", &s);
+    assert!(v.get("max_output_tokens").is_none(), "{v}");
+    assert_eq!((&v["stream"], &v["store"]), (&json!(true), &json!(false)));
+    let v = summary_request(
+        ApiShape::ChatCompletions,
+        &json!({"model": "gpt-5"}),
+        "P",
+        &s,
+    );
+    assert!(v.get("max_completion_tokens").is_none() && v.get("max_tokens").is_none());
+    let v = summary_request(ApiShape::Gemini, &json!({}), "P", &s);
+    assert!(v.get("generationConfig").is_none());
+    // Anthropic requires one: the default.
+    let v = summary_request(ApiShape::AnthropicMessages, &json!({"model": "c"}), "P", &s);
+    assert_eq!(v["max_tokens"], SUMMARY_MAX_TOKENS);
+}

@@ -66,7 +66,7 @@ impl Config {
     /// Replaces every `*_env` reference by the variable's value, looked up with `env`.
     pub(super) fn resolve_env(
         &mut self,
-        env: impl Fn(&str) -> Option<String>,
+        env: &impl Fn(&str) -> Option<String>,
     ) -> Result<(), ConfigError> {
         Pair {
             field: String::new(),
@@ -77,7 +77,7 @@ impl Config {
             what: "admin token",
             required: false,
         }
-        .resolve(&env)?;
+        .resolve(env)?;
         Pair {
             field: "store".to_owned(),
             value: &mut self.store.url,
@@ -87,9 +87,14 @@ impl Config {
             what: "store URL",
             required: false,
         }
-        .resolve(&env)?;
+        .resolve(env)?;
         for p in &mut self.providers {
+            // A login account has no key: its `credentials` are read and checked apart.
+            let keyed = !p.auth.is_login();
             for a in &mut p.accounts {
+                if !keyed && a.api_key.is_none() && a.api_key_env.is_none() {
+                    continue;
+                }
                 Pair {
                     field: format!("providers[{:?}].accounts[{:?}]", p.name, a.id),
                     value: &mut a.api_key,
@@ -97,9 +102,9 @@ impl Config {
                     env: a.api_key_env.as_ref(),
                     env_name: "api_key_env",
                     what: "API key",
-                    required: true,
+                    required: keyed,
                 }
-                .resolve(&env)?;
+                .resolve(env)?;
             }
         }
         for c in &mut self.clients {
@@ -123,7 +128,7 @@ impl Config {
                 what: "client key",
                 required: true,
             }
-            .resolve(&env)?;
+            .resolve(env)?;
         }
         Ok(())
     }

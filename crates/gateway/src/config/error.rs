@@ -49,6 +49,16 @@ pub enum ConfigError {
         /// `not set` or `empty`.
         found: &'static str,
     },
+    /// An account's `credentials` file cannot be used.
+    #[error("{field}: cannot use the credential file {path}: {reason}")]
+    Credentials {
+        /// The field path, e.g. `providers["codex"].accounts["plus-1"].credentials`.
+        field: String,
+        /// The file (with `~` expanded).
+        path: PathBuf,
+        /// What is wrong with it (never a token).
+        reason: String,
+    },
     /// A value is out of range or inconsistent with the rest of the file.
     #[error("{field}: expected {expected}, found {found}")]
     Invalid {

@@ -25,7 +25,7 @@
 //! ```
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use context_relay_core::config::{ConfigWarning, RelayConfig, RelayOverrides};
 use context_relay_core::quota::QuotaKind;
@@ -33,13 +33,16 @@ use context_relay_tower::RelayConfigs;
 use serde::Deserialize;
 
 mod api_hint;
+mod auth;
 mod clients;
 mod env;
 mod error;
 mod limits;
+mod logins;
 mod store;
 mod validate;
 
+pub use auth::AuthScheme;
 pub use clients::ClientConfig;
 pub use error::ConfigError;
 pub use limits::{LimitsConfig, Secs};
@@ -153,21 +156,6 @@ fn default_max_request_bytes() -> usize {
     DEFAULT_MAX_REQUEST_BYTES
 }
 
-/// How the account credential is sent upstream.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-pub enum AuthScheme {
-    /// `Authorization: Bearer <key>` (OpenAI, Codex).
-    #[default]
-    #[serde(rename = "bearer")]
-    Bearer,
-    /// `x-api-key: <key>` (Anthropic).
-    #[serde(rename = "x-api-key")]
-    XApiKey,
-    /// `x-goog-api-key: <key>` (Gemini API).
-    #[serde(rename = "x-goog-api-key")]
-    XGoogApiKey,
-}
-
 /// Which API a provider speaks (`api`), and so which client requests it can serve.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -258,9 +246,17 @@ pub struct ProviderConfig {
     /// Upstream base URL ending where the client path after `/v1` is appended:
     /// `/v1/responses` → `{base_url}/responses`.
     pub base_url: String,
-    /// How the account key is sent.
+    /// How the account key (or login) is sent.
     #[serde(default)]
     pub auth: AuthScheme,
+    /// The OAuth token endpoint logins refresh at (`auth = "chatgpt"` or `"claude-oauth"`);
+    /// unset: the client's own ([`ProviderConfig::token_url`]).
+    #[serde(default)]
+    pub token_url: Option<String>,
+    /// The OAuth client id logins refresh as; unset: the client's own
+    /// ([`ProviderConfig::client_id`]).
+    #[serde(default)]
+    pub client_id: Option<String>,
     /// Which API the provider speaks (`passthrough`, `openai` or `anthropic`).
     #[serde(default)]
     pub api: ProviderApi,
@@ -295,6 +291,8 @@ impl std::fmt::Debug for ProviderConfig {
             .field("name", &self.name)
             .field("base_url", &redact_url(&self.base_url))
             .field("auth", &self.auth)
+            .field("token_url", &self.token_url.as_deref().map(redact_url))
+            .field("client_id", &self.client_id)
             .field("api", &self.api)
             .field("quota", &self.quota)
             .field("rotate_at", &self.rotate_at)
@@ -303,9 +301,10 @@ impl std::fmt::Debug for ProviderConfig {
     }
 }
 
-/// `[[providers.accounts]]`: one credential.
+/// `[[providers.accounts]]`: one credential, an API key or a subscription login.
 ///
-/// After loading, [`AccountConfig::api_key`] holds the key whichever way it was given.
+/// After loading, [`AccountConfig::api_key`] holds the key whichever way it was given, and a
+/// login's credential file has been read (and found to be of its provider's `auth`).
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AccountConfig {
@@ -317,6 +316,15 @@ pub struct AccountConfig {
     /// The environment variable holding the key.
     #[serde(default)]
     pub api_key_env: Option<String>,
+    /// A subscription login: the client's credential file (Codex CLI `auth.json`, Claude Code
+    /// `.credentials.json`), read at start-up and written back when the gateway refreshes
+    /// the login. A leading `~/` is the home folder; a relative path is relative to the
+    /// working folder.
+    #[serde(default)]
+    pub credentials: Option<PathBuf>,
+    /// The login read from `credentials`.
+    #[serde(skip)]
+    pub(crate) login: Option<crate::login::LoginFile>,
 }
 
 impl std::fmt::Debug for AccountConfig {
@@ -325,6 +333,8 @@ impl std::fmt::Debug for AccountConfig {
             .field("id", &self.id)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("api_key_env", &self.api_key_env)
+            .field("credentials", &self.credentials)
+            .field("login", &self.login.as_ref().map(|l| l.kind))
             .finish()
     }
 }
@@ -417,7 +427,8 @@ impl Config {
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
         let mut config: Config = toml::from_str(text).map_err(|e| ConfigError::parse(&e, text))?;
-        config.resolve_env(env)?;
+        config.resolve_env(&env)?;
+        config.read_logins(&env)?;
         config.validate()?;
         Ok(config)
     }

@@ -97,6 +97,10 @@ impl Config {
                         format!("{:?} twice", a.id),
                     ));
                 }
+                if p.auth.is_login() {
+                    // Read and checked with the credential file (`read_logins`).
+                    continue;
+                }
                 let key = a.api_key.as_deref().unwrap_or_default();
                 if key.is_empty() || HeaderValue::from_str(key).is_err() {
                     // The key itself is never printed.
@@ -145,6 +149,7 @@ impl Config {
                 }
             }
         }
+        self.validate_logins()?;
         self.validate_clients()?;
         self.check_open(self.listen)?;
         Ok(())

@@ -10,7 +10,7 @@ fn pool(n: usize, rotate_at: f64) -> ProviderPool {
         "[[providers]]\nname = \"p\"\nbase_url = \"http://h/v1/\"\nrotate_at = {rotate_at}\nauth = \"x-api-key\"\n{accounts}"
     );
     let c = Config::from_toml_str(&text, |_| None).unwrap();
-    ProviderPool::new(&c.providers[0])
+    ProviderPool::new(&c.providers[0], None)
 }
 
 fn t(s: u64) -> SystemTime {
@@ -20,7 +20,10 @@ fn t(s: u64) -> SystemTime {
 #[test]
 fn credentials_follow_auth() {
     let p = pool(1, 0.95);
-    let (name, value) = p.accounts()[0].credential();
+    let AccountAuth::Key(credential) = &p.accounts()[0].auth else {
+        panic!("a key account");
+    };
+    let (name, value) = credential.main();
     assert_eq!(name, "x-api-key");
     assert_eq!(value, "k0");
     assert!(value.is_sensitive());
@@ -236,4 +239,55 @@ fn a_reload_carries_usage_exhaustion_and_bindings_by_account_id() {
     assert_eq!(snap[0].used, None, "a new account starts unused");
     // s-a's account is out: it moves to the first available one, the new account.
     assert_eq!(p.pick(Some("s-a"), &[], t(0)), Some(0));
+}
+
+#[tokio::test]
+async fn a_reload_keeps_each_unchanged_login_and_makes_a_changed_one_anew() {
+    use context_relay_sim::{SimLogin, SimProvider};
+    let sim = SimProvider::builder()
+        .login("a", SimLogin::Codex)
+        .login("b", SimLogin::Codex)
+        .start()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, id: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, sim.login_file(id).unwrap().to_string()).unwrap();
+        path
+    };
+    let (a, b) = (write("a.json", "a"), write("b.json", "b"));
+    let config = |b: &std::path::Path| {
+        let text = format!(
+            "[[providers]]\nname = \"chatgpt\"\nbase_url = \"{}\"\nauth = \"chatgpt\"\n\
+             token_url = \"{}\"\n[[providers.accounts]]\nid = \"a\"\ncredentials = \"{}\"\n\
+             [[providers.accounts]]\nid = \"b\"\ncredentials = \"{}\"\n",
+            sim.base_url(),
+            sim.token_url(SimLogin::Codex),
+            a.display(),
+            b.display()
+        );
+        Config::from_toml_str(&text, |_| None).unwrap()
+    };
+    let services = |carried| LoginServices {
+        store: Arc::new(context_relay_store::MemoryStore::new()),
+        client: crate::upstream::Upstream::with_limits(crate::upstream::UpstreamLimits::default())
+            .unwrap()
+            .client(),
+        carried,
+    };
+    let old = AccountPools::new(&config(&b), Some(&services(Vec::new())));
+    assert_eq!(old.logins().len(), 2);
+    // The reloaded file moves b's login to another credential file.
+    let moved = write("b-moved.json", "b");
+    let new = AccountPools::new(&config(&moved), Some(&services(old.logins())));
+    let (before, after) = (old.logins(), new.logins());
+    assert!(
+        Arc::ptr_eq(&before[0], &after[0]),
+        "a is unchanged: its login, tokens and refresh state are kept"
+    );
+    assert!(
+        !Arc::ptr_eq(&before[1], &after[1]),
+        "b reads another file: a login of its own"
+    );
 }

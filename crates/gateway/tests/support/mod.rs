@@ -504,6 +504,8 @@ impl Harness {
     }
 }
 
+pub mod logins;
+
 /// A throwaway redis-server (or `REDIS_URL`), shared with the store's and tower's tests.
 #[path = "../../../store/tests/common/redis_server.rs"]
 mod redis_server;

@@ -22,10 +22,11 @@
 //!
 //! Files: `open` (tables, value layout, index rebuild), `writer` (the queue and the writer
 //! thread, reopening), `reads` (point reads against the index), `store` (the [`HandoffStore`]
-//! impl).
+//! impl), `login` (subscription logins, table `logins`).
 //!
 //! [`HandoffStore`]: crate::HandoffStore
 
+mod login;
 mod open;
 mod reads;
 mod store;

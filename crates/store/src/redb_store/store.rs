@@ -11,7 +11,7 @@ use super::RedbStore;
 use super::open::SECRETS;
 use super::writer::committed;
 use crate::affinity;
-use crate::{Affinity, Claim, HandoffStore, StoreError, StoreFuture};
+use crate::{Affinity, Claim, HandoffStore, StoreError, StoreFuture, StoredLogin};
 
 impl HandoffStore for RedbStore {
     fn upsert(&self, record: HandoffRecord) -> StoreFuture<'_, ()> {
@@ -181,6 +181,19 @@ impl HandoffStore for RedbStore {
                 .await
                 .map_err(|_| StoreError::Closed)?
         })
+    }
+
+    fn login<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<StoredLogin>> {
+        self.login_now(name)
+    }
+
+    fn put_login<'a>(
+        &'a self,
+        name: &'a str,
+        expected: u64,
+        data: &'a [u8],
+    ) -> StoreFuture<'a, Option<u64>> {
+        self.put_login_now(name, expected, data)
     }
 }
 

@@ -33,13 +33,14 @@
 //! Files: `connection` (connecting, timeouts, the breaker), `cluster` (one server or a
 //! cluster behind one connection type, the scan of every master), `ids` (versions and
 //! tokens), `scripts` (key names, stored fields, Lua scripts), `store` (the [`HandoffStore`]
-//! impl).
+//! impl), `login` (subscription logins and their refresh lock).
 //!
 //! [`HandoffStore`]: crate::HandoffStore
 
 mod cluster;
 mod connection;
 mod ids;
+mod login;
 mod scripts;
 mod store;
 

@@ -11,7 +11,8 @@ use super::scripts::{Foreign, glob_escape, millis, record_tag};
 use crate::affinity::{self, Write};
 use crate::clock::after_ms;
 use crate::{
-    Affinity, Claim, GenerationLease, HandoffStore, StoreError, StoreFuture, report_corrupt,
+    Affinity, Claim, GenerationLease, HandoffStore, LoginLock, StoreError, StoreFuture,
+    StoredLogin, report_corrupt,
 };
 
 impl RedisStore {
@@ -458,6 +459,31 @@ impl HandoffStore for RedisStore {
         ttl: Duration,
     ) -> StoreFuture<'a, Option<GenerationLease>> {
         Box::pin(self.try_begin_generation(key, ttl))
+    }
+
+    fn login<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<StoredLogin>> {
+        self.login_now(name)
+    }
+
+    fn put_login<'a>(
+        &'a self,
+        name: &'a str,
+        expected: u64,
+        data: &'a [u8],
+    ) -> StoreFuture<'a, Option<u64>> {
+        self.put_login_now(name, expected, data)
+    }
+
+    fn lock_login<'a>(
+        &'a self,
+        name: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, Option<LoginLock>> {
+        self.lock_login_now(name, ttl)
+    }
+
+    fn unlock_login<'a>(&'a self, lock: &'a LoginLock) -> StoreFuture<'a, ()> {
+        self.unlock_login_now(lock)
     }
 
     fn end_generation<'a>(&'a self, lease: &'a GenerationLease) -> StoreFuture<'a, ()> {

@@ -17,6 +17,53 @@ pub use redis_cluster::RedisCluster;
 #[allow(unused_imports)]
 pub use redis_server::RedisServer;
 
+/// `mod $backend { #[tokio::test] async fn $case() { cases::$case(&$make().await) } … }`: the
+/// cases of the including file's `cases` module against one backend.
+#[allow(unused_macros)]
+macro_rules! backend {
+    ($backend:ident, $make:path, [$($case:ident),* $(,)?]) => {
+        mod $backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let h = $make().await;
+                    super::cases::$case(&h).await;
+                }
+            )*
+        }
+    };
+}
+
+/// The cases against every backend (redis with the `redis` feature).
+#[allow(unused_macros)]
+macro_rules! conformance {
+    ($($case:ident),* $(,)?) => {
+        backend!(memory, crate::common::memory, [$($case),*]);
+        backend!(redb, crate::common::redb, [$($case),*]);
+        #[cfg(feature = "redis")]
+        backend!(redis, crate::common::redis, [$($case),*]);
+        #[cfg(feature = "redis")]
+        cluster!([$($case),*]);
+    };
+}
+
+/// Every case against one three-master Redis Cluster, each under a key prefix of its own
+/// (starting a cluster per case would cost seconds each).
+#[allow(unused_macros)]
+macro_rules! cluster {
+    ([$($case:ident),* $(,)?]) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn redis_cluster() {
+            let cluster = crate::common::RedisCluster::start();
+            $(
+                eprintln!("redis cluster: {}", stringify!($case));
+                let h = crate::common::redis_cluster(&cluster).await;
+                crate::cases::$case(&h).await;
+            )*
+        }
+    };
+}
+
 /// A store under test, its clock, and whatever must live as long as it (a temp dir, a server).
 pub struct Harness {
     pub store: Arc<dyn HandoffStore>,

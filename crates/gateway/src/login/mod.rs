@@ -1,0 +1,244 @@
+//! Subscription logins: accounts that authenticate with a client's OAuth login (a ChatGPT plan
+//! logged in with Codex CLI, a Claude Pro/Max plan logged in with Claude Code) instead of an API
+//! key.
+//!
+//! An account `credentials = "PATH"` names the client's own credential file ([`file`]); its
+//! provider's `auth` says how the access token is sent (`"chatgpt"`: `Authorization: Bearer`
+//! and `chatgpt-account-id`; `"claude-oauth"`: `Authorization: Bearer` and the
+//! `oauth-2025-04-20` beta). A [`Login`] keeps the account's current pair and refreshes it:
+//!
+//! - **ahead of expiry**: an attempt whose access token expires within [`REFRESH_AHEAD`] (from
+//!   the JWT's `exp` for ChatGPT, `expiresAt` for Claude) refreshes first;
+//! - **once on a 401**: an attempt the provider answers 401 refreshes (unless another request
+//!   did since) and is sent again on the same account, once;
+//! - **one refresh at a time**: concurrent attempts of the account wait for the refresh in
+//!   flight and use its pair; replicas sharing a Redis store take the store's refresh lock, and
+//!   one that finds another replica's newer pair in the store uses it instead of refreshing;
+//! - **saved before use**: refresh tokens are single-use, so the rotated pair is written to the
+//!   store (compare-and-set on its version) and back into the credential file (atomically,
+//!   mode 0600) before any request carries it; a restart at any moment finds a usable pair
+//!   (the newer of the store's and the file's);
+//! - **refused for good**: a refresh the issuer refuses for good (`refresh_token_reused`,
+//!   `invalid_grant`, a 401, …) disables the account for good, with an error log line naming
+//!   it; it shows as `disabled` with its login `refused` on `/admin/accounts`. The other
+//!   accounts carry on. Before giving a login up, the store and the file are read again: a pair
+//!   another replica or a new login wrote is used instead.
+//!
+//! Tokens are [`Secret`]s: no log line, error, metric, admin view or `Debug` shows one.
+
+mod endpoint;
+pub(crate) mod file;
+mod jwt;
+mod refresh;
+mod tokens;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use context_relay_store::HandoffStore;
+use http::{HeaderName, HeaderValue};
+
+use crate::credential::{CLAUDE_OAUTH_BETA, Credential};
+pub(crate) use endpoint::TokenEndpoint;
+pub(crate) use file::{LoginFile, LoginKind};
+pub(crate) use tokens::Tokens;
+
+/// Codex CLI's token endpoint (`REFRESH_TOKEN_URL` in codex-rs `login/src/auth/manager.rs`).
+pub(crate) const CODEX_TOKEN_URL: &str = "https://auth.openai.com/oauth/token";
+/// Codex CLI's public OAuth client id (`CLIENT_ID` in codex-rs `login/src/auth/manager.rs`).
+pub(crate) const CODEX_CLIENT_ID: &str = "app_EMoamEEZ73f0CkXaXp7hrann";
+/// Claude Code's token endpoint (the one its published builds call; Claude Code's source is
+/// not public, the value is the one public write-ups of its OAuth flow agree on).
+pub(crate) const CLAUDE_TOKEN_URL: &str = "https://console.anthropic.com/v1/oauth/token";
+/// Claude Code's public OAuth client id (same source as [`CLAUDE_TOKEN_URL`]).
+pub(crate) const CLAUDE_CLIENT_ID: &str = "9d1c250a-e61b-44d9-88ed-5944d1962f5e";
+
+/// How long before its expiry an access token is refreshed (Codex CLI refreshes a token that
+/// expires within 5 minutes).
+pub(crate) const REFRESH_AHEAD: Duration = Duration::from_secs(300);
+/// How long a refresh that failed for now is not tried again while the access token still
+/// holds (attempts would otherwise queue behind a token endpoint that does not answer).
+pub(crate) const RETRY_REFRESH_AFTER: Duration = Duration::from_secs(30);
+
+/// Where a login is, for logs and the store: provider and account.
+#[derive(Debug, Clone)]
+pub(crate) struct LoginName {
+    pub(crate) provider: Arc<str>,
+    pub(crate) account: Arc<str>,
+    /// `provider/account`: the login's name in the store.
+    pub(crate) key: Arc<str>,
+}
+
+impl LoginName {
+    pub(crate) fn new(provider: &str, account: &str) -> Self {
+        Self {
+            provider: Arc::from(provider),
+            account: Arc::from(account),
+            key: Arc::from(format!("{provider}/{account}")),
+        }
+    }
+}
+
+/// A credential an attempt may carry, and the pair it came from (for [`Login::recover`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Issued {
+    pub(crate) credential: Credential,
+    pub(crate) generation: u64,
+}
+
+/// Why a login cannot serve an attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Unusable {
+    /// Refused for good (the issuer's code): the account is out until someone logs in again.
+    Refused(String),
+    /// No usable access token for now (the refresh failed; why).
+    Unavailable(String),
+}
+
+/// How a login looks on `/admin/accounts`: expiry and state, never a token.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct LoginStatus {
+    pub(crate) expires_at: Option<SystemTime>,
+    /// `valid`, `expired` (it is refreshed on next use) or `refused`.
+    pub(crate) state: &'static str,
+    /// The issuer's code of a refusal.
+    pub(crate) error: Option<String>,
+}
+
+struct State {
+    tokens: Arc<Tokens>,
+    credential: Option<Credential>,
+    /// Bumped whenever the pair changes.
+    generation: u64,
+    /// The store version of `tokens` (0: not written or read yet).
+    version: u64,
+    /// Whether the store was consulted since start.
+    synced: bool,
+    refused: Option<String>,
+    /// Until when a failed refresh is not tried again (the current pair serves meanwhile).
+    failed_until: Option<SystemTime>,
+}
+
+/// One subscription login (see the module docs).
+pub(crate) struct Login {
+    kind: LoginKind,
+    name: LoginName,
+    path: PathBuf,
+    endpoint: TokenEndpoint,
+    store: Arc<dyn HandoffStore>,
+    state: Mutex<State>,
+    /// One refresh at a time; attempts wait on it.
+    refreshing: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for Login {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Login")
+            .field("kind", &self.kind)
+            .field("name", &self.name.key)
+            .field("path", &self.path)
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The headers `tokens` go upstream with for `kind`.
+fn credential(kind: LoginKind, tokens: &Tokens) -> Option<Credential> {
+    let c = Credential::bearer(tokens.access.expose())?;
+    Some(match kind {
+        LoginKind::Codex => {
+            let id = HeaderValue::from_str(tokens.account_id.as_deref()?).ok()?;
+            c.with(HeaderName::from_static("chatgpt-account-id"), id)
+        }
+        LoginKind::Claude => c.with_beta(CLAUDE_OAUTH_BETA),
+    })
+}
+
+impl Login {
+    /// The login of `file` (read from `path`) for account `name`, refreshing at `endpoint` and
+    /// sharing its pair through `store`.
+    pub(crate) fn new(
+        name: LoginName,
+        path: PathBuf,
+        file: LoginFile,
+        endpoint: TokenEndpoint,
+        store: Arc<dyn HandoffStore>,
+    ) -> Self {
+        let state = State {
+            credential: credential(file.kind, &file.tokens),
+            tokens: Arc::new(file.tokens),
+            generation: 0,
+            version: 0,
+            synced: false,
+            refused: None,
+            failed_until: None,
+        };
+        Self {
+            kind: file.kind,
+            name,
+            path,
+            endpoint,
+            store,
+            state: Mutex::new(state),
+            refreshing: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Whether this is the login of account `name` read from `path`, refreshing at `endpoint`'s
+    /// URL with its client id (a reloaded configuration that left it unchanged).
+    pub(crate) fn is_same(&self, name: &LoginName, path: &Path, endpoint: &TokenEndpoint) -> bool {
+        self.name.key == name.key
+            && self.path == path
+            && self.endpoint.url == endpoint.url
+            && self.endpoint.client_id == endpoint.client_id
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Every update replaces whole fields: the state stays consistent after a panic.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The credential for an attempt at `now`: the current access token, refreshed first when
+    /// it expires within [`REFRESH_AHEAD`] (waiting for a refresh in flight).
+    pub(crate) async fn issue(&self, now: SystemTime) -> Result<Issued, Unusable> {
+        if let Some(done) = self.satisfied(refresh::Need::Fresh, now) {
+            return done;
+        }
+        self.ensure(refresh::Need::Fresh).await
+    }
+
+    /// After the provider answered 401 to the credential of `generation`: a refreshed one (or
+    /// the one another request refreshed meanwhile).
+    pub(crate) async fn recover(&self, generation: u64) -> Result<Issued, Unusable> {
+        self.ensure(refresh::Need::After(generation)).await
+    }
+
+    /// Expiry and state, for the admin view.
+    pub(crate) fn status(&self, now: SystemTime) -> LoginStatus {
+        let st = self.state();
+        let state = if st.refused.is_some() {
+            "refused"
+        } else if st.tokens.expired(now) {
+            "expired"
+        } else {
+            "valid"
+        };
+        LoginStatus {
+            expires_at: st.tokens.expires_at,
+            state,
+            error: st.refused.clone(),
+        }
+    }
+
+    /// `chatgpt` or `claude-oauth`.
+    pub(crate) fn auth(&self) -> &'static str {
+        match self.kind {
+            LoginKind::Codex => "chatgpt",
+            LoginKind::Claude => "claude-oauth",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
