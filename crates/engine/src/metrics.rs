@@ -3,6 +3,8 @@
 //! Nothing is recorded on the pass-through path: counters only move when the relay acts or
 //! fails.
 
+use context_relay_store::StoreError;
+
 /// Summary generations by `outcome`: `generated`, `extractive` (the model gave none; a handoff
 /// was built from the conversation), `rejected`, `unparseable`, `unavailable`; and by `kind`:
 /// `account` (the account neared its limit) or `model` (the first response on a new model).
@@ -47,8 +49,16 @@ pub(crate) fn kind_label(kind: context_relay_core::HandoffKind) -> &'static str 
 }
 
 /// Logs and counts a failed store operation (the request passes through).
-pub(crate) fn store_error(op: &'static str, err: &dyn std::fmt::Display) {
-    tracing::warn!(op, error = %err, "context-relay store error; passing through");
+///
+/// A store known to be down ([`StoreError::Unavailable`]: a Redis circuit breaker open, a redb
+/// file being reopened) logs its state itself, once per interval; each request that meets it
+/// is only counted, and logged at debug level.
+pub(crate) fn store_error(op: &'static str, err: &StoreError) {
+    if matches!(err, StoreError::Unavailable { .. }) {
+        tracing::debug!(op, error = %err, "context-relay store unavailable; passing through");
+    } else {
+        tracing::warn!(op, error = %err, "context-relay store error; passing through");
+    }
     metrics::counter!(STORE_ERRORS, "op" => op).increment(1);
 }
 

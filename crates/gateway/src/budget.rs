@@ -54,6 +54,26 @@ pub(crate) struct BudgetHold {
 }
 
 impl BudgetHold {
+    /// The bytes this hold has taken.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        self.permit
+            .as_ref()
+            .map_or(0, OwnedSemaphorePermit::num_permits)
+    }
+
+    /// Gives `n` of the bytes taken back to the budget (all of them when fewer are held).
+    pub(crate) fn release(&mut self, n: usize) {
+        let Some(held) = &mut self.permit else {
+            return;
+        };
+        if n >= held.num_permits() {
+            self.permit = None;
+        } else {
+            drop(held.split(n));
+        }
+    }
+
     /// Takes `n` more bytes; `false` (and nothing taken) when the budget has not that many left.
     pub(crate) fn take(&mut self, n: usize) -> bool {
         let Some(budget) = &self.budget else {

@@ -2,8 +2,8 @@
 //! chunk's bytes taken from the shared [`ByteBudget`](crate::budget::ByteBudget) as it arrives,
 //! and the client body timeout recognised so that it can be answered with a 408.
 //!
-//! A body of one chunk is kept as it came. A body of several chunks is copied once into one
-//! buffer, with [`HEADROOM`] spare bytes in front: the gateway rewrites `model`, a value near
+//! A body of one chunk is kept as it came. A body of several chunks is copied into one buffer
+//! as its chunks arrive (so it is never held twice), with [`HEADROOM`] spare bytes in front: the gateway rewrites `model`, a value near
 //! the start, and a new name up to that much longer fits by moving the few bytes before it
 //! instead of copying the whole body again (see [`model`](crate::model)).
 
@@ -57,9 +57,15 @@ impl Buffered {
     }
 }
 
-/// Reads the whole body, at most `limit` bytes, taking each chunk's bytes from `hold`.
+/// Reads the whole body, at most `limit` bytes, taking its bytes from `hold` as they arrive.
+///
+/// A body that comes in one chunk is kept as it is. Otherwise the chunks are copied into one
+/// buffer as they arrive and dropped, so the body is held once, never twice: at its declared
+/// length (`content-length`) when there is one, else in a buffer that grows. The hold counts
+/// the buffer's capacity, which is what the process really holds.
 pub(crate) async fn collect_within<B>(
     body: B,
+    declared: Option<u64>,
     limit: usize,
     hold: &mut BudgetHold,
 ) -> Result<Buffered, Collect>
@@ -68,7 +74,8 @@ where
     B::Error: Into<BoxError>,
 {
     let mut body = std::pin::pin!(body);
-    let mut chunks: Vec<Bytes> = Vec::new();
+    let mut first: Option<Bytes> = None;
+    let mut joined: Option<Vec<u8>> = None;
     let mut total = 0usize;
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| Collect::Read(e.into()))?;
@@ -79,23 +86,58 @@ where
         if total > limit {
             return Err(Collect::TooLarge);
         }
-        if !hold.take(data.len()) {
-            return Err(Collect::Budget);
-        }
-        chunks.push(data);
-    }
-    Ok(match chunks.len() {
-        0 => Buffered::Chunk(Bytes::new()),
-        1 => Buffered::Chunk(chunks.swap_remove(0)),
-        _ => {
-            let mut all = Vec::with_capacity(HEADROOM + total);
-            all.resize(HEADROOM, b' ');
-            for c in &chunks {
-                all.extend_from_slice(c);
+        match (&mut joined, first.take()) {
+            (Some(buf), _) => append(buf, &data, hold)?,
+            (None, None) => {
+                if !hold.take(data.len()) {
+                    return Err(Collect::Budget);
+                }
+                first = Some(data);
             }
-            Buffered::Joined(all)
+            (None, Some(head)) => {
+                // A second chunk: from now on the body is joined. The first chunk's bytes move
+                // into the buffer, whose capacity is taken before they do.
+                let expected = declared
+                    .and_then(|n| usize::try_from(n).ok())
+                    .filter(|&n| n >= total && n <= limit)
+                    .unwrap_or(total);
+                let mut buf = Vec::new();
+                reserve(&mut buf, HEADROOM + expected, hold)?;
+                buf.resize(HEADROOM, b' ');
+                buf.extend_from_slice(&head);
+                hold.release(head.len());
+                drop(head);
+                append(&mut buf, &data, hold)?;
+                joined = Some(buf);
+            }
         }
+    }
+    Ok(match (joined, first) {
+        (Some(buf), _) => Buffered::Joined(buf),
+        (None, Some(one)) => Buffered::Chunk(one),
+        (None, None) => Buffered::Chunk(Bytes::new()),
     })
+}
+
+/// Appends `data` to `buf`, taking what its capacity grows by from `hold`.
+fn append(buf: &mut Vec<u8>, data: &[u8], hold: &mut BudgetHold) -> Result<(), Collect> {
+    if buf.capacity() - buf.len() < data.len() {
+        // Grows by doubling, as `Vec` would, but counted.
+        let wanted = (buf.len() + data.len()).max(buf.capacity() * 2);
+        reserve(buf, wanted, hold)?;
+    }
+    buf.extend_from_slice(data);
+    Ok(())
+}
+
+/// Grows `buf` to a capacity of exactly `capacity`, taking the difference from `hold`.
+fn reserve(buf: &mut Vec<u8>, capacity: usize, hold: &mut BudgetHold) -> Result<(), Collect> {
+    let more = capacity.saturating_sub(buf.capacity());
+    if !hold.take(more) {
+        return Err(Collect::Budget);
+    }
+    buf.reserve_exact(capacity - buf.len());
+    Ok(())
 }
 
 /// Whether `e` (or what caused it) is the client body timeout.
@@ -108,4 +150,61 @@ pub(crate) fn is_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
         cur = err.source();
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+
+    use http_body::Frame;
+    use http_body_util::StreamBody;
+
+    use super::*;
+    use crate::budget::ByteBudget;
+
+    fn chunked(chunks: &[&'static [u8]]) -> impl Body<Data = Bytes, Error = Infallible> {
+        let frames: Vec<Result<Frame<Bytes>, Infallible>> = chunks
+            .iter()
+            .map(|c| Ok(Frame::data(Bytes::from_static(c))))
+            .collect();
+        StreamBody::new(futures_util::stream::iter(frames))
+    }
+
+    /// The hold counts what is really held: a joined body's whole buffer, spare capacity
+    /// included, and a first chunk copied into it only once.
+    #[tokio::test]
+    async fn the_hold_counts_the_buffer_it_holds() {
+        let chunks: [&'static [u8]; 3] = [b"{\"model\":", b"\"m\",\"input\":", b"\"hi\"}"];
+        let len: usize = chunks.iter().map(|c| c.len()).sum();
+        for declared in [Some(len as u64), None, Some(1 << 40)] {
+            let budget = ByteBudget::new(1 << 20);
+            let mut hold = budget.hold();
+            let body = collect_within(chunked(&chunks), declared, 1 << 20, &mut hold)
+                .await
+                .ok()
+                .unwrap();
+            let Buffered::Joined(buf) = &body else {
+                panic!("joined")
+            };
+            assert_eq!(body.as_slice(), b"{\"model\":\"m\",\"input\":\"hi\"}");
+            assert_eq!(hold.held(), buf.capacity(), "{declared:?}");
+            if declared == Some(len as u64) {
+                assert_eq!(buf.capacity(), HEADROOM + len);
+            }
+        }
+        // One chunk is kept as it came, and counted as it is.
+        let budget = ByteBudget::new(1 << 20);
+        let mut hold = budget.hold();
+        let body = collect_within(chunked(&[b"{}"]), Some(2), 1 << 20, &mut hold)
+            .await
+            .ok()
+            .unwrap();
+        assert!(matches!(body, Buffered::Chunk(_)));
+        assert_eq!(hold.held(), 2);
+        // A budget smaller than the buffer refuses the body.
+        let budget = ByteBudget::new((HEADROOM + len - 1) as u64);
+        let mut hold = budget.hold();
+        let refused = collect_within(chunked(&chunks), Some(len as u64), 1 << 20, &mut hold).await;
+        assert!(matches!(refused, Err(Collect::Budget)));
+    }
 }

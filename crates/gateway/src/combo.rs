@@ -28,7 +28,7 @@ use std::sync::{Arc, LazyLock};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use context_relay_core::decode::{DecodeError, decode};
+use context_relay_core::decode::DecodeError;
 use context_relay_core::session::{self, SessionSources};
 use context_relay_tower::{ComboName, ServingModel, SessionId, Tenant};
 use foldhash::HashMap;
@@ -42,6 +42,7 @@ use crate::auth::{ClientAccess, forbidden};
 use crate::budget::{BudgetHold, ByteBudget};
 use crate::collect::{Buffered, Collect, collect_within, is_timeout};
 use crate::config::Config;
+use crate::decoding::{OFF_WORKERS_BYTES, decode_off_workers, off_workers};
 use crate::error::{ErrorKind, ErrorShape, error_response};
 use crate::gemini;
 use crate::model::{find_model, rewrite_model};
@@ -352,7 +353,7 @@ where
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         res
     };
-    let raw = match collect_within(body, limit, hold).await {
+    let raw = match collect_within(body, declared, limit, hold).await {
         Ok(bytes) => bytes,
         Err(Collect::TooLarge) => return Err(too_large()),
         Err(Collect::Budget) => return Err(busy()),
@@ -386,8 +387,10 @@ where
                     &format!("expected at most {MAX_CODINGS} content codings, found {layers}"),
                 ));
             }
-            match decode(encoding, raw.as_slice(), limit) {
-                Ok(b) if !hold.take(b.len()) => return Err(busy()),
+            match decode_off_workers(encoding.to_owned(), raw, limit).await {
+                // The decoded buffer is held whole, spare capacity included (the compressed
+                // bytes stay counted until the request ends).
+                Ok(b) if !hold.take(b.capacity()) => return Err(busy()),
                 Ok(b) => Buffered::Chunk(Bytes::from(b)),
                 Err(DecodeError::TooLarge { .. }) => return Err(too_large()),
                 Err(e @ DecodeError::Unsupported(_)) => {
@@ -441,11 +444,27 @@ where
     parts
         .headers
         .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
-    identify(&mut parts, &body);
+    if body.len() >= OFF_WORKERS_BYTES {
+        let body = body.clone();
+        parts = off_workers(move || {
+            identify(&mut parts, &body);
+            parts
+        })
+        .await
+        .map_err(|e| bad_request(&format!("the request body could not be read: {e}")))?;
+    } else {
+        identify(&mut parts, &body);
+    }
     if let Some(combo) = combo {
         parts.extensions.insert(combo);
     }
     parts.extensions.insert(targets);
+    // The stack below may hold one rewritten copy of the body beside it (a handoff injected,
+    // account-bound state scrubbed, a translated body): it is counted up front, so that the
+    // budget bounds what the process really holds.
+    if !hold.take(body.len()) {
+        return Err(busy());
+    }
     Ok(Request::from_parts(parts, Full::new(body)))
 }
 

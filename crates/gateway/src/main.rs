@@ -153,6 +153,14 @@ fn main() -> ExitCode {
         for w in config.warnings() {
             println!("warning: {w}");
         }
+        match context_relay_gateway::check_store(&config.store) {
+            Ok(Some(store)) => println!("{store}"),
+            Ok(None) => {}
+            Err(e) => {
+                println!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
         let accounts: usize = config.providers.iter().map(|p| p.accounts.len()).sum();
         let logins = match config.logins() {
             0 => String::new(),

@@ -24,7 +24,11 @@ pub fn describe_metrics() {
     );
     describe_gauge!(
         "context_relay_gateway_connections",
-        "Open client connections."
+        "Client connections that have sent a request head (each holds a max_connections slot)."
+    );
+    describe_gauge!(
+        "context_relay_gateway_connections_pending",
+        "Client connections waiting for their first complete request head."
     );
     for (name, help) in COUNTERS {
         describe_counter!(name, help);
@@ -36,10 +40,14 @@ pub fn describe_metrics() {
 }
 
 /// Counters and their help text.
-const COUNTERS: [(&str, &str); 19] = [
+const COUNTERS: [(&str, &str); 20] = [
     (
         "context_relay_gateway_connections_rejected_total",
-        "Client connections closed at once because max_connections were open.",
+        "Client connections closed at the limits: no max_connections slot left, or the oldest of too many waiting for their first request head.",
+    ),
+    (
+        "context_relay_gateway_connections_timed_out_total",
+        "Client connections closed because no complete request head came within client_header_timeout_secs.",
     ),
     (
         "context_relay_gateway_budget_exhausted_total",

@@ -8,10 +8,13 @@
 //! - **Exhaustion**: a 429, or a quota signal at or above `rotate_at`, makes an account
 //!   unavailable until the reset the provider announced (60 s when it announced none).
 //! - **Refusal**: an account whose credential the provider refused (401/403) is disabled for a
-//!   back-off that doubles with each consecutive refusal (1 min, 2 min, … at most 1 h) and is
-//!   tried again after it; its first success resets the back-off. A subscription login whose
-//!   refresh its issuer refused for good is disabled for good (until a restart with a new
-//!   login): see [`login`](crate::login).
+//!   back-off that doubles with each consecutive refusal (1 min, 2 min, … at most 1 h). After
+//!   the back-off one request probes it while the others keep skipping it: an answer that
+//!   shows the credential works (a success, a quota error, an error about the request)
+//!   re-enables it and resets the back-off; a refusal of the probe doubles the back-off. Further
+//!   refusals while it is disabled (requests that were already on their way) change nothing.
+//!   A subscription login whose refresh its issuer refused for good is disabled for good
+//!   (until a restart with a new login): see [`login`](crate::login).
 //! - **Bounded memory**: at most [`DEFAULT_MAX_SESSIONS`] session bindings per provider; when
 //!   full, the least recently used eighth is forgotten (those sessions are placed fill-first
 //!   again on their next request).
@@ -35,6 +38,9 @@ use crate::login::{Login, LoginName, TokenEndpoint};
 use crate::telemetry::AccountMetrics;
 use crate::upstream::HttpClient;
 
+mod account;
+pub(crate) use account::{Account, AccountAuth, AccountStatus};
+
 /// How long an account stays exhausted when the provider announced no reset.
 pub(crate) const DEFAULT_RESET: Duration = Duration::from_secs(60);
 /// Session bindings remembered per provider.
@@ -43,6 +49,9 @@ pub(crate) const DEFAULT_MAX_SESSIONS: usize = 100_000;
 pub(crate) const REFUSED_BACKOFF: Duration = Duration::from_secs(60);
 /// The longest back-off of a refused account.
 pub(crate) const MAX_REFUSED_BACKOFF: Duration = Duration::from_secs(3600);
+/// How long the probe of a disabled account may take before another request probes it (a
+/// probe whose client went away never reports).
+pub(crate) const PROBE_WINDOW: Duration = Duration::from_secs(60);
 
 /// The pools of every configured provider.
 #[derive(Debug, Default)]
@@ -116,75 +125,6 @@ impl AccountPools {
     }
 }
 
-/// How an account authenticates.
-#[derive(Clone)]
-pub(crate) enum AccountAuth {
-    /// An API key, always the same headers.
-    Key(Credential),
-    /// A subscription login, whose access token changes.
-    Login(Arc<Login>),
-}
-
-/// One account's credential.
-#[derive(Clone)]
-pub(crate) struct Account {
-    /// The account id.
-    pub id: Arc<str>,
-    /// This account as every relay part names it (provider, id), built once.
-    pub resolved: ResolvedAccount,
-    /// Its key or login.
-    pub auth: AccountAuth,
-    /// Its metrics.
-    pub metrics: Arc<AccountMetrics>,
-}
-
-impl std::fmt::Debug for Account {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Account")
-            .field("id", &self.id)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Account {
-    /// The login of a login account.
-    pub(crate) fn login(&self) -> Option<&Arc<Login>> {
-        match &self.auth {
-            AccountAuth::Login(l) => Some(l),
-            AccountAuth::Key(_) => None,
-        }
-    }
-}
-
-/// A point-in-time view of one account, for logs, demos and tests.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct AccountStatus {
-    /// The account id.
-    pub id: Arc<str>,
-    /// Last usage fraction the provider reported, if any.
-    pub used: Option<f64>,
-    /// Until when the account is exhausted (`None` = not exhausted).
-    pub exhausted_until: Option<SystemTime>,
-    /// Until when the account is disabled because the provider refused its credential
-    /// (`None` = not disabled).
-    pub disabled_until: Option<SystemTime>,
-    /// Whether its login was refused for good.
-    pub refused: bool,
-}
-
-impl AccountStatus {
-    /// `available`, `exhausted` or `disabled` (a disabled account may also be exhausted).
-    pub(crate) fn state(&self) -> &'static str {
-        if self.disabled_until.is_some() || self.refused {
-            "disabled"
-        } else if self.exhausted_until.is_some() {
-            "exhausted"
-        } else {
-            "available"
-        }
-    }
-}
-
 #[derive(Debug, Default, Clone)]
 struct AccountState {
     used: Option<f64>,
@@ -192,6 +132,8 @@ struct AccountState {
     disabled_until: Option<SystemTime>,
     /// Consecutive refusals, for the back-off.
     refusals: u32,
+    /// A disabled account past its back-off is being probed by one request until then.
+    probe_until: Option<SystemTime>,
     /// A login refused for good: out of the pool.
     refused: bool,
 }
@@ -337,24 +279,27 @@ impl ProviderPool {
                 a.used = None;
                 a.exhausted_until = None;
             }
-            if a.disabled_until.is_some_and(|t| t <= now) {
-                // Tried again; `refusals` stays until a success, so a second refusal waits
-                // longer.
-                a.disabled_until = None;
-            }
         }
+        // A disabled account past its back-off takes one probe at a time.
         let available = |i: usize, state: &PoolState| {
             !exclude.contains(&i)
                 && state.accounts.get(i).is_some_and(|a| {
-                    a.exhausted_until.is_none() && a.disabled_until.is_none() && !a.refused
+                    a.exhausted_until.is_none()
+                        && !a.refused
+                        && a.disabled_until
+                            .is_none_or(|t| t <= now && a.probe_until.is_none_or(|p| p <= now))
                 })
         };
-        if let Some(&(i, _)) = session.and_then(|s| state.sessions.get(s))
-            && available(i, &state)
+        let picked = match session.and_then(|s| state.sessions.get(s)) {
+            Some(&(i, _)) if available(i, &state) => Some(i),
+            _ => (0..self.accounts.len()).find(|&i| available(i, &state)),
+        }?;
+        if let Some(a) = state.accounts.get_mut(picked)
+            && a.disabled_until.is_some()
         {
-            return Some(i);
+            a.probe_until = Some(now + PROBE_WINDOW);
         }
-        (0..self.accounts.len()).find(|&i| available(i, &state))
+        Some(picked)
     }
 
     /// Takes over what `old` (the same provider before a configuration reload) knows, by
@@ -407,23 +352,42 @@ impl ProviderPool {
         None
     }
 
-    /// Records a successful answer of `account`: its refusal back-off starts over.
+    /// Records an answer of `account` that shows its credential works (a success, or an error
+    /// about quota or about the request): a disabled account is enabled again and its refusal
+    /// back-off starts over.
     pub(crate) fn succeeded(&self, account: usize) {
         let mut state = self.lock();
         if let Some(a) = state.accounts.get_mut(account)
-            && a.refusals > 0
+            && (a.refusals > 0 || a.disabled_until.is_some())
         {
             a.refusals = 0;
+            a.disabled_until = None;
+            a.probe_until = None;
+        }
+    }
+
+    /// Ends the probe of `account` without a verdict on its credential (the provider failed):
+    /// the next request probes it again.
+    pub(crate) fn probe_ended(&self, account: usize) {
+        if let Some(a) = self.lock().accounts.get_mut(account) {
+            a.probe_until = None;
         }
     }
 
     /// Disables `account` because the provider refused its credential, for a back-off that
     /// doubles with each consecutive refusal. Returns until when.
+    ///
+    /// A refusal while the account is still in its back-off (a request that was sent before
+    /// it was disabled) leaves the back-off as it is: only a refused probe doubles it.
     pub(crate) fn disable(&self, account: usize, now: SystemTime) -> SystemTime {
         let mut state = self.lock();
         let Some(a) = state.accounts.get_mut(account) else {
             return now;
         };
+        if let Some(until) = a.disabled_until.filter(|t| *t > now) {
+            return until;
+        }
+        a.probe_until = None;
         let factor = 1u32 << a.refusals.min(10);
         let until = now + (REFUSED_BACKOFF * factor).min(MAX_REFUSED_BACKOFF);
         a.refusals = a.refusals.saturating_add(1);

@@ -6,7 +6,8 @@
 //!   fails open), and every replica shares that Redis: answering 503 would take all of them out
 //!   of their balancer at once and turn a relay outage into a full one;
 //! - 503 `{"status":"store unreachable"}` while a **required** store does not answer: one
-//!   replica's own file (redb), which another replica may not share;
+//!   replica's own file (redb), which another replica may not share; also while that file is
+//!   broken after an I/O error and no commit has succeeded on it since;
 //! - 503 `{"status":"shutting down"}` once shutdown began.
 //!
 //! `/healthz` stays 200 while the process runs.
@@ -95,14 +96,23 @@ impl Readiness {
             return Err(NotReady::ShuttingDown);
         }
         let probe = HandoffKey::new("context-relay", "readyz", "probe");
-        let answered = match tokio::time::timeout(PROBE_TIMEOUT, self.store.contains(&probe)).await
-        {
-            Ok(Ok(_)) => true,
-            Ok(Err(e)) => {
-                tracing::debug!(error = %e, "readyz: store error");
+        let answered = match self.store.health() {
+            // A store known to be broken (a redb file after an I/O error) does not answer,
+            // even though it still answers reads from memory.
+            Err(e) => {
+                tracing::debug!(error = %e, "readyz: store broken");
                 false
             }
-            Err(_) => false,
+            Ok(()) => {
+                match tokio::time::timeout(PROBE_TIMEOUT, self.store.contains(&probe)).await {
+                    Ok(Ok(_)) => true,
+                    Ok(Err(e)) => {
+                        tracing::debug!(error = %e, "readyz: store error");
+                        false
+                    }
+                    Err(_) => false,
+                }
+            }
         };
         match (answered, store_is_optional(self.store.backend())) {
             (true, _) => Ok(Ready::Ready),

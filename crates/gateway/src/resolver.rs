@@ -80,6 +80,7 @@ use crate::error::{ErrorKind, ErrorShape, error_response_as};
 use crate::model::{find_model, replace_model};
 use crate::peek::{Peeked, peek};
 use crate::pool::{AccountPools, ProviderPool};
+use crate::upstream::HeadTimedOut;
 use crate::upstream::UpstreamEndpoint;
 
 use rotate::{Attempt, record_usage};
@@ -395,7 +396,19 @@ where
                 internal,
                 now,
             };
+            match verdict {
+                Verdict::Refused => {}
+                // Nothing learnt about the credential: the next request probes it again.
+                Verdict::Unavailable => pool.probe_ended(idx),
+                // The provider took the credential and judged the quota or the request.
+                Verdict::Exhausted(_) | Verdict::Answer => pool.succeeded(idx),
+            }
             let error = decoded.as_deref().and_then(error_type).unwrap_or_default();
+            if res_parts.extensions.get::<HeadTimedOut>().is_some() {
+                // The provider already had the whole head timeout: another account would make
+                // the client wait as long again.
+                unavailable_retried = true;
+            }
             let rotate = attempt.rotate(verdict, &error, &mut unavailable_retried);
             if let Verdict::Exhausted(signal) = verdict {
                 // The client may still see this answer (when no other account is left): it
@@ -403,9 +416,16 @@ where
                 res_parts.extensions.insert(signal);
             }
             if !rotate {
-                // The client's answer: it still carries the usage reading and who served.
+                // The client's answer: it still carries the usage reading and who served. A 429
+                // that the request caused says nothing about the account's quota: only its
+                // headers are read.
+                let reading = if status == StatusCode::TOO_MANY_REQUESTS {
+                    StatusCode::OK
+                } else {
+                    status
+                };
                 if let Some(signal) =
-                    quota::from_response(pool.quota_kind(), status, &res_parts.headers, None, now)
+                    quota::from_response(pool.quota_kind(), reading, &res_parts.headers, None, now)
                 {
                     record_usage(&pool, idx, account, &signal, (now, internal), &activity);
                     res_parts.extensions.insert(signal);

@@ -5,6 +5,10 @@
 /// lone user name is treated as a password too (`redis://secret@host` authenticates with it).
 /// Text that does not parse as a URL is replaced whole.
 pub(crate) fn redact_url(url: &str) -> String {
+    // A cluster's nodes, comma-separated: each without its password.
+    if url.contains(',') {
+        return url.split(',').map(redact_url).collect::<Vec<_>>().join(",");
+    }
     let Ok(mut parsed) = url::Url::parse(url) else {
         return "<unparsable URL>".to_owned();
     };
@@ -62,6 +66,9 @@ mod tests {
             ("redis://u:p%40w4@h/", "w4"),
             ("redis://u:pw5@[::1]:6379/", "pw5"),
             ("redis://u:pw6@h/0#frag", "pw6"),
+            // A cluster's nodes.
+            ("redis://:pw7@a:1/,redis://b:2/", "pw7"),
+            ("redis://a:1/,redis://:pw8@b:2/", "pw8"),
         ] {
             let r = redact_url(url);
             assert!(!r.contains(secret), "{r}");

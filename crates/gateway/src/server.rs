@@ -2,12 +2,13 @@
 //! shutdown on SIGTERM / ctrl-c with a time bound, and an in-process handle for tests and
 //! examples.
 //!
-//! - At most `max_connections` client connections are open; a connection beyond the limit is
-//!   closed as soon as it is accepted (counted in
-//!   `context_relay_gateway_connections_rejected_total`), so a flood of idle connections can
-//!   neither exhaust file descriptors nor fill the listen backlog.
-//! - A client has `client_header_timeout_secs` to send its first byte and then its request
-//!   headers (HTTP/1; the same bound applies between keep-alive requests).
+//! - Every accepted connection has `client_header_timeout_secs` to send its first complete
+//!   request head, whatever the protocol; only then does it take one of the `max_connections`
+//!   slots. At most `max_connections` more wait for their first head: beyond that the oldest
+//!   waiting one is closed (counted in `context_relay_gateway_connections_rejected_total`), so
+//!   a flood of sockets that send nothing (or one byte) can neither exhaust file descriptors
+//!   nor keep real clients out. A connection idle for as long is closed (see
+//!   [`crate::connection`]).
 //! - On shutdown the listener stops accepting, idle connections close, and in-flight requests
 //!   (SSE streams included) get `shutdown_timeout_secs` to finish; what is still running then is
 //!   cut. The relay's background work (summaries being stored, consumed handoffs being deleted)
@@ -24,18 +25,17 @@ use std::time::Duration;
 use axum::body::Body;
 use http::{Request, Response};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
-use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, oneshot};
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tower::util::BoxCloneSyncService;
 
 use context_relay_store::PurgerHandle;
 
 use crate::app::Gateway;
+use crate::connection::{self, Admission};
 use crate::console::Activity;
 use crate::ready::Readiness;
 use crate::relay::RelayBackground;
@@ -43,15 +43,20 @@ use crate::relay::RelayBackground;
 /// How long shutdown waits for the relay's background work.
 pub const BACKGROUND_GRACE: Duration = Duration::from_secs(10);
 
+/// The largest read buffer of an HTTP/1 client connection, and so the largest request head.
+const MAX_READ_BUFFER: usize = 64 << 10;
+
 /// The whole HTTP service of a gateway, as the accept loop serves it.
 pub type HttpService = BoxCloneSyncService<Request<Incoming>, Response<Body>, Infallible>;
 
 /// The connection-level bounds of [`serve_with`] (the `[limits]` values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ServeOptions {
-    /// Time for a client to send its request headers (30 s).
+    /// Time for a client to send a request head, on a new connection and between requests
+    /// (30 s).
     pub header_timeout: Duration,
-    /// Open client connections (10 000).
+    /// Client connections that have sent a request (10 000); as many more may wait for their
+    /// first request head.
     pub max_connections: usize,
     /// Time in-flight requests get on shutdown before they are cut (30 s).
     pub shutdown_timeout: Duration,
@@ -79,10 +84,15 @@ pub(crate) async fn serve_with(
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(options.header_timeout);
+        .header_read_timeout(options.header_timeout)
+        // hyper's read buffer grows to 400 KiB on a large body, on every connection at once;
+        // the body's bytes are copied out of it (and counted in the byte budget) as they come,
+        // so a smaller buffer costs no throughput worth having and bounds what each connection
+        // holds beside the budget. Request heads must fit in it.
+        .max_buf_size(MAX_READ_BUFFER);
     let builder = Arc::new(builder);
-    let slots = Arc::new(Semaphore::new(options.max_connections.max(1)));
-    let graceful = GracefulShutdown::new();
+    let admission = Admission::new(options.max_connections);
+    let (closing, closing_rx) = watch::channel(false);
     let mut connections: JoinSet<()> = JoinSet::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -99,61 +109,37 @@ pub(crate) async fn serve_with(
                         continue;
                     }
                 };
-                let Ok(slot) = slots.clone().try_acquire_owned() else {
-                    metrics::counter!("context_relay_gateway_connections_rejected_total").increment(1);
-                    tracing::debug!("max_connections reached; connection closed");
-                    drop(tcp);
-                    continue;
-                };
                 // Without TCP_NODELAY, Nagle's algorithm meets the client's delayed ACK and
                 // holds small writes (SSE events) back by up to 40 ms.
                 if let Err(e) = tcp.set_nodelay(true) {
                     tracing::debug!("cannot set TCP_NODELAY: {e}");
                 }
-                let watcher = graceful.watcher();
-                let builder = builder.clone();
-                let service = service.clone();
-                let header_timeout = options.header_timeout;
-                connections.spawn(async move {
-                    metrics::gauge!("context_relay_gateway_connections").increment(1.0);
-                    if first_byte_within(&tcp, header_timeout).await {
-                        let conn = builder.serve_connection_with_upgrades(
-                            TokioIo::new(tcp),
-                            TowerToHyperService::new(service),
-                        );
-                        if let Err(e) = watcher.watch(conn.into_owned()).await {
-                            tracing::debug!("connection ended with an error: {e}");
-                        }
-                    }
-                    metrics::gauge!("context_relay_gateway_connections").decrement(1.0);
-                    drop(slot);
-                });
+                connections.spawn(connection::serve(
+                    tcp,
+                    builder.clone(),
+                    service.clone(),
+                    admission.clone(),
+                    options.header_timeout,
+                    closing_rx.clone(),
+                ));
             }
         }
     }
     drop(listener);
-    tokio::select! {
-        () = graceful.shutdown() => {}
-        () = tokio::time::sleep(options.shutdown_timeout) => {
-            tracing::warn!(
-                connections = connections.len(),
-                "requests still running after shutdown_timeout ({:?}); cutting them",
-                options.shutdown_timeout
-            );
-        }
+    let _ = closing.send(true);
+    let drained = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(options.shutdown_timeout, drained)
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            connections = connections.len(),
+            "requests still running after shutdown_timeout ({:?}); cutting them",
+            options.shutdown_timeout
+        );
     }
     connections.shutdown().await;
     Ok(())
-}
-
-/// Waits for the client's first byte: the auto (HTTP/1 or HTTP/2) connection reads it without a
-/// time limit, and HTTP/1's header timeout only starts once it has.
-async fn first_byte_within(tcp: &TcpStream, limit: Duration) -> bool {
-    let mut byte = [0u8; 1];
-    matches!(
-        tokio::time::timeout(limit, tcp.peek(&mut byte)).await,
-        Ok(Ok(n)) if n > 0
-    )
 }
 
 /// Waits (at most [`BACKGROUND_GRACE`]) for the relay's background work after the server

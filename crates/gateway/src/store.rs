@@ -82,6 +82,43 @@ pub(crate) fn open_local_store(
     }
 }
 
+/// What `--check` says about the store file of `config`: for redb, the file is opened and
+/// read (its index rebuilt) and closed again; a damaged file is the same error the gateway
+/// would stop on. `Ok(None)` for the other backends (nothing on disk to read).
+///
+/// A file that a running gateway holds open cannot be read: that is said, not an error.
+pub fn check_store(config: &StoreConfig) -> Result<Option<String>, StoreOpenError> {
+    if config.backend != StoreBackend::Redb {
+        return Ok(None);
+    }
+    let path = &config.path;
+    if !path.exists() {
+        return Ok(Some(format!(
+            "store {}: not there yet (created at start)",
+            path.display()
+        )));
+    }
+    match RedbStore::open(path) {
+        Ok(store) => Ok(Some(format!(
+            "store {}: readable ({} handoffs, {} unreadable records skipped)",
+            path.display(),
+            store.indexed(),
+            store.corrupt_records()
+        ))),
+        // redb's lock: another process (the running gateway) has the file open.
+        Err(StoreError::Open { reason, .. }) if reason.starts_with("the file is locked") => {
+            Ok(Some(format!(
+                "store {}: in use by a running process, not read",
+                path.display()
+            )))
+        }
+        Err(source) => Err(StoreOpenError::Redb {
+            path: path.clone(),
+            source,
+        }),
+    }
+}
+
 /// Opens (or connects to) the store of `config`.
 pub(crate) async fn open_store(
     config: &StoreConfig,
@@ -96,6 +133,7 @@ pub(crate) async fn open_store(
 async fn connect_redis(config: &StoreConfig) -> Result<Arc<dyn HandoffStore>, StoreOpenError> {
     let url = config.url.as_deref().ok_or(StoreOpenError::MissingUrl)?;
     let mut builder = context_relay_store::RedisStore::builder(url)
+        .cluster(config.cluster)
         .request_timeout(std::time::Duration::from_millis(config.request_timeout_ms));
     if let Some(prefix) = &config.prefix {
         builder = builder.prefix(prefix.as_str());
@@ -114,7 +152,7 @@ async fn connect_redis(config: &StoreConfig) -> Result<Arc<dyn HandoffStore>, St
             url: redact_url(url),
             source,
         })?;
-    tracing::info!(url = %redact_url(url), "handoff store: redis");
+    tracing::info!(url = %redact_url(url), cluster = config.cluster, "handoff store: redis");
     Ok(Arc::new(store))
 }
 

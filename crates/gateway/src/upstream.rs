@@ -124,7 +124,7 @@ pub(crate) struct Upstream {
 
 /// Request headers a client may not set upstream: they would choose the account's
 /// organization or project, or carry a credential of their own.
-static CLIENT_ONLY: [HeaderName; 8] = [
+static CLIENT_ONLY: [HeaderName; 14] = [
     HeaderName::from_static("authorization"),
     HeaderName::from_static("x-api-key"),
     HeaderName::from_static("api-key"),
@@ -133,13 +133,25 @@ static CLIENT_ONLY: [HeaderName; 8] = [
     HeaderName::from_static("openai-organization"),
     HeaderName::from_static("openai-project"),
     HeaderName::from_static("anthropic-organization-id"),
+    // The client's own ChatGPT account: the provider must see the pooled account only.
+    HeaderName::from_static("chatgpt-account-id"),
+    // Where the client connects from, and through which proxies: the provider sees the
+    // gateway, not the clients behind it.
+    HeaderName::from_static("x-forwarded-for"),
+    HeaderName::from_static("x-forwarded-host"),
+    HeaderName::from_static("x-real-ip"),
+    HeaderName::from_static("forwarded"),
+    HeaderName::from_static("via"),
 ];
 
-/// Response headers that identify the account and stay between the gateway and the provider.
-static ACCOUNT_ONLY: [HeaderName; 3] = [
+/// Response headers that identify the account and stay between the gateway and the provider
+/// (the provider's request id too: the client gets the gateway's).
+static ACCOUNT_ONLY: [HeaderName; 5] = [
     HeaderName::from_static("set-cookie"),
     HeaderName::from_static("openai-organization"),
+    HeaderName::from_static("openai-project"),
     HeaderName::from_static("anthropic-organization-id"),
+    HeaderName::from_static("x-request-id"),
 ];
 
 /// Headers that describe one connection, not the message (RFC 9110 §7.6.1). (`host` is
@@ -314,7 +326,8 @@ async fn send(
     let uri = match upstream_uri(&endpoint.base_url, &parts.uri) {
         Ok(u) => u,
         Err(e) => {
-            return bad_gateway(format!("the upstream URL for {} is invalid: {e}", shown()));
+            tracing::warn!(base_url = %shown(), error = %e, "the upstream URL is invalid");
+            return bad_gateway(format!("the provider's configured URL is invalid: {e}"));
         }
     };
     // hyper sets the length from the body (exact for buffered bodies, chunked for
@@ -344,21 +357,22 @@ async fn send(
         .get(&provider)
         .record(started.elapsed().as_secs_f64());
     let Ok(sent) = sent else {
-        let provider = provider.to_string();
         tracing::warn!(base_url = %shown(), after = ?limits.head, "upstream sent no response head in time");
-        metrics::counter!("context_relay_gateway_upstream_timeouts_total", "provider" => provider, "phase" => "head").increment(1);
+        metrics::counter!("context_relay_gateway_upstream_timeouts_total", "provider" => provider.to_string(), "phase" => "head").increment(1);
         let kind = ErrorKind::UpstreamTimeout.name(shape);
-        return error_response(
+        // The base URL stays in the log: clients learn nothing of the provider's address.
+        let mut res = error_response(
             shape,
             StatusCode::GATEWAY_TIMEOUT,
             kind,
             &format!(
-                "the upstream {} sent no response within {:?} (upstream_head_timeout_secs)",
-                shown(),
+                "the provider {provider} sent no response within {:?} (upstream_head_timeout_secs)",
                 limits.head
             ),
         )
         .map(Either::Right);
+        res.extensions_mut().insert(HeadTimedOut);
+        return res;
     };
     match sent {
         Ok(mut res) => {
@@ -390,12 +404,17 @@ async fn send(
             tracing::warn!(base_url = %shown(), error = %e, "upstream request failed");
             metrics::counter!("context_relay_gateway_upstream_errors_total").increment(1);
             bad_gateway(format!(
-                "the upstream {} could not be reached: {e}{source}",
-                shown()
+                "the provider {provider} could not be reached: {e}{source}"
             ))
         }
     }
 }
+
+/// Response extension: this 504 is the gateway's own, after `upstream_head_timeout_secs`
+/// without a response head. The resolver does not try another account after it: that would
+/// make the client wait twice the timeout.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HeadTimedOut;
 
 #[cfg(test)]
 mod tests {

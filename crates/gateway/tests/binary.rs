@@ -255,6 +255,50 @@ async fn text_logs_carry_the_access_log_without_keys() {
     assert!(health.ends_with(|c: char| c.is_ascii_digit()), "{health}");
 }
 
+/// A damaged store file: `--check` reads it and says what to do, and the gateway refuses to
+/// start with the same words (exit 1), instead of a panic at every start.
+#[test]
+fn a_damaged_store_file_is_a_clear_error_for_check_and_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("handoffs.redb");
+    // Not a redb file at all past its first bytes: a file damaged beyond repair.
+    std::fs::write(&store, vec![0xA5u8; 64 << 10]).unwrap();
+    let path = write_config(
+        &dir,
+        &format!(
+            "listen = \"127.0.0.1:0\"\n[store]\nbackend = \"redb\"\npath = \"{}\"\n[[providers]]\nname = \"p\"\nbase_url = \"http://127.0.0.1:9/v1\"\n  [[providers.accounts]]\n  id = \"a\"\n  api_key = \"k\"\n",
+            store.display()
+        ),
+    );
+    for check in [true, false] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_context-relay-gateway"));
+        cmd.arg("--config").arg(&path);
+        if check {
+            cmd.arg("--check");
+        }
+        let out = cmd.output().unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(1), "check={check}: {text}");
+        assert!(text.contains(&*store.to_string_lossy()), "{text}");
+        assert!(text.contains("move it aside"), "{text}");
+        assert!(!text.contains("panicked"), "{text}");
+    }
+    // A file that is fine reads as such.
+    std::fs::remove_file(&store).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_context-relay-gateway"))
+        .arg("--config")
+        .arg(&path)
+        .arg("--check")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("not there yet"));
+}
+
 /// `--check` reads the credential file of every login: a file of neither client is a clear
 /// error (exit 1) that names the account and the keys it found, never a value; a good one is
 /// counted.

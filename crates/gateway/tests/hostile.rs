@@ -171,6 +171,7 @@ impl StalledUpstream {
                         let reply = format!(
                             "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\
                              set-cookie: acct=1\r\nopenai-organization: org-acct\r\n\
+                             openai-project: proj-acct\r\nx-request-id: req-provider\r\n\
                              anthropic-organization-id: org-a\r\nx-keep: 1\r\n\
                              content-length: {}\r\n\r\n{head}",
                             head.len()
@@ -360,12 +361,10 @@ async fn a_stalled_upstream_gives_504_before_the_first_byte() {
         .post("/v1/chat/completions", Some("alice-key"), "stalled")
         .await;
     assert_eq!(status, 504);
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("upstream_head_timeout_secs")
-    );
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("upstream_head_timeout_secs"), "{message}");
+    // The provider's address stays in the gateway's log.
+    assert!(!message.contains("127.0.0.1"), "{message}");
     drop(env.stalled);
 }
 
@@ -708,6 +707,11 @@ async fn account_headers_stay_between_gateway_and_provider() {
         ("api-key", "client-azure-key"),
         ("x-goog-api-key", "client-goog-key"),
         ("x-api-key", "client-x-key"),
+        ("chatgpt-account-id", "client-chatgpt-account"),
+        ("x-forwarded-for", "203.0.113.7"),
+        ("forwarded", "for=203.0.113.8"),
+        ("via", "1.1 client-proxy"),
+        ("x-real-ip", "203.0.113.9"),
         ("x-client-header", "kept"),
     ] {
         req = req.header(name, value);
@@ -725,6 +729,7 @@ async fn account_headers_stay_between_gateway_and_provider() {
     for hidden in [
         "set-cookie",
         "openai-organization",
+        "openai-project",
         "anthropic-organization-id",
     ] {
         assert!(
@@ -732,6 +737,15 @@ async fn account_headers_stay_between_gateway_and_provider() {
             "{hidden} reached the client"
         );
     }
+    // The client reads the gateway's request id, not the provider's.
+    assert!(
+        res.headers()
+            .get_all("x-request-id")
+            .iter()
+            .all(|v| v != "req-provider"),
+        "{:?}",
+        res.headers()
+    );
     assert_eq!(res.headers()["x-keep"], "1");
     let seen = String::from_utf8(res.into_body().collect().await.unwrap().to_bytes().to_vec())
         .unwrap()
@@ -744,6 +758,9 @@ async fn account_headers_stay_between_gateway_and_provider() {
         "client-goog-key",
         "client-x-key",
         "client-key",
+        "client-chatgpt-account",
+        "203.0.113.",
+        "client-proxy",
     ] {
         assert!(!seen.contains(gone), "{gone} was forwarded:\n{seen}");
     }

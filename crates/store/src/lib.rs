@@ -14,7 +14,8 @@
 //! - [`RedbStore`] (feature `redb`, default): one file, one writer thread that group-commits
 //!   everything queued, point reads inline, an in-memory index of live keys;
 //! - [`MemoryStore`]: the same semantics without persistence;
-//! - `RedisStore` (feature `redis`): for several replicas sharing one store.
+//! - `RedisStore` (feature `redis`): for several replicas sharing one Redis, or one Redis
+//!   Cluster.
 //!
 //! Two handoffs per key: an account-switch handoff and a model-switch handoff of one session
 //! are kept apart, in the two [`HandoffSlot`]s of the key. The slot is not a parameter of the
@@ -124,7 +125,9 @@ pub use login::{LoginLock, StoredLogin};
 pub use memory::MemoryStore;
 pub use purger::{DEFAULT_PURGE_INTERVAL, PurgerHandle, spawn_purger};
 #[cfg(feature = "redb")]
-pub use redb_store::{DEFAULT_MAX_BATCH, RedbStore, RedbStoreBuilder};
+pub use redb_store::{
+    DEFAULT_MAX_BATCH, DEFAULT_REOPEN_BACKOFF, MAX_REOPEN_BACKOFF, RedbStore, RedbStoreBuilder,
+};
 #[cfg(feature = "redis")]
 pub use redis_store::{
     DEFAULT_AFFINITY_CACHE_TTL, DEFAULT_REQUEST_TIMEOUT as DEFAULT_REDIS_REQUEST_TIMEOUT,
@@ -223,6 +226,12 @@ pub trait HandoffStore: Send + Sync + 'static {
 
     /// Backend name for logs and metrics (`"redb"`, `"memory"`, `"redis"`).
     fn backend(&self) -> &'static str;
+
+    /// Whether the store can write now, from memory (no I/O): an error while it is known to be
+    /// broken (a redb file after an I/O error, until it is reopened). `/readyz` reads it.
+    fn health(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 
     /// The live record of `key` in `slot`.
     fn get_in<'a>(

@@ -2,10 +2,12 @@
 //! here (a CA and a leaf for 127.0.0.1), trusted through `root_certificates`.
 #![cfg(feature = "redis")]
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use std::process::Child;
 use std::time::{Duration, SystemTime};
 
+use common::redis_server::{free_port, spawn_ready};
 use context_relay_core::{Handoff, HandoffKey, HandoffRecord};
 use context_relay_store::{HandoffStore, RedisStore};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
@@ -42,39 +44,31 @@ fn start_tls_redis() -> TlsRedis {
     std::fs::write(&key, leaf_key.serialize_pem()).unwrap();
     std::fs::write(&ca_file, ca.pem()).unwrap();
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
-    let mut child = Command::new(&bin)
-        .args(["--port", "0", "--tls-port", &port.to_string()])
-        .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-        .arg("--tls-cert-file")
-        .arg(&cert)
-        .arg("--tls-key-file")
-        .arg(&key)
-        .arg("--tls-ca-cert-file")
-        .arg(&ca_file)
-        .args(["--tls-auth-clients", "no"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("`{bin}` cannot be started ({e}): install redis-server"));
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    loop {
-        match lines.next() {
-            Some(Ok(line)) if line.contains("Ready to accept connections") => break,
-            Some(Ok(_)) => {}
-            _ => {
-                child.kill().ok();
-                panic!("redis-server with TLS on port {port} exited before accepting connections");
-            }
-        }
-    }
-    std::thread::spawn(move || for _ in lines {});
+    let port = free_port();
+    let (cert, key, ca_file) = (
+        cert.to_string_lossy(),
+        key.to_string_lossy(),
+        ca_file.to_string_lossy(),
+    );
+    let child = spawn_ready(
+        port,
+        &[
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--tls-cert-file",
+            &cert,
+            "--tls-key-file",
+            &key,
+            "--tls-ca-cert-file",
+            &ca_file,
+            "--tls-auth-clients",
+            "no",
+        ],
+    );
     TlsRedis {
         child,
         port,

@@ -17,9 +17,10 @@
 //! are `true`, `false` and `null`; brackets balance; only whitespace may follow the top-level
 //! value. Two things are deliberately not checked: lone UTF-16 surrogates in `\u` escapes
 //! (they are syntactically valid JSON and are forwarded untouched) and duplicate keys (callers
-//! that care look for them with [`Object::unique`]). Nesting depth is unbounded: values are
-//! skipped with an explicit stack, never by recursion, so hostile input cannot overflow the
-//! call stack.
+//! that care look for them with [`Object::unique`]). Nesting is followed with an explicit
+//! stack, never by recursion, so hostile input cannot overflow the call stack, and at most
+//! [`MAX_NESTING`] levels deep: a deeper document is refused with [`JsonError::TooDeep`], so
+//! the stack of a scan stays a few KiB whatever the input.
 //!
 //! Long strings dominate real bodies, so that is where the speed is: string contents are
 //! classified 64 bytes at a time into bit masks and escapes are resolved on the masks with
@@ -54,15 +55,21 @@ mod edit;
 pub mod fuzzing;
 mod scan;
 mod string;
+mod strings;
 mod walk;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
 pub use edit::{EditError, Edits, ListEdit};
+pub use strings::strings;
 pub use walk::{Items, Key, Members, find_member, splice_str};
 
 /// A byte range into the scanned body.
 pub type Span = Range<usize>;
+
+/// How many arrays and objects may enclose one another. Real request bodies nest a few dozen
+/// levels at most (JSON Schemas of tools included); providers refuse far less than this.
+pub const MAX_NESTING: usize = 512;
 
 /// What kind of JSON value a span holds (from its first byte).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -203,6 +210,14 @@ pub enum JsonError {
         expected: &'static str,
         /// What is there.
         found: Kind,
+    },
+    /// Arrays and objects nested deeper than a limit ([`MAX_NESTING`], or a caller's).
+    #[error("expected at most {limit} nested arrays and objects, found more at byte {at}")]
+    TooDeep {
+        /// Offset of the value past the limit.
+        at: usize,
+        /// The limit.
+        limit: usize,
     },
     /// A span that does not lie inside the input (a caller mixed up bodies).
     #[error("expected a span inside the {len}-byte input, found {start}..{end}")]

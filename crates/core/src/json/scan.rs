@@ -3,13 +3,13 @@
 use std::borrow::Cow;
 
 use super::string;
-use super::{Array, Field, JsonError, Object, Span};
+use super::{Array, Field, JsonError, MAX_NESTING, Object, Span};
 
 #[derive(Debug)]
 pub(super) struct Scanner<'a> {
     b: &'a [u8],
     /// Offsets of the open brackets while skipping a nested value: an explicit stack instead
-    /// of recursion, so depth is bounded by memory, not by the thread's stack.
+    /// of recursion, at most [`MAX_NESTING`] deep.
     stack: Vec<usize>,
     /// Strings are checked for UTF-8 as they are crossed ([`Scanner::one_pass`]).
     utf8: bool,
@@ -200,7 +200,7 @@ impl<'a> Scanner<'a> {
                     if self.b.get(j) == Some(&b'}') {
                         j + 1
                     } else {
-                        self.stack.push(i);
+                        self.push(i)?;
                         i = self.skip_member_key(j, i)?;
                         continue;
                     }
@@ -212,7 +212,7 @@ impl<'a> Scanner<'a> {
                     } else if j >= self.b.len() {
                         return Err(self.unclosed(i));
                     } else {
-                        self.stack.push(i);
+                        self.push(i)?;
                         i = j;
                         continue;
                     }
@@ -270,6 +270,18 @@ impl<'a> Scanner<'a> {
                 }
             }
         }
+    }
+
+    /// Enters the array or object opened at `at`, within [`MAX_NESTING`].
+    fn push(&mut self, at: usize) -> Result<(), JsonError> {
+        if self.stack.len() >= MAX_NESTING {
+            return Err(JsonError::TooDeep {
+                at,
+                limit: MAX_NESTING,
+            });
+        }
+        self.stack.push(at);
+        Ok(())
     }
 
     /// Skips `"key" :` and the whitespace after it; returns where the value starts.

@@ -138,17 +138,71 @@ fn typed_errors() {
 }
 
 #[test]
-fn deep_nesting_does_not_overflow_the_stack() {
-    let open = "[".repeat(200_000);
-    assert!(matches!(err(&open), JsonError::Unclosed { .. }));
-    let deep = format!("{}{}", "[".repeat(200_000), "]".repeat(200_000));
-    assert!(validate(deep.as_bytes()).is_ok());
-    let obj = format!(
-        r#"{{"a":{}1{}}}"#,
-        r#"{"b":"#.repeat(50_000),
-        "}".repeat(50_000)
+fn nesting_is_bounded_and_never_overflows_the_stack() {
+    let nested = |depth: usize| format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+    assert!(validate(nested(MAX_NESTING).as_bytes()).is_ok());
+    assert_eq!(
+        validate(nested(MAX_NESTING + 1).as_bytes()),
+        Err(JsonError::TooDeep {
+            at: MAX_NESTING,
+            limit: MAX_NESTING
+        })
     );
-    assert!(parse_object(obj.as_bytes()).is_ok());
+    assert!(matches!(
+        err(&"[".repeat(200_000)),
+        JsonError::TooDeep { .. }
+    ));
+    assert!(matches!(
+        validate(nested(200_000).as_bytes()),
+        Err(JsonError::TooDeep { .. })
+    ));
+    let object = |depth: usize| {
+        format!(
+            r#"{{"a":{}1{}}}"#,
+            r#"{"b":"#.repeat(depth),
+            "}".repeat(depth)
+        )
+    };
+    assert!(parse_object(object(MAX_NESTING - 1).as_bytes()).is_ok());
+    assert!(matches!(
+        parse_object(object(50_000).as_bytes()),
+        Err(JsonError::TooDeep { .. })
+    ));
+}
+
+#[test]
+fn strings_are_gathered_in_one_pass() {
+    let body = br#"{"content":[{"text":"a","x":{"text":"no"}},"b\n",[["c"]],{"parts":[{"text":"d"}]},1,null]}"#;
+    let mut out = Vec::new();
+    let follow = |k: &str| matches!(k, "text" | "content" | "parts");
+    let end = strings(body, 0, 8, follow, &mut out).unwrap();
+    assert_eq!(end, body.len());
+    let found: Vec<&[u8]> = out.iter().map(|s| &body[s.clone()]).collect();
+    assert_eq!(found, [&b"a"[..], br"b\n", b"c", b"d"]);
+    // Depth: the string inside three followed containers needs a limit of 3.
+    let mut out = Vec::new();
+    assert!(strings(br#"[[["x"]]]"#, 0, 3, follow, &mut out).is_ok());
+    assert_eq!(
+        strings(br#"[[["x"]]]"#, 0, 2, follow, &mut out),
+        Err(JsonError::TooDeep { at: 3, limit: 2 })
+    );
+    // Malformed input is refused as the full scan refuses it.
+    for bad in [
+        &br#"[1,]"#[..],
+        br#"{"text":"a",}"#,
+        br#"{"text" "a"}"#,
+        br#"["a""#,
+        br#"{"x":[1 2],"text":"a"}"#,
+        b"[\"\xff\"]",
+        br#"{"text":["a"}"#,
+    ] {
+        assert!(
+            strings(bad, 0, 8, follow, &mut Vec::new()).is_err(),
+            "{}",
+            String::from_utf8_lossy(bad)
+        );
+        assert!(validate(bad).is_err());
+    }
 }
 
 #[test]

@@ -43,7 +43,9 @@ const MAX_DEPTH: usize = 128;
 ///   string conversation (a Responses `input` string) is the user message.
 ///
 /// Text is a string, or the `text` / `content` / `parts` of part objects and arrays (images,
-/// tool inputs and cache markers are skipped). Members of unexpected types count as absent;
+/// tool inputs and cache markers are skipped). Each text is read in one pass, each byte once,
+/// whatever its nesting; a text nested in more than 128 arrays and objects, or a body nesting
+/// deeper than [`json::MAX_NESTING`] anywhere in what is read, has no fingerprint. Members of unexpected types count as absent;
 /// in an entry, a repeated `role`, `content` or `parts` counts once, the last one.
 ///
 /// **Strings are hashed as sent**, between their quotes, escapes included, and not decoded:
@@ -376,38 +378,20 @@ struct Text(Vec<Span>);
 
 impl Text {
     /// The text of the (validated) value at `span`; `None` past [`MAX_DEPTH`].
+    ///
+    /// One pass over the value, whatever its nesting: each byte is read once and no level is
+    /// copied or walked again.
     fn read(body: &[u8], span: Span) -> Option<Self> {
         let mut text = Text::default();
-        text.collect(body, span, 0)?;
+        json::strings(
+            body,
+            span.start,
+            MAX_DEPTH,
+            |key| matches!(key, "text" | "content" | "parts"),
+            &mut text.0,
+        )
+        .ok()?;
         Some(text)
-    }
-
-    fn collect(&mut self, body: &[u8], span: Span, depth: usize) -> Option<()> {
-        if depth > MAX_DEPTH {
-            return None;
-        }
-        let value = body.get(span.clone())?;
-        let offset = |inner: Span| within(&span, inner);
-        match Kind::at(value, 0)? {
-            Kind::String => self.0.extend(string_contents(body, &span)),
-            Kind::Array => {
-                for item in Items::root(value).ok()? {
-                    self.collect(body, offset(item.ok()?), depth + 1)?;
-                }
-            }
-            Kind::Object => {
-                let mut members = Members::root(value).ok()?;
-                while let Some(key) = members.next() {
-                    let key = key.ok()?;
-                    if matches!(key.key.as_ref(), "text" | "content" | "parts") {
-                        let inner = members.value(&key).ok()?;
-                        self.collect(body, offset(inner), depth + 1)?;
-                    }
-                }
-            }
-            _ => {}
-        }
-        Some(())
     }
 
     fn is_empty(&self) -> bool {

@@ -34,20 +34,21 @@ pub(crate) const MAX_SECS: f64 = 86_400.0;
 ///
 /// | key | default | bounds |
 /// |---|---|---|
-/// | `client_header_timeout_secs` | 30 | reading a request's headers |
+/// | `client_header_timeout_secs` | 30 | a connection's first request head, whatever the protocol; a connection idle as long is closed |
 /// | `client_body_timeout_secs` | 60 | between two chunks of a request body |
 /// | `upstream_connect_timeout_secs` | 10 | connecting to a provider |
 /// | `upstream_head_timeout_secs` | 600 | from sending to the provider's response headers |
 /// | `upstream_idle_timeout_secs` | 300 | between two chunks of a provider's response body |
 /// | `shutdown_timeout_secs` | 30 | draining on shutdown, then streams are cut |
-/// | `max_connections` | 10000 | open client connections |
-/// | `max_buffered_bytes` | 1 GiB | request bytes buffered by all requests together |
+/// | `max_connections` | 10000 | connections that sent a request (as many more may wait for their first) |
+/// | `max_buffered_bytes` | 1 GiB | request bytes held by all requests together (buffers and decoded bodies) |
 ///
 /// Durations are seconds, integer or fractional (`0.5`), from 1 ms to one day.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsConfig {
-    /// Time to read a request's headers (30 s).
+    /// Time for a connection to send its first complete request head, whatever the protocol,
+    /// and the longest it stays open with no request in flight (30 s).
     #[serde(default = "secs::<30>")]
     pub client_header_timeout_secs: Secs,
     /// Time between two chunks of a request body (60 s).
@@ -66,7 +67,8 @@ pub struct LimitsConfig {
     /// Time shutdown waits for in-flight requests before cutting them (30 s).
     #[serde(default = "secs::<30>")]
     pub shutdown_timeout_secs: Secs,
-    /// Open client connections; further ones are closed at once (10 000).
+    /// Connections that have sent a request (10 000); a connection takes its slot with its
+    /// first request head, and as many more may wait for theirs (the oldest is closed beyond).
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
     /// Request bytes buffered by all requests together; beyond it requests get a 503 with

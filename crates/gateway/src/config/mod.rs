@@ -39,12 +39,14 @@ mod env;
 mod error;
 mod limits;
 mod logins;
+mod store;
 mod validate;
 
 pub use auth::AuthScheme;
 pub use clients::ClientConfig;
 pub use error::ConfigError;
 pub use limits::{LimitsConfig, Secs};
+pub use store::{StoreBackend, StoreConfig};
 
 use crate::secret::redact_url;
 
@@ -152,87 +154,6 @@ fn default_true() -> bool {
 
 fn default_max_request_bytes() -> usize {
     DEFAULT_MAX_REQUEST_BYTES
-}
-
-/// `[store]`: the handoff store backend.
-///
-/// `Debug` hides the password of `url`.
-#[derive(Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StoreConfig {
-    /// Which backend (`redb` by default).
-    #[serde(default)]
-    pub backend: StoreBackend,
-    /// The redb file (`context-relay.redb`).
-    #[serde(default = "default_store_path")]
-    pub path: PathBuf,
-    /// The redis URL (`redis://…` or `rediss://…` for TLS), required by the redis backend.
-    #[serde(default)]
-    pub url: Option<String>,
-    /// The environment variable holding `url` (which may carry a password).
-    #[serde(default)]
-    pub url_env: Option<String>,
-    /// Prefix of every Redis key (`context-relay:`), so several deployments can share a
-    /// Redis.
-    #[serde(default)]
-    pub prefix: Option<String>,
-    /// A PEM file of the certificate authorities a `rediss://` server is checked against
-    /// (default: the public web roots).
-    #[serde(default)]
-    pub ca_file: Option<PathBuf>,
-    /// Time limit in milliseconds of a Redis call on a request's path (40): what an
-    /// unreachable Redis adds to a request before its circuit breaker opens.
-    #[serde(default = "default_request_timeout_ms")]
-    pub request_timeout_ms: u64,
-}
-
-fn default_request_timeout_ms() -> u64 {
-    40
-}
-
-impl Default for StoreConfig {
-    fn default() -> Self {
-        Self {
-            backend: StoreBackend::default(),
-            path: default_store_path(),
-            url: None,
-            url_env: None,
-            prefix: None,
-            ca_file: None,
-            request_timeout_ms: default_request_timeout_ms(),
-        }
-    }
-}
-
-impl std::fmt::Debug for StoreConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StoreConfig")
-            .field("backend", &self.backend)
-            .field("path", &self.path)
-            .field("url", &self.url.as_deref().map(redact_url))
-            .field("url_env", &self.url_env)
-            .field("prefix", &self.prefix)
-            .field("ca_file", &self.ca_file)
-            .field("request_timeout_ms", &self.request_timeout_ms)
-            .finish()
-    }
-}
-
-fn default_store_path() -> PathBuf {
-    PathBuf::from(DEFAULT_STORE_PATH)
-}
-
-/// Handoff store backends.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum StoreBackend {
-    /// An embedded redb file (survives restarts of one replica).
-    #[default]
-    Redb,
-    /// In memory (lost on restart).
-    Memory,
-    /// A redis server shared by several replicas.
-    Redis,
 }
 
 /// Which API a provider speaks (`api`), and so which client requests it can serve.

@@ -10,10 +10,10 @@ use std::net::SocketAddr;
 use context_relay_core::config::RelayOverrides;
 use http::HeaderValue;
 
+use super::Config;
 use super::clients::parse_hex32;
 use super::error::{ConfigError, invalid};
 use super::limits::{MAX_SECS, MIN_SECS};
-use super::{Config, StoreBackend, StoreConfig};
 use crate::secret::redact_url;
 
 /// Largest relay `ttl_secs` (30 days): beyond it `now + ttl` can overflow a timestamp.
@@ -349,37 +349,6 @@ fn validate_relay(field: &str, r: &RelayOverrides) -> Result<(), ConfigError> {
         ));
     }
     Ok(())
-}
-
-impl StoreConfig {
-    fn validate(&self) -> Result<(), ConfigError> {
-        if !(1..=10_000).contains(&self.request_timeout_ms) {
-            return Err(invalid(
-                "store.request_timeout_ms",
-                "a number of milliseconds from 1 to 10000",
-                self.request_timeout_ms.to_string(),
-            ));
-        }
-        match self.backend {
-            StoreBackend::Redis => match self.url.as_deref() {
-                Some(u) if u.starts_with("redis://") || u.starts_with("rediss://") => Ok(()),
-                Some(u) => Err(invalid(
-                    "store.url",
-                    "a redis:// or rediss:// URL",
-                    format!("{:?}", redact_url(u)),
-                )),
-                None => Err(invalid(
-                    "store.url",
-                    "a redis URL with backend = \"redis\"",
-                    "none",
-                )),
-            },
-            StoreBackend::Redb if self.path.as_os_str().is_empty() => {
-                Err(invalid("store.path", "a file path", "\"\""))
-            }
-            _ => Ok(()),
-        }
-    }
 }
 
 /// `url` as an error may show it: a password in it is hidden.

@@ -118,18 +118,36 @@ fn refused_accounts_back_off_and_return() {
     assert_eq!(snap[0].state(), "disabled");
     assert_eq!(snap[1].state(), "available");
     assert_eq!(p.next_reset(t(1)), Some(t(60)));
-    // Back after the back-off; refused again, it waits twice as long.
+    // Requests already on their way when it was disabled change nothing.
+    assert_eq!(p.disable(0, t(2)), t(60));
+    // After the back-off one request probes it; the others keep skipping it meanwhile.
     assert_eq!(p.pick(Some("s"), &[], t(60)), Some(0));
-    assert_eq!(p.disable(0, t(60)), t(180));
-    assert_eq!(p.disable(0, t(180)), t(420));
-    // A success starts the back-off over.
+    assert_eq!(p.pick(Some("s"), &[], t(61)), Some(1));
+    assert_eq!(p.pick(None, &[], t(61)), Some(1));
+    // The probe refused: twice as long, once.
+    assert_eq!(p.disable(0, t(61)), t(181));
+    assert_eq!(p.disable(0, t(62)), t(181));
+    assert_eq!(p.pick(None, &[], t(181)), Some(0));
+    assert_eq!(p.disable(0, t(181)), t(421));
+    // A probe that never reports lets another one through after the probe window.
+    assert_eq!(p.pick(None, &[], t(421)), Some(0));
+    assert_eq!(p.pick(None, &[], t(422)), Some(1));
+    assert_eq!(p.pick(None, &[], t(421) + PROBE_WINDOW), Some(0));
+    // A probe that failed without a verdict lets the next request probe.
+    p.probe_ended(0);
+    assert_eq!(p.pick(None, &[], t(500)), Some(0));
+    // A probe that shows the credential works enables the account and starts the back-off
+    // over.
     p.succeeded(0);
+    assert_eq!(p.pick(None, &[], t(501)), Some(0));
+    assert_eq!(p.snapshot(t(501))[0].state(), "available");
     assert_eq!(p.disable(0, t(1000)), t(1060));
     // It never exceeds the cap.
+    let mut now = t(0);
     for _ in 0..40 {
-        p.disable(1, t(0));
+        now = p.disable(1, now);
     }
-    assert_eq!(p.disable(1, t(0)), t(0) + MAX_REFUSED_BACKOFF);
+    assert_eq!(p.disable(1, now), now + MAX_REFUSED_BACKOFF);
     // An exhausted account shows as exhausted.
     p.mark_exhausted(0, t(5000));
     assert_eq!(p.snapshot(t(2000))[0].state(), "exhausted");

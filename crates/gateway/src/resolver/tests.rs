@@ -436,7 +436,9 @@ async fn a_refused_credential_takes_the_account_out_and_the_request_moves_on() {
     let (p, log) = (pools3(), Log::default());
     let scripts: [Script; 2] = [&[("a", 401, BAD_KEY)], &[("a", 403, BAD_KEY)]];
     for (script, status) in scripts.into_iter().zip([401, 403]) {
-        let res = call_scripted(&p, &log, script, "s").await;
+        // Enabled again (as a working probe does) for the second round.
+        p.get("codex").unwrap().succeeded(0);
+        let res = call_scripted(&p, &log, script, &format!("s{status}")).await;
         assert_eq!(res.status(), 200, "{status}");
         assert_eq!(
             res.extensions().get::<ResolvedAccount>(),
@@ -445,13 +447,59 @@ async fn a_refused_credential_takes_the_account_out_and_the_request_moves_on() {
         let snap = p.get("codex").unwrap().snapshot(SystemTime::now());
         assert_eq!(snap[0].state(), "disabled");
         log.lock().unwrap().clear();
-        // Re-enable for the second round.
-        p.get("codex").unwrap().succeeded(0);
     }
     // Disabled: the next session skips it without a new 401.
     let res = call_scripted(&p, &log, &[], "t").await;
     assert_eq!(res.status(), 200);
     assert_eq!(accounts(&log), ["b"]);
+}
+
+/// A 429 or 403 that one request caused (its size, its model) reaches the client as it is
+/// and leaves every account available to the other tenants.
+#[tokio::test]
+async fn an_error_caused_by_the_request_changes_no_account() {
+    const TOO_LARGE: &str = r#"{"error":{"message":"Request too large for gpt-5.5 in organization org-abc on tokens per min (TPM): Limit 30000, Requested 41207. The input or output tokens must be reduced in order to run successfully. Visit https://platform.openai.com/account/rate-limits to learn more.","type":"tokens","param":null,"code":"rate_limit_exceeded"}}"#;
+    const NO_MODEL: &str = r#"{"error":{"code":403,"message":"The caller does not have permission","status":"PERMISSION_DENIED"}}"#;
+    let scripts: [(u16, &str, Script); 2] = [
+        (429, TOO_LARGE, &[("a", 429, TOO_LARGE)]),
+        (403, NO_MODEL, &[("a", 403, NO_MODEL)]),
+    ];
+    for (status, body, script) in scripts {
+        let (p, log) = (pools3(), Log::default());
+        let res = call_scripted(&p, &log, script, "s").await;
+        assert_eq!(res.status().as_u16(), status);
+        assert_eq!(text(res).await, body);
+        assert_eq!(
+            accounts(&log),
+            ["a"],
+            "{status}: no other account was tried"
+        );
+        let snap = p.get("codex").unwrap().snapshot(SystemTime::now());
+        assert!(
+            snap.iter().all(|a| a.state() == "available"),
+            "{status}: {snap:?}"
+        );
+    }
+}
+
+/// A disabled account past its back-off is probed by one request; a working probe enables it.
+#[tokio::test]
+async fn a_disabled_account_is_probed_once_then_enabled() {
+    let (p, log) = (pools3(), Log::default());
+    let pool = p.get("codex").unwrap().clone();
+    // Disabled long ago: its back-off is over.
+    pool.disable(0, SystemTime::now() - std::time::Duration::from_secs(3600));
+    let res = call_scripted(&p, &log, &[], "s").await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(accounts(&log), ["a"]);
+    assert_eq!(pool.snapshot(SystemTime::now())[0].state(), "available");
+    // Refused again, it is disabled at once, and a refusal of a request already on its way
+    // does not double the back-off.
+    let res = call_scripted(&p, &log, &[("a", 401, BAD_KEY)], "t").await;
+    assert_eq!(res.status(), 200);
+    let now = SystemTime::now();
+    let until = pool.snapshot(now)[0].disabled_until.unwrap();
+    assert_eq!(pool.disable(0, now), until);
 }
 
 #[tokio::test]
@@ -596,4 +644,36 @@ targets = ["codex/gpt-5.5"]
     assert_eq!(served(), ["acct-b", "acct-a", "acct-a", "acct-b"]);
     server.shutdown().await.unwrap();
     sim.shutdown().await;
+}
+
+/// The gateway's own 504 after the head timeout is not tried on another account: the client
+/// would wait the whole timeout again. A provider's own 5xx still is.
+#[tokio::test]
+async fn a_head_timeout_is_not_retried_on_another_account() {
+    for (timed_out, tried) in [(true, 1), (false, 2)] {
+        let (p, log) = (pools3(), Log::default());
+        let log2 = log.clone();
+        let svc = service_fn(move |req: Request<Full<Bytes>>| {
+            let log = log2.clone();
+            async move {
+                let acct = req.extensions().get::<ResolvedAccount>().unwrap().clone();
+                log.lock()
+                    .unwrap()
+                    .push((acct.account().to_string(), Bytes::new()));
+                let mut res = Response::new(Full::new(Bytes::from_static(b"{}")));
+                *res.status_mut() = StatusCode::GATEWAY_TIMEOUT;
+                if timed_out {
+                    res.extensions_mut().insert(HeadTimedOut);
+                }
+                Ok::<_, Infallible>(res)
+            }
+        });
+        let res = AccountResolverLayer::new(p.clone())
+            .layer(svc)
+            .oneshot(request("s", &[("codex", "gpt-5.5")]))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 504);
+        assert_eq!(accounts(&log).len(), tried, "timed out: {timed_out}");
+    }
 }

@@ -10,6 +10,13 @@
 //! - **refused**: 401 or 403 without a quota body, or Gemini's 400 `API_KEY_INVALID`: the provider no longer accepts the account's
 //!   credential (a revoked key, a logged-out subscription). The account leaves the pool for a
 //!   back-off and the request goes to another account.
+//! - **the request's own fault**, whatever its status: OpenAI's 429 "Request too large for
+//!   … on tokens per min (TPM)" (this request alone exceeds the per-minute budget, on every
+//!   account alike), a 403 that refuses a model or a resource rather than the credential
+//!   (Gemini `PERMISSION_DENIED` "The caller does not have permission" without an API-key
+//!   reason, OpenAI `model_not_found` "does not have access to model", Anthropic
+//!   `permission_error`). It goes to the client as it is and changes no account: a tenant's
+//!   request never exhausts or disables an account for everyone.
 //! - **unavailable**: a 5xx (including the gateway's own 502 when the provider could not be
 //!   reached): worth one more try on another account, since nothing reached the client yet.
 //! - anything else is the **client's answer** (a 400 about the request itself, a 404, …).
@@ -48,6 +55,9 @@ pub(crate) fn classify(
     if !status.is_client_error() && !status.is_server_error() {
         return Verdict::Answer;
     }
+    if body.is_some_and(|b| request_at_fault(status, b)) {
+        return Verdict::Answer;
+    }
     // The body and `retry-after` are read whatever the provider's header format (even with
     // `quota = "none"`): an error body that says "quota" means it for every provider.
     let body_only = quota::from_response(
@@ -81,6 +91,29 @@ pub(crate) fn classify(
         StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Verdict::Refused,
         s if s.is_server_error() => Verdict::Unavailable,
         _ => Verdict::Answer,
+    }
+}
+
+/// Whether an error answer blames the request, not the account (see the
+/// [module docs](self)), by the providers' own texts.
+fn request_at_fault(status: StatusCode, body: &[u8]) -> bool {
+    match status {
+        // OpenAI: "Request too large for gpt-4o in organization org-… on tokens per min
+        // (TPM): Limit 30000, Requested 41207. The input or output tokens must be reduced…".
+        StatusCode::TOO_MANY_REQUESTS => contains_bytes(body, b"Request too large for"),
+        StatusCode::FORBIDDEN => {
+            // Gemini names the API key in an `ErrorInfo` reason when the key is at fault
+            // (`API_KEY_INVALID`, `API_KEY_SERVICE_BLOCKED`, …); a bare PERMISSION_DENIED
+            // refuses this model to the project (preview models, tuned models).
+            (contains_bytes(body, b"\"PERMISSION_DENIED\"") && !contains_bytes(body, b"\"API_KEY_"))
+                // OpenAI: "Project `proj_…` does not have access to model `gpt-5`".
+                || contains_bytes(body, b"\"model_not_found\"")
+                || contains_bytes(body, b"does not have access to model")
+                // Anthropic: "Your API key does not have permission to use the specified
+                // resource." (a model or a feature; a bad key is a 401).
+                || contains_bytes(body, b"\"permission_error\"")
+        }
+        _ => false,
     }
 }
 
@@ -223,6 +256,34 @@ mod tests {
             v(QuotaKind::None, 429, &[], exhausted),
             Verdict::Exhausted(s) if s.resets_at == Some(now() + Duration::from_secs(37))
         ));
+    }
+
+    /// Errors caused by one request, in the providers' own words, go to the client and leave
+    /// the account alone.
+    #[test]
+    fn a_request_at_fault_changes_no_account() {
+        let too_large = br#"{"error":{"message":"Request too large for gpt-4o in organization org-abc on tokens per min (TPM): Limit 30000, Requested 41207. The input or output tokens must be reduced in order to run successfully. Visit https://platform.openai.com/account/rate-limits to learn more.","type":"tokens","param":null,"code":"rate_limit_exceeded"}}"#;
+        assert_eq!(v(QuotaKind::OpenAi, 429, &[], too_large), Verdict::Answer);
+        let gemini_model = br#"{"error":{"code":403,"message":"The caller does not have permission","status":"PERMISSION_DENIED"}}"#;
+        assert_eq!(v(QuotaKind::None, 403, &[], gemini_model), Verdict::Answer);
+        let openai_model = br#"{"error":{"message":"Project `proj_abc` does not have access to model `gpt-5`","type":"invalid_request_error","param":null,"code":"model_not_found"}}"#;
+        assert_eq!(
+            v(QuotaKind::OpenAi, 403, &[], openai_model),
+            Verdict::Answer
+        );
+        let anthropic = br#"{"type":"error","error":{"type":"permission_error","message":"Your API key does not have permission to use the specified resource."}}"#;
+        assert_eq!(
+            v(QuotaKind::Anthropic, 403, &[], anthropic),
+            Verdict::Answer
+        );
+        // The account's own faults still rotate: a real per-minute quota, a blocked key.
+        assert!(matches!(
+            v(QuotaKind::OpenAi, 429, &[], OPENAI_RATE),
+            Verdict::Exhausted(_)
+        ));
+        let blocked = br#"{"error":{"code":403,"message":"Requests to this API generativelanguage.googleapis.com method google.ai.generativelanguage.v1beta.GenerativeService.StreamGenerateContent are blocked.","status":"PERMISSION_DENIED","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"API_KEY_SERVICE_BLOCKED","domain":"googleapis.com"}]}}"#;
+        assert_eq!(v(QuotaKind::None, 403, &[], blocked), Verdict::Refused);
+        assert_eq!(v(QuotaKind::OpenAi, 401, &[], OPENAI_KEY), Verdict::Refused);
     }
 
     #[test]

@@ -511,6 +511,11 @@ pub mod logins;
 mod redis_server;
 #[allow(unused_imports)] // not every test binary starts one
 pub use redis_server::RedisServer;
+/// A throwaway Redis Cluster on loopback, shared with the store's tests.
+#[path = "../../../store/tests/common/redis_cluster.rs"]
+mod redis_cluster;
+#[allow(unused_imports)]
+pub use redis_cluster::RedisCluster;
 
 pub const MEMORY: &str = "backend = \"memory\"";
 

@@ -91,9 +91,10 @@ fn compare_and_set(
 
 impl RedbStore {
     pub(super) fn login_now(&self, name: &str) -> StoreFuture<'static, Option<StoredLogin>> {
-        let db = self.inner.db.clone();
+        let db = self.db("login");
         let name = name.to_owned();
         Box::pin(async move {
+            let db = db?;
             tokio::task::spawn_blocking(move || read(&db, &name))
                 .await
                 .map_err(|_| StoreError::Closed)?
@@ -106,9 +107,15 @@ impl RedbStore {
         expected: u64,
         data: &[u8],
     ) -> StoreFuture<'static, Option<u64>> {
-        let db = self.inner.db.clone();
+        // A broken file (after an I/O error) takes no write until the writer has reopened it.
+        let db = self
+            .inner
+            .db
+            .health("put_login")
+            .and_then(|()| self.db("put_login"));
         let (name, data) = (name.to_owned(), data.to_vec());
         Box::pin(async move {
+            let db = db?;
             tokio::task::spawn_blocking(move || compare_and_set(&db, &name, expected, &data))
                 .await
                 .map_err(|_| StoreError::Closed)?

@@ -13,9 +13,16 @@
 //! entry's lock, so the writer applies the writes of one key in index order and disk and index
 //! never disagree once the queue has drained.
 //!
+//! Faults: a failed commit (a full disk, an I/O error) leaves redb unable to write until the
+//! file is reopened. The writer thread then marks the store broken ([`RedbStore::health`],
+//! `/readyz`), answers writes at once with [`StoreError::Unavailable`], logs once per attempt,
+//! and reopens the file with a back-off (1 s, doubling up to a minute); the first reopen that
+//! succeeds ends it, without a restart. A file damaged so that it cannot be opened is an open
+//! error naming it (redb's own panics on damaged pages included).
+//!
 //! Files: `open` (tables, value layout, index rebuild), `writer` (the queue and the writer
-//! thread), `reads` (point reads against the index), `store` (the [`HandoffStore`] impl),
-//! `login` (subscription logins, table `logins`).
+//! thread, reopening), `reads` (point reads against the index), `store` (the [`HandoffStore`]
+//! impl), `login` (subscription logins, table `logins`).
 //!
 //! [`HandoffStore`]: crate::HandoffStore
 
@@ -28,9 +35,9 @@ mod writer;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, mpsc};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, mpsc};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use context_relay_core::{HandoffKey, HandoffSlot};
 use redb::Database;
@@ -43,6 +50,11 @@ use writer::Op;
 
 /// Most writes committed in one transaction by default.
 pub const DEFAULT_MAX_BATCH: usize = 4096;
+/// The first wait before reopening a file after an I/O error; it doubles up to
+/// [`MAX_REOPEN_BACKOFF`].
+pub const DEFAULT_REOPEN_BACKOFF: Duration = Duration::from_secs(1);
+/// The longest wait between two attempts to reopen a broken file.
+pub const MAX_REOPEN_BACKOFF: Duration = Duration::from_secs(60);
 
 /// Options for opening a [`RedbStore`].
 #[derive(Debug, Clone)]
@@ -53,9 +65,18 @@ pub struct RedbStoreBuilder {
     affinity_ttl: Duration,
     affinity_entries: usize,
     cache_size: Option<usize>,
+    reopen_backoff: Duration,
 }
 
 impl RedbStoreBuilder {
+    /// The first wait before the file is reopened after an I/O error (default
+    /// [`DEFAULT_REOPEN_BACKOFF`]); it doubles with each failed attempt, up to
+    /// [`MAX_REOPEN_BACKOFF`].
+    pub fn reopen_backoff(mut self, wait: Duration) -> Self {
+        self.reopen_backoff = wait;
+        self
+    }
+
     /// Bytes of redb's page cache (default: redb's own default). The in-memory index is kept
     /// apart from it and is not bounded by it.
     pub fn cache_size(mut self, bytes: usize) -> Self {
@@ -108,7 +129,7 @@ pub struct RedbStore {
 }
 
 struct Inner {
-    db: Arc<Database>,
+    db: Arc<DbCell>,
     path: PathBuf,
     /// One index per slot ([`HandoffSlot::index`]).
     index: [FastMap<HandoffKey, Meta>; 2],
@@ -137,6 +158,7 @@ impl RedbStore {
             affinity_ttl: DEFAULT_AFFINITY_TTL,
             affinity_entries: DEFAULT_AFFINITY_CACHE_ENTRIES,
             cache_size: None,
+            reopen_backoff: DEFAULT_REOPEN_BACKOFF,
         }
     }
 
@@ -159,6 +181,23 @@ impl RedbStore {
     /// How many stored records were skipped because they could not be read, since open.
     pub fn corrupt_records(&self) -> u64 {
         self.inner.corrupt.load(Ordering::Relaxed)
+    }
+
+    /// `Ok` while the store can write; from a failed commit (an I/O error) until a commit
+    /// succeeds again on the reopened file, [`StoreError::Unavailable`] with the time to the
+    /// next attempt.
+    pub fn health(&self) -> Result<(), StoreError> {
+        self.inner.db.health("write")
+    }
+
+    /// Completes once [`health`](Self::health) is `Ok` (at once when it is).
+    pub async fn recovered(&self) {
+        self.inner.db.recovered().await;
+    }
+
+    /// The open database for `op`, or why there is none.
+    fn db(&self, op: &'static str) -> Result<Arc<Database>, StoreError> {
+        self.inner.db.get(op)
     }
 
     fn now_ms(&self) -> u64 {
@@ -206,6 +245,116 @@ impl Drop for Inner {
         {
             tracing::error!(path = %self.path.display(), "the redb writer thread panicked");
         }
+    }
+}
+
+/// The database of a store, swapped when the file is reopened after an I/O error, and whether
+/// it is broken.
+pub(super) struct DbCell {
+    db: RwLock<Option<Arc<Database>>>,
+    /// From a failed commit until a commit succeeds again: the next attempt.
+    broken: Mutex<Option<Instant>>,
+    /// Told when a broken store works again.
+    recovered: tokio::sync::Notify,
+}
+
+impl DbCell {
+    pub(super) fn new(db: Database) -> Self {
+        Self {
+            db: RwLock::new(Some(Arc::new(db))),
+            broken: Mutex::new(None),
+            recovered: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// The open database (reads work on a reopened file before writes are tried again).
+    pub(super) fn get(&self, op: &'static str) -> Result<Arc<Database>, StoreError> {
+        self.db
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or_else(|| self.unavailable(op))
+    }
+
+    pub(super) fn is_open(&self) -> bool {
+        self.db
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+    }
+
+    fn unavailable(&self, op: &'static str) -> StoreError {
+        let next = *self.broken.lock().unwrap_or_else(PoisonError::into_inner);
+        StoreError::Unavailable {
+            op,
+            retry_in: next.map_or(Duration::ZERO, |n| {
+                n.saturating_duration_since(Instant::now())
+            }),
+        }
+    }
+
+    pub(super) fn health(&self, op: &'static str) -> Result<(), StoreError> {
+        if self
+            .broken
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+        {
+            return Err(self.unavailable(op));
+        }
+        Ok(())
+    }
+
+    /// Marks the store broken until at least `next`.
+    pub(super) fn broke(&self, next: Instant) {
+        *self.broken.lock().unwrap_or_else(PoisonError::into_inner) = Some(next);
+    }
+
+    /// Ends the broken state.
+    pub(super) fn works(&self) {
+        *self.broken.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        self.recovered.notify_waiters();
+    }
+
+    /// Completes once the store is not broken.
+    pub(super) async fn recovered(&self) {
+        loop {
+            let notified = self.recovered.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            if self.health("write").is_ok() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Takes the database out (readers then get [`StoreError::Unavailable`]) and waits, briefly,
+    /// for the readers that hold it, so that its file lock is released.
+    pub(super) fn take(&self) {
+        let old = self
+            .db
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(mut old) = old {
+            // Point reads are short; a reader that holds on longer only delays the reopen.
+            for _ in 0..1000 {
+                match Arc::try_unwrap(old) {
+                    Ok(db) => {
+                        drop(db);
+                        return;
+                    }
+                    Err(still) => old = still,
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+
+    /// Puts a reopened database in (the store stays broken until a commit succeeds).
+    pub(super) fn put(&self, db: Database) {
+        *self.db.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(db));
     }
 }
 

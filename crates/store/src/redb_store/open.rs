@@ -12,8 +12,8 @@ use redb::{
     Database, DatabaseError, ReadableDatabase, ReadableTable, StorageError, TableDefinition,
 };
 
-use super::writer::{Op, run_writer};
-use super::{Inner, RedbStore, RedbStoreBuilder};
+use super::writer::{Op, Reopen, run_writer};
+use super::{DbCell, Inner, RedbStore, RedbStoreBuilder};
 use crate::affinity::{self, AffinityMap, Stored};
 use crate::clock::{after_ms, now_ms};
 use crate::index::{FastMap, Meta};
@@ -41,23 +41,56 @@ pub(super) fn handoffs(
     }
 }
 
+/// Opens (or creates) the redb file at `path`.
+pub(super) fn open_database(
+    path: &Path,
+    cache_size: Option<usize>,
+) -> Result<Database, StoreError> {
+    let mut builder = Database::builder();
+    if let Some(bytes) = cache_size {
+        builder.set_cache_size(bytes);
+    }
+    builder.create(path).map_err(|e| open_error(path, e))
+}
+
 impl RedbStore {
     pub(super) fn open_with(opts: RedbStoreBuilder) -> Result<Self, StoreError> {
-        let path = opts.path;
-        let mut builder = Database::builder();
-        if let Some(bytes) = opts.cache_size {
-            builder.set_cache_size(bytes);
+        let path = opts.path.clone();
+        // redb checks what it reads and panics on some damaged pages: a damaged file must be
+        // an error that names it, not a crash at every start.
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Self::open_checked(opts))) {
+            Ok(opened) => opened,
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("a check failed");
+                Err(StoreError::Open {
+                    path,
+                    reason: damaged(what),
+                })
+            }
         }
-        let db = builder.create(&path).map_err(|e| open_error(&path, e))?;
+    }
+
+    fn open_checked(opts: RedbStoreBuilder) -> Result<Self, StoreError> {
+        let path = opts.path;
+        let db = open_database(&path, opts.cache_size)?;
         let fail = |what: &str, e: &dyn fmt::Display| StoreError::Open {
             path: path.clone(),
             reason: format!("{what}: {e}"),
+        };
+        // Reading what the file holds fails only on a damaged file.
+        let unreadable_file = |what: &str, e: &dyn fmt::Display| StoreError::Open {
+            path: path.clone(),
+            reason: format!("{what}: {}", damaged(&e.to_string())),
         };
         // Create every table up front: reads then never meet a missing table, and a foreign redb
         // file with tables of other types is refused here rather than on first use.
         let w = db
             .begin_write()
-            .map_err(|e| fail("cannot start a transaction", &e))?;
+            .map_err(|e| unreadable_file("cannot start a transaction", &e))?;
         {
             for slot in HandoffSlot::ALL {
                 w.open_table(handoffs(slot))
@@ -66,7 +99,8 @@ impl RedbStore {
             w.open_table(AFFINITY)
                 .map_err(|e| fail("not a context-relay store", &e))?;
         }
-        w.commit().map_err(|e| fail("cannot commit", &e))?;
+        w.commit()
+            .map_err(|e| unreadable_file("cannot commit", &e))?;
 
         let now = now_ms(&*opts.clock);
         let index: [FastMap<HandoffKey, Meta>; 2] = Default::default();
@@ -78,15 +112,15 @@ impl RedbStore {
         {
             let r = db
                 .begin_read()
-                .map_err(|e| fail("cannot start a read", &e))?;
+                .map_err(|e| unreadable_file("cannot start a read", &e))?;
             let mut interner = Interner::default();
             for slot in HandoffSlot::ALL {
                 let def = handoffs(slot);
                 let table = r
                     .open_table(def)
-                    .map_err(|e| fail(&format!("cannot open table {def}"), &e))?;
+                    .map_err(|e| unreadable_file(&format!("cannot open table {def}"), &e))?;
                 let unreadable =
-                    |e: &dyn fmt::Display| fail(&format!("cannot read table {def}"), e);
+                    |e: &dyn fmt::Display| unreadable_file(&format!("cannot read table {def}"), e);
                 for item in table.iter().map_err(|e| unreadable(&e))? {
                     let (k, v) = item.map_err(|e| unreadable(&e))?;
                     let (t, s, c) = k.value();
@@ -113,12 +147,12 @@ impl RedbStore {
             }
             let table = r
                 .open_table(AFFINITY)
-                .map_err(|e| fail("cannot open table affinity", &e))?;
+                .map_err(|e| unreadable_file("cannot open table affinity", &e))?;
             for item in table
                 .iter()
-                .map_err(|e| fail("cannot read table affinity", &e))?
+                .map_err(|e| unreadable_file("cannot read table affinity", &e))?
             {
-                let (k, v) = item.map_err(|e| fail("cannot read table affinity", &e))?;
+                let (k, v) = item.map_err(|e| unreadable_file("cannot read table affinity", &e))?;
                 let (t, s, c) = k.value();
                 let key = affinity::key(&HandoffKey::new(t, s, c));
                 match serde_json::from_slice::<Stored>(v.value()) {
@@ -135,7 +169,7 @@ impl RedbStore {
             }
         }
 
-        let db = Arc::new(db);
+        let db = Arc::new(DbCell::new(db));
         let (tx, rx) = mpsc::channel();
         if !expired.is_empty() || !stale.is_empty() {
             // Records that expired while the store was closed are not indexed, so the periodic
@@ -149,11 +183,16 @@ impl RedbStore {
             })
             .ok();
         }
-        let writer_db = Arc::clone(&db);
+        let reopen = Reopen {
+            cell: Arc::clone(&db),
+            path: path.clone(),
+            cache_size: opts.cache_size,
+            first_backoff: opts.reopen_backoff,
+        };
         let max_batch = opts.max_batch;
         let writer = std::thread::Builder::new()
             .name("context-relay-store-redb".into())
-            .spawn(move || run_writer(&writer_db, &rx, max_batch))
+            .spawn(move || run_writer(&reopen, &rx, max_batch))
             .map_err(|e| fail("cannot start the writer thread", &e))?;
         Ok(Self {
             inner: Arc::new(Inner {
@@ -206,6 +245,14 @@ pub(super) fn decode_header(bytes: &[u8]) -> Result<(u64, u64, &[u8]), String> {
     Ok((word(1), word(9), json))
 }
 
+/// What to do about a damaged file.
+const MOVE_ASIDE: &str = "move it aside (keep it for inspection) and start again: a new, empty store is created in its place and sessions start over without their pending handoffs";
+
+/// The reason of a damaged file.
+fn damaged(what: &str) -> String {
+    format!("not a redb file, or a damaged one ({what}); {MOVE_ASIDE}")
+}
+
 /// Says what is wrong with the file in the words of someone fixing a deployment.
 fn open_error(path: &Path, e: DatabaseError) -> StoreError {
     let reason = match &e {
@@ -222,11 +269,9 @@ fn open_error(path: &Path, e: DatabaseError) -> StoreError {
         DatabaseError::Storage(StorageError::Io(io))
             if io.kind() == std::io::ErrorKind::InvalidData =>
         {
-            format!("not a redb file, or a damaged one ({io})")
+            format!("not a redb file, or a damaged one ({io}); {MOVE_ASIDE}")
         }
-        DatabaseError::Storage(StorageError::Corrupted(what)) => {
-            format!("not a redb file, or a damaged one ({what})")
-        }
+        DatabaseError::Storage(StorageError::Corrupted(what)) => damaged(what),
         DatabaseError::UpgradeRequired(v) => {
             format!("the file uses redb format {v}, which this build cannot read")
         }

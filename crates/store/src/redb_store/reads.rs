@@ -24,7 +24,7 @@ impl RedbStore {
         key: &HandoffKey,
         slot: HandoffSlot,
     ) -> Result<Option<(u64, HandoffRecord)>, StoreError> {
-        let r = self.inner.db.begin_read().map_err(io("read"))?;
+        let r = self.db("read")?.begin_read().map_err(io("read"))?;
         let table = r.open_table(handoffs(slot)).map_err(io("read"))?;
         let Some(v) = table
             .get((&*key.tenant, &*key.session, &*key.combo))
@@ -146,7 +146,7 @@ impl RedbStore {
             })
             .collect();
         keys.sort();
-        let r = self.inner.db.begin_read().map_err(io("list"))?;
+        let r = self.db("list")?.begin_read().map_err(io("list"))?;
         let tables = [
             r.open_table(handoffs(HandoffSlot::Account))
                 .map_err(io("list"))?,
@@ -169,7 +169,7 @@ impl RedbStore {
 
     /// An affinity the memory table evicted, read back from disk (and cached again).
     pub(super) fn read_affinity(&self, key: &HandoffKey) -> Result<Option<Affinity>, StoreError> {
-        let r = self.inner.db.begin_read().map_err(io("read"))?;
+        let r = self.db("read")?.begin_read().map_err(io("read"))?;
         let table = r.open_table(AFFINITY).map_err(io("read"))?;
         let Some(v) = table
             .get((&*key.tenant, &*key.session, &*key.combo))

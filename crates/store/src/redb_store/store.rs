@@ -119,6 +119,10 @@ impl HandoffStore for RedbStore {
         "redb"
     }
 
+    fn health(&self) -> Result<(), StoreError> {
+        RedbStore::health(self)
+    }
+
     fn get_in<'a>(
         &'a self,
         key: &'a HandoffKey,
@@ -169,9 +173,10 @@ impl HandoffStore for RedbStore {
     }
 
     fn secret<'a>(&'a self, name: &'a str, candidate: [u8; 32]) -> StoreFuture<'a, [u8; 32]> {
-        let db = self.inner.db.clone();
+        let db = self.db("secret");
         let name = name.to_owned();
         Box::pin(async move {
+            let db = db?;
             tokio::task::spawn_blocking(move || stored_secret(&db, &name, candidate))
                 .await
                 .map_err(|_| StoreError::Closed)?

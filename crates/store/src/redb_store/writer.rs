@@ -2,8 +2,9 @@
 //! the index entry's lock, to one writer thread that group-commits whatever is queued in one
 //! durable transaction and then answers every caller.
 
-use std::sync::mpsc;
-use std::time::Duration;
+use std::path::PathBuf;
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
 
 use context_relay_core::time::to_unix_millis;
 use context_relay_core::{HandoffKey, HandoffRecord, HandoffSlot};
@@ -11,8 +12,8 @@ use dashmap::mapref::entry::Entry;
 use redb::{Database, ReadableTable};
 use tokio::sync::oneshot;
 
-use super::RedbStore;
 use super::open::{AFFINITY, HANDOFFS, MODEL_HANDOFFS, decode_header, encode};
+use super::{DbCell, MAX_REOPEN_BACKOFF, RedbStore};
 use crate::affinity::{self, Stored, Write};
 use crate::clock::after_ms;
 use crate::index::Meta;
@@ -159,10 +160,60 @@ pub(super) async fn committed(rx: Pending) -> Result<(), StoreError> {
     rx.await.map_err(|_| StoreError::Closed)?
 }
 
+/// What the writer needs to reopen the file after an I/O error.
+pub(super) struct Reopen {
+    pub(super) cell: Arc<DbCell>,
+    pub(super) path: PathBuf,
+    pub(super) cache_size: Option<usize>,
+    pub(super) first_backoff: Duration,
+}
+
 /// The writer: blocks for one write, takes whatever else is queued (up to `max_batch`), commits
 /// it all in one durable transaction, then answers every caller.
-pub(super) fn run_writer(db: &Database, rx: &mpsc::Receiver<Op>, max_batch: usize) {
-    while let Ok(first) = rx.recv() {
+///
+/// After a failed commit the store is broken: writes are answered at once with
+/// [`StoreError::Unavailable`] while the file is reopened with a back-off; the log says so
+/// once per attempt, not once per write.
+pub(super) fn run_writer(reopen: &Reopen, rx: &mpsc::Receiver<Op>, max_batch: usize) {
+    let cell = &reopen.cell;
+    let mut backoff = reopen.first_backoff;
+    // While broken: when to try again.
+    let mut next_attempt: Option<Instant> = None;
+    loop {
+        let first = match next_attempt {
+            None => match rx.recv() {
+                Ok(op) => Some(op),
+                Err(_) => return,
+            },
+            Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
+                Ok(op) => Some(op),
+                Err(mpsc::RecvTimeoutError::Timeout) => None,
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            },
+        };
+        if let Some(at) = next_attempt
+            && Instant::now() >= at
+        {
+            match recover(reopen) {
+                Ok(()) => {
+                    next_attempt = None;
+                    backoff = reopen.first_backoff;
+                    cell.works();
+                    tracing::info!(path = %reopen.path.display(), "redb store reopened; writes resume");
+                }
+                Err(e) => {
+                    backoff = (backoff * 2).clamp(Duration::from_millis(1), MAX_REOPEN_BACKOFF);
+                    let at = Instant::now() + backoff;
+                    next_attempt = Some(at);
+                    cell.broke(at);
+                    cell.take();
+                    tracing::error!(error = %e, retry_in = ?backoff, "redb store still broken; trying again later");
+                }
+            }
+        }
+        let Some(first) = first else {
+            continue;
+        };
         let mut batch = vec![first];
         while batch.len() < max_batch {
             match rx.try_recv() {
@@ -170,10 +221,27 @@ pub(super) fn run_writer(db: &Database, rx: &mpsc::Receiver<Op>, max_batch: usiz
                 Err(_) => break,
             }
         }
-        let result = apply(db, &batch);
-        if let Err(e) = &result {
-            tracing::error!(error = %e, writes = batch.len(), "redb commit failed");
-        }
+        let result = match (next_attempt, cell.get("commit")) {
+            // Broken: answered at once, until the next attempt.
+            (Some(_), _) => cell.health("commit"),
+            (None, Err(unavailable)) => Err(unavailable),
+            (None, Ok(db)) => apply(&db, &batch).map_err(|e| {
+                let at = Instant::now() + backoff;
+                tracing::error!(
+                    error = %e, writes = batch.len(), path = %reopen.path.display(), retry_in = ?backoff,
+                    "redb commit failed; the store is broken until its file is reopened"
+                );
+                next_attempt = Some(at);
+                cell.broke(at);
+                drop(db);
+                // redb refuses every write after an I/O error until the file is reopened.
+                cell.take();
+                StoreError::Io {
+                    op: "commit",
+                    reason: e.to_string(),
+                }
+            }),
+        };
         for op in batch {
             let done = match op {
                 Op::Put { done, .. } | Op::Delete { done, .. } | Op::PutAffinity { done, .. } => {
@@ -185,6 +253,10 @@ pub(super) fn run_writer(db: &Database, rx: &mpsc::Receiver<Op>, max_batch: usiz
                 // The caller may have gone away (dropped its future): nothing to tell then.
                 done.send(match &result {
                     Ok(()) => Ok(()),
+                    Err(StoreError::Unavailable { op, retry_in }) => Err(StoreError::Unavailable {
+                        op,
+                        retry_in: *retry_in,
+                    }),
                     Err(e) => Err(StoreError::Io {
                         op: "commit",
                         reason: e.to_string(),
@@ -194,6 +266,23 @@ pub(super) fn run_writer(db: &Database, rx: &mpsc::Receiver<Op>, max_batch: usiz
             }
         }
     }
+}
+
+/// Reopens the file when it is closed, then proves it writable with an empty commit.
+fn recover(reopen: &Reopen) -> Result<(), StoreError> {
+    if !reopen.cell.is_open() {
+        let db = super::open::open_database(&reopen.path, reopen.cache_size)?;
+        reopen.cell.put(db);
+    }
+    let db = reopen.cell.get("commit")?;
+    let probe = db.begin_write().map_err(|e| StoreError::Io {
+        op: "commit",
+        reason: e.to_string(),
+    })?;
+    probe.commit().map_err(|e| StoreError::Io {
+        op: "commit",
+        reason: e.to_string(),
+    })
 }
 
 fn apply(db: &Database, batch: &[Op]) -> Result<(), redb::Error> {

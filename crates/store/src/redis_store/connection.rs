@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 use redis::RedisError;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+use super::cluster::Conn;
+use super::ids::Ids;
+
 use super::scripts::Scripts;
 use super::{Inner, RedisStore, RedisStoreBuilder};
 use crate::StoreError;
@@ -27,12 +30,35 @@ const REQUEST_PATH: [&str; 6] = [
 impl RedisStoreBuilder {
     /// Connects; fails within the timeout when Redis cannot be reached.
     pub async fn connect(self) -> Result<RedisStore, StoreError> {
-        if self.url.starts_with("rediss://") {
+        if self.url.contains("rediss://") {
             // The redis crate builds its TLS configuration with the process-wide rustls
             // provider; make it ring unless the application chose one already (then this
             // returns an error we do not need).
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
+        let conn = if self.cluster {
+            self.connect_cluster().await?
+        } else {
+            self.connect_single().await?
+        };
+        Ok(RedisStore {
+            inner: Arc::new(Inner {
+                conn,
+                scripts: Scripts::new(),
+                ids: Ids::new()?,
+                prefix: self.prefix,
+                timeout: self.timeout,
+                request_timeout: self.request_timeout,
+                breaker: Breaker::new(self.backoff.0, self.backoff.1),
+                clock: self.clock,
+                affinity_ttl: self.affinity_ttl,
+                affinity_cache_ttl: self.affinity_cache_ttl,
+                affinity_cache: AffinityMap::new(self.affinity_cache_entries),
+            }),
+        })
+    }
+
+    async fn connect_single(&self) -> Result<Conn, StoreError> {
         let client = match &self.root_certs {
             Some(pem) => redis::Client::build_with_tls(
                 self.url.as_str(),
@@ -55,26 +81,45 @@ impl RedisStoreBuilder {
             ConnectionManager::new_with_config(client, config),
         )
         .await?;
-        Ok(RedisStore {
-            inner: Arc::new(Inner {
-                conn,
-                scripts: Scripts::new(),
-                seq_key: format!("{}seq", self.prefix),
-                prefix: self.prefix,
-                timeout: self.timeout,
-                request_timeout: self.request_timeout,
-                breaker: Breaker::new(self.backoff.0, self.backoff.1),
-                clock: self.clock,
-                affinity_ttl: self.affinity_ttl,
-                affinity_cache_ttl: self.affinity_cache_ttl,
-                affinity_cache: AffinityMap::new(self.affinity_cache_entries),
-            }),
-        })
+        Ok(Conn::Single(conn))
+    }
+
+    /// A cluster: `url` names one or more of its nodes (comma-separated); the client learns
+    /// the others from them.
+    async fn connect_cluster(&self) -> Result<Conn, StoreError> {
+        if self.prefix.contains(['{', '}']) {
+            return Err(StoreError::Redis {
+                op: "connect",
+                reason: format!(
+                    "the key prefix {:?} holds a brace: on a Redis Cluster braces choose the \
+                     slot of a key, and the store puts each session in its own",
+                    self.prefix
+                ),
+            });
+        }
+        let nodes: Vec<&str> = self
+            .url
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .collect();
+        let mut builder = redis::cluster::ClusterClientBuilder::new(nodes)
+            .connection_timeout(self.timeout)
+            .response_timeout(self.timeout);
+        if let Some(pem) = &self.root_certs {
+            builder = builder.certs(redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem.clone()),
+            });
+        }
+        let client = builder.build().map_err(redis_err("connect"))?;
+        let conn = bounded("connect", self.timeout, client.get_async_connection()).await?;
+        Ok(Conn::Cluster(conn))
     }
 }
 
 impl RedisStore {
-    pub(super) fn conn(&self) -> ConnectionManager {
+    pub(super) fn conn(&self) -> Conn {
         self.inner.conn.clone()
     }
 

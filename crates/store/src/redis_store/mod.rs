@@ -1,12 +1,18 @@
 //! The Redis backend: several gateway replicas share one store.
 //!
 //! Every record is a hash `{prefix}h:<key>` (account slot) or `{prefix}hm:<key>` (model slot)
-//! with fields `rec` (the JSON record), `ver` (a
-//! version from the `{prefix}seq` counter), `exp` (expiry, Unix ms) and, while leased, `lu`
-//! (lease end, Unix ms) and `lt` (lease token). Claim, complete, release and delete are Lua
-//! scripts, so each is atomic on the server. Expiry and lease ends are compared with the
-//! caller's [`Clock`] (passed to the scripts), which keeps the semantics of the other backends;
-//! the record's Redis TTL (`PEXPIREAT exp`) only collects garbage.
+//! with fields `rec` (the JSON record), `ver` (its version: a number the writing replica never
+//! gave before, see `ids`), `exp` (expiry, Unix ms) and, while leased, `lu` (lease end, Unix ms)
+//! and `lt` (lease token, made the same way). Claim, complete, release and delete are Lua
+//! scripts on that one key, so each is atomic on the server. Expiry and lease ends are compared
+//! with the caller's [`Clock`] (passed to the scripts), which keeps the semantics of the other
+//! backends; the record's Redis TTL (`PEXPIREAT exp`) only collects garbage.
+//!
+//! On a Redis Cluster ([`RedisStoreBuilder::cluster`]) `<key>` is a hash tag (`{…}`), so the
+//! keys of one session (both slots, its generation lease) live in one hash slot; no call
+//! touches keys of two sessions, and listing and purging scan every master. Redis replicates
+//! to replicas asynchronously: a write acknowledged by a master that dies before its replica
+//! has it is lost with the failover.
 //!
 //! An affinity is a hash `{prefix}ac:<tenant, session, combo>` with fields `p` (provider), `a`
 //! (account), `f` (the foreign digests and until when they are kept, JSON) and, when known,
@@ -24,13 +30,16 @@
 //! `rediss://` URLs connect over TLS (rustls with ring), checked against the public web roots
 //! or the certificate authorities given to [`RedisStoreBuilder::root_certificates`].
 //!
-//! Files: `connection` (connecting, timeouts, the breaker), `scripts` (key names, stored
-//! fields, Lua scripts), `store` (the [`HandoffStore`] impl), `login` (subscription logins and
-//! their refresh lock).
+//! Files: `connection` (connecting, timeouts, the breaker), `cluster` (one server or a
+//! cluster behind one connection type, the scan of every master), `ids` (versions and
+//! tokens), `scripts` (key names, stored fields, Lua scripts), `store` (the [`HandoffStore`]
+//! impl), `login` (subscription logins and their refresh lock).
 //!
 //! [`HandoffStore`]: crate::HandoffStore
 
+mod cluster;
 mod connection;
+mod ids;
 mod login;
 mod scripts;
 mod store;
@@ -39,12 +48,12 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
-
 use crate::affinity::AffinityMap;
 use crate::breaker::Breaker;
 use crate::clock::{Clock, SystemClock, now_ms};
 use crate::{DEFAULT_AFFINITY_CACHE_ENTRIES, DEFAULT_AFFINITY_TTL, StoreError};
+use cluster::Conn;
+use ids::Ids;
 use scripts::Scripts;
 
 /// Time limit of every Redis call off the request path by default.
@@ -69,6 +78,7 @@ pub const DEFAULT_AFFINITY_CACHE_TTL: Duration = Duration::ZERO;
 #[derive(Clone)]
 pub struct RedisStoreBuilder {
     url: String,
+    cluster: bool,
     prefix: String,
     timeout: Duration,
     request_timeout: Duration,
@@ -82,21 +92,11 @@ pub struct RedisStoreBuilder {
 
 impl fmt::Debug for RedisStoreBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let url = match redis::parse_redis_url(&self.url) {
-            Some(mut u) if u.password().is_some() => {
-                let _ = u.set_password(Some("***"));
-                u.to_string()
-            }
-            // `redis://secret@host`: a lone user name is the password.
-            Some(mut u) if !u.username().is_empty() => {
-                let _ = u.set_username("***");
-                u.to_string()
-            }
-            Some(u) => u.to_string(),
-            None => "<unparsable URL>".to_owned(),
-        };
+        // A cluster's URL may name several nodes: each is shown without its password.
+        let url: Vec<String> = self.url.split(',').map(redacted).collect();
         f.debug_struct("RedisStoreBuilder")
-            .field("url", &url)
+            .field("url", &url.join(","))
+            .field("cluster", &self.cluster)
             .field("prefix", &self.prefix)
             .field("timeout", &self.timeout)
             .field("request_timeout", &self.request_timeout)
@@ -105,7 +105,33 @@ impl fmt::Debug for RedisStoreBuilder {
     }
 }
 
+/// `url` without its password.
+fn redacted(url: &str) -> String {
+    match redis::parse_redis_url(url.trim()) {
+        Some(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        // `redis://secret@host`: a lone user name is the password.
+        Some(mut u) if !u.username().is_empty() => {
+            let _ = u.set_username("***");
+            u.to_string()
+        }
+        Some(u) => u.to_string(),
+        None => "<unparsable URL>".to_owned(),
+    }
+}
+
 impl RedisStoreBuilder {
+    /// Whether the URL names a Redis Cluster (default `false`): then it may name several of
+    /// its nodes, comma-separated (`redis://a:6379,redis://b:6379`); the store learns the
+    /// others from them, follows the cluster's redirections and failovers, and keeps each
+    /// session's keys in one hash slot. The prefix must not hold `{` or `}` then.
+    pub fn cluster(mut self, cluster: bool) -> Self {
+        self.cluster = cluster;
+        self
+    }
+
     /// Prefix of every key this store writes (default `"context-relay:"`): lets several
     /// deployments share one Redis.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
@@ -179,10 +205,10 @@ pub struct RedisStore {
 }
 
 struct Inner {
-    conn: ConnectionManager,
+    conn: Conn,
     scripts: Scripts,
+    ids: Ids,
     prefix: String,
-    seq_key: String,
     timeout: Duration,
     request_timeout: Duration,
     breaker: Breaker,
@@ -202,6 +228,7 @@ impl RedisStore {
     pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
         RedisStoreBuilder {
             url: url.into(),
+            cluster: false,
             prefix: "context-relay:".to_owned(),
             timeout: DEFAULT_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
@@ -212,6 +239,11 @@ impl RedisStore {
             affinity_cache_ttl: DEFAULT_AFFINITY_CACHE_TTL,
             affinity_cache_entries: DEFAULT_AFFINITY_CACHE_ENTRIES,
         }
+    }
+
+    /// Whether the store talks to a Redis Cluster.
+    fn is_cluster(&self) -> bool {
+        matches!(self.inner.conn, Conn::Cluster(_))
     }
 
     fn now_ms(&self) -> u64 {

@@ -17,22 +17,22 @@ pub(super) struct Foreign {
     pub(super) until: u64,
 }
 
+/// Replaces the record with `ARGV[1]`, expiring at `ARGV[2]`, at version `ARGV[3]`.
 const UPSERT: &str = r"
-local v = redis.call('INCR', KEYS[2])
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'rec', ARGV[1], 'ver', v, 'exp', ARGV[2])
+redis.call('HSET', KEYS[1], 'rec', ARGV[1], 'ver', ARGV[3], 'exp', ARGV[2])
 redis.call('PEXPIREAT', KEYS[1], ARGV[2])
-return v
+return 1
 ";
 
+/// Leases the record live at `ARGV[1]` until `ARGV[2]` under token `ARGV[3]`.
 const CLAIM: &str = r"
 local f = redis.call('HMGET', KEYS[1], 'rec', 'ver', 'exp', 'lu')
-if not f[1] or not f[3] then return false end
+if not f[1] or not f[2] or not f[3] then return false end
 if tonumber(f[3]) <= tonumber(ARGV[1]) then return false end
 if f[4] and tonumber(f[4]) > tonumber(ARGV[1]) then return false end
-local t = redis.call('INCR', KEYS[2])
-redis.call('HSET', KEYS[1], 'lu', ARGV[2], 'lt', t)
-return {f[1], f[2], t}
+redis.call('HSET', KEYS[1], 'lu', ARGV[2], 'lt', ARGV[3])
+return {f[1], f[2]}
 ";
 
 const COMPLETE: &str = r"
@@ -88,12 +88,6 @@ redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 ";
 
-const BEGIN_GENERATION: &str = r"
-local t = redis.call('INCR', KEYS[2])
-if redis.call('SET', KEYS[1], t, 'NX', 'PX', ARGV[1]) then return t end
-return false
-";
-
 const END_GENERATION: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 return 0
@@ -107,7 +101,6 @@ pub(super) struct Scripts {
     pub(super) delete: Script,
     pub(super) purge_one: Script,
     pub(super) set_affinity: Script,
-    pub(super) begin_generation: Script,
     pub(super) end_generation: Script,
 }
 
@@ -121,7 +114,6 @@ impl Scripts {
             delete: Script::new(DELETE),
             purge_one: Script::new(PURGE_ONE),
             set_affinity: Script::new(SET_AFFINITY),
-            begin_generation: Script::new(BEGIN_GENERATION),
             end_generation: Script::new(END_GENERATION),
         }
     }
@@ -129,10 +121,16 @@ impl Scripts {
 
 impl RedisStore {
     /// `{prefix}{kind}:` then the three parts, length-prefixed so that no two keys collide
-    /// whatever characters they contain.
+    /// whatever characters they contain. On a cluster the parts are a hash tag (`{…}`): every
+    /// key of one session lives in one slot, whatever its kind.
     pub(super) fn key(&self, kind: &str, key: &HandoffKey) -> String {
+        let (open, close) = if self.is_cluster() {
+            ("{", "}")
+        } else {
+            ("", "")
+        };
         format!(
-            "{}{kind}:{}.{}.{}:{}{}{}",
+            "{}{kind}:{open}{}.{}.{}:{}{}{}{close}",
             self.inner.prefix,
             key.tenant.len(),
             key.session.len(),

@@ -46,17 +46,21 @@ impl RedisStore {
         ttl: Duration,
     ) -> Result<Option<GenerationLease>, StoreError> {
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-        let mut inv = self.inner.scripts.begin_generation.prepare_invoke();
-        inv.key(self.key("g", key))
-            .key(&self.inner.seq_key)
-            .arg(ttl_ms);
+        let token = self.inner.ids.fresh();
+        let cmd = redis::cmd("SET")
+            .arg(self.key("g", key))
+            .arg(token)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl_ms)
+            .to_owned();
         let mut conn = self.conn();
-        let token: Option<u64> = self
-            .call("begin_generation", inv.invoke_async(&mut conn))
+        let taken: Option<String> = self
+            .call("begin_generation", cmd.query_async(&mut conn))
             .await?;
-        Ok(token.map(|t| GenerationLease {
+        Ok(taken.map(|_| GenerationLease {
             key: key.clone(),
-            token: Some(t),
+            token: Some(token),
         }))
     }
 
@@ -109,24 +113,24 @@ impl RedisStore {
     /// would).
     async fn scan_records(&self, slot: HandoffSlot) -> Result<Vec<String>, StoreError> {
         let pattern = format!("{}{}:*", glob_escape(&self.inner.prefix), record_tag(slot));
-        let mut conn = self.conn();
-        let mut cursor = 0u64;
         let mut keys = Vec::new();
-        loop {
-            let cmd = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .to_owned();
-            let (next, batch): (u64, Vec<String>) =
-                self.call("scan", cmd.query_async(&mut conn)).await?;
-            keys.extend(batch);
-            if next == 0 {
-                break;
+        for target in self.scan_targets().await? {
+            let mut cursor = 0u64;
+            loop {
+                let cmd = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(1000)
+                    .to_owned();
+                let (next, batch) = self.scan_step(target, cmd).await?;
+                keys.extend(batch);
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
             }
-            cursor = next;
         }
         // SCAN may return a key twice.
         keys.sort_unstable();
@@ -141,11 +145,11 @@ impl HandoffStore for RedisStore {
             let json = serde_json::to_vec(&record)?;
             let mut inv = self.inner.scripts.upsert.prepare_invoke();
             inv.key(self.record_key(&record.key(), record.slot()))
-                .key(&self.inner.seq_key)
                 .arg(json)
-                .arg(to_unix_millis(record.expires_at));
+                .arg(to_unix_millis(record.expires_at))
+                .arg(self.inner.ids.fresh());
             let mut conn = self.conn();
-            let _version: u64 = self.call("upsert", inv.invoke_async(&mut conn)).await?;
+            let _: i64 = self.call("upsert", inv.invoke_async(&mut conn)).await?;
             Ok(())
         })
     }
@@ -235,15 +239,16 @@ impl HandoffStore for RedisStore {
     ) -> StoreFuture<'a, Option<Claim>> {
         Box::pin(async move {
             let now = self.now_ms();
+            let token = self.inner.ids.fresh();
             let mut inv = self.inner.scripts.claim.prepare_invoke();
             inv.key(self.record_key(key, slot))
-                .key(&self.inner.seq_key)
                 .arg(now)
-                .arg(after_ms(now, lease));
+                .arg(after_ms(now, lease))
+                .arg(token);
             let mut conn = self.conn();
-            let got: Option<(Vec<u8>, u64, u64)> =
+            let got: Option<(Vec<u8>, u64)> =
                 self.call("claim", inv.invoke_async(&mut conn)).await?;
-            let Some((json, version, token)) = got else {
+            let Some((json, version)) = got else {
                 return Ok(None);
             };
             match self.decode(key, slot, &json) {

@@ -10,7 +10,11 @@ use std::time::{Duration, SystemTime};
 use context_relay_core::{Handoff, HandoffKey, HandoffRecord};
 use context_relay_store::{HandoffStore, ManualClock, MemoryStore, RedbStore};
 
-mod redis_server;
+mod redis_cluster;
+pub mod redis_server;
+#[allow(unused_imports)]
+pub use redis_cluster::RedisCluster;
+#[allow(unused_imports)]
 pub use redis_server::RedisServer;
 
 /// `mod $backend { #[tokio::test] async fn $case() { cases::$case(&$make().await) } … }`: the
@@ -38,6 +42,25 @@ macro_rules! conformance {
         backend!(redb, crate::common::redb, [$($case),*]);
         #[cfg(feature = "redis")]
         backend!(redis, crate::common::redis, [$($case),*]);
+        #[cfg(feature = "redis")]
+        cluster!([$($case),*]);
+    };
+}
+
+/// Every case against one three-master Redis Cluster, each under a key prefix of its own
+/// (starting a cluster per case would cost seconds each).
+#[allow(unused_macros)]
+macro_rules! cluster {
+    ([$($case:ident),* $(,)?]) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn redis_cluster() {
+            let cluster = crate::common::RedisCluster::start();
+            $(
+                eprintln!("redis cluster: {}", stringify!($case));
+                let h = crate::common::redis_cluster(&cluster).await;
+                crate::cases::$case(&h).await;
+            )*
+        }
     };
 }
 
@@ -120,9 +143,23 @@ pub async fn redb() -> Harness {
 
 #[cfg(feature = "redis")]
 pub async fn redis() -> Harness {
-    let clock = clock();
     let server = RedisServer::start();
-    let store = context_relay_store::RedisStore::builder(server.url.clone())
+    let mut h = redis_at(&server.url, false).await;
+    h.keep.push(Box::new(server));
+    h
+}
+
+/// A store on `cluster` under a prefix of its own (many stores share one cluster).
+#[cfg(feature = "redis")]
+pub async fn redis_cluster(cluster: &RedisCluster) -> Harness {
+    redis_at(&cluster.url, true).await
+}
+
+#[cfg(feature = "redis")]
+async fn redis_at(url: &str, cluster: bool) -> Harness {
+    let clock = clock();
+    let store = context_relay_store::RedisStore::builder(url)
+        .cluster(cluster)
         .prefix(unique_prefix())
         .clock(clock.clone())
         // Semantics, not latency: a test machine busy with builds must not time calls out.
@@ -133,7 +170,7 @@ pub async fn redis() -> Harness {
     Harness {
         store: Arc::new(store),
         clock,
-        keep: vec![Box::new(server)],
+        keep: Vec::new(),
     }
 }
 

@@ -23,39 +23,8 @@ impl RedisServer {
 
     /// Always a server of our own (for tests that kill it).
     pub fn start_own() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
-        let mut child = Command::new(&bin)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--loglevel", "notice"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "REDIS_URL is not set and `{bin}` cannot be started ({e}): this \
-                     suite needs a real Redis (install redis-server or set REDIS_URL)"
-                )
-            });
-        // Readiness from the server's own log line, not from a sleep.
-        let stdout = child.stdout.take().unwrap();
-        let mut lines = BufReader::new(stdout).lines();
-        loop {
-            match lines.next() {
-                Some(Ok(line)) if line.contains("Ready to accept connections") => break,
-                Some(Ok(_)) => {}
-                _ => {
-                    child.kill().ok();
-                    panic!("redis-server on port {port} exited before accepting connections");
-                }
-            }
-        }
-        // Keep draining the log so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
+        let port = free_port();
+        let child = spawn_ready(port, &["--port", &port.to_string(), "--bind", "127.0.0.1"]);
         Self {
             url: format!("redis://127.0.0.1:{port}/"),
             child: Some(child),
@@ -79,4 +48,47 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// A free loopback port (free when asked: the caller binds it soon after).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A redis-server started with `args` (plus no persistence), once its log says it accepts
+/// connections on `port`. Panics when it cannot be started: the suite must run against Redis.
+pub fn spawn_ready(port: u16, args: &[&str]) -> Child {
+    let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+    let mut child = Command::new(&bin)
+        .args(args)
+        .args(["--save", "", "--appendonly", "no", "--loglevel", "notice"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "REDIS_URL is not set and `{bin}` cannot be started ({e}): this \
+                 suite needs a real Redis (install redis-server or set REDIS_URL)"
+            )
+        });
+    // Readiness from the server's own log line, not from a sleep.
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    loop {
+        match lines.next() {
+            Some(Ok(line)) if line.contains("Ready to accept connections") => break,
+            Some(Ok(_)) => {}
+            _ => {
+                child.kill().ok();
+                panic!("redis-server on port {port} exited before accepting connections");
+            }
+        }
+    }
+    // Keep draining the log so the server never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    child
 }

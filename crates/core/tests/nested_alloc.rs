@@ -1,0 +1,156 @@
+//! Hostile nesting costs no memory: the readers of untrusted bodies keep a few KiB whatever the
+//! nesting of a 4 MB body (it used to be gigabytes: one scanner stack per level, each as deep
+//! as the body).
+//!
+//! A counting allocator (test-only, its own test binary) tracks the peak of the bytes live on
+//! the thread that asked for counting.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use context_relay_core::ApiShape;
+use context_relay_core::json;
+use context_relay_core::portable::make_portable;
+use context_relay_core::session::{SessionSources, fingerprint, session_id};
+use http::HeaderMap;
+
+struct Counting;
+
+thread_local! {
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+    static LIVE: Cell<isize> = const { Cell::new(0) };
+    static PEAK: Cell<isize> = const { Cell::new(0) };
+}
+
+fn count(delta: isize) {
+    // `try_with`: the thread-locals may be gone while a thread exits.
+    let _ = COUNTING.try_with(|on| {
+        if on.get() {
+            let live = LIVE.with(|l| {
+                l.set(l.get() + delta);
+                l.get()
+            });
+            PEAK.with(|p| p.set(p.get().max(live)));
+        }
+    });
+}
+
+// SAFETY: forwards every call to the system allocator unchanged; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count(layout.size() as isize);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        count(-(layout.size() as isize));
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count(new_size as isize - layout.size() as isize);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+/// The peak of the bytes allocated (and still live) while `f` ran.
+fn peak_of<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    LIVE.with(|l| l.set(0));
+    PEAK.with(|p| p.set(0));
+    COUNTING.with(|c| c.set(true));
+    let out = f();
+    COUNTING.with(|c| c.set(false));
+    (out, PEAK.with(Cell::get).max(0) as usize)
+}
+
+const SIZE: usize = 4 << 20;
+
+/// `{"model":"m",<prefix>` + SIZE bytes of nested arrays + `<suffix>}`.
+fn nested(prefix: &str, suffix: &str) -> Vec<u8> {
+    let depth = SIZE / 2;
+    let mut body = format!(r#"{{"model":"m",{prefix}"#).into_bytes();
+    body.extend(std::iter::repeat_n(b'[', depth));
+    body.extend(std::iter::repeat_n(b']', depth));
+    body.extend_from_slice(suffix.as_bytes());
+    body.push(b'}');
+    body
+}
+
+const CEILING: usize = 64 << 10;
+
+#[test]
+fn nested_arrays_anywhere_cost_no_memory() {
+    let shapes = [
+        nested(r#""messages":[{"role":"user","content":"#, "}]"),
+        nested(r#""messages":[{"role":"system","content":"#, "}]"),
+        nested(r#""instructions":"#, r#","input":"hi""#),
+        nested(
+            r#""system":"#,
+            r#","messages":[{"role":"user","content":"hi"}]"#,
+        ),
+        nested(r#""contents":[{"role":"user","parts":"#, "}]"),
+        nested(
+            r#""input":[{"role":"user","content":[{"type":"input_text","text":"#,
+            "}]}]",
+        ),
+        nested(
+            r#""messages":[{"role":"user","content":"hi","tools":"#,
+            "}]",
+        ),
+    ];
+    for body in &shapes {
+        let shown = String::from_utf8_lossy(&body[..60]);
+        let (fp, peak) = peak_of(|| fingerprint(body));
+        assert!(
+            peak <= CEILING,
+            "fingerprint of {shown}… peaked at {peak} bytes"
+        );
+        assert_eq!(fp, None, "{shown}");
+        let (_, peak) =
+            peak_of(|| session_id(&HeaderMap::new(), Some(body), &SessionSources::default()));
+        assert!(
+            peak <= CEILING,
+            "session id of {shown}… peaked at {peak} bytes"
+        );
+        let (valid, peak) = peak_of(|| json::validate(body));
+        assert!(
+            matches!(valid, Err(json::JsonError::TooDeep { .. })),
+            "{valid:?}"
+        );
+        assert!(
+            peak <= CEILING,
+            "validating {shown}… peaked at {peak} bytes"
+        );
+        for shape in [
+            ApiShape::Responses,
+            ApiShape::AnthropicMessages,
+            ApiShape::ChatCompletions,
+            ApiShape::Gemini,
+        ] {
+            let (_, peak) = peak_of(|| make_portable(shape, body));
+            assert!(
+                peak <= CEILING,
+                "{shape:?} scrub of {shown}… peaked at {peak} bytes"
+            );
+        }
+    }
+}
+
+/// Nesting within the limit still reads: a text 100 arrays deep has its fingerprint.
+#[test]
+fn moderate_nesting_still_has_a_fingerprint() {
+    let body = format!(
+        r#"{{"model":"m","messages":[{{"role":"user","content":{}"hi"{}}}]}}"#,
+        "[".repeat(100),
+        "]".repeat(100)
+    );
+    let (fp, peak) = peak_of(|| fingerprint(body.as_bytes()));
+    assert!(fp.is_some());
+    assert!(peak <= CEILING, "{peak}");
+}

@@ -1,0 +1,331 @@
+//! One client connection, from accept to close: its deadline until the first request head,
+//! the connection slot it takes only then, and its idle deadline between requests.
+//!
+//! - **Pending**: an accepted connection has `client_header_timeout_secs` to send a complete
+//!   request head, whatever the protocol (hyper's protocol sniffing, the HTTP/2 preface and
+//!   SETTINGS, HTTP/1 headers); at the deadline it is closed. At most `max_connections`
+//!   connections are pending at once: a new one beyond that closes the oldest pending one,
+//!   so sockets that never send a request cannot keep a real client out.
+//! - **Admitted**: the first request head takes one of the `max_connections` slots for the
+//!   rest of the connection's life. When none is left, that request is answered 503 with
+//!   `connection: close`.
+//! - **Idle**: a connection with no request in flight for `client_header_timeout_secs` is shut
+//!   down gracefully (HTTP/2 `GOAWAY`; HTTP/1 keeps its own header timeout between requests
+//!   too). A request is in flight until its response body has been sent or dropped, so a
+//!   long SSE stream is never idle.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::Body;
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode, header};
+use http_body::{Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto::Builder;
+use tokio::net::TcpStream;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot, watch};
+use tower::ServiceExt;
+use tower::util::Oneshot;
+
+use crate::server::HttpService;
+
+/// The slots and the pending connections of one listener, shared by its connection tasks.
+#[derive(Debug)]
+pub(crate) struct Admission {
+    slots: Arc<Semaphore>,
+    /// Pending connections by accept order; sending on (or dropping) the sender closes one.
+    pending: Mutex<BTreeMap<u64, oneshot::Sender<()>>>,
+    next: AtomicU64,
+    max_pending: usize,
+}
+
+impl Admission {
+    /// `max_connections` slots, and as many pending connections at most.
+    pub(crate) fn new(max_connections: usize) -> Arc<Self> {
+        let max = max_connections.max(1);
+        Arc::new(Self {
+            slots: Arc::new(Semaphore::new(max)),
+            pending: Mutex::new(BTreeMap::new()),
+            next: AtomicU64::new(0),
+            max_pending: max,
+        })
+    }
+
+    /// Registers a new pending connection, closing the oldest one when too many are pending.
+    fn enter(&self) -> (u64, oneshot::Receiver<()>) {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        while pending.len() >= self.max_pending {
+            let Some((_, oldest)) = pending.pop_first() else {
+                break;
+            };
+            metrics::counter!("context_relay_gateway_connections_rejected_total").increment(1);
+            let _ = oldest.send(());
+        }
+        pending.insert(id, tx);
+        (id, rx)
+    }
+
+    /// Ends the pending state of connection `id` (admitted or closed); its receiver then sees
+    /// the sender dropped, which is not an eviction.
+    fn leave(&self, id: u64) {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        pending.remove(&id);
+    }
+}
+
+/// What a connection's task and its requests share.
+#[derive(Debug, Default)]
+struct ConnState {
+    /// The connection's slot, taken with its first request head.
+    slot: OnceLock<OwnedSemaphorePermit>,
+    /// No slot was left for the first request: the connection closes after its answer.
+    refused: AtomicBool,
+    /// Requests whose response body is not finished yet.
+    in_flight: AtomicUsize,
+    /// Told on every request start and end.
+    activity: Notify,
+}
+
+impl ConnState {
+    fn admitted(&self) -> bool {
+        self.slot.get().is_some() || self.refused.load(Ordering::Acquire)
+    }
+}
+
+/// Serves one accepted connection to its end, within the deadlines of the
+/// [module docs](self). `shutdown` turning `true` shuts it down gracefully.
+pub(crate) async fn serve(
+    tcp: TcpStream,
+    builder: Arc<Builder<TokioExecutor>>,
+    service: HttpService,
+    admission: Arc<Admission>,
+    head_timeout: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let (id, mut evicted) = admission.enter();
+    metrics::gauge!("context_relay_gateway_connections_pending").increment(1.0);
+    let state = Arc::new(ConnState::default());
+    let conn = builder.serve_connection_with_upgrades(
+        TokioIo::new(tcp),
+        ConnService {
+            inner: service,
+            state: state.clone(),
+            slots: admission.slots.clone(),
+        },
+    );
+    let mut conn = std::pin::pin!(conn);
+    let head_deadline = tokio::time::sleep(head_timeout);
+    let mut head_deadline = std::pin::pin!(head_deadline);
+    let idle = tokio::time::sleep(head_timeout);
+    let mut idle = std::pin::pin!(idle);
+    let mut pending = true;
+    let mut closing = *shutdown.borrow();
+    if closing {
+        conn.as_mut().graceful_shutdown();
+    }
+    loop {
+        if pending && state.admitted() {
+            pending = false;
+            admission.leave(id);
+            metrics::gauge!("context_relay_gateway_connections_pending").decrement(1.0);
+            if state.slot.get().is_some() {
+                metrics::gauge!("context_relay_gateway_connections").increment(1.0);
+            }
+            if state.refused.load(Ordering::Acquire) && !closing {
+                closing = true;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(e) = result {
+                    tracing::debug!("connection ended with an error: {e}");
+                }
+                break;
+            }
+            () = state.activity.notified() => {
+                if state.in_flight.load(Ordering::Acquire) == 0 {
+                    idle.as_mut().reset(tokio::time::Instant::now() + head_timeout);
+                }
+            }
+            () = &mut head_deadline, if pending => {
+                metrics::counter!("context_relay_gateway_connections_timed_out_total")
+                    .increment(1);
+                tracing::debug!("no request head within {head_timeout:?}; connection closed");
+                break;
+            }
+            Ok(()) = &mut evicted, if pending => {
+                tracing::debug!("too many connections without a request; the oldest closed");
+                break;
+            }
+            () = &mut idle, if !pending && !closing
+                && state.in_flight.load(Ordering::Acquire) == 0 =>
+            {
+                tracing::debug!("connection idle for {head_timeout:?}; closing it");
+                closing = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            changed = shutdown.changed(), if !closing => {
+                // A dropped sender means the server is gone: shut down too.
+                if changed.is_err() || *shutdown.borrow() {
+                    if pending {
+                        break;
+                    }
+                    closing = true;
+                    conn.as_mut().graceful_shutdown();
+                }
+            }
+        }
+    }
+    if pending {
+        admission.leave(id);
+        metrics::gauge!("context_relay_gateway_connections_pending").decrement(1.0);
+    } else if state.slot.get().is_some() {
+        metrics::gauge!("context_relay_gateway_connections").decrement(1.0);
+    }
+}
+
+/// The hyper service of one connection: takes the slot on the first request, counts the
+/// requests in flight until their response bodies end.
+#[derive(Clone)]
+struct ConnService {
+    inner: HttpService,
+    state: Arc<ConnState>,
+    slots: Arc<Semaphore>,
+}
+
+impl hyper::service::Service<Request<Incoming>> for ConnService {
+    type Response = Response<InFlightBody>;
+    type Error = Infallible;
+    type Future = ConnFuture;
+
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
+        let state = &self.state;
+        if !state.admitted() {
+            match self.slots.clone().try_acquire_owned() {
+                Ok(slot) => {
+                    let _ = state.slot.set(slot);
+                }
+                Err(_) => {
+                    state.refused.store(true, Ordering::Release);
+                    state.activity.notify_one();
+                    metrics::counter!("context_relay_gateway_connections_rejected_total")
+                        .increment(1);
+                    return ConnFuture::Refused {
+                        state: Some(state.clone()),
+                    };
+                }
+            }
+        }
+        if state.refused.load(Ordering::Acquire) {
+            return ConnFuture::Refused {
+                state: Some(state.clone()),
+            };
+        }
+        state.in_flight.fetch_add(1, Ordering::AcqRel);
+        state.activity.notify_one();
+        ConnFuture::Serving {
+            call: self.inner.clone().oneshot(req),
+            guard: Some(InFlight(state.clone())),
+        }
+    }
+}
+
+/// One request in flight on its connection, until dropped.
+#[derive(Debug)]
+struct InFlight(Arc<ConnState>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.0.activity.notify_one();
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The future of [`ConnService`].
+    #[project = ConnFutureProj]
+    enum ConnFuture {
+        Serving {
+            #[pin]
+            call: Oneshot<HttpService, Request<Incoming>>,
+            guard: Option<InFlight>,
+        },
+        Refused { state: Option<Arc<ConnState>> },
+    }
+}
+
+impl Future for ConnFuture {
+    type Output = Result<Response<InFlightBody>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project() {
+            ConnFutureProj::Serving { call, guard } => {
+                let Poll::Ready(Ok(res)) = call.poll(cx) else {
+                    return Poll::Pending;
+                };
+                let guard = guard.take();
+                Poll::Ready(Ok(res.map(|inner| InFlightBody { inner, guard })))
+            }
+            ConnFutureProj::Refused { state } => {
+                drop(state.take());
+                let mut res = Response::new(Body::from(Bytes::from_static(
+                    b"the gateway has no connection slot left (max_connections); retry shortly\n",
+                )));
+                *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+                let headers = res.headers_mut();
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                headers.insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/plain; charset=utf-8"),
+                );
+                Poll::Ready(Ok(res.map(|inner| InFlightBody { inner, guard: None })))
+            }
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A response body that keeps its request counted in flight until it ends or drops.
+    struct InFlightBody {
+        #[pin]
+        inner: Body,
+        guard: Option<InFlight>,
+    }
+}
+
+impl http_body::Body for InFlightBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let this = self.project();
+        let frame = this.inner.poll_frame(cx);
+        if let Poll::Ready(None) = frame {
+            drop(this.guard.take());
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

@@ -1,0 +1,147 @@
+//! Connection slots against sockets that never send a request: a one-byte socket or a bare
+//! HTTP/2 preface is closed at the header deadline and takes no slot meanwhile, and an idle
+//! HTTP/2 connection is closed.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use context_relay_gateway::RunningGateway;
+use context_relay_sim::SimProvider;
+use http::Request;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use support::{CodexGateway, http_client, spawn};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const MAX: usize = 20;
+
+async fn gateway(header_timeout: &str) -> (SimProvider, RunningGateway) {
+    let sim = SimProvider::builder()
+        .account("acct-a", "key-a")
+        .start()
+        .await
+        .unwrap();
+    let store = format!(
+        "backend = \"memory\"\n[limits]\nmax_connections = {MAX}\nclient_header_timeout_secs = {header_timeout}"
+    );
+    let config = CodexGateway {
+        accounts: &["acct-a"],
+        top: "",
+        store: &store,
+        provider: "quota = \"none\"",
+    }
+    .config(&sim.base_url());
+    let (_gateway, server) = spawn(context_relay_gateway::Gateway::new(config).unwrap()).await;
+    (sim, server)
+}
+
+/// Time until `/healthz` answers 200 on a fresh connection, retrying closed ones, at most
+/// `limit`.
+async fn healthz_within(server: &RunningGateway, limit: Duration) -> Option<Duration> {
+    let started = Instant::now();
+    let client = http_client();
+    while started.elapsed() < limit {
+        let req = Request::get(format!("{}/healthz", server.url()))
+            .body(Full::default())
+            .unwrap();
+        if let Ok(Ok(res)) = tokio::time::timeout(limit, client.request(req)).await
+            && res.status() == 200
+        {
+            return Some(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}
+
+/// Whether the peer closes `tcp` within `limit`.
+async fn closed_within(tcp: &mut TcpStream, limit: Duration) -> bool {
+    let mut buf = [0u8; 256];
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, tcp.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => {}
+            Err(_) => return false,
+        }
+    }
+}
+
+/// Twice `max_connections` sockets that send one byte or the HTTP/2 preface (a long header
+/// timeout, so they stay open meanwhile): `/healthz` still answers at once.
+#[tokio::test]
+async fn sockets_without_a_request_take_no_slot() {
+    let (_sim, server) = gateway("30").await;
+    let mut idle = Vec::new();
+    for i in 0..2 * MAX {
+        let mut tcp = TcpStream::connect(server.addr()).await.unwrap();
+        let start: &[u8] = if i % 2 == 0 {
+            b"P"
+        } else {
+            b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+        };
+        tcp.write_all(start).await.unwrap();
+        idle.push(tcp);
+    }
+    let took = healthz_within(&server, Duration::from_secs(10))
+        .await
+        .expect("/healthz never answered while sockets without a request were open");
+    assert!(took < Duration::from_secs(5), "/healthz took {took:?}");
+    drop(idle);
+}
+
+/// A socket that sent one byte, or the HTTP/2 preface and nothing more, is closed at the
+/// header deadline.
+#[tokio::test]
+async fn a_connection_without_a_request_head_is_closed_at_the_deadline() {
+    let (_sim, server) = gateway("0.5").await;
+    for start in [&b"P"[..], b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", b""] {
+        let mut tcp = TcpStream::connect(server.addr()).await.unwrap();
+        tcp.write_all(start).await.unwrap();
+        let started = Instant::now();
+        assert!(
+            closed_within(&mut tcp, Duration::from_secs(10)).await,
+            "a socket that sent {start:?} was still open after 10 s"
+        );
+        assert!(started.elapsed() >= Duration::from_millis(400));
+    }
+}
+
+/// An HTTP/2 connection that served a request and then stays idle is closed (GOAWAY), and so
+/// is an HTTP/1 keep-alive connection.
+#[tokio::test]
+async fn idle_connections_are_closed_after_their_last_request() {
+    let (_sim, server) = gateway("0.5").await;
+    let tcp = TcpStream::connect(server.addr()).await.unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .unwrap();
+    let conn = tokio::spawn(conn);
+    let res = send
+        .send_request(
+            Request::get(format!("{}/healthz", server.url()))
+                .body(Full::<Bytes>::default())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    res.into_body().collect().await.unwrap();
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(10), conn)
+        .await
+        .expect("the idle HTTP/2 connection was still open after 10 s")
+        .unwrap()
+        .unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(300));
+
+    let mut tcp = TcpStream::connect(server.addr()).await.unwrap();
+    tcp.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(closed_within(&mut tcp, Duration::from_secs(10)).await);
+}

@@ -1,0 +1,91 @@
+//! Two gateways share one store: one Redis, or one Redis Cluster started on loopback. A
+//! session served by both in turns carries its handoff across the switch of its account, and
+//! the new account never receives state another account minted.
+
+mod support;
+
+use context_relay_sim::SimProvider;
+use support::{Client, Conversation, HANDOFF_TAG, Harness, completed, contains};
+
+#[tokio::test]
+async fn two_gateways_on_one_redis_alternate_a_session_across_a_switch() {
+    let redis = support::RedisServer::start();
+    alternate_a_session_across_a_switch(&format!("backend = \"redis\"\nurl = \"{}\"", redis.url))
+        .await;
+}
+
+#[tokio::test]
+async fn two_gateways_on_a_redis_cluster_alternate_a_session_across_a_switch() {
+    let cluster = support::RedisCluster::start();
+    alternate_a_session_across_a_switch(&format!(
+        "backend = \"redis\"\ncluster = true\nurl = \"{}\"",
+        cluster.url
+    ))
+    .await;
+}
+
+/// Two gateways on the store of `store` (a `[store]` body) serve one session in turns, before
+/// and after its account is used up: the handoff one wrote is injected once, by either.
+async fn alternate_a_session_across_a_switch(store: &str) {
+    let h = Harness::start(2, store, SimProvider::builder()).await;
+    let session = format!(
+        "0199a1b2-0000-7000-8000-{:012}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros()
+            % 1_000_000_000_000
+    );
+    let mut conv = Conversation::new(Client::Codex, &session);
+    // Turns 1–3 alternate between the gateways on acct-a; the handoff lands in Redis.
+    for gw in [0, 1, 0] {
+        assert_eq!(conv.turn(&h, gw).await.0, 200);
+        h.idle().await;
+    }
+    assert_eq!(h.handoffs(&session).await, 1);
+    h.sim.set_used("acct-a", 100.0);
+    h.sim.clear_requests();
+    // Turns 4–7 alternate too: each gateway learns of acct-a's exhaustion by its own 429.
+    for (i, gw) in [1, 0, 1, 0].into_iter().enumerate() {
+        let (status, _, reply) = conv.turn(&h, gw).await;
+        assert_eq!(status, 200, "gateway {gw}");
+        assert!(completed(&reply));
+        h.idle().await;
+        if i == 0 {
+            assert_eq!(h.handoffs(&session).await, 0, "consumed on acct-b");
+        }
+    }
+    let turns = h.turns();
+    for r in turns
+        .iter()
+        .filter(|r| r.account.as_deref() == Some("acct-b"))
+    {
+        let owners = h.owners(r);
+        assert!(
+            owners.iter().all(|o| o.as_deref() == Some("acct-b")),
+            "a request to acct-b carried state it did not mint: {owners:?}"
+        );
+        assert_eq!(r.rejected, None);
+    }
+    // (A gateway that had not seen acct-a's 429 yet tried it first: that attempt was a switch
+    // back from acct-b and carried a handoff of its own, refused with the 429.)
+    let injected = turns
+        .iter()
+        .filter(|r| r.account.as_deref() == Some("acct-b") && contains(&r.body, HANDOFF_TAG))
+        .count();
+    assert_eq!(
+        injected, 1,
+        "one handoff, injected once across both gateways"
+    );
+    // acct-b's own state of the earlier turns, served by either gateway, still goes out.
+    let last = turns.last().unwrap();
+    assert_eq!(last.account.as_deref(), Some("acct-b"));
+    let own = h.owners(last);
+    assert!(
+        own.iter()
+            .filter(|o| o.as_deref() == Some("acct-b"))
+            .count()
+            >= 3,
+        "{own:?}"
+    );
+}
