@@ -510,7 +510,7 @@ pub mod logins;
 #[path = "../../../store/tests/common/redis_server.rs"]
 mod redis_server;
 #[allow(unused_imports)] // not every test binary starts one
-pub use redis_server::RedisServer;
+pub use redis_server::{RedisServer, free_port, spawn_ready};
 /// A throwaway Redis Cluster on loopback, shared with the store's tests.
 #[path = "../../../store/tests/common/redis_cluster.rs"]
 mod redis_cluster;
