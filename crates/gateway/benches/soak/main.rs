@@ -275,11 +275,17 @@ async fn leaked(shared: &Shared) -> Vec<String> {
             let in_flight = gauge("context_relay_gateway_requests_in_flight");
             let connections = gauge("context_relay_gateway_connections");
             let pending = gauge("context_relay_gateway_connections_pending");
+            let store_errors: u64 = text
+                .lines()
+                .filter(|l| l.starts_with("context_relay_store_errors_total"))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+                .sum();
             let clean = in_flight <= 1.0 && connections + pending <= 1.0;
             if clean || Instant::now() >= deadline {
                 println!(
                     "gateway {i} after the run: requests_in_flight {in_flight}, connections \
-                     {connections}, connections_pending {pending} (this scrape included)"
+                     {connections}, connections_pending {pending} (this scrape included); \
+                     store errors since its last start {store_errors}"
                 );
                 if !clean {
                     left.push(format!(
