@@ -52,6 +52,33 @@ pub fn write_access_lines_to(log: LogBuffer) -> bool {
     DIRECT.set(log).is_ok()
 }
 
+/// The longest client `x-request-id` kept (see [`keep_plain_request_id`]).
+pub(crate) const MAX_REQUEST_ID: usize = 128;
+
+/// Drops a client's `x-request-id` that is empty, longer than [`MAX_REQUEST_ID`] or holds
+/// anything but ASCII letters, digits and `-_.:/+=`: the gateway makes a fresh one instead, so
+/// that a client can neither forge fields of the access line nor make it arbitrarily long.
+pub(crate) fn keep_plain_request_id<B>(mut req: Request<B>) -> Request<B> {
+    let plain = req
+        .headers()
+        .get_all(&X_REQUEST_ID)
+        .iter()
+        .all(|v| is_plain_id(v.as_bytes()));
+    if !plain {
+        req.headers_mut().remove(&X_REQUEST_ID);
+    }
+    req
+}
+
+/// Whether `id` is a request id the access line can carry as it is.
+fn is_plain_id(id: &[u8]) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_REQUEST_ID
+        && id
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || b"-_.:/+=".contains(c))
+}
+
 /// What the access line needs of the request, taken only when the line is enabled.
 pub(crate) struct AccessRequest {
     method: http::Method,

@@ -62,7 +62,8 @@ pub(crate) fn path_model(path: &str) -> Option<(std::ops::Range<usize>, String)>
     }
     let raw = &rest[..colon];
     let model = percent_decode_str(raw).decode_utf8().ok()?;
-    if model.trim().is_empty() {
+    // A `.` or `..` segment would name another path of the provider: no Gemini route.
+    if model.trim().is_empty() || model.split('/').any(|s| s == "." || s == "..") {
         return None;
     }
     Some((start..start + colon, model.into_owned()))
@@ -235,9 +236,13 @@ mod tests {
         assert_eq!(req.uri().to_string(), "/v1/models/m:generateContent");
         assert_eq!(req.headers()["x-goog-api-key"], "h");
 
-        // Other routes are not Gemini's: their query is theirs.
+        // Other routes are not Gemini's: their query is theirs (the upstream URL leaves a
+        // `key` out whatever the route).
         let req = Request::post("/v1/messages?key=x").body(()).unwrap();
         assert_eq!(key_to_header(req).uri().to_string(), "/v1/messages?key=x");
+        // A model with a dot segment is no Gemini route.
+        assert!(path_model("/v1beta/models/..%2F..%2Fadmin:generateContent").is_none());
+        assert!(path_model("/v1beta/models/p/../x:generateContent").is_none());
     }
 
     proptest! {
@@ -245,6 +250,7 @@ mod tests {
         #[test]
         fn rewrite_round_trips(model in "[ -~]{1,40}") {
             prop_assume!(!model.trim().is_empty() && !model.contains(':'));
+            prop_assume!(!model.split('/').any(|s| s == "." || s == ".."));
             let uri: Uri = "/v1beta/models/x:generateContent?alt=sse".parse().unwrap();
             let out = with_model(&uri, &model).unwrap();
             prop_assert_eq!(path_model(out.path()).unwrap().1, model);

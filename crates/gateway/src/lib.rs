@@ -49,6 +49,7 @@ mod decoding;
 mod error;
 mod gemini;
 mod idle;
+mod in_flight;
 mod live;
 mod log_buffer;
 mod log_fields;

@@ -20,7 +20,7 @@ pub fn describe_metrics() {
     );
     describe_gauge!(
         "context_relay_gateway_requests_in_flight",
-        "Requests whose response head has not been sent yet."
+        "Requests being answered: until the last byte of the response body (a stream counts while it streams)."
     );
     describe_gauge!(
         "context_relay_gateway_connections",

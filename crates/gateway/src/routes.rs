@@ -126,6 +126,7 @@ impl Gateway {
             ServiceBuilder::new()
                 .map_response(|res: Response<_>| res.map(Body::new))
                 .layer(SetSensitiveRequestHeadersLayer::from_shared(sensitive))
+                .map_request(crate::access_log::keep_plain_request_id)
                 .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
                 .layer(PropagateRequestIdLayer::x_request_id())
                 // Outside the panic catcher: a panic's 500 is counted, logged and carries its

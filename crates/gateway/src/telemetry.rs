@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | `context_relay_gateway_request_seconds` | histogram, time to the response head | `route`, `status` |
 //! | `context_relay_gateway_upstream_first_byte_seconds` | histogram, time to the provider's response head | `provider` |
-//! | `context_relay_gateway_requests_in_flight` | gauge | |
+//! | `context_relay_gateway_requests_in_flight` | gauge, until the response body ends | |
 //! | `context_relay_gateway_connections` | gauge, open client connections | |
 //! | `context_relay_gateway_connections_rejected_total` | counter, closed at `max_connections` | |
 //! | `context_relay_gateway_budget_exhausted_total` | counter, 503s of `max_buffered_bytes` | |
@@ -38,6 +38,7 @@ use tracing::Instrument;
 use tracing::instrument::Instrumented;
 
 use crate::access_log::{self, AccessRequest};
+use crate::in_flight::{InFlight, InFlightBody};
 use crate::routes::ROUTES;
 
 /// Buckets of `context_relay_gateway_request_seconds`: from a cached `/healthz` to a long
@@ -175,7 +176,7 @@ impl<S, B, ResBody> Service<Request<B>> for RequestMetrics<S>
 where
     S: Service<Request<B>, Response = Response<ResBody>>,
 {
-    type Response = S::Response;
+    type Response = Response<InFlightBody<ResBody>>;
     type Error = S::Error;
     type Future = MetricsFuture<S::Future>;
 
@@ -184,8 +185,7 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let gauge = self.handles.in_flight().clone();
-        gauge.increment(1.0);
+        let guard = InFlight::begin(self.handles.in_flight().clone());
         // Events logged while the request runs nest in a `DEBUG` span with its id (none is made
         // at the default level).
         let span = tracing::debug_span!(
@@ -202,23 +202,8 @@ where
             started: Instant::now(),
             inner: span.in_scope(|| self.inner.call(req)).instrument(span),
             handles: self.handles.clone(),
-            guard: InFlight(gauge),
+            guard: Some(guard),
         }
-    }
-}
-
-/// Decrements the in-flight gauge however the request ends (also when dropped).
-struct InFlight(Gauge);
-
-impl std::fmt::Debug for InFlight {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("InFlight")
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.decrement(1.0);
     }
 }
 
@@ -231,7 +216,8 @@ pin_project_lite::pin_project! {
         access: Option<AccessRequest>,
         started: Instant,
         handles: Arc<Handles>,
-        guard: InFlight,
+        // Handed to the response body (the count lasts until it ends).
+        guard: Option<InFlight>,
     }
 }
 
@@ -239,7 +225,7 @@ impl<F, ResBody, E> Future for MetricsFuture<F>
 where
     F: Future<Output = Result<Response<ResBody>, E>>,
 {
-    type Output = F::Output;
+    type Output = Result<Response<InFlightBody<ResBody>>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
@@ -252,7 +238,8 @@ where
         if let (Some(access), Ok(res)) = (this.access.as_ref(), out.as_ref()) {
             access.log(res, latency);
         }
-        Poll::Ready(out)
+        let guard = this.guard.take();
+        Poll::Ready(out.map(|res| res.map(|body| InFlightBody::new(body, guard))))
     }
 }
 

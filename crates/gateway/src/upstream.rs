@@ -209,8 +209,31 @@ impl Upstream {
     }
 }
 
+/// Whether a request path has a `.` or `..` segment, as sent or percent-encoded (`%2e%2E`,
+/// `..%2F`): such a path could name another resource of the provider once it resolves it, so it
+/// is refused instead of forwarded.
+pub(crate) fn has_dot_segment(path: &str) -> bool {
+    let decoded = percent_encoding::percent_decode_str(path).decode_utf8_lossy();
+    decoded
+        .split(['/', '\\'])
+        .any(|segment| segment == "." || segment == "..")
+}
+
+/// `query` without its `key` parameters (a client credential some clients put there), or
+/// `None` when it has none; other parameters keep their order and spelling.
+fn without_query_key(query: &str) -> Option<String> {
+    let is_key =
+        |pair: &str| pair.split('=').next() == Some(context_relay_core::session::QUERY_CREDENTIAL);
+    if !query.split('&').any(is_key) {
+        return None;
+    }
+    let kept: Vec<&str> = query.split('&').filter(|p| !is_key(p)).collect();
+    Some(kept.join("&"))
+}
+
 /// The upstream URL of a client request: `base_url` + the path after `/v1` (or `/v1beta`) +
-/// the query.
+/// the query, without a `key` parameter (the provider's credential goes in a header; a
+/// client's key never leaves the gateway).
 pub(crate) fn upstream_uri(base_url: &str, client: &Uri) -> Result<Uri, http::uri::InvalidUri> {
     let path = client.path();
     // Gemini clients name their API version `v1beta` as well as `v1`.
@@ -225,8 +248,17 @@ pub(crate) fn upstream_uri(base_url: &str, client: &Uri) -> Result<Uri, http::ur
     url.push_str(base_url.trim_end_matches('/'));
     url.push_str(rest);
     if let Some(q) = client.query() {
-        url.push('?');
-        url.push_str(q);
+        match without_query_key(q) {
+            None => {
+                url.push('?');
+                url.push_str(q);
+            }
+            Some(kept) if kept.is_empty() => {}
+            Some(kept) => {
+                url.push('?');
+                url.push_str(&kept);
+            }
+        }
     }
     url.parse()
 }
@@ -321,6 +353,11 @@ async fn send(
             "the gateway resolved no upstream for this request (no UpstreamEndpoint)".into(),
         );
     };
+    if has_dot_segment(parts.uri.path()) {
+        let kind = ErrorKind::InvalidRequest.name(shape);
+        let message = "the request path has a `.` or `..` segment; the gateway does not forward it";
+        return error_response(shape, StatusCode::BAD_REQUEST, kind, message).map(Either::Right);
+    }
     // A base URL may carry user-info: never shown as is (parsed only on error paths).
     let shown = || redact_url(&endpoint.base_url);
     let uri = match upstream_uri(&endpoint.base_url, &parts.uri) {
@@ -440,6 +477,35 @@ mod tests {
             upstream_uri("http://h", &u("/v1x/other?a=1&b")).unwrap(),
             "http://h/v1x/other?a=1&b"
         );
+        // A client's `key` never goes upstream, whatever the route.
+        assert_eq!(
+            upstream_uri("http://h/v1", &u("/v1/messages?key=secret")).unwrap(),
+            "http://h/v1/messages"
+        );
+        assert_eq!(
+            upstream_uri("http://h/v1", &u("/v1/messages?beta=true&key=s&keys=1")).unwrap(),
+            "http://h/v1/messages?beta=true&keys=1"
+        );
+    }
+
+    #[test]
+    fn dot_segments() {
+        for path in [
+            "/v1/models/../../admin:generateContent",
+            "/v1/models/..%2F..%2Fadmin:generateContent",
+            "/v1/%2e%2E/x",
+            "/v1/./x",
+            "/v1/a\\..\\b",
+        ] {
+            assert!(has_dot_segment(path), "{path}");
+        }
+        for path in [
+            "/v1/chat/completions",
+            "/v1/models/gemini-2.5-pro:generateContent",
+            "/v1/a..b/c.",
+        ] {
+            assert!(!has_dot_segment(path), "{path}");
+        }
     }
 
     #[test]

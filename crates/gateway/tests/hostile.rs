@@ -447,6 +447,42 @@ async fn request_ids_are_set_or_propagated() {
     assert_eq!(res.headers()["x-request-id"], "req-123");
     let res = get(None).await.unwrap();
     assert_eq!(res.headers()["x-request-id"].len(), 36, "a UUID");
+    // An id that could forge fields of the access line, or make it arbitrarily long, is
+    // replaced.
+    for forged in ["a status=500 tenant=\"x\"", "a\"b", &*"x".repeat(200)] {
+        let forged: &'static str = Box::leak(forged.to_owned().into_boxed_str());
+        let res = get(Some(forged)).await.unwrap();
+        let id = res.headers()["x-request-id"].to_str().unwrap();
+        assert_ne!(id, forged);
+        assert_eq!(id.len(), 36, "a UUID instead of {forged:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_gemini_model_with_a_dot_segment_is_no_route_and_never_forwarded() {
+    let stalled = StalledUpstream::start().await;
+    let (_gateway, server) = small_gateway(&stalled.base_url(), "", "").await;
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    // `codex/../../x` would be the provider `codex` and a model that climbs out of
+    // `{base_url}/models/`.
+    for path in [
+        "/v1beta/models/codex%2F..%2F..%2Fx:generateContent",
+        "/v1/models/codex/../../x:generateContent",
+        "/v1/models/codex%2F%2e%2e%2Fx:streamGenerateContent",
+    ] {
+        let req = Request::post(format!("{}{path}", server.url()))
+            .header("x-stall", "headers")
+            .header("x-goog-api-key", "client-key")
+            .body(Full::new(Bytes::from_static(br#"{"contents":[]}"#)))
+            .unwrap();
+        let res = client.request(req).await.unwrap();
+        let status = res.status();
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        let body = String::from_utf8_lossy(&body);
+        assert_eq!(status, 404, "{path}: {body}");
+        assert!(!body.contains("x-stall"), "{path} was forwarded: {body}");
+    }
 }
 
 #[tokio::test]
@@ -696,9 +732,12 @@ async fn account_headers_stay_between_gateway_and_provider() {
     let (_gateway, server) = small_gateway(&stalled.base_url(), "", "").await;
     let client: Client<HttpConnector, Full<Bytes>> =
         Client::builder(TokioExecutor::new()).build_http();
-    let mut req = Request::post(format!("{}/v1/chat/completions", server.url()))
-        .header("x-stall", "headers")
-        .header("authorization", "Bearer client-key");
+    let mut req = Request::post(format!(
+        "{}/v1/chat/completions?key=client-query-key&beta=1",
+        server.url()
+    ))
+    .header("x-stall", "headers")
+    .header("authorization", "Bearer client-key");
     for (name, value) in [
         ("openai-organization", "org-client"),
         ("openai-project", "proj-client"),
@@ -761,9 +800,11 @@ async fn account_headers_stay_between_gateway_and_provider() {
         "client-chatgpt-account",
         "203.0.113.",
         "client-proxy",
+        "client-query-key",
     ] {
         assert!(!seen.contains(gone), "{gone} was forwarded:\n{seen}");
     }
+    assert!(seen.contains("/chat/completions?beta=1 "), "{seen}");
     assert!(seen.contains("x-client-header: kept"), "{seen}");
     assert!(seen.contains("authorization: bearer key-a"), "{seen}");
 }

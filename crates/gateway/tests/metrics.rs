@@ -40,6 +40,35 @@ async fn relay_counters_appear_on_metrics() {
     };
     assert!(!get_metrics().await.contains("context_relay_injected_total"));
 
+    // A stream counts as in flight for as long as it streams, not only until its head (the
+    // request for `/metrics` counts itself).
+    let hold = sim.hold_streams();
+    let req = Request::post(format!("{}/v1/responses", server.url()))
+        .header("authorization", "Bearer c")
+        .header("session-id", "streaming")
+        .body(Full::new(Bytes::from_static(
+            br#"{"model":"codex-relay","stream":true,"input":"x"}"#,
+        )))
+        .unwrap();
+    let res = client.request(req).await.unwrap();
+    assert_eq!(res.status(), 200);
+    let mut body = res.into_body();
+    assert!(body.frame().await.is_some(), "the first event arrived");
+    let page = get_metrics().await;
+    assert!(
+        page.contains("context_relay_gateway_requests_in_flight 2\n"),
+        "{page}"
+    );
+    hold.release();
+    body.collect().await.unwrap();
+    let page = get_metrics().await;
+    assert!(
+        page.contains("context_relay_gateway_requests_in_flight 1\n"),
+        "{page}"
+    );
+    // The conversation below starts from an unused account.
+    sim.set_used("acct-a", 0.0);
+
     // One conversation: every turn resends the history, as chat clients do.
     let send = |turn: usize| {
         let mut messages = Vec::new();

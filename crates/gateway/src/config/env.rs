@@ -53,7 +53,7 @@ impl Pair<'_> {
                     } else {
                         format!("{field}.{env_name}")
                     },
-                    variable: var.clone(),
+                    variable: super::error::shown(var),
                     what,
                     found: if found.is_some() { "empty" } else { "not set" },
                 }),

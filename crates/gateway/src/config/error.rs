@@ -94,7 +94,7 @@ impl ConfigError {
         Self::Parse {
             line,
             column,
-            message,
+            message: redact_quoted(&message),
         }
     }
 }
@@ -105,10 +105,73 @@ pub(crate) fn invalid(
     found: impl Into<String>,
 ) -> ConfigError {
     ConfigError::Invalid {
-        field: field.into(),
+        field: redact_quoted(&field.into()),
         expected: expected.into(),
-        found: found.into(),
+        found: redact_quoted(&found.into()),
     }
+}
+
+/// Whether a value looks like a credential rather than a name, URL or number: a known key
+/// prefix (`sk-`, `AIza`, `ghp_`, a JWT's `eyJ`, …), or a long run of letters and digits
+/// without the separators names and URLs have. A key pasted where a name belongs (an
+/// `*_env` field, a combo name, a target) is then never printed.
+pub(crate) fn looks_secret(value: &str) -> bool {
+    const PREFIXES: [&str; 13] = [
+        "sk-",
+        "sk_",
+        "pk-",
+        "pk_",
+        "rk-",
+        "aiza",
+        "xai-",
+        "gsk_",
+        "ghp_",
+        "github_pat_",
+        "glpat-",
+        "eyj",
+        "bearer ",
+    ];
+    let v = value.trim();
+    let lower = v.to_ascii_lowercase();
+    if v.len() >= 8 && PREFIXES.iter().any(|p| lower.starts_with(p)) {
+        return true;
+    }
+    v.len() >= 24
+        && !v.contains(['/', ':', '.', ' '])
+        && v.chars().any(|c| c.is_ascii_digit())
+        && v.chars().any(|c| c.is_ascii_alphabetic())
+}
+
+/// What an error shows of `value`: the value, or its length when it [`looks_secret`].
+pub(crate) fn shown(value: &str) -> String {
+    if looks_secret(value) {
+        format!(
+            "a value of {} characters (not shown: it looks like a key)",
+            value.chars().count()
+        )
+    } else {
+        value.to_owned()
+    }
+}
+
+/// `text` with each double- or back-quoted part that [`looks_secret`] replaced by `…`.
+fn redact_quoted(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(open) = rest.find(['"', '`']) {
+        let quote = rest.as_bytes()[open] as char;
+        let after = &rest[open + 1..];
+        let Some(close) = after.find(quote) else {
+            break;
+        };
+        out.push_str(&rest[..=open]);
+        let inner = &after[..close];
+        out.push_str(if looks_secret(inner) { "…" } else { inner });
+        out.push(quote);
+        rest = &after[close + 1..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// 1-based line and column (in characters) of byte `offset` in `text`.
@@ -171,6 +234,49 @@ mod tests {
             scrub("expected `a`, found \"b\""),
             "expected `a`, found \"b\""
         );
+        assert_eq!(
+            redact_quoted("unknown variant `sk-live-1234`, expected one of `bearer`"),
+            "unknown variant `…`, expected one of `bearer`"
+        );
+        assert_eq!(
+            redact_quoted("found \"AbCdEfGhIjKlMnOpQrStUvWx12\" and \"codex-relay\""),
+            "found \"…\" and \"codex-relay\""
+        );
+    }
+
+    /// A key pasted where a name, a URL or a variant belongs is never printed.
+    #[test]
+    fn a_key_in_the_wrong_place_is_not_printed() {
+        let key = "sk-proj-Abc123Def456Ghi789";
+        let provider = |extra: &str, account: &str| {
+            format!(
+                "[[providers]]\nname = \"codex\"\nbase_url = \"http://h/v1\"\n{extra}\n\
+                 [[providers.accounts]]\nid = \"a\"\n{account}\n"
+            )
+        };
+        let cases = [
+            provider(&format!("auth = \"{key}\""), "api_key = \"k\""),
+            provider("", &format!("api_key_env = \"{key}\"")),
+            format!(
+                "[[providers]]\nname = \"codex\"\nbase_url = \"{key}\"\n\
+                 [[providers.accounts]]\nid = \"a\"\napi_key = \"k\"\n"
+            ),
+            provider("", "api_key = \"k\"")
+                + &format!("[[combos]]\nname = \"c\"\ntargets = [\"{key}\"]\n"),
+            provider("", "api_key = \"k\"")
+                + &format!(
+                    "[[combos]]\nname = \"{key}\"\ntargets = [\"codex/m\"]\n\
+                     [[combos]]\nname = \"{key}\"\ntargets = [\"codex/m\"]\n"
+                ),
+        ];
+        for text in cases {
+            let e = crate::config::Config::from_toml_str(&text, |_| None)
+                .expect_err("refused")
+                .to_string();
+            assert!(!e.contains("Abc123"), "{e}");
+        }
+        assert!(!looks_secret("codex-relay") && !looks_secret("https://api.example/v1"));
+        assert!(!looks_secret("OPENAI_API_KEY") && !looks_secret("claude-sonnet-4-5"));
     }
 
     #[test]
