@@ -64,7 +64,7 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use context_relay_core::quota;
 use context_relay_tower::{ComboName, ResolvedAccount, SessionId, SkipRelay, Tenant};
-use http::{Extensions, HeaderName, HeaderValue, Request, Response, StatusCode, header};
+use http::{Extensions, HeaderValue, Request, Response, StatusCode, header};
 use http_body::Body;
 use http_body_util::{BodyExt, Either, Full, Limited};
 use tower::ServiceExt;
@@ -502,29 +502,6 @@ where
     Ok(res)
 }
 
-/// The header naming the targets skipped for their API shape on an error the provider wrote
-/// (its body is forwarded untouched).
-pub(crate) const SKIPPED_HEADER: HeaderName = HeaderName::from_static("x-context-relay-skipped");
-
-fn skipped_header(skipped: &[String]) -> Option<HeaderValue> {
-    if skipped.is_empty() {
-        return None;
-    }
-    HeaderValue::from_str(&skipped.join(", ")).ok()
-}
-
-/// What the gateway's own error adds about targets skipped for their API shape: without it,
-/// "every account is exhausted" would hide that a later target was never tried.
-fn skipped_note(skipped: &[String], path: &str) -> String {
-    if skipped.is_empty() {
-        return String::new();
-    }
-    format!(
-        "; skipped because they cannot serve {path}: {}",
-        skipped.join(", ")
-    )
-}
-
 /// The body for `target`: the model is rewritten when this target names another model than
 /// the one ComboService wrote (the first target's).
 fn body_for_target(body: &Bytes, target: &Target, first_model: Option<&str>) -> Bytes {
@@ -578,6 +555,8 @@ fn own_error<B>(
 
 mod restore;
 pub(crate) use restore::AffinityStore;
+mod skipped;
+use skipped::{SKIPPED_HEADER, skipped_header, skipped_note};
 mod login;
 mod rotate;
 #[cfg(test)]
