@@ -204,7 +204,11 @@ pub fn select(
         if tool_entries_left == 0 {
             break;
         }
-        if e.kinds.iter().any(|k| *k != PartKind::Text) || is_tool_role(e.role.as_deref()) {
+        // A system or developer entry is boilerplate whatever its parts: it takes no place in
+        // the window.
+        if !e.is_system_like()
+            && (e.kinds.iter().any(|k| *k != PartKind::Text) || is_tool_role(e.role.as_deref()))
+        {
             tool_entries_left -= 1;
             tools_from = i;
         }
