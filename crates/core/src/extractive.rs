@@ -54,14 +54,8 @@ fn one_line(s: &str, max: usize) -> String {
     }
 }
 
-/// The extractive handoff of `selection`, or `None` when it has neither a user ask nor
-/// assistant text.
-pub fn extractive_handoff(selection: &Selection) -> Option<Handoff> {
-    if selection.task.is_none() && selection.last_assistant.is_none() {
-        return None;
-    }
-    let mut summary =
-        String::from("No model summary was available; these are the session's own words. ");
+/// Appends the session's task and last assistant reply, one line each, to `summary`.
+fn push_own_words(summary: &mut String, selection: &Selection) {
     if let Some(task) = &selection.task {
         summary.push_str("Task: ");
         summary.push_str(&one_line(task, PIECE_CHARS));
@@ -70,7 +64,19 @@ pub fn extractive_handoff(selection: &Selection) -> Option<Handoff> {
     if let Some(last) = &selection.last_assistant {
         summary.push_str("Last assistant reply: ");
         summary.push_str(&one_line(last, PIECE_CHARS));
+        summary.push('\n');
     }
+}
+
+/// The extractive handoff of `selection`, or `None` when it has neither a user ask nor
+/// assistant text.
+pub fn extractive_handoff(selection: &Selection) -> Option<Handoff> {
+    if selection.task.is_none() && selection.last_assistant.is_none() {
+        return None;
+    }
+    let mut summary =
+        String::from("No model summary was available; these are the session's own words. ");
+    push_own_words(&mut summary, selection);
     let summary = clamp_chars(summary.trim(), MAX_SUMMARY_CHARS).to_owned();
     let task_progress = selection
         .latest_ask
@@ -141,16 +147,7 @@ pub fn switch_handoff(
     let mut summary = String::from(
         "No model summary was available; this handoff was built from the conversation itself when it moved. ",
     );
-    if let Some(task) = &selection.task {
-        summary.push_str("Task: ");
-        summary.push_str(&one_line(task, PIECE_CHARS));
-        summary.push('\n');
-    }
-    if let Some(last) = &selection.last_assistant {
-        summary.push_str("Last assistant reply: ");
-        summary.push_str(&one_line(last, PIECE_CHARS));
-        summary.push('\n');
-    }
+    push_own_words(&mut summary, &selection);
     if let Some(newest) = reasoning.first() {
         summary.push_str("Latest reasoning: ");
         summary.push_str(&one_line(newest, REASONING_PIECE_CHARS));
