@@ -22,11 +22,12 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tower::ServiceBuilder;
 use tower::util::BoxCloneSyncService;
 
-use crate::auth::{Auth, AuthLayer, TENANT_SECRET, random_secret};
+use crate::auth::{Auth, AuthLayer};
 use crate::budget::ByteBudget;
 use crate::combo::{ComboLayer, Routes};
 use crate::config::Config;
 use crate::console::Activity;
+use crate::deadline::DeadlineLayer;
 use crate::live::Live;
 use crate::pool::{AccountPools, LoginServices};
 use crate::ready::Readiness;
@@ -34,6 +35,9 @@ use crate::relay::{RelayBackground, RelayLayers};
 use crate::resolver::{AccountResolverLayer, AffinityStore};
 use crate::server::ServeOptions;
 use crate::store::{StoreOpenError, make_private, open_local_store, open_store};
+use crate::tenant_keys::{
+    SYNC_INTERVAL, SyncHandle, TENANT_SECRET, TenantKeys, random_secret, spawn_sync,
+};
 use crate::upstream::{Upstream, UpstreamError};
 use crate::usage::UsageLedger;
 
@@ -70,6 +74,8 @@ pub(crate) struct StackOptions {
     pub affinity: Option<AffinityStore>,
     /// Where switches and rotations are told.
     pub activity: Activity,
+    /// The longest a request may take, head to end of body (`request_timeout_secs`).
+    pub request_timeout: std::time::Duration,
 }
 
 /// Builds the proxy stack: client authentication, the combo service, then the relay layers
@@ -97,11 +103,12 @@ pub(crate) fn proxy_stack(
     }
     let resolver = resolver.activity(options.activity);
     let auth = AuthLayer::new(options.auth);
+    let deadline = DeadlineLayer::new(options.request_timeout);
     match relay {
         Some(relay) => BoxCloneSyncService::new(
             ServiceBuilder::new()
                 .map_response(fix_content_length)
-                .map_response(|res: Response<_>| res.map(Body::new))
+                .layer(deadline)
                 .layer(auth.clone())
                 .map_response(|res: Response<_>| res.map(Body::new))
                 // Buffers and decodes the body, sets ComboName, RouteTargets, Tenant and
@@ -115,7 +122,7 @@ pub(crate) fn proxy_stack(
         None => BoxCloneSyncService::new(
             ServiceBuilder::new()
                 .map_response(fix_content_length)
-                .map_response(|res: Response<_>| res.map(Body::new))
+                .layer(deadline)
                 .layer(auth.clone())
                 .map_response(|res: Response<_>| res.map(Body::new))
                 .layer(combo)
@@ -139,6 +146,8 @@ pub struct Gateway {
     pub(crate) relay: Option<RelayLayers>,
     pub(crate) metrics: Option<PrometheusHandle>,
     pub(crate) auth: Auth,
+    /// The open-mode tenant secret, shared with the gateways reloads build.
+    pub(crate) tenant_keys: TenantKeys,
     pub(crate) budget: ByteBudget,
     pub(crate) readiness: Readiness,
     /// The router the running server serves; a reload swaps it.
@@ -190,17 +199,16 @@ impl Gateway {
 
     /// Replaces the open-mode tenant secret by the one kept in the store (stored now when there
     /// is none). A no-op with `[[clients]]`.
-    pub async fn load_tenant_secret(mut self) -> Result<Self, GatewayError> {
+    pub async fn load_tenant_secret(self) -> Result<Self, GatewayError> {
         if !self.auth.is_open() {
             return Ok(self);
         }
-        let candidate = random_secret().map_err(|e| GatewayError::Secret(e.to_string()))?;
         let secret = self
             .store
-            .secret(TENANT_SECRET, candidate)
+            .secret(TENANT_SECRET, self.tenant_keys.secret())
             .await
             .map_err(|e| GatewayError::Secret(e.to_string()))?;
-        self.auth = Auth::from_config(&self.config, secret);
+        self.tenant_keys.adopt(secret);
         Ok(self)
     }
 
@@ -226,6 +234,7 @@ impl Gateway {
         let upstream =
             Upstream::with_limits(crate::reload::upstream_limits(&config))?.usage(usage.clone());
         let secret = random_secret().map_err(|e| GatewayError::Secret(e.to_string()))?;
+        let tenant_keys = TenantKeys::new(secret);
         let logins = LoginServices {
             store: store.clone(),
             client: upstream.client(),
@@ -238,7 +247,8 @@ impl Gateway {
             readiness: Readiness::new(store.clone()),
             store,
             relay,
-            auth: Auth::from_config(&config, secret),
+            auth: Auth::from_config(&config, tenant_keys.clone()),
+            tenant_keys,
             budget: ByteBudget::new(config.limits.max_buffered_bytes),
             config: Arc::new(config),
             metrics: None,
@@ -298,6 +308,13 @@ impl Gateway {
         spawn_purger(self.store.clone(), DEFAULT_PURGE_INTERVAL)
     }
 
+    /// Compares the open-mode tenant secret with the store's every 10 s on the current
+    /// runtime, until the handle drops (see [`tenant_keys`](crate::tenant_keys)).
+    /// [`spawn`](Self::spawn) and [`serve`](Self::serve) do this themselves.
+    pub(crate) fn spawn_tenant_sync(&self) -> SyncHandle {
+        spawn_sync(self.tenant_keys.clone(), self.store.clone(), SYNC_INTERVAL)
+    }
+
     /// Serves `/metrics` from `handle` (without one, `/metrics` is an empty page). The binary
     /// installs a global Prometheus recorder and passes its handle here; tests and embedded
     /// gateways need not install anything.
@@ -323,6 +340,7 @@ impl Gateway {
             header_timeout: l.client_header_timeout_secs.duration(),
             max_connections: l.max_connections,
             shutdown_timeout: l.shutdown_timeout_secs.duration(),
+            write_timeout: l.client_write_timeout_secs.duration(),
         }
     }
 
@@ -342,6 +360,7 @@ impl Gateway {
                     .is_some()
                     .then(|| AffinityStore(self.store.clone())),
                 activity: self.activity.clone(),
+                request_timeout: self.config.limits.request_timeout_secs.duration(),
             },
             self.relay.as_ref(),
         )

@@ -18,17 +18,14 @@
 //!   again, so the relay layers leave it alone rather than record an affinity (a store write)
 //!   per request that nothing would read and that would push real sessions out of the cache.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use context_relay_core::session::credential;
 use context_relay_tower::{SkipRelay, Tenant};
-use foldhash::HashMap;
 use futures_util::future::{Either as EitherFuture, Ready, ready};
-use hmac::digest::KeyInit;
-use hmac::{Hmac, Mac};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{Either, Full};
 use sha2::{Digest, Sha256};
@@ -38,9 +35,7 @@ use tower_service::Service;
 
 use crate::config::Config;
 use crate::error::{ErrorKind, ErrorShape, error_response};
-
-/// Name of the open-mode tenant secret in the handoff store.
-pub(crate) const TENANT_SECRET: &str = "tenant-hmac";
+use crate::tenant_keys::TenantKeys;
 
 /// Request extension: the authenticated client and the combos it may use.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,19 +62,8 @@ struct Client {
 
 enum Mode {
     Keys(Vec<Client>),
-    Open {
-        secret: [u8; 32],
-        anon: AtomicU64,
-        /// Tenants of recent credentials, so that a client's requests cost one hash look-up
-        /// rather than an HMAC each (cleared when [`MEMO_MAX`] credentials are held).
-        memo: Mutex<HashMap<Box<[u8]>, Tenant>>,
-    },
+    Open { keys: TenantKeys, anon: AtomicU64 },
 }
-
-/// Most credentials whose tenant an open gateway keeps at hand.
-const MEMO_MAX: usize = 4096;
-/// Longest credential the memo keeps (API keys are well under it).
-const MEMO_KEY_MAX: usize = 256;
 
 /// The authentication policy of a gateway (see the [module docs](self)). Cheap to share.
 #[derive(Clone)]
@@ -112,14 +96,13 @@ pub(crate) enum Refusal {
 }
 
 impl Auth {
-    /// The policy of `config`: its `[[clients]]`, or open mode with `secret` (the store's
-    /// [`TENANT_SECRET`]) when there are none.
-    pub(crate) fn from_config(config: &Config, secret: [u8; 32]) -> Self {
+    /// The policy of `config`: its `[[clients]]`, or open mode keying tenants with `keys` (see
+    /// [`tenant_keys`](crate::tenant_keys)) when there are none.
+    pub(crate) fn from_config(config: &Config, keys: TenantKeys) -> Self {
         let mode = if config.clients.is_empty() {
             Mode::Open {
-                secret,
+                keys,
                 anon: AtomicU64::new(0),
-                memo: Mutex::default(),
             }
         } else {
             Mode::Keys(
@@ -170,58 +153,15 @@ impl Auth {
                 let access = found.ok_or(Refusal::Unauthenticated)?;
                 Ok((Tenant(access.name.clone()), Some(access.clone())))
             }
-            Mode::Open { secret, anon, memo } => {
-                let Some(c) = credential else {
-                    let n = anon.fetch_add(1, Ordering::Relaxed);
-                    let tenant =
-                        format!("anon-{}", hmac_hex(secret, b"anonymous", &n.to_be_bytes()));
-                    return Ok((Tenant::new(tenant), None));
+            Mode::Open { keys, anon } => {
+                let tenant = match credential {
+                    Some(c) => keys.tenant(c),
+                    None => keys.anonymous(anon.fetch_add(1, Ordering::Relaxed)),
                 };
-                // Only credentials of a key's size are kept: the memo's memory stays bounded
-                // (MEMO_MAX × MEMO_KEY_MAX), whatever clients send.
-                let memoised = c.len() <= MEMO_KEY_MAX;
-                // A poisoned memo only means a panic while it was held: it is still a valid map.
-                let lock = || memo.lock().unwrap_or_else(|p| p.into_inner());
-                if memoised && let Some(t) = lock().get(c) {
-                    return Ok((t.clone(), None));
-                }
-                let tenant = Tenant::new(format!("k-{}", hmac_hex(secret, b"credential", c)));
-                if memoised {
-                    let mut memo = lock();
-                    if memo.len() >= MEMO_MAX {
-                        memo.clear();
-                    }
-                    memo.insert(c.into(), tenant.clone());
-                }
                 Ok((tenant, None))
             }
         }
     }
-}
-
-/// A fresh random secret for [`TENANT_SECRET`].
-pub(crate) fn random_secret() -> Result<[u8; 32], getrandom::Error> {
-    let mut s = [0u8; 32];
-    getrandom::fill(&mut s)?;
-    Ok(s)
-}
-
-/// 32 hex digits of HMAC-SHA256(`secret`, `domain` ‖ 0 ‖ `data`).
-fn hmac_hex(secret: &[u8; 32], domain: &[u8], data: &[u8]) -> String {
-    // HMAC accepts keys of any length: the fallback is never taken.
-    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(secret)
-        .unwrap_or_else(|_| <Hmac<Sha256> as KeyInit>::new(&Default::default()));
-    mac.update(domain);
-    mac.update(&[0]);
-    mac.update(data);
-    let out = mac.finalize().into_bytes();
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(32);
-    for b in &out[..16] {
-        s.push(char::from(HEX[usize::from(b >> 4)]));
-        s.push(char::from(HEX[usize::from(b & 15)]));
-    }
-    s
 }
 
 /// Layer building [`AuthService`].
@@ -360,47 +300,17 @@ mod tests {
         h
     }
 
-    fn open() -> Auth {
+    fn open_with(secret: [u8; 32]) -> Auth {
         Auth {
             mode: Arc::new(Mode::Open {
-                secret: [1; 32],
+                keys: TenantKeys::new(secret),
                 anon: AtomicU64::new(0),
-                memo: Mutex::default(),
             }),
         }
     }
 
-    #[test]
-    fn open_tenants_are_memoised_within_a_bound() {
-        let a = open();
-        let Mode::Open { memo, secret, .. } = &*a.mode else {
-            unreachable!("open() is open")
-        };
-        let t = |key: &str| {
-            a.authenticate(&headers(&[("x-api-key", key)]))
-                .unwrap()
-                .0
-                .0
-                .to_string()
-        };
-        let first = t("sk-1");
-        assert_eq!(
-            first,
-            format!("k-{}", hmac_hex(secret, b"credential", b"sk-1"))
-        );
-        assert_eq!(t("sk-1"), first);
-        assert_eq!(memo.lock().unwrap().len(), 1);
-        for i in 0..MEMO_MAX + 10 {
-            t(&format!("sk-x{i}"));
-        }
-        assert!(memo.lock().unwrap().len() <= MEMO_MAX);
-        // Forgotten or not, a credential keeps its tenant.
-        assert_eq!(t("sk-1"), first);
-        // A credential longer than a key is hashed each time, never kept.
-        let long = "k".repeat(MEMO_KEY_MAX + 1);
-        let before = memo.lock().unwrap().len();
-        assert_eq!(t(&long), t(&long));
-        assert_eq!(memo.lock().unwrap().len(), before);
+    fn open() -> Auth {
+        open_with([1; 32])
     }
 
     #[test]
@@ -414,13 +324,7 @@ mod tests {
         assert!(bearer.starts_with("k-") && bearer.len() == 34, "{bearer}");
         assert!(!bearer.contains("sk-1"));
         // Another secret, another tenant: not reversible without the secret.
-        let other = Auth {
-            mode: Arc::new(Mode::Open {
-                secret: [2; 32],
-                anon: AtomicU64::new(0),
-                memo: Mutex::default(),
-            }),
-        };
+        let other = open_with([2; 32]);
         assert_ne!(
             bearer,
             other
@@ -464,7 +368,7 @@ key_sha256 = "c4c71fc2d1ba4eeb4b2b3c6ad7fe1f1e6ff5ef7b4b1ab0c7d44e8c9b0a1c5d6e"
             |_| None,
         )
         .unwrap();
-        let a = Auth::from_config(&config, [0; 32]);
+        let a = Auth::from_config(&config, TenantKeys::new([0; 32]));
         let (t, access) = a
             .authenticate(&headers(&[("x-goog-api-key", "ka")]))
             .unwrap();
@@ -508,7 +412,7 @@ mod examples {
             |_| None,
         )
         .unwrap();
-        let auth = Auth::from_config(&config, [7; 32]);
+        let auth = Auth::from_config(&config, crate::tenant_keys::TenantKeys::new([7; 32]));
         let svc = AuthLayer::new(auth).layer(service_fn(|req: Request<Full<Bytes>>| async move {
             let tenant = req
                 .extensions()

@@ -13,6 +13,9 @@
 //!   down gracefully (HTTP/2 `GOAWAY`; HTTP/1 keeps its own header timeout between requests
 //!   too). A request is in flight until its response body has been sent or dropped, so a
 //!   long SSE stream is never idle.
+//! - **Writing**: a write to the client that waits `client_write_timeout_secs` for the client
+//!   to read closes the connection, and with it the provider's stream it was relaying: a
+//!   client that stops reading holds neither a slot nor an upstream connection for longer.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -21,7 +24,6 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use axum::body::Body;
 use bytes::Bytes;
@@ -35,7 +37,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot, watch};
 use tower::ServiceExt;
 use tower::util::Oneshot;
 
-use crate::server::HttpService;
+use crate::server::{HttpService, ServeOptions};
 
 /// The slots and the pending connections of one listener, shared by its connection tasks.
 #[derive(Debug)]
@@ -109,14 +111,18 @@ pub(crate) async fn serve(
     builder: Arc<Builder<TokioExecutor>>,
     service: HttpService,
     admission: Arc<Admission>,
-    head_timeout: Duration,
+    options: ServeOptions,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let head_timeout = options.header_timeout;
+    let mut io = tokio_io_timeout::TimeoutStream::new(tcp);
+    io.set_write_timeout(Some(options.write_timeout));
     let (id, mut evicted) = admission.enter();
     metrics::gauge!("context_relay_gateway_connections_pending").increment(1.0);
     let state = Arc::new(ConnState::default());
     let conn = builder.serve_connection_with_upgrades(
-        TokioIo::new(tcp),
+        // Pinned on the heap: the timeout holds a timer.
+        TokioIo::new(Box::pin(io)),
         ConnService {
             inner: service,
             state: state.clone(),

@@ -14,7 +14,7 @@
 use std::sync::Arc;
 
 use crate::app::{Gateway, GatewayError};
-use crate::auth::{Auth, random_secret};
+use crate::auth::Auth;
 use crate::budget::ByteBudget;
 use crate::combo::Routes;
 use crate::config::Config;
@@ -77,7 +77,6 @@ impl Gateway {
             ByteBudget::new(config.limits.max_buffered_bytes)
         };
         self.usage.set_open(config.is_open());
-        let secret = random_secret().map_err(|e| GatewayError::Secret(e.to_string()))?;
         let next = Gateway {
             routes: Arc::new(Routes::from_config(&config)),
             pools: Arc::new(pools),
@@ -85,7 +84,8 @@ impl Gateway {
             store: self.store.clone(),
             relay,
             metrics: self.metrics.clone(),
-            auth: Auth::from_config(&config, secret),
+            auth: Auth::from_config(&config, self.tenant_keys.clone()),
+            tenant_keys: self.tenant_keys.clone(),
             budget,
             readiness: self.readiness.clone(),
             live: self.live.clone(),

@@ -39,6 +39,7 @@ use crate::connection::{self, Admission};
 use crate::console::Activity;
 use crate::ready::Readiness;
 use crate::relay::RelayBackground;
+use crate::tenant_keys::SyncHandle;
 
 /// How long shutdown waits for the relay's background work.
 pub const BACKGROUND_GRACE: Duration = Duration::from_secs(10);
@@ -60,6 +61,9 @@ pub(crate) struct ServeOptions {
     pub max_connections: usize,
     /// Time in-flight requests get on shutdown before they are cut (30 s).
     pub shutdown_timeout: Duration,
+    /// Longest a write to a client waits for the client to read (60 s); beyond it the
+    /// connection is closed.
+    pub write_timeout: Duration,
 }
 
 impl Default for ServeOptions {
@@ -68,6 +72,7 @@ impl Default for ServeOptions {
             header_timeout: Duration::from_secs(30),
             max_connections: 10_000,
             shutdown_timeout: Duration::from_secs(30),
+            write_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -119,7 +124,7 @@ pub(crate) async fn serve_with(
                     builder.clone(),
                     service.clone(),
                     admission.clone(),
-                    options.header_timeout,
+                    options,
                     closing_rx.clone(),
                 ));
             }
@@ -168,6 +173,7 @@ pub struct RunningGateway {
     task: JoinHandle<io::Result<()>>,
     background: RelayBackground,
     purger: Option<PurgerHandle>,
+    tenant_sync: Option<SyncHandle>,
     readiness: Option<Readiness>,
     activity: Option<Activity>,
 }
@@ -192,6 +198,7 @@ impl RunningGateway {
             task,
             background: RelayBackground::default(),
             purger: None,
+            tenant_sync: None,
             readiness: None,
             activity: None,
         })
@@ -231,6 +238,7 @@ impl RunningGateway {
             Err(e) => Err(io::Error::other(e)),
         };
         drain_background(&self.background).await;
+        self.tenant_sync = None;
         if let Some(purger) = self.purger.take() {
             purger.stop().await;
         }
@@ -252,6 +260,7 @@ impl Gateway {
             RunningGateway::start_with(addr, self.service(), self.serve_options()).await?;
         running.background = self.background();
         running.purger = Some(self.spawn_purger());
+        running.tenant_sync = Some(self.spawn_tenant_sync());
         running.readiness = Some(self.readiness().clone());
         running.activity = Some(self.activity.clone());
         Ok(running)
@@ -268,6 +277,7 @@ impl Gateway {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> io::Result<()> {
         let purger = self.spawn_purger();
+        let _tenant_sync = self.spawn_tenant_sync();
         let readiness = self.readiness().clone();
         let activity = self.activity.clone();
         let shutdown = async move {

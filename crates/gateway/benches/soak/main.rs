@@ -82,7 +82,16 @@ fn args() -> Args {
 #[tokio::main]
 async fn main() {
     let args = args();
-    let dir = tempfile::tempdir().expect("a temporary directory");
+    // With `SOAK_LOG` (a `RUST_LOG` filter for the gateways), their logs are kept.
+    let keep = std::env::var_os("SOAK_LOG").is_some();
+    let dir = tempfile::Builder::new()
+        .prefix("soak")
+        .keep(keep)
+        .tempdir()
+        .expect("a temporary directory");
+    if keep {
+        println!("gateway logs kept in {}", dir.path().display());
+    }
     let redis = Redis::start();
     let mut sims = Vec::new();
     for headers in [SimQuotaHeaders::Codex, SimQuotaHeaders::Anthropic] {

@@ -36,6 +36,8 @@ pub(crate) const MAX_SECS: f64 = 86_400.0;
 /// |---|---|---|
 /// | `client_header_timeout_secs` | 30 | a connection's first request head, whatever the protocol; a connection idle as long is closed |
 /// | `client_body_timeout_secs` | 60 | between two chunks of a request body |
+/// | `client_write_timeout_secs` | 60 | a write to a client waiting for it to read; the connection is closed beyond |
+/// | `request_timeout_secs` | 3600 | a whole request, from its head to the end of its response body |
 /// | `upstream_connect_timeout_secs` | 10 | connecting to a provider |
 /// | `upstream_head_timeout_secs` | 600 | from sending to the provider's response headers |
 /// | `upstream_idle_timeout_secs` | 300 | between two chunks of a provider's response body |
@@ -54,6 +56,14 @@ pub struct LimitsConfig {
     /// Time between two chunks of a request body (60 s).
     #[serde(default = "secs::<60>")]
     pub client_body_timeout_secs: Secs,
+    /// Time a write to a client may wait for the client to read (60 s); beyond it the
+    /// connection is closed, and the provider's stream it relayed with it.
+    #[serde(default = "secs::<60>")]
+    pub client_write_timeout_secs: Secs,
+    /// Time a whole request may take, from its head to the end of its response body
+    /// (3600 s): a later response head is a 504, a longer stream is cut.
+    #[serde(default = "secs::<3600>")]
+    pub request_timeout_secs: Secs,
     /// Time to connect to a provider (10 s).
     #[serde(default = "secs::<10>")]
     pub upstream_connect_timeout_secs: Secs,
@@ -94,6 +104,8 @@ impl Default for LimitsConfig {
         Self {
             client_header_timeout_secs: secs::<30>(),
             client_body_timeout_secs: secs::<60>(),
+            client_write_timeout_secs: secs::<60>(),
+            request_timeout_secs: secs::<3600>(),
             upstream_connect_timeout_secs: secs::<10>(),
             upstream_head_timeout_secs: secs::<600>(),
             upstream_idle_timeout_secs: secs::<300>(),
@@ -106,13 +118,15 @@ impl Default for LimitsConfig {
 
 impl LimitsConfig {
     /// The durations with their key names (for validation).
-    pub(crate) fn durations(&self) -> [(&'static str, Secs); 6] {
+    pub(crate) fn durations(&self) -> [(&'static str, Secs); 8] {
         [
             (
                 "client_header_timeout_secs",
                 self.client_header_timeout_secs,
             ),
             ("client_body_timeout_secs", self.client_body_timeout_secs),
+            ("client_write_timeout_secs", self.client_write_timeout_secs),
+            ("request_timeout_secs", self.request_timeout_secs),
             (
                 "upstream_connect_timeout_secs",
                 self.upstream_connect_timeout_secs,

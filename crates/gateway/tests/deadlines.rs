@@ -1,0 +1,251 @@
+//! The deadlines that bound a request whatever its peers do, over loopback: a client that
+//! stops reading a stream (`client_write_timeout_secs`), and a request that keeps making
+//! progress for too long (`request_timeout_secs`). The providers are raw TCP listeners that
+//! behave as a fast or a trickling stream would.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use context_relay_gateway::{Gateway, RunningGateway};
+use http::Request;
+use http_body_util::{BodyExt, Full};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+
+mod support;
+use support::{CodexGateway, http_client, spawn};
+
+/// How a [`StreamingUpstream`] answers.
+#[derive(Clone, Copy)]
+enum Pace {
+    /// SSE events of 16 KiB as fast as the gateway takes them, for ever.
+    Firehose,
+    /// One small SSE event every 100 ms, for ever (never idle long enough to be cut).
+    Trickle,
+    /// Never a response head.
+    Silent,
+}
+
+/// A provider that streams at `pace` and tells on `closed` when the gateway dropped its
+/// connection (a write failed, or the gateway hung up).
+struct StreamingUpstream {
+    base_url: String,
+    closed: mpsc::UnboundedReceiver<Instant>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl StreamingUpstream {
+    async fn start(pace: Pace) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, closed) = mpsc::unbounded_channel();
+        let task = tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                tokio::spawn(answer(tcp, pace, tx.clone()));
+            }
+        });
+        Self {
+            base_url: format!("http://{addr}/v1"),
+            closed,
+            task,
+        }
+    }
+}
+
+impl Drop for StreamingUpstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn answer(mut tcp: TcpStream, pace: Pace, closed: mpsc::UnboundedSender<Instant>) {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut seen = Vec::new();
+    while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+        match tcp.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
+        }
+    }
+    if let Pace::Silent = pace {
+        // Wait for the gateway to hang up.
+        let _ = tcp.read(&mut buf).await;
+        let _ = closed.send(Instant::now());
+        return;
+    }
+    let head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                 transfer-encoding: chunked\r\n\r\n";
+    if tcp.write_all(head).await.is_err() {
+        return;
+    }
+    let (event, pause) = match pace {
+        Pace::Firehose => (
+            format!("data: {{\"delta\":\"{}\"}}\n\n", "x".repeat(16 << 10)),
+            None,
+        ),
+        _ => (
+            "data: {\"delta\":\"x\"}\n\n".to_owned(),
+            Some(Duration::from_millis(100)),
+        ),
+    };
+    let chunk = format!("{:x}\r\n{event}\r\n", event.len());
+    loop {
+        if tcp.write_all(chunk.as_bytes()).await.is_err() {
+            let _ = closed.send(Instant::now());
+            return;
+        }
+        if let Some(p) = pause {
+            tokio::time::sleep(p).await;
+        }
+    }
+}
+
+async fn gateway(base_url: &str, limits: &str) -> (Gateway, RunningGateway) {
+    let store = format!("backend = \"memory\"\n[limits]\n{limits}");
+    let config = CodexGateway {
+        accounts: &["acct-a"],
+        store: &store,
+        provider: "quota = \"none\"",
+        ..CodexGateway::default()
+    }
+    .config(base_url);
+    spawn(Gateway::new(config).unwrap()).await
+}
+
+const STREAM: &str =
+    r#"{"model":"codex-relay","stream":true,"messages":[{"role":"user","content":"go"}]}"#;
+
+/// A client that sends its request and then never reads: the gateway's writes to it wait,
+/// and at `client_write_timeout_secs` the connection is closed and the provider's stream
+/// dropped, instead of both being held for as long as the client likes.
+#[tokio::test]
+async fn a_client_that_stops_reading_is_closed_at_the_write_timeout() {
+    let mut upstream = StreamingUpstream::start(Pace::Firehose).await;
+    let (_gateway, server) = gateway(
+        &upstream.base_url,
+        "client_write_timeout_secs = 1\nupstream_idle_timeout_secs = 60",
+    )
+    .await;
+    let mut client = TcpStream::connect(server.addr()).await.unwrap();
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n{STREAM}",
+        STREAM.len()
+    );
+    client.write_all(request.as_bytes()).await.unwrap();
+    let sent = Instant::now();
+    // The client reads nothing: the socket buffers fill within the first megabytes, then
+    // every write waits.
+    let dropped = tokio::time::timeout(Duration::from_secs(10), upstream.closed.recv())
+        .await
+        .expect("the provider's stream was held while the client did not read")
+        .unwrap();
+    let held = dropped - sent;
+    assert!(held < Duration::from_secs(5), "held {held:?}");
+    // The client's connection was closed too: reading it to the end finishes.
+    let mut sink = vec![0u8; 1 << 20];
+    let drained = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match client.read(&mut sink).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(drained.is_ok(), "the client's connection stayed open");
+}
+
+/// The write timeout is no idle timeout: a client that reads slowly but steadily keeps its
+/// stream, however long it lasts.
+#[tokio::test]
+async fn a_client_that_reads_slowly_keeps_its_stream() {
+    let upstream = StreamingUpstream::start(Pace::Firehose).await;
+    let (_gateway, server) = gateway(&upstream.base_url, "client_write_timeout_secs = 0.5").await;
+    let mut client = TcpStream::connect(server.addr()).await.unwrap();
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n{STREAM}",
+        STREAM.len()
+    );
+    client.write_all(request.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut read = 0usize;
+    let started = Instant::now();
+    // With a pause after every read, for four times the write timeout.
+    while started.elapsed() < Duration::from_secs(2) {
+        let n = client.read(&mut buf).await.unwrap();
+        assert!(n > 0, "the stream ended after {read} bytes");
+        read += n;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(read > 1 << 20, "{read} bytes");
+}
+
+/// A stream that never stalls long enough for the idle timeout is cut at
+/// `request_timeout_secs`, counted from the request; it ends in an error, not complete.
+#[tokio::test]
+async fn a_trickling_stream_is_cut_at_the_request_deadline() {
+    let mut upstream = StreamingUpstream::start(Pace::Trickle).await;
+    let (_gateway, server) = gateway(
+        &upstream.base_url,
+        "request_timeout_secs = 1\nupstream_idle_timeout_secs = 0.5",
+    )
+    .await;
+    let started = Instant::now();
+    let res = http_client()
+        .request(
+            Request::post(format!("{}/v1/chat/completions", server.url()))
+                .body(Full::new(Bytes::from_static(STREAM.as_bytes())))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let end = tokio::time::timeout(Duration::from_secs(10), res.into_body().collect())
+        .await
+        .expect("the stream was never cut");
+    assert!(end.is_err(), "a cut stream must not look complete");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+    let dropped = tokio::time::timeout(Duration::from_secs(5), upstream.closed.recv())
+        .await
+        .expect("the provider's stream was kept after the cut");
+    assert!(dropped.is_some());
+}
+
+/// A provider that never answers, with a head timeout longer than the request deadline: the
+/// client gets the deadline's 504 in its API's error shape, and the provider's connection is
+/// dropped.
+#[tokio::test]
+async fn no_head_within_the_request_deadline_is_a_504() {
+    let mut upstream = StreamingUpstream::start(Pace::Silent).await;
+    let (_gateway, server) = gateway(
+        &upstream.base_url,
+        "request_timeout_secs = 0.5\nupstream_head_timeout_secs = 60",
+    )
+    .await;
+    let started = Instant::now();
+    let res = http_client()
+        .request(
+            Request::post(format!("{}/v1/chat/completions", server.url()))
+                .body(Full::new(Bytes::from_static(STREAM.as_bytes())))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 504);
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let v: Value =
+        serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("request_timeout_secs"), "{message}");
+    tokio::time::timeout(Duration::from_secs(5), upstream.closed.recv())
+        .await
+        .expect("the provider's connection was kept after the 504");
+}
