@@ -308,7 +308,7 @@ impl Gateway {
         spawn_purger(self.store.clone(), DEFAULT_PURGE_INTERVAL)
     }
 
-    /// Compares the open-mode tenant secret with the store's every 10 s on the current
+    /// Compares the open-mode tenant secret with the store's every second on the current
     /// runtime, until the handle drops (see [`tenant_keys`](crate::tenant_keys)).
     /// [`spawn`](Self::spawn) and [`serve`](Self::serve) do this themselves.
     pub(crate) fn spawn_tenant_sync(&self) -> SyncHandle {

@@ -40,7 +40,15 @@ pub fn describe_metrics() {
 }
 
 /// Counters and their help text.
-const COUNTERS: [(&str, &str); 20] = [
+const COUNTERS: [(&str, &str); 22] = [
+    (
+        "context_relay_gateway_request_deadline_total",
+        "Requests that reached request_timeout_secs, by phase (head: answered 504; body: the stream was cut).",
+    ),
+    (
+        "context_relay_gateway_tenant_secret_adopted_total",
+        "Times an open gateway adopted the store's tenant secret in place of its own (the store had lost it and another replica stored one).",
+    ),
     (
         "context_relay_gateway_connections_rejected_total",
         "Client connections closed at the limits: no max_connections slot left, or the oldest of too many waiting for their first request head.",

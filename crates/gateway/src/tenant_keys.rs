@@ -26,7 +26,7 @@ use tokio::task::JoinHandle;
 pub(crate) const TENANT_SECRET: &str = "tenant-hmac";
 
 /// How often a running gateway compares its tenant secret with the store's.
-pub(crate) const SYNC_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const SYNC_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Most credentials whose tenant is kept at hand.
 pub(crate) const MEMO_MAX: usize = 4096;
