@@ -40,7 +40,7 @@ pub fn describe_metrics() {
 }
 
 /// Counters and their help text.
-const COUNTERS: [(&str, &str); 22] = [
+const COUNTERS: [(&str, &str); 23] = [
     (
         "context_relay_gateway_request_deadline_total",
         "Requests that reached request_timeout_secs, by phase (head: answered 504; body: the stream was cut).",
@@ -120,6 +120,10 @@ const COUNTERS: [(&str, &str); 22] = [
     (
         "context_relay_gateway_config_reloads_total",
         "Configuration reloads (SIGHUP), by outcome (applied, refused).",
+    ),
+    (
+        "context_relay_store_replica_wait_short_total",
+        "Handoff writes fewer replicas than [store] wait_replicas acknowledged within wait_timeout_ms (kept on the master).",
     ),
     (
         "context_relay_store_breaker_opened_total",

@@ -134,7 +134,11 @@ async fn connect_redis(config: &StoreConfig) -> Result<Arc<dyn HandoffStore>, St
     let url = config.url.as_deref().ok_or(StoreOpenError::MissingUrl)?;
     let mut builder = context_relay_store::RedisStore::builder(url)
         .cluster(config.cluster)
-        .request_timeout(std::time::Duration::from_millis(config.request_timeout_ms));
+        .request_timeout(std::time::Duration::from_millis(config.request_timeout_ms))
+        .wait_for_replicas(
+            config.wait_replicas,
+            std::time::Duration::from_millis(config.wait_timeout_ms),
+        );
     if let Some(prefix) = &config.prefix {
         builder = builder.prefix(prefix.as_str());
     }

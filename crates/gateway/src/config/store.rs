@@ -43,6 +43,17 @@ pub struct StoreConfig {
     /// unreachable Redis adds to a request before its circuit breaker opens.
     #[serde(default = "default_request_timeout_ms")]
     pub request_timeout_ms: u64,
+    /// Replicas that must acknowledge each handoff write (`WAIT`) before it counts as written
+    /// (0: none, Redis's asynchronous replication).
+    #[serde(default)]
+    pub wait_replicas: u32,
+    /// The longest a handoff write waits for `wait_replicas` in milliseconds (100).
+    #[serde(default = "default_wait_timeout_ms")]
+    pub wait_timeout_ms: u64,
+}
+
+fn default_wait_timeout_ms() -> u64 {
+    100
 }
 
 fn default_request_timeout_ms() -> u64 {
@@ -60,6 +71,8 @@ impl Default for StoreConfig {
             prefix: None,
             ca_file: None,
             request_timeout_ms: default_request_timeout_ms(),
+            wait_replicas: 0,
+            wait_timeout_ms: default_wait_timeout_ms(),
         }
     }
 }
@@ -75,6 +88,8 @@ impl std::fmt::Debug for StoreConfig {
             .field("prefix", &self.prefix)
             .field("ca_file", &self.ca_file)
             .field("request_timeout_ms", &self.request_timeout_ms)
+            .field("wait_replicas", &self.wait_replicas)
+            .field("wait_timeout_ms", &self.wait_timeout_ms)
             .finish()
     }
 }
@@ -103,6 +118,13 @@ impl StoreConfig {
                 "store.request_timeout_ms",
                 "a number of milliseconds from 1 to 10000",
                 self.request_timeout_ms.to_string(),
+            ));
+        }
+        if !(1..=10_000).contains(&self.wait_timeout_ms) {
+            return Err(invalid(
+                "store.wait_timeout_ms",
+                "a number of milliseconds from 1 to 10000",
+                self.wait_timeout_ms.to_string(),
             ));
         }
         match self.backend {

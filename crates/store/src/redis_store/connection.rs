@@ -12,7 +12,7 @@ use super::cluster::Conn;
 use super::ids::Ids;
 
 use super::scripts::Scripts;
-use super::{Inner, RedisStore, RedisStoreBuilder};
+use super::{Inner, RedisStore, RedisStoreBuilder, ReplicaWait};
 use crate::StoreError;
 use crate::affinity::AffinityMap;
 use crate::breaker::Breaker;
@@ -54,6 +54,7 @@ impl RedisStoreBuilder {
                 affinity_ttl: self.affinity_ttl,
                 affinity_cache_ttl: self.affinity_cache_ttl,
                 affinity_cache: AffinityMap::new(self.affinity_cache_entries),
+                wait: self.wait,
             }),
         })
     }
@@ -163,6 +164,34 @@ impl RedisStore {
                 Err(StoreError::Timeout { op, after: limit })
             }
         }
+    }
+}
+
+impl RedisStore {
+    /// `WAIT` for the replicas of [`ReplicaWait`] after a write on `conn`. Fewer replicas in
+    /// time is logged and counted, not an error: the master has the write. Off the breaker: a
+    /// slow acknowledgement says nothing about Redis being reachable.
+    pub(super) async fn wait_for_replicas(
+        &self,
+        wait: ReplicaWait,
+        conn: &mut Conn,
+    ) -> Result<(), StoreError> {
+        // `WAIT n 0` would block for ever.
+        let ms = u64::try_from(wait.timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let cmd = redis::cmd("WAIT").arg(wait.replicas).arg(ms).to_owned();
+        let limit = wait.timeout + self.inner.timeout;
+        let acked: i64 = bounded("wait", limit, cmd.query_async(conn)).await?;
+        if acked < i64::from(wait.replicas) {
+            metrics::counter!("context_relay_store_replica_wait_short_total").increment(1);
+            tracing::warn!(
+                acknowledged = acked,
+                wanted = wait.replicas,
+                "a handoff write was not acknowledged by enough replicas in time (kept on the master)"
+            );
+        }
+        Ok(())
     }
 }
 

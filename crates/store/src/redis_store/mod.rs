@@ -88,6 +88,15 @@ pub struct RedisStoreBuilder {
     affinity_ttl: Duration,
     affinity_cache_ttl: Duration,
     affinity_cache_entries: usize,
+    wait: Option<ReplicaWait>,
+}
+
+/// How many replicas must acknowledge a handoff write, and for how long the write waits for
+/// them ([`RedisStoreBuilder::wait_for_replicas`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReplicaWait {
+    pub(crate) replicas: u32,
+    pub(crate) timeout: Duration,
 }
 
 impl fmt::Debug for RedisStoreBuilder {
@@ -101,6 +110,7 @@ impl fmt::Debug for RedisStoreBuilder {
             .field("timeout", &self.timeout)
             .field("request_timeout", &self.request_timeout)
             .field("root_certs", &self.root_certs.is_some())
+            .field("wait", &self.wait)
             .finish_non_exhaustive()
     }
 }
@@ -186,6 +196,18 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// Makes each handoff write wait until `replicas` replicas (of the key's master, with a
+    /// cluster: of every master) acknowledged it, at most `timeout` (`WAIT`). Redis replicates
+    /// asynchronously: without this, a handoff written in the moments before its master dies
+    /// may be missing on the replica promoted in its place. A write that fewer replicas
+    /// acknowledged in time is kept (the master has it), logged and counted in
+    /// `context_relay_store_replica_wait_short_total`. `replicas = 0` (the default) waits for
+    /// none. The wait is off every request's path: handoffs are written in the background.
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.wait = (replicas > 0).then_some(ReplicaWait { replicas, timeout });
+        self
+    }
+
     /// Most affinities this replica caches (default [`DEFAULT_AFFINITY_CACHE_ENTRIES`]); the
     /// least recently used are evicted.
     pub fn affinity_cache_entries(mut self, n: usize) -> Self {
@@ -216,6 +238,7 @@ struct Inner {
     affinity_ttl: Duration,
     affinity_cache_ttl: Duration,
     affinity_cache: AffinityMap,
+    wait: Option<ReplicaWait>,
 }
 
 impl RedisStore {
@@ -238,6 +261,7 @@ impl RedisStore {
             affinity_ttl: DEFAULT_AFFINITY_TTL,
             affinity_cache_ttl: DEFAULT_AFFINITY_CACHE_TTL,
             affinity_cache_entries: DEFAULT_AFFINITY_CACHE_ENTRIES,
+            wait: None,
         }
     }
 

@@ -150,6 +150,9 @@ impl HandoffStore for RedisStore {
                 .arg(self.inner.ids.fresh());
             let mut conn = self.conn();
             let _: i64 = self.call("upsert", inv.invoke_async(&mut conn)).await?;
+            if let Some(wait) = self.inner.wait {
+                self.wait_for_replicas(wait, &mut conn).await?;
+            }
             Ok(())
         })
     }

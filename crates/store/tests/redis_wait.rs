@@ -1,0 +1,157 @@
+//! `wait_for_replicas`: a handoff write returns only once the replica acknowledged it, so a
+//! failover right after the write cannot lose it; a write the replicas do not acknowledge in
+//! time is kept on the master and returns all the same.
+#![cfg(feature = "redis")]
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::redis_server::{free_port, spawn_ready};
+use common::{record, unique_prefix};
+use context_relay_core::HandoffKey;
+use context_relay_store::{HandoffStore, RedisStore};
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+struct Node(Child);
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.0.kill().ok();
+        self.0.wait().ok();
+    }
+}
+
+fn cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new(std::env::var("REDIS_CLI").unwrap_or_else(|_| "redis-cli".into()))
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("redis-cli runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A field of `INFO replication`.
+fn field(info: &str, name: &str) -> Option<String> {
+    info.lines()
+        .find_map(|l| l.trim().strip_prefix(&format!("{name}:")))
+        .map(str::to_owned)
+}
+
+/// The master's replication offset, and the last offset its replica acknowledged.
+fn offsets(master: u16) -> (u64, u64) {
+    let info = cli(master, &["info", "replication"]);
+    let own = field(&info, "master_repl_offset")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    // slave0:ip=…,port=…,state=online,offset=N,lag=0
+    let acked = field(&info, "slave0")
+        .and_then(|v| {
+            v.split(',')
+                .find_map(|kv| kv.strip_prefix("offset=").map(str::to_owned))
+        })
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    (own, acked)
+}
+
+/// A master and its replica, in sync.
+fn pair() -> (Node, Node, u16, u16) {
+    let (m, r) = (free_port(), free_port());
+    let (ms, rs) = (m.to_string(), r.to_string());
+    let master = Node(spawn_ready(m, &["--port", &ms, "--bind", "127.0.0.1"]));
+    let replica = Node(spawn_ready(
+        r,
+        &[
+            "--port",
+            &rs,
+            "--bind",
+            "127.0.0.1",
+            "--replicaof",
+            "127.0.0.1",
+            &ms,
+            "--enable-debug-command",
+            "yes",
+        ],
+    ));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !field(&cli(m, &["info", "replication"]), "slave0").is_some_and(|s| s.contains("online"))
+    {
+        assert!(Instant::now() < deadline, "the replica never came online");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (master, replica, m, r)
+}
+
+async fn store(port: u16, wait: Option<Duration>) -> RedisStore {
+    let mut b = RedisStore::builder(format!("redis://127.0.0.1:{port}/")).prefix(unique_prefix());
+    if let Some(t) = wait {
+        b = b.wait_for_replicas(1, t);
+    }
+    b.connect().await.unwrap()
+}
+
+/// The replica stalls (`DEBUG SLEEP`) while a handoff is written: with the wait, the write
+/// returns only once the replica acknowledged it; without, at once, the replica behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_returns_once_the_replica_acknowledged_it() {
+    let (_master, _replica, m, r) = pair();
+    for wait in [Some(Duration::from_secs(5)), None] {
+        let store = store(m, wait).await;
+        // Reconnected and idle: the replica is level with the master.
+        let stall = std::thread::spawn(move || cli(r, &["debug", "sleep", "0.5"]));
+        std::thread::sleep(Duration::from_millis(100));
+        let key = HandoffKey::new("acme", "s1", "codex-relay");
+        // Where the write starts in the replication stream.
+        let (before, _) = offsets(m);
+        store
+            .upsert(record(
+                &key,
+                "decided: keep the API",
+                std::time::SystemTime::now(),
+                HOUR,
+            ))
+            .await
+            .unwrap();
+        // (The master's own offset also counts the `REPLCONF GETACK` that `WAIT` sends.)
+        let (_, acked) = offsets(m);
+        if wait.is_some() {
+            assert!(
+                acked > before,
+                "returned before the replica had it: {acked} ≤ {before}"
+            );
+        } else {
+            assert!(
+                acked <= before,
+                "the replica kept up although it slept: {acked} > {before}"
+            );
+        }
+        stall.join().unwrap();
+    }
+}
+
+/// Fewer replicas than asked for: the write waits its timeout, then returns, the handoff kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_no_replica_acknowledges_is_kept() {
+    let (_master, _replica, m, _) = pair();
+    let store = RedisStore::builder(format!("redis://127.0.0.1:{m}/"))
+        .prefix(unique_prefix())
+        .wait_for_replicas(2, Duration::from_millis(200))
+        .connect()
+        .await
+        .unwrap();
+    let key = HandoffKey::new("acme", "s2", "codex-relay");
+    let r = record(
+        &key,
+        "decided: keep the API",
+        std::time::SystemTime::now(),
+        HOUR,
+    );
+    let started = Instant::now();
+    store.upsert(r.clone()).await.unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    assert_eq!(store.get(&key).await.unwrap(), Some(r));
+}
