@@ -155,6 +155,20 @@ impl GatewayProcess {
         self.child = Some(child);
     }
 
+    /// Its log lines stamped from `from` to `to`.
+    pub fn log_between(&self, from: jiff::Timestamp, to: jiff::Timestamp) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        text.lines()
+            .filter(|l| {
+                l.split_whitespace()
+                    .next()
+                    .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                    .is_some_and(|t| from <= t && t <= to)
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     /// The last `n` lines of its log.
     pub fn log_tail(&self, n: usize) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();

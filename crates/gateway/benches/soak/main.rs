@@ -86,7 +86,7 @@ async fn main() {
     let keep = std::env::var_os("SOAK_LOG").is_some();
     let dir = tempfile::Builder::new()
         .prefix("soak")
-        .keep(keep)
+        .disable_cleanup(keep)
         .tempdir()
         .expect("a temporary directory");
     if keep {
@@ -232,6 +232,13 @@ async fn main() {
         println!("soak: ok");
     } else {
         let g = gateways.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, sent, answered) in &s.lost_at {
+            let from = sent.checked_sub(jiff::SignedDuration::from_secs(2)).unwrap_or(*sent);
+            println!(
+                "-- gateway {i} log around the lost turn sent at {sent} --\n{}",
+                g[*i].log_between(from, *answered)
+            );
+        }
         for (i, gw) in g.iter().enumerate() {
             println!("-- gateway {i} log tail --\n{}", gw.log_tail(20));
         }

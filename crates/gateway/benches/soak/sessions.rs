@@ -48,6 +48,8 @@ pub struct Stats {
     pub excused: u64,
     /// Of those, turns that carried none outside any outage.
     pub lost: Vec<String>,
+    /// Where and when each lost turn ran (gateway, sent, answered): its log lines are shown.
+    pub lost_at: Vec<(usize, jiff::Timestamp, jiff::Timestamp)>,
     /// Switches the soak could not judge (the store or the previous gateway was unreachable).
     pub unjudged: u64,
     /// Switched turns sent twice (their first gateway died) that carried none of the handoff
@@ -229,6 +231,7 @@ async fn conversation(
                                 )
                             })
                             .collect();
+                        s.lost_at.push((gateway, wall, finished));
                         s.lost.push(format!(
                             "{session} turn {turn} at {wall}: {} → {account} on gateway {gateway} \
                              carried no handoff (upstream attempts {attempts:?}); the store \
