@@ -148,7 +148,7 @@ impl GatewayProcess {
         let (child, url) = start_binary(
             env!("CARGO_BIN_EXE_context-relay-gateway"),
             &self.config,
-            &std::env::var("SOAK_LOG").unwrap_or_else(|_| "warn".to_owned()),
+            &std::env::var("SOAK_LOG").unwrap_or_else(|_| crate::GATEWAY_LOG.to_owned()),
             Stdio::from(log),
         );
         assert_eq!(url, self.url, "the gateway listens where it was told");
