@@ -204,9 +204,11 @@ mod tests {
     use http_body_util::{BodyExt, Full, StreamBody};
     use tower::ServiceExt;
 
+    type Item = Result<Frame<Bytes>, BoxError>;
+
     fn trickle() -> (
-        tokio::sync::mpsc::Sender<Result<Frame<Bytes>, BoxError>>,
-        StreamBody<impl futures_util::Stream<Item = Result<Frame<Bytes>, BoxError>>>,
+        tokio::sync::mpsc::Sender<Item>,
+        StreamBody<impl futures_util::Stream<Item = Item>>,
     ) {
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let stream =
