@@ -114,6 +114,18 @@ async fn gateway(base_url: &str, limits: &str) -> (Gateway, RunningGateway) {
     spawn(Gateway::new(config).unwrap()).await
 }
 
+/// The streamed chat request, through a well-behaved client.
+async fn post_stream(server: &RunningGateway) -> http::Response<hyper::body::Incoming> {
+    http_client()
+        .request(
+            Request::post(format!("{}/v1/chat/completions", server.url()))
+                .body(Full::new(Bytes::from_static(STREAM.as_bytes())))
+                .unwrap(),
+        )
+        .await
+        .unwrap()
+}
+
 const STREAM: &str =
     r#"{"model":"codex-relay","stream":true,"messages":[{"role":"user","content":"go"}]}"#;
 
@@ -195,14 +207,7 @@ async fn a_trickling_stream_is_cut_at_the_request_deadline() {
     )
     .await;
     let started = Instant::now();
-    let res = http_client()
-        .request(
-            Request::post(format!("{}/v1/chat/completions", server.url()))
-                .body(Full::new(Bytes::from_static(STREAM.as_bytes())))
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let res = post_stream(&server).await;
     assert_eq!(res.status(), 200);
     let end = tokio::time::timeout(Duration::from_secs(10), res.into_body().collect())
         .await
@@ -231,14 +236,7 @@ async fn no_head_within_the_request_deadline_is_a_504() {
     )
     .await;
     let started = Instant::now();
-    let res = http_client()
-        .request(
-            Request::post(format!("{}/v1/chat/completions", server.url()))
-                .body(Full::new(Bytes::from_static(STREAM.as_bytes())))
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let res = post_stream(&server).await;
     assert_eq!(res.status(), 504);
     assert!(started.elapsed() < Duration::from_secs(3));
     let v: Value =
