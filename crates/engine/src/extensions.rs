@@ -51,11 +51,25 @@ pub struct SessionId(pub Arc<str>);
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ServingModel(pub Arc<str>);
 
-/// Marks an internal request (the summary call): the relay passes it through untouched.
+/// Marks a request the relay leaves alone (an application's anonymous traffic, say): it
+/// passes through both layers untouched. It is user traffic all the same: a gateway serves it
+/// as it serves any other request.
 ///
-/// Internal markers live in extensions only; they never reach a JSON body.
+/// Markers live in extensions only; they never reach a JSON body.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct SkipRelay;
+
+/// Marks the relay's own summary call (set by the summarizer): the relay leaves it alone, as
+/// with [`SkipRelay`], and a gateway serves it on the session's account with one attempt and
+/// counts its tokens apart from user traffic.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct SummaryCall;
+
+/// Whether the relay leaves a request with `ext` alone: it carries [`SkipRelay`] or
+/// [`SummaryCall`]. The one place both markers are read for that.
+pub fn relay_skips(ext: &http::Extensions) -> bool {
+    ext.get::<SkipRelay>().is_some() || ext.get::<SummaryCall>().is_some()
+}
 
 impl ComboName {
     /// Builds a combo name.
@@ -87,13 +101,15 @@ impl SessionId {
 
 /// What the parts of the stack before the relay know about a request, borrowed: its
 /// [`ComboName`], the [`ResolvedAccount`] and [`ServingModel`] it was sent to, an explicit
-/// [`SessionId`] and [`Tenant`], and whether it is marked [`SkipRelay`].
+/// [`SessionId`] and [`Tenant`], and whether the relay leaves it alone ([`relay_skips`]).
 ///
 /// An adapter on `http` types reads them from the request's extensions with
 /// [`from_extensions`](Self::from_extensions); another (a pingora proxy) fills the fields.
 ///
 /// ```
-/// use context_relay_engine::{ComboName, RequestFacts, ResolvedAccount};
+/// use context_relay_engine::{
+///     ComboName, RequestFacts, ResolvedAccount, SkipRelay, SummaryCall, relay_skips,
+/// };
 ///
 /// let mut ext = http::Extensions::new();
 /// ext.insert(ComboName::new("codex"));
@@ -101,6 +117,14 @@ impl SessionId {
 /// let facts = RequestFacts::from_extensions(&ext);
 /// assert_eq!(facts.combo, Some(&ComboName::new("codex")));
 /// assert!(facts.session.is_none() && !facts.skip);
+///
+/// // Either marker makes the relay leave a request alone.
+/// let mut skipped = http::Extensions::new();
+/// skipped.insert(SkipRelay);
+/// let mut summary = http::Extensions::new();
+/// summary.insert(SummaryCall);
+/// assert!(relay_skips(&skipped) && RequestFacts::from_extensions(&skipped).skip);
+/// assert!(relay_skips(&summary) && RequestFacts::from_extensions(&summary).skip);
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RequestFacts<'a> {
@@ -114,7 +138,7 @@ pub struct RequestFacts<'a> {
     pub session: Option<&'a SessionId>,
     /// An explicit tenant; otherwise it is derived from the credential.
     pub tenant: Option<&'a Tenant>,
-    /// An internal request the relay leaves alone.
+    /// A request the relay leaves alone ([`relay_skips`]).
     pub skip: bool,
 }
 
@@ -127,7 +151,7 @@ impl<'a> RequestFacts<'a> {
             model: ext.get(),
             session: ext.get(),
             tenant: ext.get(),
-            skip: ext.get::<SkipRelay>().is_some(),
+            skip: relay_skips(ext),
         }
     }
 }

@@ -93,7 +93,7 @@ pub use configs::RelayConfigs;
 pub use events::{RelayEvent, RelayEvents};
 pub use extensions::{
     ComboName, QuotaSignal, RequestFacts, ResolvedAccount, ServingModel, SessionId, SkipRelay,
-    Tenant,
+    SummaryCall, Tenant, relay_skips,
 };
 pub use generation::{Capture, GenerationTicket, ReplyWatch};
 pub use injection::{BodyDecision, Decided, EndWatch, Inject, Look, Repair, Ticket};

@@ -14,9 +14,10 @@
 //!   an HMAC-SHA256 of the credential under a random secret kept in the handoff store, so it
 //!   cannot be reversed from logs or the admin API; a request without a credential gets a tenant
 //!   of its own (`anon-…`), so two such requests never share a session or a handoff. Such a
-//!   request is also marked [`SkipRelay`] and [`Anonymous`]: its session can never be seen
-//!   again, so the relay layers leave it alone rather than record an affinity (a store write)
-//!   per request that nothing would read and that would push real sessions out of the cache.
+//!   request is also marked [`SkipRelay`]: its session can never be seen again, so the relay
+//!   layers leave it alone rather than record an affinity (a store write) per request that
+//!   nothing would read and that would push real sessions out of the cache. It is user traffic
+//!   all the same (unlike the relay's own `SummaryCall`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -82,11 +83,6 @@ impl std::fmt::Debug for Auth {
         }
     }
 }
-
-/// Marks a request of an open gateway that carried no credential (with [`SkipRelay`]): the
-/// account resolver still treats it as user traffic, unlike the relay's own summary calls.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub(crate) struct Anonymous;
 
 /// Why a request was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -239,7 +235,6 @@ where
                 // Only open mode lets a request without a credential through.
                 if access.is_none() && credential(req.headers()).is_none() {
                     req.extensions_mut().insert(SkipRelay);
-                    req.extensions_mut().insert(Anonymous);
                 }
                 req.extensions_mut().insert(tenant);
                 if let Some(access) = access {

@@ -63,7 +63,7 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 use context_relay_core::quota;
-use context_relay_tower::{ComboName, ResolvedAccount, SessionId, SkipRelay, Tenant};
+use context_relay_tower::{ComboName, ResolvedAccount, SessionId, SummaryCall, Tenant};
 use http::{Extensions, HeaderValue, Request, Response, StatusCode, header};
 use http_body::Body;
 use http_body_util::{BodyExt, Either, Full, Limited};
@@ -71,7 +71,6 @@ use tower::ServiceExt;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::auth::Anonymous;
 use crate::combo::{BoxError, RouteTargets, Routes, Target};
 use crate::config::DEFAULT_MAX_REQUEST_BYTES;
 use crate::console::Activity;
@@ -235,10 +234,9 @@ where
     ResBody::Error: Into<BoxError>,
 {
     let shape = ErrorShape::for_path(req.uri().path());
-    // An anonymous user request carries SkipRelay too (the relay has nothing to keep for it),
-    // but it is user traffic.
-    let internal = req.extensions().get::<SkipRelay>().is_some()
-        && req.extensions().get::<Anonymous>().is_none();
+    // The relay's own summary call (an anonymous user request carries SkipRelay, and is user
+    // traffic).
+    let internal = req.extensions().get::<SummaryCall>().is_some();
     let targets = req.extensions().get::<RouteTargets>().cloned().or_else(|| {
         let combo = req.extensions().get::<ComboName>()?;
         routes.as_ref()?.combo_targets(&combo.0)

@@ -12,7 +12,8 @@
 //! request's [`ResolvedAccount`] on the response (unless the inner service set one), so that
 //! [`GenerationLayer`] knows which account served. [`Tenant`] and [`SessionId`] are optional
 //! overrides of what the relay derives from the credential and the session headers or body;
-//! [`SkipRelay`] marks internal requests; a [`QuotaSignal`] on the response wins over the
+//! [`SkipRelay`] marks a request the relay leaves alone and [`SummaryCall`] the relay's own
+//! summary call (left alone too); a [`QuotaSignal`] on the response wins over the
 //! layer's quota source. [`ServingModel`] (`provider/model`) turns on model switches: a
 //! session sent to another model than the one that last served it gets a model-switch
 //! handoff, and all account-bound state is removed.
@@ -21,5 +22,6 @@
 //! [`GenerationLayer`]: crate::GenerationLayer
 
 pub use context_relay_engine::{
-    ComboName, QuotaSignal, ResolvedAccount, ServingModel, SessionId, SkipRelay, Tenant,
+    ComboName, QuotaSignal, ResolvedAccount, ServingModel, SessionId, SkipRelay, SummaryCall,
+    Tenant,
 };

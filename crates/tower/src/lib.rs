@@ -123,7 +123,8 @@ pub use context_relay_engine::{
     RelayConfigs, RelayEvent, RelayEvents, Summarizer, SummaryError, SummaryFuture, SummaryRequest,
 };
 pub use extensions::{
-    ComboName, QuotaSignal, ResolvedAccount, ServingModel, SessionId, SkipRelay, Tenant,
+    ComboName, QuotaSignal, ResolvedAccount, ServingModel, SessionId, SkipRelay, SummaryCall,
+    Tenant,
 };
 pub use generation::{Generation, GenerationLayer};
 pub use injection::{Injection, InjectionLayer, RELAY_HEADER, RelayAction};

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 use context_relay_engine::{
-    BoxError, MAX_ERROR_BODY_BYTES, MAX_SUMMARY_REPLY_BYTES, SkipRelay, Summarizer, SummaryError,
+    BoxError, MAX_ERROR_BODY_BYTES, MAX_SUMMARY_REPLY_BYTES, Summarizer, SummaryCall, SummaryError,
     SummaryFuture, SummaryRequest,
 };
 use http::{Method, Request, Response};
@@ -76,7 +76,7 @@ where
     *req.uri_mut() = uri;
     *req.headers_mut() = headers;
     let ext = req.extensions_mut();
-    ext.insert(SkipRelay);
+    ext.insert(SummaryCall);
     ext.insert(combo);
     ext.insert(tenant);
     ext.insert(session);

@@ -34,7 +34,7 @@ async fn below_threshold_no_summary() {
 }
 
 #[tokio::test]
-async fn over_threshold_one_summary_marked_skip_relay_and_stored() {
+async fn over_threshold_one_summary_marked_as_the_relays_own_call_and_stored() {
     let stack = Stack::new();
     stack.upstream.set_percent("acct-a", 88.0);
     let (status, _) = stack.send(chat("s1", "k1", 3)).await;
@@ -307,6 +307,7 @@ async fn skip_relay_requests_pass_through() {
     req.extensions_mut().insert(context_relay_tower::SkipRelay);
     stack.send(req).await;
     stack.idle().await;
-    // Only the request itself reached upstream (as a "summary" since it carries SkipRelay).
+    // Only the request itself reached upstream: no summary was asked for.
     assert_eq!(stack.upstream.seen().len(), 1);
+    assert_eq!(stack.upstream.turns().len(), 1);
 }

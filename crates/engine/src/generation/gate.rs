@@ -21,8 +21,8 @@ use crate::summary::job::{Job, decoded_body};
 
 impl Relay {
     /// At header time: whether the request can lead to a summary. `None` when it cannot
-    /// (marked [`SkipRelay`](crate::SkipRelay), no combo, no API path, generation off): then
-    /// nothing needs to be kept.
+    /// (marked [`SkipRelay`](crate::SkipRelay) or [`SummaryCall`](crate::SummaryCall), no
+    /// combo, no API path, generation off): then nothing needs to be kept.
     ///
     /// With a ticket, push the request body's chunks into [`GenerationTicket::capture`] as
     /// they go out, then give the response head to [`GenerationTicket::response`].

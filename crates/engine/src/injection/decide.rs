@@ -28,7 +28,8 @@ use crate::relay::{Relay, Shared};
 #[derive(Debug)]
 pub enum Inject {
     /// The relay has nothing to do with this request (no combo, no account, no API path, or
-    /// marked [`SkipRelay`](crate::SkipRelay)): forward it untouched.
+    /// marked [`SkipRelay`](crate::SkipRelay) or [`SummaryCall`](crate::SummaryCall)): forward
+    /// it untouched.
     Pass,
     /// The fast path: the session stays on its account with nothing foreign to remove and no
     /// handoff waits; forward the body untouched. Settle the ticket with the response. With a

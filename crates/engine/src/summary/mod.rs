@@ -2,8 +2,8 @@
 //! background job that turns a qualifying turn into a stored handoff.
 //!
 //! A transport adapter supplies the [`Summarizer`] (the tower layers send the request through
-//! the stack below them, marked [`SkipRelay`](crate::SkipRelay), so the account resolver sends
-//! it to the session's current account); a custom one (for instance a dedicated summary model
+//! the stack below them, marked [`SummaryCall`](crate::SummaryCall), so the account resolver
+//! sends it to the session's current account); a custom one (for instance a dedicated summary model
 //! behind another client) can be given to the [`RelayBuilder`](crate::RelayBuilder).
 
 use std::future::Future;

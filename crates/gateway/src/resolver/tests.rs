@@ -8,6 +8,7 @@ use tower::service_fn;
 use super::*;
 use crate::config::Config;
 use context_relay_core::QuotaSignal;
+use context_relay_tower::SkipRelay;
 
 fn pools() -> Arc<AccountPools> {
     let c = Config::from_toml_str(
@@ -274,7 +275,6 @@ async fn an_anonymous_request_skips_the_relay_but_is_retried_like_any_user_turn(
     let (p, log) = (pools(), Log::default());
     let mut req = request("anon", &[("codex", "gpt-5.5")]);
     req.extensions_mut().insert(SkipRelay);
-    req.extensions_mut().insert(Anonymous);
     let res = call(&p, &log, &["a"], "10", req).await;
     assert_eq!(res.status(), 200);
     assert_eq!(accounts(&log), ["a", "b"]);
@@ -284,7 +284,7 @@ fn internal(session: &str) -> Request<Full<Bytes>> {
     let mut req = Request::post("/v1/responses")
         .body(Full::new(Bytes::from_static(br#"{"model":"gpt-5.5"}"#)))
         .unwrap();
-    req.extensions_mut().insert(SkipRelay);
+    req.extensions_mut().insert(SummaryCall);
     req.extensions_mut().insert(ComboName::new("relay"));
     req.extensions_mut().insert(SessionId::new(session));
     req.extensions_mut().insert(Tenant::new("anonymous"));

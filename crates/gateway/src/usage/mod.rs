@@ -26,13 +26,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use context_relay_core::usage::Usage;
-use context_relay_tower::{ResolvedAccount, ServingModel, SkipRelay, Tenant};
+use context_relay_tower::{ResolvedAccount, ServingModel, SummaryCall, Tenant};
 use foldhash::HashMap;
 use http::Extensions;
 use metrics::Counter;
 use serde::Serialize;
-
-use crate::auth::Anonymous;
 
 pub(crate) use body::MeteredBody;
 
@@ -212,8 +210,7 @@ impl UsageLedger {
                 .get::<Tenant>()
                 .map_or_else(|| self.0.unknown.clone(), |t| t.0.clone())
         };
-        let internal =
-            extensions.get::<SkipRelay>().is_some() && extensions.get::<Anonymous>().is_none();
+        let internal = extensions.get::<SummaryCall>().is_some();
         Some(Labels {
             client,
             provider: account.provider().clone(),

@@ -90,7 +90,7 @@ async fn a_whole_body_a_cut_body_and_a_dropped_body_are_each_counted_once() {
 
 #[test]
 fn labels_come_from_the_attempt() {
-    use context_relay_tower::{ResolvedAccount, ServingModel, SkipRelay, Tenant};
+    use context_relay_tower::{ResolvedAccount, ServingModel, SkipRelay, SummaryCall, Tenant};
     let ledger = UsageLedger::default();
     let mut ext = http::Extensions::new();
     assert_eq!(ledger.labels(&ext), None, "not routed");
@@ -102,14 +102,11 @@ fn labels_come_from_the_attempt() {
         (&*l.client, &*l.account, l.model(), l.kind),
         ("bob", "acct-b", "gpt-5.5", Traffic::Client)
     );
+    // Anonymous traffic, which the relay leaves alone, is a client's all the same.
     ext.insert(SkipRelay);
+    assert_eq!(ledger.labels(&ext).unwrap().kind, Traffic::Client);
+    ext.insert(SummaryCall);
     assert_eq!(ledger.labels(&ext).unwrap().kind, Traffic::Summary);
-    ext.insert(crate::auth::Anonymous);
-    assert_eq!(
-        ledger.labels(&ext).unwrap().kind,
-        Traffic::Client,
-        "anonymous traffic is a client's"
-    );
     ledger.set_open(true);
     assert_eq!(&*ledger.labels(&ext).unwrap().client, "open");
 }

@@ -2,7 +2,7 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use context_relay_engine::{BoxError, Relay, RequestFacts, SkipRelay, Summarizer};
+use context_relay_engine::{BoxError, Relay, RequestFacts, Summarizer, relay_skips};
 use context_relay_store::HandoffStore;
 use http::{Request, Response};
 use http_body::Body;
@@ -107,7 +107,7 @@ where
                 combo: ext.get(),
                 session: ext.get(),
                 tenant: ext.get(),
-                skip: ext.get::<SkipRelay>().is_some(),
+                skip: relay_skips(ext),
                 ..RequestFacts::default()
             };
             relay.generation(req.uri(), req.headers(), facts)

@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use context_relay_store::{HandoffStore, MemoryStore};
 use context_relay_tower::{
-    Background, ComboName, GenerationLayer, InjectionLayer, ResolvedAccount, SkipRelay,
+    Background, ComboName, GenerationLayer, InjectionLayer, ResolvedAccount, SummaryCall,
 };
 use http::{Request, Response, StatusCode};
 use http_body::Frame;
@@ -57,7 +57,8 @@ pub struct Seen {
     pub path: String,
     pub headers: http::HeaderMap,
     pub body: Bytes,
-    pub skip_relay: bool,
+    /// The request carried the relay's [`SummaryCall`] marker.
+    pub summary_call: bool,
     pub account: Option<String>,
 }
 
@@ -138,10 +139,13 @@ impl Upstream {
         self.script.lock().unwrap().seen.clone()
     }
     pub fn turns(&self) -> Vec<Seen> {
-        self.seen().into_iter().filter(|s| !s.skip_relay).collect()
+        self.seen()
+            .into_iter()
+            .filter(|s| !s.summary_call)
+            .collect()
     }
     pub fn summaries(&self) -> Vec<Seen> {
-        self.seen().into_iter().filter(|s| s.skip_relay).collect()
+        self.seen().into_iter().filter(|s| s.summary_call).collect()
     }
     /// The next turn streams the frames sent on the returned channel (dropping it ends the
     /// stream).
@@ -160,7 +164,7 @@ impl Upstream {
         B: http_body::Body<Data = Bytes>,
         B::Error: std::fmt::Debug,
     {
-        let skip_relay = req.extensions().get::<SkipRelay>().is_some();
+        let summary_call = req.extensions().get::<SummaryCall>().is_some();
         let account = req
             .extensions()
             .get::<ResolvedAccount>()
@@ -178,7 +182,7 @@ impl Upstream {
                 path: path.clone(),
                 headers,
                 body,
-                skip_relay,
+                summary_call,
                 account: account.clone(),
             });
             let p = account
@@ -196,7 +200,7 @@ impl Upstream {
             let mut r = Response::new(full(error));
             *r.status_mut() = StatusCode::from_u16(status).expect("status");
             r
-        } else if skip_relay {
+        } else if summary_call {
             if let Some(gate) = gate {
                 gate.acquire().await.expect("gate").forget();
             }
