@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use context_relay_store::{DEFAULT_PURGE_INTERVAL, HandoffStore, PurgerHandle, spawn_purger};
+use context_relay_tower::{GenerationLayer, InjectionLayer};
 use http::{HeaderValue, Request, Response, header};
 use http_body::Body as _;
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -85,7 +86,8 @@ pub(crate) struct StackOptions {
 /// `ComboName` on the request and `ResolvedAccount` plus the resolver's `QuotaSignal` on the
 /// response, and InjectionLayer between AccountResolver and the upstream client, where every
 /// attempt (the resolver's retries included) carries `ResolvedAccount`. Without it both
-/// layers are absent.
+/// layers are there switched off (they pass every request through): one stack, of one type,
+/// whether the relay is on or off.
 pub(crate) fn proxy_stack(
     routes: Arc<Routes>,
     pools: Arc<AccountPools>,
@@ -104,32 +106,25 @@ pub(crate) fn proxy_stack(
     let resolver = resolver.activity(options.activity);
     let auth = AuthLayer::new(options.auth);
     let deadline = DeadlineLayer::new(options.request_timeout);
-    match relay {
-        Some(relay) => BoxCloneSyncService::new(
-            ServiceBuilder::new()
-                .map_response(fix_content_length)
-                .layer(deadline)
-                .layer(auth.clone())
-                .map_response(|res: Response<_>| res.map(Body::new))
-                // Buffers and decodes the body, sets ComboName, RouteTargets, Tenant and
-                // SessionId, rewrites `model`. Request body from here on: `Full<Bytes>`.
-                .layer(combo)
-                .layer(relay.generation().clone())
-                .layer(resolver)
-                .layer(relay.injection().clone())
-                .service(upstream),
-        ),
-        None => BoxCloneSyncService::new(
-            ServiceBuilder::new()
-                .map_response(fix_content_length)
-                .layer(deadline)
-                .layer(auth.clone())
-                .map_response(|res: Response<_>| res.map(Body::new))
-                .layer(combo)
-                .layer(resolver)
-                .service(upstream),
-        ),
-    }
+    // One stack whether the relay is on or off: off, its layers pass every request through.
+    let (generation, injection) = match relay {
+        Some(relay) => (relay.generation().clone(), relay.injection().clone()),
+        None => (GenerationLayer::disabled(), InjectionLayer::disabled()),
+    };
+    BoxCloneSyncService::new(
+        ServiceBuilder::new()
+            .map_response(fix_content_length)
+            .layer(deadline)
+            .layer(auth)
+            .map_response(|res: Response<_>| res.map(Body::new))
+            // Buffers and decodes the body, sets ComboName, RouteTargets, Tenant and
+            // SessionId, rewrites `model`. Request body from here on: `Full<Bytes>`.
+            .layer(combo)
+            .layer(generation)
+            .layer(resolver)
+            .layer(injection)
+            .service(upstream),
+    )
 }
 
 /// A configured gateway: routing table, account pools, upstream client, handoff store, relay
