@@ -168,10 +168,13 @@ async fn the_console_shows_a_rotation_live_and_deletes_a_handoff() {
     browser
         .click(&browser.must("#handoff-view button.close").await)
         .await;
-    let delete = browser.must(&format!("{row} button.delete")).await;
-    browser.click(&delete).await;
-    shows(&browser, &format!("{row} button.delete"), &["Confirm"]).await;
-    browser.click(&delete).await;
+    let delete = format!("{row} button.delete");
+    browser.click_on(&delete).await;
+    shows(&browser, &delete, &["Confirm"]).await;
+    // The page rebuilds its tables on every refresh (every 2 s): the confirmation survives one.
+    browser.eval("return refresh().then(() => true)").await;
+    shows(&browser, &delete, &["Confirm"]).await;
+    browser.click_on(&delete).await;
     browser.gone(row).await;
     assert_eq!(
         h.handoffs("browser-claude").await,

@@ -231,6 +231,27 @@ impl Browser<'_> {
         .expect("click");
     }
 
+    /// Clicks the element matching `css`, found again when the page replaced it between the
+    /// look-up and the click (a table the page rebuilds on its refresh).
+    pub async fn click_on(&self, css: &str) {
+        for _ in 0..5 {
+            let element = self.must(css).await;
+            match self
+                .cmd(
+                    Method::POST,
+                    &format!("element/{}/click", element.0),
+                    Some(json!({})),
+                )
+                .await
+            {
+                Ok(_) => return,
+                Err(e) if e.contains("stale element") => continue,
+                Err(e) => panic!("click on {css}: {e}"),
+            }
+        }
+        panic!("{css} was replaced on every attempt to click it");
+    }
+
     /// Types `text` into `element`.
     pub async fn type_into(&self, element: &Element, text: &str) {
         self.cmd(

@@ -108,12 +108,22 @@ function renderAccounts(data) {
 // ---- handoffs ----------------------------------------------------------------------------
 
 let handoffs = [];
+// Deletions asked for once and waiting for their confirmation, by handoff: the table is
+// rebuilt on every refresh, and a confirmation must survive it.
+const armed = new Set();
+
+function handoffId(h) {
+  return JSON.stringify([h.tenant, h.session, h.combo, h.generated_at]);
+}
 
 function renderHandoffs(data) {
   handoffs = data.handoffs || [];
+  const live = new Set(handoffs.map(handoffId));
+  for (const id of armed) if (!live.has(id)) armed.delete(id);
   const body = document.querySelector('#handoffs tbody');
   const rows = handoffs.map((h, i) => {
     const del = el('button', { type: 'button', class: 'delete danger' }, 'Delete');
+    if (armed.has(handoffId(h))) arm(del);
     del.addEventListener('click', () => removeHandoff(h, del));
     const view = el('button', { type: 'button', class: 'view' }, 'View');
     view.addEventListener('click', () => showHandoff(i));
@@ -148,14 +158,20 @@ function showHandoff(i) {
   document.getElementById('handoff-view').showModal();
 }
 
+function arm(button) {
+  button.dataset.armed = '1';
+  button.textContent = 'Confirm delete';
+  button.classList.add('armed');
+}
+
 async function removeHandoff(h, button) {
   // Two clicks: the first asks.
   if (!button.dataset.armed) {
-    button.dataset.armed = '1';
-    button.textContent = 'Confirm delete';
-    button.classList.add('armed');
+    armed.add(handoffId(h));
+    arm(button);
     return;
   }
+  armed.delete(handoffId(h));
   button.disabled = true;
   const q = new URLSearchParams({ tenant: h.tenant, combo: h.combo });
   const res = await fetch(`/admin/handoffs/${encodeURIComponent(h.session)}?${q}`, {
