@@ -273,6 +273,18 @@ async fn main() {
             println!("-- gateway {i} log tail --\n{}", gw.log_tail(20));
         }
         println!("soak: FAILED: {}", verdict.join("; "));
+        // `exit` runs no destructor: the gateways, Redis and the temporary directory would be
+        // left behind.
+        drop(g);
+        for gw in gateways
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter_mut()
+        {
+            gw.kill();
+        }
+        redis.lock().unwrap_or_else(|e| e.into_inner()).kill();
+        drop(dir);
         std::process::exit(1);
     }
 }
