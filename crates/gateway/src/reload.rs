@@ -114,35 +114,24 @@ pub(crate) fn upstream_limits(config: &Config) -> UpstreamLimits {
 /// those that differed.
 fn keep_process_settings(running: &Config, next: &mut Config) -> Vec<&'static str> {
     let mut kept = Vec::new();
-    if next.listen != running.listen {
-        kept.push("listen");
-        next.listen = running.listen;
+    // Each named setting of `next` that differs takes its running value back.
+    macro_rules! keep {
+        ($($field:ident).+ => $name:literal) => {
+            if next.$($field).+ != running.$($field).+ {
+                kept.push($name);
+                next.$($field).+ = running.$($field).+.clone();
+            }
+        };
     }
-    if next.store != running.store {
-        kept.push("[store]");
-        next.store = running.store.clone();
-    }
-    if next.log_format != running.log_format {
-        kept.push("log_format");
-        next.log_format = running.log_format;
-    }
-    if next.relay_enabled != running.relay_enabled {
-        kept.push("relay_enabled");
-        next.relay_enabled = running.relay_enabled;
-    }
-    let (l, r) = (&mut next.limits, &running.limits);
-    if l.client_header_timeout_secs != r.client_header_timeout_secs {
-        kept.push("limits.client_header_timeout_secs");
-        l.client_header_timeout_secs = r.client_header_timeout_secs;
-    }
-    if l.max_connections != r.max_connections {
-        kept.push("limits.max_connections");
-        l.max_connections = r.max_connections;
-    }
-    if l.shutdown_timeout_secs != r.shutdown_timeout_secs {
-        kept.push("limits.shutdown_timeout_secs");
-        l.shutdown_timeout_secs = r.shutdown_timeout_secs;
-    }
+    keep!(listen => "listen");
+    keep!(store => "[store]");
+    keep!(log_format => "log_format");
+    keep!(relay_enabled => "relay_enabled");
+    // The listener's own bounds (see `ServeOptions`).
+    keep!(limits.client_header_timeout_secs => "limits.client_header_timeout_secs");
+    keep!(limits.client_write_timeout_secs => "limits.client_write_timeout_secs");
+    keep!(limits.max_connections => "limits.max_connections");
+    keep!(limits.shutdown_timeout_secs => "limits.shutdown_timeout_secs");
     kept
 }
 
@@ -166,10 +155,18 @@ mod tests {
     fn process_settings_keep_their_running_values() {
         let running = config("");
         let mut next = config(
-            "listen = \"127.0.0.1:5000\"\nrelay_enabled = false\n[limits]\nmax_connections = 7\nupstream_head_timeout_secs = 5\n",
+            "listen = \"127.0.0.1:5000\"\nrelay_enabled = false\n[limits]\nmax_connections = 7\nupstream_head_timeout_secs = 5\nclient_write_timeout_secs = 9\n",
         );
         let kept = keep_process_settings(&running, &mut next);
-        assert_eq!(kept, ["listen", "relay_enabled", "limits.max_connections"]);
+        assert_eq!(
+            kept,
+            [
+                "listen",
+                "relay_enabled",
+                "limits.client_write_timeout_secs",
+                "limits.max_connections"
+            ]
+        );
         assert_eq!(next.listen, running.listen);
         assert!(next.relay_enabled);
         assert_eq!(next.limits.max_connections, running.limits.max_connections);
