@@ -1,12 +1,11 @@
-//! The JSON string scan's block masks and scans: every vector path against the portable one
-//! and against a byte-at-a-time reference.
+//! The JSON string scan's block masks and scans against a byte-at-a-time reference, and the
+//! whole-document parse against `serde_json`'s verdict.
 //!
 //! `cargo +nightly fuzz run json_masks -- -max_total_time=300` (from the repository root).
 #![no_main]
 
-use context_relay_core::json::fuzzing::{
-    block_masks, fast_scans, fast_utf8_scans, parse_object_both, reference_skip, skip_string,
-};
+use context_relay_core::json::fuzzing::{block_masks, fast_scan, reference_skip, skip_string};
+use context_relay_core::json::parse_object;
 use libfuzzer_sys::fuzz_target;
 
 /// The masks of a block, one byte at a time.
@@ -33,9 +32,7 @@ fuzz_target!(|data: &[u8]| {
     for window in data.windows(64).take(256) {
         let block: &[u8; 64] = window.try_into().unwrap();
         let want = reference_masks(block);
-        for got in block_masks(block) {
-            assert_eq!(got, want, "block {block:?}");
-        }
+        assert_eq!(block_masks(block), want, "block {block:?}");
     }
     // The scan of the string opened by a quote put before the data, and of every string the
     // data itself opens (up to a bound, to keep each run short).
@@ -46,26 +43,18 @@ fuzz_target!(|data: &[u8]| {
     for start in starts.take(16) {
         let want = reference_skip(&b, start);
         assert_eq!(skip_string(&b, start), want, "start {start} in {b:?}");
-        for fast in fast_scans(&b, start) {
-            // The fast paths answer every well-formed string, exactly, and nothing else.
-            assert_eq!(fast, want.clone().ok(), "start {start} in {b:?}");
-        }
-        let scans = fast_scans(&b, start);
-        assert!(scans.windows(2).all(|w| w[0] == w[1]), "{scans:?} in {b:?}");
-        // With UTF-8 checked in the scan: never a string the reference or the standard
-        // library refuses, and every valid one when the whole input is UTF-8 (bytes after
-        // the closing quote are checked with its block, so invalid ones may make it give up).
-        let want_utf8 = want
-            .clone()
-            .ok()
-            .filter(|&end| std::str::from_utf8(&b[start + 1..end - 1]).is_ok());
-        for got in fast_utf8_scans(&b, start) {
-            if got.is_some() || std::str::from_utf8(&b).is_ok() {
-                assert_eq!(got, want_utf8, "start {start} in {b:?}");
-            }
-        }
+        // The fast path answers every well-formed string, exactly, and nothing else.
+        assert_eq!(fast_scan(&b, start), want.clone().ok(), "start {start} in {b:?}");
     }
-    // The whole input as a document: the one-pass parse answers as the two-pass one.
-    let [one, two] = parse_object_both(data);
-    assert_eq!(one, two, "{data:?}");
+    // The whole input as a document: accepted exactly when serde_json reads it as an object,
+    // except where the scanner is documented to differ (it forwards lone surrogates in `\u`
+    // escapes, and nests up to 512 levels where serde_json stops at 128).
+    let ours = parse_object(data);
+    match serde_json::from_slice::<serde_json::Value>(data) {
+        Ok(serde_json::Value::Object(_)) => assert!(ours.is_ok(), "{ours:?} for {data:?}"),
+        Err(e) if !e.to_string().contains("recursion limit") && !data.windows(2).any(|w| w == b"\\u") => {
+            assert!(ours.is_err(), "accepted {data:?}: {e}")
+        }
+        _ => {}
+    }
 });

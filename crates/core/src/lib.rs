@@ -16,7 +16,7 @@
 //! - shared types: [`handoff`], [`config`], [`api`], [`time`].
 //!
 //! Functions that need a clock take `now` as an argument.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 pub mod account;

@@ -1,16 +1,13 @@
 //! Finding the bytes a JSON string scan stops at (quotes, backslashes, raw control bytes),
 //! many bytes at a time.
 
-/// Vector classification of string bytes: the operations the block scans need, over any
-/// vector unit. [`simd::Wide`] is the portable implementation; the `x86` module adds AVX2
-/// when the CPU has it.
+/// Vector classification of string bytes: the operations the block scans need. [`simd::Wide`]
+/// (safe SIMD types) implements them; the trait keeps the scans independent of the vector
+/// unit.
 pub(super) mod simd {
     use wide::u8x16;
 
     /// A way to classify 64-byte blocks into bit masks (bit `k` for byte `k`).
-    ///
-    /// A value of an implementing type is a proof that its instructions can run here, so
-    /// the methods are safe to call.
     pub(in crate::json) trait Lanes: Copy {
         /// A block loaded into vector registers.
         type Block: Copy;
@@ -24,22 +21,10 @@ pub(super) mod simd {
         fn any_control(self, v: Self::Block) -> bool;
         /// The raw control bytes.
         fn controls(self, v: Self::Block) -> u64;
-        /// UTF-8 validation carried from block to block through one string.
-        type Utf8: Copy;
-        /// The validation state at the start of a string's contents (after the ASCII opening
-        /// quote); `None` when this path does not check UTF-8 in the scan.
-        fn utf8_start(self) -> Option<Self::Utf8>;
-        /// Checks block `v`, the one after the blocks `state` has seen.
-        fn utf8_block(self, v: Self::Block, state: &mut Self::Utf8);
-        /// Whether the blocks seen hold no invalid sequence (a sequence cut by the end of
-        /// the last block is not counted: the caller ends its scan at an ASCII quote inside
-        /// that block, which the check already saw).
-        fn utf8_valid(self, state: Self::Utf8) -> bool;
     }
 
     /// Classification through `wide` (safe SIMD types: SSE2 on x86_64, NEON on aarch64,
-    /// plain arrays elsewhere): the path every CPU can take, and the reference the AVX2
-    /// path is tested and fuzzed against.
+    /// plain arrays elsewhere): the path every CPU takes.
     #[derive(Debug, Clone, Copy)]
     pub(in crate::json) struct Wide;
 
@@ -93,19 +78,6 @@ pub(super) mod simd {
             // Unsigned `c <= 0x1f` as `max(c, 0x1f) == 0x1f`.
             let max = u8x16::splat(0x1f);
             v.mask(|v| v.max(max).cmp_eq(max))
-        }
-
-        /// This path leaves UTF-8 to a separate pass (`simdutf8`).
-        type Utf8 = ();
-
-        fn utf8_start(self) -> Option<()> {
-            None
-        }
-
-        fn utf8_block(self, _: Block, _: &mut ()) {}
-
-        fn utf8_valid(self, _: ()) -> bool {
-            false
         }
     }
 

@@ -24,13 +24,10 @@
 //!
 //! Long strings dominate real bodies, so that is where the speed is: string contents are
 //! classified 64 bytes at a time into bit masks and escapes are resolved on the masks with
-//! carry arithmetic, so that an escape every few dozen bytes (code) costs no branch. On
-//! x86_64 CPUs with AVX-512 or AVX2 (detected at run time) the blocks are classified with
-//! those vectors and each string's UTF-8 is checked in the same pass, so a whole-body parse
-//! reads the body once; elsewhere safe SIMD types (`wide`) classify the blocks, long plain
-//! runs are crossed with `memchr2`, and UTF-8 is checked once per call over the whole input
-//! (`simdutf8`). When the one-pass parse refuses a body, the two-pass one runs to report
-//! the first error, so errors do not depend on the CPU.
+//! carry arithmetic, so that an escape every few dozen bytes (code) costs no branch. Safe
+//! SIMD types (`wide`: SSE2 on x86_64, NEON on aarch64) classify the blocks, long plain runs
+//! are crossed with `memchr2`, and UTF-8 is checked once per call over the bytes it reads
+//! (`simdutf8`). The code is safe Rust throughout, and its answers do not depend on the CPU.
 //!
 //! ```
 //! use context_relay_core::json;
@@ -57,8 +54,6 @@ mod scan;
 mod string;
 mod strings;
 mod walk;
-#[cfg(target_arch = "x86_64")]
-mod x86;
 
 pub use edit::{EditError, Edits, ListEdit};
 pub use strings::strings;
@@ -317,14 +312,6 @@ pub struct Array {
 
 /// Validates a whole document: one JSON value surrounded by optional whitespace.
 pub fn validate(body: &[u8]) -> Result<Span, JsonError> {
-    if let Some(mut s) = scan::Scanner::one_pass(body) {
-        let start = s.skip_ws(0);
-        if let Ok(end) = s.skip_value(start)
-            && s.expect_end(end).is_ok()
-        {
-            return Ok(start..end);
-        }
-    }
     scan::check_utf8(body, 0)?;
     let mut s = scan::Scanner::new(body);
     let start = s.skip_ws(0);
@@ -336,30 +323,8 @@ pub fn validate(body: &[u8]) -> Result<Span, JsonError> {
 /// Parses a whole document that must be an object, validating every nested value.
 ///
 /// A well-formed document of another kind gives [`JsonError::WrongKind`].
+/// UTF-8 is checked in its own pass first, so errors are the first of the input.
 pub fn parse_object(body: &[u8]) -> Result<Object<'_>, JsonError> {
-    if let Some(obj) = parse_object_one_pass(body) {
-        return Ok(obj);
-    }
-    parse_object_two_pass(body)
-}
-
-/// [`parse_object`] in one pass over the bytes, UTF-8 checked inside the string scan; `None`
-/// when the CPU has no vector path for it or when the body is not a well-formed object (the
-/// two-pass parse then finds the error).
-fn parse_object_one_pass(body: &[u8]) -> Option<Object<'_>> {
-    let mut s = scan::Scanner::one_pass(body)?;
-    let start = s.skip_ws(0);
-    if body.get(start) != Some(&b'{') {
-        return None;
-    }
-    let obj = s.object(start).ok()?;
-    s.expect_end(obj.span.end).ok()?;
-    Some(obj)
-}
-
-/// [`parse_object`] with UTF-8 checked in its own pass first, so errors are the first of
-/// the input.
-fn parse_object_two_pass(body: &[u8]) -> Result<Object<'_>, JsonError> {
     scan::check_utf8(body, 0)?;
     let mut s = scan::Scanner::new(body);
     let start = s.skip_ws(0);

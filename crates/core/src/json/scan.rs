@@ -11,8 +11,6 @@ pub(super) struct Scanner<'a> {
     /// Offsets of the open brackets while skipping a nested value: an explicit stack instead
     /// of recursion, at most [`MAX_NESTING`] deep.
     stack: Vec<usize>,
-    /// Strings are checked for UTF-8 as they are crossed ([`Scanner::one_pass`]).
-    utf8: bool,
 }
 
 impl<'a> Scanner<'a> {
@@ -23,23 +21,7 @@ impl<'a> Scanner<'a> {
         Self {
             b,
             stack: Vec::new(),
-            utf8: false,
         }
-    }
-
-    /// A scanner that also checks UTF-8, inside the string scan, when this CPU has a vector
-    /// path for it (`None` otherwise). Only the grammar's ASCII bytes may appear outside
-    /// strings, so a document it accepts is valid UTF-8 as a whole.
-    ///
-    /// It answers only "valid": its errors are not the first error of the input (a string
-    /// the one-pass check refuses gives [`JsonError::InvalidUtf8`] at its start, whatever
-    /// is wrong with it). Callers drop them and find the error with [`Scanner::new`] and
-    /// [`check_utf8`].
-    pub(super) fn one_pass(b: &'a [u8]) -> Option<Self> {
-        string::checks_utf8().then(|| Self {
-            utf8: true,
-            ..Self::new(b)
-        })
     }
 
     #[inline]
@@ -346,13 +328,9 @@ impl<'a> Scanner<'a> {
     }
 
     /// Skips the string whose opening quote is at `start`; returns the offset past its
-    /// closing quote. UTF-8 is checked by the callers, once for the whole input, unless the
-    /// scanner was made by [`Scanner::one_pass`].
+    /// closing quote. UTF-8 is checked by the callers, once for the bytes they read.
     #[inline]
     pub(super) fn skip_string(&self, start: usize) -> Result<usize, JsonError> {
-        if self.utf8 {
-            return string::fast_utf8(self.b, start).ok_or(JsonError::InvalidUtf8 { at: start });
-        }
         string::skip(self.b, start)
     }
 }

@@ -14,10 +14,8 @@
 //! string again from its start and reports the first error, so errors are the same as when
 //! only the exact path existed.
 //!
-//! The blocks are classified by the widest vector unit the CPU has (AVX-512 or AVX2 on
-//! x86_64, through the `x86` module; SSE2 or NEON through `wide` elsewhere). With AVX2 or
-//! AVX-512, [`fast_utf8`] also checks the string's UTF-8 on the same blocks, which lets a
-//! whole-body parse skip its separate UTF-8 pass.
+//! The blocks are classified with safe SIMD types (`wide`: SSE2 on x86_64, NEON on
+//! aarch64). UTF-8 is not checked here: readers check it once over the bytes they read.
 
 use super::JsonError;
 use super::classify::simd::{self, Lanes, Wide};
@@ -61,78 +59,21 @@ fn below_lowest(mask: u64) -> u64 {
 }
 
 /// The end of the string at `start` when it is well-formed; `None` when it is not, or when
-/// this path cannot tell (the exact path decides then). Runs [`fast_with`] on the widest
-/// vector unit the CPU has. UTF-8 is not checked.
+/// this path cannot tell (the exact path decides then). UTF-8 is not checked.
 #[inline]
 pub(super) fn fast(b: &[u8], start: usize) -> Option<usize> {
-    #[cfg(target_arch = "x86_64")]
-    if let Some(end) = super::x86::fast::<false>(b, start) {
-        return end;
-    }
-    fast_with::<_, false>(Wide, b, start)
+    fast_with(Wide, b, start)
 }
 
-/// Like [`fast`], and the string's contents are also checked to be UTF-8 in the same pass;
-/// `None` as well when this CPU has no vector path that checks UTF-8 (see [`checks_utf8`]).
-#[inline]
-pub(super) fn fast_utf8(b: &[u8], start: usize) -> Option<usize> {
-    #[cfg(target_arch = "x86_64")]
-    if let Some(end) = super::x86::fast::<true>(b, start) {
-        return end;
-    }
-    let _ = (b, start);
-    None
-}
-
-/// Whether [`fast_utf8`] can answer on this CPU.
-#[inline]
-pub(super) fn checks_utf8() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    if super::x86::Avx2::detect().is_some() {
-        return true;
-    }
-    false
-}
-
-/// [`fast`] with the blocks classified by `l`; with `UTF8`, [`fast_utf8`].
-///
-/// With `UTF8` every byte of the string goes through the blocks, so plain runs are not
-/// crossed with `memchr2` and the last bytes of the input are scanned as a block padded
-/// with spaces. Bytes after the closing quote in its block are checked too: they are bytes
-/// of the same input, so an error found there is an error of the input all the same.
+/// [`fast`] with the blocks classified by `l`.
 #[inline(always)]
-pub(super) fn fast_with<L: Lanes, const UTF8: bool>(l: L, b: &[u8], start: usize) -> Option<usize> {
-    let mut utf8 = l.utf8_start();
-    if UTF8 && utf8.is_none() {
-        return None;
-    }
-    let done = |end: usize, utf8: Option<L::Utf8>| {
-        if UTF8 && !utf8.is_some_and(|u| l.utf8_valid(u)) {
-            None
-        } else {
-            Some(end)
-        }
-    };
+fn fast_with<L: Lanes>(l: L, b: &[u8], start: usize) -> Option<usize> {
     let mut i = start + 1;
     let mut carry = 0u64;
     // The previous block held no special byte.
     let mut plain = false;
-    let mut padded = [b' '; 64];
-    loop {
-        let block = match b.get(i..).and_then(<[u8]>::first_chunk::<64>) {
-            Some(block) => block,
-            None if UTF8 && i < b.len() => {
-                // `i < b.len()`: a padded block follows only a full one, so this runs once.
-                let rest = &b[i..];
-                padded[..rest.len()].copy_from_slice(rest);
-                &padded
-            }
-            None => break,
-        };
+    while let Some(block) = b.get(i..).and_then(<[u8]>::first_chunk::<64>) {
         let v = l.load(block);
-        if UTF8 && let Some(u) = &mut utf8 {
-            l.utf8_block(v, u);
-        }
         let quotes = l.eq(v, b'"');
         let backslashes = l.eq(v, b'\\');
         // Raw control bytes are rare inside strings (in pretty JSON they follow them): one
@@ -143,13 +84,13 @@ pub(super) fn fast_with<L: Lanes, const UTF8: bool>(l: L, b: &[u8], start: usize
                 if controls & below_lowest(quotes) != 0 {
                     return None;
                 }
-                return done(i + quotes.trailing_zeros() as usize + 1, utf8);
+                return Some(i + quotes.trailing_zeros() as usize + 1);
             }
             if controls != 0 {
                 return None;
             }
             i += 64;
-            if plain && !UTF8 {
+            if plain {
                 // A long plain run (prose, base64 data): `memchr2` finds its end with the
                 // widest vectors the CPU has, then the run is checked for control bytes.
                 let rest = b.get(i..)?;
@@ -183,13 +124,9 @@ pub(super) fn fast_with<L: Lanes, const UTF8: bool>(l: L, b: &[u8], start: usize
             rare &= rare - 1;
         }
         if closing != 0 {
-            return done(i + closing.trailing_zeros() as usize + 1, utf8);
+            return Some(i + closing.trailing_zeros() as usize + 1);
         }
         i += 64;
-    }
-    if UTF8 {
-        // The input ended inside the string.
-        return None;
     }
     // Fewer than 64 bytes left: one special byte at a time, from the backslash when the last
     // block ended in the middle of an escape.
