@@ -7,17 +7,20 @@
 //! injected into its request and the state only the first account can read is removed.
 //!
 //! This crate decides; adapters move the bytes. It knows `http` heads, [`Bytes`](bytes::Bytes)
-//! and the [store](context_relay_store), nothing of tower, hyper or any server:
+//! and the [store](context_relay_store), nothing of tower, hyper or any server. The lifecycle
+//! of a request is two phase objects, each called in the order a proxy sees the request:
 //!
-//! - [`Relay::inject`] at header time on the way to the provider: pass, forward untouched with
-//!   a [`Ticket`] (the fast path), or read the body and [`BodyDecision::decide`] (claim,
-//!   scrub, inject). The ticket completes the handoff when the response completed and gives
-//!   it back otherwise; a [`Repair`] sends the request again without account-bound state when
-//!   the provider rejects it.
-//! - [`Relay::generation`] at header time for a summary: push the request body into its
-//!   [`Capture`], give the response head to [`GenerationTicket::response`] (the quota gates),
-//!   push the reply into the [`ReplyWatch`]; the summary job runs on the relay's
-//!   [`Background`] through a [`Summarizer`].
+//! - a [`Turn`] per client request ([`Relay::turn`]), the generation side: a copy of the
+//!   request, the quota gates on the response head, the reply watched, the summary job started
+//!   on the relay's [`Background`] through a [`Summarizer`];
+//! - an [`Attempt`] per upstream attempt ([`Relay::attempt`]), the injection side: the body
+//!   plan, the switch decision (claim, scrub, inject), the claim given back on an error before
+//!   the client sees it, the look ahead and resend when the provider rejects account-bound
+//!   state, the handoff completed only when the response body completed.
+//!
+//! The ordering rules live in those two types (see [`attempt`] and [`turn`]); adapters (the
+//! tower layers, the pingora example's `RelayPhases`) translate their framework's phases into
+//! their calls.
 //!
 //! - **Model switches**: with the [`ServingModel`] (`provider/model`) known, a session sent to
 //!   another model than the one that last served it (a combo falling through to its next
@@ -36,10 +39,9 @@
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! use std::sync::Arc;
 //! use bytes::Bytes;
-//! use context_relay_core::ending::Ending;
-//! use context_relay_engine::{ComboName, Inject, Relay, RequestFacts, ResolvedAccount};
+//! use context_relay_engine::{BodyPlan, ComboName, Relay, RequestFacts, ResolvedAccount, ResponsePlan};
 //! use context_relay_store::{HandoffStore, MemoryStore};
-//! use http::{HeaderMap, Uri};
+//! use http::{HeaderMap, StatusCode, Uri};
 //!
 //! let store: Arc<dyn HandoffStore> = Arc::new(MemoryStore::new());
 //! let relay = Relay::builder(store.clone()).build();
@@ -49,24 +51,27 @@
 //! let combo = ComboName::new("codex");
 //! let (a, b) = (ResolvedAccount::new("codex", "acct-a"), ResolvedAccount::new("codex", "acct-b"));
 //! let on = |account| RequestFacts { combo: Some(&combo), account: Some(account), ..Default::default() };
+//! let completed = b"event: response.completed\ndata: {\"type\":\"response.completed\"}\n\n";
 //!
 //! // The session's first turn, on acct-a: read once, to record the session's conversation.
-//! let Inject::ReadBody(first) = relay.inject(&uri, &headers, on(&a), 0) else { panic!() };
+//! let mut first = relay.attempt(&uri, &headers, on(&a), 0);
+//! assert!(matches!(first.body_plan(), BodyPlan::Hold { .. }));
 //! let body = Bytes::from_static(br#"{"input":"add a --json flag"}"#);
-//! let decided = first.decide(&mut headers.clone(), body.clone()).await;
-//! assert_eq!(decided.body, body, "forwarded as sent");
-//! // The response completed: the session's affinity is now acct-a.
-//! decided.ticket.expect("a session").ended(Ending::Completed);
+//! assert_eq!(first.request_body(&mut headers.clone(), body.clone()).await, body, "as sent");
+//! assert_eq!(first.response_head(StatusCode::OK, &HeaderMap::new()).await, ResponsePlan::Forward);
+//! first.response_chunk(completed);
+//! first.end(false);
 //! relay.background().idle().await;
-//! // Its next turns on acct-a take the fast path: the body is not read.
-//! assert!(matches!(relay.inject(&uri, &headers, on(&a), 0), Inject::Forward { .. }));
+//! // The response completed: its next turns on acct-a stream through, the body not read.
+//! let next = relay.attempt(&uri, &headers, on(&a), 0);
+//! assert!(matches!(next.body_plan(), BodyPlan::Stream { .. }));
 //!
 //! // The next turn was sent to acct-b: a switch, decided on the body.
-//! let Inject::ReadBody(decision) = relay.inject(&uri, &headers, on(&b), 0) else { panic!() };
+//! let mut switch = relay.attempt(&uri, &headers, on(&b), 0);
 //! let raw = Bytes::from_static(br#"{"input":[{"type":"reasoning","encrypted_content":"gAAA-of-acct-a"}]}"#);
-//! let decided = decision.decide(&mut headers, raw).await;
-//! assert_eq!(decided.body, Bytes::from_static(br#"{"input":[]}"#), "acct-a's state removed");
-//! assert!(decided.ticket.expect("a session").action().scrubbed);
+//! let sent = switch.request_body(&mut headers, raw).await;
+//! assert_eq!(sent, Bytes::from_static(br#"{"input":[]}"#), "acct-a's state removed");
+//! assert!(switch.action().scrubbed);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! # }).unwrap();
 //! ```
@@ -74,6 +79,7 @@
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 mod action;
+pub mod attempt;
 mod background;
 mod configs;
 mod events;
@@ -86,8 +92,10 @@ mod quota;
 mod relay;
 pub mod summary;
 mod tenant;
+pub mod turn;
 
 pub use action::{RELAY_HEADER, RelayAction};
+pub use attempt::{Attempt, BodyPlan, Looked, ResponsePlan};
 pub use background::Background;
 pub use configs::RelayConfigs;
 pub use events::{RelayEvent, RelayEvents};
@@ -105,3 +113,4 @@ pub use summary::{
     BoxError, MAX_ERROR_BODY_BYTES, MAX_SUMMARY_REPLY_BYTES, Summarizer, SummaryError,
     SummaryFuture, SummaryRequest,
 };
+pub use turn::Turn;

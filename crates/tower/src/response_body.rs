@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use context_relay_engine::{EndWatch, ReplyWatch};
+use context_relay_engine::{Attempt, Turn};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
@@ -46,30 +46,29 @@ pin_project! {
     }
 }
 
-/// What watches the body's end. Both are boxed: the pass-through path has no hook at all, and
-/// a hook inline would make every response body (nested once per layer) several hundred bytes
-/// larger.
+/// The phase object that watches the body's end. The attempt is boxed (the turn is a few
+/// pointers): the pass-through path has no hook at all, and a hook inline would make every
+/// response body (nested once per layer) several hundred bytes larger.
 pub(crate) enum EndHook {
-    /// The injection side: completes or releases the request's ticket.
-    Ticket(Box<EndWatch>),
-    /// The generation side: starts the summary once the reply is complete (it holds the reply
-    /// capture; only the rare qualifying turn has one).
-    Reply(Box<ReplyWatch>),
+    /// The injection side: completes or releases the request's handoff.
+    Attempt(Box<Attempt>),
+    /// The generation side: starts the summary once the reply is complete (only the rare
+    /// qualifying turn watches its reply).
+    Turn(Turn),
 }
 
 impl EndHook {
     fn push(&mut self, data: &[u8]) {
         match self {
-            EndHook::Ticket(w) => w.push(data),
-            EndHook::Reply(w) => w.push(data),
+            EndHook::Attempt(a) => a.response_chunk(data),
+            EndHook::Turn(t) => t.response_chunk(data),
         }
     }
 
     fn end(self, errored: bool) {
         match self {
-            EndHook::Ticket(w) => w.finish(errored),
-            EndHook::Reply(mut w) if errored => w.failed(),
-            EndHook::Reply(mut w) => w.ended(),
+            EndHook::Attempt(a) => a.end(errored),
+            EndHook::Turn(t) => t.end(errored),
         }
     }
 }

@@ -58,6 +58,11 @@ impl Held {
         }
     }
 
+    /// The most bytes held.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
     /// Adds `chunk`; `end` is pingora's `end_of_stream`.
     pub fn push(&mut self, chunk: Option<Bytes>, end: bool) -> Hold {
         if let Some(chunk) = chunk {

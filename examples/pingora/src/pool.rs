@@ -23,10 +23,11 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use context_relay_core::ResolvedAccount;
-use http::HeaderValue;
+use context_relay_core::quota::{self, QuotaKind, QuotaSignal};
+use http::{HeaderMap, HeaderValue, StatusCode};
 
 /// Usage at or above which an account is taken out of rotation until it resets.
 pub const ROTATE_AT: f64 = 0.95;
@@ -211,6 +212,31 @@ impl Pool {
         if let Some(slot) = self.lock().exhausted_until.get_mut(index) {
             *slot = Some(slot.map_or(until, |t| t.max(until)));
         }
+    }
+
+    /// Reads the quota signal of a response `route` got; the account leaves rotation when the
+    /// response says it is used up (a signal at [`ROTATE_AT`], a 429 with its reset).
+    pub fn observe(
+        &self,
+        route: &Route,
+        status: StatusCode,
+        headers: &HeaderMap,
+    ) -> Option<QuotaSignal> {
+        let now = SystemTime::now();
+        let signal = quota::from_response(QuotaKind::Auto, status, headers, None, now);
+        if let Some(s) = signal.filter(|s| s.percent_used >= ROTATE_AT) {
+            let reset = s.resets_at.and_then(|t| t.duration_since(now).ok());
+            tracing::info!(
+                account = route.id(),
+                used = s.percent_used,
+                "account leaves rotation"
+            );
+            self.exhaust(
+                route.index(),
+                Instant::now() + reset.unwrap_or(DEFAULT_RESET),
+            );
+        }
+        signal
     }
 
     /// Whether account `index` is out of rotation at `now`.

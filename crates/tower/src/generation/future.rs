@@ -2,7 +2,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use context_relay_engine::{GenerationTicket, QuotaSignal, ResolvedAccount};
+use context_relay_engine::{QuotaSignal, ResolvedAccount, Turn};
 use http::Response;
 use http_body::Body;
 use pin_project_lite::pin_project;
@@ -14,13 +14,13 @@ pin_project! {
     pub struct ResponseFuture<F> {
         #[pin]
         inner: F,
-        ticket: Option<GenerationTicket>,
+        turn: Option<Turn>,
     }
 }
 
 impl<F> ResponseFuture<F> {
-    pub(crate) fn new(inner: F, ticket: Option<GenerationTicket>) -> Self {
-        Self { inner, ticket }
+    pub(crate) fn new(inner: F, turn: Option<Turn>) -> Self {
+        Self { inner, turn }
     }
 }
 
@@ -35,16 +35,16 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let response = ready!(this.inner.poll(cx))?;
-        let hook = this.ticket.take().and_then(|t| {
+        let hook = this.turn.take().and_then(|mut turn| {
             let ext = response.extensions();
-            t.response(
+            turn.response(
                 response.status(),
                 response.headers(),
                 ext.get::<ResolvedAccount>(),
                 ext.get::<QuotaSignal>().copied(),
-            )
+            );
+            turn.watches_reply().then_some(EndHook::Turn(turn))
         });
-        let hook = hook.map(|w| EndHook::Reply(Box::new(w)));
         Poll::Ready(Ok(response.map(|body| ResponseBody::plain(body, hook))))
     }
 }

@@ -2,7 +2,7 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use context_relay_engine::{BoxError, Relay, RequestFacts, Summarizer, relay_skips};
+use context_relay_engine::{BoxError, Relay, RequestFacts, Summarizer, Turn, relay_skips};
 use context_relay_store::HandoffStore;
 use http::{Request, Response};
 use http_body::Body;
@@ -99,7 +99,7 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let ticket = self.relay.as_ref().and_then(|relay| {
+        let turn = self.relay.as_ref().map(|relay| {
             let ext = req.extensions();
             // The generation side reads neither the account nor the model (which are set
             // below it): two look-ups fewer on every request.
@@ -110,18 +110,20 @@ where
                 skip: relay_skips(ext),
                 ..RequestFacts::default()
             };
-            relay.generation(req.uri(), req.headers(), facts)
+            relay.turn(req.uri(), req.headers(), facts)
         });
-        let Some(mut ticket) = ticket else {
+        let Some(mut turn) = turn.filter(Turn::is_active) else {
             return ResponseFuture::new(self.inner.call(req.map(RequestBody::passthrough)), None);
         };
-        ticket.summarizer_or(|| {
+        turn.summarizer_or(|| {
             self.default_summarizer
                 .get_or_init(|| Arc::new(InnerSummarizer::<S, B>::new(self.inner.clone())))
                 .clone()
         });
-        let capture = ticket.capture().clone();
-        let req = req.map(|b| RequestBody::captured(b, capture));
-        ResponseFuture::new(self.inner.call(req), Some(ticket))
+        let req = match turn.take_capture() {
+            Some(capture) => req.map(|b| RequestBody::captured(b, capture)),
+            None => req.map(RequestBody::passthrough),
+        };
+        ResponseFuture::new(self.inner.call(req), Some(turn))
     }
 }

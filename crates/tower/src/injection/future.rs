@@ -2,13 +2,13 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use context_relay_engine::{ResolvedAccount, Ticket};
+use context_relay_engine::{Attempt, ResponsePlan};
 use http::Response;
 use http_body::Body;
 use pin_project_lite::pin_project;
 
-use super::respond::{finish_plain, needs_a_look, respond};
-use super::retry::{BoxFuture, Retry};
+use super::respond::{finish, respond};
+use super::retry::{BoxFuture, Resend};
 use crate::response_body::ResponseBody;
 
 pin_project! {
@@ -22,33 +22,26 @@ pin_project! {
 pin_project! {
     #[project = KindProj]
     enum Kind<F, B: Body, E> {
-        // The fast path: the inner future, polled in place.
+        // The body went through untouched: the inner future, polled in place.
         Direct {
             #[pin]
             inner: F,
-            ticket: Option<Ticket>,
-            retry: Option<Retry<B, E>>,
-            // Labels the response when there is no ticket.
-            account: Option<ResolvedAccount>,
+            attempt: Option<Attempt>,
+            resend: Option<Resend<B, E>>,
         },
-        // The slow path (body read and rewritten), or a response that needs a look first.
+        // The slow path (body read and rewritten), or a response that must wait (a claim to
+        // give back, a look ahead).
         Boxed { fut: BoxFuture<Result<Response<ResponseBody<B>>, E>> },
     }
 }
 
 impl<F, B: Body, E> ResponseFuture<F, B, E> {
-    pub(crate) fn direct(
-        inner: F,
-        ticket: Option<Ticket>,
-        retry: Option<Retry<B, E>>,
-        account: Option<ResolvedAccount>,
-    ) -> Self {
+    pub(crate) fn direct(inner: F, attempt: Attempt, resend: Option<Resend<B, E>>) -> Self {
         Self {
             kind: Kind::Direct {
                 inner,
-                ticket,
-                retry,
-                account,
+                attempt: Some(attempt),
+                resend,
             },
         }
     }
@@ -75,22 +68,22 @@ where
             KindProj::Boxed { fut } => return fut.as_mut().poll(cx),
             KindProj::Direct {
                 inner,
-                ticket,
-                retry,
-                account,
+                attempt,
+                resend,
             } => {
                 let result = ready!(inner.poll(cx));
-                let look = match (&result, retry.as_ref()) {
-                    (Ok(response), Some(r)) => needs_a_look(response, r),
-                    _ => false,
-                } || ticket.as_ref().is_some_and(Ticket::carries_handoff);
-                if !look {
-                    // Nothing to release: a claimed ticket takes `respond`.
-                    return Poll::Ready(
-                        result.map(|r| finish_plain(r, ticket.take(), account.take())),
-                    );
+                let Some(mut a) = attempt.take() else {
+                    // Polled again after it completed.
+                    return Poll::Pending;
+                };
+                let plan = match &result {
+                    Ok(r) => a.response_head_now(r.status(), r.headers()),
+                    Err(_) => None,
+                };
+                if let (Some(ResponsePlan::Forward), Ok(_)) = (plan, &result) {
+                    return Poll::Ready(result.map(|r| finish(r, a)));
                 }
-                Box::pin(respond(result, ticket.take(), retry.take(), account.take()))
+                Box::pin(respond(result, a, resend.take(), plan))
             }
         };
         self.as_mut().project().kind.set(Kind::Boxed { fut: next });

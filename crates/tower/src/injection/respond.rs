@@ -1,86 +1,47 @@
-//! Turning the inner response into the layer's response: release before anything is handed
-//! back on an error, repair a rejection of account-bound state once, watch the body's end.
+//! Turning the inner response into the layer's response through the [`Attempt`]: a claim
+//! given back before anything is handed on after an error, a rejection of account-bound state
+//! repaired once, the body's end watched.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
 
-use context_relay_core::ending::EndDetector;
-use context_relay_core::repair::RepairKind;
-use context_relay_engine::{EndWatch, Look, Repair, ResolvedAccount, Ticket};
+use context_relay_engine::{Attempt, Looked, ResponsePlan};
 use http::Response;
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 
-use super::retry::Retry;
+use super::retry::Resend;
 use crate::response_body::{EndHook, ResponseBody};
 
 /// What was read ahead of the consumer.
 type Prefix<B> = VecDeque<Result<Frame<<B as Body>::Data>, <B as Body>::Error>>;
 
-/// Whether a response must be looked at before it is handed on (see [`Repair::wants_look`]).
-pub(crate) fn needs_a_look<B, E>(response: &Response<B>, retry: &Retry<B, E>) -> bool {
-    retry
-        .repair
-        .wants_look(response.status(), response.headers())
-}
-
-/// The layer's response on the direct path, without reading ahead or waiting: a body watched
-/// when the ticket waits for its end. The request's account goes on the response in every
-/// case. Only for tickets that carry no claim (a claimed ticket takes [`respond`], which gives
-/// the claim of an error response back before handing it on).
-pub(crate) fn finish_plain<B>(
-    response: Response<B>,
-    ticket: Option<Ticket>,
-    account: Option<ResolvedAccount>,
-) -> Response<ResponseBody<B>>
+/// The layer's response once the attempt planned to forward it: labelled, its body watched
+/// when the attempt waits for its end.
+pub(crate) fn finish<B>(response: Response<B>, attempt: Attempt) -> Response<ResponseBody<B>>
 where
     B: Body,
     B::Data: AsRef<[u8]>,
 {
     let (mut parts, body) = response.into_parts();
-    let ticket = match ticket.map(|t| t.try_label(&mut parts)) {
-        Some(Ok(t)) => t,
-        // Not reached (see above); dropping the ticket releases its claim in the background.
-        Some(Err(_)) => None,
-        None => label_account(&mut parts, account),
-    };
-    let hook = ticket.map(|t| EndHook::Ticket(Box::new(EndWatch::new(t))));
-    Response::from_parts(parts, ResponseBody::plain(body, hook))
+    attempt.label(&mut parts);
+    Response::from_parts(parts, ResponseBody::plain(body, hook(attempt)))
 }
 
-/// Labels the response (account, action), the claim of an error response given back first;
-/// the ticket that still waits for the body's end.
-async fn label(
-    parts: &mut http::response::Parts,
-    ticket: Option<Ticket>,
-    account: Option<ResolvedAccount>,
-) -> Option<Ticket> {
-    match ticket {
-        Some(t) => t.label(parts).await,
-        None => label_account(parts, account),
-    }
+/// The end hook of an attempt that watches its body's end (dropping the others settles them).
+fn hook(attempt: Attempt) -> Option<EndHook> {
+    attempt
+        .watches_end()
+        .then(|| EndHook::Attempt(Box::new(attempt)))
 }
 
-/// Labels a response without a ticket with the request's account.
-fn label_account(
-    parts: &mut http::response::Parts,
-    account: Option<ResolvedAccount>,
-) -> Option<Ticket> {
-    if let Some(a) = account
-        && parts.extensions.get::<ResolvedAccount>().is_none()
-    {
-        parts.extensions.insert(a);
-    }
-    None
-}
-
-/// Handles the inner result (see the module docs). `retry` is given when the request can be
-/// sent again; `account` labels the response when there is no ticket.
+/// Handles the inner result through the attempt's phases. `resend` is given when the request
+/// can be sent again; `plan` when the response head was planned already.
 pub(crate) async fn respond<B, E>(
     result: Result<Response<B>, E>,
-    mut ticket: Option<Ticket>,
-    retry: Option<Retry<B, E>>,
-    account: Option<ResolvedAccount>,
+    mut attempt: Attempt,
+    resend: Option<Resend<B, E>>,
+    plan: Option<ResponsePlan>,
 ) -> Result<Response<ResponseBody<B>>, E>
 where
     B: Body + Send + 'static,
@@ -90,86 +51,71 @@ where
     let response = match result {
         Ok(r) => r,
         Err(e) => {
-            if let Some(t) = ticket.as_mut() {
-                t.release_now().await;
-            }
+            attempt.failed().await;
             return Err(e);
         }
     };
-    let Some(retry) = retry.filter(|r| needs_a_look(&response, r)) else {
-        return Ok(settle(response, ticket, account).await);
+    let plan = match plan {
+        Some(plan) => plan,
+        None => {
+            attempt
+                .response_head(response.status(), response.headers())
+                .await
+        }
     };
-    let looked = look(response, &retry.repair).await;
-    let Some(kind) = looked.blames else {
-        return Ok(assemble(looked, ticket, account).await);
+    let (Some(resend), ResponsePlan::LookAhead { deadline }) = (resend, plan) else {
+        return Ok(finish(response, attempt));
     };
-    let Retry { repair, resend } = retry;
-    let Some(body) = repair.resend_body(kind, looked.parts.status, ticket.as_mut()) else {
-        return Ok(assemble(looked, ticket, account).await);
+    let looked = look(response, &mut attempt, deadline).await;
+    let body = match attempt.looked(looked.parts.status, looked.ended).await {
+        Looked::Forward => return Ok(assemble(looked, attempt)),
+        Looked::Resend(body) => body,
     };
     // The rejected response is not handed on.
     drop(looked);
     match resend(body).await {
-        Ok(response) => Ok(settle(response, ticket, account).await),
+        Ok(response) => {
+            let plan = attempt.response_head(response.status(), response.headers());
+            plan.await;
+            Ok(finish(response, attempt))
+        }
         Err(e) => {
-            if let Some(t) = ticket.as_mut() {
-                t.release_now().await;
-            }
+            attempt.failed().await;
             Err(e)
         }
     }
 }
 
-/// The response without a retry: the claim goes back first on an error status.
-async fn settle<B>(
-    response: Response<B>,
-    ticket: Option<Ticket>,
-    account: Option<ResolvedAccount>,
-) -> Response<ResponseBody<B>>
-where
-    B: Body,
-    B::Data: AsRef<[u8]>,
-{
-    let (mut parts, body) = response.into_parts();
-    let hook = label(&mut parts, ticket, account)
-        .await
-        .map(|t| EndHook::Ticket(Box::new(EndWatch::new(t))));
-    Response::from_parts(parts, ResponseBody::plain(body, hook))
-}
-
 /// A response read ahead.
-struct Looked<B: Body> {
+struct Ahead<B: Body> {
     parts: http::response::Parts,
     body: Pin<Box<B>>,
     prefix: Prefix<B>,
-    detector: EndDetector,
     /// The inner body reported its end (`None`) while read ahead: it must not be polled again.
     ended: bool,
-    /// The account-bound state the response blames.
-    blames: Option<RepairKind>,
 }
 
-/// Reads a 400 body (bounded) and classifies it, or holds a stream's opening events back until
-/// the first output event, the end, or a failure (see [`Look`]).
-async fn look<B>(response: Response<B>, repair: &Repair) -> Looked<B>
+/// Reads the body ahead while the attempt asks for more, until `deadline` (a held stream
+/// opening) or the end.
+async fn look<B>(
+    response: Response<B>,
+    attempt: &mut Attempt,
+    deadline: Option<tokio::time::Instant>,
+) -> Ahead<B>
 where
     B: Body,
     B::Data: AsRef<[u8]>,
 {
     let (parts, body) = response.into_parts();
-    let mut look = Look::new(repair, parts.status, &parts.headers);
     let mut body = Box::pin(body);
     let mut prefix = VecDeque::new();
     let mut ended = false;
     loop {
-        if look.settled() {
+        if body.is_end_stream() {
+            ended = true;
             break;
         }
-        if look.full() || body.is_end_stream() {
-            ended = body.is_end_stream();
-            break;
-        }
-        let next = match look.deadline() {
+        let next = match deadline {
             Some(deadline) => match tokio::time::timeout_at(deadline, body.frame()).await {
                 Ok(next) => next,
                 Err(_) => break,
@@ -182,10 +128,14 @@ where
                 break;
             }
             Some(Ok(frame)) => {
-                if let Some(data) = frame.data_ref() {
-                    look.push(data.as_ref());
-                }
+                let more = match frame.data_ref() {
+                    Some(data) => attempt.look_chunk(data.as_ref()),
+                    None => true,
+                };
                 prefix.push_back(Ok(frame));
+                if !more {
+                    break;
+                }
             }
             Some(Err(e)) => {
                 prefix.push_back(Err(e));
@@ -193,37 +143,27 @@ where
             }
         }
     }
-    let (detector, blames) = look.finish(ended);
-    Looked {
+    Ahead {
         parts,
         body,
         prefix,
-        detector,
         ended,
-        blames,
     }
 }
 
 /// The layer's response from a response read ahead.
-async fn assemble<B>(
-    looked: Looked<B>,
-    ticket: Option<Ticket>,
-    account: Option<ResolvedAccount>,
-) -> Response<ResponseBody<B>>
+fn assemble<B>(looked: Ahead<B>, attempt: Attempt) -> Response<ResponseBody<B>>
 where
     B: Body,
     B::Data: AsRef<[u8]>,
 {
-    let Looked {
+    let Ahead {
         mut parts,
         body,
         prefix,
-        detector,
         ended,
-        ..
     } = looked;
-    let hook = label(&mut parts, ticket, account)
-        .await
-        .map(|t| EndHook::Ticket(Box::new(EndWatch::resume(detector, t))));
+    attempt.label(&mut parts);
+    let hook = hook(attempt);
     Response::from_parts(parts, ResponseBody::boxed(body, prefix, ended, hook))
 }

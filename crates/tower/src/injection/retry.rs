@@ -4,7 +4,6 @@ use std::future::Future;
 use std::pin::Pin;
 
 use bytes::Bytes;
-use context_relay_engine::Repair;
 use context_relay_engine::injection::resend_headers;
 use http::{Request, Response};
 use http_body::Body;
@@ -17,12 +16,6 @@ pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 /// Sends a new body with the request's method, URI, headers and extensions to a fresh clone of
 /// the inner service.
 pub(crate) type Resend<B, E> = Box<dyn FnOnce(Bytes) -> BoxFuture<Result<Response<B>, E>> + Send>;
-
-/// What a repair needs: the engine's view of the request, and a way to send it again.
-pub(crate) struct Retry<B, E> {
-    pub(crate) repair: Box<Repair>,
-    pub(crate) resend: Resend<B, E>,
-}
 
 /// A [`Resend`] for the request whose head is `parts`, through a clone of `inner`.
 pub(crate) fn resend<S, B, ResBody>(

@@ -2,7 +2,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use context_relay_engine::{Inject, Relay, Repair, RequestFacts, ResolvedAccount, Ticket};
+use context_relay_engine::injection::Tee;
+use context_relay_engine::{Attempt, BodyPlan, Relay, RequestFacts, ResolvedAccount};
 use context_relay_store::HandoffStore;
 use http::{Request, Response};
 use http_body::Body;
@@ -12,7 +13,7 @@ use super::future::ResponseFuture;
 use super::layer::InjectionLayer;
 use super::read::{Read, read_body};
 use super::respond::respond;
-use super::retry::{Retry, resend};
+use super::retry::resend;
 use crate::request_body::RequestBody;
 use crate::response_body::ResponseBody;
 
@@ -93,62 +94,53 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let inject = match &self.relay {
-            Some(relay) => relay.inject(
+        let mut attempt = match &self.relay {
+            Some(relay) => relay.attempt(
                 req.uri(),
                 req.headers(),
                 RequestFacts::from_extensions(req.extensions()),
                 req.body().size_hint().lower(),
             ),
-            None => Inject::Pass,
+            // The account goes on the response whatever the relay did.
+            None => Attempt::pass(req.extensions().get::<ResolvedAccount>().cloned()),
         };
-        let decision = match inject {
-            Inject::Pass => {
-                // The account goes on the response whatever the relay did.
-                let account = req.extensions().get::<ResolvedAccount>().cloned();
-                return self.forward(req, None, None, account);
-            }
-            Inject::Forward { ticket, repair } => return self.fast(req, ticket, repair),
-            Inject::ReadBody(decision) => decision,
+        let limit = match attempt.body_plan() {
+            BodyPlan::Stream { keep } => return self.stream(req, attempt, keep),
+            BodyPlan::Hold { limit } => limit,
         };
 
         // Slow path: the ready service goes into the future, a fresh clone stays here.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let spare = self.inner.clone();
-        let account = req.extensions().get::<ResolvedAccount>().cloned();
         ResponseFuture::boxed(Box::pin(async move {
             let (mut parts, body) = req.into_parts();
-            let (body, ticket, repair) = match read_body(body, decision.limit()).await {
+            let body = match read_body(body, limit).await {
                 Read::Whole(raw) => {
-                    let decided = decision.decide(&mut parts.headers, raw).await;
-                    (
-                        RequestBody::full(decided.body),
-                        decided.ticket,
-                        decided.repair,
-                    )
+                    let body = attempt.request_body(&mut parts.headers, raw).await;
+                    RequestBody::full(body)
                 }
-                Read::Partial(body) => (body, Some(decision.too_large().await), None),
+                Read::Partial(body) => {
+                    attempt.body_too_large().await;
+                    body
+                }
             };
-            let retry = repair.map(|repair| Retry {
-                repair,
-                resend: resend(spare, &parts),
-            });
+            let resend = attempt.may_resend().then(|| resend(spare, &parts));
             // `inner` was polled ready by the caller (clone-and-swap above).
             let result = inner.call(Request::from_parts(parts, body)).await;
-            respond(result, ticket, retry, account).await
+            respond(result, attempt, resend, None).await
         }))
     }
 }
 
 impl<S> Injection<S> {
-    /// The fast path: the body goes through untouched; for an API with account-bound state its
-    /// frames are kept (by reference) so that a rejection of that state can be repaired.
-    fn fast<B, ResBody>(
+    /// The body goes through untouched; when the request may have to be sent again, its frames
+    /// are kept (by reference) so that a rejection of its account-bound state can be repaired.
+    fn stream<B, ResBody>(
         &mut self,
         req: Request<B>,
-        ticket: Ticket,
-        repair: Option<Box<Repair>>,
+        attempt: Attempt,
+        keep: Option<Arc<Tee>>,
     ) -> ResponseFuture<S::Future, ResBody, S::Error>
     where
         S: Service<Request<RequestBody<B>>, Response = Response<ResBody>> + Clone + Send + 'static,
@@ -158,37 +150,13 @@ impl<S> Injection<S> {
         B::Error: Send,
         ResBody: Body + Send + 'static,
     {
-        let Some(repair) = repair else {
-            return self.forward(req, Some(ticket), None, None);
-        };
+        if !attempt.may_resend() {
+            let req = req.map(RequestBody::passthrough);
+            return ResponseFuture::direct(self.inner.call(req), attempt, None);
+        }
         let (parts, body) = req.into_parts();
-        let tee = repair.tee().cloned();
-        let retry = Retry {
-            repair,
-            resend: resend(self.inner.clone(), &parts),
-        };
-        let req = Request::from_parts(parts, RequestBody::teed(body, tee));
-        ResponseFuture::direct(self.inner.call(req), Some(ticket), Some(retry), None)
-    }
-
-    /// The body untouched, nothing kept.
-    fn forward<B, ResBody>(
-        &mut self,
-        req: Request<B>,
-        ticket: Option<Ticket>,
-        retry: Option<Retry<ResBody, S::Error>>,
-        account: Option<ResolvedAccount>,
-    ) -> ResponseFuture<S::Future, ResBody, S::Error>
-    where
-        S: Service<Request<RequestBody<B>>, Response = Response<ResBody>>,
-        B: Body,
-        ResBody: Body,
-    {
-        ResponseFuture::direct(
-            self.inner.call(req.map(RequestBody::passthrough)),
-            ticket,
-            retry,
-            account,
-        )
+        let resend = resend(self.inner.clone(), &parts);
+        let req = Request::from_parts(parts, RequestBody::teed(body, keep));
+        ResponseFuture::direct(self.inner.call(req), attempt, Some(resend))
     }
 }
