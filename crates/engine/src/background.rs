@@ -63,6 +63,11 @@ impl Background {
         self.inner.running.load(Ordering::Acquire)
     }
 
+    /// [`idle`](Self::idle), giving up after `limit`: `true` when it became idle.
+    pub async fn idle_within(&self, limit: std::time::Duration) -> bool {
+        tokio::time::timeout(limit, self.idle()).await.is_ok()
+    }
+
     /// Waits until no tracked task is running.
     ///
     /// Tasks spawned while waiting are waited for too.
@@ -117,6 +122,29 @@ mod tests {
         tokio::task::yield_now().await;
         assert!(!waiter.is_finished());
         tx.send(()).expect("task is waiting");
+        waiter.await.expect("idle returns");
+        assert_eq!(bg.in_flight(), 0);
+    }
+
+    #[tokio::test]
+    async fn work_started_by_work_is_counted_once_and_waited_for() {
+        let bg = Background::new();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let inner = bg.clone();
+        bg.spawn(async move {
+            // Work that starts more work before it ends.
+            inner.spawn(async move {
+                let _ = rx.await;
+            });
+        });
+        let waiter = tokio::spawn({
+            let bg = bg.clone();
+            async move { bg.idle().await }
+        });
+        tokio::task::yield_now().await;
+        assert_eq!(bg.in_flight(), 1, "one task, counted once");
+        assert!(!bg.idle_within(std::time::Duration::from_millis(1)).await);
+        tx.send(()).expect("the inner task waits");
         waiter.await.expect("idle returns");
         assert_eq!(bg.in_flight(), 0);
     }

@@ -51,7 +51,7 @@ use serde::{Deserialize, Serialize};
 use crate::console::AdminAuth;
 use crate::error::{ErrorShape, error_body};
 use crate::pool::AccountPools;
-use crate::relay::RelayBackground;
+use context_relay_tower::Background;
 
 /// Longest `settle=true` wait.
 const SETTLE_LIMIT: Duration = Duration::from_secs(10);
@@ -62,7 +62,7 @@ struct Admin {
     pools: Arc<AccountPools>,
     /// The token (as a Bearer token) or the console's login cookie.
     auth: AdminAuth,
-    background: Option<RelayBackground>,
+    background: Option<Background>,
 }
 
 /// The admin routes over `store`, guarded by `token`. `background` (absent when the relay is
@@ -77,7 +77,7 @@ pub(crate) const ACCOUNTS: &str = "/admin/accounts";
 pub(crate) fn routes(
     store: Arc<dyn HandoffStore>,
     token: &str,
-    background: Option<RelayBackground>,
+    background: Option<Background>,
     pools: Arc<AccountPools>,
 ) -> Router {
     let state = Admin {

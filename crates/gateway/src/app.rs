@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use context_relay_store::{DEFAULT_PURGE_INTERVAL, HandoffStore, PurgerHandle, spawn_purger};
-use context_relay_tower::{GenerationLayer, InjectionLayer};
+use context_relay_tower::{Background, ContextRelay};
 use http::{HeaderValue, Request, Response, header};
 use http_body::Body as _;
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -32,7 +32,6 @@ use crate::deadline::DeadlineLayer;
 use crate::live::Live;
 use crate::pool::{AccountPools, LoginServices};
 use crate::ready::Readiness;
-use crate::relay::{RelayBackground, RelayLayers};
 use crate::resolver::{AccountResolverLayer, AffinityStore};
 use crate::server::ServeOptions;
 use crate::store::{StoreOpenError, make_private, open_local_store, open_store};
@@ -93,7 +92,7 @@ pub(crate) fn proxy_stack(
     pools: Arc<AccountPools>,
     upstream: Upstream,
     options: StackOptions,
-    relay: Option<&RelayLayers>,
+    relay: &ContextRelay,
 ) -> ProxyService {
     let max_body_bytes = options.max_body_bytes;
     let combo = ComboLayer::from_arc(routes.clone(), max_body_bytes).budget(options.budget);
@@ -106,11 +105,6 @@ pub(crate) fn proxy_stack(
     let resolver = resolver.activity(options.activity);
     let auth = AuthLayer::new(options.auth);
     let deadline = DeadlineLayer::new(options.request_timeout);
-    // One stack whether the relay is on or off: off, its layers pass every request through.
-    let (generation, injection) = match relay {
-        Some(relay) => (relay.generation().clone(), relay.injection().clone()),
-        None => (GenerationLayer::disabled(), InjectionLayer::disabled()),
-    };
     BoxCloneSyncService::new(
         ServiceBuilder::new()
             .map_response(fix_content_length)
@@ -120,9 +114,11 @@ pub(crate) fn proxy_stack(
             // Buffers and decodes the body, sets ComboName, RouteTargets, Tenant and
             // SessionId, rewrites `model`. Request body from here on: `Full<Bytes>`.
             .layer(combo)
-            .layer(generation)
+            // One stack whether the relay is on or off: off, its layers pass every request
+            // through.
+            .layer(relay.generation_layer())
             .layer(resolver)
-            .layer(injection)
+            .layer(relay.injection_layer())
             .service(upstream),
     )
 }
@@ -138,7 +134,7 @@ pub struct Gateway {
     pub(crate) pools: Arc<AccountPools>,
     pub(crate) upstream: Upstream,
     pub(crate) store: Arc<dyn HandoffStore>,
-    pub(crate) relay: Option<RelayLayers>,
+    pub(crate) relay: ContextRelay,
     pub(crate) metrics: Option<PrometheusHandle>,
     pub(crate) auth: Auth,
     /// The open-mode tenant secret, shared with the gateways reloads build.
@@ -159,7 +155,7 @@ impl std::fmt::Debug for Gateway {
             .field("listen", &self.config.listen)
             .field("routes", &self.routes)
             .field("store", &self.store.backend())
-            .field("relay", &self.relay.is_some())
+            .field("relay", &self.relay.is_enabled())
             .finish_non_exhaustive()
     }
 }
@@ -217,13 +213,11 @@ impl Gateway {
             tracing::warn!("{w}");
         }
         let activity = Activity::default();
-        let relay = config
-            .relay_enabled
-            .then(|| RelayLayers::new(store.clone(), configs, config.stream_summary_providers()))
-            .map(|r| {
-                r.summary_settings(crate::summary::summary_settings(&config))
-                    .with_activity(activity.clone())
-            });
+        let relay = if config.relay_enabled {
+            crate::relay::relay(&config, configs, store.clone(), activity.clone())
+        } else {
+            ContextRelay::disabled()
+        };
         let usage = UsageLedger::default();
         usage.set_open(config.is_open());
         let upstream =
@@ -253,25 +247,18 @@ impl Gateway {
         })
     }
 
-    /// Switches the relay on or off (overriding `relay_enabled`). Off, the proxy stack has
-    /// neither GenerationLayer nor InjectionLayer: the gateway is a plain pooling proxy.
+    /// Switches the relay on or off (overriding `relay_enabled`). Off, both relay layers pass
+    /// every request through: the gateway is a plain pooling proxy.
     ///
     /// Call it before [`router`](Self::router) / [`service`](Self::service) / [`spawn`](Self::spawn):
     /// stacks already built keep the layers they were built with.
     pub fn relay(mut self, on: bool) -> Self {
-        match (on, self.relay.is_some()) {
-            (false, _) => self.relay = None,
+        match (on, self.relay.is_enabled()) {
+            (false, _) => self.relay = ContextRelay::disabled(),
             (true, false) => {
                 let (configs, _) = self.config.relay_settings();
-                self.relay = Some(
-                    RelayLayers::new(
-                        self.store.clone(),
-                        configs,
-                        self.config.stream_summary_providers(),
-                    )
-                    .summary_settings(crate::summary::summary_settings(&self.config))
-                    .with_activity(self.activity.clone()),
-                );
+                let (store, activity) = (self.store.clone(), self.activity.clone());
+                self.relay = crate::relay::relay(&self.config, configs, store, activity);
             }
             (true, true) => {}
         }
@@ -280,16 +267,13 @@ impl Gateway {
 
     /// Whether the relay layers are in the stack.
     pub fn relay_enabled(&self) -> bool {
-        self.relay.is_some()
+        self.relay.is_enabled()
     }
 
     /// The handle on the relay's background work (summaries, claim completions): tests and
     /// examples `idle().await` on it instead of sleeping. With the relay off it never has work.
-    pub fn background(&self) -> RelayBackground {
-        self.relay
-            .as_ref()
-            .map(RelayLayers::background)
-            .unwrap_or_default()
+    pub fn background(&self) -> Background {
+        self.relay.background()
     }
 
     /// The handoff store.
@@ -352,12 +336,12 @@ impl Gateway {
                 // Only the relay writes affinities.
                 affinity: self
                     .relay
-                    .is_some()
+                    .is_enabled()
                     .then(|| AffinityStore(self.store.clone())),
                 activity: self.activity.clone(),
                 request_timeout: self.config.limits.request_timeout_secs.duration(),
             },
-            self.relay.as_ref(),
+            &self.relay,
         )
     }
 }

@@ -27,7 +27,7 @@
 //! ```
 //!
 //! The embedding API is [`Gateway`] (built from a [`config::Config`]), what it returns
-//! ([`RunningGateway`], [`GatewayError`], [`HttpService`], [`RelayBackground`]) and
+//! ([`RunningGateway`], [`GatewayError`], [`HttpService`], [`Background`]) and
 //! [`prometheus_builder`] for its `/metrics` page.
 //!
 #![doc = include_str!("../README.md")]
@@ -77,11 +77,11 @@ mod usage;
 pub use access_log::write_access_lines_to;
 pub use app::{Gateway, GatewayError};
 pub use config::Config;
+pub use context_relay_tower::Background;
 pub use log_buffer::{LineWriter, LogBuffer};
 pub use log_fields::PlainFields;
 pub use metric_help::describe_metrics;
 pub use ready::{NotReady, Readiness, Ready};
-pub use relay::RelayBackground;
 pub use server::{BACKGROUND_GRACE, HttpService, RunningGateway};
 pub use store::{StoreOpenError, check_store};
 pub use telemetry::prometheus_builder;

@@ -51,13 +51,7 @@ impl Gateway {
         for w in config.warnings() {
             tracing::warn!("{w}");
         }
-        let relay = self.relay.as_ref().map(|r| {
-            r.reconfigured(
-                configs,
-                config.stream_summary_providers(),
-                crate::summary::summary_settings(&config),
-            )
-        });
+        let relay = crate::relay::reconfigured(&self.relay, &config, configs);
         let limits = upstream_limits(&config);
         let upstream = if limits == upstream_limits(&self.config) {
             self.upstream.clone()

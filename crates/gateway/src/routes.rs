@@ -38,7 +38,6 @@ use crate::error::{ErrorShape, any_shape_error_body, error_body};
 use crate::gemini;
 use crate::live::Live;
 use crate::ready::Ready;
-use crate::relay::RelayLayers;
 use crate::server::HttpService;
 use crate::telemetry::RequestMetricsLayer;
 
@@ -220,7 +219,7 @@ impl Gateway {
                 .merge(crate::admin::routes(
                     self.store.clone(),
                     token,
-                    self.relay.as_ref().map(RelayLayers::background),
+                    self.relay.is_enabled().then(|| self.relay.background()),
                     self.pools.clone(),
                 ))
                 .merge(console::routes(

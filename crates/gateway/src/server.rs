@@ -38,8 +38,8 @@ use crate::app::Gateway;
 use crate::connection::{self, Admission};
 use crate::console::Activity;
 use crate::ready::Readiness;
-use crate::relay::RelayBackground;
 use crate::tenant_keys::SyncHandle;
+use context_relay_tower::Background;
 
 /// How long shutdown waits for the relay's background work.
 pub const BACKGROUND_GRACE: Duration = Duration::from_secs(10);
@@ -149,7 +149,7 @@ pub(crate) async fn serve_with(
 
 /// Waits (at most [`BACKGROUND_GRACE`]) for the relay's background work after the server
 /// stopped; logs when some was cut short.
-pub(crate) async fn drain_background(background: &RelayBackground) {
+pub(crate) async fn drain_background(background: &Background) {
     if background.in_flight() == 0 {
         return;
     }
@@ -171,7 +171,7 @@ pub struct RunningGateway {
     addr: SocketAddr,
     shutdown: Option<oneshot::Sender<()>>,
     task: JoinHandle<io::Result<()>>,
-    background: RelayBackground,
+    background: Background,
     purger: Option<PurgerHandle>,
     tenant_sync: Option<SyncHandle>,
     readiness: Option<Readiness>,
@@ -196,7 +196,7 @@ impl RunningGateway {
             addr,
             shutdown: Some(tx),
             task,
-            background: RelayBackground::default(),
+            background: Background::default(),
             purger: None,
             tenant_sync: None,
             readiness: None,
@@ -205,7 +205,7 @@ impl RunningGateway {
     }
 
     /// The relay's background work (empty for a router started without a gateway).
-    pub fn background(&self) -> &RelayBackground {
+    pub fn background(&self) -> &Background {
         &self.background
     }
 

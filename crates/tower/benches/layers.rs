@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use context_relay_core::{Handoff, HandoffRecord};
 use context_relay_store::{HandoffStore, MemoryStore};
-use context_relay_tower::{ComboName, GenerationLayer, InjectionLayer, ResolvedAccount};
+use context_relay_tower::{ComboName, ContextRelay, ResolvedAccount};
 use criterion::{Criterion, criterion_group, criterion_main};
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
@@ -114,9 +114,10 @@ fn passthrough(c: &mut Criterion) {
         .expect("runtime");
     let store: Arc<dyn HandoffStore> = Arc::new(MemoryStore::new());
     let bare = tower::service_fn(upstream::<Full<Bytes>>);
+    let relay = ContextRelay::builder(store.clone()).build();
     let layered = ServiceBuilder::new()
-        .layer(GenerationLayer::new(store.clone()))
-        .layer(InjectionLayer::new(store.clone()))
+        .layer(relay.generation_layer())
+        .layer(relay.injection_layer())
         .service(tower::service_fn(upstream));
     // Warm the affinity cache: steady state of a session on its account.
     rt.block_on(async {
@@ -149,8 +150,8 @@ fn injection(c: &mut Criterion) {
         .build()
         .expect("runtime");
     let store: Arc<dyn HandoffStore> = Arc::new(MemoryStore::new());
-    let injection = InjectionLayer::new(store.clone());
-    let background = injection.background();
+    let relay = ContextRelay::builder(store.clone()).build();
+    let (injection, background) = (relay.injection_layer(), relay.background());
     let layered = ServiceBuilder::new()
         .layer(injection)
         .service(tower::service_fn(upstream));

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use context_relay_store::{HandoffStore, MemoryStore};
-use context_relay_tower::{ComboName, GenerationLayer, InjectionLayer, ResolvedAccount};
+use context_relay_tower::{ComboName, ContextRelay, ResolvedAccount};
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use tower::{Service, ServiceBuilder, ServiceExt};
@@ -67,9 +67,10 @@ fn main() {
         .build()
         .expect("runtime");
     let store: Arc<dyn HandoffStore> = Arc::new(MemoryStore::new());
+    let relay = ContextRelay::builder(store).build();
     let layered = ServiceBuilder::new()
-        .layer(GenerationLayer::new(store.clone()))
-        .layer(InjectionLayer::new(store))
+        .layer(relay.generation_layer())
+        .layer(relay.injection_layer())
         .service(tower::service_fn(upstream));
     let bare = tower::service_fn(upstream::<Full<Bytes>>);
     rt.block_on(async {

@@ -1,59 +1,54 @@
 //! [`ServiceBuilder`] methods for the relay layers.
 
-use std::sync::Arc;
-
-use context_relay_store::HandoffStore;
 use tower::ServiceBuilder;
 use tower_layer::Stack;
 
-use crate::{GenerationLayer, InjectionLayer};
+use crate::{ContextRelay, GenerationLayer, InjectionLayer};
 
-/// Adds the relay layers to a [`ServiceBuilder`], with their default configuration.
+/// Adds the layers of a [`ContextRelay`] to a [`ServiceBuilder`], each where the stack knows
+/// what it needs.
 ///
 /// ```
 /// use std::sync::Arc;
-/// use context_relay_store::{HandoffStore, MemoryStore};
-/// use context_relay_tower::ServiceBuilderExt;
+/// use context_relay_store::MemoryStore;
+/// use context_relay_tower::{ContextRelay, ServiceBuilderExt};
 /// use tower::ServiceBuilder;
 ///
-/// let store: Arc<dyn HandoffStore> = Arc::new(MemoryStore::new());
+/// let relay = ContextRelay::builder(Arc::new(MemoryStore::new())).threshold(0.8).build();
 /// let builder = ServiceBuilder::new()
 ///     // .layer(combo layer: sets ComboName)
-///     .context_relay_generation(store.clone())
+///     .context_relay_generation(&relay)
 ///     // .layer(account resolver: sets ResolvedAccount)
-///     .context_relay_injection(store);
+///     .context_relay_injection(&relay);
 /// # let _ = builder;
 /// ```
-///
-/// For a non-default configuration, build the layer and add it with `.layer(..)`:
-/// `GenerationLayer::new(store).threshold(0.8)`.
 pub trait ServiceBuilderExt<L>: sealed::Sealed<L> + Sized {
-    /// Adds a [`GenerationLayer`] writing handoffs to `store`.
+    /// Adds `relay`'s [`GenerationLayer`].
     fn context_relay_generation(
         self,
-        store: Arc<dyn HandoffStore>,
+        relay: &ContextRelay,
     ) -> ServiceBuilder<Stack<GenerationLayer, L>>;
 
-    /// Adds an [`InjectionLayer`] reading handoffs from `store`.
+    /// Adds `relay`'s [`InjectionLayer`].
     fn context_relay_injection(
         self,
-        store: Arc<dyn HandoffStore>,
+        relay: &ContextRelay,
     ) -> ServiceBuilder<Stack<InjectionLayer, L>>;
 }
 
 impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
     fn context_relay_generation(
         self,
-        store: Arc<dyn HandoffStore>,
+        relay: &ContextRelay,
     ) -> ServiceBuilder<Stack<GenerationLayer, L>> {
-        self.layer(GenerationLayer::new(store))
+        self.layer(relay.generation_layer())
     }
 
     fn context_relay_injection(
         self,
-        store: Arc<dyn HandoffStore>,
+        relay: &ContextRelay,
     ) -> ServiceBuilder<Stack<InjectionLayer, L>> {
-        self.layer(InjectionLayer::new(store))
+        self.layer(relay.injection_layer())
     }
 }
 

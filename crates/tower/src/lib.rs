@@ -110,7 +110,6 @@ mod builder;
 pub mod extensions;
 pub mod generation;
 pub mod injection;
-mod layer_common;
 mod relay;
 mod request_body;
 mod response_body;

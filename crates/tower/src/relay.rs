@@ -68,16 +68,31 @@ impl ContextRelay {
 
     /// The layer between the combo service and the account resolver.
     pub fn generation_layer(&self) -> GenerationLayer {
-        self.builder
-            .clone()
-            .map_or_else(GenerationLayer::disabled, GenerationLayer::from_builder)
+        self.builder.clone().map_or_else(
+            || GenerationLayer::from_relay(None),
+            |b| GenerationLayer::from_relay(Some(b)),
+        )
     }
 
     /// The layer between the account resolver and the upstream client.
     pub fn injection_layer(&self) -> InjectionLayer {
-        self.builder
-            .clone()
-            .map_or_else(InjectionLayer::disabled, InjectionLayer::from_builder)
+        self.builder.clone().map_or_else(
+            || InjectionLayer::from_relay(None),
+            |b| InjectionLayer::from_relay(Some(b)),
+        )
+    }
+
+    /// The same relay with settings `configure` changes (a configuration reload): in-flight
+    /// summaries, cool-downs, the background tracker and every setting not changed carry
+    /// over. A disabled relay stays disabled.
+    pub fn reconfigure(
+        &self,
+        configure: impl FnOnce(ContextRelayBuilder) -> ContextRelayBuilder,
+    ) -> Self {
+        let Some(builder) = self.builder.clone() else {
+            return self.clone();
+        };
+        configure(ContextRelayBuilder { builder }).build()
     }
 
     /// The tracker of both layers' background work (summaries, claim completions and

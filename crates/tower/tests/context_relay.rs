@@ -9,9 +9,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use context_relay_core::{Handoff, HandoffKey, HandoffRecord, session};
 use context_relay_store::{Affinity, HandoffStore, MemoryStore};
-use context_relay_tower::{
-    ComboName, ContextRelay, InjectionLayer, RELAY_HEADER, RequestBody, ResolvedAccount,
-};
+use context_relay_tower::{ComboName, ContextRelay, RELAY_HEADER, RequestBody, ResolvedAccount};
 use http::{HeaderMap, Request, Response};
 use http_body_util::{BodyExt, Full};
 use tower::{Service, ServiceExt};
@@ -79,7 +77,10 @@ async fn handoff_from_a(store: &Arc<dyn HandoffStore>) {
 #[tokio::test]
 async fn the_account_is_on_every_response() {
     let store: Arc<dyn HandoffStore> = Arc::new(MemoryStore::new());
-    for layer in [InjectionLayer::new(store), InjectionLayer::disabled()] {
+    for layer in [
+        ContextRelay::builder(store).build().injection_layer(),
+        ContextRelay::disabled().injection_layer(),
+    ] {
         let svc = tower::ServiceBuilder::new()
             .layer(layer)
             .service(tower::service_fn(echo::<RequestBody<Full<Bytes>>>));

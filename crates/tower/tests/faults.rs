@@ -69,7 +69,7 @@ impl HandoffStore for BrokenStore {
 
 #[tokio::test]
 async fn a_store_failing_every_call_never_fails_a_request() {
-    let stack = Stack::with(Arc::new(BrokenStore), |g| g, |i| i);
+    let stack = Stack::with(Arc::new(BrokenStore), |r| r);
     for (i, percent) in [10.0, 88.0, 99.0].into_iter().enumerate() {
         stack.upstream.set_percent("acct-a", percent);
         let req = chat("s1", "k1", 2);
@@ -94,7 +94,7 @@ async fn a_store_failing_every_call_never_fails_a_request() {
 
 fn handoff_stack() -> (Stack, HandoffKey) {
     let store: Arc<dyn HandoffStore> = Arc::new(MemoryStore::new());
-    let stack = Stack::with(store, |g| g, |i| i.max_body_bytes(64 * 1024));
+    let stack = Stack::with(store, |r| r.max_body_bytes(64 * 1024));
     let mut h = http::HeaderMap::new();
     h.insert("authorization", "Bearer k1".parse().unwrap());
     let key = HandoffKey::new(context_relay_core::session::tenant(&h), "s1", "codex-relay");

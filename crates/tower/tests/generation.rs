@@ -89,11 +89,9 @@ async fn at_or_above_exhaustion_no_summary() {
 
 #[tokio::test]
 async fn empty_providers_no_summary() {
-    let stack = Stack::with(
-        Arc::new(MemoryStore::new()),
-        |g| g.providers(Vec::<String>::new()),
-        |i| i,
-    );
+    let stack = Stack::with(Arc::new(MemoryStore::new()), |r| {
+        r.providers(Vec::<String>::new())
+    });
     stack.upstream.set_percent("acct-a", 92.0);
     stack.send(chat("s1", "k1", 2)).await;
     stack.idle().await;
@@ -102,11 +100,7 @@ async fn empty_providers_no_summary() {
 
 #[tokio::test]
 async fn other_provider_not_listed_no_summary() {
-    let stack = Stack::with(
-        Arc::new(MemoryStore::new()),
-        |g| g.providers(["codex"]),
-        |i| i,
-    );
+    let stack = Stack::with(Arc::new(MemoryStore::new()), |r| r.providers(["codex"]));
     *stack.account.lock().unwrap() = context_relay_tower::ResolvedAccount::new("anthropic", "x");
     stack.upstream.set_percent("x", 90.0);
     stack.send(chat("s1", "k1", 2)).await;
@@ -141,7 +135,7 @@ async fn response_returned_before_the_summary_finishes() {
     let (status, body) = stack.send(chat("s1", "k1", 2)).await;
     assert_eq!(status, StatusCode::OK);
     assert!(!body.is_empty());
-    assert!(stack.generation.in_flight() >= 1, "summary still running");
+    assert!(stack.background.in_flight() >= 1, "summary still running");
     assert!(stack.store.get(&key("s1", "k1")).await.unwrap().is_none());
     gate.add_permits(1);
     stack.idle().await;
@@ -257,16 +251,14 @@ async fn parseable_reply_stored_once_until_refresh() {
 
 #[tokio::test]
 async fn summary_timeout_is_unavailable() {
-    let stack = Stack::with(
-        Arc::new(MemoryStore::new()),
-        |g| g.summary_timeout(Duration::from_millis(20)),
-        |i| i,
-    );
+    let stack = Stack::with(Arc::new(MemoryStore::new()), |r| {
+        r.summary_timeout(Duration::from_millis(20))
+    });
     let gate = Arc::new(Semaphore::new(0));
     stack.upstream.with(|s| s.summary_gate = Some(gate.clone()));
     stack.upstream.set_percent("acct-a", 88.0);
     stack.send(chat("s1", "k1", 2)).await;
-    stack.generation.idle().await;
+    stack.background.idle().await;
     let stored = stack
         .store
         .get(&key("s1", "k1"))

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use context_relay_core::HandoffKey;
 use context_relay_store::{Affinity, HandoffStore, MemoryStore};
-use context_relay_tower::{ComboName, InjectionLayer, ResolvedAccount};
+use context_relay_tower::{ComboName, ContextRelay, ResolvedAccount};
 use http::{Request, Response};
 use http_body::Frame;
 use http_body_util::{BodyExt, Full, StreamBody};
@@ -72,7 +72,10 @@ async fn a_successful_stream_does_not_join_the_request_body() {
             Ok::<_, Infallible>(res)
         },
     );
-    let svc = InjectionLayer::new(store.clone()).layer(inner);
+    let svc = ContextRelay::builder(store.clone())
+        .build()
+        .injection_layer()
+        .layer(inner);
 
     // A long history with no account-bound state, in four frames of 40 KB.
     let filler = "x".repeat(40_000);

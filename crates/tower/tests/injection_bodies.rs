@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use context_relay_core::{Handoff, HandoffRecord};
 use context_relay_store::{HandoffStore, MemoryStore};
-use context_relay_tower::{ComboName, InjectionLayer, ResolvedAccount};
+use context_relay_tower::{ComboName, ContextRelay, ResolvedAccount};
 use http::{Request, Response};
 use http_body::Frame;
 use http_body_util::{BodyExt, StreamBody};
@@ -108,7 +108,10 @@ async fn a_failed_client_body_reaches_the_inner_service_as_a_failure() {
             }
         },
     );
-    let svc = InjectionLayer::new(store).layer(inner);
+    let svc = ContextRelay::builder(store)
+        .build()
+        .injection_layer()
+        .layer(inner);
     let _ = svc
         .oneshot(request("/v1/chat/completions", body, "acct-b"))
         .await
@@ -178,7 +181,10 @@ async fn a_stream_read_to_its_end_ahead_is_not_polled_again() {
             Ok::<_, Infallible>(res)
         }
     });
-    let svc = InjectionLayer::new(store).layer(inner);
+    let svc = ContextRelay::builder(store)
+        .build()
+        .injection_layer()
+        .layer(inner);
     let mut req = request(
         "/v1/responses",
         http_body_util::Full::new(Bytes::from_static(

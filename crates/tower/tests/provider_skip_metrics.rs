@@ -15,11 +15,7 @@ async fn provider_skip_is_counted() {
     let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
         .install_recorder()
         .expect("recorder");
-    let stack = Stack::with(
-        Arc::new(MemoryStore::new()),
-        |g| g.providers(["codex"]),
-        |i| i,
-    );
+    let stack = Stack::with(Arc::new(MemoryStore::new()), |r| r.providers(["codex"]));
     *stack.account.lock().unwrap() = ResolvedAccount::new("anthropic", "x");
     // Below the threshold: nothing would happen anyway, nothing is counted.
     stack.upstream.set_percent("x", 40.0);

@@ -154,7 +154,7 @@ async fn a_stream_that_goes_quiet_after_its_opening_is_passed_on() {
 
     use bytes::Bytes;
     use context_relay_store::MemoryStore;
-    use context_relay_tower::{ComboName, InjectionLayer, ResolvedAccount};
+    use context_relay_tower::{ComboName, ContextRelay, ResolvedAccount};
     use http::{Request, Response};
     use http_body_util::{BodyExt, StreamBody};
     use tower::ServiceBuilder;
@@ -178,7 +178,11 @@ async fn a_stream_that_goes_quiet_after_its_opening_is_passed_on() {
         }
     });
     let svc = ServiceBuilder::new()
-        .layer(InjectionLayer::new(Arc::new(MemoryStore::new())))
+        .layer(
+            ContextRelay::builder(Arc::new(MemoryStore::new()))
+                .build()
+                .injection_layer(),
+        )
         .service(upstream);
     let body = json!({"stream": true, "input": [
         {"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":bound::enc("acct-x", 1)}]});
@@ -270,7 +274,7 @@ async fn keepalives_before_output_do_not_hold_the_head_forever() {
 
     use bytes::Bytes;
     use context_relay_store::MemoryStore;
-    use context_relay_tower::{ComboName, InjectionLayer, ResolvedAccount};
+    use context_relay_tower::{ComboName, ContextRelay, ResolvedAccount};
     use http::{Request, Response};
     use http_body_util::StreamBody;
     use tower::ServiceBuilder;
@@ -297,7 +301,11 @@ async fn keepalives_before_output_do_not_hold_the_head_forever() {
         Ok::<_, Infallible>(res)
     });
     let svc = ServiceBuilder::new()
-        .layer(InjectionLayer::new(Arc::new(MemoryStore::new())))
+        .layer(
+            ContextRelay::builder(Arc::new(MemoryStore::new()))
+                .build()
+                .injection_layer(),
+        )
         .service(upstream);
     let body = json!({"stream": true, "input": [
         {"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":bound::enc("acct-x", 1)}]});

@@ -34,11 +34,9 @@ fn key(session: &str, credential: &str) -> HandoffKey {
 }
 
 fn with_settings(settings: SummarySettings) -> Stack {
-    Stack::with(
-        Arc::new(MemoryStore::new()),
-        move |g| g.summary_settings("codex", settings),
-        |i| i,
-    )
+    Stack::with(Arc::new(MemoryStore::new()), move |r| {
+        r.summary_settings("codex", settings)
+    })
 }
 
 fn params(pairs: &[(&str, serde_json::Value)]) -> SummarySettings {
@@ -299,11 +297,9 @@ async fn compressed_reply_is_decoded_and_never_lossy() {
 /// A full job queue skips the turn (counted) instead of holding another request body.
 #[tokio::test]
 async fn full_queue_skips() {
-    let stack = Stack::with(
-        Arc::new(MemoryStore::new()),
-        |g| g.max_queued_generations(1),
-        |i| i,
-    );
+    let stack = Stack::with(Arc::new(MemoryStore::new()), |r| {
+        r.max_queued_generations(1)
+    });
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     stack.upstream.with(|s| s.summary_gate = Some(gate.clone()));
     stack.upstream.set_percent("acct-a", 88.0);
@@ -311,13 +307,13 @@ async fn full_queue_skips() {
     stack.send(chat("s2", "k1", 3)).await;
     // s1's summary is held at the upstream; s2's job finds the queue full and ends.
     for _ in 0..1000 {
-        if stack.generation.in_flight() == 1 {
+        if stack.background.in_flight() == 1 {
             break;
         }
         tokio::task::yield_now().await;
     }
     assert_eq!(
-        stack.generation.in_flight(),
+        stack.background.in_flight(),
         1,
         "s2 was skipped, s1 still waits"
     );

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use context_relay_core::HandoffKey;
 use context_relay_store::{HandoffStore, MemoryStore};
 use context_relay_tower::injection::{RELAY_HEADER, RelayAction};
-use context_relay_tower::{ComboName, InjectionLayer, ResolvedAccount};
+use context_relay_tower::{ComboName, ContextRelay, ResolvedAccount};
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use tower::{ServiceBuilder, ServiceExt};
@@ -233,7 +233,7 @@ async fn the_fast_path_forwards_the_body_as_it_comes() {
         },
     );
     let svc = ServiceBuilder::new()
-        .layer(InjectionLayer::new(store))
+        .layer(ContextRelay::builder(store).build().injection_layer())
         .service(upstream);
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<http_body::Frame<Bytes>, Infallible>>(2);
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {

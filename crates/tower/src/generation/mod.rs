@@ -26,7 +26,8 @@
 //! - **The summary request** is derived from the triggering request in its API shape (see
 //!   `context_relay_core::prompt`): the client's `instructions` / `system`, `store` and
 //!   `stream` as sent, an output cap, no sampling parameters unless
-//!   [`GenerationLayer::summary_settings`] adds some. A 400 naming an unsupported parameter
+//!   [`ContextRelayBuilder::summary_settings`](crate::ContextRelayBuilder::summary_settings)
+//!   adds some. A 400 naming an unsupported parameter
 //!   is retried once without it, and the refusal is remembered for that provider and model.
 //! - **Outcomes** (`context_relay_generations_total{outcome}`): `generated`; `rejected` (a
 //!   non-2xx other than 408/429/5xx: the key cools down), `unparseable` (cools down),
@@ -53,14 +54,14 @@
 //! use std::sync::Arc;
 //! use bytes::Bytes;
 //! use context_relay_store::{HandoffStore, MemoryStore};
-//! use context_relay_tower::{ComboName, GenerationLayer, ResolvedAccount};
+//! use context_relay_tower::{ComboName, ContextRelay, ResolvedAccount};
 //! use http::{Request, Response};
 //! use http_body_util::{BodyExt, Full};
 //! use tower::{ServiceBuilder, ServiceExt, service_fn};
 //!
 //! let store: Arc<dyn HandoffStore> = Arc::new(MemoryStore::new());
-//! let generation = GenerationLayer::new(store.clone());
-//! let background = generation.background();
+//! let relay = ContextRelay::builder(store.clone()).build();
+//! let (generation, background) = (relay.generation_layer(), relay.background());
 //!
 //! // An upstream that answers both the turn and the summary request.
 //! let upstream = service_fn(|req: Request<_>| async move {

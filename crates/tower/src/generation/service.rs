@@ -3,13 +3,11 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use context_relay_engine::{BoxError, Relay, RequestFacts, Summarizer, Turn, relay_skips};
-use context_relay_store::HandoffStore;
 use http::{Request, Response};
 use http_body::Body;
 use tower_service::Service;
 
 use super::future::ResponseFuture;
-use super::layer::GenerationLayer;
 use crate::request_body::RequestBody;
 use crate::response_body::ResponseBody;
 use crate::summarizer::InnerSummarizer;
@@ -50,17 +48,6 @@ impl<S> Generation<S> {
             relay,
             default_summarizer: Arc::default(),
         }
-    }
-
-    /// Wraps `inner` with the default configuration, writing handoffs to `store`.
-    pub fn new(inner: S, store: Arc<dyn HandoffStore>) -> Self {
-        use tower_layer::Layer;
-        GenerationLayer::new(store).layer(inner)
-    }
-
-    /// A [`GenerationLayer`] writing handoffs to `store`.
-    pub fn layer(store: Arc<dyn HandoffStore>) -> GenerationLayer {
-        GenerationLayer::new(store)
     }
 
     /// The inner service.

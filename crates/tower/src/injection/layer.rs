@@ -1,41 +1,31 @@
-use context_relay_core::config::InjectionSlot;
-use context_relay_engine::{Background, RelayBuilder};
+use context_relay_engine::RelayBuilder;
 use tower_layer::Layer;
 
 use super::service::Injection;
 
 /// Applies [`Injection`] to a service: on an account switch, makes the body portable and
-/// injects the session's handoff. [`ContextRelay`](crate::ContextRelay) builds it together
-/// with the [`GenerationLayer`](crate::GenerationLayer) over one configuration.
+/// injects the session's handoff.
+///
+/// Made by [`ContextRelay::injection_layer`](crate::ContextRelay::injection_layer), which holds
+/// the settings and shares its state with the relay's
+/// [`GenerationLayer`](crate::GenerationLayer).
 #[derive(Clone, Debug)]
 pub struct InjectionLayer {
     relay: Option<RelayBuilder>,
-    background: Background,
 }
 
 impl InjectionLayer {
-    /// A layer that passes every request through untouched (it still puts the request's
-    /// [`ResolvedAccount`](crate::ResolvedAccount) on the response): the relay switched off
-    /// without changing the service type.
-    pub fn disabled() -> Self {
-        Self {
-            relay: None,
-            background: Background::new(),
-        }
+    /// The layer over `relay`'s settings; `None`: switched off (it still puts the request's
+    /// [`ResolvedAccount`](crate::ResolvedAccount) on the response).
+    pub(crate) fn from_relay(relay: Option<RelayBuilder>) -> Self {
+        Self { relay }
     }
 
-    /// Where the handoff goes in Responses API requests, by default.
-    pub fn responses_slot(self, slot: InjectionSlot) -> Self {
-        self.map(|b| b.responses_slot(slot))
-    }
-
-    /// Largest request body read for a rewrite, by default; larger ones pass through.
-    pub fn max_body_bytes(self, max: usize) -> Self {
-        self.map(|b| b.max_body_bytes(max))
+    /// Whether the layer is switched on (see [`ContextRelay::disabled`](crate::ContextRelay::disabled)).
+    pub fn is_enabled(&self) -> bool {
+        self.relay.is_some()
     }
 }
-
-crate::layer_common::relay_layer_common!(InjectionLayer);
 
 impl<S> Layer<S> for InjectionLayer {
     type Service = Injection<S>;

@@ -61,7 +61,7 @@
 //! use bytes::Bytes;
 //! use context_relay_store::{Affinity, HandoffStore, MemoryStore};
 //! use context_relay_tower::injection::{RELAY_HEADER, RelayAction};
-//! use context_relay_tower::{ComboName, InjectionLayer, ResolvedAccount};
+//! use context_relay_tower::{ComboName, ContextRelay, ResolvedAccount};
 //! use http::{Request, Response};
 //! use http_body_util::{BodyExt, Full};
 //! use tower::{ServiceBuilder, ServiceExt};
@@ -72,7 +72,7 @@
 //!     Ok::<_, std::convert::Infallible>(Response::new(Full::new(body)))
 //! });
 //! let svc = ServiceBuilder::new()
-//!     .layer(InjectionLayer::new(store.clone()))
+//!     .layer(ContextRelay::builder(store.clone()).build().injection_layer())
 //!     .service(upstream);
 //!
 //! // The session was served by acct-a; this request was resolved to acct-b.

@@ -4,13 +4,11 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use context_relay_engine::injection::Tee;
 use context_relay_engine::{Attempt, BodyPlan, Relay, RequestFacts, ResolvedAccount};
-use context_relay_store::HandoffStore;
 use http::{Request, Response};
 use http_body::Body;
 use tower_service::Service;
 
 use super::future::ResponseFuture;
-use super::layer::InjectionLayer;
 use super::read::{Read, read_body};
 use super::respond::respond;
 use super::retry::resend;
@@ -45,17 +43,6 @@ impl<S: std::fmt::Debug> std::fmt::Debug for Injection<S> {
 impl<S> Injection<S> {
     pub(crate) fn from_parts(inner: S, relay: Option<Relay>) -> Self {
         Self { inner, relay }
-    }
-
-    /// Wraps `inner` with the default configuration, reading handoffs from `store`.
-    pub fn new(inner: S, store: Arc<dyn HandoffStore>) -> Self {
-        use tower_layer::Layer;
-        InjectionLayer::new(store).layer(inner)
-    }
-
-    /// An [`InjectionLayer`] reading handoffs from `store`.
-    pub fn layer(store: Arc<dyn HandoffStore>) -> InjectionLayer {
-        InjectionLayer::new(store)
     }
 
     /// The inner service.

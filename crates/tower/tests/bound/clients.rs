@@ -10,7 +10,7 @@ use bytes::Bytes;
 use context_relay_core::{Handoff, HandoffKey, HandoffRecord};
 use context_relay_store::{HandoffStore, MemoryStore};
 use context_relay_tower::injection::RELAY_HEADER;
-use context_relay_tower::{Background, ComboName, InjectionLayer, ResolvedAccount};
+use context_relay_tower::{Background, ComboName, ContextRelay, ResolvedAccount};
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
@@ -41,8 +41,8 @@ impl Relay {
     /// A relay (one replica) on `store`, in front of `provider`.
     pub fn sharing(store: Arc<dyn HandoffStore>, provider: Provider) -> Self {
         let account = Arc::new(Mutex::new(ResolvedAccount::new("codex", "acct-a")));
-        let layer = InjectionLayer::new(store.clone());
-        let background = layer.background();
+        let relay = ContextRelay::builder(store.clone()).build();
+        let (layer, background) = (relay.injection_layer(), relay.background());
         let p = provider.clone();
         let acc = account.clone();
         let svc = ServiceBuilder::new()

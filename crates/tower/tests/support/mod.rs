@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use context_relay_store::{HandoffStore, MemoryStore};
 use context_relay_tower::{
-    Background, ComboName, GenerationLayer, InjectionLayer, ResolvedAccount, SummaryCall,
+    Background, ComboName, ContextRelay, ContextRelayBuilder, ResolvedAccount, SummaryCall,
 };
 use http::{Request, Response, StatusCode};
 use http_body::Frame;
@@ -366,25 +366,22 @@ pub struct Stack {
     pub upstream: Upstream,
     pub store: Arc<dyn HandoffStore>,
     pub account: Arc<Mutex<ResolvedAccount>>,
-    pub generation: Background,
-    pub injection: Background,
+    /// The background work of both layers (one tracker: one relay).
+    pub background: Background,
 }
 
 impl Stack {
     pub fn new() -> Self {
-        Self::with(Arc::new(MemoryStore::new()), |g| g, |i| i)
+        Self::with(Arc::new(MemoryStore::new()), |r| r)
     }
 
     pub fn with(
         store: Arc<dyn HandoffStore>,
-        gen_cfg: impl FnOnce(GenerationLayer) -> GenerationLayer,
-        inj_cfg: impl FnOnce(InjectionLayer) -> InjectionLayer,
+        configure: impl FnOnce(ContextRelayBuilder) -> ContextRelayBuilder,
     ) -> Self {
         let upstream = Upstream::default();
         let account = Arc::new(Mutex::new(ResolvedAccount::new("codex", "acct-a")));
-        let generation = gen_cfg(GenerationLayer::new(store.clone()));
-        let injection = inj_cfg(InjectionLayer::new(store.clone()));
-        let (gbg, ibg) = (generation.background(), injection.background());
+        let relay = configure(ContextRelay::builder(store.clone())).build();
         let up = upstream.clone();
         let up_svc = tower::service_fn(move |req| up.clone().answer(req));
         let acc = account.clone();
@@ -392,7 +389,7 @@ impl Stack {
             .map_response(|r: Response<_>| {
                 r.map(|b: context_relay_tower::generation::ResponseBody<_>| BodyExt::boxed(b))
             })
-            .layer(generation)
+            .layer(relay.generation_layer())
             .layer_fn(move |inner| Resolver {
                 inner,
                 account: acc.clone(),
@@ -400,15 +397,14 @@ impl Stack {
             .map_response(|r: Response<_>| {
                 r.map(|b: context_relay_tower::injection::ResponseBody<Body>| BodyExt::boxed(b))
             })
-            .layer(injection)
+            .layer(relay.injection_layer())
             .service(up_svc);
         Self {
             svc: BoxCloneSyncService::new(svc),
             upstream,
             store,
             account,
-            generation: gbg,
-            injection: ibg,
+            background: relay.background(),
         }
     }
 
@@ -436,10 +432,8 @@ impl Stack {
     }
 
     pub async fn idle(&self) {
-        self.generation.idle().await;
-        self.injection.idle().await;
-        // A completion may have been spawned by the generation side's body end and vice versa.
-        self.generation.idle().await;
+        // Work started meanwhile (a completion spawned by a body's end) is waited for too.
+        self.background.idle().await;
     }
 }
 
