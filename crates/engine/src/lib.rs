@@ -103,8 +103,8 @@ pub use extensions::{
     ComboName, QuotaSignal, RequestFacts, ResolvedAccount, ServingModel, SessionId, SkipRelay,
     SummaryCall, Tenant, relay_skips,
 };
-pub use generation::{Capture, GenerationTicket, ReplyWatch};
-pub use injection::{BodyDecision, Decided, EndWatch, Inject, Look, Repair, Ticket};
+pub use generation::Capture;
+pub use injection::Tee;
 pub use quota::{HeaderQuota, QuotaSource};
 pub use relay::{
     DEFAULT_MAX_CONCURRENT_GENERATIONS, DEFAULT_MAX_QUEUED_GENERATIONS, Relay, RelayBuilder,

@@ -30,8 +30,9 @@ pub const DEFAULT_MAX_QUEUED_GENERATIONS: usize = 64;
 ///
 /// Cloning is cheap (one `Arc`). Build it with [`Relay::builder`]; every transport adapter
 /// (tower layers, a pingora proxy) asks it what to do with a request:
-/// [`inject`](Relay::inject) on the way to the provider, [`generation`](Relay::generation) to
-/// summarise a session before its account runs out.
+/// a [`turn`](Relay::turn) per client request (the generation side: summarise a session
+/// before its account runs out) and an [`attempt`](Relay::attempt) per upstream attempt (the
+/// injection side, on the way to the provider).
 ///
 /// ```
 /// use std::sync::Arc;

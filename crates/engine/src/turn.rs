@@ -97,10 +97,15 @@ impl Turn {
         }
     }
 
-    /// The response head: the gates that need no store (see
-    /// [`GenerationTicket::response`]). `served_by` is the account that served; `signal` a
-    /// quota signal the application computed, which wins over the relay's
-    /// [`QuotaSource`](crate::QuotaSource).
+    /// The response head: the gates that need no store. A 2xx, served by an account whose
+    /// provider gets handoffs, with usage in [threshold, 95 %), of a known session that is
+    /// neither cooling down nor being summarised already; or the first successful response on
+    /// a new model (labelled `model-switch` by the injection side) when the combo has
+    /// `model_switch` on. Skips are counted in
+    /// [`GENERATIONS_SKIPPED`](crate::metrics::GENERATIONS_SKIPPED).
+    ///
+    /// `served_by` is the account that served; `signal` a quota signal the application
+    /// computed, which wins over the relay's [`QuotaSource`](crate::QuotaSource).
     pub fn response(
         &mut self,
         status: StatusCode,

@@ -82,25 +82,18 @@ impl Fixture {
             ..Default::default()
         };
         let uri: Uri = path.parse().unwrap();
-        let ticket = self
-            .relay
-            .generation(&uri, &self.headers, facts)
-            .expect("can lead to a summary");
+        let mut turn = self.relay.turn(&uri, &self.headers, facts);
+        assert!(turn.is_active(), "can lead to a summary");
         // The body goes out in two chunks, then ends.
-        ticket
-            .capture()
-            .push(&Bytes::from_static(&TURN.as_bytes()[..30]));
-        ticket
-            .capture()
-            .push(&Bytes::from_static(&TURN.as_bytes()[30..]));
-        ticket.capture().finish();
+        turn.request_chunk(&Bytes::from_static(&TURN.as_bytes()[..30]), false);
+        turn.request_chunk(&Bytes::from_static(&TURN.as_bytes()[30..]), false);
+        turn.request_chunk(&Bytes::new(), true);
         let mut response = HeaderMap::new();
         response.insert("x-codex-primary-used-percent", used.parse().unwrap());
         let served_by = ResolvedAccount::new("codex", account);
-        if let Some(mut watch) = ticket.response(status, &response, Some(&served_by), None) {
-            watch.push(REPLY.as_bytes());
-            watch.ended();
-        }
+        turn.response(status, &response, Some(&served_by), None);
+        turn.response_chunk(REPLY.as_bytes());
+        turn.end(false);
         self.relay.background().idle().await;
     }
 
@@ -146,13 +139,13 @@ async fn the_gates_keep_the_summary_call_for_turns_that_need_it() {
 }
 
 #[tokio::test]
-async fn no_ticket_without_a_combo_or_an_api_path_or_when_off() {
+async fn no_active_turn_without_a_combo_or_an_api_path_or_when_off() {
     let f = Fixture::new(|b| b);
     let uri: Uri = "/v1/chat/completions".parse().unwrap();
     assert!(
-        f.relay
-            .generation(&uri, &f.headers, RequestFacts::default())
-            .is_none()
+        !f.relay
+            .turn(&uri, &f.headers, RequestFacts::default())
+            .is_active()
     );
     let combo = ComboName::new("codex-relay");
     let facts = RequestFacts {
@@ -160,9 +153,9 @@ async fn no_ticket_without_a_combo_or_an_api_path_or_when_off() {
         ..Default::default()
     };
     let health: Uri = "/healthz".parse().unwrap();
-    assert!(f.relay.generation(&health, &f.headers, facts).is_none());
+    assert!(!f.relay.turn(&health, &f.headers, facts).is_active());
     let off = Fixture::new(|b| b.providers(Vec::<String>::new()));
-    assert!(off.relay.generation(&uri, &off.headers, facts).is_none());
+    assert!(!off.relay.turn(&uri, &off.headers, facts).is_active());
 }
 
 #[tokio::test]
@@ -174,19 +167,15 @@ async fn a_reply_that_failed_starts_nothing() {
         ..Default::default()
     };
     let uri: Uri = "/v1/chat/completions".parse().unwrap();
-    let ticket = f.relay.generation(&uri, &f.headers, facts).unwrap();
-    ticket.capture().push(&Bytes::from_static(TURN.as_bytes()));
-    ticket.capture().finish();
+    let mut turn = f.relay.turn(&uri, &f.headers, facts);
+    turn.request_chunk(&Bytes::from_static(TURN.as_bytes()), true);
     let mut response = HeaderMap::new();
     response.insert("x-codex-primary-used-percent", "88".parse().unwrap());
     let served_by = ResolvedAccount::new("codex", "acct-a");
-    let mut watch = ticket
-        .response(StatusCode::OK, &response, Some(&served_by), None)
-        .expect("qualifies");
-    assert!(watch.is_armed());
-    watch.push(&REPLY.as_bytes()[..10]);
-    watch.failed();
-    drop(watch);
+    turn.response(StatusCode::OK, &response, Some(&served_by), None);
+    assert!(turn.watches_reply(), "qualifies");
+    turn.response_chunk(&REPLY.as_bytes()[..10]);
+    turn.end(true);
     f.relay.background().idle().await;
     assert_eq!(f.calls.load(Ordering::SeqCst), 0);
 }

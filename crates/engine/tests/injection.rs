@@ -1,15 +1,14 @@
-//! The injection side of the engine, driven without any tower service: the calls a transport
-//! adapter (a pingora proxy) makes.
+//! The injection side of the engine, driven without any tower service through [`Attempt`]:
+//! the calls a transport adapter (a pingora proxy) makes.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use context_relay_core::ending::Ending;
-use context_relay_core::repair::RepairKind;
 use context_relay_core::{Handoff, HandoffKey, HandoffRecord, session};
 use context_relay_engine::{
-    ComboName, Inject, RELAY_HEADER, Relay, RequestFacts, ResolvedAccount, SkipRelay,
+    Attempt, BodyPlan, ComboName, Looked, RELAY_HEADER, Relay, RequestFacts, ResolvedAccount,
+    ResponsePlan, SkipRelay,
 };
 use context_relay_store::{Affinity, HandoffStore, MemoryStore};
 use http::{HeaderMap, StatusCode, Uri};
@@ -18,6 +17,10 @@ const CHAT: &str =
     r#"{"model":"gpt-5","messages":[{"role":"user","content":"add a --json flag"}]}"#;
 const RESPONSES_BOUND: &str =
     r#"{"input":[{"type":"reasoning","encrypted_content":"gAAA-of-acct-a"}]}"#;
+const CHAT_REPLY: &str =
+    r#"{"choices":[{"finish_reason":"stop","message":{"role":"assistant","content":"Done."}}]}"#;
+const COMPLETED: &str = "event: response.completed\ndata: {\"type\":\"response.completed\"}\n\n";
+const REJECTED: &str = r#"{"error":{"message":"The encrypted content gAAA could not be verified.","type":"invalid_request_error","param":null,"code":"invalid_encrypted_content"}}"#;
 
 struct Fixture {
     store: Arc<dyn HandoffStore>,
@@ -43,14 +46,44 @@ impl Fixture {
         HandoffKey::new(session::tenant(&self.headers), "s1", "codex")
     }
 
-    fn inject(&self, path: &str, account: &ResolvedAccount) -> Inject {
+    fn attempt(&self, path: &str, account: &ResolvedAccount) -> Attempt {
         let uri: Uri = path.parse().unwrap();
         let facts = RequestFacts {
             combo: Some(&self.combo),
             account: Some(account),
             ..Default::default()
         };
-        self.relay.inject(&uri, &self.headers, facts, 0)
+        self.relay.attempt(&uri, &self.headers, facts, 0)
+    }
+
+    /// An attempt whose body was held and decided: the body sent and the headers it goes with.
+    async fn decided(
+        &self,
+        path: &str,
+        account: &ResolvedAccount,
+        body: &'static str,
+    ) -> (Attempt, Bytes, HeaderMap) {
+        let mut attempt = self.attempt(path, account);
+        assert!(held(&attempt), "the body is read");
+        let mut headers = self.headers.clone();
+        let sent = attempt
+            .request_body(&mut headers, Bytes::from_static(body.as_bytes()))
+            .await;
+        (attempt, sent, headers)
+    }
+
+    /// Whether the session's handoff can be claimed now (a claim taken here is given back).
+    async fn claimable(&self) -> bool {
+        let key = self.key();
+        let claim = self
+            .store
+            .claim(&key, Duration::from_secs(30))
+            .await
+            .unwrap();
+        if let Some(c) = &claim {
+            self.store.release(c).await.unwrap();
+        }
+        claim.is_some()
     }
 
     /// A handoff written by acct-a, and the session's affinity to acct-a.
@@ -89,6 +122,31 @@ impl Fixture {
     }
 }
 
+/// The relay leaves the request alone.
+fn passes(attempt: &Attempt) -> bool {
+    !attempt.is_relayed() && matches!(attempt.body_plan(), BodyPlan::Stream { keep: None })
+}
+
+/// The fast path: relayed, the body forwarded as it comes.
+fn fast(attempt: &Attempt) -> bool {
+    attempt.is_relayed() && matches!(attempt.body_plan(), BodyPlan::Stream { .. })
+}
+
+/// The body is held for a decision.
+fn held(attempt: &Attempt) -> bool {
+    matches!(attempt.body_plan(), BodyPlan::Hold { .. })
+}
+
+/// A 2xx whose body completed with `reply`.
+async fn complete(mut attempt: Attempt, reply: &str) {
+    let plan = attempt
+        .response_head(StatusCode::OK, &HeaderMap::new())
+        .await;
+    assert_eq!(plan, ResponsePlan::Forward);
+    attempt.response_chunk(reply.as_bytes());
+    attempt.end(false);
+}
+
 fn a() -> ResolvedAccount {
     ResolvedAccount::new("codex", "acct-a")
 }
@@ -119,13 +177,10 @@ async fn passes_what_is_not_relayed() {
         RequestFacts::from_extensions(&ext),
     ];
     for facts in cases {
-        assert!(matches!(
-            f.relay.inject(&uri, &f.headers, facts, 0),
-            Inject::Pass
-        ));
+        assert!(passes(&f.relay.attempt(&uri, &f.headers, facts, 0)));
     }
     // Not an API path.
-    assert!(matches!(f.inject("/healthz", &account), Inject::Pass));
+    assert!(passes(&f.attempt("/healthz", &account)));
 }
 
 #[tokio::test]
@@ -133,64 +188,54 @@ async fn a_completed_first_turn_records_the_affinity_a_dropped_one_does_not() {
     let f = Fixture::new();
     // A session's first turn is read: its opening is recorded as its primary conversation.
     let first = || async {
-        let Inject::ReadBody(d) = f.inject("/v1/chat/completions", &a()) else {
-            panic!("a new session's first turn is read")
-        };
-        let mut h = f.headers.clone();
-        let decided = d.decide(&mut h, Bytes::from_static(CHAT.as_bytes())).await;
-        assert_eq!(decided.body, CHAT.as_bytes(), "forwarded as sent");
+        let (attempt, sent, _) = f.decided("/v1/chat/completions", &a(), CHAT).await;
+        assert_eq!(sent, CHAT.as_bytes(), "forwarded as sent");
         assert!(
-            decided.repair.is_none_or(|r| !r.may_repair()),
+            !attempt.may_resend(),
             "chat completions carry no account-bound state"
         );
-        decided.ticket.expect("a session")
+        assert!(attempt.is_relayed(), "a session");
+        attempt
     };
     drop(first().await);
     f.relay.background().idle().await;
     assert_eq!(f.store.affinity(&f.key()).await.unwrap(), None);
 
-    let ticket = first().await;
-    assert_eq!(ticket.account(), &a());
-    ticket.ended(Ending::Completed);
+    let attempt = first().await;
+    assert_eq!(attempt.account(), Some(&a()));
+    complete(attempt, CHAT_REPLY).await;
     f.relay.background().idle().await;
     let affinity = f.store.affinity(&f.key()).await.unwrap().expect("recorded");
     assert!(affinity.is("codex", "acct-a"));
     let opening = session::opening(CHAT.as_bytes()).unwrap();
     assert_eq!(affinity.conversation(), Some(opening.digest));
     // From then on the session stays on the fast path.
-    assert!(matches!(
-        f.inject("/v1/chat/completions", &a()),
-        Inject::Forward { .. }
-    ));
+    assert!(fast(&f.attempt("/v1/chat/completions", &a())));
 }
 
 #[tokio::test]
 async fn a_switch_injects_the_handoff_and_a_completed_response_consumes_it() {
     let f = Fixture::new();
     f.handoff_from_a().await;
-    let Inject::ReadBody(decision) = f.inject("/v1/chat/completions", &b()) else {
-        panic!("a switch reads the body")
-    };
-    let mut headers = f.headers.clone();
-    let decided = decision
-        .decide(&mut headers, Bytes::from_static(CHAT.as_bytes()))
-        .await;
-    let body = String::from_utf8(decided.body.to_vec()).unwrap();
+    let (mut attempt, sent, headers) = f.decided("/v1/chat/completions", &b(), CHAT).await;
+    let body = String::from_utf8(sent.to_vec()).unwrap();
     assert!(body.contains("<context_handoff>") && body.contains("Adding a --json flag"));
-    assert_eq!(
-        headers["content-length"],
-        decided.body.len().to_string().as_str()
-    );
-    let ticket = decided.ticket.expect("a session");
-    assert!(ticket.action().injected && ticket.carries_handoff());
+    assert_eq!(headers["content-length"], sent.len().to_string().as_str());
+    assert!(attempt.action().injected && !f.claimable().await);
 
     // The response head is labelled; a 2xx waits for its body.
+    let plan = attempt
+        .response_head(StatusCode::OK, &HeaderMap::new())
+        .await;
+    assert_eq!(plan, ResponsePlan::Forward);
     let (mut parts, ()) = http::Response::new(()).into_parts();
-    let ticket = ticket.label(&mut parts).await.expect("waits for the body");
+    attempt.label(&mut parts);
     assert_eq!(parts.headers[RELAY_HEADER], "injected");
     assert_eq!(parts.extensions.get::<ResolvedAccount>(), Some(&b()));
+    assert!(attempt.watches_end(), "waits for the body");
 
-    ticket.ended(Ending::Completed);
+    attempt.response_chunk(CHAT_REPLY.as_bytes());
+    attempt.end(false);
     f.relay.background().idle().await;
     assert!(f.store.get(&f.key()).await.unwrap().is_none(), "consumed");
     let affinity = f.store.affinity(&f.key()).await.unwrap().expect("moved");
@@ -201,34 +246,30 @@ async fn a_switch_injects_the_handoff_and_a_completed_response_consumes_it() {
 async fn the_turn_right_after_a_switch_keeps_the_new_accounts_state_even_before_the_write() {
     let f = Fixture::new();
     f.handoff_from_a().await;
-    let Inject::ReadBody(decision) = f.inject("/v1/responses", &b()) else {
-        panic!("a switch reads the body")
-    };
-    let mut headers = f.headers.clone();
-    let decided = decision
-        .decide(&mut headers, Bytes::from_static(RESPONSES_BOUND.as_bytes()))
+    let (mut attempt, sent, _) = f.decided("/v1/responses", &b(), RESPONSES_BOUND).await;
+    assert!(!String::from_utf8_lossy(&sent).contains("gAAA-of-acct-a"));
+    assert!(attempt.is_relayed(), "a session");
+    attempt
+        .response_head(StatusCode::OK, &HeaderMap::new())
         .await;
-    assert!(!String::from_utf8_lossy(&decided.body).contains("gAAA-of-acct-a"));
-    let ticket = decided.ticket.expect("a session");
-    let (mut parts, ()) = http::Response::new(()).into_parts();
-    let ticket = ticket.label(&mut parts).await.expect("waits for the body");
-    ticket.ended(Ending::Completed);
+    assert!(attempt.watches_end(), "waits for the body");
+    attempt.response_chunk(COMPLETED.as_bytes());
+    attempt.end(false);
     // No await since: the background write of the affinity has not run (one thread), as when
     // the client's next turn comes at once (a tool result). That turn carries acct-a's item
     // again and acct-b's own reasoning: acct-b's must stay, or acct-b loses its own state.
     let next = r#"{"input":[{"type":"reasoning","encrypted_content":"gAAA-of-acct-a"},{"type":"reasoning","encrypted_content":"gAAA-of-acct-b"}]}"#;
-    let body = match f.inject("/v1/responses", &b()) {
-        Inject::ReadBody(decision) => {
-            let mut headers = f.headers.clone();
-            let decided = decision
-                .decide(&mut headers, Bytes::from_static(next.as_bytes()))
-                .await;
-            let ticket = decided.ticket.expect("a session");
-            assert!(!ticket.action().injected, "no second injection");
-            String::from_utf8(decided.body.to_vec()).unwrap()
-        }
-        Inject::Forward { .. } => next.to_owned(),
-        Inject::Pass => panic!("the session is relayed"),
+    let mut attempt = f.attempt("/v1/responses", &b());
+    assert!(attempt.is_relayed(), "the session is relayed");
+    let body = if held(&attempt) {
+        let mut headers = f.headers.clone();
+        let sent = attempt
+            .request_body(&mut headers, Bytes::from_static(next.as_bytes()))
+            .await;
+        assert!(!attempt.action().injected, "no second injection");
+        String::from_utf8(sent.to_vec()).unwrap()
+    } else {
+        next.to_owned()
     };
     assert!(
         body.contains("gAAA-of-acct-b"),
@@ -244,14 +285,8 @@ async fn the_turn_right_after_a_switch_keeps_the_new_accounts_state_even_before_
 async fn an_error_status_gives_the_handoff_back_at_once() {
     let f = Fixture::new();
     f.handoff_from_a().await;
-    let Inject::ReadBody(decision) = f.inject("/v1/chat/completions", &b()) else {
-        panic!()
-    };
-    let mut headers = f.headers.clone();
-    let decided = decision
-        .decide(&mut headers, Bytes::from_static(CHAT.as_bytes()))
-        .await;
-    let mut ticket = decided.ticket.expect("a session");
+    let (mut attempt, _, _) = f.decided("/v1/chat/completions", &b(), CHAT).await;
+    assert!(attempt.is_relayed(), "a session");
     assert!(
         f.store
             .claim(&f.key(), Duration::from_secs(30))
@@ -260,7 +295,7 @@ async fn an_error_status_gives_the_handoff_back_at_once() {
             .is_none(),
         "leased while the request is out"
     );
-    ticket.release_now().await;
+    attempt.failed().await;
     let claim = f
         .store
         .claim(&f.key(), Duration::from_secs(30))
@@ -270,24 +305,18 @@ async fn an_error_status_gives_the_handoff_back_at_once() {
         claim.is_some(),
         "claimable by the retry, without waiting for background work"
     );
-    // A ticket given back records nothing.
-    let (mut parts, ()) = http::Response::new(()).into_parts();
-    parts.status = StatusCode::TOO_MANY_REQUESTS;
-    assert!(ticket.label(&mut parts).await.is_none());
+    // An attempt given back records nothing.
+    let status = StatusCode::TOO_MANY_REQUESTS;
+    attempt.response_head(status, &HeaderMap::new()).await;
+    assert!(!attempt.watches_end());
 }
 
 #[tokio::test]
-async fn a_dropped_ticket_releases_its_claim() {
+async fn a_dropped_attempt_releases_its_claim() {
     let f = Fixture::new();
     f.handoff_from_a().await;
-    let Inject::ReadBody(decision) = f.inject("/v1/chat/completions", &b()) else {
-        panic!()
-    };
-    let mut headers = f.headers.clone();
-    let decided = decision
-        .decide(&mut headers, Bytes::from_static(CHAT.as_bytes()))
-        .await;
-    drop(decided);
+    let (attempt, _, _) = f.decided("/v1/chat/completions", &b(), CHAT).await;
+    drop(attempt);
     f.relay.background().idle().await;
     let claim = f
         .store
@@ -318,12 +347,16 @@ async fn a_body_over_the_limit_goes_out_unchanged() {
         .await
         .unwrap();
     let uri: Uri = "/v1/chat/completions".parse().unwrap();
-    let Inject::ReadBody(decision) = relay.inject(&uri, &headers, facts, 100) else {
+    let mut attempt = relay.attempt(&uri, &headers, facts, 100);
+    let BodyPlan::Hold { limit } = attempt.body_plan() else {
         panic!()
     };
-    assert_eq!(decision.limit(), 8);
-    let ticket = decision.too_large().await;
-    assert!(ticket.action().is_empty() && !ticket.waits_for_end());
+    assert_eq!(limit, 8);
+    attempt.body_too_large().await;
+    attempt
+        .response_head(StatusCode::OK, &HeaderMap::new())
+        .await;
+    assert!(attempt.action().is_empty() && !attempt.watches_end());
 }
 
 #[tokio::test]
@@ -334,26 +367,31 @@ async fn a_rejection_of_account_bound_state_gives_the_body_to_send_again() {
         .await
         .unwrap();
     // A turn of the session carries state another account minted: forwarded and kept.
-    let Inject::Forward { ticket, repair } = f.inject("/v1/responses", &a()) else {
-        panic!("fast path")
+    let bound = || {
+        let attempt = f.attempt("/v1/responses", &a());
+        let BodyPlan::Stream { keep: Some(tee) } = attempt.body_plan() else {
+            panic!("fast path; the Responses API has account-bound state: the body is kept")
+        };
+        for chunk in [&RESPONSES_BOUND[..20], &RESPONSES_BOUND[20..]] {
+            tee.keep(Some(&Bytes::copy_from_slice(chunk.as_bytes())));
+        }
+        tee.end();
+        attempt
     };
-    let repair = repair.expect("the Responses API has account-bound state");
-    let tee = repair.tee().expect("the forwarded body is kept").clone();
-    for chunk in [&RESPONSES_BOUND[..20], &RESPONSES_BOUND[20..]] {
-        tee.keep(Some(&Bytes::copy_from_slice(chunk.as_bytes())));
-    }
-    tee.end();
-    assert!(repair.may_repair());
-    assert!(repair.wants_look(StatusCode::BAD_REQUEST, &HeaderMap::new()));
-    assert!(!repair.wants_look(StatusCode::OK, &HeaderMap::new()));
-    let mut ticket = Some(ticket);
-    let body = repair
-        .resend_body(
-            RepairKind::EncryptedContent,
-            StatusCode::BAD_REQUEST,
-            ticket.as_mut(),
-        )
-        .expect("stripped");
+    let none = HeaderMap::new();
+    let mut ok = bound();
+    assert_eq!(
+        ok.response_head(StatusCode::OK, &none).await,
+        ResponsePlan::Forward
+    );
+    let mut attempt = bound();
+    assert!(attempt.may_resend());
+    let plan = attempt.response_head(StatusCode::BAD_REQUEST, &none).await;
+    assert!(matches!(plan, ResponsePlan::LookAhead { .. }));
+    attempt.look_chunk(REJECTED.as_bytes());
+    let Looked::Resend(body) = attempt.looked(StatusCode::BAD_REQUEST, true).await else {
+        panic!("stripped")
+    };
     assert_eq!(body, Bytes::from_static(br#"{"input":[]}"#));
     let mut headers = f.headers.clone();
     headers.insert("content-encoding", "gzip".parse().unwrap());
@@ -361,79 +399,60 @@ async fn a_rejection_of_account_bound_state_gives_the_body_to_send_again() {
     assert!(!headers.contains_key("content-encoding"));
     assert_eq!(headers["content-length"], "12");
 
-    // The repaired ticket records the stripped state as foreign to acct-a.
-    let ticket = ticket.unwrap();
-    assert!(ticket.action().repaired);
-    ticket.ended(Ending::Completed);
+    // The repaired attempt records the stripped state as foreign to acct-a.
+    assert!(attempt.action().repaired);
+    complete(attempt, COMPLETED).await;
     f.relay.background().idle().await;
     let affinity = f.store.affinity(&f.key()).await.unwrap().expect("recorded");
     assert!(affinity.foreign_at(SystemTime::now()).is_some());
     // The next turn to acct-a carrying it again is scrubbed before it goes out.
-    let Inject::ReadBody(decision) = f.inject("/v1/responses", &a()) else {
-        panic!("foreign state to remove: the body is read")
-    };
-    let mut headers = f.headers.clone();
-    let decided = decision
-        .decide(&mut headers, Bytes::from_static(RESPONSES_BOUND.as_bytes()))
-        .await;
-    assert_eq!(decided.body, Bytes::from_static(br#"{"input":[]}"#));
-    assert!(decided.ticket.unwrap().action().scrubbed);
+    let (attempt, sent, _) = f.decided("/v1/responses", &a(), RESPONSES_BOUND).await;
+    assert_eq!(sent, Bytes::from_static(br#"{"input":[]}"#));
+    assert!(attempt.action().scrubbed);
 }
 
 #[tokio::test]
-async fn label_on_an_error_status_gives_the_handoff_back_before_the_retry() {
+async fn an_error_head_gives_the_handoff_back_before_the_retry() {
     let f = Fixture::new();
     f.handoff_from_a().await;
     // Sent to acct-b: a switch, the handoff is claimed and injected.
-    let Inject::ReadBody(d) = f.inject("/v1/chat/completions", &b()) else {
-        panic!()
-    };
-    let mut h = f.headers.clone();
-    let decided = d.decide(&mut h, Bytes::from_static(CHAT.as_bytes())).await;
-    let ticket = decided.ticket.unwrap();
-    assert!(ticket.carries_handoff());
-    // acct-b answers 429; the adapter labels the head as `label` documents, and retries at once.
-    let (mut parts, ()) = http::Response::builder()
-        .status(429)
-        .body(())
-        .unwrap()
-        .into_parts();
-    assert!(ticket.label(&mut parts).await.is_none());
+    let (mut attempt, _, _) = f.decided("/v1/chat/completions", &b(), CHAT).await;
+    assert!(attempt.action().injected);
+    // acct-b answers 429; the adapter hands the head on once `response_head` returned, and
+    // the client retries at once.
+    let status = StatusCode::TOO_MANY_REQUESTS;
+    assert_eq!(
+        attempt.response_head(status, &HeaderMap::new()).await,
+        ResponsePlan::Forward
+    );
+    assert!(!attempt.watches_end());
     let c = ResolvedAccount::new("codex", "acct-c");
-    let Inject::ReadBody(d) = f.inject("/v1/chat/completions", &c) else {
-        panic!()
-    };
-    let mut h = f.headers.clone();
-    let decided = d.decide(&mut h, Bytes::from_static(CHAT.as_bytes())).await;
+    let (retry, _, _) = f.decided("/v1/chat/completions", &c, CHAT).await;
     assert!(
-        decided.ticket.unwrap().carries_handoff(),
+        retry.action().injected,
         "the retry on acct-c found the handoff still leased"
     );
 }
 
 #[tokio::test]
-async fn try_label_refuses_an_error_status_with_a_claim() {
+async fn response_head_now_refuses_an_error_status_with_a_claim() {
     let f = Fixture::new();
     f.handoff_from_a().await;
-    let Inject::ReadBody(d) = f.inject("/v1/chat/completions", &b()) else {
-        panic!()
-    };
-    let mut h = f.headers.clone();
-    let decided = d.decide(&mut h, Bytes::from_static(CHAT.as_bytes())).await;
-    let ticket = decided.ticket.unwrap();
-    let (mut parts, ()) = http::Response::builder()
-        .status(429)
-        .body(())
-        .unwrap()
-        .into_parts();
-    let ticket = ticket
-        .try_label(&mut parts)
-        .expect_err("must be released first");
-    assert!(parts.headers.get(RELAY_HEADER).is_none(), "head untouched");
-    assert!(ticket.carries_handoff());
-    // A 2xx needs no release: labelled at once.
+    let (mut attempt, _, _) = f.decided("/v1/chat/completions", &b(), CHAT).await;
+    let none = HeaderMap::new();
+    assert_eq!(
+        attempt.response_head_now(StatusCode::TOO_MANY_REQUESTS, &none),
+        None,
+        "must be released first"
+    );
+    assert!(!f.claimable().await, "still claimed");
+    // A 2xx needs no release: planned and labelled at once.
+    assert_eq!(
+        attempt.response_head_now(StatusCode::OK, &none),
+        Some(ResponsePlan::Forward)
+    );
     let (mut parts, ()) = http::Response::new(()).into_parts();
-    assert!(ticket.try_label(&mut parts).expect("no release").is_some());
+    attempt.label(&mut parts);
     assert_eq!(parts.headers[RELAY_HEADER], "injected");
 }
 
@@ -455,15 +474,12 @@ async fn the_fast_path_is_taken_only_outside_the_switch_window() {
             false,
         ),
     ];
+    let is_fast = fast;
     for (foreign, ttl, fast) in cases {
         let affinity =
             Affinity::new("codex", "acct-a").with_foreign(foreign, SystemTime::now() + ttl);
         f.store.set_affinity(&key, affinity).await.unwrap();
-        let inject = f.inject("/v1/responses", &a());
-        assert_eq!(
-            matches!(inject, Inject::Forward { .. }),
-            fast,
-            "{inject:?} with {ttl:?}"
-        );
+        let attempt = f.attempt("/v1/responses", &a());
+        assert_eq!(is_fast(&attempt), fast, "{attempt:?} with {ttl:?}");
     }
 }

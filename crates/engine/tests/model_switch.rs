@@ -6,14 +6,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use context_relay_core::ending::Ending;
 use context_relay_core::render::{MODEL_SWITCH_INSTRUCTION, NO_SUMMARY_NOTE};
 use context_relay_core::{
     Handoff, HandoffKey, HandoffKind, HandoffRecord, HandoffSlot, RelayConfig, session,
 };
 use context_relay_engine::{
-    ComboName, Decided, Inject, RELAY_HEADER, Relay, RelayAction, RelayBuilder, RequestFacts,
-    ResolvedAccount, ServingModel, SummaryError, SummaryRequest,
+    Attempt, BodyPlan, ComboName, RELAY_HEADER, Relay, RelayAction, RelayBuilder, RequestFacts,
+    ResolvedAccount, ResponsePlan, ServingModel, SummaryError, SummaryRequest,
 };
 use context_relay_store::{Affinity, HandoffStore, MemoryStore};
 use http::{HeaderMap, StatusCode, Uri};
@@ -64,7 +63,7 @@ impl Fixture {
         HandoffKey::new(session::tenant(&self.headers), "s1", "coding")
     }
 
-    fn inject(&self, path: &str, account: &ResolvedAccount, model: Option<&str>) -> Inject {
+    fn attempt(&self, path: &str, account: &ResolvedAccount, model: Option<&str>) -> Attempt {
         let uri: Uri = path.parse().unwrap();
         let model = model.map(ServingModel::new);
         let facts = RequestFacts {
@@ -73,7 +72,7 @@ impl Fixture {
             model: model.as_ref(),
             ..Default::default()
         };
-        self.relay.inject(&uri, &self.headers, facts, 0)
+        self.relay.attempt(&uri, &self.headers, facts, 0)
     }
 
     async fn decide(
@@ -83,13 +82,28 @@ impl Fixture {
         model: &str,
         body: &str,
     ) -> Decided {
-        let Inject::ReadBody(decision) = self.inject(path, account, Some(model)) else {
-            panic!("a model switch reads the body");
-        };
+        let mut attempt = self.attempt(path, account, Some(model));
+        assert!(held(&attempt), "a model switch reads the body");
         let mut headers = self.headers.clone();
-        decision
-            .decide(&mut headers, Bytes::from(body.to_owned()))
+        let body = attempt
+            .request_body(&mut headers, Bytes::from(body.to_owned()))
+            .await;
+        assert!(attempt.is_relayed(), "a session");
+        Decided { attempt, body }
+    }
+
+    /// Whether the session's account handoff can be claimed now (given back at once).
+    async fn claimable(&self) -> bool {
+        let key = self.key();
+        let claim = self
+            .store
+            .claim(&key, Duration::from_secs(5))
             .await
+            .unwrap();
+        if let Some(c) = &claim {
+            self.store.release(c).await.unwrap();
+        }
+        claim.is_some()
     }
 
     /// The session was last served by `account` on `model`.
@@ -138,17 +152,44 @@ impl Fixture {
             combo: Some(&self.combo),
             ..Default::default()
         };
-        let ticket = self.relay.generation(&uri, &self.headers, facts).unwrap();
-        ticket.capture().push(&Bytes::from_static(CHAT.as_bytes()));
-        ticket.capture().finish();
-        let Some(mut watch) = ticket.response(StatusCode::OK, head, Some(account), None) else {
+        let mut turn = self.relay.turn(&uri, &self.headers, facts);
+        assert!(turn.is_active());
+        turn.request_chunk(&Bytes::from_static(CHAT.as_bytes()), true);
+        turn.response(StatusCode::OK, head, Some(account), None);
+        if !turn.watches_reply() {
             return false;
-        };
-        watch.push(REPLY.as_bytes());
-        watch.ended();
+        }
+        turn.response_chunk(REPLY.as_bytes());
+        turn.end(false);
         self.relay.background().idle().await;
         true
     }
+}
+
+/// An attempt whose body was decided, and the body it sends.
+struct Decided {
+    attempt: Attempt,
+    body: Bytes,
+}
+
+/// The body is held for a decision.
+fn held(attempt: &Attempt) -> bool {
+    matches!(attempt.body_plan(), BodyPlan::Hold { .. })
+}
+
+/// The fast path: relayed, the body forwarded as it comes.
+fn fast(attempt: &Attempt) -> bool {
+    attempt.is_relayed() && matches!(attempt.body_plan(), BodyPlan::Stream { .. })
+}
+
+/// A 2xx whose body completed.
+async fn complete(mut attempt: Attempt) {
+    let plan = attempt
+        .response_head(StatusCode::OK, &HeaderMap::new())
+        .await;
+    assert_eq!(plan, ResponsePlan::Forward);
+    attempt.response_chunk(REPLY.as_bytes());
+    attempt.end(false);
 }
 
 fn codex_a() -> ResolvedAccount {
@@ -202,16 +243,15 @@ async fn a_model_switch_injects_the_freshest_handoff_and_scrubs_all_account_boun
         body.contains("Parsing the flag now."),
         "the text stays: {body}"
     );
-    let ticket = decided.ticket.expect("a session");
-    let action = ticket.action();
+    let action = decided.attempt.action();
     assert!(
         action.model_switch && action.injected && action.scrubbed,
         "{action:?}"
     );
-    assert!(!ticket.carries_handoff(), "a model switch claims nothing");
+    assert!(f.claimable().await, "a model switch claims nothing");
 
     // The response completed: the session's affinity is now the new account on the new model.
-    ticket.ended(Ending::Completed);
+    complete(decided.attempt).await;
     f.relay.background().idle().await;
     let affinity = f.store.affinity(&f.key()).await.unwrap().unwrap();
     assert_eq!(affinity.account(), &claude_x());
@@ -240,9 +280,7 @@ async fn the_account_handoff_is_read_and_left_unconsumed() {
         .decide("/v1/messages", &claude_x(), CLAUDE, MESSAGES)
         .await;
     assert!(text(&decided).contains("the account handoff"));
-    let ticket = decided.ticket.unwrap();
-    assert!(!ticket.carries_handoff());
-    ticket.ended(Ending::Completed);
+    complete(decided.attempt).await;
     f.relay.background().idle().await;
 
     // Still there, unleased: an account of its own provider can still claim it.
@@ -259,12 +297,8 @@ async fn the_account_handoff_is_read_and_left_unconsumed() {
 
     // The next turn on the new model is no switch; the new provider's account does not consume
     // the other provider's account handoff either.
-    let Inject::ReadBody(decision) = f.inject("/v1/messages", &claude_x(), Some(CLAUDE)) else {
-        panic!("a live handoff is in the index: the body is read");
-    };
-    let mut headers = f.headers.clone();
-    let next = decision
-        .decide(&mut headers, Bytes::from_static(MESSAGES.as_bytes()))
+    let next = f
+        .decide("/v1/messages", &claude_x(), CLAUDE, MESSAGES)
         .await;
     let body = text(&next);
     assert!(
@@ -272,14 +306,13 @@ async fn the_account_handoff_is_read_and_left_unconsumed() {
         "nothing injected: {body}"
     );
     assert!(!body.contains("sig-of-codex"), "the scrub lasts: {body}");
-    let ticket = next.ticket.unwrap();
-    assert!(!ticket.carries_handoff());
-    let action = ticket.action();
+    assert!(f.claimable().await, "nothing claimed");
+    let action = next.attempt.action();
     assert!(
         !action.injected && !action.model_switch && action.scrubbed,
         "{action:?}"
     );
-    drop(ticket);
+    drop(next);
     f.relay.background().idle().await;
     assert!(f.store.contains(&f.key()).await.unwrap());
 }
@@ -311,7 +344,7 @@ async fn a_model_switch_without_any_handoff_carries_one_built_from_the_request()
         !body.contains(&NO_SUMMARY_NOTE.replace('"', "\\\"")),
         "{body}"
     );
-    let action = decided.ticket.unwrap().action();
+    let action = decided.attempt.action();
     assert!(action.model_switch && action.injected, "{action:?}");
 
     // A request with no text to build one from: the bare note.
@@ -339,19 +372,13 @@ async fn the_fast_path_detects_a_model_change() {
     let f = Fixture::new();
     f.served(&codex_a(), CODEX).await;
     let path = "/v1/chat/completions";
-    assert!(matches!(
-        f.inject(path, &codex_a(), Some(CODEX)),
-        Inject::Forward { .. }
-    ));
+    assert!(fast(&f.attempt(path, &codex_a(), Some(CODEX))));
     assert!(
-        matches!(
-            f.inject(path, &codex_a(), Some("codex/gpt-5.4-mini")),
-            Inject::ReadBody(_)
-        ),
+        held(&f.attempt(path, &codex_a(), Some("codex/gpt-5.4-mini"))),
         "same account, another model: not the fast path"
     );
     assert!(
-        matches!(f.inject(path, &codex_a(), None), Inject::Forward { .. }),
+        fast(&f.attempt(path, &codex_a(), None)),
         "without a serving model, model switches are off"
     );
 
@@ -363,10 +390,11 @@ async fn the_fast_path_detects_a_model_change() {
         })
     });
     off.served(&codex_a(), CODEX).await;
-    assert!(matches!(
-        off.inject(path, &codex_a(), Some("codex/gpt-5.4-mini")),
-        Inject::Forward { .. }
-    ));
+    assert!(fast(&off.attempt(
+        path,
+        &codex_a(),
+        Some("codex/gpt-5.4-mini")
+    )));
 }
 
 #[tokio::test]
@@ -378,26 +406,25 @@ async fn the_switch_is_injected_once_and_the_first_model_is_recorded() {
         .set_affinity(&f.key(), Affinity::of(codex_a()))
         .await
         .unwrap();
-    let Inject::Forward { ticket, .. } = f.inject(path, &codex_a(), Some(CODEX)) else {
-        panic!("no switch: the fast path");
-    };
-    ticket.ended(Ending::Completed);
+    let attempt = f.attempt(path, &codex_a(), Some(CODEX));
+    assert!(fast(&attempt), "no switch: the fast path");
+    complete(attempt).await;
     f.relay.background().idle().await;
     let affinity = f.store.affinity(&f.key()).await.unwrap().unwrap();
     assert_eq!(affinity.model(), Some(CODEX));
 
     let decided = f.decide(path, &codex_a(), "codex/gpt-5.4-mini", CHAT).await;
-    assert!(decided.ticket.unwrap().action().model_switch);
+    assert!(decided.attempt.action().model_switch);
+    drop(decided);
     // That response failed: the affinity stays, the next request is the switch again.
     let again = f.decide(path, &codex_a(), "codex/gpt-5.4-mini", CHAT).await;
-    let ticket = again.ticket.unwrap();
-    assert!(ticket.action().model_switch);
-    ticket.ended(Ending::Completed);
+    assert!(again.attempt.action().model_switch);
+    complete(again.attempt).await;
     f.relay.background().idle().await;
     // Completed: the session is on the new model. Within the switch window the next request
     // is read (other conversations of the session may still cross), and is no switch.
     let next = f.decide(path, &codex_a(), "codex/gpt-5.4-mini", CHAT).await;
-    assert!(next.ticket.unwrap().action().is_empty());
+    assert!(next.attempt.action().is_empty());
     assert_eq!(next.body, CHAT.as_bytes());
 }
 
@@ -487,21 +514,19 @@ async fn with_account_handoffs_off_only_model_switches_are_relayed() {
     let path = "/v1/messages";
     let codex_b = ResolvedAccount::new("codex", "acct-b");
     assert!(
-        matches!(
-            f.inject(path, &codex_b, Some(CODEX)),
-            Inject::Forward { .. }
-        ),
+        fast(&f.attempt(path, &codex_b, Some(CODEX))),
         "another account of the same model: no account switch here"
     );
+    let bare = f.attempt(path, &codex_b, None);
     assert!(
-        matches!(f.inject(path, &codex_b, None), Inject::Pass),
+        !bare.is_relayed() && !held(&bare),
         "nothing to relay without a serving model"
     );
     let decided = f.decide(path, &claude_x(), CLAUDE, MESSAGES).await;
     let body = text(&decided);
     assert!(body.contains("Model switch from codex/gpt-5.5 to anthropic/claude-sonnet-4-5"));
     assert!(!body.contains("sig-of-codex"), "{body}");
-    decided.ticket.unwrap().ended(Ending::Completed);
+    complete(decided.attempt).await;
     f.relay.background().idle().await;
     // The scrub of the model switch lasts, for every account of the new model.
     for account in [claude_x(), ResolvedAccount::new("anthropic", "acct-y")] {
@@ -511,7 +536,7 @@ async fn with_account_handoffs_off_only_model_switches_are_relayed() {
             !body.contains("sig-of-codex") && !body.contains(HANDOFF_TAG),
             "{body}"
         );
-        let action = later.ticket.unwrap().action();
+        let action = later.attempt.action();
         assert!(action.scrubbed && !action.model_switch, "{action:?}");
     }
 
@@ -537,5 +562,5 @@ async fn with_account_handoffs_off_only_model_switches_are_relayed() {
         combo: Some(&off.combo),
         ..Default::default()
     };
-    assert!(off.relay.generation(&uri, &off.headers, facts).is_none());
+    assert!(!off.relay.turn(&uri, &off.headers, facts).is_active());
 }

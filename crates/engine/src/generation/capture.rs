@@ -128,7 +128,7 @@ impl Capture {
 /// `message_stop`) was seen, on drop, even if the client dropped the body before the upstream
 /// closed it. A failed, cut or early-dropped reply starts nothing and frees the session's
 /// in-flight key.
-pub struct ReplyWatch {
+pub(crate) struct ReplyWatch {
     trigger: Option<Trigger>,
 }
 
@@ -153,14 +153,14 @@ impl ReplyWatch {
     }
 
     /// A chunk of the reply body.
-    pub fn push(&mut self, data: &[u8]) {
+    pub(crate) fn push(&mut self, data: &[u8]) {
         if let Some(t) = &mut self.trigger {
             t.reply.push(data);
         }
     }
 
     /// The body ended: the summary starts unless the reply ended with an in-band failure.
-    pub fn ended(&mut self) {
+    pub(crate) fn ended(&mut self) {
         if let Some(mut t) = self.trigger.take()
             && t.reply.ending() != Ending::Failed
         {
@@ -169,13 +169,8 @@ impl ReplyWatch {
     }
 
     /// The body failed: the turn did not complete; nothing starts.
-    pub fn failed(&mut self) {
+    pub(crate) fn failed(&mut self) {
         self.trigger.take();
-    }
-
-    /// Whether the watch still waits for the end of the reply.
-    pub fn is_armed(&self) -> bool {
-        self.trigger.is_some()
     }
 }
 

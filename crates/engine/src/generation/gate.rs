@@ -26,7 +26,7 @@ impl Relay {
     ///
     /// With a ticket, push the request body's chunks into [`GenerationTicket::capture`] as
     /// they go out, then give the response head to [`GenerationTicket::response`].
-    pub fn generation(
+    pub(crate) fn generation(
         &self,
         uri: &Uri,
         headers: &HeaderMap,
@@ -61,7 +61,7 @@ impl Relay {
 /// What a request that can lead to a summary leaves for its response to decide on.
 ///
 /// One pointer: it is made for every relayed request and moved with its response future.
-pub struct GenerationTicket(Box<Pending>);
+pub(crate) struct GenerationTicket(Box<Pending>);
 
 /// What a [`GenerationTicket`] holds.
 struct Pending {
@@ -89,18 +89,11 @@ impl std::fmt::Debug for GenerationTicket {
 
 impl GenerationTicket {
     /// The copy of the request body to push the forwarded chunks into.
-    pub fn capture(&self) -> &Arc<Capture> {
+    pub(crate) fn capture(&self) -> &Arc<Capture> {
         &self.0.capture
     }
-
-    /// Whether a summarizer is set (the relay's, or one given with
-    /// [`summarizer_or`](Self::summarizer_or)).
-    pub fn has_summarizer(&self) -> bool {
-        self.0.summarizer.is_some()
-    }
-
     /// Uses the summarizer `default` makes when the relay was built without one.
-    pub fn summarizer_or(&mut self, default: impl FnOnce() -> Arc<dyn Summarizer>) {
+    pub(crate) fn summarizer_or(&mut self, default: impl FnOnce() -> Arc<dyn Summarizer>) {
         if self.0.summarizer.is_none() {
             self.0.summarizer = Some(default());
         }
@@ -121,7 +114,7 @@ impl GenerationTicket {
     /// [`QuotaSource`](crate::QuotaSource). `None` when no summary follows (skips are counted
     /// in [`GENERATIONS_SKIPPED`](crate::metrics::GENERATIONS_SKIPPED)); otherwise push the
     /// reply's chunks into the returned watch.
-    pub fn response(
+    pub(crate) fn response(
         self,
         status: StatusCode,
         headers: &HeaderMap,

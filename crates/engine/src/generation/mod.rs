@@ -23,21 +23,23 @@
 //! let mut headers = HeaderMap::new();
 //! headers.insert("x-session-id", "s1".parse().unwrap());
 //!
-//! // At header time: a ticket; the body is copied as it goes out.
-//! let ticket = relay.generation(&uri, &headers, facts).expect("can lead to a summary");
-//! ticket.capture().push(&Bytes::from_static(br#"{"messages":[]}"#));
-//! ticket.capture().finish();
+//! // At header time: the turn; the body is copied as it goes out.
+//! let mut turn = relay.turn(&uri, &headers, facts);
+//! assert!(turn.is_active(), "can lead to a summary");
+//! turn.request_chunk(&Bytes::from_static(br#"{"messages":[]}"#), true);
 //!
 //! // The response head: 40 % of the account used, below the threshold, so no summary.
 //! let mut head = HeaderMap::new();
 //! head.insert("x-codex-primary-used-percent", "40".parse().unwrap());
 //! let served_by = ResolvedAccount::new("codex", "acct-a");
-//! assert!(ticket.response(StatusCode::OK, &head, Some(&served_by), None).is_none());
+//! turn.response(StatusCode::OK, &head, Some(&served_by), None);
+//! assert!(!turn.watches_reply());
 //! ```
 
 mod capture;
 mod gate;
 mod kept;
 
-pub use capture::{Capture, ReplyWatch};
-pub use gate::GenerationTicket;
+pub use capture::Capture;
+pub(crate) use capture::ReplyWatch;
+pub(crate) use gate::GenerationTicket;

@@ -26,7 +26,7 @@ use crate::relay::{Relay, Shared};
 
 /// What to do with a request on its way to the provider, decided at header time.
 #[derive(Debug)]
-pub enum Inject {
+pub(crate) enum Inject {
     /// The relay has nothing to do with this request (no combo, no account, no API path, or
     /// marked [`SkipRelay`](crate::SkipRelay) or [`SummaryCall`](crate::SummaryCall)): forward
     /// it untouched.
@@ -57,7 +57,7 @@ impl Relay {
     /// account and model ([`RequestFacts::model`]) with nothing foreign to remove. It needs the
     /// session from a header (or [`RequestFacts::session`]); clients that send none have their
     /// body read to derive the session fingerprint.
-    pub fn inject(
+    pub(crate) fn inject(
         &self,
         uri: &Uri,
         headers: &HeaderMap,
@@ -196,7 +196,7 @@ fn fast(
 
 /// The slow path of the injection side: the decision once the whole body is known.
 #[derive(Debug)]
-pub struct BodyDecision {
+pub(crate) struct BodyDecision {
     shared: Arc<Shared>,
     config: Arc<RelayConfig>,
     shape: ApiShape,
@@ -210,25 +210,25 @@ pub struct BodyDecision {
 
 /// The request as it goes out after [`BodyDecision::decide`].
 #[derive(Debug)]
-pub struct Decided {
+pub(crate) struct Decided {
     /// The body to send (the client's bytes when nothing changed); the headers were adjusted
     /// to it (`content-length`, `content-encoding`, `x-codex-turn-state`).
-    pub body: Bytes,
+    pub(crate) body: Bytes,
     /// Ends with the response; `None` when the session could not be told.
-    pub ticket: Option<Ticket>,
+    pub(crate) ticket: Option<Ticket>,
     /// How to send the request again if the provider rejects its account-bound state.
-    pub repair: Option<Box<Repair>>,
+    pub(crate) repair: Option<Box<Repair>>,
 }
 
 impl BodyDecision {
     /// The largest body read for a decision.
-    pub fn limit(&self) -> usize {
+    pub(crate) fn limit(&self) -> usize {
         self.config.max_body_bytes
     }
 
     /// The body was over the limit (or had trailers, or failed while read): it goes out
     /// unchanged. Counted as a skipped rewrite (`too_large`).
-    pub async fn too_large(self) -> Ticket {
+    pub(crate) async fn too_large(self) -> Ticket {
         skipped("too_large");
         let mut ticket = Ticket::new(self.shared.clone(), self.account.clone());
         if let Some(session) = self.header_session {
@@ -251,7 +251,7 @@ impl BodyDecision {
     /// state the serving account would reject, injects the handoff, and edits `headers` to
     /// match the body to send. Never fails: a body it cannot use goes out unchanged (counted in
     /// [`REWRITE_SKIPPED`](crate::metrics::REWRITE_SKIPPED)).
-    pub async fn decide(self, headers: &mut HeaderMap, raw: Bytes) -> Decided {
+    pub(crate) async fn decide(self, headers: &mut HeaderMap, raw: Bytes) -> Decided {
         let span = tracing::info_span!(
             "context_relay.inject",
             tenant = %self.tenant,

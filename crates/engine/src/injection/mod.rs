@@ -24,7 +24,7 @@
 //!
 //! **Success means the response completed.** The handoff is deleted, and the affinity moves,
 //! only when the response body ended with the API's terminal success event (or is a complete
-//! JSON body): see [`Ticket`].
+//! JSON body): see [`Attempt`](crate::Attempt).
 
 mod claim;
 mod conversation;
@@ -36,7 +36,8 @@ mod tee;
 mod ticket;
 
 pub(crate) use conversation::other_conversation;
-pub use decide::{BodyDecision, Decided, Inject};
-pub use repair::{HOLD_LIMIT, HOLD_TIME, Look, Repair, resend_headers};
+pub(crate) use decide::{BodyDecision, Inject};
+pub use repair::{HOLD_LIMIT, HOLD_TIME, resend_headers};
+pub(crate) use repair::{Look, Repair};
 pub use tee::Tee;
-pub use ticket::{EndWatch, Ticket};
+pub(crate) use ticket::Ticket;

@@ -34,7 +34,7 @@ pub const HOLD_TIME: Duration = Duration::from_secs(10);
 /// What a repair needs of a request: the body that went out, and where to remember that the
 /// state it strips is foreign to the serving account.
 #[derive(Debug)]
-pub struct Repair {
+pub(crate) struct Repair {
     pub(crate) shape: ApiShape,
     pub(crate) slot: InjectionSlot,
     pub(crate) sent: Sent,
@@ -106,14 +106,9 @@ impl Sent {
 }
 
 impl Repair {
-    /// The API shape of the request.
-    pub fn shape(&self) -> ApiShape {
-        self.shape
-    }
-
     /// Where to keep the chunks of a body forwarded untouched (the fast path); `None` when
     /// the relay read the body itself.
-    pub fn tee(&self) -> Option<&Arc<Tee>> {
+    pub(crate) fn tee(&self) -> Option<&Arc<Tee>> {
         match &self.sent {
             Sent::Tee { tee, .. } => Some(tee),
             Sent::Body(_) => None,
@@ -121,14 +116,14 @@ impl Repair {
     }
 
     /// Whether a repair could change anything: the request may carry account-bound state.
-    pub fn may_repair(&self) -> bool {
+    pub(crate) fn may_repair(&self) -> bool {
         self.turn_state || self.sent.may_be_bound()
     }
 
     /// Whether a response must be looked at (with a [`Look`]) before it is handed on: a 400
     /// that may blame account-bound state, or a Responses stream whose opening may be
     /// followed by such a failure, when the request may carry account-bound state at all.
-    pub fn wants_look(&self, status: StatusCode, headers: &HeaderMap) -> bool {
+    pub(crate) fn wants_look(&self, status: StatusCode, headers: &HeaderMap) -> bool {
         (status == StatusCode::BAD_REQUEST || holdable(self.shape, status, headers))
             && self.may_repair()
     }
@@ -138,7 +133,7 @@ impl Repair {
     /// repaired and will record the stripped state as foreign to the serving account. `None`
     /// when there is nothing to remove (a retry would be rejected the same way) or the body
     /// is unknown: pass the rejection on.
-    pub fn resend_body(
+    pub(crate) fn resend_body(
         self,
         kind: RepairKind,
         status: StatusCode,
@@ -216,7 +211,7 @@ fn stripped(
 /// than the [`deadline`](Self::deadline) (one deadline for the whole hold, [`HOLD_TIME`] after
 /// the look began), then [`finish`](Self::finish)es.
 #[derive(Debug)]
-pub struct Look {
+pub(crate) struct Look {
     hold: bool,
     deadline: tokio::time::Instant,
     detector: EndDetector,
@@ -226,7 +221,7 @@ pub struct Look {
 
 impl Look {
     /// A look at a response of `repair`'s request.
-    pub fn new(repair: &Repair, status: StatusCode, headers: &HeaderMap) -> Self {
+    pub(crate) fn new(repair: &Repair, status: StatusCode, headers: &HeaderMap) -> Self {
         Self {
             hold: holdable(repair.shape, status, headers),
             deadline: tokio::time::Instant::now() + HOLD_TIME,
@@ -235,32 +230,26 @@ impl Look {
             held: 0,
         }
     }
-
-    /// Whether it holds a stream's opening back (rather than reading an error body).
-    pub fn holds(&self) -> bool {
-        self.hold
-    }
-
     /// When a held stream's opening stops being held, whatever arrives meanwhile: the adapter
     /// stops reading ahead at this instant and passes on what it holds. `None` when it reads
     /// an error body (bounded by size instead).
-    pub fn deadline(&self) -> Option<tokio::time::Instant> {
+    pub(crate) fn deadline(&self) -> Option<tokio::time::Instant> {
         self.hold.then_some(self.deadline)
     }
 
     /// A held stream got its first output event or its end: the rest is not held.
-    pub fn settled(&self) -> bool {
+    pub(crate) fn settled(&self) -> bool {
         self.hold
             && (self.detector.output_started() || self.detector.ending() != Ending::Unfinished)
     }
 
     /// Enough was read ahead: the rest is passed on as it comes.
-    pub fn full(&self) -> bool {
+    pub(crate) fn full(&self) -> bool {
         self.held > HOLD_LIMIT.max(ERROR_BODY_LIMIT)
     }
 
     /// A chunk read ahead.
-    pub fn push(&mut self, data: &[u8]) {
+    pub(crate) fn push(&mut self, data: &[u8]) {
         self.held += data.len();
         if self.hold {
             self.detector.push(data);
@@ -271,7 +260,7 @@ impl Look {
 
     /// The reading ahead stopped (`ended`: at the end of the body): what the response blames,
     /// and the end detector that saw the held chunks (to keep watching the rest with).
-    pub fn finish(self, ended: bool) -> (EndDetector, Option<RepairKind>) {
+    pub(crate) fn finish(self, ended: bool) -> (EndDetector, Option<RepairKind>) {
         let Self {
             hold,
             mut detector,

@@ -4,10 +4,10 @@
 use std::sync::Arc;
 
 use context_relay_core::HandoffKey;
-use context_relay_core::ending::{EndDetector, Ending};
+use context_relay_core::ending::Ending;
 use context_relay_store::{Affinity, Claim};
 
-use crate::action::{RELAY_HEADER, RelayAction};
+use crate::action::RelayAction;
 use crate::extensions::ResolvedAccount;
 use crate::metrics;
 use crate::relay::Shared;
@@ -18,11 +18,11 @@ use crate::relay::Shared;
 /// - [`ended`](Self::ended) with [`Ending::Completed`] (a 2xx whose body ended with the API's
 ///   terminal success event, or a complete JSON body) deletes the handoff and records the
 ///   affinity, in the background;
-/// - [`label`](Self::label) on an error status gives the claim back before the response is
-///   handed on, so that a retry on another account can claim the handoff at once
-///   ([`release_now`](Self::release_now) does the same when there is no response);
+/// - [`release_now`](Self::release_now) on an error status (or when no response came) gives
+///   the claim back before the response is handed on, so that a retry on another account can
+///   claim the handoff at once ([`Attempt`](crate::Attempt) calls it in that order);
 /// - dropping it, or ending it any other way, gives the claim back (in the background).
-pub struct Ticket {
+pub(crate) struct Ticket {
     pub(crate) shared: Arc<Shared>,
     pub(crate) account: ResolvedAccount,
     /// The handoff this request carries.
@@ -62,65 +62,26 @@ impl Ticket {
     }
 
     /// The account the request was sent to.
-    pub fn account(&self) -> &ResolvedAccount {
+    pub(crate) fn account(&self) -> &ResolvedAccount {
         &self.account
     }
 
     /// What the relay did to the request.
-    pub fn action(&self) -> RelayAction {
+    pub(crate) fn action(&self) -> RelayAction {
         self.action
     }
 
     /// Whether the request carries a claimed handoff.
-    pub fn carries_handoff(&self) -> bool {
+    pub(crate) fn carries_handoff(&self) -> bool {
         self.claim.is_some()
     }
 
     /// Whether anything waits for the end of the response body.
-    pub fn waits_for_end(&self) -> bool {
+    pub(crate) fn waits_for_end(&self) -> bool {
         self.claim.is_some() || self.record.is_some()
     }
-
-    /// Labels a response head: the [`ResolvedAccount`] extension when the response lacks one,
-    /// the [`RelayAction`] extension and [`RELAY_HEADER`] when the relay acted. On an error
-    /// status the claim is given back before this returns, so that a retry on another account
-    /// can claim the handoff at once. Gives the ticket back when it waits for the end of a
-    /// successful body (watch it with [`EndWatch`]); otherwise dropping it settles it.
-    pub async fn label(mut self, parts: &mut http::response::Parts) -> Option<Ticket> {
-        if !parts.status.is_success() {
-            self.release_now().await;
-        }
-        self.label_head(parts)
-    }
-
-    /// [`label`](Self::label) without waiting, when nothing must be given back first (no
-    /// claim, or a 2xx): `Err` with the ticket, the head untouched, when a claim must be
-    /// released (then use `label`).
-    pub fn try_label(
-        self,
-        parts: &mut http::response::Parts,
-    ) -> Result<Option<Ticket>, Box<Ticket>> {
-        if self.claim.is_some() && !parts.status.is_success() {
-            return Err(Box::new(self));
-        }
-        Ok(self.label_head(parts))
-    }
-
-    fn label_head(self, parts: &mut http::response::Parts) -> Option<Ticket> {
-        if parts.extensions.get::<ResolvedAccount>().is_none() {
-            parts.extensions.insert(self.account.clone());
-        }
-        // The header is the relay's word: an upstream's own is not passed on as if it were.
-        parts.headers.remove(RELAY_HEADER);
-        if let Some(value) = self.action.header_value() {
-            parts.headers.insert(RELAY_HEADER, value);
-            parts.extensions.insert(self.action);
-        }
-        (parts.status.is_success() && self.waits_for_end()).then_some(self)
-    }
-
     /// The response body ended (or failed, or was dropped) this way.
-    pub fn ended(mut self, ending: Ending) {
+    pub(crate) fn ended(mut self, ending: Ending) {
         if ending != Ending::Completed {
             if ending == Ending::Failed {
                 tracing::info!(account = %self.account.account(), "response failed in-band");
@@ -155,7 +116,7 @@ impl Ticket {
 
     /// Gives the claim back now, before the response is handed on: a retry on another account
     /// must be able to claim it at once. The affinity stays as it was.
-    pub async fn release_now(&mut self) {
+    pub(crate) async fn release_now(&mut self) {
         self.record = None;
         if let Some(claim) = self.claim.take() {
             release(&self.shared, &claim).await;
@@ -183,48 +144,5 @@ pub(crate) async fn release(shared: &Shared, claim: &Claim) {
             tracing::info!(session = %claim.record.session, "handoff released for a later attempt");
         }
         Err(e) => metrics::store_error("release", &e),
-    }
-}
-
-/// Watches how a response body ends for a [`Ticket`]: push every chunk, then
-/// [`finish`](Self::finish) at the end of the body (or when it failed). Dropped unfinished, the
-/// ticket releases its claim.
-pub struct EndWatch {
-    detector: EndDetector,
-    ticket: Ticket,
-}
-
-impl std::fmt::Debug for EndWatch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EndWatch")
-            .field("ticket", &self.ticket)
-            .finish_non_exhaustive()
-    }
-}
-
-impl EndWatch {
-    /// Watches a body from its start.
-    pub fn new(ticket: Ticket) -> Self {
-        Self::resume(EndDetector::new(), ticket)
-    }
-
-    /// Watches a body whose first chunks `detector` has seen already.
-    pub fn resume(detector: EndDetector, ticket: Ticket) -> Self {
-        Self { detector, ticket }
-    }
-
-    /// A chunk of the body.
-    pub fn push(&mut self, data: &[u8]) {
-        self.detector.push(data);
-    }
-
-    /// The body ended (`errored`: with an error): the ticket is settled.
-    pub fn finish(mut self, errored: bool) {
-        let ending = if errored {
-            Ending::Unfinished
-        } else {
-            self.detector.finish()
-        };
-        self.ticket.ended(ending);
     }
 }
