@@ -1,11 +1,9 @@
 //! An open gateway gives every credential-less request a tenant of its own; the relay keeps
 //! nothing for such a request (no affinity, no handoff), while keyed requests are relayed.
 
-mod support;
-
+use context_relay_testkit::harness::{CodexGateway, http_client, spawn, start_sim};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use support::{CodexGateway, http_client, spawn, start_sim};
 
 use bytes::Bytes;
 use context_relay_core::{HandoffKey, HandoffRecord};

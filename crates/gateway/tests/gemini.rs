@@ -4,18 +4,17 @@
 //! provider, which mints `thoughtSignature`s per account, refuses another account's with the
 //! real 400, and answers a used-up account with the real 429 `RESOURCE_EXHAUSTED`.
 
-mod support;
-
 use std::path::Path;
 
 use bytes::Bytes;
 use context_relay_gateway::Gateway;
 use context_relay_gateway::config::Config;
 use context_relay_sim::SimProvider;
+use context_relay_testkit::handoff::{HANDOFF_TAG, SUMMARY_NEEDLE, summary_reply};
+use context_relay_testkit::harness::{http_client, key_of, spawn, start_sim};
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use serde_json::{Value, json};
-use support::{HANDOFF_TAG, SUMMARY_NEEDLE, http_client, key_of, spawn, start_sim, summary_reply};
 
 const CLIENT_KEY: &str = "ck-genai-client";
 

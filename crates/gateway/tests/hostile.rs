@@ -7,17 +7,16 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use context_relay_gateway::config::Config;
-mod support;
 
 use context_relay_gateway::{Gateway, RunningGateway};
 use context_relay_sim::SimProvider;
+use context_relay_testkit::harness::{CodexGateway, spawn};
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
-use support::{CodexGateway, spawn};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

@@ -1,15 +1,13 @@
 //! `/metrics` shows the relay counters once the relay acted. This file is its own test binary
 //! (its own process) because it installs the global Prometheus recorder.
 
-mod support;
-
 use bytes::Bytes;
 use context_relay_gateway::Gateway;
 use context_relay_sim::SimProvider;
+use context_relay_testkit::harness::{CodexGateway, http_client, spawn, start_sim};
 use http::Request;
 use http_body_util::{BodyExt, Full};
 use serde_json::json;
-use support::{CodexGateway, http_client, spawn, start_sim};
 
 #[tokio::test]
 async fn relay_counters_appear_on_metrics() {

@@ -4,12 +4,10 @@
 //! balancer), and everything recovers once Redis is back on the same port.
 #![cfg(feature = "redis")]
 
-mod support;
-
+use context_relay_testkit::harness::{CodexGateway, http_client, spawn, start_sim};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use support::{CodexGateway, http_client, spawn, start_sim};
 
 use bytes::Bytes;
 use context_relay_gateway::Gateway;

@@ -2,13 +2,12 @@
 //! restarted gateway: the real binary runs as a child process over a config file in a temporary
 //! folder, the simulated provider runs in the test.
 
-mod support;
-
 use std::path::Path;
 use std::process::{Child, Stdio};
 
 use bytes::Bytes;
 use context_relay_sim::SimProvider;
+use context_relay_testkit::binary::{signal, start_binary};
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
@@ -28,7 +27,7 @@ struct Gateway {
 impl Gateway {
     /// Starts the binary on `config` and reads the address it prints once listening.
     fn start(config: &Path) -> Self {
-        let (child, url) = support::start_binary(
+        let (child, url) = start_binary(
             env!("CARGO_BIN_EXE_context-relay-gateway"),
             config,
             "warn",
@@ -39,7 +38,7 @@ impl Gateway {
 
     /// SIGTERM, then waits for the process: its exit status.
     fn terminate(mut self) -> std::process::ExitStatus {
-        support::signal(&self.child, "-TERM");
+        signal(&self.child, "-TERM");
         self.child.wait().expect("the child exits")
     }
 

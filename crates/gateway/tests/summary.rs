@@ -2,10 +2,8 @@
 //! simulated provider answers the real 400) is dropped, the summary retried once, the handoff
 //! stored, and the refusal remembered for the next session.
 
-mod support;
-
+use context_relay_testkit::harness::{CodexGateway, http_client, spawn, start_sim};
 use std::sync::Arc;
-use support::{CodexGateway, http_client, spawn, start_sim};
 
 use bytes::Bytes;
 use context_relay_gateway::Gateway;
