@@ -138,6 +138,14 @@ impl Harness {
         h
     }
 
+    /// Shuts every gateway down gracefully (each must stop cleanly), then the provider.
+    pub async fn shutdown(self) {
+        for (_gateway, server) in self.gateways {
+            server.shutdown().await.expect("graceful shutdown");
+        }
+        self.sim.shutdown().await;
+    }
+
     /// `path` on gateway `gw`: `http://ADDR/path`.
     pub fn url(&self, gw: usize, path: &str) -> String {
         format!("{}{path}", self.gateways[gw].1.url())
