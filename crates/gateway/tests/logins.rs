@@ -8,7 +8,7 @@ use std::sync::Arc;
 use context_relay_testkit::clients::{completed, contains, json_headers};
 use context_relay_testkit::conversation::Client;
 use context_relay_testkit::handoff::HANDOFF_TAG;
-use context_relay_testkit::harness::{Harness, MEMORY, spawn};
+use context_relay_testkit::harness::{Harness, MEMORY};
 use context_relay_testkit::logins::Logins;
 use context_relay_testkit::redis_server::RedisServer;
 use futures_util::future::join_all;
@@ -242,7 +242,7 @@ async fn replicas_on_one_redis_refresh_once(client: Client) {
     let gateway = context_relay_gateway::Gateway::connect(config)
         .await
         .unwrap();
-    h.gateways.push(spawn(gateway).await);
+    h.add(gateway).await;
     let statuses = concurrent_turns(&h, &l, 40).await;
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
     assert_eq!(h.sim.refreshes(a), 1, "one refresh across both replicas");

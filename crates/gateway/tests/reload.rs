@@ -13,11 +13,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use context_relay_sim::SimProvider;
 use context_relay_testkit::binary::{signal, start_binary};
+use context_relay_testkit::harness::http_client;
 use http::Request;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 
 const ADMIN: &str = "reload-admin";
@@ -141,7 +141,7 @@ async fn sighup_reloads_a_good_file_and_keeps_the_running_one_over_a_bad_file() 
     )
     .unwrap();
     let gw = Running::start(&path);
-    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+    let client: HttpClient = http_client();
     let served = || sim.requests().last().and_then(|r| r.account.clone());
 
     assert_eq!(
