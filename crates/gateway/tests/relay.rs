@@ -11,6 +11,7 @@ use std::ops::Deref;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use context_relay_core::HandoffRecord;
 use context_relay_gateway::Gateway;
 use context_relay_gateway::config::Config;
 use context_relay_sim::{RecordedRequest, SimProvider, SimQuotaHeaders};
@@ -171,6 +172,11 @@ impl Env {
         &self.gateways[0].0
     }
 
+    /// The handoffs in the gateway's store (of `session`, or all).
+    async fn stored(&self, session: Option<&str>) -> Vec<HandoffRecord> {
+        self.gateway().store().list(None, session).await.unwrap()
+    }
+
     fn url(&self, path: &str) -> String {
         self.0.url(0, path)
     }
@@ -263,12 +269,7 @@ async fn relay_scenario(api: Api, stream: bool) {
         summaries[0].uri.path(),
         api.path().split('?').next().unwrap()
     );
-    let stored = env
-        .gateway()
-        .store()
-        .list(None, Some(&session))
-        .await
-        .unwrap();
+    let stored = env.stored(Some(&session)).await;
     assert_eq!(stored.len(), 1);
     assert_eq!(stored[0].from_account, first);
     assert_eq!(stored[0].handoff.summary, SUMMARY_TEXT);
@@ -324,12 +325,7 @@ async fn relay_scenario(api: Api, stream: bool) {
     }
     env.idle().await;
     assert!(
-        env.gateway()
-            .store()
-            .list(None, Some(&session))
-            .await
-            .unwrap()
-            .is_empty(),
+        env.stored(Some(&session)).await.is_empty(),
         "the consumed handoff is deleted"
     );
 
@@ -447,15 +443,7 @@ async fn responses_account_bound_state_is_removed_on_the_switch_only() {
         assert_eq!(last.headers["x-codex-turn-state"], "ts-from-acct-a");
     }
     env.idle().await;
-    assert_eq!(
-        env.gateway()
-            .store()
-            .list(None, Some(session))
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(env.stored(Some(session)).await.len(), 1);
 
     env.sim.set_used("acct-a", 100.0);
     env.sim.clear_requests();
@@ -546,12 +534,7 @@ async fn two_tenants_with_one_session_id_are_isolated() {
     let session = "shared-session-id";
     // Tenant 1 crosses the threshold: a handoff for tenant 1 only.
     cross_threshold(&env, Api::Chat, "client-1", session).await;
-    let stored = env
-        .gateway()
-        .store()
-        .list(None, Some(session))
-        .await
-        .unwrap();
+    let stored = env.stored(Some(session)).await;
     assert_eq!(stored.len(), 1);
     let tenant1 = stored[0].tenant.clone();
 
@@ -574,12 +557,7 @@ async fn two_tenants_with_one_session_id_are_isolated() {
         env.turns().iter().all(|r| !has_handoff(r)),
         "tenant 2 gets nothing"
     );
-    let stored = env
-        .gateway()
-        .store()
-        .list(None, Some(session))
-        .await
-        .unwrap();
+    let stored = env.stored(Some(session)).await;
     assert_eq!(stored.len(), 1, "tenant 1's handoff is still there");
     assert_eq!(stored[0].tenant, tenant1);
 
@@ -604,14 +582,7 @@ async fn two_tenants_with_one_session_id_are_isolated() {
     assert_eq!(turns[0].account.as_deref(), Some("acct-b"));
     assert!(has_handoff(&turns[0]));
     env.idle().await;
-    assert!(
-        env.gateway()
-            .store()
-            .list(None, Some(session))
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(env.stored(Some(session)).await.is_empty());
 }
 
 #[tokio::test]
@@ -633,14 +604,7 @@ async fn a_session_under_the_threshold_is_forwarded_byte_for_byte() {
     }
     env.idle().await;
     assert!(env.summaries().is_empty(), "60 % used: no summary yet");
-    assert!(
-        env.gateway()
-            .store()
-            .list(None, None)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(env.stored(None).await.is_empty());
 }
 
 #[tokio::test]
@@ -665,7 +629,7 @@ async fn clients_without_session_headers_are_sticky_and_relayed() {
         send(turn).await;
     }
     env.idle().await;
-    let stored = env.gateway().store().list(None, None).await.unwrap();
+    let stored = env.stored(None).await;
     assert_eq!(stored.len(), 1, "a handoff keyed by the fingerprint");
     env.sim.set_used("acct-a", 100.0);
     env.sim.clear_requests();
@@ -730,7 +694,7 @@ async fn an_sdk_session_without_a_header_is_one_session_across_turns_and_key_ord
     let served: Vec<_> = env.turns().into_iter().map(|t| t.account).collect();
     assert_eq!(served.len(), 3);
     assert!(served.iter().all(|a| *a == served[0]), "{served:?}");
-    let stored = env.gateway().store().list(None, None).await.unwrap();
+    let stored = env.stored(None).await;
     assert_eq!(stored.len(), 1, "one session, one handoff");
     assert_eq!(&*stored[0].session, session);
     // The switch turn (the other key order) finds it.
@@ -812,14 +776,7 @@ async fn provider_quota_kind_reaches_the_relay() {
     cross_threshold(&env2, Api::Messages, "client-1", "no-quota").await;
     assert_eq!(env2.sim.used("acct-c"), Some(90.0));
     assert!(env2.summaries().is_empty());
-    assert!(
-        env2.gateway()
-            .store()
-            .list(None, None)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(env2.stored(None).await.is_empty());
     // (With the default `quota = "auto"` the same turns produce a handoff: see
     // `anthropic_messages_session_relays_across_a_429`.)
 }
