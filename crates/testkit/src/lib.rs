@@ -8,10 +8,11 @@
 //! - [`sessions`]: long, real-size sessions of three clients (core's tests and benches);
 //! - [`hyper_request`]: requests shaped as hyper's HTTP/1 server hands them on (tower's bench);
 //! - [`binary`]: the gateway binary as a child process;
-//! - with the `gateway` feature, [`harness`]: gateways served over the strict simulated
-//!   provider (the one gateway test setup), [`conversation`]: Codex and Claude Code talking
-//!   through it, [`agents`]: coding agents of the four API shapes in tool loops, and
-//!   [`logins`]: subscription logins with their credential files.
+//! - with the `gateway` feature, `harness`: gateways served over the strict simulated provider
+//!   (the one gateway test setup: `Harness::serve` and the constructors built on it),
+//!   `conversation`: Codex and Claude Code talking through it, `agents`: coding agents of the
+//!   four API shapes in tool loops, and `logins`: subscription logins with their credential
+//!   files.
 //!
 //! Without the `gateway` feature the kit depends on no crate of the workspace but the core, so
 //! the store's, tower's and core's own tests use it too (a dev-dependency cycle cargo allows).
