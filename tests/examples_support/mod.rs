@@ -3,17 +3,12 @@
 //! once it reports its end) sending what Codex sends (its real-size first request rebuilt from
 //! the captures, the whole history resent each turn), a turn at 87 % leads to a summary
 //! request, and after a 429 the handoff reaches the other account's request.
-#![allow(dead_code)]
-
-/// The real-size client requests of the gateway's switch tests.
-#[path = "../../crates/gateway/tests/support/mod.rs"]
-mod clients;
-
 use std::time::Duration;
 
 use bytes::Bytes;
 use context_relay::tower::Background;
 use context_relay_sim::SimProvider;
+use context_relay_testkit::clients;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;

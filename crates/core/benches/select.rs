@@ -3,15 +3,13 @@
 //!
 //! `cargo bench -p context-relay-core --bench select -- --warm-up-time 1 --measurement-time 3`
 
-#[path = "../tests/sessions/mod.rs"]
-mod sessions;
-
 use std::hint::black_box;
 
 use context_relay_core::conversation::Conversation;
 use context_relay_core::prompt::summary_prompt;
 use context_relay_core::select::select;
 use context_relay_core::{ApiShape, RelayMode};
+use context_relay_testkit::sessions;
 use criterion::{Criterion, criterion_group, criterion_main};
 
 fn bench(c: &mut Criterion) {

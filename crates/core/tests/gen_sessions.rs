@@ -3,14 +3,12 @@
 //! files (at least 80 % of those it edited and of those its last ten tool calls named), and
 //! boilerplate stays within 10 % of it.
 
-mod sessions;
-
 use context_relay_core::conversation::Conversation;
 use context_relay_core::prompt::summary_prompt;
 use context_relay_core::select::{TOKEN_BUDGET, select};
 use context_relay_core::{ApiShape, RelayMode};
+use context_relay_testkit::sessions::{self, Facts};
 use serde_json::Value;
-use sessions::Facts;
 
 const TURNS: usize = 40;
 

@@ -1,9 +1,8 @@
 //! The session fingerprint (v3) on real-size sessions in each client's own key order: stable
 //! across turns, blind to what follows the first ask, different for different asks.
 
-mod sessions;
-
 use context_relay_core::session::fingerprint;
+use context_relay_testkit::sessions;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 

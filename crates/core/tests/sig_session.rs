@@ -3,11 +3,10 @@
 use context_relay_core::session::{
     self, MAX_SESSION_ID_CHARS, SessionSource, SessionSources, fingerprint, session_id, tenant,
 };
+use context_relay_testkit::sessions;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use proptest::prelude::*;
 use serde_json::{Value, json};
-
-mod sessions;
 
 struct Capture {
     headers: HeaderMap,

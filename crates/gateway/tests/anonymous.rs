@@ -1,11 +1,8 @@
 //! An open gateway gives every credential-less request a tenant of its own; the relay keeps
 //! nothing for such a request (no affinity, no handoff), while keyed requests are relayed.
 
-mod support;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use support::{CodexGateway, http_client, spawn, start_sim};
 
 use bytes::Bytes;
 use context_relay_core::{HandoffKey, HandoffRecord};
@@ -14,6 +11,7 @@ use context_relay_sim::SimProvider;
 use context_relay_store::{
     Affinity, Claim, GenerationLease, HandoffStore, MemoryStore, StoreFuture,
 };
+use context_relay_testkit::harness::{CodexGateway, Harness, start_sim};
 use http::Request;
 use http_body_util::Full;
 
@@ -112,15 +110,13 @@ async fn anonymous_requests_write_no_affinity_and_no_handoff_but_are_served() {
     let store = Arc::new(Recording::default());
     let gateway = Gateway::with_store(config, store.clone()).unwrap();
     assert!(gateway.relay_enabled());
-    let (gateway, server) = spawn(gateway).await;
-    let client = http_client();
+    let h = Harness::serve(sim, gateway).await;
     let send = |key: Option<&'static str>| {
-        let mut req = Request::post(format!("{}/v1/chat/completions", server.url()))
-            .header("session_id", "s-1");
+        let mut req = Request::post(h.url(0, "/v1/chat/completions")).header("session_id", "s-1");
         if let Some(k) = key {
             req = req.header("x-api-key", k);
         }
-        client.request(
+        h.client.request(
             req.body(Full::new(Bytes::from_static(
                 br#"{"model":"codex-relay","messages":[{"role":"system","content":"s"},{"role":"user","content":"hello"}]}"#,
             )))
@@ -130,7 +126,7 @@ async fn anonymous_requests_write_no_affinity_and_no_handoff_but_are_served() {
     for _ in 0..3 {
         assert_eq!(send(None).await.unwrap().status(), 200);
     }
-    gateway.background().idle().await;
+    h.idle().await;
     assert_eq!(
         store.writes(),
         Vec::new(),
@@ -138,7 +134,7 @@ async fn anonymous_requests_write_no_affinity_and_no_handoff_but_are_served() {
     );
     // The same request with a key is relayed: its affinity is recorded.
     assert_eq!(send(Some("k1")).await.unwrap().status(), 200);
-    gateway.background().idle().await;
+    h.idle().await;
     let writes = store.writes();
     assert!(
         writes

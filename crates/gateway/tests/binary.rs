@@ -2,15 +2,15 @@
 //! never a secret), `--log-format json` (every stderr line a JSON object, the access log with
 //! its fields and without keys) and the default text format's access line.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::process::{Command, Stdio};
 
 use bytes::Bytes;
 use context_relay_sim::SimProvider;
+use context_relay_testkit::binary::{listening, signal};
+use context_relay_testkit::harness::http_client;
 use http::Request;
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
 const SECRET: &str = "sk-live-0123456789abcdef";
@@ -120,28 +120,18 @@ key_env = "ALICE_KEY"
             sim.base_url()
         ),
     );
-    let mut child = Command::new(env!("CARGO_BIN_EXE_context-relay-gateway"))
-        .arg("--config")
-        .arg(&path)
-        .args(args)
-        .env("ALICE_KEY", CLIENT_KEY)
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap()
-        .to_owned();
+    // Not `start_binary`: no `NO_COLOR`, the text format must find stderr is no terminal.
+    let (mut child, url) = listening(
+        Command::new(env!("CARGO_BIN_EXE_context-relay-gateway"))
+            .arg("--config")
+            .arg(&path)
+            .args(args)
+            .env("ALICE_KEY", CLIENT_KEY)
+            .env("RUST_LOG", "info")
+            .stderr(Stdio::piped()),
+    );
 
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let client = http_client();
     let req = Request::post(format!("{url}/v1/chat/completions"))
         .header("authorization", format!("Bearer {CLIENT_KEY}"))
         .header("x-request-id", "rid-42")
@@ -158,12 +148,7 @@ key_env = "ALICE_KEY"
     assert_eq!(client.request(req).await.unwrap().status(), 200);
 
     // SIGTERM: the gateway drains and exits, and stderr is complete.
-    let status = Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .status()
-        .unwrap();
-    assert!(status.success());
+    signal(&child, "-TERM");
     let mut stderr = String::new();
     child
         .stderr

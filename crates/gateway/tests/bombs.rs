@@ -1,16 +1,14 @@
 //! Decompression bombs do not stall the gateway: bodies are decoded off the async workers, so
 //! `/healthz` keeps answering at once while they decode.
 
-mod support;
-
 use std::io::Write;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use context_relay_gateway::Gateway;
+use context_relay_testkit::harness::{CodexGateway, http_client, spawn};
 use http::Request;
 use http_body_util::{BodyExt, Full};
-use support::{CodexGateway, http_client, spawn};
 
 const LIMIT: usize = 8 << 20;
 const BOMBS: usize = 12;

@@ -7,11 +7,11 @@
 //! - two conversations with the same opening (the same megabyte of first input) and different
 //!   keys are two sessions: each has its own handoff, and neither consumes the other's.
 
-mod support;
-
 use context_relay_sim::SimProvider;
+use context_relay_testkit::clients::contains;
+use context_relay_testkit::handoff::HANDOFF_TAG;
+use context_relay_testkit::harness::{Harness, MEMORY};
 use serde_json::{Value, json};
-use support::{HANDOFF_TAG, Harness, MEMORY, contains};
 
 /// About 1 MiB of file contents pasted into the first user message.
 fn opening() -> Value {

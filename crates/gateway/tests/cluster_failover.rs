@@ -2,12 +2,13 @@
 //! (the store's calls fail within their timeout, then its breaker skips Redis) while the
 //! cluster promotes the master's replica.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use context_relay_sim::SimProvider;
-use support::{Client, Conversation, Harness, RedisCluster, completed};
+use context_relay_testkit::clients::completed;
+use context_relay_testkit::conversation::{Client, Conversation};
+use context_relay_testkit::harness::Harness;
+use context_relay_testkit::redis_cluster::RedisCluster;
 
 /// Longer than a failover on loopback (the master is found dead after the cluster's 1 s node
 /// timeout, then its replica is elected): requests run through all of it.

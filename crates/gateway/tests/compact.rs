@@ -6,11 +6,12 @@
 //! (rebuilt from the captures), and the strict simulated provider, which mints the compaction
 //! item per account and refuses another account's.
 
-mod support;
-
 use context_relay_sim::SimProvider;
+use context_relay_testkit::clients::compact_body;
+use context_relay_testkit::conversation::{Client, Conversation};
+use context_relay_testkit::handoff::HANDOFF_TAG;
+use context_relay_testkit::harness::{Harness, MEMORY};
 use serde_json::{Value, json};
-use support::{Client, Conversation, HANDOFF_TAG, Harness, MEMORY, compact_body};
 
 const SESSION: &str = "0199d00d-5c3a-7b21-9c4d-5e6f7a8b9c0d";
 

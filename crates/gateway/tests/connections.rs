@@ -2,17 +2,15 @@
 //! HTTP/2 preface is closed at the header deadline and takes no slot meanwhile, and an idle
 //! HTTP/2 connection is closed.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use context_relay_gateway::RunningGateway;
 use context_relay_sim::SimProvider;
+use context_relay_testkit::harness::{CodexGateway, http_client, spawn};
 use http::Request;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use support::{CodexGateway, http_client, spawn};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

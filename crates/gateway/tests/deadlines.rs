@@ -14,8 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
-mod support;
-use support::{CodexGateway, http_client, spawn};
+use context_relay_testkit::harness::{CodexGateway, http_client, spawn};
 
 /// How a [`StreamingUpstream`] answers.
 #[derive(Clone, Copy)]

@@ -4,18 +4,17 @@
 //! provider, which mints `thoughtSignature`s per account, refuses another account's with the
 //! real 400, and answers a used-up account with the real 429 `RESOURCE_EXHAUSTED`.
 
-mod support;
-
 use std::path::Path;
 
 use bytes::Bytes;
 use context_relay_gateway::Gateway;
 use context_relay_gateway::config::Config;
 use context_relay_sim::SimProvider;
+use context_relay_testkit::handoff::{HANDOFF_TAG, SUMMARY_NEEDLE, summary_reply};
+use context_relay_testkit::harness::{Harness, http_client, key_of, start_sim};
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use serde_json::{Value, json};
-use support::{HANDOFF_TAG, SUMMARY_NEEDLE, http_client, key_of, spawn, start_sim, summary_reply};
 
 const CLIENT_KEY: &str = "ck-genai-client";
 
@@ -107,13 +106,8 @@ targets = ["down/gemini-3-pro", "gemini/gemini-2.5-pro"]
     Config::from_toml_str(&text, |_| None).expect("config")
 }
 
-struct Setup {
-    sim: SimProvider,
-    url: String,
-    gw: (Gateway, context_relay_gateway::RunningGateway),
-}
-
-async fn setup() -> Setup {
+/// The harness over [`config`] and a simulator with the two Gemini accounts.
+async fn setup() -> Harness {
     let sim = start_sim(
         SimProvider::builder()
             .quota_step(30.0)
@@ -121,12 +115,8 @@ async fn setup() -> Setup {
         &["acct-g1", "acct-g2"],
     )
     .await;
-    let gw = spawn(Gateway::new(config(&sim.base_url())).expect("gateway")).await;
-    Setup {
-        url: gw.1.url().to_string(),
-        sim,
-        gw,
-    }
+    let gateway = Gateway::new(config(&sim.base_url())).expect("gateway");
+    Harness::serve(sim, gateway).await
 }
 
 async fn post(url: &str, headers: &[(String, String)], body: &Value) -> (StatusCode, Bytes) {
@@ -202,15 +192,15 @@ async fn json_and_sse_round_trips_switch_accounts_with_the_handoff() {
         h.push(("x-goog-api-key".into(), CLIENT_KEY.into()));
         h
     };
-    let json_url = format!("{}/v1/models/gemini-relay:generateContent", s.url);
-    let sse_url = format!(
-        "{}/v1beta/models/gemini-relay:streamGenerateContent?alt=sse&key={CLIENT_KEY}",
-        s.url
+    let json_url = s.url(0, "/v1/models/gemini-relay:generateContent");
+    let sse_url = s.url(
+        0,
+        &format!("/v1beta/models/gemini-relay:streamGenerateContent?alt=sse&key={CLIENT_KEY}"),
     );
 
-    let beta_key_url = format!(
-        "{}/v1beta/models/gemini-relay:generateContent?key={CLIENT_KEY}",
-        s.url
+    let beta_key_url = s.url(
+        0,
+        &format!("/v1beta/models/gemini-relay:generateContent?key={CLIENT_KEY}"),
     );
     // Turns 1-3 on the first account (30, 60, 90 %): JSON, JSON on v1beta with `?key=`, then
     // SSE with `?key=`: the handoff is generated when that stream ends (its last chunk carries
@@ -231,8 +221,8 @@ async fn json_and_sse_round_trips_switch_accounts_with_the_handoff() {
         assert!(text.contains("from account acct-g1"), "turn {turn}: {text}");
         next_turn(&mut body, &reply, &format!("And on day {turn}?"));
     }
-    s.gw.0.background().idle().await;
-    let stored = s.gw.0.store().list(None, None).await.unwrap();
+    s.idle().await;
+    let stored = s.gateways[0].0.store().list(None, None).await.unwrap();
     assert_eq!(stored.len(), 1, "a handoff was written at 90 %");
 
     // The first account is used up: its 429 RESOURCE_EXHAUSTED moves the turn to the second,
@@ -312,11 +302,8 @@ async fn client_auth_errors_and_unknown_paths_speak_gemini() {
     let s = setup().await;
     let body = first_body();
     for url in [
-        format!("{}/v1/models/gemini-relay:generateContent", s.url),
-        format!(
-            "{}/v1beta/models/gemini-relay:generateContent?key=wrong",
-            s.url
-        ),
+        s.url(0, "/v1/models/gemini-relay:generateContent"),
+        s.url(0, "/v1beta/models/gemini-relay:generateContent?key=wrong"),
     ] {
         let (status, reply) = post(&url, &headers(), &body).await;
         assert_eq!(status, 401);
@@ -332,25 +319,15 @@ async fn client_auth_errors_and_unknown_paths_speak_gemini() {
     }
     let mut h = headers();
     h.push(("x-goog-api-key".into(), CLIENT_KEY.into()));
-    let (status, reply) = post(
-        &format!("{}/v1/models/nobody:generateContent", s.url),
-        &h,
-        &body,
-    )
-    .await;
+    let (status, reply) = post(&s.url(0, "/v1/models/nobody:generateContent"), &h, &body).await;
     assert_eq!(status, 404);
     let v: Value = serde_json::from_slice(&reply).unwrap();
     assert_eq!(v["error"]["status"], "NOT_FOUND");
-    let (status, _) = post(
-        &format!("{}/v1/models/gemini-relay:countTokens", s.url),
-        &h,
-        &body,
-    )
-    .await;
+    let (status, _) = post(&s.url(0, "/v1/models/gemini-relay:countTokens"), &h, &body).await;
     assert_eq!(status, 404);
     // `provider/model` in the path reaches that model.
     let (status, reply) = post(
-        &format!("{}/v1/models/gemini/gemini-2.5-pro:generateContent", s.url),
+        &s.url(0, "/v1/models/gemini/gemini-2.5-pro:generateContent"),
         &h,
         &body,
     )
@@ -360,7 +337,7 @@ async fn client_auth_errors_and_unknown_paths_speak_gemini() {
     assert_eq!(last.uri.path(), "/v1/models/gemini-2.5-pro:generateContent");
     // A combo's later target gets its own model in the path.
     let (status, reply) = post(
-        &format!("{}/v1beta/models/fallback:generateContent", s.url),
+        &s.url(0, "/v1beta/models/fallback:generateContent"),
         &h,
         &body,
     )
@@ -419,14 +396,14 @@ async fn the_simulated_api_is_strict() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_switch_mid_tool_call_keeps_gemini_3_serving() {
     let s = setup().await;
-    let url = format!("{}/v1beta/models/gemini3:generateContent", s.url);
+    let url = s.url(0, "/v1beta/models/gemini3:generateContent");
     let mut h = headers();
     h.push(("x-goog-api-key".into(), CLIENT_KEY.into()));
     let mut body = first_body();
     let (status, reply) = post(&url, &h, &body).await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&reply));
     assert!(answer(&reply).contains("from account acct-g1"));
-    s.gw.0.background().idle().await;
+    s.idle().await;
     // The model asked for a tool with acct-g1's signature; the client answers it.
     let signature = s.sim.mint_thought_signature("acct-g1", "tool-call");
     let contents = body["contents"].as_array_mut().unwrap();

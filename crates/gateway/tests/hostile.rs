@@ -3,21 +3,17 @@
 //! misbehaviour, and stalled upstreams made of raw TCP listeners.
 
 use std::io::Write as _;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use context_relay_gateway::config::Config;
-mod support;
-
 use context_relay_gateway::{Gateway, RunningGateway};
 use context_relay_sim::SimProvider;
+use context_relay_testkit::harness::{CodexGateway, Harness, http_client, spawn};
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
-use support::{CodexGateway, spawn};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -85,11 +81,9 @@ fn sha256_hex(s: &str) -> String {
         .collect()
 }
 
+/// The harness over [`config`], and the stalled upstream of its `stalled` provider.
 struct Env {
-    _sim: SimProvider,
-    _gateway: Gateway,
-    server: RunningGateway,
-    client: Client<HttpConnector, Full<Bytes>>,
+    h: Harness,
     stalled: StalledUpstream,
 }
 
@@ -101,19 +95,23 @@ async fn setup() -> Env {
         .unwrap();
     let stalled = StalledUpstream::start().await;
     let gateway = Gateway::new(config(&sim.base_url(), &stalled.base_url())).unwrap();
-    let server = gateway.spawn("127.0.0.1:0".parse().unwrap()).await.unwrap();
     Env {
-        _sim: sim,
-        _gateway: gateway,
-        server,
-        client: Client::builder(TokioExecutor::new()).build_http(),
+        h: Harness::serve(sim, gateway).await,
         stalled,
     }
 }
 
 impl Env {
+    fn url(&self, path: &str) -> String {
+        self.h.url(0, path)
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.h.gateways[0].1.addr()
+    }
+
     async fn post(&self, path: &str, key: Option<&str>, model: &str) -> (StatusCode, Value) {
-        let mut req = Request::post(format!("{}{path}", self.server.url()));
+        let mut req = Request::post(self.url(path));
         if let Some(k) = key {
             req = req.header("authorization", format!("Bearer {k}"));
         }
@@ -127,6 +125,7 @@ impl Env {
             body["max_tokens"] = 16.into();
         }
         let res = self
+            .h
             .client
             .request(req.body(Full::new(Bytes::from(body.to_string()))).unwrap())
             .await
@@ -261,11 +260,11 @@ async fn missing_wrong_and_forbidden_keys_in_the_api_shape() {
         .await;
     assert_eq!(status, 200);
     // His sessions are his: the tenant is the client's name.
-    let req = Request::get(format!("{}/admin/accounts", env.server.url()))
+    let req = Request::get(env.url("/admin/accounts"))
         .header("authorization", "Bearer adm")
         .body(Full::default())
         .unwrap();
-    let res = env.client.request(req).await.unwrap();
+    let res = env.h.client.request(req).await.unwrap();
     let v: Value =
         serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
     let acct_a = v["accounts"]
@@ -294,7 +293,7 @@ async fn read_until_closed(tcp: &mut TcpStream, limit: Duration) -> (Vec<u8>, Du
 #[tokio::test]
 async fn slow_headers_are_cut_at_the_header_timeout() {
     let env = setup().await;
-    let mut tcp = TcpStream::connect(env.server.addr()).await.unwrap();
+    let mut tcp = TcpStream::connect(env.addr()).await.unwrap();
     let request =
         b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer alice-key\r\n";
     let started = Instant::now();
@@ -331,7 +330,7 @@ async fn slow_headers_are_cut_at_the_header_timeout() {
 #[tokio::test]
 async fn a_stalled_request_body_gets_408_and_is_closed() {
     let env = setup().await;
-    let mut tcp = TcpStream::connect(env.server.addr()).await.unwrap();
+    let mut tcp = TcpStream::connect(env.addr()).await.unwrap();
     tcp.write_all(
         b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer alice-key\r\n\
           content-type: application/json\r\ncontent-length: 1000\r\n\r\n{\"model\":",
@@ -371,7 +370,7 @@ async fn a_stalled_upstream_gives_504_before_the_first_byte() {
 #[tokio::test]
 async fn a_stream_stalled_after_its_first_event_is_closed() {
     let env = setup().await;
-    let req = Request::post(format!("{}/v1/chat/completions", env.server.url()))
+    let req = Request::post(env.url("/v1/chat/completions"))
         .header("authorization", "Bearer alice-key")
         .header("x-stall", "body")
         .body(Full::new(Bytes::from(
@@ -381,7 +380,7 @@ async fn a_stream_stalled_after_its_first_event_is_closed() {
         )))
         .unwrap();
     let started = Instant::now();
-    let res = env.client.request(req).await.unwrap();
+    let res = env.h.client.request(req).await.unwrap();
     assert_eq!(res.status(), 200);
     let mut body = res.into_body();
     let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
@@ -405,12 +404,12 @@ async fn stacked_gzip_layers_are_refused_without_decoding() {
         body = e.finish().unwrap();
     }
     let send = |encoding: String, body: Vec<u8>| {
-        let req = Request::post(format!("{}/v1/chat/completions", env.server.url()))
+        let req = Request::post(env.url("/v1/chat/completions"))
             .header("authorization", "Bearer alice-key")
             .header("content-encoding", encoding)
             .body(Full::new(Bytes::from(body)))
             .unwrap();
-        env.client.request(req)
+        env.h.client.request(req)
     };
     let res = send("gzip, gzip, gzip".into(), body).await.unwrap();
     assert_eq!(res.status(), 415);
@@ -437,11 +436,11 @@ async fn stacked_gzip_layers_are_refused_without_decoding() {
 async fn request_ids_are_set_or_propagated() {
     let env = setup().await;
     let get = |id: Option<&'static str>| {
-        let mut req = Request::get(format!("{}/healthz", env.server.url()));
+        let mut req = Request::get(env.url("/healthz"));
         if let Some(id) = id {
             req = req.header("x-request-id", id);
         }
-        env.client.request(req.body(Full::default()).unwrap())
+        env.h.client.request(req.body(Full::default()).unwrap())
     };
     let res = get(Some("req-123")).await.unwrap();
     assert_eq!(res.headers()["x-request-id"], "req-123");
@@ -462,8 +461,7 @@ async fn request_ids_are_set_or_propagated() {
 async fn a_gemini_model_with_a_dot_segment_is_no_route_and_never_forwarded() {
     let stalled = StalledUpstream::start().await;
     let (_gateway, server) = small_gateway(&stalled.base_url(), "", "").await;
-    let client: Client<HttpConnector, Full<Bytes>> =
-        Client::builder(TokioExecutor::new()).build_http();
+    let client = http_client();
     // `codex/../../x` would be the provider `codex` and a model that climbs out of
     // `{base_url}/models/`.
     for path in [
@@ -551,15 +549,13 @@ targets = ["codex/gpt-5.5"]
         .unwrap(),
     )
     .unwrap();
-    let server = gateway.spawn("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let client: Client<HttpConnector, Full<Bytes>> =
-        Client::builder(TokioExecutor::new()).build_http();
+    let h = Harness::serve(sim, gateway).await;
     let get = |path: &str, token: Option<&str>| {
-        let mut req = Request::get(format!("{}{path}", server.url()));
+        let mut req = Request::get(h.url(0, path));
         if let Some(t) = token {
             req = req.header("authorization", format!("Bearer {t}"));
         }
-        let client = client.clone();
+        let client = h.client.clone();
         let req = req.body(Full::default()).unwrap();
         async move {
             let res = client.request(req).await.unwrap();
@@ -578,15 +574,15 @@ targets = ["codex/gpt-5.5"]
     );
 
     // One turn binds a session to acct-a and reports it at 100 %: acct-a is exhausted.
-    sim.set_used("acct-a", 90.0);
-    let req = Request::post(format!("{}/v1/chat/completions", server.url()))
+    h.sim.set_used("acct-a", 90.0);
+    let req = Request::post(h.url(0, "/v1/chat/completions"))
         .header("authorization", "Bearer c")
         .header("session-id", "s-1")
         .body(Full::new(Bytes::from(
             r#"{"model":"codex-relay","messages":[{"role":"user","content":"x"}]}"#,
         )))
         .unwrap();
-    assert_eq!(client.request(req).await.unwrap().status(), 200);
+    assert_eq!(h.client.request(req).await.unwrap().status(), 200);
 
     let (status, v) = get("/admin/accounts", Some("adm-token")).await;
     assert_eq!(status, 200);
@@ -616,12 +612,12 @@ targets = ["codex/gpt-5.5"]
         assert!(a.get(k).is_some(), "{k} missing");
     }
 
-    let readiness = gateway.readiness().clone();
+    let readiness = h.gateways[0].0.readiness().clone();
     readiness.shutting_down();
     let (status, v) = get("/readyz", None).await;
     assert_eq!(status, 503);
     assert_eq!(v["status"], "shutting down");
-    server.shutdown().await.unwrap();
+    h.shutdown().await;
 }
 
 /// A gateway over `base_url` with extra top-level keys and `[limits]` lines.
@@ -657,8 +653,7 @@ async fn a_spent_byte_budget_is_a_503_with_retry_after() {
         " ".repeat(900)
     );
     holder.write_all(partial.as_bytes()).await.unwrap();
-    let client: Client<HttpConnector, Full<Bytes>> =
-        Client::builder(TokioExecutor::new()).build_http();
+    let client = http_client();
     let body = r#"{"model":"codex-relay","messages":[{"role":"user","content":"a message that needs more than what is left of the budget"}],"pad":"................................................................................................................................................................"}"#;
     let send = || {
         client.request(
@@ -701,8 +696,7 @@ async fn shutdown_cuts_streams_still_running_after_its_timeout() {
         "shutdown_timeout_secs = 0.5\nupstream_idle_timeout_secs = 60",
     )
     .await;
-    let client: Client<HttpConnector, Full<Bytes>> =
-        Client::builder(TokioExecutor::new()).build_http();
+    let client = http_client();
     let req = Request::post(format!("{}/v1/chat/completions", server.url()))
         .header("x-stall", "body")
         .body(Full::new(Bytes::from_static(
@@ -730,8 +724,7 @@ async fn shutdown_cuts_streams_still_running_after_its_timeout() {
 async fn account_headers_stay_between_gateway_and_provider() {
     let stalled = StalledUpstream::start().await;
     let (_gateway, server) = small_gateway(&stalled.base_url(), "", "").await;
-    let client: Client<HttpConnector, Full<Bytes>> =
-        Client::builder(TokioExecutor::new()).build_http();
+    let client = http_client();
     let mut req = Request::post(format!(
         "{}/v1/chat/completions?key=client-query-key&beta=1",
         server.url()
@@ -849,8 +842,7 @@ async fn credential_less_requests_never_share_a_session() {
         .await
         .unwrap();
     let (_gateway, server) = small_gateway(&sim.base_url(), "admin_token = \"adm\"", "").await;
-    let client: Client<HttpConnector, Full<Bytes>> =
-        Client::builder(TokioExecutor::new()).build_http();
+    let client = http_client();
     // No session header: the session is the body's fingerprint, the same for all four.
     let send = |key: Option<&'static str>| {
         let mut req = Request::post(format!("{}/v1/chat/completions", server.url()));

@@ -5,14 +5,12 @@
 
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use context_relay_gateway::Gateway;
 use context_relay_gateway::config::Config;
 use context_relay_gateway::prometheus_builder;
+use context_relay_testkit::harness::{http_client, spawn};
 use http::Request;
 use http_body_util::Full;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use tokio::net::TcpStream;
 
 const MAX: usize = 100;
@@ -50,8 +48,8 @@ base_url = "http://127.0.0.1:9/v1"
         |_| None,
     )
     .unwrap();
-    let gateway = Gateway::new(config).unwrap();
-    let server = gateway.spawn("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    // No provider behind it: the flood never gets past the connection limit.
+    let (_gateway, server) = spawn(Gateway::new(config).unwrap()).await;
 
     let started = Instant::now();
     let mut idle = Vec::with_capacity(FLOOD);
@@ -85,7 +83,7 @@ base_url = "http://127.0.0.1:9/v1"
 
     // The idle connections that were taken are closed at the header timeout; /healthz answers
     // on a fresh connection (a client retries a connection closed at the limit).
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let client = http_client();
     let healthy_at = loop {
         let req = Request::get(format!("{}/healthz", server.url()))
             .body(Full::default())

@@ -3,14 +3,15 @@
 //! it went out. The real binary runs as a child process; the simulated issuer and backends run
 //! in the test, and the kill lands while the refreshed request is still being answered.
 
-mod support;
-
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use support::logins::Logins;
-use support::{Client, completed, json_headers};
+use context_relay_testkit::binary::start_binary;
+use context_relay_testkit::clients::{completed, json_headers};
+use context_relay_testkit::conversation::Client;
+use context_relay_testkit::harness::http_client;
+use context_relay_testkit::logins::Logins;
 
 /// The gateway binary as a child, killed (SIGKILL) when dropped.
 struct Process {
@@ -20,7 +21,7 @@ struct Process {
 
 impl Process {
     fn start(config: &Path) -> Self {
-        let (child, url) = support::start_binary(
+        let (child, url) = start_binary(
             env!("CARGO_BIN_EXE_context-relay-gateway"),
             config,
             "info",
@@ -60,7 +61,7 @@ async fn post(url: &str, l: &Logins, text: &str) -> (u16, Vec<u8>) {
         )))
         .unwrap();
     // The first life's request loses its gateway: no answer is an answer too.
-    let Ok(res) = support::http_client().request(req).await else {
+    let Ok(res) = http_client().request(req).await else {
         return (0, Vec::new());
     };
     let status = res.status().as_u16();

@@ -3,16 +3,16 @@
 //! and backends (rotating single-use refresh tokens, expiring access tokens, the Codex
 //! backend's account header and request rules, Claude's OAuth beta and identity).
 
-mod support;
-
 use std::sync::Arc;
 
+use context_relay_testkit::clients::{completed, contains, json_headers};
+use context_relay_testkit::conversation::Client;
+use context_relay_testkit::handoff::HANDOFF_TAG;
+use context_relay_testkit::harness::{Harness, MEMORY};
+use context_relay_testkit::logins::Logins;
+use context_relay_testkit::redis_server::RedisServer;
 use futures_util::future::join_all;
 use serde_json::Value;
-use support::logins::Logins;
-use support::{
-    Client, HANDOFF_TAG, Harness, MEMORY, RedisServer, completed, contains, json_headers,
-};
 
 /// A session on two logins crosses the quota switch with its handoff, while the first login's
 /// access token expires mid-session (refreshed once on the backend's 401, the turn sent again).
@@ -242,7 +242,7 @@ async fn replicas_on_one_redis_refresh_once(client: Client) {
     let gateway = context_relay_gateway::Gateway::connect(config)
         .await
         .unwrap();
-    h.gateways.push(support::spawn(gateway).await);
+    h.add(gateway).await;
     let statuses = concurrent_turns(&h, &l, 40).await;
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
     assert_eq!(h.sim.refreshes(a), 1, "one refresh across both replicas");

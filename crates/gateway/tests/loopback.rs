@@ -1,31 +1,34 @@
 //! Loopback end-to-end tests: a real gateway server on 127.0.0.1:0, the simulated provider,
 //! and a real HTTP client.
 
+use std::ops::Deref;
 use std::time::Duration;
 
 use bytes::Bytes;
+use context_relay_gateway::Gateway;
 use context_relay_gateway::config::Config;
-use context_relay_gateway::{Gateway, RunningGateway};
 use context_relay_sim::{SimBuilder, SimProvider, SimQuotaHeaders};
+use context_relay_testkit::harness::{ADMIN_TOKEN, Harness, http_client, spawn};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 
-struct Env {
-    sim: SimProvider,
-    _gateway: Gateway,
-    server: RunningGateway,
-    client: Client<HttpConnector, Full<Bytes>>,
+/// The harness over [`config_text`], with this file's requests.
+struct Env(Harness);
+
+impl Deref for Env {
+    type Target = Harness;
+
+    fn deref(&self) -> &Harness {
+        &self.0
+    }
 }
 
 fn config_text(base_url: &str, extra: &str) -> String {
     format!(
         r#"
 max_request_bytes = 8388608
-admin_token = "adm-token"
+admin_token = "{ADMIN_TOKEN}"
 [store]
 backend = "memory"
 [[providers]]
@@ -68,15 +71,7 @@ async fn setup_with(sim: SimBuilder) -> Env {
         (name == "SIM_KEY_B").then(|| "key-b".to_owned())
     })
     .unwrap();
-    let gateway = Gateway::new(config).unwrap();
-    let server = gateway.spawn("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let client = Client::builder(TokioExecutor::new()).build_http();
-    Env {
-        sim,
-        _gateway: gateway,
-        server,
-        client,
-    }
+    Env(Harness::serve(sim, Gateway::new(config).unwrap()).await)
 }
 
 async fn setup() -> Env {
@@ -85,7 +80,7 @@ async fn setup() -> Env {
 
 impl Env {
     fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.server.url())
+        self.0.url(0, path)
     }
 
     async fn send(&self, req: Request<Full<Bytes>>) -> Response<Incoming> {
@@ -106,28 +101,9 @@ impl Env {
         (status, res.into_body().collect().await.unwrap().to_bytes())
     }
 
-    /// Account `id` as `GET /admin/accounts` shows it.
-    async fn account(&self, id: &str) -> serde_json::Value {
-        let req = Request::get(self.url("/admin/accounts"))
-            .header("authorization", "Bearer adm-token")
-            .body(Full::default())
-            .unwrap();
-        let res = self.send(req).await;
-        assert_eq!(res.status(), 200);
-        let v: serde_json::Value =
-            serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
-        v["accounts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|a| a["account"] == id)
-            .cloned()
-            .unwrap()
-    }
-
     /// Sessions bound to account `id`.
     async fn sessions_of(&self, id: &str) -> u64 {
-        self.account(id).await["sessions"].as_u64().unwrap()
+        self.account(0, id).await["sessions"].as_u64().unwrap()
     }
 
     fn upstream_accounts(&self) -> Vec<String> {
@@ -299,7 +275,10 @@ async fn rotation_when_the_quota_header_crosses_rotate_at() {
     }
     // 50 %, then 100 % ≥ rotate_at: the third turn moves without ever seeing a 429.
     assert_eq!(env.upstream_accounts(), ["acct-a", "acct-a", "acct-b"]);
-    let (a, b) = (env.account("acct-a").await, env.account("acct-b").await);
+    let (a, b) = (
+        env.account(0, "acct-a").await,
+        env.account(0, "acct-b").await,
+    );
     assert_eq!(a["used_ratio"], 1.0);
     assert_eq!(a["state"], "exhausted");
     assert_eq!(b["used_ratio"], 0.5);
@@ -564,14 +543,9 @@ async fn unreachable_upstream_is_a_502() {
         Some("key-b".into())
     })
     .unwrap();
-    let server = Gateway::new(config)
-        .unwrap()
-        .spawn("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let client: Client<HttpConnector, Full<Bytes>> =
-        Client::builder(TokioExecutor::new()).build_http();
-    let res = client
+    // No provider: a gateway alone.
+    let (_gateway, server) = spawn(Gateway::new(config).unwrap()).await;
+    let res = http_client()
         .request(
             Request::post(format!("{}/v1/messages", server.url()))
                 .body(Full::new(Bytes::from_static(
@@ -605,7 +579,10 @@ async fn graceful_shutdown_lets_an_open_stream_finish() {
         )
         .await;
     assert_eq!(res.status(), 200);
-    let Env { server, sim, .. } = env;
+    let Harness {
+        sim, mut gateways, ..
+    } = env.0;
+    let (_gateway, server) = gateways.remove(0);
     let shutdown = tokio::spawn(server.shutdown());
     hold.release();
     let out = res.into_body().collect().await.unwrap().to_bytes();

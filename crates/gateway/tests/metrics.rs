@@ -1,15 +1,14 @@
 //! `/metrics` shows the relay counters once the relay acted. This file is its own test binary
 //! (its own process) because it installs the global Prometheus recorder.
 
-mod support;
-
 use bytes::Bytes;
 use context_relay_gateway::Gateway;
 use context_relay_sim::SimProvider;
+use context_relay_testkit::handoff::SUMMARY_NEEDLE;
+use context_relay_testkit::harness::{CodexGateway, Harness, start_sim};
 use http::Request;
 use http_body_util::{BodyExt, Full};
 use serde_json::json;
-use support::{CodexGateway, http_client, spawn, start_sim};
 
 #[tokio::test]
 async fn relay_counters_appear_on_metrics() {
@@ -18,7 +17,7 @@ async fn relay_counters_appear_on_metrics() {
         .unwrap();
     let sim = start_sim(
         SimProvider::builder().quota_step(30.0).summary_reply(
-            "writing a handoff note",
+            SUMMARY_NEEDLE,
             json!({"summary": "Renaming the crate.", "keyDecisions": [], "taskProgress": "",
                        "activeEntities": []})
             .to_string(),
@@ -28,10 +27,10 @@ async fn relay_counters_appear_on_metrics() {
     .await;
     let config = CodexGateway::default().config(&sim.base_url());
     let gateway = Gateway::new(config).unwrap().with_metrics(handle);
-    let (gateway, server) = spawn(gateway).await;
-    let client = http_client();
+    let h = Harness::serve(sim, gateway).await;
+    let (sim, client) = (&h.sim, &h.client);
     let get_metrics = || async {
-        let req = Request::get(format!("{}/metrics", server.url()))
+        let req = Request::get(h.url(0, "/metrics"))
             .body(Full::<Bytes>::default())
             .unwrap();
         let res = client.request(req).await.unwrap();
@@ -43,7 +42,7 @@ async fn relay_counters_appear_on_metrics() {
     // A stream counts as in flight for as long as it streams, not only until its head (the
     // request for `/metrics` counts itself).
     let hold = sim.hold_streams();
-    let req = Request::post(format!("{}/v1/responses", server.url()))
+    let req = Request::post(h.url(0, "/v1/responses"))
         .header("authorization", "Bearer c")
         .header("session-id", "streaming")
         .body(Full::new(Bytes::from_static(
@@ -78,7 +77,7 @@ async fn relay_counters_appear_on_metrics() {
                 messages.push(json!({"role": "assistant", "content": "ok"}));
             }
         }
-        let req = Request::post(format!("{}/v1/chat/completions", server.url()))
+        let req = Request::post(h.url(0, "/v1/chat/completions"))
             .header("authorization", "Bearer c")
             .header("session-id", "m1")
             .body(Full::new(Bytes::from(
@@ -95,10 +94,10 @@ async fn relay_counters_appear_on_metrics() {
     for t in 1..=3 {
         send(t).await;
     }
-    gateway.background().idle().await;
+    h.idle().await;
     sim.set_used("acct-a", 100.0);
     send(4).await;
-    gateway.background().idle().await;
+    h.idle().await;
 
     let page = get_metrics().await;
     for name in [
@@ -141,7 +140,7 @@ async fn relay_counters_appear_on_metrics() {
     // A revoked key is counted; with acct-a still exhausted nothing is left: a 502 of the
     // gateway, not the provider's 401.
     sim.revoke("acct-b");
-    let req = Request::post(format!("{}/v1/chat/completions", server.url()))
+    let req = Request::post(h.url(0, "/v1/chat/completions"))
         .header("authorization", "Bearer c")
         .header("session-id", "m1")
         .body(Full::new(Bytes::from(

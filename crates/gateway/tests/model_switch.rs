@@ -7,15 +7,13 @@
 //! shapes): `anthropic/claude-opus-4-8` and `backup/claude-sonnet-4-5`, two providers of
 //! the simulator with accounts of their own.
 
-mod support;
-
 use serde_json::Value;
 
 use context_relay_sim::{RecordedRequest, SimProvider};
-use support::{
-    ADMIN_TOKEN, Client, Conversation, HANDOFF_TAG, Harness, SUMMARY_NEEDLE, completed, contains,
-    summary_reply,
-};
+use context_relay_testkit::clients::{completed, contains};
+use context_relay_testkit::conversation::{Client, Conversation};
+use context_relay_testkit::handoff::{HANDOFF_TAG, SUMMARY_NEEDLE, summary_reply};
+use context_relay_testkit::harness::{ADMIN_TOKEN, Harness};
 
 const FIRST: &str = "anthropic/claude-opus-4-8";
 const SECOND: &str = "backup/claude-sonnet-4-5";

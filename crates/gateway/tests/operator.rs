@@ -1,13 +1,11 @@
 //! What operators trip over: a target skipped for its API shape is named in the error the
 //! client gets; a restart keeps each session on its account.
 
-mod support;
-
 use context_relay_gateway::Gateway;
 use context_relay_gateway::config::Config;
 use context_relay_sim::SimProvider;
+use context_relay_testkit::harness::{CodexGateway, http_client, key_of, spawn, start_sim};
 use serde_json::{Value, json};
-use support::{CodexGateway, http_client, key_of, spawn, start_sim};
 
 use bytes::Bytes;
 use http::Request;

@@ -4,16 +4,15 @@
 //! balancer), and everything recovers once Redis is back on the same port.
 #![cfg(feature = "redis")]
 
-mod support;
-
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
-use support::{CodexGateway, http_client, spawn, start_sim};
 
 use bytes::Bytes;
 use context_relay_gateway::Gateway;
 use context_relay_sim::SimProvider;
+use context_relay_testkit::binary::signal;
+use context_relay_testkit::harness::{CodexGateway, Harness, start_sim};
+use context_relay_testkit::redis_server::spawn_ready;
 use http::Request;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
@@ -24,24 +23,10 @@ struct Redis(Child);
 
 impl Redis {
     fn start(port: u16) -> Self {
-        let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
-        let mut child = Command::new(&bin)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("`{bin}` cannot be started ({e}): install redis-server"));
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        loop {
-            match lines.next() {
-                Some(Ok(l)) if l.contains("Ready to accept connections") => break,
-                Some(Ok(_)) => {}
-                _ => panic!("redis-server on port {port} did not start"),
-            }
-        }
-        std::thread::spawn(move || for _ in lines {});
-        Self(child)
+        Self(spawn_ready(
+            port,
+            &["--port", &port.to_string(), "--bind", "127.0.0.1"],
+        ))
     }
 }
 
@@ -55,15 +40,6 @@ impl Drop for Redis {
         self.0.kill().ok();
         self.0.wait().ok();
     }
-}
-
-fn signal(redis: &Redis, sig: &str) {
-    let status = Command::new("kill")
-        .arg(sig)
-        .arg(redis.0.id().to_string())
-        .status()
-        .unwrap();
-    assert!(status.success());
 }
 
 async fn wait_ready(client: &Client<HttpConnector, Full<Bytes>>, url: &str) {
@@ -144,9 +120,9 @@ async fn requests_pass_through_while_redis_is_down_and_recover() {
     }
     .config(&sim.base_url());
     let gateway = Gateway::connect(config).await.unwrap();
-    let (gateway, server) = spawn(gateway).await;
-    let url = server.url();
-    let client = http_client();
+    let h = Harness::serve(sim, gateway).await;
+    let url = h.url(0, "");
+    let client = h.client.clone();
 
     let mut up = Vec::new();
     for n in 0..10 {
@@ -178,7 +154,7 @@ async fn requests_pass_through_while_redis_is_down_and_recover() {
 
     // Frozen rather than stopped (SIGSTOP): connections stay open and nothing answers, so
     // only the short request-path timeout and the breaker bound the wait.
-    signal(&redis, "-STOP");
+    signal(&redis.0, "-STOP");
     let mut frozen = Vec::new();
     for n in 31..51 {
         frozen.push(turn(&client, &url, n).await);
@@ -192,21 +168,21 @@ async fn requests_pass_through_while_redis_is_down_and_recover() {
     );
     assert!(worst < Duration::from_secs(1), "worst {worst:?}");
     assert_eq!(readyz(&client, &url).await, degraded());
-    signal(&redis, "-CONT");
+    signal(&redis.0, "-CONT");
     wait_ready(&client, &url).await;
     let probe = context_relay_core::HandoffKey::new("t", "s", "c");
-    assert!(gateway.store().contains(&probe).await.is_ok());
+    assert!(h.gateways[0].0.store().contains(&probe).await.is_ok());
 
     // Generation pauses while Redis is down: a turn past the handoff threshold costs one
     // upstream call, not two (no summary that could not be stored).
     let generating_turn = |session: &'static str| {
-        let (client, url, sim, gateway) = (&client, &url, &sim, &gateway);
+        let (client, url, h) = (&client, &url, &h);
         async move {
-            sim.set_used("acct-a", 90.0);
-            let before = sim.requests().len();
+            h.sim.set_used("acct-a", 90.0);
+            let before = h.sim.requests().len();
             turn_in(client, url, 60, session).await;
-            gateway.background().idle().await;
-            sim.requests().len() - before
+            h.idle().await;
+            h.sim.requests().len() - before
         }
     };
     drop(redis);
@@ -222,5 +198,5 @@ async fn requests_pass_through_while_redis_is_down_and_recover() {
         2,
         "the turn and its summary"
     );
-    server.shutdown().await.unwrap();
+    h.shutdown().await;
 }

@@ -7,22 +7,23 @@
 //! handoff, exactly once. The client only ever sees 200s. Background work (the summary, the
 //! deletion of the consumed handoff) is awaited with the gateway's background handle.
 
+use std::ops::Deref;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use context_relay_core::HandoffRecord;
+use context_relay_gateway::Gateway;
 use context_relay_gateway::config::Config;
-use context_relay_gateway::{Gateway, RunningGateway};
 use context_relay_sim::{RecordedRequest, SimProvider, SimQuotaHeaders};
+use context_relay_testkit::clients::contains;
+use context_relay_testkit::handoff::{HANDOFF_TAG, SUMMARY_NEEDLE};
+use context_relay_testkit::harness::Harness;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 
 const ADMIN: &str = "adm-Secret-1";
 const SUMMARY_TEXT: &str = "Adding a --json flag to the CLI; parser done, tests pending.";
-const HANDOFF_TAG: &str = "<context_handoff>";
 
 fn summary_reply() -> String {
     json!({
@@ -96,11 +97,15 @@ impl Api {
     }
 }
 
-struct Env {
-    sim: SimProvider,
-    gateway: Gateway,
-    server: RunningGateway,
-    client: Client<HttpConnector, Full<Bytes>>,
+/// The harness over [`config_text`], with this file's requests.
+struct Env(Harness);
+
+impl Deref for Env {
+    type Target = Harness;
+
+    fn deref(&self) -> &Harness {
+        &self.0
+    }
 }
 
 fn config_text(base_url: &str, extra: &str) -> String {
@@ -149,20 +154,12 @@ async fn setup_full(headers: SimQuotaHeaders, extra: &str, relay: bool) -> Env {
         .account("acct-d", "key-d")
         .quota_step(30.0)
         .quota_headers(headers)
-        .summary_reply("writing a handoff note", summary_reply())
+        .summary_reply(SUMMARY_NEEDLE, summary_reply())
         .start()
         .await
         .unwrap();
     let config = Config::from_toml_str(&config_text(&sim.base_url(), extra), |_| None).unwrap();
-    let gateway = Gateway::new(config).unwrap().relay(relay);
-    let server = gateway.spawn("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let client = Client::builder(TokioExecutor::new()).build_http();
-    Env {
-        sim,
-        gateway,
-        server,
-        client,
-    }
+    Env(Harness::serve(sim, Gateway::new(config).unwrap().relay(relay)).await)
 }
 
 async fn setup() -> Env {
@@ -170,8 +167,18 @@ async fn setup() -> Env {
 }
 
 impl Env {
+    /// The gateway.
+    fn gateway(&self) -> &Gateway {
+        &self.gateways[0].0
+    }
+
+    /// The handoffs in the gateway's store (of `session`, or all).
+    async fn stored(&self, session: Option<&str>) -> Vec<HandoffRecord> {
+        self.gateway().store().list(None, session).await.unwrap()
+    }
+
     fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.server.url())
+        self.0.url(0, path)
     }
 
     /// Sends a turn of `api` as client `key` in `session`, reads the whole reply.
@@ -220,19 +227,6 @@ impl Env {
         (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
     }
 
-    async fn idle(&self) {
-        self.gateway.background().idle().await;
-    }
-
-    /// Upstream requests that were client turns (not summary calls).
-    fn turns(&self) -> Vec<RecordedRequest> {
-        self.sim
-            .requests()
-            .into_iter()
-            .filter(|r| !r.summary)
-            .collect()
-    }
-
     fn summaries(&self) -> Vec<RecordedRequest> {
         self.sim
             .requests()
@@ -244,10 +238,6 @@ impl Env {
 
 fn has_handoff(r: &RecordedRequest) -> bool {
     contains(&r.body, HANDOFF_TAG)
-}
-
-fn contains(hay: &[u8], needle: &str) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle.as_bytes())
 }
 
 /// The scenario of the module docs for one API, streamed or not.
@@ -279,12 +269,7 @@ async fn relay_scenario(api: Api, stream: bool) {
         summaries[0].uri.path(),
         api.path().split('?').next().unwrap()
     );
-    let stored = env
-        .gateway
-        .store()
-        .list(None, Some(&session))
-        .await
-        .unwrap();
+    let stored = env.stored(Some(&session)).await;
     assert_eq!(stored.len(), 1);
     assert_eq!(stored[0].from_account, first);
     assert_eq!(stored[0].handoff.summary, SUMMARY_TEXT);
@@ -340,12 +325,7 @@ async fn relay_scenario(api: Api, stream: bool) {
     }
     env.idle().await;
     assert!(
-        env.gateway
-            .store()
-            .list(None, Some(&session))
-            .await
-            .unwrap()
-            .is_empty(),
+        env.stored(Some(&session)).await.is_empty(),
         "the consumed handoff is deleted"
     );
 
@@ -365,7 +345,7 @@ async fn relay_scenario(api: Api, stream: bool) {
             .all(|r| r.account.as_deref() == Some(second))
     );
     assert_eq!(turns.iter().filter(|r| has_handoff(r)).count(), 1);
-    env.server.shutdown().await.unwrap();
+    env.0.shutdown().await;
 }
 
 #[tokio::test]
@@ -463,15 +443,7 @@ async fn responses_account_bound_state_is_removed_on_the_switch_only() {
         assert_eq!(last.headers["x-codex-turn-state"], "ts-from-acct-a");
     }
     env.idle().await;
-    assert_eq!(
-        env.gateway
-            .store()
-            .list(None, Some(session))
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(env.stored(Some(session)).await.len(), 1);
 
     env.sim.set_used("acct-a", 100.0);
     env.sim.clear_requests();
@@ -562,7 +534,7 @@ async fn two_tenants_with_one_session_id_are_isolated() {
     let session = "shared-session-id";
     // Tenant 1 crosses the threshold: a handoff for tenant 1 only.
     cross_threshold(&env, Api::Chat, "client-1", session).await;
-    let stored = env.gateway.store().list(None, Some(session)).await.unwrap();
+    let stored = env.stored(Some(session)).await;
     assert_eq!(stored.len(), 1);
     let tenant1 = stored[0].tenant.clone();
 
@@ -585,7 +557,7 @@ async fn two_tenants_with_one_session_id_are_isolated() {
         env.turns().iter().all(|r| !has_handoff(r)),
         "tenant 2 gets nothing"
     );
-    let stored = env.gateway.store().list(None, Some(session)).await.unwrap();
+    let stored = env.stored(Some(session)).await;
     assert_eq!(stored.len(), 1, "tenant 1's handoff is still there");
     assert_eq!(stored[0].tenant, tenant1);
 
@@ -610,14 +582,7 @@ async fn two_tenants_with_one_session_id_are_isolated() {
     assert_eq!(turns[0].account.as_deref(), Some("acct-b"));
     assert!(has_handoff(&turns[0]));
     env.idle().await;
-    assert!(
-        env.gateway
-            .store()
-            .list(None, Some(session))
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(env.stored(Some(session)).await.is_empty());
 }
 
 #[tokio::test]
@@ -639,14 +604,7 @@ async fn a_session_under_the_threshold_is_forwarded_byte_for_byte() {
     }
     env.idle().await;
     assert!(env.summaries().is_empty(), "60 % used: no summary yet");
-    assert!(
-        env.gateway
-            .store()
-            .list(None, None)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(env.stored(None).await.is_empty());
 }
 
 #[tokio::test]
@@ -671,7 +629,7 @@ async fn clients_without_session_headers_are_sticky_and_relayed() {
         send(turn).await;
     }
     env.idle().await;
-    let stored = env.gateway.store().list(None, None).await.unwrap();
+    let stored = env.stored(None).await;
     assert_eq!(stored.len(), 1, "a handoff keyed by the fingerprint");
     env.sim.set_used("acct-a", 100.0);
     env.sim.clear_requests();
@@ -736,7 +694,7 @@ async fn an_sdk_session_without_a_header_is_one_session_across_turns_and_key_ord
     let served: Vec<_> = env.turns().into_iter().map(|t| t.account).collect();
     assert_eq!(served.len(), 3);
     assert!(served.iter().all(|a| *a == served[0]), "{served:?}");
-    let stored = env.gateway.store().list(None, None).await.unwrap();
+    let stored = env.stored(None).await;
     assert_eq!(stored.len(), 1, "one session, one handoff");
     assert_eq!(&*stored[0].session, session);
     // The switch turn (the other key order) finds it.
@@ -784,7 +742,7 @@ async fn odd_bodies_on_a_switch_fail_open() {
 #[tokio::test]
 async fn with_the_relay_off_nothing_is_summarised_or_injected() {
     let env = setup_full(SimQuotaHeaders::Codex, "", false).await;
-    assert!(!env.gateway.relay_enabled());
+    assert!(!env.gateway().relay_enabled());
     cross_threshold(&env, Api::Chat, "client-1", "off").await;
     env.sim.set_used("acct-a", 100.0);
     let (status, _) = env
@@ -814,24 +772,11 @@ async fn provider_quota_kind_reaches_the_relay() {
         "auth = \"x-api-key\"\nquota = \"none\"",
     );
     let gateway = Gateway::new(Config::from_toml_str(&text, |_| None).unwrap()).unwrap();
-    let server = gateway.spawn("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let env2 = Env {
-        sim: env.sim,
-        gateway,
-        server,
-        client: env.client,
-    };
+    let env2 = Env(Harness::serve(env.0.sim, gateway).await);
     cross_threshold(&env2, Api::Messages, "client-1", "no-quota").await;
     assert_eq!(env2.sim.used("acct-c"), Some(90.0));
     assert!(env2.summaries().is_empty());
-    assert!(
-        env2.gateway
-            .store()
-            .list(None, None)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(env2.stored(None).await.is_empty());
     // (With the default `quota = "auto"` the same turns produce a handoff: see
     // `anthropic_messages_session_relays_across_a_429`.)
 }
@@ -984,13 +929,7 @@ async fn admin_routes_are_off_without_a_token() {
         .unwrap();
     let text = config_text(&sim.base_url(), "").replace(&format!("admin_token = \"{ADMIN}\""), "");
     let gateway = Gateway::new(Config::from_toml_str(&text, |_| None).unwrap()).unwrap();
-    let server = gateway.spawn("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let env = Env {
-        sim,
-        gateway,
-        server,
-        client: Client::builder(TokioExecutor::new()).build_http(),
-    };
+    let env = Env(Harness::serve(sim, gateway).await);
     for (method, path) in [("GET", "/admin/handoffs"), ("DELETE", "/admin/handoffs/s")] {
         for token in [None, Some(ADMIN)] {
             let (status, _) = env.admin(method, path, token).await;
@@ -1016,7 +955,7 @@ async fn admin_lists_and_deletes_both_handoff_kinds_of_a_session() {
         .await;
     assert_eq!(v["handoffs"].as_array().unwrap().len(), 1, "{v}");
     // A model-switch handoff of the same session, beside the account one.
-    let store = env.gateway.store();
+    let store = env.gateway().store();
     let mut model = store.list(None, Some("adm-both")).await.unwrap()[0].clone();
     model.kind = context_relay_core::HandoffKind::ModelSwitch;
     model.handoff.summary = "before the move to another model".into();

@@ -4,8 +4,6 @@
 //! every metric. `--probe` (the container health check) says whether the gateway is ready.
 #![cfg(unix)]
 
-mod support;
-
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -14,11 +12,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use context_relay_sim::SimProvider;
+use context_relay_testkit::binary::{signal, start_binary};
+use context_relay_testkit::harness::http_client;
 use http::Request;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 
 const ADMIN: &str = "reload-admin";
@@ -32,7 +31,7 @@ struct Running {
 
 impl Running {
     fn start(config: &Path) -> Self {
-        let (mut child, url) = support::start_binary(
+        let (mut child, url) = start_binary(
             env!("CARGO_BIN_EXE_context-relay-gateway"),
             config,
             "info,context_relay_gateway::access=off",
@@ -51,7 +50,7 @@ impl Running {
     }
 
     fn signal(&self, sig: &str) {
-        support::signal(&self.child, sig);
+        signal(&self.child, sig);
     }
 
     /// Sends SIGHUP and waits for the log line that tells how the reload went.
@@ -142,7 +141,7 @@ async fn sighup_reloads_a_good_file_and_keeps_the_running_one_over_a_bad_file() 
     )
     .unwrap();
     let gw = Running::start(&path);
-    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+    let client: HttpClient = http_client();
     let served = || sim.requests().last().and_then(|r| r.account.clone());
 
     assert_eq!(

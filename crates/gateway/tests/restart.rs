@@ -2,18 +2,18 @@
 //! restarted gateway: the real binary runs as a child process over a config file in a temporary
 //! folder, the simulated provider runs in the test.
 
-mod support;
-
 use std::path::Path;
 use std::process::{Child, Stdio};
 
 use bytes::Bytes;
 use context_relay_sim::SimProvider;
+use context_relay_testkit::binary::{signal, start_binary};
+use context_relay_testkit::handoff::SUMMARY_NEEDLE;
+use context_relay_testkit::harness::http_client;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 
 const ADMIN: &str = "restart-admin";
@@ -28,7 +28,7 @@ struct Gateway {
 impl Gateway {
     /// Starts the binary on `config` and reads the address it prints once listening.
     fn start(config: &Path) -> Self {
-        let (child, url) = support::start_binary(
+        let (child, url) = start_binary(
             env!("CARGO_BIN_EXE_context-relay-gateway"),
             config,
             "warn",
@@ -39,7 +39,7 @@ impl Gateway {
 
     /// SIGTERM, then waits for the process: its exit status.
     fn terminate(mut self) -> std::process::ExitStatus {
-        support::signal(&self.child, "-TERM");
+        signal(&self.child, "-TERM");
         self.child.wait().expect("the child exits")
     }
 
@@ -101,7 +101,7 @@ async fn a_redb_handoff_survives_kill_9_and_is_injected_after_restart() {
         .account("acct-b", "key-b")
         .quota_step(30.0)
         .summary_reply(
-            "writing a handoff note",
+            SUMMARY_NEEDLE,
             json!({"summary": SUMMARY, "keyDecisions": ["one crate per layer"],
                    "taskProgress": "core moved; next: store", "activeEntities": ["Cargo.toml"]})
             .to_string(),
@@ -138,7 +138,7 @@ targets = ["codex/gpt-5.5"]
         ),
     )
     .unwrap();
-    let client = Client::builder(TokioExecutor::new()).build_http();
+    let client = http_client();
 
     // First life: three turns take acct-a to 90 %, which writes the handoff.
     let gw = Gateway::start(&config);

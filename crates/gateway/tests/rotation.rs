@@ -2,14 +2,13 @@
 //! quota body in another status, a revoked key, a provider failure before any byte, and the
 //! handoff reaching the next account at once when the account that took the switch fails.
 
-mod support;
-
 use context_relay_sim::{SimFault, SimProvider};
+use context_relay_testkit::clients::{completed, contains};
+use context_relay_testkit::conversation::{Client, Conversation, handoff_ready};
+use context_relay_testkit::handoff::HANDOFF_TAG;
+use context_relay_testkit::harness::{Harness, MEMORY};
 use http::StatusCode;
 use serde_json::{Value, json};
-use support::{
-    Client, Conversation, HANDOFF_TAG, Harness, MEMORY, completed, contains, handoff_ready,
-};
 
 /// How the second account fails the attempt that carries the handoff.
 #[derive(Clone, Copy, Debug)]

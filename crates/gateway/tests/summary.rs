@@ -2,15 +2,14 @@
 //! simulated provider answers the real 400) is dropped, the summary retried once, the handoff
 //! stored, and the refusal remembered for the next session.
 
-mod support;
-
 use std::sync::Arc;
-use support::{CodexGateway, http_client, spawn, start_sim};
 
 use bytes::Bytes;
 use context_relay_gateway::Gateway;
 use context_relay_sim::SimProvider;
 use context_relay_store::{HandoffStore, MemoryStore};
+use context_relay_testkit::handoff::SUMMARY_NEEDLE;
+use context_relay_testkit::harness::{CodexGateway, Harness, start_sim};
 use http::Request;
 use http_body_util::{BodyExt, Full};
 use serde_json::json;
@@ -21,7 +20,7 @@ async fn refused_summary_parameter_is_dropped_and_remembered() {
         SimProvider::builder()
             .quota_step(30.0)
             .summary_reply(
-                "writing a handoff note",
+                SUMMARY_NEEDLE,
                 json!({"summary": "Renaming the crate.", "keyDecisions": ["keep the old name as an alias"],
                        "taskProgress": "", "activeEntities": []})
                 .to_string(),
@@ -36,10 +35,9 @@ async fn refused_summary_parameter_is_dropped_and_remembered() {
     .config(&sim.base_url());
     let store: Arc<dyn HandoffStore> = Arc::new(MemoryStore::new());
     let gateway = Gateway::with_store(config, store.clone()).expect("gateway");
-    let (gateway, server) = spawn(gateway).await;
-    let client = http_client();
+    let h = Harness::serve(sim, gateway).await;
     let send = |session: &'static str, turn: usize| {
-        let req = Request::post(format!("{}/v1/chat/completions", server.url()))
+        let req = Request::post(h.url(0, "/v1/chat/completions"))
             .header("authorization", "Bearer c")
             .header("session-id", session)
             .body(Full::new(Bytes::from(
@@ -48,7 +46,7 @@ async fn refused_summary_parameter_is_dropped_and_remembered() {
                 .to_string(),
             )))
             .expect("request");
-        let client = client.clone();
+        let client = h.client.clone();
         async move {
             let res = client.request(req).await.expect("response");
             assert_eq!(res.status(), 200);
@@ -58,9 +56,9 @@ async fn refused_summary_parameter_is_dropped_and_remembered() {
     for t in 1..=3 {
         send("s1", t).await;
     }
-    gateway.background().idle().await;
+    h.idle().await;
 
-    let summaries: Vec<_> = sim.requests().into_iter().filter(|r| r.summary).collect();
+    let summaries: Vec<_> = h.sim.requests().into_iter().filter(|r| r.summary).collect();
     assert_eq!(summaries.len(), 2, "refused once, then retried");
     let first = summaries[0].json().expect("JSON");
     let second = summaries[1].json().expect("JSON");
@@ -72,10 +70,10 @@ async fn refused_summary_parameter_is_dropped_and_remembered() {
     assert_eq!(stored[0].handoff.summary, "Renaming the crate.");
 
     // The next session's summary to the same model leaves the parameter out from the start.
-    sim.set_used("acct-a", 60.0);
+    h.sim.set_used("acct-a", 60.0);
     send("s2", 1).await;
-    gateway.background().idle().await;
-    let summaries: Vec<_> = sim.requests().into_iter().filter(|r| r.summary).collect();
+    h.idle().await;
+    let summaries: Vec<_> = h.sim.requests().into_iter().filter(|r| r.summary).collect();
     assert_eq!(summaries.len(), 3);
     assert!(
         summaries[2]
@@ -85,6 +83,5 @@ async fn refused_summary_parameter_is_dropped_and_remembered() {
             .is_none()
     );
     assert_eq!(store.list(None, Some("s2")).await.expect("list").len(), 1);
-    server.shutdown().await.expect("shutdown");
-    sim.shutdown().await;
+    h.shutdown().await;
 }

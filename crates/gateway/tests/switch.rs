@@ -7,15 +7,13 @@
 //! resent) and Claude Code (signed thinking blocks resent) do, with real-sized requests rebuilt
 //! from the captures in `shared/fixtures/clients/`.
 
-mod support;
-
 use context_relay_sim::{SimFault, SimProvider};
+use context_relay_testkit::clients::{claude_next_turn, completed, contains};
+use context_relay_testkit::conversation::{Client, Conversation, handoff_ready};
+use context_relay_testkit::handoff::HANDOFF_TAG;
+use context_relay_testkit::harness::{Harness, MEMORY};
 use http::StatusCode;
 use serde_json::{Value, json};
-use support::{
-    Client, Conversation, HANDOFF_TAG, Harness, MEMORY, claude_next_turn, completed, contains,
-    handoff_ready,
-};
 
 /// Turns 1–3 on the first account (30, 60, 90 %: a handoff is written), then the account is
 /// used up and turns 4–6 go to the second account. `model` is the combo or direct

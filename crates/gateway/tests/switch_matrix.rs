@@ -13,14 +13,13 @@
 //! ```
 
 mod matrix;
-mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use context_relay_testkit::agents::{Agent, Shape};
 use matrix::script::{Conv, Run};
 use matrix::{Cause, Cell, Outcome, Position, Rng, check, setup, table};
-use support::agents::{Agent, Shape};
 
 /// The seed when `SWITCH_MATRIX_SEED` is not set.
 const DEFAULT_SEED: u64 = 0x5eed_2101;

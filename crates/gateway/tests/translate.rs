@@ -9,14 +9,12 @@
 //! session whose first target is exhausted on every account moves to the second target,
 //! translated both ways, with the model switch relayed.
 
-mod support;
-
 use context_relay_sim::{RecordedRequest, SimProvider, SimQuotaHeaders};
+use context_relay_testkit::clients::{completed, contains, json_headers, sse_events};
+use context_relay_testkit::conversation::{Client, Conversation};
+use context_relay_testkit::handoff::{HANDOFF_TAG, SUMMARY_NEEDLE, summary_reply};
+use context_relay_testkit::harness::{ADMIN_TOKEN, Harness};
 use serde_json::{Value, json};
-use support::{
-    ADMIN_TOKEN, Client, Conversation, HANDOFF_TAG, Harness, SUMMARY_NEEDLE, completed, contains,
-    json_headers, sse_events, summary_reply,
-};
 
 const FIRST: &str = "codex/gpt-5.5";
 const SECOND: &str = "anthropic/claude-sonnet-4-5";

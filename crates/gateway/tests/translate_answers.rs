@@ -10,13 +10,13 @@
 //! - 529 `overloaded_error` is a 503 `server_is_overloaded`.
 //! - The provider's `ping` events reach the client as SSE comments.
 
-mod support;
-
 use context_relay_core::translate::{COMPACTION_PROMPT, SUMMARY_PREFIX};
 use context_relay_sim::{RecordedRequest, SimFault, SimProvider, SimQuotaHeaders};
+use context_relay_testkit::clients::{compact_body, completed, json_headers, sse_events};
+use context_relay_testkit::conversation::{Client, Conversation};
+use context_relay_testkit::harness::{ADMIN_TOKEN, Harness};
 use http::StatusCode;
 use serde_json::{Value, json};
-use support::{ADMIN_TOKEN, Client, Conversation, Harness, compact_body, json_headers, sse_events};
 
 /// A gateway over a simulator with provider `anthropic` (`api = "anthropic"`, accounts
 /// `acct-x` and `acct-y`) and combo `claude-only`; the Messages endpoint refuses prompts over
@@ -181,7 +181,7 @@ async fn codex_compaction_is_served_with_a_summary_by_the_anthropic_model() {
     conv.body["input"] = Value::Array(input);
     let (status, _, reply) = h.send(0, "/v1/responses", &conv.headers, &conv.body).await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&reply));
-    assert!(support::completed(&reply));
+    assert!(completed(&reply));
     let next = assert_valid_messages(&h.last_turn());
     assert!(next.to_string().contains(SUMMARY_PREFIX.trim_end()));
 
@@ -235,5 +235,5 @@ async fn pings_reach_the_client_as_sse_comments() {
     assert_eq!(status, 200);
     let text = String::from_utf8_lossy(&reply);
     assert!(text.contains("\n\n: ping\n\n"), "{text}");
-    assert!(support::completed(&reply));
+    assert!(completed(&reply));
 }

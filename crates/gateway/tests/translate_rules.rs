@@ -5,14 +5,13 @@
 //! trailing whitespace closing a final assistant message), plus a property: every
 //! translation of a generated Codex-like request passes the simulated provider's rules.
 
-mod support;
-
 use context_relay_core::translate::{RequestOptions, responses_to_messages};
 use context_relay_sim::rules::{Backend, check};
 use context_relay_sim::{SimProvider, SimQuotaHeaders};
+use context_relay_testkit::clients::json_headers;
+use context_relay_testkit::harness::Harness;
 use proptest::prelude::*;
 use serde_json::{Value, json};
-use support::{Harness, json_headers};
 
 /// A gateway over one simulator with provider `anthropic` (`api = "anthropic"`, the extra
 /// provider keys `extra`), combo `claude` → `anthropic/claude-sonnet-4-5`.

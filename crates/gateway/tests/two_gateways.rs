@@ -2,21 +2,24 @@
 //! session served by both in turns carries its handoff across the switch of its account, and
 //! the new account never receives state another account minted.
 
-mod support;
-
 use context_relay_sim::SimProvider;
-use support::{Client, Conversation, HANDOFF_TAG, Harness, completed, contains};
+use context_relay_testkit::clients::{completed, contains};
+use context_relay_testkit::conversation::{Client, Conversation};
+use context_relay_testkit::handoff::HANDOFF_TAG;
+use context_relay_testkit::harness::Harness;
+use context_relay_testkit::redis_cluster::RedisCluster;
+use context_relay_testkit::redis_server::RedisServer;
 
 #[tokio::test]
 async fn two_gateways_on_one_redis_alternate_a_session_across_a_switch() {
-    let redis = support::RedisServer::start();
+    let redis = RedisServer::start();
     alternate_a_session_across_a_switch(&format!("backend = \"redis\"\nurl = \"{}\"", redis.url))
         .await;
 }
 
 #[tokio::test]
 async fn two_gateways_on_a_redis_cluster_alternate_a_session_across_a_switch() {
-    let cluster = support::RedisCluster::start();
+    let cluster = RedisCluster::start();
     alternate_a_session_across_a_switch(&format!(
         "backend = \"redis\"\ncluster = true\nurl = \"{}\"",
         cluster.url

@@ -3,18 +3,17 @@
 //! cut half way (what arrived is counted); the relay's summary calls are counted apart; the
 //! counters reach `/metrics` with their `# HELP` lines.
 
-mod support;
-
 use std::collections::BTreeMap;
 
 use context_relay_gateway::{Gateway, prometheus_builder};
 use context_relay_sim::{SimFault, SimUsage};
+use context_relay_testkit::clients::sse_events;
+use context_relay_testkit::conversation::{Client, Conversation};
+use context_relay_testkit::handoff::{SUMMARY_NEEDLE, summary_reply};
+use context_relay_testkit::harness::{ADMIN_TOKEN, Harness, MEMORY, config};
 use http::Request;
 use http_body_util::{BodyExt, Full};
 use serde_json::{Value, json};
-use support::{
-    Client, Conversation, Harness, MEMORY, SUMMARY_NEEDLE, config, sse_events, summary_reply,
-};
 
 /// input, cached input, output, reasoning output.
 type Counts = [u64; 4];
@@ -27,8 +26,8 @@ fn add(into: &mut Counts, u: &SimUsage) {
 }
 
 async fn get(h: &Harness, path: &str) -> (u16, String) {
-    let req = Request::get(format!("{}{path}", h.gateways[0].1.url()))
-        .header("authorization", format!("Bearer {}", support::ADMIN_TOKEN))
+    let req = Request::get(h.url(0, path))
+        .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
         .body(Full::default())
         .unwrap();
     let res = h.client.request(req).await.unwrap();
@@ -55,12 +54,7 @@ async fn usage_counts_match_what_the_provider_reported() {
         .await
         .unwrap()
         .with_metrics(recorder);
-    let server = gateway.spawn("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let h = Harness {
-        sim,
-        gateways: vec![(gateway, server)],
-        client: support::http_client(),
-    };
+    let h = Harness::serve(sim, gateway).await;
     let key = ("authorization".to_owned(), "Bearer client-key".to_owned());
     let chat = |stream: bool| {
         json!({"model": "codex-relay", "stream": stream,

@@ -149,7 +149,7 @@ async fn redb_logins_survive_a_reopen() {
 #[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_replicas_share_one_login_and_one_lock() {
-    let server = common::RedisServer::start();
+    let server = context_relay_testkit::redis_server::RedisServer::start();
     let prefix = common::unique_prefix();
     let mut replicas = Vec::new();
     for _ in 0..2 {

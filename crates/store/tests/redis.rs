@@ -7,12 +7,13 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use common::{RedisServer, record, unique_prefix};
+use common::{record, unique_prefix};
 use context_relay_core::HandoffKey;
 use context_relay_store::{
     Affinity, DEFAULT_REDIS_REQUEST_TIMEOUT, DEFAULT_REDIS_TIMEOUT, HandoffStore, RedisStore,
     StoreError,
 };
+use context_relay_testkit::redis_server::RedisServer;
 
 const HOUR: Duration = Duration::from_secs(3600);
 /// Far above the store's own timeout: only a hang would reach it.

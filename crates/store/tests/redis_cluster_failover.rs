@@ -8,9 +8,10 @@ mod common;
 
 use std::time::{Duration, Instant, SystemTime};
 
-use common::{RedisCluster, record, unique_prefix};
+use common::{record, unique_prefix};
 use context_relay_core::HandoffKey;
 use context_relay_store::{HandoffStore, RedisStore, StoreError};
+use context_relay_testkit::redis_cluster::RedisCluster;
 
 const HOUR: Duration = Duration::from_secs(3600);
 /// The store's limit on every call here.

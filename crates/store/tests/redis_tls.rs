@@ -2,14 +2,12 @@
 //! here (a CA and a leaf for 127.0.0.1), trusted through `root_certificates`.
 #![cfg(feature = "redis")]
 
-mod common;
-
 use std::process::Child;
 use std::time::{Duration, SystemTime};
 
-use common::redis_server::{free_port, spawn_ready};
 use context_relay_core::{Handoff, HandoffKey, HandoffRecord};
 use context_relay_store::{HandoffStore, RedisStore};
+use context_relay_testkit::redis_server::{free_port, spawn_ready};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 
 struct TlsRedis {

@@ -8,10 +8,10 @@ mod common;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::redis_server::{free_port, spawn_ready};
 use common::{record, unique_prefix};
 use context_relay_core::HandoffKey;
 use context_relay_store::{HandoffStore, RedisStore};
+use context_relay_testkit::redis_server::{free_port, spawn_ready};
 
 const HOUR: Duration = Duration::from_secs(3600);
 

@@ -12,14 +12,12 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use context_relay_core::{Handoff, HandoffRecord};
 use context_relay_store::{HandoffStore, MemoryStore};
+use context_relay_testkit::hyper_request;
 use context_relay_tower::{ComboName, ContextRelay, ResolvedAccount};
 use criterion::{Criterion, criterion_group, criterion_main};
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use tower::{Service, ServiceBuilder, ServiceExt};
-
-#[path = "support/hyper_request.rs"]
-mod hyper_request;
 
 const BODY: &str = r#"{"model":"gpt-5","messages":[{"role":"system","content":"You are a coding agent."},{"role":"user","content":"add a --json flag to the CLI and cover it with a test"}]}"#;
 

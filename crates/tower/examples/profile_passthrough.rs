@@ -8,13 +8,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use context_relay_store::{HandoffStore, MemoryStore};
+use context_relay_testkit::hyper_request;
 use context_relay_tower::{ComboName, ContextRelay, ResolvedAccount};
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use tower::{Service, ServiceBuilder, ServiceExt};
-
-#[path = "../benches/support/hyper_request.rs"]
-mod hyper_request;
 
 const BODY: &str =
     r#"{"model":"gpt-5","messages":[{"role":"user","content":"add a --json flag"}]}"#;

@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bound::clients::{Claude, Codex, KEY, Relay, action, tenant};
-use bound::redis_server::RedisServer as Redis;
 use bound::{Body, Provider, full};
 use bytes::Bytes;
 use context_relay_core::HandoffKey;
 use context_relay_store::{HandoffStore, MemoryStore};
+use context_relay_testkit::redis_server::RedisServer as Redis;
 use context_relay_tower::injection::{RELAY_HEADER, RelayAction};
 use context_relay_tower::{ComboName, ContextRelay, ResolvedAccount};
 use http::{Request, Response, StatusCode};

@@ -13,6 +13,8 @@ use context_relay_pingora_example::{
 };
 use context_relay_sim::{RecordedRequest, SimProvider};
 use context_relay_store::{HandoffStore, MemoryStore};
+use context_relay_testkit::clients::{codex_first_turn, codex_next_turn, completed, contains};
+use context_relay_testkit::handoff::{HANDOFF_TAG, SUMMARY_NEEDLE, summary_reply};
 use flate2::Compression;
 use flate2::write::GzEncoder;
 use http::{Request, StatusCode};
@@ -21,14 +23,6 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
-
-#[path = "../../../crates/gateway/tests/support/mod.rs"]
-mod support;
-
-use support::{
-    HANDOFF_TAG, SUMMARY_NEEDLE, codex_first_turn, codex_next_turn, completed, contains,
-    summary_reply,
-};
 
 const SESSION: &str = "019a7c1e-55aa-7b3c-9d10-5e55e55e55e5";
 

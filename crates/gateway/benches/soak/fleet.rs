@@ -6,7 +6,9 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 
-use crate::support::{ADMIN_TOKEN, free_port, key_of, spawn_ready, start_binary};
+use context_relay_testkit::binary::start_binary;
+use context_relay_testkit::harness::{ADMIN_TOKEN, key_of};
+use context_relay_testkit::redis_server::{free_port, spawn_ready};
 
 /// The providers of the soak: (name, `auth`, accounts, combo, target). One per API shape;
 /// each reads the quota headers of the simulator [`sim_index`] gives it.

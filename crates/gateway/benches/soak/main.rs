@@ -25,8 +25,6 @@
 mod chaos;
 mod fleet;
 mod sessions;
-#[path = "../../tests/support/mod.rs"]
-mod support;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -36,9 +34,10 @@ use context_relay_sim::{SimProvider, SimQuotaHeaders};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
+use context_relay_testkit::handoff::{SUMMARY_NEEDLE, summary_reply};
+use context_relay_testkit::harness::key_of;
 use fleet::{GatewayProcess, Redis};
 use sessions::{Shared, get};
-use support::{SUMMARY_NEEDLE, key_of, summary_reply};
 
 /// What a gateway logs when a store call on a request's path failed or was skipped by the
 /// circuit breaker (the relay passed the request through).

@@ -17,8 +17,10 @@ use serde_json::Value;
 use tokio::sync::RwLock;
 
 use crate::fleet::PROVIDERS;
-use crate::support::agents::{Agent, Shape, Step};
-use crate::support::{ADMIN_TOKEN, HANDOFF_TAG, contains};
+use context_relay_testkit::agents::{Agent, Shape, Step};
+use context_relay_testkit::clients::contains;
+use context_relay_testkit::handoff::HANDOFF_TAG;
+use context_relay_testkit::harness::ADMIN_TOKEN;
 
 /// Turns a conversation lasts before the agent starts a new session (the load stays alike
 /// from start to end instead of growing with the histories).

@@ -5,13 +5,12 @@
 //! session's handoff and deletes it, and saves screenshots (laptop and phone widths) under
 //! the test's output folder (`CARGO_TARGET_TMPDIR/console/`).
 
-#[path = "../support/mod.rs"]
-mod support;
 mod webdriver;
 
+use context_relay_testkit::conversation::{Client, Conversation, handoff_ready};
+use context_relay_testkit::harness::{ADMIN_TOKEN, Harness, MEMORY};
 use http::Request;
 use http_body_util::{BodyExt, Full};
-use support::{ADMIN_TOKEN, Client, Conversation, Harness, MEMORY, handoff_ready};
 use webdriver::{Browser, Driver};
 
 /// Waits until `css` is on the page and its text holds every one of `words`.

@@ -1,6 +1,6 @@
 //! The axes of the matrix and the result of one cell.
 
-use crate::support::agents::Shape;
+use context_relay_testkit::agents::Shape;
 
 /// Why the session changes account.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -22,8 +22,9 @@ use context_relay_sim::RecordedRequest;
 use super::Cell;
 use super::script::Conv;
 use super::setup::{MODEL_WRITTEN, PRIMARY};
-use crate::support::agents::Shape;
-use crate::support::{HANDOFF_TAG, Harness};
+use context_relay_testkit::agents::Shape;
+use context_relay_testkit::handoff::HANDOFF_TAG;
+use context_relay_testkit::harness::Harness;
 
 /// The end tag of a handoff block.
 const HANDOFF_END: &str = "</context_handoff>";

@@ -11,8 +11,9 @@ use context_relay_sim::SimFault;
 
 use super::setup::PRIMARY;
 use super::{Cause, Cell, Position};
-use crate::support::Harness;
-use crate::support::agents::{Agent, Step};
+use context_relay_testkit::agents::{Agent, Step};
+use context_relay_testkit::clients::compact_body;
+use context_relay_testkit::harness::Harness;
 
 /// One conversation of a cell: its agent, its name in the evidence, its task marker.
 pub struct Conv {
@@ -122,7 +123,7 @@ impl<'a> Run<'a> {
 
     /// Codex's remote compaction on the session's account.
     async fn compact(&mut self, conv: &mut Conv) -> Result<(), String> {
-        let body = crate::support::compact_body(&conv.agent.body);
+        let body = compact_body(&conv.agent.body);
         let (status, _, reply) = self
             .h
             .send(0, "/v1/responses/compact", &conv.agent.headers, &body)

@@ -12,8 +12,10 @@ use context_relay_sim::{SimProvider, SimQuotaHeaders, SummaryRequest};
 use serde_json::json;
 
 use super::{Cause, Cell};
-use crate::support::agents::Shape;
-use crate::support::{Harness, SUMMARY_NEEDLE, contains, key_of};
+use context_relay_testkit::agents::Shape;
+use context_relay_testkit::clients::contains;
+use context_relay_testkit::handoff::SUMMARY_NEEDLE;
+use context_relay_testkit::harness::{Harness, key_of};
 
 /// The accounts of the first provider, in fill order, and the backup's account.
 pub const PRIMARY: [&str; 3] = ["p1", "p2", "p3"];

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use super::{Cause, Cell, Outcome, Position};
-use crate::support::agents::Shape;
+use context_relay_testkit::agents::Shape;
 
 /// The markdown of the matrix for `results` (in any order).
 pub fn render(seed: u64, results: &[(Cell, Outcome)]) -> String {

@@ -1,5 +1,5 @@
-//! Test harness shared by the store's integration tests: backends on a manual clock, records,
-//! and a throwaway redis-server.
+//! Test harness shared by the store's integration tests: backends on a manual clock and
+//! records (the throwaway redis-server and cluster are the test kit's).
 #![allow(dead_code, unreachable_pub)]
 
 use std::any::Any;
@@ -9,13 +9,10 @@ use std::time::{Duration, SystemTime};
 
 use context_relay_core::{Handoff, HandoffKey, HandoffRecord};
 use context_relay_store::{HandoffStore, ManualClock, MemoryStore, RedbStore};
-
-mod redis_cluster;
-pub mod redis_server;
-#[allow(unused_imports)]
-pub use redis_cluster::RedisCluster;
-#[allow(unused_imports)]
-pub use redis_server::RedisServer;
+#[cfg(feature = "redis")]
+use context_relay_testkit::redis_cluster::RedisCluster;
+#[cfg(feature = "redis")]
+use context_relay_testkit::redis_server::RedisServer;
 
 /// `mod $backend { #[tokio::test] async fn $case() { cases::$case(&$make().await) } … }`: the
 /// cases of the including file's `cases` module against one backend.
@@ -54,7 +51,7 @@ macro_rules! cluster {
     ([$($case:ident),* $(,)?]) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn redis_cluster() {
-            let cluster = crate::common::RedisCluster::start();
+            let cluster = context_relay_testkit::redis_cluster::RedisCluster::start();
             $(
                 eprintln!("redis cluster: {}", stringify!($case));
                 let h = crate::common::redis_cluster(&cluster).await;

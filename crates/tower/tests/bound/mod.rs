@@ -8,10 +8,6 @@
 
 pub mod clients;
 
-/// A throwaway redis-server (or `REDIS_URL`), shared with the store's and gateway's tests.
-#[path = "../../../store/tests/common/redis_server.rs"]
-pub mod redis_server;
-
 /// The simulated provider's minting of account-bound blobs, shared.
 use context_relay_sim::Minter;
 

@@ -1,5 +1,5 @@
-//! A throwaway redis-server for tests, shared by the store, tower and gateway suites (included
-//! by path, so it depends on `std` alone).
+//! A throwaway redis-server for tests, shared by the store, tower and gateway suites (it depends
+//! on `std` alone).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -7,11 +7,13 @@ use std::process::{Child, Command, Stdio};
 /// `REDIS_URL` when set; otherwise a redis-server of our own on a free loopback port, killed on
 /// drop. Panics (never skips) when neither is possible: the suite must run against Redis.
 pub struct RedisServer {
+    /// The server's URL: `redis://127.0.0.1:PORT/`, or `REDIS_URL`.
     pub url: String,
     child: Option<Child>,
 }
 
 impl RedisServer {
+    /// `REDIS_URL` when set and not empty, or else a server of our own.
     pub fn start() -> Self {
         if let Ok(url) = std::env::var("REDIS_URL")
             && !url.is_empty()
@@ -39,6 +41,7 @@ impl RedisServer {
         }
     }
 
+    /// Whether the server is our own (not `REDIS_URL`).
     pub fn is_own(&self) -> bool {
         self.child.is_some()
     }

@@ -1,15 +1,21 @@
 //! Long, real-size sessions built from the real client captures in `shared/fixtures/clients/`:
 //! the captures' shortened texts (`...[N chars]`) are grown back to their true sizes, and the
-//! turns of a 40-turn coding session are added in each client's own shapes.
-#![allow(dead_code)]
+//! turns of a 40-turn coding session are added in each client's own shapes (core's tests and
+//! its selection bench).
 
 use serde_json::{Value, json};
 
+use crate::clients::fixtures_dir;
+
 /// The facts a good summary prompt must carry.
 pub struct Facts {
+    /// The task the session opened with ([`TASK`]).
     pub task: &'static str,
+    /// The decisions the user stated along the way ([`DECISION_A`], [`DECISION_B`]).
     pub decisions: [&'static str; 2],
+    /// The user's latest ask ([`LATEST`]).
     pub latest: &'static str,
+    /// The assistant's last reply ([`REPLY`]).
     pub reply: &'static str,
     /// Files edited, oldest first (a file edited twice is here twice).
     pub edited: Vec<String>,
@@ -17,14 +23,19 @@ pub struct Facts {
     pub recent: Vec<String>,
 }
 
+/// The user's ask of the first turn.
 pub const TASK: &str =
     "Port the config loader in crates/config from YAML to TOML and keep the public API unchanged.";
+/// A decision the user states on turn 3.
 pub const DECISION_A: &str =
     "Decision: use the toml crate with serde derive, not toml_edit; we never write files back.";
+/// A decision the user states on turn 7.
 pub const DECISION_B: &str =
     "Decision: keep YAML behind a `yaml` cargo feature for one more release, off by default.";
+/// The user's ask of the last turn.
 pub const LATEST: &str =
     "Run the whole test suite once more and fix the failing doc test in loader.rs.";
+/// The assistant's last reply.
 pub const REPLY: &str =
     "All 212 tests pass now; the doc test in loader.rs parses its example with toml::from_str.";
 
@@ -45,11 +56,8 @@ pub fn facts(edited: Vec<String>, calls: &[Vec<String>]) -> Facts {
 /// A capture's body, relative to `shared/fixtures/clients/`, with its shortened texts grown
 /// back to their true sizes.
 pub fn fixture_body(name: &str) -> Value {
-    let path = format!(
-        "{}/../../../shared/fixtures/clients/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let path = fixtures_dir().join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut v: Value = serde_json::from_str(&text).expect("fixture is JSON");
     let mut body = v["body"].take();
     grow(&mut body);
@@ -59,11 +67,8 @@ pub fn fixture_body(name: &str) -> Value {
 /// The top-level keys of a capture's body in the order the client sent them (a
 /// `serde_json::Value` sorts them).
 pub fn key_order(name: &str) -> Vec<String> {
-    let path = format!(
-        "{}/../../../shared/fixtures/clients/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let text = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let path = fixtures_dir().join(name);
+    let text = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let body = context_relay_core::json::find_member(&text, "body")
         .expect("capture is JSON")
         .expect("capture has a body");

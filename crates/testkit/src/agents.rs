@@ -17,22 +17,27 @@ use bytes::Bytes;
 use http::StatusCode;
 use serde_json::{Value, json};
 
-use super::{Harness, claude_first_turn, codex_first_turn, messages_blocks, sse_events};
+use crate::clients::{claude_first_turn, codex_first_turn, messages_blocks, sse_events};
+use crate::harness::Harness;
 
 /// The API shape of an agent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shape {
+    /// Codex CLI (Responses, `store: false`).
     Codex,
     /// Claude Code's default: adaptive thinking (`claude-opus-4-8`).
     Claude,
     /// Claude Code with `--model claude-sonnet-4-5`: thinking with a budget, whose tool loops
     /// must start each assistant turn with a thinking block.
     ClaudeBudget,
+    /// A Chat Completions agent with function tools.
     Chat,
+    /// A Gemini agent with function calls.
     Gemini,
 }
 
 impl Shape {
+    /// Every shape.
     pub const ALL: [Shape; 5] = [
         Shape::Codex,
         Shape::Claude,
@@ -41,6 +46,7 @@ impl Shape {
         Shape::Gemini,
     ];
 
+    /// The shape's name in messages.
     pub fn name(self) -> &'static str {
         match self {
             Shape::Codex => "Codex (Responses, store false)",
@@ -63,8 +69,11 @@ pub enum Step {
 
 /// One conversation of one agent.
 pub struct Agent {
+    /// The agent's API shape.
     pub shape: Shape,
+    /// The headers of every request (the session named the client's way).
     pub headers: Vec<(String, String)>,
+    /// The history, resent whole each request.
     pub body: Value,
     /// The combo or `provider/model` asked for.
     pub model: String,

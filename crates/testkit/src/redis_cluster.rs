@@ -1,18 +1,19 @@
 //! A throwaway Redis Cluster on loopback for tests: masters (and replicas) started in a
 //! temporary directory, joined with `redis-cli --cluster create`, killed and removed on drop.
-//! Included by path next to `redis_server.rs` (so it depends on `std` and that file alone).
+//! It depends on `std` and [`redis_server`](crate::redis_server) alone.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::redis_server::{free_port, spawn_ready};
+use crate::redis_server::{free_port, spawn_ready};
 
 /// A cluster of our own: `ports[..masters]` are the masters `redis-cli` made, each of the
 /// others a replica.
 pub struct RedisCluster {
     /// The masters' URLs, comma-separated: what a store's `url` takes with `cluster = true`.
     pub url: String,
+    /// Every node's port, masters first.
     pub ports: Vec<u16>,
     nodes: Vec<Option<Child>>,
     dir: PathBuf,

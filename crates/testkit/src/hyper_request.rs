@@ -1,5 +1,5 @@
-//! Requests shaped as hyper's HTTP/1 server hands them on, shared by the layers bench and the
-//! `profile_passthrough` example (included by path: this folder is no bench target).
+//! Requests shaped as hyper's HTTP/1 server hands them on, shared by tower's layers bench and
+//! its `profile_passthrough` example.
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderName, HeaderValue, Method, Request, Uri};

@@ -8,17 +8,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use context_relay_sim::{SimBuilder, SimLogin, SimProvider, SimQuotaHeaders};
 use serde_json::{Value, json};
 
-use super::{ADMIN_TOKEN, Client, Conversation, Harness, SUMMARY_NEEDLE, summary_reply};
+use crate::conversation::{Client, Conversation};
+use crate::handoff::{SUMMARY_NEEDLE, summary_reply};
+use crate::harness::{ADMIN_TOKEN, Harness};
 
 /// What Codex sends as `instructions` to the ChatGPT backend (which requires them).
 pub const CODEX_INSTRUCTIONS: &str =
     "You are Codex, a coding agent based on GPT-5. You and the user share the same workspace.";
 
-/// A fresh folder under the system's temporary folder, removed on drop (this file is shared
-/// with crates that have no `tempfile`).
+/// A fresh folder under the system's temporary folder, removed on drop.
 pub struct Folder(PathBuf);
 
 impl Folder {
+    /// Creates the folder.
     pub fn new() -> Self {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let nanos = std::time::SystemTime::now()
@@ -33,8 +35,15 @@ impl Folder {
         Self(path)
     }
 
+    /// Where it is.
     pub fn path(&self) -> &Path {
         &self.0
+    }
+}
+
+impl Default for Folder {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -46,12 +55,16 @@ impl Drop for Folder {
 
 /// Two logins of `client`'s subscription (its first two accounts) and a folder for their files.
 pub struct Logins {
+    /// The client whose subscription it is.
     pub client: Client,
+    /// The simulator's kind of login for that client.
     pub kind: SimLogin,
+    /// Where the credential files are.
     pub dir: Folder,
 }
 
 impl Logins {
+    /// The logins of `client`, with a fresh folder.
     pub fn new(client: Client) -> Self {
         let kind = match client {
             Client::Codex => SimLogin::Codex,
