@@ -1,14 +1,16 @@
 //! [`Relay`]: the state every request of a relay shares, and its builder.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use context_relay_core::config::{InjectionSlot, RelayMode};
 use context_relay_core::prompt::SummarySettings;
+use context_relay_core::quota::QuotaKind;
 use context_relay_core::session::SessionSources;
-use context_relay_core::{HandoffKey, RelayConfig};
+use context_relay_core::{HandoffKey, QuotaSignal, RelayConfig};
 use context_relay_store::{Affinity, CoolDown, HandoffStore, InFlight};
 use foldhash::HashMap;
+use http::{HeaderMap, StatusCode};
 use tokio::sync::Semaphore;
 
 use crate::background::Background;
@@ -71,6 +73,9 @@ pub(crate) struct Shared {
     pub(crate) queue: Arc<Semaphore>,
     pub(crate) summarizer: Option<Arc<dyn Summarizer>>,
     pub(crate) quota: Arc<dyn QuotaSource>,
+    /// The quota rules of providers that have their own (lower-cased name): their responses
+    /// are read with these, never with the default source.
+    pub(crate) provider_quota: Arc<HashMap<String, QuotaKind>>,
     pub(crate) stream_providers: Arc<[Arc<str>]>,
     /// Summary request settings per provider (lower-cased name).
     pub(crate) settings: Arc<HashMap<String, SummarySettings>>,
@@ -119,6 +124,24 @@ impl Shared {
             return None;
         }
         self.settings.get(&provider.to_ascii_lowercase())
+    }
+
+    /// The quota signal of a response `provider` served: read with the provider's own rules
+    /// when it has some ([`RelayBuilder::provider_quota`]), else with the quota source.
+    pub(crate) fn quota_signal(
+        &self,
+        provider: &str,
+        status: StatusCode,
+        headers: &HeaderMap,
+        now: SystemTime,
+    ) -> Option<QuotaSignal> {
+        let own = (!self.provider_quota.is_empty())
+            .then(|| self.provider_quota.get(&provider.to_ascii_lowercase()))
+            .flatten();
+        match own {
+            Some(kind) => HeaderQuota(*kind).signal(status, headers, now),
+            None => self.quota.signal(status, headers, now),
+        }
     }
 
     /// Whether summary requests to `provider` must ask for a streamed reply.
@@ -225,6 +248,7 @@ impl RelayBuilder {
                 queue: Arc::new(Semaphore::new(DEFAULT_MAX_QUEUED_GENERATIONS)),
                 summarizer: None,
                 quota: Arc::new(HeaderQuota::default()),
+                provider_quota: Arc::default(),
                 stream_providers: Arc::from(Vec::new()),
                 settings: Arc::default(),
                 dropped: Arc::default(),
@@ -360,9 +384,20 @@ impl RelayBuilder {
         self
     }
 
-    /// Reads quota signals with `source` (default: [`HeaderQuota`] `auto`).
+    /// Reads quota signals with `source` (default: [`HeaderQuota`] `auto`), for providers
+    /// without rules of their own ([`provider_quota`](Self::provider_quota)).
     pub fn quota_source(mut self, source: impl QuotaSource) -> Self {
         self.shared.quota = Arc::new(source);
+        self
+    }
+
+    /// Reads the quota of the responses `provider` serves with `kind`'s rules only (the
+    /// provider's own headers; [`QuotaKind::None`]: no signal at all, so its accounts never
+    /// lead to a quota-driven handoff). A [`QuotaSignal`] response extension still wins.
+    pub fn provider_quota(mut self, provider: &str, kind: QuotaKind) -> Self {
+        let mut map = (*self.shared.provider_quota).clone();
+        map.insert(provider.to_ascii_lowercase(), kind);
+        self.shared.provider_quota = Arc::new(map);
         self
     }
 

@@ -280,3 +280,23 @@ async fn the_event_sink_hears_each_outcome_and_each_skip_with_its_reason() {
     );
     assert_eq!(events[2].key, None, "skipped before the session was read");
 }
+
+#[tokio::test]
+async fn a_provider_with_its_own_quota_rules_is_read_with_them_only() {
+    use context_relay_core::quota::QuotaKind;
+    // `none`: the codex usage header at 88 % is not read, no summary follows.
+    let none = Fixture::new(|b| b.provider_quota("codex", QuotaKind::None));
+    none.turn("acct-a", "88", StatusCode::OK).await;
+    assert_eq!(none.calls.load(Ordering::SeqCst), 0);
+    // Another provider's rules do not read the codex header either.
+    let other = Fixture::new(|b| b.provider_quota("Codex", QuotaKind::Anthropic));
+    other.turn("acct-a", "88", StatusCode::OK).await;
+    assert_eq!(other.calls.load(Ordering::SeqCst), 0);
+    // The provider's own rules apply whatever the default source says.
+    let own = Fixture::new(|b| {
+        b.quota_source(|_: StatusCode, _: &HeaderMap, _| None)
+            .provider_quota("codex", QuotaKind::Codex)
+    });
+    own.turn("acct-a", "88", StatusCode::OK).await;
+    assert_eq!(own.calls.load(Ordering::SeqCst), 1);
+}

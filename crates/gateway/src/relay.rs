@@ -4,19 +4,17 @@
 //! the cool-downs and the background tracker; a reload reconfigures the same relay.
 //!
 //! GenerationLayer reads usage from the [`QuotaSignal`] the account resolver puts on each
-//! response (computed with the provider's configured `quota` kind); it is given a quota source
-//! that reads nothing itself, so a provider configured with `quota = "none"` never triggers a
-//! summary, and a provider's headers are never read with another provider's rules.
+//! response (computed with the provider's configured `quota` kind); without one, it reads the
+//! response with that same kind (`provider_quota`), so a provider configured with
+//! `quota = "none"` never triggers a summary, and a provider's headers are never read with
+//! another provider's rules.
 //!
 //! [`QuotaSignal`]: context_relay_tower::QuotaSignal
 
 use std::sync::Arc;
-use std::time::SystemTime;
 
-use context_relay_core::QuotaSignal;
 use context_relay_store::HandoffStore;
 use context_relay_tower::{ContextRelay, ContextRelayBuilder, RelayConfigs, RelayEvent};
-use http::{HeaderMap, StatusCode};
 
 use crate::config::Config;
 use crate::console::Activity;
@@ -29,9 +27,8 @@ pub(crate) fn relay(
     store: Arc<dyn HandoffStore>,
     activity: Activity,
 ) -> ContextRelay {
-    let builder = ContextRelay::builder(store)
-        .quota_source(resolver_signal_only)
-        .events(move |e: RelayEvent| activity.relay_event(&e));
+    let builder =
+        ContextRelay::builder(store).events(move |e: RelayEvent| activity.relay_event(&e));
     settings(builder, config, configs).build()
 }
 
@@ -56,26 +53,8 @@ fn settings(
     for (provider, s) in crate::summary::summary_settings(config) {
         builder = builder.summary_settings(&provider, s);
     }
-    builder
-}
-
-/// The relay's own quota source: nothing. The resolver's [`QuotaSignal`] extension, read with
-/// the provider's configured kind, is the only reading GenerationLayer acts on.
-fn resolver_signal_only(_: StatusCode, _: &HeaderMap, _: SystemTime) -> Option<QuotaSignal> {
-    None
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_layers_read_no_headers_themselves() {
-        let mut h = HeaderMap::new();
-        h.insert("x-codex-primary-used-percent", "90".parse().unwrap());
-        assert_eq!(
-            resolver_signal_only(StatusCode::OK, &h, SystemTime::now()),
-            None
-        );
+    for p in &config.providers {
+        builder = builder.provider_quota(&p.name, p.quota.kind());
     }
+    builder
 }

@@ -184,10 +184,23 @@ impl ContextRelayBuilder {
     }
 
     /// Reads quota signals with `source` (default: [`HeaderQuota`](crate::HeaderQuota)
-    /// `auto`).
+    /// `auto`), for providers without rules of their own.
     pub fn quota_source(self, source: impl QuotaSource) -> Self {
         Self {
             builder: self.builder.quota_source(source),
+        }
+    }
+
+    /// Reads the quota of the responses `provider` serves with `kind`'s rules only
+    /// (`QuotaKind::None`: never a signal). A [`QuotaSignal`](crate::QuotaSignal) response
+    /// extension still wins.
+    pub fn provider_quota(
+        self,
+        provider: &str,
+        kind: context_relay_core::quota::QuotaKind,
+    ) -> Self {
+        Self {
+            builder: self.builder.provider_quota(provider, kind),
         }
     }
 

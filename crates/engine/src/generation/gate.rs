@@ -131,7 +131,10 @@ impl GenerationTicket {
         let allowed = t.config.generates_for(served_by.provider());
         // Gate 2: a service's own signal wins over header parsing.
         let now = SystemTime::now();
-        let signal = signal.or_else(|| t.shared.quota.signal(status, headers, now));
+        let signal = signal.or_else(|| {
+            let provider = served_by.provider();
+            t.shared.quota_signal(provider, status, headers, now)
+        });
         let used = signal.as_ref().map_or(f64::NAN, |s| s.percent_used);
         let kind = if used >= t.config.handoff_threshold && t.config.account_handoff {
             HandoffKind::Generated
