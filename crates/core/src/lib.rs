@@ -13,6 +13,8 @@
 //! - responses: [`ending`] (whether a response body ended with the API's success event);
 //! - signals and identity: [`quota`], [`session`] (session id and tenant of a request),
 //!   [`account`] (the one provider-account reference), [`decode`];
+//! - raw JSON: [`json`] (the `context-relay-json` crate, re-exported), which [`inject`],
+//!   [`portable`] and [`session`] read and edit bodies with;
 //! - shared types: [`handoff`], [`config`], [`api`], [`time`].
 //!
 //! Functions that need a clock take `now` as an argument.
@@ -29,7 +31,6 @@ pub mod ending;
 pub mod extractive;
 pub mod handoff;
 pub mod inject;
-pub mod json;
 pub mod parse;
 pub mod portable;
 pub mod prompt;
@@ -46,6 +47,12 @@ pub mod touched;
 pub mod translate;
 pub mod unsupported;
 pub mod usage;
+
+/// The raw JSON scanner (the `context-relay-json` crate) that [`inject`], [`portable`] and
+/// [`session`] read and edit request bodies with: spans instead of values, whole-body
+/// validation, prefix reads and spliced edits.
+#[doc(inline)]
+pub use context_relay_json as json;
 
 pub use account::ResolvedAccount;
 pub use api::ApiShape;

@@ -1,11 +1,11 @@
 //! The JSON string scan's block masks and scans against a byte-at-a-time reference, and the
 //! whole-document parse against `serde_json`'s verdict.
 //!
-//! `cargo +nightly fuzz run json_masks -- -max_total_time=300` (from the repository root).
+//! `cargo +nightly fuzz run json_masks -- -max_total_time=300` (from `crates/json`).
 #![no_main]
 
-use context_relay_core::json::fuzzing::{block_masks, fast_scan, reference_skip, skip_string};
-use context_relay_core::json::parse_object;
+use context_relay_json::fuzzing::{block_masks, fast_scan, reference_skip, skip_string};
+use context_relay_json::parse_object;
 use libfuzzer_sys::fuzz_target;
 
 /// The masks of a block, one byte at a time.

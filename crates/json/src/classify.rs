@@ -8,7 +8,7 @@ pub(super) mod simd {
     use wide::u8x16;
 
     /// A way to classify 64-byte blocks into bit masks (bit `k` for byte `k`).
-    pub(in crate::json) trait Lanes: Copy {
+    pub(crate) trait Lanes: Copy {
         /// A block loaded into vector registers.
         type Block: Copy;
         /// Loads a block.
@@ -26,11 +26,11 @@ pub(super) mod simd {
     /// Classification through `wide` (safe SIMD types: SSE2 on x86_64, NEON on aarch64,
     /// plain arrays elsewhere): the path every CPU takes.
     #[derive(Debug, Clone, Copy)]
-    pub(in crate::json) struct Wide;
+    pub(crate) struct Wide;
 
     /// A 64-byte block in four vectors.
     #[derive(Debug, Clone, Copy)]
-    pub(in crate::json) struct Block([u8x16; 4]);
+    pub(crate) struct Block([u8x16; 4]);
 
     impl Block {
         /// Bit `k` set for each `k` where `f` marks vector byte `k` (all ones).
@@ -84,7 +84,7 @@ pub(super) mod simd {
     /// The quotes, backslashes and raw control bytes of `block`, as bit masks (bit `k` for
     /// `block[k]`).
     #[inline(always)]
-    pub(in crate::json) fn masks<L: Lanes>(l: L, block: &[u8; 64]) -> (u64, u64, u64) {
+    pub(crate) fn masks<L: Lanes>(l: L, block: &[u8; 64]) -> (u64, u64, u64) {
         let v = l.load(block);
         (l.eq(v, b'"'), l.eq(v, b'\\'), l.controls(v))
     }

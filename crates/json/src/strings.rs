@@ -21,7 +21,7 @@ use super::{JsonError, Span, decode_str};
 /// validated as [`super::validate`] does; nothing after the value is.
 ///
 /// ```
-/// use context_relay_core::json::strings;
+/// use context_relay_json::strings;
 ///
 /// let body = br#"[{"text":"a","image":{"text":"no"}},["b",1],{"content":[{"text":"c"}]}] tail"#;
 /// let mut out = Vec::new();

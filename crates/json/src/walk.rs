@@ -47,7 +47,7 @@ enum State {
 /// body, as [`super::parse_object`] does (duplicate keys are not looked for).
 ///
 /// ```
-/// use context_relay_core::json::Members;
+/// use context_relay_json::Members;
 ///
 /// let body = br#"{"model":"gpt-5","messages":[{"role":"user"}, 2], "tail": oops"#;
 /// let mut members = Members::root(body).unwrap();
@@ -208,7 +208,7 @@ impl<'a> Items<'a> {
     /// a value another walk returned. Nothing after the closing `]` is read.
     ///
     /// ```
-    /// use context_relay_core::json::Items;
+    /// use context_relay_json::Items;
     ///
     /// let body = br#" [1, "two", {"three": 3}] "#;
     /// let items: Vec<_> = Items::root(body).unwrap().collect::<Result<_, _>>().unwrap();
@@ -305,7 +305,7 @@ impl Iterator for Items<'_> {
 /// member the whole body has been read and validated, and the answer is `Ok(None)`.
 ///
 /// ```
-/// use context_relay_core::json::{decode_str, find_member};
+/// use context_relay_json::{decode_str, find_member};
 ///
 /// let body = br#"{"stream":true,"model":"gpt-5","messages":[ malformed later"#;
 /// let model = find_member(body, "model").unwrap().unwrap();
@@ -338,7 +338,7 @@ pub fn find_member<'a>(body: &'a [u8], key: &str) -> Result<Option<Field<'a>>, J
 ///
 /// ```
 /// use bytes::Bytes;
-/// use context_relay_core::json::{find_member, splice_str};
+/// use context_relay_json::{find_member, splice_str};
 ///
 /// let body = Bytes::from_static(br#"{"model" : "relay-fast","n":1.50}"#);
 /// let model = find_member(&body, "model").unwrap().unwrap();

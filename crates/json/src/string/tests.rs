@@ -3,7 +3,7 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::json::fuzzing::reference_skip as naive;
+use crate::fuzzing::reference_skip as naive;
 
 /// What `Scanner` did before the fast path existed: the exact scan, with plain runs crossed
 /// by `memchr2` when the input holds no control byte.

@@ -1,9 +1,9 @@
 //! A raw JSON scanner over bytes: spans instead of values.
 //!
-//! The injection side of the relay ([`crate::inject`], [`crate::portable`]) rewrites request
-//! bodies of up to several MiB on the request path. Parsing such a body into a
+//! The injection side of the relay (`context_relay_core::inject`, `context_relay_core::portable`)
+//! rewrites request bodies of up to several MiB on the request path. Parsing such a body into a
 //! `serde_json::Value` and serialising it again costs far more than the edit itself and
-//! loses the client's key order and number formatting, so this module never builds a value of
+//! loses the client's key order and number formatting, so this crate never builds a value of
 //! the whole body. It finds where things are ([`Span`]s into the original bytes), validates
 //! the whole document on the way (so that an edit is never applied to malformed JSON), and
 //! lets callers splice new bytes in with [`Edits`].
@@ -30,7 +30,7 @@
 //! (`simdutf8`). The code is safe Rust throughout, and its answers do not depend on the CPU.
 //!
 //! ```
-//! use context_relay_core::json;
+//! use context_relay_json as json;
 //!
 //! let body = br#"{"model": "gpt-5", "messages": [{"role": "user"}, 1e3]}"#;
 //! let root = json::parse_object(body).unwrap();
@@ -41,6 +41,40 @@
 //!
 //! assert!(json::parse_object(br#"{"a": [1, 2}"#).is_err());
 //! ```
+//!
+//! # Which reader is used where
+//!
+//! Three kinds of readers. The whole-body readers ([`validate`], [`parse_object`]) validate
+//! every byte before they answer: they serve the callers that edit a body, which must never
+//! splice into malformed JSON, and the gateway's checks that refuse a malformed request. The
+//! value readers ([`object_at`], [`array_at`], [`decode_str`], [`splice_str`], [`strings`])
+//! read one value, whose span or start another reader gave, and nothing around it. The prefix
+//! readers ([`find_member`], [`Members`], [`Items`]) read only as far as their caller asks and
+//! validate only what they read: they serve the callers that look at the first members of
+//! every request and forward the body as sent.
+//! The callers below are the workspace's (core is `context-relay-core`, which re-exports this
+//! crate as `context_relay_core::json`); engine and tower call none of these directly.
+//!
+//! | entry point | what it reads | callers | why this reader |
+//! |---|---|---|---|
+//! | [`validate`] | the whole body; keeps nothing | no production caller: core's `tests/nested_alloc.rs` (memory under deep nesting), `tests/inj_props.rs` (never panics) and `benches/fingerprint.rs` (the whole-body baseline) | the price of reading every byte once, without building anything |
+//! | [`parse_object`] | the whole body; the top-level members as spans | core `inject` (`Plan::new`, under `inject::inject` and `portable::rewrite_noting`, which `rewrite`, `rewrite_for_switch` and `make_portable` call); gateway `gemini::check_body`; gateway `model::find_model`, only when a second `"model"` may follow the first | an edit needs the whole body valid first and the top-level members by index (for [`ListEdit`] and [`Object::unique`]); a Gemini body has no `model` member to look for, so the gateway checks it is one object; a possible duplicate `model` is refused with [`Object::unique`] |
+//! | [`object_at`], [`array_at`] | one value span, members or items as spans | core `portable` (Responses `input` items, Anthropic `messages` and content blocks, Gemini `contents` and `parts`); core `inject` (`append_to_array`, Gemini `systemInstruction`) | the editors drop and add members by index inside nested values of a body `parse_object` validated; the span bounds the scan |
+//! | [`decode_str`] | one string span | core `portable` (string members such as `type`, Gemini signatures); core `session` fingerprint (a `role` holding an escape, a user text that may be a context block); gateway `model::find_model` | the few places where the characters matter; borrows when the string has no escape |
+//! | [`find_member`] | the body up to the end of the member's value (all of it when there is none) | gateway `model::find_model` (the `model` of every request); `examples/floor_proxy.rs`; testkit `sessions::key_order` | `model` comes first in real bodies: the cost is the prefix, not the body's size |
+//! | [`splice_str`] | one string span | gateway `model::replace_model`; `examples/floor_proxy.rs` | renames the model with one copy of the body at most, none when the name is unchanged |
+//! | [`Members`] | the top-level members one at a time, unread values skipped | core `session`: the fingerprint and `opening` (`model`, the system prompt members), `body_ids` (`metadata`, `prompt_cache_key`); testkit `sessions::key_order` | session identity is read on every request: the walk stops where the answer is known (in the conversation for the fingerprint, past the last key literal for `body_ids`) |
+//! | [`Items`] (from [`Members::items`]) | the items of an array one at a time | core `session` fingerprint and `opening` (the conversation, up to the first user entry or ask) | a long history is not read past the entry that decides |
+//! | [`strings`] | one value; its strings in one pass | core `session` fingerprint (`Text::read`: `text`, `content`, `parts`) | each byte of a nested message read once, at a bounded depth |
+//! | [`Edits`], [`ListEdit`] | nothing: they splice bytes | core `inject` (`Plan`), core `portable` | every byte not edited stays as the client sent it |
+//! | [`Kind`] | the first byte of a span | core `inject`, `portable` and `session` fingerprint; gateway `model` | a type check without a scan |
+//!
+//! Other callers reach the readers through core: `session::identify` (the engine's generation
+//! gate, the gateway's combo routing) and `session::opening` (the engine's summary job) use the
+//! prefix readers; `portable::rewrite_noting` and `portable::rewrite` (the engine's injection
+//! decision and repair) use the whole-body readers.
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 use std::borrow::Cow;
 use std::ops::Range;
@@ -97,7 +131,7 @@ impl Kind {
         })
     }
 
-    /// The kind of the value in `span` (which must come from this module).
+    /// The kind of the value in `span` (which must come from this crate).
     pub fn of(body: &[u8], span: &Span) -> Option<Kind> {
         Kind::at(body, span.start)
     }
@@ -348,7 +382,7 @@ pub fn parse_object(body: &[u8]) -> Result<Object<'_>, JsonError> {
     }
 }
 
-/// Parses the object occupying exactly `span` of `body` (a value span from this module).
+/// Parses the object occupying exactly `span` of `body` (a value span from this crate).
 pub fn object_at(body: &[u8], span: Span) -> Result<Object<'_>, JsonError> {
     let bounded = bounded(body, &span)?;
     scan::check_utf8(bounded, span.start)?;
@@ -368,7 +402,7 @@ pub fn object_at(body: &[u8], span: Span) -> Result<Object<'_>, JsonError> {
     }
 }
 
-/// Parses the array occupying exactly `span` of `body` (a value span from this module).
+/// Parses the array occupying exactly `span` of `body` (a value span from this crate).
 pub fn array_at(body: &[u8], span: Span) -> Result<Array, JsonError> {
     let bounded = bounded(body, &span)?;
     scan::check_utf8(bounded, span.start)?;

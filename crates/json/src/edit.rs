@@ -19,7 +19,7 @@ pub struct EditError {
 /// added; an insertion at the start of a replaced range goes before the replacement.
 ///
 /// ```
-/// use context_relay_core::json::Edits;
+/// use context_relay_json::Edits;
 /// let mut e = Edits::default();
 /// e.insert(1, b"0,".to_vec());
 /// e.replace(3..4, b"9".to_vec());
@@ -192,7 +192,7 @@ fn with_comma_before(member: Vec<u8>) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::json;
+    use crate as json;
 
     fn run(body: &str, drop: &[usize], pre: Option<&str>, app: Option<&str>) -> String {
         let arr = json::array_at(body.as_bytes(), 0..body.len()).unwrap();

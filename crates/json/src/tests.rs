@@ -339,7 +339,7 @@ proptest! {
     }
 
     #[test]
-    fn serde_values_scan_with_exact_spans(v in crate::json::tests::arb_value()) {
+    fn serde_values_scan_with_exact_spans(v in crate::tests::arb_value()) {
         let doc = serde_json::to_vec_pretty(&serde_json::json!({"v": v, "w": [v, 1]})).unwrap();
         let o = parse_object(&doc).unwrap();
         let got: serde_json::Value = serde_json::from_slice(&doc[o.fields[0].value.clone()]).unwrap();

@@ -3,8 +3,8 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::json::parse_object;
-use crate::json::tests::arb_value;
+use crate::parse_object;
+use crate::tests::arb_value;
 
 /// Objects whose keys often repeat and often are `model`, with values of every kind.
 fn arb_object() -> impl Strategy<Value = Vec<(String, Value)>> {

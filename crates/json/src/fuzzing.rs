@@ -1,4 +1,4 @@
-//! Entry points for the `json_masks` fuzz target (`fuzz/` at the repository root), behind the
+//! Entry points for the `json_masks` fuzz target (`crates/json/fuzz/`), behind the
 //! `fuzzing` feature: the string scan's internals are private, and the target compares them
 //! with its own byte-at-a-time reference.
 
