@@ -39,12 +39,20 @@ fuzz_target!(|data: &[u8]| {
     let mut b = Vec::with_capacity(data.len() + 1);
     b.push(b'"');
     b.extend_from_slice(data);
-    let starts = b.iter().enumerate().filter(|&(_, &c)| c == b'"').map(|(k, _)| k);
+    let starts = b
+        .iter()
+        .enumerate()
+        .filter(|&(_, &c)| c == b'"')
+        .map(|(k, _)| k);
     for start in starts.take(16) {
         let want = reference_skip(&b, start);
         assert_eq!(skip_string(&b, start), want, "start {start} in {b:?}");
         // The fast path answers every well-formed string, exactly, and nothing else.
-        assert_eq!(fast_scan(&b, start), want.clone().ok(), "start {start} in {b:?}");
+        assert_eq!(
+            fast_scan(&b, start),
+            want.clone().ok(),
+            "start {start} in {b:?}"
+        );
     }
     // The whole input as a document: accepted exactly when serde_json reads it as an object,
     // except where the scanner is documented to differ (it forwards lone surrogates in `\u`
@@ -52,7 +60,10 @@ fuzz_target!(|data: &[u8]| {
     let ours = parse_object(data);
     match serde_json::from_slice::<serde_json::Value>(data) {
         Ok(serde_json::Value::Object(_)) => assert!(ours.is_ok(), "{ours:?} for {data:?}"),
-        Err(e) if !e.to_string().contains("recursion limit") && !data.windows(2).any(|w| w == b"\\u") => {
+        Err(e)
+            if !e.to_string().contains("recursion limit")
+                && !data.windows(2).any(|w| w == b"\\u") =>
+        {
             assert!(ours.is_err(), "accepted {data:?}: {e}")
         }
         _ => {}
