@@ -18,7 +18,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use context_relay_core::ending::EndDetector;
+use context_relay_core::ending::{EndDetector, Ending};
 use context_relay_core::repair::RepairKind;
 use http::{HeaderMap, StatusCode, Uri};
 
@@ -104,15 +104,7 @@ impl Relay {
         facts: RequestFacts<'_>,
         body_len_hint: u64,
     ) -> Attempt {
-        let mut attempt = Attempt {
-            account: facts.account.cloned(),
-            ticket: None,
-            repair: None,
-            decision: None,
-            look: None,
-            end: None,
-            no_resend: false,
-        };
+        let mut attempt = Attempt::pass(facts.account.cloned());
         match self.inject(uri, headers, facts, body_len_hint) {
             Inject::Pass => {}
             Inject::Forward { ticket, repair } => {
@@ -339,7 +331,7 @@ impl Attempt {
             return;
         };
         let ending = if errored {
-            context_relay_core::ending::Ending::Unfinished
+            Ending::Unfinished
         } else {
             end.finish()
         };
