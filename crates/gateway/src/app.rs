@@ -96,9 +96,7 @@ pub(crate) fn proxy_stack(
 ) -> ProxyService {
     let max_body_bytes = options.max_body_bytes;
     let combo = ComboLayer::from_arc(routes.clone(), max_body_bytes).budget(options.budget);
-    let mut resolver = AccountResolverLayer::new(pools)
-        .routes(routes)
-        .max_body_bytes(max_body_bytes);
+    let mut resolver = AccountResolverLayer::new(pools).routes(routes);
     if let Some(store) = options.affinity {
         resolver = resolver.affinity_from(store);
     }

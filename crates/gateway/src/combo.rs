@@ -430,9 +430,12 @@ where
             &e.to_string(),
         )
     })?;
-    let body = match (targets.0.first(), &field) {
-        (Some(first), Some(field)) => rewrite_model(body, field, &first.model),
-        _ => body.into_bytes(),
+    let (body, written) = match (targets.0.first(), &field) {
+        (Some(first), Some(field)) => {
+            let (body, written) = rewrite_model(body, field, &first.model);
+            (body, Some(written))
+        }
+        _ => (body.into_bytes(), None),
     };
     if let Some(first) = targets.0.first()
         && field.is_none()
@@ -459,6 +462,9 @@ where
         parts.extensions.insert(combo);
     }
     parts.extensions.insert(targets);
+    if let Some(written) = written {
+        parts.extensions.insert(written);
+    }
     // The stack below may hold one rewritten copy of the body beside it (a handoff injected,
     // account-bound state scrubbed, a translated body): it is counted up front, so that the
     // budget bounds what the process really holds.

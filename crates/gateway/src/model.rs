@@ -20,7 +20,7 @@
 //! nested or quoted `model` from a second top-level one.
 
 use std::ops::Range;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use bytes::Bytes;
 use context_relay_core::json::{self, JsonError, Kind};
@@ -113,10 +113,54 @@ pub(crate) fn replace_model(body: &Bytes, field: &ModelField, model: &str) -> Op
     json::splice_str(body, field.span.clone(), model).ok()
 }
 
+/// Where ComboService wrote `model` into the body it forwards, and the name it wrote. Set as
+/// a request extension: the account resolver gives a later target its model from it, so the
+/// body is searched for `model` once per request, by ComboService.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct WrittenModel {
+    /// Byte range of the string literal in the forwarded body (quotes included).
+    span: Range<usize>,
+    /// The name written there.
+    value: Arc<str>,
+}
+
+impl WrittenModel {
+    /// The body for a target named `model`: `body` itself (not copied) when it already names
+    /// it, else `body` with the literal at the known place replaced (one copy). `None` when that
+    /// place holds no string literal of `body` (a body changed since it was written).
+    pub(crate) fn retarget(&self, body: &Bytes, model: &str) -> Option<Bytes> {
+        if *self.value == *model {
+            return Some(body.clone());
+        }
+        json::splice_str(body, self.span.clone(), model).ok()
+    }
+}
+
 /// [`replace_model`] on a body as the gateway read it, consuming it: a joined body is
 /// rewritten in place when the new name fits in the spare bytes, so that only the bytes before
-/// `model` move; otherwise the body is copied once, as by [`replace_model`].
-pub(crate) fn rewrite_model(body: Buffered, field: &ModelField, model: &str) -> Bytes {
+/// `model` move; otherwise the body is copied once, as by [`replace_model`]. Returns the body
+/// and where the name now is.
+pub(crate) fn rewrite_model(
+    body: Buffered,
+    field: &ModelField,
+    model: &str,
+) -> (Bytes, WrittenModel) {
+    let before = body.as_slice().len();
+    let out = rewrite(body, field, model);
+    // Every byte after the literal is kept, so its end is as far from the body's end as it was;
+    // the bytes before it are kept too, so it starts where it did.
+    let span = field.span.start
+        ..out
+            .len()
+            .saturating_sub(before.saturating_sub(field.span.end));
+    let written = WrittenModel {
+        span,
+        value: Arc::from(model),
+    };
+    (out, written)
+}
+
+fn rewrite(body: Buffered, field: &ModelField, model: &str) -> Bytes {
     let buf = match body {
         Buffered::Joined(buf) if field.value != model => buf,
         other => {
@@ -232,7 +276,7 @@ mod tests {
             let mut joined = vec![b' '; HEADROOM];
             joined.extend_from_slice(text);
             let range = joined.as_ptr_range();
-            let out = rewrite_model(Buffered::Joined(joined), &field, new);
+            let (out, _) = rewrite_model(Buffered::Joined(joined), &field, new);
             assert!(range.contains(&out.as_ptr()), "copied for {new}");
             let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
             assert_eq!(value["model"], new);
@@ -242,7 +286,7 @@ mod tests {
         let long = "m".repeat(HEADROOM + 40);
         let mut joined = vec![b' '; HEADROOM];
         joined.extend_from_slice(text);
-        let out = rewrite_model(Buffered::Joined(joined), &field, &long);
+        let (out, _) = rewrite_model(Buffered::Joined(joined), &field, &long);
         let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(value["model"], long.as_str());
     }
@@ -293,10 +337,40 @@ mod tests {
             let spliced = replace_model(&Bytes::from(text.clone()), &field, &new).unwrap();
             let mut joined = vec![b' '; HEADROOM];
             joined.extend_from_slice(text.as_bytes());
-            let rewritten = rewrite_model(Buffered::Joined(joined), &field, &new);
+            let (rewritten, in_place) = rewrite_model(Buffered::Joined(joined), &field, &new);
             prop_assert_eq!(&rewritten[..], &spliced[..]);
-            let chunk = rewrite_model(Buffered::Chunk(Bytes::from(text)), &field, &new);
+            let (chunk, copied) = rewrite_model(Buffered::Chunk(Bytes::from(text)), &field, &new);
             prop_assert_eq!(&chunk[..], &spliced[..]);
+            prop_assert_eq!(&in_place, &copied);
+        }
+
+        /// A later target's model written at the recorded place equals finding `model` in the
+        /// rewritten body again and replacing it.
+        #[test]
+        fn retargeting_at_the_written_place_equals_finding_it_again(
+            before in "[a-z ]{0,12}",
+            model in "[a-z0-9.-]{1,20}|\\PC{1,8}",
+            first in "[a-z0-9./-]{1,40}|\\PC{1,12}",
+            later in "[a-z0-9./-]{1,40}|\\PC{1,12}",
+            joined in any::<bool>(),
+        ) {
+            prop_assume!(!model.trim().is_empty() && !first.trim().is_empty());
+            let model_lit = serde_json::Value::String(model).to_string();
+            let text = format!("{{\"a{before}\":1,\"model\":{model_lit},\"t\":[1,{{\"model\":2}}]}}");
+            let field = find_model(text.as_bytes()).unwrap();
+            let body = if joined {
+                let mut buf = vec![b' '; HEADROOM];
+                buf.extend_from_slice(text.as_bytes());
+                Buffered::Joined(buf)
+            } else {
+                Buffered::Chunk(Bytes::from(text))
+            };
+            let (out, written) = rewrite_model(body, &field, &first);
+            let again = find_model(&out).unwrap();
+            prop_assert_eq!(&again.value, &first);
+            let expected = replace_model(&out, &again, &later).unwrap();
+            let retargeted = written.retarget(&out, &later).unwrap();
+            prop_assert_eq!(&retargeted[..], &expected[..]);
         }
 
         #[test]

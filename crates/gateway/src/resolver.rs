@@ -48,12 +48,14 @@
 //!    with `retry-after` when no account could be tried; always with `ResolvedAccount` of the
 //!    last attempt.
 //!
-//! Requests marked [`SkipRelay`] but not [`Anonymous`] (the summary call GenerationLayer sends
-//! through this stack) are routed like the session's user requests (same sticky account) but are not user traffic:
+//! Requests marked [`SummaryCall`] (the summary call GenerationLayer sends through this stack)
+//! are routed like the session's user requests (same sticky account) but are not user traffic:
 //! one attempt only, no re-binding of the session, and the account is only marked exhausted
 //! when the summary call itself got a 429.
 //!
-//! The request body is collected once and replayed from memory on each attempt.
+//! The body comes buffered and bounded by ComboService, as one frame: it is taken without a
+//! copy and replayed from memory on each attempt. A later target's `model` is written where
+//! ComboService wrote the first one's ([`WrittenModel`]), without searching the body again.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -66,17 +68,16 @@ use context_relay_core::quota;
 use context_relay_tower::{ComboName, ResolvedAccount, SessionId, SummaryCall, Tenant};
 use http::{Extensions, HeaderValue, Request, Response, StatusCode, header};
 use http_body::Body;
-use http_body_util::{BodyExt, Either, Full, Limited};
+use http_body_util::{BodyExt, Either, Full};
 use tower::ServiceExt;
 use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::combo::{BoxError, RouteTargets, Routes, Target};
-use crate::config::DEFAULT_MAX_REQUEST_BYTES;
 use crate::console::Activity;
 use crate::credential::Credential;
 use crate::error::{ErrorKind, ErrorShape, error_response_as};
-use crate::model::{find_model, replace_model};
+use crate::model::{WrittenModel, find_model, replace_model};
 use crate::peek::{Peeked, peek};
 use crate::pool::{AccountPools, ProviderPool};
 use crate::upstream::HeadTimedOut;
@@ -94,7 +95,6 @@ const MAX_ERROR_BODY: usize = 64 * 1024;
 pub(crate) struct AccountResolverLayer {
     pools: Arc<AccountPools>,
     routes: Option<Arc<Routes>>,
-    max_body_bytes: usize,
     affinity: Option<AffinityStore>,
     activity: Activity,
 }
@@ -105,7 +105,6 @@ impl AccountResolverLayer {
         Self {
             pools,
             routes: None,
-            max_body_bytes: DEFAULT_MAX_REQUEST_BYTES,
             affinity: None,
             activity: Activity::default(),
         }
@@ -131,12 +130,6 @@ impl AccountResolverLayer {
         self.routes = Some(routes);
         self
     }
-
-    /// Largest request body collected for replay (8 MiB); larger ones get a 413.
-    pub(crate) fn max_body_bytes(mut self, limit: usize) -> Self {
-        self.max_body_bytes = limit;
-        self
-    }
 }
 
 impl<S> Layer<S> for AccountResolverLayer {
@@ -147,7 +140,6 @@ impl<S> Layer<S> for AccountResolverLayer {
             inner,
             pools: self.pools.clone(),
             routes: self.routes.clone(),
-            max_body_bytes: self.max_body_bytes,
             affinity: self.affinity.clone(),
             activity: self.activity.clone(),
         }
@@ -160,7 +152,6 @@ pub(crate) struct AccountResolver<S> {
     inner: S,
     pools: Arc<AccountPools>,
     routes: Option<Arc<Routes>>,
-    max_body_bytes: usize,
     affinity: Option<AffinityStore>,
     activity: Activity,
 }
@@ -191,12 +182,11 @@ where
         let inner = std::mem::replace(&mut self.inner, clone);
         let pools = self.pools.clone();
         let routes = self.routes.clone();
-        let limit = self.max_body_bytes;
         let shared = Shared {
             affinity: self.affinity.clone(),
             activity: self.activity.clone(),
         };
-        Box::pin(resolve(inner, pools, routes, limit, shared, req))
+        Box::pin(resolve(inner, pools, routes, shared, req))
     }
 }
 
@@ -221,7 +211,6 @@ async fn resolve<S, B, ResBody>(
     mut inner: S,
     pools: Arc<AccountPools>,
     routes: Option<Arc<Routes>>,
-    limit: usize,
     shared: Shared,
     req: Request<B>,
 ) -> Result<Response<Either<ResBody, Peeked<ResBody>>>, S::Error>
@@ -250,22 +239,16 @@ where
         ));
     };
     let (parts, body) = req.into_parts();
-    let body = match Limited::new(body, limit).collect().await {
+    // ComboService bounded and buffered the body (the summary call's is the relay's own): it
+    // comes as one frame, taken here without a copy and without a limit of its own.
+    let body = match body.collect().await {
         Ok(c) => c.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            return Ok(own_error(
-                shape,
-                StatusCode::PAYLOAD_TOO_LARGE,
-                ErrorKind::RequestTooLarge,
-                &format!("the request body is larger than the gateway's limit of {limit} bytes"),
-            ));
-        }
         Err(e) => {
             return Ok(own_error(
                 shape,
                 StatusCode::BAD_REQUEST,
                 ErrorKind::InvalidRequest,
-                &format!("the request body could not be read: {e}"),
+                &format!("the request body could not be read: {}", e.into()),
             ));
         }
     };
@@ -274,6 +257,7 @@ where
     if let (Some(store), Some(s), false) = (&affinity, &session, internal) {
         restore::rebind(&pools, store.0.as_ref(), &parts.extensions, s, &targets).await;
     }
+    let written = parts.extensions.get::<WrittenModel>().cloned();
     let first_model = targets.0.first().map(|t| t.model.clone());
 
     // The last error answer of an account that was rotated away, and its verdict: what the
@@ -302,7 +286,7 @@ where
         if !providers_seen.iter().any(|p| Arc::ptr_eq(p, &pool)) {
             providers_seen.push(pool.clone());
         }
-        let body = body_for_target(&body, target, first_model.as_deref());
+        let body = body_for_target(&body, target, written.as_ref(), first_model.as_deref());
         let mut tried: Vec<usize> = Vec::new();
         loop {
             // The summary call gets one attempt: it is no user turn worth a retry, and a
@@ -500,17 +484,25 @@ where
     Ok(res)
 }
 
-/// The body for `target`: the model is rewritten when this target names another model than
-/// the one ComboService wrote (the first target's).
-fn body_for_target(body: &Bytes, target: &Target, first_model: Option<&str>) -> Bytes {
+/// The body for `target`: its model written where ComboService wrote the first target's
+/// ([`WrittenModel`]). A request ComboService did not route (the relay's summary call, whose
+/// body the relay built and may name its own handoff model) keeps its body on the first target
+/// and is searched for `model` on a later one.
+fn body_for_target(
+    body: &Bytes,
+    target: &Target,
+    written: Option<&WrittenModel>,
+    first_model: Option<&str>,
+) -> Bytes {
+    if let Some(out) = written.and_then(|w| w.retarget(body, &target.model)) {
+        return out;
+    }
     if first_model == Some(&*target.model) {
         return body.clone();
     }
     match find_model(body) {
-        Ok(field) if field.value != *target.model => {
-            replace_model(body, &field, &target.model).unwrap_or_else(|| body.clone())
-        }
-        _ => body.clone(),
+        Ok(field) => replace_model(body, &field, &target.model).unwrap_or_else(|| body.clone()),
+        Err(_) => body.clone(),
     }
 }
 
