@@ -170,3 +170,91 @@ proptest! {
         let _ = UsageReader::of(&bytes);
     }
 }
+
+/// A count as providers send it, and as they might get it wrong.
+fn count_value() -> impl Strategy<Value = serde_json::Value> {
+    use serde_json::json;
+    prop_oneof![
+        any::<u64>().prop_map(serde_json::Value::from),
+        any::<i64>().prop_map(serde_json::Value::from),
+        (-1e6f64..1e6).prop_map(|f| json!(f)),
+        "[a-z]{0,3}".prop_map(serde_json::Value::from),
+        Just(serde_json::Value::Null),
+        Just(json!([1, 2])),
+        Just(json!({"cached_tokens": 3})),
+    ]
+}
+
+fn usage_key() -> impl Strategy<Value = String> {
+    prop_oneof![
+        prop::sample::select(vec![
+            "prompt_tokens",
+            "completion_tokens",
+            "input_tokens",
+            "output_tokens",
+            "cache_read_input_tokens",
+            "cache_creation_input_tokens",
+            "promptTokenCount",
+            "candidatesTokenCount",
+            "cachedContentTokenCount",
+            "thoughtsTokenCount",
+            "prompt_tokens_details",
+            "input_tokens_details",
+            "completion_tokens_details",
+            "output_tokens_details",
+            "total_tokens",
+        ])
+        .prop_map(str::to_owned),
+        "[a-z_]{1,8}",
+    ]
+}
+
+/// A member value: a count, or a details object with its counts (repeated members kept).
+fn member_text() -> impl Strategy<Value = String> {
+    let detail_key = prop::sample::select(vec!["cached_tokens", "reasoning_tokens", "audio_tokens"]);
+    prop_oneof![
+        count_value().prop_map(|v| v.to_string()),
+        prop::collection::vec((detail_key, count_value()), 0..4).prop_map(|members| {
+            let inner: Vec<String> = members
+                .iter()
+                .map(|(k, v)| format!("\"{k}\":{v}"))
+                .collect();
+            format!("{{{}}}", inner.join(","))
+        }),
+    ]
+}
+
+proptest! {
+    /// A usage object read straight into counts gives what reading it as a `Value` gives,
+    /// repeated members, wrong types and unknown members included.
+    #[test]
+    fn counts_read_without_a_value_equal_the_value_reading(
+        members in prop::collection::vec((usage_key(), member_text()), 0..10),
+        escaped in any::<bool>(),
+    ) {
+        let text = format!(
+            "{{{}}}",
+            members
+                .iter()
+                .map(|(k, v)| {
+                    // An escaped key spells the same name.
+                    let key = if escaped && k.starts_with('p') {
+                        format!("\"\\u0070{}\"", &k[1..])
+                    } else {
+                        format!("\"{k}\"")
+                    };
+                    format!("{key}:{v}")
+                })
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let counts: raw::Counts = serde_json::from_str(&text).unwrap();
+        prop_assert_eq!(counts.raw(), Some(raw::Raw::of(&value)));
+        // Any other value reports nothing.
+        for other in ["1", "\"usage\"", "null", "[{\"input_tokens\":1}]", "true", "-2.5"] {
+            let counts: raw::Counts = serde_json::from_str(other).unwrap();
+            prop_assert_eq!(counts.raw(), None);
+        }
+    }
+}
