@@ -211,7 +211,8 @@ fn usage_key() -> impl Strategy<Value = String> {
 
 /// A member value: a count, or a details object with its counts (repeated members kept).
 fn member_text() -> impl Strategy<Value = String> {
-    let detail_key = prop::sample::select(vec!["cached_tokens", "reasoning_tokens", "audio_tokens"]);
+    let detail_key =
+        prop::sample::select(vec!["cached_tokens", "reasoning_tokens", "audio_tokens"]);
     prop_oneof![
         count_value().prop_map(|v| v.to_string()),
         prop::collection::vec((detail_key, count_value()), 0..4).prop_map(|members| {
