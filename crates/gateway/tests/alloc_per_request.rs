@@ -62,7 +62,7 @@ fn count() {
         return;
     }
     let n = ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-    if SAMPLING.load(Ordering::Relaxed) && n % 17 == 0 {
+    if SAMPLING.load(Ordering::Relaxed) && n.is_multiple_of(17) {
         SAMPLING_HERE.with(|s| s.set(true));
         let trace = Backtrace::force_capture();
         if let Ok(mut samples) = SAMPLES.lock() {
