@@ -2,7 +2,7 @@
 """Sums up the allocation backtraces the gateway's allocation test samples.
 
     ALLOC_SITES=/tmp/sites.txt cargo test -p context-relay-gateway --test alloc_per_request -- --nocapture
-    benches/alloc_sites.py /tmp/sites.txt 109
+    benches/alloc_sites.py /tmp/sites.txt 108
 
 The second argument is the test's figure (allocations per request): each line shows the
 share of it taken by the allocations whose innermost workspace frame is the one named.
