@@ -45,7 +45,7 @@ use crate::config::Config;
 use crate::decoding::{OFF_WORKERS_BYTES, decode_off_workers, off_workers};
 use crate::error::{ErrorKind, ErrorShape, error_response};
 use crate::gemini;
-use crate::model::{find_model, rewrite_model};
+use crate::model::{WrittenModel, find_model, rewrite_model};
 
 /// Boxed error used for body errors.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -73,9 +73,26 @@ impl Target {
     }
 }
 
-/// Request extension: the targets of a request, tried in order by the account resolver.
+/// Request extension: the targets of a request, tried in order by the account resolver, and
+/// where ComboService wrote the first one's `model` into the body.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct RouteTargets(pub Arc<[Target]>);
+pub(crate) struct RouteTargets {
+    /// The targets, in order.
+    pub targets: Arc<[Target]>,
+    /// Where the first target's model was written (none for a request ComboService did not
+    /// route, and for a Gemini request, whose model is in its path).
+    pub written: Option<WrittenModel>,
+}
+
+impl RouteTargets {
+    /// `targets`, with no model written yet.
+    pub(crate) fn new(targets: Arc<[Target]>) -> Self {
+        Self {
+            targets,
+            written: None,
+        }
+    }
+}
 
 /// The routing table: combos and the providers reachable as `provider/model`.
 #[derive(Debug, Clone, Default)]
@@ -125,7 +142,7 @@ impl Routes {
             let combo = Some(ComboName::new(c.name.as_str()));
             routes
                 .combos
-                .insert(c.name.clone(), (combo, RouteTargets(targets)));
+                .insert(c.name.clone(), (combo, RouteTargets::new(targets)));
             routes.order.push(c.name.clone());
         }
         routes
@@ -144,7 +161,7 @@ impl Routes {
             // scrubbed, repaired and handed off when they move between the provider's
             // accounts, like a combo's.
             let combo = ComboName::new(&*target.serving.0);
-            return Ok((Some(combo), RouteTargets(Arc::from([target]))));
+            return Ok((Some(combo), RouteTargets::new(Arc::from([target]))));
         }
         Err(RouteError::UnknownModel {
             model: model.to_owned(),
@@ -176,7 +193,7 @@ impl Routes {
             Some((_, targets)) => Some(targets.clone()),
             None => self
                 .direct(name)
-                .map(|target| RouteTargets(Arc::from([target]))),
+                .map(|target| RouteTargets::new(Arc::from([target]))),
         }
     }
 
@@ -189,7 +206,7 @@ impl Routes {
             .collect();
         for name in &self.order {
             if let Some((_, targets)) = self.combos.get(name) {
-                for t in targets.0.iter() {
+                for t in targets.targets.iter() {
                     let id = format!("{}/{}", t.provider, t.model);
                     if !out.iter().any(|(o, _)| *o == id) {
                         out.push((id, t.provider.to_string()));
@@ -430,14 +447,14 @@ where
             &e.to_string(),
         )
     })?;
-    let (body, written) = match (targets.0.first(), &field) {
+    let (body, written) = match (targets.targets.first(), &field) {
         (Some(first), Some(field)) => {
             let (body, written) = rewrite_model(body, field, &first.model);
             (body, Some(written))
         }
         _ => (body.into_bytes(), None),
     };
-    if let Some(first) = targets.0.first()
+    if let Some(first) = targets.targets.first()
         && field.is_none()
         && let Some(uri) = gemini::with_model(&parts.uri, &first.model)
     {
@@ -461,10 +478,9 @@ where
     if let Some(combo) = combo {
         parts.extensions.insert(combo);
     }
+    let mut targets = targets;
+    targets.written = written;
     parts.extensions.insert(targets);
-    if let Some(written) = written {
-        parts.extensions.insert(written);
-    }
     // The stack below may hold one rewritten copy of the body beside it (a handoff injected,
     // account-bound state scrubbed, a translated body): it is counted up front, so that the
     // budget bounds what the process really holds.
@@ -542,7 +558,7 @@ mod examples {
             .layer(ComboLayer::new(Routes::from_config(&config), 8 << 20))
             .service(service_fn(|req: Request<Full<Bytes>>| async move {
                 let targets = req.extensions().get::<RouteTargets>().unwrap().clone();
-                assert_eq!(&*targets.0[0].provider, "codex");
+                assert_eq!(&*targets.targets[0].provider, "codex");
                 let body = req.into_body().collect().await.unwrap().to_bytes();
                 Ok::<_, Infallible>(Response::new(Full::new(body)))
             }));

@@ -113,9 +113,9 @@ pub(crate) fn replace_model(body: &Bytes, field: &ModelField, model: &str) -> Op
     json::splice_str(body, field.span.clone(), model).ok()
 }
 
-/// Where ComboService wrote `model` into the body it forwards, and the name it wrote. Set as
-/// a request extension: the account resolver gives a later target its model from it, so the
-/// body is searched for `model` once per request, by ComboService.
+/// Where ComboService wrote `model` into the body it forwards, and the name it wrote. Carried
+/// in [`RouteTargets`](crate::combo::RouteTargets): the account resolver gives a later target
+/// its model from it, so the body is searched for `model` once per request, by ComboService.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct WrittenModel {
     /// Byte range of the string literal in the forwarded body (quotes included).

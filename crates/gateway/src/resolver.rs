@@ -257,8 +257,7 @@ where
     if let (Some(store), Some(s), false) = (&affinity, &session, internal) {
         restore::rebind(&pools, store.0.as_ref(), &parts.extensions, s, &targets).await;
     }
-    let written = parts.extensions.get::<WrittenModel>().cloned();
-    let first_model = targets.0.first().map(|t| t.model.clone());
+    let first_model = targets.targets.first().map(|t| t.model.clone());
 
     // The last error answer of an account that was rotated away, and its verdict: what the
     // client gets when no account is left.
@@ -267,7 +266,7 @@ where
     let mut attempts = 0usize;
     let mut unavailable_retried = false;
     let mut skipped_shape = Vec::new();
-    'targets: for target in targets.0.iter() {
+    'targets: for target in targets.targets.iter() {
         let Some(pool) = pools.get(&target.provider).cloned() else {
             tracing::warn!(provider = %target.provider, "route target names an unknown provider");
             continue;
@@ -286,7 +285,12 @@ where
         if !providers_seen.iter().any(|p| Arc::ptr_eq(p, &pool)) {
             providers_seen.push(pool.clone());
         }
-        let body = body_for_target(&body, target, written.as_ref(), first_model.as_deref());
+        let body = body_for_target(
+            &body,
+            target,
+            targets.written.as_ref(),
+            first_model.as_deref(),
+        );
         let mut tried: Vec<usize> = Vec::new();
         loop {
             // The summary call gets one attempt: it is no user turn worth a retry, and a

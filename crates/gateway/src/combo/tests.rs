@@ -88,8 +88,8 @@ async fn combo_sets_extensions_and_rewrites() {
         Some(&ComboName::new("codex-relay"))
     );
     let t = req.extensions().get::<RouteTargets>().unwrap();
-    assert_eq!(t.0.len(), 2);
-    assert_eq!(&*t.0[1].model, "claude");
+    assert_eq!(t.targets.len(), 2);
+    assert_eq!(&*t.targets[1].model, "claude");
 }
 
 /// A body that arrives in several chunks is joined once and its `model` rewritten in the
@@ -147,7 +147,7 @@ async fn combos_and_direct_routes_name_their_combo() {
         Some(&ComboName::new("anthropic/claude-x/y"))
     );
     assert_eq!(
-        &*req.extensions().get::<RouteTargets>().unwrap().0[0].provider,
+        &*req.extensions().get::<RouteTargets>().unwrap().targets[0].provider,
         "anthropic"
     );
 }

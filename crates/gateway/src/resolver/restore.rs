@@ -40,7 +40,10 @@ pub(super) async fn rebind(
     session: &str,
     targets: &RouteTargets,
 ) {
-    let target_pools = targets.0.iter().filter_map(|t| pools.get(&t.provider));
+    let target_pools = targets
+        .targets
+        .iter()
+        .filter_map(|t| pools.get(&t.provider));
     if target_pools.clone().any(|p| p.bound(session).is_some()) {
         return;
     }

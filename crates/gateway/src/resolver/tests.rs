@@ -113,7 +113,7 @@ fn request(session: &str, targets: &[(&str, &str)]) -> Request<Full<Bytes>> {
         .iter()
         .map(|(p, m)| Target::new(Arc::from(*p), Arc::from(*m)))
         .collect();
-    req.extensions_mut().insert(RouteTargets(t));
+    req.extensions_mut().insert(RouteTargets::new(t));
     req
 }
 
@@ -676,4 +676,36 @@ async fn a_head_timeout_is_not_retried_on_another_account() {
         assert_eq!(res.status(), 504);
         assert_eq!(accounts(&log).len(), tried, "timed out: {timed_out}");
     }
+}
+
+/// A body ComboService rewrote: a later target's model goes where the first one's was
+/// written, every other byte (a nested `"model"` included) as the client sent it.
+#[tokio::test]
+async fn a_later_target_gets_its_model_where_the_first_was_written() {
+    use crate::collect::Buffered;
+    use crate::model::{find_model, rewrite_model};
+
+    let (p, log) = (pools(), Log::default());
+    let client = br#"{ "model" : "relay-combo", "tools": [{"model": "kept"}], "n": 1.50 }"#;
+    let field = find_model(client).unwrap();
+    let (body, written) = rewrite_model(
+        Buffered::Chunk(Bytes::from_static(client)),
+        &field,
+        "gpt-5.5",
+    );
+    let mut req = request("s", &[("codex", "gpt-5.5"), ("claude", "claude-x")]);
+    *req.body_mut() = Full::new(body);
+    let targets = req.extensions_mut().get_mut::<RouteTargets>().unwrap();
+    targets.written = Some(written);
+    let res = call(&p, &log, &["a", "b"], "10", req).await;
+    assert_eq!(res.status(), 200);
+    let log = log.lock().unwrap();
+    assert_eq!(
+        &log[0].1[..],
+        br#"{ "model" : "gpt-5.5", "tools": [{"model": "kept"}], "n": 1.50 }"#
+    );
+    assert_eq!(
+        &log[2].1[..],
+        br#"{ "model" : "claude-x", "tools": [{"model": "kept"}], "n": 1.50 }"#
+    );
 }

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Instructions per request, counted with callgrind, for the bare hyper proxy of ../shared/perf,
+# the floor proxy (examples/floor_proxy.rs) and the gateway, on the perf harness's mixes.
+#
+#   benches/instructions.sh                 # MIXES="small large", 10 s of counted load each
+#   MIXES=small SECONDS_COUNTED=20 benches/instructions.sh
+#
+# Each process under test runs under `valgrind --tool=callgrind --instr-atstart=no` with one
+# tokio worker, behind the harness's upstream (not under valgrind). After a warm-up, counting
+# is switched on (`callgrind_control -i on`), wrk sends the mix's body over 4 connections,
+# counting is switched off, and the instructions counted are divided by the requests wrk
+# completed. Unlike CPU time, the figure does not move with the machine's load; it moves by a
+# percent or so with the number of requests in flight at the window's edges.
+#
+# Needs valgrind and wrk (Debian: apt-get install valgrind wrk), python3, and ../shared/perf.
+# Prints one line per target and mix, and a table at the end.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+PERF=${PERF_DIR:-$HERE/../shared/perf}
+MIXES=${MIXES:-small large}
+COUNTED=${SECONDS_COUNTED:-10}
+WARMUP=${WARMUP_SECONDS:-3}
+OUT=${OUT_DIR:-$(mktemp -d /tmp/instructions.XXXXXX)}
+PERF_TARGET=${PERF_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/context-relay-perf-target}
+
+die() { echo "instructions.sh: $*" >&2; exit 1; }
+for tool in valgrind callgrind_control wrk python3; do
+  command -v "$tool" >/dev/null || die "$tool not found (apt-get install valgrind wrk python3)"
+done
+[[ -f $PERF/run.sh ]] || die "no perf harness at $PERF (set PERF_DIR)"
+
+echo "building (release): the gateway, the floor proxy, the harness's upstream and bare proxy" >&2
+(cd "$HERE" && cargo build --release --quiet -p context-relay-gateway --bin context-relay-gateway \
+  && cargo build --release --quiet --example floor_proxy) || die "cargo build failed"
+CARGO_TARGET_DIR="$PERF_TARGET" cargo build --release --quiet --manifest-path "$PERF/Cargo.toml" \
+  || die "cargo build of ../shared/perf failed"
+
+mkdir -p "$OUT/bodies" "$OUT/logs"
+python3 "$PERF/lib/gen_bodies.py" "$OUT/bodies" >/dev/null
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() {
+  for _ in $(seq 1 300); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.2
+  done
+  return 1
+}
+
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+UP_PORT=$(free_port)
+"$PERF_TARGET/release/perf-upstream" --port "$UP_PORT" --workers 1 >"$OUT/logs/upstream.log" 2>&1 &
+PIDS+=("$!")
+wait_port "$UP_PORT" || die "the upstream did not start"
+UPSTREAM_URL="http://127.0.0.1:$UP_PORT"
+
+# The command of a target, listening on $1.
+command_of() {
+  local name=$1 port=$2 config="$OUT/$1.toml"
+  mkdir -p "$OUT/state-$name"
+  sed -e "s|@PORT@|$port|g" -e "s|@UPSTREAM_URL@|$UPSTREAM_URL|g" -e "s|@STATE_DIR@|$OUT/state-$name|g" \
+    "$PERF/gateway.toml.tmpl" >"$config"
+  case $name in
+    bare) echo "$PERF_TARGET/release/perf-bare-proxy --port $port --upstream $UPSTREAM_URL --workers 1" ;;
+    floor) echo "$HERE/target/release/examples/floor_proxy --config $config" ;;
+    gateway) echo "$HERE/target/release/context-relay-gateway --config $config" ;;
+  esac
+}
+
+# Runs wrk against $1 with body $2 for $3 seconds; prints the requests completed.
+load() {
+  local out
+  out=$(BODY_FILE=$2 wrk -t1 -c4 -d"$3"s --timeout 10s -s "$PERF/lib/wrk_post.lua" \
+    "http://127.0.0.1:$1/v1/chat/completions" 2>&1) || die "wrk failed: $out"
+  python3 -c 'import json,sys
+for line in sys.stdin:
+    line=line.strip()
+    if line.startswith("{") and "requests" in line:
+        d=json.loads(line); e=d["errors"]
+        if sum(e.values()): sys.exit("errors: %r" % e)
+        print(d["requests"])' <<<"$out"
+}
+
+declare -A RESULT
+for mix in $MIXES; do
+  body="$OUT/bodies/$mix.json"
+  [[ -f $body ]] || die "no body for mix $mix"
+  for target in bare floor gateway; do
+    port=$(free_port)
+    cg="$OUT/callgrind.$target.$mix.out"
+    # shellcheck disable=SC2046
+    env TOKIO_WORKER_THREADS=1 RUST_LOG=info valgrind --tool=callgrind --instr-atstart=no \
+      --callgrind-out-file="$cg" $(command_of "$target" "$port") \
+      >"$OUT/logs/$target.$mix.log" 2>&1 &
+    pid=$!
+    PIDS+=("$pid")
+    wait_port "$port" || die "$target did not start (see $OUT/logs/$target.$mix.log)"
+    load "$port" "$body" "$WARMUP" >/dev/null
+    callgrind_control -i on "$pid" >/dev/null
+    requests=$(load "$port" "$body" "$COUNTED")
+    callgrind_control -i off "$pid" >/dev/null
+    kill -TERM "$pid"
+    wait "$pid" 2>/dev/null || true
+    total=$(grep -E '^(summary|totals):' "$cg" | head -1 | awk '{print $2}')
+    [[ -n $total && $requests -gt 0 ]] || die "no count for $target on $mix"
+    per=$(( total / requests ))
+    RESULT[$target.$mix]=$per
+    echo "$mix $target: $per instructions per request ($requests requests, $total instructions)" >&2
+  done
+done
+
+echo
+echo "| mix | bare | floor | gateway | gateway / floor | gateway / bare |"
+echo "|---|---|---|---|---|---|"
+for mix in $MIXES; do
+  b=${RESULT[bare.$mix]} f=${RESULT[floor.$mix]} g=${RESULT[gateway.$mix]}
+  python3 -c "print(f'| $mix | {$b:,} | {$f:,} | {$g:,} | {$g/$f:.2f}× | {$g/$b:.2f}× |')"
+done
+echo "(results and callgrind files in $OUT)"
