@@ -43,6 +43,9 @@
 //! GATEWAY_LOAD_ROUNDS=3 GATEWAY_LOAD_SECS=1 GATEWAY_LOAD_CONCURRENCY=8 cargo bench --bench gateway_load
 //! ```
 //!
+//! `cargo bench --bench gateway_load -- --scale` measures scale instead (see [`scale`]):
+//! thousands of open streams and concurrent 1 MiB bodies, gateway against the bare proxy.
+//!
 //! Environment: `GATEWAY_LOAD_ROUNDS` (5), `GATEWAY_LOAD_SECS` per target per round (3),
 //! `GATEWAY_LOAD_WARMUP_SECS` per target before the first round (0.5),
 //! `GATEWAY_LOAD_CONCURRENCY` connections (16), `GATEWAY_LOAD_CORES` as `parent,child` (`0,1`),
@@ -61,6 +64,7 @@ use context_relay_sim::{SimProvider, SimQuotaHeaders};
 
 mod harness;
 mod proxy;
+mod scale;
 mod serve;
 mod workload;
 
@@ -85,6 +89,8 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = if args.iter().any(|a| a == "--serve") {
         serve_main(&args)
+    } else if args.iter().any(|a| a == "--scale") {
+        scale::scale_main()
     } else {
         // `cargo bench` passes `--bench` (and maybe a filter): nothing else to parse here.
         bench_main()
