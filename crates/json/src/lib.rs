@@ -84,12 +84,14 @@ mod edit;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
+mod index;
 mod scan;
 mod string;
 mod strings;
 mod walk;
 
 pub use edit::{EditError, Edits, ListEdit};
+pub use index::Doc;
 pub use strings::strings;
 pub use walk::{Items, Key, Members, find_member, splice_str};
 
@@ -246,6 +248,23 @@ pub enum JsonError {
         /// Offset of the value past the limit.
         at: usize,
         /// The limit.
+        limit: usize,
+    },
+    /// A span that is not a value a [`Doc`] recorded: not the exact span of a value, or a
+    /// container whose content lies deeper than the index reaches ([`Doc::parse_to_depth`]).
+    #[error("expected the span of a value the index recorded, found {start}..{end}")]
+    NotIndexed {
+        /// Start of the span.
+        start: usize,
+        /// End of the span.
+        end: usize,
+    },
+    /// An input too long for a [`Doc`] (its offsets are 32-bit).
+    #[error("expected an input of at most {limit} bytes to index, found {len}")]
+    TooLarge {
+        /// Length of the input.
+        len: usize,
+        /// The longest input accepted.
         limit: usize,
     },
     /// A span that does not lie inside the input (a caller mixed up bodies).
