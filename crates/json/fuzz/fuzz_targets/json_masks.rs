@@ -85,7 +85,9 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(doc.object_at(span.clone()), o, "{span:?} in {data:?}");
             assert_eq!(doc.array_at(span.clone()), a, "{span:?} in {data:?}");
             match Kind::of(data, &span) {
-                Some(Kind::Object) => todo.extend(o.into_iter().flat_map(|o| o.fields).map(|f| f.value)),
+                Some(Kind::Object) => {
+                    todo.extend(o.into_iter().flat_map(|o| o.fields).map(|f| f.value))
+                }
                 Some(Kind::Array) => todo.extend(a.into_iter().flat_map(|a| a.items)),
                 _ => {}
             }
