@@ -431,14 +431,14 @@ fn responses(plan: &mut Plan<'_>, cx: &mut Cx<'_>) -> Result<(), PortableError> 
     if plan.kind(&span) != Kind::Array {
         return Ok(());
     }
-    let input = json::array_at(body, span)?;
+    let input = plan.doc.array_at(span)?;
     let mut list = ListEdit::new(&input.span, input.items.clone());
     for (k, item) in input.items.iter().enumerate() {
         // Only objects that may carry account-bound state are scanned member by member.
         if plan.kind(item) != Kind::Object || !may_be_bound(&body[item.clone()]) {
             continue;
         }
-        let object = json::object_at(body, item.clone())?;
+        let object = plan.doc.object_at(item.clone())?;
         let blob = object.get("encrypted_content").map(|f| f.value.clone());
         let ty = string_member(body, &object, "type");
         match ty.as_deref() {

@@ -154,3 +154,35 @@ fn moderate_nesting_still_has_a_fingerprint() {
     assert!(fp.is_some());
     assert!(peak <= CEILING, "{peak}");
 }
+
+/// A wide body costs memory in proportion to its size, and only within the depth the editors
+/// read: the index records 20 bytes per value (twice that at most while its list grows), and a
+/// body holds at most one value per two bytes.
+#[test]
+fn wide_bodies_cost_memory_in_proportion() {
+    let values = format!("{}0", "0,".repeat(1 << 18));
+    let shallow = format!(r#"{{"model":"m","input":[{values}]}}"#);
+    let (doc, peak) = peak_of(|| json::Doc::parse(shallow.as_bytes()).map(|d| d.recorded()));
+    assert_eq!(doc, Ok((1 << 18) + 4));
+    assert!(
+        peak <= 24 * shallow.len(),
+        "indexing {} bytes peaked at {peak} bytes",
+        shallow.len()
+    );
+    // Past the editors' depth nothing is recorded: the same values six levels down cost no
+    // memory to a rewrite.
+    let deep =
+        format!(r#"{{"model":"m","messages":[],"contents":[],"tools":[[[[[[{values}]]]]]]}}"#);
+    for shape in [
+        ApiShape::Responses,
+        ApiShape::AnthropicMessages,
+        ApiShape::ChatCompletions,
+        ApiShape::Gemini,
+    ] {
+        let (_, peak) = peak_of(|| make_portable(shape, deep.as_bytes()));
+        assert!(peak <= CEILING, "{shape:?} scrub peaked at {peak} bytes");
+    }
+    let (doc, peak) = peak_of(|| json::Doc::parse(deep.as_bytes()).map(|d| d.recorded()));
+    assert!(doc.is_ok_and(|n| n > 1 << 18));
+    assert!(peak > CEILING && peak <= 24 * deep.len(), "{peak}");
+}

@@ -10,7 +10,9 @@
 //!
 //! Readers that need only the first members of a body ([`find_member`], [`Members`]) read
 //! as far as they need and validate only that, so their cost is bounded by a prefix of the
-//! body, not by its size.
+//! body, not by its size. Callers that read many nested values of one body build a [`Doc`]:
+//! one validating scan records the span of every value, and nested objects and arrays are
+//! then read from those records without scanning their bytes again.
 //!
 //! Validation follows RFC 8259: strings must be closed, contain no raw control characters,
 //! use only the defined escapes and be valid UTF-8; numbers follow the JSON grammar; literals
@@ -39,16 +41,24 @@
 //! let items = json::array_at(body, messages.value.clone()).unwrap();
 //! assert_eq!(&body[items.items[1].clone()], b"1e3");
 //!
+//! // The same from one scan: nested values are looked up, not scanned again.
+//! let doc = json::Doc::parse(body).unwrap();
+//! let messages = doc.root_object().unwrap().get("messages").unwrap().value.clone();
+//! assert_eq!(doc.array_at(messages).unwrap(), items);
+//!
 //! assert!(json::parse_object(br#"{"a": [1, 2}"#).is_err());
 //! ```
 //!
 //! # Which reader is used where
 //!
-//! Three kinds of readers. The whole-body readers ([`validate`], [`parse_object`]) validate
-//! every byte before they answer: they serve the callers that edit a body, which must never
-//! splice into malformed JSON, and the gateway's checks that refuse a malformed request. The
-//! value readers ([`object_at`], [`array_at`], [`decode_str`], [`splice_str`], [`strings`])
-//! read one value, whose span or start another reader gave, and nothing around it. The prefix
+//! Four kinds of readers. The whole-body readers ([`validate`], [`parse_object`]) validate
+//! every byte before they answer: they serve the gateway's checks that refuse a malformed
+//! request. The index ([`Doc`]) validates every byte too and keeps the span of every value
+//! (down to a depth its caller chooses): it serves the callers that edit a body, which must
+//! never splice into malformed JSON and read many nested values of it, each from the records
+//! of the one scan. The value readers ([`object_at`], [`array_at`], [`decode_str`],
+//! [`splice_str`], [`strings`]) read one value, whose span or start another reader gave, and
+//! nothing around it. The prefix
 //! readers ([`find_member`], [`Members`], [`Items`]) read only as far as their caller asks and
 //! validate only what they read: they serve the callers that look at the first members of
 //! every request and forward the body as sent.
@@ -58,8 +68,9 @@
 //! | entry point | what it reads | callers | why this reader |
 //! |---|---|---|---|
 //! | [`validate`] | the whole body; keeps nothing | no production caller: core's `tests/nested_alloc.rs` (memory under deep nesting), `tests/inj_props.rs` (never panics) and `benches/fingerprint.rs` (the whole-body baseline) | the price of reading every byte once, without building anything |
-//! | [`parse_object`] | the whole body; the top-level members as spans | core `inject` (`Plan::new`, under `inject::inject` and `portable::rewrite_noting`, which `rewrite`, `rewrite_for_switch` and `make_portable` call); gateway `gemini::check_body`; gateway `model::find_model`, only when a second `"model"` may follow the first | an edit needs the whole body valid first and the top-level members by index (for [`ListEdit`] and [`Object::unique`]); a Gemini body has no `model` member to look for, so the gateway checks it is one object; a possible duplicate `model` is refused with [`Object::unique`] |
-//! | [`object_at`], [`array_at`] | one value span, members or items as spans | core `portable` (Responses `input` items, Anthropic `messages` and content blocks, Gemini `contents` and `parts`); core `inject` (`append_to_array`, Gemini `systemInstruction`) | the editors drop and add members by index inside nested values of a body `parse_object` validated; the span bounds the scan |
+//! | [`parse_object`] | the whole body; the top-level members as spans | gateway `gemini::check_body`; gateway `model::find_model`, only when a second `"model"` may follow the first | a Gemini body has no `model` member to look for, so the gateway checks it is one object; a possible duplicate `model` is refused with [`Object::unique`]; only the top-level members are kept (it is [`Doc::parse_to_depth`] to depth 1) |
+//! | [`Doc`] ([`Doc::parse_to_depth`], then [`Doc::root_object`], [`Doc::object_at`], [`Doc::array_at`]) | the whole body once; the span of every value down to a depth (20 bytes each) | core `inject` (`Plan::new`, under `inject::inject` and `portable::rewrite_noting`, which `rewrite`, `rewrite_for_switch` and `make_portable` call; to depth 5); through the plan, core `portable` (Responses `input` items, Anthropic `messages`, content blocks and `context_management.edits`, Gemini `contents` and `parts`) and core `inject` (`append_to_array`, Gemini `systemInstruction`) | an edit needs the whole body valid first, the top-level members by index (for [`ListEdit`] and [`Object::unique`]), and then members and items of nested values by index: each is a lookup in the records of the one scan, where a scan per value read every byte of a list's items again |
+//! | [`object_at`], [`array_at`] | one value span, members or items as spans | no production caller since the editors read a [`Doc`]; the reference the index is tested against | a caller holding one span of a body and no index: the span bounds the scan |
 //! | [`decode_str`] | one string span | core `portable` (string members such as `type`, Gemini signatures); core `session` fingerprint (a `role` holding an escape, a user text that may be a context block); gateway `model::find_model` | the few places where the characters matter; borrows when the string has no escape |
 //! | [`find_member`] | the body up to the end of the member's value (all of it when there is none) | gateway `model::find_model` (the `model` of every request); `examples/floor_proxy.rs`; testkit `sessions::key_order` | `model` comes first in real bodies: the cost is the prefix, not the body's size |
 //! | [`splice_str`] | one string span | gateway `model::replace_model`; `examples/floor_proxy.rs` | renames the model with one copy of the body at most, none when the name is unchanged |
@@ -72,7 +83,7 @@
 //! Other callers reach the readers through core: `session::identify` (the engine's generation
 //! gate, the gateway's combo routing) and `session::opening` (the engine's summary job) use the
 //! prefix readers; `portable::rewrite_noting` and `portable::rewrite` (the engine's injection
-//! decision and repair) use the whole-body readers.
+//! decision and repair) use the index.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
@@ -84,12 +95,14 @@ mod edit;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
+mod index;
 mod scan;
 mod string;
 mod strings;
 mod walk;
 
 pub use edit::{EditError, Edits, ListEdit};
+pub use index::Doc;
 pub use strings::strings;
 pub use walk::{Items, Key, Members, find_member, splice_str};
 
@@ -248,6 +261,23 @@ pub enum JsonError {
         /// The limit.
         limit: usize,
     },
+    /// A span that is not a value a [`Doc`] recorded: not the exact span of a value, or a
+    /// container whose content lies deeper than the index reaches ([`Doc::parse_to_depth`]).
+    #[error("expected the span of a value the index recorded, found {start}..{end}")]
+    NotIndexed {
+        /// Start of the span.
+        start: usize,
+        /// End of the span.
+        end: usize,
+    },
+    /// An input too long for a [`Doc`] (its offsets are 32-bit).
+    #[error("expected an input of at most {limit} bytes to index, found {len}")]
+    TooLarge {
+        /// Length of the input.
+        len: usize,
+        /// The longest input accepted.
+        limit: usize,
+    },
     /// A span that does not lie inside the input (a caller mixed up bodies).
     #[error("expected a span inside the {len}-byte input, found {start}..{end}")]
     OutOfBounds {
@@ -356,30 +386,13 @@ pub fn validate(body: &[u8]) -> Result<Span, JsonError> {
 
 /// Parses a whole document that must be an object, validating every nested value.
 ///
-/// A well-formed document of another kind gives [`JsonError::WrongKind`].
-/// UTF-8 is checked in its own pass first, so errors are the first of the input.
+/// A well-formed document of another kind gives [`JsonError::WrongKind`] (so "not JSON" and
+/// "JSON, but not an object" are told apart). UTF-8 is checked in its own pass first, so
+/// errors are the first of the input. The scan is a [`Doc`]'s to depth 1 (it keeps the
+/// top-level members only), so the answers are [`validate`]'s, and a body of 4 GiB or more is
+/// refused ([`JsonError::TooLarge`]).
 pub fn parse_object(body: &[u8]) -> Result<Object<'_>, JsonError> {
-    scan::check_utf8(body, 0)?;
-    let mut s = scan::Scanner::new(body);
-    let start = s.skip_ws(0);
-    match Kind::at(body, start) {
-        Some(Kind::Object) => {
-            let obj = s.object(start)?;
-            s.expect_end(obj.span.end)?;
-            Ok(obj)
-        }
-        Some(found) => {
-            // Tell "not JSON" apart from "JSON, but not an object".
-            let end = s.skip_value(start)?;
-            s.expect_end(end)?;
-            Err(JsonError::WrongKind {
-                at: start,
-                expected: "an object",
-                found,
-            })
-        }
-        None => Err(s.value_error(start)),
-    }
+    Doc::parse_to_depth(body, 1)?.root_object()
 }
 
 /// Parses the object occupying exactly `span` of `body` (a value span from this crate).

@@ -171,10 +171,26 @@ impl<'a> Scanner<'a> {
     /// Skips the value starting at `start` (no leading whitespace), validating it, and returns
     /// the offset just past it.
     pub(super) fn skip_value(&mut self, start: usize) -> Result<usize, JsonError> {
+        self.walk(start, &mut Skip)
+    }
+
+    /// Skips the value starting at `start` as [`Scanner::skip_value`] does, telling `visit`
+    /// where each value inside it (itself included) starts and ends, in document order.
+    ///
+    /// The one loop behind every validating read: [`Skip`] makes it the plain skip (its calls
+    /// compile to nothing), the index records nodes through it.
+    pub(super) fn walk<V: Visit>(
+        &mut self,
+        start: usize,
+        visit: &mut V,
+    ) -> Result<usize, JsonError> {
         self.stack.clear();
         let mut i = start;
+        // The key of the member whose value starts at `i`, when it is one.
+        let mut key = None;
         loop {
             // A value starts at `i`.
+            visit.open(i, key);
             i = match self.b.get(i) {
                 Some(b'"') => self.skip_string(i)?,
                 Some(b'{') => {
@@ -183,7 +199,9 @@ impl<'a> Scanner<'a> {
                         j + 1
                     } else {
                         self.push(i)?;
-                        i = self.skip_member_key(j, i)?;
+                        let (k, value) = self.skip_member_key(j, i)?;
+                        key = Some(k);
+                        i = value;
                         continue;
                     }
                 }
@@ -195,6 +213,7 @@ impl<'a> Scanner<'a> {
                         return Err(self.unclosed(i));
                     } else {
                         self.push(i)?;
+                        key = None;
                         i = j;
                         continue;
                     }
@@ -210,6 +229,7 @@ impl<'a> Scanner<'a> {
                     });
                 }
             };
+            visit.close(i);
             // A value ended at `i`: close containers until one continues.
             loop {
                 let Some(&open) = self.stack.last() else {
@@ -220,22 +240,27 @@ impl<'a> Scanner<'a> {
                 match self.b.get(i) {
                     Some(b',') => {
                         let j = self.skip_ws(i + 1);
-                        i = if is_object {
-                            self.skip_member_key(j, open)?
+                        if is_object {
+                            let (k, value) = self.skip_member_key(j, open)?;
+                            key = Some(k);
+                            i = value;
                         } else if j >= self.b.len() {
                             return Err(self.unclosed(open));
                         } else {
-                            j
-                        };
+                            key = None;
+                            i = j;
+                        }
                         break;
                     }
                     Some(b'}') if is_object => {
                         self.stack.pop();
                         i += 1;
+                        visit.close(i);
                     }
                     Some(b']') if !is_object => {
                         self.stack.pop();
                         i += 1;
+                        visit.close(i);
                     }
                     Some(&found) => {
                         return Err(JsonError::Unexpected {
@@ -266,16 +291,18 @@ impl<'a> Scanner<'a> {
         Ok(())
     }
 
-    /// Skips `"key" :` and the whitespace after it; returns where the value starts.
-    fn skip_member_key(&self, i: usize, open: usize) -> Result<usize, JsonError> {
+    /// Skips `"key" :` and the whitespace after it; returns the key's span (quotes included)
+    /// and where the value starts.
+    fn skip_member_key(&self, i: usize, open: usize) -> Result<((usize, usize), usize), JsonError> {
         self.expect_byte(i, b'"', "a string key", open)?;
-        let colon = self.skip_ws(self.skip_string(i)?);
+        let key_end = self.skip_string(i)?;
+        let colon = self.skip_ws(key_end);
         self.expect_byte(colon, b':', "`:`", open)?;
         let value = self.skip_ws(colon + 1);
         if value >= self.b.len() {
             return Err(self.unclosed(open));
         }
-        Ok(value)
+        Ok(((i, key_end), value))
     }
 
     fn literal(&self, i: usize, word: &'static [u8]) -> Result<usize, JsonError> {
@@ -333,6 +360,26 @@ impl<'a> Scanner<'a> {
     pub(super) fn skip_string(&self, start: usize) -> Result<usize, JsonError> {
         string::skip(self.b, start)
     }
+}
+
+/// What [`Scanner::walk`] tells about the values it crosses, in document order: each value's
+/// start (with the span of its key, for an object member) and then its end, a container's end
+/// after those of everything inside it. After an error the calls stop where the error is.
+pub(super) trait Visit {
+    /// A value starts at `at`; `key` is the start and end of its key when it is a member.
+    fn open(&mut self, at: usize, key: Option<(usize, usize)>);
+    /// The value opened last and not closed yet ends just before `end`.
+    fn close(&mut self, end: usize);
+}
+
+/// The visitor of a plain skip: nothing is kept.
+pub(super) struct Skip;
+
+impl Visit for Skip {
+    #[inline(always)]
+    fn open(&mut self, _: usize, _: Option<(usize, usize)>) {}
+    #[inline(always)]
+    fn close(&mut self, _: usize) {}
 }
 
 /// Checks that `b[from..]` is UTF-8, reporting the first bad offset.

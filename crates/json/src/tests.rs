@@ -286,7 +286,7 @@ fn decoding_strings() {
 }
 
 /// Fragments that combine into well-formed and malformed documents.
-fn token() -> impl Strategy<Value = &'static str> {
+pub(crate) fn token() -> impl Strategy<Value = &'static str> {
     prop::sample::select(vec![
         "{",
         "}",

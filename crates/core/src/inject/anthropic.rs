@@ -30,7 +30,7 @@ pub(super) fn plan(plan: &mut Plan<'_>, message: &str) -> Result<(), InjectError
             plan.edits.replace(span, out);
         }
         // Last, after any `cache_control` breakpoint: the cached prefix stays byte-identical.
-        Kind::Array => append_to_array(&mut plan.edits, plan.body, &span, block.into_bytes())?,
+        Kind::Array => append_to_array(&mut plan.edits, &plan.doc, &span, block.into_bytes())?,
         found => {
             return Err(InjectError::WrongType {
                 field: "system",

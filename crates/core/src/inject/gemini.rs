@@ -2,7 +2,7 @@
 
 use super::{InjectError, Plan, append_to_array, json_string};
 use crate::api::ApiShape;
-use crate::json::{self, DuplicateKey, Kind};
+use crate::json::{DuplicateKey, Kind};
 
 pub(super) fn plan(plan: &mut Plan<'_>, message: &str) -> Result<(), InjectError> {
     plan.conversation(ApiShape::Gemini, "contents", "an array", false)?;
@@ -33,7 +33,7 @@ pub(super) fn plan(plan: &mut Plan<'_>, message: &str) -> Result<(), InjectError
             .edits
             .replace(span, format!(r#"{{"parts":[{part}]}}"#).into_bytes()),
         Kind::Object => {
-            let object = json::object_at(plan.body, span).map_err(InjectError::NotJson)?;
+            let object = plan.doc.object_at(span).map_err(InjectError::NotJson)?;
             match object.unique("parts")? {
                 None => {
                     let mut member = format!(r#""parts":[{part}]"#).into_bytes();
@@ -46,7 +46,7 @@ pub(super) fn plan(plan: &mut Plan<'_>, message: &str) -> Result<(), InjectError
                     let parts = object.fields[p].value.clone();
                     match plan.kind(&parts) {
                         Kind::Array => {
-                            append_to_array(&mut plan.edits, plan.body, &parts, part.into_bytes())?
+                            append_to_array(&mut plan.edits, &plan.doc, &parts, part.into_bytes())?
                         }
                         Kind::Null => plan.edits.replace(parts, format!("[{part}]").into_bytes()),
                         found => {

@@ -40,7 +40,9 @@ mod responses;
 
 use crate::api::ApiShape;
 use crate::config::InjectionSlot;
-use crate::json::{self, DuplicateKey, EditError, Edits, JsonError, Kind, ListEdit, Object, Span};
+use std::rc::Rc;
+
+use crate::json::{Doc, DuplicateKey, EditError, Edits, JsonError, Kind, ListEdit, Object, Span};
 
 /// Why a handoff could not be injected into a body. The body is then forwarded unchanged.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -125,11 +127,20 @@ pub(crate) fn plan_injection(
     }
 }
 
+/// How deep the editors read a body: the members of a Gemini part or of an Anthropic content
+/// block (`contents[].parts[].*`, `messages[].content[].*`) lie five levels below the
+/// top-level object. Deeper values are validated but not indexed (no memory for them).
+pub(crate) const EDIT_DEPTH: usize = 5;
+
 /// The edits planned for one body: shared by injection and [`crate::portable`] so that both
 /// can be applied from one scan with separators that stay right when both touch one list.
 #[derive(Debug, Clone)]
 pub(crate) struct Plan<'a> {
     pub(crate) body: &'a [u8],
+    /// The body's values down to [`EDIT_DEPTH`], from the one validating scan: nested objects
+    /// and arrays are read from it, not scanned again. Shared, so that a copy of the plan (to
+    /// undo a failed injection) does not copy it.
+    pub(crate) doc: Rc<Doc<'a>>,
     pub(crate) root: Object<'a>,
     /// Top-level members dropped and a member created.
     pub(crate) root_edit: ListEdit,
@@ -140,12 +151,14 @@ pub(crate) struct Plan<'a> {
 }
 
 impl<'a> Plan<'a> {
-    /// Scans and validates the whole body, which must be an object.
+    /// Scans and validates the whole body, which must be an object, and indexes it.
     pub(crate) fn new(body: &'a [u8]) -> Result<Self, JsonError> {
-        let root = json::parse_object(body)?;
+        let doc = Doc::parse_to_depth(body, EDIT_DEPTH)?;
+        let root = doc.root_object()?;
         let root_edit = ListEdit::new(&root.span, root.members());
         Ok(Self {
             body,
+            doc: Rc::new(doc),
             root,
             root_edit,
             input: None,
@@ -236,14 +249,14 @@ pub(crate) fn prepend_to_array(edits: &mut Edits, body: &[u8], span: &Span, mut 
     edits.insert(span.start + 1, item);
 }
 
-/// Plans `item` as the last element of the validated array at `span`.
+/// Plans `item` as the last element of the array at `span`, a value of `doc`.
 pub(crate) fn append_to_array(
     edits: &mut Edits,
-    body: &[u8],
+    doc: &Doc<'_>,
     span: &Span,
     item: Vec<u8>,
 ) -> Result<(), InjectError> {
-    let array = json::array_at(body, span.clone()).map_err(InjectError::NotJson)?;
+    let array = doc.array_at(span.clone()).map_err(InjectError::NotJson)?;
     let mut list = ListEdit::new(&array.span, array.items);
     list.append(item);
     list.finish(edits);

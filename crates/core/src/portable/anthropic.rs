@@ -5,7 +5,7 @@ use std::borrow::Cow;
 
 use super::{Cx, PortableError, string_member};
 use crate::inject::Plan;
-use crate::json::{self, JsonError, Kind, ListEdit, Span};
+use crate::json::{Doc, JsonError, Kind, ListEdit, Span};
 
 /// What the thinking rule needs to know about one message.
 #[derive(Debug, Default, Clone, Copy)]
@@ -27,13 +27,13 @@ pub(super) fn anthropic(plan: &mut Plan<'_>, cx: &mut Cx<'_>) -> Result<(), Port
     if plan.kind(&span) != Kind::Array {
         return Ok(());
     }
-    let messages = json::array_at(body, span)?;
+    let messages = plan.doc.array_at(span)?;
     let mut list = ListEdit::new(&messages.span, messages.items.clone());
     let mut turns = Vec::with_capacity(messages.items.len());
     for (k, item) in messages.items.iter().enumerate() {
         let mut turn = Turn::default();
         if plan.kind(item) == Kind::Object {
-            let object = json::object_at(body, item.clone())?;
+            let object = plan.doc.object_at(item.clone())?;
             let role = string_member(body, &object, "role");
             let content = object
                 .get("content")
@@ -51,9 +51,9 @@ pub(super) fn anthropic(plan: &mut Plan<'_>, cx: &mut Cx<'_>) -> Result<(), Port
                 // A string content starts with no thinking block.
                 (Some("assistant"), None) => turn.assistant = true,
                 (Some("user"), Some(content)) => {
-                    let blocks = json::array_at(body, content)?;
+                    let blocks = plan.doc.array_at(content)?;
                     for b in &blocks.items {
-                        if block_type(body, b)?.as_deref() == Some("tool_result") {
+                        if block_type(&plan.doc, b)?.as_deref() == Some("tool_result") {
                             turn.tool_results = true;
                             break;
                         }
@@ -79,11 +79,12 @@ pub(super) fn anthropic(plan: &mut Plan<'_>, cx: &mut Cx<'_>) -> Result<(), Port
 }
 
 /// The `type` of a content block, when it is an object with a string `type`.
-fn block_type<'a>(body: &'a [u8], block: &Span) -> Result<Option<Cow<'a, str>>, JsonError> {
+fn block_type<'a>(doc: &Doc<'a>, block: &Span) -> Result<Option<Cow<'a, str>>, JsonError> {
+    let body = doc.body();
     if Kind::of(body, block) != Some(Kind::Object) {
         return Ok(None);
     }
-    let object = json::object_at(body, block.clone())?;
+    let object = doc.object_at(block.clone())?;
     Ok(string_member(body, &object, "type"))
 }
 
@@ -96,7 +97,7 @@ fn strip_thinking(
     cx: &mut Cx<'_>,
 ) -> Result<(), PortableError> {
     let body = plan.body;
-    let blocks = json::array_at(body, content)?;
+    let blocks = plan.doc.array_at(content)?;
     let mut list = ListEdit::new(&blocks.span, blocks.items.clone());
     // Whether the first block that stays is a thinking block (`None`: none stayed yet).
     let mut first_kept: Option<bool> = None;
@@ -105,7 +106,7 @@ fn strip_thinking(
             first_kept.get_or_insert(false);
             continue;
         }
-        let object = json::object_at(body, b.clone())?;
+        let object = plan.doc.object_at(b.clone())?;
         let (token, thinking) = match string_member(body, &object, "type").as_deref() {
             Some("thinking") => (object.get("signature"), true),
             Some("redacted_thinking") => (object.get("data"), false),
@@ -151,7 +152,7 @@ fn drop_thinking_edits(plan: &mut Plan<'_>, cx: &mut Cx<'_>) -> Result<(), Porta
     if plan.kind(&span) != Kind::Object {
         return Ok(());
     }
-    let object = json::object_at(body, span)?;
+    let object = plan.doc.object_at(span)?;
     let Some(edits) = object.unique("edits")? else {
         return Ok(());
     };
@@ -159,11 +160,11 @@ fn drop_thinking_edits(plan: &mut Plan<'_>, cx: &mut Cx<'_>) -> Result<(), Porta
     if Kind::of(body, &edits_span) != Some(Kind::Array) {
         return Ok(());
     }
-    let items = json::array_at(body, edits_span)?;
+    let items = plan.doc.array_at(edits_span)?;
     let mut list = ListEdit::new(&items.span, items.items.clone());
     let mut dropped = 0;
     for (k, item) in items.items.iter().enumerate() {
-        if block_type(body, item)?.is_some_and(|t| t.starts_with("clear_thinking")) {
+        if block_type(&plan.doc, item)?.is_some_and(|t| t.starts_with("clear_thinking")) {
             list.drop_member(k);
             dropped += 1;
         }
@@ -195,7 +196,7 @@ fn thinking_needs_disabling(plan: &Plan<'_>, turns: &[Turn]) -> Result<bool, Por
     if plan.kind(&span) != Kind::Object {
         return Ok(false);
     }
-    let object = json::object_at(plan.body, span)?;
+    let object = plan.doc.object_at(span)?;
     // Only extended thinking with a budget requires the block: with adaptive thinking the
     // model may answer a tool loop step without thinking, and the API takes such a turn back
     // as it is (Claude Code's own requests carry them), so nothing needs turning off.

@@ -29,7 +29,7 @@
 
 use super::{Cx, PortableError, digest, string_member};
 use crate::inject::{Plan, json_string};
-use crate::json::{self, Kind, ListEdit, Object, Span};
+use crate::json::{self, Doc, Kind, ListEdit, Object, Span};
 
 /// The signature the Gemini API accepts on a `functionCall` part it did not produce: it skips
 /// the signature check of the current turn.
@@ -69,15 +69,15 @@ pub(super) fn gemini(plan: &mut Plan<'_>, cx: &mut Cx<'_>) -> Result<(), Portabl
     if !has_signature(&body[span.clone()]) {
         return Ok(());
     }
-    let contents = json::array_at(body, span)?;
-    let turn_start = current_turn_start(body, &contents.items)?;
+    let contents = plan.doc.array_at(span)?;
+    let turn_start = current_turn_start(&plan.doc, &contents.items)?;
     let mut list = ListEdit::new(&contents.span, contents.items.clone());
     for (k, item) in contents.items.iter().enumerate() {
         // Only contents that may hold a signature are parsed.
         if plan.kind(item) != Kind::Object || !has_signature(&body[item.clone()]) {
             continue;
         }
-        let object = json::object_at(body, item.clone())?;
+        let object = plan.doc.object_at(item.clone())?;
         let current = turn_start.is_none_or(|t| k > t);
         if scrub_content(plan, &object, current, cx)? {
             list.drop_member(k);
@@ -91,10 +91,10 @@ pub(super) fn gemini(plan: &mut Plan<'_>, cx: &mut Cx<'_>) -> Result<(), Portabl
 }
 
 /// The parts array of a content, if it has one.
-fn parts_of(body: &[u8], content: &Object<'_>) -> Result<Option<json::Array>, PortableError> {
+fn parts_of(doc: &Doc<'_>, content: &Object<'_>) -> Result<Option<json::Array>, PortableError> {
     match content.get("parts") {
-        Some(f) if Kind::of(body, &f.value) == Some(Kind::Array) => {
-            Ok(Some(json::array_at(body, f.value.clone())?))
+        Some(f) if Kind::of(doc.body(), &f.value) == Some(Kind::Array) => {
+            Ok(Some(doc.array_at(f.value.clone())?))
         }
         _ => Ok(None),
     }
@@ -103,24 +103,25 @@ fn parts_of(body: &[u8], content: &Object<'_>) -> Result<Option<json::Array>, Po
 /// The index of the last user prompt: a content of role `user` (or without a role) with a
 /// part that is not a function response. Model contents after it form the current turn (all
 /// of them when there is none).
-fn current_turn_start(body: &[u8], contents: &[Span]) -> Result<Option<usize>, PortableError> {
+fn current_turn_start(doc: &Doc<'_>, contents: &[Span]) -> Result<Option<usize>, PortableError> {
+    let body = doc.body();
     for (k, item) in contents.iter().enumerate().rev() {
         if Kind::of(body, item) != Some(Kind::Object) {
             continue;
         }
-        let content = json::object_at(body, item.clone())?;
+        let content = doc.object_at(item.clone())?;
         let role = string_member(body, &content, "role");
         if role.as_deref().is_some_and(|r| r != "user") {
             continue;
         }
-        let Some(parts) = parts_of(body, &content)? else {
+        let Some(parts) = parts_of(doc, &content)? else {
             continue;
         };
         for p in &parts.items {
             if Kind::of(body, p) != Some(Kind::Object) {
                 continue;
             }
-            let part = json::object_at(body, p.clone())?;
+            let part = doc.object_at(p.clone())?;
             if part.get("functionResponse").is_none() && part.get("function_response").is_none() {
                 return Ok(Some(k));
             }
@@ -138,7 +139,7 @@ fn scrub_content(
     cx: &mut Cx<'_>,
 ) -> Result<bool, PortableError> {
     let body = plan.body;
-    let Some(parts) = parts_of(body, content)? else {
+    let Some(parts) = parts_of(&plan.doc, content)? else {
         return Ok(false);
     };
     // Most contents carry no signature: skip their member scan.
@@ -154,7 +155,7 @@ fn scrub_content(
         if Kind::of(body, p) != Some(Kind::Object) {
             continue;
         }
-        let part = json::object_at(body, p.clone())?;
+        let part = plan.doc.object_at(p.clone())?;
         match judge_part(body, &part, model && current_turn, cx) {
             PartEdit::Keep => {}
             PartEdit::DropPart => list.drop_member(k),

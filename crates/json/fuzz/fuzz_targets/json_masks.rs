@@ -1,11 +1,12 @@
 //! The JSON string scan's block masks and scans against a byte-at-a-time reference, and the
-//! whole-document parse against `serde_json`'s verdict.
+//! whole-document parse against `serde_json`'s verdict, and the index (`Doc`) against the
+//! scanning readers.
 //!
 //! `cargo +nightly fuzz run json_masks -- -max_total_time=300` (from `crates/json`).
 #![no_main]
 
 use context_relay_json::fuzzing::{block_masks, fast_scan, reference_skip, skip_string};
-use context_relay_json::parse_object;
+use context_relay_json::{Doc, Kind, array_at, object_at, parse_object, validate};
 use libfuzzer_sys::fuzz_target;
 
 /// The masks of a block, one byte at a time.
@@ -67,5 +68,29 @@ fuzz_target!(|data: &[u8]| {
             assert!(ours.is_err(), "accepted {data:?}: {e}")
         }
         _ => {}
+    }
+    // The index: the same verdict as `validate`, error included, and every object and array
+    // read from its records exactly as the scanning readers read it.
+    let doc = Doc::parse(data);
+    assert_eq!(
+        doc.as_ref().map(Doc::root).map_err(Clone::clone),
+        validate(data),
+        "{data:?}"
+    );
+    if let Ok(doc) = doc {
+        assert_eq!(doc.root_object(), ours, "{data:?}");
+        let mut todo = vec![doc.root()];
+        while let Some(span) = todo.pop() {
+            let (o, a) = (object_at(data, span.clone()), array_at(data, span.clone()));
+            assert_eq!(doc.object_at(span.clone()), o, "{span:?} in {data:?}");
+            assert_eq!(doc.array_at(span.clone()), a, "{span:?} in {data:?}");
+            match Kind::of(data, &span) {
+                Some(Kind::Object) => {
+                    todo.extend(o.into_iter().flat_map(|o| o.fields).map(|f| f.value))
+                }
+                Some(Kind::Array) => todo.extend(a.into_iter().flat_map(|a| a.items)),
+                _ => {}
+            }
+        }
     }
 });
