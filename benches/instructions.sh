@@ -7,7 +7,8 @@
 #
 # Each process under test runs under `valgrind --tool=callgrind --instr-atstart=no` with one
 # tokio worker, behind the harness's upstream (not under valgrind). After a warm-up, counting
-# is switched on (`callgrind_control -i on`), wrk sends the mix's body over 4 connections,
+# is switched on (`callgrind_control -i on`), wrk sends the mix's body over 64 connections
+# (`CONNECTIONS`, as the perf harness does),
 # counting is switched off, and the instructions counted are divided by the requests wrk
 # completed. Unlike CPU time, the figure does not move with the machine's load; it moves by a
 # percent or so with the number of requests in flight at the window's edges.
@@ -20,6 +21,7 @@ HERE=$(cd "$(dirname "$0")/.." && pwd)
 PERF=${PERF_DIR:-$HERE/../shared/perf}
 MIXES=${MIXES:-small large}
 COUNTED=${SECONDS_COUNTED:-10}
+CONNECTIONS=${CONNECTIONS:-64}
 WARMUP=${WARMUP_SECONDS:-3}
 OUT=${OUT_DIR:-$(mktemp -d /tmp/instructions.XXXXXX)}
 PERF_TARGET=${PERF_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/context-relay-perf-target}
@@ -74,7 +76,7 @@ command_of() {
 # Runs wrk against $1 with body $2 for $3 seconds; prints the requests completed.
 load() {
   local out
-  out=$(BODY_FILE=$2 wrk -t1 -c4 -d"$3"s --timeout 10s -s "$PERF/lib/wrk_post.lua" \
+  out=$(BODY_FILE=$2 wrk -t1 -c"$CONNECTIONS" -d"$3"s --timeout 10s -s "$PERF/lib/wrk_post.lua" \
     "http://127.0.0.1:$1/v1/chat/completions" 2>&1) || die "wrk failed: $out"
   python3 -c 'import json,sys
 for line in sys.stdin:
@@ -100,12 +102,12 @@ for mix in $MIXES; do
     PIDS+=("$pid")
     wait_port "$port" || die "$target did not start (see $OUT/logs/$target.$mix.log)"
     load "$port" "$body" "$WARMUP" >/dev/null
-    callgrind_control -i on "$pid" >/dev/null
+    callgrind_control -i on "$pid" >/dev/null 2>&1
     requests=$(load "$port" "$body" "$COUNTED")
-    callgrind_control -i off "$pid" >/dev/null
+    callgrind_control -i off "$pid" >/dev/null 2>&1
     kill -TERM "$pid"
     wait "$pid" 2>/dev/null || true
-    total=$(grep -E '^(summary|totals):' "$cg" | head -1 | awk '{print $2}')
+    total=$(grep -E '^totals:' "$cg" | head -1 | awk '{print $2}')
     [[ -n $total && $requests -gt 0 ]] || die "no count for $target on $mix"
     per=$(( total / requests ))
     RESULT[$target.$mix]=$per

@@ -472,9 +472,13 @@ fn responses(plan: &mut Plan<'_>, cx: &mut Cx<'_>) -> Result<(), PortableError> 
 /// items, and anything with an `encrypted_content` member. Most items of a long history are
 /// messages and tool calls; this skips their member scan.
 fn may_be_bound(item: &[u8]) -> bool {
-    memchr::memmem::find(item, b"encrypted_content").is_some()
-        || memchr::memmem::find(item, b"reasoning").is_some()
-        || memchr::memmem::find(item, b"compaction").is_some()
+    // Built once: this runs for every item of a long `input`, and building a searcher costs
+    // more than running it on a short item.
+    static FINDERS: LazyLock<[memchr::memmem::Finder<'static>; 3]> = LazyLock::new(|| {
+        [b"encrypted_content".as_slice(), b"reasoning", b"compaction"]
+            .map(memchr::memmem::Finder::new)
+    });
+    FINDERS.iter().any(|f| f.find(item).is_some())
 }
 
 fn compaction_note(text: &str) -> String {
