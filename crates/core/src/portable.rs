@@ -249,9 +249,8 @@ pub const BOUND_MARKER_MAX_LEN: usize = {
 pub fn may_carry_bound_state(body: &[u8]) -> bool {
     // Built once: every passed-through Responses or Messages body (and each of its frames) is
     // scanned, and building a searcher costs more than running it on a small body.
-    static FINDERS: LazyLock<[memchr::memmem::Finder<'static>; BOUND_MARKERS.len()]> =
-        LazyLock::new(|| BOUND_MARKERS.map(memchr::memmem::Finder::new));
-    FINDERS.iter().any(|f| f.find(body).is_some())
+    static MARKERS: LazyLock<json::Needles> = LazyLock::new(|| json::Needles::new(&BOUND_MARKERS));
+    MARKERS.any_in(body)
 }
 
 /// Removes all account-bound state of `body` (see the module docs).
@@ -474,11 +473,9 @@ fn responses(plan: &mut Plan<'_>, cx: &mut Cx<'_>) -> Result<(), PortableError> 
 fn may_be_bound(item: &[u8]) -> bool {
     // Built once: this runs for every item of a long `input`, and building a searcher costs
     // more than running it on a short item.
-    static FINDERS: LazyLock<[memchr::memmem::Finder<'static>; 3]> = LazyLock::new(|| {
-        [b"encrypted_content".as_slice(), b"reasoning", b"compaction"]
-            .map(memchr::memmem::Finder::new)
-    });
-    FINDERS.iter().any(|f| f.find(item).is_some())
+    static MARKERS: LazyLock<json::Needles> =
+        LazyLock::new(|| json::Needles::new(&[b"encrypted_content", b"reasoning", b"compaction"]));
+    MARKERS.any_in(item)
 }
 
 fn compaction_note(text: &str) -> String {

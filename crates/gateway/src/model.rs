@@ -15,7 +15,7 @@
 //!
 //! A second top-level `model` is refused, as it must be: the first one routes the request and
 //! decides what the client may use, while a provider may serve the last one. The rest of the
-//! body is only searched (SIMD `memmem`) for the text `"model"` and for `\u` escapes (a key
+//! body is only searched (one SIMD pass) for the text `"model"` and for `\u` escapes (a key
 //! can spell `model` with them); only a body holding one of them is parsed whole to tell a
 //! nested or quoted `model` from a second top-level one.
 
@@ -24,7 +24,6 @@ use std::sync::{Arc, LazyLock};
 
 use bytes::Bytes;
 use context_relay_core::json::{self, JsonError, Kind};
-use memchr::memmem::Finder;
 
 use crate::collect::{Buffered, HEADROOM};
 
@@ -97,10 +96,11 @@ pub(crate) fn find_model(body: &[u8]) -> Result<ModelField, ModelError> {
 /// Whether `rest` (the body after the first `model` value) may hold a second top-level
 /// `model`: it contains the token `"model"`, or a `\u` escape that could spell it in a key.
 fn may_repeat(rest: &[u8]) -> bool {
-    // Searchers built once: on a small body, building one costs more than the search.
-    static MODEL: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"model\""));
-    static ESCAPE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\\u"));
-    MODEL.find(rest).is_some() || ESCAPE.find(rest).is_some()
+    // Built once: on a small body, building the searcher costs more than the search. Both
+    // literals are looked for in one pass.
+    static NEEDLES: LazyLock<json::Needles> =
+        LazyLock::new(|| json::Needles::new(&[b"\"model\"", b"\\u"]));
+    NEEDLES.any_in(rest)
 }
 
 /// `body` with the string at `field.span` replaced by the JSON string `model` (the same
