@@ -78,7 +78,7 @@
 //! | [`Items`] (from [`Members::items`]) | the items of an array one at a time | core `session` fingerprint and `opening` (the conversation, up to the first user entry or ask) | a long history is not read past the entry that decides |
 //! | [`strings`] | one value; its strings in one pass | core `session` fingerprint (`Text::read`: `text`, `content`, `parts`) | each byte of a nested message read once, at a bounded depth |
 //! | [`Edits`], [`ListEdit`] | nothing: they splice bytes | core `inject` (`Plan`), core `portable` | every byte not edited stays as the client sent it |
-//! | [`Needles`] | nothing is parsed: where the first of a few literals occurs | core `session` (`body_ids`: the key literals, before the walk), core `portable` (`may_carry_bound_state` on every passed-through body, the per-item check of the scrub); gateway `model::find_model` (a second `"model"` or a `\u` escape) | one pass over the body for all the literals, not one per literal |
+//! | [`Needles`] | nothing is parsed: where the first of a few literals occurs | core `portable` (`may_carry_bound_state` on every passed-through body, the per-item check of the scrub); gateway `model::find_model` (a second `"model"` or a `\u` escape) | one pass over the body for all the literals, not one per literal |
 //! | [`Kind`] | the first byte of a span | core `inject`, `portable` and `session` fingerprint; gateway `model` | a type check without a scan |
 //!
 //! Other callers reach the readers through core: `session::identify` (the engine's generation

@@ -1,11 +1,16 @@
 //! [`Needles`]: several literals looked for in one pass over a body.
 //!
-//! The relay asks of most request bodies whether they hold any of a few key literals
-//! (`"prompt_cache_key"` or `"metadata"`, a second `"model"`, the markers of account-bound
-//! state) before it walks them. One search per literal reads the body once per literal; a
+//! The relay asks of many request bodies whether they hold any of a few literals (a second
+//! `"model"`, the markers of account-bound state) before it reads them further. One search per literal reads the body once per literal; a
 //! packed multi-literal search (`aho-corasick`'s Teddy, on SSSE3/AVX2 or NEON) reads it once
 //! for all of them. Where no packed searcher is available, one `memchr` searcher per literal
 //! gives the same answers.
+//!
+//! It pays off from three literals, or when one is short: on the perf harness's 100 KB body,
+//! seven bound-state markers cost 118 000 instructions in one packed pass against 330 000 in
+//! seven `memchr` passes, and `"model"` with `\u` 64 000 against 77 000; but two long literals
+//! (`"prompt_cache_key"`, `"metadata"`) cost 114 000 against 95 000, so those stay with
+//! `memchr`.
 
 use aho_corasick::packed::{Config, MatchKind, Searcher};
 use memchr::memmem::Finder;

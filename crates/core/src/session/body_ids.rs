@@ -36,12 +36,20 @@ struct Metadata<'a> {
     user_id: Str<'a>,
 }
 
-/// The quoted key literals of `keys`, searched for together, built once per call site.
-type Finders = crate::json::Needles;
+/// Forward searchers for the quoted key literals of `keys`, built once per call site. One
+/// `memchr` pass per literal: for two long literals that is fewer instructions than one packed
+/// pass for both ([`crate::json::Needles`]), measured on the perf harness's 100 KB body (95 000
+/// against 114 000).
+type Finders = [memchr::memmem::Finder<'static>];
 
 /// The start of the first occurrence at or after `from` of any of the literals, or `None`.
 fn next_candidate(body: &[u8], from: usize, finders: &Finders) -> Option<usize> {
-    finders.find(body.get(from..)?).map(|i| from + i)
+    let rest = body.get(from..)?;
+    finders
+        .iter()
+        .filter_map(|f| f.find(rest))
+        .min()
+        .map(|i| from + i)
 }
 
 /// Calls `found` with each top-level member whose key is one of `keys` (unquoted), in body
@@ -83,8 +91,12 @@ fn top_level_members(
 /// `previous_response_id` or `conversation` member (Responses API), wherever it stands.
 pub(super) fn chained(body: &[u8]) -> bool {
     use std::sync::LazyLock;
-    static FINDERS: LazyLock<Finders> =
-        LazyLock::new(|| Finders::new(&[b"\"previous_response_id\"", b"\"conversation\""]));
+    static FINDERS: LazyLock<[memchr::memmem::Finder<'static>; 2]> = LazyLock::new(|| {
+        [
+            memchr::memmem::Finder::new(b"\"previous_response_id\""),
+            memchr::memmem::Finder::new(b"\"conversation\""),
+        ]
+    });
     let mut chained = false;
     top_level_members(
         body,
@@ -104,8 +116,12 @@ impl<'a> BodyIds<'a> {
     /// object. A member repeated counts once, the last one read.
     pub(super) fn read(body: &'a [u8]) -> Self {
         use std::sync::LazyLock;
-        static FINDERS: LazyLock<Finders> =
-            LazyLock::new(|| Finders::new(&[b"\"prompt_cache_key\"", b"\"metadata\""]));
+        static FINDERS: LazyLock<[memchr::memmem::Finder<'static>; 2]> = LazyLock::new(|| {
+            [
+                memchr::memmem::Finder::new(b"\"prompt_cache_key\""),
+                memchr::memmem::Finder::new(b"\"metadata\""),
+            ]
+        });
         let mut ids = Self::default();
         top_level_members(
             body,
