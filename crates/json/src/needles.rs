@@ -124,7 +124,7 @@ mod tests {
     fn the_fallback_gives_the_same_answers() {
         let fallback = Needles {
             packed: None,
-            each: KEYS.iter().map(|n| Finder::new(n)).collect(),
+            each: KEYS.iter().map(Finder::new).collect(),
         };
         let body = br#"{"a":"\"model\" \u0041","signature":"x","model":"m"}"#;
         assert_eq!(fallback.find(body), reference(&KEYS, body));
