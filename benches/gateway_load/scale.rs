@@ -108,6 +108,9 @@ pub(crate) fn scale_main() -> Result<(), BoxError> {
         let mut rows = Vec::new();
         for target in [Target::Plain, Target::GatewayOn] {
             let f = measure(&settings, target, &upstream, dir.path(), pinning.child_core).await?;
+            if let Some(why) = FAILURE.lock().ok().and_then(|mut f| f.take()) {
+                println!("scale: {}: first failure: {why}", target.name());
+            }
             rows.push((target, f));
         }
         report(&settings, &rows);
@@ -125,9 +128,13 @@ async fn measure(
     let tick_us = 1e6 / clock_ticks() as f64;
     let mut f = Figures::default();
 
-    // Open streams, in a fresh process.
+    // Open streams, in a fresh process (each phase has its own folder for the port file).
+    let streams_dir = dir.join("streams");
+    let large_dir = dir.join("large");
+    std::fs::create_dir_all(&streams_dir)?;
+    std::fs::create_dir_all(&large_dir)?;
     let mut guard = ChildGuard::default();
-    let (pid, addr) = spawn_server(&mut guard, target, upstream, dir, core)?;
+    let (pid, addr) = spawn_server(&mut guard, target, upstream, &streams_dir, core)?;
     tokio::time::sleep(Duration::from_millis(300)).await;
     f.idle_kib = status_kib(pid, "VmRSS")?;
     let cpu0 = cpu_ticks(pid)?;
@@ -178,7 +185,7 @@ async fn measure(
 
     // Large bodies, in a fresh process.
     let mut guard = ChildGuard::default();
-    let (pid, addr) = spawn_server(&mut guard, target, upstream, dir, core)?;
+    let (pid, addr) = spawn_server(&mut guard, target, upstream, &large_dir, core)?;
     let large = chat_body(1024 * 1024, 900, false);
     for round in 0..s.large_rounds {
         let tasks: Vec<_> = (0..s.large)
@@ -195,6 +202,16 @@ async fn measure(
     Ok(f)
 }
 
+/// Why the first failed stream failed (the report shows it).
+static FAILURE: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+fn failed(why: String) -> bool {
+    if let Ok(mut first) = FAILURE.lock() {
+        first.get_or_insert(why);
+    }
+    false
+}
+
 /// One client's stream: `true` when it read every event and the end of the response.
 async fn one_stream(
     addr: SocketAddr,
@@ -203,25 +220,33 @@ async fn one_stream(
     events: Arc<AtomicU64>,
     expected: u64,
 ) -> bool {
-    let Ok(mut conn) = TcpStream::connect(addr).await else {
-        return false;
+    let mut conn = match TcpStream::connect(addr).await {
+        Ok(c) => c,
+        Err(e) => return failed(format!("connect: {e}")),
     };
     let head = format!(
         "POST {CHAT_PATH} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\nauthorization: Bearer {API_KEY}\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
         body.len()
     );
-    if conn.write_all(head.as_bytes()).await.is_err() || conn.write_all(&body).await.is_err() {
-        return false;
+    if let Err(e) = conn.write_all(head.as_bytes()).await {
+        return failed(format!("write: {e}"));
+    }
+    if let Err(e) = conn.write_all(&body).await {
+        return failed(format!("write: {e}"));
     }
     // Events end with a blank line; `\r\n\r\n` ends the head and chunk framing uses `\r\n`,
     // so `\n\n` is an event's end (the last byte of a read is carried to the next).
     let mut buf = vec![0u8; 4096];
     let mut last = 0u8;
     let mut seen = 0u64;
+    let mut start: Vec<u8> = Vec::new();
     loop {
         match conn.read(&mut buf).await {
             Ok(0) => break,
             Ok(n) => {
+                if start.len() < 300 {
+                    start.extend_from_slice(&buf[..n.min(300)]);
+                }
                 let mut prev = last;
                 for &b in &buf[..n] {
                     if b == b'\n' && prev == b'\n' {
@@ -234,24 +259,32 @@ async fn one_stream(
                 }
                 last = prev;
             }
-            Err(_) => return false,
+            Err(e) => return failed(format!("read after {seen} events: {e}")),
         }
     }
     events.fetch_add(seen, Ordering::Relaxed);
     // The events and `[DONE]`.
-    seen == expected + 1
+    if seen != expected + 1 {
+        return failed(format!(
+            "{seen} events instead of {}; the answer began {:?}",
+            expected + 1,
+            String::from_utf8_lossy(&start)
+        ));
+    }
+    true
 }
 
 /// One large request: `true` on a 200.
 async fn one_large(addr: SocketAddr, body: Bytes, i: usize) -> bool {
-    let Ok(conn) = TcpStream::connect(addr).await else {
-        return false;
+    let conn = match TcpStream::connect(addr).await {
+        Ok(c) => c,
+        Err(e) => return failed(format!("large: connect: {e}")),
     };
-    let Ok((mut sender, connection)) =
-        hyper::client::conn::http1::handshake(TokioIo::new(conn)).await
-    else {
-        return false;
-    };
+    let (mut sender, connection) =
+        match hyper::client::conn::http1::handshake(TokioIo::new(conn)).await {
+            Ok(pair) => pair,
+            Err(e) => return failed(format!("large: handshake: {e}")),
+        };
     let _conn = AbortOnDrop(tokio::spawn(async move {
         let _ = connection.await;
     }));
@@ -266,10 +299,15 @@ async fn one_large(addr: SocketAddr, body: Bytes, i: usize) -> bool {
     };
     match sender.send_request(req).await {
         Ok(res) => {
-            let ok = res.status() == 200;
-            ok && res.into_body().collect().await.is_ok()
+            let status = res.status();
+            let body = res.into_body().collect().await.map(|c| c.to_bytes());
+            match body {
+                Ok(_) if status == 200 => true,
+                Ok(b) => failed(format!("large: {status} {}", String::from_utf8_lossy(&b))),
+                Err(e) => failed(format!("large: body: {e}")),
+            }
         }
-        Err(_) => false,
+        Err(e) => failed(format!("large: {e}")),
     }
 }
 

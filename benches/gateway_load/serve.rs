@@ -43,6 +43,13 @@ pub(crate) fn parse_serve_args(args: &[String]) -> Result<ServeArgs, BoxError> {
 
 pub(crate) fn serve_main(args: &[String]) -> Result<(), BoxError> {
     let args = parse_serve_args(args)?;
+    // `GATEWAY_LOAD_LOG=warn` (a `RUST_LOG` filter): the process under test logs to stderr.
+    if let Ok(filter) = std::env::var("GATEWAY_LOAD_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .init();
+    }
     // Worker threads follow the affinity mask: one worker when pinned to one core.
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

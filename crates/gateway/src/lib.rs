@@ -82,7 +82,7 @@ pub use log_buffer::{LineWriter, LogBuffer};
 pub use log_fields::PlainFields;
 pub use metric_help::describe_metrics;
 pub use ready::{NotReady, Readiness, Ready};
-pub use server::{BACKGROUND_GRACE, HttpService, RunningGateway};
+pub use server::{BACKGROUND_GRACE, HttpService, LISTEN_BACKLOG, RunningGateway, listen};
 pub use store::{StoreOpenError, check_store};
 pub use telemetry::prometheus_builder;
 pub use upstream::UpstreamError;

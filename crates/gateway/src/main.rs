@@ -205,8 +205,7 @@ async fn run(
     let metrics = prometheus_builder().install_recorder()?;
     context_relay_gateway::describe_metrics();
     let gateway = Gateway::connect(config).await?.with_metrics(metrics);
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
+    let listener = context_relay_gateway::listen(listen)
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let addr = listener.local_addr()?;
     // Listening for SIGHUP before the address is printed: a reload asked for right after

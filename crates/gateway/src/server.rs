@@ -27,7 +27,7 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::{oneshot, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tower::util::BoxCloneSyncService;
@@ -178,6 +178,31 @@ pub struct RunningGateway {
     activity: Option<Activity>,
 }
 
+/// Connections the kernel queues for the gateway to accept (clamped to
+/// `net.core.somaxconn`, 4096 on current Linux).
+///
+/// A burst of connections (clients reconnecting after a restart, a fleet of agents starting
+/// at once) can outrun the accept loop for a moment. Beyond a full queue Linux answers with
+/// SYN cookies, and a cookie that fails validation resets a connection the client believed
+/// open: with tokio's default of 1024, 8 000 streams opened over a few seconds against one
+/// busy core lost 700 to 1 400 connections that way (`cargo bench --bench gateway_load --
+/// --scale`; `nstat` counted the same number of `TcpExtSyncookiesFailed`).
+pub const LISTEN_BACKLOG: u32 = 8192;
+
+/// A listener on `addr` (port 0 picks a free port) with the gateway's accept queue
+/// ([`LISTEN_BACKLOG`]) and, as `TcpListener::bind` has, `SO_REUSEADDR` on Unix.
+pub fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    #[cfg(unix)]
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 impl RunningGateway {
     /// Binds `addr` (port 0 picks a free port) and serves `service` on it within `options`.
     pub(crate) async fn start_with(
@@ -185,7 +210,7 @@ impl RunningGateway {
         service: HttpService,
         options: ServeOptions,
     ) -> io::Result<Self> {
-        let listener = TcpListener::bind(addr).await?;
+        let listener = listen(addr)?;
         let addr = listener.local_addr()?;
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(serve_with(listener, service, options, async {
