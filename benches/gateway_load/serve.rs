@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 
 use context_relay_gateway::{Config, Gateway};
 use http::Uri;
-use tokio::net::TcpListener;
 
 use crate::proxy::plain_proxy;
 use crate::{API_KEY, BoxError, COMBO, Target};
@@ -75,7 +74,8 @@ pub(crate) fn serve_main(args: &[String]) -> Result<(), BoxError> {
             }
             Target::Plain | Target::Direct => {
                 let upstream: Uri = args.upstream.parse()?;
-                let listener = TcpListener::bind(loopback).await?;
+                // The gateway's accept queue: a burst of connections meets the same kernel.
+                let listener = context_relay_gateway::listen(loopback)?;
                 let addr = listener.local_addr()?;
                 let task = tokio::spawn(plain_proxy(listener, upstream));
                 (addr, Box::new(AbortOnDrop(task)))
