@@ -1,11 +1,13 @@
 //! The injection side of the engine, driven without any tower service through [`Attempt`]:
 //! the calls a transport adapter (a pingora proxy) makes.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use context_relay_core::{Handoff, HandoffKey, HandoffRecord, session};
+use context_relay_core::{HandoffKey, session};
 use context_relay_engine::{
     Attempt, BodyPlan, ComboName, Looked, RELAY_HEADER, Relay, RequestFacts, ResolvedAccount,
     ResponsePlan, SkipRelay,
@@ -74,51 +76,12 @@ impl Fixture {
 
     /// Whether the session's handoff can be claimed now (a claim taken here is given back).
     async fn claimable(&self) -> bool {
-        let key = self.key();
-        let claim = self
-            .store
-            .claim(&key, Duration::from_secs(30))
-            .await
-            .unwrap();
-        if let Some(c) = &claim {
-            self.store.release(c).await.unwrap();
-        }
-        claim.is_some()
+        common::claimable(self.store.as_ref(), &self.key()).await
     }
 
     /// A handoff written by acct-a, and the session's affinity to acct-a.
     async fn handoff_from_a(&self) {
-        let now = SystemTime::now();
-        let key = self.key();
-        self.store
-            .upsert(HandoffRecord {
-                version: 1,
-                kind: Default::default(),
-                tenant: key.tenant.clone(),
-                session: key.session.clone(),
-                combo: key.combo.clone(),
-                from_provider: "codex".into(),
-                from_account: "acct-a".into(),
-                handoff: Handoff {
-                    summary: "Adding a --json flag to the CLI.".into(),
-                    key_decisions: vec!["serde for output".into()],
-                    task_progress: "flag parsed; tests pending".into(),
-                    active_entities: vec!["src/cli.rs".into()],
-                },
-                message_count: 12,
-                conversation: None,
-                compaction: false,
-                model: "gpt-5".into(),
-                threshold: 0.85,
-                generated_at: now,
-                expires_at: now + Duration::from_secs(3600),
-            })
-            .await
-            .unwrap();
-        self.store
-            .set_affinity(&key, Affinity::new("codex", "acct-a"))
-            .await
-            .unwrap();
+        common::handoff_from_a(self.store.as_ref(), &self.key()).await;
     }
 }
 

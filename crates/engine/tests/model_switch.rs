@@ -1,6 +1,8 @@
 //! Model switches, driven without any tower service: a session whose request goes to another
 //! model (`provider/model`) than the one that last served it.
 
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
@@ -94,16 +96,7 @@ impl Fixture {
 
     /// Whether the session's account handoff can be claimed now (given back at once).
     async fn claimable(&self) -> bool {
-        let key = self.key();
-        let claim = self
-            .store
-            .claim(&key, Duration::from_secs(5))
-            .await
-            .unwrap();
-        if let Some(c) = &claim {
-            self.store.release(c).await.unwrap();
-        }
-        claim.is_some()
+        common::claimable(self.store.as_ref(), &self.key()).await
     }
 
     /// The session was last served by `account` on `model`.

@@ -1,12 +1,14 @@
 //! The lifecycle's ordering rules, driven phase by phase through [`Attempt`] and [`Turn`]
 //! without any HTTP: what every adapter (tower, pingora, the gateway) relies on.
 
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use bytes::Bytes;
-use context_relay_core::{Handoff, HandoffKey, HandoffRecord, session};
+use context_relay_core::{HandoffKey, session};
 use context_relay_engine::{
     Attempt, BodyPlan, ComboName, Looked, RELAY_HEADER, Relay, RequestFacts, ResolvedAccount,
     ResponsePlan, SummaryError, SummaryRequest,
@@ -86,16 +88,7 @@ impl Fixture {
     }
 
     async fn claimable(&self) -> bool {
-        let key = self.key();
-        let claim = self
-            .store
-            .claim(&key, Duration::from_secs(30))
-            .await
-            .unwrap();
-        if let Some(c) = &claim {
-            self.store.release(c).await.unwrap();
-        }
-        claim.is_some()
+        common::claimable(self.store.as_ref(), &self.key()).await
     }
 
     /// A turn of the session to acct-a that carries acct-a's state, on the fast path (its
@@ -118,37 +111,7 @@ impl Fixture {
     }
 
     async fn handoff_from_a(&self) {
-        let now = SystemTime::now();
-        let key = self.key();
-        self.store
-            .upsert(HandoffRecord {
-                version: 1,
-                kind: Default::default(),
-                tenant: key.tenant.clone(),
-                session: key.session.clone(),
-                combo: key.combo.clone(),
-                from_provider: "codex".into(),
-                from_account: "acct-a".into(),
-                handoff: Handoff {
-                    summary: "Adding a --json flag to the CLI.".into(),
-                    key_decisions: vec!["serde for output".into()],
-                    task_progress: "flag parsed; tests pending".into(),
-                    active_entities: vec!["src/cli.rs".into()],
-                },
-                message_count: 12,
-                conversation: None,
-                compaction: false,
-                model: "gpt-5".into(),
-                threshold: 0.85,
-                generated_at: now,
-                expires_at: now + Duration::from_secs(3600),
-            })
-            .await
-            .unwrap();
-        self.store
-            .set_affinity(&key, Affinity::new("codex", "acct-a"))
-            .await
-            .unwrap();
+        common::handoff_from_a(self.store.as_ref(), &self.key()).await;
     }
 }
 
