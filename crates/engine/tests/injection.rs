@@ -200,9 +200,7 @@ async fn a_switch_injects_the_handoff_and_a_completed_response_consumes_it() {
     attempt.response_chunk(CHAT_REPLY.as_bytes());
     attempt.end(false);
     f.relay.background().idle().await;
-    assert!(f.store.get(&f.key()).await.unwrap().is_none(), "consumed");
-    let affinity = f.store.affinity(&f.key()).await.unwrap().expect("moved");
-    assert!(affinity.is("codex", "acct-b"));
+    common::consumed_and_moved_to(f.store.as_ref(), &f.key(), "acct-b").await;
 }
 
 #[tokio::test]

@@ -50,3 +50,10 @@ pub async fn handoff_from_a(store: &dyn HandoffStore, key: &HandoffKey) {
         .await
         .unwrap();
 }
+
+/// The handoff of `key` was consumed and the session's affinity moved to Codex `account`.
+pub async fn consumed_and_moved_to(store: &dyn HandoffStore, key: &HandoffKey, account: &str) {
+    assert!(store.get(key).await.unwrap().is_none(), "consumed");
+    let affinity = store.affinity(key).await.unwrap().expect("moved");
+    assert!(affinity.is("codex", account));
+}
