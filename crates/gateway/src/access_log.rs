@@ -79,6 +79,16 @@ fn is_plain_id(id: &[u8]) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || b"-_.:/+=".contains(c))
 }
 
+/// Who a routed request belongs to, put on its response by ComboService for the access line
+/// (one response extension for both).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Routed {
+    /// The request's tenant.
+    pub(crate) tenant: Option<Tenant>,
+    /// The combo it asked for.
+    pub(crate) combo: Option<ComboName>,
+}
+
 /// What the access line needs of the request, taken only when the line is enabled.
 pub(crate) struct AccessRequest {
     method: http::Method,
@@ -100,6 +110,7 @@ impl AccessRequest {
     pub(crate) fn log<B>(&self, res: &Response<B>, latency: Duration) {
         let ext = res.extensions();
         let account = ext.get::<ResolvedAccount>();
+        let routed = ext.get::<Routed>();
         let line = AccessLine {
             method: self.method.as_str(),
             path: self.uri.path(),
@@ -110,8 +121,8 @@ impl AccessRequest {
                 .unwrap_or("-"),
             status: res.status().as_u16(),
             latency_ms: latency.as_secs_f64() * 1000.0,
-            tenant: ext.get::<Tenant>().map(|t| &*t.0),
-            combo: ext.get::<ComboName>().map(|c| &*c.0),
+            tenant: routed.and_then(|r| r.tenant.as_ref()).map(|t| &*t.0),
+            combo: routed.and_then(|r| r.combo.as_ref()).map(|c| &*c.0),
             provider: account.map(|a| &**a.provider()),
             account: account.map(|a| &**a.account()),
             // What the relay did (`injected`, `scrubbed`, `repaired`, comma-joined), or `none`.

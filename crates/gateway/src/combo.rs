@@ -45,6 +45,7 @@ use crate::config::Config;
 use crate::decoding::{OFF_WORKERS_BYTES, decode_off_workers, off_workers};
 use crate::error::{ErrorKind, ErrorShape, error_response};
 use crate::gemini;
+use crate::access_log::Routed;
 use crate::model::{WrittenModel, find_model, rewrite_model};
 
 /// Boxed error used for body errors.
@@ -300,19 +301,17 @@ where
         Box::pin(async move {
             match prepare(req, &routes, limit, &mut hold).await {
                 Ok(req) => {
-                    // Copied onto the response for the access log, which sits outside.
-                    let tenant = req.extensions().get::<Tenant>().cloned();
-                    let combo = req.extensions().get::<ComboName>().cloned();
+                    // Copied onto the response for the access log, which sits outside (one
+                    // extension for both).
+                    let routed = Routed {
+                        tenant: req.extensions().get::<Tenant>().cloned(),
+                        combo: req.extensions().get::<ComboName>().cloned(),
+                    };
                     let mut res = inner.call(req).await?;
                     // The body has been sent upstream (or dropped) once the response head is
                     // here: its bytes go back to the budget.
                     drop(hold);
-                    if let Some(t) = tenant {
-                        res.extensions_mut().insert(t);
-                    }
-                    if let Some(c) = combo {
-                        res.extensions_mut().insert(c);
-                    }
+                    res.extensions_mut().insert(routed);
                     Ok(res.map(Either::Left))
                 }
                 Err(rejection) => Ok(rejection.map(Either::Right)),

@@ -201,10 +201,15 @@ struct Shared {
 ///
 /// Both come from the [`Tenant`] and [`SessionId`] extensions: the resolver derives no
 /// identity of its own.
-pub(crate) fn session_key(extensions: &Extensions) -> Option<Arc<str>> {
+pub(crate) fn session_key(extensions: &Extensions) -> Option<String> {
     let session = extensions.get::<SessionId>()?;
     let tenant = extensions.get::<Tenant>()?;
-    Some(Arc::from(format!("{}\n{}", tenant.0, session.0)))
+    // One allocation, no formatting machinery: this runs for every request with a session.
+    let mut key = String::with_capacity(tenant.0.len() + 1 + session.0.len());
+    key.push_str(&tenant.0);
+    key.push('\n');
+    key.push_str(&session.0);
+    Some(key)
 }
 
 async fn resolve<S, B, ResBody>(
@@ -226,8 +231,10 @@ where
     // The relay's own summary call (an anonymous user request carries SkipRelay, and is user
     // traffic).
     let internal = req.extensions().get::<SummaryCall>().is_some();
-    let targets = req.extensions().get::<RouteTargets>().cloned().or_else(|| {
-        let combo = req.extensions().get::<ComboName>()?;
+    let (mut parts, body) = req.into_parts();
+    // Taken, not copied: no attempt below needs it, and every attempt copies the extensions.
+    let targets = parts.extensions.remove::<RouteTargets>().or_else(|| {
+        let combo = parts.extensions.get::<ComboName>()?;
         routes.as_ref()?.combo_targets(&combo.0)
     });
     let Some(targets) = targets else {
@@ -238,7 +245,6 @@ where
             "the gateway could not route this request: no RouteTargets extension and no known ComboName (ComboService must run before AccountResolver)",
         ));
     };
-    let (parts, body) = req.into_parts();
     // ComboService bounded and buffered the body (the summary call's is the relay's own): it
     // comes as one frame, taken here without a copy and without a limit of its own.
     let body = match body.collect().await {

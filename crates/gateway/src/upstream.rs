@@ -28,6 +28,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use smallvec::SmallVec;
 use http::{HeaderMap, HeaderName, Request, Response, StatusCode, Uri, header};
 use http_body::Body;
 use http_body_util::combinators::UnsyncBoxBody;
@@ -260,7 +261,8 @@ pub(crate) fn upstream_uri(base_url: &str, client: &Uri) -> Result<Uri, http::ur
             }
         }
     }
-    url.parse()
+    // Parsed in place: the string becomes the URI's buffer without a copy.
+    Uri::try_from(url)
 }
 
 /// Removes hop-by-hop headers (those the `connection` header names too) and those `also`
@@ -278,7 +280,8 @@ fn strip(headers: &mut HeaderMap, also: impl Fn(&HeaderName) -> bool) {
     for n in named {
         headers.remove(n);
     }
-    let doomed: Vec<HeaderName> = headers
+    // A request carries a handful of them (`host`, `content-length`): kept on the stack.
+    let doomed: SmallVec<[HeaderName; 8]> = headers
         .keys()
         .filter(|n| HOP_BY_HOP.contains(n) || also(n))
         .cloned()

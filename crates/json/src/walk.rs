@@ -351,10 +351,12 @@ pub fn splice_str(body: &Bytes, span: Span, value: &str) -> Result<Bytes, JsonEr
     if decode_str(body, span.clone())? == value {
         return Ok(body.clone());
     }
-    let literal = serde_json::Value::String(value.to_owned()).to_string();
-    let mut out = Vec::with_capacity(body.len() - span.len() + literal.len());
+    // The literal is written straight into the new body (no string of its own); escapes make
+    // it longer than the text, rarely.
+    let mut out = Vec::with_capacity(body.len() - span.len() + value.len() + 2);
     out.extend_from_slice(&body[..span.start]);
-    out.extend_from_slice(literal.as_bytes());
+    // Serialising a `str` into a `Vec` cannot fail.
+    let _ = serde_json::to_writer(&mut out, value);
     out.extend_from_slice(&body[span.end..]);
     Ok(Bytes::from(out))
 }
