@@ -26,7 +26,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
 use context_relay_tower::{ComboName, ResolvedAccount, Tenant};
-use http::{HeaderName, Request, Response};
+use http::{HeaderName, HeaderValue, Request, Response};
 
 use crate::LogBuffer;
 
@@ -52,20 +52,31 @@ pub fn write_access_lines_to(log: LogBuffer) -> bool {
     DIRECT.set(log).is_ok()
 }
 
-/// The longest client `x-request-id` kept (see [`keep_plain_request_id`]).
+/// The longest client `x-request-id` kept (see [`ensure_request_id`]).
 pub(crate) const MAX_REQUEST_ID: usize = 128;
 
-/// Drops a client's `x-request-id` that is empty, longer than [`MAX_REQUEST_ID`] or holds
-/// anything but ASCII letters, digits and `-_.:/+=`: the gateway makes a fresh one instead, so
-/// that a client can neither forge fields of the access line nor make it arbitrarily long.
-pub(crate) fn keep_plain_request_id<B>(mut req: Request<B>) -> Request<B> {
-    let plain = req
-        .headers()
-        .get_all(&X_REQUEST_ID)
-        .iter()
-        .all(|v| is_plain_id(v.as_bytes()));
+/// Gives every request one plain `x-request-id`: a client's id is kept when it is plain (at
+/// most [`MAX_REQUEST_ID`] ASCII letters, digits and `-_.:/+=`); one that is empty, longer or
+/// holds anything else is dropped, so that a client can neither forge fields of the access line
+/// nor make it arbitrarily long; a request without one gets a fresh UUID (v4).
+///
+/// The id travels in the header only (the access line and `PropagateRequestIdLayer` read it
+/// there): no request extension is made for it, since every attempt the account resolver sends
+/// copies the request's extensions.
+pub(crate) fn ensure_request_id<B>(mut req: Request<B>) -> Request<B> {
+    let ids = req.headers().get_all(&X_REQUEST_ID);
+    let present = ids.iter().next().is_some();
+    let plain = ids.iter().all(|v| is_plain_id(v.as_bytes()));
     if !plain {
         req.headers_mut().remove(&X_REQUEST_ID);
+    }
+    if !present || !plain {
+        let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+        let id = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut text);
+        // A hyphenated UUID is always a valid header value.
+        if let Ok(value) = HeaderValue::from_str(id) {
+            req.headers_mut().insert(X_REQUEST_ID.clone(), value);
+        }
     }
     req
 }

@@ -320,6 +320,17 @@ where
     }
 }
 
+/// Makes `content-length` say `len`, leaving a header that already says so as it is (making
+/// a new value costs an allocation, and the client's is right unless the body changed).
+pub(crate) fn set_content_length(headers: &mut http::HeaderMap, len: usize) {
+    let mut values = headers.get_all(header::CONTENT_LENGTH).iter();
+    let says = |v: &HeaderValue| v.to_str().ok().and_then(|v| v.parse::<usize>().ok());
+    let exact = values.next().and_then(says) == Some(len) && values.next().is_none();
+    if !exact {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    }
+}
+
 /// Turns the client request into the routed one, or into the error response to send back.
 async fn prepare<B>(
     req: Request<B>,
@@ -460,9 +471,7 @@ where
         parts.uri = uri;
     }
 
-    parts
-        .headers
-        .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    set_content_length(&mut parts.headers, body.len());
     if body.len() >= OFF_WORKERS_BYTES {
         let body = body.clone();
         parts = off_workers(move || {

@@ -530,8 +530,7 @@ fn attempt_request(
     *req.version_mut() = parts.version;
     *req.headers_mut() = parts.headers.clone();
     *req.extensions_mut() = parts.extensions.clone();
-    req.headers_mut()
-        .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    crate::combo::set_content_length(req.headers_mut(), len);
     req.extensions_mut().insert(UpstreamEndpoint {
         base_url: pool.base_url().clone(),
         credential: Some(credential),

@@ -286,3 +286,24 @@ fn identify_sets_tenant_and_session_once_for_everyone() {
     assert!(key(&req, turn1).is_some());
     assert_eq!(key(&req, turn1), key(&req, turn2));
 }
+
+#[test]
+fn content_length_is_rewritten_only_when_it_is_wrong() {
+    use crate::combo::set_content_length;
+    let mut headers = http::HeaderMap::new();
+    set_content_length(&mut headers, 12);
+    assert_eq!(headers[header::CONTENT_LENGTH], "12", "added when missing");
+    // A right value stays the very value the client sent (its spelling included).
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("012"));
+    set_content_length(&mut headers, 12);
+    assert_eq!(headers[header::CONTENT_LENGTH], "012");
+    set_content_length(&mut headers, 7);
+    assert_eq!(headers[header::CONTENT_LENGTH], "7", "a stale value is replaced");
+    // Two values (even equal ones) become one.
+    headers.append(header::CONTENT_LENGTH, HeaderValue::from_static("7"));
+    set_content_length(&mut headers, 7);
+    assert_eq!(headers.get_all(header::CONTENT_LENGTH).iter().count(), 1);
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("x"));
+    set_content_length(&mut headers, 7);
+    assert_eq!(headers[header::CONTENT_LENGTH], "7", "an unreadable value is replaced");
+}
