@@ -38,6 +38,7 @@ use http_body_util::{Either, Full};
 use tower_layer::Layer;
 use tower_service::Service;
 
+use crate::access_log::Routed;
 use crate::auth::{ClientAccess, forbidden};
 use crate::budget::{BudgetHold, ByteBudget};
 use crate::collect::{Buffered, Collect, collect_within, is_timeout};
@@ -45,7 +46,6 @@ use crate::config::Config;
 use crate::decoding::{OFF_WORKERS_BYTES, decode_off_workers, off_workers};
 use crate::error::{ErrorKind, ErrorShape, error_response};
 use crate::gemini;
-use crate::access_log::Routed;
 use crate::model::{WrittenModel, find_model, rewrite_model};
 
 /// Boxed error used for body errors.

@@ -14,16 +14,25 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::routing::future::RouteFuture;
-use http::{Request, Response};
+use futures_util::future::Either;
+use http::{Method, Request, Response};
 use hyper::body::Incoming;
+use tower::ServiceExt;
+use tower::util::Oneshot;
 use tower_service::Service;
 
+use crate::app::ProxyService;
 use crate::idle::IdleTimeoutBody;
+use crate::routes::is_proxy_path;
 
 /// What a request is served with.
 #[derive(Clone)]
 struct Current {
     router: Router,
+    /// The proxy stack the router mounts on the API paths, called directly for a `POST` to one
+    /// of them ([`is_proxy_path`]): the same service, without the router's matching, its path
+    /// parameters extension (which every attempt would copy) and its boxed future.
+    proxy: Option<ProxyService>,
     /// `client_body_timeout_secs`: longest wait between two chunks of a request body.
     body_timeout: Duration,
 }
@@ -45,11 +54,13 @@ impl Default for Live {
 }
 
 impl Live {
-    /// Serves `router` (with `body_timeout`) from now on.
-    pub(crate) fn set(&self, router: Router, body_timeout: Duration) {
+    /// Serves `router` (with `body_timeout`) from now on; `proxy`, when given, is the service
+    /// `router` mounts on the API paths.
+    pub(crate) fn set(&self, router: Router, proxy: Option<ProxyService>, body_timeout: Duration) {
         let mut current = self.0.write().unwrap_or_else(PoisonError::into_inner);
         *current = Some(Current {
             router,
+            proxy,
             body_timeout,
         });
     }
@@ -59,6 +70,7 @@ impl Live {
         // Set before the service is handed out; an empty router answers 404 otherwise.
         current.clone().unwrap_or_else(|| Current {
             router: Router::new(),
+            proxy: None,
             body_timeout: Duration::from_secs(60),
         })
     }
@@ -67,7 +79,7 @@ impl Live {
 impl Service<Request<Incoming>> for Live {
     type Response = Response<Body>;
     type Error = Infallible;
-    type Future = RouteFuture<Infallible>;
+    type Future = Either<RouteFuture<Infallible>, Oneshot<ProxyService, Request<Body>>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         // An axum router is always ready.
@@ -77,10 +89,17 @@ impl Service<Request<Incoming>> for Live {
     fn call(&mut self, req: Request<Incoming>) -> Self::Future {
         let Current {
             mut router,
+            proxy,
             body_timeout,
         } = self.current();
         // Armed only while the body waits for the client: a body already received costs no
         // timer.
-        router.call(req.map(|b| Body::new(IdleTimeoutBody::new(b, body_timeout))))
+        let req = req.map(|b| Body::new(IdleTimeoutBody::new(b, body_timeout)));
+        match proxy {
+            Some(proxy) if req.method() == Method::POST && is_proxy_path(req.uri().path()) => {
+                Either::Right(proxy.oneshot(req))
+            }
+            _ => Either::Left(router.call(req)),
+        }
     }
 }

@@ -89,7 +89,12 @@ impl Gateway {
         }
         .load_tenant_secret()
         .await?;
-        self.live.set(next.router(), next.body_timeout());
+        let proxy = next.proxy();
+        self.live.set(
+            next.router_with(proxy.clone()),
+            Some(proxy),
+            next.body_timeout(),
+        );
         Ok(next)
     }
 }

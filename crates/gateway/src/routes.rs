@@ -53,6 +53,14 @@ const RESPONSES: &str = "/v1/responses";
 const MESSAGES: &str = "/v1/messages";
 const COUNT_TOKENS: &str = "/v1/messages/count_tokens";
 const COMPACT: &str = "/v1/responses/compact";
+/// The API paths without parameters on which the proxy stack serves `POST`.
+const PROXY_PATHS: [&str; 5] = [CHAT, RESPONSES, MESSAGES, COUNT_TOKENS, COMPACT];
+
+/// Whether `path` is one of the proxy stack's paths without parameters (where the router
+/// mounts it for `POST`).
+pub(crate) fn is_proxy_path(path: &str) -> bool {
+    PROXY_PATHS.contains(&path)
+}
 /// Gemini `…/{model}:generateContent` and `:streamGenerateContent` (the model may hold a `/`).
 const GEMINI: &str = "/v1/models/{*rest}";
 const GEMINI_BETA: &str = "/v1beta/models/{*rest}";
@@ -96,7 +104,12 @@ impl Gateway {
     /// The whole HTTP service: [`router`](Self::router) inside the tower-http stack. A
     /// [`reload`](Self::reload) of this gateway replaces the router it serves.
     pub fn service(&self) -> HttpService {
-        self.live.set(self.router(), self.body_timeout());
+        let proxy = self.proxy();
+        self.live.set(
+            self.router_with(proxy.clone()),
+            Some(proxy),
+            self.body_timeout(),
+        );
         self.stack(self.live.clone())
     }
 
@@ -104,7 +117,7 @@ impl Gateway {
     #[cfg(test)]
     pub(crate) fn service_for(&self, router: Router) -> HttpService {
         let live = Live::default();
-        live.set(router, self.body_timeout());
+        live.set(router, None, self.body_timeout());
         self.stack(live)
     }
 
@@ -207,6 +220,8 @@ impl Gateway {
                     async move { json(StatusCode::OK, models) }
                 }),
             )
+            // `Live` calls the proxy directly for these (`is_proxy_path`); the routes stay for
+            // the other methods' 405 and for a router served without `Live`.
             .route(CHAT, post_service(proxy.clone()))
             .route(RESPONSES, post_service(proxy.clone()))
             .route(MESSAGES, post_service(proxy.clone()))

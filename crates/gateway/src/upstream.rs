@@ -28,7 +28,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use smallvec::SmallVec;
 use http::{HeaderMap, HeaderName, Request, Response, StatusCode, Uri, header};
 use http_body::Body;
 use http_body_util::combinators::UnsyncBoxBody;
@@ -38,6 +37,7 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use smallvec::SmallVec;
 use tower_service::Service;
 
 use context_relay_tower::ResolvedAccount;

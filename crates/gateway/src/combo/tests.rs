@@ -298,12 +298,20 @@ fn content_length_is_rewritten_only_when_it_is_wrong() {
     set_content_length(&mut headers, 12);
     assert_eq!(headers[header::CONTENT_LENGTH], "012");
     set_content_length(&mut headers, 7);
-    assert_eq!(headers[header::CONTENT_LENGTH], "7", "a stale value is replaced");
+    assert_eq!(
+        headers[header::CONTENT_LENGTH],
+        "7",
+        "a stale value is replaced"
+    );
     // Two values (even equal ones) become one.
     headers.append(header::CONTENT_LENGTH, HeaderValue::from_static("7"));
     set_content_length(&mut headers, 7);
     assert_eq!(headers.get_all(header::CONTENT_LENGTH).iter().count(), 1);
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("x"));
     set_content_length(&mut headers, 7);
-    assert_eq!(headers[header::CONTENT_LENGTH], "7", "an unreadable value is replaced");
+    assert_eq!(
+        headers[header::CONTENT_LENGTH],
+        "7",
+        "an unreadable value is replaced"
+    );
 }

@@ -129,3 +129,46 @@ targets = ["codex/gpt-5.5"]
         }
     }
 }
+
+/// The served router calls the proxy stack directly for a `POST` to an API path; every other
+/// method still gets the router's answer.
+#[tokio::test]
+async fn api_paths_reach_the_proxy_directly_and_other_methods_still_get_405() {
+    assert!(super::is_proxy_path("/v1/chat/completions"));
+    assert!(!super::is_proxy_path("/v1/chat/completions/"));
+    assert!(!super::is_proxy_path(
+        "/v1/models/gemini-2.5-pro:generateContent"
+    ));
+    let gateway = gateway();
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let server = RunningGateway::start_with(
+        "127.0.0.1:0".parse().unwrap(),
+        gateway.service(),
+        gateway.serve_options(),
+    )
+    .await
+    .unwrap();
+    let url = format!("{}/v1/chat/completions", server.url());
+    let res = client
+        .request(Request::get(&url).body(Full::default()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 405);
+    assert_eq!(res.headers()["allow"], "POST");
+    // An unknown model: the combo service (inside the proxy stack) answers 404 in the API's
+    // shape.
+    let req = Request::post(&url)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from_static(
+            br#"{"model":"nope","messages":[]}"#,
+        )))
+        .unwrap();
+    let res = client.request(req).await.unwrap();
+    assert_eq!(res.status(), 404);
+    assert!(res.headers().contains_key("x-request-id"));
+    let v: Value =
+        serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!(v["error"]["code"], "model_not_found", "{v}");
+    server.shutdown().await.unwrap();
+}
