@@ -2,8 +2,9 @@
 //! instead of holding a connection (and its buffers) forever.
 //!
 //! Unlike a plain timeout it resets on every frame, so a long SSE stream that keeps sending is
-//! never cut. The timer is armed only when the body has to wait: a body whose frames are
-//! already there (a buffered JSON answer) never touches the runtime's timer. It forwards
+//! never cut. The wait counts only while the body has to wait: a body whose frames are already
+//! there (a buffered JSON answer) never polls the runtime's timer, and the timer is moved on
+//! only when it fires before the current wait is over, not at every frame. It forwards
 //! `is_end_stream` and `size_hint`, so `content-length` and end of stream are seen through it
 //! exactly as without it.
 
@@ -30,8 +31,10 @@ pin_project_lite::pin_project! {
         #[pin]
         sleep: Sleep,
         idle: Duration,
-        // `sleep` runs from the first wait after the last frame.
-        armed: bool,
+        // When the current wait began (`None` while frames come). `sleep` may be due earlier
+        // (an earlier wait set it): it is moved on only when it fires, so a stream's frames
+        // cost no timer update each.
+        waiting_since: Option<Instant>,
     }
 }
 
@@ -42,7 +45,7 @@ impl<B> IdleTimeoutBody<B> {
             inner,
             sleep: sleep(idle),
             idle,
-            armed: false,
+            waiting_since: None,
         }
     }
 }
@@ -62,16 +65,20 @@ where
         let mut this = self.project();
         match this.inner.poll_frame(cx) {
             Poll::Ready(frame) => {
-                *this.armed = false;
+                *this.waiting_since = None;
                 Poll::Ready(frame.map(|r| r.map_err(Into::into)))
             }
             Poll::Pending => {
-                if !std::mem::replace(this.armed, true) {
-                    this.sleep.as_mut().reset(Instant::now() + *this.idle);
-                }
-                match this.sleep.poll(cx) {
-                    Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(IdleTimeout(*this.idle))))),
-                    Poll::Pending => Poll::Pending,
+                let due = *this.waiting_since.get_or_insert_with(Instant::now) + *this.idle;
+                loop {
+                    if this.sleep.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    if this.sleep.deadline() >= due {
+                        return Poll::Ready(Some(Err(Box::new(IdleTimeout(*this.idle)))));
+                    }
+                    // Set by an earlier wait: this one has time left.
+                    this.sleep.as_mut().reset(due);
                 }
             }
         }

@@ -220,7 +220,7 @@ fn keep(buf: &mut Vec<u8>, gave_up: &mut bool, chunk: &[u8]) {
 /// Reads the usage an SSE event's data carries, if it may carry any.
 fn read_event(seen: &mut Raw, data: &[u8]) {
     // Most events carry no usage: only those that name it are decoded.
-    if memchr::memmem::find(data, b"sage").is_none() {
+    if !may_carry_usage(data) {
         return;
     }
     if let Ok(carrier) = serde_json::from_slice::<Carrier>(data) {
@@ -228,10 +228,19 @@ fn read_event(seen: &mut Raw, data: &[u8]) {
     }
 }
 
+/// Whether `json` holds the text `sage` (of `usage`, `usageMetadata`, `usage_metadata`): a
+/// body or event without it carries no usage and is not decoded. The searcher is built once:
+/// building one costs more than searching a stream event.
+fn may_carry_usage(json: &[u8]) -> bool {
+    static SAGE: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"sage"));
+    SAGE.find(json).is_some()
+}
+
 /// Reads the usage of a whole JSON body: an object, or an array of them (Gemini's stream
 /// without SSE).
 fn read_json(seen: &mut Raw, body: &[u8]) {
-    if memchr::memmem::find(body, b"sage").is_none() {
+    if !may_carry_usage(body) {
         return;
     }
     let first = body.iter().find(|b| !b.is_ascii_whitespace());
