@@ -73,10 +73,12 @@ command_of() {
   esac
 }
 
-# Runs wrk against $1 with body $2 for $3 seconds; prints the requests completed.
+# Runs wrk against $1 with body $2 for $3 seconds; prints the requests completed. The xl mix
+# is a late turn of an agent session and carries its session id in a header, as in run.sh.
 load() {
-  local out
-  out=$(BODY_FILE=$2 wrk -t1 -c"$CONNECTIONS" -d"$3"s --timeout 10s -s "$PERF/lib/wrk_post.lua" \
+  local out extra=""
+  [[ $(basename "$2") == xl.json ]] && extra="x-session-id: perf-xl-session"
+  out=$(BODY_FILE=$2 EXTRA_HEADERS=$extra wrk -t1 -c"$CONNECTIONS" -d"$3"s --timeout 10s -s "$PERF/lib/wrk_post.lua" \
     "http://127.0.0.1:$1/v1/chat/completions" 2>&1) || die "wrk failed: $out"
   python3 -c 'import json,sys
 for line in sys.stdin:

@@ -8,8 +8,9 @@
 //!   to its tenant, memoised per credential as the open gateway does;
 //! - the body buffered (bounded), its top-level `model` found and spliced to the first
 //!   target's model;
-//! - the session fingerprint of the body and the session's account binding looked up (made
-//!   on first sight);
+//! - the session id of a session header when the client sent one (as agent clients do), else
+//!   the fingerprint of the body, and the session's account binding looked up (made on first
+//!   sight);
 //! - the account key set, the request sent upstream, the quota headers read;
 //! - one access line per request, written to stderr in 64 KiB batches.
 //!
@@ -69,6 +70,8 @@ struct Floor {
     accounts: Vec<(String, HeaderValue)>,
     tenants: RwLock<HashMap<Bytes, Arc<str>>>,
     bindings: RwLock<HashMap<String, usize>>,
+    /// The session headers the gateway reads by default.
+    sources: session::SessionSources,
     fingerprint: bool,
     log: bool,
 }
@@ -130,10 +133,11 @@ impl Floor {
         let Ok(body) = json::splice_str(&body, model.value.clone(), &self.model) else {
             return status(StatusCode::BAD_REQUEST);
         };
-        let session = if self.fingerprint {
-            session::fingerprint(&body)
-        } else {
-            None
+        let header = session::header_session(&parts.headers, &self.sources);
+        let session = match header {
+            Some((id, _)) => Some(id.to_owned()),
+            None if self.fingerprint => session::fingerprint(&body),
+            None => None,
         };
         let idx = session
             .as_deref()
@@ -246,6 +250,7 @@ fn floor_from(config: &Config, without: &[String]) -> Result<Floor, Error> {
         accounts,
         tenants: RwLock::default(),
         bindings: RwLock::default(),
+        sources: session::SessionSources::default(),
         fingerprint: !without.iter().any(|s| s == "fingerprint"),
         log: !without.iter().any(|s| s == "log"),
     })

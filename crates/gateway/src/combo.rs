@@ -46,7 +46,7 @@ use crate::config::Config;
 use crate::decoding::{OFF_WORKERS_BYTES, decode_off_workers, off_workers};
 use crate::error::{ErrorKind, ErrorShape, error_response};
 use crate::gemini;
-use crate::model::{WrittenModel, find_model, rewrite_model};
+use crate::model::{BODY_LITERALS, BODY_LITERALS_CAP, WrittenModel, find_model_in, rewrite_model};
 
 /// Boxed error used for body errors.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -440,8 +440,11 @@ where
             (model, None)
         }
         None => {
-            let field = find_model(body.as_slice()).map_err(|e| bad_request(&e.to_string()))?;
-            (field.value.clone(), Some(field))
+            // One pass over the body finds what `model` and the session reading look for.
+            let found = BODY_LITERALS.find_all(body.as_slice(), BODY_LITERALS_CAP);
+            let field = find_model_in(body.as_slice(), Some(&found))
+                .map_err(|e| bad_request(&e.to_string()))?;
+            (field.value.clone(), Some((field, found)))
         }
     };
     if let Some(access) = parts.extensions.get::<ClientAccess>()
@@ -457,15 +460,17 @@ where
             &e.to_string(),
         )
     })?;
-    let (body, written) = match (targets.targets.first(), &field) {
-        (Some(first), Some(field)) => {
-            let (body, written) = rewrite_model(body, field, &first.model);
-            (body, Some(written))
+    let (body, written, found) = match (targets.targets.first(), field) {
+        (Some(first), Some((field, found))) => {
+            let (body, written) = rewrite_model(body, &field, &first.model);
+            let found = written.carry(found, &field, &body);
+            (body, Some(written), Some(found))
         }
-        _ => (body.into_bytes(), None),
+        (None, Some((_, found))) => (body.into_bytes(), None, Some(found)),
+        (_, None) => (body.into_bytes(), None, None),
     };
     if let Some(first) = targets.targets.first()
-        && field.is_none()
+        && found.is_none()
         && let Some(uri) = gemini::with_model(&parts.uri, &first.model)
     {
         parts.uri = uri;
@@ -475,13 +480,13 @@ where
     if body.len() >= OFF_WORKERS_BYTES {
         let body = body.clone();
         parts = off_workers(move || {
-            identify(&mut parts, &body);
+            identify(&mut parts, &body, found.as_ref());
             parts
         })
         .await
         .map_err(|e| bad_request(&format!("the request body could not be read: {e}")))?;
     } else {
-        identify(&mut parts, &body);
+        identify(&mut parts, &body, found.as_ref());
     }
     if let Some(combo) = combo {
         parts.extensions.insert(combo);
@@ -510,14 +515,33 @@ const MAX_CODINGS: usize = 2;
 /// Deriving them once here, where the body is already decoded, lets the account resolver (sticky
 /// sessions), GenerationLayer and InjectionLayer agree on the session of every request, also
 /// for clients that send no session header, without each of them parsing the body again.
-pub(crate) fn identify(parts: &mut http::request::Parts, body: &[u8]) {
-    let identity = session::identify(
-        &parts.headers,
-        Some(body),
-        &SESSION_SOURCES,
-        parts.extensions.get::<SessionId>().map(|s| s.0.clone()),
-        parts.extensions.get::<Tenant>().map(|t| t.0.clone()),
-    );
+///
+/// `found`: where [`BODY_LITERALS`] occur in `body`, when ComboService searched it for them.
+pub(crate) fn identify(
+    parts: &mut http::request::Parts,
+    body: &[u8],
+    found: Option<&context_relay_core::json::Found<'_>>,
+) {
+    let explicit_session = parts.extensions.get::<SessionId>().map(|s| s.0.clone());
+    let explicit_tenant = parts.extensions.get::<Tenant>().map(|t| t.0.clone());
+    let headers = &parts.headers;
+    let identity = match found {
+        Some(found) => session::identify_found(
+            headers,
+            body,
+            found,
+            &SESSION_SOURCES,
+            explicit_session,
+            explicit_tenant,
+        ),
+        None => session::identify(
+            headers,
+            Some(body),
+            &SESSION_SOURCES,
+            explicit_session,
+            explicit_tenant,
+        ),
+    };
     parts.extensions.insert(Tenant(identity.tenant));
     match identity.session {
         Some(session) => {

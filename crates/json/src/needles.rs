@@ -8,12 +8,18 @@
 //!
 //! It pays off from three literals, or when one is short: on the perf harness's 100 KB body,
 //! seven bound-state markers cost 118 000 instructions in one packed pass against 330 000 in
-//! seven `memchr` passes, and `"model"` with `\u` 64 000 against 77 000; but two long literals
-//! (`"prompt_cache_key"`, `"metadata"`) cost 114 000 against 95 000, so those stay with
-//! `memchr`.
+//! seven `memchr` passes. The packed searcher's speed depends on the set, not only on its
+//! size: two long literals alone (`"prompt_cache_key"`, `"metadata"`) cost more packed than in
+//! two `memchr` passes (8.8 µs against 5.5 µs natively), while the same two with `"model"` and
+//! `\u` take one pass of 3.8 µs, no more than `"model"` and `\u` alone (4.0 µs).
+//!
+//! [`Needles::find`] answers one question; [`Needles::find_all`] records every occurrence in
+//! one pass ([`Found`]), so that several readers of a body (the gateway's `model` check and the
+//! session-id reading) share it.
 
 use aho_corasick::packed::{Config, MatchKind, Searcher};
 use memchr::memmem::Finder;
+use smallvec::SmallVec;
 
 /// A set of literals, searched for together: [`Needles::find`] gives where the first
 /// occurrence of any of them starts. Build it once (in a `LazyLock`) and share it: building
@@ -33,6 +39,8 @@ pub struct Needles {
     packed: Option<Searcher>,
     /// One searcher per literal, used when no packed searcher could be built.
     each: Vec<Finder<'static>>,
+    /// The literals, in the order given.
+    literals: Vec<&'static [u8]>,
 }
 
 impl Needles {
@@ -50,7 +58,11 @@ impl Needles {
         } else {
             needles.iter().map(|&n| Finder::new(n)).collect()
         };
-        Self { packed, each }
+        Self {
+            packed,
+            each,
+            literals: needles,
+        }
     }
 
     /// Where the first occurrence of any of the literals in `haystack` starts.
@@ -64,6 +76,155 @@ impl Needles {
     /// Whether `haystack` holds any of the literals.
     pub fn any_in(&self, haystack: &[u8]) -> bool {
         self.find(haystack).is_some()
+    }
+
+    /// Every occurrence of every literal in `haystack` (overlapping ones included), in one
+    /// pass, so that several readers of one body can ask it instead of each searching the body
+    /// again. At most `cap` occurrences are recorded: past them the pass stops, and the
+    /// [`Found`] says so (its readers search the rest themselves).
+    ///
+    /// ```
+    /// use context_relay_json::Needles;
+    ///
+    /// let needles = Needles::new(&[b"\"model\"", b"\"metadata\""]);
+    /// let body = br#"{"model":"m","messages":[],"metadata":{}}"#;
+    /// let found = needles.find_all(body, 8);
+    /// assert_eq!(found.next_of(&[b"\"metadata\""], 0), Ok(Some(27)));
+    /// assert_eq!(found.next_of(&[b"\"model\"", b"\"metadata\""], 2), Ok(Some(27)));
+    /// assert_eq!(found.next_of(&[b"\"model\""], 2), Ok(None));
+    /// // A literal the set does not hold: the reader searches from `from` itself.
+    /// assert_eq!(found.next_of(&[b"\"user\""], 5), Err(5));
+    /// // Past the cap, what was not recorded is left to the reader.
+    /// assert_eq!(needles.find_all(body, 1).next_of(&[b"\"metadata\""], 0), Err(27));
+    /// ```
+    pub fn find_all(&self, haystack: &[u8], cap: usize) -> Found<'_> {
+        let mut found = Found {
+            needles: self,
+            hits: SmallVec::new(),
+            complete_from: None,
+        };
+        found.record(haystack, 0, cap);
+        found
+    }
+}
+
+/// Where the literals of a [`Needles`] set occur in one haystack ([`Needles::find_all`]).
+#[derive(Debug, Clone)]
+pub struct Found<'n> {
+    needles: &'n Needles,
+    /// (literal index, start), by start; a request body holds a few (its `model` key).
+    hits: SmallVec<[(usize, usize); 4]>,
+    /// `None` when every occurrence is in `hits`; else the position from which nothing was
+    /// recorded (every occurrence starting before it is in `hits`).
+    complete_from: Option<usize>,
+}
+
+impl Found<'_> {
+    /// Records the occurrences starting at or after `at`, up to `cap` of them in all.
+    fn record(&mut self, haystack: &[u8], mut at: usize, cap: usize) {
+        while let Some(start) = haystack
+            .get(at..)
+            .and_then(|rest| self.needles.find(rest))
+            .map(|i| at + i)
+        {
+            if self.hits.len() >= cap {
+                self.complete_from = Some(start);
+                return;
+            }
+            let rest = &haystack[start..];
+            for (i, literal) in self.needles.literals.iter().enumerate() {
+                if rest.starts_with(literal) {
+                    self.hits.push((i, start));
+                }
+            }
+            at = start + 1;
+        }
+        self.complete_from = None;
+    }
+
+    /// Where the first occurrence at or after `from` of any of `literals` starts: `Ok(None)`
+    /// when there is none; `Err(resume)` when the answer is not known here (a literal that is
+    /// not in the set, or occurrences past the cap): the caller searches from `resume` itself.
+    pub fn next_of(&self, literals: &[&[u8]], from: usize) -> Result<Option<usize>, usize> {
+        let mut wanted = [false; 16];
+        for literal in literals {
+            match self.needles.literals.iter().position(|l| l == literal) {
+                Some(i) if i < wanted.len() => wanted[i] = true,
+                _ => return Err(from),
+            }
+        }
+        let hit = self
+            .hits
+            .iter()
+            .find(|&&(i, start)| start >= from && wanted[i])
+            .map(|&(_, start)| start);
+        match (hit, self.complete_from) {
+            (Some(start), _) => Ok(Some(start)),
+            (None, None) => Ok(None),
+            (None, Some(rest)) => Err(rest.max(from)),
+        }
+    }
+
+    /// The occurrences in the haystack that results from replacing the bytes at `span` of the
+    /// searched one by `new` (the whole new haystack): those well before the span stay, those
+    /// after it move by the change of length, and the stretch around the new bytes, where a
+    /// literal may have been removed or formed, is read again.
+    pub fn spliced(mut self, new: &[u8], span: std::ops::Range<usize>, new_len: usize) -> Self {
+        let reach = self
+            .needles
+            .literals
+            .iter()
+            .map(|l| l.len())
+            .max()
+            .unwrap_or(1);
+        // Occurrences starting before `lo` end before the span; those starting at or after
+        // `hi` (in the old haystack) start after it.
+        let lo = span.start.saturating_sub(reach - 1);
+        let hi = span.end;
+        // An old position at or after the span's end, in the new haystack.
+        let shift = |p: usize| p - span.end + span.start + new_len;
+        match self.complete_from {
+            Some(rest) if rest <= hi => {
+                // Nothing known past the span: keep what lies before it, search on from there.
+                self.hits.retain(|hit| hit.1 < lo);
+                self.complete_from = Some(lo.min(rest));
+            }
+            _ => {
+                let after: SmallVec<[(usize, usize); 4]> = self
+                    .hits
+                    .iter()
+                    .filter(|&&(_, start)| start >= hi)
+                    .map(|&(i, start)| (i, shift(start)))
+                    .collect();
+                let complete_from = self.complete_from.map(shift);
+                self.hits.retain(|hit| hit.1 < lo);
+                // Occurrences starting from `lo` up to the end of the new bytes are read again
+                // from `new`.
+                let window_end = (span.start + new_len).min(new.len());
+                // A few dozen bytes: read directly (a searcher costs more to start than this
+                // whole stretch), stopping only where a literal's first byte stands.
+                let literals = &self.needles.literals;
+                let stretch = new.get(lo..window_end.max(lo)).unwrap_or_default();
+                let firsts: SmallVec<[u8; 4]> = {
+                    let mut f: SmallVec<[u8; 4]> =
+                        literals.iter().filter_map(|l| l.first().copied()).collect();
+                    f.sort_unstable();
+                    f.dedup();
+                    f
+                };
+                for at in (0..stretch.len()).filter(|&p| firsts.contains(&stretch[p])) {
+                    let rest = &new[lo + at..];
+                    for (i, literal) in literals.iter().enumerate() {
+                        if rest.starts_with(literal) {
+                            self.hits.push((i, lo + at));
+                        }
+                    }
+                }
+                self.hits.extend(after);
+                self.complete_from = complete_from;
+            }
+        }
+        self
     }
 }
 
@@ -120,11 +281,108 @@ mod tests {
         }
     }
 
+    /// Every occurrence of every literal, by start, as one search per literal per position
+    /// finds them.
+    fn all_occurrences(needles: &[&[u8]], haystack: &[u8]) -> Vec<(usize, usize)> {
+        let mut all = Vec::new();
+        for start in 0..haystack.len() {
+            for (i, n) in needles.iter().enumerate() {
+                if haystack[start..].starts_with(n) {
+                    all.push((i, start));
+                }
+            }
+        }
+        all
+    }
+
+    fn haystack_of() -> impl Strategy<Value = Vec<u8>> {
+        prop::collection::vec(
+            prop_oneof![
+                prop::sample::select(KEYS.to_vec()).prop_map(|k: &[u8]| k.to_vec()),
+                prop::sample::select(KEYS.to_vec())
+                    .prop_flat_map(|k| (Just(k), 0..k.len()))
+                    .prop_map(|(k, cut)| k[..cut].to_vec()),
+                "[ -~]{0,20}".prop_map(String::into_bytes),
+            ],
+            0..30,
+        )
+        .prop_map(|pieces| pieces.concat())
+    }
+
+    proptest! {
+        /// `find_all` records every occurrence (overlapping ones too), and `next_of` answers
+        /// as a search from `from` would, or says where to search when it cannot know.
+        #[test]
+        fn find_all_and_next_of_agree_with_searching(
+            haystack in haystack_of(),
+            chosen in prop::sample::subsequence(KEYS.to_vec(), 1..KEYS.len()),
+            asked in prop::sample::subsequence(KEYS.to_vec(), 1..3),
+            cap in prop_oneof![Just(usize::MAX), 0usize..6],
+            from in 0usize..200,
+        ) {
+            let needles = Needles::new(&chosen);
+            let all = all_occurrences(&chosen, &haystack);
+            prop_assert_eq!(&needles.find_all(&haystack, usize::MAX).hits[..], &all[..]);
+            let truth = asked
+                .iter()
+                .filter_map(|n| haystack.get(from..).and_then(|rest| memchr::memmem::find(rest, n)))
+                .min()
+                .map(|i| from + i);
+            let known = asked.iter().all(|a| chosen.contains(a));
+            match needles.find_all(&haystack, cap).next_of(&asked, from) {
+                Ok(answer) => {
+                    prop_assert!(known);
+                    prop_assert_eq!(answer, truth);
+                }
+                Err(resume) => {
+                    prop_assert!(resume >= from);
+                    // Nothing was skipped: the first occurrence is at or after `resume`.
+                    prop_assert!(truth.is_none_or(|t| t >= resume), "{truth:?} < {resume}");
+                    if known && cap == usize::MAX {
+                        prop_assert!(false, "a complete search answered Err");
+                    }
+                }
+            }
+        }
+
+        /// After a splice, the occurrences are those a fresh pass over the new haystack finds
+        /// (or, past a cap, a prefix of them with the rest left to search).
+        #[test]
+        fn spliced_occurrences_are_those_of_the_new_haystack(
+            haystack in haystack_of(),
+            cut in (0usize..100, 0usize..20),
+            new_bytes in prop_oneof![
+                prop::sample::select(KEYS.to_vec()).prop_map(|k: &[u8]| k.to_vec()),
+                "[ -~]{0,12}".prop_map(String::into_bytes),
+            ],
+            cap in prop_oneof![Just(usize::MAX), 0usize..6],
+        ) {
+            let start = cut.0.min(haystack.len());
+            let end = (start + cut.1).min(haystack.len());
+            let mut new = haystack[..start].to_vec();
+            new.extend_from_slice(&new_bytes);
+            new.extend_from_slice(&haystack[end..]);
+            let needles = Needles::new(&KEYS);
+            let spliced = needles
+                .find_all(&haystack, cap)
+                .spliced(&new, start..end, new_bytes.len());
+            let all = all_occurrences(&KEYS, &new);
+            match spliced.complete_from {
+                None => prop_assert_eq!(&spliced.hits[..], &all[..]),
+                Some(rest) => {
+                    let before: Vec<_> = all.iter().copied().filter(|&(_, s)| s < rest).collect();
+                    prop_assert_eq!(&spliced.hits[..], &before[..]);
+                }
+            }
+        }
+    }
+
     #[test]
     fn the_fallback_gives_the_same_answers() {
         let fallback = Needles {
             packed: None,
             each: KEYS.iter().map(Finder::new).collect(),
+            literals: KEYS.to_vec(),
         };
         let body = br#"{"a":"\"model\" \u0041","signature":"x","model":"m"}"#;
         assert_eq!(fallback.find(body), reference(&KEYS, body));

@@ -19,8 +19,9 @@
 //! one. A member repeated counts once, the last one read. A body that turns out malformed
 //! keeps the ids read before the fault.
 
+use super::BODY_ID_LITERALS;
 use super::lenient::{Object, Str};
-use crate::json::Members;
+use crate::json::{Found, Members};
 
 /// The raw ids found; `None` members were absent (or of another type).
 #[derive(Default)]
@@ -42,14 +43,30 @@ struct Metadata<'a> {
 /// against 114 000).
 type Finders = [memchr::memmem::Finder<'static>];
 
-/// The start of the first occurrence at or after `from` of any of the literals, or `None`.
-fn next_candidate(body: &[u8], from: usize, finders: &Finders) -> Option<usize> {
-    let rest = body.get(from..)?;
-    finders
-        .iter()
-        .filter_map(|f| f.find(rest))
-        .min()
-        .map(|i| from + i)
+/// Where the literals are found: searched here, or looked up in a caller's one pass over the
+/// body ([`Found`], built from a set that includes them), which searches only past its cap.
+#[derive(Clone, Copy)]
+struct Candidates<'f> {
+    finders: &'f Finders,
+    literals: &'f [&'static [u8]],
+    found: Option<&'f Found<'f>>,
+}
+
+impl Candidates<'_> {
+    /// The start of the first occurrence at or after `from` of any of the literals, or `None`.
+    fn next(&self, body: &[u8], from: usize) -> Option<usize> {
+        let from = match self.found.map(|f| f.next_of(self.literals, from)) {
+            Some(Ok(known)) => return known,
+            Some(Err(resume)) => resume,
+            None => from,
+        };
+        let rest = body.get(from..)?;
+        self.finders
+            .iter()
+            .filter_map(|f| f.find(rest))
+            .min()
+            .map(|i| from + i)
+    }
 }
 
 /// Calls `found` with each top-level member whose key is one of `keys` (unquoted), in body
@@ -57,11 +74,11 @@ fn next_candidate(body: &[u8], from: usize, finders: &Finders) -> Option<usize> 
 /// and the walk stops past the last of them. Stops early when `found` returns `false`.
 fn top_level_members(
     body: &[u8],
-    finders: &Finders,
+    candidates: Candidates<'_>,
     keys: &[&str],
     mut found: impl FnMut(&str, crate::json::Span) -> bool,
 ) {
-    let Some(mut next) = next_candidate(body, 0, finders) else {
+    let Some(mut next) = candidates.next(body, 0) else {
         return;
     };
     let Ok(mut members) = Members::root(body) else {
@@ -70,7 +87,7 @@ fn top_level_members(
     while let Some(Ok(key)) = members.next() {
         if key.key_span.start > next {
             // The occurrence was inside an earlier value: look for the next one from here.
-            match next_candidate(body, key.key_span.start, finders) {
+            match candidates.next(body, key.key_span.start) {
                 Some(n) => next = n,
                 None => return,
             }
@@ -98,9 +115,14 @@ pub(super) fn chained(body: &[u8]) -> bool {
         ]
     });
     let mut chained = false;
+    let candidates = Candidates {
+        finders: &*FINDERS,
+        literals: &[b"\"previous_response_id\"", b"\"conversation\""],
+        found: None,
+    };
     top_level_members(
         body,
-        &*FINDERS,
+        candidates,
         &["previous_response_id", "conversation"],
         |_, span| {
             // `null` continues nothing.
@@ -113,19 +135,21 @@ pub(super) fn chained(body: &[u8]) -> bool {
 
 impl<'a> BodyIds<'a> {
     /// The ids among the top-level members of `body`; none when the body is not a JSON
-    /// object. A member repeated counts once, the last one read.
-    pub(super) fn read(body: &'a [u8]) -> Self {
+    /// object. A member repeated counts once, the last one read. `found`: where the caller's
+    /// own pass found [`BODY_ID_LITERALS`] in `body`, if it made one.
+    pub(super) fn read(body: &'a [u8], found: Option<&Found<'_>>) -> Self {
         use std::sync::LazyLock;
-        static FINDERS: LazyLock<[memchr::memmem::Finder<'static>; 2]> = LazyLock::new(|| {
-            [
-                memchr::memmem::Finder::new(b"\"prompt_cache_key\""),
-                memchr::memmem::Finder::new(b"\"metadata\""),
-            ]
-        });
+        static FINDERS: LazyLock<[memchr::memmem::Finder<'static>; 2]> =
+            LazyLock::new(|| BODY_ID_LITERALS.map(memchr::memmem::Finder::new));
         let mut ids = Self::default();
+        let candidates = Candidates {
+            finders: &*FINDERS,
+            literals: &BODY_ID_LITERALS,
+            found,
+        };
         top_level_members(
             body,
-            &*FINDERS,
+            candidates,
             &["metadata", "prompt_cache_key"],
             |key, span| {
                 let Some(value) = body.get(span) else {
@@ -150,7 +174,7 @@ mod tests {
     use super::*;
 
     fn ids(body: &str) -> (Option<String>, Option<String>) {
-        let ids = BodyIds::read(body.as_bytes());
+        let ids = BodyIds::read(body.as_bytes(), None);
         (
             ids.user_id.map(|s| s.into_owned()),
             ids.prompt_cache_key.map(|s| s.into_owned()),
@@ -261,6 +285,47 @@ mod tests {
                 }
             }
             proptest::prop_assert_eq!(ids(&body).1, expected, "{}", body);
+        }
+
+        /// Reading with a caller's pass over the body (whatever its cap, and after the body
+        /// was spliced, as the gateway writes `model`) finds what searching finds.
+        #[test]
+        fn a_callers_pass_reads_the_same_ids(
+            members in proptest::collection::vec((0u8..6, "[a-z]{0,6}"), 0..8),
+            cap in proptest::prop_oneof![proptest::strategy::Just(usize::MAX), 0usize..4],
+            model in "[a-z\\\\\"]{0,8}",
+        ) {
+            let parts: Vec<String> = members
+                .iter()
+                .map(|(kind, v)| match kind {
+                    0 => format!(r#""prompt_cache_key":"{v}""#),
+                    1 => format!(r#""metadata":{{"user_id":"{v}"}}"#),
+                    2 => format!(r#""input":[{{"metadata":"n{v}"}},"\"prompt_cache_key\""]"#),
+                    3 => format!(r#""model":"\u00{v}""#),
+                    _ => format!(r#""m{v}":{{"a":[1,2,{{"b":"c"}}]}}"#),
+                })
+                .collect();
+            let body = format!("{{\"model\":\"x\",{}}}", parts.join(","));
+            let needles = crate::json::Needles::new(&[
+                b"\"model\"",
+                b"\\u",
+                BODY_ID_LITERALS[0],
+                BODY_ID_LITERALS[1],
+            ]);
+            let own = |b: &[u8], found: Option<&Found<'_>>| {
+                let ids = BodyIds::read(b, found);
+                (ids.user_id.map(|s| s.into_owned()), ids.prompt_cache_key.map(|s| s.into_owned()))
+            };
+            let found = needles.find_all(body.as_bytes(), cap);
+            proptest::prop_assert_eq!(own(body.as_bytes(), Some(&found)), own(body.as_bytes(), None));
+            // `model`'s value (bytes 9..12) replaced, as the gateway writes the target's name.
+            let literal = serde_json::to_string(&model).unwrap();
+            let spliced = format!("{}{}{}", &body[..9], literal, &body[12..]);
+            let found = found.spliced(spliced.as_bytes(), 9..12, literal.len());
+            proptest::prop_assert_eq!(
+                own(spliced.as_bytes(), Some(&found)),
+                own(spliced.as_bytes(), None)
+            );
         }
     }
 }

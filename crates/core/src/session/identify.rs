@@ -4,8 +4,9 @@ use std::sync::Arc;
 
 use http::HeaderMap;
 
-use super::{SessionSource, SessionSources, clean_session_id, session_id, tenant};
+use super::{SessionSource, SessionSources, clean_session_id, session_id_in, tenant};
 use crate::HandoffKey;
+use crate::json::Found;
 
 /// Who a request belongs to: its session (which conversation it continues), where that was
 /// found, and its tenant (whose conversation it is).
@@ -90,6 +91,58 @@ pub fn identify(
     explicit_session: Option<Arc<str>>,
     explicit_tenant: Option<Arc<str>>,
 ) -> Identity {
+    identify_in(
+        headers,
+        body.map(|b| (b, None)),
+        sources,
+        explicit_session,
+        explicit_tenant,
+    )
+}
+
+/// [`identify`] of a request whose body the caller already searched in one pass
+/// ([`Needles::find_all`](crate::json::Needles::find_all)) for literals that include
+/// [`BODY_ID_LITERALS`](super::BODY_ID_LITERALS): where they occur is taken from `found`
+/// instead of searching `body` again. The result is the same as [`identify`]'s with
+/// `Some(body)`; a `found` of another body, or of a set without those literals, is not
+/// allowed (the second case only costs the search it was meant to save).
+///
+/// ```
+/// use context_relay_core::json::Needles;
+/// use context_relay_core::session::{BODY_ID_LITERALS, SessionSources, identify, identify_found};
+///
+/// let needles = Needles::new(&[b"\"model\"", BODY_ID_LITERALS[0], BODY_ID_LITERALS[1]]);
+/// let body = br#"{"model":"m","input":"hi","prompt_cache_key":"k9"}"#;
+/// let found = needles.find_all(body, 16);
+/// let (headers, sources) = (http::HeaderMap::new(), SessionSources::default());
+/// let id = identify_found(&headers, body, &found, &sources, None, None);
+/// assert_eq!(id, identify(&headers, Some(body), &sources, None, None));
+/// assert_eq!(id.session.as_deref(), Some("k9"));
+/// ```
+pub fn identify_found(
+    headers: &HeaderMap,
+    body: &[u8],
+    found: &Found<'_>,
+    sources: &SessionSources,
+    explicit_session: Option<Arc<str>>,
+    explicit_tenant: Option<Arc<str>>,
+) -> Identity {
+    identify_in(
+        headers,
+        Some((body, Some(found))),
+        sources,
+        explicit_session,
+        explicit_tenant,
+    )
+}
+
+fn identify_in(
+    headers: &HeaderMap,
+    body: Option<(&[u8], Option<&Found<'_>>)>,
+    sources: &SessionSources,
+    explicit_session: Option<Arc<str>>,
+    explicit_tenant: Option<Arc<str>>,
+) -> Identity {
     let tenant = explicit_tenant.unwrap_or_else(|| Arc::from(tenant(headers)));
     if let Some(explicit) = explicit_session.and_then(cleaned) {
         return Identity {
@@ -98,7 +151,7 @@ pub fn identify(
             tenant,
         };
     }
-    match session_id(headers, body, sources) {
+    match session_id_in(headers, body, sources) {
         Some(found) => Identity {
             session: Some(Arc::from(found.id)),
             source: Some(found.source),

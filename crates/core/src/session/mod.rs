@@ -49,9 +49,10 @@ mod body_ids;
 mod fingerprint;
 mod identify;
 
+use crate::json::Found;
 use body_ids::BodyIds;
 pub use fingerprint::{Opening, fingerprint, opening};
-pub use identify::{Identity, identify};
+pub use identify::{Identity, identify, identify_found};
 use lenient::Str;
 
 /// Longest session id kept, in characters; longer ones are cut (on a character boundary).
@@ -226,17 +227,33 @@ pub fn session_id(
     body: Option<&[u8]>,
     sources: &SessionSources,
 ) -> Option<SessionMatch> {
+    session_id_in(headers, body.map(|b| (b, None)), sources)
+}
+
+/// The quoted key literals of the session ids a body may carry (`"prompt_cache_key"`,
+/// `"metadata"`). A caller that searches the body anyway can look for them in the same pass
+/// ([`Needles::find_all`](crate::json::Needles::find_all)) and hand the result to
+/// [`identify_found`]: the session reading then does not search the body again.
+pub const BODY_ID_LITERALS: [&[u8]; 2] = [b"\"prompt_cache_key\"", b"\"metadata\""];
+
+/// [`session_id`] of a body with, optionally, where a caller's pass found
+/// [`BODY_ID_LITERALS`] in it.
+pub(crate) fn session_id_in(
+    headers: &HeaderMap,
+    body: Option<(&[u8], Option<&Found<'_>>)>,
+    sources: &SessionSources,
+) -> Option<SessionMatch> {
     if let Some((id, name)) = header_session(headers, sources) {
         return Some(SessionMatch {
             id: id.to_owned(),
             source: SessionSource::Header(name.clone()),
         });
     }
-    let body = body?;
+    let (body, found) = body?;
     if sources.metadata_user_id || sources.prompt_cache_key {
         // Wherever they stand at the top level (see `body_ids`); a body that is not a JSON
         // object gives none.
-        let ids = BodyIds::read(body);
+        let ids = BodyIds::read(body, found);
         let from_metadata = sources
             .metadata_user_id
             .then(|| ids.user_id.as_deref().and_then(session_of_user_id))

@@ -239,12 +239,19 @@ fn model_ids() {
 }
 
 /// The pool key the account resolver builds from what [`identify`] set: `tenant\nsession`.
+/// The same with ComboService's one pass over the body handed over, or without it.
 fn identified(req: &Request<()>, body: &[u8]) -> Option<String> {
-    let (mut parts, ()) = req.clone().into_parts();
-    identify(&mut parts, body);
-    let tenant = parts.extensions.get::<Tenant>().expect("a tenant, always");
-    let session = parts.extensions.get::<SessionId>()?;
-    Some(format!("{}\n{}", tenant.0, session.0))
+    let key = |found: Option<&context_relay_core::json::Found<'_>>| {
+        let (mut parts, ()) = req.clone().into_parts();
+        identify(&mut parts, body, found);
+        let tenant = parts.extensions.get::<Tenant>().expect("a tenant, always");
+        let session = parts.extensions.get::<SessionId>()?;
+        Some(format!("{}\n{}", tenant.0, session.0))
+    };
+    let searched = key(None);
+    let found = crate::model::BODY_LITERALS.find_all(body, crate::model::BODY_LITERALS_CAP);
+    assert_eq!(key(Some(&found)), searched, "the pass changes nothing");
+    searched
 }
 
 #[test]

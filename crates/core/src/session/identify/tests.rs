@@ -1,4 +1,5 @@
 use super::*;
+use crate::session::session_id;
 use crate::session::{DEFAULT_SESSION_HEADERS, MAX_SESSION_ID_CHARS};
 use http::{HeaderName, HeaderValue};
 use proptest::prelude::*;
