@@ -104,8 +104,8 @@ pub fn identify(
 /// ([`Needles::find_all`](crate::json::Needles::find_all)) for literals that include
 /// [`BODY_ID_LITERALS`](super::BODY_ID_LITERALS): where they occur is taken from `found`
 /// instead of searching `body` again. The result is the same as [`identify`]'s with
-/// `Some(body)`; a `found` of another body, or of a set without those literals, is not
-/// allowed (the second case only costs the search it was meant to save).
+/// `Some(body)`. `found` must come from `body` itself (another body's positions would mislead
+/// the reading); one of a set without those literals only costs the search it was to save.
 ///
 /// ```
 /// use context_relay_core::json::Needles;
