@@ -46,7 +46,7 @@ use crate::config::Config;
 use crate::decoding::{OFF_WORKERS_BYTES, decode_off_workers, off_workers};
 use crate::error::{ErrorKind, ErrorShape, error_response};
 use crate::gemini;
-use crate::model::{BODY_LITERALS, BODY_LITERALS_CAP, WrittenModel, find_model_in, rewrite_model};
+use crate::model::{WrittenModel, find_model_and_literals, rewrite_model};
 
 /// Boxed error used for body errors.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -441,8 +441,7 @@ where
         }
         None => {
             // One pass over the body finds what `model` and the session reading look for.
-            let found = BODY_LITERALS.find_all(body.as_slice(), BODY_LITERALS_CAP);
-            let field = find_model_in(body.as_slice(), Some(&found))
+            let (field, found) = find_model_and_literals(body.as_slice())
                 .map_err(|e| bad_request(&e.to_string()))?;
             (field.value.clone(), Some((field, found)))
         }
@@ -463,14 +462,14 @@ where
     let (body, written, found) = match (targets.targets.first(), field) {
         (Some(first), Some((field, found))) => {
             let (body, written) = rewrite_model(body, &field, &first.model);
-            let found = written.carry(found, &field, &body);
-            (body, Some(written), Some(found))
+            let found = found.map(|f| written.carry(f, &field, &body));
+            (body, Some(written), found)
         }
-        (None, Some((_, found))) => (body.into_bytes(), None, Some(found)),
+        (None, Some((_, found))) => (body.into_bytes(), None, found),
         (_, None) => (body.into_bytes(), None, None),
     };
     if let Some(first) = targets.targets.first()
-        && found.is_none()
+        && written.is_none()
         && let Some(uri) = gemini::with_model(&parts.uri, &first.model)
     {
         parts.uri = uri;

@@ -77,14 +77,22 @@ const MAY_REPEAT: [&[u8]; 2] = [b"\"model\"", b"\\u"];
 /// Finds the first top-level `model` string of `body`, reading the body up to the end of that
 /// value only (a body without one is read, and validated, whole).
 pub(crate) fn find_model(body: &[u8]) -> Result<ModelField, ModelError> {
-    find_model_in(body, None)
+    read_model(body, false).map(|(field, _)| field)
 }
 
-/// [`find_model`], with where [`BODY_LITERALS`] occur in `body` when the caller found them.
-pub(crate) fn find_model_in(
+/// [`find_model`], which also records where [`BODY_LITERALS`] occur in `body` (the pass that
+/// looks for a second `model` finds them all), for the session reading to use. A body refused
+/// before that pass (not JSON, no `model`, not closed) is not searched at all.
+pub(crate) fn find_model_and_literals(
     body: &[u8],
-    found: Option<&json::Found<'_>>,
-) -> Result<ModelField, ModelError> {
+) -> Result<(ModelField, Option<json::Found<'static>>), ModelError> {
+    read_model(body, true)
+}
+
+fn read_model(
+    body: &[u8],
+    record: bool,
+) -> Result<(ModelField, Option<json::Found<'static>>), ModelError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ModelError::NotJson("an empty body".into()));
     }
@@ -104,7 +112,8 @@ pub(crate) fn find_model_in(
         ));
     }
     let span = field.value;
-    if may_repeat(body, span.end, found) {
+    let found = record.then(|| BODY_LITERALS.find_all(body, BODY_LITERALS_CAP));
+    if may_repeat(body, span.end, found.as_ref()) {
         // Duplicate keys are ambiguous: providers disagree on which one wins.
         let invalid =
             |e: &dyn std::fmt::Display| ModelError::NotJson(format!("invalid JSON ({e})"));
@@ -117,10 +126,13 @@ pub(crate) fn find_model_in(
         return Err(not_string());
     }
     match json::decode_str(body, span.clone()) {
-        Ok(v) if !v.trim().is_empty() => Ok(ModelField {
-            value: v.into_owned(),
-            span,
-        }),
+        Ok(v) if !v.trim().is_empty() => Ok((
+            ModelField {
+                value: v.into_owned(),
+                span,
+            },
+            found,
+        )),
         _ => Err(not_string()),
     }
 }

@@ -48,8 +48,8 @@ impl Identity {
 /// Precedence of the session: the explicit session when it cleans to a non-empty id
 /// ([`SessionSource::Explicit`]); then the configured sources in their order, the headers
 /// first, then (only when `body` is given) `metadata.user_id`, `prompt_cache_key` and the
-/// [`fingerprint`](super::fingerprint) — exactly [`session_id`](super::session_id). A blank explicit session
-/// counts as absent, so the sources are tried.
+/// [`fingerprint`](super::fingerprint) — exactly [`session_id`](super::session_id). A blank
+/// explicit session counts as absent, so the sources are tried.
 ///
 /// The tenant is the explicit one when given, else [`tenant`] of the headers. A caller that
 /// memoises the credential hash passes its memoised value as the explicit tenant.
