@@ -16,6 +16,10 @@ pub const RESET_SECS: u64 = 5;
 /// so it counts as used up here too.
 const ROTATE_PERCENT: f64 = 95.0;
 
+/// The usage at which an account of a provider that has another account out has its window
+/// rolled over (see [`accounts`]): a few turns before [`ROTATE_PERCENT`].
+const NEARING_PERCENT: f64 = 90.0;
+
 /// How long an account stays used up in the simulator: shorter than [`RESET_SECS`], so that
 /// when a gateway tries it again at the announced reset it is full again.
 const REFILL_AFTER: Duration = Duration::from_secs(RESET_SECS - 2);
@@ -36,13 +40,16 @@ impl Rng {
     }
 }
 
-/// Refills every account that has been used up for [`REFILL_AFTER`], and every `every` uses
+/// Refills every account that has been used up for [`REFILL_AFTER`], rolls over the window of
+/// an account nearing its limit while another of its provider is out, and every `every` uses
 /// one up (or nearly: 90 %, so the next turn on it writes a handoff) at random, at most one
-/// account of a provider per `gap` and only while the others are well below their limit.
+/// account of a provider per `gap` and only while the others are usable and well below their
+/// limit.
 pub async fn accounts(shared: &Shared, seed: u64, every: Duration, gap: Duration) {
     let mut rng = Rng::new(seed);
     let all = fleet::accounts();
     let mut used_up: Vec<Option<Instant>> = vec![None; all.len()];
+    let mut refilled: Vec<Option<Instant>> = vec![None; all.len()];
     let mut next_switch = Instant::now() + every;
     let mut last_forced = [None; PROVIDERS.len()];
     while !shared.stop.load(Ordering::Relaxed) {
@@ -55,9 +62,31 @@ pub async fn accounts(shared: &Shared, seed: u64, every: Duration, gap: Duration
                 (true, Some(at)) if at.elapsed() >= REFILL_AFTER => {
                     sim.set_used(id, 0.0);
                     used_up[i] = None;
+                    refilled[i] = Some(Instant::now());
                 }
                 (false, _) => used_up[i] = None,
                 _ => {}
+            }
+        }
+        // The gateways see an account used up until the reset it announced, which comes after
+        // the refill above. While one account of a provider is out, the turns of its sessions
+        // use up the others: an account of that provider nearing its limit has its window
+        // rolled over early (as a real window would, sooner or later), so that the provider
+        // never has every account out. A provider with every account out is an honest 429
+        // (the gateway says when the next account comes back) that the soak does not mean
+        // to cause.
+        let out = |i: usize| {
+            used_up[i].is_some()
+                || refilled[i].is_some_and(|at| at.elapsed() < Duration::from_secs(RESET_SECS + 1))
+        };
+        for (i, (provider, id)) in all.iter().enumerate() {
+            let other_out = all
+                .iter()
+                .enumerate()
+                .any(|(j, (p, _))| j != i && p == provider && out(j));
+            let sim = shared.sim(*provider);
+            if other_out && !out(i) && sim.used(id).is_some_and(|u| u >= NEARING_PERCENT) {
+                sim.set_used(id, 0.0);
             }
         }
         if Instant::now() >= next_switch {
@@ -67,11 +96,11 @@ pub async fn accounts(shared: &Shared, seed: u64, every: Duration, gap: Duration
             // an account lags the simulator's, and a provider with every account out is a
             // 429 the soak does not mean to cause.
             let quiet = last_forced[provider].is_none_or(|at: Instant| at.elapsed() >= gap);
-            let others_usable = PROVIDERS[provider]
-                .2
+            let others_usable = all
                 .iter()
-                .filter(|o| **o != id)
-                .all(|o| shared.sim(provider).used(o).is_some_and(|u| u < 85.0));
+                .enumerate()
+                .filter(|(_, (p, o))| *p == provider && *o != id)
+                .all(|(j, (p, o))| !out(j) && shared.sim(*p).used(o).is_some_and(|u| u < 85.0));
             if quiet && others_usable {
                 last_forced[provider] = Some(Instant::now());
                 let percent = if rng.below(2) == 0 { 90.0 } else { 100.0 };

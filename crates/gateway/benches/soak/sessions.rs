@@ -110,7 +110,17 @@ impl Shared {
             .any(|(down, up)| *down <= to && up.is_none_or(|up| up >= from))
     }
 
+    /// Every account's usage in its simulator, for a failure note.
+    fn usage(&self) -> String {
+        crate::fleet::accounts()
+            .into_iter()
+            .map(|(p, id)| format!("{id} {:.0}%", self.sim(p).used(id).unwrap_or(f64::NAN)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     fn failed(&self, note: String) {
+        let note = format!("{} {note}", jiff::Timestamp::now());
         let mut s = self.stats();
         s.failures += 1;
         if s.failure_notes.len() < 10 {
@@ -280,9 +290,10 @@ async fn send(shared: &Shared, agent: &Agent) -> Option<(usize, bool, Bytes)> {
             Ok((200, reply)) => return Some((gateway, attempt > 0, reply)),
             Ok((status, reply)) => {
                 shared.failed(format!(
-                    "{} on gateway {gateway}: {status} {}",
+                    "{} on gateway {gateway}: {status} {} (accounts: {})",
                     agent.path(),
-                    String::from_utf8_lossy(&reply[..reply.len().min(300)])
+                    String::from_utf8_lossy(&reply[..reply.len().min(300)]),
+                    shared.usage()
                 ));
                 return None;
             }
