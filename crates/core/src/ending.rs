@@ -54,7 +54,9 @@
 //! assert_eq!(EndDetector::of(br#"{"id":"msg_1","content":["#), Ending::Unfinished);
 //! ```
 
-use serde_json::Value;
+use std::borrow::Cow;
+
+use context_relay_json::{Doc, Kind, Object, decode_str};
 
 use crate::sse::{Event, Splitter};
 
@@ -246,19 +248,20 @@ impl Verdict {
             return;
         }
         let leading = leading_type(trimmed);
-        let parsed = match leading {
+        // Depth 3: the top-level members, the items of `choices` / `candidates`, and their
+        // members; read from an index of the event, not a tree of owned values.
+        let doc = match leading {
             Some(_) => None,
-            None if complete => serde_json::from_slice::<Value>(trimmed).ok(),
+            None if complete => Doc::parse_to_depth(trimmed, 3).ok(),
             None => None,
         };
+        let root = doc.as_ref().and_then(|d| d.root_object().ok());
+        let tag = match (&doc, &root) {
+            (Some(d), Some(r)) if leading.is_none() => string_member(d, r, "type"),
+            _ => None,
+        };
         let kind: Option<&[u8]> = leading
-            .or_else(|| {
-                parsed
-                    .as_ref()
-                    .and_then(|v| v.get("type"))
-                    .and_then(Value::as_str)
-                    .map(str::as_bytes)
-            })
+            .or(tag.as_deref().map(str::as_bytes))
             .or((!name.is_empty()).then_some(name));
         match kind {
             Some(b"response.completed" | b"message_stop") => self.succeed(),
@@ -266,15 +269,17 @@ impl Verdict {
             _ if name == b"error" => self.fail(data),
             Some(b"response.created" | b"response.in_progress") => {}
             _ => {
-                if let Some(v) = &parsed {
-                    if v.get("error").is_some_and(|e| !e.is_null()) {
+                if let (Some(d), Some(r)) = (&doc, &root) {
+                    if r.get("error")
+                        .is_some_and(|e| &d.body()[e.value.clone()] != b"null")
+                    {
                         self.fail(data);
                         return;
                     }
-                    if has_reason(v, "choices", "finish_reason") {
+                    if has_reason(d, r, "choices", "finish_reason") {
                         self.finish_reason_seen = true;
                     }
-                    if has_reason(v, "candidates", "finishReason") {
+                    if has_reason(d, r, "candidates", "finishReason") {
                         self.output_started = true;
                         self.succeed();
                         return;
@@ -313,14 +318,29 @@ fn leading_type(data: &[u8]) -> Option<&[u8]> {
     (rest[end] == b'"').then(|| &rest[..end])
 }
 
-/// Whether any element of the array `list` carries a non-empty string `field`.
-fn has_reason(v: &Value, list: &str, field: &str) -> bool {
-    v.get(list).and_then(Value::as_array).is_some_and(|items| {
-        items.iter().any(|c| {
-            c.get(field)
-                .and_then(Value::as_str)
-                .is_some_and(|r| !r.is_empty() && r != "FINISH_REASON_UNSPECIFIED")
-        })
+/// The string value of `obj`'s member `key` (the last one, as most parsers keep), decoded;
+/// `None` when it is absent or not a string.
+fn string_member<'a>(doc: &Doc<'a>, obj: &Object<'a>, key: &str) -> Option<Cow<'a, str>> {
+    let value = obj.get(key)?.value.clone();
+    if Kind::of(doc.body(), &value) != Some(Kind::String) {
+        return None;
+    }
+    decode_str(doc.body(), value).ok()
+}
+
+/// Whether any element of the array `list` of `obj` carries a non-empty string `field`.
+fn has_reason(doc: &Doc<'_>, obj: &Object<'_>, list: &str, field: &str) -> bool {
+    let Some(items) = obj
+        .get(list)
+        .and_then(|l| doc.array_at(l.value.clone()).ok())
+    else {
+        return false;
+    };
+    items.items.into_iter().any(|item| {
+        doc.object_at(item)
+            .ok()
+            .and_then(|c| string_member(doc, &c, field))
+            .is_some_and(|r| !r.is_empty() && r != "FINISH_REASON_UNSPECIFIED")
     })
 }
 

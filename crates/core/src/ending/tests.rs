@@ -189,3 +189,149 @@ proptest! {
         prop_assert_eq!(split_run(bytes, &cuts), split_run(bytes, &[]));
     }
 }
+
+/// The reading of an event through a `serde_json::Value` tree, as the detector read it before
+/// it used the JSON index: the reference the index's reading must agree with.
+fn judge_with_value(v: &mut Verdict, name: &[u8], data: &[u8]) {
+    use serde_json::Value;
+    fn has_reason(v: &Value, list: &str, field: &str) -> bool {
+        v.get(list).and_then(Value::as_array).is_some_and(|items| {
+            items.iter().any(|c| {
+                c.get(field)
+                    .and_then(Value::as_str)
+                    .is_some_and(|r| !r.is_empty() && r != "FINISH_REASON_UNSPECIFIED")
+            })
+        })
+    }
+    let trimmed = data.trim_ascii();
+    if trimmed == b"[DONE]" {
+        if v.finish_reason_seen {
+            v.succeed();
+        }
+        return;
+    }
+    let leading = leading_type(trimmed);
+    let parsed = match leading {
+        Some(_) => None,
+        None => serde_json::from_slice::<Value>(trimmed).ok(),
+    };
+    let kind: Option<&[u8]> = leading
+        .or_else(|| {
+            parsed
+                .as_ref()
+                .and_then(|p| p.get("type"))
+                .and_then(Value::as_str)
+                .map(str::as_bytes)
+        })
+        .or((!name.is_empty()).then_some(name));
+    match kind {
+        Some(b"response.completed" | b"message_stop") => v.succeed(),
+        Some(b"response.failed" | b"response.incomplete" | b"error") => v.fail(data),
+        _ if name == b"error" => v.fail(data),
+        Some(b"response.created" | b"response.in_progress") => {}
+        _ => {
+            if let Some(p) = &parsed {
+                if p.get("error").is_some_and(|e| !e.is_null()) {
+                    v.fail(data);
+                    return;
+                }
+                if has_reason(p, "choices", "finish_reason") {
+                    v.finish_reason_seen = true;
+                }
+                if has_reason(p, "candidates", "finishReason") {
+                    v.output_started = true;
+                    v.succeed();
+                    return;
+                }
+            }
+            if !trimmed.is_empty() || !name.is_empty() {
+                v.output_started = true;
+            }
+        }
+    }
+}
+
+/// Event data of the shapes the detector reads: top-level `type`, `error`, `choices` with
+/// `finish_reason` and `candidates` with `finishReason`, in any order, repeated, with escaped
+/// keys, values of the wrong kind, a top-level array, and broken JSON.
+fn event_data() -> impl Strategy<Value = String> {
+    let reason = prop_oneof![
+        Just("null"),
+        Just("\"\""),
+        Just("\"stop\""),
+        Just("\"FINISH_REASON_UNSPECIFIED\""),
+        Just("1"),
+        Just("\"st\\u006fp\""),
+    ];
+    let item = (
+        prop_oneof![
+            3 => Just("finish_reason"),
+            3 => Just("finishReason"),
+            1 => Just("finish\\u005freason"),
+            1 => Just("delta")
+        ],
+        reason.clone(),
+    )
+        .prop_map(|(k, v)| format!("{{\"index\":0,\"{k}\":{v}}}"));
+    let list = proptest::collection::vec(prop_oneof![item, Just("2".to_owned())], 0..3)
+        .prop_map(|items| format!("[{}]", items.join(",")));
+    let member = prop_oneof![
+        4 => (prop_oneof![Just("choices"), Just("candidates")], list.clone())
+            .prop_map(|(k, l)| format!("\"{k}\":{l}")),
+        1 => (prop_oneof![Just("choices"), Just("candidates")], reason.clone())
+            .prop_map(|(k, v)| format!("\"{k}\":{v}")),
+        2 => (
+            prop_oneof![Just("error"), Just("\\u0065rror")],
+            prop_oneof![Just("null"), Just("{\"message\":\"x\"}"), Just("\"boom\""), Just("0")]
+        )
+            .prop_map(|(k, v)| format!("\"{k}\":{v}")),
+        2 => prop_oneof![
+            Just("\"type\":\"response.completed\""),
+            Just("\"type\":\"message_stop\""),
+            Just("\"type\":\"error\""),
+            Just("\"type\":\"response.created\""),
+            Just("\"type\":\"mess\\u0061ge_stop\""),
+            Just("\"type\":3"),
+        ]
+        .prop_map(str::to_owned),
+        1 => Just("\"id\":\"c\"".to_owned()),
+    ];
+    let object = proptest::collection::vec(member, 0..5)
+        .prop_map(|members| format!("{{{}}}", members.join(",")));
+    prop_oneof![
+        4 => object.clone(),
+        1 => object.clone().prop_map(|o| format!("[{o}]")),
+        1 => (object, 0usize..40).prop_map(|(o, cut)| o[..cut.min(o.len())].to_owned()),
+        1 => Just("[DONE]".to_owned()),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1024))]
+
+    #[test]
+    fn the_index_reads_an_event_as_a_value_tree_does(
+        events in proptest::collection::vec(
+            (prop_oneof![Just(""), Just("error"), Just("message_stop")], event_data()),
+            1..5,
+        ),
+    ) {
+        let mut indexed = EndDetector::new().verdict;
+        let mut reference = EndDetector::new().verdict;
+        for (name, data) in &events {
+            let event = Event {
+                name: name.as_bytes(),
+                data: data.as_bytes(),
+                has_data: true,
+                data_cut: false,
+                line_cut: false,
+            };
+            indexed.judge(&event);
+            judge_with_value(&mut reference, name.as_bytes(), data.as_bytes());
+            prop_assert_eq!(indexed.ending, reference.ending, "after {:?}", event.data);
+            prop_assert_eq!(indexed.output_started, reference.output_started);
+            prop_assert_eq!(indexed.finish_reason_seen, reference.finish_reason_seen);
+            prop_assert_eq!(&indexed.failure, &reference.failure);
+        }
+    }
+}
