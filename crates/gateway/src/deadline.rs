@@ -24,6 +24,7 @@ use tower::{Layer, Service};
 
 use crate::combo::BoxError;
 use crate::error::{ErrorKind, ErrorShape, error_response_as};
+use crate::timer::Timer;
 
 /// The error of a response body cut at the deadline.
 #[derive(Debug, thiserror::Error)]
@@ -142,7 +143,7 @@ pin_project_lite::pin_project! {
         #[pin]
         inner: B,
         // Made the first time the body waits.
-        sleep: Option<Pin<Box<Sleep>>>,
+        timer: Option<Pin<Box<Timer>>>,
         deadline: Instant,
         limit: Duration,
     }
@@ -153,7 +154,7 @@ impl<B> DeadlineBody<B> {
     pub(crate) fn new(inner: B, deadline: Instant, limit: Duration) -> Self {
         Self {
             inner,
-            sleep: None,
+            timer: None,
             deadline,
             limit,
         }
@@ -177,10 +178,10 @@ where
             return Poll::Ready(frame.map(|r| r.map_err(Into::into)));
         }
         let deadline = *this.deadline;
-        let sleep = this
-            .sleep
-            .get_or_insert_with(|| Box::pin(sleep_until(deadline)));
-        ready!(sleep.as_mut().poll(cx));
+        let timer = this
+            .timer
+            .get_or_insert_with(|| Box::pin(Timer::at(deadline)));
+        ready!(timer.as_mut().poll_elapsed(cx));
         metrics::counter!("context_relay_gateway_request_deadline_total", "phase" => "body")
             .increment(1);
         tracing::warn!(limit = ?this.limit, "response still streaming at request_timeout_secs: cut");

@@ -8,15 +8,15 @@
 //! `is_end_stream` and `size_hint`, so `content-length` and end of stream are seen through it
 //! exactly as without it.
 
-use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http_body::{Body, Frame, SizeHint};
-use tokio::time::{Instant, Sleep, sleep};
+use tokio::time::Instant;
 
 use crate::combo::BoxError;
+use crate::timer::Timer;
 
 /// The error of an [`IdleTimeoutBody`] that waited too long.
 #[derive(Debug, thiserror::Error)]
@@ -29,9 +29,9 @@ pin_project_lite::pin_project! {
         #[pin]
         inner: B,
         #[pin]
-        sleep: Sleep,
+        timer: Timer,
         idle: Duration,
-        // When the current wait began (`None` while frames come). `sleep` may be due earlier
+        // When the current wait began (`None` while frames come). `timer` may be due earlier
         // (an earlier wait set it): it is moved on only when it fires, so a stream's frames
         // cost no timer update each.
         waiting_since: Option<Instant>,
@@ -43,7 +43,7 @@ impl<B> IdleTimeoutBody<B> {
     pub(crate) fn new(inner: B, idle: Duration) -> Self {
         Self {
             inner,
-            sleep: sleep(idle),
+            timer: Timer::at(Instant::now() + idle),
             idle,
             waiting_since: None,
         }
@@ -71,14 +71,14 @@ where
             Poll::Pending => {
                 let due = *this.waiting_since.get_or_insert_with(Instant::now) + *this.idle;
                 loop {
-                    if this.sleep.as_mut().poll(cx).is_pending() {
+                    if this.timer.as_mut().poll_elapsed(cx).is_pending() {
                         return Poll::Pending;
                     }
-                    if this.sleep.deadline() >= due {
+                    if this.timer.deadline() >= due {
                         return Poll::Ready(Some(Err(Box::new(IdleTimeout(*this.idle)))));
                     }
                     // Set by an earlier wait: this one has time left.
-                    this.sleep.as_mut().reset(due);
+                    this.timer.as_mut().reset(due);
                 }
             }
         }

@@ -70,6 +70,7 @@ mod store;
 mod summary;
 mod telemetry;
 mod tenant_keys;
+mod timer;
 mod translate;
 mod upstream;
 mod usage;
