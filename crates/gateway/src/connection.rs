@@ -23,10 +23,11 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Wake, Waker};
 
 use axum::body::Body;
 use bytes::Bytes;
+use futures_util::task::AtomicWaker;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
@@ -139,6 +140,9 @@ pub(crate) async fn serve(
     if closing {
         conn.as_mut().graceful_shutdown();
     }
+    let side = Arc::new(SideWaker::default());
+    let side_waker = Waker::from(side.clone());
+    let mut evicted_gone = false;
     loop {
         if pending && state.admitted() {
             pending = false;
@@ -152,38 +156,83 @@ pub(crate) async fn serve(
                 conn.as_mut().graceful_shutdown();
             }
         }
-        tokio::select! {
-            result = conn.as_mut() => {
-                if let Err(e) = result {
+        let idle_armed = !pending && !closing && state.in_flight.load(Ordering::Acquire) == 0;
+        let event = {
+            let activity = state.activity.notified();
+            let mut activity = std::pin::pin!(activity);
+            let changed = shutdown.changed();
+            let mut changed = std::pin::pin!(changed);
+            // The side futures are polled when this iteration begins (to register them) and
+            // then only when one of them woke the task, not on every wake of the connection.
+            let mut fresh = true;
+            std::future::poll_fn(|cx| {
+                if let Poll::Ready(result) = conn.as_mut().poll(cx) {
+                    return Poll::Ready(Event::Ended(result.err()));
+                }
+                side.task.register(cx.waker());
+                let fired = side.fired.swap(false, Ordering::AcqRel);
+                if !std::mem::take(&mut fresh) && !fired {
+                    return Poll::Pending;
+                }
+                let mut side_cx = Context::from_waker(&side_waker);
+                if activity.as_mut().poll(&mut side_cx).is_ready() {
+                    return Poll::Ready(Event::Activity);
+                }
+                if pending {
+                    if head_deadline.as_mut().poll(&mut side_cx).is_ready() {
+                        return Poll::Ready(Event::HeadDeadline);
+                    }
+                    if !evicted_gone {
+                        match Pin::new(&mut evicted).poll(&mut side_cx) {
+                            Poll::Ready(Ok(())) => return Poll::Ready(Event::Evicted),
+                            // The sender dropped: no eviction.
+                            Poll::Ready(Err(_)) => evicted_gone = true,
+                            Poll::Pending => {}
+                        }
+                    }
+                }
+                if idle_armed && idle.as_mut().poll(&mut side_cx).is_ready() {
+                    return Poll::Ready(Event::Idle);
+                }
+                if !closing && let Poll::Ready(changed) = changed.as_mut().poll(&mut side_cx) {
+                    return Poll::Ready(Event::Shutdown {
+                        server_gone: changed.is_err(),
+                    });
+                }
+                Poll::Pending
+            })
+            .await
+        };
+        match event {
+            Event::Ended(error) => {
+                if let Some(e) = error {
                     tracing::debug!("connection ended with an error: {e}");
                 }
                 break;
             }
-            () = state.activity.notified() => {
+            Event::Activity => {
                 if state.in_flight.load(Ordering::Acquire) == 0 {
-                    idle.as_mut().reset(tokio::time::Instant::now() + head_timeout);
+                    idle.as_mut()
+                        .reset(tokio::time::Instant::now() + head_timeout);
                 }
             }
-            () = &mut head_deadline, if pending => {
-                metrics::counter!("context_relay_gateway_connections_timed_out_total")
-                    .increment(1);
+            Event::HeadDeadline => {
+                metrics::counter!("context_relay_gateway_connections_timed_out_total").increment(1);
                 tracing::debug!("no request head within {head_timeout:?}; connection closed");
                 break;
             }
-            Ok(()) = &mut evicted, if pending => {
+            Event::Evicted => {
                 tracing::debug!("too many connections without a request; the oldest closed");
                 break;
             }
-            () = &mut idle, if !pending && !closing
-                && state.in_flight.load(Ordering::Acquire) == 0 =>
-            {
+            Event::Idle => {
                 tracing::debug!("connection idle for {head_timeout:?}; closing it");
                 closing = true;
                 conn.as_mut().graceful_shutdown();
             }
-            changed = shutdown.changed(), if !closing => {
+            Event::Shutdown { server_gone } => {
                 // A dropped sender means the server is gone: shut down too.
-                if changed.is_err() || *shutdown.borrow() {
+                if server_gone || *shutdown.borrow() {
                     if pending {
                         break;
                     }
@@ -198,6 +247,43 @@ pub(crate) async fn serve(
         metrics::gauge!("context_relay_gateway_connections_pending").decrement(1.0);
     } else if state.slot.get().is_some() {
         metrics::gauge!("context_relay_gateway_connections").decrement(1.0);
+    }
+}
+
+/// What woke a connection's loop.
+enum Event {
+    /// The connection ended, with the error it ended with.
+    Ended(Option<Box<dyn std::error::Error + Send + Sync>>),
+    /// A request started or ended (or was refused).
+    Activity,
+    /// No request head came in time.
+    HeadDeadline,
+    /// Closed as the oldest pending connection.
+    Evicted,
+    /// No request for the idle time.
+    Idle,
+    /// The server's shutdown signal changed (or its sender is gone).
+    Shutdown { server_gone: bool },
+}
+
+/// The waker a connection's side futures (request activity, its deadlines, the shutdown
+/// signal) are polled with: it records that one of them may be ready and wakes the task. The
+/// connection's own future is polled on every wake; the side futures only after this fired,
+/// so a stream's events do not each pay for polling them (a `Notify` takes a lock per poll).
+#[derive(Default)]
+struct SideWaker {
+    fired: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl Wake for SideWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.fired.store(true, Ordering::Release);
+        self.task.wake();
     }
 }
 
