@@ -74,8 +74,17 @@ impl Splitter {
     }
 
     /// Feeds the next bytes of the body, calling `on_event` for every event they end.
+    ///
+    /// A line that lies whole in `chunk` is read where it stands, and an event whose data is
+    /// one such line is reported with its data borrowed from `chunk`: a stream whose events
+    /// each arrive in one read (the common case) is split without copying its lines. What
+    /// must outlive the call (a line or an event cut by the chunk's end) is copied, as before.
     pub(crate) fn push(&mut self, chunk: &[u8], mut on_event: impl FnMut(Event<'_>)) {
         let mut rest = chunk;
+        // The current event's data while it is one data line of `chunk`, not yet copied into
+        // `self.data` (`has_data` is set). Copied before anything else is appended to it, and
+        // at the end of this call if the event has not ended by then.
+        let mut held: Option<&[u8]> = None;
         while !rest.is_empty() {
             if self.after_cr {
                 self.after_cr = false;
@@ -86,9 +95,20 @@ impl Splitter {
             }
             match memchr::memchr2(b'\n', b'\r', rest) {
                 Some(i) => {
-                    self.extend_line(&rest[..i]);
+                    let line = &rest[..i];
                     self.after_cr = rest[i] == b'\r';
-                    self.end_line(&mut on_event);
+                    if self.line_len == 0 && line.len() <= self.limit {
+                        // The whole line is in this chunk, within the limit: read it in place.
+                        if line.is_empty() {
+                            self.dispatch(held.take(), &mut on_event);
+                        } else {
+                            self.field_in_chunk(line, &mut held);
+                        }
+                    } else {
+                        self.keep_held(&mut held);
+                        self.extend_line(line);
+                        self.end_line(&mut on_event);
+                    }
                     rest = &rest[i + 1..];
                 }
                 None => {
@@ -97,6 +117,7 @@ impl Splitter {
                 }
             }
         }
+        self.keep_held(&mut held);
     }
 
     /// Ends the body: reads an unterminated last line and reports an event the body did not
@@ -106,7 +127,7 @@ impl Splitter {
             self.end_line(&mut on_event);
         }
         self.after_cr = false;
-        self.dispatch(&mut on_event);
+        self.dispatch(None, &mut on_event);
     }
 
     fn extend_line(&mut self, bytes: &[u8]) {
@@ -115,32 +136,51 @@ impl Splitter {
         self.line_len += bytes.len();
     }
 
+    /// Copies data held in the chunk into the event's own buffer.
+    fn keep_held(&mut self, held: &mut Option<&[u8]>) {
+        if let Some(data) = held.take() {
+            self.append_data(data);
+        }
+    }
+
+    /// Ends the line gathered in `self.line` (the data of the event is all in `self.data`).
     fn end_line(&mut self, on_event: &mut impl FnMut(Event<'_>)) {
         let line = std::mem::take(&mut self.line);
         let (empty, cut) = (self.line_len == 0, self.line_len > line.len());
         self.line_len = 0;
         if empty {
-            self.dispatch(on_event);
+            self.dispatch(None, on_event);
         } else {
             if cut {
                 self.line_cut = true;
             }
-            self.field(&line);
+            if let Some((name, value)) = split_field(&line) {
+                self.field(name, value);
+            }
         }
         // Reuse the line's allocation for the next line.
         self.line = line;
         self.line.clear();
     }
 
-    fn field(&mut self, line: &[u8]) {
-        let (name, value) = match memchr::memchr(b':', line) {
-            Some(0) => return,
-            Some(i) => {
-                let value = &line[i + 1..];
-                (&line[..i], value.strip_prefix(b" ").unwrap_or(value))
-            }
-            None => (line, &b""[..]),
+    /// Reads a non-empty line that lies whole in the chunk: the first data line of an event
+    /// is held where it stands.
+    fn field_in_chunk<'c>(&mut self, line: &'c [u8], held: &mut Option<&'c [u8]>) {
+        let Some((name, value)) = split_field(line) else {
+            return;
         };
+        if name == b"data" && !self.has_data {
+            self.has_data = true;
+            *held = Some(value);
+            return;
+        }
+        if name == b"data" {
+            self.keep_held(held);
+        }
+        self.field(name, value);
+    }
+
+    fn field(&mut self, name: &[u8], value: &[u8]) {
         match name {
             b"event" => {
                 self.name.clear();
@@ -163,13 +203,19 @@ impl Splitter {
         self.data_len += bytes.len();
     }
 
-    fn dispatch(&mut self, on_event: &mut impl FnMut(Event<'_>)) {
+    /// Reports the event, if it has anything, and starts the next one. `held` is the event's
+    /// data when it is still in the chunk (one line, within the limit).
+    fn dispatch(&mut self, held: Option<&[u8]>, on_event: &mut impl FnMut(Event<'_>)) {
         if self.has_data || !self.name.is_empty() {
+            let (data, data_cut) = match held {
+                Some(data) => (data, false),
+                None => (&self.data[..], self.data_len > self.data.len()),
+            };
             on_event(Event {
                 name: &self.name,
-                data: &self.data,
+                data,
                 has_data: self.has_data,
-                data_cut: self.data_len > self.data.len(),
+                data_cut,
                 line_cut: self.line_cut,
             });
         }
@@ -178,6 +224,19 @@ impl Splitter {
         self.data_len = 0;
         self.has_data = false;
         self.line_cut = false;
+    }
+}
+
+/// A line's field name and value: `None` for a comment. A line without `:` is a field with
+/// an empty value; one space after the `:` is not part of the value.
+fn split_field(line: &[u8]) -> Option<(&[u8], &[u8])> {
+    match memchr::memchr(b':', line) {
+        Some(0) => None,
+        Some(i) => {
+            let value = &line[i + 1..];
+            Some((&line[..i], value.strip_prefix(b" ").unwrap_or(value)))
+        }
+        None => Some((line, &b""[..])),
     }
 }
 
@@ -286,6 +345,23 @@ mod tests {
             s.push(&[b'x'; 1000], |_| {});
         }
         assert!(s.line.capacity() < 1000);
+    }
+
+    #[test]
+    fn events_whole_in_a_chunk_are_read_in_place() {
+        let mut s = Splitter::new(1024);
+        let mut seen = Vec::new();
+        s.push(b"event: a\ndata: {\"x\":1}\n\ndata: [DONE]\n\n", |e| {
+            seen.push(e.data.to_vec())
+        });
+        assert_eq!(seen, [b"{\"x\":1}".to_vec(), b"[DONE]".to_vec()]);
+        // Neither a line nor an event's data was copied.
+        assert_eq!((s.line.capacity(), s.data.capacity()), (0, 0));
+        // An event the chunk cuts keeps its data for the next push.
+        s.push(b"data: held\n", |_| unreachable!("the event has not ended"));
+        assert_eq!(s.data, b"held");
+        s.push(b"data: more\n\n", |e| seen.push(e.data.to_vec()));
+        assert_eq!(seen[2], b"held\nmore");
     }
 
     proptest! {
