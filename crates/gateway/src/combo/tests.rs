@@ -6,6 +6,7 @@ use http_body_util::BodyExt;
 use tower::{ServiceExt, service_fn};
 
 use super::*;
+use crate::config::Config;
 
 fn config() -> Config {
     Config::from_toml_str(
