@@ -202,7 +202,7 @@ impl WrittenModel {
 pub(crate) fn rewrite_model(
     body: Buffered,
     field: &ModelField,
-    model: &str,
+    model: &Arc<str>,
 ) -> (Bytes, WrittenModel) {
     let before = body.as_slice().len();
     let out = rewrite(body, field, model);
@@ -214,7 +214,8 @@ pub(crate) fn rewrite_model(
             .saturating_sub(before.saturating_sub(field.span.end));
     let written = WrittenModel {
         span,
-        value: Arc::from(model),
+        // The route's own name, shared: no copy per request.
+        value: model.clone(),
     };
     (out, written)
 }
@@ -339,7 +340,7 @@ mod tests {
             let mut joined = vec![b' '; HEADROOM];
             joined.extend_from_slice(text);
             let range = joined.as_ptr_range();
-            let (out, _) = rewrite_model(Buffered::Joined(joined), &field, new);
+            let (out, _) = rewrite_model(Buffered::Joined(joined), &field, &Arc::from(new));
             assert!(range.contains(&out.as_ptr()), "copied for {new}");
             let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
             assert_eq!(value["model"], new);
@@ -349,7 +350,7 @@ mod tests {
         let long = "m".repeat(HEADROOM + 40);
         let mut joined = vec![b' '; HEADROOM];
         joined.extend_from_slice(text);
-        let (out, _) = rewrite_model(Buffered::Joined(joined), &field, &long);
+        let (out, _) = rewrite_model(Buffered::Joined(joined), &field, &Arc::from(&*long));
         let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(value["model"], long.as_str());
     }
@@ -400,9 +401,10 @@ mod tests {
             let spliced = replace_model(&Bytes::from(text.clone()), &field, &new).unwrap();
             let mut joined = vec![b' '; HEADROOM];
             joined.extend_from_slice(text.as_bytes());
-            let (rewritten, in_place) = rewrite_model(Buffered::Joined(joined), &field, &new);
+            let name: Arc<str> = Arc::from(&*new);
+            let (rewritten, in_place) = rewrite_model(Buffered::Joined(joined), &field, &name);
             prop_assert_eq!(&rewritten[..], &spliced[..]);
-            let (chunk, copied) = rewrite_model(Buffered::Chunk(Bytes::from(text)), &field, &new);
+            let (chunk, copied) = rewrite_model(Buffered::Chunk(Bytes::from(text)), &field, &name);
             prop_assert_eq!(&chunk[..], &spliced[..]);
             prop_assert_eq!(&in_place, &copied);
         }
@@ -428,7 +430,7 @@ mod tests {
             } else {
                 Buffered::Chunk(Bytes::from(text))
             };
-            let (out, written) = rewrite_model(body, &field, &first);
+            let (out, written) = rewrite_model(body, &field, &Arc::from(&*first));
             let again = find_model(&out).unwrap();
             prop_assert_eq!(&again.value, &first);
             let expected = replace_model(&out, &again, &later).unwrap();

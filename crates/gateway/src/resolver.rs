@@ -69,6 +69,7 @@ use context_relay_tower::{ComboName, ResolvedAccount, SessionId, SummaryCall, Te
 use http::{Extensions, HeaderValue, Request, Response, StatusCode, header};
 use http_body::Body;
 use http_body_util::{BodyExt, Either, Full};
+use smallvec::SmallVec;
 use tower::ServiceExt;
 use tower_layer::Layer;
 use tower_service::Service;
@@ -268,7 +269,8 @@ where
     // The last error answer of an account that was rotated away, and its verdict: what the
     // client gets when no account is left.
     let mut last: Option<(Response<Peeked<ResBody>>, ResolvedAccount, Verdict)> = None;
-    let mut providers_seen: Vec<Arc<ProviderPool>> = Vec::new();
+    // A route names a few providers, a pool a few accounts: both lists stay on the stack.
+    let mut providers_seen: SmallVec<[Arc<ProviderPool>; 4]> = SmallVec::new();
     let mut attempts = 0usize;
     let mut unavailable_retried = false;
     let mut skipped_shape = Vec::new();
@@ -297,7 +299,7 @@ where
             targets.written.as_ref(),
             first_model.as_deref(),
         );
-        let mut tried: Vec<usize> = Vec::new();
+        let mut tried: SmallVec<[usize; 8]> = SmallVec::new();
         loop {
             // The summary call gets one attempt: it is no user turn worth a retry, and a
             // retry would spend another account's quota on bookkeeping.

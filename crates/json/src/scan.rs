@@ -2,6 +2,8 @@
 
 use std::borrow::Cow;
 
+use smallvec::SmallVec;
+
 use super::string;
 use super::{Array, Field, JsonError, MAX_NESTING, Object, Span};
 
@@ -9,8 +11,9 @@ use super::{Array, Field, JsonError, MAX_NESTING, Object, Span};
 pub(super) struct Scanner<'a> {
     b: &'a [u8],
     /// Offsets of the open brackets while skipping a nested value: an explicit stack instead
-    /// of recursion, at most [`MAX_NESTING`] deep.
-    stack: Vec<usize>,
+    /// of recursion, at most [`MAX_NESTING`] deep; the usual few levels stay on the stack
+    /// (no allocation per scan).
+    stack: SmallVec<[usize; 16]>,
 }
 
 impl<'a> Scanner<'a> {
@@ -20,7 +23,7 @@ impl<'a> Scanner<'a> {
     pub(super) fn new(b: &'a [u8]) -> Self {
         Self {
             b,
-            stack: Vec::new(),
+            stack: SmallVec::new(),
         }
     }
 

@@ -8,11 +8,13 @@
 //! members it does not follow with the scanner (validated, also once).
 
 use super::scan::{Scanner, check_utf8};
+use smallvec::SmallVec;
+
 use super::{JsonError, Span, decode_str};
 
 /// The strings of the value starting at `body[start]`, in document order, as the spans of
-/// their contents (between the quotes, escapes as sent), appended to `out`; returns where the
-/// value ends.
+/// their contents (between the quotes, escapes as sent), appended to `out` (a `Vec`, or any
+/// collection that extends); returns where the value ends.
 ///
 /// Arrays are followed item by item; of an object, only the members whose decoded key
 /// `follow` accepts (all of them when a key repeats), the others are skipped. Numbers,
@@ -36,13 +38,13 @@ pub fn strings(
     start: usize,
     max_depth: usize,
     follow: impl Fn(&str) -> bool,
-    out: &mut Vec<Span>,
+    out: &mut impl Extend<Span>,
 ) -> Result<usize, JsonError> {
     let mut walk = Walk {
         s: Scanner::new(body),
         b: body,
         follow,
-        open: Vec::new(),
+        open: SmallVec::new(),
     };
     let end = walk.run(start, max_depth, out)?;
     check_utf8(&body[..end], start)?;
@@ -53,8 +55,9 @@ struct Walk<'a, F> {
     s: Scanner<'a>,
     b: &'a [u8],
     follow: F,
-    /// The offsets of the followed containers around the current value.
-    open: Vec<usize>,
+    /// The offsets of the followed containers around the current value (the usual few on the
+    /// stack).
+    open: SmallVec<[usize; 8]>,
 }
 
 /// What comes next inside an object: a followed member's value, or the end of the object.
@@ -68,7 +71,7 @@ impl<F: Fn(&str) -> bool> Walk<'_, F> {
         &mut self,
         start: usize,
         max_depth: usize,
-        out: &mut Vec<Span>,
+        out: &mut impl Extend<Span>,
     ) -> Result<usize, JsonError> {
         let b = self.b;
         let mut i = start;
@@ -83,7 +86,7 @@ impl<F: Fn(&str) -> bool> Walk<'_, F> {
             i = match b.get(i) {
                 Some(b'"') => {
                     let end = self.s.skip_string(i)?;
-                    out.push(i + 1..end - 1);
+                    out.extend(Some(i + 1..end - 1));
                     end
                 }
                 Some(b'[') => {

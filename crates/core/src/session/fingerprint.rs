@@ -5,7 +5,9 @@ use std::borrow::Cow;
 use std::ops::Range;
 
 use sha2::{Digest, Sha256};
+use smallvec::SmallVec;
 
+use super::found::Hex16;
 use crate::json::{self, Items, Kind, Members, Span};
 
 /// Domain separation, so these digests never equal a hash of the same bytes made elsewhere,
@@ -93,6 +95,11 @@ const MAX_DEPTH: usize = 128;
 /// assert_eq!(fingerprint(first), fingerprint(cut));
 /// ```
 pub fn fingerprint(body: &[u8]) -> Option<String> {
+    fingerprint_hex(body).map(|hex| hex.as_str().to_owned())
+}
+
+/// [`fingerprint`], kept inline until a caller keeps it.
+pub(super) fn fingerprint_hex(body: &[u8]) -> Option<Hex16> {
     let parts = Parts::read(body)?;
     let user = parts.user.unwrap_or_default();
     if user.is_empty()
@@ -121,7 +128,7 @@ pub fn fingerprint(body: &[u8]) -> Option<String> {
         entry.hash(&mut hasher, body);
     }
     user.hash(&mut hasher, body);
-    Some(super::hex16(&hasher.finalize()))
+    Some(Hex16::of(&hasher.finalize()))
 }
 
 /// Domain separation of [`opening`] digests.
@@ -206,8 +213,9 @@ struct Parts {
     instructions: Text,
     system: Text,
     system_instruction: Text,
-    /// The `system` / `developer` entries of the conversation before its first user entry.
-    entries: Vec<Text>,
+    /// The `system` / `developer` entries of the conversation before its first user entry
+    /// (the usual one or two without an allocation).
+    entries: SmallVec<[Text; 2]>,
     user: Option<Text>,
     /// With [`Until::Ask`]: the parts of the first ask, and whether entries follow it.
     ask: Option<(Vec<Span>, bool)>,
@@ -246,7 +254,7 @@ impl Parts {
                     Some(Kind::String) => {
                         let text = Text::read(body, members.value(&key).ok()?)?;
                         if until == Until::Ask && !text.is_empty() {
-                            parts.ask = Some((text.0.clone(), false));
+                            parts.ask = Some((text.0.to_vec(), false));
                         }
                         parts.user = Some(text);
                         return Some(parts);
@@ -283,7 +291,7 @@ impl Parts {
                             self.ask = Some((own, more_items(body, end)));
                             return Some(());
                         }
-                        first_user.get_or_insert((entry.text.0.clone(), end));
+                        first_user.get_or_insert((entry.text.0.to_vec(), end));
                     }
                     if self.user.is_none() && !is_context_block(body, &entry.text) {
                         self.user = Some(entry.text);
@@ -372,9 +380,10 @@ fn within(outer: &Span, inner: Span) -> Span {
 /// The text of a message content in any provider's shape: the strings of a string, an array
 /// of parts, or a part object, where from objects only `text`, `content` and `parts` are
 /// followed (images, tool inputs and cache markers are skipped). Each part is where a string's
-/// contents sit in the body, escapes and all.
+/// contents sit in the body, escapes and all. A text of one or two parts (the usual) is kept
+/// without an allocation.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-struct Text(Vec<Span>);
+struct Text(SmallVec<[Span; 2]>);
 
 impl Text {
     /// The text of the (validated) value at `span`; `None` past [`MAX_DEPTH`].

@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use http::HeaderMap;
 
-use super::{SessionSource, SessionSources, clean_session_id, session_id_in, tenant};
+use super::found::session_id_in;
+use super::{SessionSource, SessionSources, clean_session_id, tenant_arc};
 use crate::HandoffKey;
 use crate::json::Found;
 
@@ -18,7 +19,7 @@ pub struct Identity {
     /// Where [`Identity::session`] came from; `Some` exactly when the session is.
     pub source: Option<SessionSource>,
     /// The tenant: the explicit one, else the hash of the request's credential (see
-    /// [`tenant`]).
+    /// [`tenant`](super::tenant)).
     pub tenant: Arc<str>,
 }
 
@@ -51,7 +52,7 @@ impl Identity {
 /// [`fingerprint`](super::fingerprint) — exactly [`session_id`](super::session_id). A blank
 /// explicit session counts as absent, so the sources are tried.
 ///
-/// The tenant is the explicit one when given, else [`tenant`] of the headers. A caller that
+/// The tenant is the explicit one when given, else [`tenant`](super::tenant) of the headers. A caller that
 /// memoises the credential hash passes its memoised value as the explicit tenant.
 ///
 /// Since headers win over the body, a caller can identify a request from its headers first
@@ -143,7 +144,7 @@ fn identify_in(
     explicit_session: Option<Arc<str>>,
     explicit_tenant: Option<Arc<str>>,
 ) -> Identity {
-    let tenant = explicit_tenant.unwrap_or_else(|| Arc::from(tenant(headers)));
+    let tenant = explicit_tenant.unwrap_or_else(|| tenant_arc(headers));
     if let Some(explicit) = explicit_session.and_then(cleaned) {
         return Identity {
             session: Some(explicit),
@@ -152,9 +153,9 @@ fn identify_in(
         };
     }
     match session_id_in(headers, body, sources) {
-        Some(found) => Identity {
-            session: Some(Arc::from(found.id)),
-            source: Some(found.source),
+        Some((id, source)) => Identity {
+            session: Some(id.to_arc()),
+            source: Some(source),
             tenant,
         },
         None => Identity {

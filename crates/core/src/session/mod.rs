@@ -47,13 +47,12 @@ use sha2::{Digest, Sha256};
 mod lenient;
 mod body_ids;
 mod fingerprint;
+mod found;
 mod identify;
 
-use crate::json::Found;
-use body_ids::BodyIds;
 pub use fingerprint::{Opening, fingerprint, opening};
+use found::Hex16;
 pub use identify::{Identity, identify, identify_found};
-use lenient::Str;
 
 /// Longest session id kept, in characters; longer ones are cut (on a character boundary).
 pub const MAX_SESSION_ID_CHARS: usize = 128;
@@ -227,7 +226,7 @@ pub fn session_id(
     body: Option<&[u8]>,
     sources: &SessionSources,
 ) -> Option<SessionMatch> {
-    session_id_in(headers, body.map(|b| (b, None)), sources)
+    found::session_match(headers, body.map(|b| (b, None)), sources)
 }
 
 /// The quoted key literals of the session ids a body may carry (`"prompt_cache_key"`,
@@ -235,74 +234,6 @@ pub fn session_id(
 /// ([`Needles::find_all`](crate::json::Needles::find_all)) and hand the result to
 /// [`identify_found`]: the session reading then does not search the body again.
 pub const BODY_ID_LITERALS: [&[u8]; 2] = [b"\"prompt_cache_key\"", b"\"metadata\""];
-
-/// [`session_id`] of a body with, optionally, where a caller's pass found
-/// [`BODY_ID_LITERALS`] in it.
-pub(crate) fn session_id_in(
-    headers: &HeaderMap,
-    body: Option<(&[u8], Option<&Found<'_>>)>,
-    sources: &SessionSources,
-) -> Option<SessionMatch> {
-    if let Some((id, name)) = header_session(headers, sources) {
-        return Some(SessionMatch {
-            id: id.to_owned(),
-            source: SessionSource::Header(name.clone()),
-        });
-    }
-    let (body, found) = body?;
-    if sources.metadata_user_id || sources.prompt_cache_key {
-        // Wherever they stand at the top level (see `body_ids`); a body that is not a JSON
-        // object gives none.
-        let ids = BodyIds::read(body, found);
-        let from_metadata = sources
-            .metadata_user_id
-            .then(|| ids.user_id.as_deref().and_then(session_of_user_id))
-            .flatten();
-        if let Some(id) = from_metadata {
-            return Some(SessionMatch {
-                id,
-                source: SessionSource::MetadataUserId,
-            });
-        }
-        let from_cache_key = sources
-            .prompt_cache_key
-            .then(|| ids.prompt_cache_key.as_deref().and_then(clean))
-            .flatten();
-        if let Some(id) = from_cache_key {
-            return Some(SessionMatch {
-                id,
-                source: SessionSource::PromptCacheKey,
-            });
-        }
-    }
-    if sources.fingerprint {
-        return fingerprint(body).map(|id| SessionMatch {
-            id,
-            source: SessionSource::Fingerprint,
-        });
-    }
-    None
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct UserIdJson<'a> {
-    #[serde(borrow)]
-    session_id: Str<'a>,
-}
-
-/// The session part of an Anthropic `metadata.user_id`.
-fn session_of_user_id(user_id: &str) -> Option<String> {
-    let trimmed = user_id.trim();
-    if trimmed.starts_with('{') {
-        let parsed: UserIdJson<'_> = serde_json::from_str(trimmed).ok()?;
-        return parsed.session_id.as_deref().and_then(clean);
-    }
-    // Legacy form `user_<hash>_account_<uuid>_session_<uuid>` (the account part may be empty,
-    // giving `account__session_`): the session is whatever follows the last marker.
-    let (_, session) = trimmed.rsplit_once("_session_")?;
-    clean(session)
-}
 
 /// A raw session id as the relay keys it: trimmed, cut to [`MAX_SESSION_ID_CHARS`] characters
 /// (on a character boundary, then trimmed again), `None` when nothing is left.
@@ -331,11 +262,6 @@ pub fn clean_session_id(value: &str) -> Option<&str> {
         }
     };
     (!capped.is_empty()).then_some(capped)
-}
-
-/// [`clean_session_id`], owned.
-fn clean(value: &str) -> Option<String> {
-    clean_session_id(value).map(str::to_owned)
 }
 
 /// The client credential of a request: the `authorization` value with a `Bearer ` scheme
@@ -412,8 +338,22 @@ pub fn tenant(headers: &HeaderMap) -> String {
 /// ```
 pub fn tenant_of(credential: Option<&[u8]>) -> String {
     match credential {
-        Some(secret) => hex16(&Sha256::digest(secret)),
-        None => "anonymous".to_owned(),
+        Some(secret) => Hex16::of(&Sha256::digest(secret)).as_str().to_owned(),
+        None => ANONYMOUS.to_owned(),
+    }
+}
+
+/// The tenant of a request without a credential.
+const ANONYMOUS: &str = "anonymous";
+
+/// [`tenant`] as the shared string [`identify`] keeps: one allocation for a credential's hash,
+/// none for `"anonymous"` (one string shared by every such request).
+pub(crate) fn tenant_arc(headers: &HeaderMap) -> std::sync::Arc<str> {
+    static SHARED: std::sync::LazyLock<std::sync::Arc<str>> =
+        std::sync::LazyLock::new(|| std::sync::Arc::from(ANONYMOUS));
+    match credential(headers) {
+        Some(secret) => std::sync::Arc::from(Hex16::of(&Sha256::digest(secret)).as_str()),
+        None => SHARED.clone(),
     }
 }
 
@@ -453,20 +393,6 @@ pub fn request_credential<'a>(
         })
 }
 
-/// The first 8 bytes of a digest as 16 lower-case hex characters.
-///
-/// Hand-rolled rather than `write!("{:02x}")`: the tenant is derived on every relayed request,
-/// and the formatting machinery cost more than the hash itself.
-fn hex16(digest: &[u8]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(16);
-    for b in digest.iter().take(8) {
-        s.push(char::from(HEX[usize::from(b >> 4)]));
-        s.push(char::from(HEX[usize::from(b & 0x0f)]));
-    }
-    s
-}
-
 /// `serde(with)` for a list of header names as strings.
 mod header_names {
     use http::HeaderName;
@@ -494,14 +420,7 @@ mod header_names {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn hex16_is_lower_case_hex_of_the_first_eight_bytes() {
-        assert_eq!(
-            super::hex16(&[0xab, 0x01, 0xff, 0x00, 0x10, 0x9c, 0x7e, 0x42, 0x99]),
-            "ab01ff00109c7e42"
-        );
-    }
-
+    use super::found::session_of_user_id;
     use super::*;
 
     #[test]
@@ -526,12 +445,26 @@ mod tests {
     }
 
     #[test]
+    fn the_shared_tenant_is_the_tenant() {
+        let mut keyed = HeaderMap::new();
+        keyed.insert("x-api-key", "sk-one".parse().unwrap());
+        assert_eq!(*tenant_arc(&keyed), tenant(&keyed));
+        let bare = HeaderMap::new();
+        assert_eq!(*tenant_arc(&bare), tenant(&bare));
+        // Every request without a credential shares one string.
+        assert!(std::sync::Arc::ptr_eq(
+            &tenant_arc(&bare),
+            &tenant_arc(&bare)
+        ));
+    }
+
+    #[test]
     fn clean_caps_on_char_boundary() {
         let long = "é".repeat(200);
-        let id = clean(&long).unwrap();
+        let id = clean_session_id(&long).unwrap();
         assert_eq!(id.chars().count(), MAX_SESSION_ID_CHARS);
-        assert_eq!(clean("   "), None);
-        assert_eq!(clean(" a "), Some("a".into()));
+        assert_eq!(clean_session_id("   "), None);
+        assert_eq!(clean_session_id(" a "), Some("a"));
     }
 
     #[test]

@@ -691,7 +691,7 @@ async fn a_later_target_gets_its_model_where_the_first_was_written() {
     let (body, written) = rewrite_model(
         Buffered::Chunk(Bytes::from_static(client)),
         &field,
-        "gpt-5.5",
+        &Arc::from("gpt-5.5"),
     );
     let mut req = request("s", &[("codex", "gpt-5.5"), ("claude", "claude-x")]);
     *req.body_mut() = Full::new(body);

@@ -1,6 +1,6 @@
 use super::*;
-use crate::session::session_id;
 use crate::session::{DEFAULT_SESSION_HEADERS, MAX_SESSION_ID_CHARS};
+use crate::session::{session_id, tenant};
 use http::{HeaderName, HeaderValue};
 use proptest::prelude::*;
 use serde_json::{Value, json};
