@@ -38,6 +38,8 @@
 
 mod raw;
 
+use bytes::Bytes;
+
 use crate::sse::Splitter;
 use raw::{Carrier, Raw};
 
@@ -101,16 +103,56 @@ pub struct UsageReader {
 enum Mode {
     /// Nothing but whitespace yet.
     Undecided,
-    /// A JSON body, buffered whole (until it outgrows the limit).
-    Json { buf: Vec<u8>, gave_up: bool },
+    /// A JSON body, gathered whole (until it outgrows the limit).
+    Json(Whole),
     /// Server-sent events, read event by event.
     Sse(Box<Splitter>),
-    /// A compressed body, buffered as sent and decoded at the end.
-    Encoded {
-        raw: Vec<u8>,
-        encoding: String,
-        gave_up: bool,
-    },
+    /// A compressed body, gathered as sent and decoded at the end.
+    Encoded { raw: Whole, encoding: String },
+}
+
+/// A whole body gathered for reading at its end. A body that comes as one [`Bytes`] chunk
+/// (the usual JSON answer) is held as it came, without a copy; a second chunk starts a buffer.
+#[derive(Debug, Default)]
+struct Whole {
+    held: Bytes,
+    buf: Vec<u8>,
+    gave_up: bool,
+}
+
+impl Whole {
+    /// Appends `chunk` (`shared`: the same bytes as a [`Bytes`], when the caller has one), or
+    /// gives up (and frees what was kept) once the body outgrows [`USAGE_READ_LIMIT`].
+    fn push(&mut self, chunk: &[u8], shared: Option<Bytes>) {
+        if self.gave_up {
+            return;
+        }
+        if self.held.len() + self.buf.len() + chunk.len() > USAGE_READ_LIMIT {
+            *self = Whole {
+                gave_up: true,
+                ..Whole::default()
+            };
+            return;
+        }
+        match shared {
+            Some(bytes) if self.held.is_empty() && self.buf.is_empty() => self.held = bytes,
+            _ => {
+                if !self.held.is_empty() {
+                    self.buf.extend_from_slice(&std::mem::take(&mut self.held));
+                }
+                self.buf.extend_from_slice(chunk);
+            }
+        }
+    }
+
+    /// The body, or `None` when it outgrew the limit.
+    fn bytes(&self) -> Option<&[u8]> {
+        match (self.gave_up, self.held.is_empty()) {
+            (true, _) => None,
+            (false, false) => Some(&self.held),
+            (false, true) => Some(&self.buf),
+        }
+    }
 }
 
 impl UsageReader {
@@ -122,9 +164,8 @@ impl UsageReader {
             Mode::Undecided
         } else {
             Mode::Encoded {
-                raw: Vec::new(),
+                raw: Whole::default(),
                 encoding: encoding.to_owned(),
-                gave_up: false,
             }
         };
         Self {
@@ -142,7 +183,18 @@ impl UsageReader {
 
     /// Feeds the next bytes of the body.
     pub fn push(&mut self, chunk: &[u8]) {
+        self.push_in(chunk, None);
+    }
+
+    /// [`push`](Self::push) of a chunk the caller holds as [`Bytes`]: a whole body that comes
+    /// as one chunk is then read at the end without being copied.
+    pub fn push_bytes(&mut self, chunk: &Bytes) {
+        self.push_in(chunk, Some(chunk));
+    }
+
+    fn push_in(&mut self, chunk: &[u8], shared: Option<&Bytes>) {
         let mut rest = chunk;
+        let mut skipped = 0;
         if let Mode::Undecided = self.mode {
             let Some(start) = rest
                 .iter()
@@ -151,21 +203,18 @@ impl UsageReader {
                 return;
             };
             self.mode = if matches!(rest[start], b'{' | b'[') {
-                Mode::Json {
-                    buf: Vec::new(),
-                    gave_up: false,
-                }
+                Mode::Json(Whole::default())
             } else {
                 Mode::Sse(Box::new(Splitter::new(USAGE_READ_LIMIT)))
             };
             rest = &rest[start..];
+            skipped = start;
         }
         match &mut self.mode {
             Mode::Undecided => {}
-            Mode::Json { buf, gave_up }
-            | Mode::Encoded {
-                raw: buf, gave_up, ..
-            } => keep(buf, gave_up, rest),
+            Mode::Json(whole) | Mode::Encoded { raw: whole, .. } => {
+                whole.push(rest, shared.map(|b| b.slice(skipped..)));
+            }
             Mode::Sse(splitter) => {
                 let seen = &mut self.seen;
                 splitter.push(rest, |event| {
@@ -181,8 +230,11 @@ impl UsageReader {
     pub fn finish(&mut self) -> Option<Usage> {
         match std::mem::replace(&mut self.mode, Mode::Undecided) {
             Mode::Undecided => {}
-            Mode::Json { gave_up: true, .. } | Mode::Encoded { gave_up: true, .. } => {}
-            Mode::Json { buf, .. } => read_json(&mut self.seen, &buf),
+            Mode::Json(whole) => {
+                if let Some(body) = whole.bytes() {
+                    read_json(&mut self.seen, body);
+                }
+            }
             Mode::Sse(mut splitter) => {
                 let seen = &mut self.seen;
                 splitter.finish(|event| {
@@ -191,8 +243,11 @@ impl UsageReader {
                     }
                 });
             }
-            Mode::Encoded { raw, encoding, .. } => {
-                if let Ok(plain) = crate::decode::decode(&encoding, &raw, USAGE_READ_LIMIT) {
+            Mode::Encoded { raw, encoding } => {
+                let decoded = raw
+                    .bytes()
+                    .map(|raw| crate::decode::decode(&encoding, raw, USAGE_READ_LIMIT));
+                if let Some(Ok(plain)) = decoded {
                     let mut reader = Self::new("");
                     reader.push(&plain);
                     return reader.finish();
@@ -200,20 +255,6 @@ impl UsageReader {
             }
         }
         self.seen.usage()
-    }
-}
-
-/// Appends `chunk` to a whole-body buffer, or gives up (and frees the buffer) once the body
-/// outgrows [`USAGE_READ_LIMIT`].
-fn keep(buf: &mut Vec<u8>, gave_up: &mut bool, chunk: &[u8]) {
-    if *gave_up {
-        return;
-    }
-    if buf.len() + chunk.len() > USAGE_READ_LIMIT {
-        *gave_up = true;
-        *buf = Vec::new();
-    } else {
-        buf.extend_from_slice(chunk);
     }
 }
 

@@ -138,6 +138,24 @@ fn a_compressed_body_is_decoded_at_the_end() {
 }
 
 #[test]
+fn a_body_in_one_chunk_is_held_without_a_copy() {
+    let body = Bytes::from(CHAT_JSON);
+    let mut whole = super::Whole::default();
+    whole.push(&body, Some(body.clone()));
+    assert_eq!(whole.bytes().map(<[u8]>::as_ptr), Some(body.as_ptr()));
+    assert_eq!(whole.buf.capacity(), 0);
+    // A second chunk: both copied into one buffer, in order.
+    whole.push(b" ", Some(Bytes::from_static(b" ")));
+    assert_eq!(whole.bytes(), Some(format!("{CHAT_JSON} ").as_bytes()));
+    assert!(whole.held.is_empty());
+    // Over the limit: nothing kept.
+    let big = Bytes::from(vec![b' '; super::USAGE_READ_LIMIT]);
+    whole.push(&big, Some(big.clone()));
+    assert_eq!(whole.bytes(), None);
+    assert!(whole.held.is_empty() && whole.buf.capacity() == 0);
+}
+
+#[test]
 fn usage_adds_up() {
     let mut total = usage(1, 2, 3, 4, 5);
     total.add(&usage(10, 20, 30, 40, 50));
@@ -149,18 +167,30 @@ fn usage_adds_up() {
 proptest! {
     /// However a body is split into chunks, the reader gives what it gives the whole body.
     #[test]
-    fn any_split_reads_the_same(cuts in proptest::collection::vec(0usize..2000, 0..8), which in 0usize..5) {
-        let body = [CHAT_JSON, CHAT_SSE, RESPONSES_SSE, MESSAGES_SSE, GEMINI_SSE][which].as_bytes();
-        let whole = UsageReader::of(body);
-        let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (body.len() + 1)).collect();
+    fn any_split_reads_the_same(
+        cuts in proptest::collection::vec((0usize..2000, any::<bool>()), 0..8),
+        last_shared in any::<bool>(),
+        lead in 0usize..3,
+        which in 0usize..5,
+    ) {
+        let text = [CHAT_JSON, CHAT_SSE, RESPONSES_SSE, MESSAGES_SSE, GEMINI_SSE][which];
+        let body = Bytes::from(format!("{}{text}", " \n".repeat(lead)));
+        let whole = UsageReader::of(&body);
+        prop_assert_eq!(whole, UsageReader::of(text.as_bytes()));
+        let mut cuts: Vec<(usize, bool)> =
+            cuts.into_iter().map(|(c, s)| (c % (body.len() + 1), s)).collect();
         cuts.sort_unstable();
+        // Each chunk fed as a slice or as `Bytes` (held without a copy when it is the first).
         let mut reader = UsageReader::new("");
+        let feed = |reader: &mut UsageReader, chunk: Bytes, shared: bool| {
+            if shared { reader.push_bytes(&chunk) } else { reader.push(&chunk) }
+        };
         let mut at = 0;
-        for c in cuts {
-            reader.push(&body[at..c]);
+        for (c, shared) in cuts {
+            feed(&mut reader, body.slice(at..c), shared);
             at = c;
         }
-        reader.push(&body[at..]);
+        feed(&mut reader, body.slice(at..), last_shared);
         prop_assert_eq!(reader.finish(), whole);
     }
 

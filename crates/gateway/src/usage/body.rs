@@ -79,7 +79,7 @@ where
         match &frame {
             Some(Ok(f)) => {
                 if let (Some(m), Some(data)) = (this.meter.as_mut(), f.data_ref()) {
-                    m.reader.push(data);
+                    m.reader.push_bytes(data);
                 }
                 // The consumer may not poll again once the body says it ended.
                 if this.inner.is_end_stream() {
