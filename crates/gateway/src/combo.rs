@@ -268,7 +268,7 @@ where
     };
 
     // A Gemini request names its model in the path, not in the body.
-    let (model, field) = match gemini::path_model(parts.uri.path()) {
+    let (in_path, field) = match gemini::path_model(parts.uri.path()) {
         Some((_, model)) => {
             gemini::check_body(body.as_slice()).map_err(|e| bad_request(&e))?;
             (model, None)
@@ -277,15 +277,19 @@ where
             // One pass over the body finds what `model` and the session reading look for.
             let (field, found) = find_model_and_literals(body.as_slice())
                 .map_err(|e| bad_request(&e.to_string()))?;
-            (field.value.clone(), Some((field, found)))
+            (String::new(), Some((field, found)))
         }
     };
+    // Borrowed from where it was read, not copied.
+    let model = field
+        .as_ref()
+        .map_or(in_path.as_str(), |(f, _)| f.value.as_str());
     if let Some(access) = parts.extensions.get::<ClientAccess>()
-        && !access.allows(&model)
+        && !access.allows(model)
     {
-        return Err(forbidden(shape, &access.name, &model));
+        return Err(forbidden(shape, &access.name, model));
     }
-    let (combo, targets) = routes.resolve(&model).map_err(|e| {
+    let (combo, targets) = routes.resolve(model).map_err(|e| {
         error_response(
             shape,
             StatusCode::NOT_FOUND,
@@ -357,6 +361,7 @@ pub(crate) fn identify(
 ) {
     let explicit_session = parts.extensions.get::<SessionId>().map(|s| s.0.clone());
     let explicit_tenant = parts.extensions.get::<Tenant>().map(|t| t.0.clone());
+    let (kept_session, kept_tenant) = (explicit_session.clone(), explicit_tenant.is_some());
     let headers = &parts.headers;
     let identity = match found {
         Some(found) => session::identify_found(
@@ -375,8 +380,16 @@ pub(crate) fn identify(
             explicit_tenant,
         ),
     };
-    parts.extensions.insert(Tenant(identity.tenant));
+    // An explicit value is kept as it is (one less box per request): the tenant is used as
+    // given, a clean session id comes back as the same string.
+    if !kept_tenant {
+        parts.extensions.insert(Tenant(identity.tenant));
+    }
     match identity.session {
+        Some(session)
+            if kept_session
+                .as_ref()
+                .is_some_and(|k| Arc::ptr_eq(k, &session)) => {}
         Some(session) => {
             parts.extensions.insert(SessionId(session));
         }

@@ -74,15 +74,12 @@ use tower::ServiceExt;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::combo::{BoxError, RouteTargets, Routes, Target};
+use crate::combo::{BoxError, RouteTargets, Routes};
 use crate::console::Activity;
-use crate::credential::Credential;
 use crate::error::{ErrorKind, ErrorShape, error_response_as};
-use crate::model::{WrittenModel, find_model, replace_model};
 use crate::peek::{Peeked, peek};
 use crate::pool::{AccountPools, ProviderPool};
 use crate::upstream::HeadTimedOut;
-use crate::upstream::UpstreamEndpoint;
 
 use rotate::{Attempt, record_usage};
 use verdict::{Verdict, classify, decoded_error_body, error_type};
@@ -363,7 +360,7 @@ where
                         );
                     }
                 }
-                res.extensions_mut().insert(resolved);
+                label(res.extensions_mut(), resolved);
                 return Ok(res.map(Either::Left));
             }
 
@@ -424,7 +421,7 @@ where
                     record_usage(&pool, idx, account, &signal, (now, internal), &activity);
                     res_parts.extensions.insert(signal);
                 }
-                res_parts.extensions.insert(resolved);
+                label(&mut res_parts.extensions, resolved);
                 return Ok(Response::from_parts(res_parts, Either::Right(replay)));
             }
             last = Some((Response::from_parts(res_parts, replay), resolved, verdict));
@@ -496,53 +493,6 @@ where
     Ok(res)
 }
 
-/// The body for `target`: its model written where ComboService wrote the first target's
-/// ([`WrittenModel`]). A request ComboService did not route (the relay's summary call, whose
-/// body the relay built and may name its own handoff model) keeps its body on the first target
-/// and is searched for `model` on a later one.
-fn body_for_target(
-    body: &Bytes,
-    target: &Target,
-    written: Option<&WrittenModel>,
-    first_model: Option<&str>,
-) -> Bytes {
-    if let Some(out) = written.and_then(|w| w.retarget(body, &target.model)) {
-        return out;
-    }
-    if first_model == Some(&*target.model) {
-        return body.clone();
-    }
-    match find_model(body) {
-        Ok(field) => replace_model(body, &field, &target.model).unwrap_or_else(|| body.clone()),
-        Err(_) => body.clone(),
-    }
-}
-
-fn attempt_request(
-    parts: &http::request::Parts,
-    body: Bytes,
-    pool: &ProviderPool,
-    credential: Credential,
-    resolved: ResolvedAccount,
-) -> Request<Full<Bytes>> {
-    let len = body.len();
-    let mut req = Request::new(Full::new(body));
-    *req.method_mut() = parts.method.clone();
-    *req.uri_mut() = parts.uri.clone();
-    *req.version_mut() = parts.version;
-    *req.headers_mut() = parts.headers.clone();
-    *req.extensions_mut() = parts.extensions.clone();
-    crate::combo::set_content_length(req.headers_mut(), len);
-    req.extensions_mut().insert(UpstreamEndpoint {
-        base_url: pool.base_url().clone(),
-        credential: Some(credential),
-        api: pool.api(),
-        max_output_tokens: pool.max_output_tokens(),
-    });
-    req.extensions_mut().insert(resolved);
-    req
-}
-
 fn own_error<B>(
     shape: ErrorShape,
     status: StatusCode,
@@ -554,6 +504,8 @@ fn own_error<B>(
     })
 }
 
+mod attempt;
+use attempt::{attempt_request, body_for_target, label};
 mod restore;
 pub(crate) use restore::AffinityStore;
 mod skipped;

@@ -6,7 +6,9 @@ use std::sync::Mutex;
 use tower::service_fn;
 
 use super::*;
+use crate::combo::Target;
 use crate::config::Config;
+use crate::upstream::UpstreamEndpoint;
 use context_relay_core::QuotaSignal;
 use context_relay_tower::SkipRelay;
 

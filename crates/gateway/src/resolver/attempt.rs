@@ -1,0 +1,69 @@
+//! One attempt of the account resolver: the request it sends (the client's head copied, the
+//! body with the target's model, the account's endpoint) and the label its answer carries.
+
+use bytes::Bytes;
+use context_relay_tower::ResolvedAccount;
+use http::{Extensions, Request};
+use http_body_util::Full;
+
+use crate::combo::Target;
+use crate::credential::Credential;
+use crate::model::{WrittenModel, find_model, replace_model};
+use crate::pool::ProviderPool;
+use crate::upstream::UpstreamEndpoint;
+
+/// The body for `target`: its model written where ComboService wrote the first target's
+/// ([`WrittenModel`]). A request ComboService did not route (the relay's summary call, whose
+/// body the relay built and may name its own handoff model) keeps its body on the first target
+/// and is searched for `model` on a later one.
+pub(super) fn body_for_target(
+    body: &Bytes,
+    target: &Target,
+    written: Option<&WrittenModel>,
+    first_model: Option<&str>,
+) -> Bytes {
+    if let Some(out) = written.and_then(|w| w.retarget(body, &target.model)) {
+        return out;
+    }
+    if first_model == Some(&*target.model) {
+        return body.clone();
+    }
+    match find_model(body) {
+        Ok(field) => replace_model(body, &field, &target.model).unwrap_or_else(|| body.clone()),
+        Err(_) => body.clone(),
+    }
+}
+
+pub(super) fn attempt_request(
+    parts: &http::request::Parts,
+    body: Bytes,
+    pool: &ProviderPool,
+    credential: Credential,
+    resolved: ResolvedAccount,
+) -> Request<Full<Bytes>> {
+    let len = body.len();
+    let mut req = Request::new(Full::new(body));
+    *req.method_mut() = parts.method.clone();
+    *req.uri_mut() = parts.uri.clone();
+    *req.version_mut() = parts.version;
+    *req.headers_mut() = parts.headers.clone();
+    *req.extensions_mut() = parts.extensions.clone();
+    crate::combo::set_content_length(req.headers_mut(), len);
+    req.extensions_mut().insert(UpstreamEndpoint {
+        base_url: pool.base_url().clone(),
+        credential: Some(credential),
+        api: pool.api(),
+        max_output_tokens: pool.max_output_tokens(),
+    });
+    req.extensions_mut().insert(resolved);
+    req
+}
+
+/// Marks a response with the account that served it. The relay layer below already put the
+/// same value there (it labels every answer with the attempt's account): it is then left as it
+/// is, not boxed again.
+pub(super) fn label(extensions: &mut Extensions, resolved: ResolvedAccount) {
+    if extensions.get::<ResolvedAccount>() != Some(&resolved) {
+        extensions.insert(resolved);
+    }
+}
