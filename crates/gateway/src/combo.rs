@@ -154,14 +154,16 @@ where
     }
 }
 
-/// Makes `content-length` say `len`, leaving a header that already says so as it is (making
-/// a new value costs an allocation, and the client's is right unless the body changed).
-pub(crate) fn set_content_length(headers: &mut http::HeaderMap, len: usize) {
+/// Leaves `content-length` only when it says `len` (the client's is right unless the body
+/// changed); a stale, repeated or unreadable one is removed. Nothing on the way to the
+/// provider reads the header (the layers use the body's exact size hint, the upstream client
+/// writes the length of the body it sends), so none is made: a new value costs allocations.
+pub(crate) fn fix_content_length(headers: &mut http::HeaderMap, len: usize) {
     let mut values = headers.get_all(header::CONTENT_LENGTH).iter();
     let says = |v: &HeaderValue| v.to_str().ok().and_then(|v| v.parse::<usize>().ok());
     let exact = values.next().and_then(says) == Some(len) && values.next().is_none();
     if !exact {
-        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+        headers.remove(header::CONTENT_LENGTH);
     }
 }
 
@@ -313,7 +315,7 @@ where
         parts.uri = uri;
     }
 
-    set_content_length(&mut parts.headers, body.len());
+    fix_content_length(&mut parts.headers, body.len());
     if body.len() >= OFF_WORKERS_BYTES {
         let body = body.clone();
         parts = off_workers(move || {
