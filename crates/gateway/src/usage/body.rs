@@ -23,7 +23,9 @@ pin_project_lite::pin_project! {
     pub(crate) struct MeteredBody<B> {
         #[pin]
         inner: B,
-        meter: Option<Box<Meter>>,
+        // Inline: the body is boxed once further up the stack; a box of its own would be one
+        // more allocation per answer.
+        meter: Option<Meter>,
     }
 
     impl<B> PinnedDrop for MeteredBody<B> {
@@ -40,11 +42,11 @@ impl<B> MeteredBody<B> {
     pub(crate) fn new(inner: B, ledger: UsageLedger, labels: Labels, encoding: &str) -> Self {
         Self {
             inner,
-            meter: Some(Box::new(Meter {
+            meter: Some(Meter {
                 reader: UsageReader::new(encoding),
                 ledger,
                 labels,
-            })),
+            }),
         }
     }
 
@@ -55,7 +57,7 @@ impl<B> MeteredBody<B> {
 }
 
 /// Counts the usage read so far, once.
-fn count(meter: &mut Option<Box<Meter>>) {
+fn count(meter: &mut Option<Meter>) {
     if let Some(mut m) = meter.take()
         && let Some(usage) = m.reader.finish()
     {
