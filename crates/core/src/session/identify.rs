@@ -52,8 +52,9 @@ impl Identity {
 /// [`fingerprint`](super::fingerprint) — exactly [`session_id`](super::session_id). A blank
 /// explicit session counts as absent, so the sources are tried.
 ///
-/// The tenant is the explicit one when given, else [`tenant`](super::tenant) of the headers. A caller that
-/// memoises the credential hash passes its memoised value as the explicit tenant.
+/// The tenant is the explicit one when given, else [`tenant`](super::tenant) of the headers.
+/// A caller that memoises the credential hash passes its memoised value as the explicit
+/// tenant.
 ///
 /// Since headers win over the body, a caller can identify a request from its headers first
 /// and read the body only when that gave no session: identifying again with the body and
