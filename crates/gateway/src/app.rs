@@ -318,6 +318,7 @@ impl Gateway {
             max_connections: l.max_connections,
             shutdown_timeout: l.shutdown_timeout_secs.duration(),
             write_timeout: l.client_write_timeout_secs.duration(),
+            request_timeout: l.request_timeout_secs.duration(),
         }
     }
 

@@ -31,7 +31,7 @@ use futures_util::task::AtomicWaker;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use hyper_util::server::conn::auto::Builder;
 use tokio::net::TcpStream;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot, watch};
@@ -39,6 +39,7 @@ use tower::ServiceExt;
 use tower::util::Oneshot;
 
 use crate::server::{HttpService, ServeOptions};
+use crate::stream_executor::StreamExecutor;
 
 /// The slots and the pending connections of one listener, shared by its connection tasks.
 #[derive(Debug)]
@@ -109,7 +110,7 @@ impl ConnState {
 /// [module docs](self). `shutdown` turning `true` shuts it down gracefully.
 pub(crate) async fn serve(
     tcp: TcpStream,
-    builder: Arc<Builder<TokioExecutor>>,
+    builder: Arc<Builder<StreamExecutor>>,
     service: HttpService,
     admission: Arc<Admission>,
     options: ServeOptions,

@@ -67,6 +67,7 @@ mod routes;
 mod secret;
 mod server;
 mod store;
+mod stream_executor;
 mod summary;
 mod telemetry;
 mod tenant_keys;

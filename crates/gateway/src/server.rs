@@ -25,7 +25,7 @@ use std::time::Duration;
 use axum::body::Body;
 use http::{Request, Response};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::rt::TokioTimer;
 use hyper_util::server::conn::auto::Builder;
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::{oneshot, watch};
@@ -38,6 +38,7 @@ use crate::app::Gateway;
 use crate::connection::{self, Admission};
 use crate::console::Activity;
 use crate::ready::Readiness;
+use crate::stream_executor::StreamExecutor;
 use crate::tenant_keys::SyncHandle;
 use context_relay_tower::Background;
 
@@ -64,6 +65,9 @@ pub(crate) struct ServeOptions {
     /// Longest a write to a client waits for the client to read (60 s); beyond it the
     /// connection is closed.
     pub write_timeout: Duration,
+    /// A whole request (`request_timeout_secs`, 1 h): also the bound of each HTTP/2 stream's
+    /// task ([`StreamExecutor`]).
+    pub request_timeout: Duration,
 }
 
 impl Default for ServeOptions {
@@ -73,6 +77,7 @@ impl Default for ServeOptions {
             max_connections: 10_000,
             shutdown_timeout: Duration::from_secs(30),
             write_timeout: Duration::from_secs(60),
+            request_timeout: Duration::from_secs(3600),
         }
     }
 }
@@ -85,7 +90,7 @@ pub(crate) async fn serve_with(
     options: ServeOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    let mut builder = Builder::new(TokioExecutor::new());
+    let mut builder = Builder::new(StreamExecutor::new(options.request_timeout));
     builder
         .http1()
         .timer(TokioTimer::new())

@@ -15,6 +15,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
 use context_relay_testkit::harness::{CodexGateway, http_client, spawn};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 
 /// How a [`StreamingUpstream`] answers.
 #[derive(Clone, Copy)]
@@ -221,6 +222,51 @@ async fn a_trickling_stream_is_cut_at_the_request_deadline() {
         .await
         .expect("the provider's stream was kept after the cut");
     assert!(dropped.is_some());
+}
+
+/// An HTTP/2 client that keeps its connection open and read but never opens one stream's
+/// flow-control window: the gateway cannot send that stream's body, so the body is never
+/// polled and cannot see its own deadline. The stream is still reset soon after
+/// `request_timeout_secs`, and the provider's stream dropped with it.
+#[tokio::test]
+async fn an_http2_stream_whose_window_stays_shut_is_cut_at_the_request_deadline() {
+    let mut upstream = StreamingUpstream::start(Pace::Trickle).await;
+    let (_gateway, server) = gateway(
+        &upstream.base_url,
+        "request_timeout_secs = 1\nupstream_idle_timeout_secs = 0.5",
+    )
+    .await;
+    let tcp = TcpStream::connect(server.addr()).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .initial_stream_window_size(0)
+        .handshake(TokioIo::new(tcp))
+        .await
+        .unwrap();
+    // The connection keeps being read (pings, other frames), as a live client's is.
+    tokio::spawn(conn);
+    let started = Instant::now();
+    let res = send
+        .send_request(
+            Request::post(format!("{}/v1/chat/completions", server.url()))
+                .body(Full::new(Bytes::from_static(STREAM.as_bytes())))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    // The body is never read: the window stays shut.
+    let body = res.into_body();
+    let dropped = tokio::time::timeout(Duration::from_secs(8), upstream.closed.recv())
+        .await
+        .expect("the provider's stream was held past the request deadline");
+    assert!(dropped.is_some());
+    let took = started.elapsed();
+    assert!(took >= Duration::from_secs(1), "{took:?}");
+    // The client's stream was reset: its body ends in an error, not complete.
+    let end = tokio::time::timeout(Duration::from_secs(5), body.collect())
+        .await
+        .expect("the reset stream's body never ended");
+    assert!(end.is_err(), "a reset stream must not look complete");
 }
 
 /// A provider that never answers, with a head timeout longer than the request deadline: the
