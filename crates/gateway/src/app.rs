@@ -35,6 +35,7 @@ use crate::ready::Readiness;
 use crate::resolver::{AccountResolverLayer, AffinityStore};
 use crate::server::ServeOptions;
 use crate::store::{StoreOpenError, make_private, open_local_store, open_store};
+use crate::stream_executor::StreamExecutor;
 use crate::tenant_keys::{
     SYNC_INTERVAL, SyncHandle, TENANT_SECRET, TenantKeys, random_secret, spawn_sync,
 };
@@ -141,6 +142,9 @@ pub struct Gateway {
     pub(crate) readiness: Readiness,
     /// The router the running server serves; a reload swaps it.
     pub(crate) live: Live,
+    /// The executor of HTTP/2 stream tasks, bounded by `request_timeout_secs`; a reload sets
+    /// the new bound.
+    pub(crate) streams: StreamExecutor,
     /// The tokens counted from the providers' answers.
     pub(crate) usage: UsageLedger,
     /// What the gateway and the relay did lately, for the console.
@@ -237,6 +241,7 @@ impl Gateway {
             auth: Auth::from_config(&config, tenant_keys.clone()),
             tenant_keys,
             budget: ByteBudget::new(config.limits.max_buffered_bytes),
+            streams: StreamExecutor::new(config.limits.request_timeout_secs.duration()),
             config: Arc::new(config),
             metrics: None,
             live: Live::default(),
@@ -318,7 +323,7 @@ impl Gateway {
             max_connections: l.max_connections,
             shutdown_timeout: l.shutdown_timeout_secs.duration(),
             write_timeout: l.client_write_timeout_secs.duration(),
-            request_timeout: l.request_timeout_secs.duration(),
+            streams: self.streams.clone(),
         }
     }
 

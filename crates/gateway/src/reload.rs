@@ -83,6 +83,7 @@ impl Gateway {
             budget,
             readiness: self.readiness.clone(),
             live: self.live.clone(),
+            streams: self.streams.clone(),
             usage: self.usage.clone(),
             activity: self.activity.clone(),
             config: Arc::new(config),
@@ -90,6 +91,8 @@ impl Gateway {
         .load_tenant_secret()
         .await?;
         let proxy = next.proxy();
+        next.streams
+            .set(next.config.limits.request_timeout_secs.duration());
         self.live.set(
             next.router_with(proxy.clone()),
             Some(proxy),

@@ -52,7 +52,7 @@ const MAX_READ_BUFFER: usize = 128 << 10;
 pub type HttpService = BoxCloneSyncService<Request<Incoming>, Response<Body>, Infallible>;
 
 /// The connection-level bounds of [`serve_with`] (the `[limits]` values).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ServeOptions {
     /// Time for a client to send a request head, on a new connection and between requests
     /// (30 s).
@@ -65,9 +65,9 @@ pub(crate) struct ServeOptions {
     /// Longest a write to a client waits for the client to read (60 s); beyond it the
     /// connection is closed.
     pub write_timeout: Duration,
-    /// A whole request (`request_timeout_secs`, 1 h): also the bound of each HTTP/2 stream's
-    /// task ([`StreamExecutor`]).
-    pub request_timeout: Duration,
+    /// Spawns each HTTP/2 stream's task, bounded by `request_timeout_secs` (1 h) as the
+    /// gateway's configuration says it now.
+    pub streams: StreamExecutor,
 }
 
 impl Default for ServeOptions {
@@ -77,7 +77,7 @@ impl Default for ServeOptions {
             max_connections: 10_000,
             shutdown_timeout: Duration::from_secs(30),
             write_timeout: Duration::from_secs(60),
-            request_timeout: Duration::from_secs(3600),
+            streams: StreamExecutor::new(Duration::from_secs(3600)),
         }
     }
 }
@@ -90,7 +90,7 @@ pub(crate) async fn serve_with(
     options: ServeOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    let mut builder = Builder::new(StreamExecutor::new(options.request_timeout));
+    let mut builder = Builder::new(options.streams.clone());
     builder
         .http1()
         .timer(TokioTimer::new())
@@ -131,7 +131,7 @@ pub(crate) async fn serve_with(
                     builder.clone(),
                     service.clone(),
                     admission.clone(),
-                    options,
+                    options.clone(),
                     closing_rx.clone(),
                 ));
             }

@@ -1,5 +1,7 @@
 //! The executor hyper's HTTP/2 server spawns each stream's task on (the task that sends a
-//! response): every such task is bounded by `request_timeout_secs`, plus a second.
+//! response): every such task is bounded by `request_timeout_secs`, plus a second. The bound
+//! follows a configuration reload, as the request deadline does: a stream takes the value in
+//! force when it starts.
 //!
 //! The request deadline is otherwise kept by the response body ([`crate::deadline`]), which
 //! sees time pass only when it is polled. A stream whose flow-control window the client keeps
@@ -11,22 +13,48 @@
 //! itself, whose writes are bounded by `client_write_timeout_secs`.
 
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Spawns hyper's HTTP/2 stream tasks on tokio, each bounded in time (see the module docs).
-#[derive(Debug, Clone, Copy)]
+/// Clones share the bound: [`set`](Self::set) on one applies to the streams all of them start
+/// from then on.
+#[derive(Debug, Clone)]
 pub(crate) struct StreamExecutor {
-    limit: Duration,
+    /// `request_timeout_secs` in milliseconds.
+    request_timeout_ms: Arc<AtomicU64>,
 }
 
 impl StreamExecutor {
     /// An executor whose tasks end at `request_timeout` plus a second of grace.
     pub(crate) fn new(request_timeout: Duration) -> Self {
-        Self {
-            limit: request_timeout.saturating_add(GRACE),
-        }
+        let executor = Self {
+            request_timeout_ms: Arc::new(AtomicU64::new(0)),
+        };
+        executor.set(request_timeout);
+        executor
+    }
+
+    /// Bounds the streams started from now on by `request_timeout` plus a second.
+    pub(crate) fn set(&self, request_timeout: Duration) {
+        let ms = u64::try_from(request_timeout.as_millis()).unwrap_or(u64::MAX);
+        self.request_timeout_ms.store(ms, Ordering::Relaxed);
+    }
+
+    fn limit(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms.load(Ordering::Relaxed)).saturating_add(GRACE)
     }
 }
+
+/// Clones are equal: they share one bound.
+impl PartialEq for StreamExecutor {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.request_timeout_ms, &other.request_timeout_ms)
+    }
+}
+
+impl Eq for StreamExecutor {}
 
 /// How long after the request deadline a stream that was never cut by its body is dropped.
 const GRACE: Duration = Duration::from_secs(1);
@@ -37,7 +65,7 @@ where
     F::Output: Send + 'static,
 {
     fn execute(&self, fut: F) {
-        let limit = self.limit;
+        let limit = self.limit();
         tokio::spawn(async move {
             if tokio::time::timeout(limit, fut).await.is_err() {
                 tracing::warn!(
@@ -96,5 +124,19 @@ mod tests {
             finished.load(Ordering::SeqCst),
             "a task within its bound was cut"
         );
+
+        // A new bound applies to the streams started after it, through every clone.
+        let clone = executor.clone();
+        executor.set(Duration::from_secs(10));
+        let kept = Arc::new(AtomicBool::new(false));
+        let guard = OnDrop(kept.clone());
+        clone.execute(async move {
+            let _guard = guard;
+            std::future::pending::<()>().await;
+        });
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(!kept.load(Ordering::SeqCst), "the old bound was applied");
+        tokio::time::sleep(Duration::from_secs(7)).await;
+        assert!(kept.load(Ordering::SeqCst), "kept past the new bound");
     }
 }

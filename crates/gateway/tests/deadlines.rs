@@ -231,11 +231,33 @@ async fn a_trickling_stream_is_cut_at_the_request_deadline() {
 #[tokio::test]
 async fn an_http2_stream_whose_window_stays_shut_is_cut_at_the_request_deadline() {
     let mut upstream = StreamingUpstream::start(Pace::Trickle).await;
-    let (_gateway, server) = gateway(
-        &upstream.base_url,
-        "request_timeout_secs = 1\nupstream_idle_timeout_secs = 0.5",
-    )
-    .await;
+    let (_gateway, server) = gateway(&upstream.base_url, SHORT_DEADLINE).await;
+    zero_window_stream_is_cut(&server, &mut upstream).await;
+}
+
+/// The bound of HTTP/2 streams follows a configuration reload, as the request deadline does.
+#[tokio::test]
+async fn the_http2_stream_bound_follows_a_reload() {
+    let mut upstream = StreamingUpstream::start(Pace::Trickle).await;
+    let (gateway, server) = gateway(&upstream.base_url, "request_timeout_secs = 600").await;
+    let store = format!("backend = \"memory\"\n[limits]\n{SHORT_DEADLINE}");
+    let config = CodexGateway {
+        accounts: &["acct-a"],
+        store: &store,
+        provider: "quota = \"none\"",
+        ..CodexGateway::default()
+    }
+    .config(&upstream.base_url);
+    let _reloaded = gateway.reload(config).await.unwrap();
+    zero_window_stream_is_cut(&server, &mut upstream).await;
+}
+
+const SHORT_DEADLINE: &str = "request_timeout_secs = 1\nupstream_idle_timeout_secs = 0.5";
+
+/// Sends the streamed request from an HTTP/2 client with a zero initial window that never
+/// reads the body; the provider's stream must be dropped within a few seconds of the 1 s
+/// deadline, and the client's stream reset.
+async fn zero_window_stream_is_cut(server: &RunningGateway, upstream: &mut StreamingUpstream) {
     let tcp = TcpStream::connect(server.addr()).await.unwrap();
     let (mut send, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
         .initial_stream_window_size(0)
