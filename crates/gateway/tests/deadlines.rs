@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use context_relay_gateway::config::Config;
 use context_relay_gateway::{Gateway, RunningGateway};
 use http::Request;
 use http_body_util::{BodyExt, Full};
@@ -103,15 +104,19 @@ async fn answer(mut tcp: TcpStream, pace: Pace, closed: mpsc::UnboundedSender<In
 }
 
 async fn gateway(base_url: &str, limits: &str) -> (Gateway, RunningGateway) {
+    spawn(Gateway::new(config(base_url, limits)).unwrap()).await
+}
+
+/// One account of a provider at `base_url`, the memory store and `limits`.
+fn config(base_url: &str, limits: &str) -> Config {
     let store = format!("backend = \"memory\"\n[limits]\n{limits}");
-    let config = CodexGateway {
+    CodexGateway {
         accounts: &["acct-a"],
         store: &store,
         provider: "quota = \"none\"",
         ..CodexGateway::default()
     }
-    .config(base_url);
-    spawn(Gateway::new(config).unwrap()).await
+    .config(base_url)
 }
 
 /// The streamed chat request, through a well-behaved client.
@@ -240,15 +245,8 @@ async fn an_http2_stream_whose_window_stays_shut_is_cut_at_the_request_deadline(
 async fn the_http2_stream_bound_follows_a_reload() {
     let mut upstream = StreamingUpstream::start(Pace::Trickle).await;
     let (gateway, server) = gateway(&upstream.base_url, "request_timeout_secs = 600").await;
-    let store = format!("backend = \"memory\"\n[limits]\n{SHORT_DEADLINE}");
-    let config = CodexGateway {
-        accounts: &["acct-a"],
-        store: &store,
-        provider: "quota = \"none\"",
-        ..CodexGateway::default()
-    }
-    .config(&upstream.base_url);
-    let _reloaded = gateway.reload(config).await.unwrap();
+    let shorter = config(&upstream.base_url, SHORT_DEADLINE);
+    let _reloaded = gateway.reload(shorter).await.unwrap();
     zero_window_stream_is_cut(&server, &mut upstream).await;
 }
 
