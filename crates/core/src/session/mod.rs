@@ -337,10 +337,16 @@ pub fn tenant(headers: &HeaderMap) -> String {
 /// assert_eq!(tenant_of(from_query.as_deref()), tenant(&h));
 /// ```
 pub fn tenant_of(credential: Option<&[u8]>) -> String {
-    match credential {
-        Some(secret) => Hex16::of(&Sha256::digest(secret)).as_str().to_owned(),
-        None => ANONYMOUS.to_owned(),
-    }
+    credential.map_or_else(
+        || ANONYMOUS.to_owned(),
+        |c| credential_hash(c).as_str().to_owned(),
+    )
+}
+
+/// The tenant of a request whose credential is `secret`: the one derivation [`tenant_of`] and
+/// [`tenant_arc`] share.
+fn credential_hash(secret: &[u8]) -> Hex16 {
+    Hex16::of(&Sha256::digest(secret))
 }
 
 /// The tenant of a request without a credential.
@@ -352,7 +358,7 @@ pub(crate) fn tenant_arc(headers: &HeaderMap) -> std::sync::Arc<str> {
     static SHARED: std::sync::LazyLock<std::sync::Arc<str>> =
         std::sync::LazyLock::new(|| std::sync::Arc::from(ANONYMOUS));
     match credential(headers) {
-        Some(secret) => std::sync::Arc::from(Hex16::of(&Sha256::digest(secret)).as_str()),
+        Some(secret) => std::sync::Arc::from(credential_hash(secret).as_str()),
         None => SHARED.clone(),
     }
 }
