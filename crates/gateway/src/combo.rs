@@ -44,7 +44,7 @@ use crate::collect::{Buffered, Collect, collect_within, is_timeout};
 use crate::decoding::{OFF_WORKERS_BYTES, decode_off_workers, off_workers};
 use crate::error::{ErrorKind, ErrorShape, error_response};
 use crate::gemini;
-use crate::model::{find_model_and_literals, rewrite_model};
+use crate::model::{BODY_LITERALS, BODY_LITERALS_CAP, find_model_and_literals, rewrite_model};
 
 mod routes;
 
@@ -216,8 +216,14 @@ where
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         res
     };
-    let raw = match collect_within(body, declared, limit, hold).await {
-        Ok(bytes) => bytes,
+    // A body read in several chunks is searched for what the `model` check and the session
+    // reading look for as it arrives, while each chunk is still cached (see `collect`); not a
+    // compressed one, nor a Gemini one, which names its model in the path.
+    let in_path = gemini::path_model(parts.uri.path()).map(|(_, model)| model);
+    let search = (in_path.is_none() && !parts.headers.contains_key(header::CONTENT_ENCODING))
+        .then(|| BODY_LITERALS.find_all_in_pieces(BODY_LITERALS_CAP));
+    let (raw, searched) = match collect_within(body, declared, limit, hold, search).await {
+        Ok(collected) => (collected.body, collected.searched),
         Err(Collect::TooLarge) => return Err(too_large()),
         Err(Collect::Budget) => return Err(busy()),
         Err(Collect::Read(e)) if is_timeout(&*e) => {
@@ -270,14 +276,14 @@ where
     };
 
     // A Gemini request names its model in the path, not in the body.
-    let (in_path, field) = match gemini::path_model(parts.uri.path()) {
-        Some((_, model)) => {
+    let (in_path, field) = match in_path {
+        Some(model) => {
             gemini::check_body(body.as_slice()).map_err(|e| bad_request(&e))?;
             (model, None)
         }
         None => {
             // One pass over the body finds what `model` and the session reading look for.
-            let (field, found) = find_model_and_literals(body.as_slice())
+            let (field, found) = find_model_and_literals(body.as_slice(), searched)
                 .map_err(|e| bad_request(&e.to_string()))?;
             (String::new(), Some((field, found)))
         }

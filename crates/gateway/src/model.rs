@@ -77,21 +77,32 @@ const MAY_REPEAT: [&[u8]; 2] = [b"\"model\"", b"\\u"];
 /// Finds the first top-level `model` string of `body`, reading the body up to the end of that
 /// value only (a body without one is read, and validated, whole).
 pub(crate) fn find_model(body: &[u8]) -> Result<ModelField, ModelError> {
-    read_model(body, false).map(|(field, _)| field)
+    read_model(body, Literals::Ignore).map(|(field, _)| field)
 }
 
 /// [`find_model`], which also records where [`BODY_LITERALS`] occur in `body` (the pass that
-/// looks for a second `model` finds them all), for the session reading to use. A body refused
-/// before that pass (not JSON, no `model`, not closed) is not searched at all.
+/// looks for a second `model` finds them all), for the session reading to use. `searched`:
+/// that pass, made over the body as it arrived (a body read in several chunks), to be
+/// completed; otherwise a body refused before the pass (not JSON, no `model`, not closed) is
+/// not searched at all.
 pub(crate) fn find_model_and_literals(
     body: &[u8],
+    searched: Option<json::Pieces<'static>>,
 ) -> Result<(ModelField, Option<json::Found<'static>>), ModelError> {
-    read_model(body, true)
+    read_model(body, Literals::Record(searched))
+}
+
+/// What [`read_model`] does about [`BODY_LITERALS`].
+enum Literals {
+    /// Nothing: only the `model` is wanted.
+    Ignore,
+    /// Records them: searches the body, or completes the search made as it arrived.
+    Record(Option<json::Pieces<'static>>),
 }
 
 fn read_model(
     body: &[u8],
-    record: bool,
+    literals: Literals,
 ) -> Result<(ModelField, Option<json::Found<'static>>), ModelError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ModelError::NotJson("an empty body".into()));
@@ -112,7 +123,11 @@ fn read_model(
         ));
     }
     let span = field.value;
-    let found = record.then(|| BODY_LITERALS.find_all(body, BODY_LITERALS_CAP));
+    let found = match literals {
+        Literals::Ignore => None,
+        Literals::Record(Some(searched)) => Some(searched.finish(body)),
+        Literals::Record(None) => Some(BODY_LITERALS.find_all(body, BODY_LITERALS_CAP)),
+    };
     if may_repeat(body, span.end, found.as_ref()) {
         // Duplicate keys are ambiguous: providers disagree on which one wins.
         let invalid =

@@ -105,7 +105,7 @@ mod walk;
 
 pub use edit::{EditError, Edits, ListEdit};
 pub use index::Doc;
-pub use needles::{Found, Needles};
+pub use needles::{Found, Needles, Pieces};
 pub use strings::strings;
 pub use walk::{Items, Key, Members, find_member, splice_str};
 

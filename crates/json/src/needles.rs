@@ -41,6 +41,8 @@ pub struct Needles {
     each: Vec<Finder<'static>>,
     /// The literals, in the order given.
     literals: Vec<&'static [u8]>,
+    /// The length of the longest literal.
+    longest: usize,
 }
 
 impl Needles {
@@ -58,10 +60,12 @@ impl Needles {
         } else {
             needles.iter().map(|&n| Finder::new(n)).collect()
         };
+        let longest = needles.iter().map(|n| n.len()).max().unwrap_or(1);
         Self {
             packed,
             each,
             literals: needles,
+            longest,
         }
     }
 
@@ -103,8 +107,77 @@ impl Needles {
             hits: SmallVec::new(),
             complete_from: None,
         };
-        found.record(haystack, 0, cap);
+        found.record(haystack, 0, cap, haystack.len());
         found
+    }
+
+    /// [`Needles::find_all`] over a haystack that grows as it arrives (a body read chunk by
+    /// chunk): each [`Pieces::grown`] searches only what is new, while it is still in the
+    /// CPU's cache, and [`Pieces::finish`] gives what `find_all` gives on the whole.
+    ///
+    /// ```
+    /// use context_relay_json::Needles;
+    ///
+    /// let needles = Needles::new(&[b"\"model\"", b"\"metadata\""]);
+    /// let body = br#"{"model":"m","messages":[],"metadata":{}}"#;
+    /// let mut pieces = needles.find_all_in_pieces(8);
+    /// pieces.grown(&body[..30]); // `"metadata"` is cut at the end of this piece
+    /// let found = pieces.finish(body);
+    /// assert_eq!(found.next_of(&[b"\"metadata\""], 0), Ok(Some(27)));
+    /// ```
+    pub fn find_all_in_pieces(&self, cap: usize) -> Pieces<'_> {
+        Pieces {
+            found: Found {
+                needles: self,
+                hits: SmallVec::new(),
+                complete_from: Some(0),
+            },
+            cap,
+            capped: false,
+        }
+    }
+}
+
+/// A [`Needles::find_all`] pass made piece by piece ([`Needles::find_all_in_pieces`]).
+#[derive(Debug, Clone)]
+pub struct Pieces<'n> {
+    /// What is known so far: `complete_from` is where the search resumes.
+    found: Found<'n>,
+    cap: usize,
+    /// The cap was reached: nothing more is searched.
+    capped: bool,
+}
+
+impl<'n> Pieces<'n> {
+    /// Searches what `haystack` adds to what earlier calls were given: `haystack` is the whole
+    /// haystack so far, which only ever grows at its end. An occurrence that may continue
+    /// past the end is left for a later call.
+    pub fn grown(&mut self, haystack: &[u8]) {
+        let decided = haystack
+            .len()
+            .saturating_sub(self.found.needles.longest - 1);
+        self.search(haystack, decided);
+    }
+
+    /// How far the search has gone: every occurrence starting before this offset is known
+    /// (or the cap stopped the search there).
+    pub fn searched_to(&self) -> usize {
+        self.found.complete_from.unwrap_or(usize::MAX)
+    }
+
+    /// The occurrences in the whole `haystack` (what the calls to [`Pieces::grown`] were given,
+    /// and what came after), as [`Needles::find_all`] records them.
+    pub fn finish(mut self, haystack: &[u8]) -> Found<'n> {
+        self.search(haystack, haystack.len());
+        self.found
+    }
+
+    fn search(&mut self, haystack: &[u8], decided: usize) {
+        if self.capped {
+            return;
+        }
+        let at = self.found.complete_from.unwrap_or(0);
+        self.capped = self.found.record(haystack, at, self.cap, decided);
     }
 }
 
@@ -120,16 +193,20 @@ pub struct Found<'n> {
 }
 
 impl Found<'_> {
-    /// Records the occurrences starting at or after `at`, up to `cap` of them in all.
-    fn record(&mut self, haystack: &[u8], mut at: usize, cap: usize) {
+    /// Records the occurrences starting at or after `at` and before `decided`, up to `cap` of
+    /// them in all, and whether the cap stopped it. Every literal starting before `decided`
+    /// must fit in `haystack`. Afterwards `complete_from` says where nothing is known yet:
+    /// `None` once `decided` is the haystack's end.
+    fn record(&mut self, haystack: &[u8], mut at: usize, cap: usize, decided: usize) -> bool {
         while let Some(start) = haystack
             .get(at..)
             .and_then(|rest| self.needles.find(rest))
             .map(|i| at + i)
+            .filter(|&start| start < decided)
         {
             if self.hits.len() >= cap {
                 self.complete_from = Some(start);
-                return;
+                return true;
             }
             let rest = &haystack[start..];
             for (i, literal) in self.needles.literals.iter().enumerate() {
@@ -139,7 +216,8 @@ impl Found<'_> {
             }
             at = start + 1;
         }
-        self.complete_from = None;
+        self.complete_from = (decided < haystack.len()).then_some(decided.max(at));
+        false
     }
 
     /// Where the first occurrence at or after `from` of any of `literals` starts: `Ok(None)`
@@ -170,13 +248,7 @@ impl Found<'_> {
     /// after it move by the change of length, and the stretch around the new bytes, where a
     /// literal may have been removed or formed, is read again.
     pub fn spliced(mut self, new: &[u8], span: std::ops::Range<usize>, new_len: usize) -> Self {
-        let reach = self
-            .needles
-            .literals
-            .iter()
-            .map(|l| l.len())
-            .max()
-            .unwrap_or(1);
+        let reach = self.needles.longest;
         // Occurrences starting before `lo` end before the span; those starting at or after
         // `hi` (in the old haystack) start after it.
         let lo = span.start.saturating_sub(reach - 1);
@@ -377,12 +449,53 @@ mod tests {
         }
     }
 
+    proptest! {
+        /// A search made piece by piece, however the haystack is cut, finds what one pass over
+        /// the whole finds, cap included.
+        #[test]
+        fn a_search_in_pieces_finds_what_one_pass_finds(
+            haystack in haystack_of(),
+            cuts in prop::collection::vec(0usize..200, 0..6),
+            chosen in prop::sample::subsequence(KEYS.to_vec(), 1..KEYS.len()),
+            cap in prop_oneof![Just(usize::MAX), 0usize..6],
+        ) {
+            let needles = Needles::new(&chosen);
+            let mut ends: Vec<usize> = cuts.into_iter().map(|c| c.min(haystack.len())).collect();
+            ends.sort_unstable();
+            let mut pieces = needles.find_all_in_pieces(cap);
+            for end in ends {
+                pieces.grown(&haystack[..end]);
+            }
+            let found = pieces.finish(&haystack);
+            let whole = needles.find_all(&haystack, cap);
+            prop_assert_eq!(&found.hits[..], &whole.hits[..]);
+            prop_assert_eq!(found.complete_from, whole.complete_from);
+        }
+    }
+
+    /// What a piece ends with is not taken for absent: a literal cut there is found once its
+    /// end arrives, and is recorded once.
+    #[test]
+    fn a_literal_cut_between_pieces_is_found_once() {
+        let needles = Needles::new(&[b"\"metadata\"", b"\\u"]);
+        let body = br#"{"a":"x","metadata":{}}"#;
+        for cut in 0..=body.len() {
+            let mut pieces = needles.find_all_in_pieces(usize::MAX);
+            pieces.grown(&body[..cut]);
+            pieces.grown(&body[..cut]);
+            let found = pieces.finish(body);
+            assert_eq!(&found.hits[..], &[(0, 9)], "cut at {cut}");
+            assert_eq!(found.complete_from, None);
+        }
+    }
+
     #[test]
     fn the_fallback_gives_the_same_answers() {
         let fallback = Needles {
             packed: None,
             each: KEYS.iter().map(Finder::new).collect(),
             literals: KEYS.to_vec(),
+            longest: KEYS.iter().map(|k| k.len()).max().unwrap_or(1),
         };
         let body = br#"{"a":"\"model\" \u0041","signature":"x","model":"m"}"#;
         assert_eq!(fallback.find(body), reference(&KEYS, body));
