@@ -268,7 +268,10 @@ mod tests {
         let body = collected.body.as_slice();
         let searched = collected.searched.expect("searched");
         // Searched up to the last bytes, where a literal could still have continued.
-        assert_eq!(searched.searched_to(), body.len() + 1 - b"\"metadata\"".len());
+        assert_eq!(
+            searched.searched_to(),
+            body.len() + 1 - b"\"metadata\"".len()
+        );
         let found = searched.finish(body);
         let whole = needles.find_all(body, usize::MAX);
         for from in 0..body.len() {

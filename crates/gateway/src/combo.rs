@@ -322,7 +322,10 @@ where
     }
 
     fix_content_length(&mut parts.headers, body.len());
-    if body.len() >= OFF_WORKERS_BYTES {
+    // The session of a large body is read on the blocking pool (the fingerprint of a first
+    // message of megabytes takes milliseconds); a session named in the head (as agent clients
+    // send it) is read without the body, and the hop to the pool would cost more than it saves.
+    if body.len() >= OFF_WORKERS_BYTES && !session_in_head(&parts) {
         let body = body.clone();
         parts = off_workers(move || {
             identify(&mut parts, &body, found.as_ref());
@@ -405,6 +408,16 @@ pub(crate) fn identify(
             parts.extensions.remove::<SessionId>();
         }
     }
+}
+
+/// Whether [`identify`] finds the session without reading the body: an explicit `SessionId`
+/// that is a valid session id, or a session header. (When this says no, the body is read.)
+fn session_in_head(parts: &http::request::Parts) -> bool {
+    parts
+        .extensions
+        .get::<SessionId>()
+        .is_some_and(|s| session::clean_session_id(&s.0).is_some())
+        || session::header_session(&parts.headers, &SESSION_SOURCES).is_some()
 }
 
 /// The default session sources (headers, `metadata.user_id`, `prompt_cache_key`, fingerprint),

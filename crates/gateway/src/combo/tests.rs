@@ -238,17 +238,50 @@ fn model_ids() {
 /// The pool key the account resolver builds from what [`identify`] set: `tenant\nsession`.
 /// The same with ComboService's one pass over the body handed over, or without it.
 fn identified(req: &Request<()>, body: &[u8]) -> Option<String> {
-    let key = |found: Option<&context_relay_core::json::Found<'_>>| {
+    let key = |body: &[u8], found: Option<&context_relay_core::json::Found<'_>>| {
         let (mut parts, ()) = req.clone().into_parts();
         identify(&mut parts, body, found);
         let tenant = parts.extensions.get::<Tenant>().expect("a tenant, always");
         let session = parts.extensions.get::<SessionId>()?;
         Some(format!("{}\n{}", tenant.0, session.0))
     };
-    let searched = key(None);
+    let searched = key(body, None);
     let found = crate::model::BODY_LITERALS.find_all(body, crate::model::BODY_LITERALS_CAP);
-    assert_eq!(key(Some(&found)), searched, "the pass changes nothing");
+    assert_eq!(
+        key(body, Some(&found)),
+        searched,
+        "the pass changes nothing"
+    );
+    if session_in_head(&req.clone().into_parts().0) {
+        // What lets a large body's session be read on the worker: the body changes nothing.
+        assert_eq!(key(b"", None), searched, "a session in the head");
+    }
     searched
+}
+
+/// The session is found in the head (and a large body's session is read on the worker, not
+/// the blocking pool) only when the body cannot change it.
+#[test]
+fn a_session_in_the_head_is_read_without_the_body() {
+    let body =
+        br#"{"model":"m","prompt_cache_key":"pk","messages":[{"role":"user","content":"hi"}]}"#;
+    let in_head = |req: &Request<()>| session_in_head(&req.clone().into_parts().0);
+    let mut req = Request::new(());
+    assert!(!in_head(&req));
+    assert_eq!(identified(&req, body).as_deref(), Some("anonymous\npk"));
+    req.extensions_mut().insert(SessionId::new(" "));
+    assert!(!in_head(&req), "a blank explicit id is no session");
+    req.extensions_mut().insert(SessionId::new("ext"));
+    assert!(in_head(&req));
+    assert_eq!(identified(&req, body).as_deref(), Some("anonymous\next"));
+    let mut req = Request::new(());
+    req.headers_mut()
+        .insert("x-session-id", HeaderValue::from_static("  "));
+    assert!(!in_head(&req), "a blank header is no session");
+    req.headers_mut()
+        .insert("x-session-id", HeaderValue::from_static("s1"));
+    assert!(in_head(&req));
+    assert_eq!(identified(&req, body).as_deref(), Some("anonymous\ns1"));
 }
 
 #[test]
