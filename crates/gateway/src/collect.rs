@@ -146,9 +146,17 @@ where
     })
 }
 
-/// Feeds `search` with the joined body so far (the bytes behind the headroom).
+/// How many new bytes wait for the search at least: a body sent in tiny chunks costs one call
+/// of the search per this many bytes, not one per chunk, and that many bytes are still in the
+/// core's cache when it runs.
+const SEARCH_STEP: usize = 16 << 10;
+
+/// Feeds `search` with the joined body so far (the bytes behind the headroom), once
+/// [`SEARCH_STEP`] bytes have come since it last ran.
 fn grown(search: &mut Option<Pieces<'_>>, buf: &[u8]) {
-    if let (Some(search), Some(body)) = (search, buf.get(HEADROOM..)) {
+    if let (Some(search), Some(body)) = (search, buf.get(HEADROOM..))
+        && body.len().saturating_sub(search.searched_to()) >= SEARCH_STEP
+    {
         search.grown(body);
     }
 }
@@ -245,17 +253,20 @@ mod tests {
         assert!(matches!(refused, Err(Collect::Budget)));
     }
 
-    /// A joined body is searched as its chunks arrive, a literal cut between two chunks
-    /// included, and the search completed finds what one pass over the whole finds; a body of
-    /// one chunk is left to be searched whole.
+    /// A joined body is searched as its chunks arrive, once enough bytes came (a literal cut
+    /// between two chunks included), and the search completed finds what one pass over the
+    /// whole finds; tiny chunks are not searched one by one; a body of one chunk is left to
+    /// be searched whole.
     #[tokio::test]
     async fn a_joined_body_is_searched_as_it_arrives() {
         use context_relay_core::json::Needles;
 
         let needles = Needles::new(&[b"\"model\"", b"\"metadata\""]);
+        let leak = |s: String| -> &'static [u8] { Box::leak(s.into_bytes().into_boxed_slice()) };
+        let filler = "a".repeat(SEARCH_STEP);
         let chunks: [&'static [u8]; 3] = [
-            b"{\"model\":\"m\",\"input\":[],\"meta",
-            b"data\":{},\"x\":\"\\\"model\\\"\"",
+            leak(format!("{{\"model\":\"m\",\"input\":\"{filler}\",\"meta")),
+            leak(format!("data\":{{}},\"x\":\"{filler}\\\"model\\\"\"")),
             b",\"model\":1}",
         ];
         let budget = ByteBudget::new(1 << 20);
@@ -267,14 +278,16 @@ mod tests {
             .unwrap();
         let body = collected.body.as_slice();
         let searched = collected.searched.expect("searched");
-        // Searched up to the last bytes, where a literal could still have continued.
+        // Searched up to the last bytes of the second chunk, where a literal could still have
+        // continued; the last chunk, a few bytes, waits for the end.
+        let second_end = chunks[0].len() + chunks[1].len();
         assert_eq!(
             searched.searched_to(),
-            body.len() + 1 - b"\"metadata\"".len()
+            second_end + 1 - b"\"metadata\"".len()
         );
         let found = searched.finish(body);
         let whole = needles.find_all(body, usize::MAX);
-        for from in 0..body.len() {
+        for from in (0..body.len()).step_by(7) {
             for literal in [&b"\"model\""[..], b"\"metadata\""] {
                 assert_eq!(
                     found.next_of(&[literal], from),
@@ -282,7 +295,21 @@ mod tests {
                 );
             }
         }
-        assert_eq!(found.next_of(&[b"\"metadata\""], 0), Ok(Some(24)));
+        let metadata = chunks[0].len() - b"\"meta".len();
+        assert_eq!(found.next_of(&[b"\"metadata\""], 0), Ok(Some(metadata)));
+
+        // A body in one-byte chunks, shorter than a step, is left for the end.
+        let bytes: &'static [u8] = b"{\"model\":\"m\",\"metadata\":{}}";
+        let tiny: Vec<&'static [u8]> = bytes.chunks(1).collect();
+        let search = Some(needles.find_all_in_pieces(usize::MAX));
+        let collected = collect_within(chunked(&tiny), None, 1 << 20, &mut hold, search)
+            .await
+            .ok()
+            .unwrap();
+        let searched = collected.searched.expect("searched");
+        assert_eq!(searched.searched_to(), 0);
+        let found = searched.finish(collected.body.as_slice());
+        assert_eq!(found.next_of(&[b"\"metadata\""], 0), Ok(Some(13)));
 
         let search = Some(needles.find_all_in_pieces(usize::MAX));
         let one = collect_within(chunked(&[b"{}"]), None, 1 << 20, &mut hold, search)
