@@ -410,14 +410,11 @@ pub(crate) fn identify(
     }
 }
 
-/// Whether [`identify`] finds the session without reading the body: an explicit `SessionId`
-/// that is a valid session id, or a session header. (When this says no, the body is read.)
+/// Whether [`identify`] finds the session of `parts` without reading the body
+/// ([`session::session_in_head`]).
 fn session_in_head(parts: &http::request::Parts) -> bool {
-    parts
-        .extensions
-        .get::<SessionId>()
-        .is_some_and(|s| session::clean_session_id(&s.0).is_some())
-        || session::header_session(&parts.headers, &SESSION_SOURCES).is_some()
+    let explicit = parts.extensions.get::<SessionId>().map(|s| &*s.0);
+    session::session_in_head(&parts.headers, &SESSION_SOURCES, explicit)
 }
 
 /// The default session sources (headers, `metadata.user_id`, `prompt_cache_key`, fingerprint),

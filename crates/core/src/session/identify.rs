@@ -167,6 +167,30 @@ fn identify_in(
     }
 }
 
+/// Whether [`identify`] finds the session without reading the body: `explicit_session` is a
+/// valid session id, or a session header names one (the two sources it reads before the
+/// body). When this says yes, [`identify`] gives the same session with or without the body,
+/// so a caller may skip work it does only to read the body.
+///
+/// ```
+/// use context_relay_core::session::{SessionSources, session_in_head};
+///
+/// let sources = SessionSources::default();
+/// let mut headers = http::HeaderMap::new();
+/// assert!(!session_in_head(&headers, &sources, Some(" ")));
+/// assert!(session_in_head(&headers, &sources, Some("ext")));
+/// headers.insert("x-session-id", "s1".parse().unwrap());
+/// assert!(session_in_head(&headers, &sources, None));
+/// ```
+pub fn session_in_head(
+    headers: &HeaderMap,
+    sources: &SessionSources,
+    explicit_session: Option<&str>,
+) -> bool {
+    explicit_session.is_some_and(|id| clean_session_id(id).is_some())
+        || super::header_session(headers, sources).is_some()
+}
+
 /// [`clean_session_id`] of an owned id, reusing it when it is already clean.
 fn cleaned(id: Arc<str>) -> Option<Arc<str>> {
     let clean = clean_session_id(&id)?;

@@ -52,7 +52,7 @@ mod identify;
 
 pub use fingerprint::{Opening, fingerprint, opening};
 use found::Hex16;
-pub use identify::{Identity, identify, identify_found};
+pub use identify::{Identity, identify, identify_found, session_in_head};
 
 /// Longest session id kept, in characters; longer ones are cut (on a character boundary).
 pub const MAX_SESSION_ID_CHARS: usize = 128;
