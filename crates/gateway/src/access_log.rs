@@ -220,12 +220,11 @@ impl AccessLine<'_> {
         out.push_str(self.path);
         out.push_str(" request_id=");
         out.push_str(self.request_id);
-        // Numbers as the field formatter writes them: with `Debug`.
-        let _ = write!(
-            out,
-            " status={} latency_ms={:?}",
-            self.status, self.latency_ms
-        );
+        // Numbers as the field formatter writes them (with `Debug`), formatted once for the
+        // span's fields and again for the event's: a float costs more to format than to copy.
+        let mut numbers = [0u8; 64];
+        let numbers = self.numbers(&mut numbers);
+        out.push_str(numbers);
         let strings = [
             ("tenant", self.tenant),
             ("combo", self.combo),
@@ -243,11 +242,25 @@ impl AccessLine<'_> {
         }
         out.push_str("}: ");
         out.push_str(TARGET);
-        let _ = writeln!(
-            out,
-            ": request status={} latency_ms={:?}",
-            self.status, self.latency_ms
+        out.push_str(": request");
+        out.push_str(numbers);
+        out.push('\n');
+    }
+
+    /// ` status=200 latency_ms=1.5`, written into `buf` (room for any `u16` and `f64`).
+    fn numbers<'b>(&self, buf: &'b mut [u8; 64]) -> &'b str {
+        let room = buf.len();
+        let mut cursor = &mut buf[..];
+        let written = std::io::Write::write_fmt(
+            &mut cursor,
+            format_args!(" status={} latency_ms={:?}", self.status, self.latency_ms),
         );
+        let len = room - cursor.len();
+        match written {
+            Ok(()) => std::str::from_utf8(&buf[..len]).unwrap_or(""),
+            // Longer than any `u16` and `f64` can be written; never taken.
+            Err(_) => "",
+        }
     }
 }
 

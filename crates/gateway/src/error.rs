@@ -6,13 +6,10 @@
 //! `google.rpc.Status`, `{"error":{"code","message","status"}}`; the shape follows the request
 //! path.
 
-use std::sync::LazyLock;
-
 use bytes::Bytes;
 use context_relay_core::ApiShape;
 use http::{HeaderValue, Response, StatusCode, header};
 use http_body_util::Full;
-use memchr::memmem::Finder;
 
 /// Which error shape a client understands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,15 +25,25 @@ pub(crate) enum ErrorShape {
 impl ErrorShape {
     /// The shape of the API that `path` belongs to (`/v1/messages…` is Anthropic).
     pub(crate) fn for_path(path: &str) -> Self {
-        let path = path.split('?').next().unwrap_or(path);
-        // `…/messages/count_tokens` and the like are no conversation turn, but the Messages API.
-        // (A searcher built once: building one costs more than this whole search.)
-        static MESSAGES: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"/messages/"));
-        let path = MESSAGES
-            .find(path.as_bytes())
-            .and_then(|i| path.get(..i + "/messages".len()))
+        // Four layers ask on every request, so no searcher is built: paths are short and have
+        // a few `/`, each looked at once.
+        let path = memchr::memchr(b'?', path.as_bytes())
+            .and_then(|query| path.get(..query))
             .unwrap_or(path);
-        match ApiShape::from_path(path) {
+        // `…/messages/count_tokens` and the like are no conversation turn, but the Messages API.
+        let path = memchr::memchr_iter(b'/', path.as_bytes())
+            .find(|&slash| {
+                path.get(slash..)
+                    .is_some_and(|rest| rest.starts_with("/messages/"))
+            })
+            .and_then(|slash| path.get(..slash + "/messages".len()))
+            .unwrap_or(path);
+        Self::of_api(ApiShape::from_path(path))
+    }
+
+    /// The shape clients of `api` read (OpenAI's for an unknown API).
+    fn of_api(api: Option<ApiShape>) -> Self {
+        match api {
             Some(ApiShape::AnthropicMessages) => Self::Anthropic,
             Some(ApiShape::Gemini) => Self::Gemini,
             _ => Self::OpenAi,
@@ -220,6 +227,32 @@ mod tests {
             let name = kind.name(ErrorShape::Anthropic);
             assert!(ANTHROPIC.contains(&name), "{kind:?}: {name}");
             assert!(!kind.name(ErrorShape::OpenAi).is_empty());
+        }
+    }
+
+    proptest::proptest! {
+        /// The shape is the one of the path cut at its query and after its first
+        /// `/messages/`, found with a searcher as it was before.
+        #[test]
+        fn shape_of_a_path_as_searched(
+            parts in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    "/", "/v1", "/messages", "/messages/", "messages", "?", "?a=/messages/",
+                    "/count_tokens", "/chat/completions", "/responses", ":generateContent",
+                    "x", "é",
+                ]),
+                0..8,
+            )
+        ) {
+            let path = parts.concat();
+            let searched = {
+                let cut = path.split('?').next().unwrap_or(&path);
+                let cut = memchr::memmem::find(cut.as_bytes(), b"/messages/")
+                    .and_then(|i| cut.get(..i + "/messages".len()))
+                    .unwrap_or(cut);
+                ErrorShape::of_api(ApiShape::from_path(cut))
+            };
+            proptest::prop_assert_eq!(ErrorShape::for_path(&path), searched);
         }
     }
 

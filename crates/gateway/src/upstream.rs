@@ -124,50 +124,60 @@ pub(crate) struct Upstream {
 }
 
 /// Request headers a client may not set upstream: they would choose the account's
-/// organization or project, or carry a credential of their own.
-static CLIENT_ONLY: [HeaderName; 14] = [
-    HeaderName::from_static("authorization"),
-    HeaderName::from_static("x-api-key"),
-    HeaderName::from_static("api-key"),
-    HeaderName::from_static("x-goog-api-key"),
-    HeaderName::from_static("cookie"),
-    HeaderName::from_static("openai-organization"),
-    HeaderName::from_static("openai-project"),
-    HeaderName::from_static("anthropic-organization-id"),
-    // The client's own ChatGPT account: the provider must see the pooled account only.
-    HeaderName::from_static("chatgpt-account-id"),
-    // Where the client connects from, and through which proxies: the provider sees the
-    // gateway, not the clients behind it.
-    HeaderName::from_static("x-forwarded-for"),
-    HeaderName::from_static("x-forwarded-host"),
-    HeaderName::from_static("x-real-ip"),
-    HeaderName::from_static("forwarded"),
-    HeaderName::from_static("via"),
-];
+/// organization or project, or carry a credential of their own. (A `match` on the name, not a
+/// list compared name by name: every header of every request and answer is looked at.)
+fn client_only(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "authorization"
+            | "x-api-key"
+            | "api-key"
+            | "x-goog-api-key"
+            | "cookie"
+            | "openai-organization"
+            | "openai-project"
+            | "anthropic-organization-id"
+            // The client's own ChatGPT account: the provider must see the pooled account only.
+            | "chatgpt-account-id"
+            // Where the client connects from, and through which proxies: the provider sees
+            // the gateway, not the clients behind it.
+            | "x-forwarded-for"
+            | "x-forwarded-host"
+            | "x-real-ip"
+            | "forwarded"
+            | "via"
+    )
+}
 
 /// Response headers that identify the account and stay between the gateway and the provider
 /// (the provider's request id too: the client gets the gateway's).
-static ACCOUNT_ONLY: [HeaderName; 5] = [
-    HeaderName::from_static("set-cookie"),
-    HeaderName::from_static("openai-organization"),
-    HeaderName::from_static("openai-project"),
-    HeaderName::from_static("anthropic-organization-id"),
-    HeaderName::from_static("x-request-id"),
-];
+fn account_only(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "set-cookie"
+            | "openai-organization"
+            | "openai-project"
+            | "anthropic-organization-id"
+            | "x-request-id"
+    )
+}
 
 /// Headers that describe one connection, not the message (RFC 9110 §7.6.1). (`host` is
 /// stripped from requests too: the client derives it from the upstream URL.)
-static HOP_BY_HOP: [HeaderName; 9] = [
-    HeaderName::from_static("connection"),
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-    HeaderName::from_static("proxy-authenticate"),
-    HeaderName::from_static("proxy-authorization"),
-    HeaderName::from_static("te"),
-    HeaderName::from_static("trailer"),
-    HeaderName::from_static("transfer-encoding"),
-    HeaderName::from_static("upgrade"),
-];
+fn hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+    )
+}
 
 impl Upstream {
     /// A pooled client for http and https upstreams bounded by `limits`.
@@ -214,6 +224,10 @@ impl Upstream {
 /// `..%2F`): such a path could name another resource of the provider once it resolves it, so it
 /// is refused instead of forwarded.
 pub(crate) fn has_dot_segment(path: &str) -> bool {
+    // A dot is sent as `.` or encoded with `%`: a path with neither has no dot segment.
+    if !path.bytes().any(|b| b == b'.' || b == b'%') {
+        return false;
+    }
     let decoded = percent_encoding::percent_decode_str(path).decode_utf8_lossy();
     decoded
         .split(['/', '\\'])
@@ -283,7 +297,7 @@ fn strip(headers: &mut HeaderMap, also: impl Fn(&HeaderName) -> bool) {
     // A request carries a handful of them (`host`, `content-length`): kept on the stack.
     let doomed: SmallVec<[HeaderName; 8]> = headers
         .keys()
-        .filter(|n| HOP_BY_HOP.contains(n) || also(n))
+        .filter(|n| hop_by_hop(n) || also(n))
         .cloned()
         .collect();
     for n in doomed {
@@ -373,7 +387,7 @@ async fn send(
     // hyper sets the length from the body (exact for buffered bodies, chunked for
     // streams), so a stale client value can never disagree with what is sent.
     strip(&mut parts.headers, |n| {
-        n == header::HOST || n == header::CONTENT_LENGTH || CLIENT_ONLY.contains(n)
+        n == header::HOST || n == header::CONTENT_LENGTH || client_only(n)
     });
     if let Some(credential) = endpoint.credential {
         credential.apply(&mut parts.headers);
@@ -416,7 +430,7 @@ async fn send(
     };
     match sent {
         Ok(mut res) => {
-            strip(res.headers_mut(), |n| ACCOUNT_ONLY.contains(n));
+            strip(res.headers_mut(), account_only);
             let meter = labels.filter(|_| res.status().is_success());
             let encoding = res
                 .headers()
@@ -511,6 +525,22 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// The shortcut for a path with no `.` and no `%` answers what decoding it answers.
+        #[test]
+        fn dot_segments_shortcut_agrees_with_decoding(
+            parts in proptest::collection::vec(
+                proptest::sample::select(vec!["/", "\\", ".", "%2e", "%2E", "%2F", "%", "a"]),
+                0..8,
+            )
+        ) {
+            let path = parts.concat();
+            let decoded = percent_encoding::percent_decode_str(&path).decode_utf8_lossy();
+            let decoding = decoded.split(['/', '\\']).any(|s| s == "." || s == "..");
+            proptest::prop_assert_eq!(has_dot_segment(&path), decoding);
+        }
+    }
+
     #[test]
     fn hop_by_hop() {
         let mut h = HeaderMap::new();
@@ -525,7 +555,7 @@ mod tests {
         h.insert("x-codex-turn-state", HeaderValue::from_static("s"));
         h.append("set-cookie", HeaderValue::from_static("a=1"));
         h.append("set-cookie", HeaderValue::from_static("b=2"));
-        strip(&mut h, |n| ACCOUNT_ONLY.contains(n));
+        strip(&mut h, account_only);
         assert_eq!(h.len(), 1, "{h:?}");
         assert!(h.contains_key("x-codex-turn-state"));
     }
