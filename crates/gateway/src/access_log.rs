@@ -220,8 +220,8 @@ impl AccessLine<'_> {
         out.push_str(self.path);
         out.push_str(" request_id=");
         out.push_str(self.request_id);
-        // Numbers as the field formatter writes them (with `Debug`), formatted once for the
-        // span's fields and again for the event's: a float costs more to format than to copy.
+        // Numbers as the field formatter writes them (with `Debug`): formatted once, written
+        // twice (the span's fields, then the event's); a float costs more to format than to copy.
         let mut numbers = [0u8; 64];
         let numbers = self.numbers(&mut numbers);
         out.push_str(numbers);
