@@ -47,8 +47,9 @@ struct Args {
 
 /// mimalloc: the gateway allocates and frees many small buffers per request, which glibc's
 /// allocator serves measurably slower (see the README's performance section). It returns
-/// freed memory to the system about 10 ms later; `MIMALLOC_PURGE_DELAY=-1` in the environment
-/// keeps it (`docs/operations.md`, "Memory after a burst of large requests").
+/// freed memory to the system once unused for a second (mimalloc 3's `purge_delay`);
+/// `MIMALLOC_PURGE_DELAY=-1` in the environment keeps it (`docs/operations.md`, "Memory after
+/// a burst of large requests").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
