@@ -19,6 +19,9 @@
 # does with SHA-NI in a small fraction of them. The second table leaves out what callgrind
 # counts inside `sha2::sha256::compress256`, which is nearer what the machine runs.
 #
+# The same callgrind files count heap allocations per request (the calls into the allocator,
+# `benches/alloc_calls.py`): the last table, for the three targets side by side.
+#
 # Needs valgrind and wrk (Debian: apt-get install valgrind wrk), python3, and ../shared/perf.
 # Prints one line per target and mix, and a table at the end.
 set -euo pipefail
@@ -95,7 +98,7 @@ for line in sys.stdin:
         print(d["requests"])' <<<"$out"
 }
 
-declare -A RESULT SOFT_SHA
+declare -A RESULT SOFT_SHA ALLOCS
 for mix in $MIXES; do
   body="$OUT/bodies/$mix.json"
   [[ -f $body ]] || die "no body for mix $mix"
@@ -122,7 +125,8 @@ for mix in $MIXES; do
     sha=$(callgrind_annotate --inclusive=yes "$cg" 2>/dev/null \
       | awk '/sha2::sha256::compress256/ && !done {gsub(",", "", $1); print $1; done = 1}')
     SOFT_SHA[$target.$mix]=$(( ${sha:-0} / requests ))
-    echo "$mix $target: $per instructions per request ($requests requests, $total instructions; software SHA-256 ${SOFT_SHA[$target.$mix]})" >&2
+    ALLOCS[$target.$mix]=$(python3 "$HERE/benches/alloc_calls.py" "$cg" "$requests")
+    echo "$mix $target: $per instructions per request ($requests requests, $total instructions; software SHA-256 ${SOFT_SHA[$target.$mix]}; ${ALLOCS[$target.$mix]} allocations)" >&2
   done
 done
 
@@ -143,5 +147,13 @@ for mix in $MIXES; do
   f=$(( RESULT[floor.$mix] - SOFT_SHA[floor.$mix] ))
   g=$(( RESULT[gateway.$mix] - SOFT_SHA[gateway.$mix] ))
   python3 -c "print(f'| $mix | {$b:,} | {$f:,} | {$g:,} | {$g/$f:.2f}× | {$g/$b:.2f}× |')"
+done
+echo
+echo "Heap allocations per request (calls into the allocator):"
+echo
+echo "| mix | bare | floor | gateway |"
+echo "|---|---|---|---|"
+for mix in $MIXES; do
+  echo "| $mix | ${ALLOCS[bare.$mix]} | ${ALLOCS[floor.$mix]} | ${ALLOCS[gateway.$mix]} |"
 done
 echo "(results and callgrind files in $OUT)"
