@@ -1,0 +1,163 @@
+//! What an operator sees: the admin accounts view and readiness, and a spent byte budget.
+
+use super::*;
+
+#[tokio::test]
+async fn admin_accounts_and_readyz() {
+    let sim = SimProvider::builder()
+        .account("acct-a", "key-a")
+        .account("acct-b", "key-b")
+        .start()
+        .await
+        .unwrap();
+    let gateway = Gateway::new(
+        Config::from_toml_str(
+            &format!(
+                r#"
+admin_token_env = "ADMIN"
+[store]
+backend = "memory"
+[[providers]]
+name = "codex"
+base_url = "{}"
+  [[providers.accounts]]
+  id = "acct-a"
+  api_key = "key-a"
+  [[providers.accounts]]
+  id = "acct-b"
+  api_key = "key-b"
+[[combos]]
+name = "codex-relay"
+targets = ["codex/gpt-5.5"]
+"#,
+                sim.base_url()
+            ),
+            |v| (v == "ADMIN").then(|| "adm-token".to_owned()),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let h = Harness::serve(sim, gateway).await;
+    let get = |path: &str, token: Option<&str>| {
+        let mut req = Request::get(h.url(0, path));
+        if let Some(t) = token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        let client = h.client.clone();
+        let req = req.body(Full::default()).unwrap();
+        async move {
+            let res = client.request(req).await.unwrap();
+            let status = res.status();
+            let v: Value =
+                serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes())
+                    .unwrap_or(Value::Null);
+            (status, v)
+        }
+    };
+    assert_eq!(get("/admin/accounts", None).await.0, 401);
+    let (status, v) = get("/readyz", None).await;
+    assert_eq!(
+        (status, v["status"].as_str()),
+        (StatusCode::OK, Some("ready"))
+    );
+
+    // One turn binds a session to acct-a and reports it at 100 %: acct-a is exhausted.
+    h.sim.set_used("acct-a", 90.0);
+    let req = Request::post(h.url(0, "/v1/chat/completions"))
+        .header("authorization", "Bearer c")
+        .header("session-id", "s-1")
+        .body(Full::new(Bytes::from(
+            r#"{"model":"codex-relay","messages":[{"role":"user","content":"x"}]}"#,
+        )))
+        .unwrap();
+    assert_eq!(h.client.request(req).await.unwrap().status(), 200);
+
+    let (status, v) = get("/admin/accounts", Some("adm-token")).await;
+    assert_eq!(status, 200);
+    let accounts = v["accounts"].as_array().unwrap();
+    assert_eq!(accounts.len(), 2);
+    let a = &accounts[0];
+    assert_eq!(a["provider"], "codex");
+    assert_eq!(a["account"], "acct-a");
+    assert_eq!(a["state"], "exhausted");
+    assert_eq!(a["sessions"], 1);
+    assert!(a["used_ratio"].is_number(), "{a}");
+    assert!(a["resets_at"].as_str().unwrap().ends_with('Z'));
+    let b = &accounts[1];
+    assert_eq!(
+        (b["state"].as_str(), b["sessions"].as_u64()),
+        (Some("available"), Some(0))
+    );
+    assert!(b["resets_at"].is_null());
+    for k in [
+        "provider",
+        "account",
+        "used_ratio",
+        "resets_at",
+        "state",
+        "sessions",
+    ] {
+        assert!(a.get(k).is_some(), "{k} missing");
+    }
+
+    let readiness = h.gateways[0].0.readiness().clone();
+    readiness.shutting_down();
+    let (status, v) = get("/readyz", None).await;
+    assert_eq!(status, 503);
+    assert_eq!(v["status"], "shutting down");
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_spent_byte_budget_is_a_503_with_retry_after() {
+    let sim = SimProvider::builder()
+        .account("acct-a", "key-a")
+        .start()
+        .await
+        .unwrap();
+    let (_gateway, server) = small_gateway(
+        &sim.base_url(),
+        "max_request_bytes = 1024",
+        "max_buffered_bytes = 1024\nclient_body_timeout_secs = 1",
+    )
+    .await;
+    // A client that sends 900 of its 1000 bytes and waits holds 900 bytes of the budget.
+    let mut holder = TcpStream::connect(server.addr()).await.unwrap();
+    let partial = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n{}",
+        " ".repeat(900)
+    );
+    holder.write_all(partial.as_bytes()).await.unwrap();
+    let client = http_client();
+    let body = r#"{"model":"codex-relay","messages":[{"role":"user","content":"a message that needs more than what is left of the budget"}],"pad":"................................................................................................................................................................"}"#;
+    let send = || {
+        client.request(
+            Request::post(format!("{}/v1/chat/completions", server.url()))
+                .body(Full::new(Bytes::from_static(body.as_bytes())))
+                .unwrap(),
+        )
+    };
+    // The holder's bytes are taken as they arrive: wait until they are.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let res = loop {
+        let res = send().await.unwrap();
+        if res.status() == 503 || Instant::now() > deadline {
+            break res;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(res.status(), 503);
+    assert_eq!(res.headers()["retry-after"], "1");
+    let v: Value =
+        serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_buffered_bytes")
+    );
+    // Once the holder is gone (its body timed out), the budget is back.
+    let (reply, _) = read_until_closed(&mut holder, Duration::from_secs(5)).await;
+    assert!(String::from_utf8_lossy(&reply).starts_with("HTTP/1.1 408"));
+    assert_eq!(send().await.unwrap().status(), 200);
+}

@@ -1,0 +1,125 @@
+//! Requests refused before they reach a provider: stacked compression, a model with a dot
+//! segment, an open gateway on a public address; request ids set or propagated.
+
+use super::*;
+
+#[tokio::test]
+async fn stacked_gzip_layers_are_refused_without_decoding() {
+    let env = setup().await;
+    // A real 3-layer gzip body: refused by its header, before any layer is inflated.
+    let mut body = br#"{"model":"codex-relay","messages":[]}"#.to_vec();
+    for _ in 0..3 {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(&body).unwrap();
+        body = e.finish().unwrap();
+    }
+    let send = |encoding: String, body: Vec<u8>| {
+        let req = Request::post(env.url("/v1/chat/completions"))
+            .header("authorization", "Bearer alice-key")
+            .header("content-encoding", encoding)
+            .body(Full::new(Bytes::from(body)))
+            .unwrap();
+        env.h.client.request(req)
+    };
+    let res = send("gzip, gzip, gzip".into(), body).await.unwrap();
+    assert_eq!(res.status(), 415);
+    // A thousand layers named in a header: still one quick refusal.
+    let many = vec!["gzip"; 1000].join(", ");
+    let started = Instant::now();
+    let res = send(many, b"x".to_vec()).await.unwrap();
+    assert_eq!(res.status(), 415);
+    let v: Value =
+        serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert!(v["error"]["message"].as_str().unwrap().contains("1000"));
+    assert!(started.elapsed() < Duration::from_secs(2));
+    // Two layers (what a client might really send) are still decoded.
+    let mut two = br#"{"model":"codex-relay","messages":[{"role":"user","content":"x"}]}"#.to_vec();
+    for _ in 0..2 {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(&two).unwrap();
+        two = e.finish().unwrap();
+    }
+    assert_eq!(send("gzip, gzip".into(), two).await.unwrap().status(), 200);
+}
+
+#[tokio::test]
+async fn request_ids_are_set_or_propagated() {
+    let env = setup().await;
+    let get = |id: Option<&'static str>| {
+        let mut req = Request::get(env.url("/healthz"));
+        if let Some(id) = id {
+            req = req.header("x-request-id", id);
+        }
+        env.h.client.request(req.body(Full::default()).unwrap())
+    };
+    let res = get(Some("req-123")).await.unwrap();
+    assert_eq!(res.headers()["x-request-id"], "req-123");
+    let res = get(None).await.unwrap();
+    assert_eq!(res.headers()["x-request-id"].len(), 36, "a UUID");
+    // An id that could forge fields of the access line, or make it arbitrarily long, is
+    // replaced.
+    for forged in ["a status=500 tenant=\"x\"", "a\"b", &*"x".repeat(200)] {
+        let forged: &'static str = Box::leak(forged.to_owned().into_boxed_str());
+        let res = get(Some(forged)).await.unwrap();
+        let id = res.headers()["x-request-id"].to_str().unwrap();
+        assert_ne!(id, forged);
+        assert_eq!(id.len(), 36, "a UUID instead of {forged:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_gemini_model_with_a_dot_segment_is_no_route_and_never_forwarded() {
+    let stalled = StalledUpstream::start().await;
+    let (_gateway, server) = small_gateway(&stalled.base_url(), "", "").await;
+    let client = http_client();
+    // `codex/../../x` would be the provider `codex` and a model that climbs out of
+    // `{base_url}/models/`.
+    for path in [
+        "/v1beta/models/codex%2F..%2F..%2Fx:generateContent",
+        "/v1/models/codex/../../x:generateContent",
+        "/v1/models/codex%2F%2e%2e%2Fx:streamGenerateContent",
+    ] {
+        let req = Request::post(format!("{}{path}", server.url()))
+            .header("x-stall", "headers")
+            .header("x-goog-api-key", "client-key")
+            .body(Full::new(Bytes::from_static(br#"{"contents":[]}"#)))
+            .unwrap();
+        let res = client.request(req).await.unwrap();
+        let status = res.status();
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        let body = String::from_utf8_lossy(&body);
+        assert_eq!(status, 404, "{path}: {body}");
+        assert!(!body.contains("x-stall"), "{path} was forwarded: {body}");
+    }
+}
+
+#[tokio::test]
+async fn an_open_gateway_refuses_a_public_address_unless_allowed() {
+    let text = r#"
+[store]
+backend = "memory"
+[[providers]]
+name = "p"
+base_url = "http://127.0.0.1:9/v1"
+  [[providers.accounts]]
+  id = "a"
+  api_key = "k"
+"#;
+    let e = Config::from_toml_str(&format!("listen = \"0.0.0.0:4000\"\n{text}"), |_| None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("allow_open"), "{e}");
+    let open = Config::from_toml_str(
+        &format!("listen = \"0.0.0.0:4000\"\nallow_open = true\n{text}"),
+        |_| None,
+    )
+    .unwrap();
+    assert!(open.warnings().iter().any(|w| w.contains("open")));
+    // A loopback gateway may be open, but spawning it on a public address is refused.
+    let gateway = Gateway::new(Config::from_toml_str(text, |_| None).unwrap()).unwrap();
+    let e = gateway
+        .spawn("0.0.0.0:0".parse().unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
+}
