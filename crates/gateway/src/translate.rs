@@ -232,7 +232,7 @@ impl Inbound {
                 parts,
                 Either::Right(SseBody {
                     inner: body,
-                    translator: StreamTranslator::new(self.ctx),
+                    translator: Box::new(StreamTranslator::new(self.ctx)),
                     finished: false,
                 }),
             );
@@ -323,10 +323,14 @@ pin_project_lite::pin_project! {
     /// A Messages SSE body read as the Responses SSE body of [`StreamTranslator`]. It ends
     /// when the inner body ends (with `response.failed` when that came before
     /// `message_stop`); an inner error ends it the same way, logged.
+    ///
+    /// The translator is boxed: the answer's body type is the larger of this and the
+    /// untranslated body, and every layer above moves the response by value; inline, the
+    /// translator's few hundred bytes made every answer that much larger to move.
     pub(crate) struct SseBody<B> {
         #[pin]
         inner: B,
-        translator: StreamTranslator,
+        translator: Box<StreamTranslator>,
         finished: bool,
     }
 }

@@ -34,7 +34,9 @@ pub(super) async fn credential(
             recovered: false,
         }),
         AccountAuth::Login(login) => {
-            let issued = settle(pool, idx, account, login.issue(now).await)?;
+            // Boxed: a refresh's future is large, and inline it would make every request's
+            // resolver future (an account key's too) that much larger to set up and move.
+            let issued = settle(pool, idx, account, Box::pin(login.issue(now)).await)?;
             Some(Issue {
                 credential: issued.credential,
                 generation: Some(issued.generation),
@@ -63,7 +65,13 @@ pub(super) async fn retry_after(
     issue.recovered = true;
     account.metrics.count(status);
     tracing::info!(provider = %pool.name(), account = %account.id, "the provider refused the login's access token; refreshing it and trying the account again");
-    let Some(issued) = settle(pool, idx, account, login.recover(generation).await) else {
+    // Boxed for the reason `credential` gives.
+    let Some(issued) = settle(
+        pool,
+        idx,
+        account,
+        Box::pin(login.recover(generation)).await,
+    ) else {
         return false;
     };
     issue.credential = issued.credential;

@@ -23,8 +23,8 @@ pin_project_lite::pin_project! {
     pub(crate) struct MeteredBody<B> {
         #[pin]
         inner: B,
-        // Inline: the body is boxed once further up the stack; a box of its own would be one
-        // more allocation per answer.
+        // Inline: the upstream boxes this body whole (hyper's body and the idle timer with
+        // it), once; a box of its own would be one more allocation per answer.
         meter: Option<Meter>,
     }
 
