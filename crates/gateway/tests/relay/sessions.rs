@@ -1,5 +1,6 @@
 //! Sessions across a switch: account-bound state removed on the switch only, tenants kept
-//! apart, sessions without a header, odd bodies, the relay off, the quota kind.
+//! apart, a session under the threshold forwarded byte for byte, sessions without a header,
+//! odd bodies, the relay off, the quota kind.
 
 use super::*;
 
