@@ -108,8 +108,8 @@ pub(crate) fn proxy_stack(
         ServiceBuilder::new()
             .map_response(fix_content_length)
             .layer(deadline)
+            // The deadline's body boxes what auth and the combo answer, once.
             .layer(auth)
-            .map_response(|res: Response<_>| res.map(Body::new))
             // Buffers and decodes the body, sets ComboName, RouteTargets, Tenant and
             // SessionId, rewrites `model`. Request body from here on: `Full<Bytes>`.
             .layer(combo)
