@@ -154,17 +154,64 @@ where
     }
 }
 
-/// Leaves `content-length` only when it says `len` (the client's is right unless the body
-/// changed); a stale, repeated or unreadable one is removed. Nothing on the way to the
-/// provider reads the header (the layers use the body's exact size hint, the upstream client
-/// writes the length of the body it sends), so none is made: a new value costs allocations.
+/// Makes `content-length` say `len`: the client's value is kept when it is right (its
+/// spelling included; it is unless the body changed), a stale, repeated or unreadable one is
+/// replaced in its place. A request without one gets none: the upstream client writes the
+/// length of the body it sends when the head has none.
+///
+/// A stale value is replaced rather than removed: the upstream client keeps a value that says
+/// the sent body's length ([`content_length_says`]), and each attempt's head is a copy of this
+/// one, sized to what it holds: a header the upstream client added would grow it (an
+/// allocation and a move of every header, per request).
 pub(crate) fn fix_content_length(headers: &mut http::HeaderMap, len: usize) {
-    let mut values = headers.get_all(header::CONTENT_LENGTH).iter();
-    let says = |v: &HeaderValue| v.to_str().ok().and_then(|v| v.parse::<usize>().ok());
-    let exact = values.next().and_then(says) == Some(len) && values.next().is_none();
-    if !exact {
-        headers.remove(header::CONTENT_LENGTH);
+    if headers.contains_key(header::CONTENT_LENGTH) && !content_length_says(headers, len as u64) {
+        headers.insert(header::CONTENT_LENGTH, length_value(len));
     }
+}
+
+/// Whether `headers` hold exactly one `content-length`, and it says `len` in plain digits.
+pub(crate) fn content_length_says(headers: &http::HeaderMap, len: u64) -> bool {
+    let mut values = headers.get_all(header::CONTENT_LENGTH).iter();
+    let says = |v: &HeaderValue| {
+        let digits = v.as_bytes();
+        let value = digits.iter().try_fold(0u64, |n, &d| {
+            d.is_ascii_digit()
+                .then_some(())
+                .and_then(|()| n.checked_mul(10)?.checked_add(u64::from(d - b'0')))
+        });
+        !digits.is_empty() && value == Some(len)
+    };
+    values.next().is_some_and(says) && values.next().is_none()
+}
+
+/// `len` as a header value in one allocation that every copy of the head shares (the value
+/// `HeaderValue::from` makes holds a growable buffer, and its first copy allocates again).
+fn length_value(len: usize) -> HeaderValue {
+    /// The decimal digits of a `usize`, right-aligned.
+    struct Digits {
+        buf: [u8; 20],
+        start: usize,
+    }
+    impl AsRef<[u8]> for Digits {
+        fn as_ref(&self) -> &[u8] {
+            self.buf.get(self.start..).unwrap_or_default()
+        }
+    }
+    let mut digits = Digits {
+        buf: [b'0'; 20],
+        start: 20,
+    };
+    let mut rest = len;
+    while digits.start > 0 {
+        digits.start -= 1;
+        digits.buf[digits.start] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    HeaderValue::from_maybe_shared(Bytes::from_owner(digits))
+        .unwrap_or_else(|_| HeaderValue::from(len))
 }
 
 /// Turns the client request into the routed one, or into the error response to send back.

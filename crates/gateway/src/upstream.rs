@@ -390,10 +390,16 @@ async fn send(
             return bad_gateway(format!("the provider's configured URL is invalid: {e}"));
         }
     };
-    // hyper sets the length from the body (exact for buffered bodies, chunked for
-    // streams), so a stale client value can never disagree with what is sent.
+    // hyper writes the length of the body it sends (exact for buffered bodies, chunked for
+    // streams) when the head has none; a value already saying the body's exact length (the
+    // combo and each attempt make it so) is kept, any other removed, so what is sent never
+    // disagrees with it.
+    let length_right = body
+        .size_hint()
+        .exact()
+        .is_some_and(|len| crate::combo::content_length_says(&parts.headers, len));
     strip(&mut parts.headers, |n| {
-        n == header::HOST || n == header::CONTENT_LENGTH || client_only(n)
+        n == header::HOST || (n == header::CONTENT_LENGTH && !length_right) || client_only(n)
     });
     if let Some(credential) = endpoint.credential {
         credential.apply(&mut parts.headers);

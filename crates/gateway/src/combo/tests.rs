@@ -80,8 +80,11 @@ async fn combo_sets_extensions_and_rewrites() {
     assert_eq!(status, 200);
     let (req, body) = seen.unwrap();
     assert_eq!(&body[..], br#"{"model": "gpt-5.5", "messages":[]}"#);
-    // The client's length no longer holds: removed (the upstream client writes the new one).
-    assert!(req.headers().get("content-length").is_none());
+    // The client's length no longer holds: it says the new body's.
+    assert_eq!(
+        req.headers()["content-length"],
+        body.len().to_string().as_str()
+    );
     assert_eq!(
         req.extensions().get::<ComboName>(),
         Some(&ComboName::new("codex-relay"))
@@ -215,8 +218,12 @@ async fn compressed_bodies_are_forwarded_decoded() {
     let (req, body) = seen.unwrap();
     assert_eq!(&body[..], br#"{"model":"gpt-5.5","input":"x"}"#);
     assert!(req.headers().get("content-encoding").is_none());
-    // The compressed length is stale: removed (the loopback test reads what the provider gets).
-    assert!(req.headers().get("content-length").is_none());
+    // The compressed length is stale: it says the decoded body's (the loopback test reads
+    // what the provider gets).
+    assert_eq!(
+        req.headers()["content-length"],
+        body.len().to_string().as_str()
+    );
 
     let req = Request::post("/v1/responses")
         .header("content-encoding", "lz4")
@@ -324,6 +331,51 @@ fn identify_sets_tenant_and_session_once_for_everyone() {
     assert_eq!(key(&req, turn1), key(&req, turn2));
 }
 
+proptest::proptest! {
+    /// A replaced length spells the number as `HeaderValue::from` does.
+    #[test]
+    fn a_replaced_length_spells_the_number(len in proptest::prelude::any::<usize>(), small in 0usize..1000) {
+        use crate::combo::fix_content_length;
+        for len in [len, small] {
+            let mut headers = http::HeaderMap::new();
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("x"));
+            fix_content_length(&mut headers, len);
+            proptest::prop_assert_eq!(&headers[header::CONTENT_LENGTH], &HeaderValue::from(len));
+        }
+    }
+}
+
+#[test]
+fn a_length_is_right_only_as_one_plain_number() {
+    use crate::combo::content_length_says;
+    let with = |values: &[&'static str]| {
+        let mut headers = http::HeaderMap::new();
+        for v in values {
+            headers.append(header::CONTENT_LENGTH, HeaderValue::from_static(v));
+        }
+        headers
+    };
+    assert!(content_length_says(&with(&["12"]), 12));
+    assert!(content_length_says(&with(&["012"]), 12));
+    assert!(content_length_says(
+        &with(&["18446744073709551615"]),
+        u64::MAX
+    ));
+    for wrong in [
+        &["13"][..],
+        &[],
+        &["+12"],
+        &[" 12"],
+        &["12, 12"],
+        &["12", "12"],
+        &[""],
+    ] {
+        assert!(!content_length_says(&with(wrong), 12), "{wrong:?}");
+    }
+    // One more than the largest length: no length at all (not a wrapped 0).
+    assert!(!content_length_says(&with(&["18446744073709551616"]), 0));
+}
+
 #[test]
 fn content_length_is_kept_only_when_it_is_right() {
     use crate::combo::fix_content_length;
@@ -335,19 +387,21 @@ fn content_length_is_kept_only_when_it_is_right() {
     fix_content_length(&mut headers, 12);
     assert_eq!(headers[header::CONTENT_LENGTH], "012");
     fix_content_length(&mut headers, 7);
-    assert!(
-        headers.get(header::CONTENT_LENGTH).is_none(),
-        "a stale value is removed"
+    assert_eq!(
+        headers[header::CONTENT_LENGTH],
+        "7",
+        "a stale value is replaced"
     );
-    // Two values (even equal and right ones) are removed.
-    headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("7"));
+    // Two values (even equal and right ones) become one.
     headers.append(header::CONTENT_LENGTH, HeaderValue::from_static("7"));
     fix_content_length(&mut headers, 7);
-    assert!(headers.get(header::CONTENT_LENGTH).is_none());
+    let values: Vec<_> = headers.get_all(header::CONTENT_LENGTH).iter().collect();
+    assert_eq!(values, ["7"]);
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("x"));
     fix_content_length(&mut headers, 7);
-    assert!(
-        headers.get(header::CONTENT_LENGTH).is_none(),
-        "an unreadable value is removed"
+    assert_eq!(
+        headers[header::CONTENT_LENGTH],
+        "7",
+        "an unreadable value is replaced"
     );
 }
