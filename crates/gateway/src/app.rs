@@ -17,7 +17,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use context_relay_store::{DEFAULT_PURGE_INTERVAL, HandoffStore, PurgerHandle, spawn_purger};
 use context_relay_tower::{Background, ContextRelay};
-use http::{HeaderValue, Request, Response, header};
+use http::{Request, Response};
 use http_body::Body as _;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tower::ServiceBuilder;
@@ -350,15 +350,12 @@ impl Gateway {
     }
 }
 
-/// Sets `content-length` to the body's exact size when it has one that disagrees: a response
-/// whose body was replaced (a buffered 429, an error) must not keep the provider's length.
+/// Makes a `content-length` say the body's exact size when it has one: a response whose body
+/// was replaced (a buffered 429, an error, a translated answer) must not keep the provider's
+/// length.
 fn fix_content_length(mut res: Response<Body>) -> Response<Body> {
-    if let Some(exact) = res.body().size_hint().exact()
-        && let Some(declared) = res.headers().get(header::CONTENT_LENGTH)
-        && declared.to_str().ok().and_then(|v| v.parse::<u64>().ok()) != Some(exact)
-    {
-        res.headers_mut()
-            .insert(header::CONTENT_LENGTH, HeaderValue::from(exact));
+    if let Some(exact) = res.body().size_hint().exact() {
+        crate::content_length::fix(res.headers_mut(), exact);
     }
     res
 }

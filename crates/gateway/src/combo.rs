@@ -154,66 +154,6 @@ where
     }
 }
 
-/// Makes `content-length` say `len`: the client's value is kept when it is right (its
-/// spelling included; it is unless the body changed), a stale, repeated or unreadable one is
-/// replaced in its place. A request without one gets none: the upstream client writes the
-/// length of the body it sends when the head has none.
-///
-/// A stale value is replaced rather than removed: the upstream client keeps a value that says
-/// the sent body's length ([`content_length_says`]), and each attempt's head is a copy of this
-/// one, sized to what it holds: a header the upstream client added would grow it (an
-/// allocation and a move of every header, per request).
-pub(crate) fn fix_content_length(headers: &mut http::HeaderMap, len: usize) {
-    if headers.contains_key(header::CONTENT_LENGTH) && !content_length_says(headers, len as u64) {
-        headers.insert(header::CONTENT_LENGTH, length_value(len));
-    }
-}
-
-/// Whether `headers` hold exactly one `content-length`, and it says `len` in plain digits.
-pub(crate) fn content_length_says(headers: &http::HeaderMap, len: u64) -> bool {
-    let mut values = headers.get_all(header::CONTENT_LENGTH).iter();
-    let says = |v: &HeaderValue| {
-        let digits = v.as_bytes();
-        let value = digits.iter().try_fold(0u64, |n, &d| {
-            d.is_ascii_digit()
-                .then_some(())
-                .and_then(|()| n.checked_mul(10)?.checked_add(u64::from(d - b'0')))
-        });
-        !digits.is_empty() && value == Some(len)
-    };
-    values.next().is_some_and(says) && values.next().is_none()
-}
-
-/// `len` as a header value in one allocation that every copy of the head shares (the value
-/// `HeaderValue::from` makes holds a growable buffer, and its first copy allocates again).
-fn length_value(len: usize) -> HeaderValue {
-    /// The decimal digits of a `usize`, right-aligned.
-    struct Digits {
-        buf: [u8; 20],
-        start: usize,
-    }
-    impl AsRef<[u8]> for Digits {
-        fn as_ref(&self) -> &[u8] {
-            self.buf.get(self.start..).unwrap_or_default()
-        }
-    }
-    let mut digits = Digits {
-        buf: [b'0'; 20],
-        start: 20,
-    };
-    let mut rest = len;
-    while digits.start > 0 {
-        digits.start -= 1;
-        digits.buf[digits.start] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    HeaderValue::from_maybe_shared(Bytes::from_owner(digits))
-        .unwrap_or_else(|_| HeaderValue::from(len))
-}
-
 /// Turns the client request into the routed one, or into the error response to send back.
 async fn prepare<B>(
     req: Request<B>,
@@ -368,7 +308,7 @@ where
         parts.uri = uri;
     }
 
-    fix_content_length(&mut parts.headers, body.len());
+    crate::content_length::fix(&mut parts.headers, body.len() as u64);
     // The session of a large body is read on the blocking pool (the fingerprint of a first
     // message of megabytes takes milliseconds); a session named in the head (as agent clients
     // send it) is read without the body, and the hop to the pool would cost more than it saves.

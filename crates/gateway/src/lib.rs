@@ -44,6 +44,7 @@ mod combo;
 pub mod config;
 mod connection;
 mod console;
+mod content_length;
 mod credential;
 mod deadline;
 mod decoding;

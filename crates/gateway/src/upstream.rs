@@ -397,7 +397,7 @@ async fn send(
     let length_right = body
         .size_hint()
         .exact()
-        .is_some_and(|len| crate::combo::content_length_says(&parts.headers, len));
+        .is_some_and(|len| crate::content_length::says(&parts.headers, len));
     strip(&mut parts.headers, |n| {
         n == header::HOST || (n == header::CONTENT_LENGTH && !length_right) || client_only(n)
     });

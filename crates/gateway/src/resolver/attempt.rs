@@ -48,7 +48,7 @@ pub(super) fn attempt_request(
     *req.version_mut() = parts.version;
     *req.headers_mut() = parts.headers.clone();
     *req.extensions_mut() = parts.extensions.clone();
-    crate::combo::fix_content_length(req.headers_mut(), len);
+    crate::content_length::fix(req.headers_mut(), len as u64);
     req.extensions_mut().insert(UpstreamEndpoint {
         base_url: pool.base_url().clone(),
         credential: Some(credential),
