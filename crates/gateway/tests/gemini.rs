@@ -437,3 +437,24 @@ async fn a_switch_mid_tool_call_keeps_gemini_3_serving() {
         .expect("the call is kept");
     assert_eq!(call["thoughtSignature"], "skip_thought_signature_validator");
 }
+
+/// A length the gateway has no reason to change reaches the provider as the client wrote it:
+/// a Gemini body is forwarded unchanged (the model is in the path), and the upstream call
+/// keeps a `content-length` that says the sent body's length instead of removing it for the
+/// upstream client to write anew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_right_length_reaches_the_provider_as_written() {
+    let s = setup().await;
+    let body = first_body();
+    let written = format!("00{}", body.to_string().len());
+    let mut with_length = headers();
+    with_length.push(("x-goog-api-key".into(), CLIENT_KEY.into()));
+    with_length.push(("content-length".into(), written.clone()));
+    let url = s.url(0, "/v1beta/models/gemini-relay:generateContent");
+    let (status, reply) = post(&url, &with_length, &body).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&reply));
+    let turns = s.sim.requests();
+    let up = turns.last().expect("the provider was asked");
+    assert_eq!(up.body.len(), body.to_string().len(), "the body as sent");
+    assert_eq!(up.headers["content-length"], written.as_str());
+}
