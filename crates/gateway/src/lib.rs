@@ -43,6 +43,7 @@ mod collect;
 mod combo;
 pub mod config;
 mod connection;
+mod connector;
 mod console;
 mod content_length;
 mod credential;

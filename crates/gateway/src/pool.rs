@@ -151,6 +151,8 @@ struct PoolState {
 pub(crate) struct ProviderPool {
     name: Arc<str>,
     base_url: Arc<str>,
+    /// The `Host` of its requests, when that is known before connecting (plain `http`).
+    host: Option<http::HeaderValue>,
     api: ProviderApi,
     max_output_tokens: Option<u64>,
     quota: QuotaFormat,
@@ -211,6 +213,7 @@ impl ProviderPool {
         Self {
             name: Arc::from(p.name.as_str()),
             base_url: Arc::from(p.base_url.trim_end_matches('/')),
+            host: crate::connector::plain_host(&p.base_url),
             api: p.api,
             max_output_tokens: p.max_output_tokens,
             quota: p.quota,
@@ -236,6 +239,13 @@ impl ProviderPool {
     /// The base URL, without a trailing `/`.
     pub(crate) fn base_url(&self) -> &Arc<str> {
         &self.base_url
+    }
+
+    /// The `Host` of its requests when known before connecting (see [`plain_host`]).
+    ///
+    /// [`plain_host`]: crate::connector::plain_host
+    pub(crate) fn host(&self) -> Option<&http::HeaderValue> {
+        self.host.as_ref()
     }
 
     /// The API the provider speaks.

@@ -17,8 +17,8 @@
 //! not forwarded; headers that identify the account (`set-cookie`, `openai-organization`,
 //! `anthropic-organization-id`) are removed from responses.
 //!
-//! It uses hyper-util's pooled client with rustls (ring provider, webpki roots) for `https`
-//! and plain TCP for `http`, HTTP/1.1 and HTTP/2 (ALPN).
+//! It uses hyper-util's pooled client over [`Connector`]: rustls (ring provider, webpki roots)
+//! for `https` and plain TCP for `http`, HTTP/1.1 and HTTP/2 (ALPN).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -33,9 +33,7 @@ use http_body::Body;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
-use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use smallvec::SmallVec;
 use tower_service::Service;
@@ -44,6 +42,7 @@ use context_relay_tower::ResolvedAccount;
 
 use crate::combo::BoxError;
 use crate::config::ProviderApi;
+use crate::connector::Connector;
 use crate::credential::Credential;
 use crate::error::{ErrorKind, ErrorShape, error_response};
 use crate::idle::IdleTimeoutBody;
@@ -57,6 +56,9 @@ use crate::usage::{MeteredBody, UsageLedger};
 pub(crate) struct UpstreamEndpoint {
     /// Provider base URL without a trailing `/` (the client path after `/v1` is appended).
     pub(crate) base_url: Arc<str>,
+    /// The `Host` to send, when known before connecting (plain `http`); else the client
+    /// writes it.
+    pub(crate) host: Option<http::HeaderValue>,
     /// The headers carrying the account's credential.
     pub(crate) credential: Option<Credential>,
     /// The API the provider speaks: a client shape it does not speak is translated.
@@ -86,7 +88,7 @@ pub enum UpstreamError {
 type OutBody = UnsyncBoxBody<Bytes, BoxError>;
 
 /// The pooled HTTP(S) client of upstream calls (also what logins refresh with).
-pub(crate) type HttpClient = Client<HttpsConnector<HttpConnector>, OutBody>;
+pub(crate) type HttpClient = Client<Connector, OutBody>;
 
 /// The time bounds of upstream calls (`[limits]` `upstream_*_timeout_secs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,19 +184,10 @@ fn hop_by_hop(name: &HeaderName) -> bool {
 impl Upstream {
     /// A pooled client for http and https upstreams bounded by `limits`.
     pub(crate) fn with_limits(limits: UpstreamLimits) -> Result<Self, UpstreamError> {
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_nodelay(true);
-        http.set_connect_timeout(Some(limits.connect));
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())?
-            .https_or_http()
-            .enable_http1()
-            .enable_http2()
-            .wrap_connector(http);
+        let connector = Connector::new(limits.connect)?;
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(90))
-            .build(https);
+            .build(connector);
         Ok(Self {
             client: Arc::new(client),
             limits,
@@ -401,6 +394,9 @@ async fn send(
     strip(&mut parts.headers, |n| {
         n == header::HOST || (n == header::CONTENT_LENGTH && !length_right) || client_only(n)
     });
+    if let Some(host) = endpoint.host {
+        parts.headers.insert(header::HOST, host);
+    }
     if let Some(credential) = endpoint.credential {
         credential.apply(&mut parts.headers);
     }

@@ -51,6 +51,7 @@ pub(super) fn attempt_request(
     crate::content_length::fix(req.headers_mut(), len as u64);
     req.extensions_mut().insert(UpstreamEndpoint {
         base_url: pool.base_url().clone(),
+        host: pool.host().cloned(),
         credential: Some(credential),
         api: pool.api(),
         max_output_tokens: pool.max_output_tokens(),
