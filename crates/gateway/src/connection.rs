@@ -10,9 +10,10 @@
 //!   rest of the connection's life. When none is left, that request is answered 503 with
 //!   `connection: close`.
 //! - **Idle**: a connection with no request in flight for `client_header_timeout_secs` is shut
-//!   down gracefully (HTTP/2 `GOAWAY`; HTTP/1 keeps its own header timeout between requests
-//!   too). A request is in flight until its response body has been sent or dropped, so a
-//!   long SSE stream is never idle.
+//!   down gracefully (HTTP/2 `GOAWAY`; HTTP/1 closes, also while a later request's head is
+//!   still arriving: this is the header timeout of every request after the first). A request
+//!   is in flight until its response body has been sent or dropped, so a long SSE stream is
+//!   never idle.
 //! - **Writing**: a write to the client that waits `client_write_timeout_secs` for the client
 //!   to read closes the connection, and with it the provider's stream it was relaying: a
 //!   client that stops reading holds neither a slot nor an upstream connection for longer.

@@ -25,7 +25,6 @@ use std::time::Duration;
 use axum::body::Body;
 use http::{Request, Response};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioTimer;
 use hyper_util::server::conn::auto::Builder;
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::{oneshot, watch};
@@ -93,8 +92,11 @@ pub(crate) async fn serve_with(
     let mut builder = Builder::new(options.streams.clone());
     builder
         .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(options.header_timeout)
+        // The time a request head may take is the connection's (`connection::serve`: the
+        // first head's deadline, then its idle deadline between requests, which closes an
+        // HTTP/1 connection that is reading a head). hyper's own header timer would cost
+        // every request a boxed sleep registered and removed in the timer wheel.
+        .header_read_timeout(None)
         // hyper's read buffer grows to 400 KiB on a large body, on every connection at once;
         // the body's bytes are copied out of it (and counted in the byte budget) as they come,
         // so a smaller buffer bounds what each connection holds beside the budget. Not below

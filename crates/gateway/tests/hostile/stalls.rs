@@ -41,6 +41,54 @@ async fn slow_headers_are_cut_at_the_header_timeout() {
 }
 
 #[tokio::test]
+async fn slow_headers_of_a_later_request_are_cut_at_the_header_timeout() {
+    let env = setup().await;
+    let mut tcp = TcpStream::connect(env.addr()).await.unwrap();
+    // A first request, answered in full: the connection is admitted and kept alive.
+    tcp.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !String::from_utf8_lossy(&answer).contains("\r\n\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut buf))
+            .await
+            .expect("an answer to the first request")
+            .unwrap();
+        assert!(n > 0, "closed before answering the first request");
+        answer.extend_from_slice(&buf[..n]);
+    }
+    assert!(answer.starts_with(b"HTTP/1.1 200"), "{answer:?}");
+    // Then the head of a second one, a byte now and then, never complete.
+    let started = Instant::now();
+    let trickle = async {
+        for b in b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+            .iter()
+            .cycle()
+        {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            if tcp.write_all(&[*b]).await.is_err() {
+                break;
+            }
+            let mut probe = [0u8; 64];
+            if let Ok(Ok(0) | Err(_)) =
+                tokio::time::timeout(Duration::from_millis(1), tcp.read(&mut probe)).await
+            {
+                break;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs_f64(HEADER_TIMEOUT * 5.0), trickle)
+        .await
+        .expect("the gateway kept a connection whose next head never completed");
+    let closed_after = started.elapsed();
+    assert!(
+        closed_after <= Duration::from_secs_f64(HEADER_TIMEOUT + 1.5),
+        "closed after {closed_after:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_stalled_request_body_gets_408_and_is_closed() {
     let env = setup().await;
     let mut tcp = TcpStream::connect(env.addr()).await.unwrap();
