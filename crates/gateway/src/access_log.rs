@@ -131,7 +131,7 @@ impl AccessRequest {
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("-"),
             status: res.status().as_u16(),
-            latency_ms: latency.as_secs_f64() * 1000.0,
+            latency_us: latency_us(latency),
             tenant: routed.and_then(|r| r.tenant.as_ref()).map(|t| &*t.0),
             combo: routed.and_then(|r| r.combo.as_ref()).map(|c| &*c.0),
             provider: account.map(|a| &**a.provider()),
@@ -150,6 +150,17 @@ impl AccessRequest {
     }
 }
 
+/// The longest latency an access line tells, in microseconds (about 31 years): below 2^53, so
+/// that `latency_us / 1000` as an `f64` is exactly the decimal the direct line writes.
+const MAX_LATENCY_US: u64 = 1_000_000_000_000_000;
+
+/// `latency` in whole microseconds, at most [`MAX_LATENCY_US`].
+fn latency_us(latency: Duration) -> u64 {
+    u64::try_from(latency.as_micros())
+        .unwrap_or(u64::MAX)
+        .min(MAX_LATENCY_US)
+}
+
 /// The fields of one access line.
 #[derive(Debug, Clone, Copy)]
 struct AccessLine<'a> {
@@ -157,7 +168,8 @@ struct AccessLine<'a> {
     path: &'a str,
     request_id: &'a str,
     status: u16,
-    latency_ms: f64,
+    /// Whole microseconds (at most [`MAX_LATENCY_US`]); logged as `latency_ms`.
+    latency_us: u64,
     tenant: Option<&'a str>,
     combo: Option<&'a str>,
     provider: Option<&'a str>,
@@ -170,7 +182,7 @@ impl AccessLine<'_> {
     /// here at once, so that a request costs one span and one event and no field recorded
     /// later.
     fn emit(&self) {
-        let (status, latency_ms) = (self.status, self.latency_ms);
+        let (status, latency_ms) = (self.status, self.latency_ms());
         let span = tracing::info_span!(
             target: TARGET,
             "request",
@@ -247,18 +259,42 @@ impl AccessLine<'_> {
         out.push('\n');
     }
 
-    /// ` status=200 latency_ms=1.5`, written into `buf` (room for any `u16` and `f64`).
+    /// The latency in milliseconds, as the `tracing` fields carry it.
+    fn latency_ms(&self) -> f64 {
+        self.latency_us as f64 / 1000.0
+    }
+
+    /// ` status=200 latency_ms=1.5`, written into `buf` as the field formatter writes the
+    /// numbers (`Debug`) but without formatting a float: the latency is a whole number of
+    /// microseconds, so its `f64` in milliseconds prints as that number with the decimal point
+    /// three digits in, trailing zeros dropped (`.0` when none is left).
     fn numbers<'b>(&self, buf: &'b mut [u8; 64]) -> &'b str {
+        use std::io::Write;
         let room = buf.len();
         let mut cursor = &mut buf[..];
-        let written = std::io::Write::write_fmt(
-            &mut cursor,
-            format_args!(" status={} latency_ms={:?}", self.status, self.latency_ms),
-        );
+        let (ms, fraction) = (self.latency_us / 1000, self.latency_us % 1000);
+        let digits = [
+            b'0' + (fraction / 100) as u8,
+            b'0' + (fraction / 10 % 10) as u8,
+            b'0' + (fraction % 10) as u8,
+        ];
+        let kept = match fraction {
+            0 => &b"0"[..],
+            _ if fraction % 100 == 0 => &digits[..1],
+            _ if fraction % 10 == 0 => &digits[..2],
+            _ => &digits[..],
+        };
+        let written = cursor
+            .write_all(b" status=")
+            .and_then(|()| cursor.write_all(itoa::Buffer::new().format(self.status).as_bytes()))
+            .and_then(|()| cursor.write_all(b" latency_ms="))
+            .and_then(|()| cursor.write_all(itoa::Buffer::new().format(ms).as_bytes()))
+            .and_then(|()| cursor.write_all(b"."))
+            .and_then(|()| cursor.write_all(kept));
         let len = room - cursor.len();
         match written {
             Ok(()) => std::str::from_utf8(&buf[..len]).unwrap_or(""),
-            // Longer than any `u16` and `f64` can be written; never taken.
+            // Longer than any `u16` and latency can be written; never taken.
             Err(_) => "",
         }
     }

@@ -56,7 +56,7 @@ const ROUTED: AccessLine<'static> = AccessLine {
     path: "/v1/chat/completions",
     request_id: "rid-42",
     status: 200,
-    latency_ms: 1.234,
+    latency_us: 1234,
     tenant: Some("alice"),
     combo: Some("codex-relay"),
     provider: Some("codex"),
@@ -79,7 +79,7 @@ fn the_direct_line_is_the_subscribers() {
         path: "/healthz",
         request_id: "-",
         status: 404,
-        latency_ms: 0.0,
+        latency_us: 0,
         tenant: Some("t \"quoted\"\n\u{1b}[31m"),
         combo: None,
         provider: None,
@@ -87,13 +87,34 @@ fn the_direct_line_is_the_subscribers() {
         handoff: "injected,scrubbed",
     };
     assert_eq!(direct(&unrouted), through_tracing(&unrouted));
-    for latency_ms in [1e-7, 123_456_789.5, f64::MIN_POSITIVE, 1e300] {
+    for latency_us in [
+        1,
+        10,
+        100,
+        1000,
+        1001,
+        1010,
+        1100,
+        123_456_789_500,
+        MAX_LATENCY_US,
+    ] {
         let line = AccessLine {
-            latency_ms,
+            latency_us,
             ..ROUTED
         };
         assert_eq!(direct(&line), through_tracing(&line));
     }
+}
+
+#[test]
+fn latencies_are_whole_microseconds_up_to_the_longest_told() {
+    assert_eq!(latency_us(Duration::from_nanos(1_234_567)), 1234);
+    assert_eq!(latency_us(Duration::from_nanos(999)), 0);
+    assert_eq!(
+        latency_us(Duration::from_micros(MAX_LATENCY_US)),
+        MAX_LATENCY_US
+    );
+    assert_eq!(latency_us(Duration::MAX), MAX_LATENCY_US);
 }
 
 #[test]
@@ -142,7 +163,7 @@ proptest! {
         path in "/[ -~]{0,40}",
         request_id in "[!-~]{0,20}",
         status in any::<u16>(),
-        latency_ms in any::<f64>(),
+        latency_us in 0..=MAX_LATENCY_US,
         tenant in proptest::option::of(any::<String>()),
         combo in proptest::option::of("[ -~]{0,12}"),
         account in proptest::option::of(any::<String>()),
@@ -153,7 +174,7 @@ proptest! {
             path: &path,
             request_id: &request_id,
             status,
-            latency_ms,
+            latency_us,
             tenant: tenant.as_deref(),
             combo: combo.as_deref(),
             provider: Some("codex"),
