@@ -4,17 +4,25 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use http::HeaderMap;
 use http::header::AsHeaderName;
+use http::{HeaderMap, HeaderValue};
 
 use super::QuotaSignal;
 
 /// The first value of `name`, trimmed; `None` when absent, blank or not UTF-8.
 pub(crate) fn header(headers: &HeaderMap, name: impl AsHeaderName) -> Option<&str> {
-    let value = std::str::from_utf8(headers.get(name)?.as_bytes())
-        .ok()?
-        .trim();
+    text(headers.get(name))
+}
+
+/// A header value trimmed; `None` when absent, blank or not UTF-8.
+fn text(value: Option<&HeaderValue>) -> Option<&str> {
+    let value = std::str::from_utf8(value?.as_bytes()).ok()?.trim();
     (!value.is_empty()).then_some(value)
+}
+
+/// A header's first value (found by the caller) as [`header_number`] reads it.
+pub(crate) fn value_number(value: Option<&HeaderValue>) -> Option<f64> {
+    number(text(value)?)
 }
 
 /// A finite, non-negative number. `f64::from_str` accepts `inf` and `NaN`, which no provider

@@ -48,10 +48,12 @@ mod lenient;
 mod body_ids;
 mod fingerprint;
 mod found;
+mod headers;
 mod identify;
 
 pub use fingerprint::{Opening, fingerprint, opening};
 use found::Hex16;
+pub use headers::header_session;
 pub use identify::{Identity, identify, identify_found, session_in_head};
 
 /// Longest session id kept, in characters; longer ones are cut (on a character boundary).
@@ -186,35 +188,6 @@ pub struct SessionMatch {
     pub id: String,
     /// Its source.
     pub source: SessionSource,
-}
-
-/// The session id the headers of a request give, cleaned (see [`clean_session_id`]) and
-/// borrowed from them, with the header it came from: the first configured session header with
-/// a value that is not blank. [`session_id`] tries it first; an adapter that only reads headers
-/// on its fast path calls it to avoid an allocation.
-///
-/// ```
-/// use context_relay_core::session::{header_session, SessionSources};
-///
-/// let mut headers = http::HeaderMap::new();
-/// headers.insert("x-session-id", " ".parse().unwrap());
-/// headers.insert("thread-id", " t-1 ".parse().unwrap());
-/// let sources = SessionSources::default();
-/// let (id, name) = header_session(&headers, &sources).unwrap();
-/// assert_eq!((id, name.as_str()), ("t-1", "thread-id"));
-/// ```
-pub fn header_session<'h>(
-    headers: &'h HeaderMap,
-    sources: &'h SessionSources,
-) -> Option<(&'h str, &'h HeaderName)> {
-    sources.headers.iter().find_map(|name| {
-        headers
-            .get_all(name)
-            .iter()
-            .filter_map(|v| std::str::from_utf8(v.as_bytes()).ok())
-            .find_map(clean_session_id)
-            .map(|id| (id, name))
-    })
 }
 
 /// The session id of a request, from the first source in `sources` that has one.
