@@ -238,17 +238,15 @@ impl AccessLine<'_> {
         let numbers = self.numbers(&mut numbers);
         out.push_str(numbers);
         let strings = [
-            ("tenant", self.tenant),
-            ("combo", self.combo),
-            ("provider", self.provider),
-            ("account", self.account),
-            ("handoff", Some(self.handoff)),
+            (" tenant=", self.tenant),
+            (" combo=", self.combo),
+            (" provider=", self.provider),
+            (" account=", self.account),
+            (" handoff=", Some(self.handoff)),
         ];
         for (name, value) in strings {
             if let Some(value) = value {
-                out.push(' ');
                 out.push_str(name);
-                out.push('=');
                 let _ = crate::log_fields::write_quoted(out, value);
             }
         }
@@ -273,11 +271,7 @@ impl AccessLine<'_> {
         let room = buf.len();
         let mut cursor = &mut buf[..];
         let (ms, fraction) = (self.latency_us / 1000, self.latency_us % 1000);
-        let digits = [
-            b'0' + (fraction / 100) as u8,
-            b'0' + (fraction / 10 % 10) as u8,
-            b'0' + (fraction % 10) as u8,
-        ];
+        let digits = padded::<3>(fraction);
         let kept = match fraction {
             0 => &b"0"[..],
             _ if fraction % 100 == 0 => &digits[..1],
@@ -346,9 +340,24 @@ impl Clock {
             let _ = write!(self.prefix, "{}", time.strftime("%Y-%m-%dT%H:%M:%S"));
             self.second = second;
         }
-        let _ = write!(out, "{}.{:06}Z", self.prefix, since_epoch.subsec_micros());
+        out.push_str(&self.prefix);
+        out.push('.');
+        let micros = padded::<6>(u64::from(since_epoch.subsec_micros()));
+        out.push_str(std::str::from_utf8(&micros).unwrap_or("000000"));
+        out.push('Z');
         true
     }
+}
+
+/// The last `N` decimal digits of `n`, zero-padded: what `{:0N}` writes for an `n` below
+/// `10^N`, without the formatting machinery (the access line writes two per request).
+fn padded<const N: usize>(mut n: u64) -> [u8; N] {
+    let mut digits = [b'0'; N];
+    for d in digits.iter_mut().rev() {
+        *d = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    digits
 }
 
 #[cfg(test)]
