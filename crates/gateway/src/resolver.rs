@@ -225,7 +225,6 @@ where
     ResBody: Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
-    let shape = ErrorShape::for_path(req.uri().path());
     // The relay's own summary call (an anonymous user request carries SkipRelay, and is user
     // traffic).
     let internal = req.extensions().get::<SummaryCall>().is_some();
@@ -237,7 +236,7 @@ where
     });
     let Some(targets) = targets else {
         return Ok(own_error(
-            shape,
+            parts.uri.path(),
             StatusCode::INTERNAL_SERVER_ERROR,
             ErrorKind::Internal,
             "the gateway could not route this request: no RouteTargets extension and no known ComboName (ComboService must run before AccountResolver)",
@@ -249,7 +248,7 @@ where
         Ok(c) => c.to_bytes(),
         Err(e) => {
             return Ok(own_error(
-                shape,
+                parts.uri.path(),
                 StatusCode::BAD_REQUEST,
                 ErrorKind::InvalidRequest,
                 &format!("the request body could not be read: {}", e.into()),
@@ -432,7 +431,7 @@ where
         Some((_, resolved, Verdict::Refused)) => {
             // Relaying the provider's 401/403 would tell the client its own key is wrong.
             let mut res = own_error(
-                shape,
+                parts.uri.path(),
                 StatusCode::BAD_GATEWAY,
                 ErrorKind::Upstream,
                 &format!(
@@ -455,7 +454,7 @@ where
     }
     if providers_seen.is_empty() && !skipped_shape.is_empty() {
         return Ok(own_error(
-            shape,
+            parts.uri.path(),
             StatusCode::BAD_REQUEST,
             ErrorKind::InvalidRequest,
             &format!(
@@ -475,7 +474,7 @@ where
         .and_then(|t| t.duration_since(now).ok())
         .map_or(60, |d| d.as_secs().max(1));
     let mut res = own_error(
-        shape,
+        parts.uri.path(),
         StatusCode::TOO_MANY_REQUESTS,
         ErrorKind::RateLimited,
         &format!(
@@ -493,12 +492,14 @@ where
     Ok(res)
 }
 
+/// The gateway's own error answer to a request to `client_path`, in that API's error shape.
 fn own_error<B>(
-    shape: ErrorShape,
+    client_path: &str,
     status: StatusCode,
     kind: ErrorKind,
     message: &str,
 ) -> Response<Either<B, Peeked<B>>> {
+    let shape = ErrorShape::for_path(client_path);
     error_response_as(shape, status, kind.name(shape), message, |body| {
         Either::Right(Peeked::full(body))
     })

@@ -358,18 +358,21 @@ async fn send(
     usage: Option<UsageLedger>,
     req: Request<OutBody>,
 ) -> Response<RawBody> {
-    let shape = ErrorShape::for_path(req.uri().path());
-    let bad_gateway = |message: String| {
+    // The client's error shape, worked out from its path on the error paths only.
+    let bad_gateway = |client_path: &str, message: String| {
+        let shape = ErrorShape::for_path(client_path);
         let kind = ErrorKind::Upstream.name(shape);
         error_response(shape, StatusCode::BAD_GATEWAY, kind, &message).map(Either::Right)
     };
     let (mut parts, body) = req.into_parts();
     let Some(endpoint) = parts.extensions.remove::<UpstreamEndpoint>() else {
         return bad_gateway(
+            parts.uri.path(),
             "the gateway resolved no upstream for this request (no UpstreamEndpoint)".into(),
         );
     };
     if has_dot_segment(parts.uri.path()) {
+        let shape = ErrorShape::for_path(parts.uri.path());
         let kind = ErrorKind::InvalidRequest.name(shape);
         let message = "the request path has a `.` or `..` segment; the gateway does not forward it";
         return error_response(shape, StatusCode::BAD_REQUEST, kind, message).map(Either::Right);
@@ -380,7 +383,10 @@ async fn send(
         Ok(u) => u,
         Err(e) => {
             tracing::warn!(base_url = %shown(), error = %e, "the upstream URL is invalid");
-            return bad_gateway(format!("the provider's configured URL is invalid: {e}"));
+            return bad_gateway(
+                parts.uri.path(),
+                format!("the provider's configured URL is invalid: {e}"),
+            );
         }
     };
     // hyper writes the length of the body it sends (exact for buffered bodies, chunked for
@@ -400,7 +406,7 @@ async fn send(
     if let Some(credential) = endpoint.credential {
         credential.apply(&mut parts.headers);
     }
-    parts.uri = uri;
+    let client_uri = std::mem::replace(&mut parts.uri, uri);
     // The client picks the protocol per connection; a client's HTTP/2 request must not
     // force HTTP/2 on an HTTP/1 upstream.
     parts.version = http::Version::HTTP_11;
@@ -421,6 +427,7 @@ async fn send(
     let Ok(sent) = sent else {
         tracing::warn!(base_url = %shown(), after = ?limits.head, "upstream sent no response head in time");
         metrics::counter!("context_relay_gateway_upstream_timeouts_total", "provider" => provider.to_string(), "phase" => "head").increment(1);
+        let shape = ErrorShape::for_path(client_uri.path());
         let kind = ErrorKind::UpstreamTimeout.name(shape);
         // The base URL stays in the log: clients learn nothing of the provider's address.
         let mut res = error_response(
@@ -465,9 +472,10 @@ async fn send(
             }
             tracing::warn!(base_url = %shown(), error = %e, "upstream request failed");
             metrics::counter!("context_relay_gateway_upstream_errors_total").increment(1);
-            bad_gateway(format!(
-                "the provider {provider} could not be reached: {e}{source}"
-            ))
+            bad_gateway(
+                client_uri.path(),
+                format!("the provider {provider} could not be reached: {e}{source}"),
+            )
         }
     }
 }
