@@ -28,7 +28,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, Request, Response, StatusCode, Uri, header};
+use http::{HeaderMap, HeaderName, Request, Response, StatusCode, header};
 use http_body::Body;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{Either, Full};
@@ -49,6 +49,9 @@ use crate::idle::IdleTimeoutBody;
 use crate::secret::redact_url;
 use crate::telemetry::HistogramsBy;
 use crate::usage::{MeteredBody, UsageLedger};
+
+mod uri;
+use uri::{has_dot_segment, upstream_uri};
 
 /// Request extension set by the account resolver: where the request goes and with which
 /// credential.
@@ -211,65 +214,6 @@ impl Upstream {
     pub(crate) fn client(&self) -> Arc<HttpClient> {
         self.client.clone()
     }
-}
-
-/// Whether a request path has a `.` or `..` segment, as sent or percent-encoded (`%2e%2E`,
-/// `..%2F`): such a path could name another resource of the provider once it resolves it, so it
-/// is refused instead of forwarded.
-pub(crate) fn has_dot_segment(path: &str) -> bool {
-    // A dot is sent as `.` or encoded with `%`: a path with neither has no dot segment.
-    if !path.bytes().any(|b| b == b'.' || b == b'%') {
-        return false;
-    }
-    let decoded = percent_encoding::percent_decode_str(path).decode_utf8_lossy();
-    decoded
-        .split(['/', '\\'])
-        .any(|segment| segment == "." || segment == "..")
-}
-
-/// `query` without its `key` parameters (a client credential some clients put there), or
-/// `None` when it has none; other parameters keep their order and spelling.
-fn without_query_key(query: &str) -> Option<String> {
-    let is_key =
-        |pair: &str| pair.split('=').next() == Some(context_relay_core::session::QUERY_CREDENTIAL);
-    if !query.split('&').any(is_key) {
-        return None;
-    }
-    let kept: Vec<&str> = query.split('&').filter(|p| !is_key(p)).collect();
-    Some(kept.join("&"))
-}
-
-/// The upstream URL of a client request: `base_url` + the path after `/v1` (or `/v1beta`) +
-/// the query, without a `key` parameter (the provider's credential goes in a header; a
-/// client's key never leaves the gateway).
-pub(crate) fn upstream_uri(base_url: &str, client: &Uri) -> Result<Uri, http::uri::InvalidUri> {
-    let path = client.path();
-    // Gemini clients name their API version `v1beta` as well as `v1`.
-    let rest = match path
-        .strip_prefix("/v1beta")
-        .or_else(|| path.strip_prefix("/v1"))
-    {
-        Some(r) if r.is_empty() || r.starts_with('/') => r,
-        _ => path,
-    };
-    let mut url = String::with_capacity(base_url.len() + path.len() + 16);
-    url.push_str(base_url.trim_end_matches('/'));
-    url.push_str(rest);
-    if let Some(q) = client.query() {
-        match without_query_key(q) {
-            None => {
-                url.push('?');
-                url.push_str(q);
-            }
-            Some(kept) if kept.is_empty() => {}
-            Some(kept) => {
-                url.push('?');
-                url.push_str(&kept);
-            }
-        }
-    }
-    // Parsed in place: the string becomes the URI's buffer without a copy.
-    Uri::try_from(url)
 }
 
 /// Removes hop-by-hop headers (those the `connection` header names too) and those `also`
@@ -492,72 +436,6 @@ mod tests {
     use http::HeaderValue;
 
     #[test]
-    fn uris() {
-        let u = |s: &str| s.parse::<Uri>().unwrap();
-        assert_eq!(
-            upstream_uri("http://h:1/v1/", &u("/v1/chat/completions")).unwrap(),
-            "http://h:1/v1/chat/completions"
-        );
-        assert_eq!(
-            upstream_uri(
-                "https://chatgpt.example/backend-api/codex",
-                &u("/v1/responses")
-            )
-            .unwrap(),
-            "https://chatgpt.example/backend-api/codex/responses"
-        );
-        assert_eq!(
-            upstream_uri("http://h", &u("/v1x/other?a=1&b")).unwrap(),
-            "http://h/v1x/other?a=1&b"
-        );
-        // A client's `key` never goes upstream, whatever the route.
-        assert_eq!(
-            upstream_uri("http://h/v1", &u("/v1/messages?key=secret")).unwrap(),
-            "http://h/v1/messages"
-        );
-        assert_eq!(
-            upstream_uri("http://h/v1", &u("/v1/messages?beta=true&key=s&keys=1")).unwrap(),
-            "http://h/v1/messages?beta=true&keys=1"
-        );
-    }
-
-    #[test]
-    fn dot_segments() {
-        for path in [
-            "/v1/models/../../admin:generateContent",
-            "/v1/models/..%2F..%2Fadmin:generateContent",
-            "/v1/%2e%2E/x",
-            "/v1/./x",
-            "/v1/a\\..\\b",
-        ] {
-            assert!(has_dot_segment(path), "{path}");
-        }
-        for path in [
-            "/v1/chat/completions",
-            "/v1/models/gemini-2.5-pro:generateContent",
-            "/v1/a..b/c.",
-        ] {
-            assert!(!has_dot_segment(path), "{path}");
-        }
-    }
-
-    proptest::proptest! {
-        /// The shortcut for a path with no `.` and no `%` answers what decoding it answers.
-        #[test]
-        fn dot_segments_shortcut_agrees_with_decoding(
-            parts in proptest::collection::vec(
-                proptest::sample::select(vec!["/", "\\", ".", "%2e", "%2E", "%2F", "%", "a"]),
-                0..8,
-            )
-        ) {
-            let path = parts.concat();
-            let decoded = percent_encoding::percent_decode_str(&path).decode_utf8_lossy();
-            let decoding = decoded.split(['/', '\\']).any(|s| s == "." || s == "..");
-            proptest::prop_assert_eq!(has_dot_segment(&path), decoding);
-        }
-    }
-
-    #[test]
     fn hop_by_hop() {
         let mut h = HeaderMap::new();
         h.insert(
@@ -582,18 +460,5 @@ mod tests {
     fn the_answer_is_small_to_move() {
         let size = std::mem::size_of::<Response<UpstreamBody>>();
         assert!(size <= 256, "Response<UpstreamBody> is {size} bytes");
-    }
-}
-
-#[cfg(test)]
-mod examples {
-    #[test]
-    fn upstream_uri_example() {
-        use crate::upstream::upstream_uri;
-        let uri: http::Uri = "/v1/messages?beta=true".parse().unwrap();
-        assert_eq!(
-            upstream_uri("https://api.example/v1", &uri).unwrap(),
-            "https://api.example/v1/messages?beta=true"
-        );
     }
 }
