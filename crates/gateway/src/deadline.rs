@@ -19,6 +19,7 @@ use std::time::Duration;
 use axum::body::Body;
 use http::{Request, Response, StatusCode};
 use http_body::{Frame, SizeHint};
+use http_body_util::combinators::UnsyncBoxBody;
 use tokio::time::{Instant, Sleep, sleep_until};
 use tower::{Layer, Service};
 
@@ -114,10 +115,11 @@ where
         let this = self.project();
         if let Poll::Ready(result) = this.inner.poll(cx) {
             let (deadline, limit) = (*this.deadline, *this.limit);
-            return Poll::Ready(
-                result
-                    .map(|res| res.map(|body| Body::new(DeadlineBody::new(body, deadline, limit)))),
-            );
+            return Poll::Ready(result.map(|res| {
+                res.map(|body| {
+                    Body::new(UnsyncBoxBody::new(DeadlineBody::new(body, deadline, limit)))
+                })
+            }));
         }
         ready!(this.sleep.poll(cx));
         metrics::counter!("context_relay_gateway_request_deadline_total", "phase" => "head")
@@ -167,7 +169,9 @@ where
     B::Error: Into<BoxError>,
 {
     type Data = B::Data;
-    type Error = BoxError;
+    // The router's error: boxed as the router's body (`Body::new` takes such a box as it is,
+    // and wraps any other body in an error-mapping layer, one more call on every poll).
+    type Error = axum::Error;
 
     fn poll_frame(
         self: Pin<&mut Self>,
@@ -175,7 +179,7 @@ where
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let this = self.project();
         if let Poll::Ready(frame) = this.inner.poll_frame(cx) {
-            return Poll::Ready(frame.map(|r| r.map_err(Into::into)));
+            return Poll::Ready(frame.map(|r| r.map_err(axum::Error::new)));
         }
         let deadline = *this.deadline;
         let timer = this
@@ -185,7 +189,7 @@ where
         metrics::counter!("context_relay_gateway_request_deadline_total", "phase" => "body")
             .increment(1);
         tracing::warn!(limit = ?this.limit, "response still streaming at request_timeout_secs: cut");
-        Poll::Ready(Some(Err(Box::new(DeadlineExceeded(*this.limit)))))
+        Poll::Ready(Some(Err(axum::Error::new(DeadlineExceeded(*this.limit)))))
     }
 
     fn is_end_stream(&self) -> bool {

@@ -4,8 +4,12 @@
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
+use http_body_util::combinators::UnsyncBoxBody;
 use metrics::Gauge;
+
+use crate::combo::BoxError;
 
 /// One request in flight: decrements the gauge when dropped, however the request ends.
 pub(crate) struct InFlight(Gauge);
@@ -47,9 +51,26 @@ impl<B> InFlightBody<B> {
     }
 }
 
-impl<B: Body> Body for InFlightBody<B> {
+impl<B> InFlightBody<B>
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    /// As the router's body: boxed once, its error already the router's, so that axum takes
+    /// the box as it is (it wraps any other body in an error-mapping layer and boxes that, one
+    /// more call on every poll of the answer's body).
+    pub(crate) fn into_router_body(self) -> axum::body::Body {
+        axum::body::Body::new(UnsyncBoxBody::new(self))
+    }
+}
+
+impl<B> Body for InFlightBody<B>
+where
+    B: Body,
+    B::Error: Into<BoxError>,
+{
     type Data = B::Data;
-    type Error = B::Error;
+    type Error = axum::Error;
 
     fn poll_frame(
         self: Pin<&mut Self>,
@@ -60,7 +81,7 @@ impl<B: Body> Body for InFlightBody<B> {
         if !matches!(frame, Some(Ok(_))) {
             this.guard.take();
         }
-        Poll::Ready(frame)
+        Poll::Ready(frame.map(|r| r.map_err(axum::Error::new)))
     }
 
     fn is_end_stream(&self) -> bool {
@@ -113,5 +134,26 @@ mod tests {
         assert_eq!(count(), 1.0);
         drop(streamed);
         assert_eq!(count(), 0.0);
+    }
+
+    #[tokio::test]
+    async fn as_the_router_body_an_error_still_ends_the_count_and_says_what_it_was() {
+        let cell = Arc::new(AtomicU64::new(0f64.to_bits()));
+        let gauge = Gauge::from_arc(cell.clone());
+        let chunks = futures_util::stream::iter([
+            Ok(Frame::data(Bytes::from_static(b"a"))),
+            Err(std::io::Error::other("the provider went away")),
+        ]);
+        let body = InFlightBody::new(StreamBody::new(chunks), Some(InFlight::begin(gauge)));
+        let mut body = std::pin::pin!(body.into_router_body());
+        assert!(body.frame().await.is_some_and(|f| f.is_ok()));
+        assert_eq!(f64::from_bits(cell.load(Ordering::Relaxed)), 1.0);
+        let error = body
+            .frame()
+            .await
+            .and_then(Result::err)
+            .map(|e| e.to_string());
+        assert_eq!(error.as_deref(), Some("the provider went away"));
+        assert_eq!(f64::from_bits(cell.load(Ordering::Relaxed)), 0.0);
     }
 }

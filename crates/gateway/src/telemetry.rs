@@ -175,8 +175,10 @@ pub(crate) struct RequestMetrics<S> {
 impl<S, B, ResBody> Service<Request<B>> for RequestMetrics<S>
 where
     S: Service<Request<B>, Response = Response<ResBody>>,
+    ResBody: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    ResBody::Error: Into<crate::combo::BoxError>,
 {
-    type Response = Response<InFlightBody<ResBody>>;
+    type Response = Response<axum::body::Body>;
     type Error = S::Error;
     type Future = MetricsFuture<S::Future>;
 
@@ -224,8 +226,10 @@ pin_project_lite::pin_project! {
 impl<F, ResBody, E> Future for MetricsFuture<F>
 where
     F: Future<Output = Result<Response<ResBody>, E>>,
+    ResBody: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    ResBody::Error: Into<crate::combo::BoxError>,
 {
-    type Output = Result<Response<InFlightBody<ResBody>>, E>;
+    type Output = Result<Response<axum::body::Body>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
@@ -239,7 +243,9 @@ where
             access.log(res, latency);
         }
         let guard = this.guard.take();
-        Poll::Ready(out.map(|res| res.map(|body| InFlightBody::new(body, guard))))
+        Poll::Ready(
+            out.map(|res| res.map(|body| InFlightBody::new(body, guard).into_router_body())),
+        )
     }
 }
 
