@@ -6,8 +6,8 @@ use super::{SessionSources, clean_session_id};
 
 /// The session id the headers of a request give, cleaned (see [`clean_session_id`]) and
 /// borrowed from them, with the header it came from: the first configured session header with
-/// a value that is not blank. [`session_id`] tries it first; an adapter that only reads headers
-/// on its fast path calls it to avoid an allocation.
+/// a value that is not blank. [`session_id`](super::session_id) tries it first; an adapter
+/// that only reads headers on its fast path calls it to avoid an allocation.
 ///
 /// ```
 /// use context_relay_core::session::{header_session, SessionSources};
