@@ -22,7 +22,8 @@ use std::time::Duration;
 
 use http::{HeaderValue, Uri};
 use hyper::rt::{Read, ReadBufCursor, Write};
-use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
+use hyper_rustls::builderstates::WantsSchemes;
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder, MaybeHttpsStream};
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
@@ -37,17 +38,23 @@ pub(crate) struct Connector(HttpsConnector<HttpConnector>);
 impl Connector {
     /// TCP with `TCP_NODELAY` that gives up after `connect`, under rustls for `https`.
     pub(crate) fn new(connect: Duration) -> Result<Self, rustls::Error> {
+        let tls = HttpsConnectorBuilder::new()
+            .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())?;
+        Ok(Self::over(tls, connect))
+    }
+
+    /// The connector over `tls` (the roots it trusts).
+    fn over(tls: HttpsConnectorBuilder<WantsSchemes>, connect: Duration) -> Self {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_nodelay(true);
         http.set_connect_timeout(Some(connect));
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())?
+        let https = tls
             .https_or_http()
             .enable_http1()
             .enable_http2()
             .wrap_connector(http);
-        Ok(Self(https))
+        Self(https)
     }
 }
 
@@ -194,31 +201,94 @@ mod tests {
 
     #[test]
     fn the_host_of_a_plain_http_provider_is_known_from_its_url() {
-        let host = |url: &str| plain_host(url).map(|v| v.to_str().unwrap_or("?").to_owned());
-        assert_eq!(
-            host("http://127.0.0.1:8089/v1").as_deref(),
-            Some("127.0.0.1:8089")
+        let cases = [
+            ("http://127.0.0.1:8089/v1", Some("127.0.0.1:8089")),
+            ("http://llm.internal/v1", Some("llm.internal")),
+            ("http://llm.internal:80", Some("llm.internal")),
+            ("http://[::1]:11434/v1", Some("[::1]:11434")),
+            ("http://user:pw@llm.internal:81", Some("llm.internal:81")),
+            // HTTPS may become HTTP/2 (no `Host`): the client writes it once it knows.
+            ("https://api.openai.com/v1", None),
+            ("https://llm.internal:8443", None),
+            ("not a url", None),
+        ];
+        for (url, expected) in cases {
+            let host = plain_host(url).map(|v| v.to_str().unwrap_or("?").to_owned());
+            assert_eq!(host.as_deref(), expected, "{url}");
+        }
+    }
+
+    /// A provider over TLS that picks HTTP/2 by ALPN, as the hosted APIs do: the pooled client
+    /// must speak HTTP/2 on that connection (HTTP/1 bytes there are a protocol error).
+    #[tokio::test]
+    async fn a_provider_that_negotiates_http2_is_spoken_to_in_http2() {
+        use std::sync::Arc;
+
+        use bytes::Bytes;
+        use http_body_util::{BodyExt, Full};
+        use hyper_util::client::legacy::Client;
+        use hyper_util::rt::TokioExecutor;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+
+        let rcgen::CertifiedKey { cert, signing_key } =
+            rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).expect("a cert");
+        let cert_der: CertificateDer<'static> = cert.der().clone();
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(signing_key.serialize_der()));
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut server = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_no_client_auth()
+            .with_single_cert(vec![cert_der.clone()], key)
+            .expect("server config");
+        server.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    continue;
+                };
+                let answer = hyper::service::service_fn(|req: http::Request<_>| async move {
+                    let version = format!("{:?}", req.version());
+                    Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from(
+                        version,
+                    ))))
+                });
+                tokio::spawn(
+                    hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(tls), answer),
+                );
+            }
+        });
+
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert_der).expect("root");
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let connector = Connector::over(
+            HttpsConnectorBuilder::new().with_tls_config(tls),
+            Duration::from_secs(5),
         );
-        assert_eq!(
-            host("http://llm.internal/v1").as_deref(),
-            Some("llm.internal")
-        );
-        assert_eq!(
-            host("http://llm.internal:80").as_deref(),
-            Some("llm.internal")
-        );
-        assert_eq!(
-            host("http://[::1]:11434/v1").as_deref(),
-            Some("[::1]:11434")
-        );
-        assert_eq!(
-            host("http://user:pw@llm.internal:81").as_deref(),
-            Some("llm.internal:81")
-        );
-        // HTTPS may become HTTP/2 (no `Host`): the client writes it once it knows.
-        assert_eq!(host("https://api.openai.com/v1"), None);
-        assert_eq!(host("https://llm.internal:8443"), None);
-        assert_eq!(host("not a url"), None);
+        let client: Client<Connector, Full<Bytes>> =
+            Client::builder(TokioExecutor::new()).build(connector);
+        let uri: Uri = format!("https://localhost:{port}/v1/responses")
+            .parse()
+            .expect("uri");
+        let res = tokio::time::timeout(Duration::from_secs(10), client.get(uri))
+            .await
+            .expect("an answer in time")
+            .expect("an answer");
+        assert_eq!(res.status(), http::StatusCode::OK);
+        assert_eq!(res.version(), http::Version::HTTP_2);
+        let body = res.into_body().collect().await.expect("body").to_bytes();
+        assert_eq!(&body[..], b"HTTP/2.0");
     }
 
     #[test]
