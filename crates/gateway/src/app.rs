@@ -21,7 +21,6 @@ use http::{Request, Response};
 use http_body::Body as _;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tower::ServiceBuilder;
-use tower::util::BoxCloneSyncService;
 
 use crate::auth::{Auth, AuthLayer};
 use crate::budget::ByteBudget;
@@ -34,6 +33,7 @@ use crate::pool::{AccountPools, LoginServices};
 use crate::ready::Readiness;
 use crate::resolver::{AccountResolverLayer, AffinityStore};
 use crate::server::ServeOptions;
+use crate::shared_service::SharedService;
 use crate::store::{StoreOpenError, make_private, open_local_store, open_store};
 use crate::stream_executor::StreamExecutor;
 use crate::tenant_keys::{
@@ -43,7 +43,7 @@ use crate::upstream::{Upstream, UpstreamError};
 use crate::usage::UsageLedger;
 
 /// The type-erased proxy stack, as the router mounts it.
-pub(crate) type ProxyService = BoxCloneSyncService<Request<Body>, Response<Body>, Infallible>;
+pub(crate) type ProxyService = SharedService<Request<Body>, Response<Body>, Infallible>;
 
 /// Why the gateway could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -104,7 +104,7 @@ pub(crate) fn proxy_stack(
     let resolver = resolver.activity(options.activity);
     let auth = AuthLayer::new(options.auth);
     let deadline = DeadlineLayer::new(options.request_timeout);
-    BoxCloneSyncService::new(
+    SharedService::new(
         ServiceBuilder::new()
             .map_response(fix_content_length)
             .layer(deadline)

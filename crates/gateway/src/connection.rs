@@ -28,6 +28,7 @@ use std::task::{Context, Poll, Wake, Waker};
 
 use axum::body::Body;
 use bytes::Bytes;
+use futures_util::future::BoxFuture;
 use futures_util::task::AtomicWaker;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body::{Frame, SizeHint};
@@ -36,8 +37,6 @@ use hyper_util::rt::TokioIo;
 use hyper_util::server::conn::auto::Builder;
 use tokio::net::TcpStream;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot, watch};
-use tower::ServiceExt;
-use tower::util::Oneshot;
 
 use crate::server::{HttpService, ServeOptions};
 use crate::stream_executor::StreamExecutor;
@@ -329,7 +328,7 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
         state.in_flight.fetch_add(1, Ordering::AcqRel);
         state.activity.notify_one();
         ConnFuture::Serving {
-            call: self.inner.clone().oneshot(req),
+            call: self.inner.serve(req),
             guard: Some(InFlight(state.clone())),
         }
     }
@@ -351,8 +350,7 @@ pin_project_lite::pin_project! {
     #[project = ConnFutureProj]
     enum ConnFuture {
         Serving {
-            #[pin]
-            call: Oneshot<HttpService, Request<Incoming>>,
+            call: BoxFuture<'static, Result<Response<Body>, Infallible>>,
             guard: Option<InFlight>,
         },
         Refused { state: Option<Arc<ConnState>> },
@@ -365,7 +363,7 @@ impl Future for ConnFuture {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project() {
             ConnFutureProj::Serving { call, guard } => {
-                let Poll::Ready(Ok(res)) = call.poll(cx) else {
+                let Poll::Ready(Ok(res)) = call.as_mut().poll(cx) else {
                     return Poll::Pending;
                 };
                 let guard = guard.take();

@@ -20,11 +20,11 @@ use context_relay_core::json;
 use http::{HeaderName, HeaderValue, Request, StatusCode, Uri};
 use percent_encoding::{AsciiSet, CONTROLS, percent_decode_str, utf8_percent_encode};
 use tower::ServiceExt;
-use tower::util::BoxCloneSyncService;
 use url::form_urlencoded;
 
 use crate::app::ProxyService;
 use crate::error::{ErrorKind, ErrorShape, error_response};
+use crate::shared_service::SharedService;
 
 /// The header a Gemini client sends its key in.
 const GOOG_API_KEY: HeaderName = HeaderName::from_static("x-goog-api-key");
@@ -155,7 +155,7 @@ pub(crate) fn key_to_header<B>(mut req: Request<B>) -> Request<B> {
 /// generation path goes to `proxy` with its query key moved ([`key_to_header`]); any other
 /// path under them is a 404 in the Gemini error shape.
 pub(crate) fn service(proxy: ProxyService) -> ProxyService {
-    BoxCloneSyncService::new(tower::service_fn(move |req: Request<Body>| {
+    SharedService::new(tower::service_fn(move |req: Request<Body>| {
         let proxy = proxy.clone();
         async move {
             if !is_gemini(req.uri().path()) {

@@ -3,8 +3,9 @@
 //! and every request from then on, on new and open connections alike, is served by it.
 //!
 //! Each request reads the current router and client body timeout under a read lock (a
-//! reference count and a copy of the duration); a request already running keeps the router it
-//! started with.
+//! reference count and a copy of the duration; a request for the proxy stack starts its call
+//! under the lock instead of copying the stack's handle); a request already running keeps the
+//! router it started with.
 
 use std::convert::Infallible;
 use std::sync::{Arc, PoisonError, RwLock};
@@ -14,19 +15,19 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::routing::future::RouteFuture;
-use futures_util::future::Either;
+use futures_util::future::{BoxFuture, Either};
 use http::{Method, Request, Response};
 use hyper::body::Incoming;
-use tower::ServiceExt;
-use tower::util::Oneshot;
 use tower_service::Service;
 
 use crate::app::ProxyService;
 use crate::idle::IdleTimeoutBody;
 use crate::routes::is_proxy_path;
 
+/// The client body timeout of a [`Live`] not yet [set](Live::set).
+const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// What a request is served with.
-#[derive(Clone)]
 struct Current {
     router: Router,
     /// The proxy stack the router mounts on the API paths, called directly for a `POST` to one
@@ -64,22 +65,13 @@ impl Live {
             body_timeout,
         });
     }
-
-    fn current(&self) -> Current {
-        let current = self.0.read().unwrap_or_else(PoisonError::into_inner);
-        // Set before the service is handed out; an empty router answers 404 otherwise.
-        current.clone().unwrap_or_else(|| Current {
-            router: Router::new(),
-            proxy: None,
-            body_timeout: Duration::from_secs(60),
-        })
-    }
 }
 
 impl Service<Request<Incoming>> for Live {
     type Response = Response<Body>;
     type Error = Infallible;
-    type Future = Either<RouteFuture<Infallible>, Oneshot<ProxyService, Request<Body>>>;
+    type Future =
+        Either<RouteFuture<Infallible>, BoxFuture<'static, Result<Response<Body>, Infallible>>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         // An axum router is always ready.
@@ -87,19 +79,30 @@ impl Service<Request<Incoming>> for Live {
     }
 
     fn call(&mut self, req: Request<Incoming>) -> Self::Future {
-        let Current {
-            mut router,
+        let current = self.0.read().unwrap_or_else(PoisonError::into_inner);
+        // Set before the service is handed out; an empty router answers 404 otherwise.
+        let Some(Current {
+            router,
             proxy,
             body_timeout,
-        } = self.current();
+        }) = current.as_ref()
+        else {
+            drop(current);
+            let req = req.map(|b| Body::new(IdleTimeoutBody::new(b, DEFAULT_BODY_TIMEOUT)));
+            return Either::Left(Router::new().call(req));
+        };
         // Armed only while the body waits for the client: a body already received costs no
         // timer.
-        let req = req.map(|b| Body::new(IdleTimeoutBody::new(b, body_timeout)));
+        let req = req.map(|b| Body::new(IdleTimeoutBody::new(b, *body_timeout)));
         match proxy {
             Some(proxy) if req.method() == Method::POST && is_proxy_path(req.uri().path()) => {
-                Either::Right(proxy.oneshot(req))
+                Either::Right(proxy.serve(req))
             }
-            _ => Either::Left(router.call(req)),
+            _ => {
+                let mut router = router.clone();
+                drop(current);
+                Either::Left(router.call(req))
+            }
         }
     }
 }

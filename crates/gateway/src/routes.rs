@@ -27,7 +27,6 @@ use axum::routing::{get, post_service};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode, header};
 use tower::ServiceBuilder;
-use tower::util::BoxCloneSyncService;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::PropagateRequestIdLayer;
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
@@ -40,6 +39,7 @@ use crate::gemini;
 use crate::live::Live;
 use crate::ready::Ready;
 use crate::server::HttpService;
+use crate::shared_service::SharedService;
 use crate::telemetry::RequestMetricsLayer;
 
 /// `GET`/`HEAD /`.
@@ -135,7 +135,7 @@ impl Gateway {
             header::PROXY_AUTHORIZATION,
             header::COOKIE,
         ]);
-        BoxCloneSyncService::new(
+        SharedService::new(
             ServiceBuilder::new()
                 .map_response(|res: Response<_>| res.map(Body::new))
                 .layer(SetSensitiveRequestHeadersLayer::from_shared(sensitive))

@@ -29,7 +29,6 @@ use hyper_util::server::conn::auto::Builder;
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::{oneshot, watch};
 use tokio::task::{JoinHandle, JoinSet};
-use tower::util::BoxCloneSyncService;
 
 use context_relay_store::PurgerHandle;
 
@@ -37,6 +36,7 @@ use crate::app::Gateway;
 use crate::connection::{self, Admission};
 use crate::console::Activity;
 use crate::ready::Readiness;
+use crate::shared_service::SharedService;
 use crate::stream_executor::StreamExecutor;
 use crate::tenant_keys::SyncHandle;
 use context_relay_tower::Background;
@@ -48,7 +48,7 @@ pub const BACKGROUND_GRACE: Duration = Duration::from_secs(10);
 const MAX_READ_BUFFER: usize = 128 << 10;
 
 /// The whole HTTP service of a gateway, as the accept loop serves it.
-pub type HttpService = BoxCloneSyncService<Request<Incoming>, Response<Body>, Infallible>;
+pub type HttpService = SharedService<Request<Incoming>, Response<Body>, Infallible>;
 
 /// The connection-level bounds of [`serve_with`] (the `[limits]` values).
 #[derive(Debug, Clone, PartialEq, Eq)]
