@@ -35,7 +35,6 @@ use context_relay_core::translate::{
 };
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body::{Body, Frame, SizeHint};
-use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Either, Full, Limited};
 
 use context_relay_tower::ServingModel;
@@ -43,7 +42,7 @@ use context_relay_tower::ServingModel;
 use crate::combo::BoxError;
 use crate::config::ProviderApi;
 use crate::error::{ErrorKind, ErrorShape, error_response};
-use crate::upstream::UpstreamEndpoint;
+use crate::upstream::{InBody, OutBody, UpstreamEndpoint};
 
 /// The Anthropic API version sent when the client named none.
 const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -76,8 +75,6 @@ fn is_compact(path: &str) -> bool {
     path.trim_end_matches('/').ends_with("/responses/compact")
 }
 
-type OutBody = UnsyncBoxBody<Bytes, BoxError>;
-
 /// How the answer of a translated request is translated back.
 #[derive(Debug)]
 pub(crate) struct Inbound {
@@ -90,13 +87,9 @@ pub(crate) struct Inbound {
 
 /// The request as it goes upstream, and how to read its answer when it was translated; or
 /// the gateway's own answer when it cannot be sent.
-pub(crate) async fn outbound<B>(
-    req: Request<B>,
-) -> Result<(Request<OutBody>, Option<Inbound>), Response<Full<Bytes>>>
-where
-    B: Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-{
+pub(crate) async fn outbound(
+    req: Request<InBody>,
+) -> Result<(Request<OutBody>, Option<Inbound>), Response<Full<Bytes>>> {
     let api = req
         .extensions()
         .get::<UpstreamEndpoint>()
@@ -105,7 +98,7 @@ where
     let translate =
         api == ProviderApi::Anthropic && ApiShape::from_path(path) == Some(ApiShape::Responses);
     if !translate {
-        return Ok((req.map(|b| b.map_err(Into::into).boxed_unsync()), None));
+        return Ok((req.map(Either::Left), None));
     }
     let shape = ErrorShape::for_path(path);
     let refuse = |status: StatusCode, kind: ErrorKind, message: &str| {
@@ -206,9 +199,11 @@ where
         stream: translated.stream,
         compaction,
     };
-    let body = Full::new(Bytes::from(translated.body))
-        .map_err(|never| match never {})
-        .boxed_unsync();
+    let body = Either::Right(
+        Full::new(Bytes::from(translated.body))
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    );
     Ok((Request::from_parts(parts, body), Some(inbound)))
 }
 

@@ -38,7 +38,7 @@ use hyper_util::rt::TokioExecutor;
 use smallvec::SmallVec;
 use tower_service::Service;
 
-use context_relay_tower::ResolvedAccount;
+use context_relay_tower::{RequestBody, ResolvedAccount};
 
 use crate::combo::BoxError;
 use crate::config::ProviderApi;
@@ -88,7 +88,13 @@ pub enum UpstreamError {
     Tls(#[from] rustls::Error),
 }
 
-type OutBody = UnsyncBoxBody<Bytes, BoxError>;
+/// The request body the relay layers hand the upstream call: the body ComboService
+/// buffered, as the injection layer passes it on.
+pub(crate) type InBody = RequestBody<Full<Bytes>>;
+
+/// The body of an upstream request: a relayed request's body as it came (not boxed: every
+/// relayed request has it), or another one (a translated request, a login call), boxed.
+pub(crate) type OutBody = Either<InBody, UnsyncBoxBody<Bytes, BoxError>>;
 
 /// The pooled HTTP(S) client of upstream calls (also what logins refresh with).
 pub(crate) type HttpClient = Client<Connector, OutBody>;
@@ -259,11 +265,7 @@ pub(crate) type UpstreamBody = Either<RawBody, crate::translate::Translated<RawB
 pub(crate) type ResponseFuture =
     Pin<Box<dyn Future<Output = Result<Response<UpstreamBody>, Infallible>> + Send>>;
 
-impl<B> Service<Request<B>> for Upstream
-where
-    B: Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-{
+impl Service<Request<InBody>> for Upstream {
     type Response = Response<UpstreamBody>;
     type Error = Infallible;
     type Future = ResponseFuture;
@@ -273,7 +275,7 @@ where
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: Request<B>) -> Self::Future {
+    fn call(&mut self, req: Request<InBody>) -> Self::Future {
         let client = self.client.clone();
         let limits = self.limits;
         let first_byte = self.first_byte.clone();

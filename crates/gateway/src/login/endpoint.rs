@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, StatusCode, header};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Either, Full, Limited};
 use serde_json::{Value, json};
 
 use super::tokens::Secret;
@@ -92,11 +92,11 @@ impl TokenEndpoint {
                 header::USER_AGENT,
                 concat!("context-relay-gateway/", env!("CARGO_PKG_VERSION")),
             )
-            .body(
+            .body(Either::Right(
                 Full::new(Bytes::from(body.to_string()))
                     .map_err(|e| match e {})
                     .boxed_unsync(),
-            )
+            ))
             .map_err(|e| RefreshError::Failed(format!("invalid token_url: {e}")))?;
         let answer = tokio::time::timeout(REFRESH_TIMEOUT, async {
             let res = self.client.request(req).await.map_err(|e| {
