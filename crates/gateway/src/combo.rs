@@ -278,7 +278,7 @@ where
     // Borrowed from where it was read, not copied.
     let model = field
         .as_ref()
-        .map_or(in_path.as_str(), |(f, _)| f.value.as_str());
+        .map_or(in_path.as_str(), |(f, _)| f.value(body.as_slice()));
     if let Some(access) = parts.extensions.get::<ClientAccess>()
         && !access.allows(model)
     {

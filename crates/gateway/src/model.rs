@@ -19,6 +19,7 @@
 //! can spell `model` with them); only a body holding one of them is parsed whole to tell a
 //! nested or quoted `model` from a second top-level one.
 
+use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::{Arc, LazyLock};
 
@@ -45,10 +46,25 @@ pub(crate) enum ModelError {
 /// The `model` value of a body and where its JSON text sits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ModelField {
-    /// The decoded string.
-    pub value: String,
+    /// The decoded string when the literal has escapes; `None` when the name stands in the
+    /// body as it is, between the literal's quotes (read there, not copied).
+    decoded: Option<String>,
     /// Byte range of the JSON string literal (quotes included).
     pub span: Range<usize>,
+}
+
+impl ModelField {
+    /// The model's name. `body`: the body this field was found in (a name read from
+    /// another body is empty, and never matches a route).
+    pub(crate) fn value<'a>(&'a self, body: &'a [u8]) -> &'a str {
+        match &self.decoded {
+            Some(name) => name,
+            None => body
+                .get(self.span.start + 1..self.span.end.saturating_sub(1))
+                .and_then(|raw| std::str::from_utf8(raw).ok())
+                .unwrap_or(""),
+        }
+    }
 }
 
 /// The literals ComboService looks for in one pass over a request body
@@ -143,7 +159,10 @@ fn read_model(
     match json::decode_str(body, span.clone()) {
         Ok(v) if !v.trim().is_empty() => Ok((
             ModelField {
-                value: v.into_owned(),
+                decoded: match v {
+                    Cow::Borrowed(_) => None,
+                    Cow::Owned(name) => Some(name),
+                },
                 span,
             },
             found,
@@ -170,7 +189,7 @@ fn may_repeat(body: &[u8], from: usize, found: Option<&json::Found<'_>>) -> bool
 /// `Bytes`, not copied, when it already names `model`); `None` when the span is not a string
 /// of `body` (a field found in another body).
 pub(crate) fn replace_model(body: &Bytes, field: &ModelField, model: &str) -> Option<Bytes> {
-    if field.value == model {
+    if field.value(body) == model {
         return Some(body.clone());
     }
     json::splice_str(body, field.span.clone(), model).ok()
@@ -236,8 +255,9 @@ pub(crate) fn rewrite_model(
 }
 
 fn rewrite(body: Buffered, field: &ModelField, model: &str) -> Bytes {
+    let renamed = field.value(body.as_slice()) != model;
     let buf = match body {
-        Buffered::Joined(buf) if field.value != model => buf,
+        Buffered::Joined(buf) if renamed => buf,
         other => {
             let bytes = other.into_bytes();
             return replace_model(&bytes, field, model).unwrap_or(bytes);
@@ -322,9 +342,10 @@ mod tests {
         }
         // Nested or quoted `model`s and escapes elsewhere are not duplicates.
         let nested = br#"{"model":"a","tools":[{"parameters":{"model":{"type":"string"}}}],"x":"model","t":"caf\u00e9"}"#;
-        assert_eq!(find_model(nested).unwrap().value, "a");
+        assert_eq!(find_model(nested).unwrap().value(nested), "a");
         // Without such a token the rest is not read.
-        assert_eq!(find_model(b"{\"model\":\"a\", oops}").unwrap().value, "a");
+        let cut = b"{\"model\":\"a\", oops}";
+        assert_eq!(find_model(cut).unwrap().value(cut), "a");
         assert!(matches!(
             find_model(b"{\"model\":\"a\", \"n\": 1"),
             Err(ModelError::NotJson(_))
@@ -339,7 +360,7 @@ mod tests {
     fn escaped_values_and_nested_models() {
         let body = Bytes::from_static(br#"{"meta":{"model":"x"},"model":"a\/b\u0041"}"#);
         let f = find_model(&body).unwrap();
-        assert_eq!(f.value, "a/bA");
+        assert_eq!(f.value(&body), "a/bA");
         let out = replace_model(&body, &f, "q\"z").unwrap();
         assert_eq!(&out[..], br#"{"meta":{"model":"x"},"model":"q\"z"}"#);
         // The target's name already: the same bytes, not copied.
@@ -388,7 +409,7 @@ mod tests {
             );
             let body = Bytes::from(text.clone());
             let f = find_model(&body).unwrap();
-            prop_assert_eq!(&f.value, &model);
+            prop_assert_eq!(f.value(&body), model.as_str());
             let out = replace_model(&body, &f, &new).unwrap();
             let new_lit = serde_json::Value::String(new.clone()).to_string();
             prop_assert_eq!(&out[..f.span.start], &body[..f.span.start]);
@@ -447,7 +468,7 @@ mod tests {
             };
             let (out, written) = rewrite_model(body, &field, &Arc::from(&*first));
             let again = find_model(&out).unwrap();
-            prop_assert_eq!(&again.value, &first);
+            prop_assert_eq!(again.value(&out), first.as_str());
             let expected = replace_model(&out, &again, &later).unwrap();
             let retargeted = written.retarget(&out, &later).unwrap();
             prop_assert_eq!(&retargeted[..], &expected[..]);
@@ -468,7 +489,7 @@ mod examples {
         use bytes::Bytes;
         let body = Bytes::from_static(br#"{"stream":true, "model" : "codex-relay","n":1.50}"#);
         let field = find_model(&body).unwrap();
-        assert_eq!(field.value, "codex-relay");
+        assert_eq!(field.value(&body), "codex-relay");
         let out = replace_model(&body, &field, "gpt-5.5").unwrap();
         assert_eq!(
             &out[..],
