@@ -1,6 +1,12 @@
 //! The upstream URL of a client request, and the paths that are refused instead of forwarded.
 
+use bytes::Bytes;
 use http::Uri;
+use smallvec::SmallVec;
+
+/// An upstream URL as it is written: inline up to the length nearly every provider URL stays
+/// under, on the heap past it.
+type Url = SmallVec<[u8; 192]>;
 
 /// Whether a request path has a `.` or `..` segment, as sent or percent-encoded (`%2e%2E`,
 /// `..%2F`): such a path could name another resource of the provider once it resolves it, so it
@@ -41,24 +47,26 @@ pub(crate) fn upstream_uri(base_url: &str, client: &Uri) -> Result<Uri, http::ur
         Some(r) if r.is_empty() || r.starts_with('/') => r,
         _ => path,
     };
-    let mut url = String::with_capacity(base_url.len() + path.len() + 16);
-    url.push_str(base_url.trim_end_matches('/'));
-    url.push_str(rest);
+    // Written into one buffer that becomes the URI's shared owner: the URI's parts, and the
+    // copy hyper-util's client takes of it, are reference counts on it. A `String` made its
+    // shared handle in a second allocation.
+    let mut url = Url::new();
+    url.extend_from_slice(base_url.trim_end_matches('/').as_bytes());
+    url.extend_from_slice(rest.as_bytes());
     if let Some(q) = client.query() {
         match without_query_key(q) {
             None => {
-                url.push('?');
-                url.push_str(q);
+                url.push(b'?');
+                url.extend_from_slice(q.as_bytes());
             }
             Some(kept) if kept.is_empty() => {}
             Some(kept) => {
-                url.push('?');
-                url.push_str(&kept);
+                url.push(b'?');
+                url.extend_from_slice(kept.as_bytes());
             }
         }
     }
-    // Parsed in place: the string becomes the URI's buffer without a copy.
-    Uri::try_from(url)
+    Uri::from_maybe_shared(Bytes::from_owner(url))
 }
 
 #[cfg(test)]
@@ -93,6 +101,18 @@ mod tests {
             upstream_uri("http://h/v1", &u("/v1/messages?beta=true&key=s&keys=1")).unwrap(),
             "http://h/v1/messages?beta=true&keys=1"
         );
+        // Past the inline buffer the URL is written on the heap, the same.
+        let long = format!(
+            "/v1/models/gemini-2.5-pro:streamGenerateContent?alt=sse&x={}",
+            "q".repeat(300)
+        );
+        let uri = upstream_uri("https://generativelanguage.example/v1beta", &u(&long)).unwrap();
+        assert_eq!(
+            uri.to_string(),
+            format!("https://generativelanguage.example/v1beta{}", &long[3..])
+        );
+        assert_eq!(uri.host(), Some("generativelanguage.example"));
+        assert_eq!(uri.clone(), uri, "a copy reads the same bytes");
     }
 
     #[test]
