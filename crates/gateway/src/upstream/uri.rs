@@ -1,5 +1,7 @@
 //! The upstream URL of a client request, and the paths that are refused instead of forwarded.
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
 use http::Uri;
 use smallvec::SmallVec;
@@ -53,18 +55,15 @@ pub(crate) fn upstream_uri(base_url: &str, client: &Uri) -> Result<Uri, http::ur
     let mut url = Url::new();
     url.extend_from_slice(base_url.trim_end_matches('/').as_bytes());
     url.extend_from_slice(rest.as_bytes());
-    if let Some(q) = client.query() {
-        match without_query_key(q) {
-            None => {
-                url.push(b'?');
-                url.extend_from_slice(q.as_bytes());
-            }
-            Some(kept) if kept.is_empty() => {}
-            Some(kept) => {
-                url.push(b'?');
-                url.extend_from_slice(kept.as_bytes());
-            }
-        }
+    // A query left empty by taking the key out goes; one the client sent empty stays.
+    let query = client.query().and_then(|q| match without_query_key(q) {
+        None => Some(Cow::Borrowed(q)),
+        Some(kept) if kept.is_empty() => None,
+        Some(kept) => Some(Cow::Owned(kept)),
+    });
+    if let Some(q) = query {
+        url.push(b'?');
+        url.extend_from_slice(q.as_bytes());
     }
     Uri::from_maybe_shared(Bytes::from_owner(url))
 }
@@ -100,6 +99,15 @@ mod tests {
         assert_eq!(
             upstream_uri("http://h/v1", &u("/v1/messages?beta=true&key=s&keys=1")).unwrap(),
             "http://h/v1/messages?beta=true&keys=1"
+        );
+        // An empty query the client sent stays; one emptied by taking the key out goes.
+        assert_eq!(
+            upstream_uri("http://h/v1", &u("/v1/messages?")).unwrap(),
+            "http://h/v1/messages?"
+        );
+        assert_eq!(
+            upstream_uri("http://h/v1", &u("/v1/messages?key=s")).unwrap(),
+            "http://h/v1/messages"
         );
         // Past the inline buffer the URL is written on the heap, the same.
         let long = format!(
