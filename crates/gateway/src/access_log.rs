@@ -34,7 +34,7 @@ use crate::LogBuffer;
 /// The target of the access log.
 pub(crate) const TARGET: &str = "context_relay_gateway::access";
 
-/// The request id header (set by the request-id layer when the client sent none).
+/// The request id header (set by [`ensure_request_id`] when the client sent none or one not kept).
 pub(crate) static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// Where access lines go when they bypass `tracing` (set once, by the binary).
@@ -61,8 +61,8 @@ pub(crate) const MAX_REQUEST_ID: usize = 128;
 /// holds anything else is dropped, so that a client can neither forge fields of the access line
 /// nor make it arbitrarily long; a request without one gets a fresh UUID (v4).
 ///
-/// The id travels in the header only (the access line and `PropagateRequestIdLayer` read it
-/// there): no request extension is made for it, since every attempt the account resolver sends
+/// The id travels in the header only (the access line and the echo on the response read it
+/// there, in `telemetry::RequestMetrics`): no request extension is made for it, since every attempt the account resolver sends
 /// copies the request's extensions.
 pub(crate) fn ensure_request_id<B>(mut req: Request<B>) -> Request<B> {
     let ids = req.headers().get_all(&X_REQUEST_ID);
@@ -75,7 +75,7 @@ pub(crate) fn ensure_request_id<B>(mut req: Request<B>) -> Request<B> {
         let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
         uuid::Uuid::new_v4().hyphenated().encode_lower(&mut text);
         // The value owns its bytes behind one shared allocation: the response gets a copy
-        // of it (`PropagateRequestIdLayer`), which a value copied from a `&str` would
+        // of it (the echo), which a value copied from a `&str` would
         // allocate again. A hyphenated UUID is always a valid header value.
         if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from_owner(text)) {
             req.headers_mut().insert(X_REQUEST_ID.clone(), value);
@@ -107,7 +107,6 @@ pub(crate) struct Routed {
 pub(crate) struct AccessRequest {
     method: http::Method,
     uri: http::Uri,
-    request_id: Option<http::HeaderValue>,
 }
 
 impl AccessRequest {
@@ -116,23 +115,23 @@ impl AccessRequest {
         tracing::enabled!(target: TARGET, tracing::Level::INFO).then(|| Self {
             method: req.method().clone(),
             uri: req.uri().clone(),
-            request_id: req.headers().get(&X_REQUEST_ID).cloned(),
         })
     }
 
-    /// Logs the line of `res`.
-    pub(crate) fn log<B>(&self, res: &Response<B>, latency: Duration) {
+    /// Logs the line of `res`, answered to the request with the id `request_id`.
+    pub(crate) fn log<B>(
+        &self,
+        res: &Response<B>,
+        latency: Duration,
+        request_id: Option<&http::HeaderValue>,
+    ) {
         let ext = res.extensions();
         let account = ext.get::<ResolvedAccount>();
         let routed = ext.get::<Routed>();
         let line = AccessLine {
             method: self.method.as_str(),
             path: self.uri.path(),
-            request_id: self
-                .request_id
-                .as_ref()
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("-"),
+            request_id: request_id.and_then(|v| v.to_str().ok()).unwrap_or("-"),
             status: res.status().as_u16(),
             latency_us: latency_us(latency),
             tenant: routed.and_then(|r| r.tenant.as_ref()).map(|t| &*t.0),

@@ -12,8 +12,8 @@
 //! Around the routes, outermost first ([`Gateway::service`]):
 //! `SetSensitiveRequestHeadersLayer` (`authorization`, `x-api-key`, `x-goog-api-key`,
 //! `proxy-authorization`, `cookie` are never logged), the gateway's request id (a plain client
-//! `x-request-id` or a new UUID, [`ensure_request_id`](crate::access_log::ensure_request_id))
-//! and `PropagateRequestIdLayer`, the request metrics and the access log (see
+//! `x-request-id` or a new UUID, [`ensure_request_id`](crate::access_log::ensure_request_id)),
+//! the request metrics, the access log and the id's echo on the response (see
 //! [`telemetry`](crate::telemetry)), `CatchPanicLayer` (a panic is a 500 in an error shape every
 //! client reads, counted and logged like any response, and the process lives on), and the
 //! client body timeout (`client_body_timeout_secs` between two chunks; then a 408).
@@ -28,7 +28,6 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode, header};
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::request_id::PropagateRequestIdLayer;
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 
 use crate::app::{Gateway, ProxyService};
@@ -140,9 +139,8 @@ impl Gateway {
                 .map_response(|res: Response<_>| res.map(Body::new))
                 .layer(SetSensitiveRequestHeadersLayer::from_shared(sensitive))
                 .map_request(crate::access_log::ensure_request_id)
-                .layer(PropagateRequestIdLayer::x_request_id())
                 // Outside the panic catcher: a panic's 500 is counted, logged and carries its
-                // request id like any other response.
+                // request id like any other response (this layer echoes the id).
                 .layer(RequestMetricsLayer::default())
                 .layer(CatchPanicLayer::custom(panic_response))
                 // The router of the current configuration, with the client body timeout.

@@ -29,7 +29,7 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use foldhash::HashMap;
-use http::{Request, Response};
+use http::{HeaderValue, Request, Response};
 use metrics::{Counter, Gauge, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use tower_layer::Layer;
@@ -102,8 +102,13 @@ fn matches_route(template: &str, path: &str) -> bool {
     }
 }
 
-/// Layer recording `context_relay_gateway_request_seconds` and the in-flight gauge, and writing
-/// the access log.
+/// Layer recording `context_relay_gateway_request_seconds` and the in-flight gauge, writing
+/// the access log, and echoing the request's `x-request-id` on its response.
+///
+/// The echo is made here, where the access line reads the id, rather than by tower-http's
+/// `PropagateRequestIdLayer`: that layer also boxes a `RequestId` into every response's
+/// extensions (the fourth type there, which grows the map), two allocations per request that
+/// nothing in the gateway reads.
 ///
 /// The metric handles are registered once per label set (on first use, so after the
 /// application installed its recorder) and shared by the services of the layer: a request
@@ -190,17 +195,16 @@ where
         let guard = InFlight::begin(self.handles.in_flight().clone());
         // Events logged while the request runs nest in a `DEBUG` span with its id (none is made
         // at the default level).
+        let request_id = req.headers().get(&access_log::X_REQUEST_ID).cloned();
         let span = tracing::debug_span!(
             target: access_log::TARGET,
             "request",
-            request_id = req
-                .headers()
-                .get(&access_log::X_REQUEST_ID)
-                .and_then(|v| v.to_str().ok())
+            request_id = request_id.as_ref().and_then(|v| v.to_str().ok())
         );
         MetricsFuture {
             route: route_label(req.uri().path()),
             access: AccessRequest::of(&req),
+            request_id,
             started: Instant::now(),
             inner: span.in_scope(|| self.inner.call(req)).instrument(span),
             handles: self.handles.clone(),
@@ -216,6 +220,9 @@ pin_project_lite::pin_project! {
         inner: Instrumented<F>,
         route: &'static str,
         access: Option<AccessRequest>,
+        // The request's id (`ensure_request_id` gave it one), for the access line and the
+        // response.
+        request_id: Option<HeaderValue>,
         started: Instant,
         handles: Arc<Handles>,
         // Handed to the response body (the count lasts until it ends).
@@ -240,12 +247,16 @@ where
             .seconds(this.route, status)
             .record(latency.as_secs_f64());
         if let (Some(access), Ok(res)) = (this.access.as_ref(), out.as_ref()) {
-            access.log(res, latency);
+            access.log(res, latency, this.request_id.as_ref());
         }
         let guard = this.guard.take();
-        Poll::Ready(
-            out.map(|res| res.map(|body| InFlightBody::new(body, guard).into_router_body())),
-        )
+        let request_id = this.request_id.take();
+        Poll::Ready(out.map(|mut res| {
+            if let Some(id) = request_id {
+                res.headers_mut().insert(&access_log::X_REQUEST_ID, id);
+            }
+            res.map(|body| InFlightBody::new(body, guard).into_router_body())
+        }))
     }
 }
 
