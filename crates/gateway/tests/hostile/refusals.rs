@@ -45,15 +45,20 @@ async fn stacked_gzip_layers_are_refused_without_decoding() {
 #[tokio::test]
 async fn request_ids_are_set_or_propagated() {
     let env = setup().await;
-    let get = |id: Option<&'static str>| {
-        let mut req = Request::get(env.url("/healthz"));
+    let get_at = |path: &str, id: Option<&'static str>| {
+        let mut req = Request::get(env.url(path));
         if let Some(id) = id {
             req = req.header("x-request-id", id);
         }
         env.h.client.request(req.body(Full::default()).unwrap())
     };
-    let res = get(Some("req-123")).await.unwrap();
-    assert_eq!(res.headers()["x-request-id"], "req-123");
+    let get = |id| get_at("/healthz", id);
+    // On a route's answer, the proxy's refusal of a method and an unknown path alike: once.
+    for path in ["/healthz", "/v1/chat/completions", "/nowhere"] {
+        let res = get_at(path, Some("req-123")).await.unwrap();
+        assert_eq!(res.headers()["x-request-id"], "req-123", "{path}");
+        assert_eq!(res.headers().get_all("x-request-id").iter().count(), 1);
+    }
     let res = get(None).await.unwrap();
     assert_eq!(res.headers()["x-request-id"].len(), 36, "a UUID");
     // An id that could forge fields of the access line, or make it arbitrarily long, is
