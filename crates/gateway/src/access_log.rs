@@ -34,7 +34,8 @@ use crate::LogBuffer;
 /// The target of the access log.
 pub(crate) const TARGET: &str = "context_relay_gateway::access";
 
-/// The request id header (set by [`ensure_request_id`] when the client sent none or one not kept).
+/// The request id header (set by [`ensure_request_id`] when the client sent none, or one that
+/// is not kept).
 pub(crate) static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// Where access lines go when they bypass `tracing` (set once, by the binary).
@@ -62,8 +63,8 @@ pub(crate) const MAX_REQUEST_ID: usize = 128;
 /// nor make it arbitrarily long; a request without one gets a fresh UUID (v4).
 ///
 /// The id travels in the header only (the access line and the echo on the response read it
-/// there, in `telemetry::RequestMetrics`): no request extension is made for it, since every attempt the account resolver sends
-/// copies the request's extensions.
+/// there, in `telemetry::RequestMetrics`): no request extension is made for it, since every
+/// attempt the account resolver sends copies the request's extensions.
 pub(crate) fn ensure_request_id<B>(mut req: Request<B>) -> Request<B> {
     let ids = req.headers().get_all(&X_REQUEST_ID);
     let present = ids.iter().next().is_some();
@@ -75,8 +76,8 @@ pub(crate) fn ensure_request_id<B>(mut req: Request<B>) -> Request<B> {
         let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
         uuid::Uuid::new_v4().hyphenated().encode_lower(&mut text);
         // The value owns its bytes behind one shared allocation: the response gets a copy
-        // of it (the echo), which a value copied from a `&str` would
-        // allocate again. A hyphenated UUID is always a valid header value.
+        // of it (the echo), which a value copied from a `&str` would allocate again. A
+        // hyphenated UUID is always a valid header value.
         if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from_owner(text)) {
             req.headers_mut().insert(X_REQUEST_ID.clone(), value);
         }
