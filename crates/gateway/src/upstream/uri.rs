@@ -75,40 +75,35 @@ mod tests {
     #[test]
     fn uris() {
         let u = |s: &str| s.parse::<Uri>().unwrap();
-        assert_eq!(
-            upstream_uri("http://h:1/v1/", &u("/v1/chat/completions")).unwrap(),
-            "http://h:1/v1/chat/completions"
-        );
-        assert_eq!(
-            upstream_uri(
+        for (base, path, expected) in [
+            (
+                "http://h:1/v1/",
+                "/v1/chat/completions",
+                "http://h:1/v1/chat/completions",
+            ),
+            (
                 "https://chatgpt.example/backend-api/codex",
-                &u("/v1/responses")
-            )
-            .unwrap(),
-            "https://chatgpt.example/backend-api/codex/responses"
-        );
-        assert_eq!(
-            upstream_uri("http://h", &u("/v1x/other?a=1&b")).unwrap(),
-            "http://h/v1x/other?a=1&b"
-        );
-        // A client's `key` never goes upstream, whatever the route.
-        assert_eq!(
-            upstream_uri("http://h/v1", &u("/v1/messages?key=secret")).unwrap(),
-            "http://h/v1/messages"
-        );
-        assert_eq!(
-            upstream_uri("http://h/v1", &u("/v1/messages?beta=true&key=s&keys=1")).unwrap(),
-            "http://h/v1/messages?beta=true&keys=1"
-        );
-        // An empty query the client sent stays; one emptied by taking the key out goes.
-        assert_eq!(
-            upstream_uri("http://h/v1", &u("/v1/messages?")).unwrap(),
-            "http://h/v1/messages?"
-        );
-        assert_eq!(
-            upstream_uri("http://h/v1", &u("/v1/messages?key=s")).unwrap(),
-            "http://h/v1/messages"
-        );
+                "/v1/responses",
+                "https://chatgpt.example/backend-api/codex/responses",
+            ),
+            ("http://h", "/v1x/other?a=1&b", "http://h/v1x/other?a=1&b"),
+            // A client's `key` never goes upstream, whatever the route.
+            (
+                "http://h/v1",
+                "/v1/messages?key=secret",
+                "http://h/v1/messages",
+            ),
+            (
+                "http://h/v1",
+                "/v1/messages?beta=true&key=s&keys=1",
+                "http://h/v1/messages?beta=true&keys=1",
+            ),
+            // An empty query the client sent stays; one emptied by taking the key out goes.
+            ("http://h/v1", "/v1/messages?", "http://h/v1/messages?"),
+            ("http://h/v1", "/v1/messages?key=s", "http://h/v1/messages"),
+        ] {
+            assert_eq!(upstream_uri(base, &u(path)).unwrap(), expected, "{path}");
+        }
         // Past the inline buffer the URL is written on the heap, the same.
         let long = format!(
             "/v1/models/gemini-2.5-pro:streamGenerateContent?alt=sse&x={}",
