@@ -141,6 +141,8 @@ key_env = "ALICE_KEY"
         .unwrap();
     let res = client.request(req).await.unwrap();
     assert_eq!(res.status(), 200);
+    // The relayed answer carries the client's id, as the access line names it.
+    assert_eq!(res.headers()["x-request-id"], "rid-42");
     res.into_body().collect().await.unwrap();
     let req = Request::get(format!("{url}/healthz"))
         .body(Full::default())
