@@ -260,6 +260,9 @@ where
     if let (Some(store), Some(s), false) = (&affinity, &session, internal) {
         restore::rebind(&pools, store.0.as_ref(), &parts.extensions, s, &targets).await;
     }
+    // Each attempt gets the client's head; the extensions are lent, not copied, when they can
+    // be made again for a later attempt.
+    let mut head = Head::new(parts);
     let first_model = targets.targets.first().map(|t| t.model.clone());
 
     // The last error answer of an account that was rotated away, and its verdict: what the
@@ -275,8 +278,8 @@ where
             tracing::warn!(provider = %target.provider, "route target names an unknown provider");
             continue;
         };
-        if !crate::translate::serves(pool.api(), parts.uri.path()) {
-            tracing::info!(provider = %target.provider, api = pool.api().as_str(), path = parts.uri.path(), "route target skipped: its provider cannot serve this API shape");
+        if !crate::translate::serves(pool.api(), head.uri().path()) {
+            tracing::info!(provider = %target.provider, api = pool.api().as_str(), path = head.uri().path(), "route target skipped: its provider cannot serve this API shape");
             metrics::counter!("context_relay_gateway_targets_skipped_total", "provider" => pool.name().to_string(), "reason" => "api_shape").increment(1);
             skipped_shape.push(format!(
                 "{} (provider `{}` has api = \"{}\")",
@@ -323,11 +326,11 @@ where
             let mut res = loop {
                 let credential = issue.credential.clone();
                 let mut attempt =
-                    attempt_request(&parts, body.clone(), &pool, credential, resolved.clone());
+                    attempt_request(&mut head, body.clone(), &pool, credential, resolved.clone());
                 // The relay tells a move to another target by it (a model switch).
                 attempt.extensions_mut().insert(target.serving.clone());
                 // A Gemini request names the model in its path.
-                if let Some(uri) = crate::gemini::with_model(&parts.uri, &target.model) {
+                if let Some(uri) = crate::gemini::with_model(head.uri(), &target.model) {
                     *attempt.uri_mut() = uri;
                 }
                 let res = inner.ready().await?.call(attempt).await?;
@@ -351,7 +354,7 @@ where
                     if !internal && let Some(s) = &session {
                         let from = pool.bind(s, idx).and_then(|i| pool.accounts().get(i));
                         activity.served(
-                            &parts.extensions,
+                            head.subject(),
                             res.extensions(),
                             pool.name(),
                             &account.id,
@@ -431,12 +434,12 @@ where
         Some((_, resolved, Verdict::Refused)) => {
             // Relaying the provider's 401/403 would tell the client its own key is wrong.
             let mut res = own_error(
-                parts.uri.path(),
+                head.uri().path(),
                 StatusCode::BAD_GATEWAY,
                 ErrorKind::Upstream,
                 &format!(
                     "the provider refused the credential of every account that could serve this request; the gateway's operator must check the account keys{}",
-                    skipped_note(&skipped_shape, parts.uri.path())
+                    skipped_note(&skipped_shape, head.uri().path())
                 ),
             );
             res.extensions_mut().insert(resolved);
@@ -454,12 +457,12 @@ where
     }
     if providers_seen.is_empty() && !skipped_shape.is_empty() {
         return Ok(own_error(
-            parts.uri.path(),
+            head.uri().path(),
             StatusCode::BAD_REQUEST,
             ErrorKind::InvalidRequest,
             &format!(
                 "no target of this route can serve a request to {}: {} speak(s) another API and the gateway does not translate this pair",
-                parts.uri.path(),
+                head.uri().path(),
                 skipped_shape.join(", ")
             ),
         ));
@@ -474,7 +477,7 @@ where
         .and_then(|t| t.duration_since(now).ok())
         .map_or(60, |d| d.as_secs().max(1));
     let mut res = own_error(
-        parts.uri.path(),
+        head.uri().path(),
         StatusCode::TOO_MANY_REQUESTS,
         ErrorKind::RateLimited,
         &format!(
@@ -484,7 +487,7 @@ where
             } else {
                 names.join(", ")
             },
-            skipped_note(&skipped_shape, parts.uri.path())
+            skipped_note(&skipped_shape, head.uri().path())
         ),
     );
     res.headers_mut()
@@ -507,6 +510,8 @@ fn own_error<B>(
 
 mod attempt;
 use attempt::{attempt_request, body_for_target, label};
+mod head;
+use head::Head;
 mod restore;
 pub(crate) use restore::AffinityStore;
 mod skipped;

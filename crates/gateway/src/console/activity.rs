@@ -84,12 +84,33 @@ impl Default for Activity {
     }
 }
 
-/// What a request said about itself, for an entry.
-pub(crate) fn about(extensions: &Extensions, mut entry: Entry) -> Entry {
-    entry.tenant = extensions.get::<Tenant>().map(|t| t.0.clone());
-    entry.session = extensions.get::<SessionId>().map(|s| s.0.clone());
-    entry.combo = extensions.get::<ComboName>().map(|c| c.0.clone());
-    entry
+/// Whom a request is about: what it said about itself, for an entry.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Subject<'a> {
+    /// Its [`Tenant`].
+    pub tenant: Option<&'a Tenant>,
+    /// Its [`SessionId`].
+    pub session: Option<&'a SessionId>,
+    /// Its [`ComboName`].
+    pub combo: Option<&'a ComboName>,
+}
+
+impl<'a> Subject<'a> {
+    /// The subject of the request whose extensions are `extensions`.
+    pub(crate) fn of(extensions: &'a Extensions) -> Self {
+        Self {
+            tenant: extensions.get(),
+            session: extensions.get(),
+            combo: extensions.get(),
+        }
+    }
+
+    fn about(self, mut entry: Entry) -> Entry {
+        entry.tenant = self.tenant.map(|t| t.0.clone());
+        entry.session = self.session.map(|s| s.0.clone());
+        entry.combo = self.combo.map(|c| c.0.clone());
+        entry
+    }
 }
 
 impl Activity {
@@ -116,7 +137,7 @@ impl Activity {
     /// `from`, or when the relay acted on it.
     pub(crate) fn served(
         &self,
-        extensions: &Extensions,
+        subject: Subject<'_>,
         response: &Extensions,
         provider: &Arc<str>,
         account: &Arc<str>,
@@ -136,17 +157,14 @@ impl Activity {
         .into_iter()
         .filter_map(|(on, name)| on.then_some(name))
         .collect();
-        self.push(about(
-            extensions,
-            Entry {
-                event: if from.is_some() { "switch" } else { "relayed" },
-                provider: Some(provider.clone()),
-                account: Some(account.clone()),
-                from: from.cloned(),
-                actions,
-                ..Entry::default()
-            },
-        ));
+        self.push(subject.about(Entry {
+            event: if from.is_some() { "switch" } else { "relayed" },
+            provider: Some(provider.clone()),
+            account: Some(account.clone()),
+            from: from.cloned(),
+            actions,
+            ..Entry::default()
+        }));
     }
 
     /// An account left rotation: `event` is `exhausted` or `disabled`.
@@ -230,7 +248,7 @@ mod tests {
         let feed = Activity::default();
         let (provider, account) = (Arc::from("codex"), Arc::from("acct-a"));
         feed.served(
-            &Extensions::new(),
+            Subject::default(),
             &Extensions::new(),
             &provider,
             &account,
@@ -243,8 +261,11 @@ mod tests {
             ..RelayAction::default()
         });
         let from = Arc::from("acct-b");
+        let mut request = Extensions::new();
+        request.insert(Tenant::new("alice"));
+        request.insert(SessionId::new("s1"));
         feed.served(
-            &Extensions::new(),
+            Subject::of(&request),
             &response,
             &provider,
             &account,
@@ -253,6 +274,11 @@ mod tests {
         let entry: serde_json::Value = serde_json::from_str(&feed.recent()[0]).unwrap();
         assert_eq!(entry["event"], "switch");
         assert_eq!(entry["from"], "acct-b");
+        assert_eq!(
+            (&entry["tenant"], &entry["session"]),
+            (&"alice".into(), &"s1".into())
+        );
+        assert_eq!(entry["combo"], serde_json::Value::Null);
         assert_eq!(entry["actions"], serde_json::json!(["scrubbed"]));
     }
 }

@@ -1,11 +1,12 @@
-//! One attempt of the account resolver: the request it sends (the client's head copied, the
-//! body with the target's model, the account's endpoint) and the label its answer carries.
+//! One attempt of the account resolver: the request it sends (the client's head, the body
+//! with the target's model, the account's endpoint) and the label its answer carries.
 
 use bytes::Bytes;
 use context_relay_tower::ResolvedAccount;
 use http::{Extensions, Request};
 use http_body_util::Full;
 
+use super::head::Head;
 use crate::combo::Target;
 use crate::credential::Credential;
 use crate::model::{WrittenModel, find_model, replace_model};
@@ -34,20 +35,17 @@ pub(super) fn body_for_target(
     }
 }
 
+/// The request of an attempt on `pool`'s account `resolved`: the client's `head`, `body`
+/// and the account's endpoint.
 pub(super) fn attempt_request(
-    parts: &http::request::Parts,
+    head: &mut Head,
     body: Bytes,
     pool: &ProviderPool,
     credential: Credential,
     resolved: ResolvedAccount,
 ) -> Request<Full<Bytes>> {
     let len = body.len();
-    let mut req = Request::new(Full::new(body));
-    *req.method_mut() = parts.method.clone();
-    *req.uri_mut() = parts.uri.clone();
-    *req.version_mut() = parts.version;
-    *req.headers_mut() = parts.headers.clone();
-    *req.extensions_mut() = parts.extensions.clone();
+    let mut req = head.request(Full::new(body));
     crate::content_length::fix(req.headers_mut(), len as u64);
     req.extensions_mut().insert(UpstreamEndpoint {
         base_url: pool.base_url().clone(),

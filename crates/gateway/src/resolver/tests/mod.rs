@@ -181,6 +181,81 @@ async fn retry_429_on_next_account() {
     assert_eq!(accounts(&log), ["a", "b", "b"]);
 }
 
+/// The account after a 429 gets the client's head whole: its own values, the gateway's
+/// (whose map the first attempt took, when they are all the gateway's) and an embedding
+/// application's (whose map is copied), and nothing the first attempt carried for its account.
+#[tokio::test]
+async fn the_next_account_gets_every_value_the_client_request_carried() {
+    #[derive(Debug, Clone, PartialEq)]
+    struct Own(u8);
+    type Seen = (
+        String,
+        Option<Tenant>,
+        Option<SessionId>,
+        Option<Own>,
+        usize,
+    );
+    for own in [None, Some(Own(7))] {
+        let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+        let upstream = service_fn({
+            let seen = seen.clone();
+            move |req: Request<Full<Bytes>>| {
+                let ext = req.extensions();
+                let account = ext.get::<ResolvedAccount>().unwrap().account().to_string();
+                let first = account == "a";
+                let Some(endpoint) = ext.get::<UpstreamEndpoint>() else {
+                    panic!("no endpoint")
+                };
+                assert_eq!(&*endpoint.base_url, "http://up/v1");
+                assert_eq!(req.headers()["session-id"], "s1");
+                seen.lock().unwrap().push((
+                    account,
+                    ext.get().cloned(),
+                    ext.get().cloned(),
+                    ext.get().cloned(),
+                    ext.len(),
+                ));
+                let mut res = Response::new(Full::new(Bytes::from_static(if first {
+                    br#"{"error":{"type":"usage_limit_reached","resets_in_seconds":60}}"#
+                } else {
+                    b"ok"
+                })));
+                if first {
+                    *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+                }
+                std::future::ready(Ok::<_, Infallible>(res))
+            }
+        });
+        let mut req = request("s1", &[("codex", "gpt-5.5")]);
+        if let Some(own) = own.clone() {
+            req.extensions_mut().insert(own);
+        }
+        let res = AccountResolverLayer::new(pools())
+            .layer(upstream)
+            .oneshot(req)
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200);
+        // Tenant, SessionId, ServingModel, ResolvedAccount, UpstreamEndpoint and `Own`.
+        let count = 5 + usize::from(own.is_some());
+        let expected = |account: &str| {
+            let (tenant, session) = (Tenant::new("anonymous"), SessionId::new("s1"));
+            (
+                account.to_owned(),
+                Some(tenant),
+                Some(session),
+                own.clone(),
+                count,
+            )
+        };
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [expected("a"), expected("b")],
+            "{own:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn all_exhausted_gives_the_last_429_then_our_own() {
     let (p, log) = (pools(), Log::default());

@@ -1,0 +1,198 @@
+//! The client's request head, as the resolver lends it to each attempt.
+//!
+//! Every attempt gets the head as the client sent it: the service below consumes what it is
+//! given, and a later account must not see what an earlier attempt changed. The method, URI
+//! and headers are copied for each attempt. The extensions are copied too (`http` boxes each
+//! value again in a copy) unless every one of them is of a type the gateway's own layers set
+//! ([`Known`]): the first attempt then takes the map itself, and a later one gets a map made
+//! again from the values kept here by type. A request with a value of any other type (an
+//! embedding application's) has its map copied for every attempt, as before: nothing it
+//! carries is lost on a retry.
+
+use context_relay_tower::{ComboName, SessionId, SkipRelay, SummaryCall, Tenant};
+use http::request::Parts;
+use http::{Extensions, Request, Uri};
+
+use crate::auth::ClientAccess;
+use crate::console::activity::Subject;
+
+/// The client's head (see the module docs).
+pub(super) struct Head {
+    parts: Parts,
+    /// The extensions by type, once the first attempt took the map.
+    lent: Option<Known>,
+}
+
+impl Head {
+    /// The head of the client's request, its extensions as the resolver leaves them (the
+    /// route targets taken).
+    pub(super) fn new(parts: Parts) -> Self {
+        Self { parts, lent: None }
+    }
+
+    /// The client's URI.
+    pub(super) fn uri(&self) -> &Uri {
+        &self.parts.uri
+    }
+
+    /// Whom the request is about, for the console's activity feed.
+    pub(super) fn subject(&self) -> Subject<'_> {
+        match &self.lent {
+            Some(known) => Subject {
+                tenant: known.tenant.as_ref(),
+                session: known.session.as_ref(),
+                combo: known.combo.as_ref(),
+            },
+            None => Subject::of(&self.parts.extensions),
+        }
+    }
+
+    /// A request with the client's head and `body`.
+    pub(super) fn request<B>(&mut self, body: B) -> Request<B> {
+        let mut req = Request::new(body);
+        *req.method_mut() = self.parts.method.clone();
+        *req.uri_mut() = self.parts.uri.clone();
+        *req.version_mut() = self.parts.version;
+        *req.headers_mut() = self.parts.headers.clone();
+        *req.extensions_mut() = self.extensions();
+        req
+    }
+
+    fn extensions(&mut self) -> Extensions {
+        if let Some(known) = &self.lent {
+            return known.extensions();
+        }
+        match Known::of(&self.parts.extensions) {
+            Some(known) => {
+                self.lent = Some(known);
+                std::mem::take(&mut self.parts.extensions)
+            }
+            None => self.parts.extensions.clone(),
+        }
+    }
+}
+
+/// Declares [`Known`]: one field per type, read from and written to a map.
+macro_rules! known {
+    ($($field:ident: $ty:ty),* $(,)?) => {
+        /// The request extensions the gateway's layers set before the resolver, by type.
+        #[derive(Debug, Default, Clone, PartialEq)]
+        struct Known {
+            $($field: Option<$ty>,)*
+        }
+
+        impl Known {
+            /// `ext`'s values, when each of them is of one of these types: the map can then
+            /// be made again from them.
+            fn of(ext: &Extensions) -> Option<Self> {
+                let known = Self { $($field: ext.get::<$ty>().cloned(),)* };
+                let count = [$(known.$field.is_some(),)*].into_iter().filter(|&s| s).count();
+                (count == ext.len()).then_some(known)
+            }
+
+            /// A map of these values.
+            fn extensions(&self) -> Extensions {
+                let mut ext = Extensions::new();
+                $(if let Some(value) = &self.$field {
+                    ext.insert(value.clone());
+                })*
+                ext
+            }
+        }
+    };
+}
+
+known! {
+    tenant: Tenant,
+    session: SessionId,
+    combo: ComboName,
+    access: ClientAccess,
+    skip: SkipRelay,
+    summary: SummaryCall,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// An embedding application's own extension.
+    #[derive(Debug, Clone, PartialEq)]
+    struct Own(u32);
+
+    fn known(mask: u8) -> Known {
+        Known {
+            tenant: (mask & 1 != 0).then(|| Tenant::new("t")),
+            session: (mask & 2 != 0).then(|| SessionId::new("s")),
+            combo: (mask & 4 != 0).then(|| ComboName::new("c")),
+            access: (mask & 8 != 0).then(|| ClientAccess {
+                name: Arc::from("t"),
+                combos: Some(Arc::from(vec!["c".to_owned()])),
+            }),
+            skip: (mask & 16 != 0).then_some(SkipRelay),
+            summary: (mask & 32 != 0).then_some(SummaryCall),
+        }
+    }
+
+    fn head(values: &Known, own: Option<u32>) -> Head {
+        let mut ext = values.extensions();
+        if let Some(n) = own {
+            ext.insert(Own(n));
+        }
+        let mut req = Request::post("/v1/responses")
+            .header("session-id", "s")
+            .body(())
+            .unwrap();
+        *req.extensions_mut() = ext;
+        Head::new(req.into_parts().0)
+    }
+
+    proptest! {
+        /// Every attempt gets every value the client's request carried, whether the map
+        /// was taken or copied, and the same head.
+        #[test]
+        fn every_attempt_gets_the_whole_head(mask in 0u8..64, own in proptest::option::of(any::<u32>())) {
+            let values = known(mask);
+            let mut head = head(&values, own);
+            for attempt in 0..3 {
+                let req = head.request(attempt);
+                prop_assert_eq!(req.uri().path(), "/v1/responses");
+                prop_assert_eq!(req.method(), http::Method::POST);
+                prop_assert_eq!(req.headers()["session-id"].as_bytes(), b"s");
+                let ext = req.extensions();
+                prop_assert_eq!(Known::of(ext).is_some(), own.is_none());
+                prop_assert_eq!(ext.get::<Own>().map(|o| o.0), own);
+                prop_assert_eq!(ext.len(), values.extensions().len() + usize::from(own.is_some()));
+                prop_assert_eq!(ext.get::<Tenant>(), values.tenant.as_ref());
+                prop_assert_eq!(ext.get::<SessionId>(), values.session.as_ref());
+                prop_assert_eq!(ext.get::<ComboName>(), values.combo.as_ref());
+                prop_assert_eq!(ext.get::<ClientAccess>(), values.access.as_ref());
+                prop_assert_eq!(ext.get::<SkipRelay>(), values.skip.as_ref());
+                prop_assert_eq!(ext.get::<SummaryCall>(), values.summary.as_ref());
+                let subject = head.subject();
+                prop_assert_eq!(subject.tenant, values.tenant.as_ref());
+                prop_assert_eq!(subject.session, values.session.as_ref());
+                prop_assert_eq!(subject.combo, values.combo.as_ref());
+            }
+        }
+    }
+
+    #[test]
+    fn the_first_attempt_takes_a_map_of_known_values_and_copies_any_other() {
+        let values = known(0b111);
+        let mut own = head(&values, Some(7));
+        own.request(());
+        assert_eq!(own.lent, None, "a map with an unknown value is copied");
+        assert_eq!(own.parts.extensions.get::<Own>(), Some(&Own(7)));
+        let mut ours = head(&values, None);
+        ours.request(());
+        assert_eq!(ours.lent.as_ref(), Some(&values));
+        assert!(
+            ours.parts.extensions.is_empty(),
+            "the first attempt took the map"
+        );
+    }
+}
