@@ -53,6 +53,32 @@ pub(crate) const MAX_REFUSED_BACKOFF: Duration = Duration::from_secs(3600);
 /// probe whose client went away never reports).
 pub(crate) const PROBE_WINDOW: Duration = Duration::from_secs(60);
 
+/// A session as a pool binds it: its tenant and its session id, so that two tenants sending
+/// the same session id never share an account binding. The resolver makes it from the
+/// request's `Tenant` and `SessionId` ([`session_key`](crate::resolver::session_key)): two
+/// reference counts, no copy of either string.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct SessionKey {
+    tenant: Arc<str>,
+    session: Arc<str>,
+}
+
+impl SessionKey {
+    /// The key of `tenant`'s session `session`.
+    pub(crate) fn new(tenant: Arc<str>, session: Arc<str>) -> Self {
+        Self { tenant, session }
+    }
+}
+
+/// Tests name a key as `tenant\nsession` (a bare `session` has the empty tenant).
+#[cfg(test)]
+impl From<&str> for SessionKey {
+    fn from(key: &str) -> Self {
+        let (tenant, session) = key.split_once('\n').unwrap_or(("", key));
+        Self::new(Arc::from(tenant), Arc::from(session))
+    }
+}
+
 /// The pools of every configured provider.
 #[derive(Debug, Default)]
 pub(crate) struct AccountPools {
@@ -142,7 +168,7 @@ struct AccountState {
 struct PoolState {
     accounts: Vec<AccountState>,
     /// Session → (account, last use as a tick of `clock`).
-    sessions: HashMap<Arc<str>, (usize, u64)>,
+    sessions: HashMap<SessionKey, (usize, u64)>,
     clock: u64,
 }
 
@@ -278,7 +304,7 @@ impl ProviderPool {
     /// available one. `None` when every account is exhausted or excluded.
     pub(crate) fn pick(
         &self,
-        session: Option<&str>,
+        session: Option<&SessionKey>,
         exclude: &[usize],
         now: SystemTime,
     ) -> Option<usize> {
@@ -346,7 +372,7 @@ impl ProviderPool {
     /// Remembers that `account` served `session` (call it on a successful answer only, so
     /// that a failing account never captures a session).
     /// Returns the account the session was bound to before, when it was another.
-    pub(crate) fn bind(&self, session: &str, account: usize) -> Option<usize> {
+    pub(crate) fn bind(&self, session: &SessionKey, account: usize) -> Option<usize> {
         let mut state = self.lock();
         state.clock += 1;
         let tick = state.clock;
@@ -358,7 +384,7 @@ impl ProviderPool {
         if state.sessions.len() >= self.max_sessions {
             forget_least_recent(&mut state.sessions, self.max_sessions / 8);
         }
-        state.sessions.insert(Arc::from(session), (account, tick));
+        state.sessions.insert(session.clone(), (account, tick));
         None
     }
 
@@ -419,7 +445,7 @@ impl ProviderPool {
     }
 
     /// The account `session` is bound to, if any.
-    pub(crate) fn bound(&self, session: &str) -> Option<usize> {
+    pub(crate) fn bound(&self, session: &SessionKey) -> Option<usize> {
         self.lock().sessions.get(session).map(|(i, _)| *i)
     }
 
@@ -518,7 +544,7 @@ pub(crate) fn reset_or_default(resets_at: Option<SystemTime>, now: SystemTime) -
 
 /// Forgets the `count` least recently used bindings (at least one). Evicting a batch at once
 /// keeps the cost amortised: one pass over the map per `count` new sessions.
-fn forget_least_recent(sessions: &mut HashMap<Arc<str>, (usize, u64)>, count: usize) {
+fn forget_least_recent(sessions: &mut HashMap<SessionKey, (usize, u64)>, count: usize) {
     let count = count.clamp(1, sessions.len().max(1));
     let mut ticks: Vec<u64> = sessions.values().map(|(_, t)| *t).collect();
     if ticks.is_empty() {
@@ -558,11 +584,11 @@ mod examples {
         let pools = AccountPools::from_config(&config);
         let codex = pools.get("codex").unwrap();
         let now = SystemTime::now();
-        assert_eq!(codex.pick(Some("s1"), &[], now), Some(0)); // fill first
+        assert_eq!(codex.pick(Some(&"s1".into()), &[], now), Some(0)); // fill first
         codex.mark_exhausted(0, now + Duration::from_secs(60));
-        assert_eq!(codex.pick(Some("s1"), &[], now), Some(1));
+        assert_eq!(codex.pick(Some(&"s1".into()), &[], now), Some(1));
         assert_eq!(
-            codex.pick(Some("s1"), &[], now + Duration::from_secs(61)),
+            codex.pick(Some(&"s1".into()), &[], now + Duration::from_secs(61)),
             Some(0)
         );
     }

@@ -78,7 +78,7 @@ use crate::combo::{BoxError, RouteTargets, Routes};
 use crate::console::Activity;
 use crate::error::{ErrorKind, ErrorShape, error_response_as};
 use crate::peek::{Peeked, peek};
-use crate::pool::{AccountPools, ProviderPool};
+use crate::pool::{AccountPools, ProviderPool, SessionKey};
 use crate::upstream::HeadTimedOut;
 
 use rotate::{Attempt, record_usage};
@@ -194,20 +194,15 @@ struct Shared {
     activity: Activity,
 }
 
-/// The pool key of a request's session: `tenant` + newline + session id, so that two tenants
+/// The pool key of a request's session: its tenant and session id, so that two tenants
 /// sending the same session id never share an account binding. `None` without a session.
 ///
 /// Both come from the [`Tenant`] and [`SessionId`] extensions: the resolver derives no
 /// identity of its own.
-pub(crate) fn session_key(extensions: &Extensions) -> Option<String> {
+pub(crate) fn session_key(extensions: &Extensions) -> Option<SessionKey> {
     let session = extensions.get::<SessionId>()?;
     let tenant = extensions.get::<Tenant>()?;
-    // One allocation, no formatting machinery: this runs for every request with a session.
-    let mut key = String::with_capacity(tenant.0.len() + 1 + session.0.len());
-    key.push_str(&tenant.0);
-    key.push('\n');
-    key.push_str(&session.0);
-    Some(key)
+    Some(SessionKey::new(tenant.0.clone(), session.0.clone()))
 }
 
 async fn resolve<S, B, ResBody>(
@@ -306,7 +301,7 @@ where
                 break 'targets;
             }
             let now = SystemTime::now();
-            let Some(idx) = pool.pick(session.as_deref(), &tried, now) else {
+            let Some(idx) = pool.pick(session.as_ref(), &tried, now) else {
                 break;
             };
             tried.push(idx);
@@ -526,6 +521,7 @@ mod verdict;
 mod examples {
     #[test]
     fn session_key_example() {
+        use crate::pool::SessionKey;
         use crate::resolver::session_key;
         use context_relay_tower::{SessionId, Tenant};
         let mut req = http::Request::post("/v1/responses").body(()).unwrap();
@@ -533,8 +529,8 @@ mod examples {
         req.extensions_mut().insert(SessionId::new("s1"));
         req.extensions_mut().insert(Tenant::new("anonymous"));
         assert_eq!(
-            session_key(req.extensions()).as_deref(),
-            Some("anonymous\ns1")
+            session_key(req.extensions()),
+            Some(SessionKey::new("anonymous".into(), "s1".into()))
         );
     }
 }

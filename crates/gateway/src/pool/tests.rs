@@ -30,38 +30,53 @@ fn credentials_follow_auth() {
     assert_eq!(&**p.base_url(), "http://h/v1");
 }
 
+/// A binding is a tenant's: the same session id of another tenant is another session, even
+/// when the two names would read the same joined by a newline.
+#[test]
+fn a_binding_belongs_to_one_tenant() {
+    let p = pool(3, 0.95);
+    let key = |tenant: &str, session: &str| SessionKey::new(tenant.into(), session.into());
+    p.bind(&key("alice", "s"), 2);
+    assert_eq!(p.bound(&key("alice", "s")), Some(2));
+    assert_eq!(p.bound(&key("bob", "s")), None);
+    assert_eq!(p.pick(Some(&key("bob", "s")), &[], t(0)), Some(0));
+    p.bind(&key("a\nb", "c"), 1);
+    assert_eq!(p.bound(&key("a", "b\nc")), None);
+    assert_eq!(p.bound(&key("a\nb", "c")), Some(1));
+}
+
 #[test]
 fn fill_first_and_sticky() {
     let p = pool(3, 0.95);
-    assert_eq!(p.pick(Some("s1"), &[], t(0)), Some(0));
+    assert_eq!(p.pick(Some(&"s1".into()), &[], t(0)), Some(0));
     // A session bound to the second account stays there although the first is free.
-    p.bind("s2", 1);
-    assert_eq!(p.pick(Some("s2"), &[], t(1)), Some(1));
-    assert_eq!(p.bound("s2"), Some(1));
+    p.bind(&"s2".into(), 1);
+    assert_eq!(p.pick(Some(&"s2".into()), &[], t(1)), Some(1));
+    assert_eq!(p.bound(&"s2".into()), Some(1));
     // New sessions and sessionless requests fill the first account.
-    assert_eq!(p.pick(Some("s3"), &[], t(1)), Some(0));
+    assert_eq!(p.pick(Some(&"s3".into()), &[], t(1)), Some(0));
     assert_eq!(p.pick(None, &[], t(1)), Some(0));
 }
 
 #[test]
 fn rotation_at_threshold_until_reset() {
     let p = pool(2, 0.9);
-    p.bind("s", 0);
+    p.bind(&"s".into(), 0);
     assert!(!p.observe(0, &QuotaSignal::used(0.89), t(0)));
-    assert_eq!(p.pick(Some("s"), &[], t(0)), Some(0));
+    assert_eq!(p.pick(Some(&"s".into()), &[], t(0)), Some(0));
     let signal = QuotaSignal {
         percent_used: 0.9,
         resets_at: Some(t(500)),
         window: None,
     };
     assert!(p.observe(0, &signal, t(1)));
-    assert_eq!(p.pick(Some("s"), &[], t(2)), Some(1));
+    assert_eq!(p.pick(Some(&"s".into()), &[], t(2)), Some(1));
     assert_eq!(p.next_reset(t(2)), Some(t(500)));
     let snap = p.snapshot(t(2));
     assert_eq!(snap[0].used, Some(0.9));
     assert_eq!(snap[0].exhausted_until, Some(t(500)));
     // After the reset the session's account is available again, its usage forgotten.
-    assert_eq!(p.pick(Some("s"), &[], t(500)), Some(0));
+    assert_eq!(p.pick(Some(&"s".into()), &[], t(500)), Some(0));
     assert_eq!(p.snapshot(t(500))[0].used, None);
 }
 
@@ -78,32 +93,32 @@ fn default_reset_when_none_announced() {
 #[test]
 fn exclusion_and_exhaustion() {
     let p = pool(3, 0.95);
-    p.bind("s", 0);
-    assert_eq!(p.pick(Some("s"), &[0], t(0)), Some(1));
+    p.bind(&"s".into(), 0);
+    assert_eq!(p.pick(Some(&"s".into()), &[0], t(0)), Some(1));
     p.mark_exhausted(1, t(100));
-    assert_eq!(p.pick(Some("s"), &[0], t(0)), Some(2));
-    assert_eq!(p.pick(Some("s"), &[0, 2], t(0)), None);
+    assert_eq!(p.pick(Some(&"s".into()), &[0], t(0)), Some(2));
+    assert_eq!(p.pick(Some(&"s".into()), &[0, 2], t(0)), None);
 }
 
 #[test]
 fn bindings_are_bounded_least_recently_used_first() {
     let p = pool(2, 0.95).with_max_sessions(16);
     for i in 0..16 {
-        p.bind(&format!("s{i}"), 1);
+        p.bind(&format!("s{i}").as_str().into(), 1);
     }
     // s0 is used again: it is now the most recent.
-    p.bind("s0", 1);
+    p.bind(&"s0".into(), 1);
     assert_eq!(p.sessions(), 16);
-    p.bind("new", 1);
+    p.bind(&"new".into(), 1);
     // The two least recently used (16 / 8) made room: s1 and s2.
     assert_eq!(p.sessions(), 15);
-    assert_eq!(p.bound("s0"), Some(1));
-    assert_eq!(p.bound("s1"), None);
-    assert_eq!(p.bound("s2"), None);
-    assert_eq!(p.bound("s3"), Some(1));
-    assert_eq!(p.bound("new"), Some(1));
+    assert_eq!(p.bound(&"s0".into()), Some(1));
+    assert_eq!(p.bound(&"s1".into()), None);
+    assert_eq!(p.bound(&"s2".into()), None);
+    assert_eq!(p.bound(&"s3".into()), Some(1));
+    assert_eq!(p.bound(&"new".into()), Some(1));
     for i in 0..1000 {
-        p.bind(&format!("x{i}"), 0);
+        p.bind(&format!("x{i}").as_str().into(), 0);
     }
     assert!(p.sessions() <= 16);
 }
@@ -111,9 +126,9 @@ fn bindings_are_bounded_least_recently_used_first() {
 #[test]
 fn refused_accounts_back_off_and_return() {
     let p = pool(2, 0.95);
-    p.bind("s", 0);
+    p.bind(&"s".into(), 0);
     assert_eq!(p.disable(0, t(0)), t(60));
-    assert_eq!(p.pick(Some("s"), &[], t(1)), Some(1));
+    assert_eq!(p.pick(Some(&"s".into()), &[], t(1)), Some(1));
     let snap = p.snapshot(t(1));
     assert_eq!(snap[0].state(), "disabled");
     assert_eq!(snap[1].state(), "available");
@@ -121,8 +136,8 @@ fn refused_accounts_back_off_and_return() {
     // Requests already on their way when it was disabled change nothing.
     assert_eq!(p.disable(0, t(2)), t(60));
     // After the back-off one request probes it; the others keep skipping it meanwhile.
-    assert_eq!(p.pick(Some("s"), &[], t(60)), Some(0));
-    assert_eq!(p.pick(Some("s"), &[], t(61)), Some(1));
+    assert_eq!(p.pick(Some(&"s".into()), &[], t(60)), Some(0));
+    assert_eq!(p.pick(Some(&"s".into()), &[], t(61)), Some(1));
     assert_eq!(p.pick(None, &[], t(61)), Some(1));
     // The probe refused: twice as long, once.
     assert_eq!(p.disable(0, t(61)), t(181));
@@ -160,11 +175,11 @@ proptest! {
     fn bindings_stay_bounded(binds in proptest::collection::vec((0u8..64, 0usize..3), 1..400)) {
         let p = pool(3, 0.95).with_max_sessions(16);
         for (s, a) in &binds {
-            p.bind(&format!("s{s}"), *a);
+            p.bind(&format!("s{s}").as_str().into(), *a);
             prop_assert!(p.sessions() <= 16);
         }
         let (s, a) = binds.last().unwrap();
-        prop_assert_eq!(p.bound(&format!("s{s}")), Some(*a));
+        prop_assert_eq!(p.bound(&format!("s{s}").as_str().into()), Some(*a));
     }
 
     /// Whatever happened before, `pick` returns an available, non-excluded account, and
@@ -181,7 +196,7 @@ proptest! {
             }
         }
         let expected = (0..4).find(|i| !exhausted[*i] && !exclude.contains(i));
-        prop_assert_eq!(p.pick(Some("new"), &exclude, t(1)), expected);
+        prop_assert_eq!(p.pick(Some(&"new".into()), &exclude, t(1)), expected);
     }
 }
 
@@ -221,24 +236,24 @@ fn a_reload_carries_usage_exhaustion_and_bindings_by_account_id() {
     };
     let old = AccountPools::from_config(&config(&["a", "b", "gone"]));
     let p = old.get("p").unwrap();
-    p.bind("s-a", 0);
-    p.bind("s-b", 1);
-    p.bind("s-gone", 2);
+    p.bind(&"s-a".into(), 0);
+    p.bind(&"s-b".into(), 1);
+    p.bind(&"s-gone".into(), 2);
     p.mark_exhausted(0, t(100));
     p.note_usage(1, 0.4);
 
     let new = AccountPools::from_config(&config(&["new", "b", "a"]));
     new.carry_from(&old);
     let p = new.get("p").unwrap();
-    assert_eq!(p.bound("s-a"), Some(2));
-    assert_eq!(p.bound("s-b"), Some(1));
-    assert_eq!(p.bound("s-gone"), None);
+    assert_eq!(p.bound(&"s-a".into()), Some(2));
+    assert_eq!(p.bound(&"s-b".into()), Some(1));
+    assert_eq!(p.bound(&"s-gone".into()), None);
     let snap = p.snapshot(t(0));
     assert_eq!(snap[2].exhausted_until, Some(t(100)), "a stays exhausted");
     assert_eq!(snap[1].used, Some(0.4));
     assert_eq!(snap[0].used, None, "a new account starts unused");
     // s-a's account is out: it moves to the first available one, the new account.
-    assert_eq!(p.pick(Some("s-a"), &[], t(0)), Some(0));
+    assert_eq!(p.pick(Some(&"s-a".into()), &[], t(0)), Some(0));
 }
 
 #[tokio::test]

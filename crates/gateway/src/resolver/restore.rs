@@ -17,7 +17,7 @@ use context_relay_tower::{ComboName, SessionId, Tenant};
 use http::Extensions;
 
 use crate::combo::RouteTargets;
-use crate::pool::AccountPools;
+use crate::pool::{AccountPools, SessionKey};
 
 /// The store whose affinities [`rebind`] reads.
 #[derive(Clone)]
@@ -37,7 +37,7 @@ pub(super) async fn rebind(
     pools: &AccountPools,
     store: &dyn HandoffStore,
     extensions: &Extensions,
-    session: &str,
+    session: &SessionKey,
     targets: &RouteTargets,
 ) {
     let target_pools = targets

@@ -9,7 +9,10 @@ async fn a_quota_body_in_another_status_rotates_until_its_reset() {
     let res = call_scripted(&p, &log, &[("a", 400, USAGE_LIMIT_400)], "s").await;
     assert_eq!(res.status(), 200);
     assert_eq!(accounts(&log), ["a", "b"]);
-    assert_eq!(p.get("codex").unwrap().bound("anonymous\ns"), Some(1));
+    assert_eq!(
+        p.get("codex").unwrap().bound(&"anonymous\ns".into()),
+        Some(1)
+    );
     let now = SystemTime::now();
     let until = p.get("codex").unwrap().snapshot(now)[0]
         .exhausted_until
@@ -101,7 +104,7 @@ async fn every_account_refused_is_the_gateways_own_502() {
     assert_eq!(res.status(), 502);
     assert_eq!(accounts(&log), ["a", "b", "c"]);
     assert!(text(res).await.contains("refused the credential"));
-    assert_eq!(p.get("codex").unwrap().bound("anonymous\ns"), None);
+    assert_eq!(p.get("codex").unwrap().bound(&"anonymous\ns".into()), None);
 }
 
 #[tokio::test]
@@ -122,7 +125,7 @@ async fn a_server_error_is_retried_once_on_the_next_account() {
     assert_eq!(res.status(), 502);
     assert_eq!(accounts(&log), ["a", "b"]);
     assert_eq!(text(res).await, "boom-b");
-    assert_eq!(p.get("codex").unwrap().bound("anonymous\nt"), None);
+    assert_eq!(p.get("codex").unwrap().bound(&"anonymous\nt".into()), None);
 }
 
 #[tokio::test]
@@ -136,7 +139,7 @@ async fn other_errors_reach_the_client_unretried_and_bind_nothing() {
         Some(&ResolvedAccount::new("codex", "a"))
     );
     assert_eq!(text(res).await, BAD_PARAM);
-    assert_eq!(p.get("codex").unwrap().bound("anonymous\ns"), None);
+    assert_eq!(p.get("codex").unwrap().bound(&"anonymous\ns".into()), None);
 }
 
 #[tokio::test]

@@ -149,7 +149,10 @@ async fn resolved_account_on_response_and_sticky() {
         res.extensions().get::<ResolvedAccount>(),
         Some(&ResolvedAccount::new("codex", "a"))
     );
-    assert_eq!(p.get("codex").unwrap().bound("anonymous\ns1"), Some(0));
+    assert_eq!(
+        p.get("codex").unwrap().bound(&"anonymous\ns1".into()),
+        Some(0)
+    );
 }
 
 #[tokio::test]
@@ -294,7 +297,10 @@ async fn quota_signal_at_rotate_at_moves_the_next_turn() {
     assert_eq!(res.status(), 200);
     let _ = call(&p, &log, &[], "10", request("s", &[("codex", "gpt-5.5")])).await;
     assert_eq!(accounts(&log), ["a", "b"]);
-    assert_eq!(p.get("codex").unwrap().bound("anonymous\ns"), Some(1));
+    assert_eq!(
+        p.get("codex").unwrap().bound(&"anonymous\ns".into()),
+        Some(1)
+    );
 }
 
 #[tokio::test]
@@ -425,7 +431,7 @@ async fn a_summary_call_gets_one_attempt_and_binds_nothing() {
             .exhausted_until
             .is_some()
     );
-    assert_eq!(codex.bound("anonymous\nfresh"), None);
+    assert_eq!(codex.bound(&"anonymous\nfresh".into()), None);
     // Without a routing table, an internal request cannot be routed: a clear 500.
     let res = AccountResolverLayer::new(p.clone())
         .layer(upstream(log.clone(), &[], "10"))
@@ -444,7 +450,7 @@ fn session_keys_come_from_the_extensions_only() {
     req.extensions_mut().insert(SessionId::new("ext"));
     assert_eq!(session_key(req.extensions()), None, "no tenant, no key");
     req.extensions_mut().insert(Tenant::new("t1"));
-    assert_eq!(session_key(req.extensions()).as_deref(), Some("t1\next"));
+    assert_eq!(session_key(req.extensions()), Some("t1\next".into()));
 }
 
 /// Three Codex accounts, `a`, `b`, `c`.
