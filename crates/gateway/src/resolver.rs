@@ -68,7 +68,7 @@ use context_relay_core::quota;
 use context_relay_tower::{ComboName, ResolvedAccount, SessionId, SummaryCall, Tenant};
 use http::{Extensions, HeaderValue, Request, Response, StatusCode, header};
 use http_body::Body;
-use http_body_util::{BodyExt, Either, Full};
+use http_body_util::{Either, Full};
 use smallvec::SmallVec;
 use tower::ServiceExt;
 use tower_layer::Layer;
@@ -239,8 +239,8 @@ where
     };
     // ComboService bounded and buffered the body (the summary call's is the relay's own): it
     // comes as one frame, taken here without a copy and without a limit of its own.
-    let body = match body.collect().await {
-        Ok(c) => c.to_bytes(),
+    let body = match crate::collect::whole(body).await {
+        Ok(body) => body,
         Err(e) => {
             return Ok(own_error(
                 parts.uri.path(),

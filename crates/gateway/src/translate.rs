@@ -106,8 +106,8 @@ pub(crate) async fn outbound(
     };
     let compact = is_compact(path);
     let (mut parts, body) = req.into_parts();
-    let bytes = match body.collect().await {
-        Ok(c) => c.to_bytes(),
+    let bytes = match crate::collect::whole(body).await {
+        Ok(bytes) => bytes,
         Err(e) => {
             let e: BoxError = e.into();
             return Err(refuse(

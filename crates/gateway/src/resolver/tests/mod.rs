@@ -3,6 +3,7 @@
 use std::convert::Infallible;
 use std::sync::Mutex;
 
+use http_body_util::BodyExt;
 use tower::service_fn;
 
 use super::*;
