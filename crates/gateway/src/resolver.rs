@@ -224,7 +224,8 @@ where
     // traffic).
     let internal = req.extensions().get::<SummaryCall>().is_some();
     let (mut parts, body) = req.into_parts();
-    // Taken, not copied: no attempt below needs it, and every attempt copies the extensions.
+    // Taken: no attempt below needs it, and a map with it could not be lent to the first
+    // attempt (see `head`).
     let targets = parts.extensions.remove::<RouteTargets>().or_else(|| {
         let combo = parts.extensions.get::<ComboName>()?;
         routes.as_ref()?.combo_targets(&combo.0)

@@ -6,8 +6,8 @@
 //! value again in a copy) unless every one of them is of a type the gateway's own layers set
 //! ([`Known`]): the first attempt then takes the map itself, and a later one gets a map made
 //! again from the values kept here by type. A request with a value of any other type (an
-//! embedding application's) has its map copied for every attempt, as before: nothing it
-//! carries is lost on a retry.
+//! embedding application's) has its map copied for every attempt: nothing it carries is lost
+//! on a retry.
 
 use context_relay_tower::{ComboName, SessionId, SkipRelay, SummaryCall, Tenant};
 use http::request::Parts;
