@@ -40,6 +40,8 @@ use crate::upstream::HttpClient;
 
 mod account;
 pub(crate) use account::{Account, AccountAuth, AccountStatus};
+mod session_key;
+pub(crate) use session_key::SessionKey;
 
 /// How long an account stays exhausted when the provider announced no reset.
 pub(crate) const DEFAULT_RESET: Duration = Duration::from_secs(60);
@@ -52,32 +54,6 @@ pub(crate) const MAX_REFUSED_BACKOFF: Duration = Duration::from_secs(3600);
 /// How long the probe of a disabled account may take before another request probes it (a
 /// probe whose client went away never reports).
 pub(crate) const PROBE_WINDOW: Duration = Duration::from_secs(60);
-
-/// A session as a pool binds it: its tenant and its session id, so that two tenants sending
-/// the same session id never share an account binding. The resolver makes it from the
-/// request's `Tenant` and `SessionId` ([`session_key`](crate::resolver::session_key)): two
-/// reference counts, no copy of either string.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct SessionKey {
-    tenant: Arc<str>,
-    session: Arc<str>,
-}
-
-impl SessionKey {
-    /// The key of `tenant`'s session `session`.
-    pub(crate) fn new(tenant: Arc<str>, session: Arc<str>) -> Self {
-        Self { tenant, session }
-    }
-}
-
-/// Tests name a key as `tenant\nsession` (a bare `session` has the empty tenant).
-#[cfg(test)]
-impl From<&str> for SessionKey {
-    fn from(key: &str) -> Self {
-        let (tenant, session) = key.split_once('\n').unwrap_or(("", key));
-        Self::new(Arc::from(tenant), Arc::from(session))
-    }
-}
 
 /// The pools of every configured provider.
 #[derive(Debug, Default)]
