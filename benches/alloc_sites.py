@@ -28,7 +28,7 @@ def main():
         names = frames(sample)
         ours = next((n for n in names if "context_relay" in n), "(outside the workspace)")
         sites[(names[0] if names else "?")[:100] + "  <-  " + ours[:140]] += 1
-    for site, n in sites.most_common(40):
+    for site, n in sites.most_common(80):
         print(f"{n * per_request / len(samples):6.1f}  {site}")
 
 

@@ -289,3 +289,115 @@ proptest! {
         }
     }
 }
+
+/// A member of a carrier: one that carries usage, under any of its names (escaped or not), or
+/// one that does not, holding any shape of value.
+fn carrier_member() -> impl Strategy<Value = String> {
+    let key = prop::sample::select(vec![
+        "usage",
+        "\\u0075sage",
+        "usageMetadata",
+        "usage_metadata",
+        "message",
+        "response",
+        "choices",
+        "output",
+        "type",
+    ]);
+    // A usage object with at least one count, and other members of any kind.
+    let usage = || {
+        let count_key = prop::sample::select(vec![
+            "prompt_tokens",
+            "input_tokens",
+            "output_tokens",
+            "promptTokenCount",
+            "cache_read_input_tokens",
+        ]);
+        (
+            count_key,
+            any::<u32>(),
+            prop::collection::vec((usage_key(), member_text()), 0..3),
+        )
+            .prop_map(|(key, n, members)| {
+                let inner: Vec<String> = std::iter::once(format!("\"{key}\":{n}"))
+                    .chain(members.iter().map(|(k, v)| format!("\"{k}\":{v}")))
+                    .collect();
+                format!("{{{}}}", inner.join(","))
+            })
+    };
+    let value = prop_oneof![
+        3 => usage(),
+        // A nested carrier, `usage` among deep members that merely look like it.
+        3 => (usage(), any::<bool>()).prop_map(|(u, first)| if first {
+            format!("{{\"usage\":{u},\"output\":[{{\"usage\":{{\"input_tokens\":9}}}}]}}")
+        } else {
+            format!("{{\"id\":\"r\",\"tools\":[[{{}}]],\"usage\":{u}}}")
+        }),
+        1 => Just("[{\"usage\":{\"input_tokens\":1}}]".to_owned()),
+        1 => Just("\"usage\"".to_owned()),
+        1 => Just("null".to_owned()),
+        1 => Just("-2.5e3".to_owned()),
+    ];
+    (key, value).prop_map(|(k, v)| format!("\"{k}\": {v}"))
+}
+
+/// A carrier: an object of such members (repeated ones kept), now and then broken.
+fn carrier_text() -> impl Strategy<Value = String> {
+    (
+        prop::collection::vec(carrier_member(), 0..5),
+        prop::sample::select(vec!["", "", "", " ", "x", "}", ","]),
+        any::<prop::sample::Index>(),
+        prop::bool::weighted(0.2),
+    )
+        .prop_map(|(members, tail, cut, truncate)| {
+            let text = format!("{{{}}}{tail}", members.join(", "));
+            if truncate {
+                text[..cut.index(text.len())].to_owned()
+            } else {
+                text
+            }
+        })
+}
+
+/// The counts serde's derive of [`raw::Carrier`] reads, the reference of the walk.
+fn by_serde<T: serde::de::DeserializeOwned>(
+    text: &str,
+    merge: impl Fn(T, &mut raw::Raw),
+) -> Option<raw::Raw> {
+    let carrier = serde_json::from_str::<T>(text).ok()?;
+    let mut seen = raw::Raw::default();
+    merge(carrier, &mut seen);
+    Some(seen)
+}
+
+proptest! {
+    /// The walk over a carrier's members reads what serde's derive reads, member for member:
+    /// repeated carrying members refused, deep look-alikes ignored, malformed bodies and
+    /// trailing bytes refused.
+    #[test]
+    fn the_member_walk_reads_what_serde_reads(text in carrier_text()) {
+        let walked = raw::Carrier::read(text.as_bytes()).map(|c| {
+            let mut seen = raw::Raw::default();
+            c.merge_into(&mut seen);
+            seen
+        });
+        prop_assert_eq!(walked, by_serde(&text, raw::Carrier::merge_into));
+    }
+
+    /// An array of carriers (Gemini's stream without SSE) is read whole or not at all, as serde
+    /// reads a `Vec` of them.
+    #[test]
+    fn an_array_of_carriers_reads_what_serde_reads(
+        items in prop::collection::vec(carrier_text(), 0..4),
+        tail in prop::sample::select(vec!["", " \n", "x", "]"]),
+    ) {
+        let text = format!(" [{}]{tail}", items.join(","));
+        let expected = by_serde(&text, |items: Vec<raw::Carrier>, seen: &mut raw::Raw| {
+            for item in items {
+                item.merge_into(seen);
+            }
+        })
+        .and_then(|raw| raw.usage());
+        prop_assert_eq!(UsageReader::of(text.as_bytes()), expected);
+    }
+}
