@@ -40,8 +40,6 @@ mod raw;
 
 use bytes::Bytes;
 
-use context_relay_json::Items;
-
 use crate::sse::Splitter;
 use raw::{Carrier, Raw};
 
@@ -266,7 +264,7 @@ fn read_event(seen: &mut Raw, data: &[u8]) {
     if !may_carry_usage(data) {
         return;
     }
-    if let Some(carrier) = Carrier::read(data) {
+    if let Ok(carrier) = serde_json::from_slice::<Carrier>(data) {
         carrier.merge_into(seen);
     }
 }
@@ -288,31 +286,12 @@ fn read_json(seen: &mut Raw, body: &[u8]) {
     }
     let first = body.iter().find(|b| !b.is_ascii_whitespace());
     if first == Some(&b'[') {
-        // Every element is read before any counts: a malformed array reports nothing.
-        let Ok(items) = Items::root(body) else {
-            return;
-        };
-        let mut all = Raw::default();
-        let mut end = body
-            .iter()
-            .position(|&b| b == b'[')
-            .map_or(0, |open| open + 1);
-        for item in items {
-            let Some(span) = item.ok() else {
-                return;
-            };
-            end = span.end;
-            let Some(carrier) = Carrier::read(&body[span]) else {
-                return;
-            };
-            carrier.merge_into(&mut all);
+        if let Ok(items) = serde_json::from_slice::<Vec<Carrier>>(body) {
+            for item in items {
+                item.merge_into(seen);
+            }
         }
-        // The walk stops at the `]`: only whitespace may follow it.
-        let mut rest = body[end..].iter().filter(|b| !b.is_ascii_whitespace());
-        if rest.next() == Some(&b']') && rest.next().is_none() {
-            seen.merge(all);
-        }
-    } else if let Some(carrier) = Carrier::read(body) {
+    } else if let Ok(carrier) = serde_json::from_slice::<Carrier>(body) {
         carrier.merge_into(seen);
     }
 }

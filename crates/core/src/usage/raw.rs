@@ -4,7 +4,6 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use context_relay_json::{Kind, Members};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
@@ -118,8 +117,6 @@ impl Raw {
 /// Chat's last chunk, Anthropic's `message_delta`), `message.usage` (Anthropic's
 /// `message_start`), `response.usage` (Responses stream events), `usageMetadata` (Gemini).
 /// Every other member is skipped without being decoded.
-///
-/// [`Carrier::read`] reads one; the serde derive is the reference it is tested against.
 #[derive(Debug, Default, Deserialize)]
 pub(super) struct Carrier {
     #[serde(default)]
@@ -133,41 +130,6 @@ pub(super) struct Carrier {
 }
 
 impl Carrier {
-    /// The carrier of a JSON object, or `None` for a body serde's derive of it refuses (not
-    /// an object, malformed, a carrying member named twice).
-    ///
-    /// A walk over the members: the ones that carry no usage (`choices`, `output`,
-    /// `candidates`: nearly all of an answer) are skipped and validated by the scanner, with no
-    /// decoding and no allocation; serde skipping them through `IgnoredAny` kept a stack of the
-    /// containers it was in, on the heap, for every answer. Only the carrying members are
-    /// decoded.
-    pub(super) fn read(json: &[u8]) -> Option<Self> {
-        let mut members = Members::root(json).ok()?;
-        let mut carrier = Carrier::default();
-        let mut named = [false; 4];
-        while let Some(key) = members.next() {
-            let key = key.ok()?;
-            let slot = match &*key.key {
-                "usage" => 0,
-                "usageMetadata" | "usage_metadata" => 1,
-                "message" => 2,
-                "response" => 3,
-                _ => continue,
-            };
-            if std::mem::replace(&mut named[slot], true) {
-                return None;
-            }
-            let value = &json[members.value(&key).ok()?];
-            match slot {
-                0 => carrier.usage = serde_json::from_slice(value).ok()?,
-                1 => carrier.usage_metadata = serde_json::from_slice(value).ok()?,
-                2 => carrier.message = Nested::read(value)?,
-                _ => carrier.response = Nested::read(value)?,
-            }
-        }
-        Some(carrier)
-    }
-
     /// Merges every usage object this carrier holds into `seen`.
     pub(super) fn merge_into(self, seen: &mut Raw) {
         for counts in [
@@ -187,26 +149,6 @@ impl Carrier {
 /// `message` is a string must not fail the whole event).
 #[derive(Debug, Default)]
 pub(super) struct Nested(Counts);
-
-impl Nested {
-    /// The nested usage of `json`, one validated value: a walk over its members as in
-    /// [`Carrier::read`] (a Responses `response.completed` event repeats the whole output in
-    /// `response`), the last `usage` counting, as the serde reading takes it.
-    fn read(json: &[u8]) -> Option<Self> {
-        if Kind::at(json, 0) != Some(Kind::Object) {
-            return Some(Nested::default());
-        }
-        let mut members = Members::root(json).ok()?;
-        let mut usage = Counts::default();
-        while let Some(key) = members.next() {
-            let key = key.ok()?;
-            if key.key == "usage" {
-                usage = serde_json::from_slice(&json[members.value(&key).ok()?]).ok()?;
-            }
-        }
-        Some(Nested(usage))
-    }
-}
 
 impl<'de> Deserialize<'de> for Nested {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
