@@ -26,12 +26,21 @@ impl ApiShape {
     /// assert_eq!(ApiShape::from_path("/v1/models"), None);
     /// ```
     pub fn from_path(path: &str) -> Option<Self> {
-        // A byte search: this runs on every request, and paths are short.
-        let path = match path.bytes().position(|b| b == b'?') {
-            Some(query) => &path[..query],
-            None => path,
+        // This runs several times on every request, and paths are short. `Uri::path` gives a
+        // path without its query: the common case is one word-at-a-time search for `?` and
+        // the suffix checks, with no trimming.
+        let path = match path.as_bytes().contains(&b'?') {
+            true => path.split_once('?').map_or(path, |(path, _)| path),
+            false => path,
         };
-        let path = path.trim_end_matches('/');
+        Self::from_bare(path).or_else(|| match path.trim_end_matches('/') {
+            trimmed if trimmed.len() < path.len() => Self::from_bare(trimmed),
+            _ => None,
+        })
+    }
+
+    /// The shape of a path with no query and no trailing `/`.
+    fn from_bare(path: &str) -> Option<Self> {
         if path.ends_with("/chat/completions") {
             Some(Self::ChatCompletions)
         } else if path.ends_with("/responses") || path.ends_with("/responses/compact") {
@@ -82,5 +91,34 @@ mod tests {
             Some(ApiShape::Gemini)
         );
         assert_eq!(ApiShape::from_path("/"), None);
+    }
+
+    /// The reading before the common case was made cheap: the query cut off, then every
+    /// trailing `/`, then the suffixes.
+    fn reference(path: &str) -> Option<ApiShape> {
+        let path = match path.bytes().position(|b| b == b'?') {
+            Some(query) => &path[..query],
+            None => path,
+        };
+        ApiShape::from_bare(path.trim_end_matches('/'))
+    }
+
+    proptest::proptest! {
+        /// Any path, with queries and trailing slashes that may name another API, reads as
+        /// the reference reads it.
+        #[test]
+        fn any_path_reads_as_the_reference(
+            parts in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    "/v1", "/chat/completions", "/responses", "/compact", "/messages",
+                    "/models/g:generateContent", ":streamGenerateContent", "/", "?", "?q=/messages",
+                    "x", "",
+                ]),
+                0..6,
+            )
+        ) {
+            let path = parts.concat();
+            proptest::prop_assert_eq!(ApiShape::from_path(&path), reference(&path));
+        }
     }
 }
