@@ -421,7 +421,14 @@ pub(super) fn decode_string(b: &[u8], span: Span) -> Result<Cow<'_, str>, JsonEr
             at: inner_start + e.valid_up_to(),
         })
     };
-    if memchr::memchr(b'\\', inner).is_none() {
+    // Keys and short values are most of the calls: below a few words, core's search costs
+    // less than setting up `memchr`'s vector one.
+    let escaped = if inner.len() < 64 {
+        inner.contains(&b'\\')
+    } else {
+        memchr::memchr(b'\\', inner).is_some()
+    };
+    if !escaped {
         return utf8(inner).map(Cow::Borrowed);
     }
     let mut out = String::with_capacity(inner.len());
