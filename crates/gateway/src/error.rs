@@ -25,17 +25,16 @@ pub(crate) enum ErrorShape {
 impl ErrorShape {
     /// The shape of the API that `path` belongs to (`/v1/messages…` is Anthropic).
     pub(crate) fn for_path(path: &str) -> Self {
-        // Four layers ask on every request, so no searcher is built: paths are short and have
-        // a few `/`, each looked at once.
-        let path = memchr::memchr(b'?', path.as_bytes())
-            .and_then(|query| path.get(..query))
-            .unwrap_or(path);
+        // Two layers ask on every request, and paths are a few dozen bytes: core's
+        // word-at-a-time search and a byte loop, no vector searcher set up per `/`.
+        let path = match path.as_bytes().contains(&b'?') {
+            true => path.split_once('?').map_or(path, |(path, _)| path),
+            false => path,
+        };
         // `…/messages/count_tokens` and the like are no conversation turn, but the Messages API.
-        let path = memchr::memchr_iter(b'/', path.as_bytes())
-            .find(|&slash| {
-                path.get(slash..)
-                    .is_some_and(|rest| rest.starts_with("/messages/"))
-            })
+        let bytes = path.as_bytes();
+        let path = (0..bytes.len())
+            .find(|&i| bytes[i] == b'/' && bytes[i..].starts_with(b"/messages/"))
             .and_then(|slash| path.get(..slash + "/messages".len()))
             .unwrap_or(path);
         Self::of_api(ApiShape::from_path(path))
