@@ -20,7 +20,7 @@ use axum::body::Body;
 use http::{Request, Response, StatusCode};
 use http_body::{Frame, SizeHint};
 use http_body_util::combinators::UnsyncBoxBody;
-use tokio::time::{Instant, Sleep, sleep_until};
+use tokio::time::Instant;
 use tower::{Layer, Service};
 
 use crate::combo::BoxError;
@@ -82,7 +82,7 @@ where
         let deadline = Instant::now() + self.limit;
         ResponseFuture {
             inner: self.inner.call(req),
-            sleep: sleep_until(deadline),
+            sleep: Timer::at(deadline),
             deadline,
             limit: self.limit,
             shape,
@@ -95,8 +95,10 @@ pin_project_lite::pin_project! {
     pub(crate) struct ResponseFuture<F> {
         #[pin]
         inner: F,
+        // Polled only when it may have fired (`Timer`): the head is pending a few times per
+        // request while the provider answers.
         #[pin]
-        sleep: Sleep,
+        sleep: Timer,
         deadline: Instant,
         limit: Duration,
         shape: ErrorShape,
@@ -121,7 +123,7 @@ where
                 })
             }));
         }
-        ready!(this.sleep.poll(cx));
+        ready!(this.sleep.poll_elapsed(cx));
         metrics::counter!("context_relay_gateway_request_deadline_total", "phase" => "head")
             .increment(1);
         tracing::warn!(limit = ?this.limit, "no response head within request_timeout_secs: 504");

@@ -75,6 +75,20 @@ impl Timer {
     }
 }
 
+/// `fut`'s output, or `None` once `limit` has passed first: [`tokio::time::timeout`] with its
+/// delay polled as a [`Timer`] (the upstream call's head waits on it a few times per request).
+pub(crate) async fn within<F: Future>(limit: std::time::Duration, fut: F) -> Option<F::Output> {
+    let mut timer = std::pin::pin!(Timer::at(Instant::now() + limit));
+    let mut fut = std::pin::pin!(fut);
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(out) = fut.as_mut().poll(cx) {
+            return Poll::Ready(Some(out));
+        }
+        timer.as_mut().poll_elapsed(cx).map(|()| None)
+    })
+    .await
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -151,6 +165,26 @@ mod tests {
         settle().await;
         assert_eq!(first.0.load(Ordering::SeqCst), 0);
         assert_eq!(second.0.load(Ordering::SeqCst), 1);
+    }
+
+    /// `within` gives the output of a future that ends in time, `None` for one that does not,
+    /// at the limit and not before.
+    #[tokio::test(start_paused = true)]
+    async fn within_a_limit() {
+        let limit = Duration::from_secs(5);
+        assert_eq!(within(limit, async { 7 }).await, Some(7));
+        let late = async {
+            tokio::time::sleep(Duration::from_secs(6)).await;
+            7
+        };
+        let start = Instant::now();
+        assert_eq!(within(limit, late).await, None);
+        assert_eq!(start.elapsed(), limit);
+        let in_time = async {
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            8
+        };
+        assert_eq!(within(limit, in_time).await, Some(8));
     }
 
     /// A reset timer is due at its new deadline, not its old one, even when it was armed.

@@ -366,11 +366,11 @@ async fn send(
         .and_then(|ledger| Some((ledger.clone(), ledger.labels(&parts.extensions)?)));
     let out = Request::from_parts(parts, body);
     let started = std::time::Instant::now();
-    let sent = tokio::time::timeout(limits.head, client.request(out)).await;
+    let sent = crate::timer::within(limits.head, client.request(out)).await;
     first_byte
         .get(&provider)
         .record(started.elapsed().as_secs_f64());
-    let Ok(sent) = sent else {
+    let Some(sent) = sent else {
         tracing::warn!(base_url = %shown(), after = ?limits.head, "upstream sent no response head in time");
         metrics::counter!("context_relay_gateway_upstream_timeouts_total", "provider" => provider.to_string(), "phase" => "head").increment(1);
         let shape = ErrorShape::for_path(client_uri.path());
