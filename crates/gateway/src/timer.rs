@@ -78,7 +78,12 @@ impl Timer {
 /// `fut`'s output, or `None` once `limit` has passed first: [`tokio::time::timeout`] with its
 /// delay polled as a [`Timer`] (the upstream call's head waits on it a few times per request).
 pub(crate) async fn within<F: Future>(limit: std::time::Duration, fut: F) -> Option<F::Output> {
-    let mut timer = std::pin::pin!(Timer::at(Instant::now() + limit));
+    // A limit past what an `Instant` holds waits as long as tokio's own `timeout` would.
+    let now = Instant::now();
+    let deadline = now
+        .checked_add(limit)
+        .unwrap_or_else(|| now + std::time::Duration::from_secs(86_400 * 365 * 30));
+    let mut timer = std::pin::pin!(Timer::at(deadline));
     let mut fut = std::pin::pin!(fut);
     std::future::poll_fn(|cx| {
         if let Poll::Ready(out) = fut.as_mut().poll(cx) {
@@ -185,6 +190,8 @@ mod tests {
             8
         };
         assert_eq!(within(limit, in_time).await, Some(8));
+        // No limit an `Instant` cannot hold panics.
+        assert_eq!(within(Duration::MAX, async { 9 }).await, Some(9));
     }
 
     /// A reset timer is due at its new deadline, not its old one, even when it was armed.
