@@ -27,10 +27,7 @@ impl ErrorShape {
     pub(crate) fn for_path(path: &str) -> Self {
         // Two layers ask on every request, and paths are a few dozen bytes: core's
         // word-at-a-time search and a byte loop, no vector searcher set up per `/`.
-        let path = match path.as_bytes().contains(&b'?') {
-            true => path.split_once('?').map_or(path, |(path, _)| path),
-            false => path,
-        };
+        let path = ApiShape::without_query(path);
         // `…/messages/count_tokens` and the like are no conversation turn, but the Messages API.
         let bytes = path.as_bytes();
         let path = (0..bytes.len())
