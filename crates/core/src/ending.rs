@@ -55,8 +55,9 @@
 //! ```
 
 use std::borrow::Cow;
+use std::sync::LazyLock;
 
-use context_relay_json::{Doc, Kind, Object, decode_str};
+use context_relay_json::{Doc, Kind, Needles, Object, decode_str};
 
 use crate::sse::{Event, Splitter};
 
@@ -249,10 +250,11 @@ impl Verdict {
         }
         let leading = leading_type(trimmed);
         // Depth 3: the top-level members, the items of `choices` / `candidates`, and their
-        // members; read from an index of the event, not a tree of owned values.
+        // members; read from an index of the event, not a tree of owned values, and only when
+        // the event may hold one of the members read.
         let doc = match leading {
             Some(_) => None,
-            None if complete => Doc::parse_to_depth(trimmed, 3).ok(),
+            None if complete && may_decide(trimmed) => Doc::parse_to_depth(trimmed, 3).ok(),
             None => None,
         };
         let root = doc.as_ref().and_then(|d| d.root_object().ok());
@@ -305,6 +307,44 @@ impl Verdict {
             self.failure = Some(data.to_vec());
         }
     }
+}
+
+/// `"finish_reason"`, which a Chat Completions stream sends in every chunk (`null` in all but
+/// the last).
+const FINISH_REASON: &[u8] = b"\"finish_reason\"";
+
+/// Whether event data may hold a member [`Verdict::judge`] reads: a `"type"`, an `"error"`, a
+/// `"finishReason"`, or a `"finish_reason"` whose value is not `null`. A key is a string, and
+/// a string holds a quote only escaped, so data without these literals (nor a `\u` escape,
+/// which can spell any key) has none of those members at any depth, and reading it says only
+/// that output started, which it says unread too. An ordinary Chat Completions chunk is such
+/// data; reading its index cost about 6 000 instructions, this search a few hundred.
+fn may_decide(data: &[u8]) -> bool {
+    static READ: LazyLock<Needles> = LazyLock::new(|| {
+        Needles::new(&[
+            FINISH_REASON,
+            b"\"type\"",
+            b"\"error\"",
+            b"\"finishReason\"",
+            b"\\u",
+        ])
+    });
+    let mut from = 0;
+    while let Some(at) = data.get(from..).and_then(|rest| READ.find(rest)) {
+        let at = from + at;
+        let Some(after) = data[at..].strip_prefix(FINISH_REASON) else {
+            return true;
+        };
+        let value = after
+            .trim_ascii_start()
+            .strip_prefix(b":")
+            .map(<[u8]>::trim_ascii_start);
+        if !value.is_some_and(|v| v.starts_with(b"null")) {
+            return true;
+        }
+        from = at + FINISH_REASON.len();
+    }
+    false
 }
 
 /// The value of a leading `"type"` key (`{"type":"…"`), read without decoding the event: the

@@ -257,6 +257,8 @@ fn judge_with_value(v: &mut Verdict, name: &[u8], data: &[u8]) {
 fn event_data() -> impl Strategy<Value = String> {
     let reason = prop_oneof![
         Just("null"),
+        Just("nul"),
+        Just("nullx"),
         Just("\"\""),
         Just("\"stop\""),
         Just("\"FINISH_REASON_UNSPECIFIED\""),
@@ -270,9 +272,10 @@ fn event_data() -> impl Strategy<Value = String> {
             1 => Just("finish\\u005freason"),
             1 => Just("delta")
         ],
+        prop_oneof![Just(":"), Just(" : "), Just(":\n")],
         reason.clone(),
     )
-        .prop_map(|(k, v)| format!("{{\"index\":0,\"{k}\":{v}}}"));
+        .prop_map(|(k, sep, v)| format!("{{\"index\":0,\"{k}\"{sep}{v}}}"));
     let list = proptest::collection::vec(prop_oneof![item, Just("2".to_owned())], 0..3)
         .prop_map(|items| format!("[{}]", items.join(",")));
     let member = prop_oneof![
@@ -295,6 +298,15 @@ fn event_data() -> impl Strategy<Value = String> {
         ]
         .prop_map(str::to_owned),
         1 => Just("\"id\":\"c\"".to_owned()),
+        // Text that holds the literals read, inside strings (quotes escaped, or closing one).
+        2 => prop_oneof![
+            Just(r#""content":"say \"finish_reason\":\"stop\"""#),
+            Just(r#""content":"x\"type""#),
+            Just(r#""content":"error""#),
+            Just(r#""content":"\\u0065 \\\"error\\\"""#),
+            Just(r#""delta":{"content":"\"finishReason\":\"STOP\""}"#),
+        ]
+        .prop_map(str::to_owned),
     ];
     let object = proptest::collection::vec(member, 0..5)
         .prop_map(|members| format!("{{{}}}", members.join(",")));
