@@ -1,6 +1,7 @@
 //! The harness around the processes under test: core pinning, spawning and reaping the
 //! children, and reading their CPU time from `/proc`.
 
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -71,23 +72,27 @@ impl Drop for ChildGuard {
     }
 }
 
+/// Starts the process under test for `target` (on `child_core` when given, under the command
+/// `wrap` when not empty), and waits for its port.
 pub(crate) fn spawn_server(
     guard: &mut ChildGuard,
     target: Target,
     upstream: &str,
     dir: &Path,
     child_core: Option<usize>,
+    wrap: &[OsString],
 ) -> Result<(u32, SocketAddr), BoxError> {
     let exe = std::env::current_exe()?;
     let port_file = dir.join(format!("{}.port", target.name()));
-    let mut cmd = match child_core {
-        Some(core) => {
-            let mut c = Command::new("taskset");
-            c.args(["-c", &core.to_string()]).arg(&exe);
-            c
-        }
-        None => Command::new(&exe),
+    // `taskset -c CORE PROG` and valgrind exec PROG, so the pid is the server's own.
+    let mut argv: Vec<OsString> = match child_core {
+        Some(core) => vec!["taskset".into(), "-c".into(), core.to_string().into()],
+        None => Vec::new(),
     };
+    argv.extend(wrap.iter().cloned());
+    argv.push(exe.into_os_string());
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..]);
     cmd.args([
         "--serve",
         target.name(),
@@ -99,7 +104,6 @@ pub(crate) fn spawn_server(
     .stdin(Stdio::piped())
     .stdout(Stdio::null())
     .stderr(Stdio::inherit());
-    // `taskset -c CORE PROG` execs PROG, so the pid is the server's own.
     let child = cmd.spawn()?;
     let pid = child.id();
     guard.0.push(child);

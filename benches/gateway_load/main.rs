@@ -62,6 +62,7 @@ use std::time::Duration;
 
 use context_relay_sim::{SimProvider, SimQuotaHeaders};
 
+mod counted;
 mod harness;
 mod proxy;
 mod scale;
@@ -314,6 +315,7 @@ async fn run(settings: Settings, pinning: Pinning) -> Result<(), BoxError> {
                 &upstream,
                 dir.path(),
                 pinning.child_core,
+                &[],
             )?;
             places.push((target, addr, Some(pid)));
         }

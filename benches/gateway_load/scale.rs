@@ -14,6 +14,9 @@
 //!   clients send a late turn); the peak resident memory of the process (`VmHWM`) is set
 //!   against the bytes in flight.
 //!
+//! With `GATEWAY_LOAD_CALLGRIND=DIR` the open-streams phase is also counted under callgrind
+//! (instructions and cache misses per event; see [`counted`](crate::counted)).
+//!
 //! The provider here is this process's own: a hyper server that answers a streamed request
 //! slowly and any other at once. Each stream uses its own connection with `connection:
 //! close`, as a fleet of separate clients would. Misses of a budget are reported, not turned
@@ -38,6 +41,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::counted::{self, Callgrind, PerEvent};
 use crate::harness::{ChildGuard, clock_ticks, cpu_ticks, pin_self, spawn_server};
 use crate::serve::AbortOnDrop;
 use crate::workload::chat_body;
@@ -92,10 +96,13 @@ struct Figures {
     cpu_us_per_event: f64,
     large_ok: usize,
     peak_kib: u64,
+    /// The open-streams phase counted under callgrind, when asked for.
+    counted: Option<PerEvent>,
 }
 
 pub(crate) fn scale_main() -> Result<(), BoxError> {
     let settings = ScaleSettings::from_env()?;
+    let callgrind = Callgrind::from_env()?;
     let pinning = pin_self(settings.cores);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -107,13 +114,27 @@ pub(crate) fn scale_main() -> Result<(), BoxError> {
         let dir = tempfile::tempdir()?;
         let mut rows = Vec::new();
         for target in [Target::Plain, Target::GatewayOn] {
-            let f = measure(&settings, target, &upstream, dir.path(), pinning.child_core).await?;
+            let core = pinning.child_core;
+            let f = measure(
+                &settings,
+                target,
+                &upstream,
+                dir.path(),
+                core,
+                callgrind.as_ref(),
+            )
+            .await?;
             if let Some(why) = FAILURE.lock().ok().and_then(|mut f| f.take()) {
                 println!("scale: {}: first failure: {why}", target.name());
             }
             rows.push((target, f));
         }
         report(&settings, &rows);
+        let counted: Vec<_> = rows
+            .iter()
+            .filter_map(|(t, f)| Some((*t, f.counted?)))
+            .collect();
+        counted::report(&counted, callgrind.as_ref());
         Ok(())
     })
 }
@@ -124,6 +145,7 @@ async fn measure(
     upstream: &str,
     dir: &std::path::Path,
     core: Option<usize>,
+    callgrind: Option<&Callgrind>,
 ) -> Result<Figures, BoxError> {
     let tick_us = 1e6 / clock_ticks() as f64;
     let mut f = Figures::default();
@@ -134,7 +156,8 @@ async fn measure(
     std::fs::create_dir_all(&streams_dir)?;
     std::fs::create_dir_all(&large_dir)?;
     let mut guard = ChildGuard::default();
-    let (pid, addr) = spawn_server(&mut guard, target, upstream, &streams_dir, core)?;
+    let wrap = callgrind.map(|c| c.wrapper(target)).unwrap_or_default();
+    let (pid, addr) = spawn_server(&mut guard, target, upstream, &streams_dir, core, &wrap)?;
     tokio::time::sleep(Duration::from_millis(300)).await;
     f.idle_kib = status_kib(pid, "VmRSS")?;
     let cpu0 = cpu_ticks(pid)?;
@@ -173,6 +196,9 @@ async fn measure(
         f.open_kib = f.open_kib.max(status_kib(pid, "VmRSS")?);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    if let Some(cg) = callgrind {
+        f.counted = Some(cg.count(pid, target, &events).await?);
+    }
     for t in tasks {
         if matches!(t.await, Ok(true)) {
             f.streams_done += 1;
@@ -185,7 +211,7 @@ async fn measure(
 
     // Large bodies, in a fresh process.
     let mut guard = ChildGuard::default();
-    let (pid, addr) = spawn_server(&mut guard, target, upstream, &large_dir, core)?;
+    let (pid, addr) = spawn_server(&mut guard, target, upstream, &large_dir, core, &[])?;
     let large = chat_body(1024 * 1024, 900, false);
     for round in 0..s.large_rounds {
         let tasks: Vec<_> = (0..s.large)
@@ -251,6 +277,7 @@ async fn one_stream(
                 for &b in &buf[..n] {
                     if b == b'\n' && prev == b'\n' {
                         seen += 1;
+                        events.fetch_add(1, Ordering::Relaxed);
                         if seen == 1 {
                             first.fetch_add(1, Ordering::Relaxed);
                         }
@@ -262,7 +289,6 @@ async fn one_stream(
             Err(e) => return failed(format!("read after {seen} events: {e}")),
         }
     }
-    events.fetch_add(seen, Ordering::Relaxed);
     // The events and `[DONE]`.
     if seen != expected + 1 {
         return failed(format!(
