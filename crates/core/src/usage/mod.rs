@@ -36,12 +36,13 @@
 //! assert_eq!((usage.input, usage.output, usage.reasoning_output), (7, 3, 2));
 //! ```
 
+mod places;
 mod raw;
 
 use bytes::Bytes;
 
 use crate::sse::Splitter;
-use raw::{Carrier, Raw};
+use raw::Raw;
 
 /// Largest SSE event data, and largest whole JSON body (as sent, compressed or not), read for
 /// usage. A `response.completed` event repeats the whole output and can be long; beyond this
@@ -264,9 +265,7 @@ fn read_event(seen: &mut Raw, data: &[u8]) {
     if !may_carry_usage(data) {
         return;
     }
-    if let Ok(carrier) = serde_json::from_slice::<Carrier>(data) {
-        carrier.merge_into(seen);
-    }
+    places::read_carrier(data, seen);
 }
 
 /// Whether `json` holds the text `sage` (of `usage`, `usageMetadata`, `usage_metadata`): a
@@ -281,18 +280,8 @@ fn may_carry_usage(json: &[u8]) -> bool {
 /// Reads the usage of a whole JSON body: an object, or an array of them (Gemini's stream
 /// without SSE).
 fn read_json(seen: &mut Raw, body: &[u8]) {
-    if !may_carry_usage(body) {
-        return;
-    }
-    let first = body.iter().find(|b| !b.is_ascii_whitespace());
-    if first == Some(&b'[') {
-        if let Ok(items) = serde_json::from_slice::<Vec<Carrier>>(body) {
-            for item in items {
-                item.merge_into(seen);
-            }
-        }
-    } else if let Ok(carrier) = serde_json::from_slice::<Carrier>(body) {
-        carrier.merge_into(seen);
+    if may_carry_usage(body) {
+        places::whole_body(body, seen);
     }
 }
 

@@ -280,12 +280,207 @@ proptest! {
                 .join(",")
         );
         let value: serde_json::Value = serde_json::from_str(&text).unwrap();
-        let counts: raw::Counts = serde_json::from_str(&text).unwrap();
-        prop_assert_eq!(counts.raw(), Some(raw::Raw::of(&value)));
+        prop_assert_eq!(places::counts(text.as_bytes()), Some(Some(raw::Raw::of(&value))));
         // Any other value reports nothing.
         for other in ["1", "\"usage\"", "null", "[{\"input_tokens\":1}]", "true", "-2.5"] {
-            let counts: raw::Counts = serde_json::from_str(other).unwrap();
-            prop_assert_eq!(counts.raw(), None);
+            prop_assert_eq!(places::counts(other.as_bytes()), Some(None));
         }
     }
+}
+
+/// What a reader that builds a `serde_json::Value` finds in a carrier: the places the module
+/// docs name, each the last of its repeated members, in a body that holds the text `sage` (the
+/// reader's search for what is worth reading).
+fn carrier_by_value(text: &str) -> Option<Usage> {
+    if !text.contains("sage") {
+        return None;
+    }
+    let value: serde_json::Value = serde_json::from_str(text).ok()?;
+    let read = |seen: &mut raw::Raw, carrier: &serde_json::Value| {
+        let object = carrier.as_object()?;
+        let nested = |name: &str| {
+            object
+                .get(name)
+                .and_then(|outer| outer.as_object()?.get("usage"))
+        };
+        let places = [
+            nested("message"),
+            nested("response"),
+            object.get("usage"),
+            object.get("usageMetadata"),
+        ];
+        for place in places.into_iter().flatten() {
+            if place.is_object() {
+                seen.merge(raw::Raw::of(place));
+            }
+        }
+        Some(())
+    };
+    let mut seen = raw::Raw::default();
+    match &value {
+        // Every item must be a carrier, or nothing is read.
+        serde_json::Value::Array(items) => {
+            for item in items {
+                read(&mut seen, item)?;
+            }
+        }
+        other => read(&mut seen, other)?,
+    }
+    seen.usage()
+}
+
+/// A usage object's text.
+fn counts_text() -> impl Strategy<Value = String> {
+    prop::collection::vec((usage_key(), member_text()), 0..4).prop_map(|members| {
+        let inner: Vec<String> = members
+            .iter()
+            .map(|(k, v)| format!("\"{k}\":{v}"))
+            .collect();
+        format!("{{{}}}", inner.join(", "))
+    })
+}
+
+/// A carrier's member: a usage place (a usage object, one nested in an object, or a value of
+/// another kind), or a member every answer has, which may hold usage-shaped text and objects
+/// that are not usage.
+fn carrier_member() -> impl Strategy<Value = (String, String)> {
+    let place = || {
+        prop::sample::select(vec![
+            "usage",
+            "usageMetadata",
+            "message",
+            "response",
+            "us\\u0061ge",
+        ])
+    };
+    let nested = prop::sample::select(vec!["message", "response", "r\\u0065sponse"]);
+    let other = prop::sample::select(vec!["choices", "id", "model", "usage_note", "usage "]);
+    prop_oneof![
+        (place(), counts_text()).prop_map(|(k, v)| (k.to_owned(), v)),
+        (nested, counts_text(), any::<bool>()).prop_map(|(k, v, first)| {
+            let inner = if first {
+                format!("{{\"usage\" : {v}, \"id\":\"x\"}}")
+            } else {
+                format!("{{\"id\":\"x\\\"}}\",\"usage\":{v}}}")
+            };
+            (k.to_owned(), inner)
+        }),
+        (place(), count_value()).prop_map(|(k, v)| (k.to_owned(), v.to_string())),
+        (other, counts_text()).prop_map(|(k, v)| {
+            let text = r#""say \"usage\": {\"input_tokens\": 1} [ { \\""#;
+            (
+                k.to_owned(),
+                format!("[{{\"usage\":{v},\"text\":{text}}}, [], {{}}]"),
+            )
+        }),
+    ]
+}
+
+proptest! {
+    // Cheap cases, and the rarer shapes (a nested usage after a direct one) need many.
+    #![proptest_config(ProptestConfig::with_cases(1024))]
+
+    /// A carrier read by its structure gives what reading it as a `Value` gives: repeated
+    /// places, places of the wrong kind, escaped keys, usage-shaped members and text elsewhere,
+    /// arrays of carriers, and bodies cut short (which report nothing), as a whole body and as
+    /// an event's data.
+    #[test]
+    fn carriers_read_by_structure_equal_the_value_reading(
+        carriers in prop::collection::vec(prop::collection::vec(carrier_member(), 0..6), 1..3),
+        array in any::<bool>(),
+        spaced in any::<bool>(),
+        cut in any::<prop::sample::Index>(),
+        cut_it in any::<bool>(),
+    ) {
+        let (colon, comma) = if spaced { (" : ", " ,\t ") } else { (":", ",") };
+        let objects: Vec<String> = carriers
+            .iter()
+            .map(|members| {
+                let inner: Vec<String> =
+                    members.iter().map(|(k, v)| format!("\"{k}\"{colon}{v}")).collect();
+                format!("{{{}}}", inner.join(comma))
+            })
+            .collect();
+        let mut text = if array {
+            format!("[{}]", objects.join(comma))
+        } else {
+            objects[0].clone()
+        };
+        if cut_it {
+            text.truncate(cut.index(text.len()));
+        }
+        prop_assert_eq!(UsageReader::of(text.as_bytes()), carrier_by_value(&text), "{}", text);
+        if !array {
+            let event = format!("data: {text}\n\n");
+            prop_assert_eq!(UsageReader::of(event.as_bytes()), carrier_by_value(&text), "{}", text);
+        }
+    }
+}
+
+#[test]
+fn a_repeated_place_counts_once_the_last_one() {
+    let body = br#"{"usage":{"input_tokens":1,"output_tokens":2},"usage":{"input_tokens":5}}"#;
+    assert_eq!(UsageReader::of(body), Some(usage(5, 0, 0, 0, 0)));
+    let body =
+        br#"{"usageMetadata":{"promptTokenCount":3},"usage_metadata":{"promptTokenCount":4}}"#;
+    assert_eq!(UsageReader::of(body), Some(usage(4, 0, 0, 0, 0)));
+    let body = br#"{"message":{"usage":{"input_tokens":7}},"message":"text"}"#;
+    assert_eq!(UsageReader::of(body), None);
+    let body = br#"{"response":{"usage":{"input_tokens":7},"id":"r","usage":{"input_tokens":8}}}"#;
+    assert_eq!(UsageReader::of(body), Some(usage(8, 0, 0, 0, 0)));
+    // A key spelled with escapes is the key it spells.
+    let body = br#"{"usage":{"input_tokens":5},"us\u0061ge":{"input_tokens":9}}"#;
+    assert_eq!(UsageReader::of(body), Some(usage(9, 0, 0, 0, 0)));
+    let body = br#"{"usage":{"input_tokens":5,"output_tokens":1,"\u006fu\u0074put_tokens":3}}"#;
+    assert_eq!(UsageReader::of(body), Some(usage(5, 0, 0, 3, 0)));
+}
+
+#[test]
+fn a_body_whose_structure_does_not_close_reports_nothing() {
+    for body in [
+        r#"{"usage":{"input_tokens":5}} trailing"#,
+        r#"{"usage":{"input_tokens":5}}}"#,
+        r#"{"usage":{"input_tokens":5},"text":"cut"#,
+        r#"{"usage":{"input_tokens":5},"choices":[{}"#,
+        r#"{"usage":{"input_tokens":5},"text":"ends in an escape\"#,
+        r#"[{"usage":{"input_tokens":5}}, 3]"#,
+        r#"[{"usage":{"input_tokens":5}}] x"#,
+        r#"{"usage":{"input_tokens":5}, "message":{"usage":{"output_tokens":1]}}"#,
+        r#""usage""#,
+    ] {
+        assert_eq!(UsageReader::of(body.as_bytes()), None, "{body:?}");
+    }
+}
+
+#[test]
+fn whitespace_anywhere_between_tokens_is_read_past() {
+    let body = b"{ \"usage\" :\n { \"input_tokens\" : 5 ,\t\"output_tokens\":2\r\n} , \"id\" : 1 }";
+    assert_eq!(UsageReader::of(body), Some(usage(5, 0, 0, 2, 0)));
+    let body = b" [ {\"usageMetadata\": {\"promptTokenCount\" : 3 } } ,\n{ } ] ";
+    assert_eq!(UsageReader::of(body), Some(usage(3, 0, 0, 0, 0)));
+}
+
+#[test]
+fn only_the_usage_objects_are_parsed() {
+    // What lies between the brackets elsewhere is stepped over, not validated (the client
+    // reads the answer; the meter only counts it).
+    let body = br#"{"choices":[1,,2 oops],"usage":{"input_tokens":5,"output_tokens":2,}}"#;
+    assert_eq!(UsageReader::of(body), Some(usage(5, 0, 0, 2, 0)));
+}
+
+#[test]
+fn a_body_nested_deeper_than_serde_reads_reports_nothing() {
+    let nested = |depth: usize| {
+        format!(
+            r#"{{"usage":{{"input_tokens":5}},"x":{}1{}}}"#,
+            "[".repeat(depth),
+            "]".repeat(depth)
+        )
+    };
+    assert_eq!(
+        UsageReader::of(nested(126).as_bytes()),
+        Some(usage(5, 0, 0, 0, 0))
+    );
+    assert_eq!(UsageReader::of(nested(127).as_bytes()), None);
+    assert_eq!(UsageReader::of(nested(100_000).as_bytes()), None);
 }
