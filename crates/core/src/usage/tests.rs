@@ -466,6 +466,9 @@ fn only_the_usage_objects_are_parsed() {
     // reads the answer; the meter only counts it).
     let body = br#"{"choices":[1,,2 oops],"usage":{"input_tokens":5,"output_tokens":2,}}"#;
     assert_eq!(UsageReader::of(body), Some(usage(5, 0, 0, 2, 0)));
+    // A member with no key of its own is not taken for the one before it.
+    let body = br#"{"usage":{"input_tokens":5}, 7:{"input_tokens":9}}"#;
+    assert_eq!(UsageReader::of(body), Some(usage(5, 0, 0, 0, 0)));
 }
 
 #[test]
