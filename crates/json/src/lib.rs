@@ -12,7 +12,9 @@
 //! as far as they need and validate only that, so their cost is bounded by a prefix of the
 //! body, not by its size. Callers that read many nested values of one body build a [`Doc`]:
 //! one validating scan records the span of every value, and nested objects and arrays are
-//! then read from those records without scanning their bytes again.
+//! then read from those records without scanning their bytes again. The one reader that does
+//! not validate is [`skim_object`] / [`skim_array`]: it checks a container's structure only,
+//! for a small document read and not forwarded (the usage of an answer).
 //!
 //! Validation follows RFC 8259: strings must be closed, contain no raw control characters,
 //! use only the defined escapes and be valid UTF-8; numbers follow the JSON grammar; literals
@@ -99,6 +101,7 @@ pub mod fuzzing;
 mod index;
 mod needles;
 mod scan;
+mod skim;
 mod string;
 mod strings;
 mod walk;
@@ -106,6 +109,7 @@ mod walk;
 pub use edit::{EditError, Edits, ListEdit};
 pub use index::Doc;
 pub use needles::{Found, Needles, Pieces};
+pub use skim::{SKIM_MAX_DEPTH, skim_array, skim_object};
 pub use strings::strings;
 pub use walk::{Items, Key, Members, find_member, splice_str};
 

@@ -28,11 +28,8 @@ impl<'a> Scanner<'a> {
     }
 
     #[inline]
-    pub(super) fn skip_ws(&self, mut i: usize) -> usize {
-        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.b.get(i) {
-            i += 1;
-        }
-        i
+    pub(super) fn skip_ws(&self, i: usize) -> usize {
+        skip_ws(self.b, i)
     }
 
     /// Only whitespace may follow the top-level value ending at `end`.
@@ -383,6 +380,15 @@ impl Visit for Skip {
     fn open(&mut self, _: usize, _: Option<(usize, usize)>) {}
     #[inline(always)]
     fn close(&mut self, _: usize) {}
+}
+
+/// The offset of the first byte at or after `i` that is not JSON whitespace.
+#[inline]
+pub(super) fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while let Some(b' ' | b'\n' | b'\r' | b'\t') = b.get(i) {
+        i += 1;
+    }
+    i
 }
 
 /// Checks that `b[from..]` is UTF-8, reporting the first bad offset.
