@@ -221,6 +221,32 @@ mod tests {
         }
     }
 
+    proptest! {
+        /// Any bytes after an opening bracket: an answer, never a panic, and every span
+        /// handed out lies inside the input.
+        #[test]
+        fn any_bytes_are_skimmed_without_panic(
+            tail in prop::collection::vec(
+                prop::sample::select(b"{}[]\":,\\ a1".to_vec()),
+                0..64,
+            ),
+            array in any::<bool>(),
+            depth in 0usize..6,
+        ) {
+            let mut body = vec![if array { b'[' } else { b'{' }];
+            body.extend(tail);
+            let len = body.len();
+            let mut inside = true;
+            let mut check = |span: Span| inside &= span.start <= span.end && span.end <= len;
+            if array {
+                skim_array(&body, depth, &mut check);
+            } else {
+                skim_object(&body, depth, |_, span| check(span));
+            }
+            prop_assert!(inside);
+        }
+    }
+
     #[test]
     fn the_structure_is_checked_and_nothing_else() {
         let skims = |body: &[u8], depth: usize| skim_object(body, depth, |_, _| {});
