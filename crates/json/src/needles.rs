@@ -6,12 +6,14 @@
 //! for all of them. Where no packed searcher is available, one `memchr` searcher per literal
 //! gives the same answers.
 //!
-//! It pays off from three literals, or when one is short: on the perf harness's 100 KB body,
-//! seven bound-state markers cost 118 000 instructions in one packed pass against 330 000 in
-//! seven `memchr` passes. The packed searcher's speed depends on the set, not only on its
-//! size: two long literals alone (`"prompt_cache_key"`, `"metadata"`) cost more packed than in
-//! two `memchr` passes (8.8 µs against 5.5 µs natively), while the same two with `"model"` and
-//! `\u` take one pass of 3.8 µs, no more than `"model"` and `\u` alone (4.0 µs).
+//! It pays off from three literals: on the perf harness's 100 KB body, seven bound-state
+//! markers cost 118 000 instructions in one packed pass against 330 000 in seven `memchr`
+//! passes. With fewer, one `memchr` searcher per literal is faster: Teddy's speed depends on
+//! its shortest literal more than on how many there are (`"model"` and `\u` take 2.9 µs
+//! packed on that body and 2.1 µs in two `memchr` passes, 29.6 and 24.4 µs on the 1 MiB one;
+//! `"model"` alone 5.5 µs packed, 1.1 µs with `memchr`). A pass with one searcher per literal
+//! still reads the body once per literal, not once per occurrence: each searcher resumes
+//! only after its own last occurrence.
 //!
 //! [`Needles::find`] answers one question; [`Needles::find_all`] records every occurrence in
 //! one pass ([`Found`]), so that several readers of a body (the gateway's `model` check and the
@@ -43,6 +45,9 @@ pub struct Needles {
     literals: Vec<&'static [u8]>,
     /// The length of the longest literal.
     longest: usize,
+    /// Whether a byte starts one of the literals (the short stretches re-read by
+    /// [`Found::spliced`] are stepped through with it).
+    firsts: [bool; 256],
 }
 
 impl Needles {
@@ -50,22 +55,32 @@ impl Needles {
     pub fn new(needles: &[&'static [u8]]) -> Self {
         let needles: Vec<&'static [u8]> =
             needles.iter().copied().filter(|n| !n.is_empty()).collect();
-        let packed = Config::new()
-            .match_kind(MatchKind::LeftmostFirst)
-            .builder()
-            .extend(needles.iter().copied())
-            .build();
+        // Packed from three literals (see the module docs).
+        let packed = (needles.len() >= 3)
+            .then(|| {
+                Config::new()
+                    .match_kind(MatchKind::LeftmostFirst)
+                    .builder()
+                    .extend(needles.iter().copied())
+                    .build()
+            })
+            .flatten();
         let each = if packed.is_some() {
             Vec::new()
         } else {
             needles.iter().map(|&n| Finder::new(n)).collect()
         };
         let longest = needles.iter().map(|n| n.len()).max().unwrap_or(1);
+        let mut firsts = [false; 256];
+        for &first in needles.iter().filter_map(|n| n.first()) {
+            firsts[usize::from(first)] = true;
+        }
         Self {
             packed,
             each,
             literals: needles,
             longest,
+            firsts,
         }
     }
 
@@ -73,7 +88,20 @@ impl Needles {
     pub fn find(&self, haystack: &[u8]) -> Option<usize> {
         match &self.packed {
             Some(packed) => packed.find(haystack).map(|m| m.start()),
-            None => self.each.iter().filter_map(|f| f.find(haystack)).min(),
+            None => {
+                // Each later literal is looked for only where it would start before the
+                // earliest occurrence found so far.
+                let mut first: Option<usize> = None;
+                for finder in &self.each {
+                    let end = first.map_or(haystack.len(), |at| {
+                        (at + finder.needle().len() - 1).min(haystack.len())
+                    });
+                    if let Some(at) = haystack.get(..end).and_then(|h| finder.find(h)) {
+                        first = Some(first.map_or(at, |f| f.min(at)));
+                    }
+                }
+                first
+            }
         }
     }
 
@@ -197,16 +225,37 @@ impl Found<'_> {
     /// them in all, and whether the cap stopped it. Every literal starting before `decided`
     /// must fit in `haystack`. Afterwards `complete_from` says where nothing is known yet:
     /// `None` once `decided` is the haystack's end.
-    fn record(&mut self, haystack: &[u8], mut at: usize, cap: usize, decided: usize) -> bool {
+    fn record(&mut self, haystack: &[u8], at: usize, cap: usize, decided: usize) -> bool {
+        let needles = self.needles;
+        let (capped, at) = match &needles.packed {
+            Some(packed) => self.record_packed(packed, haystack, at, cap, decided),
+            None => self.record_each(haystack, at, cap, decided),
+        };
+        if !capped {
+            self.complete_from = (decided < haystack.len()).then_some(decided.max(at));
+        }
+        capped
+    }
+
+    /// [`Found::record`] with the packed searcher: one search per occurrence, each from the
+    /// one before. Returns whether the cap stopped it, and where the search stands.
+    fn record_packed(
+        &mut self,
+        packed: &Searcher,
+        haystack: &[u8],
+        mut at: usize,
+        cap: usize,
+        decided: usize,
+    ) -> (bool, usize) {
         while let Some(start) = haystack
             .get(at..)
-            .and_then(|rest| self.needles.find(rest))
-            .map(|i| at + i)
+            .and_then(|rest| packed.find(rest))
+            .map(|m| at + m.start())
             .filter(|&start| start < decided)
         {
             if self.hits.len() >= cap {
                 self.complete_from = Some(start);
-                return true;
+                return (true, at);
             }
             let rest = &haystack[start..];
             for (i, literal) in self.needles.literals.iter().enumerate() {
@@ -216,8 +265,49 @@ impl Found<'_> {
             }
             at = start + 1;
         }
-        self.complete_from = (decided < haystack.len()).then_some(decided.max(at));
-        false
+        (false, at)
+    }
+
+    /// [`Found::record`] with one searcher per literal: the next occurrence of each is kept,
+    /// and only the searcher whose occurrence was taken searches again, so each reads the
+    /// haystack once.
+    fn record_each(
+        &mut self,
+        haystack: &[u8],
+        mut at: usize,
+        cap: usize,
+        decided: usize,
+    ) -> (bool, usize) {
+        let needles = self.needles;
+        let each = &needles.each;
+        let next_from = |i: usize, from: usize| {
+            haystack
+                .get(from..)
+                .and_then(|rest| each.get(i)?.find(rest))
+                .map(|j| from + j)
+        };
+        let mut next: SmallVec<[Option<usize>; 4]> =
+            (0..each.len()).map(|i| next_from(i, at)).collect();
+        while let Some(start) = next
+            .iter()
+            .flatten()
+            .min()
+            .copied()
+            .filter(|&s| s < decided)
+        {
+            if self.hits.len() >= cap {
+                self.complete_from = Some(start);
+                return (true, at);
+            }
+            for (i, slot) in next.iter_mut().enumerate() {
+                if *slot == Some(start) {
+                    self.hits.push((i, start));
+                    *slot = next_from(i, start + 1);
+                }
+            }
+            at = start + 1;
+        }
+        (false, at)
     }
 
     /// Where the first occurrence at or after `from` of any of `literals` starts: `Ok(None)`
@@ -274,20 +364,18 @@ impl Found<'_> {
                 // from `new`.
                 let window_end = (span.start + new_len).min(new.len());
                 // A few dozen bytes: read directly (a searcher costs more to start than this
-                // whole stretch), stopping only where a literal's first byte stands.
-                let literals = &self.needles.literals;
+                // whole stretch), stopping only where a literal's first byte stands, and
+                // comparing a literal only when its second byte stands there too.
+                let needles = self.needles;
                 let stretch = new.get(lo..window_end.max(lo)).unwrap_or_default();
-                let firsts: SmallVec<[u8; 4]> = {
-                    let mut f: SmallVec<[u8; 4]> =
-                        literals.iter().filter_map(|l| l.first().copied()).collect();
-                    f.sort_unstable();
-                    f.dedup();
-                    f
-                };
-                for at in (0..stretch.len()).filter(|&p| firsts.contains(&stretch[p])) {
+                for (at, &byte) in stretch.iter().enumerate() {
+                    if !needles.firsts[usize::from(byte)] {
+                        continue;
+                    }
                     let rest = &new[lo + at..];
-                    for (i, literal) in literals.iter().enumerate() {
-                        if rest.starts_with(literal) {
+                    for (i, literal) in needles.literals.iter().enumerate() {
+                        let second = literal.get(1).is_none_or(|b| rest.get(1) == Some(b));
+                        if literal.first() == Some(&byte) && second && rest.starts_with(literal) {
                             self.hits.push((i, lo + at));
                         }
                     }
@@ -301,205 +389,4 @@ impl Found<'_> {
 }
 
 #[cfg(test)]
-mod tests {
-    use proptest::prelude::*;
-
-    use super::*;
-
-    /// The answer of one memchr search per literal.
-    fn reference(needles: &[&[u8]], haystack: &[u8]) -> Option<usize> {
-        needles
-            .iter()
-            .filter(|n| !n.is_empty())
-            .filter_map(|n| memchr::memmem::find(haystack, n))
-            .min()
-    }
-
-    const KEYS: [&[u8]; 7] = [
-        b"\"encrypted_content\"",
-        b"\"previous_response_id\"",
-        b"\"conversation\"",
-        b"\"signature\"",
-        b"\"model\"",
-        b"\\u",
-        b"\"metadata\"",
-    ];
-
-    proptest! {
-        /// The first occurrence of any literal, as one search per literal finds it, in bodies
-        /// made of pieces of the literals (overlaps and near misses included) and JSON noise.
-        #[test]
-        fn finds_what_one_search_per_literal_finds(
-            pieces in prop::collection::vec(
-                prop_oneof![
-                    prop::sample::select(KEYS.to_vec()).prop_map(|k: &[u8]| k.to_vec()),
-                    prop::sample::select(KEYS.to_vec())
-                        .prop_flat_map(|k| (Just(k), 0..k.len()))
-                        .prop_map(|(k, cut)| k[..cut].to_vec()),
-                    "[ -~]{0,40}".prop_map(String::into_bytes),
-                ],
-                0..40,
-            ),
-            chosen in prop::sample::subsequence(KEYS.to_vec(), 1..KEYS.len()),
-        ) {
-            let haystack: Vec<u8> = pieces.concat();
-            let needles = Needles::new(&chosen);
-            prop_assert_eq!(needles.find(&haystack), reference(&chosen, &haystack));
-            for from in [1, 7, haystack.len() / 2] {
-                if let Some(rest) = haystack.get(from..) {
-                    prop_assert_eq!(needles.find(rest), reference(&chosen, rest));
-                }
-            }
-        }
-    }
-
-    /// Every occurrence of every literal, by start, as one search per literal per position
-    /// finds them.
-    fn all_occurrences(needles: &[&[u8]], haystack: &[u8]) -> Vec<(usize, usize)> {
-        let mut all = Vec::new();
-        for start in 0..haystack.len() {
-            for (i, n) in needles.iter().enumerate() {
-                if haystack[start..].starts_with(n) {
-                    all.push((i, start));
-                }
-            }
-        }
-        all
-    }
-
-    fn haystack_of() -> impl Strategy<Value = Vec<u8>> {
-        prop::collection::vec(
-            prop_oneof![
-                prop::sample::select(KEYS.to_vec()).prop_map(|k: &[u8]| k.to_vec()),
-                prop::sample::select(KEYS.to_vec())
-                    .prop_flat_map(|k| (Just(k), 0..k.len()))
-                    .prop_map(|(k, cut)| k[..cut].to_vec()),
-                "[ -~]{0,20}".prop_map(String::into_bytes),
-            ],
-            0..30,
-        )
-        .prop_map(|pieces| pieces.concat())
-    }
-
-    proptest! {
-        /// `find_all` records every occurrence (overlapping ones too), and `next_of` answers
-        /// as a search from `from` would, or says where to search when it cannot know.
-        #[test]
-        fn find_all_and_next_of_agree_with_searching(
-            haystack in haystack_of(),
-            chosen in prop::sample::subsequence(KEYS.to_vec(), 1..KEYS.len()),
-            asked in prop::sample::subsequence(KEYS.to_vec(), 1..3),
-            cap in prop_oneof![Just(usize::MAX), 0usize..6],
-            from in 0usize..200,
-        ) {
-            let needles = Needles::new(&chosen);
-            let all = all_occurrences(&chosen, &haystack);
-            prop_assert_eq!(&needles.find_all(&haystack, usize::MAX).hits[..], &all[..]);
-            let truth = asked
-                .iter()
-                .filter_map(|n| haystack.get(from..).and_then(|rest| memchr::memmem::find(rest, n)))
-                .min()
-                .map(|i| from + i);
-            let known = asked.iter().all(|a| chosen.contains(a));
-            match needles.find_all(&haystack, cap).next_of(&asked, from) {
-                Ok(answer) => {
-                    prop_assert!(known);
-                    prop_assert_eq!(answer, truth);
-                }
-                Err(resume) => {
-                    prop_assert!(resume >= from);
-                    // Nothing was skipped: the first occurrence is at or after `resume`.
-                    prop_assert!(truth.is_none_or(|t| t >= resume), "{truth:?} < {resume}");
-                    if known && cap == usize::MAX {
-                        prop_assert!(false, "a complete search answered Err");
-                    }
-                }
-            }
-        }
-
-        /// After a splice, the occurrences are those a fresh pass over the new haystack finds
-        /// (or, past a cap, a prefix of them with the rest left to search).
-        #[test]
-        fn spliced_occurrences_are_those_of_the_new_haystack(
-            haystack in haystack_of(),
-            cut in (0usize..100, 0usize..20),
-            new_bytes in prop_oneof![
-                prop::sample::select(KEYS.to_vec()).prop_map(|k: &[u8]| k.to_vec()),
-                "[ -~]{0,12}".prop_map(String::into_bytes),
-            ],
-            cap in prop_oneof![Just(usize::MAX), 0usize..6],
-        ) {
-            let start = cut.0.min(haystack.len());
-            let end = (start + cut.1).min(haystack.len());
-            let mut new = haystack[..start].to_vec();
-            new.extend_from_slice(&new_bytes);
-            new.extend_from_slice(&haystack[end..]);
-            let needles = Needles::new(&KEYS);
-            let spliced = needles
-                .find_all(&haystack, cap)
-                .spliced(&new, start..end, new_bytes.len());
-            let all = all_occurrences(&KEYS, &new);
-            match spliced.complete_from {
-                None => prop_assert_eq!(&spliced.hits[..], &all[..]),
-                Some(rest) => {
-                    let before: Vec<_> = all.iter().copied().filter(|&(_, s)| s < rest).collect();
-                    prop_assert_eq!(&spliced.hits[..], &before[..]);
-                }
-            }
-        }
-    }
-
-    proptest! {
-        /// A search made piece by piece, however the haystack is cut, finds what one pass over
-        /// the whole finds, cap included.
-        #[test]
-        fn a_search_in_pieces_finds_what_one_pass_finds(
-            haystack in haystack_of(),
-            cuts in prop::collection::vec(0usize..200, 0..6),
-            chosen in prop::sample::subsequence(KEYS.to_vec(), 1..KEYS.len()),
-            cap in prop_oneof![Just(usize::MAX), 0usize..6],
-        ) {
-            let needles = Needles::new(&chosen);
-            let mut ends: Vec<usize> = cuts.into_iter().map(|c| c.min(haystack.len())).collect();
-            ends.sort_unstable();
-            let mut pieces = needles.find_all_in_pieces(cap);
-            for end in ends {
-                pieces.grown(&haystack[..end]);
-            }
-            let found = pieces.finish(&haystack);
-            let whole = needles.find_all(&haystack, cap);
-            prop_assert_eq!(&found.hits[..], &whole.hits[..]);
-            prop_assert_eq!(found.complete_from, whole.complete_from);
-        }
-    }
-
-    /// What a piece ends with is not taken for absent: a literal cut there is found once its
-    /// end arrives, and is recorded once.
-    #[test]
-    fn a_literal_cut_between_pieces_is_found_once() {
-        let needles = Needles::new(&[b"\"metadata\"", b"\\u"]);
-        let body = br#"{"a":"x","metadata":{}}"#;
-        for cut in 0..=body.len() {
-            let mut pieces = needles.find_all_in_pieces(usize::MAX);
-            pieces.grown(&body[..cut]);
-            pieces.grown(&body[..cut]);
-            let found = pieces.finish(body);
-            assert_eq!(&found.hits[..], &[(0, 9)], "cut at {cut}");
-            assert_eq!(found.complete_from, None);
-        }
-    }
-
-    #[test]
-    fn the_fallback_gives_the_same_answers() {
-        let fallback = Needles {
-            packed: None,
-            each: KEYS.iter().map(Finder::new).collect(),
-            literals: KEYS.to_vec(),
-            longest: KEYS.iter().map(|k| k.len()).max().unwrap_or(1),
-        };
-        let body = br#"{"a":"\"model\" \u0041","signature":"x","model":"m"}"#;
-        assert_eq!(fallback.find(body), reference(&KEYS, body));
-        assert_eq!(Needles::new(&KEYS).find(body), reference(&KEYS, body));
-        assert_eq!(fallback.find(b"{}"), None);
-    }
-}
+mod tests;
