@@ -44,7 +44,9 @@ use crate::collect::{Buffered, Collect, collect_within, is_timeout};
 use crate::decoding::{OFF_WORKERS_BYTES, decode_off_workers, off_workers};
 use crate::error::{ErrorKind, ErrorShape, error_response};
 use crate::gemini;
-use crate::model::{BODY_LITERALS, BODY_LITERALS_CAP, find_model_and_literals, rewrite_model};
+use crate::model::{
+    BODY_LITERALS, BODY_LITERALS_CAP, MODEL_LITERALS, find_model_and_literals, rewrite_model,
+};
 
 mod routes;
 
@@ -205,10 +207,18 @@ where
     };
     // A body read in several chunks is searched for what the `model` check and the session
     // reading look for as it arrives, while each chunk is still cached (see `collect`); not a
-    // compressed one, nor a Gemini one, which names its model in the path.
+    // compressed one, nor a Gemini one, which names its model in the path. With the session
+    // named in the head the body's session ids are not read (the head wins), and the pass
+    // looks only for what the `model` check needs.
     let in_path = gemini::path_model(parts.uri.path()).map(|(_, model)| model);
+    let in_head = session_in_head(&parts);
+    let literals = if in_head {
+        &*MODEL_LITERALS
+    } else {
+        &*BODY_LITERALS
+    };
     let search = (in_path.is_none() && !parts.headers.contains_key(header::CONTENT_ENCODING))
-        .then(|| BODY_LITERALS.find_all_in_pieces(BODY_LITERALS_CAP));
+        .then(|| literals.find_all_in_pieces(BODY_LITERALS_CAP));
     let (raw, searched) = match collect_within(body, declared, limit, hold, search).await {
         Ok(collected) => (collected.body, collected.searched),
         Err(Collect::TooLarge) => return Err(too_large()),
@@ -312,7 +322,7 @@ where
     // The session of a large body is read on the blocking pool (the fingerprint of a first
     // message of megabytes takes milliseconds); a session named in the head (as agent clients
     // send it) is read without the body, and the hop to the pool would cost more than it saves.
-    if body.len() >= OFF_WORKERS_BYTES && !session_in_head(&parts) {
+    if body.len() >= OFF_WORKERS_BYTES && !in_head {
         let body = body.clone();
         parts = off_workers(move || {
             identify(&mut parts, &body, found.as_ref());
@@ -351,7 +361,8 @@ const MAX_CODINGS: usize = 2;
 /// sessions), GenerationLayer and InjectionLayer agree on the session of every request, also
 /// for clients that send no session header, without each of them parsing the body again.
 ///
-/// `found`: where [`BODY_LITERALS`] occur in `body`, when ComboService searched it for them.
+/// `found`: where [`BODY_LITERALS`] occur in `body`, when ComboService searched it for them
+/// (only [`MODEL_LITERALS`] when the head names the session: the body's ids are then not read).
 pub(crate) fn identify(
     parts: &mut http::request::Parts,
     body: &[u8],

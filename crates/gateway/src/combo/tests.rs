@@ -154,6 +154,41 @@ async fn combos_and_direct_routes_name_their_combo() {
     );
 }
 
+/// A second top-level `model` (plain or spelt with escapes) is refused however the body
+/// arrives, and whether or not the head names the session (the pass over the body then looks
+/// for fewer literals); a body with one is forwarded with the session the head names.
+#[tokio::test]
+async fn a_second_model_is_refused_with_or_without_a_session_in_the_head() {
+    let bodies: [(&str, u16); 4] = [
+        (r#"{"model":"plain","prompt_cache_key":"pk","n":1}"#, 200),
+        (r#"{"model":"plain","messages":[],"model":"plain"}"#, 400),
+        (r#"{"model":"plain","messages":[],"mo\u0064el":"x"}"#, 400),
+        (r#"{"model":"plain","t":"caf\u00e9","x":{"model":1}}"#, 200),
+    ];
+    for (text, status) in bodies {
+        for session in [None, Some("s-head")] {
+            for cut in [0, 7, text.len() / 2, text.len() - 3] {
+                let frames = futures_util::stream::iter(
+                    [&text.as_bytes()[..cut], &text.as_bytes()[cut..]]
+                        .map(|c| Ok::<_, Infallible>(http_body::Frame::data(Bytes::from(c)))),
+                );
+                let mut req = Request::post("/v1/chat/completions");
+                if let Some(id) = session {
+                    req = req.header("x-session-id", id);
+                }
+                let req = req.body(http_body_util::StreamBody::new(frames)).unwrap();
+                let (got, body, seen) = run(req).await;
+                let case = format!("{text} {session:?} cut at {cut}: {body:?}");
+                assert_eq!(got, status, "{case}");
+                if let (Some(id), Some((sent, _))) = (session, seen) {
+                    let named = sent.extensions().get::<SessionId>().map(|s| &*s.0);
+                    assert_eq!(named, Some(id), "{case}");
+                }
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn errors_in_the_api_shape() {
     let (status, body, seen) = run(post("/v1/responses", b"{not json")).await;
