@@ -65,6 +65,20 @@ impl ModelField {
                 .unwrap_or(""),
         }
     }
+
+    /// Whether the name is `model` (`value(body) == model`), compared as bytes: bytes equal
+    /// to a `str` are UTF-8, so the name is not validated again.
+    pub(crate) fn names(&self, body: &[u8], model: &str) -> bool {
+        match &self.decoded {
+            Some(name) => name == model,
+            // An empty name is also what `value` gives for a span that holds none.
+            None if model.is_empty() => self.value(body).is_empty(),
+            None => {
+                body.get(self.span.start + 1..self.span.end.saturating_sub(1))
+                    == Some(model.as_bytes())
+            }
+        }
+    }
 }
 
 /// The literals ComboService looks for in one pass over a request body
@@ -194,7 +208,7 @@ fn may_repeat(body: &[u8], from: usize, found: Option<&json::Found<'_>>) -> bool
 /// `Bytes`, not copied, when it already names `model`); `None` when the span is not a string
 /// of `body` (a field found in another body).
 pub(crate) fn replace_model(body: &Bytes, field: &ModelField, model: &str) -> Option<Bytes> {
-    if field.value(body) == model {
+    if field.names(body, model) {
         return Some(body.clone());
     }
     json::splice_str(body, field.span.clone(), model).ok()
@@ -260,7 +274,7 @@ pub(crate) fn rewrite_model(
 }
 
 fn rewrite(body: Buffered, field: &ModelField, model: &str) -> Bytes {
-    let renamed = field.value(body.as_slice()) != model;
+    let renamed = !field.names(body.as_slice(), model);
     let buf = match body {
         Buffered::Joined(buf) if renamed => buf,
         other => {
@@ -452,6 +466,18 @@ mod tests {
 
         /// A later target's model written at the recorded place equals finding `model` in the
         /// rewritten body again and replacing it.
+        /// `names` answers what comparing `value` would, for any span of any bytes.
+        #[test]
+        fn names_is_comparing_the_value(
+            body in prop::collection::vec(prop_oneof![Just(b'a'), Just(b'"'), any::<u8>()], 0..12),
+            span in (0usize..14, 0usize..14),
+            decoded in prop::option::of("a{0,2}"),
+            model in prop_oneof![Just(String::new()), "a{1,3}", "\\PC{1,2}"],
+        ) {
+            let field = ModelField { decoded, span: span.0..span.1 };
+            prop_assert_eq!(field.names(&body, &model), field.value(&body) == model);
+        }
+
         #[test]
         fn retargeting_at_the_written_place_equals_finding_it_again(
             before in "[a-z ]{0,12}",
