@@ -120,8 +120,8 @@ pub(crate) fn find_model(body: &[u8]) -> Result<ModelField, ModelError> {
 /// [`find_model`], which also records where [`BODY_LITERALS`] occur in `body` (the pass that
 /// looks for a second `model` finds them all), for the session reading to use. `searched`:
 /// that pass, made over the body as it arrived (a body read in several chunks), to be
-/// completed (it may look for fewer literals: [`MODEL_LITERALS`]); otherwise a body refused before the pass (not JSON, no `model`, not closed) is
-/// not searched at all.
+/// completed (it may look for fewer literals: [`MODEL_LITERALS`]); otherwise a body refused
+/// before the pass (not JSON, no `model`, not closed) is not searched at all.
 pub(crate) fn find_model_and_literals(
     body: &[u8],
     searched: Option<json::Pieces<'static>>,
@@ -464,8 +464,6 @@ mod tests {
             prop_assert_eq!(&in_place, &copied);
         }
 
-        /// A later target's model written at the recorded place equals finding `model` in the
-        /// rewritten body again and replacing it.
         /// `names` answers what comparing `value` would, for any span of any bytes.
         #[test]
         fn names_is_comparing_the_value(
@@ -478,6 +476,8 @@ mod tests {
             prop_assert_eq!(field.names(&body, &model), field.value(&body) == model);
         }
 
+        /// A later target's model written at the recorded place equals finding `model` in the
+        /// rewritten body again and replacing it.
         #[test]
         fn retargeting_at_the_written_place_equals_finding_it_again(
             before in "[a-z ]{0,12}",
