@@ -364,6 +364,12 @@ async fn send(
     let labels = usage
         .as_ref()
         .and_then(|ledger| Some((ledger.clone(), ledger.labels(&parts.extensions)?)));
+    // The request's extension map, emptied, becomes the answer's: what the layers above
+    // insert into the answer (the served account, the quota signal, the access line's route)
+    // then fits in a table already allocated, instead of the request's table being dropped
+    // here and the answer's allocated and grown anew. hyper's client reads no extension of
+    // the requests the gateway sends (all `POST`s).
+    let mut recycled = std::mem::take(&mut parts.extensions);
     let out = Request::from_parts(parts, body);
     let started = std::time::Instant::now();
     let sent = crate::timer::within(limits.head, client.request(out)).await;
@@ -391,6 +397,9 @@ async fn send(
     };
     match sent {
         Ok(mut res) => {
+            recycled.clear();
+            recycled.extend(std::mem::take(res.extensions_mut()));
+            *res.extensions_mut() = recycled;
             strip(res.headers_mut(), account_only);
             let meter = labels.filter(|_| res.status().is_success());
             let encoding = res
@@ -454,6 +463,56 @@ mod tests {
         strip(&mut h, account_only);
         assert_eq!(h.len(), 1, "{h:?}");
         assert!(h.contains_key("x-codex-turn-state"));
+    }
+
+    /// The request's extension map is handed on to the answer emptied: the answer carries
+    /// what hyper put on it (a reason phrase that is not the usual one) and nothing the request
+    /// carried.
+    #[tokio::test]
+    async fn the_answer_keeps_the_providers_extensions_and_none_of_the_requests() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let provider = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 1024];
+            // The head and the two bytes of the body.
+            while seen
+                .windows(4)
+                .position(|w| w == b"\r\n\r\n")
+                .is_none_or(|end| seen.len() < end + 4 + 2)
+            {
+                let n = stream.read(&mut buf).await.unwrap();
+                assert!(n > 0, "the request ended early");
+                seen.extend_from_slice(&buf[..n]);
+            }
+            stream
+                .write_all(b"HTTP/1.1 200 Fine\r\ncontent-length: 2\r\n\r\nok")
+                .await
+                .unwrap();
+        });
+        #[derive(Clone, Debug, PartialEq)]
+        struct Marker;
+        let mut req = Request::post("/v1/chat/completions")
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(InBody::full(Bytes::from_static(b"{}")))
+            .unwrap();
+        req.extensions_mut().insert(UpstreamEndpoint {
+            base_url: Arc::from(format!("http://{addr}/v1")),
+            host: None,
+            credential: None,
+            api: ProviderApi::Passthrough,
+            max_output_tokens: None,
+        });
+        req.extensions_mut().insert(Marker);
+        let mut upstream = Upstream::with_limits(UpstreamLimits::default()).unwrap();
+        let res = upstream.call(req).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(res.extensions().get::<Marker>(), None);
+        let reason = res.extensions().get::<hyper::ext::ReasonPhrase>();
+        assert_eq!(reason.map(|r| r.as_bytes()), Some(&b"Fine"[..]));
+        provider.await.unwrap();
     }
 
     /// Every layer above moves the answer by value: it stays small (see [`RawBody`]). With
