@@ -98,6 +98,10 @@ struct ConnState {
     in_flight: AtomicUsize,
     /// Told on every request start and end.
     activity: Notify,
+    /// The extension map of the connection's last answer, emptied: the next request starts
+    /// with it, so the values the layers insert fit in a table already allocated (the
+    /// request's map is handed on to its answer, see `upstream.rs`).
+    spare: Mutex<Option<http::Extensions>>,
 }
 
 impl ConnState {
@@ -327,10 +331,29 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
         }
         state.in_flight.fetch_add(1, Ordering::AcqRel);
         state.activity.notify_one();
+        let mut req = req;
+        if let Some(mut spare) = state.spare.lock().ok().and_then(|mut s| s.take()) {
+            // What hyper put on the request (an upgrade, say) is kept.
+            spare.extend(std::mem::take(req.extensions_mut()));
+            *req.extensions_mut() = spare;
+        }
         ConnFuture::Serving {
             call: self.inner.serve(req),
             guard: Some(InFlight(state.clone())),
         }
+    }
+}
+
+/// Keeps the extension map of an answer, emptied, for the connection's next request; what
+/// hyper's server reads of an answer (a reason phrase that is not the usual one) stays on it.
+fn keep_spare(state: &ConnState, extensions: &mut http::Extensions) {
+    let mut spare = std::mem::take(extensions);
+    if let Some(reason) = spare.remove::<hyper::ext::ReasonPhrase>() {
+        extensions.insert(reason);
+    }
+    spare.clear();
+    if let Ok(mut slot) = state.spare.lock() {
+        *slot = Some(spare);
     }
 }
 
@@ -367,6 +390,10 @@ impl Future for ConnFuture {
                     return Poll::Pending;
                 };
                 let guard = guard.take();
+                let mut res = res;
+                if let Some(InFlight(state)) = &guard {
+                    keep_spare(state, res.extensions_mut());
+                }
                 Poll::Ready(Ok(res.map(|inner| InFlightBody { inner, guard })))
             }
             ConnFutureProj::Refused { state } => {
@@ -421,3 +448,6 @@ impl http_body::Body for InFlightBody {
         self.inner.size_hint()
     }
 }
+
+#[cfg(test)]
+mod tests;
