@@ -38,19 +38,9 @@ proptest! {
     /// made of pieces of the literals (overlaps and near misses included) and JSON noise.
     #[test]
     fn finds_what_one_search_per_literal_finds(
-        pieces in prop::collection::vec(
-            prop_oneof![
-                prop::sample::select(KEYS.to_vec()).prop_map(|k: &[u8]| k.to_vec()),
-                prop::sample::select(KEYS.to_vec())
-                    .prop_flat_map(|k| (Just(k), 0..k.len()))
-                    .prop_map(|(k, cut)| k[..cut].to_vec()),
-                "[ -~]{0,40}".prop_map(String::into_bytes),
-            ],
-            0..40,
-        ),
+        haystack in haystack_of(40, 40),
         chosen in prop::sample::subsequence(KEYS.to_vec(), 1..KEYS.len()),
     ) {
-        let haystack: Vec<u8> = pieces.concat();
         for needles in both_ways(&chosen) {
             prop_assert_eq!(needles.find(&haystack), reference(&chosen, &haystack));
             for from in [1, 7, haystack.len() / 2] {
@@ -76,16 +66,18 @@ fn all_occurrences(needles: &[&[u8]], haystack: &[u8]) -> Vec<(usize, usize)> {
     all
 }
 
-fn haystack_of() -> impl Strategy<Value = Vec<u8>> {
+/// Bodies made of up to `pieces` pieces: the literals, their beginnings (overlaps and near
+/// misses) and printable noise of up to `noise` bytes.
+fn haystack_of(pieces: usize, noise: usize) -> impl Strategy<Value = Vec<u8>> {
     prop::collection::vec(
         prop_oneof![
             prop::sample::select(KEYS.to_vec()).prop_map(|k: &[u8]| k.to_vec()),
             prop::sample::select(KEYS.to_vec())
                 .prop_flat_map(|k| (Just(k), 0..k.len()))
                 .prop_map(|(k, cut)| k[..cut].to_vec()),
-            "[ -~]{0,20}".prop_map(String::into_bytes),
+            prop::collection::vec(0x20u8..0x7f, 0..=noise),
         ],
-        0..30,
+        0..pieces,
     )
     .prop_map(|pieces| pieces.concat())
 }
@@ -95,7 +87,7 @@ proptest! {
     /// as a search from `from` would, or says where to search when it cannot know.
     #[test]
     fn find_all_and_next_of_agree_with_searching(
-        haystack in haystack_of(),
+        haystack in haystack_of(30, 20),
         chosen in prop::sample::subsequence(KEYS.to_vec(), 1..KEYS.len()),
         asked in prop::sample::subsequence(KEYS.to_vec(), 1..3),
         cap in prop_oneof![Just(usize::MAX), 0usize..6],
@@ -131,7 +123,7 @@ proptest! {
     /// (or, past a cap, a prefix of them with the rest left to search).
     #[test]
     fn spliced_occurrences_are_those_of_the_new_haystack(
-        haystack in haystack_of(),
+        haystack in haystack_of(30, 20),
         cut in (0usize..100, 0usize..20),
         new_bytes in prop_oneof![
             prop::sample::select(KEYS.to_vec()).prop_map(|k: &[u8]| k.to_vec()),
@@ -164,7 +156,7 @@ proptest! {
     /// the whole finds, cap included.
     #[test]
     fn a_search_in_pieces_finds_what_one_pass_finds(
-        haystack in haystack_of(),
+        haystack in haystack_of(30, 20),
         cuts in prop::collection::vec(0usize..200, 0..6),
         chosen in prop::sample::subsequence(KEYS.to_vec(), 1..KEYS.len()),
         cap in prop_oneof![Just(usize::MAX), 0usize..6],
