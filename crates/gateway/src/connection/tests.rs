@@ -25,17 +25,13 @@ async fn answer(tcp: &mut TcpStream, body: &[u8]) -> String {
     String::from_utf8_lossy(&seen).into_owned()
 }
 
-/// The next request on a connection starts with the last answer's extension map emptied:
-/// it carries none of the answer's values, and the answer keeps what hyper's server reads of
-/// it (its reason phrase).
-#[tokio::test]
-async fn a_requests_extensions_carry_nothing_of_the_last_answer() {
-    let seen: Arc<Mutex<Vec<bool>>> = Arc::default();
-    let log = seen.clone();
-    let service = SharedService::new(tower::service_fn(move |req: Request<Incoming>| {
-        let log = log.clone();
+/// A service that records whether each request carried a [`Marker`], and puts one (and a
+/// reason phrase) on each answer.
+fn marking(seen: Arc<Mutex<Vec<bool>>>) -> crate::server::HttpService {
+    SharedService::new(tower::service_fn(move |req: Request<Incoming>| {
+        let seen = seen.clone();
         async move {
-            log.lock()
+            seen.lock()
                 .unwrap()
                 .push(req.extensions().get::<Marker>().is_some());
             let mut res = Response::new(Body::from("ok"));
@@ -44,7 +40,11 @@ async fn a_requests_extensions_carry_nothing_of_the_last_answer() {
                 .insert(hyper::ext::ReasonPhrase::from_static(b"Fine"));
             Ok::<_, std::convert::Infallible>(res)
         }
-    }));
+    }))
+}
+
+/// Serves `service` on a loopback port.
+async fn served(service: crate::server::HttpService) -> std::net::SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(serve_with(
@@ -53,6 +53,16 @@ async fn a_requests_extensions_carry_nothing_of_the_last_answer() {
         ServeOptions::default(),
         std::future::pending(),
     ));
+    addr
+}
+
+/// The next request on a connection starts with the last answer's extension map emptied:
+/// it carries none of the answer's values, and the answer keeps what hyper's server reads of
+/// it (its reason phrase).
+#[tokio::test]
+async fn a_requests_extensions_carry_nothing_of_the_last_answer() {
+    let seen: Arc<Mutex<Vec<bool>>> = Arc::default();
+    let addr = served(marking(seen.clone())).await;
     let mut tcp = TcpStream::connect(addr).await.unwrap();
     for _ in 0..3 {
         tcp.write_all(b"GET / HTTP/1.1\r\nhost: gateway\r\n\r\n")
@@ -62,4 +72,36 @@ async fn a_requests_extensions_carry_nothing_of_the_last_answer() {
         assert!(text.starts_with("HTTP/1.1 200 Fine\r\n"), "{text}");
     }
     assert_eq!(*seen.lock().unwrap(), [false, false, false]);
+}
+
+/// The same over HTTP/2, where the streams of one connection run at once and answers hand
+/// their maps on in any order: no request sees a value an answer carried.
+#[tokio::test]
+async fn concurrent_streams_carry_nothing_of_each_others_answers() {
+    let seen: Arc<Mutex<Vec<bool>>> = Arc::default();
+    let addr = served(marking(seen.clone())).await;
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    for _ in 0..4 {
+        let calls = (0..8).map(|_| {
+            let mut sender = sender.clone();
+            async move {
+                let req = Request::get(format!("http://{addr}/"))
+                    .body(http_body_util::Empty::<bytes::Bytes>::new())
+                    .unwrap();
+                let res = sender.send_request(req).await.unwrap();
+                assert_eq!(res.status(), 200);
+            }
+        });
+        futures_util::future::join_all(calls).await;
+    }
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 32);
+    assert!(seen.iter().all(|marked| !marked), "{seen:?}");
 }
