@@ -135,13 +135,15 @@ impl Needles {
             hits: SmallVec::new(),
             complete_from: None,
         };
-        found.record(haystack, 0, cap, haystack.len());
+        found.record(haystack, 0, cap, haystack.len(), 0);
         found
     }
 
     /// [`Needles::find_all`] over a haystack that grows as it arrives (a body read chunk by
     /// chunk): each [`Pieces::grown`] searches only what is new, while it is still in the
-    /// CPU's cache, and [`Pieces::finish`] gives what `find_all` gives on the whole.
+    /// CPU's cache, and [`Pieces::finish`] gives what `find_all` gives on the whole. A
+    /// haystack that is never joined into one buffer is given chunk by chunk to
+    /// [`Pieces::push`] instead, and [`Pieces::finish_pushed`] ends the search.
     ///
     /// ```
     /// use context_relay_json::Needles;
@@ -151,6 +153,13 @@ impl Needles {
     /// let mut pieces = needles.find_all_in_pieces(8);
     /// pieces.grown(&body[..30]); // `"metadata"` is cut at the end of this piece
     /// let found = pieces.finish(body);
+    /// assert_eq!(found.next_of(&[b"\"metadata\""], 0), Ok(Some(27)));
+    ///
+    /// // The same body in chunks that are never joined.
+    /// let mut pieces = needles.find_all_in_pieces(8);
+    /// pieces.push(&body[..30]);
+    /// pieces.push(&body[30..]);
+    /// let found = pieces.finish_pushed();
     /// assert_eq!(found.next_of(&[b"\"metadata\""], 0), Ok(Some(27)));
     /// ```
     pub fn find_all_in_pieces(&self, cap: usize) -> Pieces<'_> {
@@ -162,6 +171,8 @@ impl Needles {
             },
             cap,
             capped: false,
+            fed: 0,
+            tail: SmallVec::new(),
         }
     }
 }
@@ -174,6 +185,11 @@ pub struct Pieces<'n> {
     cap: usize,
     /// The cap was reached: nothing more is searched.
     capped: bool,
+    /// How many bytes [`Pieces::push`] was given.
+    fed: usize,
+    /// What [`Pieces::push`] was given from `found.complete_from` on: the last few bytes, where
+    /// a literal may start that continues into the next chunk.
+    tail: SmallVec<[u8; 32]>,
 }
 
 impl<'n> Pieces<'n> {
@@ -205,7 +221,64 @@ impl<'n> Pieces<'n> {
             return;
         }
         let at = self.found.complete_from.unwrap_or(0);
-        self.capped = self.found.record(haystack, at, self.cap, decided);
+        self.capped = self.found.record(haystack, at, self.cap, decided, 0);
+    }
+
+    /// Searches `chunk`, the bytes that follow all those earlier calls were given, without the
+    /// haystack being kept whole: the positions recorded are the haystack's. An occurrence that
+    /// may continue past `chunk` is left for a later call, which is given the few bytes where
+    /// it starts again from a copy kept here. (Once the haystack is joined after all, the
+    /// search goes on with [`Pieces::grown`] over the whole of it.)
+    pub fn push(&mut self, chunk: &[u8]) {
+        let start = self.fed;
+        self.fed = start.saturating_add(chunk.len());
+        if self.capped {
+            return;
+        }
+        let keep = self.found.needles.longest.saturating_sub(1);
+        // The haystack searched here is `tail` followed by `chunk`, from `at` on.
+        let at = start - self.tail.len();
+        let tail_len = self.tail.len();
+        let decided = (tail_len + chunk.len()).saturating_sub(keep);
+        // Occurrences that start in the tail: they end within its first `keep` bytes of
+        // `chunk`, or are not decided yet.
+        let mut window = std::mem::take(&mut self.tail);
+        window.extend_from_slice(&chunk[..chunk.len().min(keep)]);
+        if self
+            .found
+            .record(&window, 0, self.cap, decided.min(tail_len), at)
+        {
+            self.capped = true;
+            return;
+        }
+        // Those that start in `chunk` itself.
+        if decided > tail_len
+            && self
+                .found
+                .record(chunk, 0, self.cap, decided - tail_len, start)
+        {
+            self.capped = true;
+            return;
+        }
+        self.found.complete_from = Some(at + decided);
+        self.tail = if decided >= tail_len {
+            SmallVec::from_slice(&chunk[decided - tail_len..])
+        } else {
+            // `chunk` is shorter than `keep`: the window holds all of it.
+            window.drain(..decided);
+            window
+        };
+    }
+
+    /// The occurrences in the whole haystack [`Pieces::push`] was given, as
+    /// [`Needles::find_all`] records them.
+    pub fn finish_pushed(mut self) -> Found<'n> {
+        if !self.capped {
+            let tail = std::mem::take(&mut self.tail);
+            let at = self.fed - tail.len();
+            self.capped = self.found.record(&tail, 0, self.cap, tail.len(), at);
+        }
+        self.found
     }
 }
 
@@ -224,15 +297,31 @@ impl Found<'_> {
     /// Records the occurrences starting at or after `at` and before `decided`, up to `cap` of
     /// them in all, and whether the cap stopped it. Every literal starting before `decided`
     /// must fit in `haystack`. Afterwards `complete_from` says where nothing is known yet:
-    /// `None` once `decided` is the haystack's end.
-    fn record(&mut self, haystack: &[u8], at: usize, cap: usize, decided: usize) -> bool {
+    /// `None` once `decided` is the haystack's end. `haystack` starts at `base` of the
+    /// haystack whose positions are recorded (a chunk of it).
+    fn record(
+        &mut self,
+        haystack: &[u8],
+        at: usize,
+        cap: usize,
+        decided: usize,
+        base: usize,
+    ) -> bool {
         let needles = self.needles;
+        let from = self.hits.len();
         let (capped, at) = match &needles.packed {
             Some(packed) => self.record_packed(packed, haystack, at, cap, decided),
             None => self.record_each(haystack, at, cap, decided),
         };
-        if !capped {
-            self.complete_from = (decided < haystack.len()).then_some(decided.max(at));
+        if base > 0 {
+            for hit in &mut self.hits[from..] {
+                hit.1 += base;
+            }
+        }
+        if capped {
+            self.complete_from = self.complete_from.map(|rest| rest + base);
+        } else {
+            self.complete_from = (decided < haystack.len()).then_some(base + decided.max(at));
         }
         capped
     }

@@ -177,6 +177,46 @@ proptest! {
     }
 }
 
+proptest! {
+    /// A search given the haystack chunk by chunk, never joined, finds what one pass over the
+    /// whole finds, however it is cut and whatever the cap; and one whose chunks are joined
+    /// after all, part way, goes on over the joined haystack to the same answer.
+    #[test]
+    fn a_search_of_chunks_finds_what_one_pass_finds(
+        haystack in haystack_of(30, 20),
+        cuts in prop::collection::vec(0usize..200, 0..8),
+        joined_after in 0usize..8,
+        chosen in prop::sample::subsequence(KEYS.to_vec(), 1..KEYS.len()),
+        cap in prop_oneof![Just(usize::MAX), 0usize..6],
+    ) {
+        let mut ends: Vec<usize> = cuts.into_iter().map(|c| c.min(haystack.len())).collect();
+        ends.push(haystack.len());
+        ends.sort_unstable();
+        let [packed, each] = both_ways(&chosen);
+        let whole = packed.find_all(&haystack, cap);
+        for needles in [packed.clone(), each] {
+            let mut pieces = needles.find_all_in_pieces(cap);
+            let mut mixed = needles.find_all_in_pieces(cap);
+            let mut from = 0;
+            for (n, &end) in ends.iter().enumerate() {
+                pieces.push(&haystack[from..end]);
+                if n < joined_after {
+                    mixed.push(&haystack[from..end]);
+                } else {
+                    mixed.grown(&haystack[..end]);
+                }
+                from = end;
+            }
+            let found = pieces.finish_pushed();
+            prop_assert_eq!(&found.hits[..], &whole.hits[..]);
+            prop_assert_eq!(found.complete_from, whole.complete_from);
+            let found = mixed.finish(&haystack);
+            prop_assert_eq!(&found.hits[..], &whole.hits[..]);
+            prop_assert_eq!(found.complete_from, whole.complete_from);
+        }
+    }
+}
+
 /// What a piece ends with is not taken for absent: a literal cut there is found once its
 /// end arrives, and is recorded once.
 #[test]
