@@ -19,6 +19,7 @@ use http_body::Body;
 use http_body_util::BodyExt;
 
 use crate::budget::BudgetHold;
+use crate::chunks::Chunks;
 use crate::combo::BoxError;
 use crate::idle::IdleTimeout;
 
@@ -37,13 +38,24 @@ pub(crate) const HEADROOM: usize = 64;
 
 /// A request body read whole, and what was searched of it as it arrived.
 #[derive(Debug)]
-pub(crate) struct Collected<'n> {
-    /// The body.
-    pub(crate) body: Buffered,
-    /// The search given to [`collect_within`], fed with every byte of a joined body but its
-    /// last few (a literal may continue past a chunk's end): [`Pieces::finish`] completes it.
-    /// `None` for a body of one chunk, which is left to be searched whole.
-    pub(crate) searched: Option<Pieces<'n>>,
+pub(crate) enum Collected<'n> {
+    /// The body in one piece.
+    Whole {
+        /// The body.
+        body: Buffered,
+        /// The search given to [`collect_within`], fed with every byte of a joined body but
+        /// its last few (a literal may continue past a chunk's end): [`Pieces::finish`]
+        /// completes it. `None` for a body of one chunk, which is left to be searched whole.
+        searched: Option<Pieces<'n>>,
+    },
+    /// The body in the chunks it came in (see [`chunks`](crate::chunks)), as the caller
+    /// asked: each was given to [`Pieces::push`] as it arrived.
+    Kept {
+        /// The body.
+        body: Chunks,
+        /// The search, to be ended with [`Pieces::finish_pushed`].
+        searched: Pieces<'n>,
+    },
 }
 
 /// A request body read whole.
@@ -75,28 +87,50 @@ impl Buffered {
     }
 }
 
+/// The most chunks a body is kept in: one sent in more (a slow client's, or one cut small on
+/// purpose) is joined, so that the list of chunks stays short and each chunk's share of the
+/// buffer hyper read it into stays small.
+const MAX_KEPT_CHUNKS: usize = 64;
+
+/// What [`collect_within`] holds of the body so far.
+enum Held {
+    Nothing,
+    One(Bytes),
+    Kept(Chunks),
+    Joined(Vec<u8>),
+}
+
 /// Reads the whole body, at most `limit` bytes, taking its bytes from `hold` as they arrive.
 ///
 /// A body that comes in one chunk is kept as it is. Otherwise the chunks are copied into one
 /// buffer as they arrive and dropped, so the body is held once, never twice: at its declared
 /// length (`content-length`) when there is one, else in a buffer that grows. The hold counts
 /// the buffer's capacity, which is what the process really holds. `search`, when given, is
-/// fed with the joined body as it grows.
+/// fed with the joined body as it grows. With `keep_chunks` (and a `search`), the chunks are
+/// kept as they came instead, up to [`MAX_KEPT_CHUNKS`] of them, each given to the search.
 pub(crate) async fn collect_within<'n, B>(
     body: B,
     declared: Option<u64>,
     limit: usize,
     hold: &mut BudgetHold,
     mut search: Option<Pieces<'n>>,
+    keep_chunks: bool,
 ) -> Result<Collected<'n>, Collect>
 where
     B: Body<Data = Bytes>,
     B::Error: Into<BoxError>,
 {
+    let keep_chunks = keep_chunks && search.is_some();
     let mut body = std::pin::pin!(body);
-    let mut first: Option<Bytes> = None;
-    let mut joined: Option<Vec<u8>> = None;
+    let mut held = Held::Nothing;
     let mut total = 0usize;
+    // The buffer a body is joined into: at its declared length when that is right.
+    let expected = |total: usize| {
+        declared
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|&n| n >= total && n <= limit)
+            .unwrap_or(total)
+    };
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| Collect::Read(e.into()))?;
         let Ok(data) = frame.into_data() else {
@@ -106,46 +140,102 @@ where
         if total > limit {
             return Err(Collect::TooLarge);
         }
-        match (&mut joined, first.take()) {
-            (Some(buf), _) => {
-                append(buf, &data, hold)?;
-                grown(&mut search, buf);
+        held = match std::mem::replace(&mut held, Held::Nothing) {
+            Held::Joined(mut buf) => {
+                append(&mut buf, &data, hold)?;
+                grown(&mut search, &buf);
+                Held::Joined(buf)
             }
-            (None, None) => {
+            Held::Nothing => {
                 if !hold.take(data.len()) {
                     return Err(Collect::Budget);
                 }
-                first = Some(data);
+                Held::One(data)
             }
-            (None, Some(head)) => {
-                // A second chunk: from now on the body is joined. The first chunk's bytes move
-                // into the buffer, whose capacity is taken before they do.
-                let expected = declared
-                    .and_then(|n| usize::try_from(n).ok())
-                    .filter(|&n| n >= total && n <= limit)
-                    .unwrap_or(total);
-                let mut buf = Vec::new();
-                reserve(&mut buf, HEADROOM + expected, hold)?;
-                buf.resize(HEADROOM, b' ');
-                buf.extend_from_slice(&head);
-                hold.release(head.len());
-                drop(head);
+            Held::One(head) if keep_chunks => {
+                if let Some(search) = &mut search {
+                    search.push(&head);
+                }
+                let mut chunks = Chunks::from(head);
+                keep(&mut chunks, data, hold, &mut search)?;
+                Held::Kept(chunks)
+            }
+            Held::Kept(mut chunks) if chunks.count() < MAX_KEPT_CHUNKS => {
+                keep(&mut chunks, data, hold, &mut search)?;
+                Held::Kept(chunks)
+            }
+            // A second chunk, or one chunk too many to keep: from now on the body is joined.
+            // The bytes held so far move into the buffer, whose capacity is taken before they do.
+            Held::One(head) => {
+                let mut buf = joined(&Chunks::from(head), expected(total), hold)?;
                 append(&mut buf, &data, hold)?;
                 grown(&mut search, &buf);
-                joined = Some(buf);
+                Held::Joined(buf)
             }
-        }
+            Held::Kept(chunks) => {
+                let mut buf = joined(&chunks, expected(total), hold)?;
+                drop(chunks);
+                append(&mut buf, &data, hold)?;
+                grown(&mut search, &buf);
+                Held::Joined(buf)
+            }
+        };
     }
-    Ok(match (joined, first) {
-        (Some(buf), _) => Collected {
-            body: Buffered::Joined(buf),
-            searched: search,
+    Ok(match (held, search) {
+        (Held::Kept(body), Some(searched)) => Collected::Kept { body, searched },
+        (Held::Kept(chunks), None) => Collected::Whole {
+            body: Buffered::Chunk(chunks.to_bytes()),
+            searched: None,
         },
-        (None, one) => Collected {
-            body: Buffered::Chunk(one.unwrap_or_default()),
+        (Held::Joined(buf), searched) => Collected::Whole {
+            body: Buffered::Joined(buf),
+            searched,
+        },
+        (Held::One(one), _) => Collected::Whole {
+            body: Buffered::Chunk(one),
+            searched: None,
+        },
+        (Held::Nothing, _) => Collected::Whole {
+            body: Buffered::Chunk(Bytes::new()),
             searched: None,
         },
     })
+}
+
+/// Keeps `data` as a chunk of `chunks`, its bytes taken from `hold`, and searches it.
+fn keep(
+    chunks: &mut Chunks,
+    data: Bytes,
+    hold: &mut BudgetHold,
+    search: &mut Option<Pieces<'_>>,
+) -> Result<(), Collect> {
+    if !hold.take(data.len()) {
+        return Err(Collect::Budget);
+    }
+    if let Some(search) = search {
+        search.push(&data);
+    }
+    chunks.push(data);
+    Ok(())
+}
+
+/// `chunks` copied into a buffer of `expected` bytes behind [`HEADROOM`], its capacity taken
+/// from `hold` before the chunks' own bytes go back to it.
+fn joined(chunks: &Chunks, expected: usize, hold: &mut BudgetHold) -> Result<Vec<u8>, Collect> {
+    let mut buf = Vec::new();
+    reserve(&mut buf, HEADROOM + expected.max(chunks.len()), hold)?;
+    buf.resize(HEADROOM, b' ');
+    for chunk in chunks.iter() {
+        buf.extend_from_slice(chunk);
+    }
+    hold.release(chunks.len());
+    Ok(buf)
+}
+
+/// A body [`collect_within`] kept in chunks, joined after all (a reader needs it in one
+/// piece), the chunks' bytes given back to `hold` for the buffer's.
+pub(crate) fn join_kept(chunks: Chunks, hold: &mut BudgetHold) -> Result<Buffered, Collect> {
+    joined(&chunks, chunks.len(), hold).map(Buffered::Joined)
 }
 
 /// How many new bytes wait for the search at least: a body sent in tiny chunks costs one call
@@ -216,6 +306,23 @@ where
     Ok(joined.map_or_else(|| first.unwrap_or_default(), BytesMut::freeze))
 }
 
+/// [`whole`] without joining: the chunks of a body the gateway already bounded and buffered
+/// (one as a rule; a large body kept in its chunks), as they come. Empty chunks and trailers
+/// are skipped.
+pub(crate) async fn chunks<B>(body: B) -> Result<Chunks, B::Error>
+where
+    B: Body<Data = Bytes>,
+{
+    let mut body = std::pin::pin!(body);
+    let mut chunks = Chunks::default();
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            chunks.push(data);
+        }
+    }
+    Ok(chunks)
+}
+
 /// Whether `e` (or what caused it) is the client body timeout.
 pub(crate) fn is_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut cur = Some(e);
@@ -282,11 +389,9 @@ mod tests {
         for declared in [Some(len as u64), None, Some(1 << 40)] {
             let budget = ByteBudget::new(1 << 20);
             let mut hold = budget.hold();
-            let body = collect_within(chunked(&chunks), declared, 1 << 20, &mut hold, None)
-                .await
-                .ok()
-                .unwrap()
-                .body;
+            let (body, _) = whole_of(
+                collect_within(chunked(&chunks), declared, 1 << 20, &mut hold, None, false).await,
+            );
             let Buffered::Joined(buf) = &body else {
                 panic!("joined")
             };
@@ -299,18 +404,23 @@ mod tests {
         // One chunk is kept as it came, and counted as it is.
         let budget = ByteBudget::new(1 << 20);
         let mut hold = budget.hold();
-        let body = collect_within(chunked(&[b"{}"]), Some(2), 1 << 20, &mut hold, None)
-            .await
-            .ok()
-            .unwrap()
-            .body;
+        let (body, _) = whole_of(
+            collect_within(chunked(&[b"{}"]), Some(2), 1 << 20, &mut hold, None, false).await,
+        );
         assert!(matches!(body, Buffered::Chunk(_)));
         assert_eq!(hold.held(), 2);
         // A budget smaller than the buffer refuses the body.
         let budget = ByteBudget::new((HEADROOM + len - 1) as u64);
         let mut hold = budget.hold();
-        let refused =
-            collect_within(chunked(&chunks), Some(len as u64), 1 << 20, &mut hold, None).await;
+        let refused = collect_within(
+            chunked(&chunks),
+            Some(len as u64),
+            1 << 20,
+            &mut hold,
+            None,
+            false,
+        )
+        .await;
         assert!(matches!(refused, Err(Collect::Budget)));
     }
 
@@ -333,12 +443,11 @@ mod tests {
         let budget = ByteBudget::new(1 << 20);
         let mut hold = budget.hold();
         let search = Some(needles.find_all_in_pieces(usize::MAX));
-        let collected = collect_within(chunked(&chunks), None, 1 << 20, &mut hold, search)
-            .await
-            .ok()
-            .unwrap();
-        let body = collected.body.as_slice();
-        let searched = collected.searched.expect("searched");
+        let (body, searched) = whole_of(
+            collect_within(chunked(&chunks), None, 1 << 20, &mut hold, search, false).await,
+        );
+        let body = body.as_slice();
+        let searched = searched.expect("searched");
         // Searched up to the last bytes of the second chunk, where a literal could still have
         // continued; the last chunk, a few bytes, waits for the end.
         let second_end = chunks[0].len() + chunks[1].len();
@@ -363,20 +472,81 @@ mod tests {
         let bytes: &'static [u8] = b"{\"model\":\"m\",\"metadata\":{}}";
         let tiny: Vec<&'static [u8]> = bytes.chunks(1).collect();
         let search = Some(needles.find_all_in_pieces(usize::MAX));
-        let collected = collect_within(chunked(&tiny), None, 1 << 20, &mut hold, search)
-            .await
-            .ok()
-            .unwrap();
-        let searched = collected.searched.expect("searched");
+        let (body, searched) =
+            whole_of(collect_within(chunked(&tiny), None, 1 << 20, &mut hold, search, false).await);
+        let searched = searched.expect("searched");
         assert_eq!(searched.searched_to(), 0);
-        let found = searched.finish(collected.body.as_slice());
+        let found = searched.finish(body.as_slice());
         assert_eq!(found.next_of(&[b"\"metadata\""], 0), Ok(Some(13)));
 
         let search = Some(needles.find_all_in_pieces(usize::MAX));
-        let one = collect_within(chunked(&[b"{}"]), None, 1 << 20, &mut hold, search)
-            .await
-            .ok()
-            .unwrap();
-        assert!(one.searched.is_none());
+        let (_, searched) = whole_of(
+            collect_within(chunked(&[b"{}"]), None, 1 << 20, &mut hold, search, true).await,
+        );
+        assert!(
+            searched.is_none(),
+            "one chunk is kept as it is, and not searched"
+        );
+    }
+
+    /// Asked to, the body is kept in its chunks, each searched as it arrives (a literal cut
+    /// between two of them included), its bytes counted as they are; past
+    /// [`MAX_KEPT_CHUNKS`] it is joined after all, and searched on in the joined buffer.
+    #[tokio::test]
+    async fn a_body_is_kept_in_its_chunks_when_asked() {
+        use context_relay_core::json::Needles;
+
+        let needles = Needles::new(&[b"\"model\"", b"\\u"]);
+        let filler = "a".repeat(200);
+        let whole = format!("{{\"model\":\"m\",\"input\":\"{filler}\\u0041\",\"model\":1}}");
+        let whole: &'static [u8] = Box::leak(whole.into_bytes().into_boxed_slice());
+        let expected = needles.find_all(whole, usize::MAX);
+        for pieces in [2, 3, 29, MAX_KEPT_CHUNKS, MAX_KEPT_CHUNKS + 1] {
+            // `pieces` chunks, as even as they come.
+            let cut: Vec<&'static [u8]> = (0..pieces)
+                .map(|i| &whole[i * whole.len() / pieces..(i + 1) * whole.len() / pieces])
+                .collect();
+            let budget = ByteBudget::new(1 << 20);
+            let mut hold = budget.hold();
+            let search = Some(needles.find_all_in_pieces(usize::MAX));
+            let collected =
+                collect_within(chunked(&cut), None, 1 << 20, &mut hold, search, true).await;
+            let found = match collected {
+                Ok(Collected::Kept { body, searched }) => {
+                    assert!(cut.len() <= MAX_KEPT_CHUNKS, "{} chunks kept", cut.len());
+                    assert_eq!(body.count(), cut.len());
+                    assert_eq!(&body.to_bytes()[..], whole);
+                    assert_eq!(hold.held(), whole.len());
+                    // Joined after all, the body is counted as its buffer.
+                    let joined = join_kept(body, &mut hold).ok().unwrap();
+                    assert_eq!(joined.as_slice(), whole);
+                    assert_eq!(hold.held(), HEADROOM + whole.len());
+                    searched.finish_pushed()
+                }
+                Ok(Collected::Whole { body, searched }) => {
+                    assert!(cut.len() > MAX_KEPT_CHUNKS, "{} chunks joined", cut.len());
+                    assert_eq!(body.as_slice(), whole);
+                    searched.expect("searched").finish(body.as_slice())
+                }
+                Err(_) => panic!("read"),
+            };
+            for from in 0..whole.len() {
+                for literal in [&b"\"model\""[..], b"\\u"] {
+                    assert_eq!(
+                        found.next_of(&[literal], from),
+                        expected.next_of(&[literal], from),
+                        "{pieces} pieces, from {from}"
+                    );
+                }
+            }
+        }
+    }
+
+    fn whole_of<'n>(collected: Result<Collected<'n>, Collect>) -> (Buffered, Option<Pieces<'n>>) {
+        match collected {
+            Ok(Collected::Whole { body, searched }) => (body, searched),
+            Ok(Collected::Kept { .. }) => panic!("kept in chunks"),
+            Err(_) => panic!("not read"),
+        }
     }
 }

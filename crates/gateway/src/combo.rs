@@ -40,12 +40,14 @@ use tower_service::Service;
 use crate::access_log::Routed;
 use crate::auth::{ClientAccess, forbidden};
 use crate::budget::{BudgetHold, ByteBudget};
-use crate::collect::{Buffered, Collect, collect_within, is_timeout};
+use crate::chunks::Chunks;
+use crate::collect::{Buffered, Collect, Collected, collect_within, is_timeout, join_kept};
 use crate::decoding::{OFF_WORKERS_BYTES, decode_off_workers, off_workers};
 use crate::error::{ErrorKind, ErrorShape, error_response};
 use crate::gemini;
 use crate::model::{
-    BODY_LITERALS, BODY_LITERALS_CAP, MODEL_LITERALS, find_model_and_literals, rewrite_model,
+    BODY_LITERALS, BODY_LITERALS_CAP, MODEL_LITERALS, ModelField, find_model_and_literals,
+    find_model_in_chunks, rewrite_model, rewrite_model_in_chunks,
 };
 
 mod routes;
@@ -114,7 +116,7 @@ pub(crate) type ResponseFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>>
 
 impl<S, B, ResBody> Service<Request<B>> for ComboService<S>
 where
-    S: Service<Request<Full<Bytes>>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S: Service<Request<Chunks>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send,
     B: Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
@@ -162,7 +164,7 @@ async fn prepare<B>(
     routes: &Routes,
     limit: usize,
     hold: &mut BudgetHold,
-) -> Result<Request<Full<Bytes>>, Response<Full<Bytes>>>
+) -> Result<Request<Chunks>, Response<Full<Bytes>>>
 where
     B: Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
@@ -177,14 +179,7 @@ where
             &format!("the request body is larger than the gateway's limit of {limit} bytes"),
         )
     };
-    let bad_request = |message: &str| {
-        error_response(
-            shape,
-            StatusCode::BAD_REQUEST,
-            ErrorKind::InvalidRequest.name(shape),
-            message,
-        )
-    };
+    let bad_request = |message: &str| bad_request(shape, message);
 
     let declared = parts
         .headers
@@ -194,17 +189,7 @@ where
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
-    let busy = || {
-        let mut res = error_response(
-            shape,
-            StatusCode::SERVICE_UNAVAILABLE,
-            ErrorKind::Overloaded.name(shape),
-            "the gateway is buffering as many request bytes as it may (max_buffered_bytes); retry shortly",
-        );
-        res.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        res
-    };
+    let busy = || busy(shape);
     // A body read in several chunks is searched for what the `model` check and the session
     // reading look for as it arrives, while each chunk is still cached (see `collect`); not a
     // compressed one, nor a Gemini one, which names its model in the path. With the session
@@ -222,8 +207,19 @@ where
     };
     let search = (in_path.is_none() && !parts.headers.contains_key(header::CONTENT_ENCODING))
         .then(|| literals.find_all_in_pieces(BODY_LITERALS_CAP));
-    let (raw, searched) = match collect_within(body, declared, limit, hold, search).await {
-        Ok(collected) => (collected.body, collected.searched),
+    // Such a body, when it comes in several chunks, is kept in them (see `chunks`): it is
+    // routed without being copied when `model` stands whole in its first chunk and no second
+    // one may follow; otherwise it is joined and read as any other, with the same answers.
+    let keep = in_head == Some(true);
+    let (raw, searched) = match collect_within(body, declared, limit, hold, search, keep).await {
+        Ok(Collected::Whole { body, searched }) => (body, searched),
+        Ok(Collected::Kept { body, searched }) => match find_model_in_chunks(&body, searched) {
+            Some(field) => {
+                let read = (Read::Kept(body), Some((field, None)));
+                return route(parts, read, "", routes, hold, in_head).await;
+            }
+            None => (join_kept(body, hold).map_err(|_| busy())?, None),
+        },
         Err(Collect::TooLarge) => return Err(too_large()),
         Err(Collect::Budget) => return Err(busy()),
         Err(Collect::Read(e)) if is_timeout(&*e) => {
@@ -288,10 +284,61 @@ where
             (String::new(), Some((field, found)))
         }
     };
+    route(
+        parts,
+        (Read::Whole(body), field),
+        &in_path,
+        routes,
+        hold,
+        in_head,
+    )
+    .await
+}
+
+/// A body as ComboService read it: in one piece, or kept in the chunks it came in (see
+/// [`chunks`](crate::chunks)), `model` in the first of them.
+enum Read {
+    Whole(Buffered),
+    Kept(Chunks),
+}
+
+impl Read {
+    /// Where `model` was read: the whole body, or its first chunk.
+    fn head(&self) -> &[u8] {
+        match self {
+            Read::Whole(body) => body.as_slice(),
+            Read::Kept(chunks) => chunks.iter().next().map_or(&[][..], |c| &c[..]),
+        }
+    }
+
+    fn into_chunks(self) -> Chunks {
+        match self {
+            Read::Whole(body) => Chunks::from(body.into_bytes()),
+            Read::Kept(chunks) => chunks,
+        }
+    }
+}
+
+/// The body's `model` where it was read, and where [`BODY_LITERALS`] occur in the body when
+/// it was searched for them; no field for a Gemini request (its model is in the path).
+type ReadModel = Option<(ModelField, Option<context_relay_core::json::Found<'static>>)>;
+
+/// Routes the request whose body was read: its model (from the body, or `in_path`) checked
+/// against the client's access and resolved to the targets, the first target's model written
+/// into the body, its session identified.
+async fn route(
+    mut parts: http::request::Parts,
+    (body, field): (Read, ReadModel),
+    in_path: &str,
+    routes: &Routes,
+    hold: &mut BudgetHold,
+    in_head: Option<bool>,
+) -> Result<Request<Chunks>, Response<Full<Bytes>>> {
+    let shape = ErrorShape::for_path(parts.uri.path());
     // Borrowed from where it was read, not copied.
     let model = field
         .as_ref()
-        .map_or(in_path.as_str(), |(f, _)| f.value(body.as_slice()));
+        .map_or(in_path, |(f, _)| f.value(body.head()));
     if let Some(access) = parts.extensions.get::<ClientAccess>()
         && !access.allows(model)
     {
@@ -305,14 +352,20 @@ where
             &e.to_string(),
         )
     })?;
-    let (body, written, found) = match (targets.targets.first(), field) {
-        (Some(first), Some((field, found))) => {
+    // A body kept in chunks names its session in the head: it is identified without it.
+    let whole = matches!(body, Read::Whole(_));
+    let (body, written, found) = match (targets.targets.first(), field, body) {
+        (Some(first), Some((field, found)), Read::Whole(body)) => {
             let (body, written) = rewrite_model(body, &field, &first.model);
             let found = found.map(|f| written.carry(f, &field, &body));
-            (body, Some(written), found)
+            (Chunks::from(body), Some(written), found)
         }
-        (None, Some((_, found))) => (body.into_bytes(), None, found),
-        (_, None) => (body.into_bytes(), None, None),
+        (Some(first), Some((field, _)), Read::Kept(body)) => {
+            let (body, written) = rewrite_model_in_chunks(body, &field, &first.model);
+            (body, Some(written), None)
+        }
+        (_, Some((_, found)), body) => (body.into_chunks(), None, found),
+        (_, None, body) => (body.into_chunks(), None, None),
     };
     if let Some(first) = targets.targets.first()
         && written.is_none()
@@ -325,16 +378,20 @@ where
     // The session of a large body is read on the blocking pool (the fingerprint of a first
     // message of megabytes takes milliseconds); a session named in the head (as agent clients
     // send it) is read without the body, and the hop to the pool would cost more than it saves.
-    if body.len() >= OFF_WORKERS_BYTES && !in_head.unwrap_or_else(|| session_in_head(&parts)) {
-        let body = body.clone();
+    // (A whole body is one chunk: it is taken as it is, not copied.)
+    if !whole {
+        identify(&mut parts, None, None);
+    } else if body.len() >= OFF_WORKERS_BYTES && !in_head.unwrap_or_else(|| session_in_head(&parts))
+    {
+        let body = body.to_bytes();
         parts = off_workers(move || {
-            identify(&mut parts, &body, found.as_ref());
+            identify(&mut parts, Some(&body), found.as_ref());
             parts
         })
         .await
-        .map_err(|e| bad_request(&format!("the request body could not be read: {e}")))?;
+        .map_err(|e| bad_request(shape, &format!("the request body could not be read: {e}")))?;
     } else {
-        identify(&mut parts, &body, found.as_ref());
+        identify(&mut parts, Some(&body.to_bytes()), found.as_ref());
     }
     if let Some(combo) = combo {
         parts.extensions.insert(combo);
@@ -346,9 +403,32 @@ where
     // account-bound state scrubbed, a translated body): it is counted up front, so that the
     // budget bounds what the process really holds.
     if !hold.take(body.len()) {
-        return Err(busy());
+        return Err(busy(shape));
     }
-    Ok(Request::from_parts(parts, Full::new(body)))
+    Ok(Request::from_parts(parts, body))
+}
+
+/// A 400 in `shape`.
+fn bad_request(shape: ErrorShape, message: &str) -> Response<Full<Bytes>> {
+    error_response(
+        shape,
+        StatusCode::BAD_REQUEST,
+        ErrorKind::InvalidRequest.name(shape),
+        message,
+    )
+}
+
+/// The 503 of a spent byte budget, in `shape`.
+fn busy(shape: ErrorShape) -> Response<Full<Bytes>> {
+    let mut res = error_response(
+        shape,
+        StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::Overloaded.name(shape),
+        "the gateway is buffering as many request bytes as it may (max_buffered_bytes); retry shortly",
+    );
+    res.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    res
 }
 
 /// Most stacked `content-encoding` layers decoded (clients send one).
@@ -368,15 +448,15 @@ const MAX_CODINGS: usize = 2;
 /// (only [`MODEL_LITERALS`] when the head names the session: the body's ids are then not read).
 pub(crate) fn identify(
     parts: &mut http::request::Parts,
-    body: &[u8],
+    body: Option<&[u8]>,
     found: Option<&context_relay_core::json::Found<'_>>,
 ) {
     let explicit_session = parts.extensions.get::<SessionId>().map(|s| s.0.clone());
     let explicit_tenant = parts.extensions.get::<Tenant>().map(|t| t.0.clone());
     let (kept_session, kept_tenant) = (explicit_session.clone(), explicit_tenant.is_some());
     let headers = &parts.headers;
-    let identity = match found {
-        Some(found) => session::identify_found(
+    let identity = match (body, found) {
+        (Some(body), Some(found)) => session::identify_found(
             headers,
             body,
             found,
@@ -384,9 +464,9 @@ pub(crate) fn identify(
             explicit_session,
             explicit_tenant,
         ),
-        None => session::identify(
+        (body, _) => session::identify(
             headers,
-            Some(body),
+            body,
             &SESSION_SOURCES,
             explicit_session,
             explicit_tenant,
@@ -460,12 +540,14 @@ mod examples {
         .unwrap();
         let svc = ServiceBuilder::new()
             .layer(ComboLayer::new(Routes::from_config(&config), 8 << 20))
-            .service(service_fn(|req: Request<Full<Bytes>>| async move {
-                let targets = req.extensions().get::<RouteTargets>().unwrap().clone();
-                assert_eq!(&*targets.targets[0].provider, "codex");
-                let body = req.into_body().collect().await.unwrap().to_bytes();
-                Ok::<_, Infallible>(Response::new(Full::new(body)))
-            }));
+            .service(service_fn(
+                |req: Request<crate::chunks::Chunks>| async move {
+                    let targets = req.extensions().get::<RouteTargets>().unwrap().clone();
+                    assert_eq!(&*targets.targets[0].provider, "codex");
+                    let body = req.into_body().collect().await.unwrap().to_bytes();
+                    Ok::<_, Infallible>(Response::new(Full::new(body)))
+                },
+            ));
         let req = Request::post("/v1/responses")
             .body(Full::new(Bytes::from_static(
                 br#"{"model":"codex-relay","input":"hi"}"#,

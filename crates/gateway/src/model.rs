@@ -27,7 +27,12 @@ use bytes::Bytes;
 use context_relay_core::json::{self, JsonError, Kind};
 use context_relay_core::session::BODY_ID_LITERALS;
 
+use crate::chunks::Chunks;
 use crate::collect::{Buffered, HEADROOM};
+
+mod kept;
+
+pub(crate) use kept::{find_model_in_chunks, rewrite_model_in_chunks};
 
 /// Why no model could be read.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -172,22 +177,24 @@ fn read_model(
         let object = json::parse_object(body).map_err(|e| invalid(&e))?;
         object.unique("model").map_err(|e| invalid(&e))?;
     }
+    Ok((string_field(body, span)?, found))
+}
+
+/// The field of the `model` value at `span` of `body`: a non-empty string.
+fn string_field(body: &[u8], span: Range<usize>) -> Result<ModelField, ModelError> {
     let not_string =
         || ModelError::NotString(truncate(&String::from_utf8_lossy(&body[span.clone()])));
     if Kind::of(body, &span) != Some(Kind::String) {
         return Err(not_string());
     }
     match json::decode_str(body, span.clone()) {
-        Ok(v) if !v.trim().is_empty() => Ok((
-            ModelField {
-                decoded: match v {
-                    Cow::Borrowed(_) => None,
-                    Cow::Owned(name) => Some(name),
-                },
-                span,
+        Ok(v) if !v.trim().is_empty() => Ok(ModelField {
+            decoded: match v {
+                Cow::Borrowed(_) => None,
+                Cow::Owned(name) => Some(name),
             },
-            found,
-        )),
+            span,
+        }),
         _ => Err(not_string()),
     }
 }
@@ -238,13 +245,17 @@ impl WrittenModel {
     }
 
     /// The body for a target named `model`: `body` itself (not copied) when it already names
-    /// it, else `body` with the literal at the known place replaced (one copy). `None` when that
-    /// place holds no string literal of `body` (a body changed since it was written).
-    pub(crate) fn retarget(&self, body: &Bytes, model: &str) -> Option<Bytes> {
+    /// it, else `body` with the literal at the known place replaced (the chunk that holds it
+    /// copied: the whole body, as a rule; the literal alone in a body kept in chunks). `None`
+    /// when that place holds no string literal of `body` (a body changed since it was written).
+    pub(crate) fn retarget(&self, body: &Chunks, model: &str) -> Option<Chunks> {
         if *self.value == *model {
             return Some(body.clone());
         }
-        json::splice_str(body, self.span.clone(), model).ok()
+        body.edit_chunk(&self.span, |chunk, span| {
+            let spliced = json::splice_str(chunk, span, model).ok()?;
+            Some(std::iter::once(spliced).collect())
+        })
     }
 }
 
@@ -484,25 +495,48 @@ mod tests {
             model in "[a-z0-9.-]{1,20}|\\PC{1,8}",
             first in "[a-z0-9./-]{1,40}|\\PC{1,12}",
             later in "[a-z0-9./-]{1,40}|\\PC{1,12}",
-            joined in any::<bool>(),
+            mode in 0..3u8,
+            cuts in proptest::collection::vec(0usize..80, 0..4),
         ) {
             prop_assume!(!model.trim().is_empty() && !first.trim().is_empty());
             let model_lit = serde_json::Value::String(model).to_string();
             let text = format!("{{\"a{before}\":1,\"model\":{model_lit},\"t\":[1,{{\"model\":2}}]}}");
             let field = find_model(text.as_bytes()).unwrap();
-            let body = if joined {
-                let mut buf = vec![b' '; HEADROOM];
-                buf.extend_from_slice(text.as_bytes());
-                Buffered::Joined(buf)
-            } else {
-                Buffered::Chunk(Bytes::from(text))
+            let first = Arc::from(&*first);
+            let (out, written) = match mode {
+                0 | 1 => {
+                    let body = if mode == 0 {
+                        let mut buf = vec![b' '; HEADROOM];
+                        buf.extend_from_slice(text.as_bytes());
+                        Buffered::Joined(buf)
+                    } else {
+                        Buffered::Chunk(Bytes::from(text.clone()))
+                    };
+                    let (out, written) = rewrite_model(body, &field, &first);
+                    (Chunks::from(out), written)
+                }
+                _ => {
+                    // Kept in chunks, cut anywhere after the `model` literal.
+                    let whole = Bytes::from(text.clone());
+                    let mut ends: Vec<usize> =
+                        cuts.iter().map(|c| (field.span.end + c).min(whole.len())).collect();
+                    ends.push(whole.len());
+                    ends.sort_unstable();
+                    let mut chunks = Chunks::default();
+                    let mut from = 0;
+                    for end in ends {
+                        chunks.push(whole.slice(from..end));
+                        from = end;
+                    }
+                    rewrite_model_in_chunks(chunks, &field, &first)
+                }
             };
-            let (out, written) = rewrite_model(body, &field, &Arc::from(&*first));
+            let out = out.to_bytes();
             let again = find_model(&out).unwrap();
-            prop_assert_eq!(again.value(&out), first.as_str());
+            prop_assert_eq!(again.value(&out), &*first);
             let expected = replace_model(&out, &again, &later).unwrap();
-            let retargeted = written.retarget(&out, &later).unwrap();
-            prop_assert_eq!(&retargeted[..], &expected[..]);
+            let retargeted = written.retarget(&Chunks::from(out), &later).unwrap();
+            prop_assert_eq!(&retargeted.to_bytes()[..], &expected[..]);
         }
 
         #[test]

@@ -53,8 +53,9 @@
 //! one attempt only, no re-binding of the session, and the account is only marked exhausted
 //! when the summary call itself got a 429.
 //!
-//! The body comes buffered and bounded by ComboService, as one frame: it is taken without a
-//! copy and replayed from memory on each attempt. A later target's `model` is written where
+//! The body comes buffered and bounded by ComboService, as one frame (or the few chunks a
+//! large body is kept in): it is taken without a copy and replayed from memory on each
+//! attempt. A later target's `model` is written where
 //! ComboService wrote the first one's ([`WrittenModel`]), without searching the body again.
 
 use std::future::Future;
@@ -68,12 +69,13 @@ use context_relay_core::quota;
 use context_relay_tower::{ComboName, ResolvedAccount, SessionId, SummaryCall, Tenant};
 use http::{Extensions, HeaderValue, Request, Response, StatusCode, header};
 use http_body::Body;
-use http_body_util::{Either, Full};
+use http_body_util::Either;
 use smallvec::SmallVec;
 use tower::ServiceExt;
 use tower_layer::Layer;
 use tower_service::Service;
 
+use crate::chunks::Chunks;
 use crate::combo::{BoxError, RouteTargets, Routes};
 use crate::console::Activity;
 use crate::error::{ErrorKind, ErrorShape, error_response_as};
@@ -159,7 +161,7 @@ pub(crate) type ResponseFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>>
 
 impl<S, B, ResBody> Service<Request<B>> for AccountResolver<S>
 where
-    S: Service<Request<Full<Bytes>>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S: Service<Request<Chunks>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send,
     S::Error: Send,
     B: Body<Data = Bytes> + Send + 'static,
@@ -213,7 +215,7 @@ async fn resolve<S, B, ResBody>(
     req: Request<B>,
 ) -> Result<Response<Either<ResBody, Peeked<ResBody>>>, S::Error>
 where
-    S: Service<Request<Full<Bytes>>, Response = Response<ResBody>> + Send,
+    S: Service<Request<Chunks>, Response = Response<ResBody>> + Send,
     S::Future: Send,
     B: Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
@@ -239,8 +241,8 @@ where
         ));
     };
     // ComboService bounded and buffered the body (the summary call's is the relay's own): it
-    // comes as one frame, taken here without a copy and without a limit of its own.
-    let body = match crate::collect::whole(body).await {
+    // comes as one frame, or a few, taken here without a copy and without a limit of its own.
+    let body = match crate::collect::chunks(body).await {
         Ok(body) => body,
         Err(e) => {
             return Ok(own_error(

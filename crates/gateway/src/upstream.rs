@@ -40,6 +40,7 @@ use tower_service::Service;
 
 use context_relay_tower::{RequestBody, ResolvedAccount};
 
+use crate::chunks::Chunks;
 use crate::combo::BoxError;
 use crate::config::ProviderApi;
 use crate::connector::Connector;
@@ -90,7 +91,7 @@ pub enum UpstreamError {
 
 /// The request body the relay layers hand the upstream call: the body ComboService
 /// buffered, as the injection layer passes it on.
-pub(crate) type InBody = RequestBody<Full<Bytes>>;
+pub(crate) type InBody = RequestBody<Chunks>;
 
 /// The body of an upstream request: a relayed request's body as it came (not boxed: every
 /// relayed request has it), or another one (a translated request, a login call), boxed.

@@ -46,7 +46,7 @@ where
     let seen = Arc::new(std::sync::Mutex::new(None));
     let s2 = seen.clone();
     let svc = ComboLayer::new(Routes::from_config(&config()), 1024).layer(service_fn(
-        move |req: Request<Full<Bytes>>| {
+        move |req: Request<crate::chunks::Chunks>| {
             let seen = s2.clone();
             async move {
                 let (parts, body) = req.into_parts();
@@ -289,7 +289,7 @@ fn model_ids() {
 fn identified(req: &Request<()>, body: &[u8]) -> Option<String> {
     let key = |body: &[u8], found: Option<&context_relay_core::json::Found<'_>>| {
         let (mut parts, ()) = req.clone().into_parts();
-        identify(&mut parts, body, found);
+        identify(&mut parts, Some(body), found);
         let tenant = parts.extensions.get::<Tenant>().expect("a tenant, always");
         let session = parts.extensions.get::<SessionId>()?;
         Some(format!("{}\n{}", tenant.0, session.0))
@@ -371,4 +371,128 @@ fn identify_sets_tenant_and_session_once_for_everyone() {
     let turn2 = br#"{"model":"m","messages":[{"role":"user","content":"fix the bug"},{"role":"assistant","content":"done"},{"role":"user","content":"thanks"}]}"#;
     assert!(key(&req, turn1).is_some());
     assert_eq!(key(&req, turn1), key(&req, turn2));
+}
+
+/// What the service below ComboService got: the status, the head, the body's bytes and how
+/// many chunks they came in.
+async fn run_counting(
+    pieces: &[Vec<u8>],
+    session: bool,
+) -> (StatusCode, Option<(Request<()>, Vec<u8>, usize)>) {
+    let seen = Arc::new(std::sync::Mutex::new(None));
+    let s2 = seen.clone();
+    let svc = ComboLayer::new(Routes::from_config(&config()), 1 << 20).layer(service_fn(
+        move |req: Request<crate::chunks::Chunks>| {
+            let seen = s2.clone();
+            async move {
+                let (parts, mut body) = req.into_parts();
+                let (mut bytes, mut count) = (Vec::new(), 0);
+                while let Some(frame) = body.frame().await {
+                    bytes.extend_from_slice(frame.unwrap().data_ref().unwrap());
+                    count += 1;
+                }
+                *seen.lock().unwrap() = Some((Request::from_parts(parts, ()), bytes, count));
+                Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
+            }
+        },
+    ));
+    let frames = futures_util::stream::iter(
+        pieces
+            .to_vec()
+            .into_iter()
+            .map(|p| Ok::<_, Infallible>(http_body::Frame::data(Bytes::from(p)))),
+    );
+    let mut req = Request::post("/v1/chat/completions");
+    if session {
+        req = req.header("x-session-id", "s-head");
+    }
+    let req = req.body(http_body_util::StreamBody::new(frames)).unwrap();
+    let res = svc.oneshot(req).await.unwrap();
+    let status = res.status();
+    let seen = seen.lock().unwrap().take();
+    (status, seen)
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    /// A body in several chunks whose head names the session is kept in its chunks, or
+    /// joined when it must be (its `model` cut by a chunk's end, a second `model` or a `\u`
+    /// after it): either way the service below gets what it gets for the same body in one
+    /// chunk (status, bytes, model written, session), and a body routed in its chunks comes
+    /// in them, not copied into one.
+    #[test]
+    fn a_body_kept_in_its_chunks_is_routed_as_one_in_one_chunk(
+        before in proptest::sample::select(vec!["", r#""stream":true,"#, r#""input":"a\"b","#]),
+        model in proptest::sample::select(vec!["codex-relay", "plain", "codex/gpt-5.5", "nope"]),
+        after in proptest::collection::vec(proptest::sample::select(vec![
+            r#","input":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx""#,
+            r#","tools":[{"model":1}]"#,
+            r#","t":"caf\u00e9""#,
+            r#","model":"plain""#,
+            r#","n":1.50"#,
+        ]), 0..6),
+        cuts in proptest::collection::vec(0usize..400, 1..5),
+    ) {
+        let text = format!("{{{before}\"model\":\"{model}\"{}}}", after.concat());
+        let whole = text.into_bytes();
+        let mut ends: Vec<usize> = cuts.iter().map(|c| c % (whole.len() + 1)).collect();
+        ends.push(whole.len());
+        ends.sort_unstable();
+        let mut pieces = Vec::new();
+        let mut from = 0;
+        for end in ends {
+            pieces.push(whole[from..end].to_vec());
+            from = end;
+        }
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        for session in [true, false] {
+            let (status, one) = rt.block_on(run_counting(&[whole.clone()], session));
+            let (got, seen) = rt.block_on(run_counting(&pieces, session));
+            proptest::prop_assert_eq!(got, status);
+            match (&one, seen) {
+                (Some((head, bytes, _)), Some((sent, got, count))) => {
+                    proptest::prop_assert_eq!(&got, bytes);
+                    let written = |r: &Request<()>| {
+                        r.extensions().get::<RouteTargets>().map(|t| t.written.clone())
+                    };
+                    proptest::prop_assert_eq!(written(&sent), written(head));
+                    let named = |r: &Request<()>| r.extensions().get::<SessionId>().cloned();
+                    proptest::prop_assert_eq!(named(&sent), named(head));
+                    // Kept only with the session in the head and nothing after `model` that
+                    // could be a second one.
+                    let models = whole.windows(7).filter(|w| w == b"\"model\"").count();
+                    let escapes = whole.windows(2).any(|w| w == b"\\u");
+                    if !session || models > 1 || escapes {
+                        proptest::prop_assert_eq!(count, 1);
+                    }
+                }
+                (None, None) => {}
+                (one, seen) => proptest::prop_assert!(false, "{one:?} against {seen:?}"),
+            }
+        }
+    }
+}
+
+/// A large turn of an agent session (the head names the session) that comes in several
+/// chunks reaches the service below in them: its `model` literal replaced by a chunk of its
+/// own, every other byte in the chunks it came in.
+#[tokio::test]
+async fn a_large_turn_is_forwarded_in_its_chunks() {
+    let history = format!(r#","input":"{}""#, "x".repeat(3000));
+    let pieces = vec![
+        br#"{"model":"codex-relay","stream":true"#.to_vec(),
+        history.clone().into_bytes(),
+        br#","n":1}"#.to_vec(),
+    ];
+    let (status, seen) = run_counting(&pieces, true).await;
+    assert_eq!(status, 200);
+    let (_, bytes, count) = seen.unwrap();
+    let expected = format!(r#"{{"model":"gpt-5.5","stream":true{history},"n":1}}"#);
+    assert_eq!(String::from_utf8(bytes).unwrap(), expected);
+    // `{`, the new literal, the rest of the first chunk, and the two other chunks.
+    assert_eq!(count, 5);
+    // Without the session in the head the body is read for its ids: joined, one chunk.
+    let (_, seen) = run_counting(&pieces, false).await;
+    assert_eq!(seen.unwrap().2, 1);
 }

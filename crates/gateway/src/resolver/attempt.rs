@@ -1,12 +1,11 @@
 //! One attempt of the account resolver: the request it sends (the client's head, the body
 //! with the target's model, the account's endpoint) and the label its answer carries.
 
-use bytes::Bytes;
 use context_relay_tower::ResolvedAccount;
 use http::{Extensions, Request};
-use http_body_util::Full;
 
 use super::head::Head;
+use crate::chunks::Chunks;
 use crate::combo::Target;
 use crate::credential::Credential;
 use crate::model::{WrittenModel, find_model, replace_model};
@@ -18,19 +17,23 @@ use crate::upstream::UpstreamEndpoint;
 /// body the relay built and may name its own handoff model) keeps its body on the first target
 /// and is searched for `model` on a later one.
 pub(super) fn body_for_target(
-    body: &Bytes,
+    body: &Chunks,
     target: &Target,
     written: Option<&WrittenModel>,
     first_model: Option<&str>,
-) -> Bytes {
+) -> Chunks {
     if let Some(out) = written.and_then(|w| w.retarget(body, &target.model)) {
         return out;
     }
     if first_model == Some(&*target.model) {
         return body.clone();
     }
-    match find_model(body) {
-        Ok(field) => replace_model(body, &field, &target.model).unwrap_or_else(|| body.clone()),
+    // The relay's own body, in one chunk (joined, should it not be).
+    let whole = body.to_bytes();
+    match find_model(&whole) {
+        Ok(field) => {
+            replace_model(&whole, &field, &target.model).map_or_else(|| body.clone(), Chunks::from)
+        }
         Err(_) => body.clone(),
     }
 }
@@ -39,13 +42,13 @@ pub(super) fn body_for_target(
 /// and the account's endpoint.
 pub(super) fn attempt_request(
     head: &mut Head,
-    body: Bytes,
+    body: Chunks,
     pool: &ProviderPool,
     credential: Credential,
     resolved: ResolvedAccount,
-) -> Request<Full<Bytes>> {
+) -> Request<Chunks> {
     let len = body.len();
-    let mut req = head.request(Full::new(body));
+    let mut req = head.request(body);
     crate::content_length::fix(req.headers_mut(), len as u64);
     req.extensions_mut().insert(UpstreamEndpoint {
         base_url: pool.base_url().clone(),

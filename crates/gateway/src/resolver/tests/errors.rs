@@ -161,7 +161,7 @@ async fn a_head_timeout_is_not_retried_on_another_account() {
     for (timed_out, tried) in [(true, 1), (false, 2)] {
         let (p, log) = (pools3(), Log::default());
         let log2 = log.clone();
-        let svc = service_fn(move |req: Request<Full<Bytes>>| {
+        let svc = service_fn(move |req: Request<crate::chunks::Chunks>| {
             let log = log2.clone();
             async move {
                 let acct = req.extensions().get::<ResolvedAccount>().unwrap().clone();

@@ -3,10 +3,11 @@
 use std::convert::Infallible;
 use std::sync::Mutex;
 
-use http_body_util::BodyExt;
+use http_body_util::{BodyExt, Full};
 use tower::service_fn;
 
 use super::*;
+use crate::chunks::Chunks;
 use crate::combo::Target;
 use crate::config::Config;
 use crate::upstream::UpstreamEndpoint;
@@ -74,14 +75,14 @@ fn upstream(
     limited: &'static [&'static str],
     used: &'static str,
 ) -> impl Service<
-    Request<Full<Bytes>>,
+    Request<Chunks>,
     Response = Response<Full<Bytes>>,
     Error = Infallible,
     Future = impl Future<Output = Result<Response<Full<Bytes>>, Infallible>> + Send,
 > + Clone
 + Send
 + 'static {
-    service_fn(move |req: Request<Full<Bytes>>| {
+    service_fn(move |req: Request<Chunks>| {
         let log = log.clone();
         async move {
             let acct = req.extensions().get::<ResolvedAccount>().unwrap().clone();
@@ -203,7 +204,7 @@ async fn the_next_account_gets_every_value_the_client_request_carried() {
         let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
         let upstream = service_fn({
             let seen = seen.clone();
-            move |req: Request<Full<Bytes>>| {
+            move |req: Request<Chunks>| {
                 let ext = req.extensions();
                 let account = ext.get::<ResolvedAccount>().unwrap().account().to_string();
                 let first = account == "a";
@@ -472,7 +473,7 @@ type Script = &'static [(&'static str, u16, &'static str)];
 /// A fake upstream answering as `script` says for the accounts it lists, 200 otherwise.
 async fn call_scripted(pools: &Arc<AccountPools>, log: &Log, script: Script, session: &str) -> Res {
     let log2 = log.clone();
-    let svc = service_fn(move |req: Request<Full<Bytes>>| {
+    let svc = service_fn(move |req: Request<Chunks>| {
         let log = log2.clone();
         async move {
             let acct = req.extensions().get::<ResolvedAccount>().unwrap().clone();
