@@ -111,7 +111,7 @@ pub(crate) fn proxy_stack(
             // The deadline's body boxes what auth and the combo answer, once.
             .layer(auth)
             // Buffers and decodes the body, sets ComboName, RouteTargets, Tenant and
-            // SessionId, rewrites `model`. Request body from here on: `Full<Bytes>`.
+            // SessionId, rewrites `model`. Request body from here on: `Chunks`.
             .layer(combo)
             // One stack whether the relay is on or off: off, its layers pass every request
             // through.

@@ -18,8 +18,10 @@
 //! - [`Tenant`] and [`SessionId`] are set for every routed request (see [`identify`]), and
 //!   `Tenant` and [`ComboName`] are copied onto the response for the access log.
 //!
-//! The body is forwarded as a [`Full<Bytes>`]: decoded (no `content-encoding`), `content-length`
-//! fixed, every byte but the `model` literal as the client sent it. Bodies that are not JSON or
+//! The body is forwarded buffered, as [`Chunks`]: one chunk as a rule (a large body whose head
+//! names the session in the chunks it came in, see [`chunks`](crate::chunks)), decoded (no
+//! `content-encoding`), `content-length` fixed, every byte but the `model` literal as the
+//! client sent it. Bodies that are not JSON or
 //! have no `model` get a 400, bodies over the limit a 413; none of them reaches the inner service.
 
 use std::future::Future;
@@ -46,8 +48,8 @@ use crate::decoding::{OFF_WORKERS_BYTES, decode_off_workers, off_workers};
 use crate::error::{ErrorKind, ErrorShape, error_response};
 use crate::gemini;
 use crate::model::{
-    BODY_LITERALS, BODY_LITERALS_CAP, MODEL_LITERALS, ModelField, find_model_and_literals,
-    find_model_in_chunks, rewrite_model, rewrite_model_in_chunks,
+    BODY_LITERALS, BODY_LITERALS_CAP, InChunks, MODEL_LITERALS, ModelField, Searched,
+    find_model_and_literals, find_model_in_chunks, rewrite_model, rewrite_model_in_chunks,
 };
 
 mod routes;
@@ -212,13 +214,15 @@ where
     // one may follow; otherwise it is joined and read as any other, with the same answers.
     let keep = in_head == Some(true);
     let (raw, searched) = match collect_within(body, declared, limit, hold, search, keep).await {
-        Ok(Collected::Whole { body, searched }) => (body, searched),
+        Ok(Collected::Whole { body, searched }) => {
+            (body, searched.map_or(Searched::Not, Searched::Partly))
+        }
         Ok(Collected::Kept { body, searched }) => match find_model_in_chunks(&body, searched) {
-            Some(field) => {
+            InChunks::Read(field) => {
                 let read = (Read::Kept(body), Some((field, None)));
                 return route(parts, read, "", routes, hold, in_head).await;
             }
-            None => (join_kept(body, hold).map_err(|_| busy())?, None),
+            InChunks::Join(searched) => (join_kept(body, hold).map_err(|_| busy())?, searched),
         },
         Err(Collect::TooLarge) => return Err(too_large()),
         Err(Collect::Budget) => return Err(busy()),

@@ -32,7 +32,7 @@ use crate::collect::{Buffered, HEADROOM};
 
 mod kept;
 
-pub(crate) use kept::{find_model_in_chunks, rewrite_model_in_chunks};
+pub(crate) use kept::{InChunks, find_model_in_chunks, rewrite_model_in_chunks};
 
 /// Why no model could be read.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -124,14 +124,26 @@ pub(crate) fn find_model(body: &[u8]) -> Result<ModelField, ModelError> {
 
 /// [`find_model`], which also records where [`BODY_LITERALS`] occur in `body` (the pass that
 /// looks for a second `model` finds them all), for the session reading to use. `searched`:
-/// that pass, made over the body as it arrived (a body read in several chunks), to be
-/// completed (it may look for fewer literals: [`MODEL_LITERALS`]); otherwise a body refused
-/// before the pass (not JSON, no `model`, not closed) is not searched at all.
+/// that pass as far as it was made while the body arrived (it may look for fewer literals:
+/// [`MODEL_LITERALS`]); a body refused before the pass (not JSON, no `model`, not closed) is
+/// not searched at all.
 pub(crate) fn find_model_and_literals(
     body: &[u8],
-    searched: Option<json::Pieces<'static>>,
+    searched: Searched,
 ) -> Result<(ModelField, Option<json::Found<'static>>), ModelError> {
     read_model(body, Literals::Record(searched))
+}
+
+/// How much of the pass for [`BODY_LITERALS`] (or [`MODEL_LITERALS`]) was made over a body
+/// while it arrived.
+#[derive(Debug)]
+pub(crate) enum Searched {
+    /// None of it: the body came in one chunk.
+    Not,
+    /// Up to its last few bytes: a body joined from its chunks.
+    Partly(json::Pieces<'static>),
+    /// All of it: a body kept in its chunks, joined after all.
+    Done(json::Found<'static>),
 }
 
 /// What [`read_model`] does about [`BODY_LITERALS`].
@@ -139,7 +151,7 @@ enum Literals {
     /// Nothing: only the `model` is wanted.
     Ignore,
     /// Records them: searches the body, or completes the search made as it arrived.
-    Record(Option<json::Pieces<'static>>),
+    Record(Searched),
 }
 
 fn read_model(
@@ -167,8 +179,9 @@ fn read_model(
     let span = field.value;
     let found = match literals {
         Literals::Ignore => None,
-        Literals::Record(Some(searched)) => Some(searched.finish(body)),
-        Literals::Record(None) => Some(BODY_LITERALS.find_all(body, BODY_LITERALS_CAP)),
+        Literals::Record(Searched::Partly(searched)) => Some(searched.finish(body)),
+        Literals::Record(Searched::Done(found)) => Some(found),
+        Literals::Record(Searched::Not) => Some(BODY_LITERALS.find_all(body, BODY_LITERALS_CAP)),
     };
     if may_repeat(body, span.end, found.as_ref()) {
         // Duplicate keys are ambiguous: providers disagree on which one wins.

@@ -189,7 +189,7 @@ pub struct Pieces<'n> {
     fed: usize,
     /// What [`Pieces::push`] was given from `found.complete_from` on: the last few bytes, where
     /// a literal may start that continues into the next chunk.
-    tail: SmallVec<[u8; 32]>,
+    tail: SmallVec<[u8; 16]>,
 }
 
 impl<'n> Pieces<'n> {

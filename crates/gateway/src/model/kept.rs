@@ -7,38 +7,48 @@ use bytes::Bytes;
 use context_relay_core::json;
 use smallvec::SmallVec;
 
-use super::{MAY_REPEAT, ModelField, WrittenModel, string_field};
+use super::{MAY_REPEAT, ModelField, Searched, WrittenModel, string_field};
 use crate::chunks::Chunks;
 
 /// The `model` of a body kept in chunks, every chunk of which `searched` was given as it
 /// arrived (for [`MODEL_LITERALS`](super::MODEL_LITERALS) at least): read as
-/// [`find_model`](super::find_model) reads it, when it stands whole in the first chunk. `None`
-/// when it does not, when the body is anything but a clean read there (not an object, not
-/// closed, `model` no string), or when a second top-level `model` may follow (the search
-/// found one of [`MAY_REPEAT`] after it): the body is then joined and read as any other,
-/// which answers the same and says what is wrong.
-pub(crate) fn find_model_in_chunks(
-    chunks: &Chunks,
-    searched: json::Pieces<'_>,
-) -> Option<ModelField> {
-    let first = chunks.iter().next()?;
+/// [`find_model`](super::find_model) reads it, when it stands whole in the first chunk.
+/// Otherwise, when the body is anything but a clean read there (not an object, not closed,
+/// `model` no string), or when a second top-level `model` may follow (the search found one of
+/// [`MAY_REPEAT`] after it), the body is to be joined and read as any other, which answers the
+/// same and says what is wrong: the search comes back for that reading, as far as it went.
+pub(crate) fn find_model_in_chunks(chunks: &Chunks, searched: json::Pieces<'static>) -> InChunks {
+    let Some(first) = chunks.iter().next() else {
+        return InChunks::Join(Searched::Partly(searched));
+    };
     // An object ends with `}`: a cut body is told at no cost.
     let last = chunks
         .iter()
         .rev()
         .flat_map(|chunk| chunk.iter().rev())
         .find(|b| !b.is_ascii_whitespace());
-    if last != Some(&b'}') {
-        return None;
-    }
     // The members before `model` are read as in a whole body: the first chunk holds the
     // body's first bytes, and a member cut by its end is an error here, not a wrong answer.
-    let span = json::find_member(first, "model").ok()??.value;
+    let member = json::find_member(first, "model");
+    let (Some(b'}'), Ok(Some(member))) = (last, member) else {
+        return InChunks::Join(Searched::Partly(searched));
+    };
     let found = searched.finish_pushed();
-    if found.next_of(&MAY_REPEAT, span.end) != Ok(None) {
-        return None;
+    if found.next_of(&MAY_REPEAT, member.value.end) != Ok(None) {
+        return InChunks::Join(Searched::Done(found));
     }
-    string_field(first, span).ok()
+    match string_field(first, member.value) {
+        Ok(field) => InChunks::Read(field),
+        Err(_) => InChunks::Join(Searched::Done(found)),
+    }
+}
+
+/// What [`find_model_in_chunks`] made of a body kept in chunks.
+pub(crate) enum InChunks {
+    /// `model`, read from the first chunk: the body goes on in its chunks.
+    Read(ModelField),
+    /// The body is to be joined and read as any other, with what was searched of it.
+    Join(Searched),
 }
 
 /// [`rewrite_model`](super::rewrite_model) of a body kept in chunks whose first chunk holds
