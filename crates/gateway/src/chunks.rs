@@ -22,10 +22,28 @@ use http_body::{Body, Frame, SizeHint};
 use smallvec::SmallVec;
 
 /// A body in chunks, none of them empty (see the module docs). A body of one chunk, the rule,
-/// holds it inline.
+/// is as small as the chunk itself (it is moved through every layer of the stack); more go
+/// behind one box.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Chunks {
-    parts: SmallVec<[Bytes; 1]>,
+pub(crate) struct Chunks(Repr);
+
+/// No chunk is `One` of an empty `Bytes` (which allocates nothing): a third variant would make
+/// the enum larger than a `Bytes`.
+#[derive(Debug, Clone)]
+enum Repr {
+    One(Bytes),
+    Many(Box<Many>),
+}
+
+impl Default for Repr {
+    fn default() -> Self {
+        Repr::One(Bytes::new())
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Many {
+    parts: Vec<Bytes>,
     /// The first chunk not yet yielded as a [`Body`].
     next: usize,
     /// The bytes of the chunks not yet yielded.
@@ -34,43 +52,65 @@ pub(crate) struct Chunks {
 
 impl From<Bytes> for Chunks {
     fn from(bytes: Bytes) -> Self {
-        let mut chunks = Self::default();
-        chunks.push(bytes);
-        chunks
+        // An empty `Bytes` is no chunk already.
+        Chunks(Repr::One(bytes))
     }
 }
 
 impl Chunks {
     /// Appends `chunk` (an empty one adds nothing).
     pub(crate) fn push(&mut self, chunk: Bytes) {
-        if !chunk.is_empty() {
-            self.len += chunk.len();
-            self.parts.push(chunk);
+        if chunk.is_empty() {
+            return;
         }
+        self.0 = match std::mem::take(&mut self.0) {
+            Repr::One(first) if first.is_empty() => Repr::One(chunk),
+            Repr::One(first) => Repr::Many(Box::new(Many {
+                len: first.len() + chunk.len(),
+                parts: vec![first, chunk],
+                next: 0,
+            })),
+            Repr::Many(mut many) => {
+                many.len += chunk.len();
+                many.parts.push(chunk);
+                Repr::Many(many)
+            }
+        };
     }
 
     /// The body's length in bytes.
     pub(crate) fn len(&self) -> usize {
-        self.len
+        match &self.0 {
+            Repr::One(one) => one.len(),
+            Repr::Many(many) => many.len,
+        }
     }
 
     /// How many chunks the body is in.
     pub(crate) fn count(&self) -> usize {
-        self.parts.len() - self.next
+        self.as_slice().len()
     }
 
     /// The chunks, in order.
     pub(crate) fn iter(&self) -> impl DoubleEndedIterator<Item = &Bytes> {
-        self.parts[self.next..].iter()
+        self.as_slice().iter()
+    }
+
+    fn as_slice(&self) -> &[Bytes] {
+        match &self.0 {
+            Repr::One(one) if one.is_empty() => &[],
+            Repr::One(one) => std::slice::from_ref(one),
+            Repr::Many(many) => many.parts.get(many.next..).unwrap_or_default(),
+        }
     }
 
     /// The body in one piece: its only chunk as it is, several joined (copied) into one.
     pub(crate) fn to_bytes(&self) -> Bytes {
-        match self.parts.get(self.next..).unwrap_or_default() {
+        match self.as_slice() {
             [] => Bytes::new(),
             [one] => one.clone(),
             many => {
-                let mut joined = BytesMut::with_capacity(self.len);
+                let mut joined = BytesMut::with_capacity(self.len());
                 for chunk in many {
                     joined.extend_from_slice(chunk);
                 }
@@ -126,21 +166,24 @@ impl Body for Chunks {
         _cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         let this = self.get_mut();
-        let Some(slot) = this.parts.get_mut(this.next) else {
-            return Poll::Ready(None);
+        let chunk = match &mut this.0 {
+            Repr::One(one) => Some(std::mem::take(one)).filter(|one| !one.is_empty()),
+            Repr::Many(many) => many.parts.get_mut(many.next).map(|slot| {
+                let chunk = std::mem::take(slot);
+                many.next += 1;
+                many.len -= chunk.len();
+                chunk
+            }),
         };
-        let chunk = std::mem::take(slot);
-        this.next += 1;
-        this.len -= chunk.len();
-        Poll::Ready(Some(Ok(Frame::data(chunk))))
+        Poll::Ready(chunk.map(|chunk| Ok(Frame::data(chunk))))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.next >= self.parts.len()
+        self.as_slice().is_empty()
     }
 
     fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.len as u64)
+        SizeHint::with_exact(self.len() as u64)
     }
 }
 
@@ -222,12 +265,14 @@ mod tests {
         }
     }
 
-    /// One chunk is kept inline and handed on as it is, without a copy.
+    /// One chunk is held as it is, in no more room than a `Bytes`, and handed on without a
+    /// copy.
     #[test]
     fn one_chunk_is_not_copied() {
+        assert_eq!(std::mem::size_of::<Chunks>(), std::mem::size_of::<Bytes>());
         let bytes = Bytes::from_static(b"{\"model\":\"m\"}");
         let chunks = Chunks::from(bytes.clone());
-        assert!(!chunks.parts.spilled());
+        assert!(matches!(chunks.0, Repr::One(_)));
         assert_eq!(chunks.to_bytes().as_ptr(), bytes.as_ptr());
         assert_eq!(Chunks::from(Bytes::new()).count(), 0);
     }

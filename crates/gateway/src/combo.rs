@@ -31,6 +31,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use context_relay_core::decode::DecodeError;
+use context_relay_core::json::Found;
 use context_relay_core::session::{self, SessionSources};
 use context_relay_tower::{ComboName, SessionId, Tenant};
 use http::{HeaderValue, Request, Response, StatusCode, header};
@@ -181,7 +182,14 @@ where
             &format!("the request body is larger than the gateway's limit of {limit} bytes"),
         )
     };
-    let bad_request = |message: &str| bad_request(shape, message);
+    let bad_request = |message: &str| {
+        error_response(
+            shape,
+            StatusCode::BAD_REQUEST,
+            ErrorKind::InvalidRequest.name(shape),
+            message,
+        )
+    };
 
     let declared = parts
         .headers
@@ -191,7 +199,17 @@ where
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
-    let busy = || busy(shape);
+    let busy = || {
+        let mut res = error_response(
+            shape,
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::Overloaded.name(shape),
+            "the gateway is buffering as many request bytes as it may (max_buffered_bytes); retry shortly",
+        );
+        res.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        res
+    };
     // A body read in several chunks is searched for what the `model` check and the session
     // reading look for as it arrives, while each chunk is still cached (see `collect`); not a
     // compressed one, nor a Gemini one, which names its model in the path. With the session
@@ -213,16 +231,15 @@ where
     // routed without being copied when `model` stands whole in its first chunk and no second
     // one may follow; otherwise it is joined and read as any other, with the same answers.
     let keep = in_head == Some(true);
-    let (raw, searched) = match collect_within(body, declared, limit, hold, search, keep).await {
+    let arrived = match collect_within(body, declared, limit, hold, search, keep).await {
         Ok(Collected::Whole { body, searched }) => {
-            (body, searched.map_or(Searched::Not, Searched::Partly))
+            Arrived::Whole(body, searched.map_or(Searched::Not, Searched::Partly))
         }
         Ok(Collected::Kept { body, searched }) => match find_model_in_chunks(&body, searched) {
-            InChunks::Read(field) => {
-                let read = (Read::Kept(body), Some((field, None)));
-                return route(parts, read, "", routes, hold, in_head).await;
+            InChunks::Read(field) => Arrived::Kept(body, field),
+            InChunks::Join(searched) => {
+                Arrived::Whole(join_kept(body, hold).map_err(|_| busy())?, searched)
             }
-            InChunks::Join(searched) => (join_kept(body, hold).map_err(|_| busy())?, searched),
         },
         Err(Collect::TooLarge) => return Err(too_large()),
         Err(Collect::Budget) => return Err(busy()),
@@ -241,62 +258,95 @@ where
         }
     };
 
-    let body = match parts.headers.remove(header::CONTENT_ENCODING) {
-        None => raw,
-        Some(encoding) => {
-            let encoding = encoding.to_str().unwrap_or("<non-ASCII>");
-            let layers = encoding.split(',').filter(|t| !t.trim().is_empty()).count();
-            if layers > MAX_CODINGS {
-                // Each layer may expand to the size limit: stacked layers would multiply the
-                // work without any client needing them.
-                return Err(error_response(
-                    shape,
-                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                    ErrorKind::InvalidRequest.name(shape),
-                    &format!("expected at most {MAX_CODINGS} content codings, found {layers}"),
-                ));
-            }
-            match decode_off_workers(encoding.to_owned(), raw, limit).await {
-                // The decoded buffer is held whole, spare capacity included (the compressed
-                // bytes stay counted until the request ends).
-                Ok(b) if !hold.take(b.capacity()) => return Err(busy()),
-                Ok(b) => Buffered::Chunk(Bytes::from(b)),
-                Err(DecodeError::TooLarge { .. }) => return Err(too_large()),
-                Err(e @ DecodeError::Unsupported(_)) => {
-                    return Err(error_response(
-                        shape,
-                        StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                        ErrorKind::InvalidRequest.name(shape),
-                        &e.to_string(),
-                    ));
+    let (read, field, in_path) = match arrived {
+        Arrived::Kept(chunks, field) => (Read::Kept(chunks), Some((field, None)), String::new()),
+        Arrived::Whole(raw, searched) => {
+            let body = match parts.headers.remove(header::CONTENT_ENCODING) {
+                None => raw,
+                Some(encoding) => {
+                    let encoding = encoding.to_str().unwrap_or("<non-ASCII>");
+                    let layers = encoding.split(',').filter(|t| !t.trim().is_empty()).count();
+                    if layers > MAX_CODINGS {
+                        // Each layer may expand to the size limit: stacked layers would multiply the
+                        // work without any client needing them.
+                        return Err(error_response(
+                            shape,
+                            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                            ErrorKind::InvalidRequest.name(shape),
+                            &format!(
+                                "expected at most {MAX_CODINGS} content codings, found {layers}"
+                            ),
+                        ));
+                    }
+                    match decode_off_workers(encoding.to_owned(), raw, limit).await {
+                        // The decoded buffer is held whole, spare capacity included (the compressed
+                        // bytes stay counted until the request ends).
+                        Ok(b) if !hold.take(b.capacity()) => return Err(busy()),
+                        Ok(b) => Buffered::Chunk(Bytes::from(b)),
+                        Err(DecodeError::TooLarge { .. }) => return Err(too_large()),
+                        Err(e @ DecodeError::Unsupported(_)) => {
+                            return Err(error_response(
+                                shape,
+                                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                                ErrorKind::InvalidRequest.name(shape),
+                                &e.to_string(),
+                            ));
+                        }
+                        Err(e) => return Err(bad_request(&e.to_string())),
+                    }
                 }
-                Err(e) => return Err(bad_request(&e.to_string())),
-            }
-        }
-    };
+            };
 
-    // A Gemini request names its model in the path, not in the body.
-    let (in_path, field) = match in_path {
-        Some(model) => {
-            gemini::check_body(body.as_slice()).map_err(|e| bad_request(&e))?;
-            (model, None)
-        }
-        None => {
-            // One pass over the body finds what `model` and the session reading look for.
-            let (field, found) = find_model_and_literals(body.as_slice(), searched)
-                .map_err(|e| bad_request(&e.to_string()))?;
-            (String::new(), Some((field, found)))
+            // A Gemini request names its model in the path, not in the body.
+            let (in_path, field) = match in_path {
+                Some(model) => {
+                    gemini::check_body(body.as_slice()).map_err(|e| bad_request(&e))?;
+                    (model, None)
+                }
+                None => {
+                    // One pass over the body finds what `model` and the session reading look for.
+                    let (field, found) = find_model_and_literals(body.as_slice(), searched)
+                        .map_err(|e| bad_request(&e.to_string()))?;
+                    (String::new(), Some((field, found)))
+                }
+            };
+            (Read::Whole(body), field, in_path)
         }
     };
-    route(
-        parts,
-        (Read::Whole(body), field),
-        &in_path,
-        routes,
-        hold,
-        in_head,
-    )
-    .await
+    let (body, found) = route(&mut parts, read, field, &in_path, routes, shape).map_err(|e| *e)?;
+    // The session of a large body is read on the blocking pool (the fingerprint of a first
+    // message of megabytes takes milliseconds); a session named in the head (as agent clients
+    // send it) is read without the body, and the hop to the pool would cost more than it saves.
+    // A body kept in chunks names its session in the head: it is identified without it. (A
+    // whole body is one chunk: it is taken as it is, not copied.)
+    if body.count() > 1 {
+        identify(&mut parts, None, None);
+    } else if body.len() >= OFF_WORKERS_BYTES && !in_head.unwrap_or_else(|| session_in_head(&parts))
+    {
+        let body = body.to_bytes();
+        parts = off_workers(move || {
+            identify(&mut parts, Some(&body), found.as_ref());
+            parts
+        })
+        .await
+        .map_err(|e| bad_request(&format!("the request body could not be read: {e}")))?;
+    } else {
+        identify(&mut parts, Some(&body.to_bytes()), found.as_ref());
+    }
+    // The stack below may hold one rewritten copy of the body beside it (a handoff injected,
+    // account-bound state scrubbed, a translated body): it is counted up front, so that the
+    // budget bounds what the process really holds.
+    if !hold.take(body.len()) {
+        return Err(busy());
+    }
+    Ok(Request::from_parts(parts, body))
+}
+
+/// A body as ComboService received it: in one piece, with what was searched of it as it
+/// arrived, or kept in the chunks it came in with `model` read from the first.
+enum Arrived {
+    Whole(Buffered, Searched),
+    Kept(Chunks, ModelField),
 }
 
 /// A body as ComboService read it: in one piece, or kept in the chunks it came in (see
@@ -325,20 +375,23 @@ impl Read {
 
 /// The body's `model` where it was read, and where [`BODY_LITERALS`] occur in the body when
 /// it was searched for them; no field for a Gemini request (its model is in the path).
-type ReadModel = Option<(ModelField, Option<context_relay_core::json::Found<'static>>)>;
+type ReadModel = Option<(ModelField, Option<Found<'static>>)>;
+
+/// The answer refusing a request, boxed where it is the rare way out of a function.
+type Refusal = Box<Response<Full<Bytes>>>;
 
 /// Routes the request whose body was read: its model (from the body, or `in_path`) checked
 /// against the client's access and resolved to the targets, the first target's model written
-/// into the body, its session identified.
-async fn route(
-    mut parts: http::request::Parts,
-    (body, field): (Read, ReadModel),
+/// into the body. Returns the body, and where [`BODY_LITERALS`] occur in it when it was
+/// searched for them; or the answer refusing the request (boxed: it is the rare way out).
+fn route(
+    parts: &mut http::request::Parts,
+    body: Read,
+    field: ReadModel,
     in_path: &str,
     routes: &Routes,
-    hold: &mut BudgetHold,
-    in_head: Option<bool>,
-) -> Result<Request<Chunks>, Response<Full<Bytes>>> {
-    let shape = ErrorShape::for_path(parts.uri.path());
+    shape: ErrorShape,
+) -> Result<(Chunks, Option<Found<'static>>), Refusal> {
     // Borrowed from where it was read, not copied.
     let model = field
         .as_ref()
@@ -346,18 +399,16 @@ async fn route(
     if let Some(access) = parts.extensions.get::<ClientAccess>()
         && !access.allows(model)
     {
-        return Err(forbidden(shape, &access.name, model));
+        return Err(Box::new(forbidden(shape, &access.name, model)));
     }
     let (combo, targets) = routes.resolve(model).map_err(|e| {
-        error_response(
+        Box::new(error_response(
             shape,
             StatusCode::NOT_FOUND,
             ErrorKind::ModelNotFound.name(shape),
             &e.to_string(),
-        )
+        ))
     })?;
-    // A body kept in chunks names its session in the head: it is identified without it.
-    let whole = matches!(body, Read::Whole(_));
     let (body, written, found) = match (targets.targets.first(), field, body) {
         (Some(first), Some((field, found)), Read::Whole(body)) => {
             let (body, written) = rewrite_model(body, &field, &first.model);
@@ -377,62 +428,14 @@ async fn route(
     {
         parts.uri = uri;
     }
-
     crate::content_length::fix(&mut parts.headers, body.len() as u64);
-    // The session of a large body is read on the blocking pool (the fingerprint of a first
-    // message of megabytes takes milliseconds); a session named in the head (as agent clients
-    // send it) is read without the body, and the hop to the pool would cost more than it saves.
-    // (A whole body is one chunk: it is taken as it is, not copied.)
-    if !whole {
-        identify(&mut parts, None, None);
-    } else if body.len() >= OFF_WORKERS_BYTES && !in_head.unwrap_or_else(|| session_in_head(&parts))
-    {
-        let body = body.to_bytes();
-        parts = off_workers(move || {
-            identify(&mut parts, Some(&body), found.as_ref());
-            parts
-        })
-        .await
-        .map_err(|e| bad_request(shape, &format!("the request body could not be read: {e}")))?;
-    } else {
-        identify(&mut parts, Some(&body.to_bytes()), found.as_ref());
-    }
     if let Some(combo) = combo {
         parts.extensions.insert(combo);
     }
     let mut targets = targets;
     targets.written = written;
     parts.extensions.insert(targets);
-    // The stack below may hold one rewritten copy of the body beside it (a handoff injected,
-    // account-bound state scrubbed, a translated body): it is counted up front, so that the
-    // budget bounds what the process really holds.
-    if !hold.take(body.len()) {
-        return Err(busy(shape));
-    }
-    Ok(Request::from_parts(parts, body))
-}
-
-/// A 400 in `shape`.
-fn bad_request(shape: ErrorShape, message: &str) -> Response<Full<Bytes>> {
-    error_response(
-        shape,
-        StatusCode::BAD_REQUEST,
-        ErrorKind::InvalidRequest.name(shape),
-        message,
-    )
-}
-
-/// The 503 of a spent byte budget, in `shape`.
-fn busy(shape: ErrorShape) -> Response<Full<Bytes>> {
-    let mut res = error_response(
-        shape,
-        StatusCode::SERVICE_UNAVAILABLE,
-        ErrorKind::Overloaded.name(shape),
-        "the gateway is buffering as many request bytes as it may (max_buffered_bytes); retry shortly",
-    );
-    res.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    res
+    Ok((body, found))
 }
 
 /// Most stacked `content-encoding` layers decoded (clients send one).
@@ -453,7 +456,7 @@ const MAX_CODINGS: usize = 2;
 pub(crate) fn identify(
     parts: &mut http::request::Parts,
     body: Option<&[u8]>,
-    found: Option<&context_relay_core::json::Found<'_>>,
+    found: Option<&Found<'_>>,
 ) {
     let explicit_session = parts.extensions.get::<SessionId>().map(|s| s.0.clone());
     let explicit_tenant = parts.extensions.get::<Tenant>().map(|t| t.0.clone());
