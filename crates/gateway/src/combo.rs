@@ -26,14 +26,13 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use context_relay_core::decode::DecodeError;
 use context_relay_core::json::Found;
-use context_relay_core::session::{self, SessionSources};
-use context_relay_tower::{ComboName, SessionId, Tenant};
+use context_relay_tower::{ComboName, Tenant};
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body::Body;
 use http_body_util::{Either, Full};
@@ -53,11 +52,14 @@ use crate::model::{
     find_model_and_literals, find_model_in_chunks, rewrite_model, rewrite_model_in_chunks,
 };
 
+mod identify;
 mod routes;
 
 /// Boxed error used for body errors.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+pub(crate) use identify::identify;
+use identify::{FEWER_LITERALS_FROM, session_in_head};
 pub(crate) use routes::{RouteTargets, Routes, Target};
 
 /// Layer building [`ComboService`].
@@ -174,22 +176,8 @@ where
 {
     let (mut parts, body) = req.into_parts();
     let shape = ErrorShape::for_path(parts.uri.path());
-    let too_large = || {
-        error_response(
-            shape,
-            StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorKind::RequestTooLarge.name(shape),
-            &format!("the request body is larger than the gateway's limit of {limit} bytes"),
-        )
-    };
-    let bad_request = |message: &str| {
-        error_response(
-            shape,
-            StatusCode::BAD_REQUEST,
-            ErrorKind::InvalidRequest.name(shape),
-            message,
-        )
-    };
+    let too_large = || too_large(shape, limit);
+    let bad_request = |message: &str| bad_request(shape, message);
 
     let declared = parts
         .headers
@@ -199,17 +187,7 @@ where
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
-    let busy = || {
-        let mut res = error_response(
-            shape,
-            StatusCode::SERVICE_UNAVAILABLE,
-            ErrorKind::Overloaded.name(shape),
-            "the gateway is buffering as many request bytes as it may (max_buffered_bytes); retry shortly",
-        );
-        res.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        res
-    };
+    let busy = || busy(shape);
     // A body read in several chunks is searched for what the `model` check and the session
     // reading look for as it arrives, while each chunk is still cached (see `collect`); not a
     // compressed one, nor a Gemini one, which names its model in the path. With the session
@@ -263,38 +241,7 @@ where
         Arrived::Whole(raw, searched) => {
             let body = match parts.headers.remove(header::CONTENT_ENCODING) {
                 None => raw,
-                Some(encoding) => {
-                    let encoding = encoding.to_str().unwrap_or("<non-ASCII>");
-                    let layers = encoding.split(',').filter(|t| !t.trim().is_empty()).count();
-                    if layers > MAX_CODINGS {
-                        // Each layer may expand to the size limit: stacked layers would multiply the
-                        // work without any client needing them.
-                        return Err(error_response(
-                            shape,
-                            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                            ErrorKind::InvalidRequest.name(shape),
-                            &format!(
-                                "expected at most {MAX_CODINGS} content codings, found {layers}"
-                            ),
-                        ));
-                    }
-                    match decode_off_workers(encoding.to_owned(), raw, limit).await {
-                        // The decoded buffer is held whole, spare capacity included (the compressed
-                        // bytes stay counted until the request ends).
-                        Ok(b) if !hold.take(b.capacity()) => return Err(busy()),
-                        Ok(b) => Buffered::Chunk(Bytes::from(b)),
-                        Err(DecodeError::TooLarge { .. }) => return Err(too_large()),
-                        Err(e @ DecodeError::Unsupported(_)) => {
-                            return Err(error_response(
-                                shape,
-                                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                                ErrorKind::InvalidRequest.name(shape),
-                                &e.to_string(),
-                            ));
-                        }
-                        Err(e) => return Err(bad_request(&e.to_string())),
-                    }
-                }
+                Some(encoding) => decoded(&encoding, raw, limit, hold, shape).await?,
             };
 
             // A Gemini request names its model in the path, not in the body.
@@ -340,6 +287,43 @@ where
         return Err(busy());
     }
     Ok(Request::from_parts(parts, body))
+}
+
+/// `raw` decoded from the `content-encoding` `encoding`, at most `limit` bytes, the decoded
+/// buffer taken from `hold`; or the answer refusing it.
+async fn decoded(
+    encoding: &HeaderValue,
+    raw: Buffered,
+    limit: usize,
+    hold: &mut BudgetHold,
+    shape: ErrorShape,
+) -> Result<Buffered, Response<Full<Bytes>>> {
+    let unsupported = |message: &str| {
+        error_response(
+            shape,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ErrorKind::InvalidRequest.name(shape),
+            message,
+        )
+    };
+    let encoding = encoding.to_str().unwrap_or("<non-ASCII>");
+    let layers = encoding.split(',').filter(|t| !t.trim().is_empty()).count();
+    if layers > MAX_CODINGS {
+        // Each layer may expand to the size limit: stacked layers would multiply the work
+        // without any client needing them.
+        return Err(unsupported(&format!(
+            "expected at most {MAX_CODINGS} content codings, found {layers}"
+        )));
+    }
+    match decode_off_workers(encoding.to_owned(), raw, limit).await {
+        // The decoded buffer is held whole, spare capacity included (the compressed bytes
+        // stay counted until the request ends).
+        Ok(b) if !hold.take(b.capacity()) => Err(busy(shape)),
+        Ok(b) => Ok(Buffered::Chunk(Bytes::from(b))),
+        Err(DecodeError::TooLarge { .. }) => Err(too_large(shape, limit)),
+        Err(e @ DecodeError::Unsupported(_)) => Err(unsupported(&e.to_string())),
+        Err(e) => Err(bad_request(shape, &e.to_string())),
+    }
 }
 
 /// A body as ComboService received it: in one piece, with what was searched of it as it
@@ -438,83 +422,41 @@ fn route(
     Ok((body, found))
 }
 
+/// The 413 of a body over `limit`, in `shape`.
+fn too_large(shape: ErrorShape, limit: usize) -> Response<Full<Bytes>> {
+    error_response(
+        shape,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorKind::RequestTooLarge.name(shape),
+        &format!("the request body is larger than the gateway's limit of {limit} bytes"),
+    )
+}
+
+/// A 400 in `shape`.
+fn bad_request(shape: ErrorShape, message: &str) -> Response<Full<Bytes>> {
+    error_response(
+        shape,
+        StatusCode::BAD_REQUEST,
+        ErrorKind::InvalidRequest.name(shape),
+        message,
+    )
+}
+
+/// The 503 of a spent byte budget, in `shape`.
+fn busy(shape: ErrorShape) -> Response<Full<Bytes>> {
+    let mut res = error_response(
+        shape,
+        StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::Overloaded.name(shape),
+        "the gateway is buffering as many request bytes as it may (max_buffered_bytes); retry shortly",
+    );
+    res.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    res
+}
+
 /// Most stacked `content-encoding` layers decoded (clients send one).
 const MAX_CODINGS: usize = 2;
-
-/// Sets the [`Tenant`] and [`SessionId`] extensions from [`session::identify`], the one
-/// derivation of session and tenant: a `Tenant` already set (by the client authentication) and
-/// a `SessionId` already set (by an embedding application) are taken as explicit; otherwise
-/// the session comes from the credential, the session headers and the decoded body. Without a
-/// session no `SessionId` is left on the request.
-///
-/// Deriving them once here, where the body is already decoded, lets the account resolver (sticky
-/// sessions), GenerationLayer and InjectionLayer agree on the session of every request, also
-/// for clients that send no session header, without each of them parsing the body again.
-///
-/// `found`: where [`BODY_LITERALS`] occur in `body`, when ComboService searched it for them
-/// (only [`MODEL_LITERALS`] when the head names the session: the body's ids are then not read).
-pub(crate) fn identify(
-    parts: &mut http::request::Parts,
-    body: Option<&[u8]>,
-    found: Option<&Found<'_>>,
-) {
-    let explicit_session = parts.extensions.get::<SessionId>().map(|s| s.0.clone());
-    let explicit_tenant = parts.extensions.get::<Tenant>().map(|t| t.0.clone());
-    let (kept_session, kept_tenant) = (explicit_session.clone(), explicit_tenant.is_some());
-    let headers = &parts.headers;
-    let identity = match (body, found) {
-        (Some(body), Some(found)) => session::identify_found(
-            headers,
-            body,
-            found,
-            &SESSION_SOURCES,
-            explicit_session,
-            explicit_tenant,
-        ),
-        (body, _) => session::identify(
-            headers,
-            body,
-            &SESSION_SOURCES,
-            explicit_session,
-            explicit_tenant,
-        ),
-    };
-    // An explicit value is kept as it is (one less box per request): the tenant is used as
-    // given, a clean session id comes back as the same string.
-    if !kept_tenant {
-        parts.extensions.insert(Tenant(identity.tenant));
-    }
-    match identity.session {
-        Some(session)
-            if kept_session
-                .as_ref()
-                .is_some_and(|k| Arc::ptr_eq(k, &session)) => {}
-        Some(session) => {
-            parts.extensions.insert(SessionId(session));
-        }
-        None => {
-            parts.extensions.remove::<SessionId>();
-        }
-    }
-}
-
-/// The declared body length from which ComboService asks the head for the session before the
-/// body arrives, to search the body for fewer literals when it names one ([`MODEL_LITERALS`]):
-/// on the perf harness's 100 KB body that pass takes 2.1 µs instead of 2.9 µs, and counted it
-/// saves about 3 200 instructions; asking costs about 700, what the shorter pass saves on
-/// some 22 KB. A body of unknown length is asked about.
-const FEWER_LITERALS_FROM: u64 = 32 * 1024;
-
-/// Whether [`identify`] finds the session of `parts` without reading the body
-/// ([`session::session_in_head`]).
-fn session_in_head(parts: &http::request::Parts) -> bool {
-    let explicit = parts.extensions.get::<SessionId>().map(|s| &*s.0);
-    session::session_in_head(&parts.headers, &SESSION_SOURCES, explicit)
-}
-
-/// The default session sources (headers, `metadata.user_id`, `prompt_cache_key`, fingerprint),
-/// the same the relay layers use.
-static SESSION_SOURCES: LazyLock<SessionSources> = LazyLock::new(SessionSources::default);
 
 #[cfg(test)]
 mod tests;

@@ -7,6 +7,7 @@ use tower::{ServiceExt, service_fn};
 
 use super::*;
 use crate::config::Config;
+use context_relay_tower::SessionId;
 
 fn config() -> Config {
     Config::from_toml_str(
