@@ -5,9 +5,9 @@
 //! from its bytes but `model`, near its start, and the search for a second `model`, made as the
 //! chunks arrive: it is kept as hyper read it, not copied into one buffer (on the perf
 //! harness's 1 MiB turn that copy was about a tenth of the gateway's time per request), and
-//! forwarded chunk by chunk. `model` is written by replacing the few bytes of its literal; a
-//! reader that needs the body in one piece (a retry on a provider that names the model
-//! otherwise, a translation) joins it.
+//! forwarded chunk by chunk. `model` is written by replacing the few bytes of its literal (for
+//! a later target too); a reader that needs the body in one piece (the relay rewriting a
+//! switched session's request, a translation, a summary) joins it.
 //!
 //! [`Chunks`] is that body: cheap to clone (each chunk is shared), and a [`Body`] that yields
 //! its chunks in order.
