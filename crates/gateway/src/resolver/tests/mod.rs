@@ -124,13 +124,17 @@ fn request(session: &str, targets: &[(&str, &str)]) -> Request<Full<Bytes>> {
     req
 }
 
-async fn call(
+async fn call<B>(
     pools: &Arc<AccountPools>,
     log: &Log,
     limited: &'static [&'static str],
     used: &'static str,
-    req: Request<Full<Bytes>>,
-) -> Res {
+    req: Request<B>,
+) -> Res
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
     AccountResolverLayer::new(pools.clone())
         .layer(upstream(log.clone(), limited, used))
         .oneshot(req)

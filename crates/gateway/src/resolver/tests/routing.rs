@@ -116,3 +116,45 @@ async fn a_later_target_gets_its_model_where_the_first_was_written() {
         br#"{ "model" : "claude-x", "tools": [{"model": "kept"}], "n": 1.50 }"#
     );
 }
+
+/// A large turn ComboService kept in its chunks: its first target's name is a chunk of its
+/// own, and a later target's goes in its place; every other chunk goes as it came.
+#[tokio::test]
+async fn a_later_target_of_a_body_kept_in_chunks_gets_its_model_in_place() {
+    use crate::chunks::Chunks;
+    use crate::model::{find_model, rewrite_model_in_chunks};
+
+    let (p, log) = (pools(), Log::default());
+    let pieces: [&'static [u8]; 3] = [
+        br#"{ "model" : "relay-combo", "tools": [{"model""#,
+        br#": "kept"}], "input": ""#,
+        br#"history" }"#,
+    ];
+    let whole = pieces.concat();
+    let field = find_model(&whole).unwrap();
+    let mut chunks = Chunks::default();
+    for piece in pieces {
+        chunks.push(Bytes::from_static(piece));
+    }
+    let (body, written) = rewrite_model_in_chunks(chunks, &field, &Arc::from("gpt-5.5"));
+    let req = request("s", &[("codex", "gpt-5.5"), ("claude", "claude-x")]);
+    // The later target's body is written in place: still in chunks, not joined and searched.
+    let later = &req.extensions().get::<RouteTargets>().unwrap().targets[1];
+    let retargeted = super::body_for_target(&body, later, Some(&written), Some("gpt-5.5"));
+    assert_eq!(retargeted.count(), body.count());
+    let mut req = req.map(|_| body);
+    let targets = req.extensions_mut().get_mut::<RouteTargets>().unwrap();
+    targets.written = Some(written);
+    let res = call(&p, &log, &["a", "b"], "10", req).await;
+    assert_eq!(res.status(), 200);
+    let log = log.lock().unwrap();
+    let sent = String::from_utf8_lossy(&whole).into_owned();
+    assert_eq!(
+        String::from_utf8_lossy(&log[0].1),
+        sent.replacen("relay-combo", "gpt-5.5", 1)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&log[2].1),
+        sent.replacen("relay-combo", "claude-x", 1)
+    );
+}
