@@ -397,9 +397,10 @@ async fn run_counting(
             }
         },
     ));
+    // Owned: the request's body outlives this borrow.
+    let owned: Vec<Vec<u8>> = pieces.to_vec();
     let frames = futures_util::stream::iter(
-        pieces
-            .to_vec()
+        owned
             .into_iter()
             .map(|p| Ok::<_, Infallible>(http_body::Frame::data(Bytes::from(p)))),
     );
@@ -448,7 +449,7 @@ proptest::proptest! {
         }
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
         for session in [true, false] {
-            let (status, one) = rt.block_on(run_counting(&[whole.clone()], session));
+            let (status, one) = rt.block_on(run_counting(std::slice::from_ref(&whole), session));
             let (got, seen) = rt.block_on(run_counting(&pieces, session));
             proptest::prop_assert_eq!(got, status);
             match (&one, seen) {
