@@ -199,6 +199,31 @@ async fn a_body_is_kept_in_its_chunks_when_asked() {
     }
 }
 
+/// A body kept in its chunks is bounded by the budget as a joined one is: a chunk past it
+/// refuses the body.
+#[tokio::test]
+async fn a_body_kept_in_chunks_is_refused_past_the_budget() {
+    use context_relay_core::json::Needles;
+
+    let needles = Needles::new(&[b"\"model\"", b"\\u"]);
+    let chunks: [&'static [u8]; 3] = [b"{\"model\":\"m\",", b"\"input\":\"abcdef\"", b"}"];
+    let len: usize = chunks.iter().map(|c| c.len()).sum();
+    for bytes in [len - 1, len] {
+        let budget = ByteBudget::new(bytes as u64);
+        let mut hold = budget.hold();
+        let search = Some(needles.find_all_in_pieces(usize::MAX));
+        let read = collect_within(chunked(&chunks), None, 1 << 20, &mut hold, search, true).await;
+        match read {
+            Ok(Collected::Kept { body, .. }) => {
+                assert_eq!((body.len(), hold.held()), (len, len));
+                assert_eq!(bytes, len);
+            }
+            Err(Collect::Budget) => assert!(bytes < len),
+            _ => panic!("kept or refused"),
+        }
+    }
+}
+
 fn whole_of<'n>(collected: Result<Collected<'n>, Collect>) -> (Buffered, Option<Pieces<'n>>) {
     match collected {
         Ok(Collected::Whole { body, searched }) => (body, searched),
