@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use common::{record, unique_prefix};
 use context_relay_core::HandoffKey;
 use context_relay_store::{HandoffStore, RedisStore};
-use context_relay_testkit::redis_server::{free_port, spawn_ready};
+use context_relay_testkit::redis_server::spawn_on_free_port;
 
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -60,14 +60,17 @@ fn offsets(master: u16) -> (u64, u64) {
 
 /// A master and its replica, in sync.
 fn pair() -> (Node, Node, u16, u16) {
-    let (m, r) = (free_port(), free_port());
-    let (ms, rs) = (m.to_string(), r.to_string());
-    let master = Node(spawn_ready(m, &["--port", &ms, "--bind", "127.0.0.1"]));
-    let replica = Node(spawn_ready(
-        r,
-        &[
+    let (m, master) = spawn_on_free_port(|port| {
+        ["--port", port, "--bind", "127.0.0.1"]
+            .map(String::from)
+            .to_vec()
+    });
+    let master = Node(master);
+    let ms = m.to_string();
+    let (r, replica) = spawn_on_free_port(|port| {
+        [
             "--port",
-            &rs,
+            port,
             "--bind",
             "127.0.0.1",
             "--replicaof",
@@ -75,8 +78,11 @@ fn pair() -> (Node, Node, u16, u16) {
             &ms,
             "--enable-debug-command",
             "yes",
-        ],
-    ));
+        ]
+        .map(String::from)
+        .to_vec()
+    });
+    let replica = Node(replica);
     let deadline = Instant::now() + Duration::from_secs(20);
     while !field(&cli(m, &["info", "replication"]), "slave0").is_some_and(|s| s.contains("online"))
     {

@@ -25,8 +25,11 @@ impl RedisServer {
 
     /// Always a server of our own (for tests that kill it).
     pub fn start_own() -> Self {
-        let port = free_port();
-        let child = spawn_ready(port, &["--port", &port.to_string(), "--bind", "127.0.0.1"]);
+        let (port, child) = spawn_on_free_port(|port| {
+            ["--port", port, "--bind", "127.0.0.1"]
+                .map(String::from)
+                .to_vec()
+        });
         Self {
             url: format!("redis://127.0.0.1:{port}/"),
             child: Some(child),
@@ -65,6 +68,28 @@ pub fn free_port() -> u16 {
 /// A redis-server started with `args` (plus no persistence), once its log says it accepts
 /// connections on `port`. Panics when it cannot be started: the suite must run against Redis.
 pub fn spawn_ready(port: u16, args: &[&str]) -> Child {
+    try_spawn_ready(port, args).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`spawn_ready`] on a free port, `args` made for it: a port found free can be taken by
+/// another process before the server binds it (tests start servers in parallel), so a server
+/// that exits before it is ready is started again on another port, a few times.
+pub fn spawn_on_free_port(args: impl Fn(&str) -> Vec<String>) -> (u16, Child) {
+    let mut failed = String::new();
+    for _ in 0..5 {
+        let port = free_port();
+        let text = port.to_string();
+        let args = args(&text);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        match try_spawn_ready(port, &args) {
+            Ok(child) => return (port, child),
+            Err(e) => failed = e,
+        }
+    }
+    panic!("{failed} (five ports tried)")
+}
+
+fn try_spawn_ready(port: u16, args: &[&str]) -> Result<Child, String> {
     let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
     let mut child = Command::new(&bin)
         .args(args)
@@ -79,19 +104,27 @@ pub fn spawn_ready(port: u16, args: &[&str]) -> Child {
             )
         });
     // Readiness from the server's own log line, not from a sleep.
-    let stdout = child.stdout.take().unwrap();
+    let Some(stdout) = child.stdout.take() else {
+        child.kill().ok();
+        child.wait().ok();
+        return Err("redis-server's log could not be read".into());
+    };
     let mut lines = BufReader::new(stdout).lines();
+    let mut last = String::new();
     loop {
         match lines.next() {
             Some(Ok(line)) if line.contains("Ready to accept connections") => break,
-            Some(Ok(_)) => {}
+            Some(Ok(line)) => last = line,
             _ => {
                 child.kill().ok();
-                panic!("redis-server on port {port} exited before accepting connections");
+                child.wait().ok();
+                return Err(format!(
+                    "redis-server on port {port} exited before accepting connections (its last log line: {last:?})"
+                ));
             }
         }
     }
     // Keep draining the log so the server never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
-    child
+    Ok(child)
 }
