@@ -97,3 +97,26 @@ async fn all_accounts_exhausted_gives_429() {
     assert!(v["error"]["message"].as_str().unwrap().contains("codex"));
     assert_eq!(env.sim.requests().len(), 2);
 }
+
+/// A large turn sent with a session header, as agent clients send one (read by the gateway in
+/// several chunks and forwarded in them), goes to the provider byte for byte but for its
+/// `model`, on the first account and on the one a 429 moves it to.
+#[tokio::test]
+async fn a_large_turn_with_a_session_header_is_retried_byte_for_byte() {
+    let env = setup().await;
+    env.sim.set_used("acct-a", 100.0);
+    let history = "line of tool output, 48 bytes of it, repeated.\n".repeat(12_000);
+    let input = serde_json::to_string(&history).unwrap();
+    let tail = format!(r#","input":{input},"stream":false}}"#);
+    let body = format!(r#"{{"model":"codex-relay"{tail}"#);
+    let (status, _) = env.post("/v1/responses", Some("s-large"), &body).await;
+    assert_eq!(status, 200);
+    assert_eq!(env.upstream_accounts(), ["acct-a", "acct-b"]);
+    let reqs = env.sim.requests();
+    assert_eq!(reqs[0].body, reqs[1].body);
+    let sent = std::str::from_utf8(&reqs[1].body).unwrap();
+    assert!(sent.starts_with(r#"{"model":""#), "{}", &sent[..40]);
+    assert!(!sent.starts_with(r#"{"model":"codex-relay""#));
+    assert!(sent.ends_with(&tail), "every byte after `model` as sent");
+    assert_eq!(sent.len() - tail.len(), sent.find(',').unwrap());
+}
