@@ -11,14 +11,15 @@ use context_relay_sim::{SimFault, SimProvider};
 use context_relay_testkit::clients::{claude_next_turn, completed, contains};
 use context_relay_testkit::conversation::{Client, Conversation, handoff_ready};
 use context_relay_testkit::handoff::HANDOFF_TAG;
-use context_relay_testkit::harness::{Harness, MEMORY};
+use context_relay_testkit::harness::{Harness, MEMORY, wire_bytes};
 use http::StatusCode;
 use serde_json::{Value, json};
 
 /// Turns 1–3 on the first account (30, 60, 90 %: a handoff is written), then the account is
 /// used up and turns 4–6 go to the second account. `model` is the combo or direct
-/// `provider/model` route asked for (the client's combo when `None`).
-async fn three_turns_after_a_switch(client: Client, model: Option<&str>) {
+/// `provider/model` route asked for (the client's combo when `None`); `late`, the session
+/// starts with a long history of tool calls (every request a late turn, see [`LATE`]).
+async fn three_turns_after_a_switch(client: Client, model: Option<&str>, late: bool) {
     let h = Harness::start(1, MEMORY, SimProvider::builder()).await;
     let [a, b, _] = client.accounts();
     let session = "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b";
@@ -26,7 +27,7 @@ async fn three_turns_after_a_switch(client: Client, model: Option<&str>) {
         Some(model) => Conversation::asking(client, session, model),
         None => Conversation::new(client, session),
     };
-    let first_size = serde_json::to_vec(&conv.body).unwrap().len();
+    let first_size = wire_bytes(&conv.body).len();
     // The captures' sizes: Codex 38 059 bytes, Claude Code 76 328 bytes.
     let real: usize = match client {
         Client::Codex => 38_059,
@@ -36,6 +37,11 @@ async fn three_turns_after_a_switch(client: Client, model: Option<&str>) {
         first_size.abs_diff(real) < real / 20,
         "real-sized first request: {first_size} bytes, captured {real}"
     );
+    if late {
+        conv = conv.with_tool_history(LATE.0, LATE.1);
+        let bytes = wire_bytes(&conv.body);
+        assert!(bytes.len() > 3 * MAX_READ && bytes.starts_with(br#"{"model":""#));
+    }
     for turn in 1..=3 {
         let (status, acted, reply) = conv.turn(&h, 0).await;
         assert_eq!(status, 200);
@@ -139,19 +145,34 @@ async fn three_turns_after_a_switch(client: Client, model: Option<&str>) {
 
 #[tokio::test]
 async fn codex_history_keeps_working_three_turns_after_a_switch() {
-    three_turns_after_a_switch(Client::Codex, None).await;
+    three_turns_after_a_switch(Client::Codex, None, false).await;
 }
 
 #[tokio::test]
 async fn claude_code_history_keeps_working_three_turns_after_a_switch() {
-    three_turns_after_a_switch(Client::Claude, None).await;
+    three_turns_after_a_switch(Client::Claude, None, false).await;
 }
 
 /// A session addressed as `provider/model` (no combo) gets the whole relay, keyed by the route.
 #[tokio::test]
 async fn a_direct_route_keeps_working_three_turns_after_a_switch() {
-    three_turns_after_a_switch(Client::Codex, Some("codex/gpt-5.5")).await;
-    three_turns_after_a_switch(Client::Claude, Some("anthropic/claude-opus-4-8")).await;
+    three_turns_after_a_switch(Client::Codex, Some("codex/gpt-5.5"), false).await;
+    three_turns_after_a_switch(Client::Claude, Some("anthropic/claude-opus-4-8"), false).await;
+}
+
+/// The gateway's largest read of a request (hyper's read buffer, `connection.rs`).
+const MAX_READ: usize = 128 * 1024;
+
+/// A long session's history: 60 tool calls with 8 KB of output each (about half a megabyte).
+const LATE: (usize, usize) = (60, 8 * 1024);
+
+/// A long session's late turns, sent `model` first with the session in the head as the
+/// clients send them, are read and forwarded in the chunks they arrive in: the switch
+/// scrubs and injects into them as into any other.
+#[tokio::test]
+async fn late_turns_read_in_chunks_keep_working_after_a_switch() {
+    three_turns_after_a_switch(Client::Codex, None, true).await;
+    three_turns_after_a_switch(Client::Claude, None, true).await;
 }
 
 /// A session this gateway never saw (the client comes from another gateway) whose history

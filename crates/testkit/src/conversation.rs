@@ -2,7 +2,7 @@
 //! first turn, its history grown from each completed reply the client's way.
 
 use http::StatusCode;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::clients::{
     claude_first_turn, claude_next_turn, codex_first_turn, codex_next_turn, completed,
@@ -82,6 +82,41 @@ impl Conversation {
         let mut conv = Self::new(client, session);
         conv.body["model"] = Value::from(model);
         conv
+    }
+
+    /// The conversation a long session has become: `calls` finished tool calls of the
+    /// client's kind (a shell command and about `output_bytes` of its output each) before the
+    /// current prompt. With enough of them every request is a late turn of several hundred KB,
+    /// which the gateway reads in several chunks.
+    pub fn with_tool_history(mut self, calls: usize, output_bytes: usize) -> Self {
+        let line = "test result: ok. 12 passed; 0 failed; \"src/lib.rs\" \u{e9}t\u{e9} \t\n";
+        let output = line.repeat(output_bytes.div_ceil(line.len()));
+        let (list, mut history) = match self.client {
+            Client::Codex => ("input", Vec::new()),
+            Client::Claude => ("messages", Vec::new()),
+        };
+        for n in 0..calls {
+            let (id, command) = (format!("call_{n:04}"), format!("cargo test -p crate{n}"));
+            match self.client {
+                Client::Codex => history.extend([
+                    json!({"type": "function_call", "call_id": id, "name": "exec_command",
+                           "arguments": json!({"cmd": command}).to_string()}),
+                    json!({"type": "function_call_output", "call_id": id, "output": output}),
+                ]),
+                Client::Claude => history.extend([
+                    json!({"role": "assistant", "content": [{"type": "tool_use", "id": id,
+                           "name": "Bash", "input": {"command": command}}]}),
+                    json!({"role": "user", "content": [{"type": "tool_result",
+                           "tool_use_id": id, "content": output}]}),
+                ]),
+            }
+        }
+        let items = self.body[list]
+            .as_array_mut()
+            .expect("the client's history");
+        let at = items.len().saturating_sub(1);
+        items.splice(at..at, history);
+        self
     }
 
     /// Sends the current history to gateway `gw`; on a completed reply, the history grows by

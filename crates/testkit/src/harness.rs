@@ -167,8 +167,8 @@ impl Harness {
             .expect("the account is listed")
     }
 
-    /// Sends `body` to `path` of gateway `gw` with `headers`; the status, the `x-context-relay`
-    /// header and the whole reply.
+    /// Sends `body` to `path` of gateway `gw` with `headers`, in the clients' key order (see
+    /// [`wire_bytes`]); the status, the `x-context-relay` header and the whole reply.
     pub async fn send(
         &self,
         gw: usize,
@@ -176,8 +176,7 @@ impl Harness {
         headers: &[(String, String)],
         body: &Value,
     ) -> (StatusCode, Option<String>, Bytes) {
-        let bytes = serde_json::to_vec(body).unwrap();
-        self.send_raw(gw, path, headers, bytes).await
+        self.send_raw(gw, path, headers, wire_bytes(body)).await
     }
 
     /// Sends the bytes `body` (as they are: key order, spacing) to `path` of gateway `gw`; the
@@ -354,4 +353,27 @@ pub async fn spawn(gateway: Gateway) -> (Gateway, RunningGateway) {
 /// A plain HTTP/1 client.
 pub fn http_client() -> HttpClient<HttpConnector, Full<Bytes>> {
     HttpClient::builder(TokioExecutor::new()).build_http()
+}
+
+/// `body` as the clients of `shared/fixtures/clients/` write it: `model` first (Codex CLI,
+/// Claude Code and the SDKs all put it there), the other members after it (in `serde_json`'s
+/// order, so `prompt_cache_key` and `metadata` follow the history, as the clients send them).
+/// A late turn of such a client is read by the gateway in several chunks with `model` in the
+/// first: the path a real long session takes.
+pub fn wire_bytes(body: &Value) -> Vec<u8> {
+    let Some(model) = body.get("model") else {
+        return serde_json::to_vec(body).unwrap();
+    };
+    let mut rest = body.clone();
+    if let Some(members) = rest.as_object_mut() {
+        members.remove("model");
+    }
+    let rest = serde_json::to_vec(&rest).unwrap();
+    let mut bytes = br#"{"model":"#.to_vec();
+    bytes.extend(serde_json::to_vec(model).unwrap());
+    if rest.len() > 2 {
+        bytes.push(b',');
+    }
+    bytes.extend(&rest[1..]);
+    bytes
 }
