@@ -94,6 +94,7 @@ use std::borrow::Cow;
 use std::ops::Range;
 
 mod classify;
+mod depth;
 mod edit;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
@@ -106,6 +107,7 @@ mod string;
 mod strings;
 mod walk;
 
+pub use depth::{is_escaped, net_depth};
 pub use edit::{EditError, Edits, ListEdit};
 pub use index::Doc;
 pub use needles::{Found, Needles, Pieces};

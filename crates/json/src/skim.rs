@@ -147,7 +147,7 @@ fn skim(
 /// Eight bytes at a time, looking for a quote or a backslash in each word at once (the usual
 /// bit trick for a zero byte: the lowest flagged byte is always a true one); most strings of
 /// an answer are keys and short values, for which `memchr`'s vector set-up costs more.
-fn string_end(json: &[u8], from: usize) -> Option<(usize, bool)> {
+pub(crate) fn string_end(json: &[u8], from: usize) -> Option<(usize, bool)> {
     const ONES: u64 = u64::from_le_bytes([1; 8]);
     const HIGHS: u64 = ONES << 7;
     const QUOTES: u64 = ONES * b'"' as u64;
