@@ -12,6 +12,7 @@
 //! [`Chunks`] is that body: cheap to clone (each chunk is shared), and a [`Body`] that yields
 //! its chunks in order.
 
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::ops::Range;
 use std::pin::Pin;
@@ -117,6 +118,25 @@ impl Chunks {
                 joined.freeze()
             }
         }
+    }
+
+    /// The bytes at `range` (cut to the body's end): borrowed from the chunk that holds them
+    /// all, copied when they cross from one chunk to the next.
+    pub(crate) fn bytes_in(&self, range: Range<usize>) -> Cow<'_, [u8]> {
+        let range = range.start.min(self.len())..range.end.min(self.len());
+        if let Some((_, at, chunk)) = self.chunk_of(&range) {
+            return Cow::Borrowed(&chunk[range.start - at..range.end - at]);
+        }
+        let mut bytes = Vec::with_capacity(range.len());
+        let mut at = 0;
+        for chunk in self.iter() {
+            let (from, to) = (range.start.max(at), range.end.min(at + chunk.len()));
+            if from < to {
+                bytes.extend_from_slice(&chunk[from - at..to - at]);
+            }
+            at += chunk.len();
+        }
+        Cow::Owned(bytes)
     }
 
     /// The chunk that holds all of `span` (positions in the whole body): its index among
@@ -226,6 +246,22 @@ mod tests {
             prop_assert_eq!(&read[..], &whole[..]);
             prop_assert!(body.is_end_stream());
             prop_assert_eq!(body.size_hint().exact(), Some(0));
+        }
+
+        /// Any stretch of the body is its bytes, borrowed when one chunk holds it.
+        #[test]
+        fn a_stretch_of_chunks_is_those_bytes_of_the_whole(
+            pieces in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..20), 0..5),
+            from in 0usize..110,
+            len in 0usize..40,
+        ) {
+            let whole: Vec<u8> = pieces.concat();
+            let chunks = chunked(&pieces);
+            let got = chunks.bytes_in(from..from + len);
+            let (from, to) = (from.min(whole.len()), (from + len).min(whole.len()));
+            prop_assert_eq!(&got[..], &whole[from..to]);
+            let one = chunks.chunk_of(&(from..to)).is_some();
+            prop_assert_eq!(matches!(got, Cow::Borrowed(_)), one);
         }
 
         /// An edit of a span replaces exactly that span of the whole body, wherever the chunks
