@@ -16,8 +16,8 @@
 //! A second top-level `model` is refused, as it must be: the first one routes the request and
 //! decides what the client may use, while a provider may serve the last one. The rest of the
 //! body is only searched (one SIMD pass) for the text `"model"` and for `\u` escapes (a key
-//! can spell `model` with them); only a body holding one of them is parsed whole to tell a
-//! nested or quoted `model` from a second top-level one.
+//! can spell `model` with them); each one found is read where it stands (`repeat`), and only
+//! a body where one may be a second top-level key is parsed whole, which refuses it.
 
 use std::borrow::Cow;
 use std::ops::Range;
@@ -31,6 +31,7 @@ use crate::chunks::Chunks;
 use crate::collect::{Buffered, HEADROOM};
 
 mod kept;
+mod repeat;
 
 pub(crate) use kept::{InChunks, find_model_in_chunks, rewrite_model_in_chunks};
 
@@ -213,15 +214,20 @@ fn string_field(body: &[u8], span: Range<usize>) -> Result<ModelField, ModelErro
 }
 
 /// Whether the body after the first `model` value (which ends at `from`) may hold a second
-/// top-level `model`: it contains one of [`MAY_REPEAT`]. Looked up in `found` when given.
+/// top-level `model` ([`repeat::may_follow`]); the occurrences of [`MAY_REPEAT`] are looked
+/// up in `found` as far as it knows them, and searched for past that.
 fn may_repeat(body: &[u8], from: usize, found: Option<&json::Found<'_>>) -> bool {
-    let from = match found.map(|f| f.next_of(&MAY_REPEAT, from)) {
-        Some(Ok(next)) => return next.is_some(),
-        Some(Err(resume)) => resume,
-        None => from,
+    let next = |at: usize| {
+        let resume = match found.map(|f| f.next_of(&MAY_REPEAT, at)) {
+            Some(Ok(next)) => return Ok(next),
+            Some(Err(resume)) => resume.max(at),
+            None => at,
+        };
+        let rest = body.get(resume..).unwrap_or_default();
+        Ok(MODEL_LITERALS.find(rest).map(|i| resume + i))
     };
-    body.get(from..)
-        .is_some_and(|rest| MODEL_LITERALS.any_in(rest))
+    let bytes_in = |r: Range<usize>| Cow::Borrowed(body.get(r).unwrap_or_default());
+    repeat::may_follow(body.len(), bytes_in, next, from)
 }
 
 /// `body` with the string at `field.span` replaced by the JSON string `model` (the same

@@ -7,15 +7,16 @@ use bytes::Bytes;
 use context_relay_core::json;
 use smallvec::SmallVec;
 
-use super::{MAY_REPEAT, ModelField, Searched, WrittenModel, string_field};
+use super::{MAY_REPEAT, ModelField, Searched, WrittenModel, repeat, string_field};
 use crate::chunks::Chunks;
 
 /// The `model` of a body kept in chunks, every chunk of which `searched` was given as it
 /// arrived (for [`MODEL_LITERALS`](super::MODEL_LITERALS) at least): read as
 /// [`find_model`](super::find_model) reads it, when it stands whole in the first chunk.
 /// Otherwise, when the body is anything but a clean read there (not an object, not closed,
-/// `model` no string), or when a second top-level `model` may follow (the search found one of
-/// [`MAY_REPEAT`] after it), the body is to be joined and read as any other, which answers the
+/// `model` no string), or when a second top-level `model` may follow (an occurrence of
+/// [`MAY_REPEAT`] after it may be one, see [`repeat`]), the body is to be joined and read as
+/// any other, which answers the
 /// same and says what is wrong: the search comes back for that reading, as far as it went.
 pub(crate) fn find_model_in_chunks(chunks: &Chunks, searched: json::Pieces<'static>) -> InChunks {
     let Some(first) = chunks.iter().next() else {
@@ -34,109 +35,14 @@ pub(crate) fn find_model_in_chunks(chunks: &Chunks, searched: json::Pieces<'stat
         return InChunks::Join(Searched::Partly(searched));
     };
     let found = searched.finish_pushed();
-    if may_repeat(chunks, &found, member.value.end) {
+    let next = |from| found.next_of(&MAY_REPEAT, from).map_err(drop);
+    if repeat::may_follow(chunks.len(), |r| chunks.bytes_in(r), next, member.value.end) {
         return InChunks::Join(Searched::Done(found));
     }
     match string_field(first, member.value) {
         Ok(field) => InChunks::Read(field),
         Err(_) => InChunks::Join(Searched::Done(found)),
     }
-}
-
-/// The token `"model"`, as [`MAY_REPEAT`] has it.
-const MODEL: &[u8] = MAY_REPEAT[0];
-
-/// The longest string that can spell `model`: five `\uXXXX` escapes.
-const SPELLED: usize = 5 * 6;
-
-/// How far around an occurrence its bytes are read: a string spelling `model` around a `\u`
-/// escape, and the backslashes before its quotes.
-const NEAR: usize = 2 * SPELLED + 4;
-
-/// Whether a second top-level `model` may follow the first, whose value ends at `from`: one
-/// of the search's occurrences of [`MAY_REPEAT`] after it may be one, or the search does not
-/// know them all. Each is read where it stands, not by reading the body: a `\u` escape
-/// matters only in a string short enough to spell `model` that does; a `"model"` string only
-/// as a key (a `:` after it) at the top level, whose depth is read from the stretch before it
-/// or the one after it, whichever is shorter ([`json::net_depth`]: a Claude Code turn names
-/// `model` in a tool's schema near its end). The depth is known from `from` on, so no byte
-/// is read twice going forwards, and the tail is read at most once.
-///
-/// Answers for a body that is JSON: the full reading of a joined body refuses one that is not,
-/// and here, as for every byte of a body kept in chunks, the provider does.
-fn may_repeat(chunks: &Chunks, found: &json::Found<'_>, from: usize) -> bool {
-    let len = chunks.len();
-    // A place between tokens and the depth there; whether the tail was read.
-    let (mut known, mut depth, mut tail_read) = (from, 1isize, false);
-    let mut next = from;
-    loop {
-        let at = match found.next_of(&MAY_REPEAT, next) {
-            Ok(None) => return false,
-            Ok(Some(at)) => at,
-            Err(_) => return true,
-        };
-        next = at + 1;
-        let start = at.saturating_sub(NEAR);
-        let near = chunks.bytes_in(start..at + NEAR);
-        let here = at - start;
-        if near.get(here..here + 2) == Some(b"\\u") {
-            if spells_model(&near, here) {
-                return true;
-            }
-            continue;
-        }
-        if json::is_escaped(&near, here) || !is_key(&near, here + MODEL.len()) {
-            continue;
-        }
-        let end = at + MODEL.len();
-        let key_depth = if !tail_read && len - end < at.saturating_sub(known) {
-            tail_read = true;
-            json::net_depth(&chunks.bytes_in(end..len)).map(|n| -n)
-        } else {
-            json::net_depth(&chunks.bytes_in(known..at)).map(|n| depth + n)
-        };
-        match key_depth {
-            Some(d) if d != 1 => (known, depth) = (end, d),
-            _ => return true,
-        }
-    }
-}
-
-/// Whether the `\u` at `at` of `near` is an escape in a string that spells `model` (the
-/// string's quotes within [`SPELLED`] bytes of it, and `near` reaching [`SPELLED`] bytes past
-/// them); also true when the string cannot be decoded.
-fn spells_model(near: &[u8], at: usize) -> bool {
-    if json::is_escaped(near, at) {
-        return false; // `\\u`: a backslash, then `u`
-    }
-    let unescaped_quote = |i: &usize| near[*i] == b'"' && !json::is_escaped(near, *i);
-    let Some(open) = (at.saturating_sub(SPELLED + 1)..at)
-        .rev()
-        .find(unescaped_quote)
-    else {
-        return false;
-    };
-    let mut i = at;
-    while i < near.len().min(open + SPELLED + 2) {
-        match near[i] {
-            b'\\' => i += 2,
-            b'"' => {
-                return json::decode_str(near, open..i + 1).map_or(true, |text| text == "model");
-            }
-            _ => i += 1,
-        }
-    }
-    false
-}
-
-/// Whether the token ending at `after` in `near` is a key: a `:` follows it (also when only
-/// whitespace is left of `near`).
-fn is_key(near: &[u8], after: usize) -> bool {
-    near.get(after..)
-        .unwrap_or_default()
-        .iter()
-        .find(|b| !b.is_ascii_whitespace())
-        .is_none_or(|&b| b == b':')
 }
 
 /// What [`find_model_in_chunks`] made of a body kept in chunks.

@@ -1,0 +1,183 @@
+//! Whether a second top-level `model` may follow the first, told from the occurrences of
+//! [`MAY_REPEAT`] after it, each read where it stands rather than by reading the body.
+//!
+//! An occurrence matters only in a string that is `model` (the token `"model"`, or a string
+//! short enough to spell it with `\u` escapes that does), and only as a key (a `:` after it)
+//! at the top level. Its depth is read from the stretch before it or the one after it,
+//! whichever is shorter ([`json::net_depth`]): every Claude Code request names `model` in a
+//! tool's schema near its end, and reading the whole body to tell that key from a second
+//! top-level one cost a 1 MiB turn about 160 µs.
+//! Only a body where one may be a second key is parsed whole, which refuses it.
+//!
+//! The answers are those of a reader of JSON: in a body that is not JSON an occurrence may be
+//! misread, and such a body is refused by the provider (every byte after `model` is left to
+//! it, see the [module docs](super)).
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+use context_relay_core::json;
+
+use super::MAY_REPEAT;
+
+/// The token `"model"`, as [`MAY_REPEAT`] has it.
+const MODEL: &[u8] = MAY_REPEAT[0];
+
+/// The longest string that can spell `model`: five `\uXXXX` escapes.
+const SPELLED: usize = 5 * 6;
+
+/// How far around an occurrence its bytes are read: a string spelling `model` around a `\u`
+/// escape, and the backslashes before its quotes.
+const NEAR: usize = 2 * SPELLED + 4;
+
+/// Whether a second top-level `model` may follow the first, whose value ends at `from`, in a
+/// body of `len` bytes read by `bytes_in`: `next_of(at)` gives
+/// the first occurrence of [`MAY_REPEAT`] at or after `at`, `Err` when it is not known
+/// (which answers yes). The depth is known from `from` on, so going forwards no byte is read
+/// twice, and the tail is read at most once.
+pub(super) fn may_follow<'b>(
+    len: usize,
+    bytes_in: impl Fn(Range<usize>) -> Cow<'b, [u8]>,
+    mut next_of: impl FnMut(usize) -> Result<Option<usize>, ()>,
+    from: usize,
+) -> bool {
+    // A place between tokens and the depth there; whether the tail was read.
+    let (mut known, mut depth, mut tail_read) = (from, 1isize, false);
+    let mut next = from;
+    loop {
+        let at = match next_of(next) {
+            Ok(None) => return false,
+            Ok(Some(at)) => at,
+            Err(_) => return true,
+        };
+        next = at + 1;
+        let start = at.saturating_sub(NEAR);
+        let near = bytes_in(start..(at + NEAR).min(len));
+        let here = at - start;
+        // The string the occurrence is part of, as a span of `near`, when it may be `model`.
+        let string = if near.get(here..here + 2) == Some(b"\\u") {
+            match spelled_model(&near, here) {
+                Some(string) => string,
+                None => continue,
+            }
+        } else if json::is_escaped(&near, here) {
+            continue; // the end of a longer string
+        } else {
+            here..here + MODEL.len()
+        };
+        if !is_key(&near, string.end) {
+            continue;
+        }
+        let (open, end) = (start + string.start, start + string.end);
+        let key_depth = if !tail_read && len - end < open.saturating_sub(known) {
+            tail_read = true;
+            json::net_depth(&bytes_in(end..len)).map(|n| -n)
+        } else {
+            json::net_depth(&bytes_in(known.min(open)..open)).map(|n| depth + n)
+        };
+        match key_depth {
+            Some(d) if d != 1 => (known, depth) = (end, d),
+            _ => return true,
+        }
+    }
+}
+
+/// The string of `near` holding the `\u` at `at` (quotes included), when it is an escape in
+/// a string that spells `model`, or may (a string that does not decode); `None` for a string
+/// that does not, or is longer than any that does (its quotes are not within [`SPELLED`]
+/// bytes of the escape).
+fn spelled_model(near: &[u8], at: usize) -> Option<Range<usize>> {
+    if json::is_escaped(near, at) {
+        return None; // `\\u`: a backslash, then `u`
+    }
+    let unescaped_quote = |i: &usize| near[*i] == b'"' && !json::is_escaped(near, *i);
+    let open = (at.saturating_sub(SPELLED + 1)..at)
+        .rev()
+        .find(unescaped_quote)?;
+    let mut i = at;
+    while i < near.len().min(open + SPELLED + 2) {
+        match near[i] {
+            b'\\' => i += 2,
+            b'"' => {
+                let spells = json::decode_str(near, open..i + 1).map_or(true, |t| t == "model");
+                return spells.then_some(open..i + 1);
+            }
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// Whether the token ending at `after` in `near` is a key: a `:` follows it (also when only
+/// whitespace is left of `near`).
+fn is_key(near: &[u8], after: usize) -> bool {
+    near.get(after..)
+        .unwrap_or_default()
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_none_or(|&b| b == b':')
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::Value;
+
+    use super::super::{Searched, find_model, find_model_and_literals, may_repeat};
+    use super::*;
+
+    /// Keys as they stand in the body (JSON text): `model`, plain or spelt, and others that
+    /// hold its letters or its token.
+    const KEYS: [&str; 6] = [
+        r#""model""#,
+        r#""mod\u0065l""#,
+        r#""mod\u0065""#,
+        r#""say \"model""#,
+        r#""x""#,
+        r#""\\u0065""#,
+    ];
+
+    fn value() -> impl Strategy<Value = String> {
+        let leaf = prop_oneof![
+            prop::sample::select(vec!["model", "caf\u{e9}", "a\\u0065", "\"model\""])
+                .prop_map(|s| serde_json::to_string(s).unwrap()),
+            any::<u8>().prop_map(|n| n.to_string()),
+        ];
+        leaf.prop_recursive(4, 32, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4)
+                    .prop_map(|v| format!("[{}]", v.join(","))),
+                prop::collection::vec((prop::sample::select(KEYS.to_vec()), inner), 0..4).prop_map(
+                    |m| {
+                        let members: Vec<String> =
+                            m.into_iter().map(|(k, v)| format!("{k} : {v}")).collect();
+                        format!("{{ {} }}", members.join(", "))
+                    }
+                ),
+            ]
+        })
+    }
+
+    proptest! {
+        /// On any JSON object whose first member is `model`, the occurrences read where they
+        /// stand say a second top-level `model` may follow exactly when a full reading finds
+        /// one, and refuse those bodies, with or without the search made as a body arrives.
+        #[test]
+        fn a_second_model_is_found_as_a_full_reading_finds_it(
+            members in prop::collection::vec((prop::sample::select(KEYS.to_vec()), value()), 0..6),
+        ) {
+            let rest: String = members.iter().map(|(k, v)| format!(",{k}:{v}")).collect();
+            let body = format!(r#"{{"model":"a"{rest}}}"#).into_bytes();
+            prop_assert!(serde_json::from_slice::<Value>(&body).is_ok());
+            let twice = json::parse_object(&body).unwrap().unique("model").is_err();
+            let from = find_model(b"{\"model\":\"a\"}").unwrap().span.end;
+            prop_assert_eq!(may_repeat(&body, from, None), twice);
+            for read in [
+                find_model(&body).map(|_| ()),
+                find_model_and_literals(&body, Searched::Not).map(|_| ()),
+            ] {
+                prop_assert_eq!(read.is_err(), twice, "{}", String::from_utf8_lossy(&body));
+            }
+        }
+    }
+}
