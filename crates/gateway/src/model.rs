@@ -214,19 +214,20 @@ fn string_field(body: &[u8], span: Range<usize>) -> Result<ModelField, ModelErro
 }
 
 /// Whether the body after the first `model` value (which ends at `from`) may hold a second
-/// top-level `model` ([`repeat::may_follow`]); the occurrences of [`MAY_REPEAT`] are looked
-/// up in `found` as far as it knows them, and searched for past that.
+/// top-level `model` ([`repeat::may_follow`]), from the occurrences of [`MAY_REPEAT`] `found`
+/// recorded, or searched for here.
 fn may_repeat(body: &[u8], from: usize, found: Option<&json::Found<'_>>) -> bool {
-    let next = |at: usize| {
-        let resume = match found.map(|f| f.next_of(&MAY_REPEAT, at)) {
-            Some(Ok(next)) => return Ok(next),
-            Some(Err(resume)) => resume.max(at),
-            None => at,
-        };
-        let rest = body.get(resume..).unwrap_or_default();
-        Ok(MODEL_LITERALS.find(rest).map(|i| resume + i))
-    };
     let bytes_in = |r: Range<usize>| Cow::Borrowed(body.get(r).unwrap_or_default());
+    if let Some(found) = found {
+        let next = |at| found.next_of(&MAY_REPEAT, at).map_err(drop);
+        return repeat::may_follow(body.len(), bytes_in, next, from);
+    }
+    // Positions counted from `from`.
+    let rest = MODEL_LITERALS.find_all(body.get(from..).unwrap_or_default(), BODY_LITERALS_CAP);
+    let next = |at: usize| {
+        let next = rest.next_of(&MAY_REPEAT, at.saturating_sub(from));
+        next.map(|n| n.map(|i| i + from)).map_err(drop)
+    };
     repeat::may_follow(body.len(), bytes_in, next, from)
 }
 

@@ -16,8 +16,8 @@ use crate::chunks::Chunks;
 /// Otherwise, when the body is anything but a clean read there (not an object, not closed,
 /// `model` no string), or when a second top-level `model` may follow (an occurrence of
 /// [`MAY_REPEAT`] after it may be one, see [`repeat`]), the body is to be joined and read as
-/// any other, which answers the
-/// same and says what is wrong: the search comes back for that reading, as far as it went.
+/// any other, which answers the same and says what is wrong: the search comes back for that
+/// reading.
 pub(crate) fn find_model_in_chunks(chunks: &Chunks, searched: json::Pieces<'static>) -> InChunks {
     let Some(first) = chunks.iter().next() else {
         return InChunks::Join(Searched::Partly(searched));
@@ -35,7 +35,7 @@ pub(crate) fn find_model_in_chunks(chunks: &Chunks, searched: json::Pieces<'stat
         return InChunks::Join(Searched::Partly(searched));
     };
     let found = searched.finish_pushed();
-    let next = |from| found.next_of(&MAY_REPEAT, from).map_err(drop);
+    let next = |at| found.next_of(&MAY_REPEAT, at).map_err(drop);
     if repeat::may_follow(chunks.len(), |r| chunks.bytes_in(r), next, member.value.end) {
         return InChunks::Join(Searched::Done(found));
     }

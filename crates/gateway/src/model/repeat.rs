@@ -31,10 +31,11 @@ const SPELLED: usize = 5 * 6;
 const NEAR: usize = 2 * SPELLED + 4;
 
 /// Whether a second top-level `model` may follow the first, whose value ends at `from`, in a
-/// body of `len` bytes read by `bytes_in`: `next_of(at)` gives
-/// the first occurrence of [`MAY_REPEAT`] at or after `at`, `Err` when it is not known
-/// (which answers yes). The depth is known from `from` on, so going forwards no byte is read
-/// twice, and the tail is read at most once.
+/// body of `len` bytes read by `bytes_in`: `next_of(at)` gives the first occurrence of
+/// [`MAY_REPEAT`] at or after `at`, `Err` past what the search recorded (which answers yes:
+/// a body dense with `\u` escapes, text outside ASCII from a client that escapes it, is
+/// parsed whole as before rather than looked at in thousands of places). The depth is known
+/// from `from` on, so going forwards no byte is read twice, and the tail is read at most once.
 pub(super) fn may_follow<'b>(
     len: usize,
     bytes_in: impl Fn(Range<usize>) -> Cow<'b, [u8]>,
@@ -48,7 +49,7 @@ pub(super) fn may_follow<'b>(
         let at = match next_of(next) {
             Ok(None) => return false,
             Ok(Some(at)) => at,
-            Err(_) => return true,
+            Err(()) => return true,
         };
         next = at + 1;
         let start = at.saturating_sub(NEAR);
@@ -123,7 +124,9 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::Value;
 
-    use super::super::{Searched, find_model, find_model_and_literals, may_repeat};
+    use super::super::{
+        BODY_LITERALS_CAP, Searched, find_model, find_model_and_literals, may_repeat,
+    };
     use super::*;
 
     /// Keys as they stand in the body (JSON text): `model`, plain or spelt, and others that
@@ -171,13 +174,32 @@ mod tests {
             prop_assert!(serde_json::from_slice::<Value>(&body).is_ok());
             let twice = json::parse_object(&body).unwrap().unique("model").is_err();
             let from = find_model(b"{\"model\":\"a\"}").unwrap().span.end;
-            prop_assert_eq!(may_repeat(&body, from, None), twice);
+            let looks = body[from..].windows(2).filter(|w| w == b"\\u").count()
+                + body[from..].windows(7).filter(|w| *w == MODEL).count();
+            if looks <= BODY_LITERALS_CAP {
+                prop_assert_eq!(may_repeat(&body, from, None), twice);
+            }
             for read in [
                 find_model(&body).map(|_| ()),
                 find_model_and_literals(&body, Searched::Not).map(|_| ()),
             ] {
                 prop_assert_eq!(read.is_err(), twice, "{}", String::from_utf8_lossy(&body));
             }
+        }
+    }
+
+    /// A body dense with escapes, past what the search records, is parsed whole, and answers
+    /// as before.
+    #[test]
+    fn past_the_search_the_body_is_parsed_whole() {
+        // The escapes and one nested `model`: as many occurrences as the search records, then
+        // one more.
+        for (escapes, whole) in [(BODY_LITERALS_CAP - 1, false), (BODY_LITERALS_CAP, true)] {
+            let text = "\\u00e9".repeat(escapes);
+            let body = format!(r#"{{"model":"a","t":"{text}","x":{{"model":1}}}}"#);
+            let from = r#"{"model":"a""#.len();
+            assert_eq!(may_repeat(body.as_bytes(), from, None), whole);
+            assert!(find_model(body.as_bytes()).is_ok());
         }
     }
 }
