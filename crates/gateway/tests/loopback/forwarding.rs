@@ -239,3 +239,41 @@ async fn chat_stream_passes_through() {
         body.replace("codex-relay", "gpt-5.5").as_bytes()
     );
 }
+
+/// A late turn read in several chunks that names `model` again near its end: nested in a
+/// tool's schema (as every Claude Code request does) it is forwarded byte for byte but for the
+/// first `model`; at the top level, plain or spelt with escapes, it is refused before any
+/// provider sees it.
+#[tokio::test]
+async fn a_second_model_at_the_end_of_a_large_turn_is_told_from_a_nested_one() {
+    let env = setup().await;
+    let output = serde_json::to_string(&"tool output, forty bytes of it, again.\n".repeat(15_000));
+    let turn = |end: &str| {
+        format!(
+            r#"{{"model":"codex-relay","input":{},"stream":false{end}}}"#,
+            output.as_ref().unwrap()
+        )
+    };
+    let tools = r#","tools":[{"type":"function","name":"agent","parameters":{"type":"object","properties":{"model":{"type":"string"}}}}]"#;
+    let nested = turn(tools);
+    assert!(nested.len() > 4 * 128 * 1024, "read in several chunks");
+    let (status, body) = env.post("/v1/responses", Some("s-nested"), &nested).await;
+    assert_eq!(status, 200, "{body:?}");
+    let sent = env.sim.requests().pop().unwrap().body;
+    let after_model = &nested[nested.find(",\"input\"").unwrap()..];
+    assert!(sent.starts_with(br#"{"model":"gpt-5.5""#));
+    assert!(sent.ends_with(after_model.as_bytes()));
+    for second in [r#","model":"gpt-5.5""#, r#","mod\u0065l":"gpt-5.5""#] {
+        let (status, body) = env
+            .post("/v1/responses", Some("s-second"), &turn(second))
+            .await;
+        assert_eq!(status, 400, "{second}");
+        let text = String::from_utf8_lossy(&body);
+        assert!(text.contains("model"), "{text}");
+    }
+    assert_eq!(
+        env.sim.requests().len(),
+        1,
+        "no refused turn reached the provider"
+    );
+}
