@@ -40,10 +40,11 @@ pub fn net_depth(json: &[u8]) -> Option<isize> {
     Some(depth)
 }
 
-/// Whether the byte of `json` at `at` is escaped: preceded by an odd run of backslashes.
+/// Whether the byte of `json` at `at` is escaped: preceded by an odd run of backslashes
+/// (false past the end).
 pub fn is_escaped(json: &[u8], at: usize) -> bool {
-    let before = json.get(..at).unwrap_or(json);
-    before.iter().rev().take_while(|&&b| b == b'\\').count() % 2 == 1
+    json.get(..at)
+        .is_some_and(|before| before.iter().rev().take_while(|&&b| b == b'\\').count() % 2 == 1)
 }
 
 #[cfg(test)]
@@ -135,6 +136,6 @@ mod tests {
         assert!(is_escaped(b"\\\"", 1));
         assert!(!is_escaped(b"\\\\\"", 2));
         assert!(is_escaped(b"\\\\\\\"", 3));
-        assert!(!is_escaped(b"x", 9));
+        assert!(!is_escaped(b"\\\\\\", 9));
     }
 }
