@@ -12,9 +12,11 @@
 //! as far as they need and validate only that, so their cost is bounded by a prefix of the
 //! body, not by its size. Callers that read many nested values of one body build a [`Doc`]:
 //! one validating scan records the span of every value, and nested objects and arrays are
-//! then read from those records without scanning their bytes again. The one reader that does
-//! not validate is [`skim_object`] / [`skim_array`]: it checks a container's structure only,
-//! for a small document read and not forwarded (the usage of an answer).
+//! then read from those records without scanning their bytes again. Two readers do not
+//! validate: [`skim_object`] / [`skim_array`] check a container's structure only, for a small
+//! document read and not forwarded (the usage of an answer), and [`net_depth`] reads how the
+//! nesting changes over a stretch, for a reader that leaves the document's checks to another
+//! (the depth of a `model` key near the end of a forwarded body).
 //!
 //! Validation follows RFC 8259: strings must be closed, contain no raw control characters,
 //! use only the defined escapes and be valid UTF-8; numbers follow the JSON grammar; literals
