@@ -18,7 +18,7 @@ use std::ops::Range;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use smallvec::SmallVec;
 
@@ -110,13 +110,7 @@ impl Chunks {
         match self.as_slice() {
             [] => Bytes::new(),
             [one] => one.clone(),
-            many => {
-                let mut joined = BytesMut::with_capacity(self.len());
-                for chunk in many {
-                    joined.extend_from_slice(chunk);
-                }
-                joined.freeze()
-            }
+            _ => Bytes::from(self.bytes_in(0..self.len()).into_owned()),
         }
     }
 
