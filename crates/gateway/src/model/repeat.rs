@@ -6,8 +6,8 @@
 //! at the top level. Its depth is read from the stretch before it or the one after it,
 //! whichever is shorter ([`json::net_depth`]): every Claude Code request names `model` in a
 //! tool's schema near its end, and reading the whole body to tell that key from a second
-//! top-level one cost a 1 MiB turn about 160 µs.
-//! Only a body where one may be a second key is parsed whole, which refuses it.
+//! top-level one cost a 1 MiB turn about 160 µs. Only a body where one may be a second key
+//! is parsed whole, which refuses it.
 //!
 //! The answers are those of a reader of JSON: in a body that is not JSON an occurrence may be
 //! misread, and such a body is refused by the provider (every byte after `model` is left to
