@@ -14,9 +14,9 @@
 //! one validating scan records the span of every value, and nested objects and arrays are
 //! then read from those records without scanning their bytes again. Two readers do not
 //! validate: [`skim_object`] / [`skim_array`] check a container's structure only, for a small
-//! document read and not forwarded (the usage of an answer), and [`net_depth`] reads how the
-//! nesting changes over a stretch, for a reader that leaves the document's checks to another
-//! (the depth of a `model` key near the end of a forwarded body).
+//! document read and not forwarded (the usage of an answer), and [`enclosing`] reads back from a
+//! place to the bracket of the container it is in, for a reader that leaves the document's
+//! checks to another (whether a `model` key far into a forwarded body is nested).
 //!
 //! Validation follows RFC 8259: strings must be closed, contain no raw control characters,
 //! use only the defined escapes and be valid UTF-8; numbers follow the JSON grammar; literals
@@ -109,7 +109,7 @@ mod string;
 mod strings;
 mod walk;
 
-pub use depth::{is_escaped, net_depth};
+pub use depth::{Enclosing, enclosing, is_escaped};
 pub use edit::{EditError, Edits, ListEdit};
 pub use index::Doc;
 pub use needles::{Found, Needles, Pieces};

@@ -3,11 +3,12 @@
 //!
 //! An occurrence matters only in a string that is `model` (the token `"model"`, or a string
 //! short enough to spell it with `\u` escapes that does), and only as a key (a `:` after it)
-//! at the top level. Its depth is read from the stretch before it or the one after it,
-//! whichever is shorter ([`json::net_depth`]): every Claude Code request names `model` in a
-//! tool's schema near its end, and reading the whole body to tell that key from a second
-//! top-level one cost a 1 MiB turn about 160 µs. Only a body where one may be a second key
-//! is parsed whole, which refuses it.
+//! at the top level. Whether it is nested is read backwards from the key to the bracket that
+//! opens its object ([`json::enclosing`]): every Claude Code request names `model` in a tool's
+//! schema, and sub-agent calls in its history may name one each; the bracket is a few bytes
+//! back, where reading the body up to the key cost a 1 MiB turn about 160 µs. The stretches
+//! read for one key are stepped over by the keys after it, so no byte is read twice. Only a
+//! body where one may be a second key is parsed whole, which refuses it.
 //!
 //! The answers are those of a reader of JSON: in a body that is not JSON an occurrence may be
 //! misread, and such a body is refused by the provider (every byte after `model` is left to
@@ -17,6 +18,7 @@ use std::borrow::Cow;
 use std::ops::Range;
 
 use context_relay_core::json;
+use smallvec::SmallVec;
 
 use super::MAY_REPEAT;
 
@@ -34,16 +36,14 @@ const NEAR: usize = 2 * SPELLED + 4;
 /// body of `len` bytes read by `bytes_in`: `next_of(at)` gives the first occurrence of
 /// [`MAY_REPEAT`] at or after `at`, `Err` past what the search recorded (which answers yes:
 /// a body dense with `\u` escapes, text outside ASCII from a client that escapes it, is
-/// parsed whole as before rather than looked at in thousands of places). The depth is known
-/// from `from` on, so going forwards no byte is read twice, and the tail is read at most once.
+/// parsed whole as before rather than looked at in thousands of places).
 pub(super) fn may_follow<'b>(
     len: usize,
     bytes_in: impl Fn(Range<usize>) -> Cow<'b, [u8]>,
     mut next_of: impl FnMut(usize) -> Result<Option<usize>, ()>,
     from: usize,
 ) -> bool {
-    // A place between tokens and the depth there; whether the tail was read.
-    let (mut known, mut depth, mut tail_read) = (from, 1isize, false);
+    let mut nested = Nested::default();
     let mut next = from;
     loop {
         let at = match next_of(next) {
@@ -69,16 +69,82 @@ pub(super) fn may_follow<'b>(
         if !is_key(&near, string.end) {
             continue;
         }
-        let (open, end) = (start + string.start, start + string.end);
-        let key_depth = if !tail_read && len - end < open.saturating_sub(known) {
-            tail_read = true;
-            json::net_depth(&bytes_in(end..len)).map(|n| -n)
-        } else {
-            json::net_depth(&bytes_in(known.min(open)..open)).map(|n| depth + n)
-        };
-        match key_depth {
-            Some(d) if d != 1 => (known, depth) = (end, d),
-            _ => return true,
+        let key = start + string.start..start + string.end;
+        match nested.object_of(key.start, from, &bytes_in) {
+            Some(open) => nested.keys.push(Key { key, open }),
+            None => return true,
+        }
+    }
+}
+
+/// The nested `model` keys read so far, in the order of the body.
+#[derive(Default)]
+struct Nested {
+    keys: SmallVec<[Key; 4]>,
+}
+
+/// A nested `model` key and the bracket that opens its object.
+struct Key {
+    key: Range<usize>,
+    open: usize,
+}
+
+impl Nested {
+    /// Where the object of the key at `key` opens, read backwards from it; `None` when it is
+    /// the top-level object (that of the first `model`, which ends at `from`), or the reading
+    /// fails. A key read before is stepped over with what was read for it: the stretch from
+    /// its bracket to it holds no bracket left open, so none of it is read again.
+    fn object_of<'b>(
+        &self,
+        key: usize,
+        from: usize,
+        bytes_in: &impl Fn(Range<usize>) -> Cow<'b, [u8]>,
+    ) -> Option<usize> {
+        let (mut end, mut inside) = (key, 0);
+        for before in self.keys.iter().rev() {
+            if before.key.end > end {
+                continue; // in a stretch already stepped over
+            }
+            match enclosing_in(before.key.end..end, inside, bytes_in)? {
+                json::Enclosing::At(at) => return Some(at),
+                json::Enclosing::Outside(levels) => inside = levels,
+            }
+            // At that key, in its object: the same one, or one that holds it.
+            match inside.checked_sub(1) {
+                None => return Some(before.open),
+                Some(levels) => (end, inside) = (before.open, levels),
+            }
+        }
+        match enclosing_in(from..end, inside, bytes_in)? {
+            json::Enclosing::At(at) => Some(at),
+            json::Enclosing::Outside(_) => None,
+        }
+    }
+}
+
+/// The first window of a stretch read backwards ([`enclosing_in`]): a nested key's bracket is
+/// a few dozen bytes back, as a rule.
+const FIRST_WINDOW: usize = 256;
+
+/// [`json::enclosing`] of the body's bytes at `stretch` (which starts and ends between tokens),
+/// the bracket's position given in the body: read in windows that end where the stretch ends,
+/// each twice as long as the one before, so that a bracket near the end is found without the
+/// stretch before it being asked for (a stretch of a body kept in chunks is copied when it
+/// spans two). A bracket found in a window is the stretch's; anything else is known once the
+/// window is the whole stretch.
+fn enclosing_in<'b>(
+    stretch: Range<usize>,
+    inside: usize,
+    bytes_in: &impl Fn(Range<usize>) -> Cow<'b, [u8]>,
+) -> Option<json::Enclosing> {
+    let mut window = FIRST_WINDOW;
+    loop {
+        let start = stretch.end.saturating_sub(window).max(stretch.start);
+        let read = json::enclosing(&bytes_in(start..stretch.end), inside);
+        match read {
+            Some(json::Enclosing::At(at)) => return Some(json::Enclosing::At(start + at)),
+            _ if start == stretch.start => return read,
+            _ => window = window.saturating_mul(2),
         }
     }
 }
@@ -185,6 +251,66 @@ mod tests {
             ] {
                 prop_assert_eq!(read.is_err(), twice, "{}", String::from_utf8_lossy(&body));
             }
+        }
+    }
+
+    /// `may_follow` over `body` (its first `model` ending at `from`), searched whole, and how
+    /// many bytes it read.
+    fn read_counting(body: &[u8], from: usize) -> (bool, usize) {
+        let read = std::cell::Cell::new(0);
+        let bytes_in = |r: Range<usize>| {
+            read.set(read.get() + r.len());
+            Cow::Borrowed(&body[r])
+        };
+        let found = super::super::MODEL_LITERALS.find_all(body, BODY_LITERALS_CAP);
+        let next = |at| found.next_of(&MAY_REPEAT, at).map_err(drop);
+        (may_follow(body.len(), bytes_in, next, from), read.get())
+    }
+
+    /// Sub-agent calls in a long history name `model` in their input: each key is told nested
+    /// from its own object, not from the history before it.
+    #[test]
+    fn a_key_is_read_back_to_its_object_only() {
+        let calls = 30;
+        let input = format!(r#"{{"prompt":"{}","model":"sonnet"}}"#, "p".repeat(200));
+        let message = format!(
+            r#"{{"role":"assistant","content":[{{"type":"text","text":"{}"}},{{"type":"tool_use","name":"Task","input":{input}}}]}}"#,
+            "t".repeat(4_000)
+        );
+        let body = format!(
+            r#"{{"model":"a","messages":[{}]}}"#,
+            vec![message; calls].join(",")
+        );
+        let from = r#"{"model":"a""#.len();
+        let (follows, read) = read_counting(body.as_bytes(), from);
+        assert!(!follows);
+        // The windows around each key, and those read back from it to its object's bracket.
+        let bound = calls * (2 * NEAR + FIRST_WINDOW);
+        assert!(
+            read <= bound,
+            "read {read} bytes of {}, more than {bound}",
+            body.len()
+        );
+    }
+
+    /// Keys in one object far from its bracket: each is read back to the key before it, and
+    /// stepped over from there, so the body is read a few times at most (the windows of each
+    /// stretch), not once for each key.
+    #[test]
+    fn keys_of_one_object_are_not_read_again_for_each_key() {
+        let keys = 20;
+        let member = format!(r#""t":"{}","model":1,"#, "t".repeat(10_000));
+        for (outer, follows) in [(r#""x":{"#, false), ("", true)] {
+            let close = if outer.is_empty() { "" } else { "}" };
+            let body = format!(
+                r#"{{"model":"a",{outer}{}"end":1{close}}}"#,
+                member.repeat(keys)
+            );
+            let from = r#"{"model":"a""#.len();
+            let (read_follows, read) = read_counting(body.as_bytes(), from);
+            assert_eq!(read_follows, follows);
+            let bound = 3 * body.len() + keys * (2 * NEAR + FIRST_WINDOW);
+            assert!(read <= bound, "read {read} bytes of {}", body.len());
         }
     }
 
