@@ -15,9 +15,10 @@
 //!
 //! A second top-level `model` is refused, as it must be: the first one routes the request and
 //! decides what the client may use, while a provider may serve the last one. The rest of the
-//! body is only searched (one SIMD pass) for the text `"model"` and for `\u` escapes (a key
-//! can spell `model` with them); each one found is read where it stands (`repeat`), and only
-//! a body where one may be a second top-level key is parsed whole, which refuses it.
+//! body is only searched (one SIMD pass) for the text `"model"` and for `\u006`, the start of
+//! the escape of each letter of `model` (a key can spell it with them); each one found is read
+//! where it stands (`repeat`), and only a body where one may be a second top-level key is
+//! parsed whole, which refuses it.
 
 use std::borrow::Cow;
 use std::ops::Range;
@@ -110,12 +111,15 @@ pub(crate) static MODEL_LITERALS: LazyLock<json::Needles> =
     LazyLock::new(|| json::Needles::new(&MAY_REPEAT));
 
 /// How many occurrences [`BODY_LITERALS`] records before it leaves the rest of the body to its
-/// readers' own searches (a body full of `\u` escapes).
+/// readers' own searches (a body full of escaped letters).
 pub(crate) const BODY_LITERALS_CAP: usize = 32;
 
 /// The literals after the first `model` that may make a second one: the token `"model"`, and
-/// a `\u` escape (which can spell `model` in a key).
-const MAY_REPEAT: [&[u8]; 2] = [b"\"model\"", b"\\u"];
+/// the start of a `\u` escape that can spell one of its letters in a key (`m`, `o`, `d`, `e`
+/// and `l` are `\u006d`, `\u006f`, `\u0064`, `\u0065` and `\u006c`; the short escapes
+/// stand for none of them). Text outside ASCII, which a client may escape (`\u00e9`,
+/// `\u2713`), and the control characters of terminal output (`\u001b`) are not searched for.
+const MAY_REPEAT: [&[u8]; 2] = [b"\"model\"", b"\\u006"];
 
 /// Finds the first top-level `model` string of `body`, reading the body up to the end of that
 /// value only (a body without one is read, and validated, whole).
