@@ -116,8 +116,11 @@ pub(crate) static MODEL_LITERALS: LazyLock<json::Needles> =
     LazyLock::new(|| json::Needles::new(&MAY_REPEAT));
 
 /// How many occurrences [`BODY_LITERALS`] records before it leaves the rest of the body to its
-/// readers' own searches (a body full of escaped letters).
-pub(crate) const BODY_LITERALS_CAP: usize = 32;
+/// readers' own searches. Each `model` after the first is read where it stands, for a few
+/// dozen bytes, and a long agent session may name one in every sub-agent call; past the cap
+/// (a body made of `"model"` tokens or of escaped letters) the `model` check parses the body
+/// whole instead, without reading any of them.
+pub(crate) const BODY_LITERALS_CAP: usize = 256;
 
 /// The literals after the first `model` that may make a second one: the token `"model"`, and
 /// the start of a `\u` escape that can spell one of its letters in a key (`m`, `o`, `d`, `e`

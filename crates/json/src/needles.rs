@@ -459,10 +459,12 @@ impl Found<'_> {
                 _ => return Err(from),
             }
         }
-        let hit = self
-            .hits
+        // The hits are in order: those before `from` are stepped over at once (a reader that
+        // walks a body's occurrences asks once for each).
+        let first = self.hits.partition_point(|&(_, start)| start < from);
+        let hit = self.hits[first..]
             .iter()
-            .find(|&&(i, start)| start >= from && wanted[i])
+            .find(|&&(i, _)| wanted[i])
             .map(|&(_, start)| start);
         match (hit, self.complete_from) {
             (Some(start), _) => Ok(Some(start)),

@@ -415,6 +415,12 @@ async fn run_counting(
     (status, seen)
 }
 
+/// A member holding more escapes of the letters of `model` than the pass over a body records.
+fn dense_letters() -> String {
+    let text = r"\u006d\u006f\u0064\u0065\u006c ".repeat(crate::model::BODY_LITERALS_CAP / 5 + 1);
+    format!(r#","t":"{text}""#)
+}
+
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
 
@@ -439,12 +445,17 @@ proptest::proptest! {
             r#","say \"model":1"#,
             // Terminal output: escapes the pass does not look for.
             r#","ansi":"\u001b[1mok\u001b[0m \u001b[1mok\u001b[0m \u001b[1mok\u001b[0m \u001b[1mok\u001b[0m \u001b[1mok\u001b[0m \u001b[1mok\u001b[0m \u001b[1mok\u001b[0m \u001b[1mok\u001b[0m \u001b[1mok\u001b[0m \u001b[1mok\u001b[0m \u001b[1mok\u001b[0m \u001b[1mok\u001b[0m \u001b[1mok\u001b[0m \u001b[1mok\u001b[0m \u001b[1mok\u001b[0m \u001b[1mok\u001b[0m \u001b[1mok\u001b[0m ""#,
-            // More escaped letters than the pass records: joined and parsed whole.
-            r#","t":"\u006d\u006f\u0064\u0065\u006c \u006d\u006f\u0064\u0065\u006c \u006d\u006f\u0064\u0065\u006c \u006d\u006f\u0064\u0065\u006c \u006d\u006f\u0064\u0065\u006c \u006d\u006f\u0064\u0065\u006c \u006d\u006f\u0064\u0065\u006c""#,
+            // More escaped letters than the pass records: joined and parsed whole (see
+            // `dense_letters`).
+            "dense",
             r#","n":1.50"#,
         ]), 0..6),
         cuts in proptest::collection::vec(0usize..400, 1..5),
     ) {
+        let after: Vec<String> = after
+            .iter()
+            .map(|a| if *a == "dense" { dense_letters() } else { a.to_string() })
+            .collect();
         let text = format!("{{{before}\"model\":\"{model}\"{}}}", after.concat());
         let whole = text.into_bytes();
         let mut ends: Vec<usize> = cuts.iter().map(|c| c % (whole.len() + 1)).collect();
@@ -474,7 +485,7 @@ proptest::proptest! {
                     // second top-level one after it, and no more occurrences than the pass
                     // records.
                     let second = after.iter().any(|a| a.starts_with(r#","mod"#));
-                    let dense = after.iter().any(|a| a.starts_with(r#","t":"\u006d"#));
+                    let dense = after.iter().any(|a| *a == dense_letters());
                     let model_end = whole.windows(7).position(|w| w == b"\"model\"").unwrap()
                         + model.len() + 10;
                     let in_first = pieces.iter().find(|p| !p.is_empty())

@@ -43,6 +43,11 @@ pub(super) fn may_follow<'b>(
     mut next_of: impl FnMut(usize) -> Result<Option<usize>, ()>,
     from: usize,
 ) -> bool {
+    // Past what the search recorded, the body is parsed whole whatever the occurrences say:
+    // they are not read.
+    if next_of(len).is_err() {
+        return true;
+    }
     let mut nested = Nested::default();
     let mut next = from;
     loop {
@@ -257,16 +262,20 @@ mod tests {
         }
     }
 
-    /// `may_follow` over `body` (its first `model` ending at `from`), searched whole, and how
-    /// many bytes it read.
+    /// `may_follow` over `body` (its first `model` ending at `from`), and how many bytes it
+    /// read.
     fn read_counting(body: &[u8], from: usize) -> (bool, usize) {
         let read = std::cell::Cell::new(0);
         let bytes_in = |r: Range<usize>| {
             read.set(read.get() + r.len());
             Cow::Borrowed(&body[r])
         };
-        let found = super::super::MODEL_LITERALS.find_all(body, BODY_LITERALS_CAP);
-        let next = |at| found.next_of(&MAY_REPEAT, at).map_err(drop);
+        // Searched from `from`, as `may_repeat` searches a body.
+        let rest = super::super::MODEL_LITERALS.find_all(&body[from..], BODY_LITERALS_CAP);
+        let next = |at: usize| {
+            let next = rest.next_of(&MAY_REPEAT, at - from);
+            next.map(|n| n.map(|i| i + from)).map_err(drop)
+        };
         (may_follow(body.len(), bytes_in, next, from), read.get())
     }
 
@@ -329,6 +338,10 @@ mod tests {
             let from = r#"{"model":"a""#.len();
             assert_eq!(may_repeat(body.as_bytes(), from, None), whole);
             assert!(find_model(body.as_bytes()).is_ok());
+            // Past the cap, no occurrence is read.
+            let (follows, read) = read_counting(body.as_bytes(), from);
+            assert_eq!(follows, whole);
+            assert_eq!(read == 0, whole, "{read} bytes read");
         }
     }
 }
