@@ -277,3 +277,45 @@ async fn a_second_model_at_the_end_of_a_large_turn_is_told_from_a_nested_one() {
         "no refused turn reached the provider"
     );
 }
+
+/// A late Claude Code turn (read in several chunks) whose history names `model` in the input
+/// of each of forty sub-agent calls, and whose tool results hold text outside ASCII written
+/// with `\u` escapes, as a client that escapes it sends them: forwarded as sent but for the
+/// first `model`. The same turn with a second top-level `model` after its history is refused
+/// before any provider sees it.
+#[tokio::test]
+async fn a_late_turn_naming_model_in_every_sub_agent_call_is_forwarded() {
+    let env = setup().await;
+    let output = r"caf\u00e9 \u2713 passed, and forty more bytes of test output. ".repeat(250);
+    let calls: Vec<String> = (0..40)
+        .map(|i| {
+            format!(
+                r#"{{"role":"assistant","content":[{{"type":"tool_use","id":"toolu_{i}","name":"Task","input":{{"description":"check {i}","prompt":"look at part {i}","model":"haiku"}}}}]}},{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"toolu_{i}","content":"{output}"}}]}}"#
+            )
+        })
+        .collect();
+    let turn = |second: &str| {
+        format!(
+            r#"{{"model":"claude-relay","max_tokens":64,"messages":[{{"role":"user","content":"split the work"}},{},{{"role":"user","content":"go on"}}]{second},"tools":[{{"name":"Task","description":"a sub-agent","input_schema":{{"type":"object","properties":{{"prompt":{{"type":"string"}},"model":{{"type":"string"}}}}}}}}]}}"#,
+            calls.join(",")
+        )
+    };
+    let body = turn("");
+    assert!(body.len() > 4 * 128 * 1024, "read in several chunks");
+    let (status, answer) = env.post("/v1/messages", Some("s-agents"), &body).await;
+    assert_eq!(status, 200, "{answer:?}");
+    let sent = env.sim.requests().pop().unwrap().body;
+    assert_eq!(
+        &sent[..],
+        body.replacen("claude-relay", "claude-sonnet-4-5", 1)
+            .as_bytes()
+    );
+    let second = turn(r#","model":"claude-sonnet-4-5""#);
+    let (status, answer) = env.post("/v1/messages", Some("s-agents"), &second).await;
+    assert_eq!(status, 400, "{answer:?}");
+    assert_eq!(
+        env.sim.requests().len(),
+        1,
+        "the refused turn reached no provider"
+    );
+}
