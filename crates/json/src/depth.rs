@@ -22,7 +22,7 @@
 //! // Read in two stretches: at the start of the second, the reader is in the array `b` holds.
 //! assert_eq!(enclosing(&body[13..nested], 0), Some(Enclosing::Outside(1)));
 //! assert_eq!(enclosing(&body[..13], 1), Some(Enclosing::At(6)));
-//! // A stretch that starts inside a string ends on its closing quote.
+//! // A stretch that starts inside a string: its closing quote has no opening one.
 //! assert_eq!(enclosing(br#"open", 1"#, 0), None);
 //! assert!(is_escaped(br#"a\"b"#, 2));
 //! assert!(!is_escaped(br#"a\\"b"#, 3));

@@ -7,8 +7,8 @@
 //! opens its object ([`json::enclosing`]): every Claude Code request names `model` in a tool's
 //! schema, and sub-agent calls in its history may name one each; the bracket is a few bytes
 //! back, where reading the body up to the key cost a 1 MiB turn about 160 µs. The stretches
-//! read for one key are stepped over by the keys after it, so no byte is read twice. Only a
-//! body where one may be a second key is parsed whole, which refuses it.
+//! read for one key are stepped over by the keys after it, so none is read again for a later
+//! key. Only a body where one may be a second key is parsed whole, which refuses it.
 //!
 //! The answers are those of a reader of JSON: in a body that is not JSON an occurrence may be
 //! misread, and such a body is refused by the provider (every byte after `model` is left to
