@@ -54,14 +54,8 @@ CARGO_TARGET_DIR="$PERF_TARGET" cargo build --release --quiet --manifest-path "$
 mkdir -p "$OUT/bodies" "$OUT/logs"
 python3 "$PERF/lib/gen_bodies.py" "$OUT/bodies" >/dev/null
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() {
-  for _ in $(seq 1 300); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.2
-  done
-  return 1
-}
+# shellcheck source=benches/lib.sh
+source "$HERE/benches/lib.sh"
 
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
@@ -93,13 +87,7 @@ load() {
   [[ $(basename "$2") == xl.json ]] && extra="x-session-id: perf-xl-session"
   out=$(BODY_FILE=$2 EXTRA_HEADERS=$extra wrk -t1 -c"$CONNECTIONS" -d"$3"s --timeout 10s -s "$PERF/lib/wrk_post.lua" \
     "http://127.0.0.1:$1/v1/chat/completions" 2>&1) || die "wrk failed: $out"
-  python3 -c 'import json,sys
-for line in sys.stdin:
-    line=line.strip()
-    if line.startswith("{") and "requests" in line:
-        d=json.loads(line); e=d["errors"]
-        if sum(e.values()): sys.exit("errors: %r" % e)
-        print(d["requests"])' <<<"$out"
+  wrk_requests <<<"$out"
 }
 
 declare -A RESULT SOFT_SHA ALLOCS

@@ -49,14 +49,8 @@ PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() {
-  for _ in $(seq 1 300); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  return 1
-}
+# shellcheck source=benches/lib.sh
+source "$HERE/benches/lib.sh"
 
 UP_PORT=$(free_port)
 taskset -c 0 "$PERF_TARGET/release/perf-upstream" --port "$UP_PORT" --workers 1 >"$OUT/upstream.log" 2>&1 &
@@ -69,13 +63,7 @@ load() {
   out=$(BODY_FILE=$BODY EXTRA_HEADERS=${HEADER:-} taskset -c 0 wrk -t1 -c"$CONNECTIONS" -d"$2"s \
     --timeout 10s -s "$PERF/lib/wrk_post.lua" "http://127.0.0.1:$1/v1/chat/completions" 2>&1) \
     || die "wrk failed: $out"
-  python3 -c 'import json,sys
-for line in sys.stdin:
-    line=line.strip()
-    if line.startswith("{") and "requests" in line:
-        d=json.loads(line); e=d["errors"]
-        if sum(e.values()): sys.exit("errors: %r" % e)
-        print(d["requests"])' <<<"$out"
+  wrk_requests <<<"$out"
 }
 
 # User and system ticks of process $1.
