@@ -281,8 +281,8 @@ async fn a_second_model_at_the_end_of_a_large_turn_is_told_from_a_nested_one() {
 /// A late Claude Code turn (read in several chunks) whose history names `model` in the input
 /// of each of forty sub-agent calls, and whose tool results hold text outside ASCII written
 /// with `\u` escapes, as a client that escapes it sends them: forwarded as sent but for the
-/// first `model`. The same turn with a second top-level `model` after its history is refused
-/// before any provider sees it.
+/// first `model`, with or without a session header. The same turn with a second top-level
+/// `model` after its history is refused before any provider sees it.
 #[tokio::test]
 async fn a_late_turn_naming_model_in_every_sub_agent_call_is_forwarded() {
     let env = setup().await;
@@ -302,20 +302,18 @@ async fn a_late_turn_naming_model_in_every_sub_agent_call_is_forwarded() {
     };
     let body = turn("");
     assert!(body.len() > 4 * 128 * 1024, "read in several chunks");
-    let (status, answer) = env.post("/v1/messages", Some("s-agents"), &body).await;
-    assert_eq!(status, 200, "{answer:?}");
-    let sent = env.sim.requests().pop().unwrap().body;
-    assert_eq!(
-        &sent[..],
-        body.replacen("claude-relay", "claude-sonnet-4-5", 1)
-            .as_bytes()
-    );
     let second = turn(r#","model":"claude-sonnet-4-5""#);
-    let (status, answer) = env.post("/v1/messages", Some("s-agents"), &second).await;
-    assert_eq!(status, 400, "{answer:?}");
-    assert_eq!(
-        env.sim.requests().len(),
-        1,
-        "the refused turn reached no provider"
-    );
+    // With the session in the head (the body kept in its chunks), and without (joined whole,
+    // the session read from the body).
+    for (n, session) in [Some("s-agents"), None].into_iter().enumerate() {
+        let (status, answer) = env.post("/v1/messages", session, &body).await;
+        assert_eq!(status, 200, "{session:?}: {answer:?}");
+        let sent = env.sim.requests().pop().unwrap().body;
+        let expected = body.replacen("claude-relay", "claude-sonnet-4-5", 1);
+        assert_eq!(&sent[..], expected.as_bytes());
+        let (status, answer) = env.post("/v1/messages", session, &second).await;
+        assert_eq!(status, 400, "{session:?}: {answer:?}");
+        let forwarded = env.sim.requests().len();
+        assert_eq!(forwarded, n + 1, "the refused turn reached no provider");
+    }
 }
