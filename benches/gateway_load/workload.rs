@@ -76,7 +76,10 @@ impl Mix {
 }
 
 /// A Chat Completions body of exactly `size` bytes: a system prompt and `turns` user/assistant
-/// messages, the last one padded to the size.
+/// messages, the last one padded to the size. `model` is its first member, as Codex CLI,
+/// Claude Code and the shared perf harness write it (`serde_json` would sort it after
+/// `messages`, which sends a large body down the gateway's joining path instead of the one a
+/// late agent turn takes).
 pub(crate) fn chat_body(size: usize, turns: usize, stream: bool) -> Bytes {
     let build = |pad: usize| {
         let mut messages = vec![json!({"role": "system", "content":
@@ -90,12 +93,16 @@ pub(crate) fn chat_body(size: usize, turns: usize, stream: bool) -> Bytes {
             };
             messages.push(json!({"role": role, "content": format!("turn {i}: {filler}")}));
         }
-        let mut body = json!({"model": COMBO, "messages": messages, "temperature": 0.2});
-        if stream {
-            body["stream"] = json!(true);
-            body["stream_options"] = json!({"include_usage": true});
-        }
-        body.to_string()
+        let streamed = if stream {
+            r#","stream":true,"stream_options":{"include_usage":true}"#
+        } else {
+            ""
+        };
+        format!(
+            r#"{{"model":{},"messages":{},"temperature":0.2{streamed}}}"#,
+            json!(COMBO),
+            json!(messages),
+        )
     };
     let base = build(0).len();
     Bytes::from(build(size.saturating_sub(base)))
