@@ -113,6 +113,10 @@ enum Held {
 /// the buffer's capacity, which is what the process really holds. `search`, when given, is
 /// fed with the joined body as it grows. With `keep_chunks` (and a `search`), the chunks are
 /// kept as they came instead, up to [`MAX_KEPT_CHUNKS`] of them, each given to the search.
+/// The hold counts a kept chunk's bytes; the read buffer it is a slice of may be larger (a
+/// read that did not fill hyper's buffer leaves the rest of it unused while the chunk lives):
+/// at most one read buffer more per chunk (a quarter more than the bytes in a measured
+/// 630 KB turn, see `docs/security.md`, "Measured attacks").
 pub(crate) async fn collect_within<'n, B>(
     body: B,
     declared: Option<u64>,
