@@ -72,7 +72,10 @@ fn extract(body: &[u8], tools: bool, cap: usize) -> Option<String> {
             other => json_text(other, tools),
         };
         if let Some(text) = text.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
-            return Some(clamp_bytes(text, cap).to_owned());
+            // Clamped first, tested after: a cap that cuts the text to nothing (or to blanks)
+            // leaves no text, never an empty one.
+            let text = clamp_bytes(text, cap).trim_end();
+            return (!text.is_empty()).then(|| text.to_owned());
         }
     } else if looks_like_sse(body) {
         let mut reader = SseReader::new(tools, cap);

@@ -205,6 +205,18 @@ fn capture_json_reply() {
 }
 
 #[test]
+fn capture_json_cut_to_nothing_is_no_text() {
+    // A cap that leaves no bytes, or only blanks, of a whole reply's text is no text.
+    let body = br#"[{"content":"role"}]"#;
+    assert_eq!(capture(false, body, 3, 0), None);
+    assert_eq!(capture(false, body, 3, 4).as_deref(), Some("role"));
+    let body = json!({"content": [{"type": "text", "text": "a  b"}]}).to_string();
+    assert_eq!(capture(false, body.as_bytes(), 3, 2).as_deref(), Some("a"));
+    let body = json!({"content": [{"type": "text", "text": "é"}]}).to_string();
+    assert_eq!(capture(false, body.as_bytes(), 3, 1), None);
+}
+
+#[test]
 fn capture_json_gives_up_beyond_the_raw_limit() {
     let mut c = ReplyCapture::new(false, REPLY_CAP);
     let chunk = vec![b' '; 64 * 1024];
