@@ -71,11 +71,8 @@ fn extract(body: &[u8], tools: bool, cap: usize) -> Option<String> {
             }
             other => json_text(other, tools),
         };
-        if let Some(text) = text.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
-            // Clamped first, tested after: a cap that cuts the text to nothing (or to blanks)
-            // leaves no text, never an empty one.
-            let text = clamp_bytes(text, cap).trim_end();
-            return (!text.is_empty()).then(|| text.to_owned());
+        if let Some(text) = text.filter(|t| !t.trim().is_empty()) {
+            return clamped(&text, cap);
         }
     } else if looks_like_sse(body) {
         let mut reader = SseReader::new(tools, cap);
@@ -84,9 +81,14 @@ fn extract(body: &[u8], tools: bool, cap: usize) -> Option<String> {
     }
     // Never lossy: a body that is not UTF-8 is no text (replacement characters would reach the
     // summary prompt).
-    let raw = std::str::from_utf8(body).ok()?;
-    let raw = clamp_bytes(raw.trim(), cap).trim_end();
-    (!raw.is_empty()).then(|| raw.to_owned())
+    clamped(std::str::from_utf8(body).ok()?, cap)
+}
+
+/// `text` trimmed and cut to `cap` bytes, or `None` when nothing but blanks is left (tested
+/// after the cut: a cap may leave nothing, or only blanks).
+fn clamped(text: &str, cap: usize) -> Option<String> {
+    let text = clamp_bytes(text.trim(), cap).trim_end();
+    (!text.is_empty()).then(|| text.to_owned())
 }
 
 fn looks_like_sse(body: &[u8]) -> bool {
