@@ -248,8 +248,10 @@ mod tests {
     proptest! {
         /// Whatever the model, writing it into a path and reading it back gives it again.
         #[test]
-        fn rewrite_round_trips(model in "[ -~]{1,40}") {
-            prop_assume!(!model.trim().is_empty() && !model.contains(':'));
+        // Printable ASCII but `:` (which ends a path's model), not filtered: two in five
+        // drawn strings held one, enough rejects to abort a run of a few thousand cases.
+        fn rewrite_round_trips(model in "[ -9;-~]{1,40}") {
+            prop_assume!(!model.trim().is_empty());
             prop_assume!(!model.split('/').any(|s| s == "." || s == ".."));
             let uri: Uri = "/v1beta/models/x:generateContent?alt=sse".parse().unwrap();
             let out = with_model(&uri, &model).unwrap();
