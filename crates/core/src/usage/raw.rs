@@ -51,7 +51,7 @@ impl Raw {
     }
 
     /// Takes every field `newer` reports.
-    pub(super) fn merge(&mut self, newer: Raw) {
+    pub(super) fn merge(&mut self, newer: &Raw) {
         let fields = [
             (&mut self.prompt, newer.prompt),
             (&mut self.completion, newer.completion),

@@ -311,7 +311,7 @@ fn carrier_by_value(text: &str) -> Option<Usage> {
         ];
         for place in places.into_iter().flatten() {
             if place.is_object() {
-                seen.merge(raw::Raw::of(place));
+                seen.merge(&raw::Raw::of(place));
             }
         }
         Some(())
