@@ -51,7 +51,9 @@ use crate::secret::redact_url;
 use crate::telemetry::HistogramsBy;
 use crate::usage::{MeteredBody, UsageLedger};
 
+mod body;
 mod uri;
+pub(crate) use body::UpstreamBody;
 use uri::{has_dot_segment, upstream_uri};
 
 /// Request extension set by the account resolver: where the request goes and with which
@@ -258,10 +260,6 @@ fn strip(headers: &mut HeaderMap, also: impl Fn(&HeaderName) -> bool) {
 /// takes).
 pub(crate) type RawBody = Either<Pin<Box<MeteredBody<IdleTimeoutBody<Incoming>>>>, Full<Bytes>>;
 
-/// The response body of [`Upstream`]: the provider's answer as it came, or translated into
-/// the client's shape.
-pub(crate) type UpstreamBody = Either<RawBody, crate::translate::Translated<RawBody>>;
-
 /// The future of [`Upstream`].
 pub(crate) type ResponseFuture =
     Pin<Box<dyn Future<Output = Result<Response<UpstreamBody>, Infallible>> + Send>>;
@@ -286,12 +284,15 @@ impl Service<Request<InBody>> for Upstream {
             // translated, and its answer comes back translated.
             let (req, inbound) = match crate::translate::outbound(req).await {
                 Ok(r) => r,
-                Err(refused) => return Ok(refused.map(|b| Either::Left(Either::Right(b)))),
+                Err(refused) => return Ok(refused.map(|body| UpstreamBody::Own { body })),
             };
             let res = send(client, limits, first_byte, usage, req).await;
             Ok(match inbound {
-                None => res.map(Either::Left),
-                Some(inbound) => inbound.response(res).await.map(Either::Right),
+                None => res.map(UpstreamBody::from),
+                Some(inbound) => inbound
+                    .response(res)
+                    .await
+                    .map(|body| UpstreamBody::Translated { body }),
             })
         })
     }
