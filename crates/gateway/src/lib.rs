@@ -39,6 +39,7 @@ mod admin;
 mod app;
 mod auth;
 mod budget;
+mod catch_panic;
 mod chunks;
 mod collect;
 mod combo;

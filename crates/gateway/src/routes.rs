@@ -14,8 +14,9 @@
 //! `proxy-authorization`, `cookie` are never logged), the gateway's request id (a plain client
 //! `x-request-id` or a new UUID, [`ensure_request_id`](crate::access_log::ensure_request_id)),
 //! the request metrics, the access log and the id's echo on the response (see
-//! [`telemetry`](crate::telemetry)), `CatchPanicLayer` (a panic is a 500 in an error shape every
-//! client reads, counted and logged like any response, and the process lives on), and the
+//! [`telemetry`](crate::telemetry)), the panic catcher (a panic is a 500 in an error shape every
+//! client reads, counted and logged like any response, and the process lives on; see
+//! [`catch_panic`](crate::catch_panic)), and the
 //! client body timeout (`client_body_timeout_secs` between two chunks; then a 408).
 
 use std::any::Any;
@@ -27,10 +28,10 @@ use axum::routing::{get, post_service};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode, header};
 use tower::ServiceBuilder;
-use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 
 use crate::app::{Gateway, ProxyService};
+use crate::catch_panic::CatchPanicLayer;
 use crate::combo::Routes;
 use crate::console;
 use crate::error::{ErrorShape, any_shape_error_body, error_body};
@@ -142,7 +143,7 @@ impl Gateway {
                 // Outside the panic catcher: a panic's 500 is counted, logged and carries its
                 // request id like any other response (this layer echoes the id).
                 .layer(RequestMetricsLayer::default())
-                .layer(CatchPanicLayer::custom(panic_response))
+                .layer(CatchPanicLayer::new(panic_response))
                 // The router of the current configuration, with the client body timeout.
                 .service(live),
         )
