@@ -95,13 +95,31 @@ fn is_plain_id(id: &[u8]) -> bool {
 }
 
 /// Who a routed request belongs to, put on its response by ComboService for the access line
-/// (one response extension for both).
+/// (one response extension for both) when the response does not carry the request's
+/// [`Tenant`] and [`ComboName`] themselves.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Routed {
     /// The request's tenant.
     pub(crate) tenant: Option<Tenant>,
     /// The combo it asked for.
     pub(crate) combo: Option<ComboName>,
+}
+
+impl Routed {
+    /// Whether `ext` (a response's) says the same as `self` without it.
+    pub(crate) fn carried_by(&self, ext: &http::Extensions) -> bool {
+        ext.get::<Routed>().is_none()
+            && ext.get::<Tenant>() == self.tenant.as_ref()
+            && ext.get::<ComboName>() == self.combo.as_ref()
+    }
+
+    /// The tenant and combo of the request `ext` (a response's) answers.
+    fn of(ext: &http::Extensions) -> (Option<&Tenant>, Option<&ComboName>) {
+        match ext.get::<Routed>() {
+            Some(r) => (r.tenant.as_ref(), r.combo.as_ref()),
+            None => (ext.get(), ext.get()),
+        }
+    }
 }
 
 /// What the access line needs of the request, taken only when the line is enabled.
@@ -128,15 +146,15 @@ impl AccessRequest {
     ) {
         let ext = res.extensions();
         let account = ext.get::<ResolvedAccount>();
-        let routed = ext.get::<Routed>();
+        let (tenant, combo) = Routed::of(ext);
         let line = AccessLine {
             method: self.method.as_str(),
             path: self.uri.path(),
             request_id: request_id.and_then(|v| v.to_str().ok()).unwrap_or("-"),
             status: res.status().as_u16(),
             latency_us: latency_us(latency),
-            tenant: routed.and_then(|r| r.tenant.as_ref()).map(|t| &*t.0),
-            combo: routed.and_then(|r| r.combo.as_ref()).map(|c| &*c.0),
+            tenant: tenant.map(|t| &*t.0),
+            combo: combo.map(|c| &*c.0),
             provider: account.map(|a| &**a.provider()),
             account: account.map(|a| &**a.account()),
             // What the relay did (`injected`, `scrubbed`, `repaired`, comma-joined), or `none`.

@@ -145,7 +145,8 @@ where
             match prepare(req, &routes, limit, &mut hold).await {
                 Ok(req) => {
                     // Copied onto the response for the access log, which sits outside (one
-                    // extension for both).
+                    // extension for both), unless the answer carries them already (a
+                    // provider's answer keeps its request's, see `upstream`).
                     let routed = Routed {
                         tenant: req.extensions().get::<Tenant>().cloned(),
                         combo: req.extensions().get::<ComboName>().cloned(),
@@ -154,7 +155,9 @@ where
                     // The body has been sent upstream (or dropped) once the response head is
                     // here: its bytes go back to the budget.
                     drop(hold);
-                    res.extensions_mut().insert(routed);
+                    if !routed.carried_by(res.extensions()) {
+                        res.extensions_mut().insert(routed);
+                    }
                     Ok(res.map(Either::Left))
                 }
                 Err(rejection) => Ok(rejection.map(Either::Right)),

@@ -52,6 +52,7 @@ use crate::telemetry::HistogramsBy;
 use crate::usage::{MeteredBody, UsageLedger};
 
 mod body;
+mod carried;
 mod uri;
 pub(crate) use body::UpstreamBody;
 use uri::{has_dot_segment, upstream_uri};
@@ -367,10 +368,11 @@ async fn send(
         .as_ref()
         .and_then(|ledger| Some((ledger.clone(), ledger.labels(&parts.extensions)?)));
     // The request's extension map, emptied, becomes the answer's: what the layers above
-    // insert into the answer (the served account, the quota signal, the access line's route)
-    // then fits in a table already allocated, instead of the request's table being dropped
-    // here and the answer's allocated and grown anew. hyper's client reads no extension of
-    // the requests the gateway sends (all `POST`s).
+    // insert into the answer (the quota signal, the relay's action) then fits in a table
+    // already allocated, instead of the request's table being dropped here and the answer's
+    // allocated and grown anew; the served account, tenant and combo stay in it
+    // (`carried`). hyper's client reads no extension of the requests the gateway sends (all
+    // `POST`s).
     let mut recycled = std::mem::take(&mut parts.extensions);
     let out = Request::from_parts(parts, body);
     let started = std::time::Instant::now();
@@ -399,7 +401,7 @@ async fn send(
     };
     match sent {
         Ok(mut res) => {
-            recycled.clear();
+            carried::for_the_answer(&mut recycled);
             recycled.extend(std::mem::take(res.extensions_mut()));
             *res.extensions_mut() = recycled;
             strip(res.headers_mut(), account_only);
@@ -467,11 +469,9 @@ mod tests {
         assert!(h.contains_key("x-codex-turn-state"));
     }
 
-    /// The request's extension map is handed on to the answer emptied: the answer carries
-    /// what hyper put on it (a reason phrase that is not the usual one) and nothing the request
-    /// carried.
-    #[tokio::test]
-    async fn the_answer_keeps_the_providers_extensions_and_none_of_the_requests() {
+    /// The answer of a loopback provider that says `200 Fine` to a request carrying `ext`
+    /// (besides its endpoint).
+    async fn answer_to(ext: http::Extensions) -> Response<UpstreamBody> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -494,12 +494,11 @@ mod tests {
                 .await
                 .unwrap();
         });
-        #[derive(Clone, Debug, PartialEq)]
-        struct Marker;
         let mut req = Request::post("/v1/chat/completions")
             .header(header::CONTENT_TYPE, "application/json")
             .body(InBody::full(Bytes::from_static(b"{}")))
             .unwrap();
+        *req.extensions_mut() = ext;
         req.extensions_mut().insert(UpstreamEndpoint {
             base_url: Arc::from(format!("http://{addr}/v1")),
             host: None,
@@ -507,14 +506,42 @@ mod tests {
             api: ProviderApi::Passthrough,
             max_output_tokens: None,
         });
-        req.extensions_mut().insert(Marker);
         let mut upstream = Upstream::with_limits(UpstreamLimits::default()).unwrap();
         let res = upstream.call(req).await.unwrap();
+        provider.await.unwrap();
         assert_eq!(res.status(), StatusCode::OK);
-        assert_eq!(res.extensions().get::<Marker>(), None);
         let reason = res.extensions().get::<hyper::ext::ReasonPhrase>();
         assert_eq!(reason.map(|r| r.as_bytes()), Some(&b"Fine"[..]));
-        provider.await.unwrap();
+        res
+    }
+
+    /// The request's extension map is handed on to the answer: the answer carries what hyper
+    /// put on it (a reason phrase that is not the usual one) and of the request's values only
+    /// the account, tenant and combo, and those only when the map held nothing the gateway
+    /// does not know.
+    #[tokio::test]
+    async fn the_answer_keeps_the_providers_extensions_and_only_the_requests_account() {
+        use context_relay_tower::{SessionId, Tenant};
+        #[derive(Clone, Debug, PartialEq)]
+        struct Marker;
+        let account = ResolvedAccount::new("codex", "acct-a");
+        let mut known = http::Extensions::new();
+        known.insert(account.clone());
+        known.insert(Tenant::new("alice"));
+        known.insert(SessionId::new("s1"));
+        let res = answer_to(known.clone()).await;
+        assert_eq!(res.extensions().get::<ResolvedAccount>(), Some(&account));
+        assert_eq!(
+            res.extensions().get::<Tenant>(),
+            Some(&Tenant::new("alice"))
+        );
+        assert_eq!(res.extensions().get::<SessionId>(), None);
+
+        known.insert(Marker);
+        let res = answer_to(known).await;
+        assert_eq!(res.extensions().get::<Marker>(), None);
+        assert_eq!(res.extensions().get::<ResolvedAccount>(), None);
+        assert_eq!(res.extensions().get::<Tenant>(), None);
     }
 
     /// Every layer above moves the answer by value: it stays small (see [`RawBody`]). With

@@ -205,3 +205,34 @@ fn timestamps_at_the_edges() {
         assert_eq!(written.then_some(s.as_str()), expected, "{second}");
     }
 }
+
+/// The access line's tenant and combo: from `Routed` when the combo put one on the answer,
+/// from the answer's own values when it carries its request's (and then no `Routed` is put).
+#[test]
+fn tenant_and_combo_come_from_routed_or_from_the_answer() {
+    let routed = Routed {
+        tenant: Some(Tenant::new("alice")),
+        combo: Some(ComboName::new("codex-relay")),
+    };
+    let mut carried = http::Extensions::new();
+    carried.insert(Tenant::new("alice"));
+    carried.insert(ComboName::new("codex-relay"));
+    assert!(routed.carried_by(&carried));
+    assert_eq!(
+        Routed::of(&carried),
+        (routed.tenant.as_ref(), routed.combo.as_ref())
+    );
+
+    // An answer the gateway made itself carries neither; one of another combo is not this one.
+    assert!(!routed.carried_by(&http::Extensions::new()));
+    let mut other = carried.clone();
+    other.insert(ComboName::new("claude-relay"));
+    assert!(!routed.carried_by(&other));
+    let mut labelled = http::Extensions::new();
+    labelled.insert(routed.clone());
+    assert_eq!(
+        Routed::of(&labelled),
+        (routed.tenant.as_ref(), routed.combo.as_ref())
+    );
+    assert_eq!(Routed::of(&http::Extensions::new()), (None, None));
+}
