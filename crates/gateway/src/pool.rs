@@ -36,7 +36,7 @@ use crate::config::{AuthScheme, Config, ProviderApi, ProviderConfig, QuotaFormat
 use crate::credential::Credential;
 use crate::login::{Login, LoginName, TokenEndpoint};
 use crate::telemetry::AccountMetrics;
-use crate::upstream::HttpClient;
+use crate::upstream::{BaseUrl, HttpClient};
 
 mod account;
 pub(crate) use account::{Account, AccountAuth, AccountStatus};
@@ -152,7 +152,7 @@ struct PoolState {
 #[derive(Debug)]
 pub(crate) struct ProviderPool {
     name: Arc<str>,
-    base_url: Arc<str>,
+    base_url: Arc<BaseUrl>,
     /// The `Host` of its requests, when that is known before connecting (plain `http`).
     host: Option<http::HeaderValue>,
     api: ProviderApi,
@@ -214,7 +214,7 @@ impl ProviderPool {
         };
         Self {
             name: Arc::from(p.name.as_str()),
-            base_url: Arc::from(p.base_url.trim_end_matches('/')),
+            base_url: Arc::new(BaseUrl::new(&p.base_url)),
             host: crate::connector::plain_host(&p.base_url),
             api: p.api,
             max_output_tokens: p.max_output_tokens,
@@ -238,8 +238,8 @@ impl ProviderPool {
         &self.name
     }
 
-    /// The base URL, without a trailing `/`.
-    pub(crate) fn base_url(&self) -> &Arc<str> {
+    /// The base URL, with the upstream URLs made for it.
+    pub(crate) fn base_url(&self) -> &Arc<BaseUrl> {
         &self.base_url
     }
 

@@ -54,12 +54,17 @@ const MESSAGES: &str = "/v1/messages";
 const COUNT_TOKENS: &str = "/v1/messages/count_tokens";
 const COMPACT: &str = "/v1/responses/compact";
 /// The API paths without parameters on which the proxy stack serves `POST`.
-const PROXY_PATHS: [&str; 5] = [CHAT, RESPONSES, MESSAGES, COUNT_TOKENS, COMPACT];
+pub(crate) const PROXY_PATHS: [&str; 5] = [CHAT, RESPONSES, MESSAGES, COUNT_TOKENS, COMPACT];
 
 /// Whether `path` is one of the proxy stack's paths without parameters (where the router
 /// mounts it for `POST`).
 pub(crate) fn is_proxy_path(path: &str) -> bool {
-    PROXY_PATHS.contains(&path)
+    proxy_path_index(path).is_some()
+}
+
+/// Where `path` stands in [`PROXY_PATHS`], if it is one of them.
+pub(crate) fn proxy_path_index(path: &str) -> Option<usize> {
+    PROXY_PATHS.iter().position(|p| *p == path)
 }
 /// Gemini `…/{model}:generateContent` and `:streamGenerateContent` (the model may hold a `/`).
 const GEMINI: &str = "/v1/models/{*rest}";

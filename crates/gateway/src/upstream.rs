@@ -55,14 +55,15 @@ mod body;
 mod carried;
 mod uri;
 pub(crate) use body::UpstreamBody;
-use uri::{has_dot_segment, upstream_uri};
+pub(crate) use uri::BaseUrl;
+use uri::has_dot_segment;
 
 /// Request extension set by the account resolver: where the request goes and with which
 /// credential.
 #[derive(Clone)]
 pub(crate) struct UpstreamEndpoint {
-    /// Provider base URL without a trailing `/` (the client path after `/v1` is appended).
-    pub(crate) base_url: Arc<str>,
+    /// Provider base URL (the client path after `/v1` is appended).
+    pub(crate) base_url: Arc<BaseUrl>,
     /// The `Host` to send, when known before connecting (plain `http`); else the client
     /// writes it.
     pub(crate) host: Option<http::HeaderValue>,
@@ -77,7 +78,7 @@ pub(crate) struct UpstreamEndpoint {
 impl std::fmt::Debug for UpstreamEndpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UpstreamEndpoint")
-            .field("base_url", &redact_url(&self.base_url))
+            .field("base_url", &self.base_url)
             .field("credential", &self.credential)
             .field("api", &self.api)
             .finish()
@@ -327,8 +328,8 @@ async fn send(
         return error_response(shape, StatusCode::BAD_REQUEST, kind, message).map(Either::Right);
     }
     // A base URL may carry user-info: never shown as is (parsed only on error paths).
-    let shown = || redact_url(&endpoint.base_url);
-    let uri = match upstream_uri(&endpoint.base_url, &parts.uri) {
+    let shown = || redact_url(endpoint.base_url.as_str());
+    let uri = match endpoint.base_url.uri_for(&parts.uri) {
         Ok(u) => u,
         Err(e) => {
             tracing::warn!(base_url = %shown(), error = %e, "the upstream URL is invalid");
@@ -500,7 +501,7 @@ mod tests {
             .unwrap();
         *req.extensions_mut() = ext;
         req.extensions_mut().insert(UpstreamEndpoint {
-            base_url: Arc::from(format!("http://{addr}/v1")),
+            base_url: Arc::new(BaseUrl::new(&format!("http://{addr}/v1"))),
             host: None,
             credential: None,
             api: ProviderApi::Passthrough,

@@ -27,7 +27,7 @@ fn credentials_follow_auth() {
     assert_eq!(name, "x-api-key");
     assert_eq!(value, "k0");
     assert!(value.is_sensitive());
-    assert_eq!(&**p.base_url(), "http://h/v1");
+    assert_eq!(p.base_url().as_str(), "http://h/v1");
 }
 
 /// A binding is a tenant's: the same session id of another tenant is another session, even

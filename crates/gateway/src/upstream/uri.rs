@@ -1,6 +1,7 @@
 //! The upstream URL of a client request, and the paths that are refused instead of forwarded.
 
 use std::borrow::Cow;
+use std::sync::OnceLock;
 
 use bytes::Bytes;
 use http::Uri;
@@ -9,6 +10,58 @@ use smallvec::SmallVec;
 /// An upstream URL as it is written: inline up to the length nearly every provider URL stays
 /// under, on the heap past it.
 type Url = SmallVec<[u8; 192]>;
+
+/// A provider's base URL, with the upstream URLs of the proxy's API paths made once each.
+///
+/// A request to one of the paths the proxy serves without parameters (`/v1/chat/completions`,
+/// `/v1/responses`, `/v1/messages`, …) and without a query has the same upstream URL every
+/// time: it is written and parsed on the first such request and shared after that (a copy of
+/// a [`Uri`] is reference counts on its bytes), where each request wrote and parsed its own
+/// (one allocation and a parse of the URL). Any other request's URL is made for it.
+pub(crate) struct BaseUrl {
+    /// Without a trailing `/`.
+    url: Box<str>,
+    made: [OnceLock<Uri>; crate::routes::PROXY_PATHS.len()],
+}
+
+impl BaseUrl {
+    /// `url`, a provider's configured base URL.
+    pub(crate) fn new(url: &str) -> Self {
+        Self {
+            url: url.trim_end_matches('/').into(),
+            made: Default::default(),
+        }
+    }
+
+    /// The base URL, without a trailing `/`.
+    pub(crate) fn as_str(&self) -> &str {
+        &self.url
+    }
+
+    /// The upstream URL of `client` (see [`upstream_uri`]).
+    pub(crate) fn uri_for(&self, client: &Uri) -> Result<Uri, http::uri::InvalidUri> {
+        let slot = match client.query() {
+            None => crate::routes::proxy_path_index(client.path()).and_then(|i| self.made.get(i)),
+            Some(_) => None,
+        };
+        let Some(slot) = slot else {
+            return upstream_uri(&self.url, client);
+        };
+        if let Some(made) = slot.get() {
+            return Ok(made.clone());
+        }
+        let made = upstream_uri(&self.url, client)?;
+        Ok(slot.get_or_init(|| made).clone())
+    }
+}
+
+impl std::fmt::Debug for BaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("BaseUrl")
+            .field(&crate::secret::redact_url(&self.url))
+            .finish()
+    }
+}
 
 /// Whether a request path has a `.` or `..` segment, as sent or percent-encoded (`%2e%2E`,
 /// `..%2F`): such a path could name another resource of the provider once it resolves it, so it
@@ -152,6 +205,59 @@ mod tests {
             let decoding = decoded.split(['/', '\\']).any(|s| s == "." || s == "..");
             proptest::prop_assert_eq!(has_dot_segment(&path), decoding);
         }
+    }
+
+    proptest::proptest! {
+        /// A base URL's URL of a client request is the one made for it, whether the request
+        /// is the first to its path or a later one, with or without a query.
+        #[test]
+        fn a_made_url_is_the_one_made_for_the_request(
+            base in proptest::sample::select(vec!["http://h:1/v1/", "https://x.example/api", "http://h"]),
+            paths in proptest::collection::vec(
+                (
+                    proptest::sample::select(vec![
+                        "/v1/chat/completions", "/v1/responses", "/v1/messages",
+                        "/v1/messages/count_tokens", "/v1/responses/compact", "/v1/other",
+                        "/v1beta/models/g:generateContent",
+                    ]),
+                    proptest::option::of(proptest::sample::select(vec!["", "beta=true", "key=k"])),
+                ),
+                1..12,
+            ),
+        ) {
+            let made = BaseUrl::new(base);
+            for (path, query) in paths {
+                let client: Uri = match query {
+                    Some(q) => format!("{path}?{q}"),
+                    None => path.to_owned(),
+                }
+                .parse()
+                .unwrap();
+                let expected = upstream_uri(base, &client).unwrap();
+                let uri = made.uri_for(&client).unwrap();
+                proptest::prop_assert_eq!(&uri, &expected);
+                proptest::prop_assert_eq!(uri.to_string(), expected.to_string());
+            }
+        }
+    }
+
+    #[test]
+    fn a_proxy_path_without_a_query_is_made_once() {
+        let base = BaseUrl::new("http://h:1/v1/");
+        let chat: Uri = "/v1/chat/completions".parse().unwrap();
+        let first = base.uri_for(&chat).unwrap();
+        let again = base.uri_for(&chat).unwrap();
+        assert_eq!(first, "http://h:1/v1/chat/completions");
+        // The same bytes: the second is a copy of the first, not written again.
+        assert_eq!(
+            first.path_and_query().map(|p| p.as_str().as_ptr()),
+            again.path_and_query().map(|p| p.as_str().as_ptr())
+        );
+        let queried: Uri = "/v1/chat/completions?x=1".parse().unwrap();
+        let other = base.uri_for(&queried).unwrap();
+        assert_eq!(other, "http://h:1/v1/chat/completions?x=1");
+        assert_eq!(base.uri_for(&chat).unwrap(), first);
+        assert_eq!(format!("{base:?}"), "BaseUrl(\"http://h:1/v1\")");
     }
 
     #[test]

@@ -215,7 +215,7 @@ async fn the_next_account_gets_every_value_the_client_request_carried() {
                 let Some(endpoint) = ext.get::<UpstreamEndpoint>() else {
                     panic!("no endpoint")
                 };
-                assert_eq!(&*endpoint.base_url, "http://up/v1");
+                assert_eq!(endpoint.base_url.as_str(), "http://up/v1");
                 assert_eq!(req.headers()["session-id"], "s1");
                 seen.lock().unwrap().push((
                     account,
