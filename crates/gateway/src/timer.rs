@@ -77,21 +77,39 @@ impl Timer {
 
 /// `fut`'s output, or `None` once `limit` has passed first: [`tokio::time::timeout`] with its
 /// delay polled as a [`Timer`] (the upstream call's head waits on it a few times per request).
-pub(crate) async fn within<F: Future>(limit: std::time::Duration, fut: F) -> Option<F::Output> {
+pub(crate) fn within<F: Future>(limit: std::time::Duration, fut: F) -> Within<F> {
     // A limit past what an `Instant` holds waits as long as tokio's own `timeout` would.
     let now = Instant::now();
     let deadline = now
         .checked_add(limit)
         .unwrap_or_else(|| now + std::time::Duration::from_secs(86_400 * 365 * 30));
-    let mut timer = std::pin::pin!(Timer::at(deadline));
-    let mut fut = std::pin::pin!(fut);
-    std::future::poll_fn(|cx| {
-        if let Poll::Ready(out) = fut.as_mut().poll(cx) {
+    Within {
+        fut,
+        timer: Timer::at(deadline),
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The future of [`within`]: a named type, so that a future holding it need not be boxed.
+    #[derive(Debug)]
+    pub(crate) struct Within<F> {
+        #[pin]
+        fut: F,
+        #[pin]
+        timer: Timer,
+    }
+}
+
+impl<F: Future> Future for Within<F> {
+    type Output = Option<F::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(out) = this.fut.poll(cx) {
             return Poll::Ready(Some(out));
         }
-        timer.as_mut().poll_elapsed(cx).map(|()| None)
-    })
-    .await
+        this.timer.poll_elapsed(cx).map(|()| None)
+    }
 }
 
 #[cfg(test)]

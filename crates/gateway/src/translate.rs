@@ -85,21 +85,26 @@ pub(crate) struct Inbound {
     compaction: Option<Vec<serde_json::Value>>,
 }
 
+/// Whether `req` goes upstream translated: a Responses request to a provider that speaks
+/// only Anthropic Messages.
+pub(crate) fn needed<B>(req: &Request<B>) -> bool {
+    let api = req
+        .extensions()
+        .get::<UpstreamEndpoint>()
+        .map_or(ProviderApi::Passthrough, |e| e.api);
+    api == ProviderApi::Anthropic
+        && ApiShape::from_path(req.uri().path()) == Some(ApiShape::Responses)
+}
+
 /// The request as it goes upstream, and how to read its answer when it was translated; or
 /// the gateway's own answer when it cannot be sent.
 pub(crate) async fn outbound(
     req: Request<InBody>,
 ) -> Result<(Request<OutBody>, Option<Inbound>), Response<Full<Bytes>>> {
-    let api = req
-        .extensions()
-        .get::<UpstreamEndpoint>()
-        .map_or(ProviderApi::Passthrough, |e| e.api);
-    let path = req.uri().path();
-    let translate =
-        api == ProviderApi::Anthropic && ApiShape::from_path(path) == Some(ApiShape::Responses);
-    if !translate {
+    if !needed(&req) {
         return Ok((req.map(Either::Left), None));
     }
+    let path = req.uri().path();
     let shape = ErrorShape::for_path(path);
     let refuse = |status: StatusCode, kind: ErrorKind, message: &str| {
         error_response(shape, status, kind.name(shape), message)

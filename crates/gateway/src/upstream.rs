@@ -28,8 +28,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, Request, Response, StatusCode, header};
-use http_body::Body;
+use http::{HeaderMap, HeaderName, Request, Response, header};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
@@ -38,25 +37,24 @@ use hyper_util::rt::TokioExecutor;
 use smallvec::SmallVec;
 use tower_service::Service;
 
-use context_relay_tower::{RequestBody, ResolvedAccount};
+use context_relay_tower::RequestBody;
 
 use crate::chunks::Chunks;
 use crate::combo::BoxError;
 use crate::config::ProviderApi;
 use crate::connector::Connector;
 use crate::credential::Credential;
-use crate::error::{ErrorKind, ErrorShape, error_response};
 use crate::idle::IdleTimeoutBody;
-use crate::secret::redact_url;
 use crate::telemetry::HistogramsBy;
 use crate::usage::{MeteredBody, UsageLedger};
 
 mod body;
 mod carried;
+mod send;
 mod uri;
 pub(crate) use body::UpstreamBody;
+use send::Sent;
 pub(crate) use uri::BaseUrl;
-use uri::has_dot_segment;
 
 /// Request extension set by the account resolver: where the request goes and with which
 /// credential.
@@ -262,9 +260,34 @@ fn strip(headers: &mut HeaderMap, also: impl Fn(&HeaderName) -> bool) {
 /// takes).
 pub(crate) type RawBody = Either<Pin<Box<MeteredBody<IdleTimeoutBody<Incoming>>>>, Full<Bytes>>;
 
-/// The future of [`Upstream`].
-pub(crate) type ResponseFuture =
-    Pin<Box<dyn Future<Output = Result<Response<UpstreamBody>, Infallible>> + Send>>;
+pin_project_lite::pin_project! {
+    /// The future of [`Upstream`].
+    #[project = ResponseFutureProj]
+    pub(crate) enum ResponseFuture {
+        /// A request sent as it came: not boxed (nearly every request).
+        Sent {
+            #[pin]
+            sent: Sent,
+        },
+        /// A request translated for its provider, and then its answer: boxed.
+        Translated {
+            future: Pin<Box<dyn Future<Output = Response<UpstreamBody>> + Send>>,
+        },
+    }
+}
+
+impl Future for ResponseFuture {
+    type Output = Result<Response<UpstreamBody>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project() {
+            ResponseFutureProj::Sent { sent } => {
+                sent.poll(cx).map(|res| Ok(res.map(UpstreamBody::from)))
+            }
+            ResponseFutureProj::Translated { future } => future.as_mut().poll(cx).map(Ok),
+        }
+    }
+}
 
 impl Service<Request<InBody>> for Upstream {
     type Response = Response<UpstreamBody>;
@@ -277,165 +300,38 @@ impl Service<Request<InBody>> for Upstream {
     }
 
     fn call(&mut self, req: Request<InBody>) -> Self::Future {
+        if !crate::translate::needed(&req) {
+            let usage = self.usage.as_ref();
+            let sent = send::start(
+                &self.client,
+                self.limits,
+                &self.first_byte,
+                usage,
+                req.map(Either::Left),
+            );
+            return ResponseFuture::Sent { sent };
+        }
         let client = self.client.clone();
         let limits = self.limits;
         let first_byte = self.first_byte.clone();
         let usage = self.usage.clone();
-        Box::pin(async move {
-            // A Responses request to a provider that speaks only Anthropic Messages goes out
-            // translated, and its answer comes back translated.
-            let (req, inbound) = match crate::translate::outbound(req).await {
-                Ok(r) => r,
-                Err(refused) => return Ok(refused.map(|body| UpstreamBody::Own { body })),
-            };
-            let res = send(client, limits, first_byte, usage, req).await;
-            Ok(match inbound {
-                None => res.map(UpstreamBody::from),
-                Some(inbound) => inbound
-                    .response(res)
-                    .await
-                    .map(|body| UpstreamBody::Translated { body }),
-            })
-        })
-    }
-}
-
-/// Sends `req` to its [`UpstreamEndpoint`] (see [`Upstream`]).
-async fn send(
-    client: Arc<HttpClient>,
-    limits: UpstreamLimits,
-    first_byte: Arc<HistogramsBy>,
-    usage: Option<UsageLedger>,
-    req: Request<OutBody>,
-) -> Response<RawBody> {
-    // The client's error shape, worked out from its path on the error paths only.
-    let bad_gateway = |client_path: &str, message: String| {
-        let shape = ErrorShape::for_path(client_path);
-        let kind = ErrorKind::Upstream.name(shape);
-        error_response(shape, StatusCode::BAD_GATEWAY, kind, &message).map(Either::Right)
-    };
-    let (mut parts, body) = req.into_parts();
-    let Some(endpoint) = parts.extensions.remove::<UpstreamEndpoint>() else {
-        return bad_gateway(
-            parts.uri.path(),
-            "the gateway resolved no upstream for this request (no UpstreamEndpoint)".into(),
-        );
-    };
-    if has_dot_segment(parts.uri.path()) {
-        let shape = ErrorShape::for_path(parts.uri.path());
-        let kind = ErrorKind::InvalidRequest.name(shape);
-        let message = "the request path has a `.` or `..` segment; the gateway does not forward it";
-        return error_response(shape, StatusCode::BAD_REQUEST, kind, message).map(Either::Right);
-    }
-    // A base URL may carry user-info: never shown as is (parsed only on error paths).
-    let shown = || redact_url(endpoint.base_url.as_str());
-    let uri = match endpoint.base_url.uri_for(&parts.uri) {
-        Ok(u) => u,
-        Err(e) => {
-            tracing::warn!(base_url = %shown(), error = %e, "the upstream URL is invalid");
-            return bad_gateway(
-                parts.uri.path(),
-                format!("the provider's configured URL is invalid: {e}"),
-            );
-        }
-    };
-    // hyper writes the length of the body it sends (exact for buffered bodies, chunked for
-    // streams) when the head has none; a value already saying the body's exact length (the
-    // combo and each attempt make it so) is kept, any other removed, so what is sent never
-    // disagrees with it.
-    let length_right = body
-        .size_hint()
-        .exact()
-        .is_some_and(|len| crate::content_length::says(&parts.headers, len));
-    strip(&mut parts.headers, |n| {
-        n == header::HOST || (n == header::CONTENT_LENGTH && !length_right) || client_only(n)
-    });
-    if let Some(host) = endpoint.host {
-        parts.headers.insert(header::HOST, host);
-    }
-    if let Some(credential) = endpoint.credential {
-        credential.apply(&mut parts.headers);
-    }
-    let client_uri = std::mem::replace(&mut parts.uri, uri);
-    // The client picks the protocol per connection; a client's HTTP/2 request must not
-    // force HTTP/2 on an HTTP/1 upstream.
-    parts.version = http::Version::HTTP_11;
-    let provider: Arc<str> = parts
-        .extensions
-        .get::<ResolvedAccount>()
-        .map_or_else(|| Arc::from("-"), |r| r.provider().clone());
-    // Only a successful answer reports usage; the labels are taken before the request goes.
-    let labels = usage
-        .as_ref()
-        .and_then(|ledger| Some((ledger.clone(), ledger.labels(&parts.extensions)?)));
-    // The request's extension map, emptied, becomes the answer's: what the layers above
-    // insert into the answer (the quota signal, the relay's action) then fits in a table
-    // already allocated, instead of the request's table being dropped here and the answer's
-    // allocated and grown anew; the served account, tenant and combo stay in it
-    // (`carried`). hyper's client reads no extension of the requests the gateway sends (all
-    // `POST`s).
-    let mut recycled = std::mem::take(&mut parts.extensions);
-    let out = Request::from_parts(parts, body);
-    let started = std::time::Instant::now();
-    let sent = crate::timer::within(limits.head, client.request(out)).await;
-    first_byte
-        .get(&provider)
-        .record(started.elapsed().as_secs_f64());
-    let Some(sent) = sent else {
-        tracing::warn!(base_url = %shown(), after = ?limits.head, "upstream sent no response head in time");
-        metrics::counter!("context_relay_gateway_upstream_timeouts_total", "provider" => provider.to_string(), "phase" => "head").increment(1);
-        let shape = ErrorShape::for_path(client_uri.path());
-        let kind = ErrorKind::UpstreamTimeout.name(shape);
-        // The base URL stays in the log: clients learn nothing of the provider's address.
-        let mut res = error_response(
-            shape,
-            StatusCode::GATEWAY_TIMEOUT,
-            kind,
-            &format!(
-                "the provider {provider} sent no response within {:?} (upstream_head_timeout_secs)",
-                limits.head
-            ),
-        )
-        .map(Either::Right);
-        res.extensions_mut().insert(HeadTimedOut);
-        return res;
-    };
-    match sent {
-        Ok(mut res) => {
-            carried::for_the_answer(&mut recycled);
-            recycled.extend(std::mem::take(res.extensions_mut()));
-            *res.extensions_mut() = recycled;
-            strip(res.headers_mut(), account_only);
-            let meter = labels.filter(|_| res.status().is_success());
-            let encoding = res
-                .headers()
-                .get(header::CONTENT_ENCODING)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("")
-                .to_owned();
-            res.map(|b| {
-                let body = IdleTimeoutBody::new(b, limits.idle);
-                Either::Left(Box::pin(match meter {
-                    Some((ledger, labels)) => MeteredBody::new(body, ledger, labels, &encoding),
-                    None => MeteredBody::plain(body),
-                }))
-            })
-        }
-        Err(e) => {
-            // hyper's top-level message is generic ("client error (Connect)"); the
-            // cause chain says what happened ("Connection refused").
-            let mut source = String::new();
-            let mut cause = std::error::Error::source(&e);
-            while let Some(c) = cause {
-                source.push_str(&format!(": {c}"));
-                cause = c.source();
-            }
-            tracing::warn!(base_url = %shown(), error = %e, "upstream request failed");
-            metrics::counter!("context_relay_gateway_upstream_errors_total").increment(1);
-            bad_gateway(
-                client_uri.path(),
-                format!("the provider {provider} could not be reached: {e}{source}"),
-            )
+        ResponseFuture::Translated {
+            future: Box::pin(async move {
+                // A Responses request to a provider that speaks only Anthropic Messages goes
+                // out translated, and its answer comes back translated.
+                let (req, inbound) = match crate::translate::outbound(req).await {
+                    Ok(r) => r,
+                    Err(refused) => return refused.map(|body| UpstreamBody::Own { body }),
+                };
+                let res = send::start(&client, limits, &first_byte, usage.as_ref(), req).await;
+                match inbound {
+                    None => res.map(UpstreamBody::from),
+                    Some(inbound) => inbound
+                        .response(res)
+                        .await
+                        .map(|body| UpstreamBody::Translated { body }),
+                }
+            }),
         }
     }
 }
@@ -510,7 +406,7 @@ mod tests {
         let mut upstream = Upstream::with_limits(UpstreamLimits::default()).unwrap();
         let res = upstream.call(req).await.unwrap();
         provider.await.unwrap();
-        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(res.status(), http::StatusCode::OK);
         let reason = res.extensions().get::<hyper::ext::ReasonPhrase>();
         assert_eq!(reason.map(|r| r.as_bytes()), Some(&b"Fine"[..]));
         res
@@ -522,7 +418,7 @@ mod tests {
     /// does not know.
     #[tokio::test]
     async fn the_answer_keeps_the_providers_extensions_and_only_the_requests_account() {
-        use context_relay_tower::{SessionId, Tenant};
+        use context_relay_tower::{ResolvedAccount, SessionId, Tenant};
         #[derive(Clone, Debug, PartialEq)]
         struct Marker;
         let account = ResolvedAccount::new("codex", "acct-a");
