@@ -24,6 +24,7 @@ use tower::ServiceBuilder;
 
 use crate::auth::{Auth, AuthLayer};
 use crate::budget::ByteBudget;
+use crate::client_body::ClientBody;
 use crate::combo::{ComboLayer, Routes};
 use crate::config::Config;
 use crate::console::Activity;
@@ -42,8 +43,17 @@ use crate::tenant_keys::{
 use crate::upstream::{Upstream, UpstreamError};
 use crate::usage::UsageLedger;
 
-/// The type-erased proxy stack, as the router mounts it.
-pub(crate) type ProxyService = SharedService<Request<Body>, Response<Body>, Infallible>;
+/// The type-erased proxy stack (see [`ClientBody`] for its request body).
+pub(crate) type ProxyService = SharedService<Request<ClientBody>, Response<Body>, Infallible>;
+
+/// The proxy stack as the router mounts it: the router's body, taken as a [`ClientBody`].
+pub(crate) type RoutedProxy =
+    tower::util::MapRequest<ProxyService, fn(Request<Body>) -> Request<ClientBody>>;
+
+/// `proxy` taking the router's requests.
+pub(crate) fn routed(proxy: ProxyService) -> RoutedProxy {
+    tower::ServiceExt::map_request(proxy, |req: Request<Body>| req.map(ClientBody::from))
+}
 
 /// Why the gateway could not be built.
 #[derive(Debug, thiserror::Error)]

@@ -14,15 +14,17 @@
 //!   `base_url`, version included, then `/models/{model}:{method}`).
 
 use std::borrow::Cow;
+use std::convert::Infallible;
 
 use axum::body::Body;
 use context_relay_core::json;
-use http::{HeaderName, HeaderValue, Request, StatusCode, Uri};
+use http::{HeaderName, HeaderValue, Request, Response, StatusCode, Uri};
 use percent_encoding::{AsciiSet, CONTROLS, percent_decode_str, utf8_percent_encode};
 use tower::ServiceExt;
 use url::form_urlencoded;
 
 use crate::app::ProxyService;
+use crate::client_body::ClientBody;
 use crate::error::{ErrorKind, ErrorShape, error_response};
 use crate::shared_service::SharedService;
 
@@ -154,7 +156,9 @@ pub(crate) fn key_to_header<B>(mut req: Request<B>) -> Request<B> {
 /// The service of the Gemini routes (`/v1/models/{*rest}`, `/v1beta/models/{*rest}`): a
 /// generation path goes to `proxy` with its query key moved ([`key_to_header`]); any other
 /// path under them is a 404 in the Gemini error shape.
-pub(crate) fn service(proxy: ProxyService) -> ProxyService {
+pub(crate) fn service(
+    proxy: ProxyService,
+) -> SharedService<Request<Body>, Response<Body>, Infallible> {
     SharedService::new(tower::service_fn(move |req: Request<Body>| {
         let proxy = proxy.clone();
         async move {
@@ -173,7 +177,9 @@ pub(crate) fn service(proxy: ProxyService) -> ProxyService {
                 );
                 return Ok(res.map(Body::new));
             }
-            proxy.oneshot(key_to_header(req)).await
+            proxy
+                .oneshot(key_to_header(req).map(ClientBody::from))
+                .await
         }
     }))
 }

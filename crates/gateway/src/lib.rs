@@ -41,6 +41,7 @@ mod auth;
 mod budget;
 mod catch_panic;
 mod chunks;
+mod client_body;
 mod collect;
 mod combo;
 pub mod config;

@@ -21,6 +21,7 @@ use hyper::body::Incoming;
 use tower_service::Service;
 
 use crate::app::ProxyService;
+use crate::client_body::ClientBody;
 use crate::idle::IdleTimeoutBody;
 use crate::routes::is_proxy_path;
 
@@ -93,12 +94,13 @@ impl Service<Request<Incoming>> for Live {
         };
         // Armed only while the body waits for the client: a body already received costs no
         // timer.
-        let req = req.map(|b| Body::new(IdleTimeoutBody::new(b, *body_timeout)));
+        let body = |b| IdleTimeoutBody::new(b, *body_timeout);
         match proxy {
             Some(proxy) if req.method() == Method::POST && is_proxy_path(req.uri().path()) => {
-                Either::Right(proxy.serve(req))
+                Either::Right(proxy.serve(req.map(|b| ClientBody::direct(body(b)))))
             }
             _ => {
+                let req = req.map(|b| Body::new(body(b)));
                 let mut router = router.clone();
                 drop(current);
                 Either::Left(router.call(req))

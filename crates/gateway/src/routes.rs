@@ -30,7 +30,7 @@ use http::{HeaderName, HeaderValue, Request, Response, StatusCode, header};
 use tower::ServiceBuilder;
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 
-use crate::app::{Gateway, ProxyService};
+use crate::app::{Gateway, ProxyService, routed};
 use crate::catch_panic::CatchPanicLayer;
 use crate::combo::Routes;
 use crate::console;
@@ -226,11 +226,11 @@ impl Gateway {
             )
             // `Live` calls the proxy directly for these (`is_proxy_path`); the routes stay for
             // the other methods' 405 and for a router served without `Live`.
-            .route(CHAT, post_service(proxy.clone()))
-            .route(RESPONSES, post_service(proxy.clone()))
-            .route(MESSAGES, post_service(proxy.clone()))
-            .route(COUNT_TOKENS, post_service(proxy.clone()))
-            .route(COMPACT, post_service(proxy.clone()))
+            .route(CHAT, post_service(routed(proxy.clone())))
+            .route(RESPONSES, post_service(routed(proxy.clone())))
+            .route(MESSAGES, post_service(routed(proxy.clone())))
+            .route(COUNT_TOKENS, post_service(routed(proxy.clone())))
+            .route(COMPACT, post_service(routed(proxy.clone())))
             .route(GEMINI, post_service(gemini::service(proxy.clone())))
             .route(GEMINI_BETA, post_service(gemini::service(proxy)));
         let router = match &self.config.admin_token {

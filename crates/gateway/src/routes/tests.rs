@@ -50,7 +50,7 @@ async fn a_panicking_handler_is_an_api_shaped_500_and_the_server_lives_on() {
     let client: Client<HttpConnector, Full<Bytes>> =
         Client::builder(TokioExecutor::new()).build_http();
     let panicking: ProxyService = crate::SharedService::new(tower::service_fn(
-        |req: Request<axum::body::Body>| async move {
+        |req: Request<crate::client_body::ClientBody>| async move {
             if req.uri().path().ends_with("/responses") {
                 panic!("injected test panic");
             }
@@ -117,7 +117,7 @@ targets = ["codex/gpt-5.5"]
     .unwrap();
     let gateway = Gateway::new(config).unwrap();
     let ok: ProxyService = crate::SharedService::new(tower::service_fn(
-        |_: Request<axum::body::Body>| async move {
+        |_: Request<crate::client_body::ClientBody>| async move {
             Ok::<_, std::convert::Infallible>(http::Response::new(axum::body::Body::empty()))
         },
     ));
