@@ -27,6 +27,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
 
 use axum::body::Body;
+
+use crate::in_flight::ResponseBody;
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use futures_util::task::AtomicWaker;
@@ -302,7 +304,7 @@ struct ConnService {
 }
 
 impl hyper::service::Service<Request<Incoming>> for ConnService {
-    type Response = Response<InFlightBody>;
+    type Response = Response<ConnBody>;
     type Error = Infallible;
     type Future = ConnFuture;
 
@@ -373,7 +375,7 @@ pin_project_lite::pin_project! {
     #[project = ConnFutureProj]
     enum ConnFuture {
         Serving {
-            call: BoxFuture<'static, Result<Response<Body>, Infallible>>,
+            call: BoxFuture<'static, Result<Response<ResponseBody>, Infallible>>,
             guard: Option<InFlight>,
         },
         Refused { state: Option<Arc<ConnState>> },
@@ -381,7 +383,7 @@ pin_project_lite::pin_project! {
 }
 
 impl Future for ConnFuture {
-    type Output = Result<Response<InFlightBody>, Infallible>;
+    type Output = Result<Response<ConnBody>, Infallible>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project() {
@@ -394,13 +396,16 @@ impl Future for ConnFuture {
                 if let Some(InFlight(state)) = &guard {
                     keep_spare(state, res.extensions_mut());
                 }
-                Poll::Ready(Ok(res.map(|inner| InFlightBody { inner, guard })))
+                Poll::Ready(Ok(res.map(|inner| ConnBody { inner, guard })))
             }
             ConnFutureProj::Refused { state } => {
                 drop(state.take());
-                let mut res = Response::new(Body::from(Bytes::from_static(
-                    b"the gateway has no connection slot left (max_connections); retry shortly\n",
-                )));
+                let mut res = Response::new(ResponseBody::new(
+                    Body::from(Bytes::from_static(
+                        b"the gateway has no connection slot left (max_connections); retry shortly\n",
+                    )),
+                    None,
+                ));
                 *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
                 let headers = res.headers_mut();
                 headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -409,7 +414,7 @@ impl Future for ConnFuture {
                     header::CONTENT_TYPE,
                     HeaderValue::from_static("text/plain; charset=utf-8"),
                 );
-                Poll::Ready(Ok(res.map(|inner| InFlightBody { inner, guard: None })))
+                Poll::Ready(Ok(res.map(|inner| ConnBody { inner, guard: None })))
             }
         }
     }
@@ -417,14 +422,14 @@ impl Future for ConnFuture {
 
 pin_project_lite::pin_project! {
     /// A response body that keeps its request counted in flight until it ends or drops.
-    struct InFlightBody {
+    struct ConnBody {
         #[pin]
-        inner: Body,
+        inner: ResponseBody,
         guard: Option<InFlight>,
     }
 }
 
-impl http_body::Body for InFlightBody {
+impl http_body::Body for ConnBody {
     type Data = Bytes;
     type Error = axum::Error;
 

@@ -4,9 +4,7 @@
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use http_body_util::combinators::UnsyncBoxBody;
 use metrics::Gauge;
 
 use crate::combo::BoxError;
@@ -34,9 +32,13 @@ impl Drop for InFlight {
     }
 }
 
+/// The body of every answer a gateway's [`HttpService`](crate::HttpService) gives: the
+/// answer's own, its request counted in the requests-in-flight gauge until the body ends.
+pub type ResponseBody = InFlightBody<axum::body::Body>;
+
 pin_project_lite::pin_project! {
-    /// A response body holding its request's [`InFlight`] until its last frame, an error, or
-    /// its drop (a client gone mid-stream).
+    /// A response body holding its request's place in the requests-in-flight gauge until its
+    /// last frame, an error, or its drop (a client gone mid-stream).
     pub struct InFlightBody<B> {
         #[pin]
         inner: B,
@@ -48,19 +50,6 @@ impl<B> InFlightBody<B> {
     /// `inner`, counted by `guard` while it lasts.
     pub(crate) fn new(inner: B, guard: Option<InFlight>) -> Self {
         Self { inner, guard }
-    }
-}
-
-impl<B> InFlightBody<B>
-where
-    B: Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-{
-    /// As the router's body: boxed once, its error already the router's, so that axum takes
-    /// the box as it is (it wraps any other body in an error-mapping layer and boxes that, one
-    /// more call on every poll of the answer's body).
-    pub(crate) fn into_router_body(self) -> axum::body::Body {
-        axum::body::Body::new(UnsyncBoxBody::new(self))
     }
 }
 
@@ -137,7 +126,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn as_the_router_body_an_error_still_ends_the_count_and_says_what_it_was() {
+    async fn an_error_ends_the_count_and_says_what_it_was() {
         let cell = Arc::new(AtomicU64::new(0f64.to_bits()));
         let gauge = Gauge::from_arc(cell.clone());
         let chunks = futures_util::stream::iter([
@@ -145,7 +134,7 @@ mod tests {
             Err(std::io::Error::other("the provider went away")),
         ]);
         let body = InFlightBody::new(StreamBody::new(chunks), Some(InFlight::begin(gauge)));
-        let mut body = std::pin::pin!(body.into_router_body());
+        let mut body = std::pin::pin!(body);
         assert!(body.frame().await.is_some_and(|f| f.is_ok()));
         assert_eq!(f64::from_bits(cell.load(Ordering::Relaxed)), 1.0);
         let error = body

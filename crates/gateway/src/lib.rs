@@ -27,7 +27,8 @@
 //! ```
 //!
 //! The embedding API is [`Gateway`] (built from a [`config::Config`]), what it returns
-//! ([`RunningGateway`], [`GatewayError`], [`HttpService`], [`Background`]) and
+//! ([`RunningGateway`], [`GatewayError`], [`HttpService`] and its [`ResponseBody`],
+//! [`Background`]) and
 //! [`prometheus_builder`] for its `/metrics` page.
 //!
 #![doc = include_str!("../README.md")]
@@ -86,6 +87,7 @@ pub use access_log::write_access_lines_to;
 pub use app::{Gateway, GatewayError};
 pub use config::Config;
 pub use context_relay_tower::Background;
+pub use in_flight::{InFlightBody, ResponseBody};
 pub use log_buffer::{LineWriter, LogBuffer};
 pub use log_fields::PlainFields;
 pub use metric_help::describe_metrics;

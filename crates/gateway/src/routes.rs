@@ -142,7 +142,6 @@ impl Gateway {
         ]);
         SharedService::new(
             ServiceBuilder::new()
-                .map_response(|res: Response<_>| res.map(Body::new))
                 .layer(SetSensitiveRequestHeadersLayer::from_shared(sensitive))
                 .map_request(crate::access_log::ensure_request_id)
                 // Outside the panic catcher: a panic's 500 is counted, logged and carries its

@@ -22,7 +22,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::server::conn::auto::Builder;
@@ -35,6 +34,7 @@ use context_relay_store::PurgerHandle;
 use crate::app::Gateway;
 use crate::connection::{self, Admission};
 use crate::console::Activity;
+use crate::in_flight::ResponseBody;
 use crate::ready::Readiness;
 use crate::shared_service::SharedService;
 use crate::stream_executor::StreamExecutor;
@@ -48,7 +48,7 @@ pub const BACKGROUND_GRACE: Duration = Duration::from_secs(10);
 const MAX_READ_BUFFER: usize = 128 << 10;
 
 /// The whole HTTP service of a gateway, as the accept loop serves it.
-pub type HttpService = SharedService<Request<Incoming>, Response<Body>, Infallible>;
+pub type HttpService = SharedService<Request<Incoming>, Response<ResponseBody>, Infallible>;
 
 /// The connection-level bounds of [`serve_with`] (the `[limits]` values).
 #[derive(Debug, Clone, PartialEq, Eq)]

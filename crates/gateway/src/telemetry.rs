@@ -180,10 +180,8 @@ pub(crate) struct RequestMetrics<S> {
 impl<S, B, ResBody> Service<Request<B>> for RequestMetrics<S>
 where
     S: Service<Request<B>, Response = Response<ResBody>>,
-    ResBody: http_body::Body<Data = bytes::Bytes> + Send + 'static,
-    ResBody::Error: Into<crate::combo::BoxError>,
 {
-    type Response = Response<axum::body::Body>;
+    type Response = Response<InFlightBody<ResBody>>;
     type Error = S::Error;
     type Future = MetricsFuture<S::Future>;
 
@@ -233,10 +231,8 @@ pin_project_lite::pin_project! {
 impl<F, ResBody, E> Future for MetricsFuture<F>
 where
     F: Future<Output = Result<Response<ResBody>, E>>,
-    ResBody: http_body::Body<Data = bytes::Bytes> + Send + 'static,
-    ResBody::Error: Into<crate::combo::BoxError>,
 {
-    type Output = Result<Response<axum::body::Body>, E>;
+    type Output = Result<Response<InFlightBody<ResBody>>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
@@ -255,7 +251,7 @@ where
             if let Some(id) = request_id {
                 res.headers_mut().insert(&access_log::X_REQUEST_ID, id);
             }
-            res.map(|body| InFlightBody::new(body, guard).into_router_body())
+            res.map(|body| InFlightBody::new(body, guard))
         }))
     }
 }
