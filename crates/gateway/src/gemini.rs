@@ -177,9 +177,10 @@ pub(crate) fn service(
                 );
                 return Ok(res.map(Body::new));
             }
-            proxy
+            let res = proxy
                 .oneshot(key_to_header(req).map(ClientBody::from))
-                .await
+                .await?;
+            Ok(res.map(Body::new))
         }
     }))
 }
