@@ -15,11 +15,10 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::body::Body;
-use bytes::Bytes;
 use context_relay_store::{DEFAULT_PURGE_INTERVAL, HandoffStore, PurgerHandle, spawn_purger};
 use context_relay_tower::{Background, ContextRelay};
 use http::{Request, Response};
-use http_body_util::{Either, Full};
+use http_body::Body as _;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tower::ServiceBuilder;
 
@@ -29,9 +28,8 @@ use crate::client_body::ClientBody;
 use crate::combo::{ComboLayer, Routes};
 use crate::config::Config;
 use crate::console::Activity;
-use crate::deadline::{DeadlineAnswer, DeadlineLayer};
+use crate::deadline::DeadlineLayer;
 use crate::live::Live;
-use crate::peek::Peeked;
 use crate::pool::{AccountPools, LoginServices};
 use crate::ready::Readiness;
 use crate::resolver::{AccountResolverLayer, AffinityStore};
@@ -42,25 +40,11 @@ use crate::stream_executor::StreamExecutor;
 use crate::tenant_keys::{
     SYNC_INTERVAL, SyncHandle, TENANT_SECRET, TenantKeys, random_secret, spawn_sync,
 };
-use crate::upstream::{Upstream, UpstreamBody, UpstreamError};
+use crate::upstream::{Upstream, UpstreamError};
 use crate::usage::UsageLedger;
 
 /// The type-erased proxy stack (see [`ClientBody`] for its request body).
-pub(crate) type ProxyService = SharedService<Request<ClientBody>, Response<ProxyBody>, Infallible>;
-
-/// The answer of one attempt, as the injection layer hands it to the resolver.
-type Attempted = context_relay_tower::ResponseBody<UpstreamBody>;
-
-/// The answer of the combo, as client authentication hands it on.
-type Answered = Either<
-    Either<context_relay_tower::ResponseBody<Either<Attempted, Peeked<Attempted>>>, Full<Bytes>>,
-    Full<Bytes>,
->;
-
-/// The body of the proxy stack's answers, named: the server hands it on as it is, where
-/// boxing it into the router's body took an allocation per request and a boxed call on every
-/// poll of it.
-pub(crate) type ProxyBody = DeadlineAnswer<Answered>;
+pub(crate) type ProxyService = SharedService<Request<ClientBody>, Response<Body>, Infallible>;
 
 /// The proxy stack as the router mounts it: the router's body, taken as a [`ClientBody`].
 pub(crate) type RoutedProxy =
@@ -379,7 +363,7 @@ impl Gateway {
 /// Makes a `content-length` say the body's exact size when it has one: a response whose body
 /// was replaced (a buffered 429, an error, a translated answer) must not keep the provider's
 /// length.
-fn fix_content_length<B: http_body::Body>(mut res: Response<B>) -> Response<B> {
+fn fix_content_length(mut res: Response<Body>) -> Response<Body> {
     if let Some(exact) = res.body().size_hint().exact() {
         crate::content_length::fix(res.headers_mut(), exact);
     }

@@ -400,9 +400,12 @@ impl Future for ConnFuture {
             }
             ConnFutureProj::Refused { state } => {
                 drop(state.take());
-                let mut res = Response::new(ResponseBody::plain(Body::from(Bytes::from_static(
-                    b"the gateway has no connection slot left (max_connections); retry shortly\n",
-                ))));
+                let mut res = Response::new(ResponseBody::new(
+                    Body::from(Bytes::from_static(
+                        b"the gateway has no connection slot left (max_connections); retry shortly\n",
+                    )),
+                    None,
+                ));
                 *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
                 let headers = res.headers_mut();
                 headers.insert(header::CONNECTION, HeaderValue::from_static("close"));

@@ -16,10 +16,10 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use bytes::Bytes;
+use axum::body::Body;
 use http::{Request, Response, StatusCode};
 use http_body::{Frame, SizeHint};
-use http_body_util::{Either, Full};
+use http_body_util::combinators::UnsyncBoxBody;
 use tokio::time::Instant;
 use tower::{Layer, Service};
 
@@ -63,15 +63,13 @@ pub(crate) struct Deadline<S> {
     limit: Duration,
 }
 
-/// The body of a [`Deadline`]'s answer: the inner service's, cut at the deadline, or the
-/// deadline's own 504.
-pub(crate) type DeadlineAnswer<B> = Either<DeadlineBody<B>, Full<Bytes>>;
-
 impl<S, ReqB, ResB> Service<Request<ReqB>> for Deadline<S>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>>,
+    ResB: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
 {
-    type Response = Response<DeadlineAnswer<ResB>>;
+    type Response = Response<Body>;
     type Error = S::Error;
     type Future = ResponseFuture<S::Future>;
 
@@ -110,15 +108,19 @@ pin_project_lite::pin_project! {
 impl<F, ResB, E> Future for ResponseFuture<F>
 where
     F: Future<Output = Result<Response<ResB>, E>>,
+    ResB: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
 {
-    type Output = Result<Response<DeadlineAnswer<ResB>>, E>;
+    type Output = Result<Response<Body>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         if let Poll::Ready(result) = this.inner.poll(cx) {
             let (deadline, limit) = (*this.deadline, *this.limit);
             return Poll::Ready(result.map(|res| {
-                res.map(|body| Either::Left(DeadlineBody::new(body, deadline, limit)))
+                res.map(|body| {
+                    Body::new(UnsyncBoxBody::new(DeadlineBody::new(body, deadline, limit)))
+                })
             }));
         }
         ready!(this.sleep.poll_elapsed(cx));
@@ -134,7 +136,7 @@ where
                 "the request took longer than {:?} (request_timeout_secs)",
                 this.limit
             ),
-            |body| Either::Right(Full::new(body)),
+            Body::from,
         )))
     }
 }
@@ -169,7 +171,9 @@ where
     B::Error: Into<BoxError>,
 {
     type Data = B::Data;
-    type Error = BoxError;
+    // The router's error: boxed as the router's body (`Body::new` takes such a box as it is,
+    // and wraps any other body in an error-mapping layer, one more call on every poll).
+    type Error = axum::Error;
 
     fn poll_frame(
         self: Pin<&mut Self>,
@@ -177,7 +181,7 @@ where
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let this = self.project();
         if let Poll::Ready(frame) = this.inner.poll_frame(cx) {
-            return Poll::Ready(frame.map(|r| r.map_err(Into::into)));
+            return Poll::Ready(frame.map(|r| r.map_err(axum::Error::new)));
         }
         let deadline = *this.deadline;
         let timer = this
@@ -187,7 +191,7 @@ where
         metrics::counter!("context_relay_gateway_request_deadline_total", "phase" => "body")
             .increment(1);
         tracing::warn!(limit = ?this.limit, "response still streaming at request_timeout_secs: cut");
-        Poll::Ready(Some(Err(Box::new(DeadlineExceeded(*this.limit)))))
+        Poll::Ready(Some(Err(axum::Error::new(DeadlineExceeded(*this.limit)))))
     }
 
     fn is_end_stream(&self) -> bool {
@@ -202,8 +206,9 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
     use http_body::Body as _;
-    use http_body_util::{BodyExt, StreamBody};
+    use http_body_util::{BodyExt, Full, StreamBody};
     use tower::ServiceExt;
 
     type Item = Result<Frame<Bytes>, BoxError>;

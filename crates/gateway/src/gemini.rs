@@ -177,10 +177,9 @@ pub(crate) fn service(
                 );
                 return Ok(res.map(Body::new));
             }
-            let res = proxy
+            proxy
                 .oneshot(key_to_header(req).map(ClientBody::from))
-                .await?;
-            Ok(res.map(Body::new))
+                .await
         }
     }))
 }

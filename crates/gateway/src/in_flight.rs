@@ -4,12 +4,10 @@
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use metrics::Gauge;
 
 use crate::combo::BoxError;
-use crate::live::LiveBody;
 
 /// One request in flight: decrements the gauge when dropped, however the request ends.
 pub(crate) struct InFlight(Gauge);
@@ -34,53 +32,9 @@ impl Drop for InFlight {
     }
 }
 
-pin_project_lite::pin_project! {
-    /// The body of every answer a gateway's [`HttpService`](crate::HttpService) gives: the
-    /// answer's own (the router's, or the proxy stack's as it is, unboxed), its request
-    /// counted in the requests-in-flight gauge until the body ends.
-    pub struct ResponseBody {
-        #[pin]
-        inner: InFlightBody<LiveBody>,
-    }
-}
-
-impl ResponseBody {
-    /// The body of an answer the request metrics counted.
-    pub(crate) fn new(inner: InFlightBody<LiveBody>) -> Self {
-        Self { inner }
-    }
-
-    /// `body`, not counted (an answer made outside the stack, such as a refused connection's).
-    pub(crate) fn plain(body: axum::body::Body) -> Self {
-        Self::new(InFlightBody::new(http_body_util::Either::Left(body), None))
-    }
-}
-
-impl std::fmt::Debug for ResponseBody {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ResponseBody").finish_non_exhaustive()
-    }
-}
-
-impl Body for ResponseBody {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        self.project().inner.poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
+/// The body of every answer a gateway's [`HttpService`](crate::HttpService) gives: the
+/// answer's own, its request counted in the requests-in-flight gauge until the body ends.
+pub type ResponseBody = InFlightBody<axum::body::Body>;
 
 pin_project_lite::pin_project! {
     /// A response body holding its request's place in the requests-in-flight gauge until its

@@ -87,7 +87,7 @@ pub use access_log::write_access_lines_to;
 pub use app::{Gateway, GatewayError};
 pub use config::Config;
 pub use context_relay_tower::Background;
-pub use in_flight::ResponseBody;
+pub use in_flight::{InFlightBody, ResponseBody};
 pub use log_buffer::{LineWriter, LogBuffer};
 pub use log_fields::PlainFields;
 pub use metric_help::describe_metrics;

@@ -15,13 +15,12 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::routing::future::RouteFuture;
-use futures_util::TryFutureExt;
-use futures_util::future::{BoxFuture, Either, MapOk};
+use futures_util::future::{BoxFuture, Either};
 use http::{Method, Request, Response};
 use hyper::body::Incoming;
 use tower_service::Service;
 
-use crate::app::{ProxyBody, ProxyService};
+use crate::app::ProxyService;
 use crate::client_body::ClientBody;
 use crate::idle::IdleTimeoutBody;
 use crate::routes::is_proxy_path;
@@ -69,30 +68,11 @@ impl Live {
     }
 }
 
-/// The body of what [`Live`] answers: the router's, or the proxy stack's as it is (not boxed
-/// into the router's).
-pub(crate) type LiveBody = http_body_util::Either<Body, ProxyBody>;
-
-/// An answer of the router.
-type Routed = fn(Response<Body>) -> Response<LiveBody>;
-/// An answer of the proxy stack.
-type Proxied = fn(Response<ProxyBody>) -> Response<LiveBody>;
-
-fn routed(res: Response<Body>) -> Response<LiveBody> {
-    res.map(http_body_util::Either::Left)
-}
-
-fn proxied(res: Response<ProxyBody>) -> Response<LiveBody> {
-    res.map(http_body_util::Either::Right)
-}
-
 impl Service<Request<Incoming>> for Live {
-    type Response = Response<LiveBody>;
+    type Response = Response<Body>;
     type Error = Infallible;
-    type Future = Either<
-        MapOk<RouteFuture<Infallible>, Routed>,
-        MapOk<BoxFuture<'static, Result<Response<ProxyBody>, Infallible>>, Proxied>,
-    >;
+    type Future =
+        Either<RouteFuture<Infallible>, BoxFuture<'static, Result<Response<Body>, Infallible>>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         // An axum router is always ready.
@@ -110,21 +90,20 @@ impl Service<Request<Incoming>> for Live {
         else {
             drop(current);
             let req = req.map(|b| Body::new(IdleTimeoutBody::new(b, DEFAULT_BODY_TIMEOUT)));
-            return Either::Left(Router::new().call(req).map_ok(routed as Routed));
+            return Either::Left(Router::new().call(req));
         };
         // Armed only while the body waits for the client: a body already received costs no
         // timer.
         let body = |b| IdleTimeoutBody::new(b, *body_timeout);
         match proxy {
             Some(proxy) if req.method() == Method::POST && is_proxy_path(req.uri().path()) => {
-                let answer = proxy.serve(req.map(|b| ClientBody::direct(body(b))));
-                Either::Right(answer.map_ok(proxied as Proxied))
+                Either::Right(proxy.serve(req.map(|b| ClientBody::direct(body(b)))))
             }
             _ => {
                 let req = req.map(|b| Body::new(body(b)));
                 let mut router = router.clone();
                 drop(current);
-                Either::Left(router.call(req).map_ok(routed as Routed))
+                Either::Left(router.call(req))
             }
         }
     }

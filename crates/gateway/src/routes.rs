@@ -36,8 +36,7 @@ use crate::combo::Routes;
 use crate::console;
 use crate::error::{ErrorShape, any_shape_error_body, error_body};
 use crate::gemini;
-use crate::in_flight::ResponseBody;
-use crate::live::{Live, LiveBody};
+use crate::live::Live;
 use crate::ready::Ready;
 use crate::server::HttpService;
 use crate::shared_service::SharedService;
@@ -143,7 +142,6 @@ impl Gateway {
         ]);
         SharedService::new(
             ServiceBuilder::new()
-                .map_response(|res: Response<_>| res.map(ResponseBody::new))
                 .layer(SetSensitiveRequestHeadersLayer::from_shared(sensitive))
                 .map_request(crate::access_log::ensure_request_id)
                 // Outside the panic catcher: a panic's 500 is counted, logged and carries its
@@ -265,7 +263,7 @@ impl Gateway {
 
 /// The 500 of a caught panic. The request path (and so the client's API) is unknown here, so
 /// the body is one that OpenAI and Anthropic clients both read.
-fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response<LiveBody> {
+fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response<Body> {
     let what = panic
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
@@ -280,7 +278,6 @@ fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response<LiveBody> {
             "the gateway failed on this request (internal error)",
         ),
     )
-    .map(http_body_util::Either::Left)
 }
 
 /// `GET /v1/models` in the OpenAI list shape: combos first, then their provider/model targets.

@@ -34,7 +34,7 @@ fn marking(seen: Arc<Mutex<Vec<bool>>>) -> crate::server::HttpService {
             seen.lock()
                 .unwrap()
                 .push(req.extensions().get::<Marker>().is_some());
-            let mut res = Response::new(crate::ResponseBody::plain(Body::from("ok")));
+            let mut res = Response::new(crate::ResponseBody::new(Body::from("ok"), None));
             res.extensions_mut().insert(Marker);
             res.extensions_mut()
                 .insert(hyper::ext::ReasonPhrase::from_static(b"Fine"));

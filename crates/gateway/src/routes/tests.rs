@@ -54,9 +54,7 @@ async fn a_panicking_handler_is_an_api_shaped_500_and_the_server_lives_on() {
             if req.uri().path().ends_with("/responses") {
                 panic!("injected test panic");
             }
-            Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Either::Right(
-                Full::default(),
-            )))
+            Ok::<_, std::convert::Infallible>(http::Response::new(axum::body::Body::empty()))
         },
     ));
     let service = gateway.service_for(gateway.router_with(panicking));
@@ -120,9 +118,7 @@ targets = ["codex/gpt-5.5"]
     let gateway = Gateway::new(config).unwrap();
     let ok: ProxyService = crate::SharedService::new(tower::service_fn(
         |_: Request<crate::client_body::ClientBody>| async move {
-            Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Either::Right(
-                Full::default(),
-            )))
+            Ok::<_, std::convert::Infallible>(http::Response::new(axum::body::Body::empty()))
         },
     ));
     let router = gateway.router_with(ok);
