@@ -52,7 +52,9 @@ pub(crate) type RoutedProxy =
 
 /// `proxy` taking the router's requests.
 pub(crate) fn routed(proxy: ProxyService) -> RoutedProxy {
-    tower::ServiceExt::map_request(proxy, |req: Request<Body>| req.map(ClientBody::from))
+    tower::ServiceExt::map_request(proxy, |req: Request<Body>| {
+        req.map(http_body_util::Either::Right)
+    })
 }
 
 /// Why the gateway could not be built.

@@ -24,7 +24,6 @@ use tower::ServiceExt;
 use url::form_urlencoded;
 
 use crate::app::ProxyService;
-use crate::client_body::ClientBody;
 use crate::error::{ErrorKind, ErrorShape, error_response};
 use crate::shared_service::SharedService;
 
@@ -178,7 +177,7 @@ pub(crate) fn service(
                 return Ok(res.map(Body::new));
             }
             proxy
-                .oneshot(key_to_header(req).map(ClientBody::from))
+                .oneshot(key_to_header(req).map(http_body_util::Either::Right))
                 .await
         }
     }))

@@ -21,7 +21,6 @@ use hyper::body::Incoming;
 use tower_service::Service;
 
 use crate::app::ProxyService;
-use crate::client_body::ClientBody;
 use crate::idle::IdleTimeoutBody;
 use crate::routes::is_proxy_path;
 
@@ -97,7 +96,7 @@ impl Service<Request<Incoming>> for Live {
         let body = |b| IdleTimeoutBody::new(b, *body_timeout);
         match proxy {
             Some(proxy) if req.method() == Method::POST && is_proxy_path(req.uri().path()) => {
-                Either::Right(proxy.serve(req.map(|b| ClientBody::direct(body(b)))))
+                Either::Right(proxy.serve(req.map(|b| http_body_util::Either::Left(body(b)))))
             }
             _ => {
                 let req = req.map(|b| Body::new(body(b)));
