@@ -175,6 +175,9 @@ where
     // and wraps any other body in an error-mapping layer, one more call on every poll).
     type Error = axum::Error;
 
+    // Inlined into its caller, as every wrapper of an answer's body is: hyper polls a stream's
+    // body about three times per event (docs/performance.md, "The answer's wrappers inlined").
+    #[inline(always)]
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

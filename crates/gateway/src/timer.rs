@@ -50,6 +50,8 @@ impl Timer {
     }
 
     /// `Ready` once the deadline has passed; otherwise the task of `cx` is woken when it does.
+    // Inlined into the body wrappers that poll it on every pending poll.
+    #[inline(always)]
     pub(crate) fn poll_elapsed(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.project();
         if let Some(armed) = this.armed.as_ref()

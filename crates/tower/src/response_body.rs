@@ -189,6 +189,9 @@ where
     type Data = B::Data;
     type Error = B::Error;
 
+    // Inlined into its caller: a server polls a streamed answer about three times per event,
+    // through every wrapper (the gateway's docs/performance.md, "The answer's wrappers inlined").
+    #[inline(always)]
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
