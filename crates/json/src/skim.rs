@@ -63,7 +63,9 @@ fn skim(
     let mut depth = 0usize;
     // Bit `d`: whether the container opened at depth `d` is an array, so that each closing
     // bracket is checked against its opening one.
-    let mut arrays = 0u128;
+    // Two words rather than a `u128`, whose shifts by a variable amount cost several
+    // instructions each; `depth` stays below `SKIM_MAX_DEPTH` (128), so the word is 0 or 1.
+    let mut arrays = [0u64; 2];
     // The member being read at depth 1: its key (in an object), then where its value starts.
     let mut key: Span = 0..0;
     let mut key_escaped = false;
@@ -113,7 +115,8 @@ fn skim(
                 if depth == max_depth {
                     return false;
                 }
-                arrays = (arrays & !(1 << depth)) | (u128::from(b == b'[') << depth);
+                let (word, bit) = (depth / 64, depth % 64);
+                arrays[word] = (arrays[word] & !(1 << bit)) | (u64::from(b == b'[') << bit);
                 depth += 1;
                 if depth == 1 && !object {
                     value_start = Some(i + 1);
@@ -123,7 +126,7 @@ fn skim(
                 let Some(d) = depth.checked_sub(1) else {
                     return false;
                 };
-                if (arrays >> d) & 1 != u128::from(b == b']') {
+                if (arrays[d / 64] >> (d % 64)) & 1 != u64::from(b == b']') {
                     return false;
                 }
                 depth = d;
@@ -244,6 +247,34 @@ mod tests {
                 skim_object(&body, depth, |_, span| check(span));
             }
             prop_assert!(inside);
+        }
+    }
+
+    proptest! {
+        /// Nestings of up to the deepest a skim follows, objects and arrays mixed: a closing
+        /// bracket of the wrong kind at any depth (across the bitset's two words too) is
+        /// refused, the right ones accepted.
+        #[test]
+        fn every_closing_bracket_is_checked_at_any_depth(
+            arrays in prop::collection::vec(any::<bool>(), 0..SKIM_MAX_DEPTH),
+            flip in any::<prop::sample::Index>(),
+        ) {
+            // The outermost container is an object; `arrays[d]` says what opens at depth d + 1.
+            let kinds: Vec<bool> = std::iter::once(false).chain(arrays).collect();
+            let mut body = String::new();
+            for &array in &kinds {
+                body.push_str(if array { "[" } else { "{\"k\":" });
+            }
+            body.push('1');
+            let closing: Vec<char> = kinds.iter().rev().map(|&a| if a { ']' } else { '}' }).collect();
+            let whole: String = body.chars().chain(closing.iter().copied()).collect();
+            let skims = |json: &str| skim_object(json.as_bytes(), SKIM_MAX_DEPTH, |_, _| ());
+            prop_assert!(skims(&whole), "refused: {}", whole);
+            let mut wrong = closing.clone();
+            let at = flip.index(wrong.len());
+            wrong[at] = if wrong[at] == ']' { '}' } else { ']' };
+            let broken: String = body.chars().chain(wrong).collect();
+            prop_assert!(!skims(&broken), "accepted: {}", broken);
         }
     }
 
