@@ -27,6 +27,7 @@ pub mod boilerplate;
 pub mod config;
 pub mod conversation;
 pub mod decode;
+pub mod digits;
 pub mod ending;
 pub mod extractive;
 pub mod handoff;

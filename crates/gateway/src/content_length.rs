@@ -13,20 +13,13 @@
 //! header, per request).
 
 use bytes::Bytes;
+use context_relay_core::digits::decimal_u64;
 use http::{HeaderMap, HeaderValue, header};
 
 /// Whether `headers` hold exactly one `content-length`, and it says `len` in plain digits.
 pub(crate) fn says(headers: &HeaderMap, len: u64) -> bool {
     let mut values = headers.get_all(header::CONTENT_LENGTH).iter();
-    let says = |v: &HeaderValue| {
-        let digits = v.as_bytes();
-        let value = digits.iter().try_fold(0u64, |n, &d| {
-            d.is_ascii_digit()
-                .then_some(())
-                .and_then(|()| n.checked_mul(10)?.checked_add(u64::from(d - b'0')))
-        });
-        !digits.is_empty() && value == Some(len)
-    };
+    let says = |v: &HeaderValue| decimal_u64(v.as_bytes()) == Some(len);
     values.next().is_some_and(says) && values.next().is_none()
 }
 

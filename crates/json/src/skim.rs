@@ -266,7 +266,8 @@ mod tests {
                 body.push_str(if array { "[" } else { "{\"k\":" });
             }
             body.push('1');
-            let closing: Vec<char> = kinds.iter().rev().map(|&a| if a { ']' } else { '}' }).collect();
+            let close = |&array: &bool| if array { ']' } else { '}' };
+            let closing: Vec<char> = kinds.iter().rev().map(close).collect();
             let whole: String = body.chars().chain(closing.iter().copied()).collect();
             let skims = |json: &str| skim_object(json.as_bytes(), SKIM_MAX_DEPTH, |_, _| ());
             prop_assert!(skims(&whole), "refused: {}", whole);
