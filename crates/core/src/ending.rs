@@ -343,9 +343,20 @@ fn may_decide(data: &[u8]) -> bool {
             return true;
         }
         from = at + FINISH_REASON.len();
+        // A Chat Completions chunk names `finish_reason` last, so a few bytes (`:null}]}`) are
+        // left: every literal starts with a quote or a backslash, and a short rest without
+        // either holds none, which a byte loop tells for less than setting up the search.
+        if let Some(rest) = data.get(from..).filter(|rest| rest.len() <= SHORT_REST)
+            && !rest.iter().any(|&b| b == b'"' || b == b'\\')
+        {
+            return false;
+        }
     }
     false
 }
+
+/// The longest rest of an event [`may_decide`] reads a byte at a time.
+const SHORT_REST: usize = 32;
 
 /// The value of a leading `"type"` key (`{"type":"…"`), read without decoding the event: the
 /// Responses and Anthropic streams put it first, and their large events need no parse.

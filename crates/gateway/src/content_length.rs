@@ -18,15 +18,38 @@ use http::{HeaderMap, HeaderValue, header};
 
 /// Whether `headers` hold exactly one `content-length`, and it says `len` in plain digits.
 pub(crate) fn says(headers: &HeaderMap, len: u64) -> bool {
+    reading(headers, len) == Reading::Says
+}
+
+/// What a head's `content-length` values say of a body of `len` bytes.
+#[derive(Debug, PartialEq, Eq)]
+enum Reading {
+    /// No `content-length` at all.
+    Absent,
+    /// Exactly one, saying `len` in plain digits.
+    Says,
+    /// Another number, an unreadable value, or more than one value.
+    Wrong,
+}
+
+/// Reads the values of `content-length` in one look-up of the name (a head is read three
+/// times per request: by the combo, each attempt and the answer).
+fn reading(headers: &HeaderMap, len: u64) -> Reading {
     let mut values = headers.get_all(header::CONTENT_LENGTH).iter();
-    let says = |v: &HeaderValue| decimal_u64(v.as_bytes()) == Some(len);
-    values.next().is_some_and(says) && values.next().is_none()
+    let Some(first) = values.next() else {
+        return Reading::Absent;
+    };
+    if decimal_u64(first.as_bytes()) == Some(len) && values.next().is_none() {
+        Reading::Says
+    } else {
+        Reading::Wrong
+    }
 }
 
 /// Makes the `content-length` of `headers`, when there is one, say `len`: a right value is
 /// kept as sent (its spelling included), a stale, repeated or unreadable one is replaced.
 pub(crate) fn fix(headers: &mut HeaderMap, len: u64) {
-    if headers.contains_key(header::CONTENT_LENGTH) && !says(headers, len) {
+    if reading(headers, len) == Reading::Wrong {
         headers.insert(header::CONTENT_LENGTH, value(len));
     }
 }

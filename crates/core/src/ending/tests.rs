@@ -105,6 +105,41 @@ fn a_later_failure_overturns_a_success() {
 }
 
 #[test]
+fn members_after_a_null_finish_reason_are_still_read() {
+    // The few bytes after a null `finish_reason` are read a byte at a time when short: a
+    // member there (a top-level `error`, a `type`, an escaped key) still decides.
+    for (data, ending) in [
+        (
+            r#"{"choices":[{"finish_reason":null}]}"#,
+            Ending::Unfinished,
+        ),
+        (
+            r#"{"choices":[{"finish_reason":null}],"error":{"m":1}}"#,
+            Ending::Failed,
+        ),
+        (
+            r#"{"choices":[{"finish_reason":null}],"\u0065rror":1}"#,
+            Ending::Failed,
+        ),
+        (
+            r#"{"choices":[{"finish_reason":null}],"type":"error"}"#,
+            Ending::Failed,
+        ),
+        (
+            r#"{"choices":[{"finish_reason":null,"x":1}],"type":"message_stop"}"#,
+            Ending::Completed,
+        ),
+        (
+            r#"{"choices":[{"finish_reason":null},{"finish_reason":"stop"}]}"#,
+            Ending::Completed,
+        ),
+    ] {
+        let body = format!("data: {data}\n\ndata: [DONE]\n\n");
+        assert_eq!(EndDetector::of(body.as_bytes()), ending, "{data}");
+    }
+}
+
+#[test]
 fn output_starts_after_the_opening_events() {
     let mut d = EndDetector::new();
     let (opening, rest) =
