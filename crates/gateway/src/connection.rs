@@ -25,6 +25,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
 
 use axum::body::Body;
 
@@ -39,6 +40,7 @@ use hyper_util::rt::TokioIo;
 use hyper_util::server::conn::auto::Builder;
 use tokio::net::TcpStream;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot, watch};
+use tokio::time::Instant;
 
 use crate::server::{HttpService, ServeOptions};
 use crate::stream_executor::StreamExecutor;
@@ -90,7 +92,7 @@ impl Admission {
 }
 
 /// What a connection's task and its requests share.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct ConnState {
     /// The connection's slot, taken with its first request head.
     slot: OnceLock<OwnedSemaphorePermit>,
@@ -98,7 +100,12 @@ struct ConnState {
     refused: AtomicBool,
     /// Requests whose response body is not finished yet.
     in_flight: AtomicUsize,
-    /// Told on every request start and end.
+    /// When the last answer ended, in nanoseconds after `opened` (0: none yet).
+    last_end: AtomicU64,
+    /// When the connection was accepted.
+    opened: Instant,
+    /// Told when the first request head is admitted or refused. Later requests tell nothing:
+    /// the idle deadline reads `in_flight` and `last_end` when it fires.
     activity: Notify,
     /// The extension map of the connection's last answer, emptied: the next request starts
     /// with it, so the values the layers insert fit in a table already allocated (the
@@ -107,8 +114,37 @@ struct ConnState {
 }
 
 impl ConnState {
+    fn new() -> Self {
+        Self {
+            slot: OnceLock::new(),
+            refused: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
+            last_end: AtomicU64::new(0),
+            opened: Instant::now(),
+            activity: Notify::new(),
+            spare: Mutex::new(None),
+        }
+    }
+
     fn admitted(&self) -> bool {
         self.slot.get().is_some() || self.refused.load(Ordering::Acquire)
+    }
+
+    /// When the connection will have been idle for `idle`: that long after its last answer
+    /// ended, or from `now` while a request is in flight (its end moves the deadline on).
+    fn idle_at(&self, idle: Duration, now: Instant) -> Instant {
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return now + idle;
+        }
+        self.opened + Duration::from_nanos(self.last_end.load(Ordering::Acquire)) + idle
+    }
+
+    /// Records that a request's answer ended now.
+    fn ended(&self) {
+        let after = u64::try_from(self.opened.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        // The latest end wins when two streams of an HTTP/2 connection end together.
+        self.last_end.fetch_max(after, Ordering::AcqRel);
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -127,7 +163,7 @@ pub(crate) async fn serve(
     io.set_write_timeout(Some(options.write_timeout));
     let (id, mut evicted) = admission.enter();
     metrics::gauge!("context_relay_gateway_connections_pending").increment(1.0);
-    let state = Arc::new(ConnState::default());
+    let state = Arc::new(ConnState::new());
     let conn = builder.serve_connection_with_upgrades(
         // Pinned on the heap: the timeout holds a timer.
         TokioIo::new(Box::pin(io)),
@@ -162,8 +198,12 @@ pub(crate) async fn serve(
                 closing = true;
                 conn.as_mut().graceful_shutdown();
             }
+            // From here on the idle deadline bounds the time without a request in flight. It
+            // is not reset as each request starts and ends (that woke this loop twice per
+            // request); it reads when the last answer ended once it fires (`Event::Idle`).
+            idle.as_mut().reset(Instant::now() + head_timeout);
         }
-        let idle_armed = !pending && !closing && state.in_flight.load(Ordering::Acquire) == 0;
+        let idle_armed = !pending && !closing;
         let event = {
             let activity = state.activity.notified();
             let mut activity = std::pin::pin!(activity);
@@ -217,12 +257,8 @@ pub(crate) async fn serve(
                 }
                 break;
             }
-            Event::Activity => {
-                if state.in_flight.load(Ordering::Acquire) == 0 {
-                    idle.as_mut()
-                        .reset(tokio::time::Instant::now() + head_timeout);
-                }
-            }
+            // The first request was admitted or refused: read at the top of the loop.
+            Event::Activity => {}
             Event::HeadDeadline => {
                 metrics::counter!("context_relay_gateway_connections_timed_out_total").increment(1);
                 tracing::debug!("no request head within {head_timeout:?}; connection closed");
@@ -233,9 +269,15 @@ pub(crate) async fn serve(
                 break;
             }
             Event::Idle => {
-                tracing::debug!("connection idle for {head_timeout:?}; closing it");
-                closing = true;
-                conn.as_mut().graceful_shutdown();
+                let now = Instant::now();
+                let due = state.idle_at(head_timeout, now);
+                if due > now {
+                    idle.as_mut().reset(due);
+                } else {
+                    tracing::debug!("connection idle for {head_timeout:?}; closing it");
+                    closing = true;
+                    conn.as_mut().graceful_shutdown();
+                }
             }
             Event::Shutdown { server_gone } => {
                 // A dropped sender means the server is gone: shut down too.
@@ -314,6 +356,7 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
             match self.slots.clone().try_acquire_owned() {
                 Ok(slot) => {
                     let _ = state.slot.set(slot);
+                    state.activity.notify_one();
                 }
                 Err(_) => {
                     state.refused.store(true, Ordering::Release);
@@ -332,7 +375,6 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
             };
         }
         state.in_flight.fetch_add(1, Ordering::AcqRel);
-        state.activity.notify_one();
         let mut req = req;
         if let Some(mut spare) = state.spare.lock().ok().and_then(|mut s| s.take()) {
             // What hyper put on the request (an upgrade, say) is kept.
@@ -365,8 +407,7 @@ struct InFlight(Arc<ConnState>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
-        self.0.activity.notify_one();
+        self.0.ended();
     }
 }
 

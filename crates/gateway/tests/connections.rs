@@ -174,3 +174,53 @@ async fn a_request_head_beyond_the_read_buffer_is_refused() {
         "HTTP/1.1 431 Request Header Fields Too Large"
     );
 }
+
+/// The idle deadline counts from the end of the last answer: a stream held for three times
+/// the idle time is relayed whole, the connection then serves requests spaced just under the
+/// idle time for longer than it, and closes only once it has been idle that long.
+#[tokio::test]
+async fn the_idle_deadline_counts_from_the_last_answer() {
+    let (sim, server) = gateway("0.5").await;
+    let tcp = TcpStream::connect(server.addr()).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .unwrap();
+    let conn = tokio::spawn(conn);
+
+    let hold = sim.hold_streams();
+    let stream = Request::post(format!("{}/v1/responses", server.url()))
+        .header("session-id", "idle")
+        .body(Full::new(Bytes::from_static(
+            br#"{"model":"codex-relay","stream":true,"input":"x"}"#,
+        )))
+        .unwrap();
+    let res = send.send_request(stream).await.unwrap();
+    assert_eq!(res.status(), 200);
+    let mut body = res.into_body();
+    assert!(body.frame().await.is_some(), "the first event arrived");
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    hold.release();
+    let text = body.collect().await.expect("the held stream ended whole");
+    let text = String::from_utf8_lossy(&text.to_bytes()).into_owned();
+    assert!(text.contains("response.completed"), "{text}");
+
+    for i in 0..4 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        send.ready()
+            .await
+            .unwrap_or_else(|e| panic!("closed before request {i}: {e}"));
+        let req = Request::get(format!("{}/healthz", server.url()))
+            .body(Full::<Bytes>::default())
+            .unwrap();
+        let res = send.send_request(req).await.unwrap();
+        assert_eq!(res.status(), 200, "request {i}");
+        res.into_body().collect().await.unwrap();
+    }
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(10), conn)
+        .await
+        .expect("the idle HTTP/1 connection was still open after 10 s")
+        .unwrap()
+        .unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(400));
+}
