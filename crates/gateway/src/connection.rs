@@ -139,7 +139,7 @@ impl ConnState {
         self.opened + Duration::from_nanos(self.last_end.load(Ordering::Acquire)) + idle
     }
 
-    /// Records that a request's answer ended now.
+    /// Records that a request's answer ended now: it is no longer in flight.
     fn ended(&self) {
         let after = u64::try_from(self.opened.elapsed().as_nanos()).unwrap_or(u64::MAX);
         // The latest end wins when two streams of an HTTP/2 connection end together.
@@ -315,10 +315,11 @@ enum Event {
     Shutdown { server_gone: bool },
 }
 
-/// The waker a connection's side futures (request activity, its deadlines, the shutdown
-/// signal) are polled with: it records that one of them may be ready and wakes the task. The
-/// connection's own future is polled on every wake; the side futures only after this fired,
-/// so a stream's events do not each pay for polling them (a `Notify` takes a lock per poll).
+/// The waker a connection's side futures (the first request's admission, its deadlines, the
+/// shutdown signal) are polled with: it records that one of them may be ready and wakes the
+/// task. The connection's own future is polled on every wake; the side futures only after
+/// this fired, so a stream's events do not each pay for polling them (a `Notify` takes a lock
+/// per poll).
 #[derive(Default)]
 struct SideWaker {
     fired: AtomicBool,
