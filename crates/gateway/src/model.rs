@@ -250,7 +250,16 @@ pub(crate) fn replace_model(body: &Bytes, field: &ModelField, model: &str) -> Op
     if field.names(body, model) {
         return Some(body.clone());
     }
-    json::splice_str(body, field.span.clone(), model).ok()
+    // The field was read from this body and names another model: its literal is written over
+    // without being decoded again (a field of another body is told by its quotes, as
+    // `rewrite` tells it).
+    let span = field.span.clone();
+    let literal = span.len() >= 2
+        && body.get(span.start) == Some(&b'"')
+        && body.get(span.end - 1) == Some(&b'"');
+    literal
+        .then(|| json::write_str(body, span, model))
+        .flatten()
 }
 
 /// Where ComboService wrote `model` into the body it forwards, and the name it wrote. Carried

@@ -77,7 +77,8 @@
 //! | [`object_at`], [`array_at`] | one value span, members or items as spans | no production caller since the editors read a [`Doc`]; the reference the index is tested against | a caller holding one span of a body and no index: the span bounds the scan |
 //! | [`decode_str`] | one string span | core `portable` (string members such as `type`, Gemini signatures); core `session` fingerprint (a `role` holding an escape, a user text that may be a context block); gateway `model::find_model` | the few places where the characters matter; borrows when the string has no escape |
 //! | [`find_member`] | the body up to the end of the member's value (all of it when there is none) | gateway `model::find_model` (the `model` of every request); `examples/floor_proxy.rs`; testkit `sessions::key_order` | `model` comes first in real bodies: the cost is the prefix, not the body's size |
-//! | [`splice_str`] | one string span | gateway `model::replace_model`; `examples/floor_proxy.rs` | renames the model with one copy of the body at most, none when the name is unchanged |
+//! | [`splice_str`] | one string span | gateway `model::WrittenModel::retarget` and `model::kept`; `examples/floor_proxy.rs` | renames the model with one copy of the body at most, none when the name is unchanged |
+//! | [`write_str`] | nothing (the caller knows the span) | gateway `model::replace_model`, once the field it found told the name differs | the rename's one copy, without decoding the old name a second time |
 //! | [`Members`] | the top-level members one at a time, unread values skipped | core `session`: the fingerprint and `opening` (`model`, the system prompt members), `body_ids` (`metadata`, `prompt_cache_key`); testkit `sessions::key_order` | session identity is read on every request: the walk stops where the answer is known (in the conversation for the fingerprint, past the last key literal for `body_ids`) |
 //! | [`Items`] (from [`Members::items`]) | the items of an array one at a time | core `session` fingerprint and `opening` (the conversation, up to the first user entry or ask) | a long history is not read past the entry that decides |
 //! | [`strings`] | one value; its strings in one pass | core `session` fingerprint (`Text::read`: `text`, `content`, `parts`) | each byte of a nested message read once, at a bounded depth |
@@ -115,7 +116,7 @@ pub use index::Doc;
 pub use needles::{Found, Needles, Pieces};
 pub use skim::{SKIM_MAX_DEPTH, skim_array, skim_object};
 pub use strings::strings;
-pub use walk::{Items, Key, Members, find_member, splice_str};
+pub use walk::{Items, Key, Members, find_member, splice_str, write_str};
 
 /// A byte range into the scanned body.
 pub type Span = Range<usize>;

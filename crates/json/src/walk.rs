@@ -351,14 +351,32 @@ pub fn splice_str(body: &Bytes, span: Span, value: &str) -> Result<Bytes, JsonEr
     if decode_str(body, span.clone())? == value {
         return Ok(body.clone());
     }
+    // `decode_str` checked that the span lies within the body.
+    Ok(write_str(body, span, value).unwrap_or_else(|| body.clone()))
+}
+
+/// `body` with the bytes at `span` replaced by the JSON string `value`, without reading what
+/// stood there: for a caller that already knows the span holds a string literal of `body`
+/// naming something else ([`splice_str`] finds out both by decoding it). `None` when `span`
+/// does not lie within `body`.
+///
+/// ```
+/// use context_relay_json::write_str;
+///
+/// let body = br#"{"model":"relay-fast","n":1}"#;
+/// assert_eq!(&write_str(body, 9..21, "gpt \"5\"").unwrap()[..], br#"{"model":"gpt \"5\"","n":1}"#);
+/// assert!(write_str(body, 9..40, "x").is_none());
+/// ```
+pub fn write_str(body: &[u8], span: Span, value: &str) -> Option<Bytes> {
+    let (before, after) = (body.get(..span.start)?, body.get(span.end..)?);
     // The literal is written straight into the new body (no string of its own); escapes make
     // it longer than the text, rarely.
-    let mut out = Vec::with_capacity(body.len() - span.len() + value.len() + 2);
-    out.extend_from_slice(&body[..span.start]);
+    let mut out = Vec::with_capacity(before.len() + after.len() + value.len() + 2);
+    out.extend_from_slice(before);
     // Serialising a `str` into a `Vec` cannot fail.
     let _ = serde_json::to_writer(&mut out, value);
-    out.extend_from_slice(&body[span.end..]);
-    Ok(Bytes::from(out))
+    out.extend_from_slice(after);
+    Some(Bytes::from(out))
 }
 
 #[cfg(test)]

@@ -66,6 +66,20 @@ fn escaped_values_and_nested_models() {
 }
 
 #[test]
+fn a_field_of_another_body_is_not_written_over() {
+    let body = Bytes::from_static(br#"{"model":"a-long-model-name","n":1}"#);
+    let f = find_model(&body).unwrap();
+    // Shorter than the span, and a body whose bytes there are no string literal.
+    for other in [
+        &br#"{"model":"a"}"#[..],
+        br#"{"n":1,"model":"a-long-model-name"}"#,
+    ] {
+        let other = Bytes::copy_from_slice(other);
+        assert_eq!(replace_model(&other, &f, "b"), None, "{other:?}");
+    }
+}
+
+#[test]
 fn a_joined_body_is_rewritten_without_copying_it() {
     let text = br#"{"model":"codex-relay","messages":[{"role":"user","content":"hi"}]}"#;
     let field = find_model(text).unwrap();
