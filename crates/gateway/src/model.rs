@@ -251,15 +251,20 @@ pub(crate) fn replace_model(body: &Bytes, field: &ModelField, model: &str) -> Op
         return Some(body.clone());
     }
     // The field was read from this body and names another model: its literal is written over
-    // without being decoded again (a field of another body is told by its quotes, as
-    // `rewrite` tells it).
+    // without being decoded again.
     let span = field.span.clone();
-    let literal = span.len() >= 2
-        && body.get(span.start) == Some(&b'"')
-        && body.get(span.end - 1) == Some(&b'"');
-    literal
+    quoted(body, &span)
         .then(|| json::write_str(body, span, model))
         .flatten()
+}
+
+/// Whether `span` lies within `bytes` with a quote at each end: how a field read from one body
+/// is told to be a string literal of the body about to be written (a field of another body
+/// is not written over).
+fn quoted(bytes: &[u8], span: &Range<usize>) -> bool {
+    span.len() >= 2
+        && bytes.get(span.start) == Some(&b'"')
+        && bytes.get(span.end - 1) == Some(&b'"')
 }
 
 /// Where ComboService wrote `model` into the body it forwards, and the name it wrote. Carried
@@ -343,10 +348,7 @@ fn rewrite(body: Buffered, field: &ModelField, model: &str) -> Bytes {
         .and_then(|at| at.checked_sub(field.span.start))
         .filter(|_| {
             // The span is a string literal of this body, and the new one is one.
-            !literal.is_empty()
-                && end <= buf.len()
-                && buf.get(start) == Some(&b'"')
-                && buf.get(end - 1) == Some(&b'"')
+            !literal.is_empty() && quoted(&buf, &(start..end))
         })
     else {
         let bytes = Buffered::Joined(buf).into_bytes();

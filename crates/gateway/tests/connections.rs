@@ -55,6 +55,20 @@ async fn healthz_within(server: &RunningGateway, limit: Duration) -> Option<Dura
     None
 }
 
+/// How long after now the connection task `conn` ends (the gateway closed it), at most 10 s.
+async fn closed_after<T, E: std::fmt::Debug>(
+    conn: tokio::task::JoinHandle<Result<T, E>>,
+    what: &str,
+) -> Duration {
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(10), conn)
+        .await
+        .unwrap_or_else(|_| panic!("the idle {what} connection was still open after 10 s"))
+        .unwrap()
+        .unwrap();
+    started.elapsed()
+}
+
 /// Whether the peer closes `tcp` within `limit`.
 async fn closed_within(tcp: &mut TcpStream, limit: Duration) -> bool {
     let mut buf = [0u8; 256];
@@ -129,13 +143,7 @@ async fn idle_connections_are_closed_after_their_last_request() {
         .unwrap();
     assert_eq!(res.status(), 200);
     res.into_body().collect().await.unwrap();
-    let started = Instant::now();
-    tokio::time::timeout(Duration::from_secs(10), conn)
-        .await
-        .expect("the idle HTTP/2 connection was still open after 10 s")
-        .unwrap()
-        .unwrap();
-    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(closed_after(conn, "HTTP/2").await >= Duration::from_millis(300));
 
     let mut tcp = TcpStream::connect(server.addr()).await.unwrap();
     tcp.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
@@ -217,11 +225,5 @@ async fn the_idle_deadline_counts_from_the_last_answer() {
         assert_eq!(res.status(), 200, "request {i}");
         res.into_body().collect().await.unwrap();
     }
-    let started = Instant::now();
-    tokio::time::timeout(Duration::from_secs(10), conn)
-        .await
-        .expect("the idle HTTP/1 connection was still open after 10 s")
-        .unwrap()
-        .unwrap();
-    assert!(started.elapsed() >= Duration::from_millis(800));
+    assert!(closed_after(conn, "HTTP/1").await >= Duration::from_millis(800));
 }
