@@ -25,9 +25,8 @@ use std::fmt::Write as _;
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
-use bytes::Bytes;
 use context_relay_tower::{ComboName, ResolvedAccount, Tenant};
-use http::{HeaderName, HeaderValue, Request, Response};
+use http::{HeaderName, Request, Response};
 
 use crate::LogBuffer;
 
@@ -75,10 +74,11 @@ pub(crate) fn ensure_request_id<B>(mut req: Request<B>) -> Request<B> {
     if !present || !plain {
         let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
         uuid::Uuid::new_v4().hyphenated().encode_lower(&mut text);
-        // The value owns its bytes behind one shared allocation: the response gets a copy
-        // of it (the echo), which a value copied from a `&str` would allocate again. A
-        // hyphenated UUID is always a valid header value.
-        if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from_owner(text)) {
+        // The value shares the thread's buffer of short values (`crate::slab`), no
+        // allocation of its own: the response gets a copy of it (the echo), which a value
+        // copied from a `&str` would allocate again. A hyphenated UUID is always a valid
+        // header value.
+        if let Some(value) = crate::slab::header_value(&text) {
             req.headers_mut().insert(X_REQUEST_ID.clone(), value);
         }
     }

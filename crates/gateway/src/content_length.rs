@@ -12,7 +12,6 @@
 //! header hyper's client added to the copy would grow it (an allocation and a move of every
 //! header, per request).
 
-use bytes::Bytes;
 use context_relay_core::digits::decimal_u64;
 use http::{HeaderMap, HeaderValue, header};
 
@@ -54,34 +53,13 @@ pub(crate) fn fix(headers: &mut HeaderMap, len: u64) {
     }
 }
 
-/// `len` as a header value in one allocation that every copy of the head shares (the value
-/// `HeaderValue::from` makes holds a growable buffer, and its first copy allocates again).
+/// `len` as a header value cut from the thread's shared buffer ([`crate::slab`]): no
+/// allocation of its own, and every copy of the head shares it (the value `HeaderValue::from`
+/// makes holds a growable buffer, and its first copy allocates again).
 fn value(len: u64) -> HeaderValue {
-    /// The decimal digits of a `u64`, right-aligned.
-    struct Digits {
-        buf: [u8; 20],
-        start: usize,
-    }
-    impl AsRef<[u8]> for Digits {
-        fn as_ref(&self) -> &[u8] {
-            self.buf.get(self.start..).unwrap_or_default()
-        }
-    }
-    let mut digits = Digits {
-        buf: [b'0'; 20],
-        start: 20,
-    };
-    let mut rest = len;
-    while digits.start > 0 {
-        digits.start -= 1;
-        digits.buf[digits.start] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    HeaderValue::from_maybe_shared(Bytes::from_owner(digits))
-        .unwrap_or_else(|_| HeaderValue::from(len))
+    let mut digits = itoa::Buffer::new();
+    crate::slab::header_value(digits.format(len).as_bytes())
+        .unwrap_or_else(|| HeaderValue::from(len))
 }
 
 #[cfg(test)]

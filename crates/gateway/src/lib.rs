@@ -73,6 +73,7 @@ mod routes;
 mod secret;
 mod server;
 mod shared_service;
+mod slab;
 mod store;
 mod stream_executor;
 mod summary;
