@@ -73,6 +73,18 @@ impl Splitter {
         }
     }
 
+    /// Whether the splitter stands between two events: nothing of a line or of an event is
+    /// held. Fed a chunk that [`ends_events`] now, it stands between events again, and every
+    /// event of the chunk is made of the chunk's own lines.
+    pub(crate) fn between_events(&self) -> bool {
+        self.line_len == 0
+            && !self.after_cr
+            && !self.has_data
+            && self.data_len == 0
+            && self.name.is_empty()
+            && !self.line_cut
+    }
+
     /// Feeds the next bytes of the body, calling `on_event` for every event they end.
     ///
     /// A line that lies whole in `chunk` is read where it stands, and an event whose data is
@@ -225,6 +237,13 @@ impl Splitter {
         self.has_data = false;
         self.line_cut = false;
     }
+}
+
+/// Whether `chunk` ends in a blank line that ends an event, whatever precedes it: `\n\n` (the
+/// first `\n` ends a line, or a `\r\n`; the second is an empty line) or `\r\n\r\n`. A chunk
+/// ending in `\r` does not count: the next chunk's first `\n` may belong to its line end.
+pub(crate) fn ends_events(chunk: &[u8]) -> bool {
+    chunk.ends_with(b"\n\n") || chunk.ends_with(b"\r\n\r\n")
 }
 
 /// A line's field name and value: `None` for a comment. A line without `:` is a field with
@@ -400,6 +419,41 @@ mod tests {
             prop_assert_eq!(split(&chunks, limit), whole.clone());
             let bytes: Vec<&[u8]> = body.chunks(1).collect();
             prop_assert_eq!(split(&bytes, limit), whole);
+
+            // A chunk fed between events that ends in a blank line leaves the splitter between
+            // events, and its events are those of the chunk alone (what a reader that skips
+            // such a chunk relies on).
+            let mut s = Splitter::new(limit);
+            for chunk in &chunks {
+                let before = s.between_events();
+                let mut events = Vec::new();
+                s.push(chunk, |e| events.push((e.name.to_vec(), e.data.to_vec(), e.is_whole())));
+                if before && ends_events(chunk) {
+                    prop_assert!(s.between_events());
+                    let mut alone = Vec::new();
+                    Splitter::new(limit).push(chunk, |e| alone.push((e.name.to_vec(), e.data.to_vec(), e.is_whole())));
+                    prop_assert_eq!(events, alone);
+                }
+            }
         }
+    }
+
+    #[test]
+    fn a_chunk_ends_events_when_it_ends_in_a_blank_line_of_its_own() {
+        assert!(ends_events(b"data: 1\n\n"));
+        assert!(ends_events(b"data: 1\r\n\n"));
+        assert!(ends_events(b"data: 1\r\n\r\n"));
+        // A `\r` at the end may be half of a `\r\n`; a single line end ends a line only.
+        assert!(!ends_events(b"data: 1\r\r"));
+        assert!(!ends_events(b"data: 1\n"));
+        assert!(!ends_events(b"\n"));
+        let mut s = Splitter::new(64);
+        assert!(s.between_events());
+        s.push(b"event: a\n", |_| {});
+        assert!(!s.between_events(), "an event's name is held");
+        s.push(b"\n", |_| {});
+        assert!(s.between_events());
+        s.push(b"data: x\r", |_| {});
+        assert!(!s.between_events(), "the next `\\n` may end the same line");
     }
 }

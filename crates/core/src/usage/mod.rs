@@ -41,8 +41,16 @@ mod raw;
 
 use bytes::Bytes;
 
-use crate::sse::Splitter;
+use crate::sse::{self, Splitter};
 use raw::Raw;
+
+/// How many chunks of whole events in a row may name `sage` before the reader stops searching
+/// a stream's chunks before splitting them ([`UsageReader::push`]): such a stream names usage
+/// in every event (a Chat Completions stream with `stream_options.include_usage` sends
+/// `"usage":null` in each chunk), and each of its chunks would be searched twice, as a chunk
+/// and as an event. A Responses stream names it in its first two events (`response.created`,
+/// `response.in_progress`) and then not until it completes.
+const NAMED_IN_A_ROW: u8 = 8;
 
 /// Largest SSE event data, and largest whole JSON body (as sent, compressed or not), read for
 /// usage. A `response.completed` event repeats the whole output and can be long; beyond this
@@ -97,6 +105,8 @@ impl Usage {
 #[derive(Debug)]
 pub struct UsageReader {
     mode: Mode,
+    /// Chunks of whole events in a row that named `sage`, up to [`NAMED_IN_A_ROW`].
+    named_in_a_row: u8,
     seen: Raw,
 }
 
@@ -171,6 +181,7 @@ impl UsageReader {
         };
         Self {
             mode,
+            named_in_a_row: 0,
             seen: Raw::default(),
         }
     }
@@ -183,6 +194,13 @@ impl UsageReader {
     }
 
     /// Feeds the next bytes of the body.
+    ///
+    /// An event stream's chunk that holds whole events (read between two events, ending in a
+    /// blank line) and does not name `sage` is not split into events: none of them carries
+    /// usage (an event's data is made of its lines, and `sage` holds no line break), and the
+    /// stream stands between events after it as before it. One search of the chunk then
+    /// stands for a split and a search per event; most chunks of a stream are one such
+    /// event, a delta of text.
     pub fn push(&mut self, chunk: &[u8]) {
         self.push_in(chunk, None);
     }
@@ -217,6 +235,16 @@ impl UsageReader {
                 whole.push(rest, shared.map(|b| b.slice(skipped..)));
             }
             Mode::Sse(splitter) => {
+                if self.named_in_a_row < NAMED_IN_A_ROW
+                    && splitter.between_events()
+                    && sse::ends_events(rest)
+                {
+                    if !may_carry_usage(rest) {
+                        self.named_in_a_row = 0;
+                        return;
+                    }
+                    self.named_in_a_row += 1;
+                }
                 let seen = &mut self.seen;
                 splitter.push(rest, |event| {
                     if event.is_whole() {

@@ -487,3 +487,80 @@ fn a_body_nested_deeper_than_serde_reads_reports_nothing() {
     assert_eq!(UsageReader::of(nested(127).as_bytes()), None);
     assert_eq!(UsageReader::of(nested(100_000).as_bytes()), None);
 }
+
+/// The stream's events, one per element: some carry usage, some name it in their text, some
+/// have it `null`, with `\n` or `\r\n` line ends and a data line split in two.
+fn stream_events() -> impl Strategy<Value = Vec<String>> {
+    let event = prop_oneof![
+        Just("data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}".to_owned()),
+        Just("data: {\"choices\":[],\"usage\":null}".to_owned()),
+        (1u64..500, 1u64..90).prop_map(|(i, o)| format!(
+            "data: {{\"choices\":[],\"usage\":{{\"prompt_tokens\":{i},\"completion_tokens\":{o}}}}}"
+        )),
+        (1u64..500).prop_map(|o| format!(
+            "event: message_delta\ndata: {{\"type\":\"message_delta\",\"usage\":{{\"output_tokens\":{o}}}}}"
+        )),
+        Just("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"usage\"}}".to_owned()),
+        Just("data: {\"usageMetadata\":\ndata: {\"promptTokenCount\":3}}".to_owned()),
+        Just(": keep-alive".to_owned()),
+    ];
+    (prop::collection::vec(event, 0..24), any::<bool>()).prop_map(|(events, crlf)| {
+        let end = if crlf { "\r\n" } else { "\n" };
+        events
+            .into_iter()
+            .map(|e| format!("{}{end}{end}", e.replace('\n', end)))
+            .collect()
+    })
+}
+
+proptest! {
+    /// A stream fed one event per chunk (the chunks a reader skips when they do not name
+    /// `sage`), in random chunks, or a byte at a time (no chunk ever skipped) reads the same.
+    #[test]
+    fn skipped_chunks_change_nothing(events in stream_events(), cuts in prop::collection::vec(0usize..4000, 0..8)) {
+        let body = events.concat();
+        let mut by_byte = UsageReader::new("");
+        for byte in body.as_bytes().chunks(1) {
+            by_byte.push(byte);
+        }
+        let expected = by_byte.finish();
+        let mut by_event = UsageReader::new("");
+        for event in &events {
+            by_event.push(event.as_bytes());
+        }
+        prop_assert_eq!(by_event.finish(), expected);
+        let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (body.len() + 1)).collect();
+        cuts.sort_unstable();
+        let mut by_cut = UsageReader::new("");
+        let mut at = 0;
+        for c in cuts.into_iter().chain([body.len()]) {
+            by_cut.push(&body.as_bytes()[at..c]);
+            at = c;
+        }
+        prop_assert_eq!(by_cut.finish(), expected);
+    }
+}
+
+/// Chunks of whole events are searched for `sage` before they are split: those that do not
+/// name it are skipped, and a stream that names it in chunk after chunk is split without
+/// the search after [`NAMED_IN_A_ROW`] of them.
+#[test]
+fn chunks_of_whole_events_are_searched_until_they_all_name_usage() {
+    let mut reader = UsageReader::new("");
+    reader.push(b"data: {\"choices\":[],\"usage\":null}\n\n");
+    assert_eq!(reader.named_in_a_row, 1);
+    reader.push(b"data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n");
+    assert_eq!(reader.named_in_a_row, 0, "a chunk without it is skipped");
+    // Half an event: split as before, the count left as it is.
+    reader.push(b"data: {\"choices\":[],\"usage\":nu");
+    reader.push(b"ll}\n\n");
+    assert_eq!(reader.named_in_a_row, 0);
+    for _ in 0..20 {
+        reader.push(b"data: {\"choices\":[{\"delta\":{}}],\"usage\":null}\n\n");
+    }
+    assert_eq!(reader.named_in_a_row, NAMED_IN_A_ROW, "no longer searched");
+    reader.push(
+        b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":4}}\n\n",
+    );
+    assert_eq!(reader.finish(), Some(usage(9, 0, 0, 4, 0)));
+}
