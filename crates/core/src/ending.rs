@@ -59,7 +59,7 @@ use std::sync::LazyLock;
 
 use context_relay_json::{Doc, Kind, Needles, Object, decode_str};
 
-use crate::sse::{Event, Splitter};
+use crate::sse::{self, Event, Splitter};
 
 /// Largest event data kept for decoding, in bytes. Longer data (a `response.completed` that
 /// repeats a long output) is still recognised by its leading `"type"` or its `event:` name.
@@ -231,6 +231,17 @@ impl EndDetector {
     }
 
     fn push_sse(&mut self, bytes: &[u8]) {
+        // Once output started, an event changes the verdict only by what `may_change` looks
+        // for: a chunk of whole events (read between two events, ending in a blank line of its
+        // own) without any of it is not split. Most chunks of a Chat Completions or Gemini
+        // stream are one such event, a delta of text.
+        if self.verdict.output_started
+            && self.sse.between_events()
+            && sse::ends_events(bytes)
+            && !may_change(bytes)
+        {
+            return;
+        }
         let (sse, verdict) = (&mut self.sse, &mut self.verdict);
         sse.push(bytes, |event| verdict.judge(&event));
     }
@@ -320,17 +331,34 @@ const FINISH_REASON: &[u8] = b"\"finish_reason\"";
 /// that output started, which it says unread too. An ordinary Chat Completions chunk is such
 /// data; reading its index cost about 6 000 instructions, this search a few hundred.
 fn may_decide(data: &[u8]) -> bool {
-    static READ: LazyLock<Needles> = LazyLock::new(|| {
-        Needles::new(&[
-            FINISH_REASON,
-            b"\"type\"",
-            b"\"error\"",
-            b"\"finishReason\"",
-            b"\\u",
-        ])
-    });
+    static READ: LazyLock<Needles> = LazyLock::new(|| Needles::new(&DECIDING));
+    names_any(&READ, b"\"\\", data)
+}
+
+/// The literals of the members [`Verdict::judge`] reads (see [`may_decide`]).
+const DECIDING: [&[u8]; 5] = [
+    FINISH_REASON,
+    b"\"type\"",
+    b"\"error\"",
+    b"\"finishReason\"",
+    b"\\u",
+];
+
+/// Whether a chunk of whole events may hold one that changes a verdict whose output started:
+/// an event [`may_decide`] would read (the same literals), an `event:` name (which can name a
+/// terminal or failure event), or `[DONE]`. Any other event's reading only sets
+/// `output_started`, already set.
+fn may_change(chunk: &[u8]) -> bool {
+    static CHANGE: LazyLock<Needles> =
+        LazyLock::new(|| Needles::new(&[&DECIDING[..], &[b"event", b"[DONE]"]].concat()));
+    names_any(&CHANGE, b"\"\\e[", chunk)
+}
+
+/// Whether `data` holds one of `needles`' literals, a `"finish_reason"` whose value is `null`
+/// aside; `firsts` are the literals' first bytes.
+fn names_any(needles: &Needles, firsts: &[u8], data: &[u8]) -> bool {
     let mut from = 0;
-    while let Some(at) = data.get(from..).and_then(|rest| READ.find(rest)) {
+    while let Some(at) = data.get(from..).and_then(|rest| needles.find(rest)) {
         let at = from + at;
         let Some(after) = data[at..].strip_prefix(FINISH_REASON) else {
             return true;
@@ -344,10 +372,10 @@ fn may_decide(data: &[u8]) -> bool {
         }
         from = at + FINISH_REASON.len();
         // A Chat Completions chunk names `finish_reason` last, so a few bytes (`:null}]}`) are
-        // left: every literal starts with a quote or a backslash, and a short rest without
-        // either holds none, which a byte loop tells for less than setting up the search.
+        // left: a short rest without any literal's first byte holds none of them, which a byte
+        // loop tells for less than setting up the search.
         if let Some(rest) = data.get(from..).filter(|rest| rest.len() <= SHORT_REST)
-            && !rest.iter().any(|&b| b == b'"' || b == b'\\')
+            && !rest.iter().any(|b| firsts.contains(b))
         {
             return false;
         }

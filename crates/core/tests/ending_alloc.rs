@@ -25,8 +25,11 @@ const ORDINARY: [&str; 5] = [
 #[test]
 fn ordinary_chunks_are_judged_without_allocating() {
     let mut end = EndDetector::new();
-    // The first chunk decides the grammar (SSE) and may set the detector up.
-    end.push(b"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"},\"finish_reason\":null}]}\n\n");
+    // The first chunks decide the grammar (SSE) and may set the detector's searchers up (once
+    // per process: the second one is looked at whole, once the output has started).
+    for _ in 0..2 {
+        end.push(b"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"},\"finish_reason\":null}]}\n\n");
+    }
     for chunk in ORDINARY {
         let event = format!("{chunk}\n\n");
         let ((), peak) = peak_of(|| end.push(event.as_bytes()));

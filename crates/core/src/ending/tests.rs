@@ -196,6 +196,19 @@ fn event() -> impl Strategy<Value = String> {
         Just("data: {\"candidates\":[{\"finishReason\":\"STOP\"}]}".to_owned()),
         Just(": ping".to_owned()),
         Just("data: line one\ndata: line two".to_owned()),
+        Just(
+            "data: {\"choices\":[{\"delta\":{\"content\":\"x\"},\"finish_reason\":null}]}"
+                .to_owned()
+        ),
+        Just(
+            "data: {\"choices\":[{\"delta\":{\"content\":\"an event\"},\"finish_reason\" : null}]}"
+                .to_owned()
+        ),
+        Just("data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"x\"}]}}]}".to_owned()),
+        Just("data: {\"choices\":[{\"delta\":{}}],\"error\":{\"message\":\"boom\"}}".to_owned()),
+        Just("event: response.completed\ndata: {}".to_owned()),
+        Just("event: error\ndata: {}".to_owned()),
+        Just("data: {\"choices\":[{\"finish_reason\":null}]}\ndata: [DONE]".to_owned()),
         "[a-z:{}\" \\[\\]]{0,20}",
     ]
 }
@@ -213,6 +226,28 @@ proptest! {
             .collect::<String>();
         let bytes = body.as_bytes();
         prop_assert_eq!(split_run(bytes, &cuts), split_run(bytes, &[]));
+    }
+
+    /// One event per chunk (the chunks a detector whose output started may skip when they
+    /// hold nothing that changes its verdict), against a byte at a time (never skipped).
+    #[test]
+    fn chunks_of_whole_events_never_change_the_verdict(
+        events in proptest::collection::vec(event(), 0..12),
+        eol in prop_oneof![Just("\n"), Just("\r\n")],
+    ) {
+        let events: Vec<String> = events
+            .iter()
+            .map(|e| format!("{}{eol}{eol}", e.replace('\n', eol)))
+            .collect();
+        let body = events.concat();
+        let bytes = body.as_bytes();
+        let by_byte: Vec<usize> = (0..bytes.len()).collect();
+        let mut d = EndDetector::new();
+        for event in &events {
+            d.push(event.as_bytes());
+        }
+        let by_event = (d.finish(), d.output_started(), d.failure().map(<[u8]>::to_vec));
+        prop_assert_eq!(by_event, split_run(bytes, &by_byte));
     }
 
     #[test]
