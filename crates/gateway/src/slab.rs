@@ -11,7 +11,7 @@
 
 use std::cell::Cell;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use http::HeaderValue;
 
 /// The size of one shared buffer: 1 KiB, about 25 requests' request id and length.
@@ -22,19 +22,22 @@ thread_local! {
     static SLAB: Cell<BytesMut> = Cell::new(BytesMut::new());
 }
 
-/// `text` as a header value that shares this thread's buffer; `None` when `text` is not a
-/// valid header value (a control byte or DEL).
+/// `text` as a header value that shares this thread's buffer (a copy of its own on a thread
+/// whose locals are being torn down); `None` when `text` is not a valid header value (a
+/// control byte or DEL).
 pub(crate) fn header_value(text: &[u8]) -> Option<HeaderValue> {
-    let bytes = SLAB.with(|slab| {
-        let mut rest = slab.take();
-        if rest.capacity() - rest.len() < text.len() {
-            rest = BytesMut::with_capacity(SLAB_BYTES.max(text.len()));
-        }
-        rest.extend_from_slice(text);
-        let value = rest.split().freeze();
-        slab.set(rest);
-        value
-    });
+    let bytes = SLAB
+        .try_with(|slab| {
+            let mut rest = slab.take();
+            if rest.capacity() - rest.len() < text.len() {
+                rest = BytesMut::with_capacity(SLAB_BYTES.max(text.len()));
+            }
+            rest.extend_from_slice(text);
+            let value = rest.split().freeze();
+            slab.set(rest);
+            value
+        })
+        .unwrap_or_else(|_| Bytes::copy_from_slice(text));
     HeaderValue::from_maybe_shared(bytes).ok()
 }
 
