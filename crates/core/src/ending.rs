@@ -59,7 +59,7 @@ use std::sync::LazyLock;
 
 use context_relay_json::{Doc, Kind, Needles, Object, decode_str};
 
-use crate::sse::{self, Event, Splitter};
+use crate::sse::{Event, Splitter};
 
 /// Largest event data kept for decoding, in bytes. Longer data (a `response.completed` that
 /// repeats a long output) is still recognised by its leading `"type"` or its `event:` name.
@@ -232,14 +232,11 @@ impl EndDetector {
 
     fn push_sse(&mut self, bytes: &[u8]) {
         // Once output started, an event changes the verdict only by what `may_change` looks
-        // for: a chunk of whole events (read between two events, ending in a blank line of its
-        // own) without any of it is not split. Most chunks of a Chat Completions or Gemini
-        // stream are one such event, a delta of text.
-        if self.verdict.output_started
-            && self.sse.between_events()
-            && sse::ends_events(bytes)
-            && !may_change(bytes)
-        {
+        // for: a chunk of whole events without any of it is not split (`Splitter::skips`).
+        // Most chunks of a Chat Completions or Gemini stream are one such event, a delta of
+        // text; Anthropic and Responses events name their `type`, and after a few such chunks
+        // in a row theirs are split without the search.
+        if self.verdict.output_started && self.sse.skips(bytes, may_change) {
             return;
         }
         let (sse, verdict) = (&mut self.sse, &mut self.verdict);

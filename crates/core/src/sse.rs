@@ -55,7 +55,17 @@ pub(crate) struct Splitter {
     data_len: usize,
     has_data: bool,
     line_cut: bool,
+    /// Chunks in a row that [`Splitter::skips`] searched and found to matter, up to
+    /// [`MATTERED_IN_A_ROW`].
+    mattered_in_a_row: u8,
 }
+
+/// How many chunks in a row may matter to a reader before [`Splitter::skips`] stops searching
+/// its chunks: such a stream holds what the reader looks for in every event (a Chat
+/// Completions stream with `stream_options.include_usage` names `usage` in each chunk; every
+/// Responses event names its `type`), and each chunk would be searched twice, as a chunk and
+/// event by event. A Responses stream names `usage` in its first two events only.
+pub(crate) const MATTERED_IN_A_ROW: u8 = 8;
 
 impl Splitter {
     /// A splitter keeping at most `limit` bytes of a line and of an event's data.
@@ -70,13 +80,41 @@ impl Splitter {
             data_len: 0,
             has_data: false,
             line_cut: false,
+            mattered_in_a_row: 0,
         }
+    }
+
+    /// Chunks in a row that mattered (see [`Splitter::skips`]).
+    #[cfg(test)]
+    pub(crate) fn mattered_in_a_row(&self) -> u8 {
+        self.mattered_in_a_row
+    }
+
+    /// Whether a reader may leave `chunk` unfed, its events unread: the splitter stands
+    /// between two events and the chunk [`ends_events`], so every event of the chunk is made
+    /// of the chunk's own lines and the splitter stands between events after it, and
+    /// `matters`, the reader's search of the whole chunk for what it acts on, finds nothing.
+    /// After [`MATTERED_IN_A_ROW`] chunks in a row that mattered, chunks are no longer
+    /// searched (and never skipped).
+    pub(crate) fn skips(&mut self, chunk: &[u8], matters: impl FnOnce(&[u8]) -> bool) -> bool {
+        if self.mattered_in_a_row >= MATTERED_IN_A_ROW
+            || !self.between_events()
+            || !ends_events(chunk)
+        {
+            return false;
+        }
+        if matters(chunk) {
+            self.mattered_in_a_row += 1;
+            return false;
+        }
+        self.mattered_in_a_row = 0;
+        true
     }
 
     /// Whether the splitter stands between two events: nothing of a line or of an event is
     /// held. Fed a chunk that [`ends_events`] now, it stands between events again, and every
     /// event of the chunk is made of the chunk's own lines.
-    pub(crate) fn between_events(&self) -> bool {
+    fn between_events(&self) -> bool {
         self.line_len == 0
             && !self.after_cr
             && !self.has_data
@@ -242,7 +280,7 @@ impl Splitter {
 /// Whether `chunk` ends in a blank line that ends an event, whatever precedes it: `\n\n` (the
 /// first `\n` ends a line, or a `\r\n`; the second is an empty line) or `\r\n\r\n`. A chunk
 /// ending in `\r` does not count: the next chunk's first `\n` may belong to its line end.
-pub(crate) fn ends_events(chunk: &[u8]) -> bool {
+fn ends_events(chunk: &[u8]) -> bool {
     chunk.ends_with(b"\n\n") || chunk.ends_with(b"\r\n\r\n")
 }
 

@@ -41,16 +41,8 @@ mod raw;
 
 use bytes::Bytes;
 
-use crate::sse::{self, Splitter};
+use crate::sse::Splitter;
 use raw::Raw;
-
-/// How many chunks of whole events in a row may name `sage` before the reader stops searching
-/// a stream's chunks before splitting them ([`UsageReader::push`]): such a stream names usage
-/// in every event (a Chat Completions stream with `stream_options.include_usage` sends
-/// `"usage":null` in each chunk), and each of its chunks would be searched twice, as a chunk
-/// and as an event. A Responses stream names it in its first two events (`response.created`,
-/// `response.in_progress`) and then not until it completes.
-const NAMED_IN_A_ROW: u8 = 8;
 
 /// Largest SSE event data, and largest whole JSON body (as sent, compressed or not), read for
 /// usage. A `response.completed` event repeats the whole output and can be long; beyond this
@@ -105,8 +97,6 @@ impl Usage {
 #[derive(Debug)]
 pub struct UsageReader {
     mode: Mode,
-    /// Chunks of whole events in a row that named `sage`, up to [`NAMED_IN_A_ROW`].
-    named_in_a_row: u8,
     seen: Raw,
 }
 
@@ -181,7 +171,6 @@ impl UsageReader {
         };
         Self {
             mode,
-            named_in_a_row: 0,
             seen: Raw::default(),
         }
     }
@@ -200,7 +189,8 @@ impl UsageReader {
     /// usage (an event's data is made of its lines, and `sage` holds no line break), and the
     /// stream stands between events after it as before it. One search of the chunk then
     /// stands for a split and a search per event; most chunks of a stream are one such
-    /// event, a delta of text.
+    /// event, a delta of text (a stream that names usage in chunk after chunk is split
+    /// without the search after eight).
     pub fn push(&mut self, chunk: &[u8]) {
         self.push_in(chunk, None);
     }
@@ -235,15 +225,8 @@ impl UsageReader {
                 whole.push(rest, shared.map(|b| b.slice(skipped..)));
             }
             Mode::Sse(splitter) => {
-                if self.named_in_a_row < NAMED_IN_A_ROW
-                    && splitter.between_events()
-                    && sse::ends_events(rest)
-                {
-                    if !may_carry_usage(rest) {
-                        self.named_in_a_row = 0;
-                        return;
-                    }
-                    self.named_in_a_row += 1;
+                if splitter.skips(rest, may_carry_usage) {
+                    return;
                 }
                 let seen = &mut self.seen;
                 splitter.push(rest, |event| {

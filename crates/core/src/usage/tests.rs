@@ -543,22 +543,30 @@ proptest! {
 
 /// Chunks of whole events are searched for `sage` before they are split: those that do not
 /// name it are skipped, and a stream that names it in chunk after chunk is split without
-/// the search after [`NAMED_IN_A_ROW`] of them.
+/// the search after [`MATTERED_IN_A_ROW`] of them.
 #[test]
 fn chunks_of_whole_events_are_searched_until_they_all_name_usage() {
+    use crate::sse::MATTERED_IN_A_ROW;
+    // The count of chunks in a row that named it, kept by the reader's splitter.
+    fn in_a_row(reader: &UsageReader) -> u8 {
+        match &reader.mode {
+            Mode::Sse(splitter) => splitter.mattered_in_a_row(),
+            _ => u8::MAX,
+        }
+    }
     let mut reader = UsageReader::new("");
     reader.push(b"data: {\"choices\":[],\"usage\":null}\n\n");
-    assert_eq!(reader.named_in_a_row, 1);
+    assert_eq!(in_a_row(&reader), 1);
     reader.push(b"data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n");
-    assert_eq!(reader.named_in_a_row, 0, "a chunk without it is skipped");
+    assert_eq!(in_a_row(&reader), 0, "a chunk without it is skipped");
     // Half an event: split as before, the count left as it is.
     reader.push(b"data: {\"choices\":[],\"usage\":nu");
     reader.push(b"ll}\n\n");
-    assert_eq!(reader.named_in_a_row, 0);
+    assert_eq!(in_a_row(&reader), 0);
     for _ in 0..20 {
         reader.push(b"data: {\"choices\":[{\"delta\":{}}],\"usage\":null}\n\n");
     }
-    assert_eq!(reader.named_in_a_row, NAMED_IN_A_ROW, "no longer searched");
+    assert_eq!(in_a_row(&reader), MATTERED_IN_A_ROW, "no longer searched");
     reader.push(
         b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":4}}\n\n",
     );
