@@ -53,7 +53,7 @@ fn exclude_this_thread() {
 
 /// Whether backtraces are sampled (`ALLOC_SITES` set, while the counted requests run).
 static SAMPLING: AtomicBool = AtomicBool::new(false);
-/// Counted allocations whose backtraces are kept: about sixty requests' worth.
+/// Counted allocations whose backtraces are kept: about eighty requests' worth at 36 each.
 const SAMPLED: u64 = 3_000;
 /// The count when sampling began.
 static SAMPLING_FROM: AtomicU64 = AtomicU64::new(0);
