@@ -250,3 +250,17 @@ fn the_fallback_gives_the_same_answers() {
     assert_eq!(Needles::new(&KEYS).find(body), reference(&KEYS, body));
     assert_eq!(fallback.find(b"{}"), None);
 }
+
+/// Two literals asked for by a prefix are packed (one pass over a large body, not one per
+/// literal), where the CPU has the vector instructions Teddy needs; without a prefix they are
+/// searched with one `memchr` searcher each.
+#[test]
+fn two_literals_by_a_prefix_are_packed() {
+    let literals: [&'static [u8]; 2] = [b"\"model\"", b"\\u006"];
+    assert!(Needles::new(&literals).packed.is_none());
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("ssse3") {
+        let prefixed = Needles::with_packed_prefix(&literals, 2);
+        assert!(prefixed.packed.is_some() && prefixed.each.is_empty());
+    }
+}
