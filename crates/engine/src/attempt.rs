@@ -24,6 +24,7 @@ use http::{HeaderMap, StatusCode, Uri};
 
 use crate::action::RelayAction;
 use crate::extensions::{RequestFacts, ResolvedAccount};
+use crate::facts::FactsExt;
 use crate::injection::{BodyDecision, Inject, Look, Repair, Tee, Ticket};
 use crate::relay::Relay;
 
@@ -351,14 +352,15 @@ impl Attempt {
             .or(self.account.as_ref())
     }
 
-    /// Labels a response head: the [`ResolvedAccount`] extension when the response lacks one;
+    /// Labels a response head: the [`ResolvedAccount`] (a fact: [`FactsExt`]) when the response
+    /// lacks one;
     /// the [`RelayAction`] extension and [`RELAY_HEADER`](crate::RELAY_HEADER) when the relay
     /// acted (an upstream's own header is removed: it is the relay's word).
     pub fn label(&self, parts: &mut http::response::Parts) {
-        if parts.extensions.get::<ResolvedAccount>().is_none()
+        if parts.extensions.fact::<ResolvedAccount>().is_none()
             && let Some(a) = self.account()
         {
-            parts.extensions.insert(a.clone());
+            parts.extensions.set_fact(a.clone());
         }
         if self.ticket.is_none() {
             return;

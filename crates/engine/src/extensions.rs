@@ -14,6 +14,8 @@
 
 use std::sync::Arc;
 
+use crate::facts::FactsExt;
+
 pub use context_relay_core::QuotaSignal;
 
 /// The combo (named routing target) a request asked for, set by the combo service.
@@ -143,14 +145,15 @@ pub struct RequestFacts<'a> {
 }
 
 impl<'a> RequestFacts<'a> {
-    /// The facts set as extensions of a request.
+    /// The facts set as extensions of a request, on their own or in
+    /// [`Facts`](crate::Facts) ([`FactsExt::fact`]).
     pub fn from_extensions(ext: &'a http::Extensions) -> Self {
         Self {
-            combo: ext.get(),
-            account: ext.get(),
-            model: ext.get(),
-            session: ext.get(),
-            tenant: ext.get(),
+            combo: ext.fact(),
+            account: ext.fact(),
+            model: ext.fact(),
+            session: ext.fact(),
+            tenant: ext.fact(),
             skip: relay_skips(ext),
         }
     }

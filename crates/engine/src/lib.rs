@@ -84,6 +84,7 @@ mod background;
 mod configs;
 mod events;
 mod extensions;
+pub mod facts;
 pub mod generation;
 pub mod injection;
 mod join;
@@ -103,6 +104,7 @@ pub use extensions::{
     ComboName, QuotaSignal, RequestFacts, ResolvedAccount, ServingModel, SessionId, SkipRelay,
     SummaryCall, Tenant, relay_skips,
 };
+pub use facts::{Fact, Facts, FactsExt};
 pub use generation::Capture;
 pub use injection::Tee;
 pub use quota::{HeaderQuota, QuotaSource};

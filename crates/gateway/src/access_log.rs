@@ -25,7 +25,7 @@ use std::fmt::Write as _;
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
-use context_relay_tower::{ComboName, ResolvedAccount, Tenant};
+use context_relay_tower::{ComboName, FactsExt, ResolvedAccount, Tenant};
 use http::{HeaderName, Request, Response};
 
 use crate::LogBuffer;
@@ -109,15 +109,15 @@ impl Routed {
     /// Whether `ext` (a response's) says the same as `self` without it.
     pub(crate) fn carried_by(&self, ext: &http::Extensions) -> bool {
         ext.get::<Routed>().is_none()
-            && ext.get::<Tenant>() == self.tenant.as_ref()
-            && ext.get::<ComboName>() == self.combo.as_ref()
+            && ext.fact::<Tenant>() == self.tenant.as_ref()
+            && ext.fact::<ComboName>() == self.combo.as_ref()
     }
 
     /// The tenant and combo of the request `ext` (a response's) answers.
     fn of(ext: &http::Extensions) -> (Option<&Tenant>, Option<&ComboName>) {
         match ext.get::<Routed>() {
             Some(r) => (r.tenant.as_ref(), r.combo.as_ref()),
-            None => (ext.get(), ext.get()),
+            None => (ext.fact(), ext.fact()),
         }
     }
 }
@@ -145,7 +145,7 @@ impl AccessRequest {
         request_id: Option<&http::HeaderValue>,
     ) {
         let ext = res.extensions();
-        let account = ext.get::<ResolvedAccount>();
+        let account = ext.fact::<ResolvedAccount>();
         let (tenant, combo) = Routed::of(ext);
         let line = AccessLine {
             method: self.method.as_str(),

@@ -25,7 +25,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use context_relay_core::session::credential;
-use context_relay_tower::{SkipRelay, Tenant};
+use context_relay_tower::{FactsExt, SkipRelay, Tenant};
 use futures_util::future::{Either as EitherFuture, Ready, ready};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{Either, Full};
@@ -236,7 +236,7 @@ where
                 if access.is_none() && credential(req.headers()).is_none() {
                     req.extensions_mut().insert(SkipRelay);
                 }
-                req.extensions_mut().insert(tenant);
+                req.extensions_mut().set_fact(tenant);
                 if let Some(access) = access {
                     req.extensions_mut().insert(access);
                 }
@@ -388,6 +388,7 @@ mod examples {
         use crate::auth::{Auth, AuthLayer};
         use crate::config::Config;
         use bytes::Bytes;
+        use context_relay_tower::FactsExt;
         use http::{Request, Response};
         use http_body_util::Full;
         use std::convert::Infallible;
@@ -411,7 +412,7 @@ mod examples {
         let svc = AuthLayer::new(auth).layer(service_fn(|req: Request<Full<Bytes>>| async move {
             let tenant = req
                 .extensions()
-                .get::<context_relay_tower::Tenant>()
+                .fact::<context_relay_tower::Tenant>()
                 .unwrap()
                 .0
                 .clone();

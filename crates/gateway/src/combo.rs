@@ -32,7 +32,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use context_relay_core::decode::DecodeError;
 use context_relay_core::json::Found;
-use context_relay_tower::{ComboName, Tenant};
+use context_relay_tower::{ComboName, FactsExt, Tenant};
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body::Body;
 use http_body_util::{Either, Full};
@@ -148,8 +148,8 @@ where
                     // extension for both), unless the answer carries them already (a
                     // provider's answer keeps its request's, see `upstream`).
                     let routed = Routed {
-                        tenant: req.extensions().get::<Tenant>().cloned(),
-                        combo: req.extensions().get::<ComboName>().cloned(),
+                        tenant: req.extensions().fact::<Tenant>().cloned(),
+                        combo: req.extensions().fact::<ComboName>().cloned(),
                     };
                     let mut res = inner.call(req).await?;
                     // The body has been sent upstream (or dropped) once the response head is
@@ -417,7 +417,7 @@ fn route(
     }
     crate::content_length::fix(&mut parts.headers, body.len() as u64);
     if let Some(combo) = combo {
-        parts.extensions.insert(combo);
+        parts.extensions.set_fact(combo);
     }
     let mut targets = targets;
     targets.written = written;

@@ -66,7 +66,7 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 use context_relay_core::quota;
-use context_relay_tower::{ComboName, ResolvedAccount, SessionId, SummaryCall, Tenant};
+use context_relay_tower::{ComboName, FactsExt, ResolvedAccount, SessionId, SummaryCall, Tenant};
 use http::{Extensions, HeaderValue, Request, Response, StatusCode, header};
 use http_body::Body;
 use http_body_util::Either;
@@ -202,8 +202,8 @@ struct Shared {
 /// Both come from the [`Tenant`] and [`SessionId`] extensions: the resolver derives no
 /// identity of its own.
 pub(crate) fn session_key(extensions: &Extensions) -> Option<SessionKey> {
-    let session = extensions.get::<SessionId>()?;
-    let tenant = extensions.get::<Tenant>()?;
+    let session = extensions.fact::<SessionId>()?;
+    let tenant = extensions.fact::<Tenant>()?;
     Some(SessionKey::new(tenant.0.clone(), session.0.clone()))
 }
 
@@ -229,7 +229,7 @@ where
     // Taken: no attempt below needs it, and a map with it could not be lent to the first
     // attempt (see `head`).
     let targets = parts.extensions.remove::<RouteTargets>().or_else(|| {
-        let combo = parts.extensions.get::<ComboName>()?;
+        let combo = parts.extensions.fact::<ComboName>()?;
         routes.as_ref()?.combo_targets(&combo.0)
     });
     let Some(targets) = targets else {
@@ -326,7 +326,7 @@ where
                 let mut attempt =
                     attempt_request(&mut head, body.clone(), &pool, credential, resolved.clone());
                 // The relay tells a move to another target by it (a model switch).
-                attempt.extensions_mut().insert(target.serving.clone());
+                attempt.extensions_mut().set_fact(target.serving.clone());
                 // A Gemini request names the model in its path.
                 if let Some(uri) = crate::gemini::with_model(head.uri(), &target.model) {
                     *attempt.uri_mut() = uri;
@@ -345,7 +345,7 @@ where
                     quota::from_response(pool.quota_kind(), status, res.headers(), None, now);
                 if let Some(signal) = signal {
                     record_usage(&pool, idx, account, &signal, (now, internal), &activity);
-                    res.extensions_mut().insert(signal);
+                    res.extensions_mut().set_fact(signal);
                 }
                 if status.is_success() {
                     pool.succeeded(idx);
@@ -404,7 +404,7 @@ where
             if let Verdict::Exhausted(signal) = verdict {
                 // The client may still see this answer (when no other account is left): it
                 // carries the usage reading like any other response.
-                res_parts.extensions.insert(signal);
+                res_parts.extensions.set_fact(signal);
             }
             if !rotate {
                 // The client's answer: it still carries the usage reading and who served. A 429
@@ -419,7 +419,7 @@ where
                     quota::from_response(pool.quota_kind(), reading, &res_parts.headers, None, now)
                 {
                     record_usage(&pool, idx, account, &signal, (now, internal), &activity);
-                    res_parts.extensions.insert(signal);
+                    res_parts.extensions.set_fact(signal);
                 }
                 label(&mut res_parts.extensions, resolved);
                 return Ok(Response::from_parts(res_parts, Either::Right(replay)));
@@ -440,11 +440,11 @@ where
                     skipped_note(&skipped_shape, head.uri().path())
                 ),
             );
-            res.extensions_mut().insert(resolved);
+            res.extensions_mut().set_fact(resolved);
             return Ok(res);
         }
         Some((mut res, resolved, _)) => {
-            res.extensions_mut().insert(resolved);
+            res.extensions_mut().set_fact(resolved);
             // The provider's body goes as it came; the header tells what was not tried.
             if let Some(value) = skipped_header(&skipped_shape) {
                 res.headers_mut().insert(SKIPPED_HEADER, value);

@@ -37,7 +37,7 @@ use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, Either, Full, Limited};
 
-use context_relay_tower::ServingModel;
+use context_relay_tower::{FactsExt, ServingModel};
 
 use crate::combo::BoxError;
 use crate::config::ProviderApi;
@@ -127,7 +127,7 @@ pub(crate) async fn outbound(
     // there), so the body is not searched for it again here.
     let model = parts
         .extensions
-        .get::<ServingModel>()
+        .fact::<ServingModel>()
         .and_then(|m| m.0.split_once('/'))
         .map(|(_, model)| model.to_owned())
         .unwrap_or_default();

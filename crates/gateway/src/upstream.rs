@@ -345,6 +345,7 @@ pub(crate) struct HeadTimedOut;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use context_relay_tower::FactsExt;
     use http::HeaderValue;
 
     #[test]
@@ -427,18 +428,18 @@ mod tests {
         known.insert(Tenant::new("alice"));
         known.insert(SessionId::new("s1"));
         let res = answer_to(known.clone()).await;
-        assert_eq!(res.extensions().get::<ResolvedAccount>(), Some(&account));
+        assert_eq!(res.extensions().fact::<ResolvedAccount>(), Some(&account));
         assert_eq!(
-            res.extensions().get::<Tenant>(),
+            res.extensions().fact::<Tenant>(),
             Some(&Tenant::new("alice"))
         );
-        assert_eq!(res.extensions().get::<SessionId>(), None);
+        assert_eq!(res.extensions().fact::<SessionId>(), None);
 
         known.insert(Marker);
         let res = answer_to(known).await;
         assert_eq!(res.extensions().get::<Marker>(), None);
-        assert_eq!(res.extensions().get::<ResolvedAccount>(), None);
-        assert_eq!(res.extensions().get::<Tenant>(), None);
+        assert_eq!(res.extensions().fact::<ResolvedAccount>(), None);
+        assert_eq!(res.extensions().fact::<Tenant>(), None);
     }
 
     /// Every layer above moves the answer by value: it stays small (see [`RawBody`]). With

@@ -22,6 +22,6 @@
 //! [`GenerationLayer`]: crate::GenerationLayer
 
 pub use context_relay_engine::{
-    ComboName, QuotaSignal, ResolvedAccount, ServingModel, SessionId, SkipRelay, SummaryCall,
-    Tenant,
+    ComboName, Fact, Facts, FactsExt, QuotaSignal, ResolvedAccount, ServingModel, SessionId,
+    SkipRelay, SummaryCall, Tenant,
 };

@@ -37,7 +37,9 @@
 //! use std::sync::{Arc, Mutex};
 //! use bytes::Bytes;
 //! use context_relay_store::MemoryStore;
-//! use context_relay_tower::{ComboName, ContextRelay, RELAY_HEADER, RequestBody, ResolvedAccount};
+//! use context_relay_tower::{
+//!     ComboName, ContextRelay, FactsExt, RELAY_HEADER, RequestBody, ResolvedAccount,
+//! };
 //! use http::{Request, Response};
 //! use http_body_util::{BodyExt, Full};
 //! use tower::{ServiceBuilder, ServiceExt, service_fn};
@@ -91,7 +93,8 @@
 //!         .unwrap()
 //! };
 //! let res = svc.clone().oneshot(turn("acct-a")).await?;
-//! assert_eq!(res.extensions().get::<ResolvedAccount>(), Some(&ResolvedAccount::new("openai", "acct-a")));
+//! // The relay labels the answer with the account that served it (one of its `Facts`).
+//! assert_eq!(res.extensions().fact::<ResolvedAccount>(), Some(&ResolvedAccount::new("openai", "acct-a")));
 //! res.into_body().collect().await?; // the turn ends: the summary starts
 //! relay.background().idle().await;
 //!
@@ -122,8 +125,8 @@ pub use context_relay_engine::{
     RelayConfigs, RelayEvent, RelayEvents, Summarizer, SummaryError, SummaryFuture, SummaryRequest,
 };
 pub use extensions::{
-    ComboName, QuotaSignal, ResolvedAccount, ServingModel, SessionId, SkipRelay, SummaryCall,
-    Tenant,
+    ComboName, Fact, Facts, FactsExt, QuotaSignal, ResolvedAccount, ServingModel, SessionId,
+    SkipRelay, SummaryCall, Tenant,
 };
 pub use generation::{Generation, GenerationLayer};
 pub use injection::{Injection, InjectionLayer, RELAY_HEADER, RelayAction};

@@ -2,11 +2,11 @@
 //! whether the head alone names the session ([`session_in_head`]), which lets ComboService
 //! read a large body for less.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 
 use context_relay_core::json::Found;
 use context_relay_core::session::{self, SessionSources};
-use context_relay_tower::{SessionId, Tenant};
+use context_relay_tower::{FactsExt, SessionId, Tenant};
 
 /// Sets the [`Tenant`] and [`SessionId`] extensions from [`session::identify`], the one
 /// derivation of session and tenant: a `Tenant` already set (by the client authentication) and
@@ -30,9 +30,8 @@ pub(crate) fn identify(
     body: Option<&[u8]>,
     found: Option<&Found<'_>>,
 ) {
-    let explicit_session = parts.extensions.get::<SessionId>().map(|s| s.0.clone());
-    let explicit_tenant = parts.extensions.get::<Tenant>().map(|t| t.0.clone());
-    let (kept_session, kept_tenant) = (explicit_session.clone(), explicit_tenant.is_some());
+    let explicit_session = parts.extensions.fact::<SessionId>().map(|s| s.0.clone());
+    let explicit_tenant = parts.extensions.fact::<Tenant>().map(|t| t.0.clone());
     let headers = &parts.headers;
     let identity = match (body, found) {
         (Some(body), Some(found)) => session::identify_found(
@@ -51,21 +50,13 @@ pub(crate) fn identify(
             explicit_tenant,
         ),
     };
-    // An explicit value is kept as it is (one less box per request): the tenant is used as
-    // given, a clean session id comes back as the same string.
-    if !kept_tenant {
-        parts.extensions.insert(Tenant(identity.tenant));
-    }
+    // Both go into the request's `Facts` (one box for every fact of the request), an
+    // explicit value set on its own included: the layers below find the identity there.
+    parts.extensions.set_fact(Tenant(identity.tenant));
     match identity.session {
-        Some(session)
-            if kept_session
-                .as_ref()
-                .is_some_and(|k| Arc::ptr_eq(k, &session)) => {}
-        Some(session) => {
-            parts.extensions.insert(SessionId(session));
-        }
+        Some(session) => parts.extensions.set_fact(SessionId(session)),
         None => {
-            parts.extensions.remove::<SessionId>();
+            parts.extensions.take_fact::<SessionId>();
         }
     }
 }
@@ -82,7 +73,7 @@ pub(super) const FEWER_LITERALS_FROM: u64 = 32 * 1024;
 /// Whether [`identify`] finds the session of `parts` without reading the body
 /// ([`session::session_in_head`]).
 pub(super) fn session_in_head(parts: &http::request::Parts) -> bool {
-    let explicit = parts.extensions.get::<SessionId>().map(|s| &*s.0);
+    let explicit = parts.extensions.fact::<SessionId>().map(|s| &*s.0);
     session::session_in_head(&parts.headers, &SESSION_SOURCES, explicit)
 }
 

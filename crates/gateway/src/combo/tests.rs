@@ -87,7 +87,7 @@ async fn combo_sets_extensions_and_rewrites() {
         body.len().to_string().as_str()
     );
     assert_eq!(
-        req.extensions().get::<ComboName>(),
+        req.extensions().fact::<ComboName>(),
         Some(&ComboName::new("codex-relay"))
     );
     let t = req.extensions().get::<RouteTargets>().unwrap();
@@ -138,7 +138,7 @@ async fn combos_and_direct_routes_name_their_combo() {
     // The relay sees a priority combo (for its model switches); its settings keep only that.
     let (_, _, seen) = run(post("/v1/messages", br#"{"model":"plain"}"#)).await;
     assert_eq!(
-        seen.unwrap().0.extensions().get::<ComboName>(),
+        seen.unwrap().0.extensions().fact::<ComboName>(),
         Some(&ComboName::new("plain"))
     );
     let (_, _, seen) = run(post("/v1/messages", br#"{"model":"anthropic/claude-x/y"}"#)).await;
@@ -146,7 +146,7 @@ async fn combos_and_direct_routes_name_their_combo() {
     assert_eq!(&body[..], br#"{"model":"claude-x/y"}"#);
     // A direct route is keyed by the route, so the relay acts on it as on a combo.
     assert_eq!(
-        req.extensions().get::<ComboName>(),
+        req.extensions().fact::<ComboName>(),
         Some(&ComboName::new("anthropic/claude-x/y"))
     );
     assert_eq!(
@@ -189,7 +189,7 @@ async fn a_second_model_is_refused_with_or_without_a_session_in_the_head() {
                 let case = format!("{text} {session:?} {declared} cut at {cut}: {body:?}");
                 assert_eq!(got, status, "{case}");
                 if let (Some(id), Some((sent, _))) = (session, seen) {
-                    let named = sent.extensions().get::<SessionId>().map(|s| &*s.0);
+                    let named = sent.extensions().fact::<SessionId>().map(|s| &*s.0);
                     assert_eq!(named, Some(id), "{case}");
                 }
             }
@@ -291,8 +291,8 @@ fn identified(req: &Request<()>, body: &[u8]) -> Option<String> {
     let key = |body: &[u8], found: Option<&context_relay_core::json::Found<'_>>| {
         let (mut parts, ()) = req.clone().into_parts();
         identify(&mut parts, Some(body), found);
-        let tenant = parts.extensions.get::<Tenant>().expect("a tenant, always");
-        let session = parts.extensions.get::<SessionId>()?;
+        let tenant = parts.extensions.fact::<Tenant>().expect("a tenant, always");
+        let session = parts.extensions.fact::<SessionId>()?;
         Some(format!("{}\n{}", tenant.0, session.0))
     };
     let searched = key(body, None);
@@ -479,7 +479,7 @@ proptest::proptest! {
                         r.extensions().get::<RouteTargets>().map(|t| t.written.clone())
                     };
                     proptest::prop_assert_eq!(written(&sent), written(head));
-                    let named = |r: &Request<()>| r.extensions().get::<SessionId>().cloned();
+                    let named = |r: &Request<()>| r.extensions().fact::<SessionId>().cloned();
                     proptest::prop_assert_eq!(named(&sent), named(head));
                     // Kept with the session in the head, `model` whole in the first chunk, no
                     // second top-level one after it, and no more occurrences than the pass

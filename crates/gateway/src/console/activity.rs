@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
 
-use context_relay_tower::{ComboName, RelayAction, RelayEvent, SessionId, Tenant};
+use context_relay_tower::{ComboName, FactsExt, RelayAction, RelayEvent, SessionId, Tenant};
 use http::Extensions;
 use serde::Serialize;
 use tokio::sync::{broadcast, watch};
@@ -99,9 +99,9 @@ impl<'a> Subject<'a> {
     /// The subject of the request whose extensions are `extensions`.
     pub(crate) fn of(extensions: &'a Extensions) -> Self {
         Self {
-            tenant: extensions.get(),
-            session: extensions.get(),
-            combo: extensions.get(),
+            tenant: extensions.fact(),
+            session: extensions.fact(),
+            combo: extensions.fact(),
         }
     }
 

@@ -1,7 +1,7 @@
 //! One attempt of the account resolver: the request it sends (the client's head, the body
 //! with the target's model, the account's endpoint) and the label its answer carries.
 
-use context_relay_tower::ResolvedAccount;
+use context_relay_tower::{FactsExt, ResolvedAccount};
 use http::{Extensions, Request};
 
 use super::head::Head;
@@ -57,7 +57,7 @@ pub(super) fn attempt_request(
         api: pool.api(),
         max_output_tokens: pool.max_output_tokens(),
     });
-    req.extensions_mut().insert(resolved);
+    req.extensions_mut().set_fact(resolved);
     req
 }
 
@@ -65,7 +65,7 @@ pub(super) fn attempt_request(
 /// same value there (it labels every answer with the attempt's account): it is then left as it
 /// is, not boxed again.
 pub(super) fn label(extensions: &mut Extensions, resolved: ResolvedAccount) {
-    if extensions.get::<ResolvedAccount>() != Some(&resolved) {
-        extensions.insert(resolved);
+    if extensions.fact::<ResolvedAccount>() != Some(&resolved) {
+        extensions.set_fact(resolved);
     }
 }

@@ -9,7 +9,7 @@
 //! embedding application's) has its map copied for every attempt: nothing it carries is lost
 //! on a retry.
 
-use context_relay_tower::{ComboName, SessionId, SkipRelay, SummaryCall, Tenant};
+use context_relay_tower::{Facts, SkipRelay, SummaryCall};
 use http::request::Parts;
 use http::{Extensions, Request, Uri};
 
@@ -38,11 +38,14 @@ impl Head {
     /// Whom the request is about, for the console's activity feed.
     pub(super) fn subject(&self) -> Subject<'_> {
         match &self.lent {
-            Some(known) => Subject {
-                tenant: known.tenant.as_ref(),
-                session: known.session.as_ref(),
-                combo: known.combo.as_ref(),
-            },
+            Some(known) => {
+                let facts = known.facts.as_ref();
+                Subject {
+                    tenant: facts.and_then(|f| f.tenant.as_ref()),
+                    session: facts.and_then(|f| f.session.as_ref()),
+                    combo: facts.and_then(|f| f.combo.as_ref()),
+                }
+            }
             None => Subject::of(&self.parts.extensions),
         }
     }
@@ -103,9 +106,7 @@ macro_rules! known {
 }
 
 known! {
-    tenant: Tenant,
-    session: SessionId,
-    combo: ComboName,
+    facts: Facts,
     access: ClientAccess,
     skip: SkipRelay,
     summary: SummaryCall,
@@ -115,6 +116,7 @@ known! {
 mod tests {
     use std::sync::Arc;
 
+    use context_relay_tower::{ComboName, FactsExt, SessionId, Tenant};
     use proptest::prelude::*;
 
     use super::*;
@@ -124,10 +126,14 @@ mod tests {
     struct Own(u32);
 
     fn known(mask: u8) -> Known {
-        Known {
+        let facts = Facts {
             tenant: (mask & 1 != 0).then(|| Tenant::new("t")),
             session: (mask & 2 != 0).then(|| SessionId::new("s")),
             combo: (mask & 4 != 0).then(|| ComboName::new("c")),
+            ..Facts::default()
+        };
+        Known {
+            facts: (mask & 7 != 0).then_some(facts),
             access: (mask & 8 != 0).then(|| ClientAccess {
                 name: Arc::from("t"),
                 combos: Some(Arc::from(vec!["c".to_owned()])),
@@ -166,16 +172,17 @@ mod tests {
                 prop_assert_eq!(Known::of(ext).is_some(), own.is_none());
                 prop_assert_eq!(ext.get::<Own>().map(|o| o.0), own);
                 prop_assert_eq!(ext.len(), values.extensions().len() + usize::from(own.is_some()));
-                prop_assert_eq!(ext.get::<Tenant>(), values.tenant.as_ref());
-                prop_assert_eq!(ext.get::<SessionId>(), values.session.as_ref());
-                prop_assert_eq!(ext.get::<ComboName>(), values.combo.as_ref());
+                let facts = values.facts.as_ref();
+                prop_assert_eq!(ext.fact::<Tenant>(), facts.and_then(|f| f.tenant.as_ref()));
+                prop_assert_eq!(ext.fact::<SessionId>(), facts.and_then(|f| f.session.as_ref()));
+                prop_assert_eq!(ext.fact::<ComboName>(), facts.and_then(|f| f.combo.as_ref()));
                 prop_assert_eq!(ext.get::<ClientAccess>(), values.access.as_ref());
                 prop_assert_eq!(ext.get::<SkipRelay>(), values.skip.as_ref());
                 prop_assert_eq!(ext.get::<SummaryCall>(), values.summary.as_ref());
                 let subject = head.subject();
-                prop_assert_eq!(subject.tenant, values.tenant.as_ref());
-                prop_assert_eq!(subject.session, values.session.as_ref());
-                prop_assert_eq!(subject.combo, values.combo.as_ref());
+                prop_assert_eq!(subject.tenant, facts.and_then(|f| f.tenant.as_ref()));
+                prop_assert_eq!(subject.session, facts.and_then(|f| f.session.as_ref()));
+                prop_assert_eq!(subject.combo, facts.and_then(|f| f.combo.as_ref()));
             }
         }
     }

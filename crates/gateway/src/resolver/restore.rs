@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use context_relay_core::HandoffKey;
 use context_relay_store::HandoffStore;
-use context_relay_tower::{ComboName, SessionId, Tenant};
+use context_relay_tower::{ComboName, FactsExt, SessionId, Tenant};
 use http::Extensions;
 
 use crate::combo::RouteTargets;
@@ -48,9 +48,9 @@ pub(super) async fn rebind(
         return;
     }
     let (Some(tenant), Some(id), Some(combo)) = (
-        extensions.get::<Tenant>(),
-        extensions.get::<SessionId>(),
-        extensions.get::<ComboName>(),
+        extensions.fact::<Tenant>(),
+        extensions.fact::<SessionId>(),
+        extensions.fact::<ComboName>(),
     ) else {
         return;
     };

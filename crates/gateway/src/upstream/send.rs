@@ -16,7 +16,7 @@ use http_body::Body;
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 
-use context_relay_tower::ResolvedAccount;
+use context_relay_tower::{FactsExt, ResolvedAccount};
 
 use super::carried;
 use super::uri::{BaseUrl, has_dot_segment};
@@ -97,7 +97,7 @@ pub(super) fn start(
     parts.version = http::Version::HTTP_11;
     let provider: Arc<str> = parts
         .extensions
-        .get::<ResolvedAccount>()
+        .fact::<ResolvedAccount>()
         .map_or_else(|| Arc::from("-"), |r| r.provider().clone());
     // Only a successful answer reports usage; the labels are taken before the request goes.
     let labels = usage.and_then(|ledger| Some((ledger.clone(), ledger.labels(&parts.extensions)?)));

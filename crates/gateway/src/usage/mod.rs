@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use context_relay_core::usage::Usage;
-use context_relay_tower::{ResolvedAccount, ServingModel, SummaryCall, Tenant};
+use context_relay_tower::{FactsExt, ResolvedAccount, ServingModel, SummaryCall, Tenant};
 use foldhash::HashMap;
 use http::Extensions;
 use metrics::Counter;
@@ -197,9 +197,9 @@ impl UsageLedger {
     /// The labels of an upstream attempt (its request's extensions), or `None` when it was
     /// not routed to an account.
     pub(crate) fn labels(&self, extensions: &Extensions) -> Option<Labels> {
-        let account = extensions.get::<ResolvedAccount>()?;
+        let account = extensions.fact::<ResolvedAccount>()?;
         let serving = extensions
-            .get::<ServingModel>()
+            .fact::<ServingModel>()
             .map_or_else(|| self.0.unknown.clone(), |m| m.0.clone());
         // With `[[clients]]` the tenant is the client's name; an open gateway's tenants are
         // keyed hashes, one per credential, which would make a label per caller.
@@ -207,7 +207,7 @@ impl UsageLedger {
             self.0.open_client.clone()
         } else {
             extensions
-                .get::<Tenant>()
+                .fact::<Tenant>()
                 .map_or_else(|| self.0.unknown.clone(), |t| t.0.clone())
         };
         let internal = extensions.get::<SummaryCall>().is_some();

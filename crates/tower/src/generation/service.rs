@@ -2,7 +2,9 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use context_relay_engine::{BoxError, Relay, RequestFacts, Summarizer, Turn, relay_skips};
+use context_relay_engine::{
+    BoxError, FactsExt, Relay, RequestFacts, Summarizer, Turn, relay_skips,
+};
 use http::{Request, Response};
 use http_body::Body;
 use tower_service::Service;
@@ -91,9 +93,9 @@ where
             // The generation side reads neither the account nor the model (which are set
             // below it): two look-ups fewer on every request.
             let facts = RequestFacts {
-                combo: ext.get(),
-                session: ext.get(),
-                tenant: ext.get(),
+                combo: ext.fact(),
+                session: ext.fact(),
+                tenant: ext.fact(),
                 skip: relay_skips(ext),
                 ..RequestFacts::default()
             };

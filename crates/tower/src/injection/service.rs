@@ -3,7 +3,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use context_relay_engine::injection::Tee;
-use context_relay_engine::{Attempt, BodyPlan, Relay, RequestFacts, ResolvedAccount};
+use context_relay_engine::{Attempt, BodyPlan, FactsExt, Relay, RequestFacts, ResolvedAccount};
 use http::{Request, Response};
 use http_body::Body;
 use tower_service::Service;
@@ -89,7 +89,7 @@ where
                 req.body().size_hint().lower(),
             ),
             // The account goes on the response whatever the relay did.
-            None => Attempt::pass(req.extensions().get::<ResolvedAccount>().cloned()),
+            None => Attempt::pass(req.extensions().fact::<ResolvedAccount>().cloned()),
         };
         let limit = match attempt.body_plan() {
             BodyPlan::Stream { keep } => return self.stream(req, attempt, keep),

@@ -8,8 +8,9 @@
 
 pub mod clients;
 
-/// The simulated provider's minting of account-bound blobs, shared.
 use context_relay_sim::Minter;
+/// The simulated provider's minting of account-bound blobs, shared.
+use context_relay_tower::FactsExt;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -174,7 +175,7 @@ impl Provider {
     {
         let account = req
             .extensions()
-            .get::<ResolvedAccount>()
+            .fact::<ResolvedAccount>()
             .map(|a| a.account().to_string())
             .unwrap_or_default();
         let path = req.uri().path().to_owned();

@@ -31,7 +31,7 @@ async fn a_refused_credential_takes_the_account_out_and_the_request_moves_on() {
         let res = call_scripted(&p, &log, script, &format!("s{status}")).await;
         assert_eq!(res.status(), 200, "{status}");
         assert_eq!(
-            res.extensions().get::<ResolvedAccount>(),
+            res.extensions().fact::<ResolvedAccount>(),
             Some(&ResolvedAccount::new("codex", "b"))
         );
         let snap = p.get("codex").unwrap().snapshot(SystemTime::now());
@@ -135,7 +135,7 @@ async fn other_errors_reach_the_client_unretried_and_bind_nothing() {
     assert_eq!(res.status(), 400);
     assert_eq!(accounts(&log), ["a"]);
     assert_eq!(
-        res.extensions().get::<ResolvedAccount>(),
+        res.extensions().fact::<ResolvedAccount>(),
         Some(&ResolvedAccount::new("codex", "a"))
     );
     assert_eq!(text(res).await, BAD_PARAM);
@@ -164,7 +164,7 @@ async fn a_head_timeout_is_not_retried_on_another_account() {
         let svc = service_fn(move |req: Request<crate::chunks::Chunks>| {
             let log = log2.clone();
             async move {
-                let acct = req.extensions().get::<ResolvedAccount>().unwrap().clone();
+                let acct = req.extensions().fact::<ResolvedAccount>().unwrap().clone();
                 log.lock()
                     .unwrap()
                     .push((acct.account().to_string(), Bytes::new()));

@@ -85,7 +85,7 @@ fn upstream(
     service_fn(move |req: Request<Chunks>| {
         let log = log.clone();
         async move {
-            let acct = req.extensions().get::<ResolvedAccount>().unwrap().clone();
+            let acct = req.extensions().fact::<ResolvedAccount>().unwrap().clone();
             let ep = req.extensions().get::<UpstreamEndpoint>().unwrap().clone();
             assert!(ep.credential.is_some());
             let body = req.into_body().collect().await.unwrap().to_bytes();
@@ -114,8 +114,9 @@ fn request(session: &str, targets: &[(&str, &str)]) -> Request<Full<Bytes>> {
         .header("session-id", session)
         .body(Full::new(Bytes::from_static(br#"{"model":"gpt-5.5"}"#)))
         .unwrap();
-    req.extensions_mut().insert(SessionId::new(session));
-    req.extensions_mut().insert(Tenant::new("anonymous"));
+    // As ComboService sets them.
+    req.extensions_mut().set_fact(SessionId::new(session));
+    req.extensions_mut().set_fact(Tenant::new("anonymous"));
     let t: Arc<[Target]> = targets
         .iter()
         .map(|(p, m)| Target::new(Arc::from(*p), Arc::from(*m)))
@@ -152,7 +153,7 @@ async fn resolved_account_on_response_and_sticky() {
     let res = call(&p, &log, &[], "10", request("s1", &[("codex", "gpt-5.5")])).await;
     assert_eq!(res.status(), 200);
     assert_eq!(
-        res.extensions().get::<ResolvedAccount>(),
+        res.extensions().fact::<ResolvedAccount>(),
         Some(&ResolvedAccount::new("codex", "a"))
     );
     assert_eq!(
@@ -175,7 +176,7 @@ async fn retry_429_on_next_account() {
     assert_eq!(res.status(), 200);
     assert_eq!(accounts(&log), ["a", "b"]);
     assert_eq!(
-        res.extensions().get::<ResolvedAccount>(),
+        res.extensions().fact::<ResolvedAccount>(),
         Some(&ResolvedAccount::new("codex", "b"))
     );
     // The exhausted account is skipped afterwards, without a new 429.
@@ -210,7 +211,7 @@ async fn the_next_account_gets_every_value_the_client_request_carried() {
             let seen = seen.clone();
             move |req: Request<Chunks>| {
                 let ext = req.extensions();
-                let account = ext.get::<ResolvedAccount>().unwrap().account().to_string();
+                let account = ext.fact::<ResolvedAccount>().unwrap().account().to_string();
                 let first = account == "a";
                 let Some(endpoint) = ext.get::<UpstreamEndpoint>() else {
                     panic!("no endpoint")
@@ -219,8 +220,8 @@ async fn the_next_account_gets_every_value_the_client_request_carried() {
                 assert_eq!(req.headers()["session-id"], "s1");
                 seen.lock().unwrap().push((
                     account,
-                    ext.get().cloned(),
-                    ext.get().cloned(),
+                    ext.fact().cloned(),
+                    ext.fact().cloned(),
                     ext.get().cloned(),
                     ext.len(),
                 ));
@@ -245,8 +246,9 @@ async fn the_next_account_gets_every_value_the_client_request_carried() {
             .await
             .unwrap();
         assert_eq!(res.status(), 200);
-        // Tenant, SessionId, ServingModel, ResolvedAccount, UpstreamEndpoint and `Own`.
-        let count = 5 + usize::from(own.is_some());
+        // `Facts` (Tenant, SessionId, ServingModel, ResolvedAccount), UpstreamEndpoint and
+        // `Own`.
+        let count = 2 + usize::from(own.is_some());
         let expected = |account: &str| {
             let (tenant, session) = (Tenant::new("anonymous"), SessionId::new("s1"));
             (
@@ -336,13 +338,13 @@ async fn missing_targets_is_a_clear_error() {
 async fn quota_signal_on_the_response_follows_the_provider_kind() {
     let (p, log) = (pools(), Log::default());
     let res = call(&p, &log, &[], "42", request("s", &[("codex", "gpt-5.5")])).await;
-    let signal = res.extensions().get::<QuotaSignal>().copied();
+    let signal = res.extensions().fact::<QuotaSignal>().copied();
     assert_eq!(signal.map(|s| s.percent_used), Some(0.42));
     // `quota = "none"`: the same headers give no reading.
     let res = call(&p, &log, &[], "42", request("s", &[("claude", "c")])).await;
-    assert_eq!(res.extensions().get::<QuotaSignal>(), None);
+    assert_eq!(res.extensions().fact::<QuotaSignal>(), None);
     assert_eq!(
-        res.extensions().get::<ResolvedAccount>(),
+        res.extensions().fact::<ResolvedAccount>(),
         Some(&ResolvedAccount::new("claude", "c"))
     );
     // A final 429 carries a reading of at least 100 %.
@@ -357,7 +359,7 @@ async fn quota_signal_on_the_response_follows_the_provider_kind() {
     assert_eq!(res.status(), 429);
     let used = res
         .extensions()
-        .get::<QuotaSignal>()
+        .fact::<QuotaSignal>()
         .map(|s| s.percent_used);
     assert!(used.is_some_and(|u| u >= 1.0), "{used:?}");
 }
@@ -480,7 +482,7 @@ async fn call_scripted(pools: &Arc<AccountPools>, log: &Log, script: Script, ses
     let svc = service_fn(move |req: Request<Chunks>| {
         let log = log2.clone();
         async move {
-            let acct = req.extensions().get::<ResolvedAccount>().unwrap().clone();
+            let acct = req.extensions().fact::<ResolvedAccount>().unwrap().clone();
             let body = req.into_body().collect().await.unwrap().to_bytes();
             log.lock().unwrap().push((acct.account().to_string(), body));
             let (status, body) = script
