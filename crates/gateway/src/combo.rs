@@ -51,6 +51,7 @@ use crate::model::{
     BODY_LITERALS, BODY_LITERALS_CAP, InChunks, MODEL_LITERALS, ModelField, Searched,
     find_model_and_literals, find_model_in_chunks, rewrite_model, rewrite_model_in_chunks,
 };
+use crate::routing::Routing;
 
 mod identify;
 mod routes;
@@ -421,7 +422,7 @@ fn route(
     }
     let mut targets = targets;
     targets.written = written;
-    parts.extensions.insert(targets);
+    Routing::set_targets(&mut parts.extensions, targets);
     Ok((body, found))
 }
 
@@ -468,8 +469,9 @@ mod tests;
 mod examples {
     #[tokio::test(flavor = "current_thread")]
     async fn module_example() {
-        use crate::combo::{ComboLayer, RouteTargets, Routes};
+        use crate::combo::{ComboLayer, Routes};
         use crate::config::Config;
+        use crate::routing::Routing;
         use bytes::Bytes;
         use http::{Request, Response};
         use http_body_util::{BodyExt, Full};
@@ -494,7 +496,7 @@ mod examples {
             .layer(ComboLayer::new(Routes::from_config(&config), 8 << 20))
             .service(service_fn(
                 |req: Request<crate::chunks::Chunks>| async move {
-                    let targets = req.extensions().get::<RouteTargets>().unwrap().clone();
+                    let targets = Routing::targets(req.extensions()).unwrap().clone();
                     assert_eq!(&*targets.targets[0].provider, "codex");
                     let body = req.into_body().collect().await.unwrap().to_bytes();
                     Ok::<_, Infallible>(Response::new(Full::new(body)))

@@ -70,6 +70,7 @@ mod relay;
 mod reload;
 mod resolver;
 mod routes;
+mod routing;
 mod secret;
 mod server;
 mod shared_service;

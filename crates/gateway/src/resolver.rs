@@ -76,11 +76,12 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::chunks::Chunks;
-use crate::combo::{BoxError, RouteTargets, Routes};
+use crate::combo::{BoxError, Routes};
 use crate::console::Activity;
 use crate::error::{ErrorKind, ErrorShape, error_response_as};
 use crate::peek::{Peeked, peek};
 use crate::pool::{AccountPools, ProviderPool, SessionKey};
+use crate::routing::Routing;
 use crate::upstream::HeadTimedOut;
 
 use rotate::{Attempt, record_usage};
@@ -226,9 +227,9 @@ where
     // traffic).
     let internal = req.extensions().get::<SummaryCall>().is_some();
     let (mut parts, body) = req.into_parts();
-    // Taken: no attempt below needs it, and a map with it could not be lent to the first
-    // attempt (see `head`).
-    let targets = parts.extensions.remove::<RouteTargets>().or_else(|| {
+    // Taken: no attempt below needs them. The emptied `Routing` stays in the map, for the
+    // first attempt's endpoint (see `head`).
+    let targets = Routing::take_targets(&mut parts.extensions).or_else(|| {
         let combo = parts.extensions.fact::<ComboName>()?;
         routes.as_ref()?.combo_targets(&combo.0)
     });
@@ -237,7 +238,7 @@ where
             parts.uri.path(),
             StatusCode::INTERNAL_SERVER_ERROR,
             ErrorKind::Internal,
-            "the gateway could not route this request: no RouteTargets extension and no known ComboName (ComboService must run before AccountResolver)",
+            "the gateway could not route this request: no route targets and no known ComboName (ComboService must run before AccountResolver)",
         ));
     };
     // ComboService bounded and buffered the body (the summary call's is the relay's own): it

@@ -42,7 +42,8 @@ use context_relay_tower::{FactsExt, ServingModel};
 use crate::combo::BoxError;
 use crate::config::ProviderApi;
 use crate::error::{ErrorKind, ErrorShape, error_response};
-use crate::upstream::{InBody, OutBody, UpstreamEndpoint};
+use crate::routing::Routing;
+use crate::upstream::{InBody, OutBody};
 
 /// The Anthropic API version sent when the client named none.
 const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -88,10 +89,7 @@ pub(crate) struct Inbound {
 /// Whether `req` goes upstream translated: a Responses request to a provider that speaks
 /// only Anthropic Messages.
 pub(crate) fn needed<B>(req: &Request<B>) -> bool {
-    let api = req
-        .extensions()
-        .get::<UpstreamEndpoint>()
-        .map_or(ProviderApi::Passthrough, |e| e.api);
+    let api = Routing::endpoint(req.extensions()).map_or(ProviderApi::Passthrough, |e| e.api);
     api == ProviderApi::Anthropic
         && ApiShape::from_path(req.uri().path()) == Some(ApiShape::Responses)
 }
@@ -147,11 +145,7 @@ pub(crate) async fn outbound(
         (bytes, None)
     };
     let mut options = RequestOptions::new(model.clone());
-    if let Some(max) = parts
-        .extensions
-        .get::<UpstreamEndpoint>()
-        .and_then(|e| e.max_output_tokens)
-    {
+    if let Some(max) = Routing::endpoint(&parts.extensions).and_then(|e| e.max_output_tokens) {
         options.default_max_tokens = max;
     }
     let translated = match responses_to_messages(&bytes, &options) {

@@ -56,8 +56,8 @@ pub(crate) use body::UpstreamBody;
 use send::Sent;
 pub(crate) use uri::BaseUrl;
 
-/// Request extension set by the account resolver: where the request goes and with which
-/// credential.
+/// Where an attempt goes and with which credential: set by the account resolver, in the
+/// request's [`Routing`](crate::routing::Routing).
 #[derive(Clone)]
 pub(crate) struct UpstreamEndpoint {
     /// Provider base URL (the client path after `/v1` is appended).
@@ -397,13 +397,16 @@ mod tests {
             .body(InBody::full(Bytes::from_static(b"{}")))
             .unwrap();
         *req.extensions_mut() = ext;
-        req.extensions_mut().insert(UpstreamEndpoint {
-            base_url: Arc::new(BaseUrl::new(&format!("http://{addr}/v1"))),
-            host: None,
-            credential: None,
-            api: ProviderApi::Passthrough,
-            max_output_tokens: None,
-        });
+        crate::routing::Routing::set_endpoint(
+            req.extensions_mut(),
+            UpstreamEndpoint {
+                base_url: Arc::new(BaseUrl::new(&format!("http://{addr}/v1"))),
+                host: None,
+                credential: None,
+                api: ProviderApi::Passthrough,
+                max_output_tokens: None,
+            },
+        );
         let mut upstream = Upstream::with_limits(UpstreamLimits::default()).unwrap();
         let res = upstream.call(req).await.unwrap();
         provider.await.unwrap();

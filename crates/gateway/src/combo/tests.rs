@@ -7,6 +7,7 @@ use tower::{ServiceExt, service_fn};
 
 use super::*;
 use crate::config::Config;
+use crate::routing::Routing;
 use context_relay_tower::SessionId;
 
 fn config() -> Config {
@@ -90,7 +91,7 @@ async fn combo_sets_extensions_and_rewrites() {
         req.extensions().fact::<ComboName>(),
         Some(&ComboName::new("codex-relay"))
     );
-    let t = req.extensions().get::<RouteTargets>().unwrap();
+    let t = Routing::targets(req.extensions()).unwrap();
     assert_eq!(t.targets.len(), 2);
     assert_eq!(&*t.targets[1].model, "claude");
 }
@@ -150,7 +151,7 @@ async fn combos_and_direct_routes_name_their_combo() {
         Some(&ComboName::new("anthropic/claude-x/y"))
     );
     assert_eq!(
-        &*req.extensions().get::<RouteTargets>().unwrap().targets[0].provider,
+        &*Routing::targets(req.extensions()).unwrap().targets[0].provider,
         "anthropic"
     );
 }
@@ -476,7 +477,7 @@ proptest::proptest! {
                 (Some((head, bytes, _)), Some((sent, got, count))) => {
                     proptest::prop_assert_eq!(&got, bytes);
                     let written = |r: &Request<()>| {
-                        r.extensions().get::<RouteTargets>().map(|t| t.written.clone())
+                        Routing::targets(r.extensions()).map(|t| t.written.clone())
                     };
                     proptest::prop_assert_eq!(written(&sent), written(head));
                     let named = |r: &Request<()>| r.extensions().fact::<SessionId>().cloned();

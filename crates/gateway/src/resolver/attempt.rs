@@ -10,6 +10,7 @@ use crate::combo::Target;
 use crate::credential::Credential;
 use crate::model::{WrittenModel, find_model, replace_model};
 use crate::pool::ProviderPool;
+use crate::routing::Routing;
 use crate::upstream::UpstreamEndpoint;
 
 /// The body for `target`: its model written where ComboService wrote the first target's
@@ -50,13 +51,16 @@ pub(super) fn attempt_request(
     let len = body.len();
     let mut req = head.request(body);
     crate::content_length::fix(req.headers_mut(), len as u64);
-    req.extensions_mut().insert(UpstreamEndpoint {
-        base_url: pool.base_url().clone(),
-        host: pool.host().cloned(),
-        credential: Some(credential),
-        api: pool.api(),
-        max_output_tokens: pool.max_output_tokens(),
-    });
+    Routing::set_endpoint(
+        req.extensions_mut(),
+        UpstreamEndpoint {
+            base_url: pool.base_url().clone(),
+            host: pool.host().cloned(),
+            credential: Some(credential),
+            api: pool.api(),
+            max_output_tokens: pool.max_output_tokens(),
+        },
+    );
     req.extensions_mut().set_fact(resolved);
     req
 }

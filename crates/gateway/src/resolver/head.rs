@@ -15,6 +15,7 @@ use http::{Extensions, Request, Uri};
 
 use crate::auth::ClientAccess;
 use crate::console::activity::Subject;
+use crate::routing::Routing;
 
 /// The client's head (see the module docs).
 pub(super) struct Head {
@@ -85,11 +86,13 @@ macro_rules! known {
         }
 
         impl Known {
-            /// `ext`'s values, when each of them is of one of these types: the map can then
-            /// be made again from them.
+            /// `ext`'s values, when each of them is of one of these types (or is the
+            /// request's [`Routing`], emptied: an attempt writes its endpoint there, or into a
+            /// new one): the map can then be made again from them.
             fn of(ext: &Extensions) -> Option<Self> {
                 let known = Self { $($field: ext.get::<$ty>().cloned(),)* };
-                let count = [$(known.$field.is_some(),)*].into_iter().filter(|&s| s).count();
+                let count = [$(known.$field.is_some(),)*].into_iter().filter(|&s| s).count()
+                    + usize::from(ext.get::<Routing>().is_some_and(Routing::is_empty));
                 (count == ext.len()).then_some(known)
             }
 
@@ -120,6 +123,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::combo::{RouteTargets, Target};
 
     /// An embedding application's own extension.
     #[derive(Debug, Clone, PartialEq)]
@@ -200,6 +204,36 @@ mod tests {
         assert!(
             ours.parts.extensions.is_empty(),
             "the first attempt took the map"
+        );
+    }
+
+    #[test]
+    fn an_emptied_routing_is_lent_with_the_map_and_one_with_targets_is_not() {
+        let values = known(0b111);
+        let mut emptied = head(&values, None);
+        emptied.parts.extensions.insert(Routing::default());
+        let first = emptied.request(());
+        assert_eq!(emptied.lent.as_ref(), Some(&values));
+        assert!(first.extensions().get::<Routing>().is_some());
+        assert!(
+            emptied.request(()).extensions().get::<Routing>().is_none(),
+            "a later attempt's endpoint makes its own"
+        );
+        let mut routed = head(&values, None);
+        let targets = RouteTargets::new(Arc::from([Target::new(
+            Arc::from("codex"),
+            Arc::from("gpt-5"),
+        )]));
+        Routing::set_targets(&mut routed.parts.extensions, targets.clone());
+        let first = routed.request(());
+        assert_eq!(
+            routed.lent, None,
+            "targets are not made again: the map is copied"
+        );
+        assert_eq!(Routing::targets(first.extensions()), Some(&targets));
+        assert_eq!(
+            Routing::targets(routed.request(()).extensions()),
+            Some(&targets)
         );
     }
 }

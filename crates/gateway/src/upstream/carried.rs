@@ -15,6 +15,7 @@ use context_relay_tower::{SummaryCall, Tenant};
 use http::Extensions;
 
 use crate::auth::ClientAccess;
+use crate::routing::Routing;
 
 /// Empties `ext`, the map of a request whose answer came, for that answer: the attempt's
 /// [`ResolvedAccount`], [`Tenant`] and [`ComboName`] kept when nothing but known values is in
@@ -23,6 +24,7 @@ pub(super) fn for_the_answer(ext: &mut Extensions) {
     // Request values that say nothing of the answer.
     ext.remove::<SessionId>();
     ext.remove::<ServingModel>();
+    ext.remove::<Routing>();
     if let Some(facts) = ext.get_mut::<Facts>() {
         facts.session = None;
         facts.model = None;
@@ -97,6 +99,8 @@ mod tests {
         if let Some(n) = own {
             ext.insert(Own(n));
         }
+        // The upstream call took the endpoint; the emptied value is still there.
+        ext.insert(Routing::default());
         ext
     }
 

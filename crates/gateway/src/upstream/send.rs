@@ -18,11 +18,12 @@ use hyper::body::Incoming;
 
 use context_relay_tower::{FactsExt, ResolvedAccount};
 
+use crate::routing::Routing;
+
 use super::carried;
 use super::uri::{BaseUrl, has_dot_segment};
 use super::{
-    HeadTimedOut, HttpClient, OutBody, RawBody, UpstreamEndpoint, UpstreamLimits, account_only,
-    client_only, strip,
+    HeadTimedOut, HttpClient, OutBody, RawBody, UpstreamLimits, account_only, client_only, strip,
 };
 use crate::error::{ErrorKind, ErrorShape, error_response};
 use crate::idle::IdleTimeoutBody;
@@ -48,7 +49,7 @@ pub(super) fn start(
     req: Request<OutBody>,
 ) -> Sent {
     let (mut parts, body) = req.into_parts();
-    let Some(endpoint) = parts.extensions.remove::<UpstreamEndpoint>() else {
+    let Some(endpoint) = Routing::take_endpoint(&mut parts.extensions) else {
         return Sent::answered(bad_gateway(
             parts.uri.path(),
             "the gateway resolved no upstream for this request (no UpstreamEndpoint)",

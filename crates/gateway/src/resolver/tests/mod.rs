@@ -10,7 +10,7 @@ use super::*;
 use crate::chunks::Chunks;
 use crate::combo::Target;
 use crate::config::Config;
-use crate::upstream::UpstreamEndpoint;
+use crate::routing::Routing;
 use context_relay_core::QuotaSignal;
 use context_relay_tower::SkipRelay;
 
@@ -86,7 +86,7 @@ fn upstream(
         let log = log.clone();
         async move {
             let acct = req.extensions().fact::<ResolvedAccount>().unwrap().clone();
-            let ep = req.extensions().get::<UpstreamEndpoint>().unwrap().clone();
+            let ep = Routing::endpoint(req.extensions()).unwrap().clone();
             assert!(ep.credential.is_some());
             let body = req.into_body().collect().await.unwrap().to_bytes();
             log.lock().unwrap().push((acct.account().to_string(), body));
@@ -121,7 +121,7 @@ fn request(session: &str, targets: &[(&str, &str)]) -> Request<Full<Bytes>> {
         .iter()
         .map(|(p, m)| Target::new(Arc::from(*p), Arc::from(*m)))
         .collect();
-    req.extensions_mut().insert(RouteTargets::new(t));
+    Routing::set_targets(req.extensions_mut(), crate::combo::RouteTargets::new(t));
     req
 }
 
@@ -213,7 +213,7 @@ async fn the_next_account_gets_every_value_the_client_request_carried() {
                 let ext = req.extensions();
                 let account = ext.fact::<ResolvedAccount>().unwrap().account().to_string();
                 let first = account == "a";
-                let Some(endpoint) = ext.get::<UpstreamEndpoint>() else {
+                let Some(endpoint) = Routing::endpoint(ext) else {
                     panic!("no endpoint")
                 };
                 assert_eq!(endpoint.base_url.as_str(), "http://up/v1");

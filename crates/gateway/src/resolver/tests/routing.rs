@@ -102,7 +102,7 @@ async fn a_later_target_gets_its_model_where_the_first_was_written() {
     );
     let mut req = request("s", &[("codex", "gpt-5.5"), ("claude", "claude-x")]);
     *req.body_mut() = Full::new(body);
-    let targets = req.extensions_mut().get_mut::<RouteTargets>().unwrap();
+    let targets = Routing::targets_mut(req.extensions_mut()).unwrap();
     targets.written = Some(written);
     let res = call(&p, &log, &["a", "b"], "10", req).await;
     assert_eq!(res.status(), 200);
@@ -139,11 +139,11 @@ async fn a_later_target_of_a_body_kept_in_chunks_gets_its_model_in_place() {
     let (body, written) = rewrite_model_in_chunks(chunks, &field, &Arc::from("gpt-5.5"));
     let req = request("s", &[("codex", "gpt-5.5"), ("claude", "claude-x")]);
     // The later target's body is written in place: still in chunks, not joined and searched.
-    let later = &req.extensions().get::<RouteTargets>().unwrap().targets[1];
+    let later = &Routing::targets(req.extensions()).unwrap().targets[1];
     let retargeted = super::body_for_target(&body, later, Some(&written), Some("gpt-5.5"));
     assert_eq!(retargeted.count(), body.count());
     let mut req = req.map(|_| body);
-    let targets = req.extensions_mut().get_mut::<RouteTargets>().unwrap();
+    let targets = Routing::targets_mut(req.extensions_mut()).unwrap();
     targets.written = Some(written);
     let res = call(&p, &log, &["a", "b"], "10", req).await;
     assert_eq!(res.status(), 200);
