@@ -31,7 +31,6 @@ use axum::body::Body;
 
 use crate::in_flight::ResponseBody;
 use bytes::Bytes;
-use futures_util::future::BoxFuture;
 use futures_util::task::AtomicWaker;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body::{Frame, SizeHint};
@@ -41,8 +40,11 @@ use hyper_util::server::conn::auto::Builder;
 use tokio::net::TcpStream;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot, watch};
 use tokio::time::Instant;
+use tower::ServiceExt;
+use tower::util::Oneshot;
 
-use crate::server::{HttpService, ServeOptions};
+use crate::http_service::HttpService;
+use crate::server::ServeOptions;
 use crate::stream_executor::StreamExecutor;
 
 /// The slots and the pending connections of one listener, shared by its connection tasks.
@@ -383,7 +385,7 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
             *req.extensions_mut() = spare;
         }
         ConnFuture::Serving {
-            call: self.inner.serve(req),
+            call: self.inner.clone().oneshot(req),
             guard: Some(InFlight(state.clone())),
         }
     }
@@ -417,7 +419,8 @@ pin_project_lite::pin_project! {
     #[project = ConnFutureProj]
     enum ConnFuture {
         Serving {
-            call: BoxFuture<'static, Result<Response<ResponseBody>, Infallible>>,
+            #[pin]
+            call: Oneshot<HttpService, Request<Incoming>>,
             guard: Option<InFlight>,
         },
         Refused { state: Option<Arc<ConnState>> },
@@ -430,7 +433,7 @@ impl Future for ConnFuture {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project() {
             ConnFutureProj::Serving { call, guard } => {
-                let Poll::Ready(Ok(res)) = call.as_mut().poll(cx) else {
+                let Poll::Ready(Ok(res)) = call.poll(cx) else {
                     return Poll::Pending;
                 };
                 let guard = guard.take();

@@ -27,6 +27,7 @@ use axum::body::Body;
 use axum::routing::{get, post_service};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode, header};
+use hyper::body::Incoming;
 use tower::ServiceBuilder;
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 
@@ -36,10 +37,9 @@ use crate::combo::Routes;
 use crate::console;
 use crate::error::{ErrorShape, any_shape_error_body, error_body};
 use crate::gemini;
+use crate::http_service::HttpService;
 use crate::live::Live;
 use crate::ready::Ready;
-use crate::server::HttpService;
-use crate::shared_service::SharedService;
 use crate::telemetry::RequestMetricsLayer;
 
 /// `GET`/`HEAD /`.
@@ -140,10 +140,12 @@ impl Gateway {
             header::PROXY_AUTHORIZATION,
             header::COOKIE,
         ]);
-        SharedService::new(
+        let ensure_request_id: fn(Request<Incoming>) -> Request<Incoming> =
+            crate::access_log::ensure_request_id;
+        HttpService::new(
             ServiceBuilder::new()
                 .layer(SetSensitiveRequestHeadersLayer::from_shared(sensitive))
-                .map_request(crate::access_log::ensure_request_id)
+                .map_request(ensure_request_id)
                 // Outside the panic catcher: a panic's 500 is counted, logged and carries its
                 // request id like any other response (this layer echoes the id).
                 .layer(RequestMetricsLayer::default())

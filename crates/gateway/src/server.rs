@@ -15,15 +15,12 @@
 //!   is then awaited for at most [`BACKGROUND_GRACE`], and the store is dropped last, which lets
 //!   redb commit what is queued and release its file.
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{Request, Response};
-use hyper::body::Incoming;
 use hyper_util::server::conn::auto::Builder;
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::{oneshot, watch};
@@ -34,9 +31,8 @@ use context_relay_store::PurgerHandle;
 use crate::app::Gateway;
 use crate::connection::{self, Admission};
 use crate::console::Activity;
-use crate::in_flight::ResponseBody;
+use crate::http_service::HttpService;
 use crate::ready::Readiness;
-use crate::shared_service::SharedService;
 use crate::stream_executor::StreamExecutor;
 use crate::tenant_keys::SyncHandle;
 use context_relay_tower::Background;
@@ -46,9 +42,6 @@ pub const BACKGROUND_GRACE: Duration = Duration::from_secs(10);
 
 /// The largest read buffer of an HTTP/1 client connection, and so the largest request head.
 const MAX_READ_BUFFER: usize = 128 << 10;
-
-/// The whole HTTP service of a gateway, as the accept loop serves it.
-pub type HttpService = SharedService<Request<Incoming>, Response<ResponseBody>, Infallible>;
 
 /// The connection-level bounds of [`serve_with`] (the `[limits]` values).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,11 +2,10 @@ use std::sync::{Arc, Mutex};
 
 use axum::body::Body;
 use http::{Request, Response};
-use hyper::body::Incoming;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::SharedService;
+use crate::HttpService;
 use crate::server::{ServeOptions, serve_with};
 
 /// A value an answer carries.
@@ -25,26 +24,41 @@ async fn answer(tcp: &mut TcpStream, body: &[u8]) -> String {
     String::from_utf8_lossy(&seen).into_owned()
 }
 
-/// A service that records whether each request carried a [`Marker`], and puts one (and a
-/// reason phrase) on each answer.
-fn marking(seen: Arc<Mutex<Vec<bool>>>) -> crate::server::HttpService {
-    SharedService::new(tower::service_fn(move |req: Request<Incoming>| {
+/// The gateway's HTTP service around a router that records whether each request carried a
+/// [`Marker`], and puts one (and a reason phrase) on each answer.
+fn marking(seen: Arc<Mutex<Vec<bool>>>) -> HttpService {
+    let config = crate::config::Config::from_toml_str(
+        r#"
+[store]
+backend = "memory"
+[[providers]]
+name = "p"
+base_url = "http://127.0.0.1:9/v1"
+[[providers.accounts]]
+id = "a"
+api_key = "k"
+"#,
+        |_| None,
+    )
+    .unwrap();
+    let router = axum::Router::new().fallback(move |req: Request<Body>| {
         let seen = seen.clone();
         async move {
             seen.lock()
                 .unwrap()
                 .push(req.extensions().get::<Marker>().is_some());
-            let mut res = Response::new(crate::ResponseBody::new(Body::from("ok"), None));
+            let mut res = Response::new(Body::from("ok"));
             res.extensions_mut().insert(Marker);
             res.extensions_mut()
                 .insert(hyper::ext::ReasonPhrase::from_static(b"Fine"));
-            Ok::<_, std::convert::Infallible>(res)
+            res
         }
-    }))
+    });
+    crate::Gateway::new(config).unwrap().service_for(router)
 }
 
 /// Serves `service` on a loopback port.
-async fn served(service: crate::server::HttpService) -> std::net::SocketAddr {
+async fn served(service: HttpService) -> std::net::SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(serve_with(
