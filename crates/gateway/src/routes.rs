@@ -315,4 +315,4 @@ fn text(status: StatusCode, body: impl Into<Body>) -> Response<Body> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -27,20 +27,6 @@ async fn answer(tcp: &mut TcpStream, body: &[u8]) -> String {
 /// The gateway's HTTP service around a router that records whether each request carried a
 /// [`Marker`], and puts one (and a reason phrase) on each answer.
 fn marking(seen: Arc<Mutex<Vec<bool>>>) -> HttpService {
-    let config = crate::config::Config::from_toml_str(
-        r#"
-[store]
-backend = "memory"
-[[providers]]
-name = "p"
-base_url = "http://127.0.0.1:9/v1"
-[[providers.accounts]]
-id = "a"
-api_key = "k"
-"#,
-        |_| None,
-    )
-    .unwrap();
     let router = axum::Router::new().fallback(move |req: Request<Body>| {
         let seen = seen.clone();
         async move {
@@ -54,7 +40,7 @@ api_key = "k"
             res
         }
     });
-    crate::Gateway::new(config).unwrap().service_for(router)
+    crate::routes::tests::gateway().service_for(router)
 }
 
 /// Serves `service` on a loopback port.

@@ -10,7 +10,9 @@ use crate::config::Config;
 use crate::server::RunningGateway;
 use crate::{Gateway, app::ProxyService};
 
-fn gateway() -> Gateway {
+/// A gateway with one provider of one account (not reachable) and one combo, its store in
+/// memory.
+pub(crate) fn gateway() -> Gateway {
     let config = Config::from_toml_str(
         r#"
 [store]
