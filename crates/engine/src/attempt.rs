@@ -352,15 +352,16 @@ impl Attempt {
             .or(self.account.as_ref())
     }
 
-    /// Labels a response head: the [`ResolvedAccount`] (a fact: [`FactsExt`]) when the response
-    /// lacks one;
+    /// Labels a response head: the [`ResolvedAccount`] extension, inserted on its own (where an
+    /// application reads it), when the response holds none (on its own or in its
+    /// [`Facts`](crate::Facts));
     /// the [`RelayAction`] extension and [`RELAY_HEADER`](crate::RELAY_HEADER) when the relay
     /// acted (an upstream's own header is removed: it is the relay's word).
     pub fn label(&self, parts: &mut http::response::Parts) {
         if parts.extensions.fact::<ResolvedAccount>().is_none()
             && let Some(a) = self.account()
         {
-            parts.extensions.set_fact(a.clone());
+            parts.extensions.insert(a.clone());
         }
         if self.ticket.is_none() {
             return;

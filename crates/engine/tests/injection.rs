@@ -3,7 +3,6 @@
 
 mod common;
 
-use context_relay_engine::FactsExt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -195,7 +194,7 @@ async fn a_switch_injects_the_handoff_and_a_completed_response_consumes_it() {
     let (mut parts, ()) = http::Response::new(()).into_parts();
     attempt.label(&mut parts);
     assert_eq!(parts.headers[RELAY_HEADER], "injected");
-    assert_eq!(parts.extensions.fact::<ResolvedAccount>(), Some(&b()));
+    assert_eq!(parts.extensions.get::<ResolvedAccount>(), Some(&b()));
     assert!(attempt.watches_end(), "waits for the body");
 
     attempt.response_chunk(CHAT_REPLY.as_bytes());

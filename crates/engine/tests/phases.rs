@@ -3,7 +3,6 @@
 
 mod common;
 
-use context_relay_engine::FactsExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::SystemTime;
@@ -172,7 +171,7 @@ async fn only_a_completed_body_consumes_the_handoff_and_moves_the_affinity() {
     let (mut parts, ()) = http::Response::new(()).into_parts();
     attempt.label(&mut parts);
     assert_eq!(parts.headers[RELAY_HEADER], "injected");
-    assert_eq!(parts.extensions.fact::<ResolvedAccount>(), Some(&b()));
+    assert_eq!(parts.extensions.get::<ResolvedAccount>(), Some(&b()));
     attempt.response_chunk(&CHAT_REPLY.as_bytes()[..40]);
     attempt.response_chunk(&CHAT_REPLY.as_bytes()[40..]);
     attempt.end(false);

@@ -29,7 +29,15 @@ impl Routing {
 
     /// Sets the targets of the request `ext` belongs to.
     pub(crate) fn set_targets(ext: &mut Extensions, targets: RouteTargets) {
-        ext.get_or_insert_default::<Self>().targets = Some(targets);
+        match ext.get_mut::<Self>() {
+            Some(routing) => routing.targets = Some(targets),
+            None => {
+                ext.insert(Self {
+                    targets: Some(targets),
+                    endpoint: None,
+                });
+            }
+        }
     }
 
     /// The targets of the request `ext` belongs to.
@@ -52,7 +60,15 @@ impl Routing {
     /// Sets where an attempt goes (in the value the targets were taken from, when the map
     /// holds one).
     pub(crate) fn set_endpoint(ext: &mut Extensions, endpoint: UpstreamEndpoint) {
-        ext.get_or_insert_default::<Self>().endpoint = Some(endpoint);
+        match ext.get_mut::<Self>() {
+            Some(routing) => routing.endpoint = Some(endpoint),
+            None => {
+                ext.insert(Self {
+                    targets: None,
+                    endpoint: Some(endpoint),
+                });
+            }
+        }
     }
 
     /// Where the attempt `ext` belongs to goes.

@@ -37,9 +37,7 @@
 //! use std::sync::{Arc, Mutex};
 //! use bytes::Bytes;
 //! use context_relay_store::MemoryStore;
-//! use context_relay_tower::{
-//!     ComboName, ContextRelay, FactsExt, RELAY_HEADER, RequestBody, ResolvedAccount,
-//! };
+//! use context_relay_tower::{ComboName, ContextRelay, RELAY_HEADER, RequestBody, ResolvedAccount};
 //! use http::{Request, Response};
 //! use http_body_util::{BodyExt, Full};
 //! use tower::{ServiceBuilder, ServiceExt, service_fn};
@@ -93,8 +91,7 @@
 //!         .unwrap()
 //! };
 //! let res = svc.clone().oneshot(turn("acct-a")).await?;
-//! // The relay labels the answer with the account that served it (one of its `Facts`).
-//! assert_eq!(res.extensions().fact::<ResolvedAccount>(), Some(&ResolvedAccount::new("openai", "acct-a")));
+//! assert_eq!(res.extensions().get::<ResolvedAccount>(), Some(&ResolvedAccount::new("openai", "acct-a")));
 //! res.into_body().collect().await?; // the turn ends: the summary starts
 //! relay.background().idle().await;
 //!

@@ -8,8 +8,8 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 use context_relay_engine::{
-    BoxError, FactsExt, MAX_ERROR_BODY_BYTES, MAX_SUMMARY_REPLY_BYTES, Summarizer, SummaryCall,
-    SummaryError, SummaryFuture, SummaryRequest,
+    BoxError, MAX_ERROR_BODY_BYTES, MAX_SUMMARY_REPLY_BYTES, Summarizer, SummaryCall, SummaryError,
+    SummaryFuture, SummaryRequest,
 };
 use http::{Method, Request, Response};
 use http_body::Body;
@@ -77,9 +77,11 @@ where
     *req.headers_mut() = headers;
     let ext = req.extensions_mut();
     ext.insert(SummaryCall);
-    ext.set_fact(combo);
-    ext.set_fact(tenant);
-    ext.set_fact(session);
+    // Each on its own, as an application's services below may read them (one request per
+    // summary: the boxes do not matter).
+    ext.insert(combo);
+    ext.insert(tenant);
+    ext.insert(session);
 
     std::future::poll_fn(|cx| service.poll_ready(cx))
         .await

@@ -2,7 +2,6 @@
 //! `disabled()` keeps the service type and passes everything through, and InjectionLayer puts
 //! the request's account on every response.
 
-use context_relay_tower::FactsExt;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -89,7 +88,7 @@ async fn the_account_is_on_every_response() {
         for combo in [Some("codex-relay"), None] {
             let res = svc.clone().oneshot(request(combo, "acct-a")).await.unwrap();
             assert_eq!(
-                res.extensions().fact::<ResolvedAccount>(),
+                res.extensions().get::<ResolvedAccount>(),
                 Some(&ResolvedAccount::new("codex", "acct-a"))
             );
         }

@@ -8,9 +8,8 @@
 
 pub mod clients;
 
-use context_relay_sim::Minter;
 /// The simulated provider's minting of account-bound blobs, shared.
-use context_relay_tower::FactsExt;
+use context_relay_sim::Minter;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -175,7 +174,7 @@ impl Provider {
     {
         let account = req
             .extensions()
-            .fact::<ResolvedAccount>()
+            .get::<ResolvedAccount>()
             .map(|a| a.account().to_string())
             .unwrap_or_default();
         let path = req.uri().path().to_owned();

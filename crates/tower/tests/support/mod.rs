@@ -1,7 +1,6 @@
 //! A relay stack over a scripted fake upstream, for layer tests.
 #![allow(dead_code, unreachable_pub)]
 
-use context_relay_tower::FactsExt;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
@@ -168,7 +167,7 @@ impl Upstream {
         let summary_call = req.extensions().get::<SummaryCall>().is_some();
         let account = req
             .extensions()
-            .fact::<ResolvedAccount>()
+            .get::<ResolvedAccount>()
             .map(|a| a.account().to_string());
         let path = req.uri().path().to_owned();
         let headers = req.headers().clone();
