@@ -18,6 +18,10 @@
 //! session sent to another model than the one that last served it gets a model-switch
 //! handoff, and all account-bound state is removed.
 //!
+//! Each may be inserted on its own or set in the request's [`Facts`], one value for all six
+//! (one allocation instead of six; [`FactsExt`] reads and writes them there): the layers read
+//! a value in [`Facts`] first, then one on its own.
+//!
 //! [`InjectionLayer`]: crate::InjectionLayer
 //! [`GenerationLayer`]: crate::GenerationLayer
 
