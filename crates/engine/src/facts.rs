@@ -41,8 +41,10 @@ use crate::extensions::{ComboName, QuotaSignal, ResolvedAccount, ServingModel, S
 /// The facts of one request (and of its answer), in one extension value: see the
 /// [module docs](self).
 ///
-/// Each field is what the extension of its type says when set on its own.
+/// Each field is what the extension of its type says when set on its own. More may be added:
+/// build one with [`Default`] (or [`FactsExt::set_fact`]).
 #[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
 pub struct Facts {
     /// Who owns the session.
     pub tenant: Option<Tenant>,
@@ -115,7 +117,7 @@ pub trait FactsExt: sealed::SealedMap {
 impl sealed::SealedMap for Extensions {}
 
 impl FactsExt for Extensions {
-    #[inline]
+    #[inline(always)]
     fn fact<T: Fact>(&self) -> Option<&T> {
         if let Some(value) = self.get::<Facts>().and_then(|f| T::field(f).as_ref()) {
             return Some(value);
@@ -123,7 +125,7 @@ impl FactsExt for Extensions {
         self.get::<T>()
     }
 
-    #[inline]
+    #[inline(always)]
     fn set_fact<T: Fact>(&mut self, value: T) {
         // A look-up that hits (every write but a request's first) costs less than the entry
         // `get_or_insert_default` makes.

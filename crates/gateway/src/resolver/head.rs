@@ -130,12 +130,10 @@ mod tests {
     struct Own(u32);
 
     fn known(mask: u8) -> Known {
-        let facts = Facts {
-            tenant: (mask & 1 != 0).then(|| Tenant::new("t")),
-            session: (mask & 2 != 0).then(|| SessionId::new("s")),
-            combo: (mask & 4 != 0).then(|| ComboName::new("c")),
-            ..Facts::default()
-        };
+        let mut facts = Facts::default();
+        facts.tenant = (mask & 1 != 0).then(|| Tenant::new("t"));
+        facts.session = (mask & 2 != 0).then(|| SessionId::new("s"));
+        facts.combo = (mask & 4 != 0).then(|| ComboName::new("c"));
         Known {
             facts: (mask & 7 != 0).then_some(facts),
             access: (mask & 8 != 0).then(|| ClientAccess {
