@@ -122,8 +122,8 @@ pub(crate) fn proxy_stack(
             .layer(deadline)
             // The deadline's body boxes what auth and the combo answer, once.
             .layer(auth)
-            // Buffers and decodes the body, sets ComboName, RouteTargets, Tenant and
-            // SessionId, rewrites `model`. Request body from here on: `Chunks`.
+            // Buffers and decodes the body, sets the request's facts (combo, tenant, session)
+            // and its route targets, rewrites `model`. Request body from here on: `Chunks`.
             .layer(combo)
             // One stack whether the relay is on or off: off, its layers pass every request
             // through.

@@ -15,7 +15,7 @@
 //!   its [`ComboName`] (the relay keys a direct route's sessions by the route);
 //! - anything else → a 404 in the client's error shape;
 //! - a client whose [`ClientAccess`] does not list the model gets a 403;
-//! - [`Tenant`] and [`SessionId`] are set for every routed request (see [`identify`]), and
+//! - the [`Tenant`] and `SessionId` facts are set for every routed request (see [`identify`]), and
 //!   `Tenant` and [`ComboName`] are copied onto the response for the access log.
 //!
 //! The body is forwarded buffered, as [`Chunks`]: one chunk as a rule (a large body whose head

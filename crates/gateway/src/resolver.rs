@@ -13,10 +13,10 @@
 //! ```
 //!
 //! For each request:
-//! 1. the routing targets are the [`RouteTargets`] extension (set by
-//!    [`ComboService`](crate::combo::ComboService)), else the targets of its [`ComboName`]
+//! 1. the routing targets are the request's [`RouteTargets`] (in its
+//!    [`Routing`], set by [`ComboService`](crate::combo::ComboService)), else the targets of its [`ComboName`]
 //!    (internal requests such as the relay's summary call carry only the combo);
-//! 2. the session is `(tenant, session id)`: the [`Tenant`] and [`SessionId`] extensions, which
+//! 2. the session is `(tenant, session id)`: the [`Tenant`] and [`SessionId`] facts, which
 //!    ComboService derives once per request (the relay's summary call carries those of the
 //!    session it summarises), so that a session sticks to its account whatever the client
 //!    sends; a request without them is not sticky;
@@ -200,7 +200,7 @@ struct Shared {
 /// The pool key of a request's session: its tenant and session id, so that two tenants
 /// sending the same session id never share an account binding. `None` without a session.
 ///
-/// Both come from the [`Tenant`] and [`SessionId`] extensions: the resolver derives no
+/// Both come from the [`Tenant`] and [`SessionId`] facts: the resolver derives no
 /// identity of its own.
 pub(crate) fn session_key(extensions: &Extensions) -> Option<SessionKey> {
     let session = extensions.fact::<SessionId>()?;

@@ -124,7 +124,7 @@ impl Default for UpstreamLimits {
 }
 
 /// The gateway's HTTP client to providers, as a tower service: it sends each request to the
-/// base URL of the [`UpstreamEndpoint`] extension with that account's credential (the client's
+/// base URL of its [`UpstreamEndpoint`] (in the request's `Routing`) with that account's credential (the client's
 /// own credentials and hop-by-hop headers removed), streams both bodies, and answers a 502 or
 /// 504 in the client's error shape when the provider cannot be reached or is too slow.
 #[derive(Clone, Debug)]

@@ -8,11 +8,12 @@ use context_relay_core::json::Found;
 use context_relay_core::session::{self, SessionSources};
 use context_relay_tower::{FactsExt, SessionId, Tenant};
 
-/// Sets the [`Tenant`] and [`SessionId`] extensions from [`session::identify`], the one
-/// derivation of session and tenant: a `Tenant` already set (by the client authentication) and
-/// a `SessionId` already set (by an embedding application) are taken as explicit; otherwise
-/// the session comes from the credential, the session headers and the decoded body. Without a
-/// session no `SessionId` is left on the request.
+/// Sets the request's [`Tenant`] and [`SessionId`] facts (in its `Facts`) from
+/// [`session::identify`], the one derivation of session and tenant: a `Tenant` already set (by
+/// the client authentication) and a `SessionId` already set (by an embedding application, in
+/// `Facts` or on its own) are taken as explicit; otherwise the session comes from the
+/// credential, the session headers and the decoded body. Without a session no `SessionId` is
+/// left on the request.
 ///
 /// Deriving them once here, where the body is already decoded, lets the account resolver (sticky
 /// sessions), GenerationLayer and InjectionLayer agree on the session of every request, also

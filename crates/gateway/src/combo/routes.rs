@@ -33,7 +33,8 @@ impl Target {
 }
 
 /// Request extension: the targets of a request, tried in order by the account resolver, and
-/// where ComboService wrote the first one's `model` into the body.
+/// where ComboService wrote the first one's `model` into the body: carried to the resolver in
+/// the request's [`Routing`](crate::routing::Routing).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RouteTargets {
     /// The targets, in order.
