@@ -4,10 +4,11 @@
 //! given, and a later account must not see what an earlier attempt changed. The method, URI
 //! and headers are copied for each attempt. The extensions are copied too (`http` boxes each
 //! value again in a copy) unless every one of them is of a type the gateway's own layers set
-//! ([`Known`]): the first attempt then takes the map itself, and a later one gets a map made
-//! again from the values kept here by type. A request with a value of any other type (an
-//! embedding application's) has its map copied for every attempt: nothing it carries is lost
-//! on a retry.
+//! as they set it ([`Known`]: the request's `Facts`, not a fact on its own): the first attempt
+//! then takes the map itself, and a later one gets a map made again from the values kept here
+//! by type. A request with a value of any other type (an embedding application's, or the facts
+//! the relay's summary call carries each on its own) has its map copied for every attempt:
+//! nothing it carries is lost on a retry.
 
 use context_relay_tower::{Facts, SkipRelay, SummaryCall};
 use http::request::Parts;
