@@ -29,15 +29,7 @@ impl Routing {
 
     /// Sets the targets of the request `ext` belongs to.
     pub(crate) fn set_targets(ext: &mut Extensions, targets: RouteTargets) {
-        match ext.get_mut::<Self>() {
-            Some(routing) => routing.targets = Some(targets),
-            None => {
-                ext.insert(Self {
-                    targets: Some(targets),
-                    endpoint: None,
-                });
-            }
-        }
+        Self::update(ext, |routing| routing.targets = Some(targets));
     }
 
     /// The targets of the request `ext` belongs to.
@@ -60,15 +52,19 @@ impl Routing {
     /// Sets where an attempt goes (in the value the targets were taken from, when the map
     /// holds one).
     pub(crate) fn set_endpoint(ext: &mut Extensions, endpoint: UpstreamEndpoint) {
-        match ext.get_mut::<Self>() {
-            Some(routing) => routing.endpoint = Some(endpoint),
-            None => {
-                ext.insert(Self {
-                    targets: None,
-                    endpoint: Some(endpoint),
-                });
-            }
+        Self::update(ext, |routing| routing.endpoint = Some(endpoint));
+    }
+
+    /// Applies `set` to the value in `ext`, or to a new one inserted there (a look-up that
+    /// hits costs less than the entry `get_or_insert_default` makes).
+    fn update(ext: &mut Extensions, set: impl FnOnce(&mut Self)) {
+        if let Some(routing) = ext.get_mut::<Self>() {
+            set(routing);
+            return;
         }
+        let mut routing = Self::default();
+        set(&mut routing);
+        ext.insert(routing);
     }
 
     /// Where the attempt `ext` belongs to goes.
