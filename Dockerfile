@@ -1,6 +1,6 @@
 # context-relay-gateway in a container.
 #
-#   docker build -t context-relay-gateway .
+#   docker build -t context-relay-gateway .                    # or --build-arg PGO=1
 #   docker run -d -p 4000:4000 \
 #     -v "$PWD/gateway.toml:/etc/context-relay/gateway.toml:ro" \
 #     -v context-relay-data:/var/lib/context-relay \
@@ -11,11 +11,24 @@
 # gateway.example.toml; the gateway listens on 0.0.0.0:4000, so the file needs [[clients]].
 # SIGHUP (docker kill -s HUP) reloads the file; SIGTERM (docker stop) drains and exits.
 
-# Build: the same command the README's install section gives.
+# Build: the same command the README's install section gives, or with `--build-arg PGO=1` the
+# profile-guided build of scripts/pgo.sh (about twice the time; fewer instructions and
+# instruction-cache misses per request, docs/performance.md "A profile-guided build"). Its
+# training run stops the instrumented gateway with kill(1), from procps.
 FROM rust:1.90-slim-bookworm AS build
+ARG PGO=0
 WORKDIR /src
 COPY . .
-RUN cargo install --locked --path crates/gateway --root /out \
+# hadolint ignore=DL3008
+RUN if [ "$PGO" = 1 ]; then \
+        apt-get update \
+        && apt-get install -y --no-install-recommends procps \
+        && rm -rf /var/lib/apt/lists/* \
+        && rustup component add llvm-tools \
+        && PGO_OUT=/out/bin scripts/pgo.sh; \
+    else \
+        cargo install --locked --path crates/gateway --root /out; \
+    fi \
     && mkdir -p /out/data
 
 # Run: glibc and nothing else (no shell, no package manager), as an unprivileged user.

@@ -4,6 +4,7 @@
 #
 #   benches/instructions.sh                 # MIXES="small large", 10 s of counted load each
 #   MIXES=small SECONDS_COUNTED=20 benches/instructions.sh
+#   GATEWAY_BIN=target/pgo/release/context-relay-gateway benches/instructions.sh   # another build
 #
 # Each process under test runs under `valgrind --tool=callgrind --instr-atstart=no` with one
 # tokio worker, behind the harness's upstream (not under valgrind). After a warm-up, counting
@@ -38,6 +39,9 @@ CONNECTIONS=${CONNECTIONS:-64}
 WARMUP=${WARMUP_SECONDS:-3}
 OUT=${OUT_DIR:-$(mktemp -d /tmp/instructions.XXXXXX)}
 PERF_TARGET=${PERF_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/context-relay-perf-target}
+# The gateway binary counted: this checkout's release build (built here) unless GATEWAY_BIN
+# names another (e.g. scripts/pgo.sh's).
+GATEWAY_BIN=${GATEWAY_BIN:-$HERE/target/release/context-relay-gateway}
 
 die() { echo "instructions.sh: $*" >&2; exit 1; }
 for tool in valgrind callgrind_control wrk python3; do
@@ -76,7 +80,7 @@ command_of() {
   case $name in
     bare) echo "$PERF_TARGET/release/perf-bare-proxy --port $port --upstream $UPSTREAM_URL --workers 1" ;;
     floor) echo "$HERE/target/release/examples/floor_proxy --config $config" ;;
-    gateway) echo "$HERE/target/release/context-relay-gateway --config $config" ;;
+    gateway) echo "$GATEWAY_BIN --config $config" ;;
   esac
 }
 

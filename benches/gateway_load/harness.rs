@@ -2,12 +2,17 @@
 //! children, and reading their CPU time from `/proc`.
 
 use std::ffi::OsString;
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::serve::{gateway_toml, write_port_file};
 use crate::{BoxError, CHILD_START_TIMEOUT, Target};
+
+/// The environment variable naming another gateway binary for the gateway-on target.
+pub(crate) const GATEWAY_BIN_VAR: &str = "GATEWAY_LOAD_GATEWAY_BIN";
 
 /// How the processes are placed on cores.
 pub(crate) struct Pinning {
@@ -90,21 +95,60 @@ pub(crate) fn spawn_server(
         None => Vec::new(),
     };
     argv.extend(wrap.iter().cloned());
-    argv.push(exe.into_os_string());
+    // `GATEWAY_LOAD_GATEWAY_BIN`: the gateway-on target is that binary (another build of the
+    // gateway, e.g. scripts/pgo.sh's) on the same configuration, not this one re-executed.
+    let external = match std::env::var_os(GATEWAY_BIN_VAR) {
+        Some(bin) if target == Target::GatewayOn => Some(bin),
+        _ => None,
+    };
+    if let Some(bin) = &external {
+        let config = dir.join(format!("{}.toml", target.name()));
+        std::fs::write(&config, gateway_toml(upstream, true))?;
+        argv.extend([bin.clone(), "--config".into(), config.into_os_string()]);
+    } else {
+        argv.push(exe.into_os_string());
+        argv.extend(
+            [
+                "--serve",
+                target.name(),
+                "--upstream",
+                upstream,
+                "--port-file",
+            ]
+            .map(OsString::from),
+        );
+        argv.push(port_file.clone().into_os_string());
+    }
     let mut cmd = Command::new(&argv[0]);
-    cmd.args(&argv[1..]);
-    cmd.args([
-        "--serve",
-        target.name(),
-        "--upstream",
-        upstream,
-        "--port-file",
-    ])
-    .arg(&port_file)
-    .stdin(Stdio::piped())
-    .stdout(Stdio::null())
-    .stderr(Stdio::inherit());
-    let child = cmd.spawn()?;
+    cmd.args(&argv[1..])
+        .stdin(Stdio::piped())
+        .stdout(if external.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stderr(Stdio::inherit());
+    if external.is_some() {
+        // As the serve mode: no log unless `GATEWAY_LOAD_LOG` asks for one.
+        let filter = std::env::var("GATEWAY_LOAD_LOG").unwrap_or_else(|_| "off".into());
+        cmd.env("RUST_LOG", filter);
+    }
+    let mut child = cmd.spawn()?;
+    if external.is_some() {
+        // The binary prints `listening on http://ADDR` once it listens (end of file if it
+        // exited first); the port file is written here, and the wait below reads it.
+        let stdout = child.stdout.take().ok_or("the gateway's stdout is piped")?;
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line)?;
+        let addr: SocketAddr = line
+            .trim()
+            .strip_prefix("listening on http://")
+            .and_then(|a| a.parse().ok())
+            .ok_or_else(|| {
+                format!("{GATEWAY_BIN_VAR}: expected `listening on http://ADDR`, found {line:?}")
+            })?;
+        write_port_file(&port_file, addr.port())?;
+    }
     let pid = child.id();
     guard.0.push(child);
     let started = Instant::now();

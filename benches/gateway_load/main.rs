@@ -49,7 +49,9 @@
 //! Environment: `GATEWAY_LOAD_ROUNDS` (5), `GATEWAY_LOAD_SECS` per target per round (3),
 //! `GATEWAY_LOAD_WARMUP_SECS` per target before the first round (0.5),
 //! `GATEWAY_LOAD_CONCURRENCY` connections (16), `GATEWAY_LOAD_CORES` as `parent,child` (`0,1`),
-//! `GATEWAY_LOAD_MIX`, the mixes measured, each apart (`1k,100k,sse`).
+//! `GATEWAY_LOAD_MIX`, the mixes measured, each apart (`1k,100k,sse`),
+//! `GATEWAY_LOAD_GATEWAY_BIN`, another build of the gateway binary (say, `scripts/pgo.sh`'s) run
+//! as `gateway-on` on the same configuration instead of this binary's own gateway.
 
 #![forbid(unsafe_code)]
 

@@ -113,7 +113,15 @@ pub(crate) fn write_port_file(path: &Path, port: u16) -> std::io::Result<()> {
 /// one context-relay combo, handoffs in memory; they differ only in the top-level
 /// `relay_enabled` switch (off: neither GenerationLayer nor InjectionLayer is in the stack).
 pub(crate) fn gateway_config(upstream: &str, relay_on: bool) -> Result<Config, BoxError> {
-    let toml = format!(
+    Ok(Config::from_toml_str(
+        &gateway_toml(upstream, relay_on),
+        |_| None,
+    )?)
+}
+
+/// The configuration of [`gateway_config`] as the text of its file.
+pub(crate) fn gateway_toml(upstream: &str, relay_on: bool) -> String {
+    format!(
         r#"
 listen = "127.0.0.1:0"
 relay_enabled = {relay_on}
@@ -134,6 +142,5 @@ name = "{COMBO}"
 strategy = "context-relay"
 targets = ["codex/gpt-bench"]
 "#
-    );
-    Ok(Config::from_toml_str(&toml, |_| None)?)
+    )
 }
