@@ -12,7 +12,7 @@
 # SIGHUP (docker kill -s HUP) reloads the file; SIGTERM (docker stop) drains and exits.
 
 # Build: the same command the README's install section gives, or with `--build-arg PGO=1` the
-# profile-guided build of scripts/pgo.sh (about twice the time; fewer instructions and
+# profile-guided build of scripts/pgo.sh (two to three times the time; fewer instructions and
 # instruction-cache misses per request, docs/performance.md "A profile-guided build"). Its
 # training run stops the instrumented gateway with kill(1), from procps.
 FROM rust:1.90-slim-bookworm AS build

@@ -33,7 +33,8 @@ for candidate in "${LLVM_PROFDATA:-}" \
   "llvm-profdata-$major" "/usr/lib/llvm-$major/bin/llvm-profdata" llvm-profdata; do
   [[ -n $candidate ]] || continue
   command -v "$candidate" >/dev/null 2>&1 || continue
-  if "$candidate" --version 2>/dev/null | grep -q "LLVM version $major\."; then
+  version=$("$candidate" --version 2>/dev/null || true)
+  if [[ $version == *"LLVM version $major."* ]]; then
     profdata=$candidate
     break
   fi
@@ -41,6 +42,10 @@ done
 [[ -n $profdata ]] || die "no llvm-profdata of LLVM $major (rustc's): run \`rustup component add \
 llvm-tools\` or install Debian's llvm-$major, or set LLVM_PROFDATA"
 echo "pgo.sh: llvm-profdata: $profdata" >&2
+# The flags are added to RUSTFLAGS (which replaces any `build.rustflags` of a Cargo config);
+# CARGO_ENCODED_RUSTFLAGS would override them, and a space in the path would split them.
+[[ -z ${CARGO_ENCODED_RUSTFLAGS:-} ]] || die "CARGO_ENCODED_RUSTFLAGS is set: put the flags in RUSTFLAGS"
+[[ $WORK != *[[:space:]]* ]] || die "the checkout's path holds a space: $WORK"
 
 flags=${RUSTFLAGS:-}
 

@@ -4,8 +4,9 @@
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::serve::{gateway_toml, write_port_file};
@@ -134,25 +135,20 @@ pub(crate) fn spawn_server(
         cmd.env("RUST_LOG", filter);
     }
     let mut child = cmd.spawn()?;
-    if external.is_some() {
-        // The binary prints `listening on http://ADDR` once it listens (end of file if it
-        // exited first); the port file is written here, and the wait below reads it.
-        let stdout = child.stdout.take().ok_or("the gateway's stdout is piped")?;
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line)?;
-        let addr: SocketAddr = line
-            .trim()
-            .strip_prefix("listening on http://")
-            .and_then(|a| a.parse().ok())
-            .ok_or_else(|| {
-                format!("{GATEWAY_BIN_VAR}: expected `listening on http://ADDR`, found {line:?}")
-            })?;
-        write_port_file(&port_file, addr.port())?;
-    }
+    let announced = match (&external, child.stdout.take()) {
+        (Some(_), Some(stdout)) => Some(announce_port(stdout, port_file.clone())),
+        _ => None,
+    };
     let pid = child.id();
+    // Guarded before anything else can fail: no child outlives an error here.
     guard.0.push(child);
     let started = Instant::now();
     loop {
+        if let Some(rx) = &announced
+            && let Ok(Err(e)) = rx.try_recv()
+        {
+            return Err(e.into());
+        }
         if let Ok(text) = std::fs::read_to_string(&port_file)
             && let Ok(port) = text.trim().parse::<u16>()
         {
@@ -176,6 +172,37 @@ pub(crate) fn spawn_server(
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Reads the `listening on http://ADDR` line an external gateway prints once it listens and
+/// writes its port to `port_file`, which the wait of [`spawn_server`] reads: on a thread of its
+/// own, so that the wait's timeout still holds for a gateway that never listens. A line of
+/// another shape comes back on the channel. The gateway writes nothing more to stdout after
+/// that line, so the pipe's read end may close with the thread.
+fn announce_port(stdout: ChildStdout, port_file: PathBuf) -> mpsc::Receiver<Result<(), String>> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let result = BufReader::new(stdout)
+            .read_line(&mut line)
+            .map_err(|e| format!("{GATEWAY_BIN_VAR}: reading its stdout: {e}"))
+            .and_then(|_| {
+                line.trim()
+                    .strip_prefix("listening on http://")
+                    .and_then(|a| a.parse::<SocketAddr>().ok())
+                    .ok_or_else(|| {
+                        format!(
+                            "{GATEWAY_BIN_VAR}: expected `listening on http://ADDR`, found {line:?}"
+                        )
+                    })
+            })
+            .and_then(|addr| {
+                write_port_file(&port_file, addr.port())
+                    .map_err(|e| format!("{}: {e}", port_file.display()))
+            });
+        let _ = tx.send(result);
+    });
+    rx
 }
 
 /// Clock ticks per second of `/proc/<pid>/stat` times.

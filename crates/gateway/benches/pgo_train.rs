@@ -23,8 +23,9 @@
 //! The profile weighs what runs by how often it runs, so the mix is the one a pooling gateway
 //! in front of coding agents sees: mostly pass-through turns of agent sessions, some SDK
 //! calls, now and then a switch. It exits non-zero when the gateway cannot be started, exits
-//! with a failure status, or when no request of a client kind was answered: a profile of
-//! error paths would train the build for the wrong work.
+//! with a failure status, when no request of a client kind was answered, when more than one
+//! request in ten failed, or when no handoff was written and injected: a profile of error
+//! paths would train the build for the wrong work.
 
 #![forbid(unsafe_code)]
 
@@ -254,6 +255,10 @@ async fn run() -> Result<(), String> {
     if (args.agents > 0 && agents.0 == 0) || (args.sdk > 0 && sdk.0 == 0) {
         return Err("a kind of client had no request answered".into());
     }
+    // More than one failure in ten answers: the profile would weigh error paths.
+    if agents.1 * 10 > agents.0 || sdk.1 * 10 > sdk.0 {
+        return Err("more than one request in ten failed".into());
+    }
     // Two ticks of the account schedule bring the first switch.
     if args.agents > 0 && args.secs >= 10 && (summaries == 0 || injected == 0) {
         return Err("no handoff was written and injected: the switch path went untrained".into());
@@ -426,14 +431,13 @@ async fn accounts(shared: &Shared) {
             next = (next + 1) % all.len();
         }
         for sim in &shared.sims {
-            for r in sim.requests() {
+            for r in sim.take_requests() {
                 if r.summary {
                     shared.summaries.fetch_add(1, Ordering::Relaxed);
                 } else if contains(&r.body, HANDOFF_TAG) {
                     shared.injected.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            sim.clear_requests();
         }
     }
 }

@@ -1,5 +1,5 @@
-//! The binary turns transparent huge pages off for its process (they held a third more memory
-//! per open stream with mimalloc's large regions), unless `MIMALLOC_ALLOW_THP` leaves the
+//! The binary turns transparent huge pages off for its process (with them it held half as much
+//! memory again per open stream, in mimalloc's large regions), unless `MIMALLOC_ALLOW_THP` leaves the
 //! choice to mimalloc. Read from the kernel's own view, `THP_enabled` in `/proc/PID/status`.
 #![cfg(target_os = "linux")]
 

@@ -236,6 +236,12 @@ impl SimProvider {
         self.state.arrivals.subscribe()
     }
 
+    /// The requests recorded since the last take or clear, which are forgotten (under one
+    /// lock: none arriving meanwhile is lost).
+    pub fn take_requests(&self) -> Vec<RecordedRequest> {
+        std::mem::take(&mut *lock(&self.state.requests))
+    }
+
     /// Forgets the recorded requests.
     pub fn clear_requests(&self) {
         lock(&self.state.requests).clear();
