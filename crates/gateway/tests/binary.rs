@@ -1,6 +1,7 @@
 //! The real binary as operators run it: what a configuration typo prints (line and column,
 //! never a secret), `--log-format json` (every stderr line a JSON object, the access log with
-//! its fields and without keys) and the default text format's access line.
+//! its fields and without keys), the default text format's access line, and transparent huge
+//! pages turned off for its process.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -20,6 +21,24 @@ fn write_config(dir: &tempfile::TempDir, text: &str) -> std::path::PathBuf {
     let path = dir.path().join("gateway.toml");
     std::fs::write(&path, text).unwrap();
     path
+}
+
+/// A gateway on a free loopback port with a memory store and one provider account at
+/// `base_url`.
+fn one_account(base_url: &str) -> String {
+    format!(
+        r#"
+listen = "127.0.0.1:0"
+[store]
+backend = "memory"
+[[providers]]
+name = "codex"
+base_url = "{base_url}"
+  [[providers.accounts]]
+  id = "acct-a"
+  api_key = "key-a"
+"#
+    )
 }
 
 #[test]
@@ -100,16 +119,7 @@ async fn serve_two_requests(args: &[&str]) -> String {
     let path = write_config(
         &dir,
         &format!(
-            r#"
-listen = "127.0.0.1:0"
-[store]
-backend = "memory"
-[[providers]]
-name = "codex"
-base_url = "{}"
-  [[providers.accounts]]
-  id = "acct-a"
-  api_key = "key-a"
+            r#"{}
 [[combos]]
 name = "codex-relay"
 targets = ["codex/gpt-5.5"]
@@ -117,7 +127,7 @@ targets = ["codex/gpt-5.5"]
 name = "alice"
 key_env = "ALICE_KEY"
 "#,
-            sim.base_url()
+            one_account(&sim.base_url())
         ),
     );
     // Not `start_binary`: no `NO_COLOR`, the text format must find stderr is no terminal.
@@ -336,4 +346,46 @@ fn check_reads_the_credential_files() {
         "{stdout}"
     );
     assert!(!stdout.contains(SECRET), "{stdout}");
+}
+
+// Transparent huge pages: with them the binary held half as much memory again per open
+// stream, in mimalloc's large regions; `MIMALLOC_ALLOW_THP` leaves the choice to mimalloc.
+// Read from the kernel's own view, `THP_enabled` in `/proc/PID/status`.
+
+/// Starts the binary with `env` added, reads its `THP_enabled` once it listens, stops it.
+#[cfg(target_os = "linux")]
+fn thp_enabled(env: &[(&str, &str)]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(&dir, &one_account("http://127.0.0.1:9/v1"));
+    let mut command = Command::new(env!("CARGO_BIN_EXE_context-relay-gateway"));
+    command
+        .arg("--config")
+        .arg(&config)
+        .env("RUST_LOG", "warn")
+        .env_remove("MIMALLOC_ALLOW_THP")
+        .envs(env.iter().copied())
+        .stderr(Stdio::null());
+    let (mut child, _url) = listening(&mut command);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    signal(&child, "-TERM");
+    child.wait().unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("THP_enabled:"))
+        .map(|v| v.trim().to_owned())
+        .expect("the kernel reports THP_enabled")
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn the_gateway_runs_without_transparent_huge_pages() {
+    assert_eq!(thp_enabled(&[]), "0");
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn mimalloc_allow_thp_leaves_the_choice_to_mimalloc() {
+    // mimalloc keeps them with 1 (its default) and turns them off itself with 0.
+    assert_eq!(thp_enabled(&[("MIMALLOC_ALLOW_THP", "1")]), "1");
+    assert_eq!(thp_enabled(&[("MIMALLOC_ALLOW_THP", "0")]), "0");
 }
