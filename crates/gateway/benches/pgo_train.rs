@@ -40,63 +40,13 @@ use context_relay_sim::{SimProvider, SimQuotaHeaders};
 use context_relay_testkit::agents::{Agent, Shape, Step};
 use context_relay_testkit::binary::{signal, start_binary};
 use context_relay_testkit::clients::contains;
+use context_relay_testkit::fleet::{self, FLEET, FleetClient, providers_toml};
 use context_relay_testkit::handoff::{HANDOFF_TAG, SUMMARY_NEEDLE, summary_reply};
-use context_relay_testkit::harness::{key_of, wire_bytes};
-use http::Request;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use context_relay_testkit::harness::{http_client, key_of, wire_bytes};
 use serde_json::json;
 
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
-
-/// A provider of the training configuration.
-struct Provider {
-    name: &'static str,
-    /// Its `auth` line (empty: the default bearer key).
-    auth: &'static str,
-    accounts: [&'static str; 2],
-    combo: &'static str,
-    target: &'static str,
-    /// The simulator serving it: 0 (Codex quota headers) or 1 (Anthropic's).
-    sim: usize,
-}
-
-const PROVIDERS: [Provider; 4] = [
-    Provider {
-        name: "codex",
-        auth: "",
-        accounts: ["c1", "c2"],
-        combo: "codex-relay",
-        target: "codex/gpt-5.5",
-        sim: 0,
-    },
-    Provider {
-        name: "anthropic",
-        auth: "auth = \"x-api-key\"\n",
-        accounts: ["a1", "a2"],
-        combo: "claude-relay",
-        target: "anthropic/claude-opus-4-8",
-        sim: 1,
-    },
-    Provider {
-        name: "openai",
-        auth: "",
-        accounts: ["o1", "o2"],
-        combo: "chat-relay",
-        target: "openai/gpt-4.1",
-        sim: 0,
-    },
-    Provider {
-        name: "gemini",
-        auth: "auth = \"x-goog-api-key\"\n",
-        accounts: ["g1", "g2"],
-        combo: "gemini-relay",
-        target: "gemini/gemini-3-pro",
-        sim: 0,
-    },
-];
+/// Accounts of each provider of [`FLEET`] the training uses.
+const ACCOUNTS: usize = 2;
 
 /// Turns of a session before its agent starts another.
 const TURNS_PER_SESSION: usize = 12;
@@ -149,7 +99,7 @@ struct Counts {
 }
 
 struct Shared {
-    client: HttpClient,
+    client: FleetClient,
     url: String,
     sims: [SimProvider; 2],
     stop: AtomicBool,
@@ -184,7 +134,7 @@ async fn run() -> Result<(), String> {
             .reset_secs(RESET_SECS)
             .tool_loop(2)
             .summary_reply(SUMMARY_NEEDLE, summary_reply());
-        for id in PROVIDERS.iter().flat_map(|p| p.accounts) {
+        for &id in FLEET.iter().flat_map(|p| &p.accounts[..ACCOUNTS]) {
             sim = sim.account(id, key_of(id));
         }
         sims.push(
@@ -205,7 +155,7 @@ async fn run() -> Result<(), String> {
         args.secs, args.agents, args.sdk
     );
     let shared = Arc::new(Shared {
-        client: Client::builder(TokioExecutor::new()).build_http(),
+        client: http_client(),
         url,
         sims,
         stop: AtomicBool::new(false),
@@ -267,40 +217,21 @@ async fn run() -> Result<(), String> {
 }
 
 fn config_text(sims: &[SimProvider; 2], store: &str) -> String {
-    let mut text = format!(
+    format!(
         "listen = \"127.0.0.1:0\"\n[store]\nbackend = \"redb\"\npath = {store:?}\n\
-         [relay]\nhandoff_providers = [\"*\"]\n"
-    );
-    for p in &PROVIDERS {
-        let (name, auth) = (p.name, p.auth);
-        let base_url = sims[p.sim].base_url();
-        let quota = ["codex", "anthropic"][p.sim];
-        text.push_str(&format!(
-            "[[providers]]\nname = \"{name}\"\nbase_url = \"{base_url}\"\nquota = \"{quota}\"\n{auth}"
-        ));
-        for id in p.accounts {
-            text.push_str(&format!(
-                "  [[providers.accounts]]\n  id = \"{id}\"\n  api_key = \"{}\"\n",
-                key_of(id)
-            ));
-        }
-    }
-    for Provider { combo, target, .. } in PROVIDERS {
-        text.push_str(&format!(
-            "[[combos]]\nname = \"{combo}\"\ntargets = [\"{target}\"]\n"
-        ));
-    }
-    text
+         [relay]\nhandoff_providers = [\"*\"]\n{}",
+        providers_toml([&sims[0].base_url(), &sims[1].base_url()], ACCOUNTS)
+    )
 }
 
 /// Agent `index`: conversations of shape `Shape::ALL[index % 5]` until told to stop.
 async fn agent(shared: &Shared, index: usize) {
     let shape = Shape::ALL[index % Shape::ALL.len()];
     let combo = match shape {
-        Shape::Codex => PROVIDERS[0].combo,
-        Shape::Claude | Shape::ClaudeBudget => PROVIDERS[1].combo,
-        Shape::Chat => PROVIDERS[2].combo,
-        Shape::Gemini => PROVIDERS[3].combo,
+        Shape::Codex => FLEET[0].combo,
+        Shape::Claude | Shape::ClaudeBudget => FLEET[1].combo,
+        Shape::Chat => FLEET[2].combo,
+        Shape::Gemini => FLEET[3].combo,
     };
     let mut generation = 0u64;
     while !shared.stop.load(Ordering::Relaxed) {
@@ -335,7 +266,7 @@ async fn agent(shared: &Shared, index: usize) {
 /// SDK caller `index`: the three SDK requests in turn until told to stop.
 async fn sdk(shared: &Shared, index: usize) {
     let system = "You are a helpful assistant. ".repeat(24);
-    let small = json!({"model": PROVIDERS[2].combo, "messages": [
+    let small = json!({"model": FLEET[2].combo, "messages": [
         {"role": "system", "content": system},
         {"role": "user", "content": format!("Caller {index}: explain what a tower Layer is.")}
     ]});
@@ -348,8 +279,8 @@ async fn sdk(shared: &Shared, index: usize) {
         let role = ["user", "assistant"][turn % 2];
         history.push(json!({"role": role, "content": text}));
     }
-    let large = json!({"model": PROVIDERS[2].combo, "messages": history});
-    let messages = json!({"model": PROVIDERS[1].combo, "max_tokens": 1024, "system": system,
+    let large = json!({"model": FLEET[2].combo, "messages": history});
+    let messages = json!({"model": FLEET[1].combo, "max_tokens": 1024, "system": system,
         "messages": [{"role": "user", "content": "Summarise the design in three lines."}]});
     let bearer = vec![("authorization".to_owned(), "Bearer sk-sdk".to_owned())];
     let anthropic = vec![
@@ -393,8 +324,8 @@ async fn sdk(shared: &Shared, index: usize) {
 async fn accounts(shared: &Shared) {
     // The providers' first accounts, then their second ones: two accounts of a provider are
     // eight seconds apart, longer than one stays out.
-    let all: Vec<(usize, &str)> = (0..2)
-        .flat_map(|a| PROVIDERS.iter().map(move |p| (p.sim, p.accounts[a])))
+    let all: Vec<(usize, &str)> = (0..ACCOUNTS)
+        .flat_map(|a| FLEET.iter().map(move |p| (p.sim(), p.accounts[a])))
         .collect();
     let mut out_since: Vec<Option<Instant>> = vec![None; all.len()];
     let mut next = 0;
@@ -422,7 +353,7 @@ async fn accounts(shared: &Shared) {
                 shared.sims[sim].set_used(id, 96.0);
             }
             // Only while the account's partner is in: a provider never has both out.
-            let partner = (next + PROVIDERS.len()) % all.len();
+            let partner = (next + FLEET.len()) % all.len();
             if out_since[partner].is_none() {
                 let (sim, id) = all[next];
                 shared.sims[sim].set_used(id, 90.0);
@@ -450,31 +381,14 @@ async fn post(
     headers: &[(String, String)],
     body: Bytes,
 ) -> Option<Bytes> {
-    let mut b = Request::post(format!("{}{path}", shared.url));
-    for (k, v) in headers {
-        b = b.header(k.as_str(), v.as_str());
-    }
-    let req = b.body(Full::new(body)).map_err(|e| e.to_string());
-    let exchange = async {
-        let res = shared
-            .client
-            .request(req?)
-            .await
-            .map_err(|e| e.to_string())?;
-        let status = res.status();
-        let bytes = res.into_body().collect().await.map_err(|e| e.to_string())?;
-        let bytes = bytes.to_bytes();
-        if status.is_success() {
-            Ok(bytes)
-        } else {
+    let url = format!("{}{path}", shared.url);
+    let failure = match fleet::post(&shared.client, &url, headers, body, REQUEST_TIMEOUT).await {
+        Ok((200, bytes)) => return Some(bytes),
+        Ok((status, bytes)) => {
             let text = String::from_utf8_lossy(&bytes[..bytes.len().min(300)]).into_owned();
-            Err(format!("{status} {text}"))
+            format!("{status} {text}")
         }
-    };
-    let failure = match tokio::time::timeout(REQUEST_TIMEOUT, exchange).await {
-        Ok(Ok(bytes)) => return Some(bytes),
-        Ok(Err(e)) => e,
-        Err(_) => format!("no complete answer within {REQUEST_TIMEOUT:?}"),
+        Err(e) => e,
     };
     if shared.printed.fetch_add(1, Ordering::Relaxed) < PRINTED_FAILURES {
         eprintln!("pgo_train: POST {path}: {failure}");

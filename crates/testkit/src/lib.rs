@@ -11,8 +11,9 @@
 //! - with the `gateway` feature, `harness`: gateways served over the strict simulated provider
 //!   (the one gateway test setup: `Harness::serve` and the constructors built on it),
 //!   `conversation`: Codex and Claude Code talking through it, `agents`: coding agents of the
-//!   four API shapes in tool loops, and `logins`: subscription logins with their credential
-//!   files.
+//!   four API shapes in tool loops, `logins`: subscription logins with their credential
+//!   files, and `fleet`: four providers over two simulators for gateway binaries (the soak's
+//!   and the profile-guided build's training run's) and the POST their clients send.
 //!
 //! Without the `gateway` feature the kit depends on no crate of the workspace but the core, so
 //! the store's, tower's and core's own tests use it too (a dev-dependency cycle cargo allows).
@@ -26,6 +27,8 @@ pub mod binary;
 pub mod clients;
 #[cfg(feature = "gateway")]
 pub mod conversation;
+#[cfg(feature = "gateway")]
+pub mod fleet;
 pub mod handoff;
 #[cfg(feature = "gateway")]
 pub mod harness;

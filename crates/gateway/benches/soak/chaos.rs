@@ -6,8 +6,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::fleet::{self, GatewayProcess, PROVIDERS, Redis};
+use crate::fleet::{self, GatewayProcess, Redis};
 use crate::sessions::{Shared, get};
+use context_relay_testkit::fleet::FLEET;
 
 /// The simulator's `reset_secs`: an account used up comes back after this long.
 pub const RESET_SECS: u64 = 5;
@@ -51,7 +52,7 @@ pub async fn accounts(shared: &Shared, seed: u64, every: Duration, gap: Duration
     let mut used_up: Vec<Option<Instant>> = vec![None; all.len()];
     let mut refilled: Vec<Option<Instant>> = vec![None; all.len()];
     let mut next_switch = Instant::now() + every;
-    let mut last_forced = [None; PROVIDERS.len()];
+    let mut last_forced = [None; FLEET.len()];
     while !shared.stop.load(Ordering::Relaxed) {
         tokio::time::sleep(Duration::from_millis(200)).await;
         for (i, (provider, id)) in all.iter().enumerate() {

@@ -7,54 +7,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 
 use context_relay_testkit::binary::start_binary;
-use context_relay_testkit::harness::{ADMIN_TOKEN, key_of};
+use context_relay_testkit::fleet::{FLEET, providers_toml};
+use context_relay_testkit::harness::ADMIN_TOKEN;
 use context_relay_testkit::redis_server::{free_port, spawn_ready};
 
-/// The providers of the soak: (name, `auth`, accounts, combo, target). One per API shape;
-/// each reads the quota headers of the simulator [`sim_index`] gives it.
-pub const PROVIDERS: [(&str, &str, [&str; 3], &str, &str); 4] = [
-    (
-        "codex",
-        "",
-        ["c1", "c2", "c3"],
-        "codex-relay",
-        "codex/gpt-5.5",
-    ),
-    (
-        "anthropic",
-        "auth = \"x-api-key\"\n",
-        ["a1", "a2", "a3"],
-        "claude-relay",
-        "anthropic/claude-opus-4-8",
-    ),
-    (
-        "openai",
-        "",
-        ["o1", "o2", "o3"],
-        "chat-relay",
-        "openai/gpt-4.1",
-    ),
-    (
-        "gemini",
-        "auth = \"x-goog-api-key\"\n",
-        ["g1", "g2", "g3"],
-        "gemini-relay",
-        "gemini/gemini-3-pro",
-    ),
-];
-
-/// Which of the two simulators serves provider `provider` of [`PROVIDERS`]: 1 (Anthropic's
-/// quota headers) for `anthropic`, 0 (Codex's) for the others.
-pub fn sim_index(provider: usize) -> usize {
-    usize::from(PROVIDERS[provider].0 == "anthropic")
-}
-
-/// Every account of [`PROVIDERS`], with the index of its provider.
+/// Every account of [`FLEET`], with the index of its provider.
 pub fn accounts() -> Vec<(usize, &'static str)> {
-    PROVIDERS
+    FLEET
         .iter()
         .enumerate()
-        .flat_map(|(p, (_, _, ids, _, _))| ids.iter().map(move |id| (p, *id)))
+        .flat_map(|(p, provider)| provider.accounts.iter().map(move |id| (p, *id)))
         .collect()
 }
 
@@ -195,28 +157,10 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
 }
 
 fn config_text(port: u16, sim_urls: &[String; 2], redis_url: &str) -> String {
-    let mut text = format!(
+    format!(
         "listen = \"127.0.0.1:{port}\"\nadmin_token = \"{ADMIN_TOKEN}\"\n\
          [store]\nbackend = \"redis\"\nurl = \"{redis_url}\"\n\
-         [relay]\nhandoff_providers = [\"*\"]\n"
-    );
-    for (p, (name, auth, ids, _, _)) in PROVIDERS.into_iter().enumerate() {
-        let sim_url = &sim_urls[sim_index(p)];
-        let quota = ["codex", "anthropic"][sim_index(p)];
-        text.push_str(&format!(
-            "[[providers]]\nname = \"{name}\"\nbase_url = \"{sim_url}\"\nquota = \"{quota}\"\n{auth}"
-        ));
-        for id in ids {
-            text.push_str(&format!(
-                "  [[providers.accounts]]\n  id = \"{id}\"\n  api_key = \"{}\"\n",
-                key_of(id)
-            ));
-        }
-    }
-    for (_, _, _, combo, target) in PROVIDERS {
-        text.push_str(&format!(
-            "[[combos]]\nname = \"{combo}\"\ntargets = [\"{target}\"]\n"
-        ));
-    }
-    text
+         [relay]\nhandoff_providers = [\"*\"]\n{}",
+        providers_toml([&sim_urls[0], &sim_urls[1]], 3)
+    )
 }

@@ -10,15 +10,13 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use context_relay_sim::SimProvider;
 use http::Request;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
+use http_body_util::Full;
 use serde_json::Value;
 use tokio::sync::RwLock;
 
-use crate::fleet::PROVIDERS;
 use context_relay_testkit::agents::{Agent, Shape, Step};
 use context_relay_testkit::clients::contains;
+use context_relay_testkit::fleet::{FLEET, FleetClient as HttpClient, exchange, post};
 use context_relay_testkit::handoff::HANDOFF_TAG;
 use context_relay_testkit::harness::ADMIN_TOKEN;
 
@@ -27,8 +25,6 @@ use context_relay_testkit::harness::ADMIN_TOKEN;
 const TURNS_PER_SESSION: usize = 12;
 /// Longest a request may take before it counts as failed.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
 /// What the clients saw.
 #[derive(Default, Debug)]
@@ -67,7 +63,7 @@ pub struct Stats {
 
 /// What every client shares.
 pub struct Shared {
-    /// The simulators ([`crate::fleet::sim_index`] says which serves a provider).
+    /// The simulators ([`FleetProvider::sim`](context_relay_testkit::fleet::FleetProvider::sim) says which serves a provider).
     pub sims: [SimProvider; 2],
     pub gateways: Vec<String>,
     pub client: HttpClient,
@@ -94,9 +90,9 @@ impl Shared {
         }
     }
 
-    /// The simulator of provider `provider` of [`PROVIDERS`].
+    /// The simulator of provider `provider` of [`FLEET`].
     pub fn sim(&self, provider: usize) -> &SimProvider {
-        &self.sims[crate::fleet::sim_index(provider)]
+        &self.sims[FLEET[provider].sim()]
     }
 
     pub fn stats(&self) -> std::sync::MutexGuard<'_, Stats> {
@@ -138,7 +134,7 @@ pub async fn run(shared: &Shared, index: usize) {
         Shape::Chat => 2,
         Shape::Gemini => 3,
     };
-    let combo = PROVIDERS[provider].3;
+    let combo = FLEET[provider].combo;
     let mut generation = 0u64;
     while !shared.stop.load(Ordering::Relaxed) {
         generation += 1;
@@ -286,7 +282,15 @@ async fn send(shared: &Shared, agent: &Agent) -> Option<(usize, bool, Bytes)> {
     for attempt in 0..2 {
         shared.stats().requests += 1;
         let url = format!("{}{}", shared.gateways[gateway], agent.path());
-        match post(&shared.client, &url, &agent.headers, body.clone()).await {
+        match post(
+            &shared.client,
+            &url,
+            &agent.headers,
+            body.clone(),
+            REQUEST_TIMEOUT,
+        )
+        .await
+        {
             Ok((200, reply)) => return Some((gateway, attempt > 0, reply)),
             Ok((status, reply)) => {
                 shared.failed(format!(
@@ -311,39 +315,6 @@ async fn send(shared: &Shared, agent: &Agent) -> Option<(usize, bool, Bytes)> {
     None
 }
 
-/// One POST; the status and the whole body, or why the exchange broke.
-async fn post(
-    client: &HttpClient,
-    url: &str,
-    headers: &[(String, String)],
-    body: Bytes,
-) -> Result<(u16, Bytes), String> {
-    let mut b = Request::post(url);
-    for (k, v) in headers {
-        b = b.header(k.as_str(), v.as_str());
-    }
-    let req = b.body(Full::new(body)).map_err(|e| e.to_string())?;
-    exchange(client, req).await
-}
-
-/// Sends `req`; the status and the whole body, or why the exchange broke (including no
-/// complete answer within [`REQUEST_TIMEOUT`]).
-async fn exchange(client: &HttpClient, req: Request<Full<Bytes>>) -> Result<(u16, Bytes), String> {
-    let exchange = async {
-        let res = client.request(req).await.map_err(|e| format!("{e:?}"))?;
-        let status = res.status().as_u16();
-        let bytes = res
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| format!("{e:?}"))?;
-        Ok((status, bytes.to_bytes()))
-    };
-    tokio::time::timeout(REQUEST_TIMEOUT, exchange)
-        .await
-        .map_err(|_| format!("no complete answer within {REQUEST_TIMEOUT:?}"))?
-}
-
 /// `GET /admin/handoffs?session=…&settle=true` on gateway `gateway`: the handoffs the store
 /// holds for `session`, `None` when that cannot be known (gateway down, store unreachable).
 async fn listed(shared: &Shared, gateway: usize, session: &str) -> Option<Vec<Value>> {
@@ -365,7 +336,7 @@ pub async fn get(client: &HttpClient, url: &str) -> Result<(u16, Bytes), String>
         .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
         .body(Full::default())
         .map_err(|e| e.to_string())?;
-    exchange(client, req).await
+    exchange(client, req, REQUEST_TIMEOUT).await
 }
 
 /// Whether handoff `h` (as the admin API lists it) had not expired at `at`.
