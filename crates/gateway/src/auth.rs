@@ -84,6 +84,17 @@ impl std::fmt::Debug for Auth {
     }
 }
 
+/// Who sent a request ([`Auth::authenticate`]).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Authenticated {
+    /// Its tenant.
+    pub(crate) tenant: Tenant,
+    /// The client's access, when keys are configured.
+    pub(crate) access: Option<ClientAccess>,
+    /// It carried no credential: only open mode lets such a request through.
+    pub(crate) anonymous: bool,
+}
+
 /// Why a request was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Refusal {
@@ -127,12 +138,9 @@ impl Auth {
         matches!(*self.mode, Mode::Open { .. })
     }
 
-    /// The tenant of a request with `headers`, and the client's access when keys are
-    /// configured.
-    pub(crate) fn authenticate(
-        &self,
-        headers: &HeaderMap,
-    ) -> Result<(Tenant, Option<ClientAccess>), Refusal> {
+    /// Who sent a request with `headers`: its tenant, the client's access when keys are
+    /// configured, and whether it carried no credential (open mode only).
+    pub(crate) fn authenticate(&self, headers: &HeaderMap) -> Result<Authenticated, Refusal> {
         let credential = credential(headers);
         match &*self.mode {
             Mode::Keys(clients) => {
@@ -147,14 +155,22 @@ impl Auth {
                     }
                 }
                 let access = found.ok_or(Refusal::Unauthenticated)?;
-                Ok((Tenant(access.name.clone()), Some(access.clone())))
+                Ok(Authenticated {
+                    tenant: Tenant(access.name.clone()),
+                    access: Some(access.clone()),
+                    anonymous: false,
+                })
             }
             Mode::Open { keys, anon } => {
                 let tenant = match credential {
                     Some(c) => keys.tenant(c),
                     None => keys.anonymous(anon.fetch_add(1, Ordering::Relaxed)),
                 };
-                Ok((tenant, None))
+                Ok(Authenticated {
+                    tenant,
+                    access: None,
+                    anonymous: credential.is_none(),
+                })
             }
         }
     }
@@ -231,9 +247,12 @@ where
 
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
         match self.auth.authenticate(req.headers()) {
-            Ok((tenant, access)) => {
-                // Only open mode lets a request without a credential through.
-                if access.is_none() && credential(req.headers()).is_none() {
+            Ok(Authenticated {
+                tenant,
+                access,
+                anonymous,
+            }) => {
+                if anonymous {
                     req.extensions_mut().insert(SkipRelay);
                 }
                 req.extensions_mut().set_fact(tenant);
@@ -311,7 +330,7 @@ mod tests {
     #[test]
     fn open_tenants_are_keyed_and_anonymous_ones_unique() {
         let a = open();
-        let t = |h: &HeaderMap| a.authenticate(h).unwrap().0.0.to_string();
+        let t = |h: &HeaderMap| a.authenticate(h).unwrap().tenant.0.to_string();
         let bearer = t(&headers(&[("authorization", "Bearer sk-1")]));
         assert_eq!(bearer, t(&headers(&[("x-api-key", "sk-1")])));
         assert_eq!(bearer, t(&headers(&[("authorization", "bearer  sk-1 ")])));
@@ -325,7 +344,7 @@ mod tests {
             other
                 .authenticate(&headers(&[("x-api-key", "sk-1")]))
                 .unwrap()
-                .0
+                .tenant
                 .0
                 .to_string()
         );
@@ -337,6 +356,11 @@ mod tests {
         }
         assert_ne!(none1, none2);
         assert_ne!(none2, none3);
+        // Only a request without a credential is anonymous (it passes the relay by).
+        let anonymous = |h: &HeaderMap| a.authenticate(h).unwrap().anonymous;
+        assert!(!anonymous(&headers(&[("x-api-key", "sk-1")])));
+        assert!(anonymous(&HeaderMap::new()));
+        assert!(anonymous(&headers(&[("authorization", "Bearer ")])));
     }
 
     #[test]
@@ -364,11 +388,12 @@ key_sha256 = "c4c71fc2d1ba4eeb4b2b3c6ad7fe1f1e6ff5ef7b4b1ab0c7d44e8c9b0a1c5d6e"
         )
         .unwrap();
         let a = Auth::from_config(&config, TenantKeys::new([0; 32]));
-        let (t, access) = a
+        let alice = a
             .authenticate(&headers(&[("x-goog-api-key", "ka")]))
             .unwrap();
-        assert_eq!(&*t.0, "alice");
-        let access = access.unwrap();
+        assert_eq!(&*alice.tenant.0, "alice");
+        assert!(!alice.anonymous);
+        let access = alice.access.unwrap();
         assert!(access.allows("c") && !access.allows("p/m"));
         assert_eq!(
             a.authenticate(&headers(&[("authorization", "Bearer kb")])),
