@@ -5,6 +5,9 @@
 #   benches/instructions.sh                 # MIXES="small large", 10 s of counted load each
 #   MIXES=small SECONDS_COUNTED=20 benches/instructions.sh
 #   GATEWAY_BIN=target/pgo/release/context-relay-gateway benches/instructions.sh   # another build
+#   GATEWAY_CONFIG_TEMPLATE=relay-off.toml.tmpl benches/instructions.sh   # another configuration
+#       of the gateway (the harness's template with @PORT@, @UPSTREAM_URL@ and @STATE_DIR@;
+#       the bare and floor proxies keep theirs)
 #
 # Each process under test runs under `valgrind --tool=callgrind --instr-atstart=no` with one
 # tokio worker, behind the harness's upstream (not under valgrind). After a warm-up, counting
@@ -42,12 +45,14 @@ PERF_TARGET=${PERF_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/context-relay-per
 # The gateway binary counted: this checkout's release build (built here) unless GATEWAY_BIN
 # names another (e.g. scripts/pgo.sh's).
 GATEWAY_BIN=${GATEWAY_BIN:-$HERE/target/release/context-relay-gateway}
+GATEWAY_TEMPLATE=${GATEWAY_CONFIG_TEMPLATE:-$PERF/gateway.toml.tmpl}
 
 die() { echo "instructions.sh: $*" >&2; exit 1; }
 for tool in valgrind callgrind_control wrk python3; do
   command -v "$tool" >/dev/null || die "$tool not found (apt-get install valgrind wrk python3)"
 done
 [[ -f $PERF/run.sh ]] || die "no perf harness at $PERF (set PERF_DIR)"
+[[ -f $GATEWAY_TEMPLATE ]] || die "no gateway configuration template at $GATEWAY_TEMPLATE"
 
 echo "building (release): the gateway, the floor proxy, the harness's upstream and bare proxy" >&2
 (cd "$HERE" && cargo build --release --quiet -p context-relay-gateway --bin context-relay-gateway \
@@ -73,10 +78,11 @@ UPSTREAM_URL="http://127.0.0.1:$UP_PORT"
 
 # The command of a target, listening on $1.
 command_of() {
-  local name=$1 port=$2 config="$OUT/$1.toml"
+  local name=$1 port=$2 config="$OUT/$1.toml" template="$PERF/gateway.toml.tmpl"
+  [[ $name == gateway ]] && template=$GATEWAY_TEMPLATE
   mkdir -p "$OUT/state-$name"
   sed -e "s|@PORT@|$port|g" -e "s|@UPSTREAM_URL@|$UPSTREAM_URL|g" -e "s|@STATE_DIR@|$OUT/state-$name|g" \
-    "$PERF/gateway.toml.tmpl" >"$config"
+    "$template" >"$config"
   case $name in
     bare) echo "$PERF_TARGET/release/perf-bare-proxy --port $port --upstream $UPSTREAM_URL --workers 1" ;;
     floor) echo "$HERE/target/release/examples/floor_proxy --config $config" ;;
