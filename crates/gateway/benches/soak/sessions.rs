@@ -63,7 +63,7 @@ pub struct Stats {
 
 /// What every client shares.
 pub struct Shared {
-    /// The simulators ([`FleetProvider::sim`](context_relay_testkit::fleet::FleetProvider::sim) says which serves a provider).
+    /// The simulators (`FleetProvider::sim` says which serves a provider).
     pub sims: [SimProvider; 2],
     pub gateways: Vec<String>,
     pub client: HttpClient,
