@@ -83,8 +83,19 @@ fn args() -> Result<Args, String> {
             _ => {}
         }
     }
+    let gateway: PathBuf =
+        gateway.ok_or("--gateway PATH (the instrumented gateway binary) is required")?;
+    if !gateway.is_file() {
+        // `cargo bench` runs the program in the package's directory: a relative path is read
+        // from `crates/gateway`, not from where the command was typed.
+        return Err(format!(
+            "--gateway {}: no such file (a relative path is read from {})",
+            gateway.display(),
+            std::env::current_dir().map_or_else(|_| "?".into(), |d| d.display().to_string())
+        ));
+    }
     Ok(Args {
-        gateway: gateway.ok_or("--gateway PATH (the instrumented gateway binary) is required")?,
+        gateway,
         secs,
         agents,
         sdk,
@@ -149,14 +160,6 @@ async fn run() -> Result<(), String> {
     std::fs::write(&config, config_text(&sims, &store.display().to_string()))
         .map_err(|e| format!("{}: {e}", config.display()))?;
     let gateway = args.gateway.to_str().ok_or("--gateway: not UTF-8")?;
-    if !args.gateway.is_file() {
-        // `cargo bench` runs the program in the package's directory: a relative path is read
-        // from `crates/gateway`, not from where the command was typed.
-        return Err(format!(
-            "--gateway {gateway}: no such file (a relative path is read from {})",
-            std::env::current_dir().map_or_else(|_| "?".into(), |d| d.display().to_string())
-        ));
-    }
     let (mut child, url) = start_binary(gateway, &config, "warn", Stdio::inherit());
     println!(
         "pgo_train: {} s, {} agents, {} SDK callers, gateway at {url}",
