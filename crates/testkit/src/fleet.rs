@@ -86,7 +86,8 @@ impl FleetProvider {
 }
 
 /// The `[[providers]]` and `[[combos]]` sections of [`FLEET`] over the simulators at
-/// `sim_urls` (Codex's headers first), each provider with its first `accounts` accounts.
+/// `sim_urls` (Codex's headers first), each provider with its first `accounts` accounts (all
+/// three for a larger number).
 pub fn providers_toml(sim_urls: [&str; 2], accounts: usize) -> String {
     let mut text = String::new();
     for p in &FLEET {

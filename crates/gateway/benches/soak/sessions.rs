@@ -16,7 +16,7 @@ use tokio::sync::RwLock;
 
 use context_relay_testkit::agents::{Agent, Shape, Step};
 use context_relay_testkit::clients::contains;
-use context_relay_testkit::fleet::{FLEET, FleetClient as HttpClient, exchange, post};
+use context_relay_testkit::fleet::{FLEET, FleetClient, exchange, post};
 use context_relay_testkit::handoff::HANDOFF_TAG;
 use context_relay_testkit::harness::ADMIN_TOKEN;
 
@@ -66,7 +66,7 @@ pub struct Shared {
     /// The simulators (`FleetProvider::sim` says which serves a provider).
     pub sims: [SimProvider; 2],
     pub gateways: Vec<String>,
-    pub client: HttpClient,
+    pub client: FleetClient,
     pub stats: Mutex<Stats>,
     /// Redis outages: (down at, store usable again by).
     pub outages: Mutex<Vec<(Instant, Option<Instant>)>>,
@@ -77,7 +77,7 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(sims: [SimProvider; 2], gateways: Vec<String>, client: HttpClient) -> Self {
+    pub fn new(sims: [SimProvider; 2], gateways: Vec<String>, client: FleetClient) -> Self {
         Self {
             sims,
             gateways,
@@ -331,7 +331,7 @@ async fn listed(shared: &Shared, gateway: usize, session: &str) -> Option<Vec<Va
 }
 
 /// One authenticated GET (admin or metrics); the status and the body.
-pub async fn get(client: &HttpClient, url: &str) -> Result<(u16, Bytes), String> {
+pub async fn get(client: &FleetClient, url: &str) -> Result<(u16, Bytes), String> {
     let req = Request::get(url)
         .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
         .body(Full::default())
