@@ -232,14 +232,15 @@ async fn run(
     let listener = context_relay_gateway::listen(listen)
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let addr = listener.local_addr()?;
-    // Listening for SIGHUP before the address is printed: a reload asked for right after
-    // start-up must not meet the signal's default action (exit).
+    // Listening for SIGHUP and SIGTERM before the address is printed: a reload or a stop
+    // asked for right after start-up must not meet the signal's default action (exit).
     let reloads = tokio::spawn(reload_on_hangup(
         gateway.clone(),
         hangups(),
         path,
         listen_override,
     ));
+    let shutdown = shutdown_signal();
     tracing::info!(
         %addr,
         store = gateway.store().backend(),
@@ -249,7 +250,7 @@ async fn run(
     );
     // One plain line on stdout, for scripts that start the gateway on port 0.
     println!("listening on http://{addr}");
-    gateway.serve(listener, shutdown_signal()).await?;
+    gateway.serve(listener, shutdown).await?;
     // The reload task holds the gateway (and so the store): it ends before the store closes.
     reloads.abort();
     let _ = reloads.await;
@@ -368,31 +369,73 @@ async fn reload_on_hangup(
 ) {
 }
 
-/// Completes on ctrl-c or (on Unix) SIGTERM. SIGHUP reloads the configuration instead
-/// ([`reload_on_hangup`]).
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if let Err(e) = tokio::signal::ctrl_c().await {
-            tracing::warn!("cannot listen for ctrl-c: {e}");
-            std::future::pending::<()>().await;
+/// Listens for ctrl-c and (on Unix) SIGTERM from this call on, and returns a future that
+/// completes on either. SIGHUP reloads the configuration instead ([`reload_on_hangup`]).
+///
+/// Called before the address is printed, like [`hangups`]: a handler installed only when the
+/// accept loop first polls the future leaves a window in which a client may be served and a
+/// SIGTERM sent, and that SIGTERM met the default action: an exit without draining the
+/// connections or writing the waiting access lines.
+#[cfg(unix)]
+fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{Signal, SignalKind, signal};
+    let listen = |kind: SignalKind, name: &str| match signal(kind) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!("cannot listen for {name}: {e}");
+            None
         }
     };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
+    async fn received(signal: Option<Signal>) {
+        match signal {
+            Some(mut s) => {
                 s.recv().await;
             }
+            None => std::future::pending().await,
+        }
+    }
+    let interrupt = received(listen(SignalKind::interrupt(), "ctrl-c"));
+    let terminate = received(listen(SignalKind::terminate(), "SIGTERM"));
+    async move {
+        tokio::select! {
+            () = interrupt => tracing::info!("ctrl-c received, shutting down"),
+            () = terminate => tracing::info!("SIGTERM received, shutting down"),
+        }
+    }
+}
+
+/// Completes on ctrl-c.
+#[cfg(not(unix))]
+fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+    async {
+        match tokio::signal::ctrl_c().await {
+            Ok(()) => tracing::info!("ctrl-c received, shutting down"),
             Err(e) => {
-                tracing::warn!("cannot listen for SIGTERM: {e}");
+                tracing::warn!("cannot listen for ctrl-c: {e}");
                 std::future::pending::<()>().await;
             }
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => tracing::info!("ctrl-c received, shutting down"),
-        () = term => tracing::info!("SIGTERM received, shutting down"),
+    }
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use std::time::Duration;
+
+    /// The handlers are in place once `shutdown_signal` returns, before its future is first
+    /// polled: a SIGTERM sent in between completes the future instead of ending the process
+    /// (which ends this test binary, and fails it, when the handler waits for the first poll).
+    #[tokio::test]
+    async fn a_sigterm_before_the_first_poll_is_a_graceful_stop() {
+        let stop = super::shutdown_signal();
+        let kill = std::process::Command::new("kill")
+            .arg("-TERM")
+            .arg(std::process::id().to_string())
+            .status()
+            .expect("kill(1) runs");
+        assert!(kill.success());
+        tokio::time::timeout(Duration::from_secs(10), stop)
+            .await
+            .expect("the SIGTERM completes the shutdown future");
     }
 }
