@@ -12,6 +12,7 @@ use std::time::Duration;
 use clap::Parser;
 use context_relay_gateway::config::{Config, LogFormat};
 use context_relay_gateway::{Gateway, LogBuffer, PlainFields, prometheus_builder};
+use tokio::sync::watch;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::MakeWriter;
 
@@ -240,7 +241,7 @@ async fn run(
         path,
         listen_override,
     ));
-    let shutdown = shutdown_signal();
+    let stops = Stops::install();
     tracing::info!(
         %addr,
         store = gateway.store().backend(),
@@ -250,13 +251,26 @@ async fn run(
     );
     // One plain line on stdout, for scripts that start the gateway on port 0.
     println!("listening on http://{addr}");
-    gateway.serve(listener, shutdown).await?;
+    // A second request to stop drops the drain: its connections' tasks are aborted, and the
+    // background work ends with the runtime.
+    let cut = tokio::select! {
+        served = gateway.serve(listener, stops.reached(1)) => {
+            served?;
+            false
+        }
+        () = stops.reached(2) => true,
+    };
     // The reload task holds the gateway (and so the store): it ends before the store closes.
     reloads.abort();
     let _ = reloads.await;
-    // The last handle on the store: redb commits what is queued and releases its file here.
+    // The last handle on the store: redb commits what is queued and releases its file here
+    // (after a cut drain, once the runtime has dropped the tasks still holding it).
     drop(gateway);
-    tracing::info!("store closed; bye");
+    if cut {
+        tracing::info!("drain cut short; the store closes as the process exits");
+    } else {
+        tracing::info!("store closed; bye");
+    }
     Ok(())
 }
 
@@ -369,50 +383,109 @@ async fn reload_on_hangup(
 ) {
 }
 
-/// Listens for ctrl-c and (on Unix) SIGTERM from this call on, and returns a future that
-/// completes on either. SIGHUP reloads the configuration instead ([`reload_on_hangup`]).
+/// The requests to stop (ctrl-c, and SIGTERM on Unix), counted from [`Stops::install`] on:
+/// the first starts the drain, a second cuts it short. SIGHUP reloads the configuration
+/// instead ([`reload_on_hangup`]).
 ///
-/// Called before the address is printed, like [`hangups`]: a handler installed only when the
-/// accept loop first polls the future leaves a window in which a client may be served and a
-/// SIGTERM sent, and that SIGTERM met the default action: an exit without draining the
+/// Installed before the address is printed, like [`hangups`]: a handler installed only when
+/// the accept loop first polled its future left a window in which a client could be served and
+/// a SIGTERM sent, and that SIGTERM met the default action: an exit without draining the
 /// connections or writing the waiting access lines.
-#[cfg(unix)]
-fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
-    use tokio::signal::unix::{Signal, SignalKind, signal};
-    let listen = |kind: SignalKind, name: &str| match signal(kind) {
-        Ok(s) => Some(s),
-        Err(e) => {
-            tracing::warn!("cannot listen for {name}: {e}");
-            None
-        }
-    };
-    async fn received(signal: Option<Signal>) {
-        match signal {
-            Some(mut s) => {
-                s.recv().await;
+struct Stops(watch::Receiver<u32>);
+
+impl Stops {
+    /// Installs the handlers now and counts what they receive on a task of its own.
+    fn install() -> Self {
+        let mut handlers = StopHandlers::install();
+        let (count, stops) = watch::channel(0);
+        tokio::spawn(async move {
+            loop {
+                let what = handlers.next().await;
+                count.send_modify(|n| *n += 1);
+                if *count.borrow() == 1 {
+                    tracing::info!("{what} received, shutting down");
+                } else {
+                    tracing::warn!(
+                        "{what} received again: cutting the drain short (requests in flight \
+                         end now, background work is not waited for)"
+                    );
+                }
             }
-            None => std::future::pending().await,
-        }
+        });
+        Self(stops)
     }
-    let interrupt = received(listen(SignalKind::interrupt(), "ctrl-c"));
-    let terminate = received(listen(SignalKind::terminate(), "SIGTERM"));
-    async move {
-        tokio::select! {
-            () = interrupt => tracing::info!("ctrl-c received, shutting down"),
-            () = terminate => tracing::info!("SIGTERM received, shutting down"),
+
+    /// Completes once `n` requests to stop have come (never, when no handler could be
+    /// installed).
+    fn reached(&self, n: u32) -> impl Future<Output = ()> + Send + 'static {
+        let mut stops = self.0.clone();
+        async move {
+            if stops.wait_for(|count| *count >= n).await.is_err() {
+                std::future::pending::<()>().await;
+            }
         }
     }
 }
 
-/// Completes on ctrl-c.
+/// The signal handlers behind [`Stops`].
+#[cfg(unix)]
+struct StopHandlers {
+    interrupt: Option<tokio::signal::unix::Signal>,
+    terminate: Option<tokio::signal::unix::Signal>,
+}
+
+#[cfg(unix)]
+impl StopHandlers {
+    fn install() -> Self {
+        use tokio::signal::unix::{SignalKind, signal};
+        let listen = |kind: SignalKind, name: &str| match signal(kind) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!("cannot listen for {name}: {e}");
+                None
+            }
+        };
+        Self {
+            interrupt: listen(SignalKind::interrupt(), "ctrl-c"),
+            terminate: listen(SignalKind::terminate(), "SIGTERM"),
+        }
+    }
+
+    /// The next signal received, by name; never, with neither handler installed.
+    async fn next(&mut self) -> &'static str {
+        async fn received(signal: &mut Option<tokio::signal::unix::Signal>) {
+            let got = match signal {
+                Some(s) => s.recv().await.is_some(),
+                None => false,
+            };
+            // No handler, or the runtime's signal driver is gone: never.
+            if !got {
+                std::future::pending::<()>().await;
+            }
+        }
+        tokio::select! {
+            () = received(&mut self.interrupt) => "ctrl-c",
+            () = received(&mut self.terminate) => "SIGTERM",
+        }
+    }
+}
+
+/// The signal handler behind [`Stops`]: ctrl-c.
 #[cfg(not(unix))]
-fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
-    async {
+struct StopHandlers;
+
+#[cfg(not(unix))]
+impl StopHandlers {
+    fn install() -> Self {
+        Self
+    }
+
+    async fn next(&mut self) -> &'static str {
         match tokio::signal::ctrl_c().await {
-            Ok(()) => tracing::info!("ctrl-c received, shutting down"),
+            Ok(()) => "ctrl-c",
             Err(e) => {
                 tracing::warn!("cannot listen for ctrl-c: {e}");
-                std::future::pending::<()>().await;
+                std::future::pending().await
             }
         }
     }
@@ -422,20 +495,37 @@ fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
 mod tests {
     use std::time::Duration;
 
-    /// The handlers are in place once `shutdown_signal` returns, before its future is first
-    /// polled: a SIGTERM sent in between completes the future instead of ending the process
-    /// (which ends this test binary, and fails it, when the handler waits for the first poll).
-    #[tokio::test]
-    async fn a_sigterm_before_the_first_poll_is_a_graceful_stop() {
-        let stop = super::shutdown_signal();
+    fn sigterm_to_self() {
         let kill = std::process::Command::new("kill")
             .arg("-TERM")
             .arg(std::process::id().to_string())
             .status()
             .expect("kill(1) runs");
         assert!(kill.success());
-        tokio::time::timeout(Duration::from_secs(10), stop)
+    }
+
+    /// The handlers are in place once `Stops::install` returns, before anything is polled: a
+    /// SIGTERM sent then is counted instead of ending the process (which ends this test
+    /// binary, and fails it, when the handler waits for a first poll). A second one is counted
+    /// apart from the first.
+    #[tokio::test]
+    async fn sigterms_are_counted_from_the_install_on() {
+        let stops = super::Stops::install();
+        let (first, second) = (stops.reached(1), stops.reached(2));
+        sigterm_to_self();
+        tokio::time::timeout(Duration::from_secs(10), first)
             .await
-            .expect("the SIGTERM completes the shutdown future");
+            .expect("the first SIGTERM starts the drain");
+        let mut second = std::pin::pin!(second);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), second.as_mut())
+                .await
+                .is_err(),
+            "one SIGTERM does not cut the drain"
+        );
+        sigterm_to_self();
+        tokio::time::timeout(Duration::from_secs(10), second)
+            .await
+            .expect("the second SIGTERM cuts the drain");
     }
 }

@@ -1,14 +1,15 @@
 //! The real binary as operators run it: what a configuration typo prints (line and column,
 //! never a secret), `--log-format json` (every stderr line a JSON object, the access log with
-//! its fields and without keys), the default text format's access line, and transparent huge
-//! pages turned off for its process.
+//! its fields and without keys), the default text format's access line, a second SIGTERM
+//! cutting the drain short, and transparent huge pages turned off for its process.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use context_relay_sim::SimProvider;
-use context_relay_testkit::binary::{listening, signal};
+use context_relay_testkit::binary::{Running, listening, signal};
 use context_relay_testkit::harness::http_client;
 use http::Request;
 use http_body_util::{BodyExt, Full};
@@ -106,30 +107,39 @@ fn a_typo_next_to_a_secret_prints_its_position_and_no_secret() {
     );
 }
 
-/// Runs the binary with `args` besides its config, sends a chat request (`x-request-id:
-/// rid-42`) and a `/healthz`, stops it with SIGTERM, and returns its stderr, checked to hold
-/// no key and no body text.
-async fn serve_two_requests(args: &[&str]) -> String {
+/// A simulated provider with one account and, in a new directory, `gateway.toml`: that
+/// account, `extra` (whole TOML tables), the combo `codex-relay` and the client `alice`
+/// whose key `alice_key` gives (`key = …` or `key_env = …`).
+async fn codex_relay(alice_key: &str, extra: &str) -> (SimProvider, tempfile::TempDir) {
     let sim = SimProvider::builder()
         .account("acct-a", "key-a")
         .start()
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let path = write_config(
+    write_config(
         &dir,
         &format!(
             r#"{}
-[[combos]]
+{extra}[[combos]]
 name = "codex-relay"
 targets = ["codex/gpt-5.5"]
 [[clients]]
 name = "alice"
-key_env = "ALICE_KEY"
+{alice_key}
 "#,
             one_account(&sim.base_url())
         ),
     );
+    (sim, dir)
+}
+
+/// Runs the binary with `args` besides its config, sends a chat request (`x-request-id:
+/// rid-42`) and a `/healthz`, stops it with SIGTERM, and returns its stderr, checked to hold
+/// no key and no body text.
+async fn serve_two_requests(args: &[&str]) -> String {
+    let (_sim, dir) = codex_relay("key_env = \"ALICE_KEY\"", "").await;
+    let path = dir.path().join("gateway.toml");
     // Not `start_binary`: no `NO_COLOR`, the text format must find stderr is no terminal.
     let (mut child, url) = listening(
         Command::new(env!("CARGO_BIN_EXE_context-relay-gateway"))
@@ -250,6 +260,63 @@ async fn text_logs_carry_the_access_log_without_keys() {
         "{health}"
     );
     assert!(health.ends_with(|c: char| c.is_ascii_digit()), "{health}");
+}
+
+/// Stopping: the first SIGTERM drains (a provider's stream held open keeps the gateway
+/// running, for up to `shutdown_timeout_secs`); a second one cuts the drain short, and the
+/// gateway exits at once with status 0, the held request ended.
+#[tokio::test]
+async fn a_second_sigterm_cuts_the_drain_short() {
+    let (sim, dir) = codex_relay(
+        &format!("key = \"{CLIENT_KEY}\""),
+        "[limits]\nshutdown_timeout_secs = 120\n",
+    )
+    .await;
+    let gw = Running::start(
+        env!("CARGO_BIN_EXE_context-relay-gateway"),
+        &dir.path().join("gateway.toml"),
+        "info",
+    );
+
+    let hold = sim.hold_streams();
+    let req = Request::post(format!("{}/v1/chat/completions", gw.url))
+        .header("authorization", format!("Bearer {CLIENT_KEY}"))
+        .body(Full::new(Bytes::from_static(
+            br#"{"model":"codex-relay","stream":true,"messages":[{"role":"user","content":"hi"}]}"#,
+        )))
+        .unwrap();
+    let res = http_client().request(req).await.unwrap();
+    assert_eq!(res.status(), 200);
+    let mut body = res.into_body();
+    // The first event is through: the request is in flight, held by the provider.
+    body.frame().await.unwrap().unwrap();
+
+    let within = Duration::from_secs(20);
+    gw.signal("-TERM");
+    gw.line(within, |l| l.contains("SIGTERM received, shutting down"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut gw = gw;
+    assert!(gw.child.try_wait().unwrap().is_none(), "one SIGTERM drains");
+
+    gw.signal("-TERM");
+    gw.line(within, |l| {
+        l.contains("SIGTERM received again: cutting the drain short")
+    });
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = gw.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < within, "the cut drain ends the process");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(status.success(), "{status}");
+    // The held request was ended with the process, not left hanging.
+    tokio::time::timeout(within, body.collect())
+        .await
+        .expect("the held answer ends")
+        .ok();
+    drop(hold);
 }
 
 /// A damaged store file: `--check` reads it and says what to do, and the gateway refuses to

@@ -4,15 +4,13 @@
 //! every metric. `--probe` (the container health check) says whether the gateway is ready.
 #![cfg(unix)]
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::Duration;
 
 use bytes::Bytes;
 use context_relay_sim::SimProvider;
-use context_relay_testkit::binary::{signal, start_binary};
+use context_relay_testkit::binary::Running;
 use context_relay_testkit::harness::http_client;
 use http::Request;
 use http_body_util::{BodyExt, Full};
@@ -22,57 +20,21 @@ use serde_json::{Value, json};
 
 const ADMIN: &str = "reload-admin";
 
-/// The binary as a child process, its stderr read line by line on a thread.
-struct Running {
-    child: Child,
-    url: String,
-    log: mpsc::Receiver<String>,
+/// Sends SIGHUP and waits for the log line that tells how the reload went.
+fn reload(gw: &Running) -> String {
+    gw.signal("-HUP");
+    gw.line(Duration::from_secs(20), |line| {
+        line.contains("configuration reloaded") || line.contains("not reloaded")
+    })
 }
 
-impl Running {
-    fn start(config: &Path) -> Self {
-        let (mut child, url) = start_binary(
-            env!("CARGO_BIN_EXE_context-relay-gateway"),
-            config,
-            "info,context_relay_gateway::access=off",
-            Stdio::piped(),
-        );
-        let (tx, log) = mpsc::channel();
-        let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Self { child, url, log }
-    }
-
-    fn signal(&self, sig: &str) {
-        signal(&self.child, sig);
-    }
-
-    /// Sends SIGHUP and waits for the log line that tells how the reload went.
-    fn reload(&self) -> String {
-        self.signal("-HUP");
-        loop {
-            let line = self
-                .log
-                .recv_timeout(Duration::from_secs(20))
-                .expect("the gateway logs the reload's outcome");
-            if line.contains("configuration reloaded") || line.contains("not reloaded") {
-                return line;
-            }
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.child.kill().ok();
-        self.child.wait().ok();
-    }
+/// The gateway binary on `config`, its access lines off.
+fn start(config: &Path) -> Running {
+    Running::start(
+        env!("CARGO_BIN_EXE_context-relay-gateway"),
+        config,
+        "info,context_relay_gateway::access=off",
+    )
 }
 
 fn config(base_url: &str, clients: &[&str], accounts: &[&str], combos: &[&str]) -> String {
@@ -140,7 +102,7 @@ async fn sighup_reloads_a_good_file_and_keeps_the_running_one_over_a_bad_file() 
         config(&base, &["alice"], &["acct-a", "acct-b"], &["codex-relay"]),
     )
     .unwrap();
-    let gw = Running::start(&path);
+    let gw = start(&path);
     let client: HttpClient = http_client();
     let served = || sim.requests().last().and_then(|r| r.account.clone());
 
@@ -173,7 +135,7 @@ async fn sighup_reloads_a_good_file_and_keeps_the_running_one_over_a_bad_file() 
         ),
     )
     .unwrap();
-    let line = gw.reload();
+    let line = reload(&gw);
     assert!(line.contains("configuration reloaded"), "{line}");
     assert_eq!(turn(&client, &gw.url, "bob", "second", "s3").await, 200);
     // A new session fills the new first account; s2 stays where it was (acct-a is available
@@ -200,7 +162,7 @@ async fn sighup_reloads_a_good_file_and_keeps_the_running_one_over_a_bad_file() 
         "[[providers]]\nname = \"codex\"\nbase_urll = \"x\"\n",
     )
     .unwrap();
-    let line = gw.reload();
+    let line = reload(&gw);
     assert!(
         line.contains("not reloaded") && line.contains("line 3"),
         "{line}"
@@ -212,7 +174,7 @@ async fn sighup_reloads_a_good_file_and_keeps_the_running_one_over_a_bad_file() 
         config(&base, &["alice"], &["acct-a"], &["codex-relay"]).replace("codex/gpt-5.5", "nope/x"),
     )
     .unwrap();
-    let line = gw.reload();
+    let line = reload(&gw);
     assert!(line.contains("not reloaded"), "{line}");
     assert_eq!(turn(&client, &gw.url, "bob", "second", "s5").await, 200);
 

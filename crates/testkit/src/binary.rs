@@ -1,9 +1,12 @@
 //! The gateway binary as a child process: started on a configuration file, its address read
-//! from the line it prints once listening, and signalled with kill(1).
+//! from the line it prints once listening, signalled with kill(1), and its log read line by
+//! line ([`Running`]).
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
 
 /// Starts the gateway binary `bin` (the test's `env!("CARGO_BIN_EXE_context-relay-gateway")`)
 /// on `config` with `RUST_LOG=rust_log` and `NO_COLOR=1`, its stderr as `stderr` says, and
@@ -49,4 +52,58 @@ pub fn signal(child: &Child, sig: &str) {
         .status()
         .expect("kill(1) runs");
     assert!(status.success(), "kill {sig} failed");
+}
+
+/// The gateway binary as a child process, its stderr read line by line on a thread; killed
+/// when dropped.
+#[derive(Debug)]
+pub struct Running {
+    /// The process.
+    pub child: Child,
+    /// `http://ADDR`, where it listens.
+    pub url: String,
+    log: mpsc::Receiver<String>,
+}
+
+impl Running {
+    /// Starts `bin` on `config` with `RUST_LOG=rust_log`, as [`start_binary`] does.
+    pub fn start(bin: &str, config: &Path, rust_log: &str) -> Self {
+        let (mut child, url) = start_binary(bin, config, rust_log, Stdio::piped());
+        let (tx, log) = mpsc::channel();
+        let stderr = child.stderr.take().expect("stderr is piped");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self { child, url, log }
+    }
+
+    /// Sends `sig` (`-TERM`, `-HUP`, …) with kill(1).
+    pub fn signal(&self, sig: &str) {
+        signal(&self.child, sig);
+    }
+
+    /// The next log line that `wanted` accepts, the lines before it skipped; panics when none
+    /// comes within `within`.
+    pub fn line(&self, within: Duration, wanted: impl Fn(&str) -> bool) -> String {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.log.recv_timeout(left) {
+                Ok(line) if wanted(&line) => return line,
+                Ok(_) => {}
+                Err(e) => panic!("no such log line within {within:?}: {e}"),
+            }
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
 }
