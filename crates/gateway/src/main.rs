@@ -495,24 +495,18 @@ impl StopHandlers {
 mod tests {
     use std::time::Duration;
 
-    fn sigterm_to_self() {
-        let kill = std::process::Command::new("kill")
-            .arg("-TERM")
-            .arg(std::process::id().to_string())
-            .status()
-            .expect("kill(1) runs");
-        assert!(kill.success());
-    }
+    use context_relay_testkit::binary::signal_pid;
 
     /// The handlers are in place once `Stops::install` returns, before anything is polled: a
     /// SIGTERM sent then is counted instead of ending the process (which ends this test
-    /// binary, and fails it, when the handler waits for a first poll). A second one is counted
-    /// apart from the first.
+    /// binary, and fails it, when the handler waits for a first poll). A second request to
+    /// stop, here a ctrl-c (SIGINT), is counted apart from the first. (One test: the signals
+    /// go to the whole test binary, and a second test's would be counted here too.)
     #[tokio::test]
-    async fn sigterms_are_counted_from_the_install_on() {
+    async fn stop_requests_are_counted_from_the_install_on() {
         let stops = super::Stops::install();
         let (first, second) = (stops.reached(1), stops.reached(2));
-        sigterm_to_self();
+        signal_pid(std::process::id(), "-TERM");
         tokio::time::timeout(Duration::from_secs(10), first)
             .await
             .expect("the first SIGTERM starts the drain");
@@ -523,9 +517,9 @@ mod tests {
                 .is_err(),
             "one SIGTERM does not cut the drain"
         );
-        sigterm_to_self();
+        signal_pid(std::process::id(), "-INT");
         tokio::time::timeout(Duration::from_secs(10), second)
             .await
-            .expect("the second SIGTERM cuts the drain");
+            .expect("a ctrl-c after the SIGTERM cuts the drain");
     }
 }

@@ -46,12 +46,17 @@ pub fn listening(command: &mut Command) -> (Child, String) {
 
 /// Sends `sig` (`-TERM`, `-HUP`, …) to `child` with kill(1).
 pub fn signal(child: &Child, sig: &str) {
+    signal_pid(child.id(), sig);
+}
+
+/// Sends `sig` to the process `pid` with kill(1) (`std::process::id()`: the caller's own).
+pub fn signal_pid(pid: u32, sig: &str) {
     let status = Command::new("kill")
         .arg(sig)
-        .arg(child.id().to_string())
+        .arg(pid.to_string())
         .status()
         .expect("kill(1) runs");
-    assert!(status.success(), "kill {sig} failed");
+    assert!(status.success(), "kill {sig} {pid} failed");
 }
 
 /// The gateway binary as a child process, its stderr read line by line on a thread; killed
