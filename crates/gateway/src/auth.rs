@@ -264,7 +264,6 @@ where
                 })
             }
             Err(Refusal::Unauthenticated) => {
-                metrics::counter!("context_relay_gateway_unauthenticated_total").increment(1);
                 let res = unauthenticated(ErrorShape::for_path(req.uri().path()));
                 EitherFuture::Right(ready(Ok(res.map(Either::Right))))
             }
@@ -272,8 +271,10 @@ where
     }
 }
 
-/// The 401 of a missing or unknown client key, in the API's error shape.
+/// The 401 of a missing or unknown client key, in the API's error shape (counted in
+/// `context_relay_gateway_unauthenticated_total`).
 pub(crate) fn unauthenticated(shape: ErrorShape) -> Response<Full<Bytes>> {
+    metrics::counter!("context_relay_gateway_unauthenticated_total").increment(1);
     let message = match shape {
         ErrorShape::OpenAi => {
             "expected a client key of this gateway in `Authorization: Bearer <key>`, found a missing or unknown key"

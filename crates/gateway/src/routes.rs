@@ -3,7 +3,8 @@
 //! Routes: `POST /v1/chat/completions`, `POST /v1/responses`, `POST /v1/responses/compact`,
 //! `POST /v1/messages` (query kept), `POST /v1/messages/count_tokens`, and Gemini's
 //! `POST /{v1,v1beta}/models/{model}:generateContent` / `:streamGenerateContent` (see
-//! [`gemini`](crate::gemini)) through the proxy stack; `GET /v1/models`, `GET /healthz`,
+//! [`gemini`](crate::gemini)) through the proxy stack; `GET /v1/models` (with `[[clients]]`, for
+//! a client key only, listing what its `combos` allow), `GET /healthz`,
 //! `GET /readyz` (see [`ready`](crate::ready)), `GET /metrics`, and `GET`/`HEAD /` (Claude
 //! Code's warm-up) answered by the gateway; the [`admin`](crate::admin) routes when
 //! `admin_token` is configured. Any other path is a 404 in the error shape of the API the path
@@ -26,14 +27,14 @@ use axum::Router;
 use axum::body::Body;
 use axum::routing::{get, post_service};
 use bytes::Bytes;
-use http::{HeaderName, HeaderValue, Request, Response, StatusCode, header};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use tower::ServiceBuilder;
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 
 use crate::app::{Gateway, ProxyService, routed};
+use crate::auth::{Auth, Refusal, unauthenticated};
 use crate::catch_panic::CatchPanicLayer;
-use crate::combo::Routes;
 use crate::console;
 use crate::error::{ErrorShape, any_shape_error_body, error_body};
 use crate::gemini;
@@ -157,7 +158,8 @@ impl Gateway {
 
     /// The HTTP routes with a given proxy service.
     pub(crate) fn router_with(&self, proxy: ProxyService) -> Router {
-        let models = models_body(&self.routes);
+        let models: Arc<[(String, String)]> = self.routes.model_ids().into();
+        let auth = self.auth.clone();
         let metrics = self.metrics.clone();
         let readiness = self.readiness.clone();
         let router = Router::new()
@@ -220,9 +222,9 @@ impl Gateway {
             )
             .route(
                 MODELS,
-                get(move || {
-                    let models = models.clone();
-                    async move { json(StatusCode::OK, models) }
+                get(move |headers: HeaderMap| {
+                    let answer = models_response(&auth, &models, &headers);
+                    async move { answer }
                 }),
             )
             // `Live` calls the proxy directly for these (`is_proxy_path`); the routes stay for
@@ -282,16 +284,32 @@ fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response<Body> {
     )
 }
 
-/// `GET /v1/models` in the OpenAI list shape: combos first, then their provider/model targets.
-fn models_body(routes: &Routes) -> Bytes {
-    let data: Vec<serde_json::Value> = routes
-        .model_ids()
-        .into_iter()
+/// `GET /v1/models` in the OpenAI list shape: combos first, then their provider/model targets
+/// (`models`, as [`Routes::model_ids`](crate::combo::Routes::model_ids) lists them). With `[[clients]]` the request needs a
+/// client key, as the API routes do (a 401 otherwise), and the list holds only the names the
+/// client's `combos` allow-list lets it ask for.
+fn models_response(
+    auth: &Auth,
+    models: &[(String, String)],
+    headers: &HeaderMap,
+) -> Response<Body> {
+    let access = match auth.authenticate(headers) {
+        Ok(client) => client.access,
+        Err(Refusal::Unauthenticated) => {
+            return unauthenticated(ErrorShape::for_path(MODELS)).map(Body::new);
+        }
+    };
+    let data: Vec<serde_json::Value> = models
+        .iter()
+        .filter(|(id, _)| access.as_ref().is_none_or(|a| a.allows(id)))
         .map(|(id, owner)| {
             serde_json::json!({"id": id, "object": "model", "created": 0, "owned_by": owner})
         })
         .collect();
-    Bytes::from(serde_json::json!({"object": "list", "data": data}).to_string())
+    json(
+        StatusCode::OK,
+        Bytes::from(serde_json::json!({"object": "list", "data": data}).to_string()),
+    )
 }
 
 fn json(status: StatusCode, body: Bytes) -> Response<Body> {

@@ -178,3 +178,78 @@ async fn api_paths_reach_the_proxy_directly_and_other_methods_still_get_405() {
     assert_eq!(v["error"]["code"], "model_not_found", "{v}");
     server.shutdown().await.unwrap();
 }
+
+/// With `[[clients]]`, `GET /v1/models` needs a client key as the API routes do, and lists only
+/// what the client's `combos` allow-list lets it ask for; without an allow-list, everything.
+#[tokio::test]
+async fn models_need_a_client_key_and_list_what_the_client_may_use() {
+    use tower::ServiceExt;
+
+    let config = Config::from_toml_str(
+        r#"
+[store]
+backend = "memory"
+[[clients]]
+name = "alice"
+key = "alice-key-0123456789"
+combos = ["codex-relay"]
+[[clients]]
+name = "bob"
+key = "bob-key-0123456789"
+[[providers]]
+name = "codex"
+base_url = "http://127.0.0.1:9/v1"
+  [[providers.accounts]]
+  id = "acct-a"
+  api_key = "key-a"
+[[combos]]
+name = "codex-relay"
+targets = ["codex/gpt-5.5"]
+[[combos]]
+name = "other"
+targets = ["codex/gpt-5.4"]
+"#,
+        |_| None,
+    )
+    .unwrap();
+    let router = Gateway::new(config).unwrap().router();
+    let list = |key: Option<&'static str>| {
+        let router = router.clone();
+        async move {
+            let mut req = Request::get("/v1/models");
+            if let Some(key) = key {
+                req = req.header("authorization", format!("Bearer {key}"));
+            }
+            let res = router
+                .oneshot(req.body(axum::body::Body::empty()).unwrap())
+                .await
+                .unwrap();
+            let status = res.status();
+            let body = res.into_body().collect().await.unwrap().to_bytes();
+            (status, serde_json::from_slice::<Value>(&body).unwrap())
+        }
+    };
+    let ids = |v: &Value| -> Vec<String> {
+        v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    for key in [None, Some("wrong-key-0123456789")] {
+        let (status, v) = list(key).await;
+        assert_eq!(status, 401, "{key:?}: {v}");
+        assert_eq!(v["error"]["type"], "invalid_api_key", "{v}");
+        assert!(!v.to_string().contains("codex-relay"), "{v}");
+    }
+    let (status, v) = list(Some("alice-key-0123456789")).await;
+    assert_eq!(status, 200);
+    assert_eq!(ids(&v), ["codex-relay"]);
+    let (status, v) = list(Some("bob-key-0123456789")).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        ids(&v),
+        ["codex-relay", "other", "codex/gpt-5.5", "codex/gpt-5.4"]
+    );
+}
