@@ -494,6 +494,17 @@ impl ProviderPool {
             .filter(|t| *t > now)
             .min()
     }
+
+    /// Whether every account is out because the provider refused its credential (disabled for
+    /// a back-off, probed or not, or a login refused for good), not for its quota.
+    pub(crate) fn all_refused(&self) -> bool {
+        let state = self.lock();
+        !state.accounts.is_empty()
+            && state
+                .accounts
+                .iter()
+                .all(|a| a.refused || a.disabled_until.is_some())
+    }
 }
 
 /// The headers of an API key under `auth`; `None` for a login `auth` or a key that cannot be

@@ -431,16 +431,7 @@ where
 
     match last {
         Some((_, resolved, Verdict::Refused)) => {
-            // Relaying the provider's 401/403 would tell the client its own key is wrong.
-            let mut res = own_error(
-                head.uri().path(),
-                StatusCode::BAD_GATEWAY,
-                ErrorKind::Upstream,
-                &format!(
-                    "the provider refused the credential of every account that could serve this request; the gateway's operator must check the account keys{}",
-                    skipped_note(&skipped_shape, head.uri().path())
-                ),
-            );
+            let mut res = refused_everywhere(head.uri().path(), &skipped_shape);
             res.extensions_mut().set_fact(resolved);
             return Ok(res);
         }
@@ -465,6 +456,11 @@ where
                 skipped_shape.join(", ")
             ),
         ));
+    }
+    // Accounts out for a refused credential (a back-off after a 401 or 403) are not coming
+    // back by waiting: the same 502 as when the last one answered so, not a 429.
+    if !providers_seen.is_empty() && providers_seen.iter().all(|p| p.all_refused()) {
+        return Ok(refused_everywhere(head.uri().path(), &skipped_shape));
     }
     let now = SystemTime::now();
     let names: Vec<&str> = providers_seen.iter().map(|p| &**p.name()).collect();
@@ -492,6 +488,23 @@ where
     res.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from(wait));
     Ok(res)
+}
+
+/// The 502 of a request no account could serve because the provider refused every one's
+/// credential. Relaying the provider's 401/403 would tell the client its own key is wrong.
+fn refused_everywhere<B>(
+    client_path: &str,
+    skipped_shape: &[String],
+) -> Response<Either<B, Peeked<B>>> {
+    own_error(
+        client_path,
+        StatusCode::BAD_GATEWAY,
+        ErrorKind::Upstream,
+        &format!(
+            "the provider refused the credential of every account that could serve this request; the gateway's operator must check the account keys{}",
+            skipped_note(skipped_shape, client_path)
+        ),
+    )
 }
 
 /// The gateway's own error answer to a request to `client_path`, in that API's error shape.

@@ -105,6 +105,21 @@ async fn every_account_refused_is_the_gateways_own_502() {
     assert_eq!(accounts(&log), ["a", "b", "c"]);
     assert!(text(res).await.contains("refused the credential"));
     assert_eq!(p.get("codex").unwrap().bound(&"anonymous\ns".into()), None);
+    // While every account waits out its back-off, no account is tried and the answer is still
+    // the 502: waiting (a 429's `retry-after`) would not bring a refused key back.
+    log.lock().unwrap().clear();
+    let res = call_scripted(&p, &log, &[], "t").await;
+    assert_eq!(res.status(), 502);
+    assert!(res.headers().get("retry-after").is_none());
+    assert!(accounts(&log).is_empty());
+    assert!(text(res).await.contains("refused the credential"));
+    // One account out for its quota instead: it comes back by waiting, so a 429.
+    let pool = p.get("codex").unwrap();
+    pool.succeeded(0);
+    pool.mark_exhausted(0, SystemTime::now() + std::time::Duration::from_secs(30));
+    let res = call_scripted(&p, &log, &[], "u").await;
+    assert_eq!(res.status(), 429);
+    assert!(res.headers().contains_key("retry-after"));
 }
 
 #[tokio::test]
