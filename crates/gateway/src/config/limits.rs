@@ -43,7 +43,7 @@ pub(crate) const MAX_SECS: f64 = 86_400.0;
 /// | `upstream_idle_timeout_secs` | 300 | between two chunks of a provider's response body |
 /// | `shutdown_timeout_secs` | 30 | draining on shutdown, then streams are cut |
 /// | `max_connections` | 10000 | connections that sent a request (as many more may wait for their first) |
-/// | `max_buffered_bytes` | 1 GiB | request bytes held by all requests together (buffers and decoded bodies) |
+/// | `max_buffered_bytes` | 1 GiB | request bytes held by all requests together (buffers, decoded bodies, room for one rewritten copy each; keep it at least twice `max_request_bytes`) |
 ///
 /// Durations are seconds, integer or fractional (`0.5`), from 1 ms to one day.
 #[derive(Debug, Clone, PartialEq, Deserialize)]

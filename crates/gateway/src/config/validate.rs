@@ -176,7 +176,7 @@ impl Config {
             return Err(invalid(
                 "limits.max_buffered_bytes",
                 format!(
-                    "at least max_request_bytes ({}), or no request could be buffered",
+                    "at least max_request_bytes ({}), or a request of that size could never be buffered",
                     self.max_request_bytes
                 ),
                 self.limits.max_buffered_bytes.to_string(),
@@ -283,14 +283,27 @@ impl Config {
 
     /// Things that are valid but almost certainly not what was meant, one line each: an open
     /// gateway beyond loopback, providers whose `rotate_at` is at or below a combo's
-    /// `handoff_threshold` (the account is left before a handoff is ever written), and
-    /// providers on a host known to speak one API left on `api = "passthrough"`.
+    /// `handoff_threshold` (the account is left before a handoff is ever written), a
+    /// `max_buffered_bytes` below twice `max_request_bytes` (a large request is refused even
+    /// when it is alone), and providers on a host known to speak one API left on
+    /// `api = "passthrough"`.
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
         if self.is_open() && !self.listen.ip().is_loopback() {
             out.push(format!(
                 "the gateway is open (no [[clients]], allow_open = true) on {}: anyone who reaches it spends the configured accounts",
                 self.listen
+            ));
+        }
+        let (buffered, request) = (
+            self.limits.max_buffered_bytes,
+            self.max_request_bytes as u64,
+        );
+        if buffered < request.saturating_mul(2) {
+            out.push(format!(
+                "limits.max_buffered_bytes ({buffered}) is below twice max_request_bytes ({request}): a request takes its buffer and room for one rewritten copy of it from the budget, so a body over about {} bytes gets a 503 even when no other request is in flight (set max_buffered_bytes to at least {})",
+                buffered / 2,
+                request.saturating_mul(2)
             ));
         }
         for (combo, relay, _) in self.relay_configs() {
@@ -506,6 +519,27 @@ mod tests {
         assert!(e.contains("both"), "{e}");
         let e = err("admin_token_env = \"UNSET\"", "");
         assert!(e.contains("UNSET") && e.contains("not set"), "{e}");
+    }
+
+    #[test]
+    fn a_budget_below_twice_the_request_limit_is_warned_about() {
+        let c = load(
+            "max_request_bytes = 1000",
+            "[limits]\nmax_buffered_bytes = 2000\n",
+        )
+        .unwrap();
+        assert!(c.warnings().is_empty(), "{:?}", c.warnings());
+        let c = load(
+            "max_request_bytes = 1000",
+            "[limits]\nmax_buffered_bytes = 1999\n",
+        )
+        .unwrap();
+        let w = c.warnings();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("max_buffered_bytes (1999)") && w[0].contains("at least 2000"),
+            "{w:?}"
+        );
     }
 
     #[test]
