@@ -16,6 +16,11 @@ use serde_json::{Value, json};
 /// A gateway over one simulator with provider `anthropic` (`api = "anthropic"`, the extra
 /// provider keys `extra`), combo `claude` → `anthropic/claude-sonnet-4-5`.
 async fn harness(extra: &str) -> Harness {
+    harness_for(extra, "claude-sonnet-4-5").await
+}
+
+/// [`harness`] with combo `claude` → `anthropic/{model}`.
+async fn harness_for(extra: &str, model: &str) -> Harness {
     let sim = SimProvider::builder()
         .account("acct-x", "key-acct-x")
         .quota_headers(SimQuotaHeaders::Anthropic)
@@ -39,7 +44,7 @@ quota = "anthropic"
   api_key = "key-acct-x"
 [[combos]]
 name = "claude"
-targets = ["anthropic/claude-sonnet-4-5"]
+targets = ["anthropic/{model}"]
 "#
     );
     Harness::single(sim, &text).await
@@ -68,6 +73,24 @@ async fn max_tokens_defaults_to_32000_or_the_providers_max_output_tokens() {
     let mut own = body.clone();
     own["max_output_tokens"] = json!(300);
     assert_eq!(accepted(&h, &own).await["max_tokens"], 300);
+}
+
+/// An older Claude model's output limit is below 32000, and the simulated provider refuses a
+/// `max_tokens` above it as the API does: the default follows the target model, and a
+/// provider's own `max_output_tokens` still decides.
+#[tokio::test]
+async fn max_tokens_stays_within_an_older_claude_models_output_limit() {
+    let body = json!({"model": "claude", "input": "write a long patch"});
+    for (model, max) in [
+        ("claude-3-5-sonnet-20241022", 8192),
+        ("claude-3-haiku-20240307", 4096),
+        ("claude-3-7-sonnet-20250219", 32000),
+    ] {
+        let h = harness_for("", model).await;
+        assert_eq!(accepted(&h, &body).await["max_tokens"], max, "{model}");
+    }
+    let h = harness_for("max_output_tokens = 2000", "claude-3-5-sonnet-20241022").await;
+    assert_eq!(accepted(&h, &body).await["max_tokens"], 2000);
 }
 
 #[tokio::test]

@@ -6,12 +6,39 @@
 //! - at most four blocks carry `cache_control` (system, tools and messages together);
 //! - `temperature` and `top_p` are not both given (current Claude models), and the
 //!   temperature is within `0..=1`;
-//! - no `system` text block is empty or only whitespace.
+//! - no `system` text block is empty or only whitespace;
+//! - `max_tokens` is within the model's output limit (for the models of [`OUTPUT_LIMITS`]).
 
 use serde_json::Value;
 
 /// The API's limit on cache breakpoints.
 const MAX_CACHE_BREAKPOINTS: usize = 4;
+
+/// The output limits of Claude models (name prefixes, as Anthropic's model overview lists
+/// them), first match wins; a model not listed (the tests' `claude`) has none here.
+const OUTPUT_LIMITS: [(&str, u64); 9] = [
+    ("claude-3-5-", 8192),
+    ("claude-3-7-", 64_000),
+    ("claude-3-", 4096),
+    ("claude-opus-4-5", 64_000),
+    ("claude-opus-4-1", 32_000),
+    ("claude-opus-4-0", 32_000),
+    ("claude-opus-4", 32_000),
+    ("claude-sonnet-4", 64_000),
+    ("claude-haiku-4", 64_000),
+];
+
+/// The API's 400 to a `max_tokens` above the output limit of the body's model.
+fn over_output_limit(body: &Value) -> Option<String> {
+    let model = body.get("model").and_then(Value::as_str)?;
+    let max = body.get("max_tokens").and_then(Value::as_u64)?;
+    let (_, limit) = OUTPUT_LIMITS.iter().find(|(p, _)| model.starts_with(p))?;
+    (max > *limit).then(|| {
+        format!(
+            "max_tokens: {max} > {limit}, which is the maximum allowed number of output tokens for {model}"
+        )
+    })
+}
 
 fn kind(b: &Value) -> &str {
     b.get("type").and_then(Value::as_str).unwrap_or("")
@@ -82,6 +109,9 @@ pub(crate) fn check(body: &Value) -> Option<String> {
         if t < 0.0 {
             return Some("temperature: Input should be greater than or equal to 0".into());
         }
+    }
+    if let Some(message) = over_output_limit(body) {
+        return Some(message);
     }
     if let Some(Value::Array(system)) = body.get("system") {
         for b in system.iter().filter(|b| kind(b) == "text") {
@@ -191,5 +221,27 @@ mod tests {
         let mut b = base();
         b["system"] = json!([{"type": "text", "text": " \n"}]);
         assert!(message(b).unwrap().contains("non-whitespace"));
+    }
+
+    #[test]
+    fn max_tokens_within_the_models_output_limit() {
+        let with = |model: &str, max: u64| {
+            let mut b = base();
+            b["model"] = json!(model);
+            b["max_tokens"] = json!(max);
+            message(b)
+        };
+        assert_eq!(
+            with("claude-3-5-sonnet-20241022", 32000).as_deref(),
+            Some(
+                "max_tokens: 32000 > 8192, which is the maximum allowed number of output tokens for claude-3-5-sonnet-20241022"
+            )
+        );
+        assert_eq!(with("claude-3-5-sonnet-20241022", 8192), None);
+        assert!(with("claude-3-haiku-20240307", 4097).is_some());
+        assert_eq!(with("claude-3-7-sonnet-20250219", 32000), None);
+        assert!(with("claude-opus-4-1", 32001).is_some());
+        assert_eq!(with("claude-sonnet-4-5", 64000), None);
+        assert_eq!(with("claude", 1_000_000), None);
     }
 }

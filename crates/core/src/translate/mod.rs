@@ -33,8 +33,8 @@
 //!   temperature outside `0..=1`: `top_p` is left out when both are given, and both are
 //!   clamped to `0..=1`.
 //! - **`max_tokens`** is the client's `max_output_tokens`, else
-//!   [`RequestOptions::default_max_tokens`] ([`DEFAULT_MAX_TOKENS`] unless the provider sets
-//!   its own).
+//!   [`RequestOptions::default_max_tokens`] (the target model's [`default_max_tokens`]:
+//!   [`DEFAULT_MAX_TOKENS`], less for older Claude models, unless the provider sets its own).
 //!
 //! The request obeys the Messages rules the real API enforces: the first message is `user`,
 //! roles alternate, every `tool_use` is answered by a `tool_result` in the next message, and
@@ -61,6 +61,7 @@
 
 mod compact;
 mod error;
+mod max_tokens;
 mod request;
 mod response;
 mod sequence;
@@ -76,16 +77,10 @@ pub use error::{
     CONTEXT_LENGTH_EXCEEDED, ResponsesError, SERVER_IS_OVERLOADED, messages_error_to_responses,
     responses_error_code,
 };
+pub use max_tokens::{DEFAULT_MAX_TOKENS, default_max_tokens};
 pub use request::{RequestOptions, Translated, responses_to_messages};
 pub use response::{ResponseContext, messages_to_response};
 pub use stream::StreamTranslator;
-
-/// `max_tokens` of a translated request whose client set no `max_output_tokens` (Codex never
-/// sends one, and the Messages API requires it). 32000 is the output limit of Claude Opus 4
-/// and 4.1 and within that of every later Claude model (Sonnet 4 and 4.5, Haiku 4.5, Opus 4.5
-/// and later take 64000), so a long `apply_patch` is not cut short; older models with a
-/// lower limit (Claude 3.5: 8192) need a smaller value, set per provider.
-pub const DEFAULT_MAX_TOKENS: u64 = 32_000;
 
 /// Why a body could not be translated.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

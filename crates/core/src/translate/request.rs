@@ -4,7 +4,7 @@ use serde_json::{Map, Value, json};
 
 use super::sequence::{Msg, Role, calls_as_text, content_text, normalize};
 use super::tools::{CallIds, tool_choice, translate_tools};
-use super::{DEFAULT_MAX_TOKENS, TranslateError};
+use super::{TranslateError, default_max_tokens};
 
 /// How a request is translated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,11 +17,13 @@ pub struct RequestOptions {
 }
 
 impl RequestOptions {
-    /// Options for `model` with [`DEFAULT_MAX_TOKENS`].
+    /// Options for `model` with its [`default_max_tokens`] (for an empty `model`,
+    /// [`DEFAULT_MAX_TOKENS`](super::DEFAULT_MAX_TOKENS)).
     pub fn new(model: impl Into<String>) -> Self {
+        let model = model.into();
         Self {
-            model: model.into(),
-            default_max_tokens: DEFAULT_MAX_TOKENS,
+            default_max_tokens: default_max_tokens(&model),
+            model,
         }
     }
 }
