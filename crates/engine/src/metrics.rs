@@ -84,6 +84,10 @@ pub fn describe() {
         "Handoffs injected into a request, by kind (account, model)."
     );
     describe_counter!(
+        SWITCH_EXTRACTIVE,
+        "Switches that found no stored handoff and carried one built from the request being sent, by stored (false: the store failed and it was injected unstored)."
+    );
+    describe_counter!(
         CONSUMED,
         "Handoffs deleted after the request carrying them completed."
     );
@@ -108,4 +112,31 @@ pub fn describe() {
         REWRITE_SKIPPED,
         "Requests the relay meant to rewrite but passed through unchanged, by reason."
     );
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every metric name this module declares gets a help text in [`describe`](super::describe):
+    /// a `/metrics` family without its `# HELP` line is what an operator's tooling flags.
+    #[test]
+    fn every_metric_has_a_help_text() {
+        let source = include_str!("metrics.rs");
+        let (declared, rest) = source
+            .split_once("pub fn describe()")
+            .expect("describe() is in this file");
+        let body = rest.split("\n}\n").next().unwrap_or_default();
+        let names: Vec<&str> = declared
+            .lines()
+            .filter_map(|l| l.strip_prefix("pub const "))
+            .filter_map(|l| l.split_once(": &str = \"context_relay_"))
+            .map(|(name, _)| name)
+            .collect();
+        assert!(names.len() >= 12, "{names:?}");
+        for name in names {
+            assert!(
+                body.contains(&format!("{name},")),
+                "{name} has no help text in describe()"
+            );
+        }
+    }
 }
