@@ -4,9 +4,11 @@
 #   docker run -d -p 4000:4000 \
 #     -v "$PWD/gateway.toml:/etc/context-relay/gateway.toml:ro" \
 #     -v context-relay-data:/var/lib/context-relay \
-#     -e OPENAI_API_KEY -e ANTHROPIC_API_KEY -e GATEWAY_CLIENT_KEY -e GATEWAY_ADMIN_TOKEN \
+#     -e OPENAI_API_KEY -e OPENAI_API_KEY_2 -e ANTHROPIC_API_KEY -e GEMINI_API_KEY \
+#     -e GATEWAY_CLIENT_KEY -e GATEWAY_ADMIN_TOKEN \
 #     context-relay-gateway
 #
+# (the variables gateway.example.toml names; pass the `*_env` variables your file names).
 # The configuration's [store] path must be under /var/lib/context-relay (the volume), as in
 # gateway.example.toml; the gateway listens on 0.0.0.0:4000, so the file needs [[clients]].
 # SIGHUP (docker kill -s HUP) reloads the file; SIGTERM (docker stop) drains and exits.

@@ -30,14 +30,22 @@ impl Pair<'_> {
             what,
             required,
         } = self;
+        // A top-level pair (`admin_token`) has no table to name: the error names the key.
+        let named = || {
+            if field.is_empty() {
+                value_name.to_owned()
+            } else {
+                field.clone()
+            }
+        };
         match (value.is_some(), var) {
             (true, Some(_)) => Err(invalid(
-                field,
+                named(),
                 format!("either `{value_name}` or `{env_name}`"),
                 "both",
             )),
             (false, None) if required => Err(invalid(
-                field,
+                named(),
                 format!("`{value_name}` or `{env_name}`"),
                 "neither",
             )),

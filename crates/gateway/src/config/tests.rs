@@ -232,6 +232,11 @@ fn key_sources_are_exclusive() {
     assert!(e.contains("neither"), "{e}");
     let e = err(&MINIMAL.replace("api_key = \"k-a\"", "api_key = \"bad\\nkey\""));
     assert!(e.contains("api_key") && !e.contains("bad"), "{e}");
+    // A top-level pair names its key where a table's pair names the table.
+    let e = err(&format!(
+        "admin_token = \"t\"\nadmin_token_env = \"KEY_B\"\n{MINIMAL}"
+    ));
+    assert!(e.starts_with("admin_token: expected either"), "{e}");
 }
 
 #[test]
