@@ -14,6 +14,11 @@
 //!   still arriving: this is the header timeout of every request after the first). A request
 //!   is in flight until its response body has been sent or dropped, so a long SSE stream is
 //!   never idle.
+//! - **Closing**: a connection shut down gracefully (idle, refused, or the server stopping)
+//!   that is still open [`CLOSE_GRACE`] (at most the header timeout) after its last request
+//!   ended is dropped. An HTTP/2 graceful shutdown waits for the client to acknowledge a
+//!   `PING` before its final `GOAWAY`; a client that keeps reading but never answers would
+//!   otherwise hold its slot for good.
 //! - **Writing**: a write to the client that waits `client_write_timeout_secs` for the client
 //!   to read closes the connection, and with it the provider's stream it was relaying: a
 //!   client that stops reading holds neither a slot nor an upstream connection for longer.
@@ -150,6 +155,10 @@ impl ConnState {
     }
 }
 
+/// How long a connection shut down gracefully may stay open with no request in flight before it
+/// is dropped (see the [module docs](self)); at most the header timeout.
+pub(crate) const CLOSE_GRACE: Duration = Duration::from_secs(5);
+
 /// Serves one accepted connection to its end, within the deadlines of the
 /// [module docs](self). `shutdown` turning `true` shuts it down gracefully.
 pub(crate) async fn serve(
@@ -161,6 +170,7 @@ pub(crate) async fn serve(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let head_timeout = options.header_timeout;
+    let grace = CLOSE_GRACE.min(head_timeout);
     let mut io = tokio_io_timeout::TimeoutStream::new(tcp);
     io.set_write_timeout(Some(options.write_timeout));
     let (id, mut evicted) = admission.enter();
@@ -196,16 +206,18 @@ pub(crate) async fn serve(
             if state.slot.get().is_some() {
                 metrics::gauge!("context_relay_gateway_connections").increment(1.0);
             }
+            // From here on the idle deadline bounds the time without a request in flight. It
+            // is not reset as each request starts and ends (that woke this loop twice per
+            // request); it reads when the last answer ended once it fires (`Event::Idle`).
+            // Closing, it bounds the graceful shutdown the same way, by `grace`.
             if state.refused.load(Ordering::Acquire) && !closing {
                 closing = true;
                 conn.as_mut().graceful_shutdown();
             }
-            // From here on the idle deadline bounds the time without a request in flight. It
-            // is not reset as each request starts and ends (that woke this loop twice per
-            // request); it reads when the last answer ended once it fires (`Event::Idle`).
-            idle.as_mut().reset(Instant::now() + head_timeout);
+            let wait = if closing { grace } else { head_timeout };
+            idle.as_mut().reset(Instant::now() + wait);
         }
-        let idle_armed = !pending && !closing;
+        let idle_armed = !pending;
         let event = {
             let activity = state.activity.notified();
             let mut activity = std::pin::pin!(activity);
@@ -272,13 +284,19 @@ pub(crate) async fn serve(
             }
             Event::Idle => {
                 let now = Instant::now();
-                let due = state.idle_at(head_timeout, now);
+                let due = state.idle_at(if closing { grace } else { head_timeout }, now);
                 if due > now {
                     idle.as_mut().reset(due);
+                } else if closing {
+                    tracing::debug!(
+                        "connection still open {grace:?} after its graceful shutdown with no request in flight; dropped"
+                    );
+                    break;
                 } else {
                     tracing::debug!("connection idle for {head_timeout:?}; closing it");
                     closing = true;
                     conn.as_mut().graceful_shutdown();
+                    idle.as_mut().reset(now + grace);
                 }
             }
             Event::Shutdown { server_gone } => {
@@ -289,6 +307,7 @@ pub(crate) async fn serve(
                     }
                     closing = true;
                     conn.as_mut().graceful_shutdown();
+                    idle.as_mut().reset(Instant::now() + grace);
                 }
             }
         }

@@ -1,6 +1,6 @@
 //! Connection slots against sockets that never send a request: a one-byte socket or a bare
 //! HTTP/2 preface is closed at the header deadline and takes no slot meanwhile, and an idle
-//! HTTP/2 connection is closed.
+//! HTTP/2 connection is closed, also when its client never answers the closing `GOAWAY`.
 
 use std::time::{Duration, Instant};
 
@@ -226,4 +226,98 @@ async fn the_idle_deadline_counts_from_the_last_answer() {
         res.into_body().collect().await.unwrap();
     }
     assert!(closed_after(conn, "HTTP/1").await >= Duration::from_millis(800));
+}
+
+/// A socket whose reads stop (`freeze`) once a test says so: its client keeps the connection
+/// open, and its writes still go out, but it never reads what the gateway sends from then on.
+struct Freezable {
+    tcp: TcpStream,
+    frozen: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl tokio::io::AsyncRead for Freezable {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if self.frozen.load(std::sync::atomic::Ordering::Acquire) {
+            return std::task::Poll::Pending;
+        }
+        std::pin::Pin::new(&mut self.tcp).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Freezable {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.tcp).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.tcp).poll_shutdown(cx)
+    }
+}
+
+/// `max_connections` HTTP/2 connections that each make one request and then never read again,
+/// so they never acknowledge the `PING` of the gateway's graceful `GOAWAY` at the idle
+/// deadline: the gateway drops them shortly after (its close grace), and their slots serve
+/// new clients. Before, each held its slot for as long as its socket stayed open.
+#[tokio::test]
+async fn idle_http2_connections_that_never_answer_the_goaway_give_back_their_slots() {
+    let (_sim, server) = gateway("2").await;
+    let mut held = Vec::new();
+    for _ in 0..MAX {
+        let frozen = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let io = Freezable {
+            tcp: TcpStream::connect(server.addr()).await.unwrap(),
+            frozen: frozen.clone(),
+        };
+        let (mut send, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(io))
+                .await
+                .unwrap();
+        let conn = tokio::spawn(conn);
+        let res = send
+            .send_request(
+                Request::get(format!("{}/healthz", server.url()))
+                    .body(Full::<Bytes>::default())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200);
+        res.into_body().collect().await.unwrap();
+        frozen.store(true, std::sync::atomic::Ordering::Release);
+        held.push((send, conn));
+    }
+    // Every slot is held now: a new client is refused until the gateway lets them go.
+    let res = http_client()
+        .request(
+            Request::get(format!("{}/healthz", server.url()))
+                .body(Full::default())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 503);
+    // The idle deadline (2 s), then the close grace (at most the same): well within 15 s.
+    let took = healthz_within(&server, Duration::from_secs(15))
+        .await
+        .expect("the slots of HTTP/2 connections that never answered the GOAWAY stayed held");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    drop(held);
 }
