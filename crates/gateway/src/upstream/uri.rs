@@ -78,10 +78,14 @@ pub(crate) fn has_dot_segment(path: &str) -> bool {
 }
 
 /// `query` without its `key` parameters (a client credential some clients put there), or
-/// `None` when it has none; other parameters keep their order and spelling.
+/// `None` when it has none; other parameters keep their order and spelling. A name is read
+/// decoded, as a provider reads it: `%6Bey` and `ke%79` are `key` too.
 fn without_query_key(query: &str) -> Option<String> {
-    let is_key =
-        |pair: &str| pair.split('=').next() == Some(context_relay_core::session::QUERY_CREDENTIAL);
+    let is_key = |pair: &str| {
+        url::form_urlencoded::parse(pair.as_bytes())
+            .next()
+            .is_some_and(|(name, _)| name == context_relay_core::session::QUERY_CREDENTIAL)
+    };
     if !query.split('&').any(is_key) {
         return None;
     }
@@ -154,6 +158,17 @@ mod tests {
             // An empty query the client sent stays; one emptied by taking the key out goes.
             ("http://h/v1", "/v1/messages?", "http://h/v1/messages?"),
             ("http://h/v1", "/v1/messages?key=s", "http://h/v1/messages"),
+            // Spelled with escapes, it is the same parameter to a provider that decodes names.
+            (
+                "http://h/v1",
+                "/v1/messages?%6Bey=s&beta=true&ke%79=t&k%65y2=u",
+                "http://h/v1/messages?beta=true&k%65y2=u",
+            ),
+            (
+                "http://h/v1",
+                "/v1/messages?%6b%65%79=s",
+                "http://h/v1/messages",
+            ),
         ] {
             assert_eq!(upstream_uri(base, &u(path)).unwrap(), expected, "{path}");
         }
