@@ -33,7 +33,7 @@ use bytes::Bytes;
 use context_relay_core::decode::DecodeError;
 use context_relay_core::json::Found;
 use context_relay_tower::{ComboName, FactsExt, Tenant};
-use http::{HeaderValue, Request, Response, StatusCode, header};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
 use http_body::Body;
 use http_body_util::{Either, Full};
 use tower_layer::Layer;
@@ -243,7 +243,7 @@ where
     let (read, field, in_path) = match arrived {
         Arrived::Kept(chunks, field) => (Read::Kept(chunks), Some((field, None)), String::new()),
         Arrived::Whole(raw, searched) => {
-            let body = match parts.headers.remove(header::CONTENT_ENCODING) {
+            let body = match take_encoding(&mut parts.headers) {
                 None => raw,
                 Some(encoding) => decoded(&encoding, raw, limit, hold, shape).await?,
             };
@@ -293,10 +293,24 @@ where
     Ok(Request::from_parts(parts, body))
 }
 
+/// The request's `content-encoding`, taken out of `headers`: every field line of it, in order,
+/// as one comma-separated list (several lines are one list, RFC 9110 §5.3); a value that is not
+/// ASCII reads as `<non-ASCII>`, which no decoder takes.
+fn take_encoding(headers: &mut HeaderMap) -> Option<String> {
+    let mut lines = headers.get_all(header::CONTENT_ENCODING).iter();
+    let mut list = lines.next()?.to_str().unwrap_or("<non-ASCII>").to_owned();
+    for line in lines {
+        list.push_str(", ");
+        list.push_str(line.to_str().unwrap_or("<non-ASCII>"));
+    }
+    headers.remove(header::CONTENT_ENCODING);
+    Some(list)
+}
+
 /// `raw` decoded from the `content-encoding` `encoding`, at most `limit` bytes, the decoded
 /// buffer taken from `hold`; or the answer refusing it.
 async fn decoded(
-    encoding: &HeaderValue,
+    encoding: &str,
     raw: Buffered,
     limit: usize,
     hold: &mut BudgetHold,
@@ -310,7 +324,6 @@ async fn decoded(
             message,
         )
     };
-    let encoding = encoding.to_str().unwrap_or("<non-ASCII>");
     let layers = encoding.split(',').filter(|t| !t.trim().is_empty()).count();
     if layers > MAX_CODINGS {
         // Each layer may expand to the size limit: stacked layers would multiply the work

@@ -276,6 +276,49 @@ async fn compressed_bodies_are_forwarded_decoded() {
     assert_eq!(run(req).await.0, 415);
 }
 
+/// `content-encoding` on several field lines is one list, in order (RFC 9110): each layer is
+/// decoded, and the bound on stacked layers counts them all.
+#[tokio::test]
+async fn content_codings_on_several_lines_are_one_list() {
+    let plain = br#"{"model":"codex-relay","input":"x"}"#;
+    let gzip = |data: &[u8]| {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(data).unwrap();
+        e.finish().unwrap()
+    };
+    let zstd = |data: &[u8]| {
+        ruzstd::encoding::compress_to_vec(data, ruzstd::encoding::CompressionLevel::Fastest)
+    };
+    // Applied gzip first, then zstd: listed in that order.
+    let body = zstd(&gzip(plain));
+    let req = Request::post("/v1/responses")
+        .header("content-encoding", "gzip")
+        .header("content-encoding", "zstd")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    let (status, _, seen) = run(req).await;
+    assert_eq!(status, 200);
+    let (req, body) = seen.unwrap();
+    assert_eq!(&body[..], br#"{"model":"gpt-5.5","input":"x"}"#);
+    assert!(req.headers().get("content-encoding").is_none());
+    // A second layer the body does not have is not ignored: the request is refused.
+    let req = Request::post("/v1/responses")
+        .header("content-encoding", "gzip")
+        .header("content-encoding", "gzip")
+        .body(Full::new(Bytes::from(gzip(plain))))
+        .unwrap();
+    assert_eq!(run(req).await.0, 400);
+    // Three layers over three lines are more than the two the gateway decodes.
+    let mut req = Request::post("/v1/responses");
+    for _ in 0..3 {
+        req = req.header("content-encoding", "gzip");
+    }
+    let req = req
+        .body(Full::new(Bytes::from(gzip(&gzip(&gzip(plain))))))
+        .unwrap();
+    assert_eq!(run(req).await.0, 415);
+}
+
 #[test]
 fn model_ids() {
     let ids = Routes::from_config(&config()).model_ids();
