@@ -133,6 +133,12 @@ fn google_code(status: &str) -> (u16, &str) {
 
 /// The JSON bytes of an error.
 pub(crate) fn error_body(shape: ErrorShape, kind: &str, message: &str) -> Bytes {
+    body_of(shape, None, kind, message)
+}
+
+/// [`error_body`]; a Gemini error's `code` is `status` when given (the HTTP status it is sent
+/// with), else the HTTP status its `google.rpc.Code` name maps to.
+fn body_of(shape: ErrorShape, status: Option<u16>, kind: &str, message: &str) -> Bytes {
     let v = match shape {
         ErrorShape::OpenAi => serde_json::json!({
             "error": {"message": message, "type": kind, "code": kind}
@@ -142,8 +148,9 @@ pub(crate) fn error_body(shape: ErrorShape, kind: &str, message: &str) -> Bytes 
             "error": {"type": kind, "message": message}
         }),
         ErrorShape::Gemini => {
-            let (code, status) = google_code(kind);
-            serde_json::json!({"error": {"code": code, "message": message, "status": status}})
+            let (code, name) = google_code(kind);
+            let code = status.unwrap_or(code);
+            serde_json::json!({"error": {"code": code, "message": message, "status": name}})
         }
     };
     Bytes::from(v.to_string())
@@ -178,7 +185,7 @@ pub(crate) fn error_response_as<B>(
     message: &str,
     wrap: impl FnOnce(Bytes) -> B,
 ) -> Response<B> {
-    let mut res = Response::new(wrap(error_body(shape, kind, message)));
+    let mut res = Response::new(wrap(body_of(shape, Some(status.as_u16()), kind, message)));
     *res.status_mut() = status;
     res.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -315,6 +322,33 @@ mod gemini_tests {
             serde_json::from_slice(&error_body(ErrorShape::Gemini, "not_found_error", "x"))
                 .unwrap();
         assert_eq!(v["error"]["status"], "NOT_FOUND");
+    }
+
+    /// An answer's `code` is the HTTP status it is sent with, also where the `google.rpc.Code`
+    /// name maps to another (a 413 is `INVALID_ARGUMENT`, a 408 `DEADLINE_EXCEEDED`).
+    #[tokio::test]
+    async fn gemini_answers_carry_their_http_status_as_code() {
+        use ErrorKind::*;
+        use http_body_util::BodyExt;
+        for (kind, status) in [
+            (RequestTooLarge, StatusCode::PAYLOAD_TOO_LARGE),
+            (RequestTimeout, StatusCode::REQUEST_TIMEOUT),
+            (Upstream, StatusCode::BAD_GATEWAY),
+            (InvalidRequest, StatusCode::UNSUPPORTED_MEDIA_TYPE),
+            (RateLimited, StatusCode::TOO_MANY_REQUESTS),
+        ] {
+            let res = error_response(
+                ErrorShape::Gemini,
+                status,
+                kind.name(ErrorShape::Gemini),
+                "m",
+            );
+            assert_eq!(res.status(), status);
+            let body = res.into_body().collect().await.unwrap().to_bytes();
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(v["error"]["code"], status.as_u16(), "{kind:?}");
+            assert_eq!(v["error"]["status"], kind.name(ErrorShape::Gemini));
+        }
     }
 }
 
