@@ -285,9 +285,9 @@ fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response<Body> {
 }
 
 /// `GET /v1/models` in the OpenAI list shape: combos first, then their provider/model targets
-/// (`models`, as [`Routes::model_ids`](crate::combo::Routes::model_ids) lists them). With `[[clients]]` the request needs a
-/// client key, as the API routes do (a 401 otherwise), and the list holds only the names the
-/// client's `combos` allow-list lets it ask for.
+/// (`models`, as [`Routes::model_ids`](crate::combo::Routes::model_ids) lists them). With
+/// `[[clients]]` the request needs a client key, as the API routes do (a 401 otherwise), and
+/// the list holds only the names the client's `combos` allow-list lets it ask for.
 fn models_response(
     auth: &Auth,
     models: &[(String, String)],

@@ -14,18 +14,21 @@ use serde_json::Value;
 /// The API's limit on cache breakpoints.
 const MAX_CACHE_BREAKPOINTS: usize = 4;
 
-/// The output limits of Claude models (name prefixes, as Anthropic's model overview lists
-/// them), first match wins; a model not listed (the tests' `claude`) has none here.
-const OUTPUT_LIMITS: [(&str, u64); 9] = [
+/// The output limits of the Claude models whose limit is known here (name prefixes as the API
+/// spells them, dated or aliased), first match wins; any other model (the tests' `claude`, a
+/// later release) has none here.
+const OUTPUT_LIMITS: [(&str, u64); 11] = [
     ("claude-3-5-", 8192),
     ("claude-3-7-", 64_000),
     ("claude-3-", 4096),
-    ("claude-opus-4-5", 64_000),
-    ("claude-opus-4-1", 32_000),
     ("claude-opus-4-0", 32_000),
-    ("claude-opus-4", 32_000),
-    ("claude-sonnet-4", 64_000),
-    ("claude-haiku-4", 64_000),
+    ("claude-opus-4-1", 32_000),
+    ("claude-opus-4-2025", 32_000),
+    ("claude-opus-4-5", 64_000),
+    ("claude-sonnet-4-0", 64_000),
+    ("claude-sonnet-4-2025", 64_000),
+    ("claude-sonnet-4-5", 64_000),
+    ("claude-haiku-4-5", 64_000),
 ];
 
 /// The API's 400 to a `max_tokens` above the output limit of the body's model.
@@ -243,5 +246,7 @@ mod tests {
         assert!(with("claude-opus-4-1", 32001).is_some());
         assert_eq!(with("claude-sonnet-4-5", 64000), None);
         assert_eq!(with("claude", 1_000_000), None);
+        // A later release is not guessed at.
+        assert_eq!(with("claude-opus-4-8", 64000), None);
     }
 }
