@@ -128,8 +128,30 @@ async fn a_connection_without_a_request_head_is_closed_at_the_deadline() {
 async fn idle_connections_are_closed_after_their_last_request() {
     let (_sim, server) = gateway("0.5").await;
     let tcp = TcpStream::connect(server.addr()).await.unwrap();
+    let (_send, conn) = http2_healthz(&server, tcp).await;
+    assert!(closed_after(conn, "HTTP/2").await >= Duration::from_millis(300));
+
+    let mut tcp = TcpStream::connect(server.addr()).await.unwrap();
+    tcp.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(closed_within(&mut tcp, Duration::from_secs(10)).await);
+}
+
+/// An HTTP/2 connection over `io` that has been answered 200 to one `GET /healthz`: its
+/// sender (dropping it lets the connection end) and its task.
+async fn http2_healthz<T>(
+    server: &RunningGateway,
+    io: T,
+) -> (
+    hyper::client::conn::http2::SendRequest<Full<Bytes>>,
+    tokio::task::JoinHandle<hyper::Result<()>>,
+)
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let (mut send, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(io))
             .await
             .unwrap();
     let conn = tokio::spawn(conn);
@@ -143,13 +165,7 @@ async fn idle_connections_are_closed_after_their_last_request() {
         .unwrap();
     assert_eq!(res.status(), 200);
     res.into_body().collect().await.unwrap();
-    assert!(closed_after(conn, "HTTP/2").await >= Duration::from_millis(300));
-
-    let mut tcp = TcpStream::connect(server.addr()).await.unwrap();
-    tcp.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
-        .await
-        .unwrap();
-    assert!(closed_within(&mut tcp, Duration::from_secs(10)).await);
+    (send, conn)
 }
 
 /// The status line of the answer to a `GET /healthz` whose head carries a `pad` header of
@@ -286,23 +302,9 @@ async fn idle_http2_connections_that_never_answer_the_goaway_give_back_their_slo
             tcp: TcpStream::connect(server.addr()).await.unwrap(),
             frozen: frozen.clone(),
         };
-        let (mut send, conn) =
-            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(io))
-                .await
-                .unwrap();
-        let conn = tokio::spawn(conn);
-        let res = send
-            .send_request(
-                Request::get(format!("{}/healthz", server.url()))
-                    .body(Full::<Bytes>::default())
-                    .unwrap(),
-            )
-            .await
-            .unwrap();
-        assert_eq!(res.status(), 200);
-        res.into_body().collect().await.unwrap();
+        let held_open = http2_healthz(&server, io).await;
         frozen.store(true, std::sync::atomic::Ordering::Release);
-        held.push((send, conn));
+        held.push(held_open);
     }
     // Every slot is held now: a new client is refused until the gateway lets them go.
     let res = http_client()

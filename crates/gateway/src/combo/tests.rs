@@ -237,9 +237,7 @@ async fn too_large_bodies() {
         .unwrap();
     assert_eq!(run(req).await.0, 413);
     // Compressed under the limit, decoded over it.
-    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    e.write_all(&[b' '; 5000]).unwrap();
-    let gz = e.finish().unwrap();
+    let gz = gzip(&[b' '; 5000]);
     let req = Request::post("/v1/responses")
         .header("content-encoding", "gzip")
         .body(Full::new(Bytes::from(gz)))
@@ -247,11 +245,20 @@ async fn too_large_bodies() {
     assert_eq!(run(req).await.0, 413);
 }
 
+fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(data).unwrap();
+    e.finish().unwrap()
+}
+
+fn zstd(data: &[u8]) -> Vec<u8> {
+    ruzstd::encoding::compress_to_vec(data, ruzstd::encoding::CompressionLevel::Fastest)
+}
+
 #[tokio::test]
 async fn compressed_bodies_are_forwarded_decoded() {
     let plain = br#"{"model":"codex-relay","input":"x"}"#;
-    let z =
-        ruzstd::encoding::compress_to_vec(&plain[..], ruzstd::encoding::CompressionLevel::Fastest);
+    let z = zstd(plain);
     let req = Request::post("/v1/responses")
         .header("content-encoding", "zstd")
         .header("content-length", z.len())
@@ -281,14 +288,6 @@ async fn compressed_bodies_are_forwarded_decoded() {
 #[tokio::test]
 async fn content_codings_on_several_lines_are_one_list() {
     let plain = br#"{"model":"codex-relay","input":"x"}"#;
-    let gzip = |data: &[u8]| {
-        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        e.write_all(data).unwrap();
-        e.finish().unwrap()
-    };
-    let zstd = |data: &[u8]| {
-        ruzstd::encoding::compress_to_vec(data, ruzstd::encoding::CompressionLevel::Fastest)
-    };
     // Applied gzip first, then zstd: listed in that order.
     let body = zstd(&gzip(plain));
     let req = Request::post("/v1/responses")
