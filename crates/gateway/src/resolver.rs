@@ -491,7 +491,8 @@ where
 }
 
 /// The 502 of a request no account could serve because the provider refused every one's
-/// credential. Relaying the provider's 401/403 would tell the client its own key is wrong.
+/// credential, or no login could be refreshed. Relaying the provider's 401/403 would tell the
+/// client its own key is wrong.
 fn refused_everywhere<B>(
     client_path: &str,
     skipped_shape: &[String],
@@ -501,7 +502,7 @@ fn refused_everywhere<B>(
         StatusCode::BAD_GATEWAY,
         ErrorKind::Upstream,
         &format!(
-            "the provider refused the credential of every account that could serve this request; the gateway's operator must check the account keys{}",
+            "no account that could serve this request has a credential the provider accepts: refused keys, or logins refused or failing to refresh; the gateway's operator must check the account keys and logins (the gateway's log names each){}",
             skipped_note(skipped_shape, client_path)
         ),
     )

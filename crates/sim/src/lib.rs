@@ -292,10 +292,12 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
         .unwrap_or_default();
     let path = parts.uri.path().to_owned();
     if parts.method == Method::POST && oauth::is_token_path(&path) {
+        // Acted on at once; only the answer takes the issuer's delay.
+        let answer = state.logins.token(&path, &body);
         if let Some(delay) = state.config.token_delay {
             tokio::time::sleep(delay).await;
         }
-        return state.logins.token(&path, &body);
+        return answer;
     }
     let anthropic = path.ends_with("/messages") || path.contains("/messages/");
     let credential = parts

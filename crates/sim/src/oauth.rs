@@ -51,7 +51,9 @@ impl SimBuilder {
     }
 
     /// Makes the token endpoint take `delay` before it answers (a distant issuer), so that
-    /// requests that need a refresh pile up while one is in flight.
+    /// requests that need a refresh pile up while one is in flight. The issuer acts on a
+    /// request when it arrives, as a real one does: a refresh is done (the old refresh token
+    /// dead) even if the client hangs up before the answer comes.
     pub fn token_delay(mut self, delay: std::time::Duration) -> Self {
         self.token_delay = Some(delay);
         self
@@ -100,6 +102,12 @@ impl SimProvider {
     /// The bodies of every token request received, in order.
     pub fn token_requests(&self) -> Vec<Value> {
         self.state.logins.requests()
+    }
+
+    /// Makes the token endpoints answer every request `status` (`Some(503)`: the issuer is
+    /// down, nothing rotates), until called with `None`.
+    pub fn token_outage(&self, status: Option<StatusCode>) {
+        self.state.logins.set_outage(status);
     }
 }
 
@@ -169,6 +177,8 @@ pub(crate) struct Logins {
     next: Mutex<u64>,
     /// Bodies of the token requests received, in order.
     requests: Mutex<Vec<Value>>,
+    /// While set, every token request is answered this status (an issuer that is down).
+    outage: Mutex<Option<StatusCode>>,
 }
 
 /// A fresh pair: (access, refresh, id token for Codex), and the access token's expiry.
@@ -211,6 +221,7 @@ impl Logins {
             seed,
             next: Mutex::new(1),
             requests: Mutex::new(Vec::new()),
+            outage: Mutex::new(None),
         }
     }
 
@@ -238,7 +249,8 @@ impl Logins {
             }
         };
         let now = unix_now();
-        let expires_at = now + ttl.unwrap_or(self.ttl);
+        // An issuer may answer any `expires_in`; its own clock saturates.
+        let expires_at = now.saturating_add(ttl.unwrap_or(self.ttl));
         let pair = match login.kind {
             SimLogin::Codex => {
                 let auth =
@@ -283,7 +295,7 @@ impl Logins {
             }),
             SimLogin::Claude => json!({"claudeAiOauth": {
                 "accessToken": pair.access, "refreshToken": pair.refresh,
-                "expiresAt": pair.expires_at * 1000,
+                "expiresAt": pair.expires_at.saturating_mul(1000),
                 "scopes": ["user:inference", "user:profile"], "subscriptionType": "max"}}),
         })
     }
@@ -352,6 +364,11 @@ impl Logins {
         lock(&self.requests).clone()
     }
 
+    /// Sets (or with `None` ends) an outage of the token endpoints.
+    pub(crate) fn set_outage(&self, status: Option<StatusCode>) {
+        *lock(&self.outage) = status;
+    }
+
     /// Serves `POST /oauth/token` (ChatGPT) and `POST /v1/oauth/token` (Claude).
     pub(crate) fn token(&self, path: &str, body: &[u8]) -> Response<Body> {
         let kind = if path.ends_with("/v1/oauth/token") {
@@ -361,6 +378,12 @@ impl Logins {
         };
         let request: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
         lock(&self.requests).push(request.clone());
+        if let Some(status) = *lock(&self.outage) {
+            return json_response(
+                status,
+                &json!({"error": "server_error", "error_description": "The service is unavailable"}),
+            );
+        }
         let field = |k: &str| request.get(k).and_then(Value::as_str).unwrap_or("");
         if field("client_id") != kind.client_id() {
             return oauth_error(

@@ -136,8 +136,7 @@ impl Config {
                     ));
                 }
                 // Two accounts refreshing one login would each kill the other's refresh token.
-                let same = path.canonicalize().unwrap_or_else(|_| path.clone());
-                if !seen.insert(same) {
+                if !seen.insert(file_identity(&path)) {
                     return Err(invalid(
                         field,
                         "a credential file no other account uses (one login per account)",
@@ -199,6 +198,24 @@ impl Config {
             .filter(|a| a.login.is_some())
             .count()
     }
+}
+
+/// What makes two credential paths one file: its device and inode where the system has them
+/// (so hard links and symbolic links are one file), else its canonical path.
+#[derive(Debug, PartialEq, Eq, Hash)]
+enum FileIdentity {
+    #[cfg(unix)]
+    Inode(u64, u64),
+    Path(std::path::PathBuf),
+}
+
+fn file_identity(path: &std::path::Path) -> FileIdentity {
+    #[cfg(unix)]
+    if let Ok(m) = std::fs::metadata(path) {
+        use std::os::unix::fs::MetadataExt;
+        return FileIdentity::Inode(m.dev(), m.ino());
+    }
+    FileIdentity::Path(path.canonicalize().unwrap_or_else(|_| path.to_owned()))
 }
 
 #[cfg(test)]

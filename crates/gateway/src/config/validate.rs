@@ -285,7 +285,7 @@ impl Config {
     /// gateway beyond loopback, providers whose `rotate_at` is at or below a combo's
     /// `handoff_threshold` (the account is left before a handoff is ever written), a
     /// `max_buffered_bytes` below twice `max_request_bytes` (a large request is refused even
-    /// when it is alone), and providers on a host known to speak one API left on
+    /// when it is alone), subscription logins on the memory store, and providers on a host known to speak one API left on
     /// `api = "passthrough"`.
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
@@ -324,6 +324,12 @@ impl Config {
                     ));
                 }
             }
+        }
+        let mut accounts = self.providers.iter().flat_map(|p| &p.accounts);
+        if self.store.backend == super::StoreBackend::Memory
+            && accounts.any(|a| a.credentials.is_some())
+        {
+            out.push("store.backend = \"memory\" with subscription logins: a refreshed pair is kept only in this process and its credential file, so a restart after a failed write to the file loses that login (use redb or redis)".to_owned());
         }
         out.extend(super::api_hint::passthrough_warnings(self));
         out

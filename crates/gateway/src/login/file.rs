@@ -9,8 +9,9 @@
 //! The two are told apart by their shape; anything else is refused with an error that names the
 //! keys it found (never a value). Writing back replaces only the token fields (and
 //! `last_refresh` / `expiresAt`) of the file as it is on disk at that moment, keeping every
-//! other field, through a temporary file in the same folder (mode 0600, synced) renamed over
-//! the old one: a reader sees the old file or the new one, never half of one.
+//! other field, through a temporary file in the same folder (mode 0600, the old file's owner,
+//! synced) renamed over the old one: a reader sees the old file or the new one, never half of
+//! one. A symbolic link is written through, to the file it points to.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -286,9 +287,16 @@ pub(crate) fn patched(kind: LoginKind, current: Option<&str>, tokens: &Tokens) -
 /// Writes `tokens` back into the credential file at `path` atomically (see the module docs).
 /// Blocking.
 pub(crate) fn write(path: &Path, kind: LoginKind, tokens: &Tokens) -> io::Result<()> {
-    let current = fs::read_to_string(path).ok();
+    // A symbolic link is written through: the client reads the file it points to.
+    let link = fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+    let target = if link {
+        fs::canonicalize(path)?
+    } else {
+        path.to_owned()
+    };
+    let current = fs::read_to_string(&target).ok();
     let text = patched(kind, current.as_deref(), tokens);
-    replace(path, text.as_bytes())
+    replace(&target, text.as_bytes())
 }
 
 /// Replaces the file at `path` by `bytes`: a temporary file beside it (mode 0600), synced, then
@@ -317,6 +325,13 @@ pub(crate) fn replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
             options.mode(0o600);
         }
         let mut file = options.open(&tmp)?;
+        #[cfg(unix)]
+        if let Ok(old) = fs::metadata(path) {
+            use std::os::unix::fs::MetadataExt;
+            // The file stays its owner's (a gateway run as root does not take a user's login
+            // over); where that is not allowed, it is the gateway's, as created.
+            let _ = std::os::unix::fs::fchown(&file, Some(old.uid()), Some(old.gid()));
+        }
         file.write_all(bytes)?;
         file.sync_all()?;
         fs::rename(&tmp, path)

@@ -8,7 +8,11 @@
 //! `oauth-2025-04-20` beta). A [`Login`] keeps the account's current pair and refreshes it:
 //!
 //! - **ahead of expiry**: an attempt whose access token expires within [`REFRESH_AHEAD`] (from
-//!   the JWT's `exp` for ChatGPT, `expiresAt` for Claude) refreshes first;
+//!   the JWT's `exp` for ChatGPT, `expiresAt` for Claude) refreshes first, waiting for the token
+//!   endpoint at most [`REFRESH_WAIT`] while its token still holds;
+//! - **to the end**: a refresh runs in a task of its own, so a request that goes away (a client
+//!   that hangs up) does not cut a refresh the issuer has already acted on: its rotated pair is
+//!   saved and used, and the store's refresh lock released;
 //! - **once on a 401**: an attempt the provider answers 401 refreshes (unless another request
 //!   did since) and is sent again on the same account, once;
 //! - **one refresh at a time**: concurrent attempts of the account wait for the refresh in
@@ -57,9 +61,13 @@ pub(crate) const CLAUDE_CLIENT_ID: &str = "9d1c250a-e61b-44d9-88ed-5944d1962f5e"
 /// How long before its expiry an access token is refreshed (Codex CLI refreshes a token that
 /// expires within 5 minutes).
 pub(crate) const REFRESH_AHEAD: Duration = Duration::from_secs(300);
-/// How long a refresh that failed for now is not tried again while the access token still
-/// holds (attempts would otherwise queue behind a token endpoint that does not answer).
+/// How long a refresh that failed for now is not tried again (attempts would otherwise queue
+/// behind a token endpoint that does not answer): the access token serves meanwhile while it
+/// holds; an expired one makes the account wait a back-off.
 pub(crate) const RETRY_REFRESH_AFTER: Duration = Duration::from_secs(30);
+/// Longest an attempt whose access token still holds waits for its refresh ahead of expiry:
+/// past it, the attempt carries the current token and the refresh ends on its own.
+pub(crate) const REFRESH_WAIT: Duration = Duration::from_secs(2);
 
 /// Where a login is, for logs and the store: provider and account.
 #[derive(Debug, Clone)]
@@ -200,18 +208,48 @@ impl Login {
     }
 
     /// The credential for an attempt at `now`: the current access token, refreshed first when
-    /// it expires within [`REFRESH_AHEAD`] (waiting for a refresh in flight).
-    pub(crate) async fn issue(&self, now: SystemTime) -> Result<Issued, Unusable> {
+    /// it expires within [`REFRESH_AHEAD`]. An expired token waits for the refresh (or the
+    /// one in flight); one that still holds waits at most [`REFRESH_WAIT`], and not at all
+    /// when another attempt's refresh is in flight.
+    pub(crate) async fn issue(self: &Arc<Self>, now: SystemTime) -> Result<Issued, Unusable> {
         if let Some(done) = self.satisfied(refresh::Need::Fresh, now) {
             return done;
         }
-        self.ensure(refresh::Need::Fresh).await
+        let Some(current) = self.unexpired(now) else {
+            return self.detached(refresh::Need::Fresh).await;
+        };
+        if self.refreshing.try_lock().is_err() {
+            return Ok(current);
+        }
+        tokio::time::timeout(REFRESH_WAIT, self.detached(refresh::Need::Fresh))
+            .await
+            .unwrap_or(Ok(current))
     }
 
     /// After the provider answered 401 to the credential of `generation`: a refreshed one (or
     /// the one another request refreshed meanwhile).
-    pub(crate) async fn recover(&self, generation: u64) -> Result<Issued, Unusable> {
-        self.ensure(refresh::Need::After(generation)).await
+    pub(crate) async fn recover(self: &Arc<Self>, generation: u64) -> Result<Issued, Unusable> {
+        self.detached(refresh::Need::After(generation)).await
+    }
+
+    /// Meets `need` in a task of its own (see the module docs, "to the end").
+    async fn detached(self: &Arc<Self>, need: refresh::Need) -> Result<Issued, Unusable> {
+        let login = Arc::clone(self);
+        tokio::spawn(async move { login.ensure(need).await })
+            .await
+            .unwrap_or_else(|e| Err(Unusable::Unavailable(format!("the refresh stopped: {e}"))))
+    }
+
+    /// The current credential while its access token has not expired at `now`.
+    fn unexpired(&self, now: SystemTime) -> Option<Issued> {
+        let st = self.state();
+        if st.refused.is_some() || st.tokens.expired(now) {
+            return None;
+        }
+        st.credential.clone().map(|credential| Issued {
+            credential,
+            generation: st.generation,
+        })
     }
 
     /// Expiry and state, for the admin view.

@@ -11,8 +11,20 @@ use super::{Issued, Login, Unusable, credential, file, jwt};
 
 /// How long the store-wide refresh lock lives: longer than a refresh may take.
 pub(crate) const LOCK_TTL: Duration = Duration::from_secs(60);
-/// Longest wait for another replica's refresh, when this one has no usable access token.
-const LOCK_WAIT: Duration = Duration::from_secs(10);
+/// Longest wait for another replica's refresh, when this one has no usable access token: the
+/// lock's life, so that a holder that died is outlived and its lock taken over.
+const LOCK_WAIT: Duration = LOCK_TTL;
+/// Longest a spent pair waits for the store to answer the lock again (a store that stalls for
+/// a moment trips the request path's short timeout and its breaker) before it is refreshed
+/// without the lock.
+const STORE_WAIT: Duration = Duration::from_secs(5);
+/// Why a login that failed to refresh a moment ago cannot serve an attempt that needs it.
+fn recently_failed() -> Unusable {
+    Unusable::Unavailable(format!(
+        "its refresh failed less than {} s ago and is not tried again before then",
+        super::RETRY_REFRESH_AFTER.as_secs()
+    ))
+}
 
 /// What agreeing with the store comes to.
 enum Sync {
@@ -44,10 +56,16 @@ impl Login {
         if let Some(code) = &st.refused {
             return Some(Err(Unusable::Refused(code.clone())));
         }
+        // A refresh failed a moment ago: not tried again before `failed_until`, whoever asks
+        // (the current token serves meanwhile, while it holds).
+        let failed = st.failed_until.is_some_and(|t| t > now);
         let done = match need {
-            Need::Fresh => {
-                let waiting = st.failed_until.is_some_and(|t| t > now) && !st.tokens.expired(now);
-                st.synced && (st.tokens.fresh(now, super::REFRESH_AHEAD) || waiting)
+            Need::Fresh if failed && st.tokens.expired(now) => {
+                return Some(Err(recently_failed()));
+            }
+            Need::Fresh => st.synced && (st.tokens.fresh(now, super::REFRESH_AHEAD) || failed),
+            Need::After(generation) if failed && st.generation == generation => {
+                return Some(Err(recently_failed()));
             }
             Need::After(generation) => st.generation != generation,
         };
@@ -94,6 +112,7 @@ impl Login {
         }
         let deadline = Instant::now() + LOCK_WAIT;
         let mut poll = Duration::from_millis(50);
+        let mut store_down_since = None;
         loop {
             match self.store.lock_login(&self.name.key, LOCK_TTL).await {
                 Ok(Some(lock)) => {
@@ -128,6 +147,18 @@ impl Login {
                         need,
                         "another replica has held the login's refresh lock too long".to_owned(),
                     );
+                }
+                Err(_)
+                    if self.spent(need) && {
+                        let since = *store_down_since.get_or_insert_with(Instant::now);
+                        since.elapsed() < STORE_WAIT
+                    } =>
+                {
+                    // The store may be back in a moment (its breaker lets a trial through
+                    // after 100 ms, then 200 ms, …): a refresh without the lock is the last
+                    // resort, since another replica may be refreshing the same pair.
+                    tokio::time::sleep(poll).await;
+                    poll = (poll * 2).min(Duration::from_secs(1));
                 }
                 Err(e) => {
                     // Nothing coordinates the replicas now: refresh only a pair that is of no
@@ -259,8 +290,9 @@ impl Login {
         match self.endpoint.refresh(&old.refresh).await {
             Ok(r) => {
                 let tokens = Tokens {
+                    // An `expires_in` past what the clock can hold is no expiry known.
                     expires_at: jwt::expires_at(r.access.expose())
-                        .or_else(|| r.expires_in.map(|d| now + d)),
+                        .or_else(|| r.expires_in.and_then(|d| now.checked_add(d))),
                     access: r.access,
                     refresh: r.refresh.unwrap_or_else(|| old.refresh.clone()),
                     id_token: r.id_token.or_else(|| old.id_token.clone()),

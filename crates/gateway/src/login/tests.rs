@@ -4,7 +4,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use context_relay_sim::{SimLogin, SimProvider};
 use context_relay_store::{HandoffStore, MemoryStore};
@@ -20,8 +20,15 @@ struct Setup {
 }
 
 async fn setup(kind: SimLogin) -> Setup {
-    let sim = SimProvider::builder()
-        .login("a", kind)
+    setup_with(kind, |b| b).await
+}
+
+/// [`setup`] with the simulated provider's builder adjusted by `adjust`.
+async fn setup_with(
+    kind: SimLogin,
+    adjust: impl FnOnce(context_relay_sim::SimBuilder) -> context_relay_sim::SimBuilder,
+) -> Setup {
+    let sim = adjust(SimProvider::builder().login("a", kind))
         .start()
         .await
         .unwrap();
@@ -37,13 +44,13 @@ async fn setup(kind: SimLogin) -> Setup {
 
 impl Setup {
     /// Writes `file` as `name` and builds the login of it.
-    fn login(&self, name: &str, file: &serde_json::Value, kind: SimLogin) -> Login {
+    fn login(&self, name: &str, file: &serde_json::Value, kind: SimLogin) -> Arc<Login> {
         let path = self.dir.path().join(name);
         std::fs::write(&path, file.to_string()).unwrap();
         self.login_at(&path, kind)
     }
 
-    fn login_at(&self, path: &Path, kind: SimLogin) -> Login {
+    fn login_at(&self, path: &Path, kind: SimLogin) -> Arc<Login> {
         let endpoint = TokenEndpoint {
             url: Arc::from(self.sim.token_url(kind)),
             client_id: Arc::from(match kind {
@@ -52,13 +59,13 @@ impl Setup {
             }),
             client: self.client.clone(),
         };
-        Login::new(
+        Arc::new(Login::new(
             LoginName::new("p", "a"),
             path.to_owned(),
             file::read(path).unwrap(),
             endpoint,
             self.store.clone(),
-        )
+        ))
     }
 
     async fn stored(&self) -> Tokens {
@@ -91,8 +98,10 @@ async fn a_fresh_pair_is_used_as_it_is_and_put_in_the_store() {
 async fn fifty_waiters_share_one_refresh_saved_before_use() {
     for kind in [SimLogin::Codex, SimLogin::Claude] {
         let s = setup(kind).await;
-        let file = s.sim.login_file_expiring("a", 60).unwrap();
-        let login = Arc::new(s.login("credentials.json", &file, kind));
+        // Expired: every attempt needs the refresh (one whose token still holds would carry
+        // it rather than wait, see below).
+        let file = s.sim.login_file_expiring("a", 0).unwrap();
+        let login = s.login("credentials.json", &file, kind);
         let path = s.dir.path().join("credentials.json");
         let old = refresh_token(&path);
         let tasks: Vec<_> = (0..50)
@@ -217,4 +226,107 @@ async fn a_refused_login_is_refused_for_good_and_a_new_login_revives_it() {
         s.stored().await.refresh.expose(),
         newer["claudeAiOauth"]["refreshToken"]
     );
+}
+
+#[tokio::test]
+async fn a_refresh_its_request_gave_up_on_is_saved_and_used() {
+    // The issuer acts on the refresh at once and answers 400 ms later; the request that began
+    // it goes away after 100 ms (its client hung up). The rotated pair must not be lost with
+    // it: the old refresh token is dead, and presenting it again would lose the login.
+    for kind in [SimLogin::Codex, SimLogin::Claude] {
+        let s = setup_with(kind, |b| b.token_delay(Duration::from_millis(400))).await;
+        let file = s.sim.login_file_expiring("a", 0).unwrap();
+        let login = s.login("credentials.json", &file, kind);
+        let path = s.dir.path().join("credentials.json");
+        let old = refresh_token(&path);
+        let gave_up =
+            tokio::time::timeout(Duration::from_millis(100), login.issue(SystemTime::now())).await;
+        assert!(
+            gave_up.is_err(),
+            "{kind:?}: the request left before the answer"
+        );
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert_eq!(s.sim.refreshes("a"), 1, "{kind:?}");
+        assert_ne!(
+            refresh_token(&path),
+            old,
+            "{kind:?}: the rotated pair is in the file"
+        );
+        let issued = login.issue(SystemTime::now()).await.unwrap();
+        assert_eq!(issued.generation, 1, "{kind:?}: the rotated pair serves");
+        assert_eq!(
+            s.sim.token_requests().len(),
+            1,
+            "{kind:?}: no second refresh"
+        );
+        assert_eq!(login.status(SystemTime::now()).state, "valid");
+    }
+}
+
+#[tokio::test]
+async fn a_refresh_that_failed_is_not_tried_again_by_each_waiter() {
+    let s = setup(SimLogin::Claude).await;
+    let file = s.sim.login_file_expiring("a", 0).unwrap();
+    let login = s.login("c.json", &file, SimLogin::Claude);
+    s.sim
+        .token_outage(Some(http::StatusCode::SERVICE_UNAVAILABLE));
+    let tasks: Vec<_> = (0..10)
+        .map(|_| {
+            let login = login.clone();
+            tokio::spawn(async move { login.issue(SystemTime::now()).await })
+        })
+        .collect();
+    for t in tasks {
+        assert!(matches!(t.await.unwrap(), Err(Unusable::Unavailable(_))));
+    }
+    assert_eq!(
+        s.sim.token_requests().len(),
+        1,
+        "one refresh failed; the waiters took its verdict"
+    );
+    // A 401 of the pair within the back-off does not try again either.
+    assert!(matches!(
+        login.recover(0).await,
+        Err(Unusable::Unavailable(_))
+    ));
+    assert_eq!(s.sim.token_requests().len(), 1);
+}
+
+#[tokio::test]
+async fn a_token_that_still_holds_is_not_held_up_by_a_slow_issuer() {
+    let s = setup_with(SimLogin::Codex, |b| {
+        b.token_delay(REFRESH_WAIT + Duration::from_millis(600))
+    })
+    .await;
+    let file = s.sim.login_file_expiring("a", 60).unwrap();
+    let login = s.login("auth.json", &file, SimLogin::Codex);
+    // The first attempt waits for the refresh ahead of expiry, at most REFRESH_WAIT: then it
+    // carries the token that still holds. Another one meanwhile does not wait at all.
+    let first = {
+        let login = login.clone();
+        tokio::spawn(async move { login.issue(SystemTime::now()).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let second = tokio::time::timeout(Duration::from_millis(100), login.issue(SystemTime::now()))
+        .await
+        .expect("no wait while a refresh is in flight")
+        .unwrap();
+    assert_eq!(second.generation, 0);
+    assert_eq!(first.await.unwrap().unwrap().generation, 0);
+    // The refresh ends on its own, and the next attempt has its pair.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(s.sim.refreshes("a"), 1);
+    assert_eq!(login.issue(SystemTime::now()).await.unwrap().generation, 1);
+}
+
+#[tokio::test]
+async fn an_expiry_past_the_clock_is_no_expiry_known() {
+    // Claude's issuer tells the expiry as `expires_in`; one too large for the clock must not
+    // lose the refresh it came with.
+    let s = setup_with(SimLogin::Claude, |b| b.access_ttl(u64::MAX)).await;
+    let file = s.sim.login_file_expiring("a", 0).unwrap();
+    let login = s.login("c.json", &file, SimLogin::Claude);
+    let issued = login.issue(SystemTime::now()).await.unwrap();
+    assert_eq!((issued.generation, s.sim.refreshes("a")), (1, 1));
+    assert_eq!(login.status(SystemTime::now()).expires_at, None);
 }

@@ -145,4 +145,24 @@ fn misconfigured_logins_get_clear_errors() {
         at("auth.json")
     );
     assert!(err(dir.path(), &two).contains("no other account uses"));
+    // The same file under another name: a hard link, a symbolic link.
+    std::fs::hard_link(dir.path().join("auth.json"), dir.path().join("hard.json")).unwrap();
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(dir.path().join("auth.json"), dir.path().join("soft.json")).unwrap();
+    let names: &[&str] = if cfg!(unix) {
+        &["hard.json", "soft.json"]
+    } else {
+        &["hard.json"]
+    };
+    for other in names {
+        let two = format!(
+            "{}  [[providers.accounts]]\n  id = \"b\"\n  {}\n",
+            text("chatgpt", "", &at("auth.json")),
+            at(other)
+        );
+        assert!(
+            err(dir.path(), &two).contains("no other account uses"),
+            "{other}"
+        );
+    }
 }

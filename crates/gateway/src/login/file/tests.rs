@@ -140,3 +140,34 @@ fn the_file_is_replaced_atomically_and_private() {
     // A folder that does not exist: an error, nothing written.
     assert!(write(&dir.path().join("nope/auth.json"), LoginKind::Codex, &t).is_err());
 }
+
+#[cfg(unix)]
+#[test]
+fn a_link_is_written_through_and_the_owner_kept() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().join("real.json");
+    fs::write(&real, codex_file()).unwrap();
+    let link = dir.path().join("auth.json");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    // Another user's file, where this process may give it away (as root, as a gateway run
+    // by an operator for users' logins would be); else the process's own.
+    let owner = if std::os::unix::fs::chown(&real, Some(4242), Some(4243)).is_ok() {
+        (4242, 4243)
+    } else {
+        let m = fs::metadata(&real).unwrap();
+        (m.uid(), m.gid())
+    };
+    let mut t = read(&link).unwrap().tokens;
+    t.refresh = Secret::new("rt-4");
+    write(&link, LoginKind::Codex, &t).unwrap();
+    assert!(
+        fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(read(&real).unwrap().tokens.refresh.expose(), "rt-4");
+    let m = fs::metadata(&real).unwrap();
+    assert_eq!((m.uid(), m.gid()), owner);
+}

@@ -103,7 +103,11 @@ async fn every_account_refused_is_the_gateways_own_502() {
     let res = call_scripted(&p, &log, script, "s").await;
     assert_eq!(res.status(), 502);
     assert_eq!(accounts(&log), ["a", "b", "c"]);
-    assert!(text(res).await.contains("refused the credential"));
+    assert!(
+        text(res)
+            .await
+            .contains("a credential the provider accepts")
+    );
     assert_eq!(p.get("codex").unwrap().bound(&"anonymous\ns".into()), None);
     // While every account waits out its back-off, no account is tried and the answer is still
     // the 502: waiting (a 429's `retry-after`) would not bring a refused key back.
@@ -112,7 +116,11 @@ async fn every_account_refused_is_the_gateways_own_502() {
     assert_eq!(res.status(), 502);
     assert!(res.headers().get("retry-after").is_none());
     assert!(accounts(&log).is_empty());
-    assert!(text(res).await.contains("refused the credential"));
+    assert!(
+        text(res)
+            .await
+            .contains("a credential the provider accepts")
+    );
     // One account out for its quota instead: it comes back by waiting, so a 429.
     let pool = p.get("codex").unwrap();
     pool.succeeded(0);
