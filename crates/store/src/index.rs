@@ -38,7 +38,7 @@ impl Meta {
         now_ms < self.expires_ms
     }
 
-    fn is_leased(&self, now_ms: u64) -> bool {
+    pub(crate) fn is_leased(&self, now_ms: u64) -> bool {
         self.lease.is_some_and(|l| now_ms < l.until_ms)
     }
 

@@ -158,6 +158,16 @@ pub trait HandoffStore: Send + Sync + 'static {
     /// `kind`; the other slot is untouched), ending any lease on the replaced one.
     fn upsert(&self, record: HandoffRecord) -> StoreFuture<'_, ()>;
 
+    /// [`upsert`](Self::upsert) unless the live record of its key in its slot is leased
+    /// ([`claim`](Self::claim)ed by a request that carries it now), in one atomic step: whether
+    /// `record` was stored. A handoff built while another of the same conversation is going
+    /// out is dropped rather than injected a second time. The default, for stores that keep no
+    /// leases, stores it.
+    fn offer(&self, record: HandoffRecord) -> StoreFuture<'_, bool> {
+        let stored = self.upsert(record);
+        Box::pin(async move { stored.await.map(|()| true) })
+    }
+
     /// The live record of `key`.
     fn get<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, Option<HandoffRecord>>;
 

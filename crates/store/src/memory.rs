@@ -104,6 +104,22 @@ impl MemoryStore {
             .insert(record.key(), Held { meta, record });
     }
 
+    fn offer_now(&self, record: HandoffRecord) -> bool {
+        let now = self.now_ms();
+        let meta = Meta::new(self.next(), to_unix_millis(record.expires_at));
+        match self.records(record.slot()).entry(record.key()) {
+            Entry::Occupied(e) if e.get().meta.is_live(now) && e.get().meta.is_leased(now) => false,
+            Entry::Occupied(mut e) => {
+                e.insert(Held { meta, record });
+                true
+            }
+            Entry::Vacant(e) => {
+                e.insert(Held { meta, record });
+                true
+            }
+        }
+    }
+
     fn get_now(&self, key: &HandoffKey, slot: HandoffSlot) -> Option<HandoffRecord> {
         let now = self.now_ms();
         self.records(slot)
@@ -179,6 +195,10 @@ impl HandoffStore for MemoryStore {
     fn upsert(&self, record: HandoffRecord) -> StoreFuture<'_, ()> {
         self.upsert_now(record);
         ready(())
+    }
+
+    fn offer(&self, record: HandoffRecord) -> StoreFuture<'_, bool> {
+        ready(self.offer_now(record))
     }
 
     fn get<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, Option<HandoffRecord>> {

@@ -19,6 +19,16 @@ impl HandoffStore for RedbStore {
         Box::pin(async move { committed(queued?).await })
     }
 
+    fn offer(&self, record: HandoffRecord) -> StoreFuture<'_, bool> {
+        let queued = self.offer_queue(&record);
+        Box::pin(async move {
+            match queued? {
+                Some(rx) => committed(rx).await.map(|()| true),
+                None => Ok(false),
+            }
+        })
+    }
+
     fn get<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, Option<HandoffRecord>> {
         self.get_in(key, HandoffSlot::Account)
     }

@@ -53,6 +53,29 @@ pub(super) enum Op {
 
 impl RedbStore {
     pub(super) fn upsert_queue(&self, record: &HandoffRecord) -> Result<Pending, StoreError> {
+        // `may` allows every write: `None` does not come back.
+        self.put_queue(record, |_| true)?.ok_or(StoreError::Closed)
+    }
+
+    /// [`upsert_queue`](Self::upsert_queue) unless the live record of its key is leased:
+    /// `None` then, and nothing queued.
+    pub(super) fn offer_queue(
+        &self,
+        record: &HandoffRecord,
+    ) -> Result<Option<Pending>, StoreError> {
+        let now = self.now_ms();
+        self.put_queue(record, |old| {
+            !old.is_some_and(|m| m.is_live(now) && m.is_leased(now))
+        })
+    }
+
+    /// Queues `record`'s write when `may` allows it given the index entry it replaces
+    /// (`None`, with nothing queued, when it does not).
+    fn put_queue(
+        &self,
+        record: &HandoffRecord,
+        may: impl FnOnce(Option<&Meta>) -> bool,
+    ) -> Result<Option<Pending>, StoreError> {
         let version = self.next();
         let expires_ms = to_unix_millis(record.expires_at);
         let value = encode(version, expires_ms, record)?;
@@ -69,15 +92,21 @@ impl RedbStore {
         };
         match entry {
             Entry::Occupied(mut e) => {
+                if !may(Some(e.get())) {
+                    return Ok(None);
+                }
                 self.send(op)?;
                 e.insert(Meta::new(version, expires_ms));
             }
             Entry::Vacant(e) => {
+                if !may(None) {
+                    return Ok(None);
+                }
                 self.send(op)?;
                 e.insert(Meta::new(version, expires_ms));
             }
         }
-        Ok(rx)
+        Ok(Some(rx))
     }
 
     /// Removes `key` from the index of `slot` when `pred` holds and queues its deletion.
