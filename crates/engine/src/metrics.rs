@@ -14,7 +14,8 @@ pub const GENERATION_SECONDS: &str = "context_relay_generation_seconds";
 /// Qualifying responses that did not start a generation, by `reason`
 /// (`provider`: the serving provider is not among the handoff providers, `exhausted`,
 /// `fresh`, `cooling_down`, `in_flight`, `in_flight_elsewhere`, `store_unavailable`,
-/// `no_session`, `queue_full`, `empty`).
+/// `no_session`, `queue_full`, `empty`; and `superseded`: a summary done after its session moved
+/// to another account, or while a switching request carried its handoff, dropped).
 pub const GENERATIONS_SKIPPED: &str = "context_relay_generations_skipped_total";
 /// Handoffs injected into a request, by `kind`: `account` (an account switch) or `model` (a
 /// model switch: the freshest handoff, or the bare note when the session has none).

@@ -37,6 +37,7 @@ pub struct SimBuilder {
     pub(crate) logins: Vec<(String, SimLogin)>,
     pub(crate) access_ttl: u64,
     pub(crate) token_delay: Option<std::time::Duration>,
+    pub(crate) summary_delay: Option<std::time::Duration>,
 }
 
 impl std::fmt::Debug for SimBuilder {
@@ -70,6 +71,7 @@ impl Default for SimBuilder {
             logins: Vec::new(),
             access_ttl: 3600,
             token_delay: None,
+            summary_delay: None,
         }
     }
 }

@@ -439,6 +439,9 @@ async fn handle(state: Arc<SimState>, req: Request<Body>) -> Response<Body> {
         *c += 1;
         *c
     };
+    if summary && let Some(delay) = state.config.summary_delay {
+        tokio::time::sleep(delay).await;
+    }
     let text = if summary {
         summary::reply(&state, &account, &body)
     } else {

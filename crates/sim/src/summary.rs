@@ -40,6 +40,13 @@ pub(super) type Replier = Arc<dyn Fn(&SummaryRequest<'_>) -> String + Send + Syn
 pub(super) type Compacted = HashMap<String, String>;
 
 impl SimBuilder {
+    /// Makes summary requests take `delay` before they are answered (a model writing a long
+    /// summary), so that a session's turns can go on, and switch, while one is in flight.
+    pub fn summary_delay(mut self, delay: std::time::Duration) -> Self {
+        self.summary_delay = Some(delay);
+        self
+    }
+
     /// Requests for which `matcher(body)` is true get `reply(request)` as the assistant text
     /// and use no quota; the reply sees the body and what the serving account can read of the
     /// request's `compaction` items.

@@ -29,6 +29,18 @@ impl Carried {
     }
 }
 
+/// What [`claim_for`] found.
+pub(super) enum Found {
+    /// Claimed: this request carries it.
+    Mine(Box<Claim>),
+    /// Leased by a concurrent request of the conversation (or consumed by it between the read
+    /// and the claim): that request carries the conversation's handoff, this one none, and
+    /// none is built for it either.
+    Elsewhere,
+    /// Nothing this request may carry.
+    Nothing,
+}
+
 /// Claims the key's handoff when one is live and was written by another account (of the
 /// serving provider, when `same_provider`: with models known, a handoff written on another
 /// provider was for a model switch to read, not for this account to consume).
@@ -39,7 +51,7 @@ pub(super) async fn claim_for(
     same_provider: bool,
     conversation: &Conversation,
     lease: std::time::Duration,
-) -> Option<Claim> {
+) -> Found {
     let claimable = |record: &context_relay_core::HandoffRecord| {
         !record.is_from(account)
             && conversation.owns(record.conversation_digest())
@@ -49,29 +61,29 @@ pub(super) async fn claim_for(
                     .eq_ignore_ascii_case(account.provider()))
     };
     if !shared.store.may_contain(key) {
-        return None;
+        return Found::Nothing;
     }
     // Read first: while the session stays on the account that wrote the handoff (between the
     // threshold and the rotation), a claim/release pair per request would be two writes.
     match shared.store.get(key).await {
         Ok(Some(record)) if claimable(&record) => {}
-        Ok(_) => return None,
+        Ok(_) => return Found::Nothing,
         Err(e) => {
             metrics::store_error("get", &e);
-            return None;
+            return Found::Nothing;
         }
     }
     match shared.store.claim(key, lease).await {
-        Ok(Some(claim)) if claimable(&claim.record) => Some(claim),
+        Ok(Some(claim)) if claimable(&claim.record) => Found::Mine(Box::new(claim)),
         Ok(Some(claim)) => {
             release(shared, &claim).await;
-            None
+            Found::Nothing
         }
         // Leased by a concurrent request: it injects, this one does not.
-        Ok(None) => None,
+        Ok(None) => Found::Elsewhere,
         Err(e) => {
             metrics::store_error("claim", &e);
-            None
+            Found::Nothing
         }
     }
 }

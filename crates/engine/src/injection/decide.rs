@@ -13,7 +13,7 @@ use context_relay_store::Affinity;
 use http::{HeaderMap, HeaderName, HeaderValue, Uri, header};
 use tracing::Instrument;
 
-use super::claim::{Carried, claim_for, give_back};
+use super::claim::{Carried, Found, claim_for, give_back};
 use super::conversation::Conversation;
 use super::extractive;
 use super::model::{self, ModelMove};
@@ -321,19 +321,26 @@ impl BodyDecision {
         let moved = model::model_move(affinity.as_ref(), model.as_ref());
         // A live handoff written by another account (a model switch reads the freshest handoff
         // instead, and claims none).
-        let mut carried = match moved {
-            Some(_) => None,
-            None if !config.account_handoff => None,
-            None => claim_for(
-                &shared,
-                &key,
-                &account,
-                model.is_some(),
-                &conversation,
-                config.lease,
-            )
-            .await
-            .map(|c| Carried::Claimed(Box::new(c))),
+        let found = match moved {
+            Some(_) => Found::Nothing,
+            None if !config.account_handoff => Found::Nothing,
+            None => {
+                let same_provider = model.is_some();
+                claim_for(
+                    &shared,
+                    &key,
+                    &account,
+                    same_provider,
+                    &conversation,
+                    config.lease,
+                )
+                .await
+            }
+        };
+        let elsewhere = matches!(found, Found::Elsewhere);
+        let mut carried = match found {
+            Found::Mine(c) => Some(Carried::Claimed(c)),
+            Found::Elsewhere | Found::Nothing => None,
         };
         // The state recorded as foreign at the last switch; where account switches are not
         // relayed, that was a model switch, and it is foreign to every account of the model.
@@ -381,8 +388,9 @@ impl BodyDecision {
             return unchanged(raw, Some(ticket));
         };
         // A switch never lands with nothing: without a stored handoff, one is built from
-        // this request.
+        // this request (unless a concurrent request of the conversation carries one).
         if carried.is_none()
+            && !elsewhere
             && switch
             && moved.is_none()
             && let Some(previous) = affinity.as_ref()

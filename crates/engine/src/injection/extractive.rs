@@ -53,8 +53,20 @@ pub(crate) async fn at_switch(
         expires_at: now + config.ttl,
     };
     record.set_conversation(opening);
-    let claimed = match shared.store.upsert(record.clone()).await {
-        Ok(()) => shared.store.claim(key, config.lease).await,
+    // A concurrent request of the conversation that landed first moved it on and carried its
+    // handoff: none is built for this one.
+    if shared
+        .affinity(key)
+        .await
+        .is_some_and(|now| now.account() != previous.account())
+    {
+        return None;
+    }
+    // Offered, not upserted: a handoff a concurrent request of the conversation is carrying
+    // (leased) is not replaced, and this one is dropped.
+    let claimed = match shared.store.offer(record.clone()).await {
+        Ok(true) => shared.store.claim(key, config.lease).await,
+        Ok(false) => Ok(None),
         Err(e) => Err(e),
     };
     let carried = match claimed {

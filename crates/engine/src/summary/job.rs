@@ -18,8 +18,8 @@ use context_relay_core::select::Selection;
 use context_relay_core::session::Opening;
 use context_relay_core::touched::merge_entities;
 use context_relay_core::{
-    ApiShape, Handoff, HandoffKey, HandoffKind, HandoffRecord, QuotaSignal, RelayConfig, decode,
-    parse, portable, reply, select,
+    ApiShape, Handoff, HandoffKey, HandoffKind, HandoffRecord, HandoffSlot, QuotaSignal,
+    RelayConfig, decode, parse, portable, reply, select,
 };
 use context_relay_store::InFlightGuard;
 use http::{HeaderMap, Uri, header};
@@ -27,6 +27,7 @@ use serde_json::{Map, Value};
 use tracing::Instrument;
 
 use super::call::{CallResult, call};
+use super::outcome::{Failure, Outcome, SUPERSEDED, Stored};
 use super::{Summarizer, SummaryRequest};
 use crate::events::RelayEvent;
 use crate::extensions::{ComboName, ResolvedAccount, SessionId, Tenant};
@@ -61,56 +62,6 @@ const LEASE_MARGIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The fields of the triggering request a summary request is derived from.
 const TRIGGER_FIELDS: [&str; 5] = ["model", "instructions", "system", "store", "stream"];
-
-/// How a generation ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Outcome {
-    Generated,
-    /// The model gave no handoff; one was built from the conversation instead (`why` says
-    /// which failure).
-    Extractive(Failure),
-    Failed(Failure),
-    /// Nothing to do: a live generated handoff is recent enough (`fresh`), another gateway
-    /// replica is summarising this key (`in_flight_elsewhere`), the conversation has no text
-    /// (`empty`), too many jobs are waiting (`queue_full`).
-    Skipped(&'static str),
-}
-
-/// Why the model gave no handoff.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Failure {
-    Rejected,
-    Unparseable,
-    Unavailable,
-}
-
-impl Failure {
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Rejected => "rejected",
-            Self::Unparseable => "unparseable",
-            Self::Unavailable => "unavailable",
-        }
-    }
-}
-
-impl Outcome {
-    fn label(self) -> &'static str {
-        match self {
-            Self::Generated => "generated",
-            Self::Extractive(_) => "extractive",
-            Self::Failed(f) => f.as_str(),
-            Self::Skipped(_) => "skipped",
-        }
-    }
-
-    fn failure(self) -> Option<Failure> {
-        match self {
-            Self::Extractive(f) | Self::Failed(f) => Some(f),
-            _ => None,
-        }
-    }
-}
 
 /// What a job keeps of the request: the selection, the fields the summary request needs and
 /// the conversation's opening.
@@ -266,7 +217,8 @@ impl Job {
                 .as_ref()
                 .is_none_or(|h| h.kind == HandoffKind::Extractive)
             && let Some(handoff) = extractive_handoff(&prepared.selection)
-            && self
+        {
+            let stored = self
                 .store(
                     handoff,
                     HandoffKind::Extractive,
@@ -275,9 +227,12 @@ impl Job {
                     prepared.opening.map(|o| o.digest),
                     false,
                 )
-                .await
-        {
-            outcome = Outcome::Extractive(why);
+                .await;
+            outcome = match stored {
+                Stored::Yes => Outcome::Extractive(why),
+                Stored::Superseded => Outcome::Skipped(SUPERSEDED),
+                Stored::Failed => outcome,
+            };
         }
         if let Some(lease) = lease
             && let Err(e) = shared.store.end_generation(&lease).await
@@ -432,7 +387,7 @@ impl Job {
         };
         handoff.active_entities =
             merge_entities(&handoff.active_entities, &prepared.selection.touched_files);
-        if self
+        let stored = self
             .store(
                 handoff,
                 self.kind,
@@ -441,15 +396,15 @@ impl Job {
                 prepared.opening.map(|o| o.digest),
                 covers_compaction,
             )
-            .await
-        {
-            Outcome::Generated
-        } else {
-            Outcome::Failed(Failure::Unavailable)
+            .await;
+        match stored {
+            Stored::Yes => Outcome::Generated,
+            Stored::Superseded => Outcome::Skipped(SUPERSEDED),
+            Stored::Failed => Outcome::Failed(Failure::Unavailable),
         }
     }
 
-    /// Upserts a handoff of `kind`; whether it was stored.
+    /// Stores a handoff of `kind` (see [`Stored`]).
     async fn store(
         &self,
         handoff: Handoff,
@@ -458,7 +413,7 @@ impl Job {
         model: String,
         opening: Option<u64>,
         compaction: bool,
-    ) -> bool {
+    ) -> Stored {
         let now = SystemTime::now();
         let ttl_end = now + self.config.ttl;
         let expires_at = match self.signal.as_ref().and_then(|s| s.resets_at) {
@@ -484,18 +439,46 @@ impl Job {
         };
         record.set_conversation(opening);
         record.compaction = compaction;
-        match self.shared.store.upsert(record).await {
-            Ok(()) => {
+        let account_slot = record.slot() == HandoffSlot::Account;
+        // A summary done after its session moved to another account is no handoff any more:
+        // the switch carried one (stored, or built there), and a second would reach the new
+        // account on its next request.
+        if account_slot
+            && let Some(now) = self.shared.affinity(&self.key).await
+            && !now.serves(&self.account)
+        {
+            tracing::info!(
+                kind = kind.as_str(),
+                "the session moved to another account before its summary was done; dropped"
+            );
+            return Stored::Superseded;
+        }
+        // Offered, not upserted: a handoff a switching request is carrying right now (leased)
+        // is not replaced by one it would then leave behind.
+        let stored = if account_slot {
+            self.shared.store.offer(record).await
+        } else {
+            self.shared.store.upsert(record).await.map(|()| true)
+        };
+        match stored {
+            Ok(false) => {
+                tracing::info!(
+                    kind = kind.as_str(),
+                    "a switching request is carrying the session's handoff; this summary is dropped"
+                );
+                Stored::Superseded
+            }
+            Ok(true) => {
                 tracing::info!(
                     messages = message_count,
                     kind = kind.as_str(),
                     "handoff stored"
                 );
-                true
+                Stored::Yes
             }
             Err(e) => {
                 metrics::store_error("upsert", &e);
-                false
+                Stored::Failed
             }
         }
     }

@@ -17,6 +17,7 @@ use crate::extensions::{ComboName, SessionId, Tenant};
 
 pub(crate) mod call;
 pub(crate) mod job;
+mod outcome;
 
 /// Type-erased error.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
