@@ -4,6 +4,8 @@
 //! text block is empty or only whitespace, and a final assistant message does not end with
 //! whitespace.
 
+use std::collections::HashSet;
+
 use serde_json::{Value, json};
 
 /// A message author of the Messages API.
@@ -106,6 +108,9 @@ pub(super) fn normalize(msgs: Vec<Msg>) -> Vec<Msg> {
             Some(p) => tool_use_ids(&out[p].blocks),
             None => Vec::new(),
         };
+        // Sets, not scans: a turn of thousands of parallel calls stays linear.
+        let asked: HashSet<&str> = prev_asked.iter().map(String::as_str).collect();
+        let mut answered: HashSet<String> = HashSet::new();
         let blocks = std::mem::take(&mut out[i].blocks);
         let mut results: Vec<Value> = Vec::new();
         let mut rest: Vec<Value> = Vec::new();
@@ -115,15 +120,15 @@ pub(super) fn normalize(msgs: Vec<Msg>) -> Vec<Msg> {
                 continue;
             }
             let id = block_id(&b, "tool_use_id");
-            let answered = results.iter().any(|r| block_id(r, "tool_use_id") == id);
-            if prev_asked.iter().any(|a| a == id) && !answered {
+            if asked.contains(id) && !answered.contains(id) {
+                answered.insert(id.to_owned());
                 results.push(b);
             } else {
                 rest.extend(result_as_text(&b));
             }
         }
         for id in &prev_asked {
-            if !results.iter().any(|r| block_id(r, "tool_use_id") == id) {
+            if answered.insert(id.clone()) {
                 results.push(json!({
                     "type": "tool_result", "tool_use_id": id, "content": NO_RESULT, "is_error": true
                 }));
@@ -246,7 +251,7 @@ pub(super) fn check(messages: &[Value]) -> Result<(), String> {
         {
             return Err("the final assistant message ends with whitespace".into());
         }
-        let asked: Vec<&str> = if i > 0 {
+        let asked: HashSet<&str> = if i > 0 {
             messages[i - 1]["content"]
                 .as_array()
                 .unwrap_or(&empty)
@@ -255,10 +260,10 @@ pub(super) fn check(messages: &[Value]) -> Result<(), String> {
                 .map(|b| block_id(b, "id"))
                 .collect()
         } else {
-            Vec::new()
+            HashSet::new()
         };
         let mut seen_other = false;
-        let mut answered = Vec::new();
+        let mut answered = HashSet::new();
         for b in blocks {
             if block_type(b) == "tool_result" {
                 if seen_other {
@@ -268,7 +273,7 @@ pub(super) fn check(messages: &[Value]) -> Result<(), String> {
                 if !asked.contains(&id) {
                     return Err(format!("message {i}: tool_result {id} answers no tool_use"));
                 }
-                answered.push(id);
+                answered.insert(id);
             } else {
                 seen_other = true;
             }

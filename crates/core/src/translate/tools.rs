@@ -152,19 +152,26 @@ pub(super) struct CallIds {
     calls: HashMap<String, String>,
     /// Every id handed out.
     used: HashSet<String>,
+    /// Cleaned id → the last suffix it took: the next collision starts there, not at `_2`
+    /// (ids handed out stay taken), so a request repeating one id n times costs n look-ups,
+    /// not n².
+    suffix: HashMap<String, u64>,
 }
 
 impl CallIds {
     fn fresh(&mut self, call_id: &str) -> String {
         let base = clean_id(call_id);
-        let mut id = base.clone();
-        let mut n = 1;
-        while self.used.contains(&id) {
-            n += 1;
-            id = format!("{base}_{n}");
+        if self.used.insert(base.clone()) {
+            return base;
         }
-        self.used.insert(id.clone());
-        id
+        let n = self.suffix.entry(base.clone()).or_insert(1);
+        loop {
+            *n += 1;
+            let id = format!("{base}_{n}");
+            if self.used.insert(id.clone()) {
+                return id;
+            }
+        }
     }
 
     /// The id of a new call with `call_id`.
