@@ -126,6 +126,32 @@ async fn unreachable_redis_fails_within_the_timeout() {
     );
 }
 
+/// A server that wants a password the URL does not give answers every command `NOAUTH`: the
+/// store refuses to open, as for a wrong password, rather than run with every call failing.
+#[tokio::test]
+async fn a_password_the_url_lacks_fails_at_connect() {
+    let (port, mut child) = context_relay_testkit::redis_server::spawn_on_free_port(|port| {
+        ["--port", port, "--requirepass", "s3cret"]
+            .map(str::to_owned)
+            .to_vec()
+    });
+    let url = format!("redis://127.0.0.1:{port}/");
+    let err = RedisStore::builder(&url).connect().await.map(|_| ());
+    let with = RedisStore::builder(format!("redis://:s3cret@127.0.0.1:{port}/"))
+        .connect()
+        .await
+        .map(|_| ());
+    let _ = child.kill();
+    let _ = child.wait();
+    let err = err.unwrap_err();
+    assert!(
+        matches!(err, StoreError::Redis { op: "connect", .. })
+            && err.to_string().contains("NOAUTH"),
+        "{err}"
+    );
+    assert!(with.is_ok(), "{with:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vanished_redis_fails_every_call_within_the_timeout() {
     let mut server = RedisServer::start_own();

@@ -41,6 +41,15 @@ impl RedisStoreBuilder {
         } else {
             self.connect_single().await?
         };
+        // One command now: a server that wants a password the URL lacks (`NOAUTH`), or refuses
+        // the user, is an error at start-up, not a relay that stays off with every call failing.
+        let mut probe = conn.clone();
+        let _: String = bounded(
+            "connect",
+            self.timeout,
+            redis::cmd("PING").query_async(&mut probe),
+        )
+        .await?;
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 conn,
