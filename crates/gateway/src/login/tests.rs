@@ -330,3 +330,57 @@ async fn an_expiry_past_the_clock_is_no_expiry_known() {
     assert_eq!((issued.generation, s.sim.refreshes("a")), (1, 1));
     assert_eq!(login.status(SystemTime::now()).expires_at, None);
 }
+
+/// Two replicas on one Redis that stalls for a moment (long enough to trip the request path's
+/// timeout and open the breaker): the replica that finds the store erroring while the other
+/// refreshes waits for it rather than refreshing the same pair without the lock, which the
+/// issuer's reuse detection would answer by revoking the login for both.
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_stalls_a_moment_does_not_make_a_second_refresh() {
+    use std::io::{Read, Write};
+    let (port, mut redis) = context_relay_testkit::redis_server::spawn_on_free_port(|port| {
+        ["--port", port, "--enable-debug-command", "yes"]
+            .map(str::to_owned)
+            .to_vec()
+    });
+    let url = format!("redis://127.0.0.1:{port}/");
+    let store: Arc<dyn HandoffStore> = Arc::new(
+        context_relay_store::RedisStore::builder(&url)
+            .connect()
+            .await
+            .unwrap(),
+    );
+    let mut s = setup_with(SimLogin::Claude, |b| {
+        b.token_delay(Duration::from_millis(1500))
+    })
+    .await;
+    s.store = store.clone();
+    let file = s.sim.login_file_expiring("a", 0).unwrap();
+    let one = s.login("one.json", &file, SimLogin::Claude);
+    let two = s.login("two.json", &file, SimLogin::Claude);
+    let first = {
+        let one = one.clone();
+        tokio::spawn(async move { one.issue(SystemTime::now()).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Redis sleeps 400 ms; a request-path read meanwhile times out and opens the breaker.
+    let stall = std::thread::spawn(move || {
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.write_all(b"DEBUG SLEEP 0.4\r\n").unwrap();
+        let _ = c.read(&mut [0; 16]);
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let key = context_relay_core::HandoffKey::new("t", "s", "c");
+    assert!(store.get(&key).await.is_err(), "the store stalls");
+    let second = two.issue(SystemTime::now()).await;
+    let first = first.await.unwrap();
+    let _ = stall.join();
+    let _ = redis.kill();
+    let _ = redis.wait();
+    let (first, second) = (first.unwrap(), second.unwrap());
+    assert_eq!(s.sim.refreshes("a"), 1, "one refresh for both replicas");
+    assert_eq!(s.sim.token_requests().len(), 1);
+    assert_eq!(second.generation, 1, "the other replica's pair");
+    assert_eq!(first.generation, 1);
+}
