@@ -177,7 +177,10 @@ fn main() -> ExitCode {
         for w in config.warnings() {
             println!("warning: {w}");
         }
-        match context_relay_gateway::check_store(&config.store) {
+        let quiet = QuietStoreChecks::new();
+        let checked = context_relay_gateway::check_store(&config.store);
+        drop(quiet);
+        match checked {
             Ok(Some(store)) => println!("{store}"),
             Ok(None) => {}
             Err(e) => {
@@ -221,6 +224,35 @@ fn main() -> ExitCode {
     }
 }
 
+/// While it lives, panics raised in redb's own code are not printed: the store opens a file
+/// under `catch_unwind` (redb panics on some damaged pages) and turns such a panic into an error
+/// that names the file and what to do, which is all an operator should read. Other panics
+/// print as ever. Held only around opening the store, before anything else runs.
+struct QuietStoreChecks(std::sync::Arc<PanicHook>);
+
+type PanicHook = Box<dyn Fn(&std::panic::PanicHookInfo<'_>) + Sync + Send + 'static>;
+
+impl QuietStoreChecks {
+    fn new() -> Self {
+        let previous = std::sync::Arc::new(std::panic::take_hook());
+        let forward = previous.clone();
+        std::panic::set_hook(Box::new(move |info| {
+            let in_redb = |file: &str| file.contains("/redb-") || file.contains("\\redb-");
+            if !info.location().is_some_and(|l| in_redb(l.file())) {
+                forward(info);
+            }
+        }));
+        Self(previous)
+    }
+}
+
+impl Drop for QuietStoreChecks {
+    fn drop(&mut self) {
+        let previous = self.0.clone();
+        std::panic::set_hook(Box::new(move |info| previous(info)));
+    }
+}
+
 async fn run(
     config: Config,
     path: PathBuf,
@@ -229,7 +261,10 @@ async fn run(
     let listen = config.listen;
     let metrics = prometheus_builder().install_recorder()?;
     context_relay_gateway::describe_metrics();
-    let gateway = Gateway::connect(config).await?.with_metrics(metrics);
+    let quiet = QuietStoreChecks::new();
+    let connected = Gateway::connect(config).await;
+    drop(quiet);
+    let gateway = connected?.with_metrics(metrics);
     let listener = context_relay_gateway::listen(listen)
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let addr = listener.local_addr()?;

@@ -351,6 +351,31 @@ fn a_damaged_store_file_is_a_clear_error_for_check_and_start() {
         assert!(text.contains("move it aside"), "{text}");
         assert!(!text.contains("panicked"), "{text}");
     }
+    // A real store file with its middle zeroed: redb panics in its own checks on reading it.
+    // The error says so in plain words, with no panic message or backtrace printed first.
+    std::fs::remove_file(&store).unwrap();
+    drop(context_relay_store::RedbStore::open(&store).unwrap());
+    let mut data = std::fs::read(&store).unwrap();
+    let size = data.len();
+    data[4096..size - 4096].fill(0);
+    std::fs::write(&store, &data).unwrap();
+    for check in [true, false] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_context-relay-gateway"));
+        cmd.arg("--config").arg(&path).env("RUST_BACKTRACE", "1");
+        if check {
+            cmd.arg("--check");
+        }
+        let out = cmd.output().unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(1), "check={check}: {text}");
+        assert!(text.contains("move it aside"), "{text}");
+        assert!(!text.contains("panicked"), "{text}");
+        assert!(!text.contains("backtrace"), "{text}");
+    }
     // A file that is fine reads as such.
     std::fs::remove_file(&store).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_context-relay-gateway"))
