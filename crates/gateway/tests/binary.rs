@@ -319,6 +319,31 @@ async fn a_second_sigterm_cuts_the_drain_short() {
     drop(hold);
 }
 
+/// `--check` and a start with the configuration at `path` both end with exit 1 and an error
+/// that names the damaged `store` and says what to do, with no panic message or backtrace.
+fn refused_clearly(path: &std::path::Path, store: &std::path::Path) {
+    for check in [true, false] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_context-relay-gateway"));
+        cmd.arg("--config").arg(path).env("RUST_BACKTRACE", "1");
+        if check {
+            cmd.arg("--check");
+        }
+        let out = cmd.output().unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(1), "check={check}: {text}");
+        assert!(text.contains(&*store.to_string_lossy()), "{text}");
+        assert!(text.contains("move it aside"), "{text}");
+        assert!(
+            !text.contains("panicked") && !text.contains("backtrace"),
+            "{text}"
+        );
+    }
+}
+
 /// A damaged store file: `--check` reads it and says what to do, and the gateway refuses to
 /// start with the same words (exit 1), instead of a panic at every start.
 #[test]
@@ -334,23 +359,7 @@ fn a_damaged_store_file_is_a_clear_error_for_check_and_start() {
             store.display()
         ),
     );
-    for check in [true, false] {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_context-relay-gateway"));
-        cmd.arg("--config").arg(&path);
-        if check {
-            cmd.arg("--check");
-        }
-        let out = cmd.output().unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert_eq!(out.status.code(), Some(1), "check={check}: {text}");
-        assert!(text.contains(&*store.to_string_lossy()), "{text}");
-        assert!(text.contains("move it aside"), "{text}");
-        assert!(!text.contains("panicked"), "{text}");
-    }
+    refused_clearly(&path, &store);
     // A real store file with its middle zeroed: redb panics in its own checks on reading it.
     // The error says so in plain words, with no panic message or backtrace printed first.
     std::fs::remove_file(&store).unwrap();
@@ -359,23 +368,7 @@ fn a_damaged_store_file_is_a_clear_error_for_check_and_start() {
     let size = data.len();
     data[4096..size - 4096].fill(0);
     std::fs::write(&store, &data).unwrap();
-    for check in [true, false] {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_context-relay-gateway"));
-        cmd.arg("--config").arg(&path).env("RUST_BACKTRACE", "1");
-        if check {
-            cmd.arg("--check");
-        }
-        let out = cmd.output().unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert_eq!(out.status.code(), Some(1), "check={check}: {text}");
-        assert!(text.contains("move it aside"), "{text}");
-        assert!(!text.contains("panicked"), "{text}");
-        assert!(!text.contains("backtrace"), "{text}");
-    }
+    refused_clearly(&path, &store);
     // A file that is fine reads as such.
     std::fs::remove_file(&store).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_context-relay-gateway"))
