@@ -356,7 +356,8 @@ impl Attempt {
     /// application reads it), when the response holds none (on its own or in its
     /// [`Facts`](crate::Facts));
     /// the [`RelayAction`] extension and [`RELAY_HEADER`](crate::RELAY_HEADER) when the relay
-    /// acted (an upstream's own header is removed: it is the relay's word).
+    /// acted (an upstream's own header is removed: it is the relay's word). A handoff counts as
+    /// injected only on a success: on an error answer it is given back, not delivered.
     pub fn label(&self, parts: &mut http::response::Parts) {
         if parts.extensions.fact::<ResolvedAccount>().is_none()
             && let Some(a) = self.account()
@@ -367,7 +368,13 @@ impl Attempt {
             return;
         }
         parts.headers.remove(crate::RELAY_HEADER);
-        let action = self.action();
+        let mut action = self.action();
+        if !parts.status.is_success() {
+            // Refused by the provider: the handoff did not reach the model and is given back
+            // for a later request (none was delivered; the scrub did happen).
+            action.injected = false;
+            action.extractive = false;
+        }
         if let Some(value) = action.header_value() {
             parts.headers.insert(crate::RELAY_HEADER, value);
             parts.extensions.insert(action);

@@ -96,7 +96,8 @@ async fn a_late_handoff_strips_only_the_old_accounts_state() {
     codex.turn(&relay, "a").await;
     relay.use_account("acct-b");
     codex.turn(&relay, "b").await;
-    // The summary of A's part arrives only now.
+    // A handoff of A's part stored only now (by a writer of the application's own: the
+    // gateway's summary job drops a summary done after its session moved).
     relay.upsert_handoff("late-1", "acct-a").await;
     let headers = codex.turn(&relay, "c").await;
     assert_eq!(action(&headers), "injected, scrubbed");
@@ -107,6 +108,28 @@ async fn a_late_handoff_strips_only_the_old_accounts_state() {
         last.text.contains(&bound::enc("acct-b", 2)),
         "B's own reasoning kept"
     );
+}
+
+/// The switching request answered 429 by the new account: its handoff is given back, and the
+/// answer does not say it was injected (the request was scrubbed); the next request carries it.
+#[tokio::test]
+async fn a_refused_switch_gives_its_handoff_back_and_says_so() {
+    let relay = Relay::new();
+    let mut codex = Codex::new("refused-1");
+    codex.turn(&relay, "a").await;
+    relay.upsert_handoff("refused-1", "acct-a").await;
+    relay.use_account("acct-b");
+    let limited = r#"{"error":{"message":"Rate limit reached","type":"rate_limit_error"}}"#;
+    relay
+        .provider
+        .with(|s| s.next_error = Some((StatusCode::TOO_MANY_REQUESTS, limited)));
+    let (status, headers, _) = relay.send(codex.request("b")).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(action(&headers), "scrubbed");
+    assert!(relay.handoff_left("refused-1").await, "given back");
+    let headers = codex.turn(&relay, "c").await;
+    assert_eq!(action(&headers), "injected, scrubbed");
+    assert!(!relay.handoff_left("refused-1").await);
 }
 
 #[tokio::test]
