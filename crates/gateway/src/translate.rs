@@ -14,7 +14,7 @@
 //! `server_is_overloaded`. A prompt longer than the model's context window (Anthropic's 400
 //! `prompt is too long: …`) has the code `context_length_exceeded`, and a streamed request
 //! gets it where Codex CLI reads it: a 200 stream of `response.created` then
-//! `response.failed`, on which Codex compacts its history and goes on.
+//! `response.failed`, which Codex reports as a full context window.
 //!
 //! Codex's compaction (`/responses/compact`) is served too: the history goes out as a
 //! Messages request asking for a summary, and the answer is the compacted history

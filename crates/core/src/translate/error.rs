@@ -6,7 +6,7 @@
 //!
 //! | Anthropic error | `code` | status |
 //! |---|---|---|
-//! | `invalid_request_error` about the context window (`prompt is too long: N tokens > M maximum`, `input length and max_tokens exceed context limit: …`) | `context_length_exceeded` (Codex CLI compacts its history and goes on) | kept (400) |
+//! | `invalid_request_error` about the context window (`prompt is too long: N tokens > M maximum`, `input length and max_tokens exceed context limit: …`) | `context_length_exceeded` (which Codex CLI reports as a full context window) | kept (400) |
 //! | `overloaded_error` | `server_is_overloaded` (Codex CLI's overload handling) | 529 becomes 503, a status OpenAI clients know |
 //!
 //! Every other status is kept.
@@ -30,7 +30,7 @@ const CONTEXT_PHRASES: [&str; 4] = [
 /// The Responses `code` of an Anthropic error of type `kind` saying `message`:
 /// `context_length_exceeded` for an `invalid_request_error` about the context window
 /// (`prompt is too long: N tokens > M maximum`, `input length and max_tokens exceed context
-/// limit: …`), on which Codex CLI compacts its history; `server_is_overloaded` for an
+/// limit: …`), which Codex CLI reports as a full context window; `server_is_overloaded` for an
 /// `overloaded_error`; else `kind` itself.
 ///
 /// ```

@@ -118,8 +118,8 @@ impl StreamTranslator {
 
     /// The whole translated stream of a request the provider refused before streaming:
     /// `response.created`, then `response.failed` with `code` and `message`. A Responses
-    /// client reads some errors only there (Codex CLI compacts its history on
-    /// `context_length_exceeded` in `response.failed`).
+    /// client reads some errors only there (Codex CLI reads `context_length_exceeded` as a
+    /// full context window only in `response.failed`).
     ///
     /// ```
     /// use context_relay_core::translate::{ResponseContext, StreamTranslator};
