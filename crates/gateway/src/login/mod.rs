@@ -15,8 +15,9 @@
 //!   saved and used, and the store's refresh lock released;
 //! - **once on a 401**: an attempt the provider answers 401 refreshes (unless another request
 //!   did since) and is sent again on the same account, once;
-//! - **one refresh at a time**: concurrent attempts of the account wait for the refresh in
-//!   flight and use its pair; replicas sharing a Redis store take the store's refresh lock, and
+//! - **one refresh at a time**: concurrent attempts of the account whose token has expired
+//!   wait for the refresh in flight and use its pair (or take its failure: none tries again
+//!   before [`RETRY_REFRESH_AFTER`]); replicas sharing a Redis store take the store's refresh lock, and
 //!   one that finds another replica's newer pair in the store uses it instead of refreshing;
 //! - **saved before use**: refresh tokens are single-use, so the rotated pair is written to the
 //!   store (compare-and-set on its version) and back into the credential file (atomically,
