@@ -40,6 +40,10 @@ impl HandoffStore for Recording {
         self.note("upsert", &record.key());
         self.inner.upsert(record)
     }
+    fn offer(&self, record: HandoffRecord) -> StoreFuture<'_, bool> {
+        self.note("offer", &record.key());
+        self.inner.offer(record)
+    }
     fn get<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, Option<HandoffRecord>> {
         self.inner.get(key)
     }

@@ -78,7 +78,8 @@ async fn a_second_claude_request_at_the_switch_carries_none() {
 /// long to write; the account is used up at once and turn 4 switches with a handoff built
 /// there. The summary, done after the switch, is not stored: turn 5 carries none.
 async fn a_summary_done_after_the_switch_is_dropped(client: Client) {
-    let sim = SimProvider::builder().summary_delay(Duration::from_millis(800));
+    // Long enough for turn 4 to go out and finish first, even on a loaded machine.
+    let sim = SimProvider::builder().summary_delay(Duration::from_secs(2));
     let h = Harness::start(1, MEMORY, sim).await;
     let session = "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a61";
     let mut conv = Conversation::new(client, session);

@@ -38,7 +38,12 @@ impl Meta {
         now_ms < self.expires_ms
     }
 
-    pub(crate) fn is_leased(&self, now_ms: u64) -> bool {
+    /// Whether a request carries the record now: live and leased at `now_ms`.
+    pub(crate) fn is_carried(&self, now_ms: u64) -> bool {
+        self.is_live(now_ms) && self.is_leased(now_ms)
+    }
+
+    fn is_leased(&self, now_ms: u64) -> bool {
         self.lease.is_some_and(|l| now_ms < l.until_ms)
     }
 

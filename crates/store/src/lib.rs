@@ -107,6 +107,7 @@ mod breaker;
 pub mod clock;
 pub mod cooldown;
 mod error;
+mod generation_lease;
 mod index;
 pub mod inflight;
 pub mod login;
@@ -120,6 +121,7 @@ mod redis_store;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use cooldown::CoolDown;
 pub use error::StoreError;
+pub use generation_lease::GenerationLease;
 pub use inflight::{InFlight, InFlightGuard};
 pub use login::{LoginLock, StoredLogin};
 pub use memory::MemoryStore;
@@ -158,11 +160,9 @@ pub trait HandoffStore: Send + Sync + 'static {
     /// `kind`; the other slot is untouched), ending any lease on the replaced one.
     fn upsert(&self, record: HandoffRecord) -> StoreFuture<'_, ()>;
 
-    /// [`upsert`](Self::upsert) unless the live record of its key in its slot is leased
-    /// ([`claim`](Self::claim)ed by a request that carries it now), in one atomic step: whether
-    /// `record` was stored. A handoff built while another of the same conversation is going
-    /// out is dropped rather than injected a second time. The default, for stores that keep no
-    /// leases, stores it.
+    /// [`upsert`](Self::upsert) unless the live record of its key in its slot is leased (a
+    /// request carries it now), atomically: whether `record` was stored. The default is a
+    /// plain upsert: a store that keeps leases must override it, and a wrapper forward it.
     fn offer(&self, record: HandoffRecord) -> StoreFuture<'_, bool> {
         let stored = self.upsert(record);
         Box::pin(async move { stored.await.map(|()| true) })
@@ -560,34 +560,6 @@ impl Affinity {
         self.previous
             .as_ref()
             .filter(|_| self.in_switch_window(now))
-    }
-}
-
-/// The right to generate one key's summary, from [`HandoffStore::begin_generation`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GenerationLease {
-    key: HandoffKey,
-    // `None` for a local (always granted) lease; the Redis token otherwise.
-    token: Option<u64>,
-}
-
-impl GenerationLease {
-    /// A lease that needs no coordination (single-process backends).
-    pub fn local(key: &HandoffKey) -> Self {
-        Self {
-            key: key.clone(),
-            token: None,
-        }
-    }
-
-    /// The key the lease is for.
-    pub fn key(&self) -> &HandoffKey {
-        &self.key
-    }
-
-    /// Whether another replica could have been refused because of this lease.
-    pub fn is_distributed(&self) -> bool {
-        self.token.is_some()
     }
 }
 

@@ -108,7 +108,7 @@ impl MemoryStore {
         let now = self.now_ms();
         let meta = Meta::new(self.next(), to_unix_millis(record.expires_at));
         match self.records(record.slot()).entry(record.key()) {
-            Entry::Occupied(e) if e.get().meta.is_live(now) && e.get().meta.is_leased(now) => false,
+            Entry::Occupied(e) if e.get().meta.is_carried(now) => false,
             Entry::Occupied(mut e) => {
                 e.insert(Held { meta, record });
                 true

@@ -46,6 +46,9 @@ impl HandoffStore for AccountOnly {
     fn upsert(&self, record: HandoffRecord) -> StoreFuture<'_, ()> {
         self.0.upsert(record)
     }
+    fn offer(&self, record: HandoffRecord) -> StoreFuture<'_, bool> {
+        self.0.offer(record)
+    }
     fn get<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, Option<HandoffRecord>> {
         self.0.get(key)
     }

@@ -38,6 +38,19 @@ mod cases {
         let sixth = h.record(&k, "sixth", HOUR);
         assert!(h.store.offer(sixth.clone()).await.unwrap());
         assert_eq!(h.store.get(&k).await.unwrap(), Some(sixth));
+
+        // A lease that outlives its record: the record is gone, the offer stores.
+        let short = HandoffKey::new("acme", "s2", "codex-relay");
+        let brief = h.record(&short, "brief", Duration::from_secs(10));
+        assert!(h.store.offer(brief).await.unwrap());
+        h.store.claim(&short, LEASE).await.unwrap().expect("live");
+        h.clock.advance(Duration::from_secs(11));
+        assert!(
+            h.store
+                .offer(h.record(&short, "after", HOUR))
+                .await
+                .unwrap()
+        );
     }
 }
 

@@ -131,9 +131,21 @@ async fn unreachable_redis_fails_within_the_timeout() {
 #[tokio::test]
 async fn a_password_the_url_lacks_fails_at_connect() {
     let (port, mut child) = context_relay_testkit::redis_server::spawn_on_free_port(|port| {
-        ["--port", port, "--requirepass", "s3cret"]
-            .map(str::to_owned)
-            .to_vec()
+        [
+            "--port",
+            port,
+            "--requirepass",
+            "s3cret",
+            "--user",
+            "relay",
+            "on",
+            ">pw",
+            "~*",
+            "+@all",
+            "-ping",
+        ]
+        .map(str::to_owned)
+        .to_vec()
     });
     let url = format!("redis://127.0.0.1:{port}/");
     let err = RedisStore::builder(&url).connect().await.map(|_| ());
@@ -141,8 +153,14 @@ async fn a_password_the_url_lacks_fails_at_connect() {
         .connect()
         .await
         .map(|_| ());
+    // A user whose ACL leaves PING out is authenticated all the same.
+    let limited = RedisStore::builder(format!("redis://relay:pw@127.0.0.1:{port}/"))
+        .connect()
+        .await
+        .map(|_| ());
     let _ = child.kill();
     let _ = child.wait();
+    assert!(limited.is_ok(), "{limited:?}");
     let err = err.unwrap_err();
     assert!(
         matches!(err, StoreError::Redis { op: "connect", .. })

@@ -22,6 +22,9 @@ impl HandoffStore for BrokenStore {
     fn upsert(&self, _: HandoffRecord) -> StoreFuture<'_, ()> {
         fail()
     }
+    fn offer(&self, _: HandoffRecord) -> StoreFuture<'_, bool> {
+        fail()
+    }
     fn get<'a>(&'a self, _: &'a HandoffKey) -> StoreFuture<'a, Option<HandoffRecord>> {
         fail()
     }

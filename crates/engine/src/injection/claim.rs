@@ -33,9 +33,9 @@ impl Carried {
 pub(super) enum Found {
     /// Claimed: this request carries it.
     Mine(Box<Claim>),
-    /// Leased by a concurrent request of the conversation (or consumed by it between the read
-    /// and the claim): that request carries the conversation's handoff, this one none, and
-    /// none is built for it either.
+    /// Leased by a concurrent request of the conversation (or by a replica that died with it,
+    /// until the lease runs out): that request carries the conversation's handoff, this one
+    /// none, and none is built for it either.
     Elsewhere,
     /// Nothing this request may carry.
     Nothing,
@@ -79,8 +79,16 @@ pub(super) async fn claim_for(
             release(shared, &claim).await;
             Found::Nothing
         }
-        // Leased by a concurrent request: it injects, this one does not.
-        Ok(None) => Found::Elsewhere,
+        // Leased by a concurrent request: it injects, this one does not. (Gone since the read,
+        // it was consumed or expired: nothing is carried, and the switch builds its own.)
+        Ok(None) => match shared.store.get(key).await {
+            Ok(Some(_)) => Found::Elsewhere,
+            Ok(None) => Found::Nothing,
+            Err(e) => {
+                metrics::store_error("get", &e);
+                Found::Nothing
+            }
+        },
         Err(e) => {
             metrics::store_error("claim", &e);
             Found::Nothing

@@ -228,11 +228,10 @@ impl Job {
                     false,
                 )
                 .await;
-            outcome = match stored {
-                Stored::Yes => Outcome::Extractive(why),
-                Stored::Superseded => Outcome::Skipped(SUPERSEDED),
-                Stored::Failed => outcome,
-            };
+            // Superseded or failed, the summary's own failure stands (its cool-down too).
+            if stored == Stored::Yes {
+                outcome = Outcome::Extractive(why);
+            }
         }
         if let Some(lease) = lease
             && let Err(e) = shared.store.end_generation(&lease).await

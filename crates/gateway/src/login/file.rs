@@ -11,7 +11,8 @@
 //! `last_refresh` / `expiresAt`) of the file as it is on disk at that moment, keeping every
 //! other field, through a temporary file in the same folder (mode 0600, the old file's owner,
 //! synced) renamed over the old one: a reader sees the old file or the new one, never half of
-//! one. A symbolic link is written through, to the file it points to.
+//! one. A symbolic link to a credential file of the same client is written through, to the
+//! file it points to; a link to anything else is replaced, never followed.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -287,12 +288,13 @@ pub(crate) fn patched(kind: LoginKind, current: Option<&str>, tokens: &Tokens) -
 /// Writes `tokens` back into the credential file at `path` atomically (see the module docs).
 /// Blocking.
 pub(crate) fn write(path: &Path, kind: LoginKind, tokens: &Tokens) -> io::Result<()> {
-    // A symbolic link is written through: the client reads the file it points to.
+    // A symbolic link to a credential file of this client is written through (the client
+    // reads the file it points to); a link to anything else is replaced, never followed (a
+    // gateway run as root must not be led to overwrite another file).
     let link = fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
-    let target = if link {
-        fs::canonicalize(path)?
-    } else {
-        path.to_owned()
+    let target = match fs::canonicalize(path) {
+        Ok(t) if link && read(&t).is_ok_and(|f| f.kind == kind) => t,
+        _ => path.to_owned(),
     };
     let current = fs::read_to_string(&target).ok();
     let text = patched(kind, current.as_deref(), tokens);

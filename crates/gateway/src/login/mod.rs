@@ -127,6 +127,9 @@ struct State {
     refused: Option<String>,
     /// Until when a failed refresh is not tried again (the current pair serves meanwhile).
     failed_until: Option<SystemTime>,
+    /// Whether `failed_until` comes from the token endpoint (else from the store's lock): only
+    /// an issuer's failure is the answer for an attempt that needs a new pair.
+    issuer_failed: bool,
 }
 
 /// One subscription login (see the module docs).
@@ -138,7 +141,7 @@ pub(crate) struct Login {
     store: Arc<dyn HandoffStore>,
     state: Mutex<State>,
     /// One refresh at a time; attempts wait on it.
-    refreshing: tokio::sync::Mutex<()>,
+    refreshing: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl std::fmt::Debug for Login {
@@ -182,6 +185,7 @@ impl Login {
             synced: false,
             refused: None,
             failed_until: None,
+            issuer_failed: false,
         };
         Self {
             kind: file.kind,
@@ -190,7 +194,7 @@ impl Login {
             endpoint,
             store,
             state: Mutex::new(state),
-            refreshing: tokio::sync::Mutex::new(()),
+            refreshing: Arc::new(tokio::sync::Mutex::new(())),
         }
     }
 
@@ -219,12 +223,21 @@ impl Login {
         let Some(current) = self.unexpired(now) else {
             return self.detached(refresh::Need::Fresh).await;
         };
-        if self.refreshing.try_lock().is_err() {
+        // The refresh's turn taken here, and handed to its task: an attempt that comes while
+        // it runs finds it taken and goes with the current token.
+        let Ok(turn) = self.refreshing.clone().try_lock_owned() else {
             return Ok(current);
+        };
+        let login = Arc::clone(self);
+        let refresh = tokio::spawn(async move {
+            let _turn = turn;
+            login.ensure_locked(refresh::Need::Fresh).await
+        });
+        match tokio::time::timeout(REFRESH_WAIT, refresh).await {
+            Ok(Ok(done)) => done,
+            Ok(Err(e)) => Err(Unusable::Unavailable(format!("the refresh stopped: {e}"))),
+            Err(_) => Ok(current),
         }
-        tokio::time::timeout(REFRESH_WAIT, self.detached(refresh::Need::Fresh))
-            .await
-            .unwrap_or(Ok(current))
     }
 
     /// After the provider answered 401 to the credential of `generation`: a refreshed one (or

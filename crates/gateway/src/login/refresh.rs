@@ -57,14 +57,16 @@ impl Login {
             return Some(Err(Unusable::Refused(code.clone())));
         }
         // A refresh failed a moment ago: not tried again before `failed_until`, whoever asks
-        // (the current token serves meanwhile, while it holds).
+        // (the current token serves meanwhile, while it holds). A store that could not lock
+        // only defers the refresh ahead of expiry.
         let failed = st.failed_until.is_some_and(|t| t > now);
+        let issuer_failed = failed && st.issuer_failed;
         let done = match need {
-            Need::Fresh if failed && st.tokens.expired(now) => {
+            Need::Fresh if issuer_failed && st.tokens.expired(now) => {
                 return Some(Err(recently_failed()));
             }
             Need::Fresh => st.synced && (st.tokens.fresh(now, super::REFRESH_AHEAD) || failed),
-            Need::After(generation) if failed && st.generation == generation => {
+            Need::After(generation) if issuer_failed && st.generation == generation => {
                 return Some(Err(recently_failed()));
             }
             Need::After(generation) => st.generation != generation,
@@ -103,6 +105,11 @@ impl Login {
     /// Refreshes (or adopts a newer stored pair) so that `need` is met: one caller at a time.
     pub(super) async fn ensure(&self, need: Need) -> Result<Issued, Unusable> {
         let _one = self.refreshing.lock().await;
+        self.ensure_locked(need).await
+    }
+
+    /// [`ensure`](Self::ensure) for a caller that holds the refresh's turn.
+    pub(super) async fn ensure_locked(&self, need: Need) -> Result<Issued, Unusable> {
         if let Some(done) = self.satisfied(need, SystemTime::now()) {
             return done;
         }
@@ -148,28 +155,28 @@ impl Login {
                         "another replica has held the login's refresh lock too long".to_owned(),
                     );
                 }
-                Err(_)
-                    if self.spent(need) && {
-                        let since = *store_down_since.get_or_insert_with(Instant::now);
-                        since.elapsed() < STORE_WAIT
-                    } =>
-                {
-                    // The store may be back in a moment (its breaker lets a trial through
-                    // after 100 ms, then 200 ms, …): a refresh without the lock is the last
-                    // resort, since another replica may be refreshing the same pair.
-                    tokio::time::sleep(poll).await;
-                    poll = (poll * 2).min(Duration::from_secs(1));
-                }
                 Err(e) => {
+                    let spent = self.spent(need);
+                    if spent
+                        && store_down_since.get_or_insert_with(Instant::now).elapsed() < STORE_WAIT
+                    {
+                        // The store may be back in a moment (its breaker lets a trial through
+                        // after 100 ms, then 200 ms, …): a refresh without the lock is the last
+                        // resort, since another replica may be refreshing the same pair.
+                        tokio::time::sleep(poll).await;
+                        poll = (poll * 2).min(Duration::from_secs(1));
+                        continue;
+                    }
                     // Nothing coordinates the replicas now: refresh only a pair that is of no
                     // use any more, the risk of two refreshes is then worth taking.
-                    let spent = self.spent(need);
                     tracing::warn!(provider = %self.name.provider, account = %self.name.account, error = %e, refreshing = spent, "the store cannot lock the login's refresh");
                     if spent {
                         return self.refresh_now(need).await;
                     }
-                    self.state().failed_until =
-                        Some(SystemTime::now() + super::RETRY_REFRESH_AFTER);
+                    let mut st = self.state();
+                    st.failed_until = Some(SystemTime::now() + super::RETRY_REFRESH_AFTER);
+                    st.issuer_failed = false;
+                    drop(st);
                     return self.fallback(need, format!("the store cannot lock the refresh: {e}"));
                 }
             }
@@ -352,7 +359,10 @@ impl Login {
             }
             Err(RefreshError::Failed(why)) => {
                 self.count("failed");
-                self.state().failed_until = Some(SystemTime::now() + super::RETRY_REFRESH_AFTER);
+                let mut st = self.state();
+                st.failed_until = Some(SystemTime::now() + super::RETRY_REFRESH_AFTER);
+                st.issuer_failed = true;
+                drop(st);
                 tracing::warn!(%provider, %account, error = %why, "login refresh failed; the current pair is kept and tried again later");
                 self.fallback(need, why)
             }

@@ -313,10 +313,16 @@ async fn a_token_that_still_holds_is_not_held_up_by_a_slow_issuer() {
         .unwrap();
     assert_eq!(second.generation, 0);
     assert_eq!(first.await.unwrap().unwrap().generation, 0);
-    // The refresh ends on its own, and the next attempt has its pair.
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    // The refresh ends on its own, and a later attempt has its pair.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while login.issue(SystemTime::now()).await.unwrap().generation != 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the refresh never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(s.sim.refreshes("a"), 1);
-    assert_eq!(login.issue(SystemTime::now()).await.unwrap().generation, 1);
 }
 
 #[tokio::test]
@@ -339,11 +345,20 @@ async fn an_expiry_past_the_clock_is_no_expiry_known() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_that_stalls_a_moment_does_not_make_a_second_refresh() {
     use std::io::{Read, Write};
-    let (port, mut redis) = context_relay_testkit::redis_server::spawn_on_free_port(|port| {
+    /// The test's own server, stopped however the test ends.
+    struct Stopped(std::process::Child);
+    impl Drop for Stopped {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let (port, redis) = context_relay_testkit::redis_server::spawn_on_free_port(|port| {
         ["--port", port, "--enable-debug-command", "yes"]
             .map(str::to_owned)
             .to_vec()
     });
+    let redis = Stopped(redis);
     let url = format!("redis://127.0.0.1:{port}/");
     let store: Arc<dyn HandoffStore> = Arc::new(
         context_relay_store::RedisStore::builder(&url)
@@ -376,11 +391,40 @@ async fn a_store_that_stalls_a_moment_does_not_make_a_second_refresh() {
     let second = two.issue(SystemTime::now()).await;
     let first = first.await.unwrap();
     let _ = stall.join();
-    let _ = redis.kill();
-    let _ = redis.wait();
+    drop(redis);
     let (first, second) = (first.unwrap(), second.unwrap());
     assert_eq!(s.sim.refreshes("a"), 1, "one refresh for both replicas");
     assert_eq!(s.sim.token_requests().len(), 1);
     assert_eq!(second.generation, 1, "the other replica's pair");
     assert_eq!(first.generation, 1);
+}
+
+#[tokio::test]
+async fn only_the_issuers_failure_stops_a_401_from_refreshing() {
+    let s = setup(SimLogin::Codex).await;
+    let login = s.login(
+        "auth.json",
+        &s.sim.login_file("a").unwrap(),
+        SimLogin::Codex,
+    );
+    let later = SystemTime::now() + RETRY_REFRESH_AFTER;
+    // The store could not lock a refresh ahead of expiry a moment ago: a 401 still refreshes.
+    {
+        let mut st = login.state();
+        st.failed_until = Some(later);
+        st.issuer_failed = false;
+    }
+    assert_eq!(login.recover(0).await.unwrap().generation, 1);
+    assert_eq!(s.sim.refreshes("a"), 1);
+    // The token endpoint failed a moment ago: the 401 takes that verdict.
+    {
+        let mut st = login.state();
+        st.failed_until = Some(later);
+        st.issuer_failed = true;
+    }
+    assert!(matches!(
+        login.recover(1).await,
+        Err(Unusable::Unavailable(_))
+    ));
+    assert_eq!(s.sim.token_requests().len(), 1);
 }

@@ -64,9 +64,7 @@ impl RedbStore {
         record: &HandoffRecord,
     ) -> Result<Option<Pending>, StoreError> {
         let now = self.now_ms();
-        self.put_queue(record, |old| {
-            !old.is_some_and(|m| m.is_live(now) && m.is_leased(now))
-        })
+        self.put_queue(record, |old| !old.is_some_and(|m| m.is_carried(now)))
     }
 
     /// Queues `record`'s write when `may` allows it given the index entry it replaces

@@ -43,13 +43,21 @@ impl RedisStoreBuilder {
         };
         // One command now: a server that wants a password the URL lacks (`NOAUTH`), or refuses
         // the user, is an error at start-up, not a relay that stays off with every call failing.
+        // A user whose ACL leaves `PING` out (`NOPERM`) is authenticated: that is no error.
         let mut probe = conn.clone();
-        let _: String = bounded(
+        let pinged: Result<String, StoreError> = bounded(
             "connect",
             self.timeout,
             redis::cmd("PING").query_async(&mut probe),
         )
-        .await?;
+        .await;
+        match pinged {
+            Err(StoreError::Redis { reason, .. })
+                if reason.to_ascii_lowercase().contains("noperm") => {}
+            other => {
+                other?;
+            }
+        }
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 conn,

@@ -17,12 +17,13 @@ pub(super) struct Foreign {
     pub(super) until: u64,
 }
 
-/// Replaces the record with `ARGV[1]`, expiring at `ARGV[2]`, at version `ARGV[3]`; with a
-/// time `ARGV[4]` other than 0 (an offer), not while the record is leased then (0 returned).
+/// Replaces the record with `ARGV[1]`, expiring at `ARGV[2]`, at version `ARGV[3]`; with
+/// `ARGV[4]` = `offer`, not while the record is live and leased at `ARGV[5]` (0 returned).
 const UPSERT: &str = r"
-if ARGV[4] ~= '0' then
-  local lu = redis.call('HGET', KEYS[1], 'lu')
-  if lu and tonumber(lu) > tonumber(ARGV[4]) then return 0 end
+if ARGV[4] == 'offer' then
+  local f = redis.call('HMGET', KEYS[1], 'exp', 'lu')
+  local now = tonumber(ARGV[5])
+  if f[1] and f[2] and tonumber(f[1]) > now and tonumber(f[2]) > now then return 0 end
 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'rec', ARGV[1], 'ver', ARGV[3], 'exp', ARGV[2])

@@ -140,15 +140,17 @@ impl RedisStore {
 }
 
 impl RedisStore {
-    /// Writes `record` (see `UPSERT`: an offer at `now_ms` when not 0); whether it did.
-    async fn put(&self, record: HandoffRecord, now_ms: u64) -> Result<bool, StoreError> {
+    /// Writes `record` (see `UPSERT`: an offer at the current time when `offer`); whether it
+    /// did.
+    async fn put(&self, record: HandoffRecord, offer: bool) -> Result<bool, StoreError> {
         let json = serde_json::to_vec(&record)?;
         let mut inv = self.inner.scripts.upsert.prepare_invoke();
         inv.key(self.record_key(&record.key(), record.slot()))
             .arg(json)
             .arg(to_unix_millis(record.expires_at))
             .arg(self.inner.ids.fresh())
-            .arg(now_ms);
+            .arg(if offer { "offer" } else { "upsert" })
+            .arg(self.now_ms());
         let mut conn = self.conn();
         let stored: i64 = self.call("upsert", inv.invoke_async(&mut conn)).await?;
         if stored == 1
@@ -162,11 +164,11 @@ impl RedisStore {
 
 impl HandoffStore for RedisStore {
     fn upsert(&self, record: HandoffRecord) -> StoreFuture<'_, ()> {
-        Box::pin(async move { self.put(record, 0).await.map(|_| ()) })
+        Box::pin(async move { self.put(record, false).await.map(|_| ()) })
     }
 
     fn offer(&self, record: HandoffRecord) -> StoreFuture<'_, bool> {
-        Box::pin(async move { self.put(record, self.now_ms()).await })
+        Box::pin(async move { self.put(record, true).await })
     }
 
     fn get<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, Option<HandoffRecord>> {

@@ -145,14 +145,18 @@ fn misconfigured_logins_get_clear_errors() {
         at("auth.json")
     );
     assert!(err(dir.path(), &two).contains("no other account uses"));
-    // The same file under another name: a hard link, a symbolic link.
-    std::fs::hard_link(dir.path().join("auth.json"), dir.path().join("hard.json")).unwrap();
+    // The same file under another name: a hard link, a symbolic link (where the system tells
+    // a file by its device and inode).
     #[cfg(unix)]
-    std::os::unix::fs::symlink(dir.path().join("auth.json"), dir.path().join("soft.json")).unwrap();
+    {
+        std::fs::hard_link(dir.path().join("auth.json"), dir.path().join("hard.json")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("auth.json"), dir.path().join("soft.json"))
+            .unwrap();
+    }
     let names: &[&str] = if cfg!(unix) {
         &["hard.json", "soft.json"]
     } else {
-        &["hard.json"]
+        &[]
     };
     for other in names {
         let two = format!(
@@ -165,4 +169,23 @@ fn misconfigured_logins_get_clear_errors() {
             "{other}"
         );
     }
+}
+
+#[test]
+fn logins_on_the_memory_store_are_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("auth.json"), CODEX).unwrap();
+    let account = format!("credentials = \"{}/auth.json\"", dir.path().display());
+    let logins = text("chatgpt", "", &account);
+    let memory = |c: &Config| {
+        c.warnings()
+            .iter()
+            .any(|w| w.contains("backend = \"memory\" with subscription logins"))
+    };
+    assert!(!memory(&load(dir.path(), &logins).unwrap()));
+    let on_memory = format!("[store]\nbackend = \"memory\"\n{logins}");
+    assert!(memory(&load(dir.path(), &on_memory).unwrap()));
+    let keys = text("bearer", "", "api_key = \"k\"");
+    let keys_on_memory = format!("[store]\nbackend = \"memory\"\n{keys}");
+    assert!(!memory(&load(dir.path(), &keys_on_memory).unwrap()));
 }

@@ -170,4 +170,18 @@ fn a_link_is_written_through_and_the_owner_kept() {
     assert_eq!(read(&real).unwrap().tokens.refresh.expose(), "rt-4");
     let m = fs::metadata(&real).unwrap();
     assert_eq!((m.uid(), m.gid()), owner);
+    // A link to a file that is no credential file of this client is replaced, not followed.
+    let other = dir.path().join("other.txt");
+    fs::write(&other, "not a login").unwrap();
+    fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink(&other, &link).unwrap();
+    write(&link, LoginKind::Codex, &t).unwrap();
+    assert_eq!(fs::read_to_string(&other).unwrap(), "not a login");
+    assert!(
+        !fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(read(&link).unwrap().tokens.refresh.expose(), "rt-4");
 }
