@@ -184,6 +184,11 @@ impl AffinityMap {
             })
     }
 
+    /// The entry of `key` whatever its age, without marking it used.
+    pub(crate) fn peek(&self, key: &str) -> Option<Affinity> {
+        self.map.get(key).map(|e| e.affinity.clone())
+    }
+
     /// Whether an absent key is known to be absent (nothing was ever evicted).
     pub(crate) fn is_complete(&self) -> bool {
         !self.evicted.load(Ordering::Relaxed)

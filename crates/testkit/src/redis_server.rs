@@ -48,6 +48,30 @@ impl RedisServer {
     pub fn is_own(&self) -> bool {
         self.child.is_some()
     }
+
+    /// Sends `CONFIG SET name value` to our own server (for tests that make it refuse writes,
+    /// say). Panics on `REDIS_URL` or when the server refuses.
+    pub fn config_set(&self, name: &str, value: &str) {
+        use std::io::{Read, Write};
+        assert!(self.is_own(), "config_set needs a server of our own");
+        let addr = self
+            .url
+            .trim_start_matches("redis://")
+            .trim_end_matches('/');
+        let mut conn = std::net::TcpStream::connect(addr).expect("connect to redis-server");
+        let mut cmd = String::from("*4\r\n");
+        for arg in ["CONFIG", "SET", name, value] {
+            cmd.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+        }
+        conn.write_all(cmd.as_bytes()).expect("send CONFIG SET");
+        let mut reply = [0u8; 256];
+        let n = conn.read(&mut reply).expect("read the reply");
+        let reply = String::from_utf8_lossy(&reply[..n]);
+        assert!(
+            reply.starts_with("+OK"),
+            "CONFIG SET {name} {value}: {reply}"
+        );
+    }
 }
 
 impl Drop for RedisServer {

@@ -12,6 +12,7 @@ use super::cluster::Conn;
 use super::ids::Ids;
 
 use super::scripts::Scripts;
+use super::unwritten::Unwritten;
 use super::{Inner, RedisStore, RedisStoreBuilder, ReplicaWait};
 use crate::StoreError;
 use crate::affinity::AffinityMap;
@@ -71,6 +72,7 @@ impl RedisStoreBuilder {
                 affinity_ttl: self.affinity_ttl,
                 affinity_cache_ttl: self.affinity_cache_ttl,
                 affinity_cache: AffinityMap::new(self.affinity_cache_entries),
+                unwritten: Unwritten::new(self.affinity_cache_entries),
                 wait: self.wait,
             }),
         })

@@ -30,10 +30,15 @@
 //! `rediss://` URLs connect over TLS (rustls with ring), checked against the public web roots
 //! or the certificate authorities given to [`RedisStoreBuilder::root_certificates`].
 //!
+//! An affinity whose write fails (a Redis that answers reads but refuses writes) is kept by the
+//! replica that decided it while Redis still holds the value it was to replace, so that the
+//! session's next request on that replica is not a switch again (`unwritten`).
+//!
 //! Files: `connection` (connecting, timeouts, the breaker), `cluster` (one server or a
 //! cluster behind one connection type, the scan of every master), `ids` (versions and
 //! tokens), `scripts` (key names, stored fields, Lua scripts), `store` (the [`HandoffStore`]
-//! impl), `login` (subscription logins and their refresh lock).
+//! impl), `login` (subscription logins and their refresh lock), `unwritten` (affinities whose
+//! write failed).
 //!
 //! [`HandoffStore`]: crate::HandoffStore
 
@@ -43,6 +48,7 @@ mod ids;
 mod login;
 mod scripts;
 mod store;
+mod unwritten;
 
 use std::fmt;
 use std::sync::Arc;
@@ -55,6 +61,7 @@ use crate::{DEFAULT_AFFINITY_CACHE_ENTRIES, DEFAULT_AFFINITY_TTL, StoreError};
 use cluster::Conn;
 use ids::Ids;
 use scripts::Scripts;
+use unwritten::Unwritten;
 
 /// Time limit of every Redis call off the request path by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -238,6 +245,8 @@ struct Inner {
     affinity_ttl: Duration,
     affinity_cache_ttl: Duration,
     affinity_cache: AffinityMap,
+    /// Affinities whose write failed (see `unwritten`).
+    unwritten: Unwritten,
     wait: Option<ReplicaWait>,
 }
 

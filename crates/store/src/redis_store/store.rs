@@ -38,6 +38,35 @@ impl RedisStore {
         Ok(())
     }
 
+    /// Whether `a` must be written under `k` (the affinity table's key): `None` when the same
+    /// affinity was written recently, else what Redis is known to hold under `k` before it.
+    /// An affinity whose last write failed is always written again.
+    fn needs_write(&self, k: &str, a: &Affinity) -> Option<Option<Affinity>> {
+        let cache = &self.inner.affinity_cache;
+        let unwritten = &self.inner.unwritten;
+        let fresh = self.inner.affinity_cache_ttl;
+        if !unwritten.contains(k) && cache.needs_write(k, a, self.now_ms(), fresh) == Write::Skip {
+            return None;
+        }
+        Some(unwritten.base(k, cache.peek(k)))
+    }
+
+    /// Records the outcome of writing `a` under `k` over `base` (see [`Self::needs_write`]).
+    fn after_write(
+        &self,
+        k: String,
+        a: Affinity,
+        base: Option<Affinity>,
+        written: &Result<(), StoreError>,
+    ) {
+        let a = affinity::intern(a);
+        match written {
+            Ok(()) => self.inner.unwritten.written(&k),
+            Err(_) => self.inner.unwritten.failed(k.clone(), a.clone(), base),
+        }
+        self.inner.affinity_cache.insert(k, a, self.now_ms());
+    }
+
     /// Takes the cluster-wide right to summarise `key` for `ttl` (`SET NX PX`); `None` when
     /// another replica holds it. Same as [`HandoffStore::begin_generation`].
     pub async fn try_begin_generation(
@@ -390,7 +419,9 @@ impl HandoffStore for RedisStore {
             );
             let (p, a, f, m): Fields = self.call("affinity", cmd.query_async(&mut conn)).await?;
             let (Some(p), Some(a)) = (p, a) else {
-                return Ok(None);
+                return Ok(affinity::with_key(key, |k| {
+                    self.inner.unwritten.resolve(k, None)
+                }));
             };
             let foreign = match f.as_deref().map(serde_json::from_str::<Foreign>) {
                 Some(Ok(f)) => f,
@@ -405,10 +436,17 @@ impl HandoffStore for RedisStore {
             if let Some(m) = m.filter(|m| !m.is_empty()) {
                 found = found.with_model(m);
             }
-            let found = affinity::intern(found);
+            let k = affinity::key(key);
+            let Some(found) = self
+                .inner
+                .unwritten
+                .resolve(&k, Some(affinity::intern(found)))
+            else {
+                return Ok(None);
+            };
             self.inner
                 .affinity_cache
-                .insert(affinity::key(key), found.clone(), self.now_ms());
+                .insert(k, found.clone(), self.now_ms());
             Ok(Some(found))
         })
     }
@@ -420,29 +458,31 @@ impl HandoffStore for RedisStore {
 
     fn set_affinity<'a>(&'a self, key: &'a HandoffKey, a: Affinity) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            let now = self.now_ms();
-            let cache = &self.inner.affinity_cache;
             let k = affinity::key(key);
-            if cache.needs_write(&k, &a, now, self.inner.affinity_cache_ttl) == Write::Skip {
+            let Some(base) = self.needs_write(&k, &a) else {
                 return Ok(());
-            }
-            self.write_affinity(key, &a).await?;
-            cache.insert(k, affinity::intern(a), now);
-            Ok(())
+            };
+            let written = self.write_affinity(key, &a).await;
+            self.after_write(k, a, base, &written);
+            written
         })
     }
 
     fn set_affinity_now(self: Arc<Self>, key: HandoffKey, a: Affinity) -> StoreFuture<'static, ()> {
         // This replica's cache first: its next request of the session sees the new affinity at
         // once (while the cache entry is fresh); other replicas see it once Redis has it.
-        let now = self.now_ms();
-        let cache = &self.inner.affinity_cache;
         let k = affinity::key(&key);
-        if cache.needs_write(&k, &a, now, self.inner.affinity_cache_ttl) == Write::Skip {
+        let Some(base) = self.needs_write(&k, &a) else {
             return Box::pin(std::future::ready(Ok(())));
-        }
-        cache.insert(k, affinity::intern(a.clone()), now);
-        Box::pin(async move { self.write_affinity(&key, &a).await })
+        };
+        self.inner
+            .affinity_cache
+            .insert(k.clone(), affinity::intern(a.clone()), self.now_ms());
+        Box::pin(async move {
+            let written = self.write_affinity(&key, &a).await;
+            self.after_write(k, a, base, &written);
+            written
+        })
     }
 
     fn backend(&self) -> &'static str {
