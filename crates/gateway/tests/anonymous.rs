@@ -44,50 +44,17 @@ impl HandoffStore for Recording {
         self.note("offer", &record.key());
         self.inner.offer(record)
     }
-    fn get<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, Option<HandoffRecord>> {
-        self.inner.get(key)
-    }
-    fn contains<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, bool> {
-        self.inner.contains(key)
-    }
-    fn may_contain(&self, key: &HandoffKey) -> bool {
-        self.inner.may_contain(key)
+    fn offer_at_switch(&self, record: HandoffRecord) -> StoreFuture<'_, bool> {
+        self.note("offer_at_switch", &record.key());
+        self.inner.offer_at_switch(record)
     }
     fn claim<'a>(&'a self, key: &'a HandoffKey, lease: Duration) -> StoreFuture<'a, Option<Claim>> {
         self.note("claim", key);
         self.inner.claim(key, lease)
     }
-    fn complete<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, bool> {
-        self.inner.complete(claim)
-    }
-    fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ()> {
-        self.inner.release(claim)
-    }
-    fn delete<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, bool> {
-        self.inner.delete(key)
-    }
-    fn purge_expired(&self) -> StoreFuture<'_, usize> {
-        self.inner.purge_expired()
-    }
-    fn list<'a>(
-        &'a self,
-        tenant: Option<&'a str>,
-        session: Option<&'a str>,
-    ) -> StoreFuture<'a, Vec<HandoffRecord>> {
-        self.inner.list(tenant, session)
-    }
-    fn affinity<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, Option<Affinity>> {
-        self.inner.affinity(key)
-    }
-    fn cached_affinity(&self, key: &HandoffKey) -> Option<Option<Affinity>> {
-        self.inner.cached_affinity(key)
-    }
     fn set_affinity<'a>(&'a self, key: &'a HandoffKey, affinity: Affinity) -> StoreFuture<'a, ()> {
         self.note("set_affinity", key);
         self.inner.set_affinity(key, affinity)
-    }
-    fn backend(&self) -> &'static str {
-        self.inner.backend()
     }
     fn begin_generation<'a>(
         &'a self,
@@ -97,9 +64,8 @@ impl HandoffStore for Recording {
         self.note("begin_generation", key);
         self.inner.begin_generation(key, ttl)
     }
-    fn secret<'a>(&'a self, name: &'a str, candidate: [u8; 32]) -> StoreFuture<'a, [u8; 32]> {
-        self.inner.secret(name, candidate)
-    }
+    context_relay_testkit::forward_handoff_store!(inner: get, contains, may_contain, complete,
+        release, delete, purge_expired, list, affinity, cached_affinity, backend, secret);
 }
 
 #[tokio::test]

@@ -168,6 +168,14 @@ pub trait HandoffStore: Send + Sync + 'static {
         Box::pin(async move { stored.await.map(|()| true) })
     }
 
+    /// [`offer`](Self::offer) by a request that carries the record at once (a handoff built at
+    /// a switch, claimed right after): on the request's path, so a store with a shorter limit
+    /// there applies it, and waits for no replica (the record is consumed before a failover
+    /// could matter). The default is [`offer`](Self::offer); a wrapper forwards it.
+    fn offer_at_switch(&self, record: HandoffRecord) -> StoreFuture<'_, bool> {
+        self.offer(record)
+    }
+
     /// The live record of `key`.
     fn get<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, Option<HandoffRecord>>;
 

@@ -49,6 +49,9 @@ impl HandoffStore for AccountOnly {
     fn offer(&self, record: HandoffRecord) -> StoreFuture<'_, bool> {
         self.0.offer(record)
     }
+    fn offer_at_switch(&self, record: HandoffRecord) -> StoreFuture<'_, bool> {
+        self.0.offer_at_switch(record)
+    }
     fn get<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, Option<HandoffRecord>> {
         self.0.get(key)
     }

@@ -355,3 +355,47 @@ async fn a_model_switch_handoff_has_its_own_key() {
     assert_eq!(store.get_in(&k, slot).await.unwrap(), None);
     assert!(store.list(None, None).await.unwrap().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offer_at_a_switch_has_the_request_paths_limit_and_waits_for_no_replica() {
+    let server = RedisServer::start_own();
+    // Every handoff write waits for a replica this server does not have, for a minute.
+    let store = RedisStore::builder(server.url.clone())
+        .prefix(unique_prefix())
+        .wait_for_replicas(1, Duration::from_secs(60))
+        .connect()
+        .await
+        .unwrap();
+    let k = HandoffKey::new("acme", "s1", "combo");
+    let offered = tokio::time::timeout(
+        HANG,
+        store.offer_at_switch(record(&k, "x", SystemTime::now(), HOUR)),
+    )
+    .await
+    .expect("an offer at a switch waits for no replica");
+    assert!(offered.unwrap());
+    let claim = store.claim(&k, HOUR).await.unwrap().expect("offered");
+    assert!(store.complete(&claim).await.unwrap());
+
+    // Writes stall for a second: the offer gives up after the request path's limit.
+    let client = redis::Client::open(server.url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(1000)
+        .arg("WRITE")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let err = store
+        .offer_at_switch(record(&k, "y", SystemTime::now(), HOUR))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Timeout { op: "offer_at_switch", after } if after == DEFAULT_REDIS_REQUEST_TIMEOUT
+        ),
+        "{err}"
+    );
+}

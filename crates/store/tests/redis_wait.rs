@@ -161,3 +161,38 @@ async fn a_write_no_replica_acknowledges_is_kept() {
     assert!(started.elapsed() >= Duration::from_millis(200));
     assert_eq!(store.get(&key).await.unwrap(), Some(r));
 }
+
+/// A write waiting for a replica that does not answer holds its own connection, not the one
+/// the request path reads on; and a wait longer than the store's call timeout runs to its end
+/// and keeps the write (no error).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_write_blocks_no_request_path_call() {
+    let (_master, _replica, m, _) = pair();
+    let store = std::sync::Arc::new(
+        RedisStore::builder(format!("redis://127.0.0.1:{m}/"))
+            .prefix(unique_prefix())
+            // Two replicas for a master that has one: every wait runs to its end, longer
+            // than the store's 2 s limit of a call.
+            .wait_for_replicas(2, Duration::from_millis(2_500))
+            .connect()
+            .await
+            .unwrap(),
+    );
+    let key = HandoffKey::new("acme", "s3", "codex-relay");
+    let r = record(&key, "decided", std::time::SystemTime::now(), HOUR);
+    let writer = {
+        let (store, r) = (std::sync::Arc::clone(&store), r.clone());
+        tokio::spawn(async move { store.upsert(r).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Mid-wait, calls with the request path's short limit are answered.
+    for _ in 0..5 {
+        store.affinity(&key).await.expect("not blocked by the wait");
+        assert!(store.contains(&key).await.expect("not blocked by the wait"));
+    }
+    writer
+        .await
+        .unwrap()
+        .expect("a write kept on the master is no error");
+    assert_eq!(store.get(&key).await.unwrap(), Some(r));
+}

@@ -29,6 +29,7 @@ pub mod clients;
 pub mod conversation;
 #[cfg(feature = "gateway")]
 pub mod fleet;
+pub mod forward_store;
 pub mod handoff;
 #[cfg(feature = "gateway")]
 pub mod harness;

@@ -64,7 +64,7 @@ pub(crate) async fn at_switch(
     }
     // Offered, not upserted: a handoff a concurrent request of the conversation is carrying
     // (leased) is not replaced, and this one is dropped.
-    let claimed = match shared.store.offer(record.clone()).await {
+    let claimed = match shared.store.offer_at_switch(record.clone()).await {
         Ok(true) => shared.store.claim(key, config.lease).await,
         Ok(false) => Ok(None),
         Err(e) => Err(e),

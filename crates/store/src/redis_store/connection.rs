@@ -19,13 +19,14 @@ use crate::affinity::AffinityMap;
 use crate::breaker::Breaker;
 
 /// Operations on a request's path: they get the short timeout.
-const REQUEST_PATH: [&str; 6] = [
+const REQUEST_PATH: [&str; 7] = [
     "get",
     "contains",
     "claim",
     "release",
     "affinity",
     "set_affinity",
+    "offer_at_switch",
 ];
 
 impl RedisStoreBuilder {
@@ -37,11 +38,7 @@ impl RedisStoreBuilder {
             // returns an error we do not need).
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
-        let conn = if self.cluster {
-            self.connect_cluster().await?
-        } else {
-            self.connect_single().await?
-        };
+        let conn = self.connect_with(self.timeout).await?;
         // One command now: a server that wants a password the URL lacks (`NOAUTH`), or refuses
         // the user, is an error at start-up, not a relay that stays off with every call failing.
         // A user whose ACL leaves `PING` out (`NOPERM`) is authenticated: that is no error.
@@ -59,9 +56,17 @@ impl RedisStoreBuilder {
                 other?;
             }
         }
+        // A write that waits for replicas blocks its connection until they answer (`WAIT` is a
+        // blocking command): such writes get a connection of their own, so that the request
+        // path's calls never queue behind one, and a response limit that covers the wait.
+        let waiting = match self.wait {
+            Some(wait) => Some(self.connect_with(self.timeout + wait.timeout).await?),
+            None => None,
+        };
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 conn,
+                waiting,
                 scripts: Scripts::new(),
                 ids: Ids::new()?,
                 prefix: self.prefix,
@@ -78,7 +83,16 @@ impl RedisStoreBuilder {
         })
     }
 
-    async fn connect_single(&self) -> Result<Conn, StoreError> {
+    /// A connection whose commands are answered within `response` (else fail).
+    async fn connect_with(&self, response: Duration) -> Result<Conn, StoreError> {
+        if self.cluster {
+            self.connect_cluster(response).await
+        } else {
+            self.connect_single(response).await
+        }
+    }
+
+    async fn connect_single(&self, response: Duration) -> Result<Conn, StoreError> {
         let client = match &self.root_certs {
             Some(pem) => redis::Client::build_with_tls(
                 self.url.as_str(),
@@ -92,7 +106,7 @@ impl RedisStoreBuilder {
         .map_err(redis_err("connect"))?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout))
+            .set_response_timeout(Some(response))
             // Reconnection happens in the background; a caller never waits for more than one try.
             .set_number_of_retries(1);
         let conn = bounded(
@@ -106,7 +120,7 @@ impl RedisStoreBuilder {
 
     /// A cluster: `url` names one or more of its nodes (comma-separated); the client learns
     /// the others from them.
-    async fn connect_cluster(&self) -> Result<Conn, StoreError> {
+    async fn connect_cluster(&self, response: Duration) -> Result<Conn, StoreError> {
         if self.prefix.contains(['{', '}']) {
             return Err(StoreError::Redis {
                 op: "connect",
@@ -125,7 +139,7 @@ impl RedisStoreBuilder {
             .collect();
         let mut builder = redis::cluster::ClusterClientBuilder::new(nodes)
             .connection_timeout(self.timeout)
-            .response_timeout(self.timeout);
+            .response_timeout(response);
         if let Some(pem) = &self.root_certs {
             builder = builder.certs(redis::TlsCertificates {
                 client_tls: None,

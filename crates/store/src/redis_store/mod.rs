@@ -27,6 +27,11 @@
 //! fail open. The first call after the back-off is the one trial that closes the breaker again;
 //! the others keep failing at once while it runs.
 //!
+//! With [`RedisStoreBuilder::wait_for_replicas`], handoff writes and their `WAIT` go over a
+//! second connection: `WAIT` blocks its connection until the replicas answer, and the request
+//! path's calls must not queue behind it. An offer made by a switching request
+//! ([`HandoffStore::offer_at_switch`]) has the short timeout and waits for no replica.
+//!
 //! `rediss://` URLs connect over TLS (rustls with ring), checked against the public web roots
 //! or the certificate authorities given to [`RedisStoreBuilder::root_certificates`].
 //!
@@ -41,6 +46,7 @@
 //! write failed).
 //!
 //! [`HandoffStore`]: crate::HandoffStore
+//! [`HandoffStore::offer_at_switch`]: crate::HandoffStore::offer_at_switch
 
 mod cluster;
 mod connection;
@@ -235,6 +241,8 @@ pub struct RedisStore {
 
 struct Inner {
     conn: Conn,
+    /// The connection of handoff writes that wait for replicas (with `wait`).
+    waiting: Option<Conn>,
     scripts: Scripts,
     ids: Ids,
     prefix: String,

@@ -171,18 +171,30 @@ impl RedisStore {
 impl RedisStore {
     /// Writes `record` (see `UPSERT`: an offer at the current time when `offer`); whether it
     /// did.
-    async fn put(&self, record: HandoffRecord, offer: bool) -> Result<bool, StoreError> {
+    async fn put(&self, record: HandoffRecord, put: Put) -> Result<bool, StoreError> {
         let json = serde_json::to_vec(&record)?;
         let mut inv = self.inner.scripts.upsert.prepare_invoke();
         inv.key(self.record_key(&record.key(), record.slot()))
             .arg(json)
             .arg(to_unix_millis(record.expires_at))
             .arg(self.inner.ids.fresh())
-            .arg(if offer { "offer" } else { "upsert" })
+            .arg(if put == Put::Upsert {
+                "upsert"
+            } else {
+                "offer"
+            })
             .arg(self.now_ms());
-        let mut conn = self.conn();
-        let stored: i64 = self.call("upsert", inv.invoke_async(&mut conn)).await?;
+        let at_switch = put == Put::OfferAtSwitch;
+        let waiting = self.inner.waiting.as_ref().filter(|_| !at_switch);
+        let mut conn = waiting.cloned().unwrap_or_else(|| self.conn());
+        let op = if at_switch {
+            "offer_at_switch"
+        } else {
+            "upsert"
+        };
+        let stored: i64 = self.call(op, inv.invoke_async(&mut conn)).await?;
         if stored == 1
+            && waiting.is_some()
             && let Some(wait) = self.inner.wait
         {
             self.wait_for_replicas(wait, &mut conn).await?;
@@ -191,13 +203,26 @@ impl RedisStore {
     }
 }
 
+/// How [`RedisStore::put`] stores a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Put {
+    Upsert,
+    Offer,
+    /// An offer on a request's path: the short timeout, no replica wait.
+    OfferAtSwitch,
+}
+
 impl HandoffStore for RedisStore {
     fn upsert(&self, record: HandoffRecord) -> StoreFuture<'_, ()> {
-        Box::pin(async move { self.put(record, false).await.map(|_| ()) })
+        Box::pin(async move { self.put(record, Put::Upsert).await.map(|_| ()) })
     }
 
     fn offer(&self, record: HandoffRecord) -> StoreFuture<'_, bool> {
-        Box::pin(async move { self.put(record, true).await })
+        Box::pin(async move { self.put(record, Put::Offer).await })
+    }
+
+    fn offer_at_switch(&self, record: HandoffRecord) -> StoreFuture<'_, bool> {
+        Box::pin(async move { self.put(record, Put::OfferAtSwitch).await })
     }
 
     fn get<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, Option<HandoffRecord>> {
