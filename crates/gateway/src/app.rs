@@ -242,6 +242,7 @@ impl Gateway {
             store: store.clone(),
             client: upstream.client(),
             carried: Vec::new(),
+            tasks: relay.background(),
         };
         Ok(Self {
             routes: Arc::new(Routes::from_config(&config)),

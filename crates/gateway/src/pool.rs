@@ -72,6 +72,8 @@ pub(crate) struct LoginServices {
     /// The logins of the pools a reload replaces: an account whose login is unchanged keeps
     /// its own (its tokens, and any refresh in flight, are not duplicated).
     pub(crate) carried: Vec<Arc<Login>>,
+    /// Where refreshes run: the relay's background work, which a shutdown drains.
+    pub(crate) tasks: context_relay_tower::Background,
 }
 
 impl AccountPools {
@@ -193,6 +195,7 @@ impl ProviderPool {
                                 file.clone(),
                                 endpoint,
                                 services.store.clone(),
+                                services.tasks.clone(),
                             )),
                         })
                     }

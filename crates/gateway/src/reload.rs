@@ -62,6 +62,7 @@ impl Gateway {
             store: self.store.clone(),
             client: upstream.client(),
             carried: self.pools.logins(),
+            tasks: relay.background(),
         };
         let pools = AccountPools::new(&config, Some(&logins));
         pools.carry_from(&self.pools);

@@ -12,7 +12,9 @@
 //!   endpoint at most [`REFRESH_WAIT`] while its token still holds;
 //! - **to the end**: a refresh runs in a task of its own, so a request that goes away (a client
 //!   that hangs up) does not cut a refresh the issuer has already acted on: its rotated pair is
-//!   saved and used, and the store's refresh lock released;
+//!   saved and used, and the store's refresh lock released. The task is the relay's background
+//!   work, which a shutdown waits for (at most its grace), so a stop during a refresh keeps
+//!   the rotated pair too;
 //! - **once on a 401**: an attempt the provider answers 401 refreshes (unless another request
 //!   did since) and is sent again on the same account, once;
 //! - **one refresh at a time**: concurrent attempts of the account whose token has expired
@@ -42,6 +44,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use context_relay_store::HandoffStore;
+use context_relay_tower::Background;
 use http::{HeaderName, HeaderValue};
 
 use crate::credential::{CLAUDE_OAUTH_BETA, Credential};
@@ -142,6 +145,8 @@ pub(crate) struct Login {
     state: Mutex<State>,
     /// One refresh at a time; attempts wait on it.
     refreshing: Arc<tokio::sync::Mutex<()>>,
+    /// Where refreshes run (tracked, so that a shutdown waits for one in flight).
+    tasks: Background,
 }
 
 impl std::fmt::Debug for Login {
@@ -168,14 +173,15 @@ fn credential(kind: LoginKind, tokens: &Tokens) -> Option<Credential> {
 }
 
 impl Login {
-    /// The login of `file` (read from `path`) for account `name`, refreshing at `endpoint` and
-    /// sharing its pair through `store`.
+    /// The login of `file` (read from `path`) for account `name`, refreshing at `endpoint` in
+    /// tasks of `tasks` and sharing its pair through `store`.
     pub(crate) fn new(
         name: LoginName,
         path: PathBuf,
         file: LoginFile,
         endpoint: TokenEndpoint,
         store: Arc<dyn HandoffStore>,
+        tasks: Background,
     ) -> Self {
         let state = State {
             credential: credential(file.kind, &file.tokens),
@@ -195,6 +201,7 @@ impl Login {
             store,
             state: Mutex::new(state),
             refreshing: Arc::new(tokio::sync::Mutex::new(())),
+            tasks,
         }
     }
 
@@ -249,9 +256,16 @@ impl Login {
     /// Meets `need` in a task of its own (see the module docs, "to the end").
     async fn detached(self: &Arc<Self>, need: refresh::Need) -> Result<Issued, Unusable> {
         let login = Arc::clone(self);
-        tokio::spawn(async move { login.ensure(need).await })
-            .await
-            .unwrap_or_else(|e| Err(Unusable::Unavailable(format!("the refresh stopped: {e}"))))
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        // A tracked task: a shutdown waits for it, so the pair an issuer rotated is saved.
+        let spawned = self.tasks.spawn(async move {
+            let _ = tx.send(login.ensure(need).await);
+        });
+        if !spawned {
+            return Err(Unusable::Unavailable("no runtime to refresh on".into()));
+        }
+        rx.await
+            .unwrap_or_else(|_| Err(Unusable::Unavailable("the refresh stopped".into())))
     }
 
     /// The current credential while its access token has not expired at `now`.

@@ -17,6 +17,8 @@ struct Setup {
     dir: tempfile::TempDir,
     store: Arc<dyn HandoffStore>,
     client: Arc<crate::upstream::HttpClient>,
+    /// Where the logins' refreshes run (what a shutdown drains).
+    tasks: context_relay_tower::Background,
 }
 
 async fn setup(kind: SimLogin) -> Setup {
@@ -39,6 +41,7 @@ async fn setup_with(
         client: Upstream::with_limits(UpstreamLimits::default())
             .unwrap()
             .client(),
+        tasks: context_relay_tower::Background::new(),
     }
 }
 
@@ -65,6 +68,7 @@ impl Setup {
             file::read(path).unwrap(),
             endpoint,
             self.store.clone(),
+            self.tasks.clone(),
         ))
     }
 
@@ -261,6 +265,28 @@ async fn a_refresh_its_request_gave_up_on_is_saved_and_used() {
         );
         assert_eq!(login.status(SystemTime::now()).state, "valid");
     }
+}
+
+#[tokio::test]
+async fn a_shutdown_waits_for_a_refresh_in_flight() {
+    // The request that began a refresh went away; the gateway is stopping. Its drain waits
+    // for the background work, the refresh included: once that is idle, the rotated pair is
+    // saved (a process that exited earlier would have lost it, the old refresh token dead).
+    let s = setup_with(SimLogin::Codex, |b| {
+        b.token_delay(Duration::from_millis(400))
+    })
+    .await;
+    let file = s.sim.login_file_expiring("a", 0).unwrap();
+    let login = s.login("credentials.json", &file, SimLogin::Codex);
+    let path = s.dir.path().join("credentials.json");
+    let old = refresh_token(&path);
+    let gave_up =
+        tokio::time::timeout(Duration::from_millis(100), login.issue(SystemTime::now())).await;
+    assert!(gave_up.is_err(), "the request left before the answer");
+    assert_eq!(s.tasks.in_flight(), 1, "the refresh is background work");
+    assert!(s.tasks.idle_within(Duration::from_secs(10)).await);
+    assert_ne!(refresh_token(&path), old, "the rotated pair is in the file");
+    assert_eq!(s.stored().await.refresh.expose(), refresh_token(&path));
 }
 
 #[tokio::test]

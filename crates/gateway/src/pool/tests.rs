@@ -290,6 +290,7 @@ async fn a_reload_keeps_each_unchanged_login_and_makes_a_changed_one_anew() {
             .unwrap()
             .client(),
         carried,
+        tasks: context_relay_tower::Background::new(),
     };
     let old = AccountPools::new(&config(&b), Some(&services(Vec::new())));
     assert_eq!(old.logins().len(), 2);
