@@ -135,7 +135,7 @@ impl Floor {
         };
         let header = session::header_session(&parts.headers, &self.sources);
         let session = match header {
-            Some((id, _)) => Some(id.to_owned()),
+            Some((id, _)) => Some(id.into_owned()),
             None if self.fingerprint => session::fingerprint(&body),
             None => None,
         };

@@ -86,10 +86,10 @@ impl SessionMemo {
             if clean.len() == given.0.len() {
                 return Some(given.0.clone());
             }
-            return Some(self.intern(clean));
+            return Some(self.intern(&clean));
         }
         let (id, _) = session::header_session(headers, sources)?;
-        Some(self.intern(id))
+        Some(self.intern(&id))
     }
 
     fn intern(&self, id: &str) -> Arc<str> {

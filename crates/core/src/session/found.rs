@@ -81,7 +81,7 @@ pub(crate) fn session_id_in<'a>(
 ) -> Option<(FoundId<'a>, SessionSource)> {
     if let Some((id, name)) = header_session(headers, sources) {
         let source = SessionSource::Header(name.clone());
-        return Some((FoundId::Text(Cow::Borrowed(id)), source));
+        return Some((FoundId::Text(id), source));
     }
     let (body, found) = body?;
     if sources.metadata_user_id || sources.prompt_cache_key {
@@ -137,19 +137,19 @@ pub(super) fn session_of_user_id(user_id: &str) -> Option<String> {
             .session_id
             .as_deref()
             .and_then(clean_session_id)
-            .map(str::to_owned);
+            .map(Cow::into_owned);
     }
     // Legacy form `user_<hash>_account_<uuid>_session_<uuid>` (the account part may be empty,
     // giving `account__session_`): the session is whatever follows the last marker.
     let (_, session) = trimmed.rsplit_once("_session_")?;
-    clean_session_id(session).map(str::to_owned)
+    clean_session_id(session).map(Cow::into_owned)
 }
 
 /// [`clean_session_id`] of a body string, still borrowed from the body when it was.
 fn clean(value: Cow<'_, str>) -> Option<Cow<'_, str>> {
     match value {
-        Cow::Borrowed(text) => clean_session_id(text).map(Cow::Borrowed),
-        Cow::Owned(text) => clean_session_id(&text).map(|id| Cow::Owned(id.to_owned())),
+        Cow::Borrowed(text) => clean_session_id(text),
+        Cow::Owned(text) => clean_session_id(&text).map(|id| Cow::Owned(id.into_owned())),
     }
 }
 

@@ -1,11 +1,13 @@
 //! The session id a request's headers give.
 
+use std::borrow::Cow;
+
 use http::{HeaderMap, HeaderName};
 
 use super::{SessionSources, clean_session_id};
 
 /// The session id the headers of a request give, cleaned (see [`clean_session_id`]) and
-/// borrowed from them, with the header it came from: the first configured session header with
+/// borrowed from them (unless it was too long), with the header it came from: the first configured session header with
 /// a value that is not blank. [`session_id`](super::session_id) tries it first; an adapter
 /// that only reads headers on its fast path calls it to avoid an allocation.
 ///
@@ -17,22 +19,22 @@ use super::{SessionSources, clean_session_id};
 /// headers.insert("thread-id", " t-1 ".parse().unwrap());
 /// let sources = SessionSources::default();
 /// let (id, name) = header_session(&headers, &sources).unwrap();
-/// assert_eq!((id, name.as_str()), ("t-1", "thread-id"));
+/// assert_eq!((&*id, name.as_str()), ("t-1", "thread-id"));
 /// ```
 pub fn header_session<'h>(
     headers: &'h HeaderMap,
     sources: &'h SessionSources,
-) -> Option<(&'h str, &'h HeaderName)> {
+) -> Option<(Cow<'h, str>, &'h HeaderName)> {
     // One pass over the request's headers, each name compared with the configured ones (most
     // differ in kind or length at once), instead of a hashed look-up per configured name.
     let names = &sources.headers;
-    let mut best: Option<(usize, &'h str)> = None;
+    let mut best: Option<(usize, Cow<'h, str>)> = None;
     for (name, value) in headers {
         let Some(rank) = names.iter().position(|n| n == name) else {
             continue;
         };
         // An earlier name, or an earlier value of this one, already gave an id.
-        if best.is_some_and(|(b, _)| b <= rank) {
+        if best.as_ref().is_some_and(|(b, _)| *b <= rank) {
             continue;
         }
         if let Some(id) = std::str::from_utf8(value.as_bytes())
@@ -56,7 +58,7 @@ mod tests {
     fn by_lookups<'h>(
         headers: &'h HeaderMap,
         sources: &'h SessionSources,
-    ) -> Option<(&'h str, &'h HeaderName)> {
+    ) -> Option<(Cow<'h, str>, &'h HeaderName)> {
         sources.headers.iter().find_map(|name| {
             headers
                 .get_all(name)

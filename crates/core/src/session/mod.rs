@@ -39,6 +39,8 @@
 //! assert_eq!((found.id.as_str(), found.source), ("abc", SessionSource::PromptCacheKey));
 //! ```
 
+use std::borrow::Cow;
+
 use http::{HeaderMap, HeaderName};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -208,8 +210,10 @@ pub fn session_id(
 /// [`identify_found`]: the session reading then does not search the body again.
 pub const BODY_ID_LITERALS: [&[u8]; 2] = [b"\"prompt_cache_key\"", b"\"metadata\""];
 
-/// A raw session id as the relay keys it: trimmed, cut to [`MAX_SESSION_ID_CHARS`] characters
-/// (on a character boundary, then trimmed again), `None` when nothing is left.
+/// A raw session id as the relay keys it: trimmed, at most [`MAX_SESSION_ID_CHARS`]
+/// characters, `None` when nothing is left. A longer id keeps its first 111 characters (cut on a
+/// character boundary) followed by `~` and 16 hex digits of the SHA-256 of the whole trimmed
+/// id, so that two long ids that share a beginning stay two sessions.
 ///
 /// Every session id goes through it, whatever its source (a header, a body field, an explicit
 /// value set by the embedding application), so that one conversation gets one key. Cleaning a
@@ -218,23 +222,40 @@ pub const BODY_ID_LITERALS: [&[u8]; 2] = [b"\"prompt_cache_key\"", b"\"metadata\
 /// ```
 /// use context_relay_core::session::clean_session_id;
 ///
-/// assert_eq!(clean_session_id("  s-1 \t"), Some("s-1"));
+/// assert_eq!(clean_session_id("  s-1 \t").as_deref(), Some("s-1"));
 /// assert_eq!(clean_session_id(" \n "), None);
 /// let long = "x".repeat(300);
-/// assert_eq!(clean_session_id(&long).map(str::len), Some(128));
+/// let capped = clean_session_id(&long).unwrap();
+/// assert_eq!(capped.len(), 128);
+/// assert!(capped.starts_with(&long[..111]));
+/// let other = format!("{}y", "x".repeat(299));
+/// assert_ne!(clean_session_id(&other).unwrap(), capped);
 /// ```
-pub fn clean_session_id(value: &str) -> Option<&str> {
+pub fn clean_session_id(value: &str) -> Option<Cow<'_, str>> {
     let trimmed = value.trim();
-    let capped = if trimmed.len() <= MAX_SESSION_ID_CHARS {
-        // At most that many bytes is at most that many characters: none to count.
-        trimmed
-    } else {
-        match trimmed.char_indices().nth(MAX_SESSION_ID_CHARS) {
-            Some((end, _)) => trimmed[..end].trim_end(),
-            None => trimmed,
-        }
-    };
-    (!capped.is_empty()).then_some(capped)
+    if trimmed.is_empty() {
+        return None;
+    }
+    // At most that many bytes is at most that many characters: none to count.
+    if trimmed.len() <= MAX_SESSION_ID_CHARS || trimmed.chars().nth(MAX_SESSION_ID_CHARS).is_none()
+    {
+        return Some(Cow::Borrowed(trimmed));
+    }
+    Some(Cow::Owned(capped_with_digest(trimmed)))
+}
+
+/// The first characters of `id` and a digest of all of it, [`MAX_SESSION_ID_CHARS`] in all.
+fn capped_with_digest(id: &str) -> String {
+    const DIGEST: usize = 1 + 16;
+    let end = id
+        .char_indices()
+        .nth(MAX_SESSION_ID_CHARS - DIGEST)
+        .map_or(id.len(), |(i, _)| i);
+    let mut out = String::with_capacity(end + DIGEST);
+    out.push_str(&id[..end]);
+    out.push('~');
+    out.push_str(Hex16::of(&Sha256::digest(id.as_bytes())).as_str());
+    out
 }
 
 /// The client credential of a request: the `authorization` value with a `Bearer ` scheme
@@ -443,7 +464,7 @@ mod tests {
         let id = clean_session_id(&long).unwrap();
         assert_eq!(id.chars().count(), MAX_SESSION_ID_CHARS);
         assert_eq!(clean_session_id("   "), None);
-        assert_eq!(clean_session_id(" a "), Some("a"));
+        assert_eq!(clean_session_id(" a ").as_deref(), Some("a"));
     }
 
     #[test]

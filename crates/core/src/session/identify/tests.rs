@@ -19,13 +19,6 @@ fn layers_before(
     (session, tenant)
 }
 
-/// The gateway resolver's own cleaning of an explicit session, before [`clean_session_id`].
-fn gateway_clean_before(id: &str) -> Option<String> {
-    let trimmed = id.trim();
-    let capped: String = trimmed.chars().take(MAX_SESSION_ID_CHARS).collect();
-    (!capped.is_empty()).then_some(capped)
-}
-
 /// Header-safe text: visible ASCII, spaces and tabs, sometimes past the length cap.
 fn header_text() -> impl Strategy<Value = String> {
     prop_oneof![
@@ -134,25 +127,38 @@ proptest! {
     #[test]
     fn cleaning_is_idempotent(raw in any_text()) {
         let once = clean_session_id(&raw);
-        prop_assert_eq!(once.and_then(clean_session_id), once);
+        let twice = once.as_deref().and_then(clean_session_id);
+        prop_assert_eq!(twice.as_deref(), once.as_deref());
         if let Some(id) = once {
             prop_assert!(id.chars().count() <= MAX_SESSION_ID_CHARS);
-            prop_assert_eq!(id, id.trim());
+            prop_assert_eq!(&*id, id.trim());
             prop_assert!(!id.is_empty());
         }
     }
 
-    /// The byte-length shortcut cuts exactly where counting characters does.
+    /// An id within the cap is kept as it is (trimmed); a longer one keeps its beginning and
+    /// a digest of the whole, so two long ids that share a beginning stay two sessions. The
+    /// byte-length shortcut decides as counting characters does.
     #[test]
-    fn cleaning_cuts_at_the_character_cap(raw in any_text(), pad in "[é€😀a ]{0,140}") {
+    fn cleaning_keeps_short_ids_and_tells_long_ones_apart(
+        raw in any_text(),
+        pad in "[é€😀a ]{0,140}",
+        tail in "[a-z]{1,4}",
+    ) {
         for raw in [raw.clone(), format!("{pad}{raw}"), format!("{raw}{pad}{raw}")] {
             let trimmed = raw.trim();
-            let counted = match trimmed.char_indices().nth(MAX_SESSION_ID_CHARS) {
-                Some((end, _)) => trimmed[..end].trim_end(),
-                None => trimmed,
-            };
-            let expected = (!counted.is_empty()).then_some(counted);
-            prop_assert_eq!(clean_session_id(&raw), expected);
+            let cleaned = clean_session_id(&raw);
+            if trimmed.chars().count() <= MAX_SESSION_ID_CHARS {
+                prop_assert_eq!(cleaned.as_deref(), (!trimmed.is_empty()).then_some(trimmed));
+                continue;
+            }
+            let cleaned = cleaned.expect("a long id");
+            prop_assert_eq!(cleaned.chars().count(), MAX_SESSION_ID_CHARS);
+            let head: String = trimmed.chars().take(MAX_SESSION_ID_CHARS - 17).collect();
+            prop_assert!(cleaned.starts_with(&format!("{head}~")), "{cleaned:?}");
+            let longer = format!("{trimmed}{tail}");
+            let other = clean_session_id(&longer);
+            prop_assert_ne!(other.as_deref(), Some(&*cleaned));
         }
     }
 
@@ -202,13 +208,9 @@ proptest! {
     ) {
         let team: Option<Arc<str>> = team.map(Arc::from);
         let id = identify(&headers, body.as_deref(), &sources, Some(Arc::from(raw.as_str())), team.clone());
-        // The gateway cleaned an explicit session but did not trim again after the cap.
-        let before = gateway_clean_before(&raw)
-            .map(|s| s.trim_end().to_owned())
-            .filter(|s| !s.is_empty());
-        match before {
+        match clean_session_id(&raw) {
             Some(s) => {
-                prop_assert_eq!(id.session.as_deref(), Some(s.as_str()));
+                prop_assert_eq!(id.session.as_deref(), Some(&*s));
                 prop_assert_eq!(&id.source, &Some(SessionSource::Explicit));
             }
             // Blank: as if there were none.
@@ -218,7 +220,7 @@ proptest! {
             ),
         }
         // The layers used a clean explicit session as given.
-        if clean_session_id(&raw) == Some(raw.as_str()) {
+        if clean_session_id(&raw).as_deref() == Some(raw.as_str()) {
             let (session, tenant) =
                 layers_before(&headers, body.as_deref(), &sources, Some(Arc::from(raw.as_str())), team.clone());
             prop_assert_eq!(&id.session, &session);
@@ -244,18 +246,28 @@ fn a_clean_explicit_session_is_not_copied() {
 }
 
 #[test]
-fn the_gateway_cap_left_trailing_whitespace() {
-    // 127 characters, a space, then more: the 128-character cap ends on the space.
-    let raw = format!("{} tail", "a".repeat(127));
-    assert_eq!(gateway_clean_before(&raw).map(|s| s.len()), Some(128));
-    let id = identify(
-        &HeaderMap::new(),
-        None,
-        &SessionSources::none(),
-        Some(Arc::from(raw)),
-        None,
-    );
-    assert_eq!(id.session.as_deref(), Some("a".repeat(127).as_str()));
+fn two_long_explicit_sessions_that_share_their_beginning_stay_two() {
+    // Before, both were cut to their first 128 characters: one session, whose handoff one
+    // conversation could receive from the other.
+    let shared = "a".repeat(130);
+    let session = |tail: &str| {
+        identify(
+            &HeaderMap::new(),
+            None,
+            &SessionSources::none(),
+            Some(Arc::from(format!("{shared}{tail}"))),
+            None,
+        )
+        .session
+        .expect("a session")
+    };
+    let (x, y) = (session("-x"), session("-y"));
+    assert_ne!(x, y);
+    for id in [&x, &y] {
+        assert_eq!(id.len(), MAX_SESSION_ID_CHARS);
+        assert!(id.starts_with(&shared[..MAX_SESSION_ID_CHARS - 17]));
+    }
+    assert_eq!(session("-x"), x, "the same id, the same session");
 }
 
 #[test]
