@@ -264,26 +264,27 @@ where
             (Read::Whole(body), field, in_path)
         }
     };
-    let (body, found) = route(&mut parts, read, field, &in_path, routes, shape).map_err(|e| *e)?;
-    // The session of a large body is read on the blocking pool (the fingerprint of a first
-    // message of megabytes takes milliseconds); a session named in the head (as agent clients
-    // send it) is read without the body, and the hop to the pool would cost more than it saves.
-    // A body kept in chunks names its session in the head: it is identified without it. (A
-    // whole body is one chunk: it is taken as it is, not copied.)
-    if body.count() > 1 {
-        identify(&mut parts, None, None);
-    } else if body.len() >= OFF_WORKERS_BYTES && !in_head.unwrap_or_else(|| session_in_head(&parts))
-    {
-        let body = body.to_bytes();
-        parts = off_workers(move || {
-            identify(&mut parts, Some(&body), found.as_ref());
-            parts
+    // The session is read from the body as the client sent it, before `model` is rewritten to
+    // the target's: a fingerprint hashes the client's `model`, and a combo whose targets change
+    // (a reload) keeps its sessions. The session of a large body is read on the blocking pool
+    // (the fingerprint of a first message of megabytes takes milliseconds); a session named in
+    // the head (as agent clients send it) is read without the body, and the hop to the pool
+    // would cost more than it saves. A body kept in chunks names its session in the head: it
+    // is identified without it.
+    let off = matches!(&read, Read::Whole(body) if body.as_slice().len() >= OFF_WORKERS_BYTES)
+        && !in_head.unwrap_or_else(|| session_in_head(&parts));
+    let (mut parts, read, field) = if off {
+        off_workers(move || {
+            identify_sent(&mut parts, &read, &field);
+            (parts, read, field)
         })
         .await
-        .map_err(|e| bad_request(&format!("the request body could not be read: {e}")))?;
+        .map_err(|e| bad_request(&format!("the request body could not be read: {e}")))?
     } else {
-        identify(&mut parts, Some(&body.to_bytes()), found.as_ref());
-    }
+        identify_sent(&mut parts, &read, &field);
+        (parts, read, field)
+    };
+    let body = route(&mut parts, read, field, &in_path, routes, shape).map_err(|e| *e)?;
     // The stack below may hold one rewritten copy of the body beside it (a handoff injected,
     // account-bound state scrubbed, a translated body): it is counted up front, so that the
     // budget bounds what the process really holds.
@@ -378,6 +379,18 @@ impl Read {
 /// it was searched for them; no field for a Gemini request (its model is in the path).
 type ReadModel = Option<(ModelField, Option<Found<'static>>)>;
 
+/// [`identify`] on the body as the client sent it: a body kept in chunks (whose head names the
+/// session) is not read.
+fn identify_sent(parts: &mut http::request::Parts, read: &Read, field: &ReadModel) {
+    match read {
+        Read::Kept(_) => identify(parts, None, None),
+        Read::Whole(body) => {
+            let found = field.as_ref().and_then(|(_, found)| found.as_ref());
+            identify(parts, Some(body.as_slice()), found);
+        }
+    }
+}
+
 /// The answer refusing a request, boxed where it is the rare way out of a function.
 type Refusal = Box<Response<Full<Bytes>>>;
 
@@ -392,7 +405,7 @@ fn route(
     in_path: &str,
     routes: &Routes,
     shape: ErrorShape,
-) -> Result<(Chunks, Option<Found<'static>>), Refusal> {
+) -> Result<Chunks, Refusal> {
     // Borrowed from where it was read, not copied.
     let model = field
         .as_ref()
@@ -410,18 +423,16 @@ fn route(
             &e.to_string(),
         ))
     })?;
-    let (body, written, found) = match (targets.targets.first(), field, body) {
-        (Some(first), Some((field, found)), Read::Whole(body)) => {
+    let (body, written) = match (targets.targets.first(), field, body) {
+        (Some(first), Some((field, _)), Read::Whole(body)) => {
             let (body, written) = rewrite_model(body, &field, &first.model);
-            let found = found.map(|f| written.carry(f, &field, &body));
-            (Chunks::from(body), Some(written), found)
+            (Chunks::from(body), Some(written))
         }
         (Some(first), Some((field, _)), Read::Kept(body)) => {
             let (body, written) = rewrite_model_in_chunks(body, &field, &first.model);
-            (body, Some(written), None)
+            (body, Some(written))
         }
-        (_, Some((_, found)), body) => (body.into_chunks(), None, found),
-        (_, None, body) => (body.into_chunks(), None, None),
+        (_, _, body) => (body.into_chunks(), None),
     };
     if let Some(first) = targets.targets.first()
         && written.is_none()
@@ -436,7 +447,7 @@ fn route(
     let mut targets = targets;
     targets.written = written;
     Routing::set_targets(&mut parts.extensions, targets);
-    Ok((body, found))
+    Ok(body)
 }
 
 /// The 413 of a body over `limit`, in `shape`.

@@ -280,17 +280,6 @@ pub(crate) struct WrittenModel {
 }
 
 impl WrittenModel {
-    /// Where [`BODY_LITERALS`] occur in the body this was written into, from where they occur
-    /// in the body it was written over (whose `model` literal was at `old`).
-    pub(crate) fn carry<'n>(
-        &self,
-        found: json::Found<'n>,
-        old: &ModelField,
-        body: &[u8],
-    ) -> json::Found<'n> {
-        found.spliced(body, old.span.clone(), self.span.len())
-    }
-
     /// The body for a target named `model`: `body` itself (not copied) when it already names
     /// it, else `body` with the literal at the known place replaced (the chunk that holds it
     /// copied: the whole body, as a rule; the literal alone in a body kept in chunks). `None`

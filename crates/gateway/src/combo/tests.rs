@@ -45,9 +45,18 @@ where
     B: Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
+    run_with_limit(req, 1024).await
+}
+
+/// [`run`] with a body limit of `limit` bytes.
+async fn run_with_limit<B>(req: Request<B>, limit: usize) -> (StatusCode, Bytes, Option<Seen>)
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
     let seen = Arc::new(std::sync::Mutex::new(None));
     let s2 = seen.clone();
-    let svc = ComboLayer::new(Routes::from_config(&config()), 1024).layer(service_fn(
+    let svc = ComboLayer::new(Routes::from_config(&config()), limit).layer(service_fn(
         move |req: Request<crate::chunks::Chunks>| {
             let seen = s2.clone();
             async move {
@@ -94,6 +103,32 @@ async fn combo_sets_extensions_and_rewrites() {
     let t = Routing::targets(req.extensions()).unwrap();
     assert_eq!(t.targets.len(), 2);
     assert_eq!(&*t.targets[1].model, "claude");
+}
+
+/// A session told by its fingerprint hashes the `model` the client sent (the combo), not the
+/// target's it is rewritten to: a combo whose targets change keeps its sessions. Small and
+/// large bodies (the latter read on the blocking pool) alike.
+#[tokio::test]
+async fn the_fingerprint_hashes_the_model_the_client_sent() {
+    let small: &'static [u8] =
+        br#"{"model":"codex-relay","messages":[{"role":"user","content":"fix the bug"}]}"#;
+    let large: &'static [u8] = format!(
+        r#"{{"model":"codex-relay","messages":[{{"role":"user","content":"{}"}}]}}"#,
+        "x".repeat(crate::decoding::OFF_WORKERS_BYTES)
+    )
+    .leak()
+    .as_bytes();
+    for sent in [small, large] {
+        let (status, _, seen) = run_with_limit(post("/v1/chat/completions", sent), 1 << 20).await;
+        assert_eq!(status, 200);
+        let (req, body) = seen.unwrap();
+        assert!(body.starts_with(br#"{"model":"gpt-5.5""#));
+        let session = req.extensions().fact::<SessionId>().expect("a fingerprint");
+        assert_eq!(
+            Some(&*session.0),
+            context_relay_core::session::fingerprint(sent).as_deref()
+        );
+    }
 }
 
 /// A body that arrives in several chunks is joined once and its `model` rewritten in the
