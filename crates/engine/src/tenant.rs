@@ -83,7 +83,8 @@ impl SessionMemo {
         if let Some(given) = given
             && let Some(clean) = session::clean_session_id(&given.0)
         {
-            if clean.len() == given.0.len() {
+            // A borrowed id as long as the given one is the given one.
+            if matches!(clean, std::borrow::Cow::Borrowed(c) if c.len() == given.0.len()) {
                 return Some(given.0.clone());
             }
             return Some(self.intern(&clean));

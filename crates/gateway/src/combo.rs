@@ -410,6 +410,14 @@ fn route(
     let model = field
         .as_ref()
         .map_or(in_path, |(f, _)| f.value(body.head()));
+    // No model is named with a line break or an escape character; refused before the name
+    // reaches a log line.
+    if model.chars().any(char::is_control) {
+        return Err(Box::new(bad_request(
+            shape,
+            "the model name holds a control character",
+        )));
+    }
     if let Some(access) = parts.extensions.get::<ClientAccess>()
         && !access.allows(model)
     {

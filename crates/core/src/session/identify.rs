@@ -1,5 +1,6 @@
 //! [`identify`]: the session and tenant of one request, in one place.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use http::HeaderMap;
@@ -194,7 +195,8 @@ pub fn session_in_head(
 /// [`clean_session_id`] of an owned id, reusing it when it is already clean.
 fn cleaned(id: Arc<str>) -> Option<Arc<str>> {
     let clean = clean_session_id(&id)?;
-    if clean.len() == id.len() {
+    // A borrowed id as long as the given one is the given one.
+    if matches!(clean, Cow::Borrowed(c) if c.len() == id.len()) {
         Some(id)
     } else {
         Some(Arc::from(clean))

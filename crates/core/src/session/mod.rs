@@ -210,10 +210,11 @@ pub fn session_id(
 /// [`identify_found`]: the session reading then does not search the body again.
 pub const BODY_ID_LITERALS: [&[u8]; 2] = [b"\"prompt_cache_key\"", b"\"metadata\""];
 
-/// A raw session id as the relay keys it: trimmed, at most [`MAX_SESSION_ID_CHARS`]
-/// characters, `None` when nothing is left. A longer id keeps its first 111 characters (cut on a
-/// character boundary) followed by `~` and 16 hex digits of the SHA-256 of the whole trimmed
-/// id, so that two long ids that share a beginning stay two sessions.
+/// A raw session id as the relay keys it: trimmed, its control characters written as escapes
+/// (`\n`, `\u{1b}`: an id reaches log lines, and a body can put a line break in one), at most
+/// [`MAX_SESSION_ID_CHARS`] characters, `None` when nothing is left. A longer id keeps its
+/// first 111 characters (cut on a character boundary) followed by `~` and 16 hex digits of the
+/// SHA-256 of the whole id, so that two long ids that share a beginning stay two sessions.
 ///
 /// Every session id goes through it, whatever its source (a header, a body field, an explicit
 /// value set by the embedding application), so that one conversation gets one key. Cleaning a
@@ -230,18 +231,43 @@ pub const BODY_ID_LITERALS: [&[u8]; 2] = [b"\"prompt_cache_key\"", b"\"metadata\
 /// assert!(capped.starts_with(&long[..111]));
 /// let other = format!("{}y", "x".repeat(299));
 /// assert_ne!(clean_session_id(&other).unwrap(), capped);
+/// assert_eq!(clean_session_id("a\nWARN forged").as_deref(), Some("a\\nWARN forged"));
 /// ```
 pub fn clean_session_id(value: &str) -> Option<Cow<'_, str>> {
     let trimmed = value.trim();
     if trimmed.is_empty() {
         return None;
     }
-    // At most that many bytes is at most that many characters: none to count.
-    if trimmed.len() <= MAX_SESSION_ID_CHARS || trimmed.chars().nth(MAX_SESSION_ID_CHARS).is_none()
-    {
-        return Some(Cow::Borrowed(trimmed));
+    if trimmed.chars().any(char::is_control) {
+        let escaped = escape_controls(trimmed);
+        return Some(Cow::Owned(match capped(&escaped) {
+            Cow::Borrowed(_) => escaped,
+            Cow::Owned(capped) => capped,
+        }));
     }
-    Some(Cow::Owned(capped_with_digest(trimmed)))
+    Some(capped(trimmed))
+}
+
+/// `id` (trimmed, without control characters) within [`MAX_SESSION_ID_CHARS`].
+fn capped(id: &str) -> Cow<'_, str> {
+    // At most that many bytes is at most that many characters: none to count.
+    if id.len() <= MAX_SESSION_ID_CHARS || id.chars().nth(MAX_SESSION_ID_CHARS).is_none() {
+        return Cow::Borrowed(id);
+    }
+    Cow::Owned(capped_with_digest(id))
+}
+
+/// `id` with each control character written as its escape (`\n`, `\u{1b}`).
+fn escape_controls(id: &str) -> String {
+    let mut out = String::with_capacity(id.len() + 8);
+    for c in id.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// The first characters of `id` and a digest of all of it, [`MAX_SESSION_ID_CHARS`] in all.

@@ -105,6 +105,23 @@ async fn combo_sets_extensions_and_rewrites() {
     assert_eq!(&*t.targets[1].model, "claude");
 }
 
+#[tokio::test]
+async fn a_model_name_with_a_control_character_is_refused() {
+    for body in [
+        &br#"{"model":"codex/gpt
+WARN forged","messages":[]}"#[..],
+        br#"{"model":"codex/gpt[31m","messages":[]}"#,
+    ] {
+        let (status, answer, seen) = run(post("/v1/chat/completions", body)).await;
+        assert_eq!(status, 400);
+        assert!(seen.is_none());
+        assert!(
+            String::from_utf8_lossy(&answer).contains("control character"),
+            "{answer:?}"
+        );
+    }
+}
+
 /// A session told by its fingerprint hashes the `model` the client sent (the combo), not the
 /// target's it is rewritten to: a combo whose targets change keeps its sessions. Small and
 /// large bodies (the latter read on the blocking pool) alike.

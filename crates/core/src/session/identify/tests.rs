@@ -131,6 +131,7 @@ proptest! {
         prop_assert_eq!(twice.as_deref(), once.as_deref());
         if let Some(id) = once {
             prop_assert!(id.chars().count() <= MAX_SESSION_ID_CHARS);
+            prop_assert!(!id.chars().any(char::is_control), "{id:?}");
             prop_assert_eq!(&*id, id.trim());
             prop_assert!(!id.is_empty());
         }
@@ -146,7 +147,16 @@ proptest! {
         tail in "[a-z]{1,4}",
     ) {
         for raw in [raw.clone(), format!("{pad}{raw}"), format!("{raw}{pad}{raw}")] {
-            let trimmed = raw.trim();
+            // Control characters are written as their escapes first.
+            let escaped: String = raw
+                .trim()
+                .chars()
+                .flat_map(|c| {
+                    let escape = c.is_control().then(|| c.escape_default());
+                    escape.into_iter().flatten().chain((!c.is_control()).then_some(c))
+                })
+                .collect();
+            let trimmed = escaped.as_str();
             let cleaned = clean_session_id(&raw);
             if trimmed.chars().count() <= MAX_SESSION_ID_CHARS {
                 prop_assert_eq!(cleaned.as_deref(), (!trimmed.is_empty()).then_some(trimmed));
