@@ -332,14 +332,11 @@ fn error(status: StatusCode, kind: &str, message: &str) -> Response<Body> {
     res
 }
 
+/// An admin answer: JSON, with the console's headers (`cache-control: no-store`, the content
+/// security policy, no framing): the console reads these routes, and handoffs hold summaries
+/// of tenants' work.
 fn json(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
-    let mut res = Response::new(Body::from(body.into()));
-    *res.status_mut() = status;
-    res.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    res
+    crate::console::respond(status, Body::from(body.into()), "application/json")
 }
 
 #[cfg(test)]

@@ -44,6 +44,7 @@ impl Gateway {
             tracing::warn!("{kept} changed: it applies after a restart; the running value is kept");
         }
         config.check_open(config.listen)?;
+        let admin_changed = config.admin_token != self.config.admin_token;
         let (configs, warnings) = config.relay_settings();
         for (field, w) in warnings {
             tracing::warn!("{field}: {w} (the default is used)");
@@ -91,6 +92,10 @@ impl Gateway {
         }
         .load_tenant_secret()
         .await?;
+        if admin_changed {
+            // The console's event streams opened with the old token end.
+            next.activity.admin_changed();
+        }
         let proxy = next.proxy();
         next.streams
             .set(next.config.limits.request_timeout_secs.duration());

@@ -65,6 +65,9 @@ struct Inner {
     live: broadcast::Sender<Arc<str>>,
     /// Set when the gateway shuts down: open streams end, so they do not hold the drain.
     closed: watch::Sender<bool>,
+    /// Bumped when a reload changes or removes the admin token: the streams opened with the
+    /// old one end.
+    admin: watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for Activity {
@@ -80,8 +83,19 @@ impl Default for Activity {
             ring: Mutex::new(VecDeque::with_capacity(KEPT)),
             live: broadcast::channel(KEPT).0,
             closed: watch::channel(false).0,
+            admin: watch::channel(0).0,
         }))
     }
+}
+
+/// A reader of the feed (see [`Activity::subscribe`]).
+pub(crate) struct Subscription {
+    /// The entries from now on.
+    pub(crate) live: broadcast::Receiver<Arc<str>>,
+    /// The gateway shuts down.
+    pub(crate) closed: watch::Receiver<bool>,
+    /// Changes when the admin token does.
+    pub(crate) admin: watch::Receiver<u64>,
 }
 
 /// Whom a request is about: what it said about itself, for an entry.
@@ -208,9 +222,20 @@ impl Activity {
         ring.iter().cloned().collect()
     }
 
-    /// Entries from now on, and the shutdown flag.
-    pub(crate) fn subscribe(&self) -> (broadcast::Receiver<Arc<str>>, watch::Receiver<bool>) {
-        (self.0.live.subscribe(), self.0.closed.subscribe())
+    /// Entries from now on, and what ends a stream of them: the shutdown flag, and the admin
+    /// token's changes.
+    pub(crate) fn subscribe(&self) -> Subscription {
+        Subscription {
+            live: self.0.live.subscribe(),
+            closed: self.0.closed.subscribe(),
+            admin: self.0.admin.subscribe(),
+        }
+    }
+
+    /// A reload changed or removed the admin token: open streams end (their reader's login
+    /// no longer holds).
+    pub(crate) fn admin_changed(&self) {
+        self.0.admin.send_modify(|n| *n += 1);
     }
 
     /// The gateway shuts down: open streams end.
@@ -226,7 +251,7 @@ mod tests {
     #[test]
     fn the_ring_keeps_the_newest_entries_numbered_in_order() {
         let feed = Activity::default();
-        let (mut live, _) = feed.subscribe();
+        let mut live = feed.subscribe().live;
         for _ in 0..KEPT + 3 {
             feed.push(Entry {
                 event: "skipped",

@@ -17,7 +17,7 @@
 //!   (see [`activity`]), oldest first;
 //! - `GET /admin/events`: the same feed as server-sent events (`data:` one entry per event),
 //!   the kept entries first, then live; a comment every 15 s keeps proxies from closing it,
-//!   and it ends when the gateway shuts down.
+//!   and it ends when the gateway shuts down or a reload changes or removes the admin token.
 //!
 //! The page polls `/admin/accounts`, `/admin/handoffs` and `/admin/usage` every few seconds
 //! and listens to `/admin/events`; deleting a handoff is `DELETE /admin/handoffs/{session}`.
@@ -220,34 +220,33 @@ async fn events(State(c): State<Console>, method: Method, headers: HeaderMap) ->
     if !c.auth.allows(&method, &headers) {
         return crate::admin::unauthorized();
     }
-    let (live, closed) = c.activity.subscribe();
+    let subscription = c.activity.subscribe();
     let backlog: std::collections::VecDeque<_> = c.activity.recent().into();
-    let frames = stream::unfold(
-        (backlog, live, closed),
-        |(mut backlog, mut live, mut closed)| async move {
-            if let Some(entry) = backlog.pop_front() {
-                return Some((frame(&entry), (backlog, live, closed)));
+    let frames = stream::unfold((backlog, subscription), |(mut backlog, mut s)| async move {
+        if let Some(entry) = backlog.pop_front() {
+            return Some((frame(&entry), (backlog, s)));
+        }
+        if *s.closed.borrow() || s.admin.has_changed().unwrap_or(true) {
+            return None;
+        }
+        let next = tokio::select! {
+            _ = s.closed.changed() => return None,
+            // The admin token changed or was removed: this reader's login is over.
+            _ = s.admin.changed() => return None,
+            received = s.live.recv() => match received {
+                Ok(entry) => frame(&entry),
+                // Too slow a reader: the console reloads the list.
+                Err(RecvError::Lagged(_)) => Ok(http_body::Frame::data(Bytes::from_static(
+                    b"event: lagged\ndata: {}\n\n",
+                ))),
+                Err(RecvError::Closed) => return None,
+            },
+            () = tokio::time::sleep(KEEP_ALIVE) => {
+                Ok(http_body::Frame::data(Bytes::from_static(b": keep-alive\n\n")))
             }
-            if *closed.borrow() {
-                return None;
-            }
-            let next = tokio::select! {
-                _ = closed.changed() => return None,
-                received = live.recv() => match received {
-                    Ok(entry) => frame(&entry),
-                    // Too slow a reader: the console reloads the list.
-                    Err(RecvError::Lagged(_)) => Ok(http_body::Frame::data(Bytes::from_static(
-                        b"event: lagged\ndata: {}\n\n",
-                    ))),
-                    Err(RecvError::Closed) => return None,
-                },
-                () = tokio::time::sleep(KEEP_ALIVE) => {
-                    Ok(http_body::Frame::data(Bytes::from_static(b": keep-alive\n\n")))
-                }
-            };
-            Some((next, (backlog, live, closed)))
-        },
-    );
+        };
+        Some((next, (backlog, s)))
+    });
     let mut res = respond(
         StatusCode::OK,
         Body::new(StreamBody::new(frames)),
@@ -276,7 +275,11 @@ fn html(status: StatusCode, body: String) -> Response<Body> {
 }
 
 /// A console answer, with the headers every one of them carries.
-fn respond(status: StatusCode, body: Body, content_type: &'static str) -> Response<Body> {
+pub(crate) fn respond(
+    status: StatusCode,
+    body: Body,
+    content_type: &'static str,
+) -> Response<Body> {
     let mut res = Response::new(body);
     *res.status_mut() = status;
     let h = res.headers_mut();
