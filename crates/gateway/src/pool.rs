@@ -45,6 +45,9 @@ pub(crate) use session_key::SessionKey;
 
 /// How long an account stays exhausted when the provider announced no reset.
 pub(crate) const DEFAULT_RESET: Duration = Duration::from_secs(60);
+/// The furthest reset believed: the longest quota window of the providers (Codex's and
+/// Claude's weekly limits). A later one (`retry-after: 999999999`) is read as this.
+pub(crate) const MAX_RESET: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Session bindings remembered per provider.
 pub(crate) const DEFAULT_MAX_SESSIONS: usize = 100_000;
 /// The first back-off of a refused account; it doubles with each consecutive refusal.
@@ -525,11 +528,12 @@ fn key_credential(auth: AuthScheme, key: &str) -> Option<Credential> {
     ))
 }
 
-/// The announced reset when it lies in the future, else `now + DEFAULT_RESET`.
+/// The announced reset when it lies in the future (at most [`MAX_RESET`] away), else
+/// `now + DEFAULT_RESET`.
 pub(crate) fn reset_or_default(resets_at: Option<SystemTime>, now: SystemTime) -> SystemTime {
     resets_at
         .filter(|t| *t > now)
-        .unwrap_or(now + DEFAULT_RESET)
+        .map_or(now + DEFAULT_RESET, |t| t.min(now + MAX_RESET))
 }
 
 /// Forgets the `count` least recently used bindings (at least one). Evicting a batch at once

@@ -425,7 +425,16 @@ where
                 label(&mut res_parts.extensions, resolved);
                 return Ok(Response::from_parts(res_parts, Either::Right(replay)));
             }
-            last = Some((Response::from_parts(res_parts, replay), resolved, verdict));
+            let answer = (Response::from_parts(res_parts, replay), resolved, verdict);
+            // A refusal after a quota answer does not hide it: the client learns that waiting
+            // helps (the 429 and its `retry-after`), whichever account answered last.
+            if let Some(quota) = last.take_if(|(_, _, v)| matches!(v, Verdict::Exhausted(_)))
+                && matches!(verdict, Verdict::Refused)
+            {
+                last = Some(quota);
+            } else {
+                last = Some(answer);
+            }
         }
     }
 

@@ -88,6 +88,10 @@ fn default_reset_when_none_announced() {
     assert_eq!(p.pick(None, &[], t(60)), Some(0));
     // A reset in the past counts as none.
     assert_eq!(reset_or_default(Some(t(5)), t(10)), t(70));
+    // One further than any quota window is read as the longest.
+    let week = MAX_RESET.as_secs();
+    assert_eq!(reset_or_default(Some(t(10 + week)), t(10)), t(10 + week));
+    assert_eq!(reset_or_default(Some(t(999_999_999)), t(10)), t(10 + week));
 }
 
 #[test]

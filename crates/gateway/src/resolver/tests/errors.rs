@@ -130,6 +130,26 @@ async fn every_account_refused_is_the_gateways_own_502() {
     assert!(res.headers().contains_key("retry-after"));
 }
 
+/// A quota answer, then refused credentials: the client gets the quota answer (waiting helps),
+/// not the 502 the last account's refusal alone would give.
+#[tokio::test]
+async fn a_refusal_after_a_quota_answer_does_not_hide_it() {
+    let (p, log) = (pools3(), Log::default());
+    let script: Script = &[
+        ("a", 400, USAGE_LIMIT_400),
+        ("b", 401, BAD_KEY),
+        ("c", 403, BAD_KEY),
+    ];
+    let res = call_scripted(&p, &log, script, "s").await;
+    assert_eq!(accounts(&log), ["a", "b", "c"]);
+    assert_eq!(res.status(), 400);
+    assert!(text(res).await.contains("usage_limit_reached"));
+    // The next request finds nothing to try: a is out for its quota, so the gateway's 429.
+    let res = call_scripted(&p, &log, &[], "t").await;
+    assert_eq!(res.status(), 429);
+    assert!(res.headers().contains_key("retry-after"));
+}
+
 #[tokio::test]
 async fn a_server_error_is_retried_once_on_the_next_account() {
     let (p, log) = (pools3(), Log::default());
