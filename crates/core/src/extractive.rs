@@ -103,6 +103,10 @@ pub struct SwitchHandoff {
     pub message_count: u32,
 }
 
+/// What a handoff built from a chained Responses turn says of the turns it cannot see.
+pub const CHAINED_NOTE: &str = "The conversation continued a response chain stored by the \
+earlier account (previous_response_id); its earlier turns could not be read when it moved.";
+
 /// The handoff a switch carries when none is stored: built from the request being sent,
 /// without a model call.
 ///
@@ -140,13 +144,31 @@ pub fn switch_handoff(
     let conversation = Conversation::from_value(shape, &value).ok()?;
     let selection = select(&conversation, None, mode, max_messages);
     let reasoning = readable_reasoning(shape, &value);
+    // A chained turn (`previous_response_id`, `conversation`) sends only its new items: the
+    // earlier ones are in the old account's stored responses, which the new one cannot read.
+    let chained = shape == ApiShape::Responses
+        && (value.get("previous_response_id").is_some() || value.get("conversation").is_some());
     drop(value);
-    if selection.task.is_none() && selection.last_assistant.is_none() && reasoning.is_empty() {
+    let nothing_said =
+        selection.task.is_none() && selection.last_assistant.is_none() && reasoning.is_empty();
+    // Only a chained turn's tool results, with nothing else, still make a handoff.
+    let results_alone = chained && !selection.text.trim().is_empty();
+    if nothing_said && !results_alone {
         return None;
     }
     let mut summary = String::from(
         "No model summary was available; this handoff was built from the conversation itself when it moved. ",
     );
+    if chained {
+        summary.push_str(CHAINED_NOTE);
+        summary.push(' ');
+    }
+    if nothing_said {
+        // Tool results alone: what they said is all there is.
+        summary.push_str("Latest input: ");
+        summary.push_str(&one_line(&selection.text, MAX_TASK_PROGRESS_CHARS));
+        summary.push(' ');
+    }
     push_own_words(&mut summary, &selection);
     if let Some(newest) = reasoning.first() {
         summary.push_str("Latest reasoning: ");
@@ -185,6 +207,27 @@ pub fn switch_handoff(
 mod tests {
     use super::*;
     use crate::handoff::MAX_ACTIVE_ENTITIES;
+
+    #[test]
+    fn a_chained_turn_of_tool_results_alone_says_what_it_has() {
+        let body = br#"{"previous_response_id":"resp_1","input":[{"type":"function_call_output","call_id":"call_w1","output":"Paris: sunny, 21 C"}]}"#;
+        let h = switch_handoff(ApiShape::Responses, body, RelayMode::Standard, 30).unwrap();
+        assert!(
+            h.handoff.summary.contains(CHAINED_NOTE),
+            "{}",
+            h.handoff.summary
+        );
+        assert!(h.handoff.summary.contains("Paris: sunny, 21 C"));
+        // Not chained: the client sent its history, and tool results alone are no handoff.
+        let unchained =
+            br#"{"input":[{"type":"function_call_output","call_id":"call_w1","output":"ok"}]}"#;
+        assert!(switch_handoff(ApiShape::Responses, unchained, RelayMode::Standard, 30).is_none());
+        // Chained with an ask: the ask as usual, and the note.
+        let asked = br#"{"previous_response_id":"resp_1","input":"and now the tests"}"#;
+        let h = switch_handoff(ApiShape::Responses, asked, RelayMode::Standard, 30).unwrap();
+        assert!(h.handoff.summary.contains(CHAINED_NOTE));
+        assert!(h.handoff.task_progress.contains("and now the tests"));
+    }
 
     #[test]
     fn nothing_to_extract() {

@@ -61,10 +61,12 @@ use crate::inject::{self, InjectError, Plan};
 use crate::json::{self, DuplicateKey, EditError, JsonError, Kind, ListEdit, Span};
 
 mod anthropic;
+mod chain;
 mod foreign;
 mod gemini;
 
 use anthropic::anthropic;
+pub use chain::ORPHAN_OUTPUT_NOTE;
 pub use foreign::{ForeignSet, MAX_FOREIGN, digest};
 pub use gemini::FOREIGN_SIGNATURE;
 use gemini::gemini;
@@ -117,6 +119,9 @@ pub struct Removed {
     /// Gemini parts dropped whole with their signature: `thought: true` parts and parts that
     /// held nothing else.
     pub thought_parts: u32,
+    /// Responses tool outputs whose call was in the dropped response chain, given as user
+    /// messages (see [`ORPHAN_OUTPUT_NOTE`]).
+    pub orphan_outputs: u32,
 }
 
 impl Removed {
@@ -140,6 +145,7 @@ impl Removed {
             ("context_edit", self.context_edits),
             ("thought_signature", self.thought_signatures),
             ("thought_part", self.thought_parts),
+            ("orphan_output", self.orphan_outputs),
         ]
         .into_iter()
         .filter(|(_, n)| *n > 0)
@@ -431,8 +437,18 @@ fn responses(plan: &mut Plan<'_>, cx: &mut Cx<'_>) -> Result<(), PortableError> 
         return Ok(());
     }
     let input = plan.doc.array_at(span)?;
+    // The chain went: outputs of calls made in it answer nothing the new account has.
+    let orphans = if cx.removed.previous_response_id + cx.removed.conversation > 0 {
+        chain::answer_orphans(plan, cx, &input.items)?
+    } else {
+        Vec::new()
+    };
     let mut list = ListEdit::new(&input.span, input.items.clone());
     for (k, item) in input.items.iter().enumerate() {
+        // An output given as a message above is not edited again.
+        if orphans.contains(item) {
+            continue;
+        }
         // Only objects that may carry account-bound state are scanned member by member.
         if plan.kind(item) != Kind::Object || !may_be_bound(&body[item.clone()]) {
             continue;

@@ -3,7 +3,7 @@
 //!
 //! | API | rule | the real answer |
 //! |---|---|---|
-//! | Responses | every `function_call_output` answers an earlier `function_call` of the input | `No tool call found for function call output with call_id {id}.` (`param: "input"`) |
+//! | Responses | every `function_call_output` answers an earlier `function_call` of the input, or of the stored response chain a `previous_response_id` names (the double keeps no stored items: with a `previous_response_id`, which `bound` checks the account stored, an output answering no call of the input is taken as answering one of the chain) | `No tool call found for function call output with call_id {id}.` (`param: "input"`) |
 //! | Responses | every `function_call` of the input has its `function_call_output` | `No tool output found for function call {id}.` |
 //! | Chat | a `tool` message answers a `tool_calls` id of the assistant message before it | `Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls'.` (`param: "messages.[i].role"`) |
 //! | Chat | an assistant message's `tool_calls` are all answered by the `tool` messages after it | `An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. The following tool_call_ids did not have response messages: {ids}` |
@@ -36,13 +36,17 @@ fn openai(message: String, param: String) -> Value {
 /// The 400 body the Responses API answers to unpaired calls in `request`.
 pub(super) fn responses(request: &Value) -> Option<Value> {
     let items = request.get("input").and_then(Value::as_array)?;
+    let chained = request
+        .get("previous_response_id")
+        .is_some_and(Value::is_string);
     for (i, item) in items.iter().enumerate() {
         match kind(item) {
             "function_call_output" => {
                 let id = call_id(item);
-                let called = items[..i]
-                    .iter()
-                    .any(|c| kind(c) == "function_call" && call_id(c) == id);
+                let called = chained
+                    || items[..i]
+                        .iter()
+                        .any(|c| kind(c) == "function_call" && call_id(c) == id);
                 if !called {
                     return Some(openai(
                         format!("No tool call found for function call output with call_id {id}."),
@@ -176,6 +180,11 @@ mod tests {
             e,
             json!({"error": {"message": "No tool call found for function call output with call_id c1.",
                              "type": "invalid_request_error", "param": "input", "code": null}})
+        );
+        // Chained: the call may be in the stored response (whose owner `bound` checks).
+        assert_eq!(
+            responses(&json!({"previous_response_id": "resp_1", "input": [output.clone()]})),
+            None
         );
         let e = responses(&json!({"input": [call]})).unwrap();
         assert_eq!(
