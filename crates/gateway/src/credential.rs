@@ -45,6 +45,11 @@ impl Credential {
         }
     }
 
+    /// Whether `other` sends the same headers.
+    pub(crate) fn same(&self, other: &Credential) -> bool {
+        self.main == other.main && self.extra == other.extra && self.beta == other.beta
+    }
+
     /// `Authorization: Bearer <token>`; `None` when the token cannot be a header value.
     pub(crate) fn bearer(token: &str) -> Option<Self> {
         let value = HeaderValue::from_str(&format!("Bearer {token}")).ok()?;

@@ -40,6 +40,7 @@ use crate::upstream::{BaseUrl, HttpClient};
 
 mod account;
 pub(crate) use account::{Account, AccountAuth, AccountStatus};
+mod reload;
 mod session_key;
 pub(crate) use session_key::SessionKey;
 
@@ -111,16 +112,6 @@ impl AccountPools {
             .collect()
     }
 
-    /// Takes over what `old` (the pools before a configuration reload) knows of the providers
-    /// both configurations have (see [`ProviderPool::carry_from`]).
-    pub(crate) fn carry_from(&self, old: &AccountPools) {
-        for pool in &self.ordered {
-            if let Some(before) = old.get(pool.name()) {
-                pool.carry_from(before);
-            }
-        }
-    }
-
     /// The pool of `provider`.
     pub(crate) fn get(&self, provider: &str) -> Option<&Arc<ProviderPool>> {
         self.providers.get(provider)
@@ -143,6 +134,9 @@ struct AccountState {
     probe_until: Option<SystemTime>,
     /// A login refused for good: out of the pool.
     refused: bool,
+    /// No longer in the configuration (or its credential changed): a reload replaced this pool,
+    /// and what still holds it (a request in flight, its summary) does not use the account.
+    removed: bool,
 }
 
 #[derive(Debug, Default)]
@@ -304,6 +298,7 @@ impl ProviderPool {
                 && state.accounts.get(i).is_some_and(|a| {
                     a.exhausted_until.is_none()
                         && !a.refused
+                        && !a.removed
                         && a.disabled_until
                             .is_none_or(|t| t <= now && a.probe_until.is_none_or(|p| p <= now))
                 })
@@ -318,37 +313,6 @@ impl ProviderPool {
             a.probe_until = Some(now + PROBE_WINDOW);
         }
         Some(picked)
-    }
-
-    /// Takes over what `old` (the same provider before a configuration reload) knows, by
-    /// account id: each remaining account's usage, exhaustion and refusal back-off, and the
-    /// sessions bound to it. A removed account's sessions are placed afresh; a new account
-    /// starts unused.
-    pub(crate) fn carry_from(&self, old: &ProviderPool) {
-        // Index in this pool of each account of the old one.
-        let moved: Vec<Option<usize>> = old
-            .accounts
-            .iter()
-            .map(|a| self.accounts.iter().position(|n| n.id == a.id))
-            .collect();
-        let before = old.lock();
-        let mut state = self.lock();
-        for (i, account) in before.accounts.iter().enumerate() {
-            if let Some(Some(j)) = moved.get(i)
-                && let Some(slot) = state.accounts.get_mut(*j)
-            {
-                *slot = account.clone();
-            }
-        }
-        state.sessions = before
-            .sessions
-            .iter()
-            .filter_map(|(session, (i, tick))| {
-                let j = moved.get(*i).copied().flatten()?;
-                Some((session.clone(), (j, *tick)))
-            })
-            .collect();
-        state.clock = before.clock;
     }
 
     /// Remembers that `account` served `session` (call it on a successful answer only, so

@@ -104,6 +104,8 @@ impl Gateway {
             Some(proxy),
             next.body_timeout(),
         );
+        // Requests in flight keep the old pools: they no longer use a removed account.
+        self.pools.retire_removed(&next.pools);
         Ok(next)
     }
 }

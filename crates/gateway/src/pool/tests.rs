@@ -260,6 +260,54 @@ fn a_reload_carries_usage_exhaustion_and_bindings_by_account_id() {
     assert_eq!(p.pick(Some(&"s-a".into()), &[], t(0)), Some(0));
 }
 
+/// The pools a reload replaced (which requests in flight and their summaries still hold) no
+/// longer pick an account the new configuration removed or gave another key.
+#[test]
+fn replaced_pools_stop_using_removed_and_rekeyed_accounts() {
+    let config = |accounts: &[(&str, &str)]| {
+        let accounts: String = accounts
+            .iter()
+            .map(|(id, key)| {
+                format!("[[providers.accounts]]\nid = \"{id}\"\napi_key = \"{key}\"\n")
+            })
+            .collect();
+        Config::from_toml_str(
+            &format!("[[providers]]\nname = \"p\"\nbase_url = \"http://h/v1\"\n{accounts}"),
+            |_| None,
+        )
+        .unwrap()
+    };
+    let old = AccountPools::from_config(&config(&[
+        ("gone", "k1"),
+        ("rekeyed", "k2"),
+        ("kept", "k3"),
+    ]));
+    let p = old.get("p").unwrap();
+    p.bind(&"s".into(), 0);
+    assert_eq!(p.pick(Some(&"s".into()), &[], t(0)), Some(0));
+    let new = AccountPools::from_config(&config(&[("kept", "k3"), ("rekeyed", "k2-new")]));
+    new.carry_from(&old);
+    old.retire_removed(&new);
+    // The session's account is gone: the old pool moves it to the one account it may still use.
+    assert_eq!(p.pick(Some(&"s".into()), &[], t(0)), Some(2));
+    assert_eq!(p.pick(None, &[2], t(0)), None);
+    // The new pools use every account they have.
+    let n = new.get("p").unwrap();
+    assert_eq!(n.pick(None, &[], t(0)), Some(0));
+    assert_eq!(n.pick(None, &[0], t(0)), Some(1));
+    // A provider the new configuration lacks: none of its accounts is used any more.
+    let without = AccountPools::from_config(
+        &Config::from_toml_str(
+            "[[providers]]\nname = \"q\"\nbase_url = \"http://h/v1\"\n\
+             [[providers.accounts]]\nid = \"kept\"\napi_key = \"k3\"\n",
+            |_| None,
+        )
+        .unwrap(),
+    );
+    new.retire_removed(&without);
+    assert_eq!(n.pick(None, &[], t(0)), None);
+}
+
 #[tokio::test]
 async fn a_reload_keeps_each_unchanged_login_and_makes_a_changed_one_anew() {
     use context_relay_sim::{SimLogin, SimProvider};
