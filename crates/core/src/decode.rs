@@ -91,6 +91,46 @@ pub fn decode(
     body: &[u8],
     max_bytes: usize,
 ) -> Result<Vec<u8>, DecodeError> {
+    decode_with(content_encoding, body, max_bytes, Cut::Refused)
+}
+
+/// [`decode`] of a body that may have been cut short (an answer whose stream ended early):
+/// what decodes before the cut, or before a fault, is given (at most `max_bytes`); an
+/// unsupported coding or a stream whose header cannot be read gives an error.
+///
+/// ```
+/// use std::io::Write;
+/// use context_relay_core::decode::decode_prefix;
+///
+/// let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+/// gz.write_all(b"data: {\"usage\":1}\n\n").unwrap();
+/// gz.flush().unwrap(); // a sync flush: what was written decodes without the end
+/// let cut = gz.get_ref().clone();
+/// assert_eq!(decode_prefix("gzip", &cut, 1024).unwrap(), b"data: {\"usage\":1}\n\n");
+/// ```
+pub fn decode_prefix(
+    content_encoding: &str,
+    body: &[u8],
+    max_bytes: usize,
+) -> Result<Vec<u8>, DecodeError> {
+    decode_with(content_encoding, body, max_bytes, Cut::Kept)
+}
+
+/// What a stream cut short (or corrupt after a good start) gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    /// An error.
+    Refused,
+    /// What decoded before it.
+    Kept,
+}
+
+fn decode_with(
+    content_encoding: &str,
+    body: &[u8],
+    max_bytes: usize,
+    cut: Cut,
+) -> Result<Vec<u8>, DecodeError> {
     let codings = content_encoding
         .split(',')
         .filter(|t| !t.trim().is_empty())
@@ -102,7 +142,7 @@ pub fn decode(
         if coding == Coding::Identity {
             continue;
         }
-        current = Some(decode_one(coding, input, max_bytes)?);
+        current = Some(decode_one(coding, input, max_bytes, cut)?);
     }
     match current {
         Some(decoded) => Ok(decoded),
@@ -111,7 +151,12 @@ pub fn decode(
     }
 }
 
-fn decode_one(coding: Coding, input: &[u8], max_bytes: usize) -> Result<Vec<u8>, DecodeError> {
+fn decode_one(
+    coding: Coding,
+    input: &[u8],
+    max_bytes: usize,
+    cut: Cut,
+) -> Result<Vec<u8>, DecodeError> {
     let mut out = Vec::new();
     let result = match coding {
         Coding::Identity => {
@@ -137,18 +182,24 @@ fn decode_one(coding: Coding, input: &[u8], max_bytes: usize) -> Result<Vec<u8>,
             &mut out,
             max_bytes,
         ),
-        Coding::Zstd => return zstd(input, max_bytes),
+        Coding::Zstd => return zstd(input, max_bytes, cut),
     };
-    finish(coding, result, out, max_bytes)
+    finish(coding, result, out, max_bytes, cut)
 }
 
 fn finish(
     coding: Coding,
     result: io::Result<()>,
-    out: Vec<u8>,
+    mut out: Vec<u8>,
     max_bytes: usize,
+    cut: Cut,
 ) -> Result<Vec<u8>, DecodeError> {
-    result.map_err(|e| corrupt(coding, e))?;
+    match (result, cut) {
+        (Ok(()), _) => {}
+        // What a failing read appended is what decoded before the fault.
+        (Err(_), Cut::Kept) => out.truncate(max_bytes),
+        (Err(e), Cut::Refused) => return Err(corrupt(coding, e)),
+    }
     if out.len() > max_bytes {
         return Err(DecodeError::TooLarge { limit: max_bytes });
     }
@@ -180,7 +231,7 @@ fn has_zlib_header(input: &[u8]) -> bool {
 }
 
 /// A zstd body may hold several frames, and skippable frames, one after the other.
-fn zstd(mut input: &[u8], max_bytes: usize) -> Result<Vec<u8>, DecodeError> {
+fn zstd(mut input: &[u8], max_bytes: usize, cut: Cut) -> Result<Vec<u8>, DecodeError> {
     use ruzstd::decoding::StreamingDecoder;
     use ruzstd::decoding::errors::{FrameDecoderError, ReadFrameHeaderError};
 
@@ -196,6 +247,10 @@ fn zstd(mut input: &[u8], max_bytes: usize) -> Result<Vec<u8>, DecodeError> {
         match StreamingDecoder::new(&mut input) {
             Ok(decoder) => {
                 let result = read_capped(decoder, &mut out, max_bytes);
+                if result.is_err() && cut == Cut::Kept {
+                    out.truncate(max_bytes);
+                    return Ok(out);
+                }
                 finish_zstd(result, &out, max_bytes)?;
             }
             Err(FrameDecoderError::ReadFrameHeaderError(ReadFrameHeaderError::SkipFrame {

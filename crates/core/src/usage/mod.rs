@@ -258,7 +258,9 @@ impl UsageReader {
             Mode::Encoded { raw, encoding } => {
                 let decoded = raw
                     .bytes()
-                    .map(|raw| crate::decode::decode(&encoding, raw, USAGE_READ_LIMIT));
+                    // A stream cut short still reports what arrived (an Anthropic stream
+                    // cut before `message_delta` counts its input).
+                    .map(|raw| crate::decode::decode_prefix(&encoding, raw, USAGE_READ_LIMIT));
                 if let Some(Ok(plain)) = decoded {
                     let mut reader = Self::new("");
                     reader.push(&plain);

@@ -138,6 +138,23 @@ fn a_compressed_body_is_decoded_at_the_end() {
 }
 
 #[test]
+fn a_compressed_stream_cut_short_counts_what_arrived() {
+    use std::io::Write;
+    // Compressed event by event (a sync flush after each, as a streaming server does), and
+    // cut before `message_delta`: the input of `message_start` counts, as uncompressed.
+    let cut_at = MESSAGES_SSE.find("event: message_delta").unwrap();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&MESSAGES_SSE.as_bytes()[..cut_at]).unwrap();
+    gz.flush().unwrap();
+    let sent = gz.get_ref().clone();
+    let mut reader = UsageReader::new("gzip");
+    for piece in sent.chunks(5) {
+        reader.push(piece);
+    }
+    assert_eq!(reader.finish(), Some(usage(105, 90, 5, 1, 0)));
+}
+
+#[test]
 fn a_body_in_one_chunk_is_held_without_a_copy() {
     let body = Bytes::from(CHAT_JSON);
     let mut whole = super::Whole::default();
