@@ -47,6 +47,27 @@ fn defaults() {
 }
 
 #[test]
+fn a_short_admin_token_or_one_a_client_also_uses_is_warned_about() {
+    let with = |token: &str| {
+        let text = format!(
+            "admin_token = \"{token}\"\n[[clients]]\nname = \"alice\"\nkey = \"alice-key-0123456789\"\n{MINIMAL}"
+        );
+        load(&text).unwrap().warnings()
+    };
+    assert!(with("a-long-random-admin-token-0123456789").is_empty());
+    let short = with("a");
+    assert!(
+        short.iter().any(|w| w.contains("1 characters long")),
+        "{short:?}"
+    );
+    let shared = with("alice-key-0123456789");
+    assert!(
+        shared.iter().any(|w| w.contains("key of client \"alice\"")),
+        "{shared:?}"
+    );
+}
+
+#[test]
 fn relay_warnings_are_reported_once_per_level() {
     let text = format!(
         "[relay]\nhandoff_threshold = 1.5\n{MINIMAL}\n  [combos.relay]\nmax_messages_for_summary = 1000\n"

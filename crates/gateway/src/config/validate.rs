@@ -331,9 +331,36 @@ impl Config {
         {
             out.push("store.backend = \"memory\" with subscription logins: a refreshed pair is kept only in this process and its credential file, so a restart after a failed write to the file loses that login (use redb or redis)".to_owned());
         }
+        if let Some(token) = self.admin_token.as_deref() {
+            out.extend(admin_token_warnings(token, &self.clients));
+        }
         out.extend(super::api_hint::passthrough_warnings(self));
         out
     }
+}
+
+/// The shortest admin token not warned about: the admin routes answer as fast as a guess can
+/// be sent.
+const MIN_ADMIN_TOKEN_CHARS: usize = 16;
+
+/// What is wrong with `token` as the admin token: too short to resist guessing, or a client's
+/// key (that client could read every tenant's handoffs).
+fn admin_token_warnings(token: &str, clients: &[super::ClientConfig]) -> Vec<String> {
+    let mut out = Vec::new();
+    let chars = token.chars().count();
+    if chars < MIN_ADMIN_TOKEN_CHARS {
+        out.push(format!(
+            "admin_token is {chars} characters long: anyone who reaches the admin routes can guess a token this short (use 32 random characters or more)"
+        ));
+    }
+    let digest: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(token.as_bytes()).into();
+    for c in clients.iter().filter(|c| c.key_digest() == Some(digest)) {
+        out.push(format!(
+            "admin_token is also the key of client {:?}: that client can use the admin routes and read every tenant's handoffs",
+            c.name
+        ));
+    }
+    out
 }
 
 /// Range checks of the relay durations and sizes of `[relay]` or `[combos.relay]`.
