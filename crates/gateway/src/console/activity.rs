@@ -148,7 +148,9 @@ impl Activity {
     }
 
     /// A request was served by `account` of `provider`: an entry when the session moved from
-    /// `from`, or when the relay acted on it.
+    /// `from`, or when the relay acted on it. A move is a `switch` also when this pool did not
+    /// serve the session before (another provider, a reload): the relay's handoff or model
+    /// switch tells it.
     pub(crate) fn served(
         &self,
         subject: Subject<'_>,
@@ -172,7 +174,11 @@ impl Activity {
         .filter_map(|(on, name)| on.then_some(name))
         .collect();
         self.push(subject.about(Entry {
-            event: if from.is_some() { "switch" } else { "relayed" },
+            event: if from.is_some() || action.injected || action.model_switch {
+                "switch"
+            } else {
+                "relayed"
+            },
             provider: Some(provider.clone()),
             account: Some(account.clone()),
             from: from.cloned(),
@@ -305,5 +311,15 @@ mod tests {
         );
         assert_eq!(entry["combo"], serde_json::Value::Null);
         assert_eq!(entry["actions"], serde_json::json!(["scrubbed"]));
+        // A move this pool did not see (from another provider): the handoff tells it.
+        response.insert(RelayAction {
+            model_switch: true,
+            injected: true,
+            ..RelayAction::default()
+        });
+        feed.served(Subject::of(&request), &response, &provider, &account, None);
+        let entry: serde_json::Value = serde_json::from_str(&feed.recent()[1]).unwrap();
+        assert_eq!(entry["event"], "switch");
+        assert_eq!(entry["from"], serde_json::Value::Null);
     }
 }
