@@ -146,8 +146,9 @@ pub fn switch_handoff(
     let reasoning = readable_reasoning(shape, &value);
     // A chained turn (`previous_response_id`, `conversation`) sends only its new items: the
     // earlier ones are in the old account's stored responses, which the new one cannot read.
-    let chained = shape == ApiShape::Responses
-        && (value.get("previous_response_id").is_some() || value.get("conversation").is_some());
+    let names = |k: &str| value.get(k).is_some_and(|v| !v.is_null());
+    let chained =
+        shape == ApiShape::Responses && (names("previous_response_id") || names("conversation"));
     drop(value);
     let nothing_said =
         selection.task.is_none() && selection.last_assistant.is_none() && reasoning.is_empty();
@@ -222,6 +223,8 @@ mod tests {
         let unchained =
             br#"{"input":[{"type":"function_call_output","call_id":"call_w1","output":"ok"}]}"#;
         assert!(switch_handoff(ApiShape::Responses, unchained, RelayMode::Standard, 30).is_none());
+        let null = br#"{"previous_response_id":null,"input":[{"type":"function_call_output","call_id":"c","output":"ok"}]}"#;
+        assert!(switch_handoff(ApiShape::Responses, null, RelayMode::Standard, 30).is_none());
         // Chained with an ask: the ask as usual, and the note.
         let asked = br#"{"previous_response_id":"resp_1","input":"and now the tests"}"#;
         let h = switch_handoff(ApiShape::Responses, asked, RelayMode::Standard, 30).unwrap();

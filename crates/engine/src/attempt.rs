@@ -317,7 +317,8 @@ impl Attempt {
 
     /// The response body ended (`errored`: with an error). Only a body that ended with the
     /// API's success event completes the handoff and moves the affinity; anything else gives
-    /// the claim back.
+    /// the claim back. A body whose success event went out before the error (a provider that
+    /// resets its connection after it) completed: the client has the whole turn.
     pub fn end(mut self, errored: bool) {
         if let Some(look) = self.look.take()
             && let (_, Some(kind)) = look.finish(!errored)
@@ -331,10 +332,10 @@ impl Attempt {
             // No end to watch: dropping the ticket settles it.
             return;
         };
-        let ending = if errored {
-            Ending::Unfinished
-        } else {
-            end.finish()
+        let ending = match end.ending() {
+            Ending::Completed => Ending::Completed,
+            _ if errored => Ending::Unfinished,
+            _ => end.finish(),
         };
         ticket.ended(ending);
     }
@@ -384,5 +385,20 @@ impl Attempt {
     /// Whether the end of the response body is watched (see [`end`](Self::end)).
     pub fn watches_end(&self) -> bool {
         self.end.is_some() || self.look.is_some()
+    }
+}
+
+/// A response body dropped before its end (the client went away): a turn whose success event
+/// was already handed on completed all the same (Codex CLI closes the connection as soon as it
+/// reads `response.completed`, before the provider's end of body arrives); anything else gives
+/// the claim back (the ticket's own drop).
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        if let (Some(end), Some(_)) = (&self.end, &self.ticket)
+            && end.ending() == Ending::Completed
+            && let Some(ticket) = self.ticket.take()
+        {
+            ticket.ended(Ending::Completed);
+        }
     }
 }

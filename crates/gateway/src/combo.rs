@@ -396,8 +396,8 @@ type Refusal = Box<Response<Full<Bytes>>>;
 
 /// Routes the request whose body was read: its model (from the body, or `in_path`) checked
 /// against the client's access and resolved to the targets, the first target's model written
-/// into the body. Returns the body, and where [`BODY_LITERALS`] occur in it when it was
-/// searched for them; or the answer refusing the request (boxed: it is the rare way out).
+/// into the body. Returns the body, or the answer refusing the request (boxed: it is the rare
+/// way out).
 fn route(
     parts: &mut http::request::Parts,
     body: Read,

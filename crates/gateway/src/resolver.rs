@@ -267,6 +267,8 @@ where
     // The last error answer of an account that was rotated away, and its verdict: what the
     // client gets when no account is left.
     let mut last: Option<(Response<Peeked<ResBody>>, ResolvedAccount, Verdict)> = None;
+    // The last quota answer, kept apart: it wins over a later refusal or server error.
+    let mut quota: Option<(Response<Peeked<ResBody>>, ResolvedAccount, Verdict)> = None;
     // A route names a few providers, a pool a few accounts: both lists stay on the stack.
     let mut providers_seen: SmallVec<[Arc<ProviderPool>; 4]> = SmallVec::new();
     let mut attempts = 0usize;
@@ -426,19 +428,18 @@ where
                 return Ok(Response::from_parts(res_parts, Either::Right(replay)));
             }
             let answer = (Response::from_parts(res_parts, replay), resolved, verdict);
-            // A refusal after a quota answer does not hide it: the client learns that waiting
-            // helps (the 429 and its `retry-after`), whichever account answered last.
-            if let Some(quota) = last.take_if(|(_, _, v)| matches!(v, Verdict::Exhausted(_)))
-                && matches!(verdict, Verdict::Refused)
-            {
-                last = Some(quota);
+            // A quota answer is kept over every later refusal or server error: the client
+            // learns that waiting helps (the 429 and its `retry-after`), whichever account
+            // answered last.
+            if matches!(verdict, Verdict::Exhausted(_)) {
+                quota = Some(answer);
             } else {
                 last = Some(answer);
             }
         }
     }
 
-    match last {
+    match quota.or(last) {
         Some((_, resolved, Verdict::Refused)) => {
             let mut res = refused_everywhere(head.uri().path(), &skipped_shape);
             res.extensions_mut().set_fact(resolved);

@@ -185,6 +185,7 @@ impl AffinityMap {
     }
 
     /// The entry of `key` whatever its age, without marking it used.
+    #[cfg(feature = "redis")]
     pub(crate) fn peek(&self, key: &str) -> Option<Affinity> {
         self.map.get(key).map(|e| e.affinity.clone())
     }

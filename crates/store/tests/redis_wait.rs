@@ -196,3 +196,42 @@ async fn a_waiting_write_blocks_no_request_path_call() {
         .expect("a write kept on the master is no error");
     assert_eq!(store.get(&key).await.unwrap(), Some(r));
 }
+
+/// Several writes that each wait their whole timeout take turns on their connection: none
+/// spends its time limit queueing behind another's `WAIT` (which failed it and opened the
+/// breaker), and every one is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_writes_take_turns_and_all_succeed() {
+    let (_master, _replica, m, _) = pair();
+    let store = std::sync::Arc::new(
+        RedisStore::builder(format!("redis://127.0.0.1:{m}/"))
+            .prefix(unique_prefix())
+            // Two replicas for a master that has one: each write waits 1.5 s, three of them
+            // 4.5 s, well past the 2 s limit of a call.
+            .wait_for_replicas(2, Duration::from_millis(1_500))
+            .connect()
+            .await
+            .unwrap(),
+    );
+    let writes: Vec<_> = (0..3)
+        .map(|i| {
+            let store = std::sync::Arc::clone(&store);
+            tokio::spawn(async move {
+                let key = HandoffKey::new("acme", format!("w{i}"), "codex-relay");
+                store
+                    .upsert(record(&key, "decided", std::time::SystemTime::now(), HOUR))
+                    .await
+            })
+        })
+        .collect();
+    for w in writes {
+        w.await
+            .unwrap()
+            .expect("a waited write is kept, not failed");
+    }
+    assert!(!store.is_unavailable(), "no breaker opened");
+    for i in 0..3 {
+        let key = HandoffKey::new("acme", format!("w{i}"), "codex-relay");
+        assert!(store.get(&key).await.unwrap().is_some());
+    }
+}

@@ -269,25 +269,40 @@ async fn summary_timeout_is_unavailable() {
     gate.add_permits(10);
 }
 
-#[tokio::test]
-async fn failed_response_stream_starts_no_summary() {
+/// A turn at 88 % whose answer streams `sent` and then fails (the provider resets).
+async fn reset_after(sent: &'static [u8]) -> Stack {
     let stack = Stack::new();
     stack.upstream.set_percent("acct-a", 88.0);
     let tx = stack.upstream.stream_next_turn();
-    tx.send(Ok(http_body::Frame::data(bytes::Bytes::from_static(
-        b"data: {}\n\n",
-    ))))
-    .await
-    .unwrap();
+    tx.send(Ok(http_body::Frame::data(bytes::Bytes::from_static(sent))))
+        .await
+        .unwrap();
     tx.send(Err("upstream reset".into())).await.unwrap();
     drop(tx);
     stack.send(chat("s1", "k1", 2)).await;
     stack.idle().await;
+    stack
+}
+
+#[tokio::test]
+async fn failed_response_stream_starts_no_summary() {
+    let stack = reset_after(b"data: {}\n\n").await;
     assert!(stack.upstream.summaries().is_empty());
     // The key was freed: a later good turn summarises.
     stack.upstream.with(|s| s.turn = Turn::Json);
     stack.send(chat("s1", "k1", 2)).await;
     stack.idle().await;
+    assert_eq!(stack.upstream.summaries().len(), 1);
+}
+
+/// A provider that resets its connection after the stream's success event: the client has
+/// the whole turn, so its summary starts.
+#[tokio::test]
+async fn a_stream_reset_after_its_success_event_starts_the_summary() {
+    let stack = reset_after(
+        b"data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n",
+    )
+    .await;
     assert_eq!(stack.upstream.summaries().len(), 1);
 }
 

@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use context_relay_core::{Handoff, HandoffKey, HandoffRecord};
 use http::StatusCode;
+use http_body_util::BodyExt;
 use support::{Stack, Turn, chat, request};
 use tower::ServiceExt;
 
@@ -141,11 +142,17 @@ async fn failed_stream_keeps_the_handoff() {
     assert!(stack.store.get(&key("s1", "k1")).await.unwrap().is_some());
 }
 
-#[tokio::test]
-async fn dropped_response_keeps_the_handoff() {
-    let stack = switched_with_handoff().await;
+/// The next turn's answer streams `first` and stays open: the sender of its later frames, and
+/// the answer's body as the client reads it.
+async fn open_stream(
+    stack: &Stack,
+    first: http_body::Frame<Bytes>,
+) -> (
+    tokio::sync::mpsc::Sender<Result<http_body::Frame<Bytes>, support::TestError>>,
+    support::Body,
+) {
     let tx = stack.upstream.stream_next_turn();
-    tx.send(Ok(sse_frame())).await.unwrap();
+    tx.send(Ok(first)).await.unwrap();
     let res = stack
         .svc
         .clone()
@@ -153,11 +160,62 @@ async fn dropped_response_keeps_the_handoff() {
         .await
         .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
-    drop(res); // the client goes away mid-stream
+    (tx, res.into_body())
+}
+
+#[tokio::test]
+async fn dropped_response_keeps_the_handoff() {
+    let stack = switched_with_handoff().await;
+    let (tx, body) = open_stream(&stack, sse_frame()).await;
+    drop(body); // the client goes away mid-stream
     drop(tx);
     stack.idle().await;
     assert!(stack.upstream.turns()[0].has_handoff());
     assert!(stack.store.get(&key("s1", "k1")).await.unwrap().is_some());
+}
+
+/// The frames of a whole Chat stream: a chunk, the finishing chunk, `[DONE]`.
+fn whole_chat_stream() -> http_body::Frame<Bytes> {
+    http_body::Frame::data(Bytes::from_static(
+        b"data: {\"choices\":[{\"delta\":{\"content\":\"ok\"}}]}\n\n\
+          data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n\
+          data: [DONE]\n\n",
+    ))
+}
+
+/// Codex CLI closes the connection as soon as it reads `response.completed`, before the
+/// provider's end of body: a turn whose success event went out completed, so its handoff is
+/// consumed (not given back to be injected again) and the session's account recorded.
+#[tokio::test]
+async fn a_response_dropped_after_its_success_event_consumes_the_handoff() {
+    let stack = switched_with_handoff().await;
+    let (tx, mut body) = open_stream(&stack, whole_chat_stream()).await;
+    let frame = body.frame().await.expect("a frame").expect("data");
+    assert!(frame.data_ref().is_some_and(|d| d.ends_with(b"[DONE]\n\n")));
+    drop(body); // the client leaves; the provider's end of body never came
+    stack.idle().await;
+    assert!(stack.upstream.turns()[0].has_handoff());
+    assert!(stack.store.get(&key("s1", "k1")).await.unwrap().is_none());
+    // The next turn is no switch: nothing is injected.
+    stack.upstream.with(|s| s.turn = Turn::Json);
+    stack.send(chat("s1", "k1", 3)).await;
+    stack.idle().await;
+    assert!(!stack.upstream.turns()[1].has_handoff());
+    drop(tx);
+}
+
+/// A provider that resets its connection after the success event: the same.
+#[tokio::test]
+async fn a_stream_reset_after_its_success_event_consumes_the_handoff() {
+    let stack = switched_with_handoff().await;
+    let tx = stack.upstream.stream_next_turn();
+    tx.send(Ok(whole_chat_stream())).await.unwrap();
+    tx.send(Err("reset".into())).await.unwrap();
+    drop(tx);
+    stack.send(chat("s1", "k1", 2)).await;
+    stack.idle().await;
+    assert!(stack.upstream.turns()[0].has_handoff());
+    assert!(stack.store.get(&key("s1", "k1")).await.unwrap().is_none());
 }
 
 #[tokio::test]

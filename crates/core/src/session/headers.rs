@@ -6,9 +6,9 @@ use http::{HeaderMap, HeaderName};
 
 use super::{SessionSources, clean_session_id};
 
-/// The session id the headers of a request give, cleaned (see [`clean_session_id`]) and
-/// borrowed from them (unless it was too long), with the header it came from: the first configured session header with
-/// a value that is not blank. [`session_id`](super::session_id) tries it first; an adapter
+/// The session id the headers of a request give, cleaned (see [`clean_session_id`]; borrowed
+/// from them unless cleaning changed it), with the header it came from: the first configured
+/// session header with a value that is not blank. [`session_id`](super::session_id) tries it first; an adapter
 /// that only reads headers on its fast path calls it to avoid an allocation.
 ///
 /// ```

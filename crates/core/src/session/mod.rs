@@ -58,7 +58,8 @@ use found::Hex16;
 pub use headers::header_session;
 pub use identify::{Identity, identify, identify_found, session_in_head};
 
-/// Longest session id kept, in characters; longer ones are cut (on a character boundary).
+/// Longest session id kept, in characters; a longer one keeps its beginning and a digest of
+/// the whole (see [`clean_session_id`]).
 pub const MAX_SESSION_ID_CHARS: usize = 128;
 
 /// The default session headers, in the order they are tried.

@@ -168,9 +168,14 @@ impl ReplyWatch {
         }
     }
 
-    /// The body failed: the turn did not complete; nothing starts.
+    /// The body failed: nothing starts, unless its success event came before the fault (the
+    /// client has the whole turn).
     pub(crate) fn failed(&mut self) {
-        self.trigger.take();
+        if let Some(mut t) = self.trigger.take()
+            && t.reply.ending() == Ending::Completed
+        {
+            t.job.start(t.reply.finish());
+        }
     }
 }
 

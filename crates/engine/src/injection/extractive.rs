@@ -76,6 +76,7 @@ pub(crate) async fn at_switch(
         Ok(None) => return None,
         Err(e) => {
             metrics::store_error("extractive_at_switch", &e);
+            forget_if_stored(shared, key, &record);
             Carried::Unstored(Box::new(record))
         }
     };
@@ -88,4 +89,40 @@ pub(crate) async fn at_switch(
         "no stored handoff at the switch; carrying one built from the request"
     );
     Some(carried)
+}
+
+/// A failed offer or claim may have failed after the store took the record (a timeout on the
+/// request path's short limit): carried unstored now, a stored copy would be claimed by the
+/// session's next request and injected a second time. So, in the background, the record is
+/// deleted if it is there (the same handoff, generated at the same moment by the same
+/// account), trying a few times while the store recovers.
+fn forget_if_stored(shared: &Shared, key: &HandoffKey, record: &HandoffRecord) {
+    let (shared2, key) = (shared.clone(), key.clone());
+    let (generated_at, from, handoff) = (
+        record.generated_at,
+        record.from_account.clone(),
+        record.handoff.clone(),
+    );
+    shared.background.spawn(async move {
+        for wait in [0, 1, 2] {
+            tokio::time::sleep(std::time::Duration::from_secs(wait)).await;
+            match shared2.store.get(&key).await {
+                Ok(Some(r))
+                    if r.kind == HandoffKind::Extractive
+                        && r.generated_at == generated_at
+                        && r.from_account == from
+                        && r.handoff == handoff =>
+                {
+                    if shared2.store.delete(&key).await.is_ok() {
+                        tracing::info!(
+                            "a handoff stored by a failed switch-time offer was removed"
+                        );
+                        return;
+                    }
+                }
+                Ok(_) => return,
+                Err(_) => {}
+            }
+        }
+    });
 }

@@ -244,6 +244,11 @@ impl Activity {
         self.0.admin.send_modify(|n| *n += 1);
     }
 
+    /// How many times the admin token changed: a console built now serves this generation.
+    pub(crate) fn admin_generation(&self) -> u64 {
+        *self.0.admin.borrow()
+    }
+
     /// The gateway shuts down: open streams end.
     pub(crate) fn close(&self) {
         self.0.closed.send_replace(true);

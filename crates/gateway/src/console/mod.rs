@@ -77,6 +77,10 @@ struct Console {
     auth: AdminAuth,
     usage: UsageLedger,
     activity: Activity,
+    /// The admin token's generation this console was built for (see
+    /// [`Activity::admin_generation`]): a stream it opens after a reload changed the token
+    /// ends at once.
+    generation: u64,
 }
 
 /// The console's routes, guarded by `token`.
@@ -84,6 +88,7 @@ pub(crate) fn routes(token: &str, usage: UsageLedger, activity: Activity) -> Rou
     let state = Console {
         auth: AdminAuth::new(token),
         usage,
+        generation: activity.admin_generation(),
         activity,
     };
     Router::new()
@@ -220,7 +225,12 @@ async fn events(State(c): State<Console>, method: Method, headers: HeaderMap) ->
     if !c.auth.allows(&method, &headers) {
         return crate::admin::unauthorized();
     }
-    let subscription = c.activity.subscribe();
+    let mut subscription = c.activity.subscribe();
+    // Opened by the routes of a token a reload has replaced since (a request that reached them
+    // just before the swap): ended at once.
+    if *subscription.admin.borrow_and_update() != c.generation {
+        return respond(StatusCode::OK, Body::empty(), "text/event-stream");
+    }
     let backlog: std::collections::VecDeque<_> = c.activity.recent().into();
     let frames = stream::unfold((backlog, subscription), |(mut backlog, mut s)| async move {
         if let Some(entry) = backlog.pop_front() {
@@ -302,4 +312,36 @@ pub(crate) fn respond(
         HeaderValue::from_static("no-referrer"),
     );
     res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::Request;
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    /// A stream opened on the routes of a token a reload has replaced (a request that reached
+    /// them just before the swap) ends at once; one opened on the current routes stays open.
+    #[tokio::test]
+    async fn a_stream_opened_on_replaced_routes_ends_at_once() {
+        let activity = Activity::default();
+        let old = routes("one", UsageLedger::default(), activity.clone());
+        activity.admin_changed();
+        let current = routes("two", UsageLedger::default(), activity.clone());
+        let events = |token: &str| {
+            Request::get(EVENTS)
+                .header("authorization", format!("Bearer {token}"))
+                .body(Body::empty())
+                .unwrap()
+        };
+        let res = old.oneshot(events("one")).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        let ended = tokio::time::timeout(Duration::from_secs(5), res.into_body().collect());
+        assert!(ended.await.is_ok(), "the old token's stream ended");
+        let res = current.oneshot(events("two")).await.unwrap();
+        let mut body = res.into_body();
+        let open = tokio::time::timeout(Duration::from_millis(200), body.frame());
+        assert!(open.await.is_err(), "the current token's stream stays open");
+    }
 }

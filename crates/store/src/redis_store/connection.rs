@@ -60,7 +60,10 @@ impl RedisStoreBuilder {
         // blocking command): such writes get a connection of their own, so that the request
         // path's calls never queue behind one, and a response limit that covers the wait.
         let waiting = match self.wait {
-            Some(wait) => Some(self.connect_with(self.timeout + wait.timeout).await?),
+            Some(wait) => Some((
+                self.connect_with(self.timeout + wait.timeout).await?,
+                tokio::sync::Mutex::new(()),
+            )),
             None => None,
         };
         Ok(RedisStore {

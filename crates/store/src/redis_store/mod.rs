@@ -241,8 +241,10 @@ pub struct RedisStore {
 
 struct Inner {
     conn: Conn,
-    /// The connection of handoff writes that wait for replicas (with `wait`).
-    waiting: Option<Conn>,
+    /// The connection of handoff writes that wait for replicas (with `wait`), and the turn
+    /// each takes on it: a `WAIT` blocks its connection, so a second write sent behind it would
+    /// spend its own time limit queueing (and open the breaker when that ran out).
+    waiting: Option<(Conn, tokio::sync::Mutex<()>)>,
     scripts: Scripts,
     ids: Ids,
     prefix: String,

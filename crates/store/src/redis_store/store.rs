@@ -8,6 +8,7 @@ use context_relay_core::{HandoffKey, HandoffRecord, HandoffSlot};
 
 use super::RedisStore;
 use super::scripts::{Foreign, glob_escape, millis, record_tag};
+use super::unwritten::Resolved;
 use crate::affinity::{self, Write};
 use crate::clock::after_ms;
 use crate::{
@@ -51,6 +52,28 @@ impl RedisStore {
         Some(unwritten.base(k, cache.peek(k)))
     }
 
+    /// The session's affinity from what [`Unwritten::resolve`] answered: a kept decision is
+    /// written again first (the engine writes an affinity only when it changes, so without
+    /// this Redis would not learn it once it takes writes again).
+    ///
+    /// [`Unwritten::resolve`]: super::unwritten::Unwritten::resolve
+    async fn settle(&self, key: &HandoffKey, resolved: Resolved) -> Option<Affinity> {
+        let kept = match resolved {
+            Resolved::Read(read) => return read,
+            Resolved::Kept(kept) => kept,
+        };
+        let k = affinity::key(key);
+        match self.write_affinity(key, &kept).await {
+            Ok(()) => self.inner.unwritten.written(&k),
+            Err(_) => {
+                let base = self.inner.unwritten.base(&k, None);
+                let now = self.now_ms();
+                self.inner.unwritten.failed(k, kept.clone(), base, now);
+            }
+        }
+        Some(kept)
+    }
+
     /// Records the outcome of writing `a` under `k` over `base` (see [`Self::needs_write`]).
     fn after_write(
         &self,
@@ -62,7 +85,10 @@ impl RedisStore {
         let a = affinity::intern(a);
         match written {
             Ok(()) => self.inner.unwritten.written(&k),
-            Err(_) => self.inner.unwritten.failed(k.clone(), a.clone(), base),
+            Err(_) => self
+                .inner
+                .unwritten
+                .failed(k.clone(), a.clone(), base, self.now_ms()),
         }
         self.inner.affinity_cache.insert(k, a, self.now_ms());
     }
@@ -186,7 +212,13 @@ impl RedisStore {
             .arg(self.now_ms());
         let at_switch = put == Put::OfferAtSwitch;
         let waiting = self.inner.waiting.as_ref().filter(|_| !at_switch);
-        let mut conn = waiting.cloned().unwrap_or_else(|| self.conn());
+        // One waited write at a time on its connection (see `Inner::waiting`); the queue is
+        // here, off Redis and off the time limits.
+        let _turn = match waiting {
+            Some((_, turn)) => Some(turn.lock().await),
+            None => None,
+        };
+        let mut conn = waiting.map_or_else(|| self.conn(), |(conn, _)| conn.clone());
         let op = if at_switch {
             "offer_at_switch"
         } else {
@@ -372,6 +404,9 @@ impl HandoffStore for RedisStore {
         // what the callers' clock considers expired earlier (clock skew, tests).
         Box::pin(async move {
             let now = self.now_ms();
+            // Unwritten affinities of sessions that never came back go with the affinity TTL.
+            let ttl = millis(self.inner.affinity_ttl);
+            self.inner.unwritten.purge(now, ttl);
             let mut conn = self.conn();
             let mut purged = 0usize;
             let mut keys = self.scan_records(HandoffSlot::Account).await?;
@@ -444,9 +479,8 @@ impl HandoffStore for RedisStore {
             );
             let (p, a, f, m): Fields = self.call("affinity", cmd.query_async(&mut conn)).await?;
             let (Some(p), Some(a)) = (p, a) else {
-                return Ok(affinity::with_key(key, |k| {
-                    self.inner.unwritten.resolve(k, None)
-                }));
+                let resolved = affinity::with_key(key, |k| self.inner.unwritten.resolve(k, None));
+                return Ok(self.settle(key, resolved).await);
             };
             let foreign = match f.as_deref().map(serde_json::from_str::<Foreign>) {
                 Some(Ok(f)) => f,
@@ -462,11 +496,11 @@ impl HandoffStore for RedisStore {
                 found = found.with_model(m);
             }
             let k = affinity::key(key);
-            let Some(found) = self
+            let resolved = self
                 .inner
                 .unwritten
-                .resolve(&k, Some(affinity::intern(found)))
-            else {
+                .resolve(&k, Some(affinity::intern(found)));
+            let Some(found) = self.settle(key, resolved).await else {
                 return Ok(None);
             };
             self.inner

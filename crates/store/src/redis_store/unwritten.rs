@@ -7,11 +7,13 @@
 //! with what Redis held when it was made (`over`), and a later read that still finds that value
 //! answers with the unwritten one instead: this replica's requests see their own decision.
 //! A read that finds anything else (the write landed after all, or another replica wrote since)
-//! ends the entry, as does a successful write. Other replicas see Redis's value, as they would
-//! have without this table.
+//! ends the entry, as does a successful write; a read that answers with the kept value tries
+//! the write again ([`Resolved::Kept`]), so the entry ends once Redis takes writes again.
+//! Other replicas see Redis's value, as they would have without this table.
 //!
 //! The table is bounded: past [`capacity`](Unwritten::new) entries a new failure is not
-//! remembered, and that session behaves as without the table.
+//! remembered, and that session behaves as without the table; the store's purge drops
+//! entries older than the affinity TTL (sessions that never came back).
 
 use context_relay_core::time::to_unix_millis;
 
@@ -31,6 +33,18 @@ struct Pending {
     affinity: Affinity,
     /// What Redis held when the first unwritten decision was made (`None`: nothing).
     over: Option<Affinity>,
+    /// When the last write of it failed (Unix ms).
+    failed_ms: u64,
+}
+
+/// What [`Unwritten::resolve`] answers.
+#[derive(Debug, PartialEq)]
+pub(super) enum Resolved {
+    /// What Redis holds is the session's.
+    Read(Option<Affinity>),
+    /// This replica's unwritten decision (Redis still holds what it was to replace): to be
+    /// written again.
+    Kept(Affinity),
 }
 
 impl Unwritten {
@@ -55,12 +69,35 @@ impl Unwritten {
         }
     }
 
-    /// Remembers that writing `affinity` under `key` failed while Redis held `over`.
-    pub(super) fn failed(&self, key: String, affinity: Affinity, over: Option<Affinity>) {
+    /// Remembers that writing `affinity` under `key` failed at `now_ms` while Redis held
+    /// `over`.
+    pub(super) fn failed(
+        &self,
+        key: String,
+        affinity: Affinity,
+        over: Option<Affinity>,
+        now_ms: u64,
+    ) {
         if self.map.len() >= self.capacity && !self.map.contains_key(&key) {
             return;
         }
-        self.map.insert(key, Pending { affinity, over });
+        let failed_ms = now_ms;
+        self.map.insert(
+            key,
+            Pending {
+                affinity,
+                over,
+                failed_ms,
+            },
+        );
+    }
+
+    /// Drops the entries whose last write failed `ttl_ms` or more before `now_ms`.
+    pub(super) fn purge(&self, now_ms: u64, ttl_ms: u64) {
+        if !self.map.is_empty() {
+            self.map
+                .retain(|_, p| now_ms.saturating_sub(p.failed_ms) < ttl_ms);
+        }
     }
 
     /// A write of `key` succeeded: Redis holds this replica's decision.
@@ -72,20 +109,22 @@ impl Unwritten {
 
     /// The affinity of `key` given that Redis answered `read`: the unwritten one while Redis
     /// still holds what it was written over, else `read` (and the entry ends).
-    pub(super) fn resolve(&self, key: &str, read: Option<Affinity>) -> Option<Affinity> {
+    pub(super) fn resolve(&self, key: &str, read: Option<Affinity>) -> Resolved {
         if self.map.is_empty() {
-            return read;
+            return Resolved::Read(read);
         }
-        if let Some(p) = self.map.get(key)
-            && same_in_redis(p.over.as_ref(), read.as_ref())
-        {
-            return Some(p.affinity.clone());
+        match self.map.get(key) {
+            None => return Resolved::Read(read),
+            Some(p) if same_in_redis(p.over.as_ref(), read.as_ref()) => {
+                return Resolved::Kept(p.affinity.clone());
+            }
+            Some(_) => {}
         }
         // Redis moved on: its value is the session's. (Checked again under the shard's lock,
         // so that a failure noted meanwhile over the value just read stays.)
         self.map
             .remove_if(key, |_, p| !same_in_redis(p.over.as_ref(), read.as_ref()));
-        read
+        Resolved::Read(read)
     }
 }
 
@@ -119,21 +158,21 @@ mod tests {
     #[test]
     fn kept_while_redis_holds_what_it_replaced_then_dropped() {
         let u = Unwritten::new(10);
-        assert_eq!(u.resolve("k", Some(on("a"))), Some(on("a")));
-        u.failed("k".into(), on("b"), Some(on("a")));
+        assert_eq!(u.resolve("k", Some(on("a"))), Resolved::Read(Some(on("a"))));
+        u.failed("k".into(), on("b"), Some(on("a")), 0);
         assert!(u.contains("k"));
-        assert_eq!(u.resolve("k", Some(on("a"))), Some(on("b")));
+        assert_eq!(u.resolve("k", Some(on("a"))), Resolved::Kept(on("b")));
         // A second failure keeps what Redis held before the first.
         assert_eq!(u.base("k", Some(on("b"))), Some(on("a")));
         // Redis moved on: its value, and the entry is gone.
-        assert_eq!(u.resolve("k", Some(on("c"))), Some(on("c")));
+        assert_eq!(u.resolve("k", Some(on("c"))), Resolved::Read(Some(on("c"))));
         assert!(!u.contains("k"));
-        assert_eq!(u.resolve("k", Some(on("a"))), Some(on("a")));
+        assert_eq!(u.resolve("k", Some(on("a"))), Resolved::Read(Some(on("a"))));
         // Nothing in Redis before, nothing still: the unwritten one.
-        u.failed("n".into(), on("d"), None);
-        assert_eq!(u.resolve("n", None), Some(on("d")));
+        u.failed("n".into(), on("d"), None, 0);
+        assert_eq!(u.resolve("n", None), Resolved::Kept(on("d")));
         u.written("n");
-        assert_eq!(u.resolve("n", None), None);
+        assert_eq!(u.resolve("n", None), Resolved::Read(None));
     }
 
     #[test]
@@ -161,12 +200,15 @@ mod tests {
     #[test]
     fn bounded() {
         let u = Unwritten::new(2);
-        u.failed("1".into(), on("b"), None);
-        u.failed("2".into(), on("b"), None);
-        u.failed("3".into(), on("b"), None);
+        u.failed("1".into(), on("b"), None, 0);
+        u.failed("2".into(), on("b"), None, 10);
+        u.failed("3".into(), on("b"), None, 0);
         assert!(!u.contains("3"));
         // An entry already held is updated at the bound.
-        u.failed("2".into(), on("c"), None);
-        assert_eq!(u.resolve("2", None), Some(on("c")));
+        u.failed("2".into(), on("c"), None, 10);
+        assert_eq!(u.resolve("2", None), Resolved::Kept(on("c")));
+        // The purge drops what failed a TTL ago or more.
+        u.purge(100, 95);
+        assert!(!u.contains("1") && u.contains("2"));
     }
 }

@@ -148,6 +148,17 @@ async fn a_refusal_after_a_quota_answer_does_not_hide_it() {
     let res = call_scripted(&p, &log, &[], "t").await;
     assert_eq!(res.status(), 429);
     assert!(res.headers().contains_key("retry-after"));
+    // A server error between the two does not hide it either.
+    let (p, log) = (pools3(), Log::default());
+    let script: Script = &[
+        ("a", 400, USAGE_LIMIT_400),
+        ("b", 500, "{}"),
+        ("c", 401, BAD_KEY),
+    ];
+    let res = call_scripted(&p, &log, script, "s").await;
+    assert_eq!(accounts(&log), ["a", "b", "c"]);
+    assert_eq!(res.status(), 400);
+    assert!(text(res).await.contains("usage_limit_reached"));
 }
 
 #[tokio::test]
