@@ -305,10 +305,17 @@ impl Attempt {
         repair.resend_body(kind, status, self.ticket.as_mut())
     }
 
-    /// A chunk of the response body as it is handed on.
+    /// A chunk of the response body as it is handed on. An in-band failure gives the claim
+    /// back at once: the client may retry while the provider still holds the failed stream
+    /// open, and the retry must find the handoff.
     pub fn response_chunk(&mut self, data: &[u8]) {
         if let Some(end) = &mut self.end {
             end.push(data);
+            if end.ending() == Ending::Failed {
+                // Dropping the ticket releases its claim (in the background).
+                self.ticket.take();
+                self.end.take();
+            }
         }
         if let Some(look) = self.look.as_mut().filter(|l| !l.full()) {
             look.push(data);

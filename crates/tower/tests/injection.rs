@@ -218,6 +218,32 @@ async fn a_stream_reset_after_its_success_event_consumes_the_handoff() {
     assert!(stack.store.get(&key("s1", "k1")).await.unwrap().is_none());
 }
 
+/// An in-band failure gives the handoff back at once: a client that retries while the
+/// provider still holds the failed stream open gets it on the retry, and once.
+#[tokio::test]
+async fn an_in_band_failure_gives_the_handoff_back_before_the_stream_closes() {
+    let stack = switched_with_handoff().await;
+    let failure = http_body::Frame::data(Bytes::from_static(
+        b"data: {\"error\":{\"message\":\"overloaded\",\"type\":\"server_error\"}}\n\n",
+    ));
+    let (tx, mut body) = open_stream(&stack, failure).await;
+    body.frame().await.expect("the failure").expect("data");
+    stack.idle().await;
+    // The failed stream is still open; the client retries.
+    stack.upstream.with(|s| s.turn = Turn::Json);
+    stack.send(chat("s1", "k1", 2)).await;
+    stack.idle().await;
+    let turns = stack.upstream.turns();
+    assert!(turns[0].has_handoff() && turns[1].has_handoff());
+    assert!(stack.store.get(&key("s1", "k1")).await.unwrap().is_none());
+    drop((tx, body));
+    stack.idle().await;
+    // The failed stream's end gives nothing back a second time.
+    stack.send(chat("s1", "k1", 3)).await;
+    stack.idle().await;
+    assert!(!stack.upstream.turns()[2].has_handoff());
+}
+
 #[tokio::test]
 async fn two_concurrent_requests_after_a_switch_inject_once_while_leased() {
     let stack = switched_with_handoff().await;
