@@ -9,10 +9,10 @@
 //! | no response | [`failed`](Attempt::failed) | gives the claim back before the error reaches the client |
 //! | response head | [`response_head`](Attempt::response_head) | gives the claim back on an error status (before the client sees it); asks for a look ahead only when a repair may follow |
 //! | looked ahead | [`look_chunk`](Attempt::look_chunk), [`looked`](Attempt::looked) | tells whether the provider rejected account-bound state: the body to send again |
-//! | response body | [`response_chunk`](Attempt::response_chunk), [`end`](Attempt::end) | completes the handoff and moves the affinity only when the body ended with the API's success event |
+//! | response body | [`response_chunk`](Attempt::response_chunk), [`end`](Attempt::end) | completes the handoff and moves the affinity only when the API's success event was handed on (an error or a drop after it changes nothing: the client has the turn); gives the claim back as soon as an in-band failure is seen |
 //!
-//! Dropping an attempt at any point counts as a cut: a claimed handoff goes back (in the
-//! background) for the next attempt. These ordering rules live here only; an adapter
+//! Dropping an attempt at any other point counts as a cut: a claimed handoff goes back (in
+//! the background) for the next attempt. These ordering rules live here only; an adapter
 //! translates its framework's phases into these calls and moves the bytes.
 
 use std::sync::Arc;
@@ -339,10 +339,11 @@ impl Attempt {
             // No end to watch: dropping the ticket settles it.
             return;
         };
-        let ending = match end.ending() {
-            Ending::Completed => Ending::Completed,
-            _ if errored => Ending::Unfinished,
-            _ => end.finish(),
+        let ending = match (errored, end.ending()) {
+            (true, Ending::Completed) => Ending::Completed,
+            (true, _) => Ending::Unfinished,
+            // A last event without its closing blank line is judged too.
+            (false, _) => end.finish(),
         };
         ticket.ended(ending);
     }

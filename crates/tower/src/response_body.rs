@@ -17,9 +17,10 @@ pin_project! {
     ///
     /// It replays whatever the injection side read ahead (a held-back stream opening, an error
     /// body it classified), then the inner body. When the request carried a claimed handoff or
-    /// moves the session's affinity, it watches how the body ends: only a body that ended with
-    /// the API's terminal success event (or a complete JSON body) completes the claim and
-    /// records the affinity; a failed, cut or early-dropped body releases the claim. When the
+    /// moves the session's affinity, it watches how the body ends: only a body whose API
+    /// terminal success event (or complete JSON) was handed on completes the claim and records
+    /// the affinity, also when it is dropped or fails after that event; a failed, cut or
+    /// early-dropped body releases the claim. When the
     /// turn qualified for a summary, it captures the reply (bounded) and starts the summary
     /// once the reply is complete.
     pub struct ResponseBody<B: Body> {

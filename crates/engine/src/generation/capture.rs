@@ -126,8 +126,8 @@ impl Capture {
 /// complete: at the end of the body, unless it ended with an in-band failure; or, for a
 /// stream whose terminal success event (`[DONE]` after a finish reason, `response.completed`,
 /// `message_stop`) was seen, on drop, even if the client dropped the body before the upstream
-/// closed it. A failed, cut or early-dropped reply starts nothing and frees the session's
-/// in-flight key.
+/// closed it, or failed after that event. A failed, cut or early-dropped reply starts nothing
+/// and frees the session's in-flight key.
 pub(crate) struct ReplyWatch {
     trigger: Option<Trigger>,
 }

@@ -80,6 +80,11 @@ return 0
 /// empty model (`ARGV[6]`) is an unknown one: no `m` field, as older code wrote it.
 const SET_AFFINITY: &str = r"
 local f = redis.call('HMGET', KEYS[1], 'p', 'a', 'f', 'm')
+-- Conditional (a replica writing back what it kept): only over what it expects Redis holds.
+if ARGV[7] == 'none' and f[1] then return -1 end
+if ARGV[7] == 'is' and (f[1] ~= ARGV[8] or f[2] ~= ARGV[9] or (f[4] or '') ~= ARGV[10]) then
+  return -1
+end
 if f[1] == ARGV[1] and f[2] == ARGV[2] and f[3] == ARGV[5] and (f[4] or '') == ARGV[6]
   and redis.call('PTTL', KEYS[1]) > tonumber(ARGV[4]) then
   return 0

@@ -19,6 +19,19 @@ use crate::{
 impl RedisStore {
     /// Writes `a` for the session of `key` to Redis (the cache is the caller's).
     async fn write_affinity(&self, key: &HandoffKey, a: &Affinity) -> Result<(), StoreError> {
+        self.write_affinity_if(key, a, None).await.map(drop)
+    }
+
+    /// [`Self::write_affinity`], with `over` (`Some`) only while Redis still holds it (the
+    /// account and model of `Some(affinity)`, or nothing for `None`): whether it was written
+    /// (or was already there), `false` when Redis holds something else.
+    #[allow(clippy::option_option)]
+    pub(super) async fn write_affinity_if(
+        &self,
+        key: &HandoffKey,
+        a: &Affinity,
+        over: Option<Option<&Affinity>>,
+    ) -> Result<bool, StoreError> {
         let foreign = serde_json::to_string(&Foreign {
             foreign: (*a.foreign).clone(),
             until: to_unix_millis(a.foreign_expires_at),
@@ -32,11 +45,23 @@ impl RedisStore {
             .arg(ttl / 4 * 3)
             .arg(foreign)
             .arg(a.model().unwrap_or_default());
+        match over {
+            None => {}
+            Some(None) => {
+                inv.arg("none");
+            }
+            Some(Some(o)) => {
+                inv.arg("is")
+                    .arg(&**o.account().provider())
+                    .arg(&**o.account().account())
+                    .arg(o.model().unwrap_or_default());
+            }
+        }
         let mut conn = self.conn();
-        let _: i64 = self
+        let written: i64 = self
             .call("set_affinity", inv.invoke_async(&mut conn))
             .await?;
-        Ok(())
+        Ok(written >= 0)
     }
 
     /// Whether `a` must be written under `k` (the affinity table's key): `None` when the same
@@ -63,13 +88,16 @@ impl RedisStore {
             Resolved::Kept(kept) => kept,
         };
         let k = affinity::key(key);
-        match self.write_affinity(key, &kept).await {
-            Ok(()) => self.inner.unwritten.written(&k),
-            Err(_) => {
-                let base = self.inner.unwritten.base(&k, None);
-                let now = self.now_ms();
-                self.inner.unwritten.failed(k, kept.clone(), base, now);
-            }
+        let base = self.inner.unwritten.base(&k, None);
+        // Only over what it was to replace: a concurrent write (another request of the
+        // session, another replica) that landed since wins.
+        match self
+            .write_affinity_if(key, &kept, Some(base.as_ref()))
+            .await
+        {
+            // Written, or Redis moved on meanwhile (its value is read next time).
+            Ok(_) => self.inner.unwritten.settled(&k, &kept),
+            Err(_) => self.inner.unwritten.still_failing(&k, &kept, self.now_ms()),
         }
         Some(kept)
     }

@@ -92,6 +92,21 @@ impl Unwritten {
         );
     }
 
+    /// `kept` (the entry of `key` when it was read) was written, or Redis moved on: the entry
+    /// ends unless a newer decision replaced it meanwhile.
+    pub(super) fn settled(&self, key: &str, kept: &Affinity) {
+        self.map.remove_if(key, |_, p| p.affinity == *kept);
+    }
+
+    /// Writing `kept` again failed at `now_ms`: the entry (if it still holds `kept`) lives on.
+    pub(super) fn still_failing(&self, key: &str, kept: &Affinity, now_ms: u64) {
+        if let Some(mut p) = self.map.get_mut(key)
+            && p.affinity == *kept
+        {
+            p.failed_ms = now_ms;
+        }
+    }
+
     /// Drops the entries whose last write failed `ttl_ms` or more before `now_ms`.
     pub(super) fn purge(&self, now_ms: u64, ttl_ms: u64) {
         if !self.map.is_empty() {
