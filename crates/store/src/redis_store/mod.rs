@@ -42,12 +42,13 @@
 //! Files: `connection` (connecting, timeouts, the breaker), `cluster` (one server or a
 //! cluster behind one connection type, the scan of every master), `ids` (versions and
 //! tokens), `scripts` (key names, stored fields, Lua scripts), `store` (the [`HandoffStore`]
-//! impl), `login` (subscription logins and their refresh lock), `unwritten` (affinities whose
-//! write failed).
+//! impl), `affinity` (a session's affinity read and written), `login` (subscription logins and
+//! their refresh lock), `unwritten` (affinities whose write failed).
 //!
 //! [`HandoffStore`]: crate::HandoffStore
 //! [`HandoffStore::offer_at_switch`]: crate::HandoffStore::offer_at_switch
 
+mod affinity;
 mod cluster;
 mod connection;
 mod ids;
