@@ -26,7 +26,8 @@ impl Gateway {
     /// which the next reload starts from. On an error nothing changes.
     ///
     /// Clients, providers and accounts, combos, relay settings and the per-request limits
-    /// take effect for the next request, on open connections too. The store, the relay's
+    /// take effect for the next request, on open connections too. A configuration with no
+    /// provider is refused when the running one has some (an empty or cut file). The store, the relay's
     /// in-flight summaries, cool-downs and background work, metrics, readiness, the usage
     /// counted and the activity feed carry over, and so do each remaining account's usage,
     /// exhaustion and sessions (matched by provider name and account id), and each subscription
@@ -44,6 +45,16 @@ impl Gateway {
             tracing::warn!("{kept} changed: it applies after a restart; the running value is kept");
         }
         config.check_open(config.listen)?;
+        if config.providers.is_empty() && !self.config.providers.is_empty() {
+            // A file caught mid-write (`>` truncates before it writes) parses as an empty
+            // configuration: serving it would answer every request with an error.
+            return Err(crate::config::invalid(
+                "providers",
+                "at least one provider in a reloaded configuration (stop the gateway to stop serving)",
+                "none: an empty or cut file?",
+            )
+            .into());
+        }
         let admin_changed = config.admin_token != self.config.admin_token;
         let (configs, warnings) = config.relay_settings();
         for (field, w) in warnings {

@@ -177,6 +177,14 @@ async fn sighup_reloads_a_good_file_and_keeps_the_running_one_over_a_bad_file() 
     let line = reload(&gw);
     assert!(line.contains("not reloaded"), "{line}");
     assert_eq!(turn(&client, &gw.url, "bob", "second", "s5").await, 200);
+    // A file caught between its truncation and its writing parses, but has no provider.
+    std::fs::write(&path, "").unwrap();
+    let line = reload(&gw);
+    assert!(
+        line.contains("not reloaded") && line.contains("empty or cut file"),
+        "{line}"
+    );
+    assert_eq!(turn(&client, &gw.url, "bob", "second", "s6").await, 200);
 
     // Every metric family on the page has its help text.
     let page = get(&client, &format!("{}/metrics", gw.url)).await;
@@ -193,7 +201,7 @@ async fn sighup_reloads_a_good_file_and_keeps_the_running_one_over_a_bad_file() 
         );
     }
     assert!(
-        page.contains("context_relay_gateway_config_reloads_total{outcome=\"refused\"} 2"),
+        page.contains("context_relay_gateway_config_reloads_total{outcome=\"refused\"} 3"),
         "{page}"
     );
 

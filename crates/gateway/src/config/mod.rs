@@ -45,6 +45,7 @@ mod validate;
 pub use auth::AuthScheme;
 pub use clients::ClientConfig;
 pub use error::ConfigError;
+pub(crate) use error::invalid;
 pub use limits::{LimitsConfig, Secs};
 pub use store::{StoreBackend, StoreConfig};
 

@@ -68,6 +68,20 @@ fn a_short_admin_token_or_one_a_client_also_uses_is_warned_about() {
 }
 
 #[test]
+fn a_configuration_without_providers_is_warned_about() {
+    let empty = load("").unwrap().warnings();
+    assert!(
+        empty.iter().any(|w| w.contains("no [[providers]]")),
+        "{empty:?}"
+    );
+    let minimal = load(MINIMAL).unwrap().warnings();
+    assert!(
+        !minimal.iter().any(|w| w.contains("no [[providers]]")),
+        "{minimal:?}"
+    );
+}
+
+#[test]
 fn relay_warnings_are_reported_once_per_level() {
     let text = format!(
         "[relay]\nhandoff_threshold = 1.5\n{MINIMAL}\n  [combos.relay]\nmax_messages_for_summary = 1000\n"

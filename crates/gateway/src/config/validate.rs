@@ -281,7 +281,8 @@ impl Config {
         self.clients.is_empty()
     }
 
-    /// Things that are valid but almost certainly not what was meant, one line each: an open
+    /// Things that are valid but almost certainly not what was meant, one line each: no
+    /// provider at all, an open
     /// gateway beyond loopback, providers whose `rotate_at` is at or below a combo's
     /// `handoff_threshold` (the account is left before a handoff is ever written), a
     /// `max_buffered_bytes` below twice `max_request_bytes` (a large request is refused even
@@ -289,6 +290,9 @@ impl Config {
     /// `api = "passthrough"`.
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
+        if self.providers.is_empty() {
+            out.push("no [[providers]]: every API request is answered with an error, nothing to route it to".to_owned());
+        }
         if self.is_open() && !self.listen.ip().is_loopback() {
             out.push(format!(
                 "the gateway is open (no [[clients]], allow_open = true) on {}: anyone who reaches it spends the configured accounts",
