@@ -294,8 +294,20 @@ impl Attempt {
         }
         self.forward(status);
         if self.end.is_some() {
-            // It saw the chunks read ahead.
-            self.end = Some(detector);
+            if detector.ending() == Ending::Failed {
+                // An in-band failure read ahead: the claim goes back before the client reads
+                // it (a retry must find the handoff while the provider holds the stream
+                // open), and the response is not labelled as carrying it.
+                if let Some(t) = self.ticket.as_mut() {
+                    t.release_now().await;
+                    t.action.injected = false;
+                    t.action.extractive = false;
+                }
+                self.end = None;
+            } else {
+                // It saw the chunks read ahead.
+                self.end = Some(detector);
+            }
         }
         Looked::Forward
     }

@@ -116,6 +116,58 @@ async fn an_in_band_failure_keeps_the_handoff_and_the_affinity() {
     assert!(!relay.handoff_left("fails").await);
 }
 
+/// The relay reads a Responses stream's opening ahead when the request carries account-bound
+/// state (here the serving account's own reasoning, beside a handoff another account wrote);
+/// an in-band failure seen there gives the handoff back before the client reads it, though the
+/// provider holds the failed stream open: the client's retry gets it.
+#[tokio::test]
+async fn an_in_band_failure_read_ahead_gives_the_handoff_back_before_the_stream_closes() {
+    let relay = Relay::new();
+    let mut codex = Codex::new("held");
+    codex.turn(&relay, "a").await;
+    relay.upsert_handoff("held", "acct-x").await;
+    let (close, held) = tokio::sync::oneshot::channel::<()>();
+    relay.provider.with(|s| {
+        s.mode = Mode::FailInBand;
+        s.hold = Some(held);
+        s.next_error = Some((
+            StatusCode::BAD_REQUEST,
+            r#"{"error":{"code":"server_error","message":"boom"}}"#,
+        ));
+    });
+    let res = relay.svc.clone().oneshot(codex.request("b")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let label = res
+        .headers()
+        .get(RELAY_HEADER)
+        .map(|v| v.to_str().unwrap().to_owned());
+    assert_eq!(label, None, "given back, so not labelled as injected");
+    let mut body = res.into_body();
+    let read = http_body_util::BodyExt::frame(&mut body)
+        .await
+        .unwrap()
+        .unwrap();
+    let read = read.into_data().unwrap();
+    assert!(String::from_utf8_lossy(&read).contains("response.failed"));
+    relay.background.idle().await;
+    assert!(
+        relay.handoff_left("held").await,
+        "the handoff is back while the failed stream is still open"
+    );
+    // The client retries on the stream it has not finished reading.
+    relay.provider.with(|s| s.mode = Mode::Reject);
+    codex.history.pop();
+    let headers = codex.turn(&relay, "b").await;
+    assert_eq!(action(&headers), "injected");
+    assert!(!relay.handoff_left("held").await);
+    drop(close);
+    http_body_util::BodyExt::collect(body).await.unwrap();
+    relay.background.idle().await;
+    // The failed stream's end gives nothing back a second time.
+    let headers = codex.turn(&relay, "c").await;
+    assert!(!action(&headers).contains("injected"), "{headers:?}");
+}
+
 #[tokio::test]
 async fn an_error_status_releases_the_claim_before_the_response_is_handed_back() {
     let relay = Relay::new();

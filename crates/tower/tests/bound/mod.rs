@@ -147,6 +147,9 @@ pub struct State {
     pub mode: Mode,
     /// Answer the next request with this status and body, whatever it holds.
     pub next_error: Option<(StatusCode, &'static str)>,
+    /// Hold the next in-band failure's stream open after its events until this resolves or
+    /// is dropped (a provider slow to close a failed stream).
+    pub hold: Option<tokio::sync::oneshot::Receiver<()>>,
     pub minted: usize,
     /// Response ids stored by the answers: id → account.
     pub stored: HashMap<String, String>,
@@ -208,11 +211,15 @@ impl Provider {
                 if mode == Mode::FailInBand && !anthropic && status == StatusCode::BAD_REQUEST =>
             {
                 let error: Value = serde_json::from_str(error).unwrap();
-                stream(&[
+                let failed = stream(&[
                     json!({"type":"response.created","response":{"id":"resp_f","status":"in_progress"}}),
                     json!({"type":"response.in_progress","response":{"id":"resp_f"}}),
                     json!({"type":"response.failed","response":{"id":"resp_f","status":"failed","error":error["error"]}}),
-                ])
+                ]);
+                match state.hold.take() {
+                    Some(held) => failed.map(|events| held_open(events, held)),
+                    None => failed,
+                }
             }
             Err((status, error)) => {
                 let mut r = Response::new(full(error));
@@ -262,6 +269,14 @@ fn json_reply(v: Value) -> Response<Body> {
     r.headers_mut()
         .insert("content-type", "application/json".parse().unwrap());
     r
+}
+
+/// `body`'s frames, then nothing until `held` resolves or is dropped, then the end.
+fn held_open(body: Body, held: tokio::sync::oneshot::Receiver<()>) -> Body {
+    use futures_util::StreamExt;
+    let frames = http_body_util::BodyStream::new(body);
+    let rest = futures_util::stream::once(held).filter_map(|_| async { None });
+    BodyExt::boxed(http_body_util::StreamBody::new(frames.chain(rest)))
 }
 
 fn stream(events: &[Value]) -> Response<Body> {
