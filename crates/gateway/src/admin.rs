@@ -305,8 +305,10 @@ async fn remove(
     )
 }
 
-/// The 401 of a missing or wrong admin token (and of the console without its login).
+/// The 401 of a missing or wrong admin token (and of the console without its login), counted
+/// in `context_relay_gateway_admin_refused_total{reason="token"}`.
 pub(crate) fn unauthorized() -> Response<Body> {
+    metrics::counter!(ADMIN_REFUSED, "reason" => "token").increment(1);
     let mut res = error(
         StatusCode::UNAUTHORIZED,
         "authentication_error",
@@ -316,6 +318,10 @@ pub(crate) fn unauthorized() -> Response<Body> {
         .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     res
 }
+
+/// Admin requests refused, by `reason`: `token` (an admin route without the admin token or
+/// the console's login) or `login` (a console login with a wrong token).
+pub(crate) const ADMIN_REFUSED: &str = "context_relay_gateway_admin_refused_total";
 
 fn store_error(e: &dyn std::fmt::Display) -> Response<Body> {
     tracing::warn!(error = %e, "admin: handoff store error");

@@ -40,7 +40,7 @@ pub fn describe_metrics() {
 }
 
 /// Counters and their help text.
-const COUNTERS: [(&str, &str); 23] = [
+const COUNTERS: [(&str, &str); 24] = [
     (
         "context_relay_gateway_request_deadline_total",
         "Requests that reached request_timeout_secs, by phase (head: answered 504; body: the stream was cut).",
@@ -64,6 +64,10 @@ const COUNTERS: [(&str, &str); 23] = [
     (
         "context_relay_gateway_unauthenticated_total",
         "Requests answered 401: no client key, or one no client has.",
+    ),
+    (
+        "context_relay_gateway_admin_refused_total",
+        "Admin requests answered 401, by reason: token (no admin token or console login), login (a console login with a wrong token).",
     ),
     (
         "context_relay_gateway_upstream_timeouts_total",

@@ -12,6 +12,7 @@
 //! | `context_relay_gateway_connections_rejected_total` | counter, closed at `max_connections` | |
 //! | `context_relay_gateway_budget_exhausted_total` | counter, 503s of `max_buffered_bytes` | |
 //! | `context_relay_gateway_unauthenticated_total` | counter, 401s | |
+//! | `context_relay_gateway_admin_refused_total` | counter, admin 401s | `reason` (`token`, `login`) |
 //! | `context_relay_gateway_upstream_timeouts_total` | counter | `provider`, `phase` |
 //!
 //! `route` is the route's path (`/v1/responses`, `/admin/handoffs/{session}`) or `other`, so

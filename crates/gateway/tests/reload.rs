@@ -186,8 +186,24 @@ async fn sighup_reloads_a_good_file_and_keeps_the_running_one_over_a_bad_file() 
     );
     assert_eq!(turn(&client, &gw.url, "bob", "second", "s6").await, 200);
 
+    // Refused admin requests are counted: a wrong token, a wrong console login.
+    let wrong = Request::get(format!("{}/admin/accounts", gw.url))
+        .header("authorization", "Bearer not-the-token")
+        .body(Full::default())
+        .unwrap();
+    assert_eq!(client.request(wrong).await.unwrap().status(), 401);
+    let login = Request::post(format!("{}/admin/login", gw.url))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(Full::new(Bytes::from_static(b"token=guess")))
+        .unwrap();
+    assert_eq!(client.request(login).await.unwrap().status(), 401);
+
     // Every metric family on the page has its help text.
     let page = get(&client, &format!("{}/metrics", gw.url)).await;
+    for reason in ["token", "login"] {
+        let line = format!("context_relay_gateway_admin_refused_total{{reason=\"{reason}\"}} 1\n");
+        assert!(page.contains(&line), "{line} in\n{page}");
+    }
     let families: Vec<&str> = page
         .lines()
         .filter_map(|l| l.strip_prefix("# TYPE "))

@@ -129,6 +129,7 @@ async fn login(State(c): State<Console>, headers: HeaderMap, body: Bytes) -> Res
         .unwrap_or_default();
     if !c.auth.is_token(&token) {
         tracing::warn!("console login refused: wrong admin token");
+        metrics::counter!(crate::admin::ADMIN_REFUSED, "reason" => "login").increment(1);
         return html(
             StatusCode::UNAUTHORIZED,
             login_form(Some("That is not the admin token.")),
