@@ -62,8 +62,9 @@ pub struct ServingModel(pub Arc<str>);
 pub struct SkipRelay;
 
 /// Marks the relay's own summary call (set by the summarizer): the relay leaves it alone, as
-/// with [`SkipRelay`], and a gateway serves it on the session's account with one attempt and
-/// counts its tokens apart from user traffic.
+/// with [`SkipRelay`], and a gateway serves it with one attempt on the account named by the
+/// request's [`ResolvedAccount`] (the one that served the summarised turn; see
+/// [`SummaryRequest`](crate::SummaryRequest)) and counts its tokens apart from user traffic.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct SummaryCall;
 
@@ -84,6 +85,24 @@ impl ServingModel {
     /// Builds a serving model (`provider/model`).
     pub fn new(model: impl Into<Arc<str>>) -> Self {
         Self(model.into())
+    }
+
+    /// The model part, when the provider part is `provider` (a model name may hold `/`
+    /// itself; a provider name does not).
+    ///
+    /// ```
+    /// use context_relay_engine::ServingModel;
+    /// let m = ServingModel::new("router/anthropic/claude-sonnet-4-5");
+    /// assert_eq!(m.model_of("router"), Some("anthropic/claude-sonnet-4-5"));
+    /// assert_eq!(m.model_of("anthropic"), None);
+    /// assert_eq!(ServingModel::new("codex").model_of("codex"), None);
+    /// assert_eq!(ServingModel::new("codex/").model_of("codex"), None);
+    /// ```
+    pub fn model_of(&self, provider: &str) -> Option<&str> {
+        match self.0.split_once('/') {
+            Some((p, model)) if p == provider && !model.is_empty() => Some(model),
+            _ => None,
+        }
     }
 }
 

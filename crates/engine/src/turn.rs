@@ -16,7 +16,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode, Uri};
 
-use crate::extensions::{QuotaSignal, RequestFacts, ResolvedAccount};
+use crate::extensions::{QuotaSignal, RequestFacts, ResolvedAccount, ServingModel};
 use crate::generation::{Capture, GenerationTicket, ReplyWatch};
 use crate::relay::Relay;
 use crate::summary::Summarizer;
@@ -104,18 +104,22 @@ impl Turn {
     /// `model_switch` on. Skips are counted in
     /// [`GENERATIONS_SKIPPED`](crate::metrics::GENERATIONS_SKIPPED).
     ///
-    /// `served_by` is the account that served; `signal` a quota signal the application
+    /// `served_by` is the account that served and `serving` the target it was sent to
+    /// (`provider/model`, when the application knows it): the summary goes to that account,
+    /// written by that model unless a summary model is configured (see
+    /// [`SummaryRequest`](crate::SummaryRequest)). `signal` is a quota signal the application
     /// computed, which wins over the relay's [`QuotaSource`](crate::QuotaSource).
     pub fn response(
         &mut self,
         status: StatusCode,
         headers: &HeaderMap,
         served_by: Option<&ResolvedAccount>,
+        serving: Option<&ServingModel>,
         signal: Option<QuotaSignal>,
     ) {
         if let Some(pending) = self.pending.take() {
             self.reply = pending
-                .response(status, headers, served_by, signal)
+                .response(status, headers, served_by, serving, signal)
                 .map(Box::new);
         }
     }

@@ -91,7 +91,7 @@ impl Fixture {
         let mut response = HeaderMap::new();
         response.insert("x-codex-primary-used-percent", used.parse().unwrap());
         let served_by = ResolvedAccount::new("codex", account);
-        turn.response(status, &response, Some(&served_by), None);
+        turn.response(status, &response, Some(&served_by), None, None);
         turn.response_chunk(REPLY.as_bytes());
         turn.end(false);
         self.relay.background().idle().await;
@@ -172,7 +172,7 @@ async fn a_reply_that_failed_starts_nothing() {
     let mut response = HeaderMap::new();
     response.insert("x-codex-primary-used-percent", "88".parse().unwrap());
     let served_by = ResolvedAccount::new("codex", "acct-a");
-    turn.response(StatusCode::OK, &response, Some(&served_by), None);
+    turn.response(StatusCode::OK, &response, Some(&served_by), None, None);
     assert!(turn.watches_reply(), "qualifies");
     turn.response_chunk(&REPLY.as_bytes()[..10]);
     turn.end(true);

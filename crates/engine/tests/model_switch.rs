@@ -148,7 +148,7 @@ impl Fixture {
         let mut turn = self.relay.turn(&uri, &self.headers, facts);
         assert!(turn.is_active());
         turn.request_chunk(&Bytes::from_static(CHAT.as_bytes()), true);
-        turn.response(StatusCode::OK, head, Some(account), None);
+        turn.response(StatusCode::OK, head, Some(account), None, None);
         if !turn.watches_reply() {
             return false;
         }

@@ -314,7 +314,7 @@ async fn a_turn_starts_its_summary_only_after_a_complete_reply() {
         if how != "body unfinished" {
             turn.request_chunk(&body.slice(20..), true);
         }
-        turn.response(StatusCode::OK, &quota, Some(&a()), None);
+        turn.response(StatusCode::OK, &quota, Some(&a()), None, None);
         assert!(turn.watches_reply(), "{how}: over the threshold");
         turn.response_chunk(&CHAT_REPLY.as_bytes()[..30]);
         assert_eq!(f.summaries.load(Ordering::SeqCst), 0, "not before the end");
@@ -345,7 +345,7 @@ async fn a_request_that_cannot_lead_to_a_summary_gets_an_idle_turn() {
     let mut turn = f.relay.turn(&uri, &f.headers, f.facts(&a()));
     assert!(!turn.is_active());
     turn.request_chunk(&Bytes::from_static(b"{}"), true);
-    turn.response(StatusCode::OK, &HeaderMap::new(), Some(&a()), None);
+    turn.response(StatusCode::OK, &HeaderMap::new(), Some(&a()), None, None);
     assert!(!turn.watches_reply());
     turn.end(false);
 }

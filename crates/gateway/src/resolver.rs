@@ -49,9 +49,12 @@
 //!    last attempt.
 //!
 //! Requests marked [`SummaryCall`] (the summary call GenerationLayer sends through this stack)
-//! are routed like the session's user requests (same sticky account) but are not user traffic:
-//! one attempt only, no re-binding of the session, and the account is only marked exhausted
-//! when the summary call itself got a 429.
+//! go to the account and target that served the turn they summarise, as they name them
+//! ([`ResolvedAccount`] and [`ServingModel`](context_relay_tower::ServingModel); see
+//! [`pinned`]), whatever the pool thinks of that account now, and are not user traffic: one
+//! attempt only, no re-binding of the session, and the account is only marked exhausted when
+//! the summary call itself got a 429. One that names no account is routed like its session's
+//! user requests.
 //!
 //! The body comes buffered and bounded by ComboService, as one frame (or the few chunks a
 //! large body is kept in): it is taken without a copy and replayed from memory on each
@@ -227,12 +230,17 @@ where
     // traffic).
     let internal = req.extensions().get::<SummaryCall>().is_some();
     let (mut parts, body) = req.into_parts();
+    let pinned = Pinned::of(&parts.extensions, internal);
     // Taken: no attempt below needs them. The emptied `Routing` stays in the map, for the
     // first attempt's endpoint (see `head`).
     let targets = Routing::take_targets(&mut parts.extensions).or_else(|| {
         let combo = parts.extensions.fact::<ComboName>()?;
         routes.as_ref()?.combo_targets(&combo.0)
     });
+    let targets = match &pinned {
+        Some(pin) => pin.targets(targets),
+        None => targets,
+    };
     let Some(targets) = targets else {
         return Ok(own_error(
             parts.uri.path(),
@@ -307,7 +315,11 @@ where
                 break 'targets;
             }
             let now = SystemTime::now();
-            let Some(idx) = pool.pick(session.as_ref(), &tried, now) else {
+            let picked = match &pinned {
+                Some(pin) => pin.pick(&pool, &tried),
+                None => pool.pick(session.as_ref(), &tried, now),
+            };
+            let Some(idx) = picked else {
                 break;
             };
             tried.push(idx);
@@ -363,7 +375,7 @@ where
                         );
                     }
                 }
-                label(res.extensions_mut(), resolved);
+                label(res.extensions_mut(), resolved, &target.serving);
                 return Ok(res.map(Either::Left));
             }
 
@@ -424,7 +436,7 @@ where
                     record_usage(&pool, idx, account, &signal, (now, internal), &activity);
                     res_parts.extensions.set_fact(signal);
                 }
-                label(&mut res_parts.extensions, resolved);
+                label(&mut res_parts.extensions, resolved, &target.serving);
                 return Ok(Response::from_parts(res_parts, Either::Right(replay)));
             }
             let answer = (Response::from_parts(res_parts, replay), resolved, verdict);
@@ -540,6 +552,8 @@ pub(crate) use restore::AffinityStore;
 mod skipped;
 use skipped::{SKIPPED_HEADER, skipped_header, skipped_note};
 mod login;
+mod pinned;
+use pinned::Pinned;
 mod rotate;
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,7 @@
-//! `[providers.summary]` end to end: a configured sampling parameter the model refuses (the
+//! The summary call end to end: a configured sampling parameter the model refuses (the
 //! simulated provider answers the real 400) is dropped, the summary retried once, the handoff
-//! stored, and the refusal remembered for the next session.
+//! stored, and the refusal remembered for the next session; the summary goes to the account
+//! and model that served its turn, whatever the pool thinks of that account by then.
 
 use std::sync::Arc;
 
@@ -83,5 +84,99 @@ async fn refused_summary_parameter_is_dropped_and_remembered() {
             .is_none()
     );
     assert_eq!(store.list(None, Some("s2")).await.expect("list").len(), 1);
+    h.shutdown().await;
+}
+
+/// One Chat turn of `session` through `combo`.
+async fn chat(h: &Harness, combo: &str, session: &str, turn: usize) {
+    let req = Request::post(h.url(0, "/v1/chat/completions"))
+        .header("authorization", "Bearer c")
+        .header("session-id", session)
+        .body(Full::new(Bytes::from(
+            json!({"model": combo,
+                   "messages": [{"role": "user", "content": format!("rename the crate, turn {turn}")}]})
+            .to_string(),
+        )))
+        .expect("request");
+    let res = h.client.request(req).await.expect("response");
+    assert_eq!(res.status(), 200);
+    res.into_body().collect().await.expect("body");
+}
+
+fn summary_sim() -> context_relay_sim::SimBuilder {
+    SimProvider::builder().quota_step(30.0).summary_reply(
+        SUMMARY_NEEDLE,
+        json!({"summary": "Renaming the crate.", "keyDecisions": [], "taskProgress": "",
+               "activeEntities": []})
+        .to_string(),
+    )
+}
+
+/// The turn that reaches the band also reaches `rotate_at`: the pool sends the next turns
+/// elsewhere, but the summary of that turn goes to the account that served it (its request
+/// may carry state only that account can read).
+#[tokio::test]
+async fn the_summary_goes_to_the_account_that_served_its_turn() {
+    let sim = start_sim(summary_sim(), &["acct-a", "acct-b"]).await;
+    let config = CodexGateway {
+        provider: "rotate_at = 0.9",
+        ..CodexGateway::default()
+    }
+    .config(&sim.base_url());
+    let store: Arc<dyn HandoffStore> = Arc::new(MemoryStore::new());
+    let h = Harness::serve(
+        sim,
+        Gateway::with_store(config, store.clone()).expect("gateway"),
+    )
+    .await;
+    for t in 1..=3 {
+        chat(&h, "codex-relay", "s1", t).await;
+    }
+    h.idle().await;
+    let summaries: Vec<_> = h.sim.requests().into_iter().filter(|r| r.summary).collect();
+    assert_eq!(summaries.len(), 1);
+    assert_eq!(summaries[0].account.as_deref(), Some("acct-a"));
+    let stored = store.list(None, Some("s1")).await.expect("list");
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].from_account, "acct-a");
+    h.shutdown().await;
+}
+
+/// A turn the combo sent to its second target (the first one's account used up): the summary
+/// goes to that target's account and model, and the handoff names that model, though the
+/// request as it reached the relay named the first target's.
+#[tokio::test]
+async fn the_summary_is_written_by_the_model_that_served_its_turn() {
+    let sim = start_sim(summary_sim(), &["acct-a", "acct-b"]).await;
+    let base = sim.base_url();
+    let text = format!(
+        "[store]\nbackend = \"memory\"\n\
+         [[providers]]\nname = \"codex\"\nbase_url = \"{base}\"\n  [[providers.accounts]]\n  id = \"acct-a\"\n  api_key = \"key-a\"\n\
+         [[providers]]\nname = \"backup\"\nbase_url = \"{base}\"\n  [[providers.accounts]]\n  id = \"acct-b\"\n  api_key = \"key-b\"\n\
+         [[combos]]\nname = \"two\"\ntargets = [\"codex/gpt-5.5\", \"backup/gpt-4.1\"]\n"
+    );
+    let config =
+        context_relay_gateway::config::Config::from_toml_str(&text, |_| None).expect("config");
+    let store: Arc<dyn HandoffStore> = Arc::new(MemoryStore::new());
+    let h = Harness::serve(
+        sim,
+        Gateway::with_store(config, store.clone()).expect("gateway"),
+    )
+    .await;
+    h.sim.set_used("acct-a", 100.0);
+    for t in 1..=3 {
+        chat(&h, "two", "s1", t).await;
+    }
+    h.idle().await;
+    let summaries: Vec<_> = h.sim.requests().into_iter().filter(|r| r.summary).collect();
+    assert_eq!(summaries.len(), 1);
+    assert_eq!(summaries[0].account.as_deref(), Some("acct-b"));
+    assert_eq!(summaries[0].json().expect("JSON")["model"], "gpt-4.1");
+    let stored = store.list(None, Some("s1")).await.expect("list");
+    assert_eq!(stored.len(), 1);
+    assert_eq!(
+        (stored[0].from_account.as_str(), stored[0].model.as_str()),
+        ("acct-b", "gpt-4.1")
+    );
     h.shutdown().await;
 }

@@ -1,7 +1,12 @@
 //! The default summarizer of [`GenerationLayer`](crate::GenerationLayer): the summary request
-//! goes through a clone of the stack below the layer, marked [`SkipRelay`] and carrying the
-//! triggering request's combo, tenant and session, so that the account resolver sends it to
-//! the session's current account.
+//! goes through a clone of the stack below the layer, marked [`SummaryCall`] and carrying the
+//! triggering request's combo, tenant and session, and the [`ResolvedAccount`] and
+//! [`ServingModel`] that served the turn, so that the account resolver sends it to that
+//! account (the request may carry state only it can read).
+//!
+//! [`SummaryCall`]: context_relay_engine::SummaryCall
+//! [`ResolvedAccount`]: context_relay_engine::ResolvedAccount
+//! [`ServingModel`]: context_relay_engine::ServingModel
 
 use std::marker::PhantomData;
 use std::sync::Mutex;
@@ -69,6 +74,8 @@ where
         combo,
         tenant,
         session,
+        account,
+        serving,
         ..
     } = request;
     let mut req = Request::new(RequestBody::full(body));
@@ -82,6 +89,10 @@ where
     ext.insert(combo);
     ext.insert(tenant);
     ext.insert(session);
+    ext.insert(account);
+    if let Some(serving) = serving {
+        ext.insert(serving);
+    }
 
     std::future::poll_fn(|cx| service.poll_ready(cx))
         .await

@@ -20,7 +20,8 @@
 use bytes::Bytes;
 use context_relay_core::decode;
 use context_relay_engine::{
-    Attempt, BodyPlan, QuotaSignal, RELAY_HEADER, Relay, RequestFacts, ResolvedAccount, Turn,
+    Attempt, BodyPlan, QuotaSignal, RELAY_HEADER, Relay, RequestFacts, ResolvedAccount,
+    ServingModel, Turn,
 };
 use http::{HeaderMap, HeaderValue, header};
 use pingora::http::{RequestHeader, ResponseHeader};
@@ -41,6 +42,7 @@ pub struct RelayPhases {
     attempt: Option<Attempt>,
     body: BodyState,
     served_by: Option<ResolvedAccount>,
+    serving: Option<ServingModel>,
 }
 
 /// What happens to the request body.
@@ -86,6 +88,7 @@ impl RelayPhases {
             attempt: Some(attempt),
             body,
             served_by: facts.account.cloned(),
+            serving: facts.model.cloned(),
         }
     }
 
@@ -157,7 +160,13 @@ impl RelayPhases {
             }
         }
         if let Some(turn) = &mut self.turn {
-            turn.response(status, &response.headers, self.served_by.as_ref(), signal);
+            turn.response(
+                status,
+                &response.headers,
+                self.served_by.as_ref(),
+                self.serving.as_ref(),
+                signal,
+            );
         }
         Ok(())
     }

@@ -13,7 +13,7 @@ use super::capture::{Capture, ReplyWatch, Trigger};
 use super::kept::KeptHeaders;
 use crate::action::RelayAction;
 use crate::events::RelayEvent;
-use crate::extensions::{ComboName, RequestFacts, ResolvedAccount, Tenant};
+use crate::extensions::{ComboName, RequestFacts, ResolvedAccount, ServingModel, Tenant};
 use crate::metrics;
 use crate::relay::{Relay, Shared};
 use crate::summary::Summarizer;
@@ -119,6 +119,7 @@ impl GenerationTicket {
         status: StatusCode,
         headers: &HeaderMap,
         served_by: Option<&ResolvedAccount>,
+        serving: Option<&ServingModel>,
         signal: Option<QuotaSignal>,
     ) -> Option<ReplyWatch> {
         let t = self.0;
@@ -200,6 +201,7 @@ impl GenerationTicket {
                 headers: kept,
                 capture: t.capture,
                 account: served_by.clone(),
+                serving: serving.cloned(),
                 kind,
                 // The account's reset bounds an account-switch handoff only.
                 signal: signal.filter(|_| kind == HandoffKind::Generated),

@@ -32,7 +32,7 @@
 //! let mut head = HeaderMap::new();
 //! head.insert("x-codex-primary-used-percent", "40".parse().unwrap());
 //! let served_by = ResolvedAccount::new("codex", "acct-a");
-//! turn.response(StatusCode::OK, &head, Some(&served_by), None);
+//! turn.response(StatusCode::OK, &head, Some(&served_by), None, None);
 //! assert!(!turn.watches_reply());
 //! ```
 

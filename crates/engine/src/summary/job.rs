@@ -30,7 +30,7 @@ use super::call::{CallResult, call};
 use super::outcome::{Failure, Outcome, SUPERSEDED, Stored};
 use super::{Summarizer, SummaryRequest};
 use crate::events::RelayEvent;
-use crate::extensions::{ComboName, ResolvedAccount, SessionId, Tenant};
+use crate::extensions::{ComboName, ResolvedAccount, ServingModel, SessionId, Tenant};
 use crate::generation::Capture;
 use crate::injection::other_conversation;
 use crate::metrics;
@@ -47,6 +47,8 @@ pub(crate) struct Job {
     pub(crate) headers: HeaderMap,
     pub(crate) capture: Arc<Capture>,
     pub(crate) account: ResolvedAccount,
+    /// The target the turn was sent to (`provider/model`), when the application told it.
+    pub(crate) serving: Option<ServingModel>,
     /// `Generated` (the account nears its limit) or `ModelSwitch` (the session moved to
     /// another model).
     pub(crate) kind: HandoffKind,
@@ -309,7 +311,9 @@ impl Job {
         covers
     }
 
-    /// The summary settings for the serving provider, with the configured overrides.
+    /// The summary settings for the serving provider, with the configured overrides. Without
+    /// a summary model configured, the model that served the turn writes it (the request as
+    /// it reached the relay may name another target's model, the combo having fallen through).
     fn settings(&self) -> SummarySettings {
         let shared = &self.shared;
         let mut settings = shared
@@ -318,6 +322,13 @@ impl Job {
             .unwrap_or_default();
         if !self.config.handoff_model.trim().is_empty() {
             settings.model = Some(self.config.handoff_model.clone());
+        }
+        if settings.model.is_none() {
+            settings.model = self
+                .serving
+                .as_ref()
+                .and_then(|s| s.model_of(self.account.provider()))
+                .map(str::to_owned);
         }
         if settings.stream.is_none() && shared.stream_summaries_for(self.account.provider()) {
             settings.stream = Some(true);
@@ -362,6 +373,8 @@ impl Job {
             combo: ComboName(self.key.combo.clone()),
             tenant: Tenant(self.key.tenant.clone()),
             session: SessionId(self.key.session.clone()),
+            account: self.account.clone(),
+            serving: self.serving.clone(),
         };
         let reply_body = match call(
             summarizer,

@@ -2,8 +2,9 @@
 //! background job that turns a qualifying turn into a stored handoff.
 //!
 //! A transport adapter supplies the [`Summarizer`] (the tower layers send the request through
-//! the stack below them, marked [`SummaryCall`](crate::SummaryCall), so the account resolver
-//! sends it to the session's current account); a custom one (for instance a dedicated summary model
+//! the stack below them, marked [`SummaryCall`](crate::SummaryCall) and naming the account and
+//! target that served the turn, so the account resolver sends it there); a custom one (for
+//! instance a dedicated summary model
 //! behind another client) can be given to the [`RelayBuilder`](crate::RelayBuilder).
 
 use std::future::Future;
@@ -13,7 +14,7 @@ use bytes::Bytes;
 use context_relay_core::ApiShape;
 use http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 
-use crate::extensions::{ComboName, SessionId, Tenant};
+use crate::extensions::{ComboName, ResolvedAccount, ServingModel, SessionId, Tenant};
 
 pub(crate) mod call;
 pub(crate) mod job;
@@ -49,6 +50,12 @@ pub struct SummaryRequest {
     pub tenant: Tenant,
     /// The session.
     pub session: SessionId,
+    /// The account that served the turn: the summary must go to it, since the request may
+    /// carry state only that account can read (a gateway's resolver sends it there, and
+    /// nowhere else).
+    pub account: ResolvedAccount,
+    /// The target the turn was sent to (`provider/model`), when the application told it.
+    pub serving: Option<ServingModel>,
 }
 
 /// Why a summary call gave no reply body.

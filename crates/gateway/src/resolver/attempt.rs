@@ -1,7 +1,7 @@
 //! One attempt of the account resolver: the request it sends (the client's head, the body
 //! with the target's model, the account's endpoint) and the label its answer carries.
 
-use context_relay_tower::{FactsExt, ResolvedAccount};
+use context_relay_tower::{FactsExt, ResolvedAccount, ServingModel};
 use http::{Extensions, Request};
 
 use super::head::Head;
@@ -65,11 +65,19 @@ pub(super) fn attempt_request(
     req
 }
 
-/// Marks a response with the account that served it. The relay layer below already put the
-/// same value there (it labels every answer with the attempt's account): it is then left as it
-/// is, not boxed again.
-pub(super) fn label(extensions: &mut Extensions, resolved: ResolvedAccount) {
+/// Marks a response with the account and the target that served it (GenerationLayer sends
+/// the turn's summary there). The relay layer below already put the same account there (it
+/// labels every answer with the attempt's account), and the request's facts handed on to the
+/// answer may hold the target: each is then left as it is, not boxed again.
+pub(super) fn label(
+    extensions: &mut Extensions,
+    resolved: ResolvedAccount,
+    serving: &ServingModel,
+) {
     if extensions.fact::<ResolvedAccount>() != Some(&resolved) {
         extensions.set_fact(resolved);
+    }
+    if extensions.fact::<ServingModel>() != Some(serving) {
+        extensions.set_fact(serving.clone());
     }
 }

@@ -2,7 +2,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use context_relay_engine::{FactsExt, QuotaSignal, ResolvedAccount, Turn};
+use context_relay_engine::{FactsExt, QuotaSignal, ResolvedAccount, ServingModel, Turn};
 use http::Response;
 use http_body::Body;
 use pin_project_lite::pin_project;
@@ -41,6 +41,7 @@ where
                 response.status(),
                 response.headers(),
                 ext.fact::<ResolvedAccount>(),
+                ext.fact::<ServingModel>(),
                 ext.fact::<QuotaSignal>().copied(),
             );
             turn.watches_reply().then_some(EndHook::Turn(turn))
