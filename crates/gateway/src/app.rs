@@ -354,7 +354,7 @@ impl Gateway {
                 affinity: self
                     .relay
                     .is_enabled()
-                    .then(|| AffinityStore(self.store.clone())),
+                    .then(|| AffinityStore::new(self.store.clone())),
                 activity: self.activity.clone(),
                 request_timeout: self.config.limits.request_timeout_secs.duration(),
             },

@@ -1,8 +1,9 @@
 //! Two gateways share one store: one Redis, or one Redis Cluster started on loopback. A
 //! session served by both in turns carries its handoff across the switch of its account, and
-//! the new account never receives state another account minted.
+//! the new account never receives state another account minted; a session one gateway moved
+//! stays where it moved on the other.
 
-use context_relay_sim::SimProvider;
+use context_relay_sim::{SimFault, SimProvider};
 use context_relay_testkit::clients::{completed, contains};
 use context_relay_testkit::conversation::{Client, Conversation};
 use context_relay_testkit::handoff::HANDOFF_TAG;
@@ -90,5 +91,49 @@ async fn alternate_a_session_across_a_switch(store: &str) {
             .count()
             >= 3,
         "{own:?}"
+    );
+}
+
+/// One gateway moves a session (a 503 of its account, retried on the next): the other, which
+/// bound the session to the first account itself, follows the store's record. Before, its own
+/// stale binding sent the next turn back to the first account (a switch, with a handoff), and
+/// the first gateway the turn after that to the second again: every turn a switch.
+#[tokio::test]
+async fn a_session_one_gateway_moved_stays_put_on_the_other() {
+    let redis = RedisServer::start();
+    let h = Harness::start(
+        2,
+        &format!("backend = \"redis\"\nurl = \"{}\"", redis.url),
+        SimProvider::builder(),
+    )
+    .await;
+    let session = "0199a1b2-0000-7000-8000-0000000000b1";
+    let mut conv = Conversation::new(Client::Codex, session);
+    for gw in [0, 1] {
+        assert_eq!(conv.turn(&h, gw).await.0, 200);
+        h.idle().await;
+    }
+    assert_eq!(h.served(), ["acct-a", "acct-a"]);
+    h.sim.fail_next(Some("acct-a"), SimFault::Overloaded);
+    h.sim.clear_requests();
+    // Gateway 0 retries on acct-b: a switch, one handoff (an extractive one).
+    let (_, acted, _) = conv.turn(&h, 0).await;
+    assert_eq!(acted.as_deref(), Some("injected, extractive, scrubbed"));
+    h.idle().await;
+    for gw in [1, 0, 1] {
+        let (status, acted, reply) = conv.turn(&h, gw).await;
+        assert_eq!(status, 200);
+        assert!(completed(&reply));
+        assert_eq!(
+            acted.as_deref(),
+            Some("scrubbed"),
+            "gateway {gw}: no switch"
+        );
+        h.idle().await;
+    }
+    assert_eq!(
+        h.served(),
+        ["acct-a", "acct-b", "acct-b", "acct-b", "acct-b"],
+        "the 503, then every turn on acct-b"
     );
 }

@@ -8,6 +8,13 @@
 //! account went back to the first available one after a restart, and paid a switch (scrub,
 //! handoff, lost prompt cache). Only combo requests have an affinity; a store error leaves the
 //! request to fill-first placement, as before.
+//!
+//! A store other processes write to (Redis, shared by replicas) is read for every request of
+//! a session, and its affinity wins over the pool's binding: another replica may have moved
+//! the session (a quota rotation, a retry on another account) since this one bound it, and
+//! the relay, which reads the same affinity, would take the stale binding for a switch, and
+//! the other replica the next turn for one back. The price is one more store read per
+//! request on such a store.
 
 use std::sync::Arc;
 
@@ -21,21 +28,35 @@ use crate::pool::{AccountPools, SessionKey};
 
 /// The store whose affinities [`rebind`] reads.
 #[derive(Clone)]
-pub(crate) struct AffinityStore(pub(crate) Arc<dyn HandoffStore>);
+pub(crate) struct AffinityStore {
+    store: Arc<dyn HandoffStore>,
+    /// Other processes write to it (replicas on one Redis): its affinity is read for every
+    /// request, not only for sessions the pools do not know.
+    shared: bool,
+}
+
+impl AffinityStore {
+    /// The affinities of `store`; shared when it is the Redis backend.
+    pub(crate) fn new(store: Arc<dyn HandoffStore>) -> Self {
+        let shared = store.backend() == "redis";
+        Self { store, shared }
+    }
+}
 
 impl std::fmt::Debug for AffinityStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("AffinityStore")
-            .field(&self.0.backend())
+        f.debug_struct("AffinityStore")
+            .field("backend", &self.store.backend())
+            .field("shared", &self.shared)
             .finish()
     }
 }
 
-/// Binds `session` (the pool key) to the account of its stored affinity when no pool of the
-/// request's targets knows it.
+/// Binds `session` (the pool key) to the account of its stored affinity: when no pool of the
+/// request's targets knows it, or, on a shared store, when the affinity names another account.
 pub(super) async fn rebind(
     pools: &AccountPools,
-    store: &dyn HandoffStore,
+    store: &AffinityStore,
     extensions: &Extensions,
     session: &SessionKey,
     targets: &RouteTargets,
@@ -44,7 +65,7 @@ pub(super) async fn rebind(
         .targets
         .iter()
         .filter_map(|t| pools.get(&t.provider));
-    if target_pools.clone().any(|p| p.bound(session).is_some()) {
+    if !store.shared && target_pools.clone().any(|p| p.bound(session).is_some()) {
         return;
     }
     let (Some(tenant), Some(id), Some(combo)) = (
@@ -55,7 +76,7 @@ pub(super) async fn rebind(
         return;
     };
     let key = HandoffKey::new(tenant.0.clone(), id.0.clone(), combo.0.clone());
-    let affinity = match store.affinity(&key).await {
+    let affinity = match store.store.affinity(&key).await {
         Ok(Some(a)) => a,
         Ok(None) => return,
         Err(e) => {
@@ -74,6 +95,7 @@ pub(super) async fn rebind(
         .accounts()
         .iter()
         .position(|a| *a.id == **account.account())
+        && pool.bound(session) != Some(idx)
     {
         pool.bind(session, idx);
         tracing::debug!(
