@@ -49,8 +49,6 @@ pub fn config(base_url: &str, store: &str) -> Config {
 admin_token = "{ADMIN_TOKEN}"
 [store]
 {store}
-[relay]
-handoff_providers = ["*"]
 [[providers]]
 name = "codex"
 base_url = "{base_url}"
@@ -115,7 +113,8 @@ impl Harness {
         Self::serve(sim, gateway).await
     }
 
-    /// `count` gateways of [`config`] with `store` (a `[store]` table body) over a simulated
+    /// `count` gateways of [`config`] with `store` (a `[store]` table body, and any table to
+    /// follow it: `[relay]`, `[limits]`) over a simulated
     /// provider with its six accounts that uses 30 % of an account per turn.
     pub async fn start(count: usize, store: &str, sim: SimBuilder) -> Self {
         let mut sim = sim;

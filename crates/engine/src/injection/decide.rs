@@ -501,6 +501,15 @@ impl BodyDecision {
             ticket.set_record(key, to);
         } else if let Some(record) = conversation.record(&account, model.as_deref()) {
             ticket.set_record(key, record);
+        } else if let (Scope::Foreign(set), true, Some(a)) = (&scope, scrubbed, &affinity)
+            && a.foreign_expires_at < now + config.ttl / 2
+        {
+            // The session still carries state of the accounts before the switch: the record of
+            // it lives on while it does (one write per half TTL at most), or the serving account
+            // would be sent that state once the record expired (a refusal, and a repair that
+            // also drops the account's own state).
+            let renewed = a.clone().with_foreign((*set).clone(), now + config.ttl);
+            ticket.set_record(key, renewed);
         }
         let body = match rewrite.body {
             // Rewritten bodies are forwarded uncompressed.
