@@ -300,3 +300,26 @@ async fn a_provider_with_its_own_quota_rules_is_read_with_them_only() {
     own.turn("acct-a", "88", StatusCode::OK).await;
     assert_eq!(own.calls.load(Ordering::SeqCst), 1);
 }
+
+/// A summary stream that fails in band (the account ran out while writing it) gives no reply
+/// to judge: the session does not cool down as after an unparseable one, and the next
+/// qualifying turn tries again.
+#[tokio::test]
+async fn a_summary_stream_that_failed_in_band_cools_nothing_down() {
+    const FAILED: &[u8] = b"data: {\"error\":{\"message\":\"Rate limit reached. Please try again in 20s.\",\"type\":\"requests\",\"code\":\"rate_limit_exceeded\"}}\n\n";
+    let replies = Arc::new(AtomicUsize::new(0));
+    let r = replies.clone();
+    let f = Fixture::new(move |b| {
+        b.summarizer(move |_: SummaryRequest| {
+            let first = r.fetch_add(1, Ordering::SeqCst) == 0;
+            let reply = if first { FAILED } else { SUMMARY.as_bytes() };
+            async move { Ok::<_, SummaryError>(Bytes::from_static(reply)) }
+        })
+    });
+    f.turn("acct-a", "88", StatusCode::OK).await;
+    assert_eq!(replies.load(Ordering::SeqCst), 1);
+    f.turn("acct-a", "89", StatusCode::OK).await;
+    assert_eq!(replies.load(Ordering::SeqCst), 2, "not cooling down");
+    let stored = f.store.get(&f.key()).await.unwrap().expect("stored");
+    assert_eq!(stored.handoff.summary, "Adding a --json flag");
+}

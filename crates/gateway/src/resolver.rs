@@ -41,7 +41,8 @@
 //!    connection error) is retried once on the next account: nothing reached the client yet.
 //!    Any other error answer goes to the client unretried;
 //! 7. a session is bound to the account that served it only on a 2xx, so a failing account
-//!    never captures a session;
+//!    never captures a session; a 2xx stream that ends with a quota error event exhausts its
+//!    account when it ends ([`InBandQuota`], told by the answer's usage reader);
 //! 8. when no account is left the client gets the last such answer (a 429 with its reset, or
 //!    a 5xx), a 502 of the gateway when every account's credential was refused (the
 //!    provider's 401 would tell the client that *its* key is wrong), or a 429 of the gateway
@@ -87,6 +88,7 @@ use crate::pool::{AccountPools, ProviderPool, SessionKey};
 use crate::routing::Routing;
 use crate::upstream::HeadTimedOut;
 
+pub(crate) use rotate::InBandQuota;
 use rotate::{Attempt, record_usage};
 use verdict::{Verdict, classify, decoded_error_body, error_type};
 
@@ -338,8 +340,14 @@ where
             }
             let mut res = loop {
                 let credential = issue.credential.clone();
-                let mut attempt =
-                    attempt_request(&mut head, body.clone(), &pool, credential, resolved.clone());
+                let in_band = InBandQuota::new(pool.clone(), idx, activity.clone());
+                let mut attempt = attempt_request(
+                    &mut head,
+                    body.clone(),
+                    &pool,
+                    credential,
+                    (resolved.clone(), in_band),
+                );
                 // The relay tells a move to another target by it (a model switch).
                 attempt.extensions_mut().set_fact(target.serving.clone());
                 // A Gemini request names the model in its path.

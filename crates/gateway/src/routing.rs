@@ -108,6 +108,7 @@ mod tests {
                 credential: None,
                 api: ProviderApi::Anthropic,
                 max_output_tokens: Some(7),
+                in_band: None,
             },
         );
         assert_eq!(

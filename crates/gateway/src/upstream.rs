@@ -45,6 +45,7 @@ use crate::config::ProviderApi;
 use crate::connector::Connector;
 use crate::credential::Credential;
 use crate::idle::IdleTimeoutBody;
+use crate::resolver::InBandQuota;
 use crate::telemetry::HistogramsBy;
 use crate::usage::{MeteredBody, UsageLedger};
 
@@ -71,6 +72,8 @@ pub(crate) struct UpstreamEndpoint {
     pub(crate) api: ProviderApi,
     /// The provider's `max_output_tokens`, for a translated request whose client set none.
     pub(crate) max_output_tokens: Option<u64>,
+    /// The account, for a quota failure its answer's stream may end with.
+    pub(crate) in_band: Option<InBandQuota>,
 }
 
 impl std::fmt::Debug for UpstreamEndpoint {
@@ -405,6 +408,7 @@ mod tests {
                 credential: None,
                 api: ProviderApi::Passthrough,
                 max_output_tokens: None,
+                in_band: None,
             },
         );
         let mut upstream = Upstream::with_limits(UpstreamLimits::default()).unwrap();

@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use axum::body::Body;
+use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 use serde_json::{Value, json};
 
@@ -25,6 +26,12 @@ pub enum SimFault {
     /// `message_start` then an `error` event (`overloaded_error`). A request that is not
     /// streamed gets a 500 instead.
     InBand,
+    /// A 200 stream that fails for quota before any output, as the providers' streams do when
+    /// an account runs out after answering: Responses `response.failed` with
+    /// `rate_limit_exceeded` ("… Please try again in 20s."), Messages `message_start` then an
+    /// `error` event (`rate_limit_error`), Chat a `data:` line holding the error body
+    /// (`rate_limit_exceeded`). A request that is not streamed gets a 429 instead.
+    InBandLimit,
     /// A 200 stream cut after its first text delta: no terminal event (`response.completed`,
     /// `message_stop`, `[DONE]`), as when the provider's connection drops. A request that is
     /// not streamed gets a 500 instead.
@@ -245,8 +252,48 @@ pub(super) fn rejection(
                     ),
                     None,
                 ),
-                (Api::Messages, true) => sse(messages_failed_events(&reply), None),
+                (Api::Messages, true) => sse(
+                    messages_failed_events(
+                        &reply,
+                        json!({"type": "overloaded_error", "message": "Overloaded"}),
+                    ),
+                    None,
+                ),
                 _ => server_error(),
+            });
+        }
+        Some(SimFault::InBandLimit) => {
+            state.reject(recorded, "in_band_limit");
+            let reply = failed_reply(state, request);
+            let message = "Rate limit reached for requests. Please try again in 20s.";
+            return Some(match (api, stream) {
+                (Api::Responses, true) => sse(
+                    responses_failed_events(
+                        &reply,
+                        json!({"code": "rate_limit_exceeded", "message": message}),
+                    ),
+                    None,
+                ),
+                (Api::Messages, true) => sse(
+                    messages_failed_events(
+                        &reply,
+                        json!({"type": "rate_limit_error", "message": message}),
+                    ),
+                    None,
+                ),
+                (Api::Chat, true) => sse(
+                    vec![Bytes::from(format!(
+                        "data: {}\n\n",
+                        json!({"error": {"message": message, "type": "requests",
+                                         "param": null, "code": "rate_limit_exceeded"}})
+                    ))],
+                    None,
+                ),
+                _ => json_response(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    &json!({"error": {"message": message, "type": "requests",
+                                      "param": null, "code": "rate_limit_exceeded"}}),
+                ),
             });
         }
         Some(SimFault::Truncated) if stream => {

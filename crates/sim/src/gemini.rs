@@ -366,7 +366,7 @@ fn fault_answer(state: &SimState, recorded: usize, fault: SimFault) -> Response<
             state.reject(recorded, "disconnect");
             super::control::disconnect()
         }
-        SimFault::InBand | SimFault::Truncated => {
+        SimFault::InBand | SimFault::InBandLimit | SimFault::Truncated => {
             state.reject(recorded, "internal");
             rpc_error(
                 StatusCode::INTERNAL_SERVER_ERROR,

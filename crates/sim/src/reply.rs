@@ -356,11 +356,11 @@ fn stop_reason(r: &Reply) -> &'static str {
 }
 
 /// A Messages stream that fails before any content: `message_start`, then an `error` event
-/// (Anthropic sends `overloaded_error` this way).
-pub(super) fn messages_failed_events(r: &Reply) -> Vec<Bytes> {
+/// holding `error` (Anthropic sends `overloaded_error` this way, and `rate_limit_error`).
+pub(super) fn messages_failed_events(r: &Reply, error: Value) -> Vec<Bytes> {
     named(vec![
         messages_start(r),
-        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+        json!({"type": "error", "error": error}),
     ])
 }
 

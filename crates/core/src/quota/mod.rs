@@ -39,8 +39,11 @@ mod body;
 pub mod codex;
 mod gemini;
 pub mod ietf;
+mod in_band;
 pub mod openai;
 mod value;
+
+pub use in_band::{limit_in_band, may_be_failure};
 
 /// Account usage read from one response.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -98,6 +98,10 @@ impl Usage {
 pub struct UsageReader {
     mode: Mode,
     seen: Raw,
+    /// The data of the last event of a stream that may be a failure (see
+    /// [`may_be_failure`](crate::quota::may_be_failure)): rare, and short but for a failed
+    /// response's whole object.
+    failure: Option<Vec<u8>>,
 }
 
 #[derive(Debug)]
@@ -172,6 +176,7 @@ impl UsageReader {
         Self {
             mode,
             seen: Raw::default(),
+            failure: None,
         }
     }
 
@@ -228,14 +233,32 @@ impl UsageReader {
                 if splitter.skips(rest, may_carry_usage) {
                     return;
                 }
-                let seen = &mut self.seen;
+                let (seen, failure) = (&mut self.seen, &mut self.failure);
                 splitter.push(rest, |event| {
                     if event.is_whole() {
-                        read_event(seen, event.data);
+                        read_event(seen, failure, event.data);
                     }
                 });
             }
         }
+    }
+
+    /// The data of the last event of an event stream that may be a failure (an error event, a
+    /// failed response: see [`may_be_failure`](crate::quota::may_be_failure)), read with the
+    /// usage in the same pass: whether the account ran out of quota in the middle of a stream
+    /// that began with a `200` ([`limit_in_band`](crate::quota::limit_in_band)). Only events
+    /// that name `sage` are read, as for usage: the providers' failure events carry a
+    /// `message`. Complete after [`finish`](Self::finish).
+    ///
+    /// ```
+    /// use context_relay_core::usage::UsageReader;
+    /// let mut reader = UsageReader::new("");
+    /// reader.push(b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"slow\"}}\n\n");
+    /// reader.finish();
+    /// assert!(reader.failure().is_some_and(|f| f.starts_with(br#"{"type":"error""#)));
+    /// ```
+    pub fn failure(&self) -> Option<&[u8]> {
+        self.failure.as_deref()
     }
 
     /// The usage the body reported, as far as it arrived; `None` when it reported none.
@@ -248,10 +271,10 @@ impl UsageReader {
                 }
             }
             Mode::Sse(mut splitter) => {
-                let seen = &mut self.seen;
+                let (seen, failure) = (&mut self.seen, &mut self.failure);
                 splitter.finish(|event| {
                     if event.is_whole() {
-                        read_event(seen, event.data);
+                        read_event(seen, failure, event.data);
                     }
                 });
             }
@@ -264,7 +287,9 @@ impl UsageReader {
                 if let Some(Ok(plain)) = decoded {
                     let mut reader = Self::new("");
                     reader.push(&plain);
-                    return reader.finish();
+                    let usage = reader.finish();
+                    self.failure = reader.failure;
+                    return usage;
                 }
             }
         }
@@ -272,11 +297,16 @@ impl UsageReader {
     }
 }
 
-/// Reads the usage an SSE event's data carries, if it may carry any.
-fn read_event(seen: &mut Raw, data: &[u8]) {
-    // Most events carry no usage: only those that name it are decoded.
+/// Reads the usage an SSE event's data carries, if it may carry any, and keeps the event when
+/// it may be a failure.
+fn read_event(seen: &mut Raw, failure: &mut Option<Vec<u8>>, data: &[u8]) {
+    // Most events carry no usage: only those that name it are decoded. The failures the
+    // providers send carry a `message` (see `UsageReader::failure`).
     if !may_carry_usage(data) {
         return;
+    }
+    if crate::quota::may_be_failure(data) {
+        *failure = Some(data.to_vec());
     }
     places::read_carrier(data, seen);
 }

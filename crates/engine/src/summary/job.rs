@@ -11,6 +11,7 @@ use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
 use context_relay_core::conversation::Conversation;
+use context_relay_core::ending::{EndDetector, Ending};
 use context_relay_core::extractive::extractive_handoff;
 use context_relay_core::handoff::RECORD_VERSION;
 use context_relay_core::prompt::{SummarySettings, summary_prompt, summary_request_carrying};
@@ -394,6 +395,15 @@ impl Job {
         let Some(mut handoff) =
             reply::summary_text(&reply_body).and_then(|t| parse::parse_handoff(&t))
         else {
+            if EndDetector::of(&reply_body) == Ending::Failed {
+                // The stream began and then failed (the account ran out of quota, the
+                // provider broke down): no answer to judge, and no reason to cool down.
+                tracing::warn!(
+                    reply_bytes = reply_body.len(),
+                    "summary stream failed in band"
+                );
+                return Outcome::Failed(Failure::Unavailable);
+            }
             tracing::warn!(reply_bytes = reply_body.len(), "summary reply unparseable");
             return Outcome::Failed(Failure::Unparseable);
         };

@@ -5,6 +5,7 @@ use context_relay_tower::{FactsExt, ResolvedAccount, ServingModel};
 use http::{Extensions, Request};
 
 use super::head::Head;
+use super::rotate::InBandQuota;
 use crate::chunks::Chunks;
 use crate::combo::Target;
 use crate::credential::Credential;
@@ -46,7 +47,7 @@ pub(super) fn attempt_request(
     body: Chunks,
     pool: &ProviderPool,
     credential: Credential,
-    resolved: ResolvedAccount,
+    (resolved, in_band): (ResolvedAccount, InBandQuota),
 ) -> Request<Chunks> {
     let len = body.len();
     let mut req = head.request(body);
@@ -59,6 +60,7 @@ pub(super) fn attempt_request(
             credential: Some(credential),
             api: pool.api(),
             max_output_tokens: pool.max_output_tokens(),
+            in_band: Some(in_band),
         },
     );
     req.extensions_mut().set_fact(resolved);

@@ -1,6 +1,7 @@
 //! What a verdict does to the account: the pool's side (exhausted, disabled), with its log line
 //! and metric, and whether the request moves on to the next account.
 
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use context_relay_core::QuotaSignal;
@@ -91,6 +92,58 @@ impl Attempt<'_> {
             }
             Verdict::Unavailable | Verdict::Answer => false,
         }
+    }
+}
+
+/// The account an answer came from, for what its stream may say after its `200`: an account
+/// out of quota in the middle of a stream (see `context_relay_core::quota::limit_in_band`)
+/// waits for its reset as after a 429, so that the client's retry goes to another account.
+/// The answer itself went to the client as it came: its head was sent before the failure.
+#[derive(Clone)]
+pub(crate) struct InBandQuota {
+    pool: Arc<ProviderPool>,
+    idx: usize,
+    activity: Activity,
+}
+
+impl std::fmt::Debug for InBandQuota {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InBandQuota")
+            .field("provider", self.pool.name())
+            .field("idx", &self.idx)
+            .finish()
+    }
+}
+
+impl InBandQuota {
+    pub(super) fn new(pool: Arc<ProviderPool>, idx: usize, activity: Activity) -> Self {
+        Self {
+            pool,
+            idx,
+            activity,
+        }
+    }
+
+    /// The answer's last event that may be a failure (`data`): when it says the account is
+    /// out of quota, the account is exhausted until its reset (logged, counted as
+    /// `reason="in_band"`, told to the console).
+    pub(crate) fn failed(&self, data: &[u8]) {
+        let now = SystemTime::now();
+        let Some(reset) = context_relay_core::quota::limit_in_band(data, now) else {
+            return;
+        };
+        let (pool, until) = (&self.pool, reset_or_default(reset, now));
+        let Some(account) = pool.accounts().get(self.idx) else {
+            return;
+        };
+        pool.mark_exhausted(self.idx, until);
+        exhausted_metric(pool, &account.id, "in_band");
+        self.activity
+            .rotated("exhausted", "in_band", pool.name(), &account.id, until);
+        tracing::info!(
+            provider = %pool.name(), account = %account.id,
+            "account ran out of quota in the middle of a stream; exhausted until its reset"
+        );
     }
 }
 

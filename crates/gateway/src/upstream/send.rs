@@ -18,6 +18,7 @@ use hyper::body::Incoming;
 
 use context_relay_tower::{FactsExt, ResolvedAccount};
 
+use crate::resolver::InBandQuota;
 use crate::routing::Routing;
 
 use super::carried;
@@ -102,6 +103,7 @@ pub(super) fn start(
         .map_or_else(|| Arc::from("-"), |r| r.provider().clone());
     // Only a successful answer reports usage; the labels are taken before the request goes.
     let labels = usage.and_then(|ledger| Some((ledger.clone(), ledger.labels(&parts.extensions)?)));
+    let in_band = endpoint.in_band;
     // The request's extension map becomes the answer's: what the layers above insert into
     // the answer (the quota signal, the relay's action) then fits in a table already
     // allocated, instead of the request's table being dropped here and the answer's
@@ -120,6 +122,7 @@ pub(super) fn start(
                 base_url: endpoint.base_url,
                 provider,
                 labels,
+                in_band,
                 recycled,
                 client_uri,
                 started,
@@ -135,6 +138,8 @@ struct After {
     base_url: Arc<BaseUrl>,
     provider: Arc<str>,
     labels: Option<(UsageLedger, Labels)>,
+    /// The account, for a quota failure at the end of its answer's stream.
+    in_band: Option<InBandQuota>,
     recycled: Extensions,
     client_uri: Uri,
     started: Instant,
@@ -212,6 +217,7 @@ impl After {
             base_url,
             provider,
             labels,
+            in_band,
             mut recycled,
             client_uri,
             started,
@@ -257,7 +263,9 @@ impl After {
                 res.map(|b| {
                     let body = IdleTimeoutBody::new(b, limits.idle);
                     Either::Left(Box::pin(match meter {
-                        Some((ledger, labels)) => MeteredBody::new(body, ledger, labels, &encoding),
+                        Some((ledger, labels)) => {
+                            MeteredBody::new(body, ledger, labels, &encoding, in_band)
+                        }
                         None => MeteredBody::plain(body),
                     }))
                 })

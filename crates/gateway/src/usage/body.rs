@@ -8,12 +8,15 @@ use context_relay_core::usage::UsageReader;
 use http_body::{Body, Frame, SizeHint};
 
 use super::{Labels, UsageLedger};
+use crate::resolver::InBandQuota;
 
 /// What a metered body counts, and where.
 struct Meter {
     reader: UsageReader,
     ledger: UsageLedger,
     labels: Labels,
+    /// The account, told of a quota failure the stream ended with.
+    in_band: Option<InBandQuota>,
 }
 
 pin_project_lite::pin_project! {
@@ -38,14 +41,22 @@ pin_project_lite::pin_project! {
 
 impl<B> MeteredBody<B> {
     /// `inner`, its usage counted in `ledger` under `labels`; `encoding` is the body's
-    /// `content-encoding`.
-    pub(crate) fn new(inner: B, ledger: UsageLedger, labels: Labels, encoding: &str) -> Self {
+    /// `content-encoding`; `in_band` is told of the last failure event the stream carried
+    /// (read in the same pass as the usage), when the body ends.
+    pub(crate) fn new(
+        inner: B,
+        ledger: UsageLedger,
+        labels: Labels,
+        encoding: &str,
+        in_band: Option<InBandQuota>,
+    ) -> Self {
         Self {
             inner,
             meter: Some(Meter {
                 reader: UsageReader::new(encoding),
                 ledger,
                 labels,
+                in_band,
             }),
         }
     }
@@ -56,12 +67,17 @@ impl<B> MeteredBody<B> {
     }
 }
 
-/// Counts the usage read so far, once.
+/// Counts the usage read so far, once, and tells the account of a failure the stream ended
+/// with.
 fn count(meter: &mut Option<Meter>) {
-    if let Some(mut m) = meter.take()
-        && let Some(usage) = m.reader.finish()
-    {
+    let Some(mut m) = meter.take() else {
+        return;
+    };
+    if let Some(usage) = m.reader.finish() {
         m.ledger.record(m.labels, &usage);
+    }
+    if let (Some(in_band), Some(failure)) = (&m.in_band, m.reader.failure()) {
+        in_band.failed(failure);
     }
 }
 

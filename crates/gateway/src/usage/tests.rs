@@ -35,6 +35,7 @@ async fn a_whole_body_a_cut_body_and_a_dropped_body_are_each_counted_once() {
         ledger.clone(),
         labels(Traffic::Client),
         "",
+        None,
     );
     body.collect().await.unwrap();
     // Cut after the first event: the input arrived.
@@ -52,6 +53,7 @@ async fn a_whole_body_a_cut_body_and_a_dropped_body_are_each_counted_once() {
         ledger.clone(),
         labels(Traffic::Client),
         "",
+        None,
     );
     while let Some(Ok(_)) = cut.frame().await {}
     drop(cut);
@@ -61,6 +63,7 @@ async fn a_whole_body_a_cut_body_and_a_dropped_body_are_each_counted_once() {
         ledger.clone(),
         labels(Traffic::Summary),
         "",
+        None,
     ));
 
     let rows = ledger.rows();
