@@ -63,6 +63,24 @@ impl TenantMemo {
     }
 }
 
+/// Whether a request could only be told apart by its conversation's opening: no tenant given
+/// and no credential to derive one from, and no session given or named in a header. The relay
+/// leaves such a request alone (its generation and its injection): every caller without a key
+/// is one tenant, and one caller's handoff would reach another whose conversation opens the
+/// same way. An application whose callers send no key gives each its [`Tenant`] (or its
+/// [`SessionId`]).
+pub(crate) fn unkeyed_fingerprint(
+    (tenant, session): (Option<&Tenant>, Option<&SessionId>),
+    headers: &HeaderMap,
+    uri: &Uri,
+    sources: &SessionSources,
+) -> bool {
+    tenant.is_none()
+        && session.is_none()
+        && session::request_credential(headers, uri).is_none()
+        && session::header_session(headers, sources).is_none()
+}
+
 /// Interned session ids: the id an explicit [`SessionId`] or a session header gives, as an
 /// `Arc<str>` shared by every request of the session.
 #[derive(Debug, Default)]

@@ -32,7 +32,15 @@ impl Relay {
         headers: &HeaderMap,
         facts: RequestFacts<'_>,
     ) -> Option<GenerationTicket> {
-        if facts.skip {
+        let sources = &self.shared.sources;
+        if facts.skip
+            || crate::tenant::unkeyed_fingerprint(
+                (facts.tenant, facts.session),
+                headers,
+                uri,
+                sources,
+            )
+        {
             return None;
         }
         let combo = facts.combo?.clone();

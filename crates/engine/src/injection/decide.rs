@@ -67,7 +67,15 @@ impl Relay {
         let (Some(combo), Some(account)) = (facts.combo, facts.account) else {
             return Inject::Pass;
         };
-        if facts.skip {
+        let sources = &self.shared.sources;
+        if facts.skip
+            || crate::tenant::unkeyed_fingerprint(
+                (facts.tenant, facts.session),
+                headers,
+                uri,
+                sources,
+            )
+        {
             return Inject::Pass;
         }
         let Some(shape) = ApiShape::from_path(uri.path()) else {
