@@ -276,6 +276,51 @@ impl RelayConfig {
         (c, warnings)
     }
 
+    /// This configuration with every value a file would be refused for replaced by its
+    /// default, and a warning for each: the rules of [`RelayOverrides`], for a configuration an
+    /// application builds in code.
+    ///
+    /// ```
+    /// use context_relay_core::config::RelayConfig;
+    /// let given = RelayConfig { handoff_threshold: 1.5, ttl: std::time::Duration::ZERO, ..RelayConfig::default() };
+    /// let (c, warnings) = given.validated();
+    /// assert_eq!((c.handoff_threshold, c.ttl), (0.85, std::time::Duration::from_secs(18_000)));
+    /// assert_eq!(warnings.len(), 2);
+    /// assert!(RelayConfig::default().validated().1.is_empty());
+    /// ```
+    pub fn validated(mut self) -> (Self, Vec<ConfigWarning>) {
+        let mut warnings = Vec::new();
+        self.handoff_threshold = validate_threshold(self.handoff_threshold, &mut warnings);
+        self.max_messages_for_summary =
+            validate_max_messages(f64::from(self.max_messages_for_summary), &mut warnings);
+        self.handoff_providers = normalize_providers(&self.handoff_providers);
+        self.handoff_model = self.handoff_model.trim().to_owned();
+        let durations = [
+            ("ttl_secs", &mut self.ttl, DEFAULT_TTL),
+            (
+                "summary_timeout_secs",
+                &mut self.summary_timeout,
+                DEFAULT_SUMMARY_TIMEOUT,
+            ),
+            ("lease_secs", &mut self.lease, DEFAULT_LEASE),
+        ];
+        for (field, value, default) in durations {
+            if value.is_zero() {
+                *value = positive_secs(field, 0, default, &mut warnings);
+            }
+        }
+        if self.max_body_bytes == 0 {
+            warnings.push(ConfigWarning {
+                field: "max_body_bytes",
+                message: format!(
+                    "expected a positive size, found 0; using {DEFAULT_MAX_BODY_BYTES}"
+                ),
+            });
+            self.max_body_bytes = DEFAULT_MAX_BODY_BYTES;
+        }
+        (self, warnings)
+    }
+
     /// Whether handoffs are generated for accounts of `provider` (compared lower-cased).
     ///
     /// ```

@@ -35,18 +35,36 @@ impl Default for RelayConfigs {
     }
 }
 
+/// `config` validated, each replaced value logged.
+fn checked(config: RelayConfig, combo: Option<&str>) -> RelayConfig {
+    let (config, warnings) = config.validated();
+    for w in warnings {
+        tracing::warn!(
+            combo,
+            field = w.field,
+            "invalid relay configuration: {}",
+            w.message
+        );
+    }
+    config
+}
+
 impl RelayConfigs {
-    /// Every combo uses `default`.
+    /// Every combo uses `default`. A value a configuration file would be refused for (a
+    /// threshold outside `0 < v < 0.95`, a zero TTL, …) is replaced by its default, with a
+    /// warning in the log ([`RelayConfig::validated`]).
     pub fn new(default: RelayConfig) -> Self {
         Self {
-            default: Arc::new(default),
+            default: Arc::new(checked(default, None)),
             combos: Arc::default(),
         }
     }
 
-    /// Uses `config` for the combo `name`.
+    /// Uses `config` for the combo `name`, checked as [`new`](Self::new) checks the default.
     pub fn with_combo(mut self, name: impl Into<Arc<str>>, config: RelayConfig) -> Self {
-        Arc::make_mut(&mut self.combos).insert(name.into(), Arc::new(config));
+        let name = name.into();
+        let config = checked(config, Some(&name));
+        Arc::make_mut(&mut self.combos).insert(name, Arc::new(config));
         self
     }
 
@@ -68,5 +86,27 @@ impl RelayConfigs {
     /// Mutable access to the default configuration (for builder methods).
     pub(crate) fn default_mut(&mut self) -> &mut RelayConfig {
         Arc::make_mut(&mut self.default)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A configuration built in code meets the rules of a file: a threshold the relay would
+    /// act on at any usage (or never) falls back to the default, for the default and per combo.
+    #[test]
+    fn values_a_file_would_be_refused_for_fall_back_to_their_defaults() {
+        let bad = |t: f64| RelayConfig {
+            handoff_threshold: t,
+            ..RelayConfig::default()
+        };
+        for t in [0.0, -1.0, 1.5, f64::NAN, 0.95] {
+            let configs = RelayConfigs::new(bad(t)).with_combo("c", bad(t));
+            assert_eq!(configs.default_config().handoff_threshold, 0.85, "{t}");
+            assert_eq!(configs.for_combo("c").handoff_threshold, 0.85, "{t}");
+        }
+        let good = RelayConfigs::new(bad(0.7));
+        assert_eq!(good.default_config().handoff_threshold, 0.7);
     }
 }

@@ -288,15 +288,18 @@ impl RelayBuilder {
         self.shared.background.clone()
     }
 
-    /// Uses `configs` (default plus per-combo configurations) as the base.
+    /// Uses `configs` (default plus per-combo configurations) as the base, in place of what
+    /// was set before (call [`threshold`](Self::threshold), [`providers`](Self::providers)
+    /// and the like after it).
     pub fn configs(mut self, configs: RelayConfigs) -> Self {
         self.shared.configs = configs;
         self
     }
 
-    /// Uses `config` as the base default configuration.
+    /// Uses `config` as the base default configuration (checked as
+    /// [`RelayConfigs::new`] checks it).
     pub fn config(mut self, config: RelayConfig) -> Self {
-        *self.shared.configs.default_mut() = config;
+        *self.shared.configs.default_mut() = RelayConfigs::new(config).default_config().clone();
         self
     }
 

@@ -8,7 +8,7 @@ use std::sync::{Arc, RwLock};
 use context_relay_core::session::{self, SessionSources};
 use http::{HeaderMap, Uri};
 
-use crate::extensions::{SessionId, Tenant};
+use crate::extensions::{RequestFacts, SessionId, Tenant};
 
 /// Distinct credentials (or sessions) remembered before a memo starts over.
 const MAX_ENTRIES: usize = 4096;
@@ -69,7 +69,7 @@ impl TenantMemo {
 /// is one tenant, and one caller's handoff would reach another whose conversation opens the
 /// same way. An application whose callers send no key gives each its [`Tenant`] (or its
 /// [`SessionId`]).
-pub(crate) fn unkeyed_fingerprint(
+fn unkeyed_fingerprint(
     (tenant, session): (Option<&Tenant>, Option<&SessionId>),
     headers: &HeaderMap,
     uri: &Uri,
@@ -79,6 +79,17 @@ pub(crate) fn unkeyed_fingerprint(
         && session.is_none()
         && session::request_credential(headers, uri).is_none()
         && session::header_session(headers, sources).is_none()
+}
+
+/// Whether the relay leaves a request alone: it is marked so (`SkipRelay`, `SummaryCall`), or
+/// it could only be told apart by its conversation's opening (see above).
+pub(crate) fn left_alone(
+    facts: &RequestFacts<'_>,
+    headers: &HeaderMap,
+    uri: &Uri,
+    sources: &SessionSources,
+) -> bool {
+    facts.skip || unkeyed_fingerprint((facts.tenant, facts.session), headers, uri, sources)
 }
 
 /// Interned session ids: the id an explicit [`SessionId`] or a session header gives, as an

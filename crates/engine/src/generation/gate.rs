@@ -32,15 +32,7 @@ impl Relay {
         headers: &HeaderMap,
         facts: RequestFacts<'_>,
     ) -> Option<GenerationTicket> {
-        let sources = &self.shared.sources;
-        if facts.skip
-            || crate::tenant::unkeyed_fingerprint(
-                (facts.tenant, facts.session),
-                headers,
-                uri,
-                sources,
-            )
-        {
+        if crate::tenant::left_alone(&facts, headers, uri, &self.shared.sources) {
             return None;
         }
         let combo = facts.combo?.clone();

@@ -67,15 +67,7 @@ impl Relay {
         let (Some(combo), Some(account)) = (facts.combo, facts.account) else {
             return Inject::Pass;
         };
-        let sources = &self.shared.sources;
-        if facts.skip
-            || crate::tenant::unkeyed_fingerprint(
-                (facts.tenant, facts.session),
-                headers,
-                uri,
-                sources,
-            )
-        {
+        if crate::tenant::left_alone(&facts, headers, uri, &self.shared.sources) {
             return Inject::Pass;
         }
         let Some(shape) = ApiShape::from_path(uri.path()) else {
