@@ -203,9 +203,22 @@ impl Gateway {
     }
 
     /// Replaces the open-mode tenant secret by the one kept in the store (stored now when there
-    /// is none). A no-op with `[[clients]]`.
+    /// is none). With `[[clients]]` the secret keys nothing yet, and a store that cannot give
+    /// it is no error; it is still read, so that the comparison with the store every second
+    /// (and a reload that opens the gateway) starts from the store's secret instead of taking
+    /// it for another replica's.
     pub async fn load_tenant_secret(self) -> Result<Self, GatewayError> {
         if !self.auth.is_open() {
+            match self
+                .store
+                .secret(TENANT_SECRET, self.tenant_keys.secret())
+                .await
+            {
+                Ok(secret) => {
+                    self.tenant_keys.adopt(secret);
+                }
+                Err(e) => tracing::debug!("tenant secret not read from the store: {e}"),
+            }
             return Ok(self);
         }
         let secret = self
@@ -371,4 +384,33 @@ fn fix_content_length(mut res: Response<Body>) -> Response<Body> {
         crate::content_length::fix(res.headers_mut(), exact);
     }
     res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A gateway with `[[clients]]` restarted on its store: the store's secret is its own from
+    /// the start, so the comparison every second finds nothing to adopt (it warned and
+    /// counted an adoption on every restart).
+    #[tokio::test]
+    async fn a_closed_gateway_starts_from_the_stores_tenant_secret() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.redb");
+        let text = format!(
+            "[[clients]]\nname = \"a\"\nkey = \"key-a-0123456789\"\n[store]\nbackend = \"redb\"\npath = {:?}\n",
+            path.display().to_string()
+        );
+        let config = || Config::from_toml_str(&text, |_| None).unwrap();
+        let first = Gateway::connect(config()).await.unwrap();
+        let secret = first.tenant_keys.secret();
+        assert!(!first.tenant_keys.sync(&**first.store()).await);
+        drop(first);
+        let second = Gateway::connect(config()).await.unwrap();
+        assert_eq!(second.tenant_keys.secret(), secret);
+        assert!(
+            !second.tenant_keys.sync(&**second.store()).await,
+            "nothing to adopt"
+        );
+    }
 }
