@@ -3,7 +3,8 @@
 //! cannot read the old one's stored response, so the chain goes, and the tool output whose
 //! call was in it reaches the new account as a user message instead of an output answering
 //! nothing (which the provider refuses with a 400), and a handoff built there says the chain
-//! could not be read.
+//! could not be read. The summary of a chained turn names its chain, unless the relay took it
+//! out.
 
 use context_relay_sim::SimProvider;
 use context_relay_testkit::handoff::HANDOFF_TAG;
@@ -52,4 +53,82 @@ async fn a_tool_output_of_a_dropped_chain_reaches_the_new_account_as_a_message()
     );
     let handoff = text.find(HANDOFF_TAG).expect("a handoff");
     assert!(text[handoff..].contains("previous_response_id"), "{text}");
+}
+
+/// A chained client sends only its latest turn: the summary written when its account nears its
+/// limit names the chain the turn continued, so that the model reads the whole conversation
+/// (the summary goes to the account that stored it), not the latest turn alone.
+#[tokio::test]
+async fn the_summary_of_a_chained_turn_reads_its_chain() {
+    let h = Harness::start(1, MEMORY, SimProvider::builder()).await;
+    let headers = vec![
+        ("content-type".to_owned(), "application/json".to_owned()),
+        ("authorization".to_owned(), "Bearer sk-agent".to_owned()),
+        ("session_id".to_owned(), "chained-summary".to_owned()),
+    ];
+    let mut previous: Option<String> = None;
+    // 30 %, 60 %, then 90 % of acct-a: the third turn starts the summary.
+    for turn in 1..=3 {
+        let mut body = json!({"model": "codex-relay", "store": true,
+            "input": [{"role": "user", "content": [{"type": "input_text",
+                "text": format!("step {turn} of renaming the crate")}]}]});
+        if let Some(id) = &previous {
+            body["previous_response_id"] = json!(id);
+        }
+        let (status, _, reply) = h.send(0, "/v1/responses", &headers, &body).await;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&reply));
+        if turn < 3 {
+            previous = serde_json::from_slice::<Value>(&reply).unwrap()["id"]
+                .as_str()
+                .map(str::to_owned);
+        }
+        h.idle().await;
+    }
+    let summaries: Vec<_> = h.sim.requests().into_iter().filter(|r| r.summary).collect();
+    assert_eq!(summaries.len(), 1);
+    assert_eq!(summaries[0].account.as_deref(), Some("acct-a"));
+    assert_eq!(summaries[0].rejected, None);
+    let body = summaries[0].json().unwrap();
+    assert_eq!(body["previous_response_id"].as_str(), previous.as_deref());
+}
+
+/// The turn that switched accounts had its chain taken out (the old account stored it): a
+/// summary written on the new account at that turn names no chain (the new account would
+/// refuse it, and the summary with it).
+#[tokio::test]
+async fn the_summary_of_a_switched_chained_turn_names_no_chain() {
+    let h = Harness::start(1, MEMORY, SimProvider::builder()).await;
+    let headers = vec![
+        ("content-type".to_owned(), "application/json".to_owned()),
+        ("authorization".to_owned(), "Bearer sk-agent".to_owned()),
+        ("session_id".to_owned(), "chained-switch-summary".to_owned()),
+    ];
+    let first = json!({"model": "codex-relay", "store": true,
+        "input": [{"role": "user", "content": [{"type": "input_text", "text": "rename the crate"}]}]});
+    let (_, _, reply) = h.send(0, "/v1/responses", &headers, &first).await;
+    let id = serde_json::from_slice::<Value>(&reply).unwrap()["id"].clone();
+    h.idle().await;
+    // acct-a is used up; acct-b takes the turn and reaches 90 % with it.
+    h.sim.set_used("acct-a", 100.0);
+    h.sim.set_used("acct-b", 60.0);
+    let next = json!({"model": "codex-relay", "store": true, "previous_response_id": id,
+        "input": [{"role": "user", "content": [{"type": "input_text", "text": "go on"}]}]});
+    let (status, acted, _) = h.send(0, "/v1/responses", &headers, &next).await;
+    assert_eq!(status, 200);
+    assert!(acted.is_some_and(|a| a.contains("scrubbed")));
+    h.idle().await;
+    let summaries: Vec<_> = h.sim.requests().into_iter().filter(|r| r.summary).collect();
+    let on_b: Vec<_> = summaries
+        .iter()
+        .filter(|r| r.account.as_deref() == Some("acct-b"))
+        .collect();
+    assert_eq!(on_b.len(), 1);
+    assert_eq!(on_b[0].rejected, None);
+    assert!(
+        on_b[0]
+            .json()
+            .unwrap()
+            .get("previous_response_id")
+            .is_none()
+    );
 }

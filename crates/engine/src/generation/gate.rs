@@ -202,6 +202,10 @@ impl GenerationTicket {
                 capture: t.capture,
                 account: served_by.clone(),
                 serving: serving.cloned(),
+                keeps_chain: {
+                    let acted = RelayAction::from_headers(headers);
+                    !(acted.scrubbed || acted.repaired || acted.model_switch)
+                },
                 kind,
                 // The account's reset bounds an account-switch handoff only.
                 signal: signal.filter(|_| kind == HandoffKind::Generated),

@@ -50,6 +50,10 @@ pub(crate) struct Job {
     pub(crate) account: ResolvedAccount,
     /// The target the turn was sent to (`provider/model`), when the application told it.
     pub(crate) serving: Option<ServingModel>,
+    /// The turn reached the account as the client sent it (the relay neither scrubbed nor
+    /// repaired it, nor moved it to another model): a stored chain it named is the serving
+    /// account's, and the summary may name it too.
+    pub(crate) keeps_chain: bool,
     /// `Generated` (the account nears its limit) or `ModelSwitch` (the session moved to
     /// another model).
     pub(crate) kind: HandoffKind,
@@ -64,7 +68,18 @@ pub(crate) struct Job {
 const LEASE_MARGIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The fields of the triggering request a summary request is derived from.
-const TRIGGER_FIELDS: [&str; 5] = ["model", "instructions", "system", "store", "stream"];
+const TRIGGER_FIELDS: [&str; 7] = [
+    "model",
+    "instructions",
+    "system",
+    "store",
+    "stream",
+    "previous_response_id",
+    "conversation",
+];
+
+/// The fields of [`TRIGGER_FIELDS`] that name a chain of stored responses.
+const CHAIN_FIELDS: [&str; 2] = ["previous_response_id", "conversation"];
 
 /// What a job keeps of the request: the selection, the fields the summary request needs and
 /// the conversation's opening.
@@ -278,6 +293,11 @@ impl Job {
         let mut trigger = Map::new();
         if let Value::Object(mut obj) = value {
             for k in TRIGGER_FIELDS {
+                // A chain the relay took out of the turn (minted elsewhere) is not the serving
+                // account's to read.
+                if !self.keeps_chain && CHAIN_FIELDS.contains(&k) {
+                    continue;
+                }
                 if let Some(v) = obj.remove(k) {
                     trigger.insert(k.to_owned(), v);
                 }
