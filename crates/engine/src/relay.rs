@@ -101,7 +101,7 @@ impl Shared {
     pub(crate) async fn affinity(&self, key: &HandoffKey) -> Option<Affinity> {
         match self.store.cached_affinity(key) {
             Some(a) => a,
-            None => match self.store.affinity(key).await {
+            None => match bounded("affinity", self.store.affinity(key)).await {
                 Ok(a) => a,
                 Err(e) => {
                     crate::metrics::store_error("affinity", &e);
@@ -426,4 +426,24 @@ impl RelayBuilder {
         self.shared.background = background;
         self
     }
+}
+
+/// The longest the relay waits for one store call while a request waits for it. A store bounds
+/// its own latency (the Redis backend answers or fails within its own limits, well under this;
+/// redb and memory answer at once): this bound only keeps a store that never answers (a wrapper
+/// of an application's, a hung connection) from holding the request forever. Past it the call
+/// counts as failed, and the request goes on as after any store error.
+pub(crate) const REQUEST_PATH_STORE_BOUND: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// `call`, failed as [`StoreError::Timeout`] past [`REQUEST_PATH_STORE_BOUND`].
+pub(crate) async fn bounded<T>(
+    op: &'static str,
+    call: context_relay_store::StoreFuture<'_, T>,
+) -> Result<T, context_relay_store::StoreError> {
+    tokio::time::timeout(REQUEST_PATH_STORE_BOUND, call)
+        .await
+        .unwrap_or(Err(context_relay_store::StoreError::Timeout {
+            op,
+            after: REQUEST_PATH_STORE_BOUND,
+        }))
 }

@@ -155,6 +155,12 @@ pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>>
 ///
 /// Object-safe: the layers hold an `Arc<dyn HandoffStore>`. Expired records are absent from
 /// every read. Every backend passes the same conformance suite.
+///
+/// The relay awaits some calls while a request waits for them (the session's affinity, a
+/// handoff's read, claim and release, the offer of one built at a switch): a store bounds its
+/// own latency, as the backends of this crate do, and fails a call it cannot finish in time.
+/// The relay gives up on such a call after a few seconds all the same (and goes on as after a
+/// store error), so that a store that never answers cannot hold a request forever.
 pub trait HandoffStore: Send + Sync + 'static {
     /// Inserts the record, or replaces the record of its key in its slot (the slot of its
     /// `kind`; the other slot is untouched), ending any lease on the replaced one.

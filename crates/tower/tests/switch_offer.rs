@@ -1,15 +1,17 @@
 //! A switch that finds no stored handoff builds one from the request and offers it on the
 //! request's path (`HandoffStore::offer_at_switch`: the store's short limit, no replica wait),
-//! never with the background writes' `offer`, which may wait for replicas.
+//! never with the background writes' `offer`, which may wait for replicas; a store that stops
+//! answering holds the switching request for a bound only.
 
 mod bound;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bound::clients::{Codex, Relay, action};
-use context_relay_core::HandoffRecord;
-use context_relay_store::{HandoffStore, MemoryStore, StoreError, StoreFuture};
+use context_relay_core::{HandoffKey, HandoffRecord};
+use context_relay_store::{Affinity, Claim, HandoffStore, MemoryStore, StoreError, StoreFuture};
 
 /// A memory store whose background `offer` never answers (a replica wait that does not end).
 #[derive(Default)]
@@ -82,4 +84,74 @@ async fn a_handoff_an_offer_stored_before_it_timed_out_is_not_injected_twice() {
     // The next turn on acct-b carries no second handoff.
     let headers = codex.turn(&relay, "step 4").await;
     assert_eq!(action(&headers), "scrubbed");
+}
+
+/// A memory store whose request-path calls stop answering once `hang` is set (an
+/// application's store on a hung connection, with no time limit of its own).
+#[derive(Default)]
+struct Hangs {
+    store: MemoryStore,
+    hang: AtomicBool,
+}
+
+impl Hangs {
+    fn or_pend<'a, T: Send + 'a>(&'a self, call: StoreFuture<'a, T>) -> StoreFuture<'a, T> {
+        match self.hang.load(Ordering::SeqCst) {
+            true => Box::pin(std::future::pending()),
+            false => call,
+        }
+    }
+}
+
+impl HandoffStore for Hangs {
+    fn affinity<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, Option<Affinity>> {
+        self.or_pend(self.store.affinity(key))
+    }
+    fn get<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, Option<HandoffRecord>> {
+        self.or_pend(self.store.get(key))
+    }
+    fn claim<'a>(&'a self, key: &'a HandoffKey, lease: Duration) -> StoreFuture<'a, Option<Claim>> {
+        self.or_pend(self.store.claim(key, lease))
+    }
+    fn offer_at_switch(&self, record: HandoffRecord) -> StoreFuture<'_, bool> {
+        self.or_pend(self.store.offer_at_switch(record))
+    }
+    context_relay_testkit::forward_handoff_store!(store: upsert, offer, contains, may_contain,
+        complete, release, delete, purge_expired, list, cached_affinity, set_affinity, backend);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_that_stops_answering_holds_a_switch_for_a_bound_only() {
+    let store = Arc::new(Hangs::default());
+    let relay = Relay::on(store.clone());
+    let mut codex = Codex::new("codex-hang");
+    for i in 0..3 {
+        codex.turn(&relay, &format!("step {i}")).await;
+    }
+    store.hang.store(true, Ordering::SeqCst);
+    relay.use_account("acct-b");
+    let started = tokio::time::Instant::now();
+    let answer = async {
+        let res = tower::ServiceExt::oneshot(relay.svc.clone(), codex.request("step 3"))
+            .await
+            .expect("never fails");
+        let status = res.status();
+        http_body_util::BodyExt::collect(res.into_body())
+            .await
+            .expect("body");
+        status
+    };
+    // (The background's own calls may stay hung; the request does not wait for them.)
+    let status = tokio::time::timeout(Duration::from_secs(600), answer)
+        .await
+        .expect("the request was held for good");
+    assert_eq!(status, http::StatusCode::OK);
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    let last = relay.provider.received().pop().expect("sent");
+    assert_eq!(last.account, "acct-b");
+    assert!(!last.carries_state_of("acct-a"));
 }
