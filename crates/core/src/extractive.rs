@@ -55,6 +55,15 @@ fn one_line(s: &str, max: usize) -> String {
 }
 
 /// Appends the session's task and last assistant reply, one line each, to `summary`.
+/// The assistant's earlier texts, newest first, one line each within a handoff item.
+fn earlier_replies(selection: &Selection) -> impl Iterator<Item = String> + '_ {
+    selection
+        .earlier_replies
+        .iter()
+        .take(MAX_KEY_DECISIONS)
+        .map(|r| one_line(&format!("Earlier reply: {r}"), MAX_ITEM_CHARS - 1))
+}
+
 fn push_own_words(summary: &mut String, selection: &Selection) {
     if let Some(task) = &selection.task {
         summary.push_str("Task: ");
@@ -88,7 +97,7 @@ pub fn extractive_handoff(selection: &Selection) -> Option<Handoff> {
         .unwrap_or_default();
     Some(Handoff {
         summary,
-        key_decisions: Vec::new(),
+        key_decisions: earlier_replies(selection).collect(),
         task_progress,
         active_entities: merge_entities(&[], &selection.touched_files),
     })
@@ -111,10 +120,11 @@ earlier account (previous_response_id); its earlier turns could not be read when
 /// without a model call.
 ///
 /// It holds the task (the first user ask), the latest asks (newest first), the last
-/// assistant text, the files the tool calls touched, and the readable text of the reasoning
+/// assistant text, the assistant's earlier texts (newest first, in `key_decisions`: where its
+/// decisions are), the files the tool calls touched, and the readable text of the reasoning
 /// the switch removes ([`readable_reasoning`]: only the blobs and signatures are bound to the
 /// account; their summaries and thinking text are not). Newest reasoning goes into the
-/// summary, earlier pieces into `key_decisions`, each clipped: the whole stays within the
+/// summary, earlier pieces into what room `key_decisions` has left, each clipped: the whole stays within the
 /// handoff limits (a few KB), whatever the size of the body. `None` when the body is not a
 /// conversation of `shape` or holds no text at all.
 ///
@@ -187,11 +197,16 @@ pub fn switch_handoff(
         task_progress.push_str(&one_line(ask, MAX_TASK_PROGRESS_CHARS));
     }
     let task_progress = clamp_chars(&task_progress, MAX_TASK_PROGRESS_CHARS).to_owned();
-    let key_decisions = reasoning
-        .iter()
-        .skip(1)
+    // What the assistant said before its last reply is where its decisions are; the
+    // reasoning the switch removes fills what room is left.
+    let key_decisions = earlier_replies(&selection)
+        .chain(
+            reasoning
+                .iter()
+                .skip(1)
+                .map(|r| one_line(&format!("Reasoning: {r}"), MAX_ITEM_CHARS - 1)),
+        )
         .take(MAX_KEY_DECISIONS)
-        .map(|r| one_line(&format!("Reasoning: {r}"), MAX_ITEM_CHARS - 1))
         .collect();
     Some(SwitchHandoff {
         handoff: Handoff {
@@ -235,6 +250,42 @@ mod tests {
     #[test]
     fn nothing_to_extract() {
         assert!(extractive_handoff(&Selection::default()).is_none());
+    }
+
+    /// What the assistant said along the way (where its decisions are) comes before the
+    /// reasoning pieces, newest first; its last reply is the summary's, not repeated.
+    #[test]
+    fn key_decisions_hold_the_assistants_earlier_replies_first() {
+        let mut messages =
+            vec![serde_json::json!({"role": "user", "content": "Rename the crate."})];
+        for i in 1..=12 {
+            messages.push(serde_json::json!({"role": "assistant", "content": [
+                {"type": "thinking", "thinking": format!("THINKING-{i}"), "signature": "s"},
+                {"type": "text", "text": format!("DECISION-{i}: keep step {i}.")}]}));
+            messages.push(serde_json::json!({"role": "user", "content": format!("go on {i}")}));
+        }
+        let body = serde_json::json!({ "messages": messages }).to_string();
+        let h = switch_handoff(
+            ApiShape::AnthropicMessages,
+            body.as_bytes(),
+            RelayMode::Standard,
+            30,
+        )
+        .unwrap()
+        .handoff;
+        assert!(h.summary.contains("DECISION-12"), "{}", h.summary);
+        assert_eq!(h.key_decisions.len(), MAX_KEY_DECISIONS);
+        assert!(
+            h.key_decisions[0].starts_with("Earlier reply: DECISION-11"),
+            "{:?}",
+            h.key_decisions
+        );
+        assert!(h.key_decisions.iter().all(|d| !d.contains("DECISION-12")));
+        assert!(
+            h.key_decisions
+                .iter()
+                .all(|d| d.chars().count() < MAX_ITEM_CHARS)
+        );
     }
 
     #[test]

@@ -66,6 +66,8 @@ pub const REPLY_CHARS: usize = 8000;
 pub const ASK_CHARS: usize = 2000;
 /// Most user asks kept in [`Selection::recent_asks`].
 pub const RECENT_ASKS: usize = 3;
+/// Most assistant texts kept in [`Selection::earlier_replies`].
+pub const RECENT_REPLIES: usize = 8;
 /// Role given to the captured assistant reply of this turn.
 pub const REPLY_ROLE: &str = "assistant";
 /// Role label written for an entry without a role.
@@ -102,6 +104,10 @@ pub struct Selection {
     /// The latest assistant text: this turn's reply when captured, else the last assistant
     /// text of the conversation (clipped).
     pub last_assistant: Option<String>,
+    /// The assistant texts before [`last_assistant`](Self::last_assistant) among the selected
+    /// entries, newest first: at most [`RECENT_REPLIES`], each clipped to [`ASK_CHARS`] (where
+    /// an extractive handoff finds what was decided).
+    pub earlier_replies: Vec<String>,
     /// Files the session's tool calls touched, newest first ([`crate::touched`]).
     pub touched_files: Vec<String>,
 }
@@ -426,6 +432,14 @@ pub fn select(
         .take(RECENT_ASKS)
         .map(|&i| clip(&pieces[i].text, ASK_CHARS).into_owned())
         .collect();
+    // The conversation's last assistant text is `last_assistant` when no reply was captured.
+    let replies = pieces.iter().filter(|p| p.class == Class::Assistant);
+    let earlier_replies = replies
+        .rev()
+        .skip(usize::from(reply.is_none()))
+        .take(RECENT_REPLIES)
+        .map(|p| clip(&p.text, ASK_CHARS).into_owned())
+        .collect();
     Selection {
         estimated_tokens: estimate_tokens(&text),
         text,
@@ -436,6 +450,7 @@ pub fn select(
         latest_ask,
         recent_asks,
         last_assistant,
+        earlier_replies,
         touched_files: touched_files(conv),
     }
 }
