@@ -10,7 +10,7 @@
 //!
 //! | shape | body |
 //! |---|---|
-//! | Responses | `model`, `instructions` (unchanged, when sent), `previous_response_id` and `conversation` (as sent, when the trigger keeps them: the stored chain the turn continued, which the same account reads), `input` (the `carried` items of [`summary_request_carrying`], then one user message item), `store` and `stream` (as sent), `max_output_tokens` |
+//! | Responses | `model`, `instructions` (unchanged, when sent), `previous_response_id` (as sent, when the trigger keeps it: the stored chain the turn continued, which the same account reads; never `conversation`, whose items the summary would be added to), `input` (the `carried` items of [`summary_request_carrying`], then one user message item), `store` and `stream` (as sent), `max_output_tokens` |
 //! | Anthropic Messages | `model`, `system` (as sent), `messages`, `max_tokens` (required), `thinking: {"type": "disabled"}`, `stream` |
 //! | Chat Completions | `model`, `messages`, `stream`, `max_completion_tokens` for OpenAI reasoning families (`o1`, `o3`, `o4`, `gpt-5`…), else `max_tokens` |
 //! | Gemini | `contents`, `generationConfig.maxOutputTokens` (model and streaming are in the URL) |
@@ -176,10 +176,12 @@ pub fn summary_request_carrying(
             body.extend(model.map(|m| ("model".to_owned(), m)));
             body.extend(field("instructions").map(|v| ("instructions".to_owned(), v)));
             // A chained client sends only its latest turn: the chain it names (stored by the
-            // account that serves the summary too) is the rest of the conversation.
-            for chain in ["previous_response_id", "conversation"] {
-                body.extend(field(chain).map(|v| (chain.to_owned(), v)));
-            }
+            // account that serves the summary too) is the rest of the conversation. A
+            // `conversation` is not named: the provider adds a response's items to it, and the
+            // client would read the summary's prompt and reply as turns of its own.
+            body.extend(
+                field("previous_response_id").map(|v| ("previous_response_id".to_owned(), v)),
+            );
             let mut input = carried.to_vec();
             input.push(json!({
                 "type": "message",

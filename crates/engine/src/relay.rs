@@ -68,6 +68,8 @@ pub(crate) struct Shared {
     pub(crate) sessions: Arc<SessionMemo>,
     pub(crate) inflight: Arc<InFlight>,
     pub(crate) cooldown: Arc<CoolDown>,
+    /// Items of chained turns toward each key's refresh.
+    pub(crate) chained: Arc<crate::summary::chained::ChainedItems>,
     pub(crate) semaphore: Arc<Semaphore>,
     /// Admission of summary jobs (running or waiting).
     pub(crate) queue: Arc<Semaphore>,
@@ -244,6 +246,7 @@ impl RelayBuilder {
                 sessions: Arc::default(),
                 inflight: Arc::new(InFlight::new()),
                 cooldown: Arc::new(CoolDown::new()),
+                chained: Arc::default(),
                 semaphore: Arc::new(Semaphore::new(DEFAULT_MAX_CONCURRENT_GENERATIONS)),
                 queue: Arc::new(Semaphore::new(DEFAULT_MAX_QUEUED_GENERATIONS)),
                 summarizer: None,

@@ -323,3 +323,23 @@ async fn a_summary_stream_that_failed_in_band_cools_nothing_down() {
     let stored = f.store.get(&f.key()).await.unwrap().expect("stored");
     assert_eq!(stored.handoff.summary, "Adding a --json flag");
 }
+
+/// A summary reply cut before its end (a stream with no terminal event, a JSON body that
+/// never closed) is a transport failure, not an answer to judge: no cool-down either.
+#[tokio::test]
+async fn a_summary_reply_cut_before_its_end_cools_nothing_down() {
+    const CUT: &[u8] =
+        b"data: {\"choices\":[{\"delta\":{\"content\":\"{\\\"summary\\\":\\\"Add\"}}]}\n\n";
+    let replies = Arc::new(AtomicUsize::new(0));
+    let r = replies.clone();
+    let f = Fixture::new(move |b| {
+        b.summarizer(move |_: SummaryRequest| {
+            let first = r.fetch_add(1, Ordering::SeqCst) == 0;
+            let reply = if first { CUT } else { SUMMARY.as_bytes() };
+            async move { Ok::<_, SummaryError>(Bytes::from_static(reply)) }
+        })
+    });
+    f.turn("acct-a", "88", StatusCode::OK).await;
+    f.turn("acct-a", "89", StatusCode::OK).await;
+    assert_eq!(replies.load(Ordering::SeqCst), 2, "not cooling down");
+}

@@ -315,6 +315,17 @@ impl ProviderPool {
         Some(picked)
     }
 
+    /// Whether `account` may still be sent a request whatever its quota: it is configured (no
+    /// reload removed it or gave it another key) and its credential is not refused or in a
+    /// back-off. The summary of a turn goes to the account that served it even when the pool
+    /// rotated away from it, but never past these.
+    pub(crate) fn may_send(&self, account: usize, now: SystemTime) -> bool {
+        self.lock()
+            .accounts
+            .get(account)
+            .is_some_and(|a| !a.refused && !a.removed && a.disabled_until.is_none_or(|t| t <= now))
+    }
+
     /// Remembers that `account` served `session` (call it on a successful answer only, so
     /// that a failing account never captures a session).
     /// Returns the account the session was bound to before, when it was another.

@@ -318,7 +318,7 @@ where
             }
             let now = SystemTime::now();
             let picked = match &pinned {
-                Some(pin) => pin.pick(&pool, &tried),
+                Some(pin) => pin.pick(&pool, &tried, now),
                 None => pool.pick(session.as_ref(), &tried, now),
             };
             let Some(idx) = picked else {

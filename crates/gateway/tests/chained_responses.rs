@@ -132,3 +132,35 @@ async fn the_summary_of_a_switched_chained_turn_names_no_chain() {
             .is_none()
     );
 }
+
+/// A chained client sends a few items per turn: its handoff is written again once its turns
+/// have added `refresh_after_messages` items since the last one, as a client that resends its
+/// history gets (a turn's own items never reach that many more than the stored handoff's).
+#[tokio::test]
+async fn a_chained_sessions_handoff_is_written_again_as_its_turns_add_up() {
+    let store = "backend = \"memory\"\n[relay]\nrefresh_after_messages = 5";
+    let h = Harness::start(1, store, SimProvider::builder()).await;
+    let headers = vec![
+        ("content-type".to_owned(), "application/json".to_owned()),
+        ("authorization".to_owned(), "Bearer sk-agent".to_owned()),
+        ("session_id".to_owned(), "chained-refresh".to_owned()),
+    ];
+    let mut previous: Option<Value> = None;
+    for turn in 1..=7 {
+        // Each turn lands at 85 % of acct-a: in the band, never past it.
+        h.sim.set_used("acct-a", 55.0);
+        let mut body = json!({"model": "codex-relay", "store": true,
+            "input": [{"role": "user", "content": [{"type": "input_text",
+                "text": format!("step {turn}")}]}]});
+        if let Some(id) = &previous {
+            body["previous_response_id"] = id.clone();
+        }
+        let (status, _, reply) = h.send(0, "/v1/responses", &headers, &body).await;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&reply));
+        previous = Some(serde_json::from_slice::<Value>(&reply).unwrap()["id"].clone());
+        h.idle().await;
+    }
+    let summaries = h.sim.requests().into_iter().filter(|r| r.summary).count();
+    // Turn 1 writes it; two items a turn, so turns 4 and 7 write it again.
+    assert_eq!(summaries, 3);
+}

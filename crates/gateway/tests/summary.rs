@@ -180,3 +180,56 @@ async fn the_summary_is_written_by_the_model_that_served_its_turn() {
     );
     h.shutdown().await;
 }
+
+/// A reload removes the account while the turn that reached the band still streams: its
+/// summary, due when the stream ends, goes nowhere (the removed key sees no more traffic), and
+/// the session keeps an extractive handoff.
+#[tokio::test]
+async fn the_summary_of_a_turn_whose_account_a_reload_removed_goes_nowhere() {
+    let sim = start_sim(summary_sim(), &["acct-a", "acct-b"]).await;
+    let base = sim.base_url();
+    let config = |accounts: &'static [&'static str]| {
+        CodexGateway {
+            accounts,
+            ..CodexGateway::default()
+        }
+        .config(&base)
+    };
+    let store: Arc<dyn HandoffStore> = Arc::new(MemoryStore::new());
+    let gateway =
+        Gateway::with_store(config(&["acct-a", "acct-b"]), store.clone()).expect("gateway");
+    let h = Harness::serve(sim, gateway).await;
+    for t in 1..=2 {
+        chat(&h, "codex-relay", "s1", t).await;
+    }
+    h.idle().await;
+    // The third turn (90 %) streams while the reload removes acct-a.
+    let hold = h.sim.hold_streams();
+    let req = Request::post(h.url(0, "/v1/chat/completions"))
+        .header("authorization", "Bearer c")
+        .header("session-id", "s1")
+        .body(Full::new(Bytes::from(
+            json!({"model": "codex-relay", "stream": true,
+                   "messages": [{"role": "user", "content": "rename the crate, turn 3"}]})
+            .to_string(),
+        )))
+        .expect("request");
+    let res = h.client.request(req).await.expect("response");
+    assert_eq!(res.status(), 200);
+    let reloaded = h.gateways[0]
+        .0
+        .reload(config(&["acct-b"]))
+        .await
+        .expect("reload");
+    drop(hold);
+    res.into_body().collect().await.expect("body");
+    h.idle().await;
+    let summaries: Vec<_> = h.sim.requests().into_iter().filter(|r| r.summary).collect();
+    assert!(
+        summaries.is_empty(),
+        "{:?}",
+        summaries.iter().map(|r| &r.account).collect::<Vec<_>>()
+    );
+    drop(reloaded);
+    h.shutdown().await;
+}

@@ -83,6 +83,19 @@ fn responses_keeps_instructions_store_and_stream_as_sent() {
     );
 }
 
+/// A chained turn's summary names the chain it continued, never the client's `conversation`
+/// (the provider would add the summary to it); other shapes name neither.
+#[test]
+fn responses_names_the_chain_but_not_the_conversation() {
+    let trigger = json!({"model": "m", "store": true, "previous_response_id": "resp_7",
+        "conversation": "conv_1", "input": "go on"});
+    let v = summary_request(ApiShape::Responses, &trigger, "P", &settings());
+    assert_eq!(v["previous_response_id"], "resp_7");
+    assert!(v.get("conversation").is_none());
+    let v = summary_request(ApiShape::ChatCompletions, &trigger, "P", &settings());
+    assert!(v.get("previous_response_id").is_none());
+}
+
 #[test]
 fn anthropic_keeps_system_and_turns_thinking_off() {
     let system = json!([{"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}]);

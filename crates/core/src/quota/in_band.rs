@@ -34,16 +34,24 @@ use super::body::limit_reached;
 use super::value::go_duration;
 
 /// Whether an event's data may be a failure (an error event, a failed response): it begins
-/// with an error object, or names a failure's `type` (the providers put `type` first; a proxy
-/// that rewrites the JSON may not). Cheap enough for every event a stream reader decodes
-/// anyway.
+/// with an error object, or a `type` key names a failure (`"type":"error"`,
+/// `"type":"response.failed"`, with any blanks a serializer puts around the colon; the
+/// providers put `type` first, a proxy that rewrites the JSON may not). Cheap enough for every
+/// event a stream reader decodes anyway: one search for `"type"`, a few bytes read at each hit.
 pub fn may_be_failure(data: &[u8]) -> bool {
-    static FAILED: LazyLock<Finder<'static>> =
-        LazyLock::new(|| Finder::new(br#""type":"response.failed""#));
-    static ERROR: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(br#""type":"error""#));
-    data.trim_ascii_start().starts_with(br#"{"error""#)
-        || ERROR.find(data).is_some()
-        || FAILED.find(data).is_some()
+    static TYPE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(br#""type""#));
+    let trimmed = data.trim_ascii_start();
+    if trimmed.starts_with(b"{") && trimmed[1..].trim_ascii_start().starts_with(br#""error""#) {
+        return true;
+    }
+    TYPE.find_iter(data).any(|at| {
+        let rest = data[at + 6..].trim_ascii_start();
+        let Some(value) = rest.strip_prefix(b":") else {
+            return false;
+        };
+        let value = value.trim_ascii_start();
+        value.starts_with(br#""error""#) || value.starts_with(br#""response.failed""#)
+    })
 }
 
 /// A Responses `response.failed` event, or its stream's own `error` event.
@@ -150,7 +158,24 @@ mod tests {
             ),
             at(0.82)
         );
-        // `type` last (a proxy that sorted the keys).
+        // Blanks around the colons (a serializer's), and `type` last (a proxy that sorted the
+        // keys).
+        assert_eq!(
+            read(
+                r#"{"type": "response.failed", "response": {"error": {"code": "rate_limit_exceeded", "message": "try again in 2s"}}}"#
+            ),
+            at(2.0)
+        );
+        assert_eq!(
+            read(r#"{ "type" : "error", "error": {"type": "rate_limit_error", "message": "x"}}"#),
+            Some(None)
+        );
+        assert_eq!(
+            read(
+                r#"{ "error": {"message": "x", "type": "requests", "code": "rate_limit_exceeded"}}"#
+            ),
+            Some(None)
+        );
         assert_eq!(
             read(
                 r#"{"response":{"error":{"code":"rate_limit_exceeded","message":"try again in 5s"}},"type":"response.failed"}"#
@@ -181,6 +206,8 @@ mod tests {
             r#"{"error":{"type":"invalid_request_error","message":"try again in 5s"}}"#,
             r#"{"type":"response.completed","response":{"error":{"code":"rate_limit_exceeded"}}}"#,
             r#"{"type":"response.output_text.delta","delta":"{\"type\":\"error\"}"}"#,
+            r#"{"type": "response.output_text.delta", "delta": "\"type\": \"error\""}"#,
+            r#"{"type":"message_delta","usage":{"output_tokens":3},"error_type":"none"}"#,
             r#"{"choices":[{"delta":{"content":"rate_limit_exceeded"}}]}"#,
             "",
             "{",

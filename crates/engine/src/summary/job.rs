@@ -68,18 +68,17 @@ pub(crate) struct Job {
 const LEASE_MARGIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The fields of the triggering request a summary request is derived from.
-const TRIGGER_FIELDS: [&str; 7] = [
+const TRIGGER_FIELDS: [&str; 6] = [
     "model",
     "instructions",
     "system",
     "store",
     "stream",
     "previous_response_id",
-    "conversation",
 ];
 
-/// The fields of [`TRIGGER_FIELDS`] that name a chain of stored responses.
-const CHAIN_FIELDS: [&str; 2] = ["previous_response_id", "conversation"];
+/// The field of [`TRIGGER_FIELDS`] that names a chain of stored responses.
+const CHAIN_FIELDS: [&str; 1] = ["previous_response_id"];
 
 /// What a job keeps of the request: the selection, the fields the summary request needs and
 /// the conversation's opening.
@@ -188,13 +187,24 @@ impl Job {
         };
         // An account handoff written on another provider (before a model switch) is not fresh
         // for this one's accounts: theirs must cover the work done on the new model.
+        // A chained turn (its chain kept) sends a few items: what such turns added since the
+        // handoff was written is counted instead of the turn's own items.
+        let chained = prepared.trigger.get("previous_response_id").is_some();
         if let Some(h) = &existing
             && h.kind != HandoffKind::Extractive
             && (self.kind == HandoffKind::ModelSwitch
                 || *h.from_provider == **self.account.provider())
-            && message_count.saturating_sub(h.message_count) < self.config.refresh_after_messages
         {
-            return Outcome::Skipped("fresh");
+            let new = match chained {
+                true => shared.chained.add(&self.key, message_count),
+                false => message_count.saturating_sub(h.message_count),
+            };
+            if new < self.config.refresh_after_messages {
+                return Outcome::Skipped("fresh");
+            }
+        }
+        if chained {
+            shared.chained.reset(&self.key);
         }
 
         // The queue: a waiting job holds only its selection.
@@ -415,12 +425,13 @@ impl Job {
         let Some(mut handoff) =
             reply::summary_text(&reply_body).and_then(|t| parse::parse_handoff(&t))
         else {
-            if EndDetector::of(&reply_body) == Ending::Failed {
-                // The stream began and then failed (the account ran out of quota, the
-                // provider broke down): no answer to judge, and no reason to cool down.
+            if EndDetector::of(&reply_body) != Ending::Completed {
+                // The stream failed in band (the account ran out of quota, the provider broke
+                // down) or was cut before its end: no answer to judge, and no reason to cool
+                // down.
                 tracing::warn!(
                     reply_bytes = reply_body.len(),
-                    "summary stream failed in band"
+                    "summary reply failed or cut"
                 );
                 return Outcome::Failed(Failure::Unavailable);
             }

@@ -17,6 +17,7 @@ use http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use crate::extensions::{ComboName, ResolvedAccount, ServingModel, SessionId, Tenant};
 
 pub(crate) mod call;
+pub(crate) mod chained;
 pub(crate) mod job;
 mod outcome;
 

@@ -1,10 +1,12 @@
 //! The relay's summary call goes to the account that served the turn it summarises, and to
 //! no other: its request may carry state only that account can read (reasoning items,
 //! compaction items, signed thinking), and the handoff is that account's summary of its own
-//! work. The account's own state in the pool (rotated away at `rotate_at`, a back-off) does not
-//! move it: one attempt, there, or none when the account is gone (a reload removed it).
+//! work. Its quota in the pool (rotated away at `rotate_at`, exhausted) does not move it: one
+//! attempt, there, or none when the account is gone (a reload removed it or gave it another
+//! key) or its credential is refused (a 401 disabled it for a back-off).
 
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use context_relay_tower::{FactsExt, ResolvedAccount, ServingModel};
 use http::Extensions;
@@ -49,12 +51,18 @@ impl Pinned {
         Some(RouteTargets::new(Arc::from([target])))
     }
 
-    /// The account's index in `pool`, unless it was tried already.
-    pub(super) fn pick(&self, pool: &ProviderPool, tried: &[usize]) -> Option<usize> {
+    /// The account's index in `pool`, unless it was tried already or may not be sent to
+    /// ([`ProviderPool::may_send`]).
+    pub(super) fn pick(
+        &self,
+        pool: &ProviderPool,
+        tried: &[usize],
+        now: SystemTime,
+    ) -> Option<usize> {
         pool.accounts()
             .iter()
             .position(|a| a.resolved == self.account)
-            .filter(|i| !tried.contains(i))
+            .filter(|&i| !tried.contains(&i) && pool.may_send(i, now))
     }
 }
 
