@@ -4,7 +4,8 @@
 //! A file is named by a tool call when its arguments hold:
 //!
 //! - a `file_path`, `path` or `notebook_path` string (Claude Code `Read` / `Edit` / `Write` /
-//!   `NotebookEdit`, most editor tools), or a `paths` array of strings;
+//!   `NotebookEdit`, most editor tools), a `filePath` (OpenCode's `read` / `edit` / `write`),
+//!   or a `paths` array of strings;
 //! - an `apply_patch` envelope (Codex): every `*** Update File: P`, `*** Add File: P`,
 //!   `*** Delete File: P` and `*** Move to: P` line, whether the patch is the whole argument
 //!   (the custom `apply_patch` tool) or a string inside it (a shell command running
@@ -89,7 +90,10 @@ fn files_in_object(v: &Value, out: &mut Vec<String>) -> bool {
     let mut patched = false;
     for (key, value) in obj {
         match (key.as_str(), value) {
-            ("file_path" | "path" | "notebook_path", Value::String(p)) => push_path(p, out),
+            // OpenCode spells it `filePath`.
+            ("file_path" | "filePath" | "path" | "notebook_path", Value::String(p)) => {
+                push_path(p, out)
+            }
             ("paths", Value::Array(items)) => {
                 for p in items.iter().filter_map(Value::as_str) {
                     push_path(p, out);
@@ -206,6 +210,10 @@ mod tests {
             ["/w/a.rs"]
         );
         assert_eq!(files(json!("{\"path\": \"b.rs\"}")), ["b.rs"]);
+        assert_eq!(
+            files(json!({"filePath": "/w/e.py", "oldString": "a", "newString": "b"})),
+            ["/w/e.py"]
+        );
         assert_eq!(
             files(json!({"paths": ["c.rs", 3, "d.rs"]})),
             ["c.rs", "d.rs"]
