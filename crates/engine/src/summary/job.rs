@@ -20,7 +20,7 @@ use context_relay_core::session::Opening;
 use context_relay_core::touched::merge_entities;
 use context_relay_core::{
     ApiShape, Handoff, HandoffKey, HandoffKind, HandoffRecord, HandoffSlot, QuotaSignal,
-    RelayConfig, decode, parse, portable, reply, select,
+    RelayConfig, decode, parse, reply, select,
 };
 use context_relay_store::InFlightGuard;
 use http::{HeaderMap, Uri, header};
@@ -28,6 +28,7 @@ use serde_json::{Map, Value};
 use tracing::Instrument;
 
 use super::call::{CallResult, call};
+use super::compaction;
 use super::outcome::{Failure, Outcome, SUPERSEDED, Stored};
 use super::{Summarizer, SummaryRequest};
 use crate::events::RelayEvent;
@@ -299,7 +300,7 @@ impl Job {
             self.config.relay_mode,
             self.config.max_messages_for_summary,
         );
-        let compactions = compaction_items(self.shape, &value);
+        let compactions = compaction::items(self.shape, &value);
         let mut trigger = Map::new();
         if let Value::Object(mut obj) = value {
             for k in TRIGGER_FIELDS {
@@ -322,24 +323,12 @@ impl Job {
         })
     }
 
-    /// Puts the request's `compaction` items the serving account minted (those its affinity
-    /// does not record as foreign) aside, for the summary request to carry before its prompt;
-    /// whether there was any.
+    /// Puts the request's `compaction` items the serving account can read aside, for the
+    /// summary request to carry before its prompt; whether there was any.
     async fn readable_compactions(&self, prepared: &mut Prepared) -> bool {
-        if prepared.compactions.is_empty() {
-            return false;
-        }
-        let now = SystemTime::now();
-        let affinity = self.shared.affinity(&self.key).await;
-        let foreign = affinity.as_ref().and_then(|a| a.foreign_at(now));
-        let readable: Vec<Value> = std::mem::take(&mut prepared.compactions)
-            .into_iter()
-            .filter(|(_, d)| !foreign.is_some_and(|f| f.contains(*d)))
-            .map(|(item, _)| item)
-            .collect();
-        let covers = !readable.is_empty();
-        prepared.carried = readable;
-        covers
+        let items = std::mem::take(&mut prepared.compactions);
+        prepared.carried = compaction::readable(&self.shared, &self.key, items).await;
+        !prepared.carried.is_empty()
     }
 
     /// The summary settings for the serving provider, with the configured overrides. Without
@@ -550,25 +539,6 @@ async fn conversation_key(
     };
     let primary = shared.affinity(&key).await.and_then(|a| a.conversation());
     other_conversation(&key, primary, opening).unwrap_or(key)
-}
-
-/// The `compaction` items of a Responses request, with the digest of their blob as the
-/// scrub records it (the JSON string as serialized; clients send it unescaped).
-fn compaction_items(shape: ApiShape, value: &Value) -> Vec<(Value, u64)> {
-    if shape != ApiShape::Responses {
-        return Vec::new();
-    }
-    let items = value.get("input").and_then(Value::as_array);
-    items
-        .into_iter()
-        .flatten()
-        .filter(|item| item.get("type").and_then(Value::as_str) == Some("compaction"))
-        .filter_map(|item| {
-            let blob = item.get("encrypted_content").filter(|b| b.is_string())?;
-            let digest = portable::digest(&serde_json::to_vec(blob).ok()?);
-            Some((item.clone(), digest))
-        })
-        .collect()
 }
 
 /// The captured request body, decoded when the client compressed it.

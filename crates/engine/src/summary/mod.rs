@@ -18,6 +18,7 @@ use crate::extensions::{ComboName, ResolvedAccount, ServingModel, SessionId, Ten
 
 pub(crate) mod call;
 pub(crate) mod chained;
+mod compaction;
 pub(crate) mod job;
 mod outcome;
 
