@@ -54,7 +54,6 @@ fn one_line(s: &str, max: usize) -> String {
     }
 }
 
-/// Appends the session's task and last assistant reply, one line each, to `summary`.
 /// The assistant's earlier texts, newest first, one line each within a handoff item.
 fn earlier_replies(selection: &Selection) -> impl Iterator<Item = String> + '_ {
     selection
@@ -64,6 +63,7 @@ fn earlier_replies(selection: &Selection) -> impl Iterator<Item = String> + '_ {
         .map(|r| one_line(&format!("Earlier reply: {r}"), MAX_ITEM_CHARS - 1))
 }
 
+/// Appends the session's task and last assistant reply, one line each, to `summary`.
 fn push_own_words(summary: &mut String, selection: &Selection) {
     if let Some(task) = &selection.task {
         summary.push_str("Task: ");

@@ -269,6 +269,8 @@ impl RelayBuilder {
             for edit in &self.edits.0 {
                 edit(default);
             }
+            // `ttl(Duration::ZERO)` and the like are checked as a configuration is.
+            *default = RelayConfigs::new(default.clone()).default_config().clone();
         }
         Relay {
             shared: Arc::new(shared),

@@ -5,10 +5,10 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
-use context_relay_core::session::{self, SessionSources};
+use context_relay_core::session::{self, SessionSource, SessionSources};
 use http::{HeaderMap, Uri};
 
-use crate::extensions::{RequestFacts, SessionId, Tenant};
+use crate::extensions::{SessionId, Tenant};
 
 /// Distinct credentials (or sessions) remembered before a memo starts over.
 const MAX_ENTRIES: usize = 4096;
@@ -63,33 +63,19 @@ impl TenantMemo {
     }
 }
 
-/// Whether a request could only be told apart by its conversation's opening: no tenant given
-/// and no credential to derive one from, and no session given or named in a header. The relay
-/// leaves such a request alone (its generation and its injection): every caller without a key
-/// is one tenant, and one caller's handoff would reach another whose conversation opens the
-/// same way. An application whose callers send no key gives each its [`Tenant`] (or its
-/// [`SessionId`]).
-fn unkeyed_fingerprint(
-    (tenant, session): (Option<&Tenant>, Option<&SessionId>),
-    headers: &HeaderMap,
-    uri: &Uri,
-    sources: &SessionSources,
-) -> bool {
-    tenant.is_none()
-        && session.is_none()
-        && session::request_credential(headers, uri).is_none()
-        && session::header_session(headers, sources).is_none()
+/// Whether a request has no tenant of its own: none given and no credential to derive one
+/// from (every such caller is tenant `anonymous`). Its session must then be named (given, in a
+/// header, or in the body's `prompt_cache_key` or `metadata.user_id`): told apart by its
+/// conversation's opening alone, one caller's handoff would reach another whose conversation
+/// opens the same way, so the relay leaves such a request alone. An application whose callers
+/// send no key gives each its [`Tenant`] (or its [`SessionId`]).
+pub(crate) fn keyless(tenant: Option<&Tenant>, headers: &HeaderMap, uri: &Uri) -> bool {
+    tenant.is_none() && session::request_credential(headers, uri).is_none()
 }
 
-/// Whether the relay leaves a request alone: it is marked so (`SkipRelay`, `SummaryCall`), or
-/// it could only be told apart by its conversation's opening (see above).
-pub(crate) fn left_alone(
-    facts: &RequestFacts<'_>,
-    headers: &HeaderMap,
-    uri: &Uri,
-    sources: &SessionSources,
-) -> bool {
-    facts.skip || unkeyed_fingerprint((facts.tenant, facts.session), headers, uri, sources)
+/// Whether `source` may key a handoff of a request that is [`keyless`] or not.
+pub(crate) fn may_key(source: Option<&SessionSource>, keyless: bool) -> bool {
+    !(keyless && source == Some(&SessionSource::Fingerprint))
 }
 
 /// Interned session ids: the id an explicit [`SessionId`] or a session header gives, as an

@@ -81,12 +81,24 @@ impl Fixture {
             tenant,
             ..Default::default()
         };
+        self.turn_of_body(path, facts, TURN.as_bytes(), (account, used, status))
+            .await;
+    }
+
+    /// One turn of `body` sent to `path`, served by `account` at `used` percent with `status`.
+    async fn turn_of_body(
+        &self,
+        path: &str,
+        facts: RequestFacts<'_>,
+        body: &'static [u8],
+        (account, used, status): (&str, &str, StatusCode),
+    ) {
         let uri: Uri = path.parse().unwrap();
         let mut turn = self.relay.turn(&uri, &self.headers, facts);
         assert!(turn.is_active(), "can lead to a summary");
         // The body goes out in two chunks, then ends.
-        turn.request_chunk(&Bytes::from_static(&TURN.as_bytes()[..30]), false);
-        turn.request_chunk(&Bytes::from_static(&TURN.as_bytes()[30..]), false);
+        turn.request_chunk(&Bytes::from_static(&body[..30]), false);
+        turn.request_chunk(&Bytes::from_static(&body[30..]), false);
         turn.request_chunk(&Bytes::new(), true);
         let mut response = HeaderMap::new();
         response.insert("x-codex-primary-used-percent", used.parse().unwrap());
@@ -342,4 +354,46 @@ async fn a_summary_reply_cut_before_its_end_cools_nothing_down() {
     f.turn("acct-a", "88", StatusCode::OK).await;
     f.turn("acct-a", "89", StatusCode::OK).await;
     assert_eq!(replies.load(Ordering::SeqCst), 2, "not cooling down");
+}
+
+/// A chained Responses session's refresh that fails keeps what its turns added: the next turn
+/// in the band tries again, as a message-resending client's would (the count restarted from
+/// nothing, and the handoff waited for as many items again).
+#[tokio::test]
+async fn a_chained_refresh_that_fails_is_tried_again_on_the_next_turn() {
+    const CHAINED: &[u8] = br#"{"model":"gpt-5","previous_response_id":"resp_1","input":[{"role":"user","content":"step on with the --json flag"}]}"#;
+    const FAILED: &[u8] = b"data: {\"error\":{\"message\":\"Rate limit reached. Please try again in 20s.\",\"type\":\"requests\",\"code\":\"rate_limit_exceeded\"}}\n\n";
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let f = Fixture::new(move |b| {
+        b.config(context_relay_core::RelayConfig {
+            refresh_after_messages: 3,
+            ..Default::default()
+        })
+        .summarizer(move |_: SummaryRequest| {
+            // The second summary (the first refresh) fails; the others succeed.
+            let reply = match c.fetch_add(1, Ordering::SeqCst) {
+                1 => FAILED,
+                _ => SUMMARY.as_bytes(),
+            };
+            async move { Ok::<_, SummaryError>(Bytes::from_static(reply)) }
+        })
+    });
+    let combo = ComboName::new("codex-relay");
+    let facts = RequestFacts {
+        combo: Some(&combo),
+        ..Default::default()
+    };
+    for _ in 0..4 {
+        f.turn_of_body(
+            "/v1/responses",
+            facts,
+            CHAINED,
+            ("acct-a", "88", StatusCode::OK),
+        )
+        .await;
+    }
+    // Two items a turn (its input, the reply): turn 1 writes it; turn 3 has added enough, and
+    // its summary fails; turn 4 tries again at once.
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
 }

@@ -87,7 +87,7 @@ const COUNTERS: [(&str, &str); 24] = [
     ),
     (
         "context_relay_gateway_account_exhausted_total",
-        "Accounts taken out of rotation until their reset, by provider, account and reason (429, quota_error, quota).",
+        "Accounts taken out of rotation until their reset, by provider, account and reason (429, quota_error, in_band, quota).",
     ),
     (
         "context_relay_gateway_account_refused_total",

@@ -230,6 +230,10 @@ async fn the_summary_of_a_turn_whose_account_a_reload_removed_goes_nowhere() {
         "{:?}",
         summaries.iter().map(|r| &r.account).collect::<Vec<_>>()
     );
+    // The turn did qualify: its summary went nowhere, and an extractive handoff stands in.
+    let stored = store.list(None, Some("s1")).await.expect("list");
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].kind, context_relay_core::HandoffKind::Extractive);
     drop(reloaded);
     h.shutdown().await;
 }

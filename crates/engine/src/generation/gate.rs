@@ -32,7 +32,7 @@ impl Relay {
         headers: &HeaderMap,
         facts: RequestFacts<'_>,
     ) -> Option<GenerationTicket> {
-        if crate::tenant::left_alone(&facts, headers, uri, &self.shared.sources) {
+        if facts.skip {
             return None;
         }
         let combo = facts.combo?.clone();
@@ -167,7 +167,9 @@ impl GenerationTicket {
                 id = session::identify(&kept, Some(&body), sources, None, Some(id.tenant));
             }
         }
-        let Some(key) = id.key(t.combo.0) else {
+        let keyless = crate::tenant::keyless(t.tenant.as_ref(), &kept, &t.uri);
+        let named = crate::tenant::may_key(id.source.as_ref(), keyless);
+        let Some(key) = id.key(t.combo.0).filter(|_| named) else {
             skipped(&t.shared, "no_session", None, served_by);
             return None;
         };

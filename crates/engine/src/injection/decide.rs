@@ -10,17 +10,17 @@ use context_relay_core::extractive::switch_handoff;
 use context_relay_core::portable::{self, ForeignSet, Scope, TURN_STATE_HEADER, digest};
 use context_relay_core::{ApiShape, HandoffKey, RelayConfig, decode, render, session};
 use context_relay_store::Affinity;
-use http::{HeaderMap, HeaderName, HeaderValue, Uri, header};
+use http::{HeaderMap, HeaderValue, Uri, header};
 use tracing::Instrument;
 
 use super::claim::{Carried, Found, claim_for, give_back};
 use super::conversation::Conversation;
 use super::extractive;
+use super::fast::fast;
 use super::model::{self, ModelMove};
 use super::repair::{Remember, Repair, Sent};
-use super::tee::Tee;
 use super::ticket::Ticket;
-use crate::extensions::{RequestFacts, ResolvedAccount, ServingModel};
+use crate::extensions::{RequestFacts, ResolvedAccount};
 use crate::metrics;
 use crate::relay::{Relay, Shared};
 
@@ -67,7 +67,7 @@ impl Relay {
         let (Some(combo), Some(account)) = (facts.combo, facts.account) else {
             return Inject::Pass;
         };
-        if crate::tenant::left_alone(&facts, headers, uri, &self.shared.sources) {
+        if facts.skip {
             return Inject::Pass;
         }
         let Some(shape) = ApiShape::from_path(uri.path()) else {
@@ -79,6 +79,8 @@ impl Relay {
         let header_session = shared
             .sessions
             .session(facts.session, headers, &shared.sources);
+        let keyless =
+            header_session.is_none() && crate::tenant::keyless(facts.tenant, headers, uri);
         let config = shared.configs.for_combo(&combo.0);
         // Model switches are detected only with a serving model, and where they are on.
         let serving_model = facts.model.filter(|_| config.model_switch);
@@ -121,77 +123,9 @@ impl Relay {
             header_session,
             account: account.clone(),
             model: serving_model.map(|m| m.0.clone()),
+            keyless,
         })
     }
-}
-
-/// Named once: a header looked up by a string is parsed on every look-up.
-const TURN_STATE: HeaderName = HeaderName::from_static(TURN_STATE_HEADER);
-
-/// The fast path of [`Relay::inject`]: the session stays on its account and model with nothing
-/// foreign to remove, and no handoff waits (the store's caches tell, without I/O). Otherwise
-/// the key back, for the slow path.
-#[allow(clippy::too_many_arguments)]
-fn fast(
-    shared: &Arc<Shared>,
-    config: &RelayConfig,
-    key: HandoffKey,
-    shape: ApiShape,
-    account: &ResolvedAccount,
-    serving_model: Option<&ServingModel>,
-    headers: &HeaderMap,
-    body_len_hint: u64,
-) -> Result<Inject, HandoffKey> {
-    let Some(affinity) = shared.store.cached_affinity(&key) else {
-        return Err(key);
-    };
-    let stays = match &affinity {
-        // The session's first request is read: its opening tells its primary conversation
-        // apart from others sharing the session header.
-        None => false,
-        // Where account switches are not relayed, any account of the model stays.
-        Some(a) => {
-            (a.serves(account) || !config.account_handoff)
-                // Never switched: no clock read. After a switch, every conversation of the
-                // session is read until the switch window closes.
-                && (a.foreign_expires_at == SystemTime::UNIX_EPOCH
-                    || !a.in_switch_window(SystemTime::now()))
-                && !model::moved(a, serving_model.map(|m| &*m.0))
-        }
-    };
-    if !stays || shared.store.may_contain(&key) {
-        return Err(key);
-    }
-    let Some(affinity) = affinity else {
-        return Err(key);
-    };
-    let mut ticket = Ticket::new(shared.clone(), account.clone());
-    let model = serving_model.map(|m| &*m.0);
-    // The key moves to the repair; it is cloned only when an affinity is recorded (rare).
-    if let Some(record) = model::to_record(Some(&affinity), account, model) {
-        ticket.set_record(key.clone(), record);
-    }
-    let limit = config.max_body_bytes;
-    let bound = matches!(shape, ApiShape::Responses | ApiShape::AnthropicMessages);
-    let repair = (bound && body_len_hint <= limit as u64).then(|| {
-        Box::new(Repair {
-            shape,
-            slot: config.injection_slot_responses,
-            sent: Sent::Tee {
-                tee: Tee::new(limit),
-                encoding: headers.get(header::CONTENT_ENCODING).cloned(),
-                limit,
-            },
-            turn_state: headers.contains_key(TURN_STATE),
-            remember: Some(Remember {
-                key,
-                foreign: ForeignSet::default(),
-                ttl: config.ttl,
-                affinity: model::with_model(affinity, model),
-            }),
-        })
-    });
-    Ok(Inject::Forward { ticket, repair })
 }
 
 /// The slow path of the injection side: the decision once the whole body is known.
@@ -206,6 +140,8 @@ pub(crate) struct BodyDecision {
     account: ResolvedAccount,
     /// The serving model, when model switches are detected.
     model: Option<Arc<str>>,
+    /// No tenant of its own ([`keyless`](crate::tenant::keyless)): a fingerprint keys nothing.
+    keyless: bool,
 }
 
 /// The request as it goes out after [`BodyDecision::decide`].
@@ -271,6 +207,7 @@ impl BodyDecision {
             header_session,
             account,
             model,
+            keyless,
         } = self;
         let unchanged = |body, ticket| Decided {
             body,
@@ -295,6 +232,7 @@ impl BodyDecision {
                 Some(tenant.clone()),
             );
             id.session
+                .filter(|_| crate::tenant::may_key(id.source.as_ref(), keyless))
         });
         let Some(session) = session else {
             return unchanged(raw, None);

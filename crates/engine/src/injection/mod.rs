@@ -30,6 +30,7 @@ mod claim;
 mod conversation;
 mod decide;
 mod extractive;
+mod fast;
 mod model;
 mod repair;
 mod tee;

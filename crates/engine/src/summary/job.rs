@@ -11,7 +11,6 @@ use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
 use context_relay_core::conversation::Conversation;
-use context_relay_core::ending::{EndDetector, Ending};
 use context_relay_core::extractive::extractive_handoff;
 use context_relay_core::handoff::RECORD_VERSION;
 use context_relay_core::prompt::{SummarySettings, summary_prompt, summary_request_carrying};
@@ -29,7 +28,7 @@ use tracing::Instrument;
 
 use super::call::{CallResult, call};
 use super::compaction;
-use super::outcome::{Failure, Outcome, SUPERSEDED, Stored};
+use super::outcome::{self, Failure, Outcome, SUPERSEDED, Stored};
 use super::{Summarizer, SummaryRequest};
 use crate::events::RelayEvent;
 use crate::extensions::{ComboName, ResolvedAccount, ServingModel, SessionId, Tenant};
@@ -204,9 +203,6 @@ impl Job {
                 return Outcome::Skipped("fresh");
             }
         }
-        if chained {
-            shared.chained.reset(&self.key);
-        }
 
         // The queue: a waiting job holds only its selection.
         let Ok(_slot) = shared.queue.clone().try_acquire_owned() else {
@@ -238,6 +234,11 @@ impl Job {
         let mut outcome = self
             .summarise(&prepared, message_count, covers_compaction)
             .await;
+        if chained && outcome == Outcome::Generated {
+            // Counted again from the handoff just written (a failed summary keeps the count:
+            // the next turn in the band tries again, as for any client).
+            shared.chained.reset(&self.key);
+        }
         // An extractive handoff stands in for an account switch's only: a model switch has
         // the freshest handoff, or the note, to inject.
         if let Outcome::Failed(why) = outcome
@@ -414,18 +415,14 @@ impl Job {
         let Some(mut handoff) =
             reply::summary_text(&reply_body).and_then(|t| parse::parse_handoff(&t))
         else {
-            if EndDetector::of(&reply_body) != Ending::Completed {
-                // The stream failed in band (the account ran out of quota, the provider broke
-                // down) or was cut before its end: no answer to judge, and no reason to cool
-                // down.
-                tracing::warn!(
-                    reply_bytes = reply_body.len(),
-                    "summary reply failed or cut"
-                );
-                return Outcome::Failed(Failure::Unavailable);
-            }
-            tracing::warn!(reply_bytes = reply_body.len(), "summary reply unparseable");
-            return Outcome::Failed(Failure::Unparseable);
+            // Cut, or failed in band for a reason that passes: no reason to cool down.
+            let why = outcome::unreadable(&reply_body);
+            tracing::warn!(
+                reply_bytes = reply_body.len(),
+                why = why.as_str(),
+                "summary reply holds no handoff"
+            );
+            return Outcome::Failed(why);
         };
         handoff.active_entities =
             merge_entities(&handoff.active_entities, &prepared.selection.touched_files);

@@ -1,5 +1,7 @@
 //! How a summary job ended, and what became of the handoff it stored.
 
+use context_relay_core::ending::{EndDetector, Ending};
+
 /// How a generation ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Outcome {
@@ -62,6 +64,86 @@ impl Outcome {
         match self {
             Self::Extractive(f) | Self::Failed(f) => Some(f),
             _ => None,
+        }
+    }
+}
+
+/// Why a summary reply held no handoff: it was cut before its end, or failed in band for a
+/// reason that passes (the account out of quota, the provider overloaded or failing):
+/// [`Failure::Unavailable`], no cool-down. Anything else the provider ended it with (an answer
+/// cut at its output limit, a refusal) or a complete reply the relay could not read is
+/// [`Failure::Unparseable`]: the same request would end the same way.
+pub(super) fn unreadable(reply: &[u8]) -> Failure {
+    let mut end = EndDetector::new();
+    end.push(reply);
+    match end.finish() {
+        Ending::Completed => Failure::Unparseable,
+        Ending::Unfinished => Failure::Unavailable,
+        Ending::Failed => match end.failure() {
+            Some(event) if passes(event) => Failure::Unavailable,
+            _ => Failure::Unparseable,
+        },
+    }
+}
+
+/// Whether a failure event says something that passes: a quota error, an overload, a server
+/// error (OpenAI `server_error`, Anthropic `overloaded_error` and `api_error`).
+fn passes(event: &[u8]) -> bool {
+    let names = |needle: &[u8]| event.windows(needle.len()).any(|w| w == needle);
+    context_relay_core::quota::limit_in_band(event, std::time::SystemTime::UNIX_EPOCH).is_some()
+        || names(b"\"server_error\"")
+        || names(b"\"overloaded_error\"")
+        || names(b"\"api_error\"")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_passes_and_what_would_end_the_same_way() {
+        let event = |data: &str| format!("event: x\ndata: {data}\n\n");
+        for (reply, why) in [
+            (
+                event(
+                    r#"{"type":"response.failed","response":{"error":{"code":"rate_limit_exceeded","message":"m"}}}"#,
+                ),
+                Failure::Unavailable,
+            ),
+            (
+                event(
+                    r#"{"type":"response.failed","response":{"error":{"code":"server_error","message":"m"}}}"#,
+                ),
+                Failure::Unavailable,
+            ),
+            (
+                event(
+                    r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+                ),
+                Failure::Unavailable,
+            ),
+            (
+                "data: {\"choices\":[{\"delta\":{\"content\":\"{\"}}]}\n\n".to_owned(),
+                Failure::Unavailable,
+            ),
+            (
+                event(
+                    r#"{"type":"response.incomplete","response":{"incomplete_details":{"reason":"max_output_tokens"}}}"#,
+                ),
+                Failure::Unparseable,
+            ),
+            (
+                event(
+                    r#"{"type":"response.failed","response":{"error":{"code":"invalid_prompt","message":"m"}}}"#,
+                ),
+                Failure::Unparseable,
+            ),
+            (
+                r#"{"choices":[{"message":{"content":"not a handoff"}}]}"#.to_owned(),
+                Failure::Unparseable,
+            ),
+        ] {
+            assert_eq!(unreadable(reply.as_bytes()), why, "{reply}");
         }
     }
 }

@@ -26,6 +26,9 @@ use http::Extensions;
 use crate::combo::RouteTargets;
 use crate::pool::{AccountPools, SessionKey};
 
+/// The longest [`rebind`] waits for the store (the Redis backend answers or fails well within).
+const AFFINITY_READ_BOUND: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// The store whose affinities [`rebind`] reads.
 #[derive(Clone)]
 pub(crate) struct AffinityStore {
@@ -76,11 +79,18 @@ pub(super) async fn rebind(
         return;
     };
     let key = HandoffKey::new(tenant.0.clone(), id.0.clone(), combo.0.clone());
-    let affinity = match store.store.affinity(&key).await {
-        Ok(Some(a)) => a,
-        Ok(None) => return,
-        Err(e) => {
+    // Bounded as the relay bounds its own store calls on a request's path: a store given to
+    // `Gateway::with_store` that never answers must not hold the request.
+    let read = tokio::time::timeout(AFFINITY_READ_BOUND, store.store.affinity(&key));
+    let affinity = match read.await {
+        Ok(Ok(Some(a))) => a,
+        Ok(Ok(None)) => return,
+        Ok(Err(e)) => {
             tracing::debug!(error = %e, "affinity not readable; the session is placed afresh");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!("affinity read timed out; the session is placed afresh");
             return;
         }
     };

@@ -129,7 +129,7 @@ impl InBandQuota {
     /// `reason="in_band"`, told to the console).
     pub(crate) fn failed(&self, data: &[u8]) {
         let now = SystemTime::now();
-        let Some(reset) = context_relay_core::quota::limit_in_band(data, now) else {
+        let Some(reset) = in_band_reset(data, now) else {
             return;
         };
         let (pool, until) = (&self.pool, reset_or_default(reset, now));
@@ -145,6 +145,15 @@ impl InBandQuota {
             "account ran out of quota in the middle of a stream; exhausted until its reset"
         );
     }
+}
+
+/// The reset a failure event `data` announces when it says the account is out of quota (the
+/// reset itself may be unknown); `None` for any other event, and for the quota error of a
+/// request too large for any account's per-minute budget (as in a 429's body, it blames the
+/// request, on every account alike).
+fn in_band_reset(data: &[u8], now: SystemTime) -> Option<Option<SystemTime>> {
+    let reset = context_relay_core::quota::limit_in_band(data, now)?;
+    (!super::verdict::request_at_fault(StatusCode::TOO_MANY_REQUESTS, data)).then_some(reset)
 }
 
 /// Records a usage reading of a successful response; at or above `rotate_at` the account
@@ -181,4 +190,18 @@ fn exhausted_metric(pool: &ProviderPool, account: &str, reason: &'static str) {
         "reason" => reason
     )
     .increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_too_large_for_any_account_exhausts_none() {
+        let now = SystemTime::UNIX_EPOCH;
+        let limit = br#"{"type":"response.failed","response":{"error":{"code":"rate_limit_exceeded","message":"Rate limit reached for gpt-5 on tokens per min (TPM). Please try again in 2s."}}}"#;
+        assert!(in_band_reset(limit, now).is_some());
+        let too_large = br#"{"type":"response.failed","response":{"error":{"code":"rate_limit_exceeded","message":"Request too large for gpt-5 in organization org-x on tokens per min (TPM): Limit 30000, Requested 41207."}}}"#;
+        assert_eq!(in_band_reset(too_large, now), None);
+    }
 }

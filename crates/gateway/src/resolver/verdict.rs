@@ -96,7 +96,7 @@ pub(crate) fn classify(
 
 /// Whether an error answer blames the request, not the account (see the
 /// [module docs](self)), by the providers' own texts.
-fn request_at_fault(status: StatusCode, body: &[u8]) -> bool {
+pub(super) fn request_at_fault(status: StatusCode, body: &[u8]) -> bool {
     match status {
         // OpenAI: "Request too large for gpt-4o in organization org-… on tokens per min
         // (TPM): Limit 30000, Requested 41207. The input or output tokens must be reduced…".

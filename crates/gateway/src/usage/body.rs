@@ -73,10 +73,16 @@ fn count(meter: &mut Option<Meter>) {
     let Some(mut m) = meter.take() else {
         return;
     };
-    if let Some(usage) = m.reader.finish() {
+    let usage = m.reader.finish();
+    tell(&mut m);
+    if let Some(usage) = usage {
         m.ledger.record(m.labels, &usage);
     }
-    if let (Some(in_band), Some(failure)) = (&m.in_band, m.reader.failure()) {
+}
+
+/// Tells the account of the failure the stream carried, once.
+fn tell(m: &mut Meter) {
+    if let (Some(failure), Some(in_band)) = (m.reader.failure(), m.in_band.take()) {
         in_band.failed(failure);
     }
 }
@@ -101,6 +107,11 @@ where
             Some(Ok(f)) => {
                 if let (Some(m), Some(data)) = (this.meter.as_mut(), f.data_ref()) {
                     m.reader.push_bytes(data);
+                    // Told as soon as read: the client may retry before the provider closes
+                    // the failed stream, and the retry must find the account out.
+                    if m.in_band.is_some() && m.reader.failure().is_some() {
+                        tell(m);
+                    }
                 }
                 // The consumer may not poll again once the body says it ended.
                 if this.inner.is_end_stream() {

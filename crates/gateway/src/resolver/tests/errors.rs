@@ -239,3 +239,41 @@ async fn a_head_timeout_is_not_retried_on_another_account() {
         assert_eq!(accounts(&log).len(), tried, "timed out: {timed_out}");
     }
 }
+
+/// A quota failure ending a stream that began with a `200` takes the account out as soon as
+/// the event is read: the provider may hold the failed stream open, and the client's retry
+/// comes before its end.
+#[tokio::test]
+async fn a_quota_failure_in_a_stream_exhausts_its_account_when_read() {
+    use crate::usage::{Labels, MeteredBody, Traffic, UsageLedger};
+    let pools = pools();
+    let pool = pools.get("codex").expect("codex").clone();
+    let now = SystemTime::now();
+    assert_eq!(pool.pick(None, &[], now), Some(0));
+    let failed = Bytes::from_static(
+        b"event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{\"error\":{\"code\":\"rate_limit_exceeded\",\"message\":\"Please try again in 20s.\"}}}\n\n",
+    );
+    let frames = futures_util::StreamExt::chain(
+        futures_util::stream::iter([Ok::<_, Infallible>(http_body::Frame::data(failed))]),
+        futures_util::stream::pending(),
+    );
+    let labels = Labels {
+        client: Arc::from("c"),
+        provider: Arc::from("codex"),
+        account: Arc::from("a"),
+        serving: Arc::from("codex/gpt-5.5"),
+        kind: Traffic::Client,
+    };
+    let in_band = InBandQuota::new(pool.clone(), 0, Activity::default());
+    let body = MeteredBody::new(
+        http_body_util::StreamBody::new(frames),
+        UsageLedger::default(),
+        labels,
+        "",
+        Some(in_band),
+    );
+    let mut body = std::pin::pin!(body);
+    body.frame().await.expect("the failure").expect("data");
+    // The stream is still open: the account is out all the same.
+    assert_eq!(pool.pick(None, &[], now), Some(1));
+}
