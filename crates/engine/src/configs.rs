@@ -108,5 +108,14 @@ mod tests {
         }
         let good = RelayConfigs::new(bad(0.7));
         assert_eq!(good.default_config().handoff_threshold, 0.7);
+        // The builder's edits are checked too.
+        let store = std::sync::Arc::new(context_relay_store::MemoryStore::new());
+        let relay = crate::Relay::builder(store)
+            .ttl(std::time::Duration::ZERO)
+            .build();
+        assert_eq!(
+            relay.configs().default_config().ttl,
+            RelayConfig::default().ttl
+        );
     }
 }
