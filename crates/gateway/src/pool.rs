@@ -139,6 +139,14 @@ struct AccountState {
     removed: bool,
 }
 
+impl AccountState {
+    /// Configured, its key neither refused for good nor in a back-off: it may be sent a
+    /// request, whatever its quota.
+    fn may_send(&self, now: SystemTime) -> bool {
+        !self.refused && !self.removed && self.disabled_until.is_none_or(|t| t <= now)
+    }
+}
+
 #[derive(Debug, Default)]
 struct PoolState {
     accounts: Vec<AccountState>,
@@ -297,10 +305,8 @@ impl ProviderPool {
             !exclude.contains(&i)
                 && state.accounts.get(i).is_some_and(|a| {
                     a.exhausted_until.is_none()
-                        && !a.refused
-                        && !a.removed
-                        && a.disabled_until
-                            .is_none_or(|t| t <= now && a.probe_until.is_none_or(|p| p <= now))
+                        && a.may_send(now)
+                        && (a.disabled_until.is_none() || a.probe_until.is_none_or(|p| p <= now))
                 })
         };
         let picked = match session.and_then(|s| state.sessions.get(s)) {
@@ -323,7 +329,7 @@ impl ProviderPool {
         self.lock()
             .accounts
             .get(account)
-            .is_some_and(|a| !a.refused && !a.removed && a.disabled_until.is_none_or(|t| t <= now))
+            .is_some_and(|a| a.may_send(now))
     }
 
     /// Remembers that `account` served `session` (call it on a successful answer only, so

@@ -35,16 +35,13 @@ impl Attempt<'_> {
         let (pool, account, status, now) = (self.pool, self.account, self.status, self.now);
         match verdict {
             Verdict::Exhausted(signal) => {
-                let until = reset_or_default(signal.resets_at, now);
-                pool.mark_exhausted(self.idx, until);
                 let reason = if status == StatusCode::TOO_MANY_REQUESTS {
                     "429"
                 } else {
                     "quota_error"
                 };
-                exhausted_metric(pool, account, reason);
-                self.activity
-                    .rotated("exhausted", reason, pool.name(), account, until);
+                let until = reset_or_default(signal.resets_at, now);
+                exhaust(pool, (self.idx, account), reason, until, self.activity);
                 tracing::info!(
                     provider = %pool.name(), account, internal = self.internal,
                     status = status.as_u16(), error,
@@ -136,10 +133,13 @@ impl InBandQuota {
         let Some(account) = pool.accounts().get(self.idx) else {
             return;
         };
-        pool.mark_exhausted(self.idx, until);
-        exhausted_metric(pool, &account.id, "in_band");
-        self.activity
-            .rotated("exhausted", "in_band", pool.name(), &account.id, until);
+        exhaust(
+            pool,
+            (self.idx, &account.id),
+            "in_band",
+            until,
+            &self.activity,
+        );
         tracing::info!(
             provider = %pool.name(), account = %account.id,
             "account ran out of quota in the middle of a stream; exhausted until its reset"
@@ -180,6 +180,20 @@ pub(super) fn record_usage(
         let until = reset_or_default(signal.resets_at, now);
         activity.rotated("exhausted", "quota", pool.name(), account, until);
     }
+}
+
+/// Takes the account out until `until`: marked in the pool, counted with `reason`, told to the
+/// console.
+fn exhaust(
+    pool: &ProviderPool,
+    (idx, account): (usize, &str),
+    reason: &'static str,
+    until: SystemTime,
+    activity: &Activity,
+) {
+    pool.mark_exhausted(idx, until);
+    exhausted_metric(pool, account, reason);
+    activity.rotated("exhausted", reason, pool.name(), account, until);
 }
 
 fn exhausted_metric(pool: &ProviderPool, account: &str, reason: &'static str) {
