@@ -14,7 +14,10 @@
 
 use std::sync::Arc;
 
-use crate::facts::FactsExt;
+use context_relay_core::HandoffKey;
+use context_relay_store::Affinity;
+
+use crate::facts::Facts;
 
 pub use context_relay_core::QuotaSignal;
 
@@ -161,19 +164,105 @@ pub struct RequestFacts<'a> {
     pub tenant: Option<&'a Tenant>,
     /// A request the relay leaves alone ([`relay_skips`]).
     pub skip: bool,
+    /// The session's affinity as a layer before the relay read it from the relay's store for
+    /// this request; the injection side takes it instead of reading it again.
+    pub affinity: Option<&'a StoredAffinity>,
 }
 
 impl<'a> RequestFacts<'a> {
     /// The facts set as extensions of a request, on their own or in
-    /// [`Facts`](crate::Facts) ([`FactsExt::fact`]).
+    /// [`Facts`](crate::Facts) ([`FactsExt::fact`](crate::FactsExt::fact)).
     pub fn from_extensions(ext: &'a http::Extensions) -> Self {
+        // `Facts` looked up once for all of them; a fact it lacks may be a value on its own.
+        let facts = ext.get::<Facts>();
         Self {
-            combo: ext.fact(),
-            account: ext.fact(),
-            model: ext.fact(),
-            session: ext.fact(),
-            tenant: ext.fact(),
+            combo: Facts::read(facts, ext),
+            account: Facts::read(facts, ext),
+            model: Facts::read(facts, ext),
+            session: Facts::read(facts, ext),
+            tenant: Facts::read(facts, ext),
             skip: relay_skips(ext),
+            affinity: Facts::read(facts, ext),
         }
+    }
+}
+
+/// A session's affinity (the account and model that last served it, and the state its earlier
+/// accounts minted) as a layer before the relay read it from the relay's store for this
+/// request, keyed as the relay keys it.
+///
+/// An account resolver that reads the affinity to place the session (the gateway's does on a
+/// store replicas share, where another replica may have moved the session) sets it as a fact
+/// ([`FactsExt::set_fact`](crate::FactsExt::set_fact)); the injection side then takes it for the same key instead of
+/// reading the store a second time for the request. A value of another key (another tenant,
+/// session or combo than the relay derives) is not used.
+///
+/// ```
+/// use context_relay_core::HandoffKey;
+/// use context_relay_engine::{FactsExt, RequestFacts, StoredAffinity};
+///
+/// let key = HandoffKey::new("tenant", "session", "combo");
+/// let mut ext = http::Extensions::new();
+/// ext.set_fact(StoredAffinity::new(key.clone(), None));
+/// let facts = RequestFacts::from_extensions(&ext);
+/// let read = facts.affinity.expect("set");
+/// assert_eq!(read.key(), &key);
+/// assert!(read.affinity().is_none(), "the store had none");
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredAffinity(Arc<(HandoffKey, Option<Affinity>)>);
+
+impl StoredAffinity {
+    /// The affinity the store gave for `key` (`None`: it had none).
+    pub fn new(key: HandoffKey, affinity: Option<Affinity>) -> Self {
+        Self(Arc::new((key, affinity)))
+    }
+
+    /// The key it was read for.
+    pub fn key(&self) -> &HandoffKey {
+        &self.0.0
+    }
+
+    /// What the store gave.
+    pub fn affinity(&self) -> Option<&Affinity> {
+        self.0.1.as_ref()
+    }
+
+    /// What the store gave for `key`, if this was read for it.
+    pub(crate) fn of(&self, key: &HandoffKey) -> Option<Option<Affinity>> {
+        (self.key() == key).then(|| self.0.1.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stored_affinity_answers_for_its_own_key_only() {
+        let key = HandoffKey::new("t", "s", "c");
+        let read = StoredAffinity::new(key.clone(), Some(Affinity::new("codex", "acct-b")));
+        assert_eq!(
+            read.of(&key),
+            Some(Some(Affinity::new("codex", "acct-b"))),
+            "its own key"
+        );
+        for other in [
+            HandoffKey::new("u", "s", "c"),
+            HandoffKey::new("t", "r", "c"),
+            HandoffKey::new("t", "s", "d"),
+        ] {
+            assert_eq!(
+                read.of(&other),
+                None,
+                "{other:?}: the store is read instead"
+            );
+        }
+        let none = StoredAffinity::new(key.clone(), None);
+        assert_eq!(
+            none.of(&key),
+            Some(None),
+            "the store had none: not read again"
+        );
     }
 }

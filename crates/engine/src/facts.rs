@@ -3,8 +3,9 @@
 //! `http` boxes every extension value on its own: a stack that sets a request's [`Tenant`],
 //! [`SessionId`], [`ComboName`], [`ResolvedAccount`] and [`ServingModel`] and its answer's
 //! [`QuotaSignal`] as separate values makes six allocations per request for them. [`Facts`]
-//! holds all six in one value, boxed once; [`FactsExt`] reads and writes each of them there
-//! and is what the relay's own layers use.
+//! holds all six (and the [`StoredAffinity`] a resolver may have read) in one value, boxed
+//! once; [`FactsExt`] reads and writes each of them there and is what the relay's own layers
+//! use.
 //!
 //! A value inserted on its own (`extensions.insert(Tenant::new(..))`, as an embedding
 //! application may) is read as before when [`Facts`] has none of its type:
@@ -36,7 +37,9 @@
 
 use http::Extensions;
 
-use crate::extensions::{ComboName, QuotaSignal, ResolvedAccount, ServingModel, SessionId, Tenant};
+use crate::extensions::{
+    ComboName, QuotaSignal, ResolvedAccount, ServingModel, SessionId, StoredAffinity, Tenant,
+};
 
 /// The facts of one request (and of its answer), in one extension value: see the
 /// [module docs](self).
@@ -58,6 +61,23 @@ pub struct Facts {
     pub model: Option<ServingModel>,
     /// The quota reading of the answer.
     pub quota: Option<QuotaSignal>,
+    /// The session's affinity as read for the request before the relay.
+    pub affinity: Option<StoredAffinity>,
+}
+
+impl Facts {
+    /// The fact of type `T`: in `facts` (the request's [`Facts`], looked up once by the
+    /// caller), else a value of its own in `ext` ([`FactsExt::fact`] in one look-up fewer).
+    #[inline(always)]
+    pub(crate) fn read<'a, T: Fact>(
+        facts: Option<&'a Facts>,
+        ext: &'a Extensions,
+    ) -> Option<&'a T> {
+        match facts.and_then(|f| T::field(f).as_ref()) {
+            Some(value) => Some(value),
+            None => ext.get::<T>(),
+        }
+    }
 }
 
 mod sealed {
@@ -66,7 +86,7 @@ mod sealed {
 }
 
 /// A type [`Facts`] has a field for: [`Tenant`], [`SessionId`], [`ComboName`],
-/// [`ResolvedAccount`], [`ServingModel`] and [`QuotaSignal`].
+/// [`ResolvedAccount`], [`ServingModel`], [`QuotaSignal`] and [`StoredAffinity`].
 pub trait Fact: sealed::Sealed + Clone + Send + Sync + 'static {
     /// The field of `facts` holding this type.
     fn field(facts: &Facts) -> &Option<Self>;
@@ -99,6 +119,7 @@ fact! {
     ResolvedAccount => account,
     ServingModel => model,
     QuotaSignal => quota,
+    StoredAffinity => affinity,
 }
 
 /// Reads and writes the [`Facts`] of an extension map (see the [module docs](self)).
@@ -192,6 +213,11 @@ mod tests {
                     }
                 }
                 prop_assert_eq!(ext.fact::<Tenant>(), set.as_ref().or(own.as_ref()));
+                // The read with `Facts` looked up once gives the same.
+                prop_assert_eq!(
+                    Facts::read::<Tenant>(ext.get::<Facts>(), &ext),
+                    set.as_ref().or(own.as_ref())
+                );
                 // The other facts are untouched.
                 prop_assert_eq!(ext.fact::<SessionId>(), None);
             }
@@ -207,6 +233,8 @@ mod tests {
         ext.set_fact(ResolvedAccount::new("codex", "a"));
         ext.set_fact(ServingModel::new("codex/gpt-5"));
         ext.set_fact(QuotaSignal::used(0.5));
+        let read = StoredAffinity::new(context_relay_core::HandoffKey::new("t", "s", "c"), None);
+        ext.set_fact(read.clone());
         assert_eq!(ext.len(), 1);
         assert_eq!(
             ext.get::<Facts>(),
@@ -217,6 +245,7 @@ mod tests {
                 account: Some(ResolvedAccount::new("codex", "a")),
                 model: Some(ServingModel::new("codex/gpt-5")),
                 quota: Some(QuotaSignal::used(0.5)),
+                affinity: Some(read),
             })
         );
         assert_eq!(ext.fact::<QuotaSignal>(), Some(&QuotaSignal::used(0.5)));

@@ -102,7 +102,7 @@ pub use configs::RelayConfigs;
 pub use events::{RelayEvent, RelayEvents};
 pub use extensions::{
     ComboName, QuotaSignal, RequestFacts, ResolvedAccount, ServingModel, SessionId, SkipRelay,
-    SummaryCall, Tenant, relay_skips,
+    StoredAffinity, SummaryCall, Tenant, relay_skips,
 };
 pub use facts::{Fact, Facts, FactsExt};
 pub use generation::Capture;

@@ -267,7 +267,7 @@ where
     let session = session_key(&parts.extensions);
     let Shared { affinity, activity } = shared;
     if let (Some(store), Some(s), false) = (&affinity, &session, internal) {
-        restore::rebind(&pools, store, &parts.extensions, s, &targets).await;
+        restore::rebind(&pools, store, &mut parts.extensions, s, &targets).await;
     }
     // Each attempt gets the client's head; the extensions are lent, not copied, when they can
     // be made again for a later attempt.

@@ -16,7 +16,9 @@
 //! summary call (left alone too); a [`QuotaSignal`] on the response wins over the
 //! layer's quota source. [`ServingModel`] (`provider/model`) turns on model switches: a
 //! session sent to another model than the one that last served it gets a model-switch
-//! handoff, and all account-bound state is removed.
+//! handoff, and all account-bound state is removed. A [`StoredAffinity`] is the session's
+//! affinity as a resolver read it from the relay's store for the request: the injection side
+//! takes it instead of reading the store again.
 //!
 //! Each may be inserted on its own or set in the request's [`Facts`], one value for all six
 //! (one allocation instead of six; [`FactsExt`] reads and writes them there): the layers read
@@ -27,5 +29,5 @@
 
 pub use context_relay_engine::{
     ComboName, Fact, Facts, FactsExt, QuotaSignal, ResolvedAccount, ServingModel, SessionId,
-    SkipRelay, SummaryCall, Tenant,
+    SkipRelay, StoredAffinity, SummaryCall, Tenant,
 };

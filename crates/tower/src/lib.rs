@@ -123,7 +123,7 @@ pub use context_relay_engine::{
 };
 pub use extensions::{
     ComboName, Fact, Facts, FactsExt, QuotaSignal, ResolvedAccount, ServingModel, SessionId,
-    SkipRelay, SummaryCall, Tenant,
+    SkipRelay, StoredAffinity, SummaryCall, Tenant,
 };
 pub use generation::{Generation, GenerationLayer};
 pub use injection::{Injection, InjectionLayer, RELAY_HEADER, RelayAction};

@@ -20,7 +20,7 @@ use super::fast::fast;
 use super::model::{self, ModelMove};
 use super::repair::{Remember, Repair, Sent};
 use super::ticket::Ticket;
-use crate::extensions::{RequestFacts, ResolvedAccount};
+use crate::extensions::{RequestFacts, ResolvedAccount, StoredAffinity};
 use crate::metrics;
 use crate::relay::{Relay, Shared};
 
@@ -124,6 +124,7 @@ impl Relay {
             account: account.clone(),
             model: serving_model.map(|m| m.0.clone()),
             keyless,
+            stored: facts.affinity.cloned(),
         })
     }
 }
@@ -142,6 +143,21 @@ pub(crate) struct BodyDecision {
     model: Option<Arc<str>>,
     /// No tenant of its own ([`keyless`](crate::tenant::keyless)): a fingerprint keys nothing.
     keyless: bool,
+    /// The session's affinity as read for this request before the relay, if it was.
+    stored: Option<StoredAffinity>,
+}
+
+/// The affinity of `key`: the one read for this request before the relay when it was read for
+/// `key` (one store read fewer), else the store's.
+async fn affinity_of(
+    shared: &Shared,
+    stored: Option<&StoredAffinity>,
+    key: &HandoffKey,
+) -> Option<Affinity> {
+    match stored.and_then(|s| s.of(key)) {
+        Some(read) => read,
+        None => shared.affinity(key).await,
+    }
 }
 
 /// The request as it goes out after [`BodyDecision::decide`].
@@ -173,7 +189,7 @@ impl BodyDecision {
                 session,
                 combo: self.combo,
             };
-            let affinity = self.shared.affinity(&key).await;
+            let affinity = affinity_of(&self.shared, self.stored.as_ref(), &key).await;
             let model = self.model.as_deref();
             if let Some(record) = model::to_record(affinity.as_ref(), &self.account, model) {
                 ticket.set_record(key, record);
@@ -208,6 +224,7 @@ impl BodyDecision {
             account,
             model,
             keyless,
+            stored,
         } = self;
         let unchanged = |body, ticket| Decided {
             body,
@@ -244,7 +261,7 @@ impl BodyDecision {
         };
         let mut ticket = Ticket::new(shared.clone(), account.clone());
         let now = SystemTime::now();
-        let session_affinity = shared.affinity(&session_key).await;
+        let session_affinity = affinity_of(&shared, stored.as_ref(), &session_key).await;
         // Which conversation of the session this is (sub-agents share their parent's header).
         let opening = decoded.as_deref().and_then(session::opening);
         let conversation =

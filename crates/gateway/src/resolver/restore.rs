@@ -13,14 +13,15 @@
 //! a session, and its affinity wins over the pool's binding: another replica may have moved
 //! the session (a quota rotation, a retry on another account) since this one bound it, and
 //! the relay, which reads the same affinity, would take the stale binding for a switch, and
-//! the other replica the next turn for one back. The price is one more store read per
-//! request on such a store.
+//! the other replica the next turn for one back. What was read is handed to the relay
+//! ([`StoredAffinity`]), which would otherwise read it again for the request: the price is
+//! one store read per request on such a store, made earlier, not one more.
 
 use std::sync::Arc;
 
 use context_relay_core::HandoffKey;
 use context_relay_store::HandoffStore;
-use context_relay_tower::{ComboName, FactsExt, SessionId, Tenant};
+use context_relay_tower::{ComboName, FactsExt, SessionId, StoredAffinity, Tenant};
 use http::Extensions;
 
 use crate::combo::RouteTargets;
@@ -57,10 +58,12 @@ impl std::fmt::Debug for AffinityStore {
 
 /// Binds `session` (the pool key) to the account of its stored affinity: when no pool of the
 /// request's targets knows it, or, on a shared store, when the affinity names another account.
+/// On a shared store, the affinity read is set on `extensions` for the relay (other stores
+/// answer the relay from their own cache).
 pub(super) async fn rebind(
     pools: &AccountPools,
     store: &AffinityStore,
-    extensions: &Extensions,
+    extensions: &mut Extensions,
     session: &SessionKey,
     targets: &RouteTargets,
 ) {
@@ -83,8 +86,18 @@ pub(super) async fn rebind(
     // `Gateway::with_store` that never answers must not hold the request.
     let read = tokio::time::timeout(AFFINITY_READ_BOUND, store.store.affinity(&key));
     let affinity = match read.await {
-        Ok(Ok(Some(a))) => a,
-        Ok(Ok(None)) => return,
+        Ok(Ok(Some(a))) => {
+            if store.shared {
+                extensions.set_fact(StoredAffinity::new(key, Some(a.clone())));
+            }
+            a
+        }
+        Ok(Ok(None)) => {
+            if store.shared {
+                extensions.set_fact(StoredAffinity::new(key, None));
+            }
+            return;
+        }
         Ok(Err(e)) => {
             tracing::debug!(error = %e, "affinity not readable; the session is placed afresh");
             return;
