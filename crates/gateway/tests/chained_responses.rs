@@ -164,3 +164,49 @@ async fn a_chained_sessions_handoff_is_written_again_as_its_turns_add_up() {
     // Turn 1 writes it; two items a turn, so turns 4 and 7 write it again.
     assert_eq!(summaries, 3);
 }
+
+/// The summary written in the band, at a chained turn, is what the next chained turn carries
+/// to the new account: a chained turn's first item is no opening of another conversation, so
+/// it does not disown the handoff (each turn sends different new input).
+#[tokio::test]
+async fn a_chained_session_carries_the_summary_written_in_the_band() {
+    let h = Harness::start(1, MEMORY, SimProvider::builder()).await;
+    let headers = vec![
+        ("content-type".to_owned(), "application/json".to_owned()),
+        ("authorization".to_owned(), "Bearer sk-agent".to_owned()),
+        ("session_id".to_owned(), "chained-band".to_owned()),
+    ];
+    let mut previous: Option<Value> = None;
+    // 30 %, 60 %, then 90 % of acct-a: the third turn writes the summary; acct-a is then used
+    // up and the fourth turn goes to acct-b.
+    for turn in 1..=4 {
+        if turn == 4 {
+            assert_eq!(h.handoffs("chained-band").await, 1, "written in the band");
+            h.sim.set_used("acct-a", 100.0);
+            h.sim.clear_requests();
+        }
+        let mut body = json!({"model": "codex-relay", "store": true,
+            "input": [{"role": "user", "content": [{"type": "input_text",
+                "text": format!("step {turn} of renaming the crate")}]}]});
+        if let Some(id) = &previous {
+            body["previous_response_id"] = id.clone();
+        }
+        let (status, acted, reply) = h.send(0, "/v1/responses", &headers, &body).await;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&reply));
+        previous = Some(serde_json::from_slice::<Value>(&reply).unwrap()["id"].clone());
+        h.idle().await;
+        if turn == 4 {
+            assert_eq!(
+                acted.as_deref(),
+                Some("injected, scrubbed"),
+                "the summary, not a stand-in"
+            );
+        }
+    }
+    let sent = h.turns().pop().expect("sent");
+    assert_eq!(sent.account.as_deref(), Some("acct-b"));
+    assert_eq!(sent.rejected, None);
+    let text = serde_json::to_string(&sent.json().unwrap()["input"]).unwrap();
+    assert_eq!(text.matches(HANDOFF_TAG).count(), 1, "{text}");
+    assert_eq!(h.handoffs("chained-band").await, 0, "consumed");
+}

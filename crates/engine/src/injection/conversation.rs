@@ -151,10 +151,12 @@ impl Conversation {
     }
 
     /// Whether `digest` (a handoff's recorded opening) is this conversation's: a handoff with
-    /// none recorded, or a request with no opening, matches.
+    /// none recorded, or a request with no opening, matches; so does a request that continues
+    /// a conversation the provider keeps, which belongs to the session itself (its first item
+    /// is the turn's new input, different on every turn, not the conversation's opening).
     pub(crate) fn owns(&self, digest: Option<u64>) -> bool {
         match (digest, self.opening) {
-            (Some(d), Some(o)) => d == o.digest,
+            (Some(d), Some(o)) => o.chained || d == o.digest,
             _ => true,
         }
     }
