@@ -145,3 +145,46 @@ async fn a_full_disk_breaks_writes_until_there_is_room_again() {
     assert!(store.get(&key(0)).await.unwrap().is_some());
     drop(store);
 }
+
+/// A disk that stays full: the store stays broken (an empty commit still succeeds there, so
+/// it is no proof that writes can resume), and each later write is answered at once.
+#[tokio::test]
+async fn a_disk_that_stays_full_keeps_the_store_broken() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(_mount) = small_filesystem(dir.path(), "8m") else {
+        eprintln!(
+            "cannot mount a small filesystem here (not root?): the full-disk case is not run"
+        );
+        return;
+    };
+    let path = dir.path().join("handoffs.redb");
+    let store = RedbStore::builder(&path)
+        .reopen_backoff(Duration::from_millis(100))
+        .open()
+        .unwrap();
+    store.upsert(rec(&key(0), "s")).await.unwrap();
+    let _filler = fill(dir.path());
+    let mut failed = false;
+    for i in 1..200 {
+        if store
+            .upsert(rec(&key(i), &"x".repeat(32 << 10)))
+            .await
+            .is_err()
+        {
+            failed = true;
+            break;
+        }
+    }
+    assert!(failed, "no write failed on a full disk");
+    // Several reopen attempts later (100, 200, 400 ms…), the disk still full.
+    for _ in 0..15 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            store.health().is_err(),
+            "the store said it recovered on a disk still full"
+        );
+        // A write meanwhile is refused, never a panic.
+        let _ = store.upsert(rec(&key(500), &"x".repeat(32 << 10))).await;
+    }
+    drop(store);
+}

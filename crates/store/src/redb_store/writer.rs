@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use context_relay_core::time::to_unix_millis;
 use context_relay_core::{HandoffKey, HandoffRecord, HandoffSlot};
 use dashmap::mapref::entry::Entry;
-use redb::{Database, ReadableTable};
+use redb::{Database, ReadableTable, TableDefinition};
 use tokio::sync::oneshot;
 
 use super::open::{AFFINITY, HANDOFFS, MODEL_HANDOFFS, decode_header, encode};
@@ -206,6 +206,9 @@ pub(super) fn run_writer(reopen: &Reopen, rx: &mpsc::Receiver<Op>, max_batch: us
     let mut backoff = reopen.first_backoff;
     // While broken: when to try again.
     let mut next_attempt: Option<Instant> = None;
+    // Reopened, but no write committed since: a failure then doubles the wait (a disk that
+    // is still full passes the probe when the file has a few free pages).
+    let mut on_probation = false;
     loop {
         let first = match next_attempt {
             None => match rx.recv() {
@@ -224,7 +227,7 @@ pub(super) fn run_writer(reopen: &Reopen, rx: &mpsc::Receiver<Op>, max_batch: us
             match recover(reopen) {
                 Ok(()) => {
                     next_attempt = None;
-                    backoff = reopen.first_backoff;
+                    on_probation = true;
                     cell.works();
                     tracing::info!(path = %reopen.path.display(), "redb store reopened; writes resume");
                 }
@@ -253,6 +256,9 @@ pub(super) fn run_writer(reopen: &Reopen, rx: &mpsc::Receiver<Op>, max_batch: us
             (Some(_), _) => cell.health("commit"),
             (None, Err(unavailable)) => Err(unavailable),
             (None, Ok(db)) => apply(&db, &batch).map_err(|e| {
+                if on_probation {
+                    backoff = (backoff * 2).clamp(Duration::from_millis(1), MAX_REOPEN_BACKOFF);
+                }
                 let at = Instant::now() + backoff;
                 tracing::error!(
                     error = %e, writes = batch.len(), path = %reopen.path.display(), retry_in = ?backoff,
@@ -269,6 +275,10 @@ pub(super) fn run_writer(reopen: &Reopen, rx: &mpsc::Receiver<Op>, max_batch: us
                 }
             }),
         };
+        if result.is_ok() && on_probation {
+            on_probation = false;
+            backoff = reopen.first_backoff;
+        }
         for op in batch {
             let done = match op {
                 Op::Put { done, .. } | Op::Delete { done, .. } | Op::PutAffinity { done, .. } => {
@@ -295,21 +305,37 @@ pub(super) fn run_writer(reopen: &Reopen, rx: &mpsc::Receiver<Op>, max_batch: us
     }
 }
 
-/// Reopens the file when it is closed, then proves it writable with an empty commit.
+/// Reopens the file when it is closed, then proves it writable: a commit that writes
+/// [`PROBE_BYTES`] and one that takes them out again. An empty commit is no proof: it passes
+/// on a disk that is still full.
 fn recover(reopen: &Reopen) -> Result<(), StoreError> {
     if !reopen.cell.is_open() {
         let db = super::open::open_database(&reopen.path, reopen.cache_size)?;
         reopen.cell.put(db);
     }
     let db = reopen.cell.get("commit")?;
-    let probe = db.begin_write().map_err(|e| StoreError::Io {
-        op: "commit",
-        reason: e.to_string(),
-    })?;
-    probe.commit().map_err(|e| StoreError::Io {
+    probe(&db).map_err(|e| StoreError::Io {
         op: "commit",
         reason: e.to_string(),
     })
+}
+
+/// What the reopen probe writes: as much as a large record (a handoff, a switched session's
+/// affinity with its foreign digests).
+const PROBE_BYTES: usize = 64 << 10;
+
+/// The table the probe writes to and empties again.
+const PROBE: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("write_probe");
+
+fn probe(db: &Database) -> Result<(), redb::Error> {
+    let w = db.begin_write()?;
+    w.open_table(PROBE)?
+        .insert("probe", vec![0u8; PROBE_BYTES].as_slice())?;
+    w.commit()?;
+    let w = db.begin_write()?;
+    w.open_table(PROBE)?.remove("probe")?;
+    w.commit()?;
+    Ok(())
 }
 
 fn apply(db: &Database, batch: &[Op]) -> Result<(), redb::Error> {
