@@ -40,7 +40,7 @@ pub fn describe_metrics() {
 }
 
 /// Counters and their help text.
-const COUNTERS: [(&str, &str); 24] = [
+const COUNTERS: [(&str, &str); 26] = [
     (
         "context_relay_gateway_request_deadline_total",
         "Requests that reached request_timeout_secs, by phase (head: answered 504; body: the stream was cut).",
@@ -122,6 +122,14 @@ const COUNTERS: [(&str, &str); 24] = [
         "Provider answers whose usage was counted, by client, provider, account, model and kind.",
     ),
     (
+        "context_relay_gateway_login_refreshes_total",
+        "Subscription login refreshes, by provider, account and outcome (ok, refused, failed).",
+    ),
+    (
+        "context_relay_gateway_login_save_failures_total",
+        "Refreshed login pairs that could not be saved, by provider, account and target (file, store).",
+    ),
+    (
         "context_relay_gateway_config_reloads_total",
         "Configuration reloads (SIGHUP), by outcome (applied, refused).",
     ),
@@ -138,3 +146,60 @@ const COUNTERS: [(&str, &str); 24] = [
         "Stored records that could not be read and were skipped, by backend.",
     ),
 ];
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    /// The metric names recorded with a literal name (`counter!("context_relay_…"`, and the
+    /// same for gauges and histograms) in the Rust files under `dir`.
+    fn recorded(dir: &Path, into: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).expect("source folder") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                recorded(&path, into);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("source file");
+            for mac in ["counter!(", "gauge!(", "histogram!("] {
+                for (at, _) in text.match_indices(mac) {
+                    let rest = text[at + mac.len()..].trim_start();
+                    if let Some(name) = rest
+                        .strip_prefix('"')
+                        .and_then(|r| r.split_once('"'))
+                        .map(|(name, _)| name)
+                        .filter(|n| n.starts_with("context_relay_"))
+                        .filter(|n| n.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
+                    {
+                        into.push(name.to_owned());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every metric the gateway and its store record by a literal name has its help text:
+    /// a `/metrics` family without its `# HELP` line is what an operator's tooling flags
+    /// (the relay's own names are checked in its `metrics` module).
+    #[test]
+    fn every_recorded_metric_has_a_help_text() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut names = Vec::new();
+        recorded(&root.join("src"), &mut names);
+        recorded(&root.join("../store/src"), &mut names);
+        names.sort();
+        names.dedup();
+        assert!(names.len() >= 20, "{names:?}");
+        let described: Vec<&str> = super::COUNTERS.iter().map(|(n, _)| *n).collect();
+        let source = include_str!("metric_help.rs");
+        for name in names {
+            assert!(
+                described.contains(&name.as_str()) || source.contains(&format!("\"{name}\",")),
+                "{name} has no help text in describe_metrics()"
+            );
+        }
+    }
+}
