@@ -67,6 +67,11 @@ pub(crate) enum ErrorKind {
     Upstream,
     /// Every account is exhausted (429).
     RateLimited,
+    /// Every account is exhausted until a reset further away than a client's retries reach
+    /// (429): named as the ChatGPT backend names a used-up plan (`usage_limit_reached`), which
+    /// Codex CLI shows at once, where a `rate_limit_error` makes it retry after each
+    /// `retry-after` (hours, for a quota window).
+    UsageLimit,
     /// No client key, or an unknown one (401).
     Unauthenticated,
     /// The client may not use what it asked for (403).
@@ -91,6 +96,7 @@ impl ErrorKind {
             Self::UpstreamTimeout => ("timeout", "timeout_error"),
             Self::Upstream => ("upstream_error", "api_error"),
             Self::RateLimited => ("rate_limit_error", "rate_limit_error"),
+            Self::UsageLimit => ("usage_limit_reached", "rate_limit_error"),
             Self::Unauthenticated => ("invalid_api_key", "authentication_error"),
             Self::PermissionDenied => ("permission_denied", "permission_error"),
             Self::Internal => ("api_error", "api_error"),
@@ -108,7 +114,7 @@ impl ErrorKind {
             Self::ModelNotFound => "NOT_FOUND",
             Self::Overloaded | Self::Upstream => "UNAVAILABLE",
             Self::RequestTimeout | Self::UpstreamTimeout => "DEADLINE_EXCEEDED",
-            Self::RateLimited => "RESOURCE_EXHAUSTED",
+            Self::RateLimited | Self::UsageLimit => "RESOURCE_EXHAUSTED",
             Self::Unauthenticated => "UNAUTHENTICATED",
             Self::PermissionDenied => "PERMISSION_DENIED",
             Self::Internal => "INTERNAL",
@@ -223,6 +229,7 @@ mod tests {
             UpstreamTimeout,
             Upstream,
             RateLimited,
+            UsageLimit,
             Unauthenticated,
             PermissionDenied,
             Internal,
@@ -307,6 +314,7 @@ mod gemini_tests {
             (UpstreamTimeout, 504),
             (Upstream, 503),
             (RateLimited, 429),
+            (UsageLimit, 429),
             (Unauthenticated, 401),
             (PermissionDenied, 403),
             (Internal, 500),

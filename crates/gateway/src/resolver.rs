@@ -71,7 +71,7 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use context_relay_core::quota;
 use context_relay_tower::{ComboName, FactsExt, ResolvedAccount, SessionId, SummaryCall, Tenant};
-use http::{Extensions, HeaderValue, Request, Response, StatusCode, header};
+use http::{Extensions, Request, Response, StatusCode};
 use http_body::Body;
 use http_body_util::Either;
 use smallvec::SmallVec;
@@ -492,50 +492,11 @@ where
     if !providers_seen.is_empty() && providers_seen.iter().all(|p| p.all_refused()) {
         return Ok(refused_everywhere(head.uri().path(), &skipped_shape));
     }
-    let now = SystemTime::now();
-    let names: Vec<&str> = providers_seen.iter().map(|p| &**p.name()).collect();
-    let next = providers_seen
-        .iter()
-        .filter_map(|p| p.next_reset(now))
-        .min();
-    let wait = next
-        .and_then(|t| t.duration_since(now).ok())
-        .map_or(60, |d| d.as_secs().max(1));
-    let mut res = own_error(
+    Ok(exhausted_everywhere(
         head.uri().path(),
-        StatusCode::TOO_MANY_REQUESTS,
-        ErrorKind::RateLimited,
-        &format!(
-            "every account of {} is exhausted; the next one becomes available in about {wait} s{}",
-            if names.is_empty() {
-                "the route".to_owned()
-            } else {
-                names.join(", ")
-            },
-            skipped_note(&skipped_shape, head.uri().path())
-        ),
-    );
-    res.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from(wait));
-    Ok(res)
-}
-
-/// The 502 of a request no account could serve because the provider refused every one's
-/// credential, or no login could be refreshed. Relaying the provider's 401/403 would tell the
-/// client its own key is wrong.
-fn refused_everywhere<B>(
-    client_path: &str,
-    skipped_shape: &[String],
-) -> Response<Either<B, Peeked<B>>> {
-    own_error(
-        client_path,
-        StatusCode::BAD_GATEWAY,
-        ErrorKind::Upstream,
-        &format!(
-            "no account that could serve this request has a credential the provider accepts: refused keys, or logins refused or failing to refresh; the gateway's operator must check the account keys and logins (the gateway's log names each){}",
-            skipped_note(skipped_shape, client_path)
-        ),
-    )
+        &providers_seen,
+        &skipped_shape,
+    ))
 }
 
 /// The gateway's own error answer to a request to `client_path`, in that API's error shape.
@@ -558,8 +519,10 @@ use head::Head;
 mod restore;
 pub(crate) use restore::AffinityStore;
 mod skipped;
-use skipped::{SKIPPED_HEADER, skipped_header, skipped_note};
+use skipped::{SKIPPED_HEADER, skipped_header};
 mod login;
+mod no_account;
+use no_account::{exhausted_everywhere, refused_everywhere};
 mod pinned;
 use pinned::Pinned;
 mod rotate;

@@ -128,6 +128,9 @@ async fn every_account_refused_is_the_gateways_own_502() {
     let res = call_scripted(&p, &log, &[], "u").await;
     assert_eq!(res.status(), 429);
     assert!(res.headers().contains_key("retry-after"));
+    // Back within a client's retries: a rate limit, which clients retry after `retry-after`.
+    let body = text(res).await;
+    assert!(body.contains("\"rate_limit_error\""), "{body}");
 }
 
 /// A quota answer, then refused credentials: the client gets the quota answer (waiting helps),

@@ -3,6 +3,7 @@
 use std::convert::Infallible;
 use std::sync::Mutex;
 
+use http::HeaderValue;
 use http_body_util::{BodyExt, Full};
 use tower::service_fn;
 
@@ -296,6 +297,11 @@ async fn all_exhausted_gives_the_last_429_then_our_own() {
         .parse()
         .unwrap();
     assert!(after > 60, "the announced reset (1 h) is used: {after}");
+    // A wait that long is a used-up quota window, named as the ChatGPT backend names one:
+    // Codex CLI shows it at once instead of retrying after each `retry-after` for hours.
+    let body: serde_json::Value =
+        serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!(body["error"]["type"], "usage_limit_reached", "{body}");
 }
 
 #[tokio::test]
