@@ -87,7 +87,7 @@ impl Credential {
 }
 
 /// Adds `beta` to the `anthropic-beta` list (one header, comma-separated, the client's betas
-/// first), unless it is listed already.
+/// first), unless it is listed already; the client's lines become one header either way.
 fn add_beta(headers: &mut HeaderMap, beta: &str) {
     let listed: Vec<&str> = headers
         .get_all(&ANTHROPIC_BETA)
@@ -97,14 +97,17 @@ fn add_beta(headers: &mut HeaderMap, beta: &str) {
         .map(str::trim)
         .filter(|b| !b.is_empty())
         .collect();
-    if listed.contains(&beta) {
+    let has = listed.contains(&beta);
+    if has && headers.get_all(&ANTHROPIC_BETA).iter().nth(1).is_none() {
         return;
     }
     let mut joined = listed.join(",");
-    if !joined.is_empty() {
-        joined.push(',');
+    if !has {
+        if !joined.is_empty() {
+            joined.push(',');
+        }
+        joined.push_str(beta);
     }
-    joined.push_str(beta);
     if let Ok(v) = HeaderValue::from_str(&joined) {
         headers.insert(ANTHROPIC_BETA.clone(), v);
     }
@@ -137,6 +140,16 @@ mod tests {
             h["anthropic-beta"],
             "claude-code-20250219,a,b,oauth-2025-04-20"
         );
+        // The beta listed already, on the second of two lines: still one header.
+        let mut two = HeaderMap::new();
+        two.append("anthropic-beta", HeaderValue::from_static("a-1"));
+        two.append(
+            "anthropic-beta",
+            HeaderValue::from_static("b-2, oauth-2025-04-20"),
+        );
+        c.clone().apply(&mut two);
+        assert_eq!(two["anthropic-beta"], "a-1,b-2,oauth-2025-04-20");
+        assert_eq!(two.get_all("anthropic-beta").iter().count(), 1);
         let mut empty = HeaderMap::new();
         c.apply(&mut empty);
         assert_eq!(empty["anthropic-beta"], "oauth-2025-04-20");
