@@ -151,7 +151,7 @@ where
         }
         held = match std::mem::replace(&mut held, Held::Nothing) {
             Held::Joined(mut buf) => {
-                append(&mut buf, &data, hold)?;
+                append(&mut buf, &data, limit, hold)?;
                 grown(&mut search, &buf);
                 Held::Joined(buf)
             }
@@ -177,14 +177,14 @@ where
             // The bytes held so far move into the buffer, whose capacity is taken before they do.
             Held::One(head) => {
                 let mut buf = joined(&Chunks::from(head), expected(total), hold)?;
-                append(&mut buf, &data, hold)?;
+                append(&mut buf, &data, limit, hold)?;
                 grown(&mut search, &buf);
                 Held::Joined(buf)
             }
             Held::Kept(chunks) => {
                 let mut buf = joined(&chunks, expected(total), hold)?;
                 drop(chunks);
-                append(&mut buf, &data, hold)?;
+                append(&mut buf, &data, limit, hold)?;
                 grown(&mut search, &buf);
                 Held::Joined(buf)
             }
@@ -262,11 +262,19 @@ fn grown(search: &mut Option<Pieces<'_>>, buf: &[u8]) {
     }
 }
 
-/// Appends `data` to `buf`, taking what its capacity grows by from `hold`.
-fn append(buf: &mut Vec<u8>, data: &[u8], hold: &mut BudgetHold) -> Result<(), Collect> {
+/// Appends `data` to `buf`, taking what its capacity grows by from `hold`; its capacity never
+/// grows past what a body of `limit` bytes needs (a body sent without its length, doubling its
+/// way up, would otherwise hold up to twice the limit).
+fn append(
+    buf: &mut Vec<u8>,
+    data: &[u8],
+    limit: usize,
+    hold: &mut BudgetHold,
+) -> Result<(), Collect> {
     if buf.capacity() - buf.len() < data.len() {
         // Grows by doubling, as `Vec` would, but counted.
-        let wanted = (buf.len() + data.len()).max(buf.capacity() * 2);
+        let needed = buf.len() + data.len();
+        let wanted = needed.max((buf.capacity() * 2).min(HEADROOM + limit));
         reserve(buf, wanted, hold)?;
     }
     buf.extend_from_slice(data);

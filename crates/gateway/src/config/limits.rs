@@ -43,7 +43,7 @@ pub(crate) const MAX_SECS: f64 = 86_400.0;
 /// | `upstream_idle_timeout_secs` | 300 | between two chunks of a provider's response body |
 /// | `shutdown_timeout_secs` | 30 | draining on shutdown, then streams are cut |
 /// | `max_connections` | 10000 | connections that sent a request (as many more may wait for their first) |
-/// | `max_buffered_bytes` | 1 GiB | request bytes held by all requests together (buffers, decoded bodies, room for one rewritten copy each; keep it at least twice `max_request_bytes`) |
+/// | `max_buffered_bytes` | 1 GiB | request bytes held by all requests together (buffers, decoded bodies, room for one rewritten copy each; keep it at least twice `max_request_bytes` and [`BUFFER_SLACK`]) |
 ///
 /// Durations are seconds, integer or fractional (`0.5`), from 1 ms to one day.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -98,6 +98,13 @@ fn default_max_connections() -> usize {
 fn default_max_buffered_bytes() -> u64 {
     1 << 30
 }
+
+/// What a lone request may take from `max_buffered_bytes` beyond twice its body: the buffer's
+/// spare bytes in front (a `model` rewritten longer in place) and a rewritten copy grown by the
+/// target's model name. A budget of twice `max_request_bytes` and this serves a lone body of
+/// the largest size allowed (an uncompressed one; a compressed one also holds its compressed
+/// bytes).
+pub const BUFFER_SLACK: u64 = 64 << 10;
 
 impl Default for LimitsConfig {
     fn default() -> Self {

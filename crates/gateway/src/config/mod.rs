@@ -46,7 +46,7 @@ pub use auth::AuthScheme;
 pub use clients::ClientConfig;
 pub use error::ConfigError;
 pub(crate) use error::invalid;
-pub use limits::{LimitsConfig, Secs};
+pub use limits::{BUFFER_SLACK, LimitsConfig, Secs};
 pub use store::{StoreBackend, StoreConfig};
 
 use crate::secret::redact_url;

@@ -13,7 +13,7 @@ use http::HeaderValue;
 use super::Config;
 use super::clients::parse_hex32;
 use super::error::{ConfigError, invalid};
-use super::limits::{MAX_SECS, MIN_SECS};
+use super::limits::{BUFFER_SLACK, MAX_SECS, MIN_SECS};
 use crate::secret::redact_url;
 
 /// Largest relay `ttl_secs` (30 days): beyond it `now + ttl` can overflow a timestamp.
@@ -285,8 +285,8 @@ impl Config {
     /// provider at all, an open
     /// gateway beyond loopback, providers whose `rotate_at` is at or below a combo's
     /// `handoff_threshold` (the account is left before a handoff is ever written), a
-    /// `max_buffered_bytes` below twice `max_request_bytes` (a large request is refused even
-    /// when it is alone), subscription logins on the memory store, and providers on a host known to speak one API left on
+    /// `max_buffered_bytes` below twice `max_request_bytes` and [`BUFFER_SLACK`] (a large
+    /// request is refused even when it is alone), subscription logins on the memory store, and providers on a host known to speak one API left on
     /// `api = "passthrough"`.
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
@@ -303,11 +303,11 @@ impl Config {
             self.limits.max_buffered_bytes,
             self.max_request_bytes as u64,
         );
-        if buffered < request.saturating_mul(2) {
+        let least = request.saturating_mul(2).saturating_add(BUFFER_SLACK);
+        if buffered < least {
             out.push(format!(
-                "limits.max_buffered_bytes ({buffered}) is below twice max_request_bytes ({request}): a request takes its buffer and room for one rewritten copy of it from the budget, so a body over about {} bytes gets a 503 even when no other request is in flight (set max_buffered_bytes to at least {})",
-                buffered / 2,
-                request.saturating_mul(2)
+                "limits.max_buffered_bytes ({buffered}) is below twice max_request_bytes ({request}) and {BUFFER_SLACK} bytes: a request takes its buffer and room for one rewritten copy of it from the budget, so a body over about {} bytes gets a 503 even when no other request is in flight (set max_buffered_bytes to at least {least})",
+                buffered.saturating_sub(BUFFER_SLACK) / 2,
             ));
         }
         for (combo, relay, _) in self.relay_configs() {
@@ -562,19 +562,19 @@ mod tests {
     fn a_budget_below_twice_the_request_limit_is_warned_about() {
         let c = load(
             "max_request_bytes = 1000",
-            "[limits]\nmax_buffered_bytes = 2000\n",
+            "[limits]\nmax_buffered_bytes = 67536\n",
         )
         .unwrap();
         assert!(c.warnings().is_empty(), "{:?}", c.warnings());
         let c = load(
             "max_request_bytes = 1000",
-            "[limits]\nmax_buffered_bytes = 1999\n",
+            "[limits]\nmax_buffered_bytes = 67535\n",
         )
         .unwrap();
         let w = c.warnings();
         assert_eq!(w.len(), 1, "{w:?}");
         assert!(
-            w[0].contains("max_buffered_bytes (1999)") && w[0].contains("at least 2000"),
+            w[0].contains("max_buffered_bytes (67535)") && w[0].contains("at least 67536"),
             "{w:?}"
         );
     }

@@ -161,3 +161,76 @@ async fn a_spent_byte_budget_is_a_503_with_retry_after() {
     assert!(String::from_utf8_lossy(&reply).starts_with("HTTP/1.1 408"));
     assert_eq!(send().await.unwrap().status(), 200);
 }
+
+/// A budget the configuration check accepts without a warning (twice `max_request_bytes` and
+/// the slack it names) serves a lone body of the largest size allowed, whether it comes with
+/// a `content-length` or chunked, with a session header or without: a 503 with `retry-after`
+/// would be retried for ever.
+#[tokio::test]
+async fn a_lone_body_at_the_size_limit_fits_the_smallest_budget_allowed() {
+    const LIMIT: usize = 1 << 20;
+    let sim = SimProvider::builder()
+        .account("acct-a", "key-a")
+        .start()
+        .await
+        .unwrap();
+    let budget = 2 * LIMIT as u64 + context_relay_gateway::config::BUFFER_SLACK;
+    let top = format!("max_request_bytes = {LIMIT}");
+    let limits = format!("max_buffered_bytes = {budget}");
+    let config_warnings = {
+        let store = format!("backend = \"memory\"\n[limits]\n{limits}");
+        CodexGateway {
+            accounts: &["acct-a"],
+            top: &top,
+            store: &store,
+            provider: "quota = \"none\"",
+        }
+        .config(&sim.base_url())
+        .warnings()
+    };
+    assert!(
+        config_warnings
+            .iter()
+            .all(|w| !w.contains("max_buffered_bytes")),
+        "{config_warnings:?}"
+    );
+    let (_gateway, server) = small_gateway(&sim.base_url(), &top, &limits).await;
+    let head = r#"{"model":"codex-relay","messages":[{"role":"user","content":""#;
+    let tail = r#""}]}"#;
+    let body = format!(
+        "{head}{}{tail}",
+        "x".repeat(LIMIT - head.len() - tail.len())
+    );
+    assert_eq!(body.len(), LIMIT);
+    for session in [Some("lone"), None] {
+        for chunked in [false, true] {
+            let mut s = TcpStream::connect(server.addr()).await.unwrap();
+            let mut req = String::from("POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n");
+            if let Some(id) = session {
+                req.push_str(&format!("session-id: {id}\r\n"));
+            }
+            if chunked {
+                req.push_str("transfer-encoding: chunked\r\nconnection: close\r\n\r\n");
+                for piece in body.as_bytes().chunks(1000) {
+                    req.push_str(&format!("{:x}\r\n", piece.len()));
+                    req.push_str(std::str::from_utf8(piece).unwrap());
+                    req.push_str("\r\n");
+                }
+                req.push_str("0\r\n\r\n");
+            } else {
+                req.push_str(&format!(
+                    "content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                ));
+            }
+            s.write_all(req.as_bytes()).await.unwrap();
+            let (reply, _) = read_until_closed(&mut s, Duration::from_secs(10)).await;
+            let reply = String::from_utf8_lossy(&reply);
+            assert!(
+                reply.starts_with("HTTP/1.1 200"),
+                "session {session:?}, chunked {chunked}: {}",
+                reply.lines().next().unwrap_or_default()
+            );
+        }
+    }
+}
