@@ -34,6 +34,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 
+use crate::error::{ErrorKind, ErrorShape, error_response_as};
 use crate::in_flight::ResponseBody;
 use bytes::Bytes;
 use futures_util::task::AtomicWaker;
@@ -387,6 +388,7 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
                         .increment(1);
                     return ConnFuture::Refused {
                         state: Some(state.clone()),
+                        answer: Some(refused(req)),
                     };
                 }
             }
@@ -394,6 +396,7 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
         if state.refused.load(Ordering::Acquire) {
             return ConnFuture::Refused {
                 state: Some(state.clone()),
+                answer: Some(refused(req)),
             };
         }
         state.in_flight.fetch_add(1, Ordering::AcqRel);
@@ -442,8 +445,40 @@ pin_project_lite::pin_project! {
             call: Oneshot<HttpService, Request<Incoming>>,
             guard: Option<InFlight>,
         },
-        Refused { state: Option<Arc<ConnState>> },
+        Refused {
+            state: Option<Arc<ConnState>>,
+            answer: Option<Response<ResponseBody>>,
+        },
     }
+}
+
+/// The 503 of a request no connection slot is left for: in the error shape of its API, with
+/// its `x-request-id` (the client's when plain, else a new one), `retry-after` and
+/// `connection: close`.
+fn refused(req: Request<Incoming>) -> Response<ResponseBody> {
+    let req = crate::access_log::ensure_request_id(req);
+    let mut res = refused_answer(req.uri().path());
+    if let Some(id) = req.headers().get(&crate::access_log::X_REQUEST_ID) {
+        res.headers_mut()
+            .insert(crate::access_log::X_REQUEST_ID.clone(), id.clone());
+    }
+    res
+}
+
+/// [`refused`] for a request to `path`, without the id.
+fn refused_answer(path: &str) -> Response<ResponseBody> {
+    let shape = ErrorShape::for_path(path);
+    let mut res = error_response_as(
+        shape,
+        StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::Overloaded.name(shape),
+        "the gateway has no connection slot left (max_connections); retry shortly",
+        |bytes| ResponseBody::new(Body::from(bytes), None),
+    );
+    let headers = res.headers_mut();
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    res
 }
 
 impl Future for ConnFuture {
@@ -462,22 +497,9 @@ impl Future for ConnFuture {
                 }
                 Poll::Ready(Ok(res.map(|inner| ConnBody { inner, guard })))
             }
-            ConnFutureProj::Refused { state } => {
+            ConnFutureProj::Refused { state, answer } => {
                 drop(state.take());
-                let mut res = Response::new(ResponseBody::new(
-                    Body::from(Bytes::from_static(
-                        b"the gateway has no connection slot left (max_connections); retry shortly\n",
-                    )),
-                    None,
-                ));
-                *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-                let headers = res.headers_mut();
-                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
-                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-                headers.insert(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("text/plain; charset=utf-8"),
-                );
+                let res = answer.take().unwrap_or_else(|| refused_answer("/"));
                 Poll::Ready(Ok(res.map(|inner| ConnBody { inner, guard: None })))
             }
         }

@@ -316,6 +316,10 @@ async fn idle_http2_connections_that_never_answer_the_goaway_give_back_their_slo
         .await
         .unwrap();
     assert_eq!(res.status(), 503);
+    // Like every answer of the gateway: an id, and the API's error shape.
+    assert!(res.headers().contains_key("x-request-id"));
+    assert_eq!(res.headers()["retry-after"], "1");
+    assert_eq!(res.headers()["content-type"], "application/json");
     // The idle deadline (2 s), then the close grace (at most the same): well within 15 s.
     let took = healthz_within(&server, Duration::from_secs(15))
         .await
