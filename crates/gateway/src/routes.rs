@@ -258,10 +258,25 @@ impl Gateway {
                 error_body(
                     ErrorShape::for_path(&path),
                     "not_found_error",
-                    &format!("no route for {} {path}", req.method()),
+                    &format!(
+                        "no route for {} {path}{}",
+                        req.method(),
+                        base_url_hint(&path)
+                    ),
                 ),
             )
         })
+    }
+}
+
+/// What a path the gateway has no route for says of the client's base URL: a doubled `/v1`
+/// is a base URL that ends in `/v1` where the client adds it itself (Anthropic's SDKs and
+/// Claude Code do; their users then see a "model may not exist" error, not the 404).
+fn base_url_hint(path: &str) -> &'static str {
+    if path.starts_with("/v1/v1/") {
+        "; the client's base URL ends in /v1 and the client adds /v1 itself: give it the gateway's address without /v1 (Anthropic clients, Claude Code)"
+    } else {
+        ""
     }
 }
 

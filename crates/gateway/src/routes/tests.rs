@@ -253,3 +253,29 @@ targets = ["codex/gpt-5.4"]
         ["codex-relay", "other", "codex/gpt-5.5", "codex/gpt-5.4"]
     );
 }
+
+/// A base URL that ends in `/v1` for a client that adds `/v1` itself (Claude Code with
+/// `ANTHROPIC_BASE_URL=…/v1`): the 404 says so, in the client's error shape.
+#[tokio::test]
+async fn a_doubled_v1_is_named_in_the_404() {
+    let (client, server) = serve().await;
+    for (path, hinted) in [("/v1/v1/messages", true), ("/v2/messages", false)] {
+        let res = client
+            .request(
+                Request::post(format!("{}{path}", server.url()))
+                    .body(Full::new(Bytes::from_static(b"{}")))
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 404);
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let message = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with(&format!("no route for POST {path}")),
+            "{message}"
+        );
+        assert_eq!(message.contains("without /v1"), hinted, "{message}");
+    }
+}
