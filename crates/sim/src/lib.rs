@@ -48,7 +48,8 @@
 //! ```
 //!
 //! The `context-relay-sim` binary serves one from the command line (`context-relay-sim --listen
-//! 127.0.0.1:9000 --accounts a,b`), for harnesses that run the gateway as a process.
+//! 127.0.0.1:9000 --accounts a,b`), for harnesses that run the gateway as a process; with
+//! `--summaries` it answers the relay's summary requests with a handoff note, as a model would.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]

@@ -25,6 +25,27 @@ struct Args {
     /// Send Anthropic unified rate-limit headers instead of Codex ones.
     #[arg(long)]
     anthropic_headers: bool,
+    /// Answer the relay's summary requests (a body holding its prompt's words "writing a
+    /// handoff note") with a handoff note in the relay's JSON format, using no quota, as a
+    /// model would write one; without it they are answered like any turn.
+    #[arg(long)]
+    summaries: bool,
+}
+
+/// Words of the relay's summary prompt: the simulator does not depend on the relay, so it
+/// recognises the prompt by them (as a test does).
+const SUMMARY_PROMPT_WORDS: &[u8] = b"writing a handoff note";
+
+/// The handoff note a summary request gets with `--summaries`: it names the account that
+/// wrote it, and says it is the simulator's.
+fn summary_note(req: &context_relay_sim::SummaryRequest<'_>) -> String {
+    serde_json::json!({
+        "summary": format!("Summary written on account {} by the simulated provider.", req.account),
+        "keyDecisions": ["keep the public API as it is"],
+        "taskProgress": "work in progress",
+        "activeEntities": [],
+    })
+    .to_string()
 }
 
 fn main() -> ExitCode {
@@ -54,6 +75,15 @@ async fn run(args: Args) -> std::io::Result<()> {
         .quota_step(args.quota_step);
     if args.anthropic_headers {
         builder = builder.quota_headers(SimQuotaHeaders::Anthropic);
+    }
+    if args.summaries {
+        builder = builder.summary_reply_with(
+            |body| {
+                body.windows(SUMMARY_PROMPT_WORDS.len())
+                    .any(|w| w == SUMMARY_PROMPT_WORDS)
+            },
+            summary_note,
+        );
     }
     let mut keys = Vec::new();
     for account in args.accounts.iter().filter(|a| !a.is_empty()) {

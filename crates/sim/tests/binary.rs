@@ -60,3 +60,40 @@ fn serves_the_accounts_it_was_given() {
     assert!(refused.starts_with("HTTP/1.1 400"), "{refused}");
     assert!(refused.contains("unsupported_parameter"), "{refused}");
 }
+
+/// With `--summaries`, a summary request (the relay's prompt) gets a handoff note in the
+/// relay's JSON format naming the account, and uses no quota; a turn is answered as before.
+#[test]
+fn answers_summary_requests_with_a_handoff_note_when_asked() {
+    let child = Command::new(env!("CARGO_BIN_EXE_context-relay-sim"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--accounts",
+            "a",
+            "--quota-step",
+            "50",
+            "--summaries",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut sim = Sim(child);
+    let mut lines = BufReader::new(sim.0.stdout.take().unwrap()).lines();
+    let url = lines.next().unwrap().unwrap();
+    let url = url.strip_prefix("listening on ").unwrap().to_owned();
+    let summary = r#"{"model":"gpt-4.1","messages":[{"role":"user","content":"You are writing a handoff note. The conversation below"}]}"#;
+    for _ in 0..3 {
+        let answer = post(&url, "key-a", summary);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(
+            answer.contains(r#"keyDecisions"#) && answer.contains("written on account a"),
+            "{answer}"
+        );
+    }
+    // Three summaries at a 50 % step would have used the account up: they used nothing.
+    let turn = r#"{"model":"gpt-4.1","messages":[{"role":"user","content":"hi"}]}"#;
+    let answer = post(&url, "key-a", turn);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("from account a."), "{answer}");
+}
