@@ -17,8 +17,9 @@ pub const GENERATION_SECONDS: &str = "context_relay_generation_seconds";
 /// `no_session`, `queue_full`, `empty`; and `superseded`: a summary done after its session moved
 /// to another account, or while a switching request carried its handoff, dropped).
 pub const GENERATIONS_SKIPPED: &str = "context_relay_generations_skipped_total";
-/// Handoffs injected into a request, by `kind`: `account` (an account switch) or `model` (a
-/// model switch: the freshest handoff, or the bare note when the session has none).
+/// Handoffs injected into a request whose response completed, by `kind`: `account` (an
+/// account switch) or `model` (a model switch: the freshest handoff, or the bare note when the
+/// session has none).
 pub const INJECTED: &str = "context_relay_injected_total";
 /// Switches that found no stored handoff and carried one built from the request being sent,
 /// by `stored` (`true`; `false` when the store failed and it was injected unstored).
@@ -27,7 +28,8 @@ pub const SWITCH_EXTRACTIVE: &str = "context_relay_switch_extractive_total";
 pub const CONSUMED: &str = "context_relay_consumed_total";
 /// Claimed handoffs given back after a failed or dropped request.
 pub const RELEASED: &str = "context_relay_released_total";
-/// Requests made portable on a switch, by `kind`: `account` or `model`.
+/// Switches that happened (requests made portable on a switch whose response completed), by
+/// `kind`: `account` or `model`.
 pub const SWITCHES: &str = "context_relay_switches_total";
 /// Account-bound items removed from bodies, by `kind`.
 pub const SCRUBBED: &str = "context_relay_scrubbed_total";
@@ -82,7 +84,7 @@ pub fn describe() {
     );
     describe_counter!(
         INJECTED,
-        "Handoffs injected into a request, by kind (account, model)."
+        "Handoffs injected into a request whose response completed, by kind (account, model)."
     );
     describe_counter!(
         SWITCH_EXTRACTIVE,
@@ -98,7 +100,7 @@ pub fn describe() {
     );
     describe_counter!(
         SWITCHES,
-        "Requests made portable on a switch, by kind (account, model)."
+        "Switches that happened: requests made portable on a switch whose response completed, by kind (account, model)."
     );
     describe_counter!(
         SCRUBBED,

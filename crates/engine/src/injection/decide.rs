@@ -421,16 +421,11 @@ impl BodyDecision {
         }
         // Which handoff the request is about: an account switch's or a model switch's.
         let kind = if moved.is_some() { "model" } else { "account" };
-        if switch || moved.is_some() {
-            ::metrics::counter!(metrics::SWITCHES, "kind" => kind).increment(1);
-        }
+        ticket.counted = Some((kind, switch || moved.is_some()));
         for (kind, n) in rewrite.removed.iter() {
             ::metrics::counter!(metrics::SCRUBBED, "kind" => kind).increment(n as u64);
         }
         let injected = rewrite.injected;
-        if injected {
-            ::metrics::counter!(metrics::INJECTED, "kind" => kind).increment(1);
-        }
         if let Some(e) = &rewrite.inject_error {
             skipped("not_injectable");
             tracing::warn!(error = %e, "handoff not injectable into this body; made portable only");

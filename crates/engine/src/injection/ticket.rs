@@ -32,6 +32,10 @@ pub(crate) struct Ticket {
     /// with every response future.
     pub(crate) record: Option<Box<(HandoffKey, Affinity)>>,
     pub(crate) action: RelayAction,
+    /// Which handoff the request is about (`account`, `model`), and whether it was made
+    /// portable on a switch: the switch and the injection are counted once the response
+    /// completed (an attempt refused and retried elsewhere is no switch that happened).
+    pub(crate) counted: Option<(&'static str, bool)>,
 }
 
 impl std::fmt::Debug for Ticket {
@@ -53,6 +57,7 @@ impl Ticket {
             claim: None,
             record: None,
             action: RelayAction::default(),
+            counted: None,
         }
     }
 
@@ -78,7 +83,11 @@ impl Ticket {
 
     /// Whether anything waits for the end of the response body.
     pub(crate) fn waits_for_end(&self) -> bool {
-        self.claim.is_some() || self.record.is_some()
+        self.claim.is_some()
+            || self.record.is_some()
+            || self
+                .counted
+                .is_some_and(|(_, switched)| switched || self.action.injected)
     }
     /// The response body ended (or failed, or was dropped) this way.
     pub(crate) fn ended(mut self, ending: Ending) {
@@ -88,6 +97,14 @@ impl Ticket {
             }
             // `Drop` releases the claim.
             return;
+        }
+        if let Some((kind, switched)) = self.counted {
+            if switched {
+                ::metrics::counter!(metrics::SWITCHES, "kind" => kind).increment(1);
+            }
+            if self.action.injected {
+                ::metrics::counter!(metrics::INJECTED, "kind" => kind).increment(1);
+            }
         }
         let store = self.shared.store.clone();
         if let Some(claim) = self.claim.take() {
