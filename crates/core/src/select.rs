@@ -178,6 +178,22 @@ fn decimal_digits(mut n: usize) -> usize {
     d
 }
 
+/// What goes between two parts of one assistant reply, `prev` and `next` as sent: nothing
+/// where a stream cut a word or a sentence in two, a space where the cut fell on one, a line
+/// break after a finished sentence or where the client put one.
+fn reply_joint(prev: &str, next: &str) -> &'static str {
+    let (end, start) = (prev.chars().next_back(), next.chars().next());
+    if end == Some('\n') || start == Some('\n') {
+        "\n"
+    } else if end.is_some_and(char::is_whitespace) || start.is_some_and(char::is_whitespace) {
+        " "
+    } else if prev.trim_end().ends_with(['.', '!', '?', ':']) {
+        "\n"
+    } else {
+        ""
+    }
+}
+
 fn role_label(role: Option<&str>) -> String {
     match role.map(str::trim) {
         Some(r) if !r.is_empty() => r.to_uppercase(),
@@ -222,7 +238,10 @@ pub fn select(
 
     let mut pieces: Vec<Piece<'_>> = Vec::new();
     let mut asks: Vec<usize> = Vec::new();
-    let mut last_assistant_text: Option<&str> = None;
+    // The raw text of the assistant part just taken, while nothing else has come since: the
+    // next assistant part continues the same reply (a streamed reply a client keeps as one
+    // part per chunk, or as one entry per chunk).
+    let mut reply_tail: Option<&str> = None;
     for (i, e) in entries.iter().enumerate() {
         let system = e.is_system_like();
         let user = e
@@ -237,6 +256,7 @@ pub fn select(
                 continue;
             }
             let kind = e.kind(p);
+            let tail = reply_tail.take();
             let class = if system {
                 Class::Boilerplate
             } else if kind == PartKind::ToolCall {
@@ -260,7 +280,16 @@ pub fn select(
             let text = match class {
                 Class::ToolOutput if kind == PartKind::Text => Cow::Owned(tool_output_line(part)),
                 Class::Assistant => {
-                    last_assistant_text = Some(part.trim());
+                    reply_tail = Some(part.as_str());
+                    if let Some(prev) = tail
+                        && let Some(last) = pieces.last_mut()
+                    {
+                        let mut joined = last.text.clone().into_owned();
+                        joined.push_str(reply_joint(prev, part));
+                        joined.push_str(part.trim());
+                        last.text = Cow::Owned(joined);
+                        continue;
+                    }
                     Cow::Borrowed(part.trim())
                 }
                 _ => Cow::Borrowed(part.as_str()),
@@ -293,6 +322,11 @@ pub fn select(
             pieces[last].class = Class::Latest;
         }
     }
+    let last_assistant_text = pieces
+        .iter()
+        .rev()
+        .find(|p| p.class == Class::Assistant)
+        .map(|p| p.text.clone());
     if let Some(r) = reply {
         pieces.push(Piece {
             entry: entries.len(),
@@ -417,7 +451,7 @@ pub fn select(
     let boilerplate_chars = boilerplate_used.min(text.chars().count());
     let last_assistant = reply
         .map(|r| clip(r, ASK_CHARS).into_owned())
-        .or_else(|| last_assistant_text.map(|t| clip(t, ASK_CHARS).into_owned()));
+        .or_else(|| last_assistant_text.map(|t| clip(&t, ASK_CHARS).into_owned()));
     let find = |class: Class| {
         pieces
             .iter()

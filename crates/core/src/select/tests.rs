@@ -203,3 +203,50 @@ fn clip_marks_the_cut() {
     assert_eq!(decimal_digits(10), 2);
     assert_eq!(estimate_tokens("日本語日"), 1);
 }
+
+/// A streamed reply a client keeps as one part per chunk (the Gemini SDKs), or as one entry
+/// per chunk, is one reply: not a last reply and an earlier one made of its halves.
+#[test]
+fn a_reply_kept_in_chunks_is_one_reply() {
+    let chunked_parts = Entry::new(Some("model"), ["Reply 3 from", " account g1."]);
+    for history in [
+        vec![
+            e("user", "hello"),
+            e("model", "Reply 1."),
+            e("user", "go on"),
+            chunked_parts,
+        ],
+        vec![
+            e("user", "hello"),
+            e("model", "Reply 1."),
+            e("user", "go on"),
+            e("model", "Reply 3 from"),
+            e("model", " account g1."),
+        ],
+    ] {
+        let s = select(&conv(history), None, RelayMode::Standard, 30);
+        assert_eq!(
+            s.last_assistant.as_deref(),
+            Some("Reply 3 from account g1.")
+        );
+        assert_eq!(s.earlier_replies, ["Reply 1."]);
+    }
+    // Parts cut inside a word, and two finished sentences.
+    assert_eq!(reply_joint("Hel", "lo"), "");
+    assert_eq!(reply_joint("Done.", "Next"), "\n");
+    assert_eq!(reply_joint("one\n", "two"), "\n");
+    // A tool call between two texts: two replies.
+    let mut call = Entry::new(
+        Some("assistant"),
+        ["Looking.", "read_file(a.rs)", "Found it."],
+    );
+    call.kinds = vec![PartKind::Text, PartKind::ToolCall, PartKind::Text];
+    let s = select(
+        &conv(vec![e("user", "fix it"), call]),
+        None,
+        RelayMode::Standard,
+        30,
+    );
+    assert_eq!(s.last_assistant.as_deref(), Some("Found it."));
+    assert_eq!(s.earlier_replies, ["Looking."]);
+}
