@@ -144,6 +144,10 @@ struct Piece<'a> {
     order: usize,
     class: Class,
     text: Cow<'a, str>,
+    /// For an assistant text that continues the one before it with nothing in between (a
+    /// reply a client keeps as one part, or one entry, per streamed chunk): what joins them
+    /// into one reply ([`reply_joint`]).
+    continues: Option<&'static str>,
 }
 
 /// Chars of `s`, without counting when the byte length already bounds it.
@@ -281,24 +285,20 @@ pub fn select(
                 Class::ToolOutput if kind == PartKind::Text => Cow::Owned(tool_output_line(part)),
                 Class::Assistant => {
                     reply_tail = Some(part.as_str());
-                    if let Some(prev) = tail
-                        && let Some(last) = pieces.last_mut()
-                    {
-                        let mut joined = last.text.clone().into_owned();
-                        joined.push_str(reply_joint(prev, part));
-                        joined.push_str(part.trim());
-                        last.text = Cow::Owned(joined);
-                        continue;
-                    }
                     Cow::Borrowed(part.trim())
                 }
                 _ => Cow::Borrowed(part.as_str()),
+            };
+            let continues = match class {
+                Class::Assistant => tail.map(|prev| reply_joint(prev, part)),
+                _ => None,
             };
             pieces.push(Piece {
                 entry: i,
                 order: p,
                 class,
                 text,
+                continues,
             });
         }
         if !ask_text.is_empty() {
@@ -313,6 +313,7 @@ pub fn select(
                 order: first_ask_part,
                 class: Class::Ask,
                 text,
+                continues: None,
             });
         }
     }
@@ -322,17 +323,13 @@ pub fn select(
             pieces[last].class = Class::Latest;
         }
     }
-    let last_assistant_text = pieces
-        .iter()
-        .rev()
-        .find(|p| p.class == Class::Assistant)
-        .map(|p| p.text.clone());
     if let Some(r) = reply {
         pieces.push(Piece {
             entry: entries.len(),
             order: 0,
             class: Class::Reply,
             text: Cow::Borrowed(r),
+            continues: None,
         });
     }
     // Clip each piece to its class limit.
@@ -449,9 +446,12 @@ pub fn select(
 
     let text = render(&pieces, &plan, &roles);
     let boilerplate_chars = boilerplate_used.min(text.chars().count());
-    let last_assistant = reply
-        .map(|r| clip(r, ASK_CHARS).into_owned())
-        .or_else(|| last_assistant_text.map(|t| clip(&t, ASK_CHARS).into_owned()));
+    // The conversation's last assistant reply is `last_assistant` when no reply was captured.
+    let mut replies = last_replies(&pieces, RECENT_REPLIES + 1).into_iter();
+    let last_assistant = match reply {
+        Some(r) => Some(clip(r, ASK_CHARS).into_owned()),
+        None => replies.next(),
+    };
     let find = |class: Class| {
         pieces
             .iter()
@@ -466,14 +466,7 @@ pub fn select(
         .take(RECENT_ASKS)
         .map(|&i| clip(&pieces[i].text, ASK_CHARS).into_owned())
         .collect();
-    // The conversation's last assistant text is `last_assistant` when no reply was captured.
-    let replies = pieces.iter().filter(|p| p.class == Class::Assistant);
-    let earlier_replies = replies
-        .rev()
-        .skip(usize::from(reply.is_none()))
-        .take(RECENT_REPLIES)
-        .map(|p| clip(&p.text, ASK_CHARS).into_owned())
-        .collect();
+    let earlier_replies = replies.take(RECENT_REPLIES).collect();
     Selection {
         estimated_tokens: estimate_tokens(&text),
         text,
@@ -487,6 +480,34 @@ pub fn select(
         earlier_replies,
         touched_files: touched_files(conv),
     }
+}
+
+/// The last `n` assistant replies of `pieces`, newest first, each the texts that continue one
+/// another joined into one ([`Piece::continues`]) and clipped to [`ASK_CHARS`]. Read from the
+/// end, each piece once.
+fn last_replies(pieces: &[Piece<'_>], n: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut run: Vec<&Piece<'_>> = Vec::new();
+    let assistant = pieces.iter().rev().filter(|p| p.class == Class::Assistant);
+    for piece in assistant {
+        run.push(piece);
+        if piece.continues.is_some() {
+            continue;
+        }
+        let mut reply = String::new();
+        for (k, p) in run.iter().rev().enumerate() {
+            if k > 0 {
+                reply.push_str(p.continues.unwrap_or_default());
+            }
+            reply.push_str(&p.text);
+        }
+        run.clear();
+        out.push(clip(&reply, ASK_CHARS).into_owned());
+        if out.len() == n {
+            break;
+        }
+    }
+    out
 }
 
 fn is_tool_role(role: Option<&str>) -> bool {

@@ -210,3 +210,52 @@ async fn a_chained_session_carries_the_summary_written_in_the_band() {
     assert_eq!(text.matches(HANDOFF_TAG).count(), 1, "{text}");
     assert_eq!(h.handoffs("chained-band").await, 0, "consumed");
 }
+
+/// Two chains share the session header (an agent and its sub-agent, each with its own
+/// `instructions`): the summary written at one of the agent's turns goes to the agent's next
+/// turn on the new account, never to the sub-agent's, whichever reaches it first.
+#[tokio::test]
+async fn a_sub_agents_chain_does_not_take_its_parents_summary() {
+    let h = Harness::start(1, MEMORY, SimProvider::builder()).await;
+    let headers = vec![
+        ("content-type".to_owned(), "application/json".to_owned()),
+        ("authorization".to_owned(), "Bearer sk-agent".to_owned()),
+        ("session_id".to_owned(), "chained-agents".to_owned()),
+    ];
+    let send = async |who: &str, step: usize, previous: &Option<Value>| {
+        let mut body = json!({"model": "codex-relay", "store": true,
+            "instructions": format!("You are the {who}."),
+            "input": [{"role": "user", "content": [{"type": "input_text",
+                "text": format!("{who} step {step}")}]}]});
+        if let Some(id) = previous {
+            body["previous_response_id"] = id.clone();
+        }
+        let (status, acted, reply) = h.send(0, "/v1/responses", &headers, &body).await;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&reply));
+        h.idle().await;
+        let id = serde_json::from_slice::<Value>(&reply).unwrap()["id"].clone();
+        (acted, Some(id))
+    };
+    let (mut parent, mut sub) = (None, None);
+    // 30 %, 60 %: one turn each; then the parent's turn at 90 % writes the summary.
+    parent = send("planner", 1, &parent).await.1;
+    sub = send("sub-agent", 1, &sub).await.1;
+    parent = send("planner", 2, &parent).await.1;
+    assert_eq!(h.handoffs("chained-agents").await, 1, "written in the band");
+    h.sim.set_used("acct-a", 100.0);
+    // The sub-agent reaches the new account first: not with the planner's summary.
+    let (acted, _) = send("sub-agent", 2, &sub).await;
+    assert!(
+        acted.as_deref().is_some_and(|a| a.contains("scrubbed")),
+        "{acted:?}"
+    );
+    let sent = h.turns().pop().expect("sent");
+    let text = serde_json::to_string(&sent.json().unwrap()["input"]).unwrap();
+    assert!(
+        !text.contains("SUMMARY") && !text.contains("--json flag"),
+        "{text}"
+    );
+    // The planner's next turn carries its own summary, model-written.
+    let (acted, _) = send("planner", 3, &parent).await;
+    assert_eq!(acted.as_deref(), Some("injected, scrubbed"));
+}

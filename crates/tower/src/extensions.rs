@@ -20,8 +20,8 @@
 //! affinity as a resolver read it from the relay's store for the request: the injection side
 //! takes it instead of reading the store again.
 //!
-//! Each may be inserted on its own or set in the request's [`Facts`], one value for all six
-//! (one allocation instead of six; [`FactsExt`] reads and writes them there): the layers read
+//! Each may be inserted on its own or set in the request's [`Facts`], one value for all of
+//! them (one allocation instead of one each; [`FactsExt`] reads and writes them there): the layers read
 //! a value in [`Facts`] first, then one on its own.
 //!
 //! [`InjectionLayer`]: crate::InjectionLayer

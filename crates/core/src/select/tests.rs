@@ -250,3 +250,25 @@ fn a_reply_kept_in_chunks_is_one_reply() {
     assert_eq!(s.last_assistant.as_deref(), Some("Found it."));
     assert_eq!(s.earlier_replies, ["Looking."]);
 }
+
+/// A reply in tens of thousands of chunks is read in one pass: joining it costs its length,
+/// not its length times its chunks (the switch builds its handoff on the request's path).
+#[test]
+fn a_reply_in_many_chunks_is_joined_in_one_pass() {
+    let chunks: Vec<String> = (0..40_000).map(|i| format!("w{i} ")).collect();
+    let entry = Entry::new(Some("model"), chunks.iter().map(String::as_str));
+    let s = select(
+        &conv(vec![e("user", "write it"), entry]),
+        None,
+        RelayMode::Standard,
+        30,
+    );
+    let last = s.last_assistant.expect("a reply");
+    assert!(last.starts_with("w0 w1 w2"), "{last}");
+    assert!(
+        last.chars().count() <= ASK_CHARS + 1,
+        "clipped: {}",
+        last.len()
+    );
+    assert!(s.earlier_replies.is_empty(), "{:?}", s.earlier_replies);
+}

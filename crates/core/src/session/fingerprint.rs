@@ -149,7 +149,10 @@ pub struct Opening {
     pub continued: bool,
     /// Whether the request continues a conversation the provider keeps (a top-level
     /// `previous_response_id` or `conversation`, wherever it stands): such a request sends
-    /// only its new input, so its first user message is no opening of a conversation.
+    /// only its new input, so its first user message is no opening of a conversation. Its
+    /// digest is then that of its `instructions` (empty when it sends none), which a chain
+    /// sends on every turn and which tell apart two chains of one session (an agent and its
+    /// sub-agents); chains without them are one conversation of the session.
     pub chained: bool,
 }
 
@@ -179,6 +182,18 @@ pub struct Opening {
 /// assert!(opening(chain).unwrap().chained && !a.chained);
 /// ```
 pub fn opening(body: &[u8]) -> Option<Opening> {
+    if super::body_ids::chained(body) {
+        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        hasher.update(CHAIN_DOMAIN);
+        if let Some(instructions) = chain_instructions(body) {
+            hasher.update(body.get(instructions).unwrap_or_default());
+        }
+        return Some(Opening {
+            digest: hasher.digest(),
+            continued: true,
+            chained: true,
+        });
+    }
     let parts = Parts::read_to(body, Until::Ask)?;
     let (ask, continued) = parts.ask?;
     let mut hasher = xxhash_rust::xxh3::Xxh3::new();
@@ -194,6 +209,26 @@ pub fn opening(body: &[u8]) -> Option<Opening> {
         continued,
         chained: super::body_ids::chained(body),
     })
+}
+
+/// Domain separation of a chained request's [`Opening`] digest (its `instructions`).
+const CHAIN_DOMAIN: &[u8] = b"context-relay/conversation-chain/v1\n";
+
+/// The contents of the top-level `instructions` string of a chained request, wherever it
+/// stands (the last one when repeated); `None` without one, or when the body is not an
+/// object. A chained request sends only its new items, so reading all of its top level is
+/// reading little.
+fn chain_instructions(body: &[u8]) -> Option<Span> {
+    let mut members = Members::root(body).ok()?;
+    let mut found = None;
+    while let Some(key) = members.next() {
+        let key = key.ok()?;
+        if key.key.as_ref() == "instructions" {
+            let span = members.value(&key).ok()?;
+            found = string_contents(body, &span).filter(|s| !s.is_empty());
+        }
+    }
+    found
 }
 
 /// How far [`Parts::read_to`] reads the conversation array.

@@ -10,7 +10,10 @@
 //! - A request whose opening differs is **another** conversation, keyed by the session and
 //!   its opening ([`HandoffKey::conversation`]): its own affinity, foreign state and
 //!   handoffs. A request that continues a conversation the provider keeps
-//!   (`previous_response_id`) sends only its new input, so it belongs to the session itself.
+//!   (`previous_response_id`) sends only its new input: its opening is its chain's
+//!   `instructions` ([`Opening::chained`]), the same on every turn of the chain, so each chain
+//!   of a session (an agent and its sub-agents) is a conversation of its own from its first
+//!   chained turn.
 //! - Another conversation with no record of its own (it only ever went through the fast path,
 //!   or started on another replica) is taken to be where the session was: on the account that
 //!   served before the session's last switch while that switch is recent, else on the
@@ -49,19 +52,16 @@ pub(crate) struct Conversation {
 }
 
 /// The key of the conversation opening with `opening`, when it is not the primary one
-/// (`primary`: the session's recorded opening); `None` for the primary conversation, a
-/// session recorded before conversations were told apart, and a request that continues a
-/// conversation the provider keeps. The one place both sides of the relay tell
-/// conversations apart.
+/// (`primary`: the session's recorded opening); `None` for the primary conversation and a
+/// session recorded before conversations were told apart. The one place both sides of the
+/// relay tell conversations apart.
 pub(crate) fn other_conversation(
     key: &HandoffKey,
     primary: Option<u64>,
     opening: Opening,
 ) -> Option<HandoffKey> {
     match primary {
-        Some(p) if p != opening.digest && !opening.chained => {
-            Some(key.conversation(opening.digest))
-        }
+        Some(p) if p != opening.digest => Some(key.conversation(opening.digest)),
         _ => None,
     }
 }
@@ -151,12 +151,12 @@ impl Conversation {
     }
 
     /// Whether `digest` (a handoff's recorded opening) is this conversation's: a handoff with
-    /// none recorded, or a request with no opening, matches; so does a request that continues
-    /// a conversation the provider keeps, which belongs to the session itself (its first item
-    /// is the turn's new input, different on every turn, not the conversation's opening).
+    /// none recorded, or a request with no opening, matches. A chained request's opening is
+    /// its chain's `instructions` ([`Opening::chained`]): the summary written at one of its
+    /// turns is its own, another chain's sharing the session is not.
     pub(crate) fn owns(&self, digest: Option<u64>) -> bool {
         match (digest, self.opening) {
-            (Some(d), Some(o)) => o.chained || d == o.digest,
+            (Some(d), Some(o)) => d == o.digest,
             _ => true,
         }
     }

@@ -19,7 +19,7 @@ use super::extractive;
 use super::fast::fast;
 use super::model::{self, ModelMove};
 use super::repair::{Remember, Repair, Sent};
-use super::ticket::Ticket;
+use super::ticket::{Counted, Ticket};
 use crate::extensions::{RequestFacts, ResolvedAccount, StoredAffinity};
 use crate::metrics;
 use crate::relay::{Relay, Shared};
@@ -420,8 +420,10 @@ impl BodyDecision {
             }
         }
         // Which handoff the request is about: an account switch's or a model switch's.
-        let kind = if moved.is_some() { "model" } else { "account" };
-        ticket.counted = Some((kind, switch || moved.is_some()));
+        ticket.counted = match moved {
+            Some(_) => Counted::Model,
+            None => Counted::Account(switch),
+        };
         for (kind, n) in rewrite.removed.iter() {
             ::metrics::counter!(metrics::SCRUBBED, "kind" => kind).increment(n as u64);
         }

@@ -32,10 +32,34 @@ pub(crate) struct Ticket {
     /// with every response future.
     pub(crate) record: Option<Box<(HandoffKey, Affinity)>>,
     pub(crate) action: RelayAction,
-    /// Which handoff the request is about (`account`, `model`), and whether it was made
-    /// portable on a switch: the switch and the injection are counted once the response
-    /// completed (an attempt refused and retried elsewhere is no switch that happened).
-    pub(crate) counted: Option<(&'static str, bool)>,
+    /// What is counted once the response completed (an attempt refused and retried elsewhere
+    /// is no switch that happened).
+    pub(crate) counted: Counted,
+}
+
+/// What a [`Ticket`] counts once its response completed: which handoff the request is about,
+/// and whether it was made portable on a switch (one byte: the ticket moves with every
+/// response future).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum Counted {
+    /// Nothing (the fast path, and requests the relay did not decide on).
+    #[default]
+    Nothing,
+    /// An account handoff's request; `true` when it switched.
+    Account(bool),
+    /// A model switch's request.
+    Model,
+}
+
+impl Counted {
+    /// The metrics' `kind` label and whether the request switched.
+    fn kind(self) -> Option<(&'static str, bool)> {
+        match self {
+            Self::Nothing => None,
+            Self::Account(switched) => Some(("account", switched)),
+            Self::Model => Some(("model", true)),
+        }
+    }
 }
 
 impl std::fmt::Debug for Ticket {
@@ -57,7 +81,7 @@ impl Ticket {
             claim: None,
             record: None,
             action: RelayAction::default(),
-            counted: None,
+            counted: Counted::Nothing,
         }
     }
 
@@ -87,6 +111,7 @@ impl Ticket {
             || self.record.is_some()
             || self
                 .counted
+                .kind()
                 .is_some_and(|(_, switched)| switched || self.action.injected)
     }
     /// The response body ended (or failed, or was dropped) this way.
@@ -98,7 +123,7 @@ impl Ticket {
             // `Drop` releases the claim.
             return;
         }
-        if let Some((kind, switched)) = self.counted {
+        if let Some((kind, switched)) = self.counted.kind() {
             if switched {
                 ::metrics::counter!(metrics::SWITCHES, "kind" => kind).increment(1);
             }
