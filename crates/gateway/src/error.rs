@@ -162,6 +162,29 @@ fn body_of(shape: ErrorShape, status: Option<u16>, kind: &str, message: &str) ->
     Bytes::from(v.to_string())
 }
 
+/// A Gemini error `body` with a `google.rpc.RetryInfo` detail of `secs`: where Gemini clients
+/// read how long to wait, as the API's own 429 says it (Gemini CLI stops at once on a long
+/// wait and retries after a short one). Another body is returned as it is.
+pub(crate) fn with_retry_info(body: Bytes, secs: u64) -> Bytes {
+    let Ok(mut v) = serde_json::from_slice::<serde_json::Value>(&body) else {
+        return body;
+    };
+    let Some(error) = v
+        .get_mut("error")
+        .and_then(serde_json::Value::as_object_mut)
+    else {
+        return body;
+    };
+    error.insert(
+        "details".to_owned(),
+        serde_json::json!([{
+            "@type": "type.googleapis.com/google.rpc.RetryInfo",
+            "retryDelay": format!("{secs}s"),
+        }]),
+    );
+    Bytes::from(v.to_string())
+}
+
 /// The JSON bytes of an error both shapes read: `{"type":"error","error":{"type","message",
 /// "code"}}` is a valid OpenAI error (`error.message`, `error.type`) and a valid Anthropic one.
 /// For answers given where the request path is unknown (a caught panic).

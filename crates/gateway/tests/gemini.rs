@@ -458,3 +458,45 @@ async fn a_right_length_reaches_the_provider_as_written() {
     assert_eq!(up.body.len(), body.to_string().len(), "the body as sent");
     assert_eq!(up.headers["content-length"], written.as_str());
 }
+
+/// Every account used up: after the provider's own 429, the gateway's own one carries the wait
+/// where Gemini clients read it, a `google.rpc.RetryInfo` detail, as the API's does (Gemini
+/// CLI stops at once on a long one; it kept retrying without it).
+#[tokio::test]
+async fn the_gateways_own_429_carries_the_retry_info_gemini_clients_read() {
+    let s = setup().await;
+    s.sim.set_used("acct-g1", 100.0);
+    s.sim.set_used("acct-g2", 100.0);
+    let mut h = headers();
+    h.push(("x-goog-api-key".into(), CLIENT_KEY.into()));
+    let url = s.url(0, "/v1beta/models/gemini-relay:generateContent");
+    let (status, _) = post(&url, &h, &first_body()).await;
+    assert_eq!(status, 429, "the provider's own");
+    let res = http_client()
+        .request({
+            let mut b = Request::post(&url);
+            for (k, v) in &h {
+                b = b.header(k.as_str(), v.as_str());
+            }
+            b.body(Full::new(Bytes::from(first_body().to_string())))
+                .unwrap()
+        })
+        .await
+        .expect("gateway answers");
+    assert_eq!(res.status(), 429);
+    let wait: u64 = res.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let v: Value =
+        serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!(v["error"]["status"], "RESOURCE_EXHAUSTED", "{v}");
+    assert_eq!(v["error"]["code"], 429, "{v}");
+    let detail = &v["error"]["details"][0];
+    assert_eq!(
+        detail["@type"], "type.googleapis.com/google.rpc.RetryInfo",
+        "{v}"
+    );
+    assert_eq!(detail["retryDelay"], format!("{wait}s"), "{v}");
+}

@@ -9,7 +9,7 @@ use http_body_util::Either;
 
 use super::own_error;
 use super::skipped::skipped_note;
-use crate::error::ErrorKind;
+use crate::error::{ErrorKind, ErrorShape, error_response_as, with_retry_info};
 use crate::peek::Peeked;
 use crate::pool::ProviderPool;
 
@@ -39,10 +39,11 @@ pub(super) fn exhausted_everywhere<B>(
         true => ErrorKind::UsageLimit,
         false => ErrorKind::RateLimited,
     };
-    let mut res = own_error(
-        client_path,
+    let shape = ErrorShape::for_path(client_path);
+    let mut res = error_response_as(
+        shape,
         StatusCode::TOO_MANY_REQUESTS,
-        kind,
+        kind.name(shape),
         &format!(
             "every account of {} is exhausted; the next one becomes available in about {wait} s{}",
             if names.is_empty() {
@@ -52,6 +53,13 @@ pub(super) fn exhausted_everywhere<B>(
             },
             skipped_note(skipped_shape, client_path)
         ),
+        |body| {
+            let body = match shape {
+                ErrorShape::Gemini => with_retry_info(body, wait),
+                _ => body,
+            };
+            Either::Right(Peeked::full(body))
+        },
     );
     res.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from(wait));
