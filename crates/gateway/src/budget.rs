@@ -13,6 +13,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 #[derive(Debug, Clone)]
 pub(crate) struct ByteBudget {
     bytes: Option<Arc<Semaphore>>,
+    /// The whole budget: what a request could hold if it were alone.
+    total: usize,
 }
 
 impl ByteBudget {
@@ -23,12 +25,16 @@ impl ByteBudget {
             .min(Semaphore::MAX_PERMITS);
         Self {
             bytes: Some(Arc::new(Semaphore::new(permits))),
+            total: permits,
         }
     }
 
     /// No budget: every take succeeds.
     pub(crate) fn unlimited() -> Self {
-        Self { bytes: None }
+        Self {
+            bytes: None,
+            total: usize::MAX,
+        }
     }
 
     /// An empty hold on this budget; bytes taken through it return when it drops.
@@ -36,6 +42,8 @@ impl ByteBudget {
         BudgetHold {
             budget: self.bytes.clone(),
             permit: None,
+            total: self.total,
+            never: false,
         }
     }
 }
@@ -51,6 +59,11 @@ impl Default for ByteBudget {
 pub(crate) struct BudgetHold {
     budget: Option<Arc<Semaphore>>,
     permit: Option<OwnedSemaphorePermit>,
+    /// The whole budget.
+    total: usize,
+    /// A take failed that no wait could satisfy: what the request holds and asked for is
+    /// more than the whole budget.
+    never: bool,
 }
 
 impl BudgetHold {
@@ -74,6 +87,12 @@ impl BudgetHold {
         }
     }
 
+    /// Whether the last refused [`take`](Self::take) could never succeed: the request would
+    /// hold more than the whole budget, so waiting for other requests' bytes cannot help.
+    pub(crate) fn never_fits(&self) -> bool {
+        self.never
+    }
+
     /// Takes `n` more bytes; `false` (and nothing taken) when the budget has not that many left.
     pub(crate) fn take(&mut self, n: usize) -> bool {
         let Some(budget) = &self.budget else {
@@ -82,7 +101,12 @@ impl BudgetHold {
         if n == 0 {
             return true;
         }
+        let held = self
+            .permit
+            .as_ref()
+            .map_or(0, OwnedSemaphorePermit::num_permits);
         let Ok(n) = u32::try_from(n) else {
+            self.never = true;
             return false;
         };
         match budget.clone().try_acquire_many_owned(n) {
@@ -94,6 +118,7 @@ impl BudgetHold {
                 true
             }
             Err(_) => {
+                self.never = held.saturating_add(n as usize) > self.total;
                 metrics::counter!("context_relay_gateway_budget_exhausted_total").increment(1);
                 false
             }
@@ -111,7 +136,11 @@ mod examples {
         assert!(a.take(60));
         let mut b = budget.hold();
         assert!(!b.take(60), "only 40 bytes are left");
+        assert!(!b.never_fits(), "60 bytes fit once the others are back");
         drop(a);
         assert!(b.take(60));
+        // 60 held and 50 more: more than the whole budget, whoever else holds what.
+        assert!(!b.take(50));
+        assert!(b.never_fits());
     }
 }

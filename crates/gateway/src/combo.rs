@@ -191,7 +191,7 @@ where
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
-    let busy = || busy(shape);
+    let busy = |hold: &BudgetHold| busy(shape, hold);
     // A body read in several chunks is searched for what the `model` check and the session
     // reading look for as it arrives, while each chunk is still cached (see `collect`); not a
     // compressed one, nor a Gemini one, which names its model in the path. With the session
@@ -220,11 +220,11 @@ where
         Ok(Collected::Kept { body, searched }) => match find_model_in_chunks(&body, searched) {
             InChunks::Read(field) => Arrived::Kept(body, field),
             InChunks::Join(searched) => {
-                Arrived::Whole(join_kept(body, hold).map_err(|_| busy())?, searched)
+                Arrived::Whole(join_kept(body, hold).map_err(|_| busy(hold))?, searched)
             }
         },
         Err(Collect::TooLarge) => return Err(too_large()),
-        Err(Collect::Budget) => return Err(busy()),
+        Err(Collect::Budget) => return Err(busy(hold)),
         Err(Collect::Read(e)) if is_timeout(&*e) => {
             return Err(error_response(
                 shape,
@@ -289,7 +289,7 @@ where
     // account-bound state scrubbed, a translated body): it is counted up front, so that the
     // budget bounds what the process really holds.
     if !hold.take(body.len()) {
-        return Err(busy());
+        return Err(busy(hold));
     }
     Ok(Request::from_parts(parts, body))
 }
@@ -336,7 +336,7 @@ async fn decoded(
     match decode_off_workers(encoding.to_owned(), raw, limit).await {
         // The decoded buffer is held whole, spare capacity included (the compressed bytes
         // stay counted until the request ends).
-        Ok(b) if !hold.take(b.capacity()) => Err(busy(shape)),
+        Ok(b) if !hold.take(b.capacity()) => Err(busy(shape, hold)),
         Ok(b) => Ok(Buffered::Chunk(Bytes::from(b))),
         Err(DecodeError::TooLarge { .. }) => Err(too_large(shape, limit)),
         Err(e @ DecodeError::Unsupported(_)) => Err(unsupported(&e.to_string())),
@@ -479,7 +479,18 @@ fn bad_request(shape: ErrorShape, message: &str) -> Response<Full<Bytes>> {
 }
 
 /// The 503 of a spent byte budget, in `shape`.
-fn busy(shape: ErrorShape) -> Response<Full<Bytes>> {
+/// The answer to a request the byte budget refused: a 503 to retry shortly, or, when the
+/// request alone would hold more than the whole budget (a compressed body holds its compressed
+/// and decoded bytes), a 413 that no retry would change.
+fn busy(shape: ErrorShape, hold: &BudgetHold) -> Response<Full<Bytes>> {
+    if hold.never_fits() {
+        return error_response(
+            shape,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorKind::RequestTooLarge.name(shape),
+            "the request needs more buffer than the gateway's whole max_buffered_bytes: its body, a decoded copy when it is compressed, and room for one rewritten copy",
+        );
+    }
     let mut res = error_response(
         shape,
         StatusCode::SERVICE_UNAVAILABLE,

@@ -234,3 +234,60 @@ async fn a_lone_body_at_the_size_limit_fits_the_smallest_budget_allowed() {
         }
     }
 }
+
+/// A compressed body that would hold more than the whole budget alone (its compressed bytes,
+/// the decoded body and room for a rewritten copy) gets a 413, which no retry changes, not a
+/// 503 with `retry-after` that a client would retry for ever.
+#[tokio::test]
+async fn a_request_that_can_never_fit_the_budget_is_a_413() {
+    use std::io::Write as _;
+    const LIMIT: usize = 1 << 20;
+    let sim = SimProvider::builder()
+        .account("acct-a", "key-a")
+        .start()
+        .await
+        .unwrap();
+    let budget = 2 * LIMIT as u64 + context_relay_gateway::config::BUFFER_SLACK;
+    let (_gateway, server) = small_gateway(
+        &sim.base_url(),
+        &format!("max_request_bytes = {LIMIT}"),
+        &format!("max_buffered_bytes = {budget}"),
+    )
+    .await;
+    // Text that barely compresses (a hash chain in hex), about the size limit decoded.
+    let mut noise = String::new();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    while noise.len() < LIMIT - 200 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        noise.push_str(&format!("{x:016x}"));
+    }
+    let body =
+        format!(r#"{{"model":"codex-relay","messages":[{{"role":"user","content":"{noise}"}}]}}"#);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(body.as_bytes()).unwrap();
+    let compressed = gz.finish().unwrap();
+    assert!(compressed.len() > LIMIT / 3, "{}", compressed.len());
+    let res = http_client()
+        .request(
+            Request::post(format!("{}/v1/chat/completions", server.url()))
+                .header("content-encoding", "gzip")
+                .header("session-id", "squeezed")
+                .body(Full::new(Bytes::from(compressed)))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 413);
+    assert!(res.headers().get("retry-after").is_none());
+    let v: Value =
+        serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_buffered_bytes"),
+        "{v}"
+    );
+}
