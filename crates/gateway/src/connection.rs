@@ -454,13 +454,18 @@ pin_project_lite::pin_project! {
 
 /// The 503 of a request no connection slot is left for: in the error shape of its API, with
 /// its `x-request-id` (the client's when plain, else a new one), `retry-after` and
-/// `connection: close`.
+/// `connection: close`, and its access line, as every request has.
 fn refused(req: Request<Incoming>) -> Response<ResponseBody> {
+    let started = std::time::Instant::now();
     let req = crate::access_log::ensure_request_id(req);
     let mut res = refused_answer(req.uri().path());
-    if let Some(id) = req.headers().get(&crate::access_log::X_REQUEST_ID) {
+    let id = req.headers().get(&crate::access_log::X_REQUEST_ID);
+    if let Some(id) = id {
         res.headers_mut()
             .insert(crate::access_log::X_REQUEST_ID.clone(), id.clone());
+    }
+    if let Some(access) = crate::access_log::AccessRequest::of(&req) {
+        access.log(&res, started.elapsed(), id);
     }
     res
 }

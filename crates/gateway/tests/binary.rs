@@ -262,6 +262,54 @@ async fn text_logs_carry_the_access_log_without_keys() {
     assert!(health.ends_with(|c: char| c.is_ascii_digit()), "{health}");
 }
 
+/// A request refused for want of a connection slot (`max_connections`) writes its access line
+/// too, with its status and id, as every request does.
+#[tokio::test]
+async fn a_request_refused_a_connection_slot_has_its_access_line() {
+    use std::io::Write as _;
+    let (_sim, dir) = codex_relay("key = \"k\"", "[limits]\nmax_connections = 1\n").await;
+    let (mut child, url) = listening(
+        Command::new(env!("CARGO_BIN_EXE_context-relay-gateway"))
+            .arg("--config")
+            .arg(dir.path().join("gateway.toml"))
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stderr(Stdio::piped()),
+    );
+    let addr = url.trim_start_matches("http://").to_owned();
+    // The only slot, held by a keep-alive connection that made one request.
+    let mut holder = std::net::TcpStream::connect(&addr).unwrap();
+    holder
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .unwrap();
+    let mut first = [0u8; 12];
+    holder.read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"HTTP/1.1 200");
+    let mut refused = std::net::TcpStream::connect(&addr).unwrap();
+    refused
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nx-request-id: rid-refused\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    refused.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    drop(holder);
+    signal(&child, "-TERM");
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    child.wait().unwrap();
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("request_id=rid-refused status=503")),
+        "{stderr}"
+    );
+}
+
 /// Stopping: the first SIGTERM drains (a provider's stream held open keeps the gateway
 /// running, for up to `shutdown_timeout_secs`); a second one cuts the drain short, and the
 /// gateway exits at once with status 0, the held request ended.
