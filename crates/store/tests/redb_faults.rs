@@ -188,3 +188,24 @@ async fn a_disk_that_stays_full_keeps_the_store_broken() {
     }
     drop(store);
 }
+
+/// A store created on a disk that is already full fails to open, and leaves no file behind:
+/// once there is room, the next start creates it (a half-made file would be refused as
+/// damaged at every start).
+#[tokio::test]
+async fn a_store_created_on_a_full_disk_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(_mount) = small_filesystem(dir.path(), "300k") else {
+        eprintln!(
+            "cannot mount a small filesystem here (not root?): the full-disk case is not run"
+        );
+        return;
+    };
+    let path = dir.path().join("handoffs.redb");
+    let filler = fill(dir.path());
+    assert!(RedbStore::open(&path).is_err(), "opened on a full disk");
+    assert!(!path.exists(), "a half-made store file was left behind");
+    std::fs::remove_file(&filler).unwrap();
+    let store = RedbStore::open(&path).expect("opens once there is room");
+    store.upsert(rec(&key(1), "s")).await.unwrap();
+}

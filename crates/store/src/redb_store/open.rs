@@ -56,6 +56,18 @@ pub(super) fn open_database(
 impl RedbStore {
     pub(super) fn open_with(opts: RedbStoreBuilder) -> Result<Self, StoreError> {
         let path = opts.path.clone();
+        let existed = std::fs::symlink_metadata(&path).is_ok();
+        let opened = Self::open_caught(opts);
+        // A file this open created and could not finish (a full disk) holds nothing: left
+        // behind, it would be refused as damaged at every later start.
+        if opened.is_err() && !existed {
+            let _ = std::fs::remove_file(&path);
+        }
+        opened
+    }
+
+    fn open_caught(opts: RedbStoreBuilder) -> Result<Self, StoreError> {
+        let path = opts.path.clone();
         // redb checks what it reads and panics on some damaged pages: a damaged file must be
         // an error that names it, not a crash at every start.
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Self::open_checked(opts))) {
