@@ -95,6 +95,12 @@ impl BudgetHold {
 
     /// Takes `n` more bytes; `false` (and nothing taken) when the budget has not that many left.
     pub(crate) fn take(&mut self, n: usize) -> bool {
+        self.take_within(n, n)
+    }
+
+    /// [`take`](Self::take) of `n` bytes of which the request needs only `needed` (a buffer's
+    /// capacity and its length): only what it needs decides whether it could ever fit.
+    pub(crate) fn take_within(&mut self, n: usize, needed: usize) -> bool {
         let Some(budget) = &self.budget else {
             return true;
         };
@@ -118,7 +124,7 @@ impl BudgetHold {
                 true
             }
             Err(_) => {
-                self.never = held.saturating_add(n as usize) > self.total;
+                self.never = held.saturating_add(needed.min(n as usize)) > self.total;
                 metrics::counter!("context_relay_gateway_budget_exhausted_total").increment(1);
                 false
             }
@@ -142,5 +148,9 @@ mod examples {
         // 60 held and 50 more: more than the whole budget, whoever else holds what.
         assert!(!b.take(50));
         assert!(b.never_fits());
+        // A buffer of 100 bytes' capacity holding 30: refused now, but what it needs fits.
+        let mut c = budget.hold();
+        assert!(!c.take_within(100, 30));
+        assert!(!c.never_fits());
     }
 }

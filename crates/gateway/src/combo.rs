@@ -336,7 +336,7 @@ async fn decoded(
     match decode_off_workers(encoding.to_owned(), raw, limit).await {
         // The decoded buffer is held whole, spare capacity included (the compressed bytes
         // stay counted until the request ends).
-        Ok(b) if !hold.take(b.capacity()) => Err(busy(shape, hold)),
+        Ok(b) if !hold.take_within(b.capacity(), b.len()) => Err(busy(shape, hold)),
         Ok(b) => Ok(Buffered::Chunk(Bytes::from(b))),
         Err(DecodeError::TooLarge { .. }) => Err(too_large(shape, limit)),
         Err(e @ DecodeError::Unsupported(_)) => Err(unsupported(&e.to_string())),

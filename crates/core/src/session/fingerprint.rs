@@ -149,11 +149,20 @@ pub struct Opening {
     pub continued: bool,
     /// Whether the request continues a conversation the provider keeps (a top-level
     /// `previous_response_id` or `conversation`, wherever it stands): such a request sends
-    /// only its new input, so its first user message is no opening of a conversation. Its
-    /// digest is then that of its `instructions` (empty when it sends none), which a chain
-    /// sends on every turn and which tell apart two chains of one session (an agent and its
-    /// sub-agents); chains without them are one conversation of the session.
+    /// only its new input, so its first user message is no opening of a conversation, and it
+    /// belongs to the session itself. Its digest is then that of its `instructions` (empty
+    /// when it sends none; marked, see [`Opening::is_chain_digest`]), which a chain sends on
+    /// every turn: what tells the handoff written at one chain's turn from another chain's
+    /// of the same session (an agent and its sub-agents).
     pub chained: bool,
+}
+
+impl Opening {
+    /// Whether `digest` (an [`Opening::digest`], as a handoff records it) is a chained
+    /// request's: the `instructions` of a chain, not the first ask of a conversation.
+    pub fn is_chain_digest(digest: u64) -> bool {
+        digest & CHAIN_BIT != 0
+    }
 }
 
 /// The [`Opening`] of `body`, from its start only: the top-level members up to the
@@ -189,7 +198,7 @@ pub fn opening(body: &[u8]) -> Option<Opening> {
             hasher.update(body.get(instructions).unwrap_or_default());
         }
         return Some(Opening {
-            digest: hasher.digest(),
+            digest: hasher.digest() | CHAIN_BIT,
             continued: true,
             chained: true,
         });
@@ -205,14 +214,18 @@ pub fn opening(body: &[u8]) -> Option<Opening> {
         hasher.update(body.get(part.clone()).unwrap_or_default());
     }
     Some(Opening {
-        digest: hasher.digest(),
+        digest: hasher.digest() & !CHAIN_BIT,
         continued,
-        chained: super::body_ids::chained(body),
+        chained: false,
     })
 }
 
 /// Domain separation of a chained request's [`Opening`] digest (its `instructions`).
 const CHAIN_DOMAIN: &[u8] = b"context-relay/conversation-chain/v1\n";
+
+/// The bit set in a chained request's [`Opening::digest`] and clear in any other's: a
+/// digest tells which of the two it is ([`Opening::is_chain_digest`]).
+const CHAIN_BIT: u64 = 1 << 63;
 
 /// The contents of the top-level `instructions` string of a chained request, wherever it
 /// stands (the last one when repeated); `None` without one, or when the body is not an

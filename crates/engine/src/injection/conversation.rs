@@ -10,10 +10,9 @@
 //! - A request whose opening differs is **another** conversation, keyed by the session and
 //!   its opening ([`HandoffKey::conversation`]): its own affinity, foreign state and
 //!   handoffs. A request that continues a conversation the provider keeps
-//!   (`previous_response_id`) sends only its new input: its opening is its chain's
-//!   `instructions` ([`Opening::chained`]), the same on every turn of the chain, so each chain
-//!   of a session (an agent and its sub-agents) is a conversation of its own from its first
-//!   chained turn.
+//!   (`previous_response_id`) sends only its new input, so it belongs to the session itself;
+//!   a handoff written at a chained turn is told by its chain's `instructions`
+//!   ([`Opening::chained`]), so that one chain does not take another's.
 //! - Another conversation with no record of its own (it only ever went through the fast path,
 //!   or started on another replica) is taken to be where the session was: on the account that
 //!   served before the session's last switch while that switch is recent, else on the
@@ -61,7 +60,9 @@ pub(crate) fn other_conversation(
     opening: Opening,
 ) -> Option<HandoffKey> {
     match primary {
-        Some(p) if p != opening.digest => Some(key.conversation(opening.digest)),
+        Some(p) if p != opening.digest && !opening.chained => {
+            Some(key.conversation(opening.digest))
+        }
         _ => None,
     }
 }
@@ -151,13 +152,57 @@ impl Conversation {
     }
 
     /// Whether `digest` (a handoff's recorded opening) is this conversation's: a handoff with
-    /// none recorded, or a request with no opening, matches. A chained request's opening is
-    /// its chain's `instructions` ([`Opening::chained`]): the summary written at one of its
-    /// turns is its own, another chain's sharing the session is not.
+    /// none recorded, or a request with no opening, matches. A chained request belongs to the
+    /// session itself: it owns the session's handoff written at a turn that was not chained
+    /// (its chain's first), and one written at a chained turn of its own chain, told by the
+    /// chain's `instructions` ([`Opening::chained`]), not another chain's (a sub-agent's).
     pub(crate) fn owns(&self, digest: Option<u64>) -> bool {
         match (digest, self.opening) {
+            (Some(d), Some(o)) if o.chained => d == o.digest || !Opening::is_chain_digest(d),
             (Some(d), Some(o)) => d == o.digest,
             _ => true,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use context_relay_core::session::opening;
+
+    fn of(body: &[u8]) -> Conversation {
+        Conversation {
+            key: HandoffKey::new("t", "s", "c"),
+            affinity: None,
+            inherited: false,
+            opening: opening(body),
+            primary: None,
+        }
+    }
+
+    /// A chained turn owns its session's handoff written at a turn that was not chained (its
+    /// chain's first) and one written at its own chain's turn, not one of another chain.
+    #[test]
+    fn a_chained_turn_owns_its_chains_handoffs_only() {
+        let first = br#"{"instructions":"You are the planner.","input":"rename the crate"}"#;
+        let planner = |step: &str| {
+            format!(
+                r#"{{"instructions":"You are the planner.","input":"{step}","previous_response_id":"r{step}"}}"#
+            )
+        };
+        let sub = br#"{"instructions":"You are the sub-agent.","input":"look","previous_response_id":"r9"}"#;
+        let written_first = opening(first).map(|o| o.digest);
+        let written_chained = opening(planner("2").as_bytes()).map(|o| o.digest);
+        let next = of(planner("3").as_bytes());
+        assert!(next.owns(written_first), "the chain's first turn's");
+        assert!(
+            next.owns(written_chained),
+            "its own chain's, whatever the turn's input"
+        );
+        assert!(!of(sub).owns(written_chained), "another chain's");
+        assert!(of(sub).owns(written_first), "the session's first turn's");
+        // A conversation that is not chained owns only its own opening's.
+        assert!(!of(first).owns(written_chained));
+        assert!(of(first).owns(written_first));
     }
 }

@@ -41,6 +41,20 @@ pub(super) fn handoffs(
     }
 }
 
+/// Whether the file at `path` holds nothing but zeros in its first page (a file created and
+/// never written; redb writes its header there first).
+fn never_written(path: &Path) -> bool {
+    use std::io::Read;
+    let mut page = [0u8; 4096];
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return false;
+    };
+    match file.read(&mut page) {
+        Ok(n) => page[..n].iter().all(|b| *b == 0),
+        Err(_) => false,
+    }
+}
+
 /// Opens (or creates) the redb file at `path`.
 pub(super) fn open_database(
     path: &Path,
@@ -59,8 +73,10 @@ impl RedbStore {
         let existed = std::fs::symlink_metadata(&path).is_ok();
         let opened = Self::open_caught(opts);
         // A file this open created and could not finish (a full disk) holds nothing: left
-        // behind, it would be refused as damaged at every later start.
-        if opened.is_err() && !existed {
+        // behind, it would be refused as damaged at every later start. Only a file that never
+        // got its header: another process that opened the same new path (and holds its lock)
+        // has written one.
+        if opened.is_err() && !existed && never_written(&path) {
             let _ = std::fs::remove_file(&path);
         }
         opened
