@@ -134,6 +134,20 @@ name = "alice"
     (sim, dir)
 }
 
+/// Stops the gateway with SIGTERM: all it wrote on stderr, and how it exited.
+fn stop(child: &mut std::process::Child) -> (String, std::process::ExitStatus) {
+    signal(child, "-TERM");
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let exited = child.wait().unwrap();
+    (stderr, exited)
+}
+
 /// Runs the binary with `args` besides its config, sends a chat request (`x-request-id:
 /// rid-42`) and a `/healthz`, stops it with SIGTERM, and returns its stderr, checked to hold
 /// no key and no body text.
@@ -170,15 +184,8 @@ async fn serve_two_requests(args: &[&str]) -> String {
     assert_eq!(client.request(req).await.unwrap().status(), 200);
 
     // SIGTERM: the gateway drains and exits, and stderr is complete.
-    signal(&child, "-TERM");
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
-    assert!(child.wait().unwrap().success(), "{stderr}");
+    let (stderr, exited) = stop(&mut child);
+    assert!(exited.success(), "{stderr}");
 
     assert!(!stderr.contains(CLIENT_KEY), "{stderr}");
     assert!(!stderr.contains("key-a"), "{stderr}");
@@ -293,15 +300,7 @@ async fn a_request_refused_a_connection_slot_has_its_access_line() {
     refused.read_to_string(&mut answer).unwrap();
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
     drop(holder);
-    signal(&child, "-TERM");
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
-    child.wait().unwrap();
+    let (stderr, _) = stop(&mut child);
     assert!(
         stderr
             .lines()

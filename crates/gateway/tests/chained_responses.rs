@@ -11,14 +11,19 @@ use context_relay_testkit::handoff::HANDOFF_TAG;
 use context_relay_testkit::harness::{Harness, MEMORY};
 use serde_json::{Value, json};
 
+/// What an agent client sends with each turn: JSON, its key, and `session` as Codex names it.
+fn agent_headers(session: &str) -> Vec<(String, String)> {
+    vec![
+        ("content-type".to_owned(), "application/json".to_owned()),
+        ("authorization".to_owned(), "Bearer sk-agent".to_owned()),
+        ("session_id".to_owned(), session.to_owned()),
+    ]
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_output_of_a_dropped_chain_reaches_the_new_account_as_a_message() {
     let h = Harness::start(1, MEMORY, SimProvider::builder()).await;
-    let headers = vec![
-        ("content-type".to_owned(), "application/json".to_owned()),
-        ("authorization".to_owned(), "Bearer sk-agent".to_owned()),
-        ("session_id".to_owned(), "chained-tool-loop".to_owned()),
-    ];
+    let headers = agent_headers("chained-tool-loop");
     let first = json!({"model": "codex-relay", "store": true,
         "input": [{"role": "user", "content": [{"type": "input_text",
             "text": "What is the weather in Paris? Use the tool."}]}]});
@@ -61,11 +66,7 @@ async fn a_tool_output_of_a_dropped_chain_reaches_the_new_account_as_a_message()
 #[tokio::test]
 async fn the_summary_of_a_chained_turn_reads_its_chain() {
     let h = Harness::start(1, MEMORY, SimProvider::builder()).await;
-    let headers = vec![
-        ("content-type".to_owned(), "application/json".to_owned()),
-        ("authorization".to_owned(), "Bearer sk-agent".to_owned()),
-        ("session_id".to_owned(), "chained-summary".to_owned()),
-    ];
+    let headers = agent_headers("chained-summary");
     let mut previous: Option<String> = None;
     // 30 %, 60 %, then 90 % of acct-a: the third turn starts the summary.
     for turn in 1..=3 {
@@ -98,11 +99,7 @@ async fn the_summary_of_a_chained_turn_reads_its_chain() {
 #[tokio::test]
 async fn the_summary_of_a_switched_chained_turn_names_no_chain() {
     let h = Harness::start(1, MEMORY, SimProvider::builder()).await;
-    let headers = vec![
-        ("content-type".to_owned(), "application/json".to_owned()),
-        ("authorization".to_owned(), "Bearer sk-agent".to_owned()),
-        ("session_id".to_owned(), "chained-switch-summary".to_owned()),
-    ];
+    let headers = agent_headers("chained-switch-summary");
     let first = json!({"model": "codex-relay", "store": true,
         "input": [{"role": "user", "content": [{"type": "input_text", "text": "rename the crate"}]}]});
     let (_, _, reply) = h.send(0, "/v1/responses", &headers, &first).await;
@@ -140,11 +137,7 @@ async fn the_summary_of_a_switched_chained_turn_names_no_chain() {
 async fn a_chained_sessions_handoff_is_written_again_as_its_turns_add_up() {
     let store = "backend = \"memory\"\n[relay]\nrefresh_after_messages = 5";
     let h = Harness::start(1, store, SimProvider::builder()).await;
-    let headers = vec![
-        ("content-type".to_owned(), "application/json".to_owned()),
-        ("authorization".to_owned(), "Bearer sk-agent".to_owned()),
-        ("session_id".to_owned(), "chained-refresh".to_owned()),
-    ];
+    let headers = agent_headers("chained-refresh");
     let mut previous: Option<Value> = None;
     for turn in 1..=7 {
         // Each turn lands at 85 % of acct-a: in the band, never past it.
@@ -171,11 +164,7 @@ async fn a_chained_sessions_handoff_is_written_again_as_its_turns_add_up() {
 #[tokio::test]
 async fn a_chained_session_carries_the_summary_written_in_the_band() {
     let h = Harness::start(1, MEMORY, SimProvider::builder()).await;
-    let headers = vec![
-        ("content-type".to_owned(), "application/json".to_owned()),
-        ("authorization".to_owned(), "Bearer sk-agent".to_owned()),
-        ("session_id".to_owned(), "chained-band".to_owned()),
-    ];
+    let headers = agent_headers("chained-band");
     let mut previous: Option<Value> = None;
     // 30 %, 60 %, then 90 % of acct-a: the third turn writes the summary; acct-a is then used
     // up and the fourth turn goes to acct-b.
@@ -219,11 +208,7 @@ async fn a_chained_session_carries_the_summary_written_in_the_band() {
 #[tokio::test]
 async fn a_sub_agents_chain_does_not_take_its_parents_summary() {
     let h = Harness::start(1, MEMORY, SimProvider::builder()).await;
-    let headers = vec![
-        ("content-type".to_owned(), "application/json".to_owned()),
-        ("authorization".to_owned(), "Bearer sk-agent".to_owned()),
-        ("session_id".to_owned(), "chained-agents".to_owned()),
-    ];
+    let headers = agent_headers("chained-agents");
     let send = async |who: &str, step: usize, previous: &Option<Value>| {
         let mut body = json!({"model": "codex-relay", "store": true,
             "instructions": format!("You are the {who}."),

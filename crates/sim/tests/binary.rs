@@ -30,10 +30,11 @@ fn post(url: &str, key: &str, body: &str) -> String {
     out
 }
 
-#[test]
-fn serves_the_accounts_it_was_given() {
+/// The simulator started with `args` (on a free port): it, its URL and its accounts line.
+fn start(args: &[&str]) -> (Sim, String, String) {
     let child = Command::new(env!("CARGO_BIN_EXE_context-relay-sim"))
-        .args(["--listen", "127.0.0.1:0", "--accounts", "a,b=sk-b"])
+        .args(["--listen", "127.0.0.1:0"])
+        .args(args)
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -41,8 +42,15 @@ fn serves_the_accounts_it_was_given() {
     let mut lines = BufReader::new(sim.0.stdout.take().unwrap()).lines();
     let url = lines.next().unwrap().unwrap();
     let url = url.strip_prefix("listening on ").unwrap().to_owned();
+    let accounts = lines.next().unwrap().unwrap();
+    (sim, url, accounts)
+}
+
+#[test]
+fn serves_the_accounts_it_was_given() {
+    let (_sim, url, accounts) = start(&["--accounts", "a,b=sk-b"]);
     assert!(url.ends_with("/v1"), "{url}");
-    assert_eq!(lines.next().unwrap().unwrap(), "accounts a=key-a,b=sk-b");
+    assert_eq!(accounts, "accounts a=key-a,b=sk-b");
 
     let turn = r#"{"model":"gpt-4.1","messages":[{"role":"user","content":"hi"}]}"#;
     let a = post(&url, "key-a", turn);
@@ -65,23 +73,7 @@ fn serves_the_accounts_it_was_given() {
 /// relay's JSON format naming the account, and uses no quota; a turn is answered as before.
 #[test]
 fn answers_summary_requests_with_a_handoff_note_when_asked() {
-    let child = Command::new(env!("CARGO_BIN_EXE_context-relay-sim"))
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--accounts",
-            "a",
-            "--quota-step",
-            "50",
-            "--summaries",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut sim = Sim(child);
-    let mut lines = BufReader::new(sim.0.stdout.take().unwrap()).lines();
-    let url = lines.next().unwrap().unwrap();
-    let url = url.strip_prefix("listening on ").unwrap().to_owned();
+    let (_sim, url, _) = start(&["--accounts", "a", "--quota-step", "50", "--summaries"]);
     let summary = r#"{"model":"gpt-4.1","messages":[{"role":"user","content":"You are writing a handoff note. The conversation below"}]}"#;
     for _ in 0..3 {
         let answer = post(&url, "key-a", summary);

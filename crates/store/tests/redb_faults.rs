@@ -63,14 +63,39 @@ async fn a_file_damaged_mid_file_is_a_clear_error_naming_it() {
     assert_eq!(damaged, 1, "no damage was ever noticed");
 }
 
-/// A tmpfs of `size` mounted at `dir`, or `None` where this process may not mount one.
+/// A tmpfs of `size` mounted at `dir`, or `None` (said on stderr) where this process may not
+/// mount one: the full-disk cases need it.
 fn small_filesystem(dir: &Path, size: &str) -> Option<Mount> {
     let ok = Command::new("mount")
         .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
         .arg(dir)
         .output()
         .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!(
+            "cannot mount a small filesystem here (not root?): the full-disk case is not run"
+        );
+    }
     ok.then(|| Mount(dir.to_path_buf()))
+}
+
+/// Fills the filesystem of `dir`, then writes records big enough to need new pages until one
+/// fails, as a store meets a disk that fills up; returns the filler's path.
+async fn break_on_a_full_disk(store: &RedbStore, dir: &Path) -> std::path::PathBuf {
+    let filler = fill(dir);
+    let mut failed = false;
+    for i in 1..200 {
+        if store
+            .upsert(rec(&key(i), &"x".repeat(32 << 10)))
+            .await
+            .is_err()
+        {
+            failed = true;
+            break;
+        }
+    }
+    assert!(failed, "no write failed on a full disk");
+    filler
 }
 
 struct Mount(std::path::PathBuf);
@@ -103,9 +128,6 @@ fn fill(dir: &Path) -> std::path::PathBuf {
 async fn a_full_disk_breaks_writes_until_there_is_room_again() {
     let dir = tempfile::tempdir().unwrap();
     let Some(_mount) = small_filesystem(dir.path(), "8m") else {
-        eprintln!(
-            "cannot mount a small filesystem here (not root?): the full-disk case is not run"
-        );
         return;
     };
     let path = dir.path().join("handoffs.redb");
@@ -117,20 +139,7 @@ async fn a_full_disk_breaks_writes_until_there_is_room_again() {
     store.upsert(rec(&key(0), "s")).await.unwrap();
     assert!(store.health().is_ok());
 
-    let filler = fill(dir.path());
-    // Records big enough to need new pages.
-    let mut failed = false;
-    for i in 1..200 {
-        if store
-            .upsert(rec(&key(i), &"x".repeat(32 << 10)))
-            .await
-            .is_err()
-        {
-            failed = true;
-            break;
-        }
-    }
-    assert!(failed, "no write failed on a full disk");
+    let filler = break_on_a_full_disk(&store, dir.path()).await;
     assert!(store.health().is_err(), "a broken store must say so");
     // What was committed before is still readable or reported, never a panic.
     let _ = store.get(&key(0)).await;
@@ -152,9 +161,6 @@ async fn a_full_disk_breaks_writes_until_there_is_room_again() {
 async fn a_disk_that_stays_full_keeps_the_store_broken() {
     let dir = tempfile::tempdir().unwrap();
     let Some(_mount) = small_filesystem(dir.path(), "8m") else {
-        eprintln!(
-            "cannot mount a small filesystem here (not root?): the full-disk case is not run"
-        );
         return;
     };
     let path = dir.path().join("handoffs.redb");
@@ -163,19 +169,7 @@ async fn a_disk_that_stays_full_keeps_the_store_broken() {
         .open()
         .unwrap();
     store.upsert(rec(&key(0), "s")).await.unwrap();
-    let _filler = fill(dir.path());
-    let mut failed = false;
-    for i in 1..200 {
-        if store
-            .upsert(rec(&key(i), &"x".repeat(32 << 10)))
-            .await
-            .is_err()
-        {
-            failed = true;
-            break;
-        }
-    }
-    assert!(failed, "no write failed on a full disk");
+    let _filler = break_on_a_full_disk(&store, dir.path()).await;
     // Several reopen attempts later (100, 200, 400 ms…), the disk still full.
     for _ in 0..15 {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -196,9 +190,6 @@ async fn a_disk_that_stays_full_keeps_the_store_broken() {
 async fn a_store_created_on_a_full_disk_leaves_nothing_behind() {
     let dir = tempfile::tempdir().unwrap();
     let Some(_mount) = small_filesystem(dir.path(), "300k") else {
-        eprintln!(
-            "cannot mount a small filesystem here (not root?): the full-disk case is not run"
-        );
         return;
     };
     let path = dir.path().join("handoffs.redb");

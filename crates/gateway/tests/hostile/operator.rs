@@ -162,21 +162,32 @@ async fn a_spent_byte_budget_is_a_503_with_retry_after() {
     assert_eq!(send().await.unwrap().status(), 200);
 }
 
+/// The size limit of the budget tests.
+const SIZE_LIMIT: usize = 1 << 20;
+
+/// A provider with one account, and the top-level and `[limits]` lines of the smallest
+/// `max_buffered_bytes` the configuration check accepts without a warning for [`SIZE_LIMIT`].
+async fn smallest_budget() -> (SimProvider, String, String) {
+    let sim = SimProvider::builder()
+        .account("acct-a", "key-a")
+        .start()
+        .await
+        .unwrap();
+    let budget = 2 * SIZE_LIMIT as u64 + context_relay_gateway::config::BUFFER_SLACK;
+    (
+        sim,
+        format!("max_request_bytes = {SIZE_LIMIT}"),
+        format!("max_buffered_bytes = {budget}"),
+    )
+}
+
 /// A budget the configuration check accepts without a warning (twice `max_request_bytes` and
 /// the slack it names) serves a lone body of the largest size allowed, whether it comes with
 /// a `content-length` or chunked, with a session header or without: a 503 with `retry-after`
 /// would be retried for ever.
 #[tokio::test]
 async fn a_lone_body_at_the_size_limit_fits_the_smallest_budget_allowed() {
-    const LIMIT: usize = 1 << 20;
-    let sim = SimProvider::builder()
-        .account("acct-a", "key-a")
-        .start()
-        .await
-        .unwrap();
-    let budget = 2 * LIMIT as u64 + context_relay_gateway::config::BUFFER_SLACK;
-    let top = format!("max_request_bytes = {LIMIT}");
-    let limits = format!("max_buffered_bytes = {budget}");
+    let (sim, top, limits) = smallest_budget().await;
     let config_warnings = {
         let store = format!("backend = \"memory\"\n[limits]\n{limits}");
         CodexGateway {
@@ -195,6 +206,7 @@ async fn a_lone_body_at_the_size_limit_fits_the_smallest_budget_allowed() {
         "{config_warnings:?}"
     );
     let (_gateway, server) = small_gateway(&sim.base_url(), &top, &limits).await;
+    const LIMIT: usize = SIZE_LIMIT;
     let head = r#"{"model":"codex-relay","messages":[{"role":"user","content":""#;
     let tail = r#""}]}"#;
     let body = format!(
@@ -241,19 +253,9 @@ async fn a_lone_body_at_the_size_limit_fits_the_smallest_budget_allowed() {
 #[tokio::test]
 async fn a_request_that_can_never_fit_the_budget_is_a_413() {
     use std::io::Write as _;
-    const LIMIT: usize = 1 << 20;
-    let sim = SimProvider::builder()
-        .account("acct-a", "key-a")
-        .start()
-        .await
-        .unwrap();
-    let budget = 2 * LIMIT as u64 + context_relay_gateway::config::BUFFER_SLACK;
-    let (_gateway, server) = small_gateway(
-        &sim.base_url(),
-        &format!("max_request_bytes = {LIMIT}"),
-        &format!("max_buffered_bytes = {budget}"),
-    )
-    .await;
+    const LIMIT: usize = SIZE_LIMIT;
+    let (sim, top, limits) = smallest_budget().await;
+    let (_gateway, server) = small_gateway(&sim.base_url(), &top, &limits).await;
     // Text that barely compresses (a hash chain in hex), about the size limit decoded.
     let mut noise = String::new();
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
