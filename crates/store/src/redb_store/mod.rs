@@ -26,6 +26,7 @@
 //!
 //! [`HandoffStore`]: crate::HandoffStore
 
+mod backoff;
 mod login;
 mod open;
 mod reads;

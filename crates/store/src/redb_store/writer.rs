@@ -12,8 +12,9 @@ use dashmap::mapref::entry::Entry;
 use redb::{Database, ReadableTable, TableDefinition};
 use tokio::sync::oneshot;
 
+use super::backoff::ReopenBackoff;
 use super::open::{AFFINITY, HANDOFFS, MODEL_HANDOFFS, decode_header, encode};
-use super::{DbCell, MAX_REOPEN_BACKOFF, RedbStore};
+use super::{DbCell, RedbStore};
 use crate::affinity::{self, Stored, Write};
 use crate::clock::after_ms;
 use crate::index::Meta;
@@ -203,12 +204,9 @@ pub(super) struct Reopen {
 /// once per attempt, not once per write.
 pub(super) fn run_writer(reopen: &Reopen, rx: &mpsc::Receiver<Op>, max_batch: usize) {
     let cell = &reopen.cell;
-    let mut backoff = reopen.first_backoff;
+    let mut backoff = ReopenBackoff::new(reopen.first_backoff);
     // While broken: when to try again.
     let mut next_attempt: Option<Instant> = None;
-    // Reopened, but no write committed since: a failure then doubles the wait (a disk that
-    // is still full passes the probe when the file has a few free pages).
-    let mut on_probation = false;
     loop {
         let first = match next_attempt {
             None => match rx.recv() {
@@ -227,17 +225,17 @@ pub(super) fn run_writer(reopen: &Reopen, rx: &mpsc::Receiver<Op>, max_batch: us
             match recover(reopen) {
                 Ok(()) => {
                     next_attempt = None;
-                    on_probation = true;
+                    backoff.reopened();
                     cell.works();
                     tracing::info!(path = %reopen.path.display(), "redb store reopened; writes resume");
                 }
                 Err(e) => {
-                    backoff = (backoff * 2).clamp(Duration::from_millis(1), MAX_REOPEN_BACKOFF);
-                    let at = Instant::now() + backoff;
+                    let wait = backoff.reopen_failed();
+                    let at = Instant::now() + wait;
                     next_attempt = Some(at);
                     cell.broke(at);
                     cell.take();
-                    tracing::error!(error = %e, retry_in = ?backoff, "redb store still broken; trying again later");
+                    tracing::error!(error = %e, retry_in = ?wait, "redb store still broken; trying again later");
                 }
             }
         }
@@ -256,12 +254,10 @@ pub(super) fn run_writer(reopen: &Reopen, rx: &mpsc::Receiver<Op>, max_batch: us
             (Some(_), _) => cell.health("commit"),
             (None, Err(unavailable)) => Err(unavailable),
             (None, Ok(db)) => apply(&db, &batch).map_err(|e| {
-                if on_probation {
-                    backoff = (backoff * 2).clamp(Duration::from_millis(1), MAX_REOPEN_BACKOFF);
-                }
-                let at = Instant::now() + backoff;
+                let wait = backoff.commit_failed();
+                let at = Instant::now() + wait;
                 tracing::error!(
-                    error = %e, writes = batch.len(), path = %reopen.path.display(), retry_in = ?backoff,
+                    error = %e, writes = batch.len(), path = %reopen.path.display(), retry_in = ?wait,
                     "redb commit failed; the store is broken until its file is reopened"
                 );
                 next_attempt = Some(at);
@@ -275,9 +271,8 @@ pub(super) fn run_writer(reopen: &Reopen, rx: &mpsc::Receiver<Op>, max_batch: us
                 }
             }),
         };
-        if result.is_ok() && on_probation {
-            on_probation = false;
-            backoff = reopen.first_backoff;
+        if result.is_ok() {
+            backoff.committed();
         }
         for op in batch {
             let done = match op {
