@@ -1,5 +1,15 @@
-//! The in-flight count of requests, held until the response body ends: a streamed answer
-//! counts for as long as it streams, not only until its head.
+//! The body every answer is handed to hyper in: it holds the in-flight count of requests
+//! until the body ends (a streamed answer counts for as long as it streams, not only until its
+//! head), and it hands a body's error on one poll after the frames before it.
+//!
+//! hyper's server queues what a body yields and writes the queue out once the body has nothing
+//! more for now; an error ends the connection (HTTP/1) or resets the stream (HTTP/2) at once,
+//! and whatever was still queued is lost. A provider that sends its last events and closes its
+//! connection in the same instant (the events and the cut arrive together) lost the client
+//! those events, its response head too when the relay had read the opening ahead. The error
+//! is held for one poll: hyper writes out what it queued, then gets the error and cuts the
+//! client's connection or stream as the provider cut its own, so the client still learns the
+//! answer is incomplete.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -38,18 +48,24 @@ pub type ResponseBody = InFlightBody<axum::body::Body>;
 
 pin_project_lite::pin_project! {
     /// A response body holding its request's place in the requests-in-flight gauge until its
-    /// last frame, an error, or its drop (a client gone mid-stream).
+    /// last frame, an error, or its drop (a client gone mid-stream); its inner body's error
+    /// comes one poll after the frames before it (see the [module docs](self)).
     pub struct InFlightBody<B> {
         #[pin]
         inner: B,
         guard: Option<InFlight>,
+        held: Option<axum::Error>,
     }
 }
 
 impl<B> InFlightBody<B> {
     /// `inner`, counted by `guard` while it lasts.
     pub(crate) fn new(inner: B, guard: Option<InFlight>) -> Self {
-        Self { inner, guard }
+        Self {
+            inner,
+            guard,
+            held: None,
+        }
     }
 }
 
@@ -69,15 +85,27 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let this = self.project();
-        let frame = std::task::ready!(this.inner.poll_frame(cx));
-        if !matches!(frame, Some(Ok(_))) {
+        if let Some(error) = this.held.take() {
             this.guard.take();
+            return Poll::Ready(Some(Err(error)));
         }
-        Poll::Ready(frame.map(|r| r.map_err(axum::Error::new)))
+        match std::task::ready!(this.inner.poll_frame(cx)) {
+            Some(Ok(frame)) => Poll::Ready(Some(Ok(frame))),
+            Some(Err(error)) => {
+                // Held for one poll: hyper writes out what it queued before it learns of it.
+                *this.held = Some(axum::Error::new(error));
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            None => {
+                this.guard.take();
+                Poll::Ready(None)
+            }
+        }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.held.is_none() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -147,5 +175,42 @@ mod tests {
             .map(|e| e.to_string());
         assert_eq!(error.as_deref(), Some("the provider went away"));
         assert_eq!(f64::from_bits(cell.load(Ordering::Relaxed)), 0.0);
+    }
+
+    /// The frames before an error and the error itself, all ready at once: the error comes a
+    /// poll later (the poll between says "not yet" and wakes the task at once), so a server
+    /// writes out the frames before it ends the connection.
+    #[test]
+    fn an_error_comes_one_poll_after_the_frames_before_it() {
+        let woken = Arc::new(Woken::default());
+        let waker = std::task::Waker::from(woken.clone());
+        let mut cx = Context::from_waker(&waker);
+        let chunks = futures_util::stream::iter([
+            Ok(Frame::data(Bytes::from_static(b"event: last"))),
+            Err(std::io::Error::other("cut")),
+        ]);
+        let mut body = std::pin::pin!(InFlightBody::new(StreamBody::new(chunks), None));
+        let first = body.as_mut().poll_frame(&mut cx);
+        assert!(matches!(first, Poll::Ready(Some(Ok(_)))));
+        assert!(body.as_mut().poll_frame(&mut cx).is_pending());
+        assert_eq!(woken.0.load(Ordering::Relaxed), 1, "woken at once");
+        assert!(!body.is_end_stream(), "the error is still to come");
+        match body.as_mut().poll_frame(&mut cx) {
+            Poll::Ready(Some(Err(e))) => assert_eq!(e.to_string(), "cut"),
+            _ => panic!("the held error comes on the next poll"),
+        }
+        assert!(body.as_mut().poll_frame(&mut cx).is_ready());
+    }
+
+    #[derive(Default)]
+    struct Woken(AtomicU64);
+
+    impl std::task::Wake for Woken {
+        fn wake(self: Arc<Self>) {
+            self.wake_by_ref();
+        }
+        fn wake_by_ref(self: &Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }

@@ -43,6 +43,8 @@ pin_project! {
             prefix: VecDeque<Result<Frame<B::Data>, B::Error>>,
             // The inner body already gave its `None` (read ahead): it is not polled again.
             done: bool,
+            // An error read ahead was held back for a poll (see `poll_frame`).
+            paused: bool,
         },
     }
 }
@@ -89,7 +91,15 @@ where
         done: bool,
         hook: Option<EndHook>,
     ) -> Self {
-        Self::start(Inner::Ahead { body, prefix, done }, hook)
+        Self::start(
+            Inner::Ahead {
+                body,
+                prefix,
+                done,
+                paused: false,
+            },
+            hook,
+        )
     }
 
     fn start(inner: Inner<B>, mut hook: Option<EndHook>) -> Self {
@@ -110,9 +120,9 @@ where
     fn is_end_stream(&self) -> bool {
         match self {
             Inner::Plain { body } => body.is_end_stream(),
-            Inner::Ahead { body, prefix, done } => {
-                prefix.is_empty() && (*done || body.is_end_stream())
-            }
+            Inner::Ahead {
+                body, prefix, done, ..
+            } => prefix.is_empty() && (*done || body.is_end_stream()),
         }
     }
 
@@ -205,7 +215,20 @@ where
                 observe::<B>(&polled, hook, || body.is_end_stream());
                 polled
             }
-            InnerProj::Ahead { body, prefix, done } => {
+            InnerProj::Ahead {
+                body,
+                prefix,
+                done,
+                paused,
+            } => {
+                // An error read ahead comes a poll after what was read before it: a server
+                // writes out what it queued (the head too) once the body says "not yet", and
+                // an error in the same poll would end the connection with all of it unsent.
+                if !*paused && prefix.front().is_some_and(Result::is_err) {
+                    *paused = true;
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
                 if let Some(item) = prefix.pop_front() {
                     // Read ahead: already fed to the detector.
                     let failed = item.is_err();
@@ -235,5 +258,75 @@ where
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Wake, Waker};
+
+    use bytes::Bytes;
+
+    use super::*;
+
+    /// An inner body already read to its end.
+    struct Ended;
+
+    impl Body for Ended {
+        type Data = Bytes;
+        type Error = std::io::Error;
+
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+            Poll::Ready(None)
+        }
+    }
+
+    #[derive(Default)]
+    struct Woken(AtomicUsize);
+
+    impl Wake for Woken {
+        fn wake(self: Arc<Self>) {
+            self.wake_by_ref();
+        }
+        fn wake_by_ref(self: &Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A stream opening read ahead and the error that cut it: the error comes a poll after
+    /// the data (that poll says "not yet" and wakes the task at once), so a server writes the
+    /// head and the data out before it ends the connection.
+    #[test]
+    fn an_error_read_ahead_comes_one_poll_after_the_data_before_it() {
+        let woken = Arc::new(Woken::default());
+        let waker = Waker::from(woken.clone());
+        let mut cx = Context::from_waker(&waker);
+        let prefix = VecDeque::from([
+            Ok(Frame::data(Bytes::from_static(
+                b"event: response.created\n\n",
+            ))),
+            Err(std::io::Error::other("cut")),
+        ]);
+        let body = ResponseBody::boxed(Box::pin(Ended), prefix, true, None);
+        let mut body = std::pin::pin!(body);
+        assert!(matches!(
+            body.as_mut().poll_frame(&mut cx),
+            Poll::Ready(Some(Ok(_)))
+        ));
+        assert!(body.as_mut().poll_frame(&mut cx).is_pending());
+        assert_eq!(woken.0.load(Ordering::Relaxed), 1, "woken at once");
+        match body.as_mut().poll_frame(&mut cx) {
+            Poll::Ready(Some(Err(e))) => assert_eq!(e.to_string(), "cut"),
+            _ => panic!("the error comes on the next poll"),
+        }
+        assert!(matches!(
+            body.as_mut().poll_frame(&mut cx),
+            Poll::Ready(None)
+        ));
     }
 }
