@@ -128,6 +128,7 @@ pub(crate) fn upstream_limits(config: &Config) -> UpstreamLimits {
         connect: l.upstream_connect_timeout_secs.duration(),
         head: l.upstream_head_timeout_secs.duration(),
         idle: l.upstream_idle_timeout_secs.duration(),
+        pool_idle: crate::upstream::POOL_IDLE,
     }
 }
 

@@ -33,7 +33,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use smallvec::SmallVec;
 use tower_service::Service;
 
@@ -114,7 +114,13 @@ pub(crate) struct UpstreamLimits {
     pub(crate) head: Duration,
     /// Between two chunks of the response body (300 s).
     pub(crate) idle: Duration,
+    /// How long a pooled connection to a provider stays open unused ([`POOL_IDLE`]).
+    pub(crate) pool_idle: Duration,
 }
+
+/// How long a pooled connection to a provider stays open unused: a provider that goes quiet,
+/// or that a reload removed, is not held a connection per request it once had in flight.
+pub(crate) const POOL_IDLE: Duration = Duration::from_secs(90);
 
 impl Default for UpstreamLimits {
     fn default() -> Self {
@@ -122,6 +128,7 @@ impl Default for UpstreamLimits {
             connect: Duration::from_secs(10),
             head: Duration::from_secs(600),
             idle: Duration::from_secs(300),
+            pool_idle: POOL_IDLE,
         }
     }
 }
@@ -200,8 +207,11 @@ impl Upstream {
     /// A pooled client for http and https upstreams bounded by `limits`.
     pub(crate) fn with_limits(limits: UpstreamLimits) -> Result<Self, UpstreamError> {
         let connector = Connector::new(limits.connect)?;
+        // The timer is what closes an idle connection when its time is up: without one, an
+        // expired connection is only found (and closed) by the next request to its provider.
         let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(limits.pool_idle)
             .build(connector);
         Ok(Self {
             client: Arc::new(client),
@@ -372,7 +382,11 @@ mod tests {
 
     /// The answer of a loopback provider that says `200 Fine` to a request carrying `ext`
     /// (besides its endpoint).
-    async fn answer_to(ext: http::Extensions) -> Response<UpstreamBody> {
+    /// The provider's task ends when the gateway closes the connection.
+    async fn answer_to(
+        upstream: &mut Upstream,
+        ext: http::Extensions,
+    ) -> (Response<UpstreamBody>, tokio::task::JoinHandle<()>) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -394,6 +408,8 @@ mod tests {
                 .write_all(b"HTTP/1.1 200 Fine\r\ncontent-length: 2\r\n\r\nok")
                 .await
                 .unwrap();
+            // Kept open, as a provider keeps it, until the gateway closes it.
+            while stream.read(&mut buf).await.is_ok_and(|n| n > 0) {}
         });
         let mut req = Request::post("/v1/chat/completions")
             .header(header::CONTENT_TYPE, "application/json")
@@ -411,13 +427,31 @@ mod tests {
                 in_band: None,
             },
         );
-        let mut upstream = Upstream::with_limits(UpstreamLimits::default()).unwrap();
         let res = upstream.call(req).await.unwrap();
-        provider.await.unwrap();
         assert_eq!(res.status(), http::StatusCode::OK);
         let reason = res.extensions().get::<hyper::ext::ReasonPhrase>();
         assert_eq!(reason.map(|r| r.as_bytes()), Some(&b"Fine"[..]));
-        res
+        (res, provider)
+    }
+
+    /// A pooled connection left unused for `pool_idle` is closed when its time is up, not
+    /// when the next request to its provider finds it expired (which may be never).
+    #[tokio::test]
+    async fn an_idle_connection_to_a_provider_is_closed_when_its_time_is_up() {
+        use http_body_util::BodyExt;
+        let mut upstream = Upstream::with_limits(UpstreamLimits {
+            pool_idle: Duration::from_millis(100),
+            ..UpstreamLimits::default()
+        })
+        .unwrap();
+        let (res, provider) = answer_to(&mut upstream, http::Extensions::new()).await;
+        // Read to its end: the connection goes back to the pool.
+        res.into_body().collect().await.unwrap();
+        tokio::time::timeout(Duration::from_secs(5), provider)
+            .await
+            .expect("the idle connection was still open after 5 s")
+            .unwrap();
+        drop(upstream);
     }
 
     /// The request's extension map is handed on to the answer: the answer carries what hyper
@@ -434,7 +468,8 @@ mod tests {
         known.insert(account.clone());
         known.insert(Tenant::new("alice"));
         known.insert(SessionId::new("s1"));
-        let res = answer_to(known.clone()).await;
+        let mut upstream = Upstream::with_limits(UpstreamLimits::default()).unwrap();
+        let (res, _) = answer_to(&mut upstream, known.clone()).await;
         assert_eq!(res.extensions().fact::<ResolvedAccount>(), Some(&account));
         assert_eq!(
             res.extensions().fact::<Tenant>(),
@@ -443,7 +478,7 @@ mod tests {
         assert_eq!(res.extensions().fact::<SessionId>(), None);
 
         known.insert(Marker);
-        let res = answer_to(known).await;
+        let (res, _) = answer_to(&mut upstream, known).await;
         assert_eq!(res.extensions().get::<Marker>(), None);
         assert_eq!(res.extensions().fact::<ResolvedAccount>(), None);
         assert_eq!(res.extensions().fact::<Tenant>(), None);
