@@ -20,8 +20,9 @@
 //!   `PING` before its final `GOAWAY`; a client that keeps reading but never answers would
 //!   otherwise hold its slot for good.
 //! - **Writing**: a write to the client that waits `client_write_timeout_secs` for the client
-//!   to read closes the connection, and with it the provider's stream it was relaying: a
-//!   client that stops reading holds neither a slot nor an upstream connection for longer.
+//!   to read resets the connection (`client_io`), and with it the provider's stream it was
+//!   relaying: a client that stops reading holds neither a slot, nor an upstream connection,
+//!   nor the kernel's buffer of what it did not read for longer.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -172,8 +173,7 @@ pub(crate) async fn serve(
 ) {
     let head_timeout = options.header_timeout;
     let grace = CLOSE_GRACE.min(head_timeout);
-    let mut io = tokio_io_timeout::TimeoutStream::new(tcp);
-    io.set_write_timeout(Some(options.write_timeout));
+    let io = crate::client_io::ClientIo::new(tcp, options.write_timeout);
     let (id, mut evicted) = admission.enter();
     metrics::gauge!("context_relay_gateway_connections_pending").increment(1.0);
     let state = Arc::new(ConnState::new());

@@ -43,6 +43,7 @@ mod budget;
 mod catch_panic;
 mod chunks;
 mod client_body;
+mod client_io;
 mod collect;
 mod combo;
 pub mod config;

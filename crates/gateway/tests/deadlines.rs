@@ -161,6 +161,21 @@ async fn a_client_that_stops_reading_is_closed_at_the_write_timeout() {
         .unwrap();
     let held = dropped - sent;
     assert!(held < Duration::from_secs(5), "held {held:?}");
+    // Reset, not closed gracefully: the gateway's side of the socket is gone, not left
+    // (outside the process) holding the megabytes the client did not read.
+    let ports = (server.addr().port(), client.local_addr().unwrap().port());
+    let mut state = gateway_side(ports);
+    for _ in 0..100 {
+        if state.is_none_or(|(st, _)| st != ESTABLISHED) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        state = gateway_side(ports);
+    }
+    assert_eq!(
+        state, None,
+        "the gateway's socket (TCP state, bytes unsent) outlived its connection"
+    );
     // The client's connection was closed too: reading it to the end finishes.
     let mut sink = vec![0u8; 1 << 20];
     let drained = tokio::time::timeout(Duration::from_secs(10), async {
@@ -173,6 +188,25 @@ async fn a_client_that_stops_reading_is_closed_at_the_write_timeout() {
     })
     .await;
     assert!(drained.is_ok(), "the client's connection stayed open");
+}
+
+/// The `/proc/net/tcp` state code of an open connection.
+const ESTABLISHED: u8 = 1;
+
+/// The TCP state and the bytes waiting to be sent of the gateway's socket of a connection
+/// (`ports`: the gateway's and the client's), as the kernel lists it; `None` once it is gone.
+fn gateway_side((gateway, client): (u16, u16)) -> Option<(u8, u64)> {
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let port = |addr: &str| u16::from_str_radix(addr.rsplit(':').next()?, 16).ok();
+        if port(fields.get(1)?)? != gateway || port(fields.get(2)?)? != client {
+            return None;
+        }
+        let state = u8::from_str_radix(fields.get(3)?, 16).ok()?;
+        let unsent = u64::from_str_radix(fields.get(4)?.split(':').next()?, 16).ok()?;
+        Some((state, unsent))
+    })
 }
 
 /// The write timeout is no idle timeout: a client that reads slowly but steadily keeps its
