@@ -180,7 +180,11 @@ where
 {
     let (mut parts, body) = req.into_parts();
     let shape = ErrorShape::for_path(parts.uri.path());
-    let too_large = || too_large(shape, limit);
+    // An answer given before the body was read to its end ends the connection (its unread
+    // rest cannot be told from a next request): an HTTP/1 client is told so.
+    let version = parts.version;
+    let unread = move |res| closing(res, version);
+    let too_large = || unread(too_large(shape, limit));
     let bad_request = |message: &str| bad_request(shape, message);
 
     let declared = parts
@@ -224,19 +228,19 @@ where
             }
         },
         Err(Collect::TooLarge) => return Err(too_large()),
-        Err(Collect::Budget) => return Err(busy(hold)),
+        Err(Collect::Budget) => return Err(unread(busy(hold))),
         Err(Collect::Read(e)) if is_timeout(&*e) => {
-            return Err(error_response(
+            return Err(unread(error_response(
                 shape,
                 StatusCode::REQUEST_TIMEOUT,
                 ErrorKind::RequestTimeout.name(shape),
                 "the request body stalled longer than the gateway waits between chunks (client_body_timeout_secs)",
-            ));
+            )));
         }
         Err(Collect::Read(e)) => {
-            return Err(bad_request(&format!(
+            return Err(unread(bad_request(&format!(
                 "the request body could not be read: {e}"
-            )));
+            ))));
         }
     };
 
@@ -456,6 +460,16 @@ fn route(
     targets.written = written;
     Routing::set_targets(&mut parts.extensions, targets);
     Ok(body)
+}
+
+/// `res` with `connection: close` on HTTP/1 (HTTP/2 ends only the stream, and has no such
+/// header).
+fn closing(mut res: Response<Full<Bytes>>, version: http::Version) -> Response<Full<Bytes>> {
+    if version < http::Version::HTTP_2 {
+        res.headers_mut()
+            .insert(header::CONNECTION, http::HeaderValue::from_static("close"));
+    }
+    res
 }
 
 /// The 413 of a body over `limit`, in `shape`.

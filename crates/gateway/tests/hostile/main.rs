@@ -281,6 +281,19 @@ async fn missing_wrong_and_forbidden_keys_in_the_api_shape() {
     assert!(acct_a["sessions"].as_u64().unwrap() >= 1, "{v}");
 }
 
+/// Alice's chat request with `content-length: {length}` and only `{"model":` of its body:
+/// the gateway's answer, read until it closes the connection, and when it did.
+async fn unfinished_request(env: &Env, length: u64) -> (String, Duration) {
+    let mut tcp = TcpStream::connect(env.addr()).await.unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer alice-key\r\n\
+         content-type: application/json\r\ncontent-length: {length}\r\n\r\n{{\"model\":"
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let (bytes, after) = read_until_closed(&mut tcp, Duration::from_secs(5)).await;
+    (String::from_utf8_lossy(&bytes).into_owned(), after)
+}
+
 /// Reads until the peer closes (or `limit` passes); returns what was read and when it ended.
 async fn read_until_closed(tcp: &mut TcpStream, limit: Duration) -> (Vec<u8>, Duration) {
     let started = Instant::now();

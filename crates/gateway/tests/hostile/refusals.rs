@@ -3,6 +3,16 @@
 
 use super::*;
 
+/// A body over the size limit is answered before it is read: the connection cannot carry
+/// another request after it, and the answer says so (a keep-alive pool must not reuse it).
+#[tokio::test]
+async fn a_413_before_the_body_is_read_says_the_connection_closes() {
+    let env = setup().await;
+    let (text, _) = unfinished_request(&env, 999_999_999).await;
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    assert!(text.contains("\r\nconnection: close\r\n"), "{text}");
+}
+
 #[tokio::test]
 async fn stacked_gzip_layers_are_refused_without_decoding() {
     let env = setup().await;

@@ -91,17 +91,11 @@ async fn slow_headers_of_a_later_request_are_cut_at_the_header_timeout() {
 #[tokio::test]
 async fn a_stalled_request_body_gets_408_and_is_closed() {
     let env = setup().await;
-    let mut tcp = TcpStream::connect(env.addr()).await.unwrap();
-    tcp.write_all(
-        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer alice-key\r\n\
-          content-type: application/json\r\ncontent-length: 1000\r\n\r\n{\"model\":",
-    )
-    .await
-    .unwrap();
-    let (bytes, after) = read_until_closed(&mut tcp, Duration::from_secs(5)).await;
-    let text = String::from_utf8_lossy(&bytes);
+    let (text, after) = unfinished_request(&env, 1000).await;
     assert!(text.starts_with("HTTP/1.1 408"), "{text}");
     assert!(text.contains("client_body_timeout_secs"), "{text}");
+    // The connection ends with the answer, and the answer says so.
+    assert!(text.contains("\r\nconnection: close\r\n"), "{text}");
     assert!(
         after <= Duration::from_secs_f64(BODY_TIMEOUT + 1.5),
         "closed after {after:?}"
