@@ -203,10 +203,6 @@ pub(crate) async fn serve(
         if pending && state.admitted() {
             pending = false;
             admission.leave(id);
-            metrics::gauge!("context_relay_gateway_connections_pending").decrement(1.0);
-            if state.slot.get().is_some() {
-                metrics::gauge!("context_relay_gateway_connections").increment(1.0);
-            }
             // From here on the idle deadline bounds the time without a request in flight. It
             // is not reset as each request starts and ends (that woke this loop twice per
             // request); it reads when the last answer ended once it fires (`Event::Idle`).
@@ -315,9 +311,12 @@ pub(crate) async fn serve(
     }
     if pending {
         admission.leave(id);
-        metrics::gauge!("context_relay_gateway_connections_pending").decrement(1.0);
-    } else if state.slot.get().is_some() {
+    }
+    // The gauges moved when the first request head came (`ConnService::call`).
+    if state.slot.get().is_some() {
         metrics::gauge!("context_relay_gateway_connections").decrement(1.0);
+    } else if !state.admitted() {
+        metrics::gauge!("context_relay_gateway_connections_pending").decrement(1.0);
     }
 }
 
@@ -380,10 +379,15 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
                 Ok(slot) => {
                     let _ = state.slot.set(slot);
                     state.activity.notify_one();
+                    // Moved here, not when the connection's loop next runs: the request
+                    // itself (`GET /metrics`) sees its connection counted.
+                    metrics::gauge!("context_relay_gateway_connections_pending").decrement(1.0);
+                    metrics::gauge!("context_relay_gateway_connections").increment(1.0);
                 }
                 Err(_) => {
                     state.refused.store(true, Ordering::Release);
                     state.activity.notify_one();
+                    metrics::gauge!("context_relay_gateway_connections_pending").decrement(1.0);
                     metrics::counter!("context_relay_gateway_connections_rejected_total")
                         .increment(1);
                     return ConnFuture::Refused {

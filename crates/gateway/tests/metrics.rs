@@ -37,7 +37,14 @@ async fn relay_counters_appear_on_metrics() {
         assert_eq!(res.status(), 200);
         String::from_utf8(res.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap()
     };
-    assert!(!get_metrics().await.contains("context_relay_injected_total"));
+    let first = get_metrics().await;
+    assert!(!first.contains("context_relay_injected_total"));
+    // The first request of a connection sees it counted as admitted, not as pending.
+    assert!(
+        first.contains("context_relay_gateway_connections 1\n")
+            && first.contains("context_relay_gateway_connections_pending 0\n"),
+        "{first}"
+    );
 
     // A stream counts as in flight for as long as it streams, not only until its head (the
     // request for `/metrics` counts itself).
