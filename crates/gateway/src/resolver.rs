@@ -89,7 +89,7 @@ use crate::routing::Routing;
 use crate::upstream::HeadTimedOut;
 
 pub(crate) use rotate::InBandQuota;
-use rotate::{Attempt, record_usage};
+use rotate::{Attempt, UnavailableRetry, record_usage};
 use verdict::{Verdict, classify, decoded_error_body, error_type};
 
 /// Largest error body read to learn what it says (they are a few hundred bytes; a longer one
@@ -282,7 +282,7 @@ where
     // A route names a few providers, a pool a few accounts: both lists stay on the stack.
     let mut providers_seen: SmallVec<[Arc<ProviderPool>; 4]> = SmallVec::new();
     let mut attempts = 0usize;
-    let mut unavailable_retried = false;
+    let mut retry = UnavailableRetry::default();
     let mut skipped_shape = Vec::new();
     'targets: for target in targets.targets.iter() {
         let Some(pool) = pools.get(&target.provider).cloned() else {
@@ -337,6 +337,7 @@ where
             if attempts > 1 {
                 metrics::counter!("context_relay_gateway_retries_total", "provider" => pool.name().to_string())
                     .increment(1);
+                retry.attempt(pool.name(), &account.id);
             }
             let mut res = loop {
                 let credential = issue.credential.clone();
@@ -421,9 +422,9 @@ where
             if res_parts.extensions.get::<HeadTimedOut>().is_some() {
                 // The provider already had the whole head timeout: another account would make
                 // the client wait as long again.
-                unavailable_retried = true;
+                retry.forgo();
             }
-            let rotate = attempt.rotate(verdict, &error, &mut unavailable_retried);
+            let rotate = attempt.rotate(verdict, &error, &mut retry);
             if let Verdict::Exhausted(signal) = verdict {
                 // The client may still see this answer (when no other account is left): it
                 // carries the usage reading like any other response.
@@ -459,6 +460,7 @@ where
         }
     }
 
+    retry.unanswered();
     match quota.or(last) {
         Some((_, resolved, Verdict::Refused)) => {
             let mut res = refused_everywhere(head.uri().path(), &skipped_shape);

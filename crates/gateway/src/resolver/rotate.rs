@@ -25,12 +25,12 @@ pub(super) struct Attempt<'a> {
 impl Attempt<'_> {
     /// Applies `verdict` to the account (logged and counted) and says whether the request goes
     /// on to the next account. A provider failure moves a user request on once per request
-    /// (`unavailable_retried`); a quota or credential failure always does.
+    /// (`retry`); a quota or credential failure always does.
     pub(super) fn rotate(
         &self,
         verdict: Verdict,
         error: &str,
-        unavailable_retried: &mut bool,
+        retry: &mut UnavailableRetry,
     ) -> bool {
         let (pool, account, status, now) = (self.pool, self.account, self.status, self.now);
         match verdict {
@@ -73,21 +73,81 @@ impl Attempt<'_> {
                 );
                 true
             }
-            Verdict::Unavailable if !*unavailable_retried && !self.internal => {
-                *unavailable_retried = true;
-                metrics::counter!(
-                    "context_relay_gateway_unavailable_retries_total",
-                    "provider" => pool.name().to_string(),
-                    "account" => account.to_owned()
-                )
-                .increment(1);
-                tracing::warn!(
-                    provider = %pool.name(), account, status = status.as_u16(), error,
-                    "upstream failed before any byte reached the client; trying the next account once"
-                );
+            Verdict::Unavailable if matches!(retry, UnavailableRetry::Unused) && !self.internal => {
+                *retry = UnavailableRetry::Due(Box::new(Failed {
+                    provider: pool.name().to_string(),
+                    account: account.to_owned(),
+                    status,
+                    error: error.to_owned(),
+                }));
                 true
             }
             Verdict::Unavailable | Verdict::Answer => false,
+        }
+    }
+}
+
+/// The one move to another account a user request gets after a provider failure (a 5xx, a
+/// connection error). It is logged and counted when the next attempt starts, so that neither
+/// says "trying the next account" when none is left.
+#[derive(Default)]
+pub(super) enum UnavailableRetry {
+    /// Not taken yet.
+    #[default]
+    Unused,
+    /// Taken: the request moves on from this failure.
+    Due(Box<Failed>),
+    /// Taken, or given up (a provider that already had the whole head timeout).
+    Used,
+}
+
+/// The failure a request moved on from.
+pub(super) struct Failed {
+    provider: String,
+    account: String,
+    status: StatusCode,
+    error: String,
+}
+
+impl UnavailableRetry {
+    /// No move after a later failure (the provider already made the client wait its whole
+    /// head timeout).
+    pub(super) fn forgo(&mut self) {
+        if matches!(self, Self::Unused) {
+            *self = Self::Used;
+        }
+    }
+
+    /// An attempt starts on `account` of `provider`: the move that led to it is logged and
+    /// counted.
+    pub(super) fn attempt(&mut self, provider: &str, account: &str) {
+        if !matches!(self, Self::Due(_)) {
+            return;
+        }
+        if let Self::Due(failed) = std::mem::replace(self, Self::Used) {
+            metrics::counter!(
+                "context_relay_gateway_unavailable_retries_total",
+                "provider" => failed.provider.clone(),
+                "account" => failed.account.clone()
+            )
+            .increment(1);
+            tracing::warn!(
+                provider = %failed.provider, account = %failed.account,
+                status = failed.status.as_u16(), error = %failed.error,
+                next_provider = provider, next_account = account,
+                "upstream failed before any byte reached the client; trying the next account once"
+            );
+        }
+    }
+
+    /// No attempt followed: the client gets the failure.
+    pub(super) fn unanswered(self) {
+        if let Self::Due(failed) = self {
+            tracing::warn!(
+                provider = %failed.provider, account = %failed.account,
+                status = failed.status.as_u16(), error = %failed.error,
+                "upstream failed before any byte reached the client; no other account to try, the client gets the failure"
+            );
         }
     }
 }
@@ -208,6 +268,8 @@ fn exhausted_metric(pool: &ProviderPool, account: &str, reason: &'static str) {
 
 #[cfg(test)]
 mod tests {
+    use metrics_exporter_prometheus::PrometheusBuilder;
+
     use super::*;
 
     #[test]
@@ -217,5 +279,50 @@ mod tests {
         assert!(in_band_reset(limit, now).is_some());
         let too_large = br#"{"type":"response.failed","response":{"error":{"code":"rate_limit_exceeded","message":"Request too large for gpt-5 in organization org-x on tokens per min (TPM): Limit 30000, Requested 41207."}}}"#;
         assert_eq!(in_band_reset(too_large, now), None);
+    }
+
+    fn failed() -> UnavailableRetry {
+        UnavailableRetry::Due(Box::new(Failed {
+            provider: "codex".to_owned(),
+            account: "acct-a".to_owned(),
+            status: StatusCode::BAD_GATEWAY,
+            error: String::new(),
+        }))
+    }
+
+    /// The move after a provider failure is counted when the next attempt starts, once, and
+    /// not at all when no attempt follows.
+    #[test]
+    fn a_move_is_counted_when_the_next_attempt_starts_only() {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let counted = || {
+            handle
+                .render()
+                .lines()
+                .find(|l| l.starts_with("context_relay_gateway_unavailable_retries_total{"))
+                .map(|l| l.rsplit(' ').next().unwrap_or_default().to_owned())
+        };
+        metrics::with_local_recorder(&recorder, || {
+            // No account was left: nothing counted.
+            failed().unanswered();
+            assert_eq!(counted(), None);
+
+            let mut retry = failed();
+            retry.attempt("codex", "acct-b");
+            assert!(matches!(retry, UnavailableRetry::Used));
+            // A later attempt is no second move.
+            retry.attempt("codex", "acct-c");
+            retry.unanswered();
+            assert_eq!(counted().as_deref(), Some("1"));
+
+            // An attempt without a move before it counts nothing, and leaves the move unused.
+            let mut unused = UnavailableRetry::default();
+            unused.attempt("codex", "acct-b");
+            assert!(matches!(unused, UnavailableRetry::Unused));
+            unused.forgo();
+            assert!(matches!(unused, UnavailableRetry::Used));
+        });
+        assert_eq!(counted().as_deref(), Some("1"));
     }
 }
