@@ -1,21 +1,26 @@
 //! The body every answer is handed to hyper in: it holds the in-flight count of requests
 //! until the body ends (a streamed answer counts for as long as it streams, not only until its
-//! head), and it hands a body's error on one poll after the frames before it.
+//! head), and it hands a body's error on [`ERROR_HOLD`] after the frames before it.
 //!
 //! hyper's server queues what a body yields and writes the queue out once the body has nothing
-//! more for now; an error ends the connection (HTTP/1) or resets the stream (HTTP/2) at once,
-//! and whatever was still queued is lost. A provider that sends its last events and closes its
-//! connection in the same instant (the events and the cut arrive together) lost the client
-//! those events, its response head too when the relay had read the opening ahead. The error
-//! is held for one poll: hyper writes out what it queued, then gets the error and cuts the
-//! client's connection or stream as the provider cut its own, so the client still learns the
-//! answer is incomplete.
+//! more for now; an error ends the connection (HTTP/1) or resets the stream (HTTP/2: the
+//! stream's queued frames are dropped with it) at once, and whatever was still queued is lost.
+//! A provider that sends its last events and closes its connection in the same instant (the
+//! events and the cut arrive together) lost the client those events, its response head too
+//! when the relay had read the opening ahead. The error is held a moment: hyper (on HTTP/2, its
+//! connection's task) writes out what it queued, then gets the error and cuts the client's
+//! connection or stream as the provider cut its own, so the client still learns the answer is
+//! incomplete. What a client does not take within the moment (it stopped reading, its HTTP/2
+//! window is shut) is lost with the cut, as it would be without the hold.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use http_body::{Body, Frame, SizeHint};
 use metrics::Gauge;
+use tokio::time::Sleep;
 
 use crate::combo::BoxError;
 
@@ -49,13 +54,23 @@ pub type ResponseBody = InFlightBody<axum::body::Body>;
 pin_project_lite::pin_project! {
     /// A response body holding its request's place in the requests-in-flight gauge until its
     /// last frame, an error, or its drop (a client gone mid-stream); its inner body's error
-    /// comes one poll after the frames before it (see the [module docs](self)).
+    /// comes [`ERROR_HOLD`] after the frames before it (see the [module docs](self)).
     pub struct InFlightBody<B> {
         #[pin]
         inner: B,
         guard: Option<InFlight>,
-        held: Option<axum::Error>,
+        held: Option<Box<Held>>,
     }
+}
+
+/// How long a body's error is held back after the frames before it (see the
+/// [module docs](self)).
+pub(crate) const ERROR_HOLD: Duration = Duration::from_millis(50);
+
+/// A body's error, held until its time is up.
+struct Held {
+    error: axum::Error,
+    until: Pin<Box<Sleep>>,
 }
 
 impl<B> InFlightBody<B> {
@@ -85,16 +100,25 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let this = self.project();
-        if let Some(error) = this.held.take() {
+        if let Some(held) = this.held.as_mut() {
+            std::task::ready!(held.until.as_mut().poll(cx));
             this.guard.take();
-            return Poll::Ready(Some(Err(error)));
+            return Poll::Ready(this.held.take().map(|held| Err(held.error)));
         }
         match std::task::ready!(this.inner.poll_frame(cx)) {
             Some(Ok(frame)) => Poll::Ready(Some(Ok(frame))),
             Some(Err(error)) => {
-                // Held for one poll: hyper writes out what it queued before it learns of it.
-                *this.held = Some(axum::Error::new(error));
-                cx.waker().wake_by_ref();
+                // Held: hyper writes out what it queued before it learns of it.
+                let mut held = Box::new(Held {
+                    error: axum::Error::new(error),
+                    until: Box::pin(tokio::time::sleep(ERROR_HOLD)),
+                });
+                // Polled once, so that the timer wakes the task when it is up.
+                if held.until.as_mut().poll(cx).is_ready() {
+                    this.guard.take();
+                    return Poll::Ready(Some(Err(held.error)));
+                }
+                *this.held = Some(held);
                 Poll::Pending
             }
             None => {
@@ -177,11 +201,11 @@ mod tests {
         assert_eq!(f64::from_bits(cell.load(Ordering::Relaxed)), 0.0);
     }
 
-    /// The frames before an error and the error itself, all ready at once: the error comes a
-    /// poll later (the poll between says "not yet" and wakes the task at once), so a server
-    /// writes out the frames before it ends the connection.
-    #[test]
-    fn an_error_comes_one_poll_after_the_frames_before_it() {
+    /// The frames before an error and the error itself, all ready at once: the error comes
+    /// [`ERROR_HOLD`] later (the polls between say "not yet"), so that a server writes out the
+    /// frames before it ends the connection or the stream.
+    #[tokio::test(start_paused = true)]
+    async fn an_error_comes_a_moment_after_the_frames_before_it() {
         let woken = Arc::new(Woken::default());
         let waker = std::task::Waker::from(woken.clone());
         let mut cx = Context::from_waker(&waker);
@@ -192,13 +216,24 @@ mod tests {
         let mut body = std::pin::pin!(InFlightBody::new(StreamBody::new(chunks), None));
         let first = body.as_mut().poll_frame(&mut cx);
         assert!(matches!(first, Poll::Ready(Some(Ok(_)))));
+        let started = tokio::time::Instant::now();
         assert!(body.as_mut().poll_frame(&mut cx).is_pending());
-        assert_eq!(woken.0.load(Ordering::Relaxed), 1, "woken at once");
+        assert!(
+            body.as_mut().poll_frame(&mut cx).is_pending(),
+            "held, not for one poll only"
+        );
         assert!(!body.is_end_stream(), "the error is still to come");
+        tokio::time::advance(ERROR_HOLD).await;
+        assert_eq!(
+            woken.0.load(Ordering::Relaxed),
+            1,
+            "woken when the hold is over"
+        );
         match body.as_mut().poll_frame(&mut cx) {
             Poll::Ready(Some(Err(e))) => assert_eq!(e.to_string(), "cut"),
-            _ => panic!("the held error comes on the next poll"),
+            _ => panic!("the held error comes once the hold is over"),
         }
+        assert!(started.elapsed() >= ERROR_HOLD);
         assert!(body.as_mut().poll_frame(&mut cx).is_ready());
     }
 

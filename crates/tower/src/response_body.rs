@@ -3,12 +3,15 @@
 //! end (the consumer may not poll again), or when it fails, or on drop.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use context_relay_engine::{Attempt, Turn};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
+use tokio::time::Sleep;
 
 pin_project! {
     /// The response body [`Generation`](crate::Generation) and
@@ -43,8 +46,8 @@ pin_project! {
             prefix: VecDeque<Result<Frame<B::Data>, B::Error>>,
             // The inner body already gave its `None` (read ahead): it is not polled again.
             done: bool,
-            // An error read ahead was held back for a poll (see `poll_frame`).
-            paused: bool,
+            // An error read ahead is held back a moment (see `poll_frame`).
+            held: Held,
         },
     }
 }
@@ -96,7 +99,7 @@ where
                 body,
                 prefix,
                 done,
-                paused: false,
+                held: Held::No,
             },
             hook,
         )
@@ -142,6 +145,36 @@ where
             hint.set_upper(upper.saturating_add(held));
         }
         hint
+    }
+}
+
+/// How long an error read ahead is held back after the data before it (see
+/// [`ResponseBody`]'s `poll_frame`).
+pub(crate) const ERROR_HOLD: Duration = Duration::from_millis(50);
+
+/// Where the hold of an error read ahead stands.
+enum Held {
+    /// Not started.
+    No,
+    /// Until the timer fires.
+    Until(Pin<Box<Sleep>>),
+    /// Over: the error goes on.
+    Over,
+}
+
+impl Held {
+    /// Whether the error is still held (the task is woken when it is no longer).
+    fn pending(&mut self, cx: &mut Context<'_>) -> bool {
+        if let Held::No = self {
+            *self = Held::Until(Box::pin(tokio::time::sleep(ERROR_HOLD)));
+        }
+        if let Held::Until(until) = self
+            && until.as_mut().poll(cx).is_pending()
+        {
+            return true;
+        }
+        *self = Held::Over;
+        false
     }
 }
 
@@ -219,14 +252,13 @@ where
                 body,
                 prefix,
                 done,
-                paused,
+                held,
             } => {
-                // An error read ahead comes a poll after what was read before it: a server
-                // writes out what it queued (the head too) once the body says "not yet", and
-                // an error in the same poll would end the connection with all of it unsent.
-                if !*paused && prefix.front().is_some_and(Result::is_err) {
-                    *paused = true;
-                    cx.waker().wake_by_ref();
+                // An error read ahead comes [`ERROR_HOLD`] after what was read before it: a
+                // server writes out what it queued (the head too) while the body says "not
+                // yet", and an error at once would end the connection (or reset the HTTP/2
+                // stream) with all of it unsent.
+                if prefix.front().is_some_and(Result::is_err) && held.pending(cx) {
                     return Poll::Pending;
                 }
                 if let Some(item) = prefix.pop_front() {
@@ -298,11 +330,11 @@ mod tests {
         }
     }
 
-    /// A stream opening read ahead and the error that cut it: the error comes a poll after
-    /// the data (that poll says "not yet" and wakes the task at once), so a server writes the
-    /// head and the data out before it ends the connection.
-    #[test]
-    fn an_error_read_ahead_comes_one_poll_after_the_data_before_it() {
+    /// A stream opening read ahead and the error that cut it: the error comes
+    /// [`ERROR_HOLD`] after the data (the polls between say "not yet"), so that a server writes
+    /// the head and the data out before it ends the connection or the stream.
+    #[tokio::test(start_paused = true)]
+    async fn an_error_read_ahead_comes_a_moment_after_the_data_before_it() {
         let woken = Arc::new(Woken::default());
         let waker = Waker::from(woken.clone());
         let mut cx = Context::from_waker(&waker);
@@ -319,10 +351,19 @@ mod tests {
             Poll::Ready(Some(Ok(_)))
         ));
         assert!(body.as_mut().poll_frame(&mut cx).is_pending());
-        assert_eq!(woken.0.load(Ordering::Relaxed), 1, "woken at once");
+        assert!(
+            body.as_mut().poll_frame(&mut cx).is_pending(),
+            "held, not for one poll only"
+        );
+        tokio::time::advance(ERROR_HOLD).await;
+        assert_eq!(
+            woken.0.load(Ordering::Relaxed),
+            1,
+            "woken when the hold is over"
+        );
         match body.as_mut().poll_frame(&mut cx) {
             Poll::Ready(Some(Err(e))) => assert_eq!(e.to_string(), "cut"),
-            _ => panic!("the error comes on the next poll"),
+            _ => panic!("the error comes once the hold is over"),
         }
         assert!(matches!(
             body.as_mut().poll_frame(&mut cx),

@@ -140,13 +140,14 @@ impl UnavailableRetry {
         }
     }
 
-    /// No attempt followed: the client gets the failure.
+    /// No attempt followed: the client gets this failure, or an earlier account's quota
+    /// answer.
     pub(super) fn unanswered(self) {
         if let Self::Due(failed) = self {
             tracing::warn!(
                 provider = %failed.provider, account = %failed.account,
                 status = failed.status.as_u16(), error = %failed.error,
-                "upstream failed before any byte reached the client; no other account to try, the client gets the failure"
+                "upstream failed before any byte reached the client; no other account to try"
             );
         }
     }
