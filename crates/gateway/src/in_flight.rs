@@ -206,8 +206,7 @@ mod tests {
     /// frames before it ends the connection or the stream.
     #[tokio::test(start_paused = true)]
     async fn an_error_comes_a_moment_after_the_frames_before_it() {
-        let woken = Arc::new(Woken::default());
-        let waker = std::task::Waker::from(woken.clone());
+        let (waker, woken) = context_relay_testkit::waker::CountingWaker::new();
         let mut cx = Context::from_waker(&waker);
         let chunks = futures_util::stream::iter([
             Ok(Frame::data(Bytes::from_static(b"event: last"))),
@@ -224,28 +223,12 @@ mod tests {
         );
         assert!(!body.is_end_stream(), "the error is still to come");
         tokio::time::advance(ERROR_HOLD).await;
-        assert_eq!(
-            woken.0.load(Ordering::Relaxed),
-            1,
-            "woken when the hold is over"
-        );
+        assert_eq!(woken.wakes(), 1, "woken when the hold is over");
         match body.as_mut().poll_frame(&mut cx) {
             Poll::Ready(Some(Err(e))) => assert_eq!(e.to_string(), "cut"),
             _ => panic!("the held error comes once the hold is over"),
         }
         assert!(started.elapsed() >= ERROR_HOLD);
         assert!(body.as_mut().poll_frame(&mut cx).is_ready());
-    }
-
-    #[derive(Default)]
-    struct Woken(AtomicU64);
-
-    impl std::task::Wake for Woken {
-        fn wake(self: Arc<Self>) {
-            self.wake_by_ref();
-        }
-        fn wake_by_ref(self: &Arc<Self>) {
-            self.0.fetch_add(1, Ordering::Relaxed);
-        }
     }
 }

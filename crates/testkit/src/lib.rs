@@ -39,3 +39,4 @@ pub mod logins;
 pub mod redis_cluster;
 pub mod redis_server;
 pub mod sessions;
+pub mod waker;

@@ -295,10 +295,6 @@ where
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::task::{Wake, Waker};
-
     use bytes::Bytes;
 
     use super::*;
@@ -318,25 +314,12 @@ mod tests {
         }
     }
 
-    #[derive(Default)]
-    struct Woken(AtomicUsize);
-
-    impl Wake for Woken {
-        fn wake(self: Arc<Self>) {
-            self.wake_by_ref();
-        }
-        fn wake_by_ref(self: &Arc<Self>) {
-            self.0.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
     /// A stream opening read ahead and the error that cut it: the error comes
     /// [`ERROR_HOLD`] after the data (the polls between say "not yet"), so that a server writes
     /// the head and the data out before it ends the connection or the stream.
     #[tokio::test(start_paused = true)]
     async fn an_error_read_ahead_comes_a_moment_after_the_data_before_it() {
-        let woken = Arc::new(Woken::default());
-        let waker = Waker::from(woken.clone());
+        let (waker, woken) = context_relay_testkit::waker::CountingWaker::new();
         let mut cx = Context::from_waker(&waker);
         let prefix = VecDeque::from([
             Ok(Frame::data(Bytes::from_static(
@@ -356,11 +339,7 @@ mod tests {
             "held, not for one poll only"
         );
         tokio::time::advance(ERROR_HOLD).await;
-        assert_eq!(
-            woken.0.load(Ordering::Relaxed),
-            1,
-            "woken when the hold is over"
-        );
+        assert_eq!(woken.wakes(), 1, "woken when the hold is over");
         match body.as_mut().poll_frame(&mut cx) {
             Poll::Ready(Some(Err(e))) => assert_eq!(e.to_string(), "cut"),
             _ => panic!("the error comes once the hold is over"),

@@ -294,6 +294,16 @@ async fn unfinished_request(env: &Env, length: u64) -> (String, Duration) {
     (String::from_utf8_lossy(&bytes).into_owned(), after)
 }
 
+/// The `error.message` of an answer in the OpenAI error shape.
+async fn error_message(res: http::Response<hyper::body::Incoming>) -> String {
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    let v: Value = serde_json::from_slice(&bytes).unwrap();
+    v["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
 /// Reads until the peer closes (or `limit` passes); returns what was read and when it ended.
 async fn read_until_closed(tcp: &mut TcpStream, limit: Duration) -> (Vec<u8>, Duration) {
     let started = Instant::now();
