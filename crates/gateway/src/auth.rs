@@ -35,7 +35,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::config::Config;
-use crate::error::{ErrorKind, ErrorShape, error_response};
+use crate::error::{ErrorKind, ErrorShape, closing_if_body, error_response};
 use crate::tenant_keys::TenantKeys;
 
 /// Request extension: the authenticated client and the combos it may use.
@@ -265,6 +265,8 @@ where
             }
             Err(Refusal::Unauthenticated) => {
                 let res = unauthenticated(ErrorShape::for_path(req.uri().path()));
+                // Answered before its body is read: hyper may end the connection.
+                let res = closing_if_body(res, req.headers(), req.version());
                 EitherFuture::Right(ready(Ok(res.map(Either::Right))))
             }
         }

@@ -183,7 +183,7 @@ where
     // An answer given before the body was read to its end ends the connection (its unread
     // rest cannot be told from a next request): an HTTP/1 client is told so.
     let version = parts.version;
-    let unread = move |res| closing(res, version);
+    let unread = move |res| crate::error::closing(res, version);
     let too_large = || unread(too_large(shape, limit));
     let bad_request = |message: &str| bad_request(shape, message);
 
@@ -460,16 +460,6 @@ fn route(
     targets.written = written;
     Routing::set_targets(&mut parts.extensions, targets);
     Ok(body)
-}
-
-/// `res` with `connection: close` on HTTP/1 (HTTP/2 ends only the stream, and has no such
-/// header).
-fn closing(mut res: Response<Full<Bytes>>, version: http::Version) -> Response<Full<Bytes>> {
-    if version < http::Version::HTTP_2 {
-        res.headers_mut()
-            .insert(header::CONNECTION, http::HeaderValue::from_static("close"));
-    }
-    res
 }
 
 /// The 413 of a body over `limit`, in `shape`.

@@ -223,6 +223,32 @@ pub(crate) fn error_response_as<B>(
     res
 }
 
+/// `res` with `connection: close` on HTTP/1, for an answer given before the request's body was
+/// read to its end: hyper then ends the connection (the unread rest cannot be told from a
+/// next request), and a client's keep-alive pool must not reuse it. HTTP/2 ends only the
+/// stream, and has no such header.
+pub(crate) fn closing<B>(mut res: Response<B>, version: http::Version) -> Response<B> {
+    if version < http::Version::HTTP_2 {
+        res.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    res
+}
+
+/// [`closing`] for an answer given without reading the body of a request with `headers`,
+/// when it has one (a `content-length` other than `0`, or a `transfer-encoding`).
+pub(crate) fn closing_if_body<B>(
+    res: Response<B>,
+    headers: &http::HeaderMap,
+    version: http::Version,
+) -> Response<B> {
+    let has_body = headers.contains_key(header::TRANSFER_ENCODING)
+        || headers
+            .get(header::CONTENT_LENGTH)
+            .is_some_and(|v| v.as_bytes() != b"0");
+    if has_body { closing(res, version) } else { res }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -253,7 +253,7 @@ impl Gateway {
         };
         router.fallback(|req: Request<Body>| async move {
             let path = req.uri().path().to_owned();
-            json(
+            let answer = json(
                 StatusCode::NOT_FOUND,
                 error_body(
                     ErrorShape::for_path(&path),
@@ -264,7 +264,9 @@ impl Gateway {
                         base_url_hint(&path)
                     ),
                 ),
-            )
+            );
+            // Its body is not read: hyper may end the connection.
+            crate::error::closing_if_body(answer, req.headers(), req.version())
         })
     }
 }

@@ -284,9 +284,19 @@ async fn missing_wrong_and_forbidden_keys_in_the_api_shape() {
 /// Alice's chat request with `content-length: {length}` and only `{"model":` of its body:
 /// the gateway's answer, read until it closes the connection, and when it did.
 async fn unfinished_request(env: &Env, length: u64) -> (String, Duration) {
+    unfinished_request_as(env, "alice-key", "/v1/chat/completions", length).await
+}
+
+/// [`unfinished_request`] with the client key `key`, to `path`.
+async fn unfinished_request_as(
+    env: &Env,
+    key: &str,
+    path: &str,
+    length: u64,
+) -> (String, Duration) {
     let mut tcp = TcpStream::connect(env.addr()).await.unwrap();
     let head = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer alice-key\r\n\
+        "POST {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n\
          content-type: application/json\r\ncontent-length: {length}\r\n\r\n{{\"model\":"
     );
     tcp.write_all(head.as_bytes()).await.unwrap();
@@ -302,6 +312,26 @@ async fn error_message(res: http::Response<hyper::body::Incoming>) -> String {
         .as_str()
         .unwrap_or_default()
         .to_owned()
+}
+
+/// One answer of a keep-alive HTTP/1 connection: its head and its `content-length` bytes of
+/// body, as text.
+async fn read_answer(tcp: &mut TcpStream) -> String {
+    let mut out = Vec::new();
+    let mut byte = [0u8; 1];
+    while !out.ends_with(b"\r\n\r\n") {
+        assert_eq!(tcp.read(&mut byte).await.unwrap(), 1, "closed mid-head");
+        out.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&out).into_owned();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("a content-length");
+    let mut body = vec![0u8; length];
+    tcp.read_exact(&mut body).await.unwrap();
+    head + &String::from_utf8_lossy(&body)
 }
 
 /// Reads until the peer closes (or `limit` passes); returns what was read and when it ended.

@@ -13,6 +13,33 @@ async fn a_413_before_the_body_is_read_says_the_connection_closes() {
     assert!(text.contains("\r\nconnection: close\r\n"), "{text}");
 }
 
+/// An unknown key or path is refused before the body is read: the 401 and the 404 say the
+/// connection closes, as the 413 does; a 401 to a request without a body leaves it open.
+#[tokio::test]
+async fn a_401_or_404_before_the_body_is_read_says_the_connection_closes() {
+    let env = setup().await;
+    for (key, path, status) in [
+        ("mallory-key", "/v1/chat/completions", "401"),
+        ("alice-key", "/v1/v1/messages", "404"),
+    ] {
+        let (text, _) = unfinished_request_as(&env, key, path, 1000).await;
+        assert!(text.starts_with(&format!("HTTP/1.1 {status}")), "{text}");
+        assert!(text.contains("\r\nconnection: close\r\n"), "{text}");
+    }
+
+    let mut tcp = TcpStream::connect(env.addr()).await.unwrap();
+    for _ in 0..2 {
+        tcp.write_all(
+            b"GET /v1/models HTTP/1.1\r\nhost: x\r\nauthorization: Bearer mallory-key\r\n\r\n",
+        )
+        .await
+        .unwrap();
+        let answer = read_answer(&mut tcp).await;
+        assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+        assert!(!answer.contains("connection: close"), "{answer}");
+    }
+}
+
 #[tokio::test]
 async fn stacked_gzip_layers_are_refused_without_decoding() {
     let env = setup().await;
