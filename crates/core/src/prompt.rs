@@ -12,7 +12,7 @@
 //! |---|---|
 //! | Responses | `model`, `instructions` (unchanged, when sent), `previous_response_id` (as sent, when the trigger keeps it: the stored chain the turn continued, which the same account reads; never `conversation`, whose items the summary would be added to), `input` (the `carried` items of [`summary_request_carrying`], then one user message item), `store` and `stream` (as sent), `max_output_tokens` |
 //! | Anthropic Messages | `model`, `system` (as sent), `messages`, `max_tokens` (required), `thinking: {"type": "disabled"}`, `stream` |
-//! | Chat Completions | `model`, `messages`, `stream`, `max_completion_tokens` for OpenAI reasoning families (`o1`, `o3`, `o4`, `gpt-5`…), else `max_tokens` |
+//! | Chat Completions | `model`, `messages`, `stream` (and `stream_options: {"include_usage": true}` when streamed, so that the summary's usage is counted), `max_completion_tokens` for OpenAI reasoning families (`o1`, `o3`, `o4`, `gpt-5`…), else `max_tokens` |
 //! | Gemini | `contents`, `generationConfig.maxOutputTokens` (model and streaming are in the URL) |
 //!
 //! No sampling parameter is sent unless [`SummarySettings::params`] asks for it (merged at the
@@ -221,10 +221,13 @@ pub fn summary_request_carrying(
                 "messages".to_owned(),
                 json!([{"role": "user", "content": prompt}]),
             );
-            body.insert(
-                "stream".to_owned(),
-                Value::Bool(settings.stream.unwrap_or(false)),
-            );
+            let stream = settings.stream.unwrap_or(false);
+            body.insert("stream".to_owned(), Value::Bool(stream));
+            if stream {
+                // A streamed Chat reply carries its usage only when asked: without it, the
+                // summary's cost would be counted nowhere.
+                body.insert("stream_options".to_owned(), json!({"include_usage": true}));
+            }
             let key = if reasoning {
                 "max_completion_tokens"
             } else {

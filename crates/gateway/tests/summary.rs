@@ -237,3 +237,44 @@ async fn the_summary_of_a_turn_whose_account_a_reload_removed_goes_nowhere() {
     drop(reloaded);
     h.shutdown().await;
 }
+
+/// A provider whose summaries are streamed (`summary_stream`) on Chat Completions: the summary
+/// asks for its usage (a Chat stream carries none unless asked), and its cost is counted.
+#[tokio::test]
+async fn a_streamed_chat_summary_asks_for_its_usage_and_is_counted() {
+    let sim = start_sim(summary_sim(), &["acct-a", "acct-b"]).await;
+    let config = CodexGateway {
+        top: "admin_token = \"adm-token\"",
+        provider: "summary_stream = true",
+        ..CodexGateway::default()
+    }
+    .config(&sim.base_url());
+    let h = Harness::serve(sim, Gateway::new(config).expect("gateway")).await;
+    for t in 1..=3 {
+        chat(&h, "codex-relay", "s1", t).await;
+    }
+    h.idle().await;
+    let summaries: Vec<_> = h.sim.requests().into_iter().filter(|r| r.summary).collect();
+    assert_eq!(summaries.len(), 1);
+    let body = summaries[0].json().expect("JSON");
+    assert_eq!(body["stream"], true, "{body}");
+    assert_eq!(body["stream_options"]["include_usage"], true, "{body}");
+    let req = Request::get(h.url(0, "/admin/usage"))
+        .header("authorization", "Bearer adm-token")
+        .body(Full::default())
+        .expect("request");
+    let res = h.client.request(req).await.expect("response");
+    assert_eq!(res.status(), 200);
+    let page: serde_json::Value =
+        serde_json::from_slice(&res.into_body().collect().await.expect("body").to_bytes())
+            .expect("JSON");
+    let summary_output: u64 = page["usage"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter(|row| row["kind"] == "summary")
+        .map(|row| row["output"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(summary_output > 0, "{page}");
+    h.shutdown().await;
+}

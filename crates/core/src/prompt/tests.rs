@@ -154,7 +154,18 @@ fn settings_override_model_limit_stream_and_merge_params() {
     assert_eq!(v["model"], "gpt-4.1-mini");
     assert_eq!(v["max_tokens"], 500);
     assert_eq!(v["stream"], true);
+    // A streamed Chat reply carries its usage only when asked.
+    assert_eq!(v["stream_options"], json!({"include_usage": true}));
     assert_eq!(v["temperature"], 0.2);
+    s.stream = None;
+    let v = summary_request(
+        ApiShape::ChatCompletions,
+        &json!({"model": "gpt-5", "messages": []}),
+        "P",
+        &s,
+    );
+    assert_eq!(v["stream"], false);
+    assert!(v.get("stream_options").is_none(), "{v}");
     let v = summary_request(ApiShape::Gemini, &json!({"contents": []}), "P", &s);
     assert_eq!(v["generationConfig"]["maxOutputTokens"], 500);
     assert!(v.get("model").is_none());
