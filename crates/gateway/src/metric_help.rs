@@ -35,7 +35,7 @@ pub fn describe_metrics() {
     }
     describe_gauge!(
         "context_relay_gateway_account_used_ratio",
-        "The last usage of each account's quota its provider reported (1 = used up), by provider and account."
+        "The last usage of each account's quota its provider reported (1 = used up), by provider and account; NaN once a reload removed the account."
     );
 }
 

@@ -342,6 +342,17 @@ impl AccountMetrics {
             .set(ratio);
     }
 
+    /// Marks the account's usage reading as gone (`NaN`, which no threshold matches): a reload
+    /// removed the account, and a last reading exported for ever would keep an alert firing.
+    pub(crate) fn forget_used(&self) {
+        metrics::gauge!(
+            "context_relay_gateway_account_used_ratio",
+            "provider" => self.provider.to_string(),
+            "account" => self.account.to_string()
+        )
+        .set(f64::NAN);
+    }
+
     /// Counts one response with `status`.
     pub(crate) fn count(&self, status: http::StatusCode) {
         let key = status.as_u16();

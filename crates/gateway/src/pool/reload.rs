@@ -30,9 +30,10 @@ impl AccountPools {
 
 impl ProviderPool {
     /// Takes over what `old` (the same provider before a configuration reload) knows, by
-    /// account id: each remaining account's usage, exhaustion and refusal back-off, and the
-    /// sessions bound to it. A removed account's sessions are placed afresh; a new account
-    /// starts unused.
+    /// account id: each remaining account's usage, exhaustion and refusal back-off (the
+    /// back-off only when its credential is the same: a reload that gives a refused account a
+    /// new key lets it be tried at once), and the sessions bound to it. A removed account's
+    /// sessions are placed afresh; a new account starts unused.
     pub(crate) fn carry_from(&self, old: &ProviderPool) {
         // Index in this pool of each account of the old one.
         let moved: Vec<Option<usize>> = old
@@ -47,6 +48,14 @@ impl ProviderPool {
                 && let Some(slot) = state.accounts.get_mut(*j)
             {
                 *slot = account.clone();
+                if let (Some(was), Some(now)) = (old.accounts.get(i), self.accounts.get(*j))
+                    && !same_account(was, now)
+                {
+                    slot.disabled_until = None;
+                    slot.refusals = 0;
+                    slot.probe_until = None;
+                    slot.refused = false;
+                }
             }
         }
         state.sessions = before
@@ -71,6 +80,13 @@ impl ProviderPool {
         let mut state = self.lock();
         for (slot, kept) in state.accounts.iter_mut().zip(kept) {
             slot.removed |= !kept;
+        }
+        drop(state);
+        // An account gone from the configuration: its last usage reading is no longer one.
+        for account in &self.accounts {
+            if !next.is_some_and(|n| n.accounts.iter().any(|b| b.id == account.id)) {
+                account.metrics.forget_used();
+            }
         }
     }
 }

@@ -225,20 +225,22 @@ fn pools_are_listed_in_configuration_order() {
     assert!(pools.get("mu").is_some());
 }
 
+/// Provider `p` with an account of key `k-{id}` for each of `ids`.
+fn provider_p(ids: &[&str]) -> Config {
+    let accounts: String = ids
+        .iter()
+        .map(|id| format!("[[providers.accounts]]\nid = \"{id}\"\napi_key = \"k-{id}\"\n"))
+        .collect();
+    Config::from_toml_str(
+        &format!("[[providers]]\nname = \"p\"\nbase_url = \"http://h/v1\"\n{accounts}"),
+        |_| None,
+    )
+    .unwrap()
+}
+
 #[test]
 fn a_reload_carries_usage_exhaustion_and_bindings_by_account_id() {
-    let config = |ids: &[&str]| {
-        let accounts: String = ids
-            .iter()
-            .map(|id| format!("[[providers.accounts]]\nid = \"{id}\"\napi_key = \"k-{id}\"\n"))
-            .collect();
-        Config::from_toml_str(
-            &format!("[[providers]]\nname = \"p\"\nbase_url = \"http://h/v1\"\n{accounts}"),
-            |_| None,
-        )
-        .unwrap()
-    };
-    let old = AccountPools::from_config(&config(&["a", "b", "gone"]));
+    let old = AccountPools::from_config(&provider_p(&["a", "b", "gone"]));
     let p = old.get("p").unwrap();
     p.bind(&"s-a".into(), 0);
     p.bind(&"s-b".into(), 1);
@@ -246,7 +248,7 @@ fn a_reload_carries_usage_exhaustion_and_bindings_by_account_id() {
     p.mark_exhausted(0, t(100));
     p.note_usage(1, 0.4);
 
-    let new = AccountPools::from_config(&config(&["new", "b", "a"]));
+    let new = AccountPools::from_config(&provider_p(&["new", "b", "a"]));
     new.carry_from(&old);
     let p = new.get("p").unwrap();
     assert_eq!(p.bound(&"s-a".into()), Some(2));
@@ -306,6 +308,69 @@ fn replaced_pools_stop_using_removed_and_rekeyed_accounts() {
     );
     new.retire_removed(&without);
     assert_eq!(n.pick(None, &[], t(0)), None);
+}
+
+/// A reload that gives a refused account a new key (the operator's fix) lets it be tried at
+/// once; an account whose key is unchanged waits out its back-off, and its usage carries over
+/// whatever its key.
+#[test]
+fn a_new_key_ends_the_refusal_back_off() {
+    let config = |rekeyed: &str| {
+        Config::from_toml_str(
+            &format!(
+                "[[providers]]\nname = \"p\"\nbase_url = \"http://h/v1\"\n\
+                 [[providers.accounts]]\nid = \"kept\"\napi_key = \"k1\"\n\
+                 [[providers.accounts]]\nid = \"rekeyed\"\napi_key = \"{rekeyed}\"\n"
+            ),
+            |_| None,
+        )
+        .unwrap()
+    };
+    let old = AccountPools::from_config(&config("wrong"));
+    let p = old.get("p").unwrap();
+    p.disable(0, t(0));
+    p.disable(1, t(0));
+    p.note_usage(1, 0.4);
+    let new = AccountPools::from_config(&config("right"));
+    new.carry_from(&old);
+    let n = new.get("p").unwrap();
+    let snap = n.snapshot(t(1));
+    assert!(snap[0].disabled_until.is_some(), "kept: {:?}", snap[0]);
+    assert_eq!(snap[1].disabled_until, None, "rekeyed: {:?}", snap[1]);
+    assert_eq!(snap[1].used, Some(0.4));
+    assert_eq!(n.pick(None, &[], t(1)), Some(1));
+}
+
+/// The usage gauge of an account a reload removed reads `NaN` (no threshold matches it); a
+/// kept account's keeps its reading.
+#[test]
+fn a_removed_account_s_usage_gauge_is_forgotten() {
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let old = AccountPools::from_config(&provider_p(&["gone", "kept"]));
+    let new = AccountPools::from_config(&provider_p(&["kept"]));
+    metrics::with_local_recorder(&recorder, || {
+        for account in &old.get("p").unwrap().accounts {
+            account.metrics.set_used(0.96);
+        }
+        new.carry_from(&old);
+        old.retire_removed(&new);
+    });
+    let page = handle.render();
+    let gauge = |id: &str| {
+        page.lines()
+            .find(|l| {
+                l.starts_with("context_relay_gateway_account_used_ratio{")
+                    && l.contains(&format!("account=\"{id}\""))
+            })
+            .unwrap_or_else(|| panic!("no gauge of {id} in {page}"))
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(gauge("gone"), "NaN");
+    assert_eq!(gauge("kept"), "0.96");
 }
 
 #[tokio::test]
