@@ -2,13 +2,15 @@
 //! `chromedriver`) against a gateway over the simulated provider. It signs in with the admin
 //! token, sees the accounts in configuration order, watches a Codex session write its
 //! handoff and rotate (the switch, the handoff and the usage appear live), views a Claude
-//! session's handoff and deletes it, and saves screenshots (laptop and phone widths) under
+//! session's handoff and deletes it, follows the gateway through a restart (the new process's
+//! activity, numbered from 1 again, replaces the old), and saves screenshots (laptop and phone widths) under
 //! the test's output folder (`CARGO_TARGET_TMPDIR/console/`).
 
 mod webdriver;
 
+use context_relay_gateway::Gateway;
 use context_relay_testkit::conversation::{Client, Conversation, handoff_ready};
-use context_relay_testkit::harness::{ADMIN_TOKEN, Harness, MEMORY};
+use context_relay_testkit::harness::{ADMIN_TOKEN, Harness, MEMORY, config};
 use http::Request;
 use http_body_util::{BodyExt, Full};
 use webdriver::{Browser, Driver};
@@ -32,7 +34,7 @@ async fn shows(browser: &Browser<'_>, css: &str, words: &[&str]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_shows_a_rotation_live_and_deletes_a_handoff() {
-    let h = Harness::start(1, MEMORY, context_relay_sim::SimProvider::builder()).await;
+    let mut h = Harness::start(1, MEMORY, context_relay_sim::SimProvider::builder()).await;
     let url = h.gateways[0].1.url();
     let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("console");
     std::fs::create_dir_all(&out).unwrap();
@@ -180,6 +182,49 @@ async fn the_console_shows_a_rotation_live_and_deletes_a_handoff() {
         0,
         "deleted from the store"
     );
+
+    // The gateway restarts: the page reconnects and shows the new process's activity, which
+    // numbers its entries from 1 again (the page kept the dead process's entries and dropped
+    // every new one as older than the last it had shown).
+    let addr = h.gateways[0].1.addr();
+    let (_, server) = h.gateways.remove(0);
+    server.shutdown().await.expect("graceful shutdown");
+    shows(&browser, "#live", &["reconnecting"]).await;
+    let gateway = Gateway::connect(config(&h.sim.base_url(), MEMORY))
+        .await
+        .expect("gateway");
+    let server = gateway.spawn(addr).await.expect("the same address again");
+    h.gateways.push((gateway, server));
+    shows(&browser, "#live", &["live"]).await;
+    browser.gone("#activity li[data-event='switch']").await;
+    // acct-a is still used up at the provider: the new process learns it from a 429.
+    let mut after = Conversation::new(Client::Codex, "browser-after");
+    assert_eq!(after.turn(&h, 0).await.0, 200);
+    let req = Request::get(h.url(0, "/admin/activity"))
+        .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
+        .body(Full::default())
+        .unwrap();
+    let res = h.client.request(req).await.unwrap();
+    let page: serde_json::Value =
+        serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    let mut expected: Vec<u64> = page["activity"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["seq"].as_u64())
+        .collect();
+    expected.sort_unstable();
+    assert!(!expected.is_empty(), "{page}");
+    shows(
+        &browser,
+        "#activity li[data-event='exhausted']",
+        &["acct-a"],
+    )
+    .await;
+    let shown = browser
+        .eval("return [...document.querySelectorAll('#activity li')].map(li => +li.dataset.seq).sort((a, b) => a - b)")
+        .await;
+    assert_eq!(shown, serde_json::json!(expected));
 
     // Screenshots: a laptop and a phone.
     let laptop = browser.screenshot().await;

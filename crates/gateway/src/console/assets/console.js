@@ -239,14 +239,20 @@ async function reloadActivity() {
 function listen() {
   const live = document.getElementById('live');
   const source = new EventSource('/admin/events');
-  source.onopen = () => { live.textContent = 'live'; live.className = 'pill on'; };
+  let dropped = false;
+  source.onopen = () => {
+    live.textContent = 'live'; live.className = 'pill on';
+    // Back after a drop: what was missed is read again, and a restarted gateway numbers its
+    // entries from 1 (its entries would all look older than the last one shown).
+    if (dropped) { dropped = false; reloadActivity().catch(() => {}); refresh(); }
+  };
   source.onmessage = (m) => {
     try { addActivity(JSON.parse(m.data)); } catch (_) { /* a partial entry: skipped */ }
     // Something happened: the tables follow at once.
     refresh();
   };
   source.addEventListener('lagged', () => reloadActivity().catch(() => {}));
-  source.onerror = () => { live.textContent = 'reconnecting…'; live.className = 'pill off'; };
+  source.onerror = () => { dropped = true; live.textContent = 'reconnecting…'; live.className = 'pill off'; };
 }
 
 // ---- refresh -----------------------------------------------------------------------------
