@@ -180,10 +180,17 @@ async fn a_completed_first_turn_records_the_affinity_a_dropped_one_does_not() {
 async fn a_switch_injects_the_handoff_and_a_completed_response_consumes_it() {
     let f = Fixture::new();
     f.handoff_from_a().await;
-    let (mut attempt, sent, headers) = f.decided("/v1/chat/completions", &b(), CHAT).await;
+    // Uploaded chunked: the body goes whole, framed by its length alone.
+    let mut attempt = f.attempt("/v1/chat/completions", &b());
+    let mut headers = f.headers.clone();
+    headers.insert("transfer-encoding", "chunked".parse().unwrap());
+    let sent = attempt
+        .request_body(&mut headers, Bytes::from_static(CHAT.as_bytes()))
+        .await;
     let body = String::from_utf8(sent.to_vec()).unwrap();
     assert!(body.contains("<context_handoff>") && body.contains("Adding a --json flag"));
     assert_eq!(headers["content-length"], sent.len().to_string().as_str());
+    assert!(!headers.contains_key("transfer-encoding"), "{headers:?}");
     assert!(attempt.action().injected && !f.claimable().await);
 
     // The response head is labelled; a 2xx waits for its body.
@@ -356,8 +363,10 @@ async fn a_rejection_of_account_bound_state_gives_the_body_to_send_again() {
     assert_eq!(body, Bytes::from_static(br#"{"input":[]}"#));
     let mut headers = f.headers.clone();
     headers.insert("content-encoding", "gzip".parse().unwrap());
+    headers.insert("transfer-encoding", "chunked".parse().unwrap());
     context_relay_engine::injection::resend_headers(&mut headers, body.len());
     assert!(!headers.contains_key("content-encoding"));
+    assert!(!headers.contains_key("transfer-encoding"));
     assert_eq!(headers["content-length"], "12");
 
     // The repaired attempt records the stripped state as foreign to acct-a.

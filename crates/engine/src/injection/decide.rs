@@ -10,7 +10,7 @@ use context_relay_core::extractive::switch_handoff;
 use context_relay_core::portable::{self, ForeignSet, Scope, TURN_STATE_HEADER, digest};
 use context_relay_core::{ApiShape, HandoffKey, RelayConfig, decode, render, session};
 use context_relay_store::Affinity;
-use http::{HeaderMap, HeaderValue, Uri, header};
+use http::{HeaderMap, Uri, header};
 use tracing::Instrument;
 
 use super::claim::{Carried, Found, claim_for, give_back};
@@ -472,7 +472,7 @@ impl BodyDecision {
             // Nothing account-bound and no handoff: the client's bytes, as sent.
             None => raw,
         };
-        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+        super::repair::framed_by_length(headers, body.len());
         // A handoff that could not be injected stays for a later request.
         match carried {
             Some(Carried::Claimed(c)) if injected => ticket.claim = Some(c),

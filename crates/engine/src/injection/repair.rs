@@ -168,10 +168,18 @@ impl Repair {
 }
 
 /// The headers of a repaired request: its stripped body goes uncompressed, without the
-/// account-bound `x-codex-turn-state`, with its own `content-length`.
+/// account-bound `x-codex-turn-state`, framed by its own `content-length`.
 pub fn resend_headers(headers: &mut HeaderMap, len: usize) {
     headers.remove(header::CONTENT_ENCODING);
     headers.remove(TURN_STATE_HEADER);
+    framed_by_length(headers, len);
+}
+
+/// Frames a body the relay sends whole by its `len`: `content-length` set, and the client's
+/// `transfer-encoding` (a chunked upload) removed, since a message may not carry both (RFC
+/// 9112 §6.2; a head with both is how requests are smuggled past a proxy).
+pub(crate) fn framed_by_length(headers: &mut HeaderMap, len: usize) {
+    headers.remove(header::TRANSFER_ENCODING);
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
 }
 
