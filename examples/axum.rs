@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
-use context_relay::store::{HandoffStore, RedbStore};
+use context_relay::store::{DEFAULT_PURGE_INTERVAL, HandoffStore, RedbStore, spawn_purger};
 use context_relay::tower::{Background, ComboName, ContextRelay};
 use http::{Request, Response};
 use resolver::Accounts;
@@ -36,7 +36,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let url = std::env::var("UPSTREAM_URL").map_err(|_| "set UPSTREAM_URL (…/v1)")?;
     let keys = std::env::var("UPSTREAM_KEYS").map_err(|_| "set UPSTREAM_KEYS (k1,k2)")?;
     let keys: Vec<String> = keys.split(',').map(|k| k.trim().to_owned()).collect();
-    let store = Arc::new(RedbStore::open("context-relay-example.redb")?);
+    let store: Arc<dyn HandoffStore> = Arc::new(RedbStore::open("context-relay-example.redb")?);
+    // Expired handoffs are absent from every read; the purger reclaims their space.
+    let _purger = spawn_purger(store.clone(), DEFAULT_PURGE_INTERVAL);
     let (app, _background) = router(store, Accounts::new("openai", &url, &keys)?);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:4000").await?;
     axum::serve(listener, app).await?;

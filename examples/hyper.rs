@@ -11,7 +11,7 @@ pub mod resolver;
 
 use std::sync::Arc;
 
-use context_relay::store::{HandoffStore, MemoryStore};
+use context_relay::store::{DEFAULT_PURGE_INTERVAL, HandoffStore, MemoryStore, spawn_purger};
 use context_relay::tower::{Background, ComboName, ContextRelay};
 use http::{Request, Response};
 use hyper::body::Incoming;
@@ -29,6 +29,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let keys: Vec<String> = keys.split(',').map(|k| k.trim().to_owned()).collect();
     // In memory: handoffs do not survive a restart (see examples/axum.rs for redb).
     let store: Arc<dyn HandoffStore> = Arc::new(MemoryStore::new());
+    // Expired handoffs are absent from every read; the purger reclaims their space.
+    let _purger = spawn_purger(store.clone(), DEFAULT_PURGE_INTERVAL);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:4000").await?;
     let (server, _background) = serve(listener, store, Accounts::new("openai", &url, &keys)?);
     server.await?;
