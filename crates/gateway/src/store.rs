@@ -93,6 +93,24 @@ pub fn check_store(config: &StoreConfig) -> Result<Option<String>, StoreOpenErro
     }
     let path = &config.path;
     if !path.exists() {
+        // The gateway creates the file, not its folder.
+        let folder = match path.parent() {
+            Some(p) if p.as_os_str().is_empty() => std::path::Path::new("."),
+            Some(p) => p,
+            None => std::path::Path::new("/"),
+        };
+        if !folder.is_dir() {
+            return Err(StoreOpenError::Redb {
+                path: path.clone(),
+                source: StoreError::Open {
+                    path: path.clone(),
+                    reason: format!(
+                        "its folder {} does not exist (the gateway creates the file, not the folder)",
+                        folder.display()
+                    ),
+                },
+            });
+        }
         return Ok(Some(format!(
             "store {}: not there yet (created at start)",
             path.display()
@@ -187,6 +205,23 @@ pub(crate) use crate::secret::redact_url;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--check` of a store not created yet: fine in a folder that exists (the gateway
+    /// creates the file), an error naming the folder when it does not (the start would fail).
+    #[test]
+    fn check_store_needs_the_folder_of_a_file_not_there_yet() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = |path: std::path::PathBuf| StoreConfig {
+            backend: StoreBackend::Redb,
+            path,
+            ..StoreConfig::default()
+        };
+        let said = check_store(&config(dir.path().join("relay.redb"))).unwrap();
+        assert!(said.unwrap().contains("not there yet"));
+        let missing = dir.path().join("nodir").join("relay.redb");
+        let e = check_store(&config(missing)).unwrap_err().to_string();
+        assert!(e.contains("nodir") && e.contains("does not exist"), "{e}");
+    }
 
     #[tokio::test]
     async fn redb_open_errors_name_the_path() {

@@ -60,6 +60,13 @@ impl std::fmt::Debug for ClientConfig {
     }
 }
 
+/// Whether `key` can be a credential: one or more visible ASCII characters. A header value may
+/// hold spaces and tabs, but a key with one never matches what a client sends (its spaces
+/// are trimmed away or the key is cut at them), so it is refused at load, not at every request.
+pub(crate) fn visible_key(key: &str) -> bool {
+    !key.is_empty() && key.bytes().all(|b| b.is_ascii_graphic())
+}
+
 /// 64 hex digits (either case) as 32 bytes.
 pub(crate) fn parse_hex32(s: &str) -> Option<[u8; 32]> {
     let s = s.trim().as_bytes();

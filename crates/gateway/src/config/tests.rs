@@ -267,6 +267,22 @@ fn key_sources_are_exclusive() {
     assert!(e.contains("neither"), "{e}");
     let e = err(&MINIMAL.replace("api_key = \"k-a\"", "api_key = \"bad\\nkey\""));
     assert!(e.contains("api_key") && !e.contains("bad"), "{e}");
+    // A space or a tab is a valid header byte, but no key with one is ever matched or sent
+    // as written: refused at load, for a client's key and an account's alike.
+    for key in ["k-a ", " k-a", "k a", "k\\ta"] {
+        let e = err(&MINIMAL.replace("api_key = \"k-a\"", &format!("api_key = \"{key}\"")));
+        assert!(
+            e.contains("api_key") && e.contains("visible ASCII"),
+            "{key:?}: {e}"
+        );
+        let e = err(&format!(
+            "[[clients]]\nname = \"bob\"\nkey = \"bob-{key}\"\n{MINIMAL}"
+        ));
+        assert!(
+            e.contains("key") && e.contains("visible ASCII"),
+            "{key:?}: {e}"
+        );
+    }
     // A top-level pair names its key where a table's pair names the table.
     let e = err(&format!(
         "admin_token = \"t\"\nadmin_token_env = \"KEY_B\"\n{MINIMAL}"

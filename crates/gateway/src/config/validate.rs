@@ -8,10 +8,9 @@ use std::collections::HashSet;
 use std::net::SocketAddr;
 
 use context_relay_core::config::RelayOverrides;
-use http::HeaderValue;
 
 use super::Config;
-use super::clients::parse_hex32;
+use super::clients::{parse_hex32, visible_key};
 use super::error::{ConfigError, invalid};
 use super::limits::{BUFFER_SLACK, MAX_SECS, MIN_SECS};
 use crate::secret::redact_url;
@@ -102,7 +101,7 @@ impl Config {
                     continue;
                 }
                 let key = a.api_key.as_deref().unwrap_or_default();
-                if key.is_empty() || HeaderValue::from_str(key).is_err() {
+                if !visible_key(key) {
                     // The key itself is never printed.
                     return Err(invalid(
                         format!("{afield}.api_key"),
@@ -205,7 +204,7 @@ impl Config {
                 ));
             }
             if let Some(key) = &c.key
-                && (key.is_empty() || HeaderValue::from_str(key).is_err())
+                && !visible_key(key)
             {
                 return Err(invalid(
                     format!("{field}.key"),
@@ -306,8 +305,8 @@ impl Config {
         let least = request.saturating_mul(2).saturating_add(BUFFER_SLACK);
         if buffered < least {
             out.push(format!(
-                "limits.max_buffered_bytes ({buffered}) is below twice max_request_bytes ({request}) and {BUFFER_SLACK} bytes: a request takes its buffer and room for one rewritten copy of it from the budget, so a body over about {} bytes gets a 503 even when no other request is in flight (set max_buffered_bytes to at least {least})",
-                buffered.saturating_sub(BUFFER_SLACK) / 2,
+                "limits.max_buffered_bytes ({buffered}) is below twice max_request_bytes ({request}) and {BUFFER_SLACK} bytes: a request takes its buffer and room for one rewritten copy of it from the budget, so a body over about {} bytes (less when chunked or compressed) is refused with 413 even when no other request is in flight (set max_buffered_bytes to at least {least})",
+                buffered / 2,
             ));
         }
         for (combo, relay, _) in self.relay_configs() {
@@ -574,7 +573,10 @@ mod tests {
         let w = c.warnings();
         assert_eq!(w.len(), 1, "{w:?}");
         assert!(
-            w[0].contains("max_buffered_bytes (67535)") && w[0].contains("at least 67536"),
+            w[0].contains("max_buffered_bytes (67535)")
+                && w[0].contains("over about 33767 bytes")
+                && w[0].contains("413")
+                && w[0].contains("at least 67536"),
             "{w:?}"
         );
     }
