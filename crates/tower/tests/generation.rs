@@ -6,8 +6,8 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use context_relay_core::{HandoffKey, HandoffKind};
-use context_relay_store::MemoryStore;
+use context_relay_core::{HandoffKey, HandoffKind, HandoffRecord};
+use context_relay_store::{Affinity, HandoffStore, MemoryStore, StoreFuture};
 use http::StatusCode;
 use support::{Stack, Turn, chat};
 use tokio::sync::Semaphore;
@@ -317,4 +317,43 @@ async fn skip_relay_requests_pass_through() {
     // Only the request itself reached upstream: no summary was asked for.
     assert_eq!(stack.upstream.seen().len(), 1);
     assert_eq!(stack.upstream.turns().len(), 1);
+}
+
+/// A memory store whose `offer` first records the session on acct-b: the switch that carried
+/// the session's handoff completed between the summary's look at the affinity and its offer
+/// (it consumed the leased handoff, so the offer finds none leased).
+struct SwitchBeforeOffer(MemoryStore);
+
+impl HandoffStore for SwitchBeforeOffer {
+    fn offer(&self, record: HandoffRecord) -> StoreFuture<'_, bool> {
+        Box::pin(async move {
+            self.0
+                .set_affinity(&record.key(), Affinity::new("codex", "acct-b"))
+                .await?;
+            self.0.offer(record).await
+        })
+    }
+    context_relay_testkit::forward_handoff_store!(0: upsert, offer_at_switch, get, contains,
+        may_contain, claim, complete, release, delete, purge_expired, list, affinity,
+        cached_affinity, set_affinity, backend);
+}
+
+/// The summary looks at the session's account again once it is stored: a session that moved
+/// meanwhile keeps no second handoff for its new account.
+#[tokio::test]
+async fn a_summary_stored_as_its_session_moves_is_removed() {
+    let stack = Stack::with(Arc::new(SwitchBeforeOffer(MemoryStore::new())), |r| r);
+    stack.upstream.set_percent("acct-a", 88.0);
+    let (status, _) = stack.send(chat("s1", "k1", 3)).await;
+    assert_eq!(status, StatusCode::OK);
+    stack.idle().await;
+    assert_eq!(
+        stack.upstream.summaries().len(),
+        1,
+        "the summary was written"
+    );
+    assert!(
+        stack.store.get(&key("s1", "k1")).await.unwrap().is_none(),
+        "and removed"
+    );
 }

@@ -155,3 +155,42 @@ async fn a_store_that_stops_answering_holds_a_switch_for_a_bound_only() {
     assert_eq!(last.account, "acct-b");
     assert!(!last.carries_state_of("acct-a"));
 }
+
+/// A memory store that notes the order of affinity writes and completed claims.
+#[derive(Default)]
+struct Noted {
+    store: MemoryStore,
+    ops: std::sync::Mutex<Vec<&'static str>>,
+}
+
+impl HandoffStore for Noted {
+    fn set_affinity<'a>(&'a self, key: &'a HandoffKey, affinity: Affinity) -> StoreFuture<'a, ()> {
+        self.ops.lock().unwrap().push("set_affinity");
+        self.store.set_affinity(key, affinity)
+    }
+    fn complete<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, bool> {
+        self.ops.lock().unwrap().push("complete");
+        self.store.complete(claim)
+    }
+    context_relay_testkit::forward_handoff_store!(store: upsert, offer, offer_at_switch, get,
+        contains, may_contain, claim, release, delete, purge_expired, list, affinity,
+        cached_affinity, backend);
+}
+
+/// A switch that carried a stored handoff records the new account before it consumes the
+/// handoff: a summary of the old account that then finds nothing leased finds the session
+/// moved too, and leaves no second handoff.
+#[tokio::test]
+async fn a_switch_records_its_account_before_it_consumes_the_handoff() {
+    let store = Arc::new(Noted::default());
+    let relay = Relay::on(store.clone());
+    let mut codex = Codex::new("codex-order");
+    codex.turn(&relay, "step 0").await;
+    relay.upsert_handoff("codex-order", "acct-a").await;
+    relay.use_account("acct-b");
+    store.ops.lock().unwrap().clear();
+    let headers = codex.turn(&relay, "step 1").await;
+    assert!(action(&headers).starts_with("injected"), "{headers:?}");
+    relay.background.idle().await;
+    assert_eq!(*store.ops.lock().unwrap(), ["set_affinity", "complete"]);
+}

@@ -132,8 +132,26 @@ impl Ticket {
             }
         }
         let store = self.shared.store.clone();
-        if let Some(claim) = self.claim.take() {
-            self.shared.background.spawn(async move {
+        // Known to this process now, written in the background: a next turn that comes before
+        // the write must not be taken for another switch.
+        let write = self.record.take().map(|record| {
+            let (key, affinity) = *record;
+            store.clone().set_affinity_now(key, affinity)
+        });
+        let claim = self.claim.take();
+        if write.is_none() && claim.is_none() {
+            return;
+        }
+        // The new account is written before the handoff is consumed: a summary of the old
+        // account that finds no handoff leased any more then finds the session moved too
+        // (it looks again after its offer), and leaves no second handoff behind.
+        self.shared.background.spawn(async move {
+            if let Some(write) = write
+                && let Err(e) = write.await
+            {
+                metrics::store_error("set_affinity", &e);
+            }
+            if let Some(claim) = claim {
                 match store.complete(&claim).await {
                     Ok(_) => {
                         ::metrics::counter!(metrics::CONSUMED).increment(1);
@@ -141,19 +159,8 @@ impl Ticket {
                     }
                     Err(e) => metrics::store_error("complete", &e),
                 }
-            });
-        }
-        if let Some(record) = self.record.take() {
-            let (key, affinity) = *record;
-            // Known to this process now, written in the background: a next turn that comes
-            // before the write must not be taken for another switch.
-            let write = self.shared.store.clone().set_affinity_now(key, affinity);
-            self.shared.background.spawn(async move {
-                if let Err(e) = write.await {
-                    metrics::store_error("set_affinity", &e);
-                }
-            });
-        }
+            }
+        });
     }
 
     /// Gives the claim back now, before the response is handed on: a retry on another account

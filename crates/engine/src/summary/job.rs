@@ -357,6 +357,15 @@ impl Job {
         settings
     }
 
+    /// Whether the session is now served by another account than the one this job
+    /// summarises (it moved while the summary was being written).
+    async fn moved_on(&self) -> bool {
+        self.shared
+            .affinity(&self.key)
+            .await
+            .is_some_and(|now| !now.serves(&self.account))
+    }
+
     async fn summarise(
         &self,
         prepared: &Prepared,
@@ -482,10 +491,7 @@ impl Job {
         // A summary done after its session moved to another account is no handoff any more:
         // the switch carried one (stored, or built there), and a second would reach the new
         // account on its next request.
-        if account_slot
-            && let Some(now) = self.shared.affinity(&self.key).await
-            && !now.serves(&self.account)
-        {
+        if account_slot && self.moved_on().await {
             tracing::info!(
                 kind = kind.as_str(),
                 "the session moved to another account before its summary was done; dropped"
@@ -504,6 +510,19 @@ impl Job {
                 tracing::info!(
                     kind = kind.as_str(),
                     "a switching request is carrying the session's handoff; this summary is dropped"
+                );
+                Stored::Superseded
+            }
+            // The switch may have completed between the look at the affinity above and the
+            // offer (it consumed the leased handoff, then this one found none leased): the
+            // session's new account must not get this one as well.
+            Ok(true) if account_slot && self.moved_on().await => {
+                if let Err(e) = self.shared.store.delete(&self.key).await {
+                    metrics::store_error("delete", &e);
+                }
+                tracing::info!(
+                    kind = kind.as_str(),
+                    "the session moved to another account while its summary was stored; removed"
                 );
                 Stored::Superseded
             }
