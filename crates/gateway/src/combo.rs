@@ -142,6 +142,8 @@ where
         let routes = self.routes.clone();
         let limit = self.max_body_bytes;
         let mut hold = self.budget.hold();
+        // The access log names the tenant of a refused request too.
+        let tenant = req.extensions().fact::<Tenant>().cloned();
         Box::pin(async move {
             match prepare(req, &routes, limit, &mut hold).await {
                 Ok(req) => {
@@ -149,7 +151,7 @@ where
                     // extension for both), unless the answer carries them already (a
                     // provider's answer keeps its request's, see `upstream`).
                     let routed = Routed {
-                        tenant: req.extensions().fact::<Tenant>().cloned(),
+                        tenant,
                         combo: req.extensions().fact::<ComboName>().cloned(),
                     };
                     let mut res = inner.call(req).await?;
@@ -161,7 +163,15 @@ where
                     }
                     Ok(res.map(Either::Left))
                 }
-                Err(rejection) => Ok(rejection.map(Either::Right)),
+                Err(mut rejection) => {
+                    if tenant.is_some() {
+                        rejection.extensions_mut().insert(Routed {
+                            tenant,
+                            combo: None,
+                        });
+                    }
+                    Ok(rejection.map(Either::Right))
+                }
             }
         })
     }

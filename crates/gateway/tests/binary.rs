@@ -149,9 +149,9 @@ fn stop(child: &mut std::process::Child) -> (String, std::process::ExitStatus) {
 }
 
 /// Runs the binary with `args` besides its config, sends a chat request (`x-request-id:
-/// rid-42`) and a `/healthz`, stops it with SIGTERM, and returns its stderr, checked to hold
+/// rid-42`), one for a model it does not serve and a `/healthz`, stops it with SIGTERM, and returns its stderr, checked to hold
 /// no key and no body text.
-async fn serve_two_requests(args: &[&str]) -> String {
+async fn serve_three_requests(args: &[&str]) -> String {
     let (_sim, dir) = codex_relay("key_env = \"ALICE_KEY\"", "").await;
     let path = dir.path().join("gateway.toml");
     // Not `start_binary`: no `NO_COLOR`, the text format must find stderr is no terminal.
@@ -178,6 +178,13 @@ async fn serve_two_requests(args: &[&str]) -> String {
     // The relayed answer carries the client's id, as the access line names it.
     assert_eq!(res.headers()["x-request-id"], "rid-42");
     res.into_body().collect().await.unwrap();
+    let req = Request::post(format!("{url}/v1/chat/completions"))
+        .header("authorization", format!("Bearer {CLIENT_KEY}"))
+        .body(Full::new(Bytes::from_static(
+            br#"{"model":"nope","messages":[]}"#,
+        )))
+        .unwrap();
+    assert_eq!(client.request(req).await.unwrap().status(), 404);
     let req = Request::get(format!("{url}/healthz"))
         .body(Full::default())
         .unwrap();
@@ -195,7 +202,7 @@ async fn serve_two_requests(args: &[&str]) -> String {
 
 #[tokio::test]
 async fn json_logs_carry_the_access_log_without_keys() {
-    let stderr = serve_two_requests(&["--log-format", "json"]).await;
+    let stderr = serve_three_requests(&["--log-format", "json"]).await;
     let lines: Vec<Value> = stderr
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
@@ -221,6 +228,12 @@ async fn json_logs_carry_the_access_log_without_keys() {
     assert_eq!(span["provider"], "codex");
     assert_eq!(span["account"], "acct-a");
     assert!(span["handoff"].is_string());
+    // A request refused before it was routed is still the client's.
+    let refused = access
+        .iter()
+        .find(|v| v["fields"]["status"] == 404)
+        .unwrap_or_else(|| panic!("no access log line for the refused request in\n{stderr}"));
+    assert_eq!(refused["span"]["tenant"], "alice", "{refused}");
     assert!(
         access
             .iter()
@@ -237,7 +250,7 @@ async fn json_logs_carry_the_access_log_without_keys() {
 /// gateway writes itself: the same text as through `tracing`.
 #[tokio::test]
 async fn text_logs_carry_the_access_log_without_keys() {
-    let stderr = serve_two_requests(&[]).await;
+    let stderr = serve_three_requests(&[]).await;
     let access = |path: &str| {
         stderr
             .lines()
