@@ -8,6 +8,7 @@ use context_relay_core::prompt::SummarySettings;
 use context_relay_core::quota::QuotaKind;
 use context_relay_core::session::SessionSources;
 use context_relay_core::{HandoffKey, QuotaSignal, RelayConfig};
+use context_relay_store::breaker::Breaker;
 use context_relay_store::{Affinity, CoolDown, HandoffStore, InFlight};
 use foldhash::HashMap;
 use http::{HeaderMap, StatusCode};
@@ -61,6 +62,8 @@ impl std::fmt::Debug for Relay {
 #[derive(Clone)]
 pub(crate) struct Shared {
     pub(crate) store: Arc<dyn HandoffStore>,
+    /// Opened by a store call a request waited for in vain ([`Shared::bounded`]).
+    pub(crate) store_breaker: Arc<Breaker>,
     pub(crate) configs: RelayConfigs,
     pub(crate) background: Background,
     pub(crate) sources: Arc<SessionSources>,
@@ -103,7 +106,7 @@ impl Shared {
     pub(crate) async fn affinity(&self, key: &HandoffKey) -> Option<Affinity> {
         match self.store.cached_affinity(key) {
             Some(a) => a,
-            None => match bounded("affinity", self.store.affinity(key)).await {
+            None => match self.bounded("affinity", self.store.affinity(key)).await {
                 Ok(a) => a,
                 Err(e) => {
                     crate::metrics::store_error("affinity", &e);
@@ -238,6 +241,11 @@ impl RelayBuilder {
     pub fn new(store: Arc<dyn HandoffStore>) -> Self {
         Self {
             shared: Shared {
+                store_breaker: Arc::new(Breaker::new(
+                    store.backend(),
+                    STORE_BREAKER_BACKOFF.0,
+                    STORE_BREAKER_BACKOFF.1,
+                )),
                 store,
                 configs: RelayConfigs::default(),
                 background: Background::new(),
@@ -440,15 +448,46 @@ impl RelayBuilder {
 /// counts as failed, and the request goes on as after any store error.
 pub(crate) const REQUEST_PATH_STORE_BOUND: std::time::Duration = std::time::Duration::from_secs(3);
 
-/// `call`, failed as [`StoreError::Timeout`] past [`REQUEST_PATH_STORE_BOUND`].
-pub(crate) async fn bounded<T>(
-    op: &'static str,
-    call: context_relay_store::StoreFuture<'_, T>,
-) -> Result<T, context_relay_store::StoreError> {
-    tokio::time::timeout(REQUEST_PATH_STORE_BOUND, call)
-        .await
-        .unwrap_or(Err(context_relay_store::StoreError::Timeout {
-            op,
-            after: REQUEST_PATH_STORE_BOUND,
-        }))
+/// The first and the longest time the relay leaves a store alone after a call a request
+/// waited for went unanswered for [`REQUEST_PATH_STORE_BOUND`]: the back-off doubles from one
+/// to the other while the store stays silent.
+pub(crate) const STORE_BREAKER_BACKOFF: (std::time::Duration, std::time::Duration) = (
+    std::time::Duration::from_secs(1),
+    std::time::Duration::from_secs(60),
+);
+
+impl Shared {
+    /// `call`, failed as [`StoreError::Timeout`](context_relay_store::StoreError::Timeout)
+    /// past [`REQUEST_PATH_STORE_BOUND`]. Such a timeout opens the store's breaker: for a
+    /// back-off ([`STORE_BREAKER_BACKOFF`]) the calls requests would wait for fail at once as
+    /// `Unavailable` (the requests pass through without the relay), then one call tries the
+    /// store again. A store that stopped answering so delays one request per back-off, not
+    /// every request by the bound.
+    pub(crate) async fn bounded<T>(
+        &self,
+        op: &'static str,
+        call: context_relay_store::StoreFuture<'_, T>,
+    ) -> Result<T, context_relay_store::StoreError> {
+        // Tokio's clock, as the bound's: a test that pauses time sees the back-off pass with it.
+        let now = || tokio::time::Instant::now().into_std();
+        let pass = match self.store_breaker.check(now(), REQUEST_PATH_STORE_BOUND) {
+            Ok(pass) => pass,
+            Err(retry_in) => {
+                return Err(context_relay_store::StoreError::Unavailable { op, retry_in });
+            }
+        };
+        match tokio::time::timeout(REQUEST_PATH_STORE_BOUND, call).await {
+            Ok(answer) => {
+                self.store_breaker.success();
+                answer
+            }
+            Err(_) => {
+                self.store_breaker.failure(now(), pass);
+                Err(context_relay_store::StoreError::Timeout {
+                    op,
+                    after: REQUEST_PATH_STORE_BOUND,
+                })
+            }
+        }
+    }
 }

@@ -139,7 +139,7 @@ const COUNTERS: [(&str, &str); 26] = [
     ),
     (
         "context_relay_store_breaker_opened_total",
-        "Times the store's circuit breaker opened (Redis stopped answering in time), by backend.",
+        "Times a store's circuit breaker opened (Redis stopped answering in time, or any store left a call a request waited for unanswered for 3 s), by backend.",
     ),
     (
         context_relay_store::CORRUPT_RECORDS_METRIC,

@@ -1,6 +1,7 @@
-//! A circuit breaker for a remote store: after a failure the store is left alone for a
-//! back-off (every call fails at once), so an unreachable server costs one short timeout, not
-//! one per call.
+//! A circuit breaker for a store: after a failure the store is left alone for a back-off
+//! (every call fails at once), so an unreachable server (or a store that stopped answering)
+//! costs one timeout, not one per call. The Redis store keeps one for its server; the relay
+//! keeps one over any store for the calls a request waits for.
 //!
 //! Closed → a call fails (timeout, refused or dropped connection) → open for `min` → the next
 //! call after that is the one trial: success closes the breaker, failure opens it again for
@@ -8,12 +9,33 @@
 //! call still fails at once, so only one request waits on a server that may still be down.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// See the [module docs](self).
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use context_relay_store::breaker::{Breaker, Pass};
+///
+/// let b = Breaker::new("redb", Duration::from_secs(1), Duration::from_secs(60));
+/// let t0 = Instant::now();
+/// assert_eq!(b.check(t0, Duration::from_secs(3)), Ok(Pass::Closed));
+/// b.failure(t0, Pass::Closed);
+/// assert!(b.check(t0, Duration::from_secs(3)).is_err(), "left alone for a second");
+/// let later = t0 + Duration::from_secs(1);
+/// assert_eq!(b.check(later, Duration::from_secs(3)), Ok(Pass::Trial));
+/// b.success();
+/// assert_eq!(b.check(later, Duration::from_secs(3)), Ok(Pass::Closed));
+/// ```
 #[derive(Debug)]
-pub(crate) struct Breaker {
+pub struct Breaker {
     state: Mutex<State>,
+    /// Whether a failure opened it since the last success: a closed breaker is checked and
+    /// told of successes without taking the lock.
+    tripped: AtomicBool,
+    /// The store's name, in the log and the metric's `backend` label.
+    name: &'static str,
     min: Duration,
     max: Duration,
 }
@@ -26,7 +48,7 @@ struct State {
 
 /// What [`Breaker::check`] lets a call do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Pass {
+pub enum Pass {
     /// The breaker is closed.
     Closed,
     /// The back-off is over and this call is the one trial.
@@ -34,12 +56,16 @@ pub(crate) enum Pass {
 }
 
 impl Breaker {
-    pub(crate) fn new(min: Duration, max: Duration) -> Self {
+    /// A closed breaker for the store `name`, whose back-off starts at `min` and doubles up to
+    /// `max`.
+    pub fn new(name: &'static str, min: Duration, max: Duration) -> Self {
         Self {
             state: Mutex::new(State {
                 open_until: None,
                 backoff: min,
             }),
+            tripped: AtomicBool::new(false),
+            name,
             min,
             max: max.max(min),
         }
@@ -54,7 +80,10 @@ impl Breaker {
     /// `Err(remaining)` while open. The first call after the back-off gets [`Pass::Trial`] and
     /// keeps the breaker open for the others for `trial_limit` (the trial's time limit), after
     /// which, should the trial end neither in success nor in failure, another call gets a trial.
-    pub(crate) fn check(&self, now: Instant, trial_limit: Duration) -> Result<Pass, Duration> {
+    pub fn check(&self, now: Instant, trial_limit: Duration) -> Result<Pass, Duration> {
+        if !self.tripped.load(Ordering::Acquire) {
+            return Ok(Pass::Closed);
+        }
         let mut s = self.lock();
         match s.open_until {
             None => Ok(Pass::Closed),
@@ -67,21 +96,31 @@ impl Breaker {
     }
 
     /// Whether calls are refused right now (a trial running counts as open).
-    pub(crate) fn is_open(&self, now: Instant) -> bool {
-        self.lock().open_until.is_some_and(|until| now < until)
+    pub fn is_open(&self, now: Instant) -> bool {
+        self.tripped.load(Ordering::Acquire)
+            && self.lock().open_until.is_some_and(|until| now < until)
     }
 
-    pub(crate) fn success(&self) {
+    /// A call the breaker let through was answered: it closes.
+    pub fn success(&self) {
+        if !self.tripped.load(Ordering::Acquire) {
+            return;
+        }
         let mut s = self.lock();
         if s.open_until.is_some() {
-            tracing::info!("redis reachable again; handoff store back in use");
+            tracing::info!(
+                store = self.name,
+                "handoff store answers again; back in use"
+            );
         }
         s.open_until = None;
         s.backoff = self.min;
+        self.tripped.store(false, Ordering::Release);
     }
 
-    /// A call that [`check`](Self::check) let through as `pass` failed for the connection's sake.
-    pub(crate) fn failure(&self, now: Instant, pass: Pass) {
+    /// A call that [`check`](Self::check) let through as `pass` failed for the connection's sake
+    /// (or was not answered in time).
+    pub fn failure(&self, now: Instant, pass: Pass) {
         let mut s = self.lock();
         if pass == Pass::Closed && s.open_until.is_some_and(|until| now < until) {
             // Another call already opened it, or the trial is running.
@@ -90,12 +129,14 @@ impl Breaker {
         let backoff = s.backoff;
         s.open_until = Some(now + backoff);
         s.backoff = (backoff * 2).min(self.max);
+        self.tripped.store(true, Ordering::Release);
         drop(s);
-        metrics::counter!("context_relay_store_breaker_opened_total", "backend" => "redis")
+        metrics::counter!("context_relay_store_breaker_opened_total", "backend" => self.name)
             .increment(1);
         tracing::warn!(
+            store = self.name,
             ?backoff,
-            "redis unreachable; the relay passes requests through until it answers again"
+            "handoff store unreachable; the relay passes requests through until it answers again"
         );
     }
 }
@@ -114,7 +155,7 @@ mod tests {
 
     #[test]
     fn opens_backs_off_and_closes() {
-        let b = Breaker::new(100 * MS, 300 * MS);
+        let b = Breaker::new("test", 100 * MS, 300 * MS);
         let t0 = Instant::now();
         assert_eq!(b.check(t0, 10 * MS), Ok(Pass::Closed));
         b.failure(t0, Pass::Closed);
@@ -140,7 +181,7 @@ mod tests {
 
     #[test]
     fn one_trial_after_the_backoff() {
-        let b = Breaker::new(100 * MS, 300 * MS);
+        let b = Breaker::new("test", 100 * MS, 300 * MS);
         let t0 = Instant::now();
         b.failure(t0, Pass::Closed);
         let t1 = t0 + 100 * MS;
@@ -158,7 +199,7 @@ mod tests {
 
     #[test]
     fn a_trial_failing_fast_doubles_the_backoff() {
-        let b = Breaker::new(100 * MS, 1000 * MS);
+        let b = Breaker::new("test", 100 * MS, 1000 * MS);
         let t0 = Instant::now();
         b.failure(t0, Pass::Closed);
         let t1 = t0 + 100 * MS;
@@ -171,7 +212,7 @@ mod tests {
 
     #[test]
     fn a_trial_that_never_reports_is_followed_by_another() {
-        let b = Breaker::new(100 * MS, 300 * MS);
+        let b = Breaker::new("test", 100 * MS, 300 * MS);
         let t0 = Instant::now();
         b.failure(t0, Pass::Closed);
         let t1 = t0 + 100 * MS;

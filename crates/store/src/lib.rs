@@ -102,8 +102,7 @@ use context_relay_core::portable::ForeignSet;
 use context_relay_core::{HandoffKey, HandoffRecord, ResolvedAccount};
 
 mod affinity;
-#[cfg(feature = "redis")]
-mod breaker;
+pub mod breaker;
 pub mod clock;
 pub mod cooldown;
 mod error;
@@ -160,7 +159,8 @@ pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>>
 /// handoff's read, claim and release, the offer of one built at a switch): a store bounds its
 /// own latency, as the backends of this crate do, and fails a call it cannot finish in time.
 /// The relay gives up on such a call after a few seconds all the same (and goes on as after a
-/// store error), so that a store that never answers cannot hold a request forever.
+/// store error), then leaves the store alone for a back-off ([`breaker::Breaker`]), so that a
+/// store that never answers delays one request now and then, not every request.
 pub trait HandoffStore: Send + Sync + 'static {
     /// Inserts the record, or replaces the record of its key in its slot (the slot of its
     /// `kind`; the other slot is untouched), ending any lease on the replaced one.

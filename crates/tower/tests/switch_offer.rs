@@ -120,16 +120,23 @@ impl HandoffStore for Hangs {
         complete, release, delete, purge_expired, list, cached_affinity, set_affinity, backend);
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_store_that_stops_answering_holds_a_switch_for_a_bound_only() {
+/// A Codex session of three turns on acct-a over a [`Hangs`] store that then stops answering,
+/// its next turn to go to acct-b.
+async fn hung_on_the_way_to_b(session: &'static str) -> (Relay, Codex) {
     let store = Arc::new(Hangs::default());
     let relay = Relay::on(store.clone());
-    let mut codex = Codex::new("codex-hang");
+    let mut codex = Codex::new(session);
     for i in 0..3 {
         codex.turn(&relay, &format!("step {i}")).await;
     }
     store.hang.store(true, Ordering::SeqCst);
     relay.use_account("acct-b");
+    (relay, codex)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_that_stops_answering_holds_a_switch_for_a_bound_only() {
+    let (relay, mut codex) = hung_on_the_way_to_b("codex-hang").await;
     let started = tokio::time::Instant::now();
     let answer = async {
         let res = tower::ServiceExt::oneshot(relay.svc.clone(), codex.request("step 3"))
@@ -154,6 +161,34 @@ async fn a_store_that_stops_answering_holds_a_switch_for_a_bound_only() {
     let last = relay.provider.received().pop().expect("sent");
     assert_eq!(last.account, "acct-b");
     assert!(!last.carries_state_of("acct-a"));
+}
+
+/// A store that stops answering delays one request by the bound, not every call of every
+/// request: the first timeout opens the relay's breaker, and the calls requests would wait
+/// for fail at once until its back-off ends.
+#[tokio::test(start_paused = true)]
+async fn a_store_that_stops_answering_delays_one_request_not_each() {
+    let (relay, mut codex) = hung_on_the_way_to_b("codex-hang-each").await;
+    let mut took = Vec::new();
+    for i in 3..7 {
+        let started = tokio::time::Instant::now();
+        let res =
+            tower::ServiceExt::oneshot(relay.svc.clone(), codex.request(&format!("step {i}")))
+                .await
+                .expect("never fails");
+        assert_eq!(res.status(), http::StatusCode::OK);
+        http_body_util::BodyExt::collect(res.into_body())
+            .await
+            .expect("body");
+        took.push(started.elapsed());
+    }
+    // The switch waits out one bound (3 s), not one per call it makes; the next requests,
+    // within the first back-off (1 s), wait for none.
+    assert!(took[0] < Duration::from_secs(4), "{took:?}");
+    assert!(
+        took[1..].iter().all(|t| *t < Duration::from_millis(500)),
+        "{took:?}"
+    );
 }
 
 /// A memory store that notes the order of affinity writes and completed claims.

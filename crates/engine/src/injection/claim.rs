@@ -9,7 +9,7 @@ use super::conversation::Conversation;
 use super::ticket::release;
 use crate::extensions::ResolvedAccount;
 use crate::metrics;
-use crate::relay::{Shared, bounded};
+use crate::relay::Shared;
 
 /// The handoff a switch carries.
 pub(crate) enum Carried {
@@ -65,7 +65,7 @@ pub(super) async fn claim_for(
     }
     // Read first: while the session stays on the account that wrote the handoff (between the
     // threshold and the rotation), a claim/release pair per request would be two writes.
-    match bounded("get", shared.store.get(key)).await {
+    match shared.bounded("get", shared.store.get(key)).await {
         Ok(Some(record)) if claimable(&record) => {}
         Ok(_) => return Found::Nothing,
         Err(e) => {
@@ -73,7 +73,10 @@ pub(super) async fn claim_for(
             return Found::Nothing;
         }
     }
-    match bounded("claim", shared.store.claim(key, lease)).await {
+    match shared
+        .bounded("claim", shared.store.claim(key, lease))
+        .await
+    {
         Ok(Some(claim)) if claimable(&claim.record) => Found::Mine(Box::new(claim)),
         Ok(Some(claim)) => {
             release(shared, &claim).await;
@@ -81,7 +84,7 @@ pub(super) async fn claim_for(
         }
         // Leased by a concurrent request: it injects, this one does not. (Gone since the read,
         // it was consumed or expired: nothing is carried, and the switch builds its own.)
-        Ok(None) => match bounded("get", shared.store.get(key)).await {
+        Ok(None) => match shared.bounded("get", shared.store.get(key)).await {
             Ok(Some(_)) => Found::Elsewhere,
             Ok(None) => Found::Nothing,
             Err(e) => {

@@ -14,7 +14,7 @@ use context_relay_store::Affinity;
 
 use super::claim::Carried;
 use crate::metrics;
-use crate::relay::{Shared, bounded};
+use crate::relay::Shared;
 
 /// Builds, stores and claims the extractive handoff of a switch away from `previous`, from
 /// the decoded request `body`. `None` when the body holds no conversation text.
@@ -64,13 +64,18 @@ pub(crate) async fn at_switch(
     }
     // Offered, not upserted: a handoff a concurrent request of the conversation is carrying
     // (leased) is not replaced, and this one is dropped.
-    let claimed = match bounded(
-        "offer_at_switch",
-        shared.store.offer_at_switch(record.clone()),
-    )
-    .await
+    let claimed = match shared
+        .bounded(
+            "offer_at_switch",
+            shared.store.offer_at_switch(record.clone()),
+        )
+        .await
     {
-        Ok(true) => bounded("claim", shared.store.claim(key, config.lease)).await,
+        Ok(true) => {
+            shared
+                .bounded("claim", shared.store.claim(key, config.lease))
+                .await
+        }
         Ok(false) => Ok(None),
         Err(e) => Err(e),
     };

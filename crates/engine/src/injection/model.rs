@@ -19,7 +19,7 @@ use context_relay_store::Affinity;
 
 use crate::extensions::ResolvedAccount;
 use crate::metrics;
-use crate::relay::{Shared, bounded};
+use crate::relay::Shared;
 
 /// A move of the session from the model `previous` to `current`.
 #[derive(Debug, Clone)]
@@ -80,7 +80,7 @@ pub(crate) async fn message(
     m: &ModelMove,
     built: impl FnOnce() -> Option<SwitchHandoff>,
 ) -> (String, bool) {
-    let freshest = match bounded("freshest", shared.store.freshest(key)).await {
+    let freshest = match shared.bounded("freshest", shared.store.freshest(key)).await {
         Ok(record) => record,
         Err(e) => {
             metrics::store_error("freshest", &e);

@@ -10,7 +10,7 @@ use context_relay_store::{Affinity, Claim};
 use crate::action::RelayAction;
 use crate::extensions::ResolvedAccount;
 use crate::metrics;
-use crate::relay::{Shared, bounded};
+use crate::relay::Shared;
 
 /// The outcome bookkeeping of one relayed request: the handoff it carries (claimed) and the
 /// affinity to record once its response completed.
@@ -187,7 +187,7 @@ impl Drop for Ticket {
 
 /// Gives a claimed handoff back so that the next attempt gets it again.
 pub(crate) async fn release(shared: &Shared, claim: &Claim) {
-    match bounded("release", shared.store.release(claim)).await {
+    match shared.bounded("release", shared.store.release(claim)).await {
         Ok(()) => {
             ::metrics::counter!(metrics::RELEASED).increment(1);
             tracing::info!(session = %claim.record.session, "handoff released for a later attempt");

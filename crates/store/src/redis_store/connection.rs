@@ -75,7 +75,7 @@ impl RedisStoreBuilder {
                 prefix: self.prefix,
                 timeout: self.timeout,
                 request_timeout: self.request_timeout,
-                breaker: Breaker::new(self.backoff.0, self.backoff.1),
+                breaker: Breaker::new("redis", self.backoff.0, self.backoff.1),
                 clock: self.clock,
                 affinity_ttl: self.affinity_ttl,
                 affinity_cache_ttl: self.affinity_cache_ttl,
