@@ -108,9 +108,16 @@ where
         match std::task::ready!(this.inner.poll_frame(cx)) {
             Some(Ok(frame)) => Poll::Ready(Some(Ok(frame))),
             Some(Err(error)) => {
+                let error = axum::Error::new(error);
+                // The access line, written with the head, said the status that was sent.
+                metrics::counter!("context_relay_gateway_answers_cut_total").increment(1);
+                tracing::warn!(
+                    %error,
+                    "an answer broke off after its head was sent; the client's connection (HTTP/1) or stream (HTTP/2) is cut"
+                );
                 // Held: hyper writes out what it queued before it learns of it.
                 let mut held = Box::new(Held {
-                    error: axum::Error::new(error),
+                    error,
                     until: Box::pin(tokio::time::sleep(ERROR_HOLD)),
                 });
                 // Polled once, so that the timer wakes the task when it is up.
@@ -216,7 +223,17 @@ mod tests {
         let first = body.as_mut().poll_frame(&mut cx);
         assert!(matches!(first, Poll::Ready(Some(Ok(_)))));
         let started = tokio::time::Instant::now();
-        assert!(body.as_mut().poll_frame(&mut cx).is_pending());
+        // The cut is counted when the body fails, once.
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let page = recorder.handle();
+        let polled = metrics::with_local_recorder(&recorder, || body.as_mut().poll_frame(&mut cx));
+        assert!(polled.is_pending());
+        assert!(
+            page.render()
+                .contains("context_relay_gateway_answers_cut_total 1"),
+            "{}",
+            page.render()
+        );
         assert!(
             body.as_mut().poll_frame(&mut cx).is_pending(),
             "held, not for one poll only"

@@ -40,7 +40,7 @@ pub fn describe_metrics() {
 }
 
 /// Counters and their help text.
-const COUNTERS: [(&str, &str); 26] = [
+const COUNTERS: [(&str, &str); 27] = [
     (
         "context_relay_gateway_request_deadline_total",
         "Requests that reached request_timeout_secs, by phase (head: answered 504; body: the stream was cut).",
@@ -136,6 +136,10 @@ const COUNTERS: [(&str, &str); 26] = [
     (
         "context_relay_store_replica_wait_short_total",
         "Handoff writes fewer replicas than [store] wait_replicas acknowledged within wait_timeout_ms (kept on the master).",
+    ),
+    (
+        "context_relay_gateway_answers_cut_total",
+        "Answers that broke off after their head was sent (a provider's stream cut, the request deadline): the client's connection or stream was cut; the access line says the status that was sent.",
     ),
     (
         "context_relay_store_breaker_opened_total",
