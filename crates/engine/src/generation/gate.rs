@@ -128,7 +128,10 @@ impl GenerationTicket {
         if !status.is_success() {
             return None;
         }
-        let served_by = served_by?;
+        let Some(served_by) = served_by else {
+            no_account_once();
+            return None;
+        };
         let allowed = t.config.generates_for(served_by.provider());
         // Gate 2: a service's own signal wins over header parsing.
         let now = SystemTime::now();
@@ -231,5 +234,17 @@ fn skipped(
             Some(k) => event.key(k),
             None => event,
         }
+    });
+}
+
+/// Warns, once per process, of a successful response that reached the generation layer without
+/// the account that served it: an application whose resolver sets no [`ResolvedAccount`] gets
+/// no handoff at all, and would otherwise never learn why.
+fn no_account_once() {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    WARNED.call_once(|| {
+        tracing::warn!(
+            "a response reached the generation layer without the account that served it (no ResolvedAccount on the response or its request): no handoff is written for such responses; the account resolver must set one (docs/embedding.md)"
+        );
     });
 }
