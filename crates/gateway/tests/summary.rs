@@ -238,14 +238,15 @@ async fn the_summary_of_a_turn_whose_account_a_reload_removed_goes_nowhere() {
     h.shutdown().await;
 }
 
-/// A provider whose summaries are streamed (`summary_stream`) on Chat Completions: the summary
-/// asks for its usage (a Chat stream carries none unless asked), and its cost is counted.
+/// A provider whose summaries are streamed (`summary_stream`) on Chat Completions, by a model
+/// of their own: the summary asks for its usage (a Chat stream carries none unless asked), and
+/// its cost is counted under the model that wrote it.
 #[tokio::test]
 async fn a_streamed_chat_summary_asks_for_its_usage_and_is_counted() {
     let sim = start_sim(summary_sim(), &["acct-a", "acct-b"]).await;
     let config = CodexGateway {
         top: "admin_token = \"adm-token\"",
-        provider: "summary_stream = true",
+        provider: "summary_stream = true\n[providers.summary]\nmodel = \"gpt-4.1-mini\"",
         ..CodexGateway::default()
     }
     .config(&sim.base_url());
@@ -259,6 +260,8 @@ async fn a_streamed_chat_summary_asks_for_its_usage_and_is_counted() {
     let body = summaries[0].json().expect("JSON");
     assert_eq!(body["stream"], true, "{body}");
     assert_eq!(body["stream_options"]["include_usage"], true, "{body}");
+    assert_eq!(body["model"], "gpt-4.1-mini", "{body}");
+    assert_eq!(summaries[0].account.as_deref(), Some("acct-a"));
     let req = Request::get(h.url(0, "/admin/usage"))
         .header("authorization", "Bearer adm-token")
         .body(Full::default())
@@ -268,13 +271,14 @@ async fn a_streamed_chat_summary_asks_for_its_usage_and_is_counted() {
     let page: serde_json::Value =
         serde_json::from_slice(&res.into_body().collect().await.expect("body").to_bytes())
             .expect("JSON");
-    let summary_output: u64 = page["usage"]
+    let rows: Vec<&serde_json::Value> = page["usage"]
         .as_array()
         .expect("rows")
         .iter()
         .filter(|row| row["kind"] == "summary")
-        .map(|row| row["output"].as_u64().unwrap_or(0))
-        .sum();
-    assert!(summary_output > 0, "{page}");
+        .collect();
+    assert_eq!(rows.len(), 1, "{page}");
+    assert!(rows[0]["output"].as_u64().unwrap_or(0) > 0, "{page}");
+    assert_eq!(rows[0]["model"], "gpt-4.1-mini", "{page}");
     h.shutdown().await;
 }

@@ -395,6 +395,19 @@ impl Job {
         shared
             .dropped
             .apply(self.account.provider(), &model, &mut body);
+        // A summary model of its own is the target of the call (on the same provider and
+        // account): the usage of the call is that model's.
+        let provider = self.account.provider();
+        let serving = match &self.serving {
+            Some(s)
+                if body.get("model").is_some()
+                    && !model.is_empty()
+                    && s.model_of(provider) != Some(model.as_str()) =>
+            {
+                Some(ServingModel::new(format!("{provider}/{model}")))
+            }
+            other => other.clone(),
+        };
         let make = |bytes: Bytes| SummaryRequest {
             shape: self.shape,
             body: bytes,
@@ -404,7 +417,7 @@ impl Job {
             tenant: Tenant(self.key.tenant.clone()),
             session: SessionId(self.key.session.clone()),
             account: self.account.clone(),
-            serving: self.serving.clone(),
+            serving: serving.clone(),
         };
         let reply_body = match call(
             summarizer,

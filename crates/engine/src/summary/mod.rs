@@ -56,7 +56,9 @@ pub struct SummaryRequest {
     /// carry state only that account can read (a gateway's resolver sends it there, and
     /// nowhere else).
     pub account: ResolvedAccount,
-    /// The target the turn was sent to (`provider/model`), when the application told it.
+    /// The target of the call (`provider/model`), when the application told the one the turn
+    /// was sent to: that target, or its provider with the summary's own model when one is
+    /// configured (the call's usage is that model's).
     pub serving: Option<ServingModel>,
 }
 
