@@ -236,17 +236,26 @@ pub(crate) fn closing<B>(mut res: Response<B>, version: http::Version) -> Respon
 }
 
 /// [`closing`] for an answer given without reading the body of a request with `headers`,
-/// when it has one (a `content-length` other than `0`, or a `transfer-encoding`).
+/// when it has one ([`carries_body`]).
 pub(crate) fn closing_if_body<B>(
     res: Response<B>,
     headers: &http::HeaderMap,
     version: http::Version,
 ) -> Response<B> {
-    let has_body = headers.contains_key(header::TRANSFER_ENCODING)
+    if carries_body(headers) {
+        closing(res, version)
+    } else {
+        res
+    }
+}
+
+/// Whether a request with `headers` carries a body: a `content-length` other than `0`, or a
+/// `transfer-encoding`.
+pub(crate) fn carries_body(headers: &http::HeaderMap) -> bool {
+    headers.contains_key(header::TRANSFER_ENCODING)
         || headers
             .get(header::CONTENT_LENGTH)
-            .is_some_and(|v| v.as_bytes() != b"0");
-    if has_body { closing(res, version) } else { res }
+            .is_some_and(|v| v.as_bytes() != b"0")
 }
 
 #[cfg(test)]

@@ -251,23 +251,42 @@ impl Gateway {
                 )),
             None => router,
         };
-        router.fallback(|req: Request<Body>| async move {
-            let path = req.uri().path().to_owned();
-            let answer = json(
-                StatusCode::NOT_FOUND,
-                error_body(
-                    ErrorShape::for_path(&path),
-                    "not_found_error",
-                    &format!(
-                        "no route for {} {path}{}",
-                        req.method(),
-                        base_url_hint(&path)
+        router
+            .fallback(|req: Request<Body>| async move {
+                let path = req.uri().path().to_owned();
+                json(
+                    StatusCode::NOT_FOUND,
+                    error_body(
+                        ErrorShape::for_path(&path),
+                        "not_found_error",
+                        &format!(
+                            "no route for {} {path}{}",
+                            req.method(),
+                            base_url_hint(&path)
+                        ),
                     ),
-                ),
-            );
-            // Its body is not read: hyper may end the connection.
-            crate::error::closing_if_body(answer, req.headers(), req.version())
-        })
+                )
+            })
+            // The router's refusals (an unknown path, a method a route does not take, a
+            // missing or wrong admin token) read no body: hyper may end such a connection,
+            // and the answer says so.
+            .layer(axum::middleware::from_fn(
+                |req: Request<Body>, next: axum::middleware::Next| async move {
+                    let unread = crate::error::carries_body(req.headers());
+                    let version = req.version();
+                    let res = next.run(req).await;
+                    match res.status() {
+                        StatusCode::UNAUTHORIZED
+                        | StatusCode::NOT_FOUND
+                        | StatusCode::METHOD_NOT_ALLOWED
+                            if unread =>
+                        {
+                            crate::error::closing(res, version)
+                        }
+                        _ => res,
+                    }
+                },
+            ))
     }
 }
 

@@ -105,8 +105,13 @@ pub fn check_store(config: &StoreConfig) -> Result<Option<String>, StoreOpenErro
                 source: StoreError::Open {
                     path: path.clone(),
                     reason: format!(
-                        "its folder {} does not exist (the gateway creates the file, not the folder)",
-                        folder.display()
+                        "its folder {} {} (the gateway creates the file, not the folder)",
+                        folder.display(),
+                        if folder.exists() {
+                            "is not a folder"
+                        } else {
+                            "does not exist"
+                        }
                     ),
                 },
             });
@@ -221,6 +226,12 @@ mod tests {
         let missing = dir.path().join("nodir").join("relay.redb");
         let e = check_store(&config(missing)).unwrap_err().to_string();
         assert!(e.contains("nodir") && e.contains("does not exist"), "{e}");
+        let file = dir.path().join("a-file");
+        std::fs::write(&file, b"x").unwrap();
+        let e = check_store(&config(file.join("relay.redb")))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("a-file") && e.contains("is not a folder"), "{e}");
     }
 
     #[tokio::test]

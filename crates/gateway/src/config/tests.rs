@@ -282,7 +282,16 @@ fn key_sources_are_exclusive() {
             e.contains("key") && e.contains("visible ASCII"),
             "{key:?}: {e}"
         );
+        let e = err(&format!(
+            "admin_token = \"adm-token-{key}-0123456789\"\n{MINIMAL}"
+        ));
+        assert!(
+            e.starts_with("admin_token:") && e.contains("visible ASCII"),
+            "{key:?}: {e}"
+        );
     }
+    let e = err(&format!("admin_token = \"  \"\n{MINIMAL}"));
+    assert!(e.starts_with("admin_token:"), "{e}");
     // A top-level pair names its key where a table's pair names the table.
     let e = err(&format!(
         "admin_token = \"t\"\nadmin_token_env = \"KEY_B\"\n{MINIMAL}"

@@ -32,12 +32,13 @@ impl Config {
             ));
         }
         if let Some(t) = &self.admin_token
-            && t.trim().is_empty()
+            && !visible_key(t)
         {
+            // The token itself is never printed.
             return Err(invalid(
                 "admin_token",
-                "a non-empty token",
-                "an empty string",
+                "a non-empty token of visible ASCII characters",
+                "an empty token or one with invalid characters",
             ));
         }
         self.store.validate()?;

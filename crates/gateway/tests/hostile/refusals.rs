@@ -13,14 +13,17 @@ async fn a_413_before_the_body_is_read_says_the_connection_closes() {
     assert!(text.contains("\r\nconnection: close\r\n"), "{text}");
 }
 
-/// An unknown key or path is refused before the body is read: the 401 and the 404 say the
-/// connection closes, as the 413 does; a 401 to a request without a body leaves it open.
+/// An unknown key, path or method, or a missing admin token, is refused before the body is
+/// read: the 401, 404 or 405 says the connection closes, as the 413 does; a 401 to a request
+/// without a body leaves it open.
 #[tokio::test]
-async fn a_401_or_404_before_the_body_is_read_says_the_connection_closes() {
+async fn a_refusal_before_the_body_is_read_says_the_connection_closes() {
     let env = setup().await;
     for (key, path, status) in [
         ("mallory-key", "/v1/chat/completions", "401"),
         ("alice-key", "/v1/v1/messages", "404"),
+        ("alice-key", "/v1/models", "405"),
+        ("alice-key", "/admin/logout", "401"),
     ] {
         let (text, _) = unfinished_request_as(&env, key, path, 1000).await;
         assert!(text.starts_with(&format!("HTTP/1.1 {status}")), "{text}");
