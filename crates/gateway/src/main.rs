@@ -162,9 +162,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let log = FlushOnExit(init_logging(args.log_format.unwrap_or(config.log_format)));
+    let overrides = Overrides {
+        listen: args.listen,
+        log_format: args.log_format,
+    };
+    overrides.apply(&mut config);
+    let log = FlushOnExit(init_logging(config.log_format));
     if let Some(listen) = args.listen {
-        config.listen = listen;
         if let Err(e) = config.check_open(listen) {
             eprintln!("error: {e}");
             return ExitCode::FAILURE;
@@ -213,7 +217,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(config, path, args.listen)) {
+    match runtime.block_on(run(config, path, overrides)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // After the access lines still waiting, not before them.
@@ -253,10 +257,29 @@ impl Drop for QuietStoreChecks {
     }
 }
 
+/// The command line's values that take the place of the file's, at start and at each reload
+/// (so that a reload does not see them as changed).
+#[derive(Debug, Clone, Copy)]
+struct Overrides {
+    listen: Option<SocketAddr>,
+    log_format: Option<LogFormat>,
+}
+
+impl Overrides {
+    fn apply(&self, config: &mut Config) {
+        if let Some(listen) = self.listen {
+            config.listen = listen;
+        }
+        if let Some(format) = self.log_format {
+            config.log_format = format;
+        }
+    }
+}
+
 async fn run(
     config: Config,
     path: PathBuf,
-    listen_override: Option<SocketAddr>,
+    overrides: Overrides,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let listen = config.listen;
     let metrics = prometheus_builder().install_recorder()?;
@@ -274,7 +297,7 @@ async fn run(
         gateway.clone(),
         hangups(),
         path,
-        listen_override,
+        overrides,
     ));
     let stops = Stops::install();
     tracing::info!(
@@ -367,7 +390,7 @@ async fn reload_on_hangup(
     mut gateway: Gateway,
     hangups: Option<tokio::signal::unix::Signal>,
     path: PathBuf,
-    listen_override: Option<SocketAddr>,
+    overrides: Overrides,
 ) {
     let Some(mut hangups) = hangups else { return };
     while hangups.recv().await.is_some() {
@@ -379,9 +402,7 @@ async fn reload_on_hangup(
                 continue;
             }
         };
-        if let Some(listen) = listen_override {
-            config.listen = listen;
-        }
+        overrides.apply(&mut config);
         match gateway.reload(config).await {
             Ok(next) => {
                 gateway = next;
@@ -414,7 +435,7 @@ async fn reload_on_hangup(
     _gateway: Gateway,
     _hangups: Option<()>,
     _path: PathBuf,
-    _listen_override: Option<SocketAddr>,
+    _overrides: Overrides,
 ) {
 }
 

@@ -242,3 +242,33 @@ async fn sighup_reloads_a_good_file_and_keeps_the_running_one_over_a_bad_file() 
         "{gone:?}"
     );
 }
+
+/// The command line's `--log-format` holds across reloads as `--listen` does: a reload of a
+/// file that names another format (or none) is not told that `log_format` changed.
+#[tokio::test]
+async fn a_command_line_log_format_is_not_a_change_at_each_reload() {
+    let sim = SimProvider::builder()
+        .account("acct-a", "key-acct-a")
+        .start()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(
+        &path,
+        config(&sim.base_url(), &["alice"], &["acct-a"], &["codex-relay"]),
+    )
+    .unwrap();
+    let gw = Running::start_with(
+        env!("CARGO_BIN_EXE_context-relay-gateway"),
+        &path,
+        &["--log-format", "json"],
+        "info,context_relay_gateway::access=off",
+    );
+    gw.signal("-HUP");
+    let line = gw.line(Duration::from_secs(20), |line| {
+        line.contains("log_format") || line.contains("configuration reloaded")
+    });
+    assert!(line.contains("configuration reloaded"), "{line}");
+    assert!(line.starts_with('{'), "still JSON: {line}");
+}

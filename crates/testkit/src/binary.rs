@@ -12,10 +12,22 @@ use std::time::Duration;
 /// on `config` with `RUST_LOG=rust_log` and `NO_COLOR=1`, its stderr as `stderr` says, and
 /// reads the address it prints once listening: the child and `http://ADDR`.
 pub fn start_binary(bin: &str, config: &Path, rust_log: &str, stderr: Stdio) -> (Child, String) {
+    start_binary_with(bin, config, &[], rust_log, stderr)
+}
+
+/// [`start_binary`] with `args` after `--config FILE`.
+fn start_binary_with(
+    bin: &str,
+    config: &Path,
+    args: &[&str],
+    rust_log: &str,
+    stderr: Stdio,
+) -> (Child, String) {
     let mut command = Command::new(bin);
     command
         .arg("--config")
         .arg(config)
+        .args(args)
         .env("RUST_LOG", rust_log)
         .env("NO_COLOR", "1")
         .stderr(stderr);
@@ -73,7 +85,12 @@ pub struct Running {
 impl Running {
     /// Starts `bin` on `config` with `RUST_LOG=rust_log`, as [`start_binary`] does.
     pub fn start(bin: &str, config: &Path, rust_log: &str) -> Self {
-        let (mut child, url) = start_binary(bin, config, rust_log, Stdio::piped());
+        Self::start_with(bin, config, &[], rust_log)
+    }
+
+    /// [`start`](Self::start) with `args` after `--config FILE` (`--listen`, `--log-format`).
+    pub fn start_with(bin: &str, config: &Path, args: &[&str], rust_log: &str) -> Self {
+        let (mut child, url) = start_binary_with(bin, config, args, rust_log, Stdio::piped());
         let (tx, log) = mpsc::channel();
         let stderr = child.stderr.take().expect("stderr is piped");
         std::thread::spawn(move || {
