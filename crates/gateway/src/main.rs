@@ -168,11 +168,11 @@ fn main() -> ExitCode {
     };
     overrides.apply(&mut config);
     let log = FlushOnExit(init_logging(config.log_format));
-    if let Some(listen) = args.listen {
-        if let Err(e) = config.check_open(listen) {
-            eprintln!("error: {e}");
-            return ExitCode::FAILURE;
-        }
+    if let Some(listen) = args.listen
+        && let Err(e) = config.check_open(listen)
+    {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
     }
     if args.check {
         for (field, w) in config.relay_settings().1 {
