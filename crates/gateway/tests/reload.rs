@@ -38,7 +38,10 @@ fn start(config: &Path) -> Running {
 }
 
 fn config(base_url: &str, clients: &[&str], accounts: &[&str], combos: &[&str]) -> String {
-    let mut text = format!("admin_token = \"{ADMIN}\"\n[store]\nbackend = \"memory\"\n");
+    // A free port: the tests of this file run side by side.
+    let mut text = format!(
+        "listen = \"127.0.0.1:0\"\nadmin_token = \"{ADMIN}\"\n[store]\nbackend = \"memory\"\n"
+    );
     for c in clients {
         text.push_str(&format!(
             "[[clients]]\nname = \"{c}\"\nkey = \"key-of-{c}\"\n"
