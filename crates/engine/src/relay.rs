@@ -8,7 +8,7 @@ use context_relay_core::prompt::SummarySettings;
 use context_relay_core::quota::QuotaKind;
 use context_relay_core::session::SessionSources;
 use context_relay_core::{HandoffKey, QuotaSignal, RelayConfig};
-use context_relay_store::breaker::Breaker;
+use context_relay_store::breaker::{Breaker, Pass};
 use context_relay_store::{Affinity, CoolDown, HandoffStore, InFlight};
 use foldhash::HashMap;
 use http::{HeaderMap, StatusCode};
@@ -241,8 +241,9 @@ impl RelayBuilder {
     pub fn new(store: Arc<dyn HandoffStore>) -> Self {
         Self {
             shared: Shared {
+                // Its own name: the Redis store has a breaker of its own.
                 store_breaker: Arc::new(Breaker::new(
-                    store.backend(),
+                    "relay",
                     STORE_BREAKER_BACKOFF.0,
                     STORE_BREAKER_BACKOFF.1,
                 )),
@@ -470,15 +471,19 @@ impl Shared {
     ) -> Result<T, context_relay_store::StoreError> {
         // Tokio's clock, as the bound's: a test that pauses time sees the back-off pass with it.
         let now = || tokio::time::Instant::now().into_std();
-        let pass = match self.store_breaker.check(now(), REQUEST_PATH_STORE_BOUND) {
-            Ok(pass) => pass,
-            Err(retry_in) => {
-                return Err(context_relay_store::StoreError::Unavailable { op, retry_in });
+        let pass = if self.store_breaker.is_closed() {
+            Pass::Closed
+        } else {
+            match self.store_breaker.check(now(), REQUEST_PATH_STORE_BOUND) {
+                Ok(pass) => pass,
+                Err(retry_in) => {
+                    return Err(context_relay_store::StoreError::Unavailable { op, retry_in });
+                }
             }
         };
         match tokio::time::timeout(REQUEST_PATH_STORE_BOUND, call).await {
             Ok(answer) => {
-                self.store_breaker.success();
+                self.store_breaker.success(pass);
                 answer
             }
             Err(_) => {

@@ -143,7 +143,7 @@ const COUNTERS: [(&str, &str); 27] = [
     ),
     (
         "context_relay_store_breaker_opened_total",
-        "Times a store's circuit breaker opened (Redis stopped answering in time, or any store left a call a request waited for unanswered for 3 s), by backend.",
+        "Times a store's circuit breaker opened, by backend (redis: Redis stopped answering in time; relay: a store left a call a request waited for unanswered for 3 s).",
     ),
     (
         context_relay_store::CORRUPT_RECORDS_METRIC,

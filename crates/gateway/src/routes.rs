@@ -36,7 +36,7 @@ use crate::app::{Gateway, ProxyService, routed};
 use crate::auth::{Auth, Refusal, unauthenticated};
 use crate::catch_panic::CatchPanicLayer;
 use crate::console;
-use crate::error::{ErrorShape, any_shape_error_body, error_body};
+use crate::error::{ErrorShape, any_shape_error_body, closing_if_body, error_body};
 use crate::gemini;
 use crate::http_service::HttpService;
 use crate::live::Live;
@@ -236,25 +236,34 @@ impl Gateway {
             .route(COMPACT, post_service(routed(proxy.clone())))
             .route(GEMINI, post_service(gemini::service(proxy.clone())))
             .route(GEMINI_BETA, post_service(gemini::service(proxy)));
+        // The router's refusals read no body (an unknown path, a method a route does not
+        // take, a missing or wrong admin token): hyper may end such a connection, and the
+        // answer says so. The proxy routes are left alone: a provider's 401 or 404 relayed
+        // comes after the body was sent.
         let router = match &self.config.admin_token {
             Some(token) => router
-                .merge(crate::admin::routes(
+                .merge(refusals_say_close(crate::admin::routes(
                     self.store.clone(),
                     token,
                     self.relay.is_enabled().then(|| self.relay.background()),
                     self.pools.clone(),
-                ))
-                .merge(console::routes(
+                )))
+                .merge(refusals_say_close(console::routes(
                     token,
                     self.usage.clone(),
                     self.activity.clone(),
-                )),
+                ))),
             None => router,
         };
         router
+            .method_not_allowed_fallback(|req: Request<Body>| async move {
+                let res =
+                    axum::response::IntoResponse::into_response(StatusCode::METHOD_NOT_ALLOWED);
+                closing_if_body(res, req.headers(), req.version())
+            })
             .fallback(|req: Request<Body>| async move {
                 let path = req.uri().path().to_owned();
-                json(
+                let res = json(
                     StatusCode::NOT_FOUND,
                     error_body(
                         ErrorShape::for_path(&path),
@@ -265,29 +274,28 @@ impl Gateway {
                             base_url_hint(&path)
                         ),
                     ),
-                )
+                );
+                closing_if_body(res, req.headers(), req.version())
             })
-            // The router's refusals (an unknown path, a method a route does not take, a
-            // missing or wrong admin token) read no body: hyper may end such a connection,
-            // and the answer says so.
-            .layer(axum::middleware::from_fn(
-                |req: Request<Body>, next: axum::middleware::Next| async move {
-                    let unread = crate::error::carries_body(req.headers());
-                    let version = req.version();
-                    let res = next.run(req).await;
-                    match res.status() {
-                        StatusCode::UNAUTHORIZED
-                        | StatusCode::NOT_FOUND
-                        | StatusCode::METHOD_NOT_ALLOWED
-                            if unread =>
-                        {
-                            crate::error::closing(res, version)
-                        }
-                        _ => res,
-                    }
-                },
-            ))
     }
+}
+
+/// `router` (the admin routes, the console's), its 401s and 404s to a request with a body
+/// saying `connection: close` on HTTP/1: they are answered without reading it.
+fn refusals_say_close(router: Router) -> Router {
+    router.layer(axum::middleware::from_fn(
+        |req: Request<Body>, next: axum::middleware::Next| async move {
+            let unread = crate::error::carries_body(req.headers());
+            let version = req.version();
+            let res = next.run(req).await;
+            match res.status() {
+                StatusCode::UNAUTHORIZED | StatusCode::NOT_FOUND if unread => {
+                    crate::error::closing(res, version)
+                }
+                _ => res,
+            }
+        },
+    ))
 }
 
 /// What a path the gateway has no route for says of the client's base URL: a doubled `/v1`

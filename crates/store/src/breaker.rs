@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 /// assert!(b.check(t0, Duration::from_secs(3)).is_err(), "left alone for a second");
 /// let later = t0 + Duration::from_secs(1);
 /// assert_eq!(b.check(later, Duration::from_secs(3)), Ok(Pass::Trial));
-/// b.success();
+/// b.success(Pass::Trial);
 /// assert_eq!(b.check(later, Duration::from_secs(3)), Ok(Pass::Closed));
 /// ```
 #[derive(Debug)]
@@ -101,9 +101,16 @@ impl Breaker {
             && self.lock().open_until.is_some_and(|until| now < until)
     }
 
-    /// A call the breaker let through was answered: it closes.
-    pub fn success(&self) {
-        if !self.tripped.load(Ordering::Acquire) {
+    /// Whether the breaker is closed (no failure since the last success), without the lock or
+    /// the clock: the common case of [`check`](Self::check).
+    pub fn is_closed(&self) -> bool {
+        !self.tripped.load(Ordering::Acquire)
+    }
+
+    /// A call the breaker let through as `pass` was answered: a trial's answer closes it (a
+    /// call let through before it opened says nothing of the store since).
+    pub fn success(&self, pass: Pass) {
+        if self.is_closed() || pass == Pass::Closed {
             return;
         }
         let mut s = self.lock();
@@ -173,7 +180,7 @@ mod tests {
         assert!(!b.is_open(t3));
         failed_trial(&b, t3);
         assert!(!b.is_open(t3 + MS + 300 * MS));
-        b.success();
+        b.success(Pass::Trial);
         assert_eq!(b.check(t3, 10 * MS), Ok(Pass::Closed));
         b.failure(t3, Pass::Closed);
         assert!(!b.is_open(t3 + 100 * MS), "back to min");
@@ -184,6 +191,9 @@ mod tests {
         let b = Breaker::new("test", 100 * MS, 300 * MS);
         let t0 = Instant::now();
         b.failure(t0, Pass::Closed);
+        // A call let through before it opened and answered now does not close it.
+        b.success(Pass::Closed);
+        assert!(b.is_open(t0 + 50 * MS) && !b.is_closed());
         let t1 = t0 + 100 * MS;
         assert_eq!(b.check(t1, 40 * MS), Ok(Pass::Trial));
         // Everyone else fails at once while the trial runs.
@@ -193,7 +203,7 @@ mod tests {
         // A call that started before the breaker opened and fails now does not end the trial.
         b.failure(t1 + 5 * MS, Pass::Closed);
         assert_eq!(b.check(t1 + 6 * MS, 40 * MS), Err(34 * MS));
-        b.success();
+        b.success(Pass::Trial);
         assert_eq!(b.check(t1 + 7 * MS, 40 * MS), Ok(Pass::Closed));
     }
 

@@ -322,19 +322,30 @@ async fn skip_relay_requests_pass_through() {
 /// A memory store whose `offer` first records the session on acct-b: the switch that carried
 /// the session's handoff completed between the summary's look at the affinity and its offer
 /// (it consumed the leased handoff, so the offer finds none leased).
-struct SwitchBeforeOffer(MemoryStore);
+/// With `then_b`, acct-b stores a handoff of its own right after the offer.
+struct SwitchBeforeOffer {
+    store: MemoryStore,
+    then_b: bool,
+}
 
 impl HandoffStore for SwitchBeforeOffer {
     fn offer(&self, record: HandoffRecord) -> StoreFuture<'_, bool> {
         Box::pin(async move {
-            self.0
-                .set_affinity(&record.key(), Affinity::new("codex", "acct-b"))
+            let key = record.key();
+            self.store
+                .set_affinity(&key, Affinity::new("codex", "acct-b"))
                 .await?;
-            self.0.offer(record).await
+            let mut from_b = record.clone();
+            from_b.from_account = "acct-b".into();
+            let offered = self.store.offer(record).await?;
+            if self.then_b {
+                self.store.upsert(from_b).await?;
+            }
+            Ok(offered)
         })
     }
-    context_relay_testkit::forward_handoff_store!(0: upsert, offer_at_switch, get, contains,
-        may_contain, claim, complete, release, delete, purge_expired, list, affinity,
+    context_relay_testkit::forward_handoff_store!(store: upsert, offer_at_switch, get,
+        contains, may_contain, claim, complete, release, delete, purge_expired, list, affinity,
         cached_affinity, set_affinity, backend);
 }
 
@@ -342,18 +353,26 @@ impl HandoffStore for SwitchBeforeOffer {
 /// meanwhile keeps no second handoff for its new account.
 #[tokio::test]
 async fn a_summary_stored_as_its_session_moves_is_removed() {
-    let stack = Stack::with(Arc::new(SwitchBeforeOffer(MemoryStore::new())), |r| r);
-    stack.upstream.set_percent("acct-a", 88.0);
-    let (status, _) = stack.send(chat("s1", "k1", 3)).await;
-    assert_eq!(status, StatusCode::OK);
-    stack.idle().await;
-    assert_eq!(
-        stack.upstream.summaries().len(),
-        1,
-        "the summary was written"
-    );
-    assert!(
-        stack.store.get(&key("s1", "k1")).await.unwrap().is_none(),
-        "and removed"
-    );
+    for then_b in [false, true] {
+        let store = SwitchBeforeOffer {
+            store: MemoryStore::new(),
+            then_b,
+        };
+        let stack = Stack::with(Arc::new(store), |r| r);
+        stack.upstream.set_percent("acct-a", 88.0);
+        let (status, _) = stack.send(chat("s1", "k1", 3)).await;
+        assert_eq!(status, StatusCode::OK);
+        stack.idle().await;
+        assert_eq!(
+            stack.upstream.summaries().len(),
+            1,
+            "the summary was written"
+        );
+        let left = stack.store.get(&key("s1", "k1")).await.unwrap();
+        // Its own record is withdrawn; one another writer stored meanwhile is left alone.
+        match then_b {
+            false => assert!(left.is_none(), "withdrawn"),
+            true => assert_eq!(left.expect("kept").from_account, "acct-b"),
+        }
+    }
 }

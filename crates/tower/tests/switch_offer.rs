@@ -46,30 +46,51 @@ async fn a_handoff_built_at_a_switch_is_offered_on_the_request_path() {
 }
 
 /// A memory store whose switch-time offer times out after it stored the record (as a Redis
-/// call can, past the request path's short limit).
+/// call can, past the request path's short limit), its time to the millisecond as redb and
+/// Redis keep it; its first `refused_deletes` deletes fail (a Redis refusing writes).
 #[derive(Default)]
-struct OfferAnswersLate(MemoryStore);
+struct OfferAnswersLate {
+    store: MemoryStore,
+    refused_deletes: std::sync::atomic::AtomicUsize,
+}
 
 impl HandoffStore for OfferAnswersLate {
-    fn offer_at_switch(&self, record: HandoffRecord) -> StoreFuture<'_, bool> {
+    fn offer_at_switch(&self, mut record: HandoffRecord) -> StoreFuture<'_, bool> {
+        use context_relay_core::time::{from_unix_millis, to_unix_millis};
+        record.generated_at = from_unix_millis(to_unix_millis(record.generated_at));
         Box::pin(async move {
-            self.0.offer_at_switch(record).await?;
+            self.store.offer_at_switch(record).await?;
             Err(StoreError::Timeout {
                 op: "offer_at_switch",
                 after: Duration::from_millis(40),
             })
         })
     }
-    context_relay_testkit::forward_handoff_store!(0: upsert, offer, get, contains,
-        may_contain, claim, complete, release, delete, purge_expired, list, affinity,
+    fn delete<'a>(&'a self, key: &'a HandoffKey) -> StoreFuture<'a, bool> {
+        let refused = self
+            .refused_deletes
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        match refused {
+            true => Box::pin(async {
+                Err(StoreError::Io {
+                    op: "delete",
+                    reason: "OOM command not allowed".into(),
+                })
+            }),
+            false => self.store.delete(key),
+        }
+    }
+    context_relay_testkit::forward_handoff_store!(store: upsert, offer, get, contains,
+        may_contain, claim, complete, release, purge_expired, list, affinity,
         cached_affinity, set_affinity, backend);
 }
 
-#[tokio::test]
-async fn a_handoff_an_offer_stored_before_it_timed_out_is_not_injected_twice() {
-    let store = Arc::new(OfferAnswersLate::default());
-    let relay = Relay::on(store.clone());
-    let mut codex = Codex::new("codex-late");
+/// A Codex session of three turns on acct-a over `store`, then one to acct-b that carries a
+/// handoff built from the request; the background work done.
+async fn switched_over(store: Arc<OfferAnswersLate>, session: &'static str) -> (Relay, Codex) {
+    let relay = Relay::on(store);
+    let mut codex = Codex::new(session);
     for i in 0..3 {
         codex.turn(&relay, &format!("step {i}")).await;
     }
@@ -77,6 +98,26 @@ async fn a_handoff_an_offer_stored_before_it_timed_out_is_not_injected_twice() {
     let headers = codex.turn(&relay, "step 3").await;
     assert_eq!(action(&headers), "injected, extractive, scrubbed");
     relay.background.idle().await;
+    (relay, codex)
+}
+
+/// The copy is removed even when the store refuses deletes for a while (the removal tried
+/// three times in three seconds before, and a Redis refusing writes outlasted it).
+#[tokio::test(start_paused = true)]
+async fn a_handoff_an_offer_stored_is_removed_once_the_store_takes_deletes_again() {
+    let store = Arc::new(OfferAnswersLate {
+        refused_deletes: 6.into(),
+        ..OfferAnswersLate::default()
+    });
+    let (relay, _) = switched_over(store.clone(), "codex-late-refused").await;
+    assert!(!relay.handoff_left("codex-late-refused").await);
+    assert_eq!(store.refused_deletes.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_handoff_an_offer_stored_before_it_timed_out_is_not_injected_twice() {
+    let (relay, mut codex) =
+        switched_over(Arc::new(OfferAnswersLate::default()), "codex-late").await;
     assert!(
         !relay.handoff_left("codex-late").await,
         "the stored copy was removed"
@@ -228,4 +269,51 @@ async fn a_switch_records_its_account_before_it_consumes_the_handoff() {
     assert!(action(&headers).starts_with("injected"), "{headers:?}");
     relay.background.idle().await;
     assert_eq!(*store.ops.lock().unwrap(), ["set_affinity", "complete"]);
+}
+
+/// A memory store whose affinity writes never finish.
+#[derive(Default)]
+struct AffinityHangs(MemoryStore);
+
+impl HandoffStore for AffinityHangs {
+    fn set_affinity<'a>(&'a self, _: &'a HandoffKey, _: Affinity) -> StoreFuture<'a, ()> {
+        Box::pin(std::future::pending())
+    }
+    context_relay_testkit::forward_handoff_store!(0: upsert, offer, offer_at_switch, get,
+        contains, may_contain, claim, complete, release, delete, purge_expired, list, affinity,
+        cached_affinity, backend);
+}
+
+/// The switch waits for its affinity write a bounded time only before it consumes the
+/// handoff it carried: a write that never finishes must not keep the handoff leased until
+/// the lease runs out (the next request would inject it again).
+#[tokio::test(start_paused = true)]
+async fn a_hung_affinity_write_does_not_keep_the_carried_handoff() {
+    let store = Arc::new(AffinityHangs::default());
+    let relay = Relay::on(store.clone());
+    let mut codex = Codex::new("codex-affinity-hangs");
+    let res = tower::ServiceExt::oneshot(relay.svc.clone(), codex.request("step 0"))
+        .await
+        .expect("never fails");
+    http_body_util::BodyExt::collect(res.into_body())
+        .await
+        .expect("body");
+    relay.upsert_handoff("codex-affinity-hangs", "acct-a").await;
+    relay.use_account("acct-b");
+    let res = tower::ServiceExt::oneshot(relay.svc.clone(), codex.request("step 1"))
+        .await
+        .expect("never fails");
+    assert!(
+        action(res.headers()).starts_with("injected"),
+        "{:?}",
+        res.headers()
+    );
+    http_body_util::BodyExt::collect(res.into_body())
+        .await
+        .expect("body");
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(
+        !relay.handoff_left("codex-affinity-hangs").await,
+        "consumed"
+    );
 }

@@ -9,6 +9,7 @@ use std::time::SystemTime;
 
 use context_relay_core::extractive::switch_handoff;
 use context_relay_core::handoff::RECORD_VERSION;
+use context_relay_core::time::to_unix_millis;
 use context_relay_core::{ApiShape, HandoffKey, HandoffKind, HandoffRecord, RelayConfig};
 use context_relay_store::Affinity;
 
@@ -102,24 +103,28 @@ pub(crate) async fn at_switch(
 }
 
 /// A failed offer or claim may have failed after the store took the record (a timeout on the
-/// request path's short limit): carried unstored now, a stored copy would be claimed by the
+/// request path's short limit; a Redis that refuses writes takes the offer's first command
+/// and refuses the claim's): carried unstored now, a stored copy would be claimed by the
 /// session's next request and injected a second time. So, in the background, the record is
-/// deleted if it is there (the same handoff, generated at the same moment by the same
-/// account), trying a few times while the store recovers.
+/// deleted if it is there (the same handoff, generated at the same moment, to the
+/// millisecond a store keeps, by the same account), trying again while the store recovers
+/// ([`FORGET_RETRIES`]).
 fn forget_if_stored(shared: &Shared, key: &HandoffKey, record: &HandoffRecord) {
     let (shared2, key) = (shared.clone(), key.clone());
     let (generated_at, from, handoff) = (
-        record.generated_at,
+        to_unix_millis(record.generated_at),
         record.from_account.clone(),
         record.handoff.clone(),
     );
     shared.background.spawn(async move {
-        for wait in [0, 1, 2] {
-            tokio::time::sleep(std::time::Duration::from_secs(wait)).await;
+        let mut wait = std::time::Duration::ZERO;
+        for _ in 0..FORGET_RETRIES {
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).clamp(FORGET_FIRST_WAIT, FORGET_LONGEST_WAIT);
             match shared2.store.get(&key).await {
                 Ok(Some(r))
                     if r.kind == HandoffKind::Extractive
-                        && r.generated_at == generated_at
+                        && to_unix_millis(r.generated_at) == generated_at
                         && r.from_account == from
                         && r.handoff == handoff =>
                 {
@@ -134,5 +139,16 @@ fn forget_if_stored(shared: &Shared, key: &HandoffKey, record: &HandoffRecord) {
                 Err(_) => {}
             }
         }
+        tracing::warn!(
+            "a handoff a failed switch-time offer may have stored could not be checked: the store kept failing"
+        );
     });
 }
+
+/// How many times [`forget_if_stored`] looks, the first at once, then after
+/// [`FORGET_FIRST_WAIT`] doubling to [`FORGET_LONGEST_WAIT`]: about two minutes in all, as
+/// long as a store commonly refuses writes (a full Redis, a failover) without the session's
+/// next request claiming the copy (its claim is a write, refused too).
+const FORGET_RETRIES: u32 = 30;
+const FORGET_FIRST_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+const FORGET_LONGEST_WAIT: std::time::Duration = std::time::Duration::from_secs(5);

@@ -12,6 +12,10 @@ use crate::extensions::ResolvedAccount;
 use crate::metrics;
 use crate::relay::Shared;
 
+/// The longest a completed switch waits for its affinity write before it consumes the
+/// handoff it carried (see [`Ticket::ended`]).
+const AFFINITY_FIRST: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The outcome bookkeeping of one relayed request: the handoff it carries (claimed) and the
 /// affinity to record once its response completed.
 ///
@@ -144,13 +148,20 @@ impl Ticket {
         }
         // The new account is written before the handoff is consumed: a summary of the old
         // account that finds no handoff leased any more then finds the session moved too
-        // (it looks again after its offer), and leaves no second handoff behind.
+        // (it looks again after its offer), and leaves no second handoff behind. A write
+        // that takes longer than `AFFINITY_FIRST` goes on after the completion: the lease
+        // must not run out first (the next request would inject the handoff again).
         self.shared.background.spawn(async move {
-            if let Some(write) = write
-                && let Err(e) = write.await
-            {
-                metrics::store_error("set_affinity", &e);
-            }
+            let mut write = std::pin::pin!(async move {
+                if let Some(write) = write
+                    && let Err(e) = write.await
+                {
+                    metrics::store_error("set_affinity", &e);
+                }
+            });
+            let written = tokio::time::timeout(AFFINITY_FIRST, write.as_mut())
+                .await
+                .is_ok();
             if let Some(claim) = claim {
                 match store.complete(&claim).await {
                     Ok(_) => {
@@ -159,6 +170,9 @@ impl Ticket {
                     }
                     Err(e) => metrics::store_error("complete", &e),
                 }
+            }
+            if !written {
+                write.await;
             }
         });
     }

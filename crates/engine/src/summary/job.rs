@@ -12,14 +12,12 @@ use std::time::{Instant, SystemTime};
 use bytes::Bytes;
 use context_relay_core::conversation::Conversation;
 use context_relay_core::extractive::extractive_handoff;
-use context_relay_core::handoff::RECORD_VERSION;
 use context_relay_core::prompt::{SummarySettings, summary_prompt, summary_request_carrying};
 use context_relay_core::select::Selection;
 use context_relay_core::session::Opening;
 use context_relay_core::touched::merge_entities;
 use context_relay_core::{
-    ApiShape, Handoff, HandoffKey, HandoffKind, HandoffRecord, HandoffSlot, QuotaSignal,
-    RelayConfig, decode, parse, reply, select,
+    ApiShape, HandoffKey, HandoffKind, QuotaSignal, RelayConfig, decode, parse, reply, select,
 };
 use context_relay_store::InFlightGuard;
 use http::{HeaderMap, Uri, header};
@@ -357,15 +355,6 @@ impl Job {
         settings
     }
 
-    /// Whether the session is now served by another account than the one this job
-    /// summarises (it moved while the summary was being written).
-    async fn moved_on(&self) -> bool {
-        self.shared
-            .affinity(&self.key)
-            .await
-            .is_some_and(|now| !now.serves(&self.account))
-    }
-
     async fn summarise(
         &self,
         prepared: &Prepared,
@@ -395,15 +384,17 @@ impl Job {
         shared
             .dropped
             .apply(self.account.provider(), &model, &mut body);
-        // A summary model of its own is the target of the call (on the same provider and
-        // account): the usage of the call is that model's.
+        // The provider's own summary model (`[providers.summary] model`) is the target of the
+        // call, on the same account: the usage of the call is that model's. (A relay-wide
+        // `handoff_model` is not one the provider is known to serve: the target stays the
+        // turn's.)
         let provider = self.account.provider();
+        let own = shared
+            .settings_for(provider)
+            .and_then(|s| s.model.as_deref())
+            .is_some_and(|m| m == model);
         let serving = match &self.serving {
-            Some(s)
-                if body.get("model").is_some()
-                    && !model.is_empty()
-                    && s.model_of(provider) != Some(model.as_str()) =>
-            {
+            Some(s) if own && s.model_of(provider) != Some(model.as_str()) => {
                 Some(ServingModel::new(format!("{provider}/{model}")))
             }
             other => other.clone(),
@@ -462,95 +453,6 @@ impl Job {
             Stored::Yes => Outcome::Generated,
             Stored::Superseded => Outcome::Skipped(SUPERSEDED),
             Stored::Failed => Outcome::Failed(Failure::Unavailable),
-        }
-    }
-
-    /// Stores a handoff of `kind` (see [`Stored`]).
-    async fn store(
-        &self,
-        handoff: Handoff,
-        kind: HandoffKind,
-        message_count: u32,
-        model: String,
-        opening: Option<u64>,
-        compaction: bool,
-    ) -> Stored {
-        let now = SystemTime::now();
-        let ttl_end = now + self.config.ttl;
-        let expires_at = match self.signal.as_ref().and_then(|s| s.resets_at) {
-            Some(reset) if reset > now && reset < ttl_end => reset,
-            _ => ttl_end,
-        };
-        let mut record = HandoffRecord {
-            version: RECORD_VERSION,
-            kind,
-            tenant: self.key.tenant.clone(),
-            session: self.key.session.clone(),
-            combo: self.key.combo.clone(),
-            from_provider: self.account.provider().to_string(),
-            from_account: self.account.account().to_string(),
-            handoff,
-            message_count,
-            conversation: None,
-            compaction: false,
-            model,
-            threshold: self.config.handoff_threshold,
-            generated_at: now,
-            expires_at,
-        };
-        record.set_conversation(opening);
-        record.compaction = compaction;
-        let account_slot = record.slot() == HandoffSlot::Account;
-        // A summary done after its session moved to another account is no handoff any more:
-        // the switch carried one (stored, or built there), and a second would reach the new
-        // account on its next request.
-        if account_slot && self.moved_on().await {
-            tracing::info!(
-                kind = kind.as_str(),
-                "the session moved to another account before its summary was done; dropped"
-            );
-            return Stored::Superseded;
-        }
-        // Offered, not upserted: a handoff a switching request is carrying right now (leased)
-        // is not replaced by one it would then leave behind.
-        let stored = if account_slot {
-            self.shared.store.offer(record).await
-        } else {
-            self.shared.store.upsert(record).await.map(|()| true)
-        };
-        match stored {
-            Ok(false) => {
-                tracing::info!(
-                    kind = kind.as_str(),
-                    "a switching request is carrying the session's handoff; this summary is dropped"
-                );
-                Stored::Superseded
-            }
-            // The switch may have completed between the look at the affinity above and the
-            // offer (it consumed the leased handoff, then this one found none leased): the
-            // session's new account must not get this one as well.
-            Ok(true) if account_slot && self.moved_on().await => {
-                if let Err(e) = self.shared.store.delete(&self.key).await {
-                    metrics::store_error("delete", &e);
-                }
-                tracing::info!(
-                    kind = kind.as_str(),
-                    "the session moved to another account while its summary was stored; removed"
-                );
-                Stored::Superseded
-            }
-            Ok(true) => {
-                tracing::info!(
-                    messages = message_count,
-                    kind = kind.as_str(),
-                    "handoff stored"
-                );
-                Stored::Yes
-            }
-            Err(e) => {
-                metrics::store_error("upsert", &e);
-                Stored::Failed
-            }
         }
     }
 }

@@ -21,6 +21,7 @@ pub(crate) mod chained;
 mod compaction;
 pub(crate) mod job;
 mod outcome;
+mod store;
 
 /// Type-erased error.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -57,8 +58,8 @@ pub struct SummaryRequest {
     /// nowhere else).
     pub account: ResolvedAccount,
     /// The target of the call (`provider/model`), when the application told the one the turn
-    /// was sent to: that target, or its provider with the summary's own model when one is
-    /// configured (the call's usage is that model's).
+    /// was sent to: that target, or its provider with the provider's own summary model when
+    /// one is configured (the call's usage is that model's).
     pub serving: Option<ServingModel>,
 }
 

@@ -7,6 +7,7 @@
 //! combos = ["codex-relay"]    # optional allow-list; without it every combo and target
 //! ```
 
+use http::HeaderValue;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
@@ -60,11 +61,12 @@ impl std::fmt::Debug for ClientConfig {
     }
 }
 
-/// Whether `key` can be a credential: one or more visible ASCII characters. A header value may
-/// hold spaces and tabs, but a key with one never matches what a client sends (its spaces
-/// are trimmed away or the key is cut at them), so it is refused at load, not at every request.
-pub(crate) fn visible_key(key: &str) -> bool {
-    !key.is_empty() && key.bytes().all(|b| b.is_ascii_graphic())
+/// Whether `key` can be a credential: a header value (no control character) that neither
+/// starts nor ends with a space or a tab. A header value may, but the credential read from it
+/// never does (it is trimmed), so such a key could never match: refused at load, not at every
+/// request.
+pub(crate) fn usable_key(key: &str) -> bool {
+    !key.is_empty() && key.trim() == key && HeaderValue::from_str(key).is_ok()
 }
 
 /// 64 hex digits (either case) as 32 bytes.

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use context_relay_core::config::RelayOverrides;
 
 use super::Config;
-use super::clients::{parse_hex32, visible_key};
+use super::clients::{parse_hex32, usable_key};
 use super::error::{ConfigError, invalid};
 use super::limits::{BUFFER_SLACK, MAX_SECS, MIN_SECS};
 use crate::secret::redact_url;
@@ -31,13 +31,14 @@ impl Config {
                 "0",
             ));
         }
+        // The admin routes read the token as ASCII text.
         if let Some(t) = &self.admin_token
-            && !visible_key(t)
+            && !(usable_key(t) && t.is_ascii())
         {
             // The token itself is never printed.
             return Err(invalid(
                 "admin_token",
-                "a non-empty token of visible ASCII characters",
+                "a non-empty token of ASCII characters, without a space or a tab at either end",
                 "an empty token or one with invalid characters",
             ));
         }
@@ -102,11 +103,11 @@ impl Config {
                     continue;
                 }
                 let key = a.api_key.as_deref().unwrap_or_default();
-                if !visible_key(key) {
+                if !usable_key(key) {
                     // The key itself is never printed.
                     return Err(invalid(
                         format!("{afield}.api_key"),
-                        "a non-empty key of visible ASCII characters",
+                        "a non-empty key without control characters, and without a space or a tab at either end",
                         "an empty key or one with invalid characters",
                     ));
                 }
@@ -205,11 +206,11 @@ impl Config {
                 ));
             }
             if let Some(key) = &c.key
-                && !visible_key(key)
+                && !usable_key(key)
             {
                 return Err(invalid(
                     format!("{field}.key"),
-                    "a non-empty key of visible ASCII characters",
+                    "a non-empty key without control characters, and without a space or a tab at either end",
                     "an empty key or one with invalid characters",
                 ));
             }

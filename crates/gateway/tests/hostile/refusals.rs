@@ -28,6 +28,8 @@ async fn a_refusal_before_the_body_is_read_says_the_connection_closes() {
         let (text, _) = unfinished_request_as(&env, key, path, 1000).await;
         assert!(text.starts_with(&format!("HTTP/1.1 {status}")), "{text}");
         assert!(text.contains("\r\nconnection: close\r\n"), "{text}");
+        // A 405 still names the methods the route takes.
+        assert_eq!(status == "405", text.contains("\r\nallow: GET"), "{text}");
     }
 
     let mut tcp = TcpStream::connect(env.addr()).await.unwrap();

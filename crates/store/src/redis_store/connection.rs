@@ -182,7 +182,7 @@ impl RedisStore {
         };
         match tokio::time::timeout(limit, fut).await {
             Ok(Ok(v)) => {
-                breaker.success();
+                breaker.success(pass);
                 Ok(v)
             }
             Ok(Err(e)) => {

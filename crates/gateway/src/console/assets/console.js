@@ -229,11 +229,20 @@ function addActivity(e) {
   document.getElementById('activity-empty').hidden = true;
 }
 
+// Entries the event stream brings while the list is read again: added after it.
+let arriving = null;
+
 async function reloadActivity() {
-  const data = await getJSON('/admin/activity');
-  document.getElementById('activity').replaceChildren();
-  lastSeq = 0;
-  for (const e of data.activity || []) addActivity(e);
+  arriving = [];
+  try {
+    const data = await getJSON('/admin/activity');
+    document.getElementById('activity').replaceChildren();
+    lastSeq = 0;
+    for (const e of data.activity || []) addActivity(e);
+    for (const e of arriving) addActivity(e);
+  } finally {
+    arriving = null;
+  }
 }
 
 function listen() {
@@ -247,7 +256,10 @@ function listen() {
     if (dropped) { dropped = false; reloadActivity().catch(() => {}); refresh(); }
   };
   source.onmessage = (m) => {
-    try { addActivity(JSON.parse(m.data)); } catch (_) { /* a partial entry: skipped */ }
+    try {
+      const e = JSON.parse(m.data);
+      if (arriving) arriving.push(e); else addActivity(e);
+    } catch (_) { /* a partial entry: skipped */ }
     // Something happened: the tables follow at once.
     refresh();
   };
