@@ -61,13 +61,25 @@ impl std::fmt::Debug for ClientConfig {
     }
 }
 
-/// Whether `key` can be a credential: a header value (no control character) that neither
-/// starts nor ends with a space or a tab. A header value may, but the credential read from it
-/// never does (it is trimmed), so such a key could never match: refused at load, not at every
-/// request.
-pub(crate) fn usable_key(key: &str) -> bool {
-    !key.is_empty() && key.trim() == key && HeaderValue::from_str(key).is_ok()
+/// What keeps `key` from being a credential, if anything (the key itself is never named): it
+/// must be a header value (no control character) that neither starts nor ends with a space or
+/// a tab. A header value may, but the credential read from it never does (it is trimmed), so
+/// such a key could never match: refused at load, not at every request.
+pub(crate) fn key_fault(key: &str) -> Option<&'static str> {
+    if key.is_empty() {
+        Some("an empty key")
+    } else if key.trim() != key {
+        Some("a key with a space or a tab at either end")
+    } else if HeaderValue::from_str(key).is_err() {
+        Some("a key with a control character")
+    } else {
+        None
+    }
 }
+
+/// What the key's rules are, as an error message says them ([`key_fault`]).
+pub(crate) const KEY_RULES: &str =
+    "a non-empty key without control characters, and without a space or a tab at either end";
 
 /// 64 hex digits (either case) as 32 bytes.
 pub(crate) fn parse_hex32(s: &str) -> Option<[u8; 32]> {

@@ -279,7 +279,8 @@ fn key_sources_are_exclusive() {
                 true => {
                     let e = err(&text);
                     assert!(
-                        e.contains("key") && e.contains("at either end"),
+                        e.contains("key")
+                            && e.contains("found a key with a space or a tab at either end"),
                         "{key:?}: {e}"
                     );
                 }

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use context_relay_core::config::RelayOverrides;
 
 use super::Config;
-use super::clients::{parse_hex32, usable_key};
+use super::clients::{KEY_RULES, key_fault, parse_hex32};
 use super::error::{ConfigError, invalid};
 use super::limits::{BUFFER_SLACK, MAX_SECS, MIN_SECS};
 use crate::secret::redact_url;
@@ -31,15 +31,14 @@ impl Config {
                 "0",
             ));
         }
-        // The admin routes read the token as ASCII text.
+        // The admin routes read the token as ASCII text. (The token is never printed.)
         if let Some(t) = &self.admin_token
-            && !(usable_key(t) && t.is_ascii())
+            && let Some(fault) = key_fault(t).or((!t.is_ascii()).then_some("a non-ASCII key"))
         {
-            // The token itself is never printed.
             return Err(invalid(
                 "admin_token",
-                "a non-empty token of ASCII characters, without a space or a tab at either end",
-                "an empty token or one with invalid characters",
+                format!("{KEY_RULES}, of ASCII characters"),
+                fault,
             ));
         }
         self.store.validate()?;
@@ -102,14 +101,8 @@ impl Config {
                     // Read and checked with the credential file (`read_logins`).
                     continue;
                 }
-                let key = a.api_key.as_deref().unwrap_or_default();
-                if !usable_key(key) {
-                    // The key itself is never printed.
-                    return Err(invalid(
-                        format!("{afield}.api_key"),
-                        "a non-empty key without control characters, and without a space or a tab at either end",
-                        "an empty key or one with invalid characters",
-                    ));
+                if let Some(fault) = key_fault(a.api_key.as_deref().unwrap_or_default()) {
+                    return Err(invalid(format!("{afield}.api_key"), KEY_RULES, fault));
                 }
             }
         }
@@ -205,14 +198,8 @@ impl Config {
                     format!("{:?} twice", c.name),
                 ));
             }
-            if let Some(key) = &c.key
-                && !usable_key(key)
-            {
-                return Err(invalid(
-                    format!("{field}.key"),
-                    "a non-empty key without control characters, and without a space or a tab at either end",
-                    "an empty key or one with invalid characters",
-                ));
+            if let Some(fault) = c.key.as_deref().and_then(key_fault) {
+                return Err(invalid(format!("{field}.key"), KEY_RULES, fault));
             }
             if let Some(hex) = &c.key_sha256
                 && parse_hex32(hex).is_none()
