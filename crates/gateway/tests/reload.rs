@@ -63,6 +63,20 @@ fn config(base_url: &str, clients: &[&str], accounts: &[&str], combos: &[&str]) 
     text
 }
 
+/// A simulated provider with `accounts` (each keyed `key-{id}`), and where the gateway's
+/// configuration file goes (its folder removed when the returned guard drops).
+async fn provider_and_file(
+    accounts: &[&str],
+) -> (SimProvider, tempfile::TempDir, std::path::PathBuf) {
+    let mut sim = SimProvider::builder();
+    for a in accounts {
+        sim = sim.account(*a, format!("key-{a}"));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    (sim.start().await.unwrap(), dir, path)
+}
+
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
 /// One Chat turn: the status and the account that served it.
@@ -90,15 +104,7 @@ async fn get(client: &HttpClient, url: &str) -> String {
 
 #[tokio::test]
 async fn sighup_reloads_a_good_file_and_keeps_the_running_one_over_a_bad_file() {
-    let sim = SimProvider::builder()
-        .account("acct-a", "key-acct-a")
-        .account("acct-b", "key-acct-b")
-        .account("acct-c", "key-acct-c")
-        .start()
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gateway.toml");
+    let (sim, _dir, path) = provider_and_file(&["acct-a", "acct-b", "acct-c"]).await;
     let base = sim.base_url();
     std::fs::write(
         &path,
@@ -250,13 +256,7 @@ async fn sighup_reloads_a_good_file_and_keeps_the_running_one_over_a_bad_file() 
 /// file that names another format (or none) is not told that `log_format` changed.
 #[tokio::test]
 async fn a_command_line_log_format_is_not_a_change_at_each_reload() {
-    let sim = SimProvider::builder()
-        .account("acct-a", "key-acct-a")
-        .start()
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gateway.toml");
+    let (sim, _dir, path) = provider_and_file(&["acct-a"]).await;
     std::fs::write(
         &path,
         config(&sim.base_url(), &["alice"], &["acct-a"], &["codex-relay"]),
