@@ -72,7 +72,10 @@ impl Default for SummarySettings {
 /// files the session touched.
 ///
 /// The history goes last, between `<conversation>` tags, so the instructions cannot be read
-/// as part of it.
+/// as part of it. A history carries text the session read (a file, a web page, a test's
+/// output), so a tag of that name inside it (`</conversation>`, any case, spaces allowed after
+/// the `<` and the `/`) has its `<` written `&lt;`: such text cannot close the conversation
+/// early and speak as the prompt ([`fence`]). The file names are fenced alike.
 pub fn summary_prompt(history: &str, touched_files: &[String]) -> String {
     const HEAD: &str = "\
 You are writing a handoff note. The conversation below is moving to another AI account, which \
@@ -101,14 +104,62 @@ Write the note in the language of the conversation.
         );
         for f in touched_files {
             prompt.push_str("- ");
-            prompt.push_str(f);
+            prompt.push_str(&fence(f));
             prompt.push('\n');
         }
     }
     prompt.push_str("\nHere is the conversation:\n\n<conversation>\n");
-    prompt.push_str(history);
+    prompt.push_str(&fence(history));
     prompt.push_str("\n</conversation>");
     prompt
+}
+
+/// `text` with the `<` of every `conversation` tag in it (opening or closing, any case, ASCII
+/// spaces allowed after the `<` and the `/`) written `&lt;`; borrowed when there is none.
+///
+/// ```
+/// use context_relay_core::prompt::fence;
+/// assert_eq!(fence("a </Conversation> b < conversation>"), "a &lt;/Conversation> b &lt; conversation>");
+/// assert_eq!(fence("Vec<u8> <b>"), "Vec<u8> <b>");
+/// ```
+pub fn fence(text: &str) -> std::borrow::Cow<'_, str> {
+    const NAME: &[u8] = b"conversation";
+    let bytes = text.as_bytes();
+    let is_tag = |at: usize| {
+        let mut i = at + 1;
+        let skip_spaces = |i: &mut usize| {
+            while bytes
+                .get(*i)
+                .is_some_and(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+            {
+                *i += 1;
+            }
+        };
+        skip_spaces(&mut i);
+        if bytes.get(i) == Some(&b'/') {
+            i += 1;
+            skip_spaces(&mut i);
+        }
+        bytes
+            .get(i..i + NAME.len())
+            .is_some_and(|w| w.eq_ignore_ascii_case(NAME))
+    };
+    let mut tags = memchr::memchr_iter(b'<', bytes)
+        .filter(|&at| is_tag(at))
+        .peekable();
+    if tags.peek().is_none() {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 12);
+    let mut from = 0;
+    for at in tags {
+        // `<` is ASCII: `at` and `at + 1` are char boundaries.
+        out.push_str(&text[from..at]);
+        out.push_str("&lt;");
+        from = at + 1;
+    }
+    out.push_str(&text[from..]);
+    std::borrow::Cow::Owned(out)
 }
 
 /// Whether a Chat Completions model is of an OpenAI reasoning family, which takes

@@ -204,3 +204,53 @@ fn a_zero_limit_sends_none_where_the_api_allows_it() {
     let v = summary_request(ApiShape::AnthropicMessages, &json!({"model": "c"}), "P", &s);
     assert_eq!(v["max_tokens"], SUMMARY_MAX_TOKENS);
 }
+
+/// Text of the history that names the prompt's own tag, in the spellings a model still reads
+/// as the tag.
+fn tag_spelling() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    (
+        prop::sample::select(vec!["", " ", "\n", "  \t"]),
+        prop::bool::ANY,
+        prop::sample::select(vec!["", " ", "\r\n"]),
+        prop::sample::select(vec![
+            "conversation",
+            "CONVERSATION",
+            "Conversation",
+            "conversatioN",
+        ]),
+        prop::sample::select(vec![">", " >", " role=\"x\">", ""]),
+    )
+        .prop_map(|(a, slash, b, name, end)| {
+            format!("<{a}{}{b}{name}{end}", if slash { "/" } else { "" })
+        })
+}
+
+proptest::proptest! {
+    /// Whatever the history holds, the prompt has one conversation, opened and closed by the
+    /// prompt's own tags; the history reads as it was, `<` of a tag aside.
+    #[test]
+    fn history_text_cannot_close_the_conversation(
+        pieces in proptest::collection::vec(
+            proptest::prop_oneof![tag_spelling(), "[ -~<>é\n]{0,12}"], 0..12),
+        file in proptest::prop_oneof![tag_spelling(), "[a-z/.]{1,12}"],
+    ) {
+        let history = pieces.concat();
+        let prompt = summary_prompt(&history, &[file]);
+        let lower = prompt.to_lowercase();
+        let tags: Vec<usize> = lower
+            .match_indices('<')
+            .map(|(at, _)| at)
+            .filter(|&at| {
+                let rest = lower[at + 1..].trim_start_matches([' ', '\t', '\n', '\r']);
+                let rest = rest.strip_prefix('/').unwrap_or(rest);
+                rest.trim_start_matches([' ', '\t', '\n', '\r']).starts_with("conversation")
+            })
+            .collect();
+        proptest::prop_assert_eq!(tags.len(), 2, "{}", prompt);
+        proptest::prop_assert!(prompt.ends_with("\n</conversation>"));
+        let body = &prompt[prompt.find("<conversation>\n").unwrap() + 15..prompt.len() - 16];
+        proptest::prop_assert_eq!(body.replace("&lt;", "<"), history.replace("&lt;", "<"));
+        proptest::prop_assert!(matches!(fence(&fence(&history)), std::borrow::Cow::Borrowed(_)));
+    }
+}
