@@ -168,24 +168,38 @@ pub fn touched_files(conv: &Conversation) -> Vec<String> {
     out
 }
 
-/// The entities a model named first, then the touched files it did not name; no duplicates
-/// (exact match after trimming), at most [`MAX_ACTIVE_ENTITIES`].
+/// Room of the merged entities kept for the touched files when a model names more entities
+/// than fit: the files a session edited are where its work is, and a model's list of
+/// identifiers (functions, types, test names) would otherwise push every one of them out.
+pub const TOUCHED_ROOM: usize = MAX_ACTIVE_ENTITIES / 2;
+
+/// The first [`TOUCHED_ROOM`] touched files (the files edited most recently lead the list),
+/// then the entities a model named, then the other touched files; no duplicates (exact match
+/// after trimming), at most [`MAX_ACTIVE_ENTITIES`].
 ///
 /// ```
 /// use context_relay_core::touched::merge_entities;
 /// let merged = merge_entities(&["src/a.rs".into(), "parser".into()], &["src/b.rs".into(), "src/a.rs".into()]);
-/// assert_eq!(merged, ["src/a.rs", "parser", "src/b.rs"]);
+/// assert_eq!(merged, ["src/b.rs", "src/a.rs", "parser"]);
 /// ```
 pub fn merge_entities(named: &[String], touched: &[String]) -> Vec<String> {
     let mut out: Vec<String> = Vec::with_capacity(MAX_ACTIVE_ENTITIES);
-    for item in named.iter().chain(touched) {
+    let push = |out: &mut Vec<String>, item: &String| {
         let item = item.trim();
-        if out.len() == MAX_ACTIVE_ENTITIES {
-            break;
-        }
         if !item.is_empty() && !out.iter().any(|o| o == item) {
             out.push(item.to_owned());
         }
+    };
+    let mut touched = touched.iter();
+    while out.len() < TOUCHED_ROOM {
+        let Some(item) = touched.next() else { break };
+        push(&mut out, item);
+    }
+    for item in named.iter().chain(touched) {
+        if out.len() == MAX_ACTIVE_ENTITIES {
+            break;
+        }
+        push(&mut out, item);
     }
     out
 }
@@ -306,15 +320,60 @@ mod tests {
     }
 
     #[test]
-    fn merge_keeps_model_entities_first() {
-        let named: Vec<String> = (0..9).map(|i| format!("e{i}")).collect();
-        let touched = vec!["e1".to_owned(), "t1".to_owned(), "t2".to_owned()];
+    fn merge_keeps_room_for_the_touched_files() {
+        // A model that names more than fit leaves the newest touched files their room.
+        let named: Vec<String> = (0..12).map(|i| format!("e{i}")).collect();
+        let touched: Vec<String> = (0..8).map(|i| format!("t{i}")).collect();
         let merged = merge_entities(&named, &touched);
+        assert_eq!(
+            merged,
+            ["t0", "t1", "t2", "t3", "t4", "e0", "e1", "e2", "e3", "e4"]
+        );
+        // Fewer touched files: the model's entities fill the rest.
+        let merged = merge_entities(&named, &touched[..2]);
+        assert_eq!(&merged[..3], ["t0", "t1", "e0"]);
         assert_eq!(merged.len(), MAX_ACTIVE_ENTITIES);
-        assert_eq!(merged[9], "t1");
+        // A model naming a touched file does not make it count twice.
+        let named = vec!["t5".to_owned(), "t0".to_owned(), "x".to_owned()];
+        assert_eq!(
+            merge_entities(&named, &touched),
+            ["t0", "t1", "t2", "t3", "t4", "t5", "x", "t6", "t7"]
+        );
         assert_eq!(
             merge_entities(&[" a ".into(), "".into()], &["a".into()]),
             ["a"]
         );
+    }
+
+    proptest::proptest! {
+        /// Within the limit, without duplicates, nothing lost that fits: the first touched
+        /// files up to their room always, then every distinct item while room is left.
+        #[test]
+        fn merged_entities_keep_the_touched_room(
+            named in proptest::collection::vec("[a-e ]{0,3}", 0..16),
+            touched in proptest::collection::vec("[c-h]{1,2}", 0..16),
+        ) {
+            let merged = merge_entities(&named, &touched);
+            proptest::prop_assert!(merged.len() <= MAX_ACTIVE_ENTITIES);
+            for (i, m) in merged.iter().enumerate() {
+                proptest::prop_assert!(!m.is_empty() && !merged[..i].contains(m));
+            }
+            let mut distinct_touched: Vec<&str> = Vec::new();
+            for t in &touched {
+                if !distinct_touched.contains(&t.as_str()) {
+                    distinct_touched.push(t);
+                }
+            }
+            for t in distinct_touched.iter().take(TOUCHED_ROOM) {
+                proptest::prop_assert!(merged.iter().any(|m| m == t), "{t} lost");
+            }
+            let mut all: Vec<&str> = Vec::new();
+            for item in named.iter().chain(&touched).map(|i| i.trim()).filter(|i| !i.is_empty()) {
+                if !all.contains(&item) {
+                    all.push(item);
+                }
+            }
+            proptest::prop_assert_eq!(merged.len(), all.len().min(MAX_ACTIVE_ENTITIES));
+        }
     }
 }

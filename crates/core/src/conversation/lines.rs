@@ -23,18 +23,49 @@ pub fn tool_call_line(name: &str, args: &Value) -> String {
         Value::Null => std::borrow::Cow::Borrowed(""),
         other => std::borrow::Cow::Owned(compact_json(other)),
     };
-    one_line(&["tool call ", name, "(", &args, ")"])
+    let (mut line, cut) = fold(
+        &["tool call ", name, "(", &args, ")"],
+        TOOL_LINE_MAX_CHARS - 1,
+    );
+    if cut {
+        line.push('…');
+    }
+    line
 }
 
-/// `tool output: OUTPUT` on one line, at most [`TOOL_LINE_MAX_CHARS`] chars.
+/// Chars of a long tool output's end kept after the ellipsis: where test runners, compilers
+/// and linters print their verdict (`test result: FAILED. 13 passed; 1 failed`).
+pub const TOOL_OUTPUT_TAIL_CHARS: usize = 80;
+
+/// `tool output: OUTPUT` on one line, at most [`TOOL_LINE_MAX_CHARS`] chars. A longer output
+/// keeps its beginning and its last [`TOOL_OUTPUT_TAIL_CHARS`] chars, joined by ` … `.
+///
+/// ```
+/// use context_relay_core::conversation::{TOOL_LINE_MAX_CHARS, tool_output_line};
+/// let output = format!("running 14 tests\n{}test result: FAILED. 13 passed; 1 failed\n",
+///     "test a ... ok\n".repeat(40));
+/// let line = tool_output_line(&output);
+/// assert!(line.starts_with("tool output: running 14 tests test a ... ok"));
+/// assert!(line.contains(" … ") && line.ends_with("ok test result: FAILED. 13 passed; 1 failed"));
+/// assert!(line.chars().count() <= TOOL_LINE_MAX_CHARS);
+/// ```
 pub fn tool_output_line(output: &str) -> String {
-    one_line(&["tool output: ", output])
+    // The head, the ` … ` between, and the tail make the longest line.
+    const HEAD: usize = TOOL_LINE_MAX_CHARS - 3 - TOOL_OUTPUT_TAIL_CHARS;
+    let (mut line, cut) = fold(&["tool output: ", output], HEAD);
+    if cut {
+        line.truncate(line.trim_end().len());
+        line.push_str(" … ");
+        line.push_str(&tail(output, TOOL_OUTPUT_TAIL_CHARS));
+    }
+    line
 }
 
-/// Joins `pieces`, folds every whitespace run into one space, trims, and cuts the result to
-/// [`TOOL_LINE_MAX_CHARS`] chars with a trailing `…` when longer. Stops reading as soon as the
-/// limit is passed, so a megabyte of tool output costs no more than a short one.
-fn one_line(pieces: &[&str]) -> String {
+/// Joins `pieces` and folds every whitespace run into one space, trimmed. When the result is
+/// longer than [`TOOL_LINE_MAX_CHARS`] chars, its first `keep` chars and `true`. Stops
+/// reading as soon as the limit is passed, so a megabyte of tool output costs no more than a
+/// short one.
+fn fold(pieces: &[&str], keep: usize) -> (String, bool) {
     let mut out = String::new();
     let mut count = 0usize;
     let mut pending_space = false;
@@ -51,15 +82,36 @@ fn one_line(pieces: &[&str]) -> String {
         out.push(c);
         count += 1;
         if count > TOOL_LINE_MAX_CHARS {
-            break;
+            let cut = crate::parse::clamp_chars(&out, keep).len();
+            out.truncate(cut);
+            return (out, true);
         }
     }
-    if count > TOOL_LINE_MAX_CHARS {
-        let cut = crate::parse::clamp_chars(&out, TOOL_LINE_MAX_CHARS - 1).len();
-        out.truncate(cut);
-        out.push('…');
+    (out, false)
+}
+
+/// The last `max` chars of `text` with its whitespace runs folded as [`fold`] does (fewer
+/// when a folded space would lead them). Reads from the end: the chars it keeps and the
+/// whitespace between them.
+fn tail(text: &str, max: usize) -> String {
+    let mut reversed: Vec<char> = Vec::with_capacity(max);
+    let mut pending_space = false;
+    for c in text.chars().rev() {
+        if c.is_whitespace() {
+            pending_space = !reversed.is_empty();
+            continue;
+        }
+        if pending_space {
+            reversed.push(' ');
+            pending_space = false;
+        }
+        if reversed.len() >= max {
+            break;
+        }
+        reversed.push(c);
     }
-    out
+    let kept: String = reversed.iter().rev().collect();
+    kept.trim_start().to_owned()
 }
 
 /// Compact JSON of `v`, stopping early once longer than a tool line can show.

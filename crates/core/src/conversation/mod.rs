@@ -26,7 +26,8 @@
 //!   `thought` are ignored. Entries that are not JSON objects are dropped.
 //! - Tool calls and tool outputs are rendered as one line each (whitespace runs folded to one
 //!   space), at most [`TOOL_LINE_MAX_CHARS`] chars: `tool call NAME(ARGS)` and
-//!   `tool output: OUTPUT`. Anthropic `tool_result` blocks and Chat `tool` messages are tool
+//!   `tool output: OUTPUT` (a longer output keeps its beginning and its end, where a test
+//!   run's verdict is). Anthropic `tool_result` blocks and Chat `tool` messages are tool
 //!   outputs too, though they travel as message content. Each part's [`PartKind`] says which it
 //!   is, and [`Entry::files`] lists the files a tool call's arguments name ([`crate::touched`]).
 //! - Roles are kept as sent (Gemini's `model` stays `model`); a role that is not a string is
@@ -63,7 +64,7 @@ use crate::api::ApiShape;
 pub(crate) use content::push_content;
 use content::push_part;
 use gemini::gemini;
-pub use lines::{TOOL_LINE_MAX_CHARS, tool_call_line, tool_output_line};
+pub use lines::{TOOL_LINE_MAX_CHARS, TOOL_OUTPUT_TAIL_CHARS, tool_call_line, tool_output_line};
 pub(crate) use messages::message_parts;
 use messages::messages;
 use responses::responses;

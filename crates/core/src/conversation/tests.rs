@@ -179,9 +179,17 @@ fn gemini_contents() {
 fn tool_lines_are_one_line_and_bounded() {
     let big = "x y\n".repeat(10_000);
     let line = tool_output_line(&big);
-    assert_eq!(line.chars().count(), TOOL_LINE_MAX_CHARS);
-    assert!(line.ends_with('…'));
+    // A space either side of the ` … ` is not doubled.
+    assert!((TOOL_LINE_MAX_CHARS - 2..=TOOL_LINE_MAX_CHARS).contains(&line.chars().count()));
     assert!(!line.contains('\n'));
+    // The beginning and the end of a long output, the end where its verdict is.
+    let big = format!("{}\n\n  verdict: 1 failed  \n", "é line\n".repeat(10_000));
+    let line = tool_output_line(&big);
+    assert!(line.starts_with("tool output: é line é line"), "{line}");
+    assert!(line.ends_with("é line é line verdict: 1 failed"), "{line}");
+    assert_eq!(line.matches(" … ").count(), 1, "{line}");
+    let tail = line.rsplit(" … ").next().unwrap();
+    assert!(tail.chars().count() >= TOOL_OUTPUT_TAIL_CHARS - 1, "{tail}");
     let args = json!({"content": "é".repeat(5000)});
     let line = tool_call_line("Write", &args);
     assert_eq!(line.chars().count(), TOOL_LINE_MAX_CHARS);
@@ -221,4 +229,24 @@ fn detection() {
         Some(ApiShape::ChatCompletions),
         "an unknown path falls back to the body"
     );
+}
+
+proptest::proptest! {
+    /// A tool output's line is one line within the limit: the whole output folded when it
+    /// fits, else a beginning and the end of the folded output.
+    #[test]
+    fn a_tool_output_line_keeps_its_beginning_and_its_end(output in "[a-cé \n\t]{0,400}") {
+        let line = tool_output_line(&output);
+        let folded = format!("tool output: {}", output.split_whitespace().collect::<Vec<_>>().join(" "));
+        let folded = folded.trim_end();
+        proptest::prop_assert!(line.chars().count() <= TOOL_LINE_MAX_CHARS && !line.contains('\n'));
+        if folded.chars().count() <= TOOL_LINE_MAX_CHARS {
+            proptest::prop_assert_eq!(line.as_str(), folded);
+        } else {
+            let (head, tail) = line.split_once(" … ").expect("cut");
+            proptest::prop_assert!(folded.starts_with(head) && folded.ends_with(tail), "{line}");
+            proptest::prop_assert!(tail.chars().count() >= TOOL_OUTPUT_TAIL_CHARS - 1);
+            proptest::prop_assert!(head.chars().count() >= TOOL_LINE_MAX_CHARS - 4 - TOOL_OUTPUT_TAIL_CHARS);
+        }
+    }
 }
