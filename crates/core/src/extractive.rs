@@ -29,7 +29,7 @@ use serde_json::Value;
 
 use crate::api::ApiShape;
 use crate::config::RelayMode;
-use crate::conversation::Conversation;
+use crate::conversation::{Conversation, PartKind};
 use crate::handoff::{
     Handoff, MAX_ITEM_CHARS, MAX_KEY_DECISIONS, MAX_SUMMARY_CHARS, MAX_TASK_PROGRESS_CHARS,
 };
@@ -103,6 +103,17 @@ pub fn extractive_handoff(selection: &Selection) -> Option<Handoff> {
     })
 }
 
+/// Whether any account answered `conversation`: it holds an assistant (or `model`) turn, a
+/// tool call or a tool output.
+fn answered(conversation: &Conversation) -> bool {
+    conversation.entries().iter().any(|e| {
+        matches!(
+            e.role.as_deref(),
+            Some("assistant" | "model" | "tool" | "function")
+        ) || e.kinds.iter().any(|k| *k != PartKind::Text)
+    })
+}
+
 /// A handoff built at a switch from the request being sent, and what it was built from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SwitchHandoff {
@@ -126,7 +137,9 @@ earlier account (previous_response_id); its earlier turns could not be read when
 /// account; their summaries and thinking text are not). Newest reasoning goes into the
 /// summary, earlier pieces into what room `key_decisions` has left, each clipped: the whole stays within the
 /// handoff limits (a few KB), whatever the size of the body. `None` when the body is not a
-/// conversation of `shape` or holds no text at all.
+/// conversation of `shape`, holds no text at all, or holds no answer yet (no assistant turn,
+/// tool call, tool output or reasoning, and no chain): the first request of a conversation,
+/// such as a sub-agent's that meets its session's switch, has nothing to hand off.
 ///
 /// ```
 /// use context_relay_core::{ApiShape, RelayMode, extractive::switch_handoff};
@@ -160,6 +173,11 @@ pub fn switch_handoff(
     let chained =
         shape == ApiShape::Responses && (names("previous_response_id") || names("conversation"));
     drop(value);
+    // A conversation no account has answered yet (a sub-agent's first request, a client's
+    // own compacted restart) has nothing to hand off: its request holds all there is.
+    if !chained && reasoning.is_empty() && !answered(&conversation) {
+        return None;
+    }
     let nothing_said =
         selection.task.is_none() && selection.last_assistant.is_none() && reasoning.is_empty();
     // Only a chained turn's tool results, with nothing else, still make a handoff.
@@ -245,6 +263,43 @@ mod tests {
         let h = switch_handoff(ApiShape::Responses, asked, RelayMode::Standard, 30).unwrap();
         assert!(h.handoff.summary.contains(CHAINED_NOTE));
         assert!(h.handoff.task_progress.contains("and now the tests"));
+    }
+
+    /// A conversation's first request (a sub-agent's, met by its session's switch) gets no
+    /// handoff: no account answered it, and the request holds everything there is.
+    #[test]
+    fn a_conversation_no_account_answered_gets_none() {
+        let firsts: [(ApiShape, &[u8]); 4] = [
+            (
+                ApiShape::AnthropicMessages,
+                br#"{"system":"You are a sub-agent.","messages":[{"role":"user","content":"List every file that opens a transaction."}]}"#,
+            ),
+            (
+                ApiShape::Responses,
+                br#"{"instructions":"You are Codex.","input":[{"type":"message","role":"developer","content":"rules"},{"type":"message","role":"user","content":"Fix the tests."}]}"#,
+            ),
+            (
+                ApiShape::ChatCompletions,
+                br#"{"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}]}"#,
+            ),
+            (
+                ApiShape::Gemini,
+                br#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}"#,
+            ),
+        ];
+        for (shape, body) in firsts {
+            assert!(
+                switch_handoff(shape, body, RelayMode::Standard, 30).is_none(),
+                "{shape:?}"
+            );
+        }
+        // Answered once (a reply, or a tool call alone): a handoff.
+        let replied = br#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"Hello."},{"role":"user","content":"go on"}]}"#;
+        assert!(
+            switch_handoff(ApiShape::ChatCompletions, replied, RelayMode::Standard, 30).is_some()
+        );
+        let called = br#"{"input":[{"type":"message","role":"user","content":"Fix it."},{"type":"function_call","name":"shell","call_id":"c","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"ok"}]}"#;
+        assert!(switch_handoff(ApiShape::Responses, called, RelayMode::Standard, 30).is_some());
     }
 
     #[test]

@@ -313,14 +313,15 @@ async fn the_account_handoff_is_read_and_left_unconsumed() {
 #[tokio::test]
 async fn a_model_switch_without_any_handoff_carries_one_built_from_the_request() {
     let f = Fixture::new();
-    // Same provider and account, another model.
+    // Same provider and account, another model, for a conversation the first one answered.
     f.served(&codex_a(), CODEX).await;
+    let answered = r#"{"model":"gpt-5.5","messages":[{"role":"system","content":"You are a coding agent."},{"role":"user","content":"add a --json flag"},{"role":"assistant","content":"Parsing works."},{"role":"user","content":"now the tests"}]}"#;
     let decided = f
         .decide(
             "/v1/chat/completions",
             &codex_a(),
             "codex/gpt-5.4-mini",
-            CHAT,
+            answered,
         )
         .await;
     let body = text(&decided);
@@ -340,24 +341,28 @@ async fn a_model_switch_without_any_handoff_carries_one_built_from_the_request()
     let action = decided.attempt.action();
     assert!(action.model_switch && action.injected, "{action:?}");
 
-    // A request with no text to build one from: the bare note.
-    let f = Fixture::new();
-    f.served(&codex_a(), CODEX).await;
-    let empty = r#"{"model":"gpt-5.5","messages":[{"role":"system","content":""}]}"#;
-    let decided = f
-        .decide(
-            "/v1/chat/completions",
-            &codex_a(),
-            "codex/gpt-5.4-mini",
-            empty,
-        )
-        .await;
-    let body = text(&decided);
-    assert!(
-        body.contains(&NO_SUMMARY_NOTE.replace('"', "\\\"")),
-        "{body}"
-    );
-    assert!(!body.contains("<session_summary>"), "{body}");
+    // A request with no text to build one from, or no answer yet: the bare note.
+    for bare in [
+        r#"{"model":"gpt-5.5","messages":[{"role":"system","content":""}]}"#,
+        CHAT,
+    ] {
+        let f = Fixture::new();
+        f.served(&codex_a(), CODEX).await;
+        let decided = f
+            .decide(
+                "/v1/chat/completions",
+                &codex_a(),
+                "codex/gpt-5.4-mini",
+                bare,
+            )
+            .await;
+        let body = text(&decided);
+        assert!(
+            body.contains(&NO_SUMMARY_NOTE.replace('"', "\\\"")),
+            "{body}"
+        );
+        assert!(!body.contains("<session_summary>"), "{body}");
+    }
 }
 
 #[tokio::test]

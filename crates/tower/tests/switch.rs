@@ -89,6 +89,56 @@ async fn claude_history_keeps_working_for_three_turns_after_a_switch() {
     assert_eq!(received.iter().map(|r| r.handoffs()).sum::<usize>(), 1);
 }
 
+/// A sub-agent whose first request meets its session's switch (same session header, an
+/// opening of its own, Claude Code's `system` entry after its ask; the old account, full,
+/// refuses it and it is sent again to the next)
+/// gets no handoff: no account answered it yet, and the parent's is not its own. The parent
+/// gets its summary at its first request on the new account.
+#[tokio::test]
+async fn a_sub_agents_first_request_after_the_switch_carries_no_handoff() {
+    let relay = Relay::new();
+    let mut parent = Claude::new("claude-sub");
+    parent.turn(&relay, "Refactor the store.").await;
+    parent.turn(&relay, "Go on.").await;
+    // The parent's summary, written in the band.
+    let parent_body = serde_json::json!({ "messages": parent.messages }).to_string();
+    let opening = context_relay_core::session::opening(parent_body.as_bytes()).map(|o| o.digest);
+    relay
+        .upsert_handoff_of("claude-sub", "acct-a", opening)
+        .await;
+    let mut sub = Claude::new("claude-sub");
+    let limited = r#"{"type":"error","error":{"type":"rate_limit_error","message":"limit"}}"#;
+    relay
+        .provider
+        .with(|s| s.next_error = Some((StatusCode::TOO_MANY_REQUESTS, limited)));
+    // Claude Code's first request: the ask, then a `system` entry of its own.
+    sub.messages.extend([
+        serde_json::json!({"role": "user", "content": "List every file that opens a transaction."}),
+        serde_json::json!({"role": "system", "content": "Available agent types for the Agent tool"}),
+    ]);
+    let (status, _, _) = relay.send(sub.resend()).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    relay.use_account("acct-b");
+    let (status, headers, body) = relay.send(sub.resend()).await;
+    sub.absorb(status, &body);
+    assert!(
+        !action(&headers).contains("injected"),
+        "{}",
+        action(&headers)
+    );
+    assert_eq!(relay.provider.received().last().unwrap().handoffs(), 0);
+    let headers = parent.turn(&relay, "And the tests?").await;
+    assert_eq!(action(&headers), "injected, scrubbed");
+    sub.turn(&relay, "Thanks.").await;
+    let received = relay.provider.received();
+    assert_eq!(received.iter().map(|r| r.handoffs()).sum::<usize>(), 1);
+    assert_eq!(received[4].handoffs(), 1, "the parent's");
+    for r in received.iter().filter(|r| r.account == "acct-b") {
+        assert_eq!(r.status, StatusCode::OK);
+        assert!(!r.carries_state_of("acct-a"));
+    }
+}
+
 #[tokio::test]
 async fn a_late_handoff_strips_only_the_old_accounts_state() {
     let relay = Relay::new();

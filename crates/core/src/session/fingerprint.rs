@@ -144,8 +144,10 @@ pub struct Opening {
     /// `# AGENTS.md instructions`, Claude Code's `<system-reminder>`…), strings as sent.
     /// Neither the model nor the system prompt count (a model switch rewrites `model`).
     pub digest: u64,
-    /// Whether the conversation goes on after that message: a request without history (the
-    /// first of a conversation) has nothing to carry across a switch.
+    /// Whether an answer (an assistant or `model` entry, a tool call or output: anything but
+    /// the client's `user`, `system` and `developer` entries) follows that message: a request
+    /// without one (the first of a conversation, such as Claude Code's, which sends a
+    /// `system` entry after its first user message) has nothing to carry across a switch.
     pub continued: bool,
     /// Whether the request continues a conversation the provider keeps (a top-level
     /// `previous_response_id` or `conversation`, wherever it stands): such a request sends
@@ -179,6 +181,9 @@ impl Opening {
 /// let (a, b) = (opening(first).unwrap(), opening(later).unwrap());
 /// assert_eq!(a.digest, b.digest);
 /// assert!(!a.continued && b.continued);
+/// // Entries of the client's own after the ask do not make it continued.
+/// let reminded = br#"{"messages":[{"role":"user","content":"fix the bug"},{"role":"system","content":"agents"}]}"#;
+/// assert!(!opening(reminded).unwrap().continued);
 /// assert_ne!(opening(other).unwrap().digest, a.digest);
 /// // Client context before the ask does not count: two conversations started in one
 /// // directory differ by their asks.
@@ -319,13 +324,16 @@ impl Parts {
 
     /// Reads the conversation array up to its first user entry that is not a context block
     /// (and, with [`Until::Ask`], on to its first ask).
-    fn conversation(&mut self, body: &[u8], items: Items<'_>, until: Until) -> Option<()> {
+    fn conversation(&mut self, body: &[u8], mut items: Items<'_>, until: Until) -> Option<()> {
         let mut context: Option<Text> = None;
-        let mut first_user: Option<(Vec<Span>, usize)> = None;
-        for item in items {
+        let mut first_user: Option<Vec<Span>> = None;
+        // Whether an entry that is not the client's (an answer, a tool call or output) comes
+        // after the first user entry: read on from there only until one does.
+        let mut answered = false;
+        while let Some(item) = items.next() {
             let span = item.ok()?;
-            let end = span.end;
             let Some(entry) = Entry::read(body, span)? else {
+                // Not an object: no entry of the conversation.
                 continue;
             };
             match entry.role {
@@ -336,10 +344,11 @@ impl Parts {
                     if until == Until::Ask {
                         let own = own_words(body, &entry.text);
                         if !own.is_empty() {
-                            self.ask = Some((own, more_items(body, end)));
+                            let answered = answered || answer_follows(body, items)?;
+                            self.ask = Some((own, answered));
                             return Some(());
                         }
-                        first_user.get_or_insert((entry.text.0.to_vec(), end));
+                        first_user.get_or_insert(entry.text.0.to_vec());
                     }
                     if self.user.is_none() && !is_context_block(body, &entry.text) {
                         self.user = Some(entry.text);
@@ -350,18 +359,32 @@ impl Parts {
                         context.get_or_insert(entry.text);
                     }
                 }
+                Role::Other => answered |= first_user.is_some() || self.user.is_some(),
                 _ => {}
             }
         }
         if self.user.is_none() {
             self.user = context;
         }
-        if let Some((parts, end)) = first_user {
+        if let Some(parts) = first_user {
             // Every user entry is client context: the first one stands for the ask.
-            self.ask = Some((parts, more_items(body, end)));
+            self.ask = Some((parts, answered));
         }
         Some(())
     }
+}
+
+/// Whether an entry of `items` is an answer: neither the client's (`user`, `system`,
+/// `developer`) nor a non-object. Claude Code sends a `system` entry after the first user
+/// message of a conversation's first request; any other client may send a second `user`
+/// entry before the first answer. `None` when an item is not well-formed.
+fn answer_follows(body: &[u8], items: Items<'_>) -> Option<bool> {
+    for item in items {
+        if Entry::read(body, item.ok()?)?.is_some_and(|e| e.role == Role::Other) {
+            return Some(true);
+        }
+    }
+    Some(false)
 }
 
 /// The parts of a user entry's text that are the user's own words: neither a tagged context
@@ -395,14 +418,6 @@ fn own_words(body: &[u8], text: &Text) -> Vec<Span> {
 fn is_tagged_block(part: &str) -> bool {
     let tagged = part.strip_prefix('<').and_then(|rest| rest.chars().next());
     tagged.is_some_and(|c| c.is_ascii_alphabetic()) && part.ends_with('>')
-}
-
-/// Whether another item follows the array item ending at `end` (a `,` comes next).
-fn more_items(body: &[u8], end: usize) -> bool {
-    let rest = body.get(end..).unwrap_or_default();
-    rest.iter()
-        .find(|b| !matches!(b, b' ' | b'\n' | b'\r' | b'\t'))
-        == Some(&b',')
 }
 
 /// Whether the array opening at `open` closes right away (the walk validates it later).

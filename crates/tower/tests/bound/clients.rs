@@ -79,8 +79,13 @@ impl Relay {
     }
 
     pub async fn upsert_handoff(&self, session: &str, from: &str) {
+        self.upsert_handoff_of(session, from, None).await;
+    }
+
+    /// A handoff of the conversation opened by `opening` (any of the session's when `None`).
+    pub async fn upsert_handoff_of(&self, session: &str, from: &str, opening: Option<u64>) {
         let now = SystemTime::now();
-        let record = HandoffRecord {
+        let mut record = HandoffRecord {
             version: 1,
             tenant: tenant().into(),
             session: session.into(),
@@ -100,6 +105,7 @@ impl Relay {
             expires_at: now + Duration::from_secs(3600),
             kind: Default::default(),
         };
+        record.set_conversation(opening);
         self.store.upsert(record).await.unwrap();
     }
 
@@ -208,8 +214,14 @@ impl Claude {
         }
     }
 
-    pub async fn turn(&mut self, relay: &Relay, prompt: &str) -> http::HeaderMap {
+    /// The request of the turn `prompt` (the prompt kept in the history).
+    pub fn request(&mut self, prompt: &str) -> Request<Body> {
         self.messages.push(json!({"role":"user","content":prompt}));
+        self.resend()
+    }
+
+    /// The request of the history as it is (a retry's).
+    pub fn resend(&self) -> Request<Body> {
         let body = json!({
             "model": "claude-sonnet-4-5", "max_tokens": 32000,
             "thinking": {"type": "enabled", "budget_tokens": 8000},
@@ -219,11 +231,21 @@ impl Claude {
         req.headers_mut().remove("session-id");
         req.headers_mut()
             .insert("x-claude-code-session-id", self.session.parse().unwrap());
-        let (status, headers, body) = relay.send(req).await;
-        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
-        let reply: Value = serde_json::from_slice(&body).unwrap();
+        req
+    }
+
+    /// Keeps the reply of a turn answered `status`, `body`.
+    pub fn absorb(&mut self, status: StatusCode, body: &[u8]) {
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(body));
+        let reply: Value = serde_json::from_slice(body).unwrap();
         self.messages
             .push(json!({"role":"assistant","content":reply["content"]}));
+    }
+
+    pub async fn turn(&mut self, relay: &Relay, prompt: &str) -> http::HeaderMap {
+        let req = self.request(prompt);
+        let (status, headers, body) = relay.send(req).await;
+        self.absorb(status, &body);
         headers
     }
 }

@@ -325,3 +325,38 @@ fn fields_do_not_run_together() {
     let b = fp(r#"{"model":"a","messages":[{"role":"user","content":"bc"}]}"#);
     assert_ne!(a, b);
 }
+
+proptest! {
+    /// A conversation is continued when an answer follows its first ask: any entry but the
+    /// client's own (`user`, `system`, `developer`) and a non-object.
+    #[test]
+    fn continued_means_an_answer_follows_the_ask(
+        later in prop::collection::vec(
+            prop_oneof![
+                Just(json!({"role": "system", "content": "agents"})),
+                Just(json!({"role": "developer", "content": "rules"})),
+                Just(json!({"role": "user", "content": "more"})),
+                Just(json!({"role": "assistant", "content": "done"})),
+                Just(json!({"role": "model", "parts": [{"text": "done"}]})),
+                Just(json!({"role": "tool", "tool_call_id": "c", "content": "ok"})),
+                Just(json!({"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"})),
+                Just(json!("not an entry")),
+            ],
+            0..5,
+        ),
+        context_first in any::<bool>(),
+    ) {
+        let mut messages = Vec::new();
+        if context_first {
+            messages.push(json!({"role": "user", "content": "<system-reminder>ctx</system-reminder>"}));
+        }
+        messages.push(json!({"role": "user", "content": "fix the bug"}));
+        messages.extend(later.iter().cloned());
+        let body = json!({ "messages": messages }).to_string();
+        let expected = later.iter().any(|e| {
+            e.is_object()
+                && !matches!(e.get("role").and_then(Value::as_str), Some("user" | "system" | "developer"))
+        });
+        prop_assert_eq!(opening(body.as_bytes()).map(|o| o.continued), Some(expected));
+    }
+}
