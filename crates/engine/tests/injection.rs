@@ -210,6 +210,36 @@ async fn a_switch_injects_the_handoff_and_a_completed_response_consumes_it() {
     common::consumed_and_moved_to(f.store.as_ref(), &f.key(), "acct-b").await;
 }
 
+/// A compaction request that meets the switch is scrubbed but carries no handoff (its answer
+/// keeps only the user's messages and the account's compaction item): the next turn does.
+#[tokio::test]
+async fn a_compaction_request_leaves_the_handoff_to_the_next_turn() {
+    let f = Fixture::new();
+    f.handoff_from_a().await;
+    let compact = r#"{"model":"gpt-5.5","input":[{"type":"message","role":"user","content":"add a --json flag"},{"type":"reasoning","encrypted_content":"gAAA-of-acct-a"},{"type":"message","role":"assistant","content":"Parsing works."}]}"#;
+    let (mut attempt, sent, _) = f.decided("/v1/responses/compact", &b(), compact).await;
+    let body = String::from_utf8(sent.to_vec()).unwrap();
+    assert!(!body.contains("<context_handoff>"), "{body}");
+    assert!(!body.contains("gAAA-of-acct-a"), "scrubbed: {body}");
+    assert!(!attempt.action().injected && attempt.action().scrubbed);
+    assert!(f.claimable().await, "left for the next turn");
+    attempt
+        .response_head(StatusCode::OK, &HeaderMap::new())
+        .await;
+    attempt
+        .response_chunk(br#"{"output":[{"type":"compaction","encrypted_content":"c-of-acct-b"}]}"#);
+    attempt.end(false);
+    f.relay.background().idle().await;
+    let next = r#"{"model":"gpt-5.5","input":[{"type":"message","role":"user","content":"add a --json flag"},{"type":"compaction","encrypted_content":"c-of-acct-b"},{"type":"message","role":"user","content":"now the tests"}]}"#;
+    let (attempt, sent, _) = f.decided("/v1/responses", &b(), next).await;
+    let body = String::from_utf8(sent.to_vec()).unwrap();
+    assert!(
+        body.contains("<context_handoff>") && body.contains("c-of-acct-b"),
+        "{body}"
+    );
+    assert!(attempt.action().injected);
+}
+
 #[tokio::test]
 async fn the_turn_right_after_a_switch_keeps_the_new_accounts_state_even_before_the_write() {
     let f = Fixture::new();

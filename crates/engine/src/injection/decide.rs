@@ -125,6 +125,7 @@ impl Relay {
             model: serving_model.map(|m| m.0.clone()),
             keyless,
             stored: facts.affinity.cloned(),
+            compaction: uri.path().ends_with("/compact"),
         })
     }
 }
@@ -145,6 +146,11 @@ pub(crate) struct BodyDecision {
     keyless: bool,
     /// The session's affinity as read for this request before the relay, if it was.
     stored: Option<StoredAffinity>,
+    /// A Responses compaction request (`…/responses/compact`): it is scrubbed like any other,
+    /// but carries no handoff. Its answer keeps only the user's messages and the account's
+    /// own compaction item, so a handoff given to it would reach no turn: the next request
+    /// claims it.
+    compaction: bool,
 }
 
 /// The affinity of `key`: the one read for this request before the relay when it was read for
@@ -225,6 +231,7 @@ impl BodyDecision {
             model,
             keyless,
             stored,
+            compaction,
         } = self;
         let unchanged = |body, ticket| Decided {
             body,
@@ -278,7 +285,7 @@ impl BodyDecision {
         // instead, and claims none).
         let found = match moved {
             Some(_) => Found::Nothing,
-            None if !config.account_handoff => Found::Nothing,
+            None if !config.account_handoff || compaction => Found::Nothing,
             None => {
                 let same_provider = model.is_some();
                 claim_for(
@@ -346,6 +353,7 @@ impl BodyDecision {
         // this request (unless a concurrent request of the conversation carries one).
         if carried.is_none()
             && !elsewhere
+            && !compaction
             && switch
             && moved.is_none()
             && let Some(previous) = affinity.as_ref()
