@@ -298,7 +298,7 @@ async fn remove(
             Err(e) => return store_error(&e),
         }
     }
-    tracing::info!(session = %session, deleted, "admin: handoffs deleted");
+    tracing::info!(session = &*session, deleted, "admin: handoffs deleted");
     json(
         StatusCode::OK,
         serde_json::json!({ "deleted": deleted }).to_string(),

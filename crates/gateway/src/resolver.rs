@@ -286,11 +286,19 @@ where
     let mut skipped_shape = Vec::new();
     'targets: for target in targets.targets.iter() {
         let Some(pool) = pools.get(&target.provider).cloned() else {
-            tracing::warn!(provider = %target.provider, "route target names an unknown provider");
+            tracing::warn!(
+                provider = &*target.provider,
+                "route target names an unknown provider"
+            );
             continue;
         };
         if !crate::translate::serves(pool.api(), head.uri().path()) {
-            tracing::info!(provider = %target.provider, api = pool.api().as_str(), path = head.uri().path(), "route target skipped: its provider cannot serve this API shape");
+            tracing::info!(
+                provider = &*target.provider,
+                api = pool.api().as_str(),
+                path = head.uri().path(),
+                "route target skipped: its provider cannot serve this API shape"
+            );
             metrics::counter!("context_relay_gateway_targets_skipped_total", "provider" => pool.name().to_string(), "reason" => "api_shape").increment(1);
             skipped_shape.push(format!(
                 "{} (provider `{}` has api = \"{}\")",

@@ -586,7 +586,7 @@ pub(crate) fn report_corrupt(
     key: &dyn fmt::Display,
     why: &dyn fmt::Display,
 ) {
-    tracing::warn!(backend, key = %key, error = %why, "skipping a stored handoff that cannot be read");
+    tracing::warn!(backend, key = key.to_string().as_str(), error = %why, "skipping a stored handoff that cannot be read");
     metrics::counter!(CORRUPT_RECORDS_METRIC, "backend" => backend).increment(1);
 }
 

@@ -212,8 +212,8 @@ impl BodyDecision {
     pub(crate) async fn decide(self, headers: &mut HeaderMap, raw: Bytes) -> Decided {
         let span = tracing::info_span!(
             "context_relay.inject",
-            tenant = %self.tenant,
-            combo = %self.combo,
+            tenant = &*self.tenant,
+            combo = &*self.combo,
             account = %self.account.account(),
         );
         self.decide_in(headers, raw).instrument(span).await
@@ -537,8 +537,8 @@ fn log_rewrite(
         Some(m) => tracing::info!(
             injected,
             switch,
-            from_model = %m.previous,
-            to_model = %m.current,
+            from_model = &*m.previous,
+            to_model = &*m.current,
             removed = ?removed,
             "request rewritten for a model switch"
         ),

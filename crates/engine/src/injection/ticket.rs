@@ -166,7 +166,7 @@ impl Ticket {
                 match store.complete(&claim).await {
                     Ok(_) => {
                         ::metrics::counter!(metrics::CONSUMED).increment(1);
-                        tracing::info!(session = %claim.record.session, "handoff consumed");
+                        tracing::info!(session = &*claim.record.session, "handoff consumed");
                     }
                     Err(e) => metrics::store_error("complete", &e),
                 }
@@ -204,7 +204,10 @@ pub(crate) async fn release(shared: &Shared, claim: &Claim) {
     match shared.bounded("release", shared.store.release(claim)).await {
         Ok(()) => {
             ::metrics::counter!(metrics::RELEASED).increment(1);
-            tracing::info!(session = %claim.record.session, "handoff released for a later attempt");
+            tracing::info!(
+                session = &*claim.record.session,
+                "handoff released for a later attempt"
+            );
         }
         Err(e) => metrics::store_error("release", &e),
     }

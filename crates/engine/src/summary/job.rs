@@ -96,9 +96,9 @@ impl Job {
         let background = self.shared.background.clone();
         let span = tracing::info_span!(
             "context_relay.generate",
-            tenant = %self.key.tenant,
-            session = %self.key.session,
-            combo = %self.key.combo,
+            tenant = &*self.key.tenant,
+            session = &*self.key.session,
+            combo = &*self.key.combo,
             account = %self.account.account(),
             kind = self.kind.as_str(),
             used = self.signal.as_ref().map(|s| s.percent_used),
