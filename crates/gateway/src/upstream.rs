@@ -13,7 +13,8 @@
 //!
 //! Headers: besides the client's credentials, headers that would let a client pick the
 //! account's organization or project, or send cookies (`openai-organization`,
-//! `openai-project`, `anthropic-organization-id`, `cookie`, `api-key`, `x-goog-api-key`) are
+//! `openai-project`, `anthropic-organization-id`, `x-goog-user-project`, `cookie`, `api-key`,
+//! `x-goog-api-key`) are
 //! not forwarded; headers that identify the account (`set-cookie`, `openai-organization`,
 //! `anthropic-organization-id`) are removed from responses.
 //!
@@ -161,6 +162,8 @@ fn client_only(name: &HeaderName) -> bool {
             | "openai-organization"
             | "openai-project"
             | "anthropic-organization-id"
+            // Google's billing and quota project of the call.
+            | "x-goog-user-project"
             // The client's own ChatGPT account: the provider must see the pooled account only.
             | "chatgpt-account-id"
             // Where the client connects from, and through which proxies: the provider sees
