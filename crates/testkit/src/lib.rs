@@ -7,7 +7,8 @@
 //!   streamed replies; [`handoff`]: the handoff's tag and the summary the simulator answers;
 //! - [`sessions`]: long, real-size sessions of three clients (core's tests and benches);
 //! - [`hyper_request`]: requests shaped as hyper's HTTP/1 server hands them on (tower's bench);
-//! - [`binary`]: the gateway binary as a child process;
+//! - [`binary`]: the gateway binary as a child process; [`captured`]: a writer a test's log
+//!   subscriber writes to;
 //! - with the `gateway` feature, `harness`: gateways served over the strict simulated provider
 //!   (the one gateway test setup: `Harness::serve` and the constructors built on it),
 //!   `conversation`: Codex and Claude Code talking through it, `agents`: coding agents of the
@@ -24,6 +25,7 @@
 #[cfg(feature = "gateway")]
 pub mod agents;
 pub mod binary;
+pub mod captured;
 pub mod clients;
 #[cfg(feature = "gateway")]
 pub mod conversation;

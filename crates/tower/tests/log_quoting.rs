@@ -5,23 +5,9 @@
 
 mod bound;
 
-use std::sync::{Arc, Mutex};
+use context_relay_testkit::captured::Captured;
 
 use bound::clients::{Codex, Relay, action};
-
-/// Where the subscriber writes: the test reads it back.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 #[tokio::test]
 async fn a_session_id_cannot_forge_log_fields() {
@@ -39,7 +25,7 @@ async fn a_session_id_cannot_forge_log_fields() {
     relay.use_account("acct-b");
     let headers = codex.turn(&relay, "b").await;
     assert_eq!(action(&headers), "injected, scrubbed");
-    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let logs = captured.text();
     let consumed = logs
         .lines()
         .find(|l| l.contains("handoff consumed"))

@@ -5,27 +5,14 @@
 mod support;
 
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use context_relay_store::MemoryStore;
+use context_relay_testkit::captured::Captured;
 use context_relay_tower::{ComboName, ContextRelay};
 use http::{Request, Response};
 use support::{Body, chat, full};
 use tower::{ServiceBuilder, ServiceExt};
-
-/// Where the subscriber writes: the test reads it back.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 #[tokio::test]
 async fn a_response_without_its_account_is_warned_about_once() {
@@ -60,7 +47,7 @@ async fn a_response_without_its_account_is_warned_about_once() {
             .unwrap();
     }
     relay.background().idle().await;
-    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let logs = captured.text();
     assert_eq!(
         logs.matches("without the account that served it").count(),
         1,
