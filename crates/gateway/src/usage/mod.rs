@@ -9,7 +9,12 @@
 //!
 //! - `client`: the `[[clients]]` name (an open gateway counts all its callers as `open`);
 //! - `provider`, `account`: the account that answered;
-//! - `model`: the model the request was sent for (the target's);
+//! - `model`: the model the request was sent for (the target's). A direct `provider/model`
+//!   route lets a client name any model: a provider's label takes at most
+//!   [`MAX_MODELS_PER_PROVIDER`] distinct names of at most [`MAX_MODEL_LABEL_CHARS`] characters
+//!   over a process's life; any other is counted as [`OTHER_MODEL`] (a warning is logged the
+//!   first time), so that a provider that answers any name cannot grow the metrics and the
+//!   ledger without bound;
 //! - `kind`: `client` for client traffic, `summary` for the relay's own summary calls (what
 //!   the relay costs).
 //!
@@ -33,6 +38,16 @@ use metrics::Counter;
 use serde::Serialize;
 
 pub(crate) use body::MeteredBody;
+
+/// Distinct `model` label values kept per provider; later names are counted as
+/// [`OTHER_MODEL`].
+pub(crate) const MAX_MODELS_PER_PROVIDER: usize = 100;
+/// Longest model name kept as a label, in characters; a longer one is counted as
+/// [`OTHER_MODEL`].
+pub(crate) const MAX_MODEL_LABEL_CHARS: usize = 200;
+/// The `model` label of the names past [`MAX_MODELS_PER_PROVIDER`] or
+/// [`MAX_MODEL_LABEL_CHARS`].
+pub(crate) const OTHER_MODEL: &str = "(other)";
 
 /// Token counts, by type, as the `type` label names them.
 const TYPES: [&str; 5] = [
@@ -169,6 +184,11 @@ struct Inner {
     /// The label of what is unknown, made once.
     unknown: Arc<str>,
     entries: Mutex<HashMap<Labels, Arc<Entry>>>,
+    /// The model labels given per provider (taken inside `entries`' lock, on a new label set
+    /// only).
+    models: Mutex<HashMap<Arc<str>, foldhash::HashSet<Box<str>>>>,
+    /// Whether a model was counted as [`OTHER_MODEL`] yet (warned about once).
+    folded: AtomicBool,
 }
 
 impl Default for Inner {
@@ -178,6 +198,8 @@ impl Default for Inner {
             open_client: Arc::from("open"),
             unknown: Arc::from("-"),
             entries: Mutex::default(),
+            models: Mutex::default(),
+            folded: AtomicBool::new(false),
         }
     }
 }
@@ -235,13 +257,38 @@ impl UsageLedger {
             match entries.get(&labels) {
                 Some(e) => e.clone(),
                 None => {
-                    let e = Arc::new(Entry::new(labels.clone()));
-                    entries.insert(labels, e.clone());
-                    e
+                    let labels = self.bounded(labels);
+                    entries
+                        .entry(labels)
+                        .or_insert_with_key(|l| Arc::new(Entry::new(l.clone())))
+                        .clone()
                 }
             }
         };
         entry.add(usage);
+    }
+
+    /// `labels`, with its model counted as [`OTHER_MODEL`] when its provider has had
+    /// [`MAX_MODELS_PER_PROVIDER`] other names already, or the name is too long for a label.
+    fn bounded(&self, mut labels: Labels) -> Labels {
+        let mut models = self.0.models.lock().unwrap_or_else(PoisonError::into_inner);
+        let known = models.entry(labels.provider.clone()).or_default();
+        let model = labels.model();
+        if known.contains(model) {
+            return labels;
+        }
+        if known.len() < MAX_MODELS_PER_PROVIDER && model.chars().count() <= MAX_MODEL_LABEL_CHARS {
+            known.insert(model.into());
+            return labels;
+        }
+        if !self.0.folded.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                provider = &*labels.provider,
+                "usage: a model name past the label limits ({MAX_MODELS_PER_PROVIDER} names per provider, {MAX_MODEL_LABEL_CHARS} characters) is counted as model {OTHER_MODEL:?}, as every later one"
+            );
+        }
+        labels.serving = Arc::from(format!("{}/{OTHER_MODEL}", labels.provider));
+        labels
     }
 
     /// Every label set counted so far with its totals, ordered by client, provider, account,

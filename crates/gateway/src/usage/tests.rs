@@ -113,3 +113,36 @@ fn labels_come_from_the_attempt() {
     ledger.set_open(true);
     assert_eq!(&*ledger.labels(&ext).unwrap().client, "open");
 }
+
+/// A provider that answers any model name (a direct route lets a client name one) cannot
+/// grow the ledger without bound: past the limits, names are counted as one model.
+#[test]
+fn client_chosen_model_names_are_bounded_per_provider() {
+    let ledger = UsageLedger::default();
+    let usage = Usage {
+        input: 3,
+        ..Usage::default()
+    };
+    let with = |provider: &str, model: &str| Labels {
+        serving: Arc::from(format!("{provider}/{model}")),
+        provider: Arc::from(provider),
+        ..labels(Traffic::Client)
+    };
+    for i in 0..MAX_MODELS_PER_PROVIDER + 50 {
+        ledger.record(with("codex", &format!("m-{i}")), &usage);
+    }
+    let long = "x".repeat(MAX_MODEL_LABEL_CHARS + 1);
+    ledger.record(with("anthropic", &long), &usage);
+    // A name labelled before the limit keeps its label.
+    ledger.record(with("codex", "m-0"), &usage);
+    let rows = ledger.rows();
+    let codex: Vec<_> = rows.iter().filter(|r| r.provider == "codex").collect();
+    assert_eq!(codex.len(), MAX_MODELS_PER_PROVIDER + 1);
+    let other = codex.iter().find(|r| r.model == OTHER_MODEL).unwrap();
+    assert_eq!((other.responses, other.input), (50, 150));
+    let m0 = codex.iter().find(|r| r.model == "m-0").unwrap();
+    assert_eq!(m0.responses, 2);
+    let anthropic: Vec<_> = rows.iter().filter(|r| r.provider == "anthropic").collect();
+    assert_eq!(anthropic.len(), 1);
+    assert_eq!(anthropic[0].model, OTHER_MODEL);
+}
