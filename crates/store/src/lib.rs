@@ -127,7 +127,8 @@ pub use memory::MemoryStore;
 pub use purger::{DEFAULT_PURGE_INTERVAL, PurgerHandle, spawn_purger};
 #[cfg(feature = "redb")]
 pub use redb_store::{
-    DEFAULT_MAX_BATCH, DEFAULT_REOPEN_BACKOFF, MAX_REOPEN_BACKOFF, RedbStore, RedbStoreBuilder,
+    DEFAULT_CACHE_BYTES, DEFAULT_MAX_BATCH, DEFAULT_REOPEN_BACKOFF, MAX_REOPEN_BACKOFF, RedbStore,
+    RedbStoreBuilder,
 };
 #[cfg(feature = "redis")]
 pub use redis_store::{

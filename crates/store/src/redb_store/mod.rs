@@ -54,6 +54,12 @@ pub const DEFAULT_MAX_BATCH: usize = 4096;
 /// The first wait before reopening a file after an I/O error; it doubles up to
 /// [`MAX_REOPEN_BACKOFF`].
 pub const DEFAULT_REOPEN_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Bytes of redb's page cache by default: room for the pages a gateway reads and writes
+/// often (the recent handoffs and affinities; the older ones are read back from disk when
+/// needed). redb's own default is 1 GiB, which a store of a few hundred thousand sessions
+/// fills, and which the process then keeps.
+pub const DEFAULT_CACHE_BYTES: usize = 64 * 1024 * 1024;
 /// The longest wait between two attempts to reopen a broken file.
 pub const MAX_REOPEN_BACKOFF: Duration = Duration::from_secs(60);
 
@@ -65,7 +71,7 @@ pub struct RedbStoreBuilder {
     max_batch: usize,
     affinity_ttl: Duration,
     affinity_entries: usize,
-    cache_size: Option<usize>,
+    cache_size: usize,
     reopen_backoff: Duration,
 }
 
@@ -78,10 +84,10 @@ impl RedbStoreBuilder {
         self
     }
 
-    /// Bytes of redb's page cache (default: redb's own default). The in-memory index is kept
-    /// apart from it and is not bounded by it.
+    /// Bytes of redb's page cache (default [`DEFAULT_CACHE_BYTES`]). The in-memory index is
+    /// kept apart from it and is not bounded by it.
     pub fn cache_size(mut self, bytes: usize) -> Self {
-        self.cache_size = Some(bytes);
+        self.cache_size = bytes;
         self
     }
 
@@ -158,7 +164,7 @@ impl RedbStore {
             max_batch: DEFAULT_MAX_BATCH,
             affinity_ttl: DEFAULT_AFFINITY_TTL,
             affinity_entries: DEFAULT_AFFINITY_CACHE_ENTRIES,
-            cache_size: None,
+            cache_size: DEFAULT_CACHE_BYTES,
             reopen_backoff: DEFAULT_REOPEN_BACKOFF,
         }
     }

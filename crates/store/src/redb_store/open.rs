@@ -56,14 +56,9 @@ fn never_written(path: &Path) -> bool {
 }
 
 /// Opens (or creates) the redb file at `path`.
-pub(super) fn open_database(
-    path: &Path,
-    cache_size: Option<usize>,
-) -> Result<Database, StoreError> {
+pub(super) fn open_database(path: &Path, cache_size: usize) -> Result<Database, StoreError> {
     let mut builder = Database::builder();
-    if let Some(bytes) = cache_size {
-        builder.set_cache_size(bytes);
-    }
+    builder.set_cache_size(cache_size);
     builder.create(path).map_err(|e| open_error(path, e))
 }
 

@@ -192,7 +192,7 @@ pub(super) async fn committed(rx: Pending) -> Result<(), StoreError> {
 pub(super) struct Reopen {
     pub(super) cell: Arc<DbCell>,
     pub(super) path: PathBuf,
-    pub(super) cache_size: Option<usize>,
+    pub(super) cache_size: usize,
     pub(super) first_backoff: Duration,
 }
 
