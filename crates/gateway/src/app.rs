@@ -161,6 +161,10 @@ pub struct Gateway {
     pub(crate) usage: UsageLedger,
     /// What the gateway and the relay did lately, for the console.
     pub(crate) activity: Activity,
+    /// The logins' refreshes, shared with the gateways reloads build: a shutdown waits for
+    /// them apart from the relay's work ([`LOGIN_GRACE`](crate::server::LOGIN_GRACE)), so
+    /// that a pair an issuer rotated is saved.
+    pub(crate) login_tasks: Background,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -251,11 +255,12 @@ impl Gateway {
             Upstream::with_limits(crate::reload::upstream_limits(&config))?.usage(usage.clone());
         let secret = random_secret().map_err(|e| GatewayError::Secret(e.to_string()))?;
         let tenant_keys = TenantKeys::new(secret);
+        let login_tasks = Background::new();
         let logins = LoginServices {
             store: store.clone(),
             client: upstream.client(),
             carried: Vec::new(),
-            tasks: relay.background(),
+            tasks: login_tasks.clone(),
         };
         Ok(Self {
             routes: Arc::new(Routes::from_config(&config)),
@@ -273,6 +278,7 @@ impl Gateway {
             live: Live::default(),
             usage,
             activity,
+            login_tasks,
         })
     }
 

@@ -97,7 +97,7 @@ pub use log_buffer::{LineWriter, LogBuffer};
 pub use log_fields::PlainFields;
 pub use metric_help::describe_metrics;
 pub use ready::{NotReady, Readiness, Ready};
-pub use server::{BACKGROUND_GRACE, LISTEN_BACKLOG, RunningGateway, listen};
+pub use server::{BACKGROUND_GRACE, LISTEN_BACKLOG, LOGIN_GRACE, RunningGateway, listen};
 pub use shared_service::SharedService;
 pub use store::{StoreOpenError, check_store};
 pub use telemetry::prometheus_builder;

@@ -74,7 +74,7 @@ impl Gateway {
             store: self.store.clone(),
             client: upstream.client(),
             carried: self.pools.logins(),
-            tasks: relay.background(),
+            tasks: self.login_tasks.clone(),
         };
         let pools = AccountPools::new(&config, Some(&logins));
         pools.carry_from(&self.pools);
@@ -99,6 +99,7 @@ impl Gateway {
             streams: self.streams.clone(),
             usage: self.usage.clone(),
             activity: self.activity.clone(),
+            login_tasks: self.login_tasks.clone(),
             config: Arc::new(config),
         }
         .load_tenant_secret()

@@ -40,6 +40,11 @@ use context_relay_tower::Background;
 /// How long shutdown waits for the relay's background work.
 pub const BACKGROUND_GRACE: Duration = Duration::from_secs(10);
 
+/// How long shutdown waits for the logins' refreshes in flight: the longest a call to a token
+/// endpoint lasts, and a little more. An issuer that rotated a pair whose answer the gateway
+/// never read has taken the login with it (its refresh token was single-use).
+pub const LOGIN_GRACE: Duration = Duration::from_secs(crate::login::REFRESH_TIMEOUT.as_secs() + 5);
+
 /// The largest read buffer of an HTTP/1 client connection, and so the largest request head.
 const MAX_READ_BUFFER: usize = 128 << 10;
 
@@ -152,17 +157,27 @@ pub(crate) async fn serve_with(
 /// Waits (at most [`BACKGROUND_GRACE`]) for the relay's background work after the server
 /// stopped; logs when some was cut short.
 pub(crate) async fn drain_background(background: &Background) {
-    if background.in_flight() == 0 {
+    drain(background, BACKGROUND_GRACE, "relay background work", "").await;
+}
+
+/// Waits (at most [`LOGIN_GRACE`]) for the logins' refreshes in flight after the server
+/// stopped, so that a pair an issuer rotated is saved; logs when one was cut short.
+pub(crate) async fn drain_logins(logins: &Background) {
+    let lost = " (a login whose issuer rotated its pair needs a new sign-in)";
+    drain(logins, LOGIN_GRACE, "login refreshes", lost).await;
+}
+
+/// Waits at most `grace` for the tasks of `tasks` (`what` they are), and logs when some were
+/// cut short (with `then`, what that costs).
+async fn drain(tasks: &Background, grace: Duration, what: &str, then: &str) {
+    if tasks.in_flight() == 0 {
         return;
     }
-    tracing::info!(
-        tasks = background.in_flight(),
-        "waiting for relay background work"
-    );
-    if !background.idle_within(BACKGROUND_GRACE).await {
+    tracing::info!(tasks = tasks.in_flight(), "waiting for {what}");
+    if !tasks.idle_within(grace).await {
         tracing::warn!(
-            tasks = background.in_flight(),
-            "relay background work still running after {BACKGROUND_GRACE:?}; abandoning it"
+            tasks = tasks.in_flight(),
+            "{what} still running after {grace:?}; abandoning it{then}"
         );
     }
 }
@@ -174,6 +189,7 @@ pub struct RunningGateway {
     shutdown: Option<oneshot::Sender<()>>,
     task: JoinHandle<io::Result<()>>,
     background: Background,
+    login_tasks: Background,
     purger: Option<PurgerHandle>,
     tenant_sync: Option<SyncHandle>,
     readiness: Option<Readiness>,
@@ -224,6 +240,7 @@ impl RunningGateway {
             shutdown: Some(tx),
             task,
             background: Background::default(),
+            login_tasks: Background::default(),
             purger: None,
             tenant_sync: None,
             readiness: None,
@@ -265,6 +282,7 @@ impl RunningGateway {
             Err(e) => Err(io::Error::other(e)),
         };
         drain_background(&self.background).await;
+        drain_logins(&self.login_tasks).await;
         self.tenant_sync = None;
         if let Some(purger) = self.purger.take() {
             purger.stop().await;
@@ -286,6 +304,7 @@ impl Gateway {
         let mut running =
             RunningGateway::start_with(addr, self.service(), self.serve_options()).await?;
         running.background = self.background();
+        running.login_tasks = self.login_tasks.clone();
         running.purger = Some(self.spawn_purger());
         running.tenant_sync = Some(self.spawn_tenant_sync());
         running.readiness = Some(self.readiness().clone());
@@ -317,6 +336,7 @@ impl Gateway {
         serve_with(listener, self.service(), self.serve_options(), shutdown).await?;
         tracing::info!("in-flight requests finished");
         drain_background(&self.background()).await;
+        drain_logins(&self.login_tasks).await;
         purger.stop().await;
         Ok(())
     }

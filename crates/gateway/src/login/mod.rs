@@ -48,7 +48,7 @@ use context_relay_tower::Background;
 use http::{HeaderName, HeaderValue};
 
 use crate::credential::{CLAUDE_OAUTH_BETA, Credential};
-pub(crate) use endpoint::TokenEndpoint;
+pub(crate) use endpoint::{REFRESH_TIMEOUT, TokenEndpoint};
 pub(crate) use file::{LoginFile, LoginKind};
 pub(crate) use tokens::Tokens;
 
@@ -236,13 +236,19 @@ impl Login {
             return Ok(current);
         };
         let login = Arc::clone(self);
-        let refresh = tokio::spawn(async move {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        // A tracked task, as every refresh: a shutdown waits for it, so the pair an issuer
+        // rotated is saved even when the request that started it went on without it.
+        let spawned = self.tasks.spawn(async move {
             let _turn = turn;
-            login.ensure_locked(refresh::Need::Fresh).await
+            let _ = tx.send(login.ensure_locked(refresh::Need::Fresh).await);
         });
-        match tokio::time::timeout(REFRESH_WAIT, refresh).await {
+        if !spawned {
+            return Ok(current);
+        }
+        match tokio::time::timeout(REFRESH_WAIT, rx).await {
             Ok(Ok(done)) => done,
-            Ok(Err(e)) => Err(Unusable::Unavailable(format!("the refresh stopped: {e}"))),
+            Ok(Err(_)) => Err(Unusable::Unavailable("the refresh stopped".into())),
             Err(_) => Ok(current),
         }
     }
