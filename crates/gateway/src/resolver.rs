@@ -432,7 +432,13 @@ where
                 // the client wait as long again.
                 retry.forgo();
             }
-            let rotate = attempt.rotate(verdict, &error, &mut retry);
+            // A login that could not be refreshed after the 401 took its account out and said
+            // why: the 401 is not a key to check.
+            let rotate = if issue.settled() && matches!(verdict, Verdict::Refused) {
+                true
+            } else {
+                attempt.rotate(verdict, &error, &mut retry)
+            };
             if let Verdict::Exhausted(signal) = verdict {
                 // The client may still see this answer (when no other account is left): it
                 // carries the usage reading like any other response.

@@ -193,6 +193,15 @@ async fn a_revoked_login_is_disabled_and_the_session_moves(client: Client) {
     };
     assert_eq!(admin["login"]["error"], code);
     assert_eq!(h.account(0, b).await["state"], "available");
+    // The login said why (its refresh refused): no "check its key" verdict on top of it.
+    let activity = h.admin(0, "/admin/activity").await;
+    let refused = activity["activity"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["reason"] == "credential_refused")
+        .count();
+    assert_eq!(refused, 0, "{activity}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -152,18 +152,22 @@ impl Harness {
 
     /// Account `id` of gateway `gw` as `GET /admin/accounts` shows it.
     pub async fn account(&self, gw: usize, id: &str) -> Value {
-        let req = Request::get(self.url(gw, "/admin/accounts"))
+        let v = self.admin(gw, "/admin/accounts").await;
+        v["accounts"]
+            .as_array()
+            .and_then(|a| a.iter().find(|a| a["account"] == id).cloned())
+            .expect("the account is listed")
+    }
+
+    /// The JSON answer of the admin endpoint `path` of gateway `gw` (a `200` asserted).
+    pub async fn admin(&self, gw: usize, path: &str) -> Value {
+        let req = Request::get(self.url(gw, path))
             .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
             .body(Full::default())
             .unwrap();
         let res = self.client.request(req).await.expect("gateway answers");
         assert_eq!(res.status(), 200);
-        let v: Value = serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes())
-            .expect("JSON");
-        v["accounts"]
-            .as_array()
-            .and_then(|a| a.iter().find(|a| a["account"] == id).cloned())
-            .expect("the account is listed")
+        serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).expect("JSON")
     }
 
     /// Sends `body` to `path` of gateway `gw` with `headers`, in the clients' key order (see

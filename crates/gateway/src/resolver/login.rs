@@ -17,6 +17,17 @@ pub(super) struct Issue {
     generation: Option<u64>,
     /// Whether it was refreshed after a 401 already.
     recovered: bool,
+    /// Whether the login answered the provider's 401 by taking the account out of the pool
+    /// itself (its refresh refused for good, or failing for now, each logged by the login):
+    /// the 401 is no verdict on a key to be checked.
+    settled: bool,
+}
+
+impl Issue {
+    /// Whether the login took the account out after the provider's 401 (see the field).
+    pub(super) fn settled(&self) -> bool {
+        self.settled
+    }
 }
 
 /// The credential for an attempt on `account` (number `idx` of `pool`); `None` when its login
@@ -32,6 +43,7 @@ pub(super) async fn credential(
             credential: credential.clone(),
             generation: None,
             recovered: false,
+            settled: false,
         }),
         AccountAuth::Login(login) => {
             // Boxed: a refresh's future is large, and inline it would make every request's
@@ -41,6 +53,7 @@ pub(super) async fn credential(
                 credential: issued.credential,
                 generation: Some(issued.generation),
                 recovered: false,
+                settled: false,
             })
         }
     }
@@ -72,6 +85,7 @@ pub(super) async fn retry_after(
         account,
         Box::pin(login.recover(generation)).await,
     ) else {
+        issue.settled = true;
         return false;
     };
     issue.credential = issued.credential;
