@@ -45,7 +45,7 @@ mod validate;
 pub use auth::AuthScheme;
 pub use clients::ClientConfig;
 pub use error::ConfigError;
-pub(crate) use error::invalid;
+pub(crate) use error::{invalid, looks_secret};
 pub use limits::{BUFFER_SLACK, LimitsConfig, Secs};
 pub use store::{StoreBackend, StoreConfig};
 

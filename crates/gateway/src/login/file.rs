@@ -118,7 +118,8 @@ fn kind_of(v: &Value) -> &'static str {
     }
 }
 
-/// `an object with keys "a", "b"` (at most 8 names, each cut at 40 characters).
+/// `an object with keys "a", "b"` (at most 8 names, each cut at 40 characters; a name that
+/// looks like a key, pasted where a name belongs, is not shown).
 fn describe(obj: &Map<String, Value>) -> String {
     if obj.is_empty() {
         return "an empty JSON object".to_owned();
@@ -126,7 +127,13 @@ fn describe(obj: &Map<String, Value>) -> String {
     let names: Vec<String> = obj
         .keys()
         .take(8)
-        .map(|k| format!("{:?}", k.chars().take(40).collect::<String>()))
+        .map(|k| {
+            if crate::config::looks_secret(k) {
+                "(a name that looks like a key)".to_owned()
+            } else {
+                format!("{:?}", k.chars().take(40).collect::<String>())
+            }
+        })
         .collect();
     let more = if obj.len() > 8 { ", …" } else { "" };
     format!("a JSON object with keys {}{more}", names.join(", "))

@@ -78,6 +78,11 @@ fn other_files_get_errors_that_name_keys_never_values() {
             "`tokens.access_token` to be a token of visible ASCII",
         ),
         ("{}", "an empty JSON object"),
+        // A key pasted where a name belongs.
+        (
+            r#"{"sk-live-1234567890abcdef":"v","tokens":"x"}"#,
+            "(a name that looks like a key), \"tokens\"",
+        ),
     ];
     for (text, expected) in cases {
         let e = parse(text).unwrap_err().to_string();
