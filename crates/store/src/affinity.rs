@@ -241,14 +241,22 @@ impl AffinityMap {
     }
 
     /// Removes entries older than `ttl`; returns their keys.
+    /// Removes the entries written longer than `ttl` ago (their keys returned), and forgets
+    /// the digests of a switch past their window ([`Affinity::foreign_at`] no longer reads
+    /// them): up to 2 048 digests of a session that stopped after its switch would otherwise
+    /// stay in memory for the affinity's lifetime (7 days by default).
     pub(crate) fn purge(&self, now_ms: u64, ttl: Duration) -> Vec<String> {
         let mut gone = Vec::new();
         self.map.retain(|k, e| {
-            let keep = now_ms < after_ms(e.written_ms, ttl);
-            if !keep {
+            if now_ms >= after_ms(e.written_ms, ttl) {
                 gone.push(k.clone());
+                return false;
             }
-            keep
+            let a = &mut e.affinity;
+            if !a.foreign.is_empty() && to_unix_millis(a.foreign_expires_at) <= now_ms {
+                a.foreign = Arc::default();
+            }
+            true
         });
         gone
     }
@@ -393,6 +401,23 @@ mod tests {
         assert!(m.get(&kk, 400_000, ttl).is_none());
         assert_eq!(m.purge(400_000, ttl), vec![kk]);
         assert_eq!(m.len(), 0);
+    }
+
+    /// A purge forgets a switch's digests once their window has passed, and keeps the
+    /// affinity (and digests still in their window).
+    #[test]
+    fn a_purge_forgets_digests_past_their_window() {
+        let m = AffinityMap::new(100);
+        let ttl = Duration::from_secs(7 * 24 * 3600);
+        let foreign = ForeignSet::from_digests([7]);
+        let until = |ms| from_unix_millis(ms);
+        let with = |ms| Affinity::new("p", "a").with_foreign(foreign.clone(), until(ms));
+        m.insert("over".into(), with(5_000), 0);
+        m.insert("open".into(), with(50_000), 0);
+        assert!(m.purge(10_000, ttl).is_empty());
+        let over = m.get("over", 10_000, ttl).expect("the affinity stays");
+        assert!(over.foreign.is_empty() && over.account().account().as_ref() == "a");
+        assert_eq!(m.get("open", 10_000, ttl).unwrap().foreign.len(), 1);
     }
 
     #[test]
