@@ -344,7 +344,7 @@ impl Parts {
                     if until == Until::Ask {
                         let own = own_words(body, &entry.text);
                         if !own.is_empty() {
-                            let answered = answered || answer_follows(body, items)?;
+                            let answered = answered || answer_follows(body, items);
                             self.ask = Some((own, answered));
                             return Some(());
                         }
@@ -377,14 +377,16 @@ impl Parts {
 /// Whether an entry of `items` is an answer: neither the client's (`user`, `system`,
 /// `developer`) nor a non-object. Claude Code sends a `system` entry after the first user
 /// message of a conversation's first request; any other client may send a second `user`
-/// entry before the first answer. `None` when an item is not well-formed.
-fn answer_follows(body: &[u8], items: Items<'_>) -> Option<bool> {
-    for item in items {
-        if Entry::read(body, item.ok()?)?.is_some_and(|e| e.role == Role::Other) {
-            return Some(true);
-        }
-    }
-    Some(false)
+/// entry before the first answer. An item that cannot be read (not well-formed, nested
+/// deeper than [`MAX_DEPTH`]) counts as an answer, as any item after the ask once did: the
+/// opening stays what it was.
+fn answer_follows(body: &[u8], items: Items<'_>) -> bool {
+    items.into_iter().any(
+        |item| match item.ok().and_then(|span| Entry::read(body, span)) {
+            None => true,
+            Some(entry) => entry.is_some_and(|e| e.role == Role::Other),
+        },
+    )
 }
 
 /// The parts of a user entry's text that are the user's own words: neither a tagged context

@@ -360,3 +360,22 @@ proptest! {
         prop_assert_eq!(opening(body.as_bytes()).map(|o| o.continued), Some(expected));
     }
 }
+
+/// An entry after the ask that cannot be read (nested deeper than the reader goes) counts as
+/// an answer: the request keeps its opening, continued, as before the reading went past
+/// the ask.
+#[test]
+fn an_unreadable_entry_after_the_ask_counts_as_an_answer() {
+    let deep = format!(
+        "{}1{}",
+        "[".repeat(MAX_DEPTH + 8),
+        "]".repeat(MAX_DEPTH + 8)
+    );
+    let body = format!(
+        r#"{{"messages":[{{"role":"user","content":"fix the bug"}},{{"role":"system","content":"agents"}},{{"role":"x","content":{deep}}}]}}"#
+    );
+    let open = opening(body.as_bytes()).expect("an opening");
+    assert!(open.continued);
+    let first = br#"{"messages":[{"role":"user","content":"fix the bug"}]}"#;
+    assert_eq!(open.digest, opening(first).unwrap().digest);
+}
