@@ -43,6 +43,26 @@ pub fn clamp_chars(s: &str, max_chars: usize) -> &str {
     }
 }
 
+/// Longest name a log line writes of a value a client chose (a direct route's
+/// `provider/model`, a combo), in chars: a model name can be a megabyte long.
+pub const LOGGED_NAME_MAX_CHARS: usize = 200;
+
+/// `s` cut to [`LOGGED_NAME_MAX_CHARS`] chars for a log line (as it is when shorter, which
+/// its length in bytes tells without reading it).
+///
+/// ```
+/// use context_relay_core::parse::{LOGGED_NAME_MAX_CHARS, clamp_logged};
+/// assert_eq!(clamp_logged("codex-relay"), "codex-relay");
+/// assert_eq!(clamp_logged(&"é".repeat(1000)).chars().count(), LOGGED_NAME_MAX_CHARS);
+/// ```
+pub fn clamp_logged(s: &str) -> &str {
+    if s.len() <= LOGGED_NAME_MAX_CHARS {
+        s
+    } else {
+        clamp_chars(s, LOGGED_NAME_MAX_CHARS)
+    }
+}
+
 /// The longest prefix of `s` of at most `max_bytes` bytes that ends on a char boundary.
 pub(crate) fn clamp_bytes(s: &str, max_bytes: usize) -> &str {
     if s.len() <= max_bytes {

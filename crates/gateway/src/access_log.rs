@@ -144,17 +144,32 @@ impl AccessRequest {
         latency: Duration,
         request_id: Option<&http::HeaderValue>,
     ) {
+        let line = self.line(res, latency, request_id);
+        match DIRECT.get() {
+            Some(log) => line.write_to(log),
+            None => line.emit(),
+        }
+    }
+
+    /// The line of `res` (see [`log`](Self::log)).
+    fn line<'a, B>(
+        &'a self,
+        res: &'a Response<B>,
+        latency: Duration,
+        request_id: Option<&'a http::HeaderValue>,
+    ) -> AccessLine<'a> {
         let ext = res.extensions();
         let account = ext.fact::<ResolvedAccount>();
         let (tenant, combo) = Routed::of(ext);
-        let line = AccessLine {
+        AccessLine {
             method: self.method.as_str(),
             path: self.uri.path(),
             request_id: request_id.and_then(|v| v.to_str().ok()).unwrap_or("-"),
             status: res.status().as_u16(),
             latency_us: latency_us(latency),
             tenant: tenant.map(|t| &*t.0),
-            combo: combo.map(|c| &*c.0),
+            // A direct route names the client's model, of any length.
+            combo: combo.map(|c| context_relay_core::parse::clamp_logged(&c.0)),
             provider: account.map(|a| &**a.provider()),
             account: account.map(|a| &**a.account()),
             // What the relay did (`injected`, `scrubbed`, `repaired`, comma-joined), or `none`.
@@ -163,10 +178,6 @@ impl AccessRequest {
                 .get(context_relay_tower::RELAY_HEADER)
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("none"),
-        };
-        match DIRECT.get() {
-            Some(log) => line.write_to(log),
-            None => line.emit(),
         }
     }
 }

@@ -213,7 +213,7 @@ impl BodyDecision {
         let span = tracing::info_span!(
             "context_relay.inject",
             tenant = &*self.tenant,
-            combo = &*self.combo,
+            combo = context_relay_core::parse::clamp_logged(&self.combo),
             account = %self.account.account(),
         );
         self.decide_in(headers, raw).instrument(span).await
@@ -537,8 +537,8 @@ fn log_rewrite(
         Some(m) => tracing::info!(
             injected,
             switch,
-            from_model = &*m.previous,
-            to_model = &*m.current,
+            from_model = context_relay_core::parse::clamp_logged(&m.previous),
+            to_model = context_relay_core::parse::clamp_logged(&m.current),
             removed = ?removed,
             "request rewritten for a model switch"
         ),

@@ -98,7 +98,7 @@ impl Job {
             "context_relay.generate",
             tenant = &*self.key.tenant,
             session = &*self.key.session,
-            combo = &*self.key.combo,
+            combo = context_relay_core::parse::clamp_logged(&self.key.combo),
             account = %self.account.account(),
             kind = self.kind.as_str(),
             used = self.signal.as_ref().map(|s| s.percent_used),

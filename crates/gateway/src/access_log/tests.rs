@@ -236,3 +236,27 @@ fn tenant_and_combo_come_from_routed_or_from_the_answer() {
     );
     assert_eq!(Routed::of(&http::Extensions::new()), (None, None));
 }
+
+/// A direct route names the client's model, of any length: the line writes at most
+/// `LOGGED_NAME_MAX_CHARS` of it, so that a request cannot make its own line a megabyte long.
+#[test]
+fn a_long_route_is_cut_in_the_line() {
+    use context_relay_core::parse::LOGGED_NAME_MAX_CHARS;
+    let long = format!("oa/{}", "M".repeat(1 << 20));
+    let mut res = Response::new(());
+    res.extensions_mut().insert(Routed {
+        tenant: Some(Tenant::new("alice")),
+        combo: Some(ComboName::new(long.as_str())),
+    });
+    let req = Request::post("/v1/chat/completions").body(()).unwrap();
+    let pending = AccessRequest {
+        method: req.method().clone(),
+        uri: req.uri().clone(),
+    };
+    let line = pending.line(&res, Duration::from_millis(1), None);
+    assert_eq!(
+        line.combo.map(|c| c.chars().count()),
+        Some(LOGGED_NAME_MAX_CHARS)
+    );
+    assert!(direct(&line).len() < 1024, "{}", direct(&line).len());
+}
