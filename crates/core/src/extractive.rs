@@ -217,15 +217,22 @@ pub fn switch_handoff(
     let task_progress = clamp_chars(&task_progress, MAX_TASK_PROGRESS_CHARS).to_owned();
     // What the assistant said before its last reply is where its decisions are; the
     // reasoning the switch removes fills what room is left.
-    let key_decisions = earlier_replies(&selection)
-        .chain(
-            reasoning
-                .iter()
-                .skip(1)
-                .map(|r| one_line(&format!("Reasoning: {r}"), MAX_ITEM_CHARS - 1)),
-        )
-        .take(MAX_KEY_DECISIONS)
-        .collect();
+    // Each once: a model that says the same thing at every step fills no room twice.
+    let mut key_decisions: Vec<String> = Vec::with_capacity(MAX_KEY_DECISIONS);
+    let pieces = earlier_replies(&selection).chain(
+        reasoning
+            .iter()
+            .skip(1)
+            .map(|r| one_line(&format!("Reasoning: {r}"), MAX_ITEM_CHARS - 1)),
+    );
+    for piece in pieces {
+        if key_decisions.len() == MAX_KEY_DECISIONS {
+            break;
+        }
+        if !key_decisions.contains(&piece) {
+            key_decisions.push(piece);
+        }
+    }
     Some(SwitchHandoff {
         handoff: Handoff {
             summary,
@@ -311,6 +318,13 @@ mod tests {
     /// reasoning pieces, newest first; its last reply is the summary's, not repeated.
     #[test]
     fn key_decisions_hold_the_assistants_earlier_replies_first() {
+        let built = |messages: Vec<serde_json::Value>| {
+            let body = serde_json::json!({ "messages": messages }).to_string();
+            let mode = RelayMode::Standard;
+            switch_handoff(ApiShape::AnthropicMessages, body.as_bytes(), mode, 30)
+                .unwrap()
+                .handoff
+        };
         let mut messages =
             vec![serde_json::json!({"role": "user", "content": "Rename the crate."})];
         for i in 1..=12 {
@@ -319,15 +333,7 @@ mod tests {
                 {"type": "text", "text": format!("DECISION-{i}: keep step {i}.")}]}));
             messages.push(serde_json::json!({"role": "user", "content": format!("go on {i}")}));
         }
-        let body = serde_json::json!({ "messages": messages }).to_string();
-        let h = switch_handoff(
-            ApiShape::AnthropicMessages,
-            body.as_bytes(),
-            RelayMode::Standard,
-            30,
-        )
-        .unwrap()
-        .handoff;
+        let h = built(messages);
         assert!(h.summary.contains("DECISION-12"), "{}", h.summary);
         assert_eq!(h.key_decisions.len(), MAX_KEY_DECISIONS);
         assert!(
@@ -340,6 +346,19 @@ mod tests {
             h.key_decisions
                 .iter()
                 .all(|d| d.chars().count() < MAX_ITEM_CHARS)
+        );
+        // The same reasoning at every step is one decision.
+        let mut same = vec![serde_json::json!({"role": "user", "content": "Go."})];
+        for _ in 0..4 {
+            same.push(serde_json::json!({"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "Considered the request.", "signature": "s"},
+                {"type": "tool_use", "id": "t", "name": "Bash", "input": {}}]}));
+            same.push(serde_json::json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "t", "content": "ok"}]}));
+        }
+        assert_eq!(
+            built(same).key_decisions,
+            ["Reasoning: Considered the request."]
         );
     }
 
