@@ -240,6 +240,35 @@ async fn a_compaction_request_leaves_the_handoff_to_the_next_turn() {
     assert!(attempt.action().injected);
 }
 
+/// The same with no handoff stored: the one a switch builds from the compaction's history
+/// is stored, not carried, and the turn after the compaction (whose history the compaction
+/// folded away) carries it.
+#[tokio::test]
+async fn a_compaction_request_at_a_switch_without_a_handoff_stores_one_for_the_next_turn() {
+    let f = Fixture::new();
+    let first = r#"{"model":"gpt-5.5","input":[{"type":"message","role":"user","content":"add a --json flag"}]}"#;
+    let (attempt, _, _) = f.decided("/v1/responses", &a(), first).await;
+    complete(attempt, COMPLETED).await;
+    f.relay.background().idle().await;
+    let compact = r#"{"model":"gpt-5.5","input":[{"type":"message","role":"user","content":"add a --json flag"},{"type":"message","role":"assistant","content":"Parsing works; tests next."},{"type":"message","role":"user","content":"go on"}]}"#;
+    let (attempt, sent, _) = f.decided("/v1/responses/compact", &b(), compact).await;
+    assert!(!String::from_utf8_lossy(&sent).contains("<context_handoff>"));
+    assert!(!attempt.action().injected);
+    assert!(f.claimable().await, "built and stored for the next turn");
+    complete(
+        attempt,
+        r#"{"output":[{"type":"compaction","encrypted_content":"c-of-acct-b"}]}"#,
+    )
+    .await;
+    f.relay.background().idle().await;
+    let next = r#"{"model":"gpt-5.5","input":[{"type":"message","role":"user","content":"add a --json flag"},{"type":"compaction","encrypted_content":"c-of-acct-b"},{"type":"message","role":"user","content":"now the tests"}]}"#;
+    let (attempt, sent, _) = f.decided("/v1/responses", &b(), next).await;
+    let body = String::from_utf8(sent.to_vec()).unwrap();
+    assert_eq!(body.matches("<context_handoff>").count(), 1, "{body}");
+    assert!(body.contains("Parsing works; tests next."), "{body}");
+    assert!(attempt.action().injected);
+}
+
 #[tokio::test]
 async fn the_turn_right_after_a_switch_keeps_the_new_accounts_state_even_before_the_write() {
     let f = Fixture::new();

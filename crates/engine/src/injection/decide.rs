@@ -149,7 +149,7 @@ pub(crate) struct BodyDecision {
     /// A Responses compaction request (`…/responses/compact`): it is scrubbed like any other,
     /// but carries no handoff. Its answer keeps only the user's messages and the account's
     /// own compaction item, so a handoff given to it would reach no turn: the next request
-    /// claims it.
+    /// claims it (one a switch builds from the compaction's history is stored for it).
     compaction: bool,
 }
 
@@ -353,7 +353,6 @@ impl BodyDecision {
         // this request (unless a concurrent request of the conversation carries one).
         if carried.is_none()
             && !elsewhere
-            && !compaction
             && switch
             && moved.is_none()
             && let Some(previous) = affinity.as_ref()
@@ -368,6 +367,11 @@ impl BodyDecision {
                 opening.map(|o| o.digest),
             )
             .await;
+            if compaction {
+                // Stored for the next turn (built here, from the history the compaction is
+                // about to fold away), not carried by the compaction itself.
+                give_back(&shared, carried.take()).await;
+            }
         }
         let (message, covers_compaction) = match &moved {
             Some(m) => {
