@@ -172,10 +172,23 @@ pub fn switch_handoff(
     let names = |k: &str| value.get(k).is_some_and(|v| !v.is_null());
     let chained =
         shape == ApiShape::Responses && (names("previous_response_id") || names("conversation"));
+    // Items the conversation leaves out that an account made: a compaction, a reference to
+    // a stored item.
+    let folded = value
+        .get("input")
+        .and_then(Value::as_array)
+        .is_some_and(|items| {
+            items.iter().any(|i| {
+                matches!(
+                    i.get("type").and_then(Value::as_str),
+                    Some("compaction" | "item_reference")
+                )
+            })
+        });
     drop(value);
     // A conversation no account has answered yet (a sub-agent's first request, a client's
     // own compacted restart) has nothing to hand off: its request holds all there is.
-    if !chained && reasoning.is_empty() && !answered(&conversation) {
+    if !chained && !folded && reasoning.is_empty() && !answered(&conversation) {
         return None;
     }
     let nothing_said =
@@ -307,6 +320,9 @@ mod tests {
         );
         let called = br#"{"input":[{"type":"message","role":"user","content":"Fix it."},{"type":"function_call","name":"shell","call_id":"c","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"ok"}]}"#;
         assert!(switch_handoff(ApiShape::Responses, called, RelayMode::Standard, 30).is_some());
+        // An account's compaction stands for the answers it folded away.
+        let compacted = br#"{"input":[{"type":"message","role":"user","content":"Fix it."},{"type":"compaction","encrypted_content":"c"},{"type":"message","role":"user","content":"go on"}]}"#;
+        assert!(switch_handoff(ApiShape::Responses, compacted, RelayMode::Standard, 30).is_some());
     }
 
     #[test]
