@@ -251,6 +251,7 @@ impl Gateway {
         };
         let usage = UsageLedger::default();
         usage.set_open(config.is_open());
+        usage.know_models(&config);
         let upstream =
             Upstream::with_limits(crate::reload::upstream_limits(&config))?.usage(usage.clone());
         let secret = random_secret().map_err(|e| GatewayError::Secret(e.to_string()))?;

@@ -84,6 +84,7 @@ impl Gateway {
             ByteBudget::new(config.limits.max_buffered_bytes)
         };
         self.usage.set_open(config.is_open());
+        self.usage.know_models(&config);
         let next = Gateway {
             routes: Arc::new(Routes::from_config(&config)),
             pools: Arc::new(pools),

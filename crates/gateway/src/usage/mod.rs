@@ -246,6 +246,29 @@ impl UsageLedger {
         })
     }
 
+    /// Records the models `config` names (its combos' targets, its providers' summary models):
+    /// they keep their `model` label whatever names clients sent first (see
+    /// [`MAX_MODELS_PER_PROVIDER`]). Called at start and at each reload; a model a reload
+    /// removes keeps its label.
+    pub(crate) fn know_models(&self, config: &crate::config::Config) {
+        let mut models = self.0.models.lock().unwrap_or_else(PoisonError::into_inner);
+        let targets = config
+            .combos
+            .iter()
+            .flat_map(|c| &c.targets)
+            .map(|t| (t.provider.as_str(), t.model.as_str()));
+        let summaries = config
+            .providers
+            .iter()
+            .filter_map(|p| Some((p.name.as_str(), p.summary.as_ref()?.model.as_deref()?)));
+        for (provider, model) in targets.chain(summaries) {
+            models
+                .entry(Arc::from(provider))
+                .or_default()
+                .insert(model.into());
+        }
+    }
+
     /// Counts one answer's usage.
     pub(crate) fn record(&self, labels: Labels, usage: &Usage) {
         let entry = {

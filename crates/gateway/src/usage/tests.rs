@@ -146,3 +146,39 @@ fn client_chosen_model_names_are_bounded_per_provider() {
     assert_eq!(anthropic.len(), 1);
     assert_eq!(anthropic[0].model, OTHER_MODEL);
 }
+
+/// The models the configuration names keep their label whatever names clients sent first.
+#[test]
+fn configured_models_keep_their_label() {
+    let config: crate::config::Config = toml::from_str(
+        r#"
+        [[providers]]
+        name = "codex"
+        base_url = "http://127.0.0.1:9/v1"
+        summary = { model = "gpt-5-mini" }
+        [[providers.accounts]]
+        id = "a"
+        api_key = "k"
+        [[combos]]
+        name = "relay"
+        targets = ["codex/gpt-5.5"]
+        "#,
+    )
+    .expect("config");
+    let ledger = UsageLedger::default();
+    ledger.know_models(&config);
+    let with = |model: &str| Labels {
+        serving: Arc::from(format!("codex/{model}")),
+        ..labels(Traffic::Client)
+    };
+    for i in 0..MAX_MODELS_PER_PROVIDER + 10 {
+        ledger.record(with(&format!("junk-{i}")), &Usage::default());
+    }
+    ledger.record(with("gpt-5.5"), &Usage::default());
+    ledger.record(with("gpt-5-mini"), &Usage::default());
+    let rows = ledger.rows();
+    for kept in ["gpt-5.5", "gpt-5-mini", OTHER_MODEL] {
+        assert!(rows.iter().any(|r| r.model == kept), "{kept}");
+    }
+    assert_eq!(rows.len(), MAX_MODELS_PER_PROVIDER + 1);
+}
