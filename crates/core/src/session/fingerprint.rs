@@ -9,6 +9,7 @@ use smallvec::SmallVec;
 
 use super::found::Hex16;
 use crate::json::{self, Items, Kind, Members, Span};
+use answer::answer_follows;
 
 /// Domain separation, so these digests never equal a hash of the same bytes made elsewhere,
 /// and the layout version (v1 also hashed the sorted tool names, which sit after the history;
@@ -374,21 +375,6 @@ impl Parts {
     }
 }
 
-/// Whether an entry of `items` is an answer: neither the client's (`user`, `system`,
-/// `developer`) nor a non-object. Claude Code sends a `system` entry after the first user
-/// message of a conversation's first request; any other client may send a second `user`
-/// entry before the first answer. An item that cannot be read (not well-formed, nested
-/// deeper than [`MAX_DEPTH`]) counts as an answer, as any item after the ask once did: the
-/// opening stays what it was.
-fn answer_follows(body: &[u8], items: Items<'_>) -> bool {
-    items.into_iter().any(
-        |item| match item.ok().and_then(|span| Entry::read(body, span)) {
-            None => true,
-            Some(entry) => entry.is_some_and(|e| e.role == Role::Other),
-        },
-    )
-}
-
 /// The parts of a user entry's text that are the user's own words: neither a tagged context
 /// block nor client boilerplate ([`crate::boilerplate::is_client_context`]), and not blank.
 fn own_words(body: &[u8], text: &Text) -> Vec<Span> {
@@ -590,5 +576,6 @@ fn is_context_block(body: &[u8], text: &Text) -> bool {
     }) && any
 }
 
+mod answer;
 #[cfg(test)]
 mod tests;

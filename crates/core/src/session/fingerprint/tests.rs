@@ -361,21 +361,25 @@ proptest! {
     }
 }
 
-/// An entry after the ask that cannot be read (nested deeper than the reader goes) counts as
-/// an answer: the request keeps its opening, continued, as before the reading went past
-/// the ask.
+/// An entry after the ask that cannot be read (not well-formed) counts as an answer: the
+/// request keeps its opening, continued, as before the reading went past the ask. One nested
+/// deeper than the text reader goes is read for its role alone.
 #[test]
 fn an_unreadable_entry_after_the_ask_counts_as_an_answer() {
+    let first = br#"{"messages":[{"role":"user","content":"fix the bug"}]}"#;
+    let broken = br#"{"messages":[{"role":"user","content":"fix the bug"},{"role":"system","content":[1,}]}"#;
+    let open = opening(broken).expect("an opening");
+    assert!(open.continued);
+    assert_eq!(open.digest, opening(first).unwrap().digest);
     let deep = format!(
         "{}1{}",
         "[".repeat(MAX_DEPTH + 8),
         "]".repeat(MAX_DEPTH + 8)
     );
-    let body = format!(
-        r#"{{"messages":[{{"role":"user","content":"fix the bug"}},{{"role":"system","content":"agents"}},{{"role":"x","content":{deep}}}]}}"#
+    let system = format!(
+        r#"{{"messages":[{{"role":"user","content":"fix the bug"}},{{"role":"system","content":{deep}}}]}}"#
     );
-    let open = opening(body.as_bytes()).expect("an opening");
-    assert!(open.continued);
-    let first = br#"{"messages":[{"role":"user","content":"fix the bug"}]}"#;
-    assert_eq!(open.digest, opening(first).unwrap().digest);
+    assert!(!opening(system.as_bytes()).expect("an opening").continued);
+    let answer = system.replace(r#""role":"system""#, r#""role":"assistant""#);
+    assert!(opening(answer.as_bytes()).expect("an opening").continued);
 }
