@@ -330,6 +330,11 @@ impl HandoffStore for RedisStore {
             // Unwritten affinities of sessions that never came back go with the affinity TTL.
             let ttl = millis(self.inner.affinity_ttl);
             self.inner.unwritten.purge(now, ttl);
+            // The cache of what Redis holds: past their window, a switch's digests are
+            // forgotten there too (and an entry past the affinity's lifetime is gone in Redis).
+            self.inner
+                .affinity_cache
+                .purge(now, self.inner.affinity_ttl);
             let mut conn = self.conn();
             let mut purged = 0usize;
             let mut keys = self.scan_records(HandoffSlot::Account).await?;
