@@ -169,8 +169,10 @@ pub fn touched_files(conv: &Conversation) -> Vec<String> {
 }
 
 /// Room of the merged entities kept for the touched files when a model names more entities
-/// than fit: the files a session edited are where its work is, and a model's list of
-/// identifiers (functions, types, test names) would otherwise push every one of them out.
+/// than fit: the files a session edited are where its work is (they lead the touched files;
+/// a session that edited fewer gives the rest of the room to the files its last calls read),
+/// and a model's list of identifiers (functions, types, test names) would otherwise push
+/// every one of them out.
 pub const TOUCHED_ROOM: usize = MAX_ACTIVE_ENTITIES / 2;
 
 /// The first [`TOUCHED_ROOM`] touched files (the files edited most recently lead the list),

@@ -314,8 +314,8 @@ impl Gateway {
 
     /// Serves this gateway on `listener` within its `[limits]`, with the store's purger
     /// running, until `shutdown` completes: `/readyz` then answers 503, in-flight requests get
-    /// `shutdown_timeout_secs` to finish, and the relay's background work at most
-    /// [`BACKGROUND_GRACE`]. What the binary runs; [`spawn`](Self::spawn) is the in-process
+    /// `shutdown_timeout_secs` to finish, the relay's background work at most
+    /// [`BACKGROUND_GRACE`], then the logins' refreshes in flight at most [`LOGIN_GRACE`]. What the binary runs; [`spawn`](Self::spawn) is the in-process
     /// equivalent. Dropping the returned future cuts the drain short: the connections still
     /// open are aborted and the background work is left to end with the runtime (the binary
     /// does so on a second SIGTERM or ctrl-c).
