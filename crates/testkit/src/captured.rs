@@ -16,6 +16,18 @@ use std::sync::{Arc, Mutex, PoisonError};
 pub struct Captured(Arc<Mutex<Vec<u8>>>);
 
 impl Captured {
+    /// Installs the process's global `tracing` subscriber (plain text, no colours) writing
+    /// to a new `Captured`, which it returns: for a test binary of its own (one per process).
+    pub fn install() -> Self {
+        let captured = Self::default();
+        let writer = captured.clone();
+        tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .init();
+        captured
+    }
+
     /// What was written so far, as text.
     pub fn text(&self) -> String {
         let bytes = self.0.lock().unwrap_or_else(PoisonError::into_inner);

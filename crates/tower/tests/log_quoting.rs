@@ -11,12 +11,7 @@ use bound::clients::{Codex, Relay, action};
 
 #[tokio::test]
 async fn a_session_id_cannot_forge_log_fields() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .init();
+    let captured = Captured::install();
     const FORGED: &str = r#"x" tenant="t" account=c}: handoff stored"#;
     let relay = Relay::new();
     let mut codex = Codex::new(FORGED);

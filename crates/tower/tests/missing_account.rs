@@ -16,12 +16,7 @@ use tower::{ServiceBuilder, ServiceExt};
 
 #[tokio::test]
 async fn a_response_without_its_account_is_warned_about_once() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .init();
+    let captured = Captured::install();
     let relay = ContextRelay::builder(Arc::new(MemoryStore::new())).build();
     let svc = ServiceBuilder::new()
         .map_request(|mut req: Request<Body>| {
