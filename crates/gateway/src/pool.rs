@@ -14,7 +14,8 @@
 //!   re-enables it and resets the back-off; a refusal of the probe doubles the back-off. Further
 //!   refusals while it is disabled (requests that were already on their way) change nothing.
 //!   A subscription login whose refresh its issuer refused for good is disabled for good
-//!   (until a restart with a new login): see [`login`](crate::login).
+//!   (until a new login is written to its file and the configuration reloaded, or the
+//!   gateway restarted): see [`login`](crate::login).
 //! - **Bounded memory**: at most [`DEFAULT_MAX_SESSIONS`] session bindings per provider; when
 //!   full, the least recently used eighth is forgotten (those sessions are placed fill-first
 //!   again on their next request).
@@ -173,7 +174,9 @@ pub(crate) struct ProviderPool {
 
 impl ProviderPool {
     /// The pool of one provider's configuration (keys already resolved and credential files
-    /// read by [`Config`]); login accounts use `logins` (without it they are left out).
+    /// read by [`Config`]); login accounts use `logins` (without it they are left out). A
+    /// login carried over from before a reload is kept unless its file moved or its issuer
+    /// refused it and the file now holds a new login.
     pub(crate) fn new(p: &ProviderConfig, logins: Option<&LoginServices>) -> Self {
         let accounts: Vec<Account> = p
             .accounts
@@ -191,7 +194,7 @@ impl ProviderPool {
                         let carried = services
                             .carried
                             .iter()
-                            .find(|l| l.is_same(&name, &path, &endpoint));
+                            .find(|l| l.is_same(&name, &path, &endpoint) && !l.renewed_by(file));
                         AccountAuth::Login(match carried {
                             Some(login) => login.clone(),
                             None => Arc::new(Login::new(

@@ -202,6 +202,21 @@ async fn a_revoked_login_is_disabled_and_the_session_moves(client: Client) {
         .filter(|e| e["reason"] == "credential_refused")
         .count();
     assert_eq!(refused, 0, "{activity}");
+    // A reload with the file unchanged keeps the login refused; someone logs in again into the
+    // same file, and the next reload takes the new login: the account serves at once.
+    let text = l.config(&h.sim, MEMORY);
+    let config = || context_relay_gateway::Config::from_toml_str(&text, |_| None).unwrap();
+    let _same = h.gateways[0].0.reload(config()).await.unwrap();
+    assert_eq!(h.account(0, a).await["login"]["state"], "refused");
+    l.log_in(&h.sim, a, None);
+    h.sim.restore(a);
+    let _renewed = h.gateways[0].0.reload(config()).await.unwrap();
+    let admin = h.account(0, a).await;
+    assert_eq!(admin["state"], "available", "{admin}");
+    assert_eq!(admin["login"]["state"], "valid", "{admin}");
+    let mut fresh = l.conversation("after-new-login");
+    assert_eq!(fresh.turn(&h, 0).await.0, 200);
+    assert_eq!(h.served().last().map(String::as_str), Some(a), "fill first");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -29,7 +29,9 @@
 //!   `invalid_grant`, a 401, …) disables the account for good, with an error log line naming
 //!   it; it shows as `disabled` with its login `refused` on `/admin/accounts`. The other
 //!   accounts carry on. Before giving a login up, the store and the file are read again: a pair
-//!   another replica or a new login wrote is used instead.
+//!   another replica or a new login wrote is used instead. A configuration reload reads the
+//!   file of a refused login again and starts it afresh when it holds a new login
+//!   ([`Login::renewed_by`]).
 //!
 //! Tokens are [`Secret`]s: no log line, error, metric, admin view or `Debug` shows one.
 
@@ -212,6 +214,14 @@ impl Login {
             && self.path == path
             && self.endpoint.url == endpoint.url
             && self.endpoint.client_id == endpoint.client_id
+    }
+
+    /// Whether a reload must start this login afresh from `file` (its credential file, just
+    /// read): the issuer refused its pair for good, and the file now holds another refresh
+    /// token (someone logged in again).
+    pub(crate) fn renewed_by(&self, file: &LoginFile) -> bool {
+        let st = self.state();
+        st.refused.is_some() && file.kind == self.kind && file.tokens.refresh != st.tokens.refresh
     }
 
     fn state(&self) -> MutexGuard<'_, State> {

@@ -353,7 +353,7 @@ impl Login {
                     }
                 }
                 self.count("refused");
-                tracing::error!(%provider, %account, status, error = %code, path = %self.path.display(), "the login was refused for good by its token endpoint; account disabled until someone logs in again (then restart the gateway)");
+                tracing::error!(%provider, %account, status, error = %code, path = %self.path.display(), "the login was refused for good by its token endpoint; account disabled until someone logs in again (then reload the configuration or restart the gateway)");
                 self.state().refused = Some(code.clone());
                 Err(Unusable::Refused(code))
             }

@@ -373,6 +373,18 @@ fn a_removed_account_s_usage_gauge_is_forgotten() {
     assert_eq!(gauge("kept"), "0.96");
 }
 
+/// Login services over a memory store, carrying `carried` from before a reload.
+fn login_services(carried: Vec<Arc<crate::login::Login>>) -> LoginServices {
+    LoginServices {
+        store: Arc::new(context_relay_store::MemoryStore::new()),
+        client: crate::upstream::Upstream::with_limits(crate::upstream::UpstreamLimits::default())
+            .unwrap()
+            .client(),
+        carried,
+        tasks: context_relay_tower::Background::new(),
+    }
+}
+
 #[tokio::test]
 async fn a_reload_keeps_each_unchanged_login_and_makes_a_changed_one_anew() {
     use context_relay_sim::{SimLogin, SimProvider};
@@ -401,19 +413,11 @@ async fn a_reload_keeps_each_unchanged_login_and_makes_a_changed_one_anew() {
         );
         Config::from_toml_str(&text, |_| None).unwrap()
     };
-    let services = |carried| LoginServices {
-        store: Arc::new(context_relay_store::MemoryStore::new()),
-        client: crate::upstream::Upstream::with_limits(crate::upstream::UpstreamLimits::default())
-            .unwrap()
-            .client(),
-        carried,
-        tasks: context_relay_tower::Background::new(),
-    };
-    let old = AccountPools::new(&config(&b), Some(&services(Vec::new())));
+    let old = AccountPools::new(&config(&b), Some(&login_services(Vec::new())));
     assert_eq!(old.logins().len(), 2);
     // The reloaded file moves b's login to another credential file.
     let moved = write("b-moved.json", "b");
-    let new = AccountPools::new(&config(&moved), Some(&services(old.logins())));
+    let new = AccountPools::new(&config(&moved), Some(&login_services(old.logins())));
     let (before, after) = (old.logins(), new.logins());
     assert!(
         Arc::ptr_eq(&before[0], &after[0]),
@@ -423,4 +427,44 @@ async fn a_reload_keeps_each_unchanged_login_and_makes_a_changed_one_anew() {
         !Arc::ptr_eq(&before[1], &after[1]),
         "b reads another file: a login of its own"
     );
+}
+
+#[tokio::test]
+async fn a_reload_starts_a_refused_login_afresh_once_its_file_holds_a_new_login() {
+    use context_relay_sim::{SimLogin, SimProvider};
+    let sim = SimProvider::builder()
+        .login("a", SimLogin::Claude)
+        .start()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.json");
+    let write = |file: serde_json::Value| std::fs::write(&path, file.to_string()).unwrap();
+    write(sim.login_file_expiring("a", 0).unwrap());
+    let config = || {
+        let text = format!(
+            "[[providers]]\nname = \"claude\"\napi = \"anthropic\"\nbase_url = \"{}\"\n\
+             auth = \"claude-oauth\"\ntoken_url = \"{}\"\n[[providers.accounts]]\nid = \"a\"\n\
+             credentials = \"{}\"\n",
+            sim.base_url(),
+            sim.token_url(SimLogin::Claude),
+            path.display()
+        );
+        Config::from_toml_str(&text, |_| None).unwrap()
+    };
+    let old = AccountPools::new(&config(), Some(&login_services(Vec::new())));
+    sim.revoke("a");
+    let refused = old.logins()[0].issue(SystemTime::now()).await;
+    assert!(
+        matches!(refused, Err(crate::login::Unusable::Refused(_))),
+        "{refused:?}"
+    );
+    // A reload with the file unchanged keeps the refused login.
+    let same = AccountPools::new(&config(), Some(&login_services(old.logins())));
+    assert!(Arc::ptr_eq(&old.logins()[0], &same.logins()[0]));
+    // Someone logs in again into the same file: the reload starts the login afresh.
+    write(sim.login_file("a").unwrap());
+    let new = AccountPools::new(&config(), Some(&login_services(old.logins())));
+    assert!(!Arc::ptr_eq(&old.logins()[0], &new.logins()[0]));
+    assert!(new.logins()[0].issue(SystemTime::now()).await.is_ok());
 }
