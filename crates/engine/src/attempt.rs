@@ -171,6 +171,28 @@ impl Attempt {
                 .is_some_and(|r| r.tee().is_some() || r.may_repair())
     }
 
+    /// Whether the relay reads this attempt's answer (whether it completed, what a refusal
+    /// blames), or may once the held body is decided: the answer must then come uncompressed
+    /// (see [`ask_uncompressed`](Self::ask_uncompressed)).
+    pub fn reads_answer(&self) -> bool {
+        self.ticket.is_some() || self.repair.is_some() || self.decision.is_some()
+    }
+
+    /// Asks the provider for an uncompressed answer when the relay reads this attempt's:
+    /// `accept-encoding`, when the client sent one, becomes `identity`. A compressed answer
+    /// could be read neither for its end nor for what a refusal blames, and a session whose
+    /// answers never read as complete never records its account (no switch is seen, a handoff
+    /// is injected again on every turn). Replacing a header the request holds never grows its
+    /// map. An adapter calls it on the upstream request's headers before they are sent.
+    pub fn ask_uncompressed(&self, headers: &mut HeaderMap) {
+        if self.reads_answer()
+            && let Some(v) = headers.get_mut(http::header::ACCEPT_ENCODING)
+            && v.as_bytes() != b"identity"
+        {
+            *v = http::HeaderValue::from_static("identity");
+        }
+    }
+
     /// The whole held body (as the client sent it, possibly compressed per `headers`): the
     /// body to send, `headers` adjusted to it. Never fails: a body the relay cannot use goes
     /// out unchanged.

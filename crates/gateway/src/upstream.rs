@@ -170,7 +170,12 @@ fn client_only(name: &HeaderName) -> bool {
             // the gateway, not the clients behind it.
             | "x-forwarded-for"
             | "x-forwarded-host"
+            | "x-forwarded-proto"
+            | "x-forwarded-port"
             | "x-real-ip"
+            | "x-client-ip"
+            | "cf-connecting-ip"
+            | "true-client-ip"
             | "forwarded"
             | "via"
     )

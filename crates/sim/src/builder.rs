@@ -30,6 +30,7 @@ pub struct SimBuilder {
     pub(crate) addr: SocketAddr,
     pub(crate) blob_bytes: usize,
     pub(crate) state_errors_in_band: bool,
+    pub(crate) gzip_answers: bool,
     pub(crate) chat_deltas: usize,
     pub(crate) tool_call: Option<String>,
     pub(crate) tool_loop: usize,
@@ -64,6 +65,7 @@ impl Default for SimBuilder {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             blob_bytes: 1536,
             state_errors_in_band: false,
+            gzip_answers: false,
             chat_deltas: 2,
             tool_call: None,
             tool_loop: 0,
@@ -143,6 +145,13 @@ impl SimBuilder {
         self
     }
 
+    /// Compresses JSON answers (successes and errors) with gzip for requests that accept it,
+    /// as the real APIs behind their CDN do; event streams go out as they are (off by default).
+    pub fn gzip_answers(mut self, on: bool) -> Self {
+        self.gzip_answers = on;
+        self
+    }
+
     /// Listens on `addr` (`127.0.0.1:0` by default: a free loopback port).
     pub fn listen(mut self, addr: SocketAddr) -> Self {
         self.addr = addr;
@@ -187,7 +196,15 @@ impl SimBuilder {
         let s = state.clone();
         let router = Router::new().fallback(move |req: Request<Body>| {
             let state = s.clone();
-            async move { control::close_if_disconnect(handle(state, req).await) }
+            async move {
+                let gzip = state.config.gzip_answers && crate::gzip::accepted(req.headers());
+                let res = control::close_if_disconnect(handle(state, req).await);
+                if gzip {
+                    crate::gzip::compress(res).await
+                } else {
+                    res
+                }
+            }
         });
         let server = Server::start(self.addr, router).await?;
         Ok(SimProvider { state, server })

@@ -73,6 +73,7 @@ mod calls;
 mod compact;
 mod control;
 mod gemini;
+mod gzip;
 mod hold;
 #[cfg(test)]
 mod loop_tests;

@@ -93,8 +93,18 @@ impl RelayPhases {
     }
 
     /// `upstream_request_filter`: a held body leaves after its headers, so its length is
-    /// unknown and it goes out decoded and chunked.
+    /// unknown and it goes out decoded and chunked; an answer the relay reads is asked for
+    /// uncompressed.
     pub fn upstream_request(&self, upstream: &mut RequestHeader) -> pingora::Result<()> {
+        // The relay reads the answer: it must come uncompressed.
+        if self.attempt.as_ref().is_some_and(Attempt::reads_answer)
+            && upstream.headers.contains_key(header::ACCEPT_ENCODING)
+        {
+            upstream.insert_header(
+                header::ACCEPT_ENCODING,
+                HeaderValue::from_static("identity"),
+            )?;
+        }
         if matches!(self.body, BodyState::Held { .. } | BodyState::Sent(_)) {
             upstream.remove_header(&header::CONTENT_LENGTH);
             upstream.remove_header(&header::CONTENT_ENCODING);

@@ -28,6 +28,11 @@ async fn account_headers_stay_between_gateway_and_provider() {
         ("forwarded", "for=203.0.113.8"),
         ("via", "1.1 client-proxy"),
         ("x-real-ip", "203.0.113.9"),
+        ("cf-connecting-ip", "203.0.113.10"),
+        ("true-client-ip", "203.0.113.11"),
+        ("x-client-ip", "203.0.113.12"),
+        ("x-forwarded-proto", "client-proto"),
+        ("x-forwarded-port", "client-port"),
         ("x-client-header", "kept"),
     ] {
         req = req.header(name, value);
@@ -78,6 +83,8 @@ async fn account_headers_stay_between_gateway_and_provider() {
         "client-chatgpt-account",
         "203.0.113.",
         "client-proxy",
+        "client-proto",
+        "client-port",
         "client-query-key",
     ] {
         assert!(!seen.contains(gone), "{gone} was forwarded:\n{seen}");
