@@ -127,6 +127,26 @@ pub struct SwitchHandoff {
 pub const CHAINED_NOTE: &str = "The conversation continued a response chain stored by the \
 earlier account (previous_response_id); its earlier turns could not be read when it moved.";
 
+/// Number of entries of the conversation request `body` holds: the unit of a handoff's
+/// `message_count` (a summary counts the entries it read and the reply). `None` when the body
+/// holds no conversation of `shape`.
+///
+/// ```
+/// use context_relay_core::ApiShape;
+/// use context_relay_core::extractive::entry_count;
+///
+/// let body = br#"{"model":"m","messages":[{"role":"user","content":"hi"},
+///                 {"role":"assistant","content":"hello"},{"role":"user","content":"go on"}]}"#;
+/// assert_eq!(entry_count(ApiShape::ChatCompletions, body), Some(3));
+/// assert_eq!(entry_count(ApiShape::ChatCompletions, b"not json"), None);
+/// ```
+pub fn entry_count(shape: ApiShape, body: &[u8]) -> Option<usize> {
+    let value: Value = serde_json::from_slice(body).ok()?;
+    Conversation::from_value(shape, &value)
+        .ok()
+        .map(|c| c.entries().len())
+}
+
 /// The handoff a switch carries when none is stored: built from the request being sent,
 /// without a model call.
 ///

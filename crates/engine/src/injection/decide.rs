@@ -13,7 +13,7 @@ use context_relay_store::Affinity;
 use http::{HeaderMap, Uri, header};
 use tracing::Instrument;
 
-use super::claim::{Carried, Found, claim_for, give_back};
+use super::claim::{Carried, Found, claim_for, give_back, outgrown};
 use super::conversation::Conversation;
 use super::extractive;
 use super::fast::fast;
@@ -349,6 +349,17 @@ impl BodyDecision {
             give_back(&shared, carried).await;
             return unchanged(raw, Some(ticket));
         };
+        // A stored handoff the conversation has outgrown is not carried: the switch builds a
+        // current one from this request.
+        if switch
+            && moved.is_none()
+            && carried.as_ref().is_some_and(|c| {
+                outgrown(c.record(), shape, &decoded, config.refresh_after_messages)
+            })
+        {
+            tracing::info!("the stored handoff is many turns old; building one from the request");
+            give_back(&shared, carried.take()).await;
+        }
         // A switch never lands with nothing: without a stored handoff, one is built from
         // this request (unless a concurrent request of the conversation carries one).
         if carried.is_none()
