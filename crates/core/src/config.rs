@@ -71,7 +71,9 @@ pub enum InjectionSlot {
 pub struct RelayConfig {
     /// Usage fraction from which a handoff is generated (`0 < v < 0.95`).
     pub handoff_threshold: f64,
-    /// Model for the summary call; empty = the request's model.
+    /// Model for the summary call of a provider that names no summary model of its own (an
+    /// embedder's `SummarySettings::model`, the gateway's `[providers.summary] model`, which
+    /// wins); empty = the request's model.
     pub handoff_model: String,
     /// Providers (lower-case) whose accounts get handoffs; `"*"` = any (the default); empty =
     /// none.

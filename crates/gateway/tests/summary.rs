@@ -181,6 +181,52 @@ async fn the_summary_is_written_by_the_model_that_served_its_turn() {
     h.shutdown().await;
 }
 
+/// `[relay] handoff_model` names the summary model of the providers that have none of their
+/// own: a provider's `[providers.summary] model` is the one it is known to serve, and wins.
+#[tokio::test]
+async fn a_providers_own_summary_model_wins_over_the_relays() {
+    let sim = start_sim(summary_sim(), &["acct-a", "acct-b"]).await;
+    let base = sim.base_url();
+    let text = format!(
+        "[store]\nbackend = \"memory\"\n[relay]\nhandoff_model = \"gpt-5-nano\"\n\
+         [[providers]]\nname = \"codex\"\nbase_url = \"{base}\"\n  [[providers.accounts]]\n  id = \"acct-a\"\n  api_key = \"key-a\"\n\
+         [providers.summary]\nmodel = \"gpt-4.1-mini\"\n\
+         [[providers]]\nname = \"backup\"\nbase_url = \"{base}\"\n  [[providers.accounts]]\n  id = \"acct-b\"\n  api_key = \"key-b\"\n\
+         [[combos]]\nname = \"one\"\ntargets = [\"codex/gpt-5.5\"]\n\
+         [[combos]]\nname = \"two\"\ntargets = [\"backup/gpt-4.1\"]\n"
+    );
+    let config =
+        context_relay_gateway::config::Config::from_toml_str(&text, |_| None).expect("config");
+    let h = Harness::serve(sim, Gateway::new(config).expect("gateway")).await;
+    for t in 1..=3 {
+        chat(&h, "one", "s1", t).await;
+        chat(&h, "two", "s2", t).await;
+    }
+    h.idle().await;
+    let mut written: Vec<(String, String)> = h
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.summary)
+        .map(|r| {
+            let model = r.json().expect("JSON")["model"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned();
+            (r.account.unwrap_or_default(), model)
+        })
+        .collect();
+    written.sort();
+    assert_eq!(
+        written,
+        [
+            ("acct-a".to_owned(), "gpt-4.1-mini".to_owned()),
+            ("acct-b".to_owned(), "gpt-5-nano".to_owned())
+        ]
+    );
+    h.shutdown().await;
+}
+
 /// A reload removes the account while the turn that reached the band still streams: its
 /// summary, due when the stream ends, goes nowhere (the removed key sees no more traffic), and
 /// the session keeps an extractive handoff.

@@ -330,8 +330,9 @@ impl Job {
         !prepared.carried.is_empty()
     }
 
-    /// The summary settings for the serving provider, with the configured overrides. Without
-    /// a summary model configured, the model that served the turn writes it (the request as
+    /// The summary settings for the serving provider, with the configured overrides: the
+    /// provider's own summary model, else the relay's `handoff_model`. Without a summary model
+    /// configured, the model that served the turn writes it (the request as
     /// it reached the relay may name another target's model, the combo having fallen through).
     fn settings(&self) -> SummarySettings {
         let shared = &self.shared;
@@ -339,7 +340,9 @@ impl Job {
             .settings_for(self.account.provider())
             .cloned()
             .unwrap_or_default();
-        if !self.config.handoff_model.trim().is_empty() {
+        // The relay-wide model, for a provider that names no summary model of its own (one
+        // it names is one it serves).
+        if settings.model.is_none() && !self.config.handoff_model.trim().is_empty() {
             settings.model = Some(self.config.handoff_model.clone());
         }
         if settings.model.is_none() {
