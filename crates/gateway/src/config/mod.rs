@@ -39,6 +39,7 @@ mod env;
 mod error;
 mod limits;
 mod logins;
+mod relay_hint;
 mod store;
 mod validate;
 

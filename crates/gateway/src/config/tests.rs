@@ -453,3 +453,44 @@ fn max_output_tokens_is_optional_and_at_least_one() {
     assert!(load(&with("-5")).is_err());
     assert!(load(&with("\"many\"")).is_err());
 }
+
+#[test]
+fn relay_settings_that_leave_the_relay_out_are_warned_about() {
+    let warnings = |top: &str, relay: &str| {
+        load(&format!("{top}\n[relay]\n{relay}\n{MINIMAL}"))
+            .unwrap()
+            .warnings()
+    };
+    assert!(warnings("", "").is_empty());
+    assert!(warnings("", "handoff_providers = [\"Codex\", \"*\"]").is_empty());
+    let typo = warnings("", "handoff_providers = [\"codx\"]");
+    assert!(
+        typo.iter()
+            .any(|w| w.contains("relay.handoff_providers names \"codx\"")),
+        "{typo:?}"
+    );
+    // A raised request limit leaves the larger bodies unread, unless the relay's follows.
+    let raised = warnings("max_request_bytes = 33554432", "");
+    assert!(
+        raised
+            .iter()
+            .any(|w| w.contains("max_request_bytes (33554432) is above")),
+        "{raised:?}"
+    );
+    assert!(warnings("max_request_bytes = 33554432", "max_body_bytes = 33554432").is_empty());
+    let lowered = warnings("", "max_body_bytes = 1048576");
+    assert!(
+        lowered
+            .iter()
+            .any(|w| w.contains("relay.max_body_bytes (1048576) is below")),
+        "{lowered:?}"
+    );
+    let combo = MINIMAL.to_owned() + "  [combos.relay]\n  handoff_providers = [\"claude\"]\n";
+    let per_combo = load(&combo).unwrap().warnings();
+    assert!(
+        per_combo
+            .iter()
+            .any(|w| w.contains("combos[\"codex-relay\"].relay.handoff_providers")),
+        "{per_combo:?}"
+    );
+}

@@ -271,8 +271,7 @@ impl Config {
 
     /// Things that are valid but almost certainly not what was meant, one line each: no
     /// provider at all, an open
-    /// gateway beyond loopback, providers whose `rotate_at` is at or below a combo's
-    /// `handoff_threshold` (the account is left before a handoff is ever written), a
+    /// gateway beyond loopback, the relay settings' (see `relay_hint`), a
     /// `max_buffered_bytes` below twice `max_request_bytes` and [`BUFFER_SLACK`] (a large
     /// request is refused even when it is alone), subscription logins on the memory store, and providers on a host known to speak one API left on
     /// `api = "passthrough"`.
@@ -298,25 +297,7 @@ impl Config {
                 buffered / 2,
             ));
         }
-        for (combo, relay, _) in self.relay_configs() {
-            let Some(c) = self.combos.iter().find(|c| c.name == combo) else {
-                continue;
-            };
-            if c.strategy != super::Strategy::ContextRelay {
-                continue;
-            }
-            for t in &c.targets {
-                if let Some(p) = self.provider(&t.provider)
-                    && relay.generates_for(&p.name)
-                    && p.rotate_at <= relay.handoff_threshold
-                {
-                    out.push(format!(
-                        "combos[{combo:?}]: provider {:?} rotates at {} but handoffs are written at {}: no handoff can ever be written for it (set rotate_at above handoff_threshold)",
-                        p.name, p.rotate_at, relay.handoff_threshold
-                    ));
-                }
-            }
-        }
+        out.extend(super::relay_hint::relay_warnings(self));
         let mut accounts = self.providers.iter().flat_map(|p| &p.accounts);
         if self.store.backend == super::StoreBackend::Memory
             && accounts.any(|a| a.credentials.is_some())
