@@ -138,8 +138,23 @@ pub(crate) fn looks_secret(value: &str) -> bool {
     }
     v.len() >= 24
         && !v.contains(['/', ':', '.', ' '])
+        && !word_separated(v)
         && v.chars().any(|c| c.is_ascii_digit())
         && v.chars().any(|c| c.is_ascii_alphabetic())
+}
+
+/// Whether `v` reads as words joined by `_` or `-`, as names are (`OPENAI_API_KEY_WORK_2`,
+/// `claude-sonnet-4-5-20250929`): three parts or more, none longer than 10 characters. A
+/// key's random part is one long run (a UUID's last part is 12).
+fn word_separated(v: &str) -> bool {
+    let mut parts = 0;
+    for part in v.split(['_', '-']) {
+        if part.len() > 10 {
+            return false;
+        }
+        parts += 1;
+    }
+    parts >= 3
 }
 
 /// What an error shows of `value`: the value, or its length when it [`looks_secret`].
@@ -277,6 +292,13 @@ mod tests {
         }
         assert!(!looks_secret("codex-relay") && !looks_secret("https://api.example/v1"));
         assert!(!looks_secret("OPENAI_API_KEY") && !looks_secret("claude-sonnet-4-5"));
+        // Long names of words are names: an `*_env` variable, a dated model id.
+        assert!(!looks_secret("OPENAI_API_KEY_PERSONAL_2"));
+        assert!(!looks_secret("claude-sonnet-4-5-20250929"));
+        // Keys with a separator or two in a long random run are keys; so is a UUID.
+        assert!(looks_secret("AbCdEf0123456789_GhIjKlMnOp9876"));
+        assert!(looks_secret("Ab12-Cd34-Ef56GhIjKlMnOpQr7890"));
+        assert!(looks_secret("123e4567-e89b-12d3-a456-426614174000"));
     }
 
     #[test]
