@@ -84,10 +84,21 @@ pub(crate) fn open_local_store(
 
 /// What `--check` says about the store file of `config`: for redb, the file is opened and
 /// read (its index rebuilt) and closed again; a damaged file is the same error the gateway
-/// would stop on. `Ok(None)` for the other backends (nothing on disk to read).
+/// would stop on. For redis, its `ca_file` is read (a file that cannot be is the error the
+/// start would stop on; the server itself is not contacted). `Ok(None)` when there is
+/// nothing on disk to read.
 ///
 /// A file that a running gateway holds open cannot be read: that is said, not an error.
 pub fn check_store(config: &StoreConfig) -> Result<Option<String>, StoreOpenError> {
+    if config.backend == StoreBackend::Redis
+        && let Some(path) = &config.ca_file
+    {
+        std::fs::read(path).map_err(|e| StoreOpenError::CaFile {
+            path: path.clone(),
+            source: e,
+        })?;
+        return Ok(None);
+    }
     if config.backend != StoreBackend::Redb {
         return Ok(None);
     }
@@ -237,6 +248,24 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("a-file") && e.contains("is not a folder"), "{e}");
+    }
+
+    /// `--check` of a redis store reads its `ca_file`, as the start does.
+    #[test]
+    fn check_store_reads_the_ca_file_of_a_redis_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = |ca: std::path::PathBuf| StoreConfig {
+            backend: StoreBackend::Redis,
+            url: Some("rediss://127.0.0.1:6380/".to_owned()),
+            ca_file: Some(ca),
+            ..StoreConfig::default()
+        };
+        let missing = dir.path().join("no-ca.pem");
+        let e = check_store(&config(missing)).unwrap_err().to_string();
+        assert!(e.contains("store.ca_file") && e.contains("no-ca.pem"), "{e}");
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, b"-----BEGIN CERTIFICATE-----\n").unwrap();
+        assert!(check_store(&config(ca)).unwrap().is_none());
     }
 
     #[tokio::test]
