@@ -18,11 +18,22 @@ use tokio::net::TcpStream;
 use tokio_io_timeout::TimeoutStream;
 
 pin_project_lite::pin_project! {
-    /// A client's TCP stream with its write bound (see the [module docs](self)).
+    /// A client's TCP stream with its write bound (see the [module docs](self)); dropped with
+    /// unread bytes from the client, it lingers ([`crate::linger`]) unless it was reset.
     #[derive(Debug)]
     pub(crate) struct ClientIo {
         #[pin]
         inner: TimeoutStream<TcpStream>,
+        reset: bool,
+    }
+
+    impl PinnedDrop for ClientIo {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if !*this.reset {
+                crate::linger::on_drop(this.inner.get_ref());
+            }
+        }
     }
 }
 
@@ -31,20 +42,26 @@ impl ClientIo {
     pub(crate) fn new(tcp: TcpStream, write_timeout: Duration) -> Self {
         let mut inner = TimeoutStream::new(tcp);
         inner.set_write_timeout(Some(write_timeout));
-        Self { inner }
+        Self {
+            inner,
+            reset: false,
+        }
     }
 }
 
 /// A write that failed for the write bound resets the connection when it is dropped.
 fn reset_on_timeout<T>(
     inner: Pin<&mut TimeoutStream<TcpStream>>,
+    reset: &mut bool,
     polled: Poll<io::Result<T>>,
 ) -> Poll<io::Result<T>> {
     if let Poll::Ready(Err(e)) = &polled
         && e.kind() == io::ErrorKind::TimedOut
-        && let Err(e) = inner.get_ref().set_zero_linger()
     {
-        tracing::debug!(error = %e, "a timed-out client connection could not be set to reset");
+        *reset = true;
+        if let Err(e) = inner.get_ref().set_zero_linger() {
+            tracing::debug!(error = %e, "a timed-out client connection could not be set to reset");
+        }
     }
     polled
 }
@@ -65,9 +82,10 @@ impl AsyncWrite for ClientIo {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let mut inner = self.project().inner;
+        let this = self.project();
+        let mut inner = this.inner;
         let polled = inner.as_mut().poll_write(cx, buf);
-        reset_on_timeout(inner, polled)
+        reset_on_timeout(inner, this.reset, polled)
     }
 
     fn poll_write_vectored(
@@ -75,9 +93,10 @@ impl AsyncWrite for ClientIo {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let mut inner = self.project().inner;
+        let this = self.project();
+        let mut inner = this.inner;
         let polled = inner.as_mut().poll_write_vectored(cx, bufs);
-        reset_on_timeout(inner, polled)
+        reset_on_timeout(inner, this.reset, polled)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -85,14 +104,16 @@ impl AsyncWrite for ClientIo {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let mut inner = self.project().inner;
+        let this = self.project();
+        let mut inner = this.inner;
         let polled = inner.as_mut().poll_flush(cx);
-        reset_on_timeout(inner, polled)
+        reset_on_timeout(inner, this.reset, polled)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let mut inner = self.project().inner;
+        let this = self.project();
+        let mut inner = this.inner;
         let polled = inner.as_mut().poll_shutdown(cx);
-        reset_on_timeout(inner, polled)
+        reset_on_timeout(inner, this.reset, polled)
     }
 }

@@ -59,6 +59,7 @@ mod gemini;
 pub mod http_service;
 mod idle;
 mod in_flight;
+mod linger;
 mod live;
 mod log_buffer;
 mod log_fields;

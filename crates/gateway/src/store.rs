@@ -262,7 +262,10 @@ mod tests {
         };
         let missing = dir.path().join("no-ca.pem");
         let e = check_store(&config(missing)).unwrap_err().to_string();
-        assert!(e.contains("store.ca_file") && e.contains("no-ca.pem"), "{e}");
+        assert!(
+            e.contains("store.ca_file") && e.contains("no-ca.pem"),
+            "{e}"
+        );
         let ca = dir.path().join("ca.pem");
         std::fs::write(&ca, b"-----BEGIN CERTIFICATE-----\n").unwrap();
         assert!(check_store(&config(ca)).unwrap().is_none());

@@ -45,6 +45,39 @@ async fn a_refusal_before_the_body_is_read_says_the_connection_closes() {
     }
 }
 
+/// A peer that writes the whole body before it reads the answer (a reverse proxy such as nginx,
+/// which reports a 502 of its own when its write fails): the refusal given before the body was
+/// read drains the connection rather than resetting it, so the body goes out and the answer
+/// is read. Closed with unread bytes, the connection was reset and the writes failed.
+#[tokio::test]
+async fn an_early_refusal_lets_a_peer_finish_sending_before_it_reads() {
+    let env = setup().await;
+    for (key, length, status) in [
+        ("mallory-key", 6 * 1024 * 1024, "401"),
+        ("alice-key", 12 * 1024 * 1024, "413"),
+    ] {
+        let mut tcp = TcpStream::connect(env.addr()).await.unwrap();
+        let head = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n\
+             content-type: application/json\r\ncontent-length: {length}\r\n\r\n"
+        );
+        tcp.write_all(head.as_bytes()).await.unwrap();
+        let chunk = vec![b' '; 64 * 1024];
+        let mut sent = 0;
+        while sent < length {
+            let n = chunk.len().min(length - sent);
+            let wrote = tokio::time::timeout(Duration::from_secs(10), tcp.write_all(&chunk[..n]))
+                .await
+                .expect("the gateway drains the body");
+            wrote.unwrap_or_else(|e| panic!("{status}: the body could not be sent: {e}"));
+            sent += n;
+        }
+        let (bytes, _) = read_until_closed(&mut tcp, Duration::from_secs(10)).await;
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(text.starts_with(&format!("HTTP/1.1 {status}")), "{text}");
+    }
+}
+
 #[tokio::test]
 async fn stacked_gzip_layers_are_refused_without_decoding() {
     let env = setup().await;
