@@ -74,7 +74,14 @@ impl Credential {
         &self.main
     }
 
-    /// Adds the credential to `headers` (from which the client's own credentials are gone).
+    /// Whether [`apply`](Self::apply) sets `name` (with `insert`, which replaces any value
+    /// of it in place): the upstream call then need not remove the client's first.
+    pub(crate) fn replaces(&self, name: &HeaderName) -> bool {
+        *name == self.main.0 || self.extra.as_ref().is_some_and(|(n, _)| n == name)
+    }
+
+    /// Adds the credential to `headers` (from which the client's own credentials are gone, but
+    /// for those of the names it sets, which it replaces).
     pub(crate) fn apply(self, headers: &mut HeaderMap) {
         headers.insert(self.main.0, self.main.1);
         if let Some((name, value)) = self.extra {

@@ -84,13 +84,22 @@ pub(super) fn start(
         .size_hint()
         .exact()
         .is_some_and(|len| crate::content_length::says(&parts.headers, len));
+    // A name set below (`host`, the credential's) is replaced in place by its `insert`
+    // rather than removed first: one look-up of the name instead of two, and no removal.
+    let host = endpoint.host;
+    let credential = endpoint.credential;
     strip(&mut parts.headers, |n| {
+        if (host.is_some() && n == header::HOST)
+            || credential.as_ref().is_some_and(|c| c.replaces(n))
+        {
+            return false;
+        }
         n == header::HOST || (n == header::CONTENT_LENGTH && !length_right) || client_only(n)
     });
-    if let Some(host) = endpoint.host {
+    if let Some(host) = host {
         parts.headers.insert(header::HOST, host);
     }
-    if let Some(credential) = endpoint.credential {
+    if let Some(credential) = credential {
         credential.apply(&mut parts.headers);
     }
     let client_uri = std::mem::replace(&mut parts.uri, uri);
