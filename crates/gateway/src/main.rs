@@ -157,8 +157,12 @@ fn main() -> ExitCode {
     let mut config = match Config::load(&path) {
         Ok(c) => c,
         Err(e) => {
-            // Logging is not set up yet (its format is in the file): plain stderr.
-            eprintln!("error: {e}");
+            // Logging is not set up yet (its format is in the file): plain stderr, naming the
+            // file (a read error names it already).
+            match e {
+                context_relay_gateway::config::ConfigError::Io { .. } => eprintln!("error: {e}"),
+                _ => eprintln!("error: {}: {e}", path.display()),
+            }
             return ExitCode::FAILURE;
         }
     };

@@ -86,6 +86,10 @@ fn a_typo_next_to_a_secret_prints_its_position_and_no_secret() {
         assert!(!stderr.contains(SECRET), "{stderr}");
         assert!(!stdout.contains(SECRET), "{stdout}");
         assert!(stderr.contains(&format!("line {line}, column")), "{stderr}");
+        assert!(
+            stderr.starts_with(&format!("error: {}: ", path.display())),
+            "the file is named: {stderr}"
+        );
         // One line: no source excerpt under it.
         assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     }
