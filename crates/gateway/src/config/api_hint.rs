@@ -6,7 +6,7 @@
 //! gets a 404 where a combo with `api = "openai"` would have skipped to a target that speaks
 //! Anthropic Messages. The known hosts are recognised here, so `--check` and start-up say so.
 
-use super::{Config, ProviderApi};
+use super::{AuthScheme, Config, ProviderApi};
 
 /// The API the well-known hosts speak, and the `api` value that describes it.
 const KNOWN_HOSTS: [(&str, &str, &str); 4] = [
@@ -58,6 +58,44 @@ pub(super) fn passthrough_warnings(config: &Config) -> Vec<String> {
     out
 }
 
+/// One line per provider on the real OpenAI or Anthropic API host whose settings that host
+/// refuses on every request: Anthropic API keys sent as `Authorization: Bearer` (the API reads
+/// `x-api-key`), and a `base_url` without the API's `/v1` (the client's path after `/v1` is
+/// appended to it, so `/responses` would go to the host's root).
+pub(super) fn host_warnings(config: &Config) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, p) in config.providers.iter().enumerate() {
+        let Some(url) = url::Url::parse(&p.base_url).ok() else {
+            continue;
+        };
+        let Some(host) = url.host_str().map(str::to_ascii_lowercase) else {
+            continue;
+        };
+        let anthropic = host == "api.anthropic.com";
+        if anthropic
+            && p.auth == AuthScheme::Bearer
+            && p.accounts.iter().any(|a| a.credentials.is_none())
+        {
+            out.push(format!(
+                "providers[{i}] ({:?}): auth = \"bearer\" (the default) on {host}: Anthropic API keys are read from `x-api-key`, and every request would be refused with 401; set auth = \"x-api-key\"",
+                p.name
+            ));
+        }
+        if (anthropic || host == "api.openai.com")
+            && !url.path().trim_end_matches('/').ends_with("/v1")
+        {
+            out.push(format!(
+                "providers[{i}] ({:?}): base_url {} has no /v1: the client's path after /v1 is appended to it ({}/responses, {}/messages), where the API serves none; end it with /v1",
+                p.name,
+                p.base_url,
+                p.base_url.trim_end_matches('/'),
+                p.base_url.trim_end_matches('/')
+            ));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,6 +119,30 @@ mod tests {
         assert!(w.iter().any(|l| l.contains("api = \"openai\"")), "{w:?}");
         let w = config("https://API.anthropic.com/v1", "").warnings();
         assert!(w.iter().any(|l| l.contains("api = \"anthropic\"")), "{w:?}");
+    }
+
+    #[test]
+    fn what_the_real_hosts_refuse_on_every_request_is_warned_about() {
+        let w = config("https://api.anthropic.com/v1", "api = \"anthropic\"").warnings();
+        assert!(
+            w.len() == 1 && w[0].contains("set auth = \"x-api-key\""),
+            "{w:?}"
+        );
+        let keyed = "api = \"anthropic\"\nauth = \"x-api-key\"";
+        assert!(
+            config("https://api.anthropic.com/v1", keyed)
+                .warnings()
+                .is_empty()
+        );
+        let w = config("https://api.openai.com", "api = \"openai\"").warnings();
+        assert!(w.len() == 1 && w[0].contains("has no /v1"), "{w:?}");
+        let w = config("https://api.anthropic.com/", keyed).warnings();
+        assert!(w.len() == 1 && w[0].contains("has no /v1"), "{w:?}");
+        assert!(
+            config("https://api.openai.com/v1/", "api = \"openai\"")
+                .warnings()
+                .is_empty()
+        );
     }
 
     #[test]

@@ -308,6 +308,7 @@ impl Config {
             out.extend(admin_token_warnings(token, &self.clients));
         }
         out.extend(super::api_hint::passthrough_warnings(self));
+        out.extend(super::api_hint::host_warnings(self));
         out
     }
 }
