@@ -182,14 +182,18 @@ impl Attempt {
     /// `accept-encoding`, when the client sent one, becomes `identity`. A compressed answer
     /// could be read neither for its end nor for what a refusal blames, and a session whose
     /// answers never read as complete never records its account (no switch is seen, a handoff
-    /// is injected again on every turn). Replacing a header the request holds never grows its
-    /// map. An adapter calls it on the upstream request's headers before they are sent.
+    /// is injected again on every turn). Replacing a header the request holds (every line of
+    /// it) never grows its map. For an adapter whose client forwards the client's
+    /// `accept-encoding` and does not decode answers itself, on the upstream request's headers
+    /// before they are sent (the tower layers leave headers as they came: the stack below
+    /// them decodes, or asks for `identity`, as the gateway does).
     pub fn ask_uncompressed(&self, headers: &mut HeaderMap) {
-        if self.reads_answer()
-            && let Some(v) = headers.get_mut(http::header::ACCEPT_ENCODING)
-            && v.as_bytes() != b"identity"
-        {
-            *v = http::HeaderValue::from_static("identity");
+        // Every line of it: a second one would still name a coding.
+        if self.reads_answer() && headers.contains_key(http::header::ACCEPT_ENCODING) {
+            headers.insert(
+                http::header::ACCEPT_ENCODING,
+                http::HeaderValue::from_static("identity"),
+            );
         }
     }
 

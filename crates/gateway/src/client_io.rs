@@ -10,6 +10,8 @@
 
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -25,26 +27,31 @@ pin_project_lite::pin_project! {
         #[pin]
         inner: TimeoutStream<TcpStream>,
         reset: bool,
+        linger: Arc<AtomicBool>,
     }
 
     impl PinnedDrop for ClientIo {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
             if !*this.reset {
-                crate::linger::on_drop(this.inner.get_ref());
+                let asked = this.linger.load(Ordering::Acquire);
+                crate::linger::on_drop(this.inner.get_ref(), asked);
             }
         }
     }
 }
 
 impl ClientIo {
-    /// `tcp`, each of whose writes fails after waiting `write_timeout` for the client.
-    pub(crate) fn new(tcp: TcpStream, write_timeout: Duration) -> Self {
+    /// `tcp`, each of whose writes fails after waiting `write_timeout` for the client; it
+    /// lingers when dropped after `linger` was set (an answer ended the connection before its
+    /// request's body was read), or with unread bytes waiting.
+    pub(crate) fn new(tcp: TcpStream, write_timeout: Duration, linger: Arc<AtomicBool>) -> Self {
         let mut inner = TimeoutStream::new(tcp);
         inner.set_write_timeout(Some(write_timeout));
         Self {
             inner,
             reset: false,
+            linger,
         }
     }
 }

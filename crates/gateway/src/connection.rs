@@ -120,6 +120,9 @@ struct ConnState {
     /// with it, so the values the layers insert fit in a table already allocated (the
     /// request's map is handed on to its answer, see `upstream.rs`).
     spare: Mutex<Option<http::Extensions>>,
+    /// An answer said `connection: close` (given before its request's body was read): the
+    /// socket drains what the client still sends before it closes ([`crate::linger`]).
+    linger: Arc<AtomicBool>,
 }
 
 impl ConnState {
@@ -132,6 +135,18 @@ impl ConnState {
             opened: Instant::now(),
             activity: Notify::new(),
             spare: Mutex::new(None),
+            linger: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Notes that `res` ends the connection: what the client still sends is drained.
+    fn closes_with<B>(&self, res: &Response<B>) {
+        if res
+            .headers()
+            .get(http::header::CONNECTION)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"))
+        {
+            self.linger.store(true, Ordering::Release);
         }
     }
 
@@ -173,10 +188,10 @@ pub(crate) async fn serve(
 ) {
     let head_timeout = options.header_timeout;
     let grace = CLOSE_GRACE.min(head_timeout);
-    let io = crate::client_io::ClientIo::new(tcp, options.write_timeout);
+    let state = Arc::new(ConnState::new());
+    let io = crate::client_io::ClientIo::new(tcp, options.write_timeout, state.linger.clone());
     let (id, mut evicted) = admission.enter();
     metrics::gauge!("context_relay_gateway_connections_pending").increment(1.0);
-    let state = Arc::new(ConnState::new());
     let conn = builder.serve_connection_with_upgrades(
         // Pinned on the heap: the timeout holds a timer.
         TokioIo::new(Box::pin(io)),
@@ -503,12 +518,15 @@ impl Future for ConnFuture {
                 let mut res = res;
                 if let Some(InFlight(state)) = &guard {
                     keep_spare(state, res.extensions_mut());
+                    state.closes_with(&res);
                 }
                 Poll::Ready(Ok(res.map(|inner| ConnBody { inner, guard })))
             }
             ConnFutureProj::Refused { state, answer } => {
-                drop(state.take());
                 let res = answer.take().unwrap_or_else(|| refused_answer("/"));
+                if let Some(state) = state.take() {
+                    state.closes_with(&res);
+                }
                 Poll::Ready(Ok(res.map(|inner| ConnBody { inner, guard: None })))
             }
         }

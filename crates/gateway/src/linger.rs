@@ -8,9 +8,11 @@
 //! 413, and a client's SDK retries and uploads the body again. Drained, the connection ends
 //! with the answer read.
 //!
-//! Only a connection with bytes waiting when it is dropped lingers (a keep-alive connection
-//! closed while idle does not), with its write side shut (the client sees the end of the
-//! answer), for at most [`LINGER_TIME`] and [`LINGER_BYTES`], and at most [`MAX_LINGERING`] at
+//! A connection lingers when one of its answers said `connection: close` (the client may
+//! still be sending the body, now or in a moment), or when bytes nobody read wait in it as
+//! it is dropped; a keep-alive connection closed while idle does not. It lingers with its
+//! write side shut (the client sees the end of the answer) until the client closes, for at
+//! most [`LINGER_TIME`] and [`LINGER_BYTES`], and at most [`MAX_LINGERING`] at
 //! once: beyond them a connection is closed at once, as before. A lingering connection is no
 //! longer one of `max_connections`: it holds a file descriptor and a small task, nothing of
 //! the request.
@@ -50,14 +52,19 @@ impl Drop for Counted {
     }
 }
 
-/// Called as `tcp` is dropped: when the client has sent bytes nobody read, a duplicate of the
-/// socket drains them in a task of its own (the socket closes with its last descriptor).
-pub(crate) fn on_drop(tcp: &TcpStream) {
-    let mut probe = [0u8; 2048];
-    match tcp.try_read(&mut probe) {
-        Ok(n) if n > 0 => {}
-        // Nothing waiting, the client's end, or an error: closed at once.
-        _ => return,
+/// Called as `tcp` is dropped: when an answer ended the connection before its request's body
+/// was read (`asked`: the client may still be sending, now or in a moment), or when bytes
+/// nobody read are waiting, a duplicate of the socket drains what comes in a task of its own
+/// (the socket closes with its last descriptor).
+pub(crate) fn on_drop(tcp: &TcpStream, asked: bool) {
+    if !asked {
+        // Asks the kernel (tokio's own record of readiness may be clear with bytes waiting).
+        let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+        match socket2::SockRef::from(tcp).peek(&mut probe) {
+            Ok(n) if n > 0 => {}
+            // Nothing waiting, the client's end, or an error: closed at once.
+            _ => return,
+        }
     }
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;

@@ -30,8 +30,8 @@ async fn outgrown_at_the_switch(client: Client) {
     assert_eq!(conv.turn(&h, 0).await.0, 200);
     h.idle().await;
     assert_eq!(h.handoffs(session).await, 1);
-    // The window resets; the session works on for twelve turns below the band.
-    for _ in 0..12 {
+    // The window resets; the session works on for 25 turns below the band.
+    for _ in 0..25 {
         h.sim.set_used(a, 10.0);
         assert_eq!(conv.turn(&h, 0).await.0, 200);
     }

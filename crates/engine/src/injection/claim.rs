@@ -99,20 +99,22 @@ pub(super) async fn claim_for(
     }
 }
 
-/// Whether the conversation in `body` has outgrown `record`: it holds at least
-/// `refresh_after` entries more than the handoff read (as many as would have refreshed it had
-/// the account stayed in the handoff band). Such a handoff was written many turns ago (the
-/// account's usage fell back below the band, then jumped past it): the switch builds one from
-/// the request instead. A body that holds no conversation has outgrown nothing.
+/// Whether the conversation in `body` has outgrown `record`: it holds at least twice
+/// `refresh_after` entries more than the handoff read. A session in the handoff band gets a
+/// new summary every `refresh_after` entries, so one that far behind was written many turns
+/// before the account left the band (its usage fell back below it, then jumped past it): the
+/// switch builds one from the request instead. With `refresh_after` 0 (a summary every
+/// turn) nothing is outgrown; nor is anything by a body that holds no conversation.
 pub(super) fn outgrown(
     record: &HandoffRecord,
     shape: context_relay_core::ApiShape,
     body: &[u8],
     refresh_after: u32,
 ) -> bool {
-    context_relay_core::extractive::entry_count(shape, body).is_some_and(|n| {
-        n >= (record.message_count as usize).saturating_add(refresh_after as usize)
-    })
+    let margin = (refresh_after as usize).saturating_mul(2);
+    margin > 0
+        && context_relay_core::extractive::entry_count(shape, body)
+            .is_some_and(|n| n >= (record.message_count as usize).saturating_add(margin))
 }
 
 /// Gives a claimed handoff that goes out with no request back.

@@ -350,13 +350,13 @@ impl BodyDecision {
             return unchanged(raw, Some(ticket));
         };
         // A stored handoff the conversation has outgrown is not carried: the switch builds a
-        // current one from this request.
-        if switch
+        // current one from this request (given back first: a leased one is not replaced).
+        let outgrown = switch
             && moved.is_none()
             && carried.as_ref().is_some_and(|c| {
                 outgrown(c.record(), shape, &decoded, config.refresh_after_messages)
-            })
-        {
+            });
+        if outgrown {
             tracing::info!("the stored handoff is many turns old; building one from the request");
             give_back(&shared, carried.take()).await;
         }
@@ -382,6 +382,16 @@ impl BodyDecision {
                 // Stored for the next turn (built here, from the history the compaction is
                 // about to fold away), not carried by the compaction itself.
                 give_back(&shared, carried.take()).await;
+            }
+        }
+        if outgrown && carried.is_none() {
+            // None could be built or stored: the old handoff is better than none.
+            let same_provider = model.is_some();
+            let lease = config.lease;
+            if let Found::Mine(c) =
+                claim_for(&shared, &key, &account, same_provider, &conversation, lease).await
+            {
+                carried = Some(Carried::Claimed(c));
             }
         }
         let (message, covers_compaction) = match &moved {

@@ -84,12 +84,11 @@ pub(super) fn host_warnings(config: &Config) -> Vec<String> {
         if (anthropic || host == "api.openai.com")
             && !url.path().trim_end_matches('/').ends_with("/v1")
         {
+            let shown = crate::secret::redact_url(&p.base_url);
+            let root = shown.trim_end_matches('/');
             out.push(format!(
-                "providers[{i}] ({:?}): base_url {} has no /v1: the client's path after /v1 is appended to it ({}/responses, {}/messages), where the API serves none; end it with /v1",
+                "providers[{i}] ({:?}): base_url {shown} has no /v1: the client's path after /v1 is appended to it ({root}/responses, {root}/messages), where the API serves none; end it with /v1",
                 p.name,
-                p.base_url,
-                p.base_url.trim_end_matches('/'),
-                p.base_url.trim_end_matches('/')
             ));
         }
     }

@@ -110,7 +110,9 @@ impl Config {
                     env: a.api_key_env.as_ref(),
                     env_name: "api_key_env",
                     what: "API key",
-                    required: keyed,
+                    // An account naming a credential file on a key provider is told so by
+                    // the logins' check (`auth` is what is wrong), not asked for a key.
+                    required: keyed && a.credentials.is_none(),
                 }
                 .resolve(env)?;
             }

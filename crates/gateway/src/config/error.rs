@@ -144,12 +144,15 @@ pub(crate) fn looks_secret(value: &str) -> bool {
 }
 
 /// Whether `v` reads as words joined by `_` or `-`, as names are (`OPENAI_API_KEY_WORK_2`,
-/// `claude-sonnet-4-5-20250929`): three parts or more, none longer than 10 characters. A
-/// key's random part is one long run (a UUID's last part is 12).
+/// `claude-sonnet-4-5-20250929`): three parts or more, each all letters or all digits and
+/// none longer than 10 characters. A key's random parts mix letters and digits, or run long
+/// (a UUID's last part is 12).
 fn word_separated(v: &str) -> bool {
     let mut parts = 0;
     for part in v.split(['_', '-']) {
-        if part.len() > 10 {
+        let word = part.bytes().all(|b| b.is_ascii_alphabetic())
+            || part.bytes().all(|b| b.is_ascii_digit());
+        if part.is_empty() || part.len() > 10 || !word {
             return false;
         }
         parts += 1;
@@ -299,6 +302,10 @@ mod tests {
         assert!(looks_secret("AbCdEf0123456789_GhIjKlMnOp9876"));
         assert!(looks_secret("Ab12-Cd34-Ef56GhIjKlMnOpQr7890"));
         assert!(looks_secret("123e4567-e89b-12d3-a456-426614174000"));
+        // A random token whose separators happen to cut it short: its parts mix letters and
+        // digits.
+        assert!(looks_secret("aB3dE-f9Gh2_Jk4Lm-Np5qR_s7Tu"));
+        assert!(looks_secret("GOCSPX-a1B2c3D4-e5F6g7H8-i9J0"));
     }
 
     #[test]

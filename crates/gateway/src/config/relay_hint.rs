@@ -30,12 +30,29 @@ pub(super) fn relay_warnings(config: &Config) -> Vec<String> {
             }
         }
     }
-    let own = config
+    // Only where the relay runs: combos of the context-relay strategy, and `[relay]` when one
+    // of them takes a setting from it.
+    let relayed: Vec<_> = config
         .combos
         .iter()
+        .filter(|c| c.strategy == Strategy::ContextRelay)
+        .collect();
+    let own = relayed
+        .iter()
         .map(|c| (format!("combos[{:?}].relay", c.name), &c.relay));
-    for (field, relay) in std::iter::once(("relay".to_owned(), &config.relay)).chain(own) {
+    let global = (!relayed.is_empty()).then(|| ("relay".to_owned(), &config.relay));
+    for (field, relay) in global.into_iter().chain(own) {
         out.extend(overrides_warnings(config, &field, relay));
+    }
+    let default_body = relayed.iter().any(|c| c.relay.max_body_bytes.is_none())
+        && config.relay.max_body_bytes.is_none();
+    if default_body && context_relay_core::config::DEFAULT_MAX_BODY_BYTES < config.max_request_bytes
+    {
+        out.push(format!(
+            "max_request_bytes ({}) is above the relay's max_body_bytes ({}, the default): a request body larger than that passes through unread (no handoff injected, no state scrubbed, no repair); set [relay] max_body_bytes to max_request_bytes",
+            config.max_request_bytes,
+            context_relay_core::config::DEFAULT_MAX_BODY_BYTES
+        ));
     }
     out
 }
@@ -62,16 +79,6 @@ fn overrides_warnings(config: &Config, field: &str, relay: &RelayOverrides) -> V
         out.push(format!(
             "{field}.max_body_bytes ({limit}) is below max_request_bytes ({}): a request body larger than it passes through unread (no handoff injected, no state scrubbed, no repair; counted as rewrite_skipped{{reason=\"too_large\"}})",
             config.max_request_bytes
-        ));
-    }
-    if relay.max_body_bytes.is_none()
-        && field == "relay"
-        && context_relay_core::config::DEFAULT_MAX_BODY_BYTES < config.max_request_bytes
-    {
-        out.push(format!(
-            "max_request_bytes ({}) is above the relay's max_body_bytes ({}, the default): a request body larger than that passes through unread (no handoff injected, no state scrubbed, no repair); set [relay] max_body_bytes to max_request_bytes",
-            config.max_request_bytes,
-            context_relay_core::config::DEFAULT_MAX_BODY_BYTES
         ));
     }
     out

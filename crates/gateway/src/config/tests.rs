@@ -494,3 +494,27 @@ fn relay_settings_that_leave_the_relay_out_are_warned_about() {
         "{per_combo:?}"
     );
 }
+
+#[test]
+fn a_credential_file_on_a_key_provider_is_told_its_auth_not_asked_for_a_key() {
+    let text = MINIMAL.replace("  api_key = \"k-a\"\n", "  credentials = \"auth.json\"\n");
+    let e = err(&text);
+    assert!(
+        e.contains("accounts[\"a\"].credentials") && e.contains("auth = \"chatgpt\""),
+        "{e}"
+    );
+    assert!(!e.contains("neither"), "{e}");
+}
+
+#[test]
+fn relay_settings_are_not_warned_about_where_no_combo_relays() {
+    let text = format!(
+        "max_request_bytes = 33554432\n[relay]\nhandoff_providers = [\"codx\"]\n{}",
+        MINIMAL.replace(
+            "name = \"codex-relay\"\n",
+            "name = \"codex-relay\"\nstrategy = \"priority\"\n"
+        )
+    );
+    let w = load(&text).unwrap().warnings();
+    assert!(w.is_empty(), "{w:?}");
+}

@@ -130,6 +130,9 @@ struct State {
     /// Whether the store was consulted since start.
     synced: bool,
     refused: Option<String>,
+    /// The refresh token the credential file holds as last read or written here: a file
+    /// that holds another one was written by someone else (a new sign-in).
+    file_refresh: tokens::Secret,
     /// Until when a failed refresh is not tried again (the current pair serves meanwhile).
     failed_until: Option<SystemTime>,
     /// Whether `failed_until` comes from the token endpoint (else from the store's lock): only
@@ -186,6 +189,7 @@ impl Login {
         tasks: Background,
     ) -> Self {
         let state = State {
+            file_refresh: file.tokens.refresh.clone(),
             credential: credential(file.kind, &file.tokens),
             tokens: Arc::new(file.tokens),
             generation: 0,
@@ -217,11 +221,12 @@ impl Login {
     }
 
     /// Whether a reload must start this login afresh from `file` (its credential file, just
-    /// read): the issuer refused its pair for good, and the file now holds another refresh
-    /// token (someone logged in again).
+    /// read): the issuer refused its pair for good, and the file holds another refresh token
+    /// than it did when this login last read or wrote it (someone logged in again; a file the
+    /// gateway could not write keeps an old token, which is no new login).
     pub(crate) fn renewed_by(&self, file: &LoginFile) -> bool {
         let st = self.state();
-        st.refused.is_some() && file.kind == self.kind && file.tokens.refresh != st.tokens.refresh
+        st.refused.is_some() && file.kind == self.kind && file.tokens.refresh != st.file_refresh
     }
 
     fn state(&self) -> MutexGuard<'_, State> {

@@ -256,10 +256,14 @@ impl Login {
 
     /// Writes `tokens` back into the credential file (off the async workers); whether it did.
     async fn write_file(&self, tokens: &Tokens) -> bool {
+        let refresh = tokens.refresh.clone();
         let (path, kind, tokens) = (self.path.clone(), self.kind, tokens.clone());
         let written = tokio::task::spawn_blocking(move || file::write(&path, kind, &tokens)).await;
         match written {
-            Ok(Ok(())) => true,
+            Ok(Ok(())) => {
+                self.state().file_refresh = refresh;
+                true
+            }
             Ok(Err(e)) => {
                 self.save_failed("file", &e);
                 false
@@ -375,6 +379,7 @@ impl Login {
         match file::read(&self.path) {
             Ok(f) if f.kind == self.kind && f.tokens.refresh != old.refresh => {
                 let mut st = self.state();
+                st.file_refresh = f.tokens.refresh.clone();
                 // Not in the store yet: the next sync writes it there.
                 self.adopt(&mut st, f.tokens, 0);
                 tracing::info!(provider = %self.name.provider, account = %self.name.account, "login: using the new pair found in the credential file");

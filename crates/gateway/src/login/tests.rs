@@ -458,3 +458,28 @@ async fn only_the_issuers_failure_stops_a_401_from_refreshing() {
     ));
     assert_eq!(s.sim.token_requests().len(), 1);
 }
+
+/// A reload revives a refused login only when its file holds a pair someone else wrote: a
+/// file the gateway could not write keeps the pair it was read with, which is no new login.
+#[tokio::test]
+async fn only_a_new_sign_in_into_the_file_renews_a_refused_login() {
+    let s = setup(SimLogin::Claude).await;
+    let first = s.sim.login_file("a").unwrap();
+    let login = s.login("c.json", &first, SimLogin::Claude);
+    let path = s.dir.path().join("c.json");
+    let read = || file::read(&path).unwrap();
+    assert!(!login.renewed_by(&read()), "not refused");
+    {
+        // The gateway rotated the pair (its write to the file failed), then was refused.
+        let rotated = file::parse(&s.sim.login_file("a").unwrap().to_string()).unwrap();
+        let mut st = login.state();
+        st.tokens = Arc::new(rotated.tokens);
+        st.refused = Some("invalid_grant".to_owned());
+    }
+    assert!(
+        !login.renewed_by(&read()),
+        "the file's old pair is no new login"
+    );
+    std::fs::write(&path, s.sim.login_file("a").unwrap().to_string()).unwrap();
+    assert!(login.renewed_by(&read()), "someone logged in again");
+}

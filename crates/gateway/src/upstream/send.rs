@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::Bytes;
-use http::{Extensions, Request, Response, StatusCode, Uri, header};
+use http::{Extensions, HeaderValue, Request, Response, StatusCode, Uri, header};
 use http_body::Body;
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
@@ -96,6 +96,15 @@ pub(super) fn start(
         }
         n == header::HOST || (n == header::CONTENT_LENGTH && !length_right) || client_only(n)
     });
+    // The gateway reads every answer (usage, the relay's check of a completed turn, what a
+    // refusal blames): it asks for them uncompressed. Every line of the header is replaced,
+    // which never grows the map.
+    if parts.headers.contains_key(header::ACCEPT_ENCODING) {
+        parts.headers.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
+    }
     if let Some(host) = host {
         parts.headers.insert(header::HOST, host);
     }

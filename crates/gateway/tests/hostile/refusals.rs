@@ -78,6 +78,48 @@ async fn an_early_refusal_lets_a_peer_finish_sending_before_it_reads() {
     }
 }
 
+/// A peer whose body comes after the answer (a proxy reading from a slow client, nginx over a
+/// real network): the connection the refusal ended still takes the body, then closes. Closed
+/// at once, its socket answered the late bytes with a reset, and the peer's writes failed.
+#[tokio::test]
+async fn an_early_refusal_takes_a_body_that_comes_after_the_answer() {
+    let env = setup().await;
+    let mut tcp = TcpStream::connect(env.addr()).await.unwrap();
+    let length = 2 * 1024 * 1024;
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer mallory-key\r\n\
+         content-type: application/json\r\ncontent-length: {length}\r\n\r\n{{\"model\":"
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    // The whole answer, before any more of the body.
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&answer).contains("\"error\"") {
+        let n = tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut buf))
+            .await
+            .expect("an answer")
+            .unwrap();
+        assert!(n > 0, "closed before the answer");
+        answer.extend_from_slice(&buf[..n]);
+    }
+    assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 401"));
+    // The gateway is done with the connection by now; the rest of the body follows.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let chunk = vec![b' '; 64 * 1024];
+    let mut sent = head.len();
+    while sent < length {
+        let n = chunk.len().min(length - sent);
+        tcp.write_all(&chunk[..n])
+            .await
+            .unwrap_or_else(|e| panic!("the late body could not be sent: {e}"));
+        sent += n;
+    }
+    tcp.flush().await.unwrap();
+    tcp.shutdown().await.unwrap();
+    let (rest, _) = read_until_closed(&mut tcp, Duration::from_secs(10)).await;
+    assert!(rest.is_empty(), "nothing after the answer");
+}
+
 #[tokio::test]
 async fn stacked_gzip_layers_are_refused_without_decoding() {
     let env = setup().await;

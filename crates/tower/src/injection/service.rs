@@ -112,7 +112,6 @@ where
                     body
                 }
             };
-            attempt.ask_uncompressed(&mut parts.headers);
             let resend = attempt.may_resend().then(|| resend(spare, &parts));
             // `inner` was polled ready by the caller (clone-and-swap above).
             let result = inner.call(Request::from_parts(parts, body)).await;
@@ -126,7 +125,7 @@ impl<S> Injection<S> {
     /// are kept (by reference) so that a rejection of its account-bound state can be repaired.
     fn stream<B, ResBody>(
         &mut self,
-        mut req: Request<B>,
+        req: Request<B>,
         attempt: Attempt,
         keep: Option<Arc<Tee>>,
     ) -> ResponseFuture<S::Future, ResBody, S::Error>
@@ -138,7 +137,6 @@ impl<S> Injection<S> {
         B::Error: Send,
         ResBody: Body + Send + 'static,
     {
-        attempt.ask_uncompressed(req.headers_mut());
         if !attempt.may_resend() {
             let req = req.map(RequestBody::passthrough);
             return ResponseFuture::direct(self.inner.call(req), attempt, None);
