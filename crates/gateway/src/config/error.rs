@@ -90,6 +90,15 @@ impl ConfigError {
             .filter(|key| !key.is_empty() && !key.contains(['"', '\'', ' ']))
         {
             message.push_str(&format!(" (key `{key}`)"));
+        } else if message.starts_with("duplicate")
+            && let Some(named) = e
+                .span()
+                .and_then(|span| text.get(span))
+                .map(str::trim)
+                .filter(|k| !k.is_empty() && k.len() <= 200 && !k.contains('\n'))
+        {
+            // A duplicate key or table: its span is its name.
+            message.push_str(&format!(" (`{named}`)"));
         }
         Self::Parse {
             line,
@@ -306,6 +315,19 @@ mod tests {
         // digits.
         assert!(looks_secret("aB3dE-f9Gh2_Jk4Lm-Np5qR_s7Tu"));
         assert!(looks_secret("GOCSPX-a1B2c3D4-e5F6g7H8-i9J0"));
+    }
+
+    #[test]
+    fn a_duplicate_key_or_table_is_named() {
+        let dup = |text: &str| {
+            crate::config::Config::from_toml_str(text, |_| None)
+                .expect_err("refused")
+                .to_string()
+        };
+        let e = dup("listen = \"127.0.0.1:1\"\nlisten = \"127.0.0.1:2\"\n");
+        assert!(e.contains("duplicate") && e.contains("`listen`"), "{e}");
+        let e = dup("[store]\nbackend = \"memory\"\n[store]\nbackend = \"redb\"\n");
+        assert!(e.contains("duplicate") && e.contains("store"), "{e}");
     }
 
     #[test]

@@ -52,6 +52,34 @@ pub struct StoreConfig {
     pub wait_timeout_ms: u64,
 }
 
+impl StoreConfig {
+    /// The keys of a Redis store set with another backend, where nothing reads them.
+    pub(super) fn ignored_keys(&self) -> Vec<&'static str> {
+        if self.backend == StoreBackend::Redis {
+            return Vec::new();
+        }
+        [
+            ("url", self.url.is_some()),
+            ("url_env", self.url_env.is_some()),
+            ("cluster", self.cluster),
+            ("prefix", self.prefix.is_some()),
+            ("ca_file", self.ca_file.is_some()),
+            (
+                "request_timeout_ms",
+                self.request_timeout_ms != default_request_timeout_ms(),
+            ),
+            ("wait_replicas", self.wait_replicas != 0),
+            (
+                "wait_timeout_ms",
+                self.wait_timeout_ms != default_wait_timeout_ms(),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(key, set)| set.then_some(key))
+        .collect()
+    }
+}
+
 fn default_wait_timeout_ms() -> u64 {
     100
 }

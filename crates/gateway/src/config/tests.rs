@@ -518,3 +518,27 @@ fn relay_settings_are_not_warned_about_where_no_combo_relays() {
     let w = load(&text).unwrap().warnings();
     assert!(w.is_empty(), "{w:?}");
 }
+
+#[test]
+fn keys_nothing_reads_are_warned_about() {
+    let text =
+        format!("[store]\nbackend = \"memory\"\nprefix = \"relay:\"\nwait_replicas = 1\n{MINIMAL}");
+    let w = load(&text).unwrap().warnings();
+    assert!(
+        w.iter()
+            .any(|l| l.contains("store.prefix applies to backend = \"redis\" only"))
+            && w.iter().any(|l| l.contains("store.wait_replicas")),
+        "{w:?}"
+    );
+    let capped = MINIMAL.replace(
+        "name = \"codex\"\n",
+        "name = \"codex\"\nmax_output_tokens = 800\n",
+    );
+    let w = load(&capped).unwrap().warnings();
+    assert!(
+        w.iter().any(|l| l.contains(
+            "providers[\"codex\"].max_output_tokens applies to api = \"anthropic\" only"
+        )),
+        "{w:?}"
+    );
+}

@@ -298,6 +298,19 @@ impl Config {
             ));
         }
         out.extend(super::relay_hint::relay_warnings(self));
+        for key in self.store.ignored_keys() {
+            out.push(format!(
+                "store.{key} applies to backend = \"redis\" only: ignored with backend = {:?}",
+                format!("{:?}", self.store.backend).to_lowercase()
+            ));
+        }
+        for p in self
+            .providers
+            .iter()
+            .filter(|p| p.max_output_tokens.is_some() && p.api != super::ProviderApi::Anthropic)
+        {
+            out.push(format!("providers[{:?}].max_output_tokens applies to api = \"anthropic\" only (the max_tokens of a translated Responses request): ignored here", p.name));
+        }
         let mut accounts = self.providers.iter().flat_map(|p| &p.accounts);
         if self.store.backend == super::StoreBackend::Memory
             && accounts.any(|a| a.credentials.is_some())
