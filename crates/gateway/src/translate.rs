@@ -61,15 +61,24 @@ const MAX_ANSWER_BYTES: usize = 32 * 1024 * 1024;
 pub(crate) fn serves(api: ProviderApi, path: &str) -> bool {
     match api {
         ProviderApi::Passthrough => true,
-        ProviderApi::Openai => !matches!(
-            ApiShape::from_path(path),
-            Some(ApiShape::AnthropicMessages | ApiShape::Gemini)
-        ),
+        // Anthropic's token count (`/messages/count_tokens`) is no turn, but the Messages API.
+        ProviderApi::Openai => {
+            !matches!(
+                ApiShape::from_path(path),
+                Some(ApiShape::AnthropicMessages | ApiShape::Gemini)
+            ) && !is_count_tokens(path)
+        }
         ProviderApi::Anthropic => match ApiShape::from_path(path) {
             None | Some(ApiShape::AnthropicMessages | ApiShape::Responses) => true,
             Some(ApiShape::ChatCompletions | ApiShape::Gemini) => false,
         },
     }
+}
+
+fn is_count_tokens(path: &str) -> bool {
+    path.split('?')
+        .next()
+        .is_some_and(|p| p.trim_end_matches('/').ends_with("/messages/count_tokens"))
 }
 
 fn is_compact(path: &str) -> bool {
@@ -422,6 +431,10 @@ mod tests {
         assert!(serves(ProviderApi::Openai, "/v1/responses/compact"));
         assert!(serves(ProviderApi::Openai, "/v1/chat/completions"));
         assert!(!serves(ProviderApi::Openai, "/v1/messages"));
+        assert!(!serves(
+            ProviderApi::Openai,
+            "/v1/messages/count_tokens?beta=true"
+        ));
         assert!(!serves(
             ProviderApi::Openai,
             "/v1beta/models/g:generateContent"
