@@ -111,6 +111,13 @@ impl Accounts {
                     req.headers_mut().remove("x-api-key");
                     req.headers_mut().insert(header::AUTHORIZATION, key);
                 }
+                // The relay reads answers as they pass: they must come uncompressed.
+                if req.headers().contains_key(header::ACCEPT_ENCODING) {
+                    req.headers_mut().insert(
+                        header::ACCEPT_ENCODING,
+                        http::HeaderValue::from_static("identity"),
+                    );
+                }
                 Ok(match client.request(req).await {
                     Ok(res) => res.map(BodyExt::boxed_unsync),
                     Err(e) => {

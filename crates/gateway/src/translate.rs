@@ -62,12 +62,11 @@ pub(crate) fn serves(api: ProviderApi, path: &str) -> bool {
     match api {
         ProviderApi::Passthrough => true,
         // Anthropic's token count (`/messages/count_tokens`) is no turn, but the Messages API.
-        ProviderApi::Openai => {
-            !matches!(
-                ApiShape::from_path(path),
-                Some(ApiShape::AnthropicMessages | ApiShape::Gemini)
-            ) && !is_count_tokens(path)
-        }
+        ProviderApi::Openai => match ApiShape::from_path(path) {
+            Some(ApiShape::AnthropicMessages | ApiShape::Gemini) => false,
+            Some(ApiShape::ChatCompletions | ApiShape::Responses) => true,
+            None => !is_count_tokens(path),
+        },
         ProviderApi::Anthropic => match ApiShape::from_path(path) {
             None | Some(ApiShape::AnthropicMessages | ApiShape::Responses) => true,
             Some(ApiShape::ChatCompletions | ApiShape::Gemini) => false,

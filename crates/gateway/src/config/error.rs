@@ -152,16 +152,21 @@ pub(crate) fn looks_secret(value: &str) -> bool {
         && v.chars().any(|c| c.is_ascii_alphabetic())
 }
 
-/// Whether `v` reads as words joined by `_` or `-`, as names are (`OPENAI_API_KEY_WORK_2`,
-/// `claude-sonnet-4-5-20250929`): three parts or more, each all letters or all digits and
-/// none longer than 10 characters. A key's random parts mix letters and digits, or run long
-/// (a UUID's last part is 12).
+/// Whether `v` reads as words joined by `_` or `-`, as names are (`OPENAI_API_KEY_TEAM2_2`,
+/// `gpt-4o-realtime-preview-2024-12-17`): three parts or more, none longer than 10
+/// characters, each letters and digits in at most two runs (`TEAM2`, `4o`, `v2`). A key's
+/// random parts switch between letters and digits more often, or run long (a UUID's last
+/// part is 12).
 fn word_separated(v: &str) -> bool {
     let mut parts = 0;
     for part in v.split(['_', '-']) {
-        let word = part.bytes().all(|b| b.is_ascii_alphabetic())
-            || part.bytes().all(|b| b.is_ascii_digit());
-        if part.is_empty() || part.len() > 10 || !word {
+        let bytes = part.as_bytes();
+        let alnum = bytes.iter().all(u8::is_ascii_alphanumeric);
+        let switches = bytes
+            .windows(2)
+            .filter(|w| w[0].is_ascii_digit() != w[1].is_ascii_digit())
+            .count();
+        if part.is_empty() || part.len() > 10 || !alnum || switches > 1 {
             return false;
         }
         parts += 1;
@@ -307,6 +312,8 @@ mod tests {
         // Long names of words are names: an `*_env` variable, a dated model id.
         assert!(!looks_secret("OPENAI_API_KEY_PERSONAL_2"));
         assert!(!looks_secret("claude-sonnet-4-5-20250929"));
+        assert!(!looks_secret("ANTHROPIC_API_KEY_TEAM2_PROD"));
+        assert!(!looks_secret("gpt-4o-realtime-preview-2024-12-17"));
         // Keys with a separator or two in a long random run are keys; so is a UUID.
         assert!(looks_secret("AbCdEf0123456789_GhIjKlMnOp9876"));
         assert!(looks_secret("Ab12-Cd34-Ef56GhIjKlMnOpQr7890"));

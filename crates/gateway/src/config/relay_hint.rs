@@ -30,12 +30,19 @@ pub(super) fn relay_warnings(config: &Config) -> Vec<String> {
             }
         }
     }
-    // Only where the relay runs: combos of the context-relay strategy, and `[relay]` when one
+    // Only where the relay runs: combos that relay account switches or model switches (a
+    // `priority` combo does the latter unless `model_switch = false`), and `[relay]` when one
     // of them takes a setting from it.
+    let runs: Vec<String> = config
+        .relay_configs()
+        .into_iter()
+        .filter(|(_, relay, _)| relay.account_handoff || relay.model_switch)
+        .map(|(name, _, _)| name)
+        .collect();
     let relayed: Vec<_> = config
         .combos
         .iter()
-        .filter(|c| c.strategy == Strategy::ContextRelay)
+        .filter(|c| runs.contains(&c.name))
         .collect();
     let own = relayed
         .iter()

@@ -509,7 +509,7 @@ fn a_credential_file_on_a_key_provider_is_told_its_auth_not_asked_for_a_key() {
 #[test]
 fn relay_settings_are_not_warned_about_where_no_combo_relays() {
     let text = format!(
-        "max_request_bytes = 33554432\n[relay]\nhandoff_providers = [\"codx\"]\n{}",
+        "max_request_bytes = 33554432\n[relay]\nhandoff_providers = [\"codx\"]\n{}  [combos.relay]\n  model_switch = false\n",
         MINIMAL.replace(
             "name = \"codex-relay\"\n",
             "name = \"codex-relay\"\nstrategy = \"priority\"\n"
@@ -517,6 +517,10 @@ fn relay_settings_are_not_warned_about_where_no_combo_relays() {
     );
     let w = load(&text).unwrap().warnings();
     assert!(w.is_empty(), "{w:?}");
+    // A priority combo still relays model switches: its settings are read.
+    let priority = text.replace("  [combos.relay]\n  model_switch = false\n", "");
+    let w = load(&priority).unwrap().warnings();
+    assert!(w.iter().any(|l| l.contains("\"codx\"")), "{w:?}");
 }
 
 #[test]

@@ -376,8 +376,15 @@ impl Login {
     /// Adopts the credential file's pair when it is another than `old` (a new login); whether
     /// it did.
     fn reread_file(&self, old: &Tokens) -> bool {
+        // Another than the pair refused, and than the file held when last read or written
+        // here: a file the gateway could not write still holds a pair it spent.
+        let written = self.state().file_refresh.clone();
         match file::read(&self.path) {
-            Ok(f) if f.kind == self.kind && f.tokens.refresh != old.refresh => {
+            Ok(f)
+                if f.kind == self.kind
+                    && f.tokens.refresh != old.refresh
+                    && f.tokens.refresh != written =>
+            {
                 let mut st = self.state();
                 st.file_refresh = f.tokens.refresh.clone();
                 // Not in the store yet: the next sync writes it there.

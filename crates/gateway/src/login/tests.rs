@@ -483,3 +483,22 @@ async fn only_a_new_sign_in_into_the_file_renews_a_refused_login() {
     std::fs::write(&path, s.sim.login_file("a").unwrap().to_string()).unwrap();
     assert!(login.renewed_by(&read()), "someone logged in again");
 }
+
+/// A login refused after the gateway rotated its pair but could not write the file: the
+/// file's older pair is one the gateway spent, not a new sign-in, and is not fallen back to.
+#[tokio::test]
+async fn a_refusal_does_not_fall_back_to_a_pair_the_gateway_spent() {
+    let s = setup(SimLogin::Claude).await;
+    let first = s.sim.login_file("a").unwrap();
+    let login = s.login("c.json", &first, SimLogin::Claude);
+    {
+        let rotated = s.sim.login_file_expiring("a", 0).unwrap();
+        let rotated = file::parse(&rotated.to_string()).unwrap();
+        let mut st = login.state();
+        st.credential = credential(LoginKind::Claude, &rotated.tokens);
+        st.tokens = Arc::new(rotated.tokens);
+    }
+    s.sim.revoke("a");
+    let got = login.issue(SystemTime::now()).await;
+    assert!(matches!(got, Err(Unusable::Refused(_))), "{got:?}");
+}

@@ -96,9 +96,10 @@ pub(super) fn start(
         }
         n == header::HOST || (n == header::CONTENT_LENGTH && !length_right) || client_only(n)
     });
-    // The gateway reads every answer (usage, the relay's check of a completed turn, what a
-    // refusal blames): it asks for them uncompressed. Every line of the header is replaced,
-    // which never grows the map.
+    // The relay reads the answers of the sessions it tracks as they pass (whether the turn
+    // completed, what a refusal blames), which a compressed answer hides: every answer is
+    // asked for uncompressed (the usage and refusal readers decode either way). Every line of
+    // the header is replaced, which never grows the map.
     if parts.headers.contains_key(header::ACCEPT_ENCODING) {
         parts.headers.insert(
             header::ACCEPT_ENCODING,
