@@ -173,28 +173,10 @@ impl Attempt {
 
     /// Whether the relay reads this attempt's answer (whether it completed, what a refusal
     /// blames), or may once the held body is decided: the answer must then come uncompressed
-    /// (see [`ask_uncompressed`](Self::ask_uncompressed)).
+    /// (an adapter whose client forwards the client's `accept-encoding` and does not decode
+    /// answers asks for `identity` upstream; the pingora example does).
     pub fn reads_answer(&self) -> bool {
         self.ticket.is_some() || self.repair.is_some() || self.decision.is_some()
-    }
-
-    /// Asks the provider for an uncompressed answer when the relay reads this attempt's:
-    /// `accept-encoding`, when the client sent one, becomes `identity`. A compressed answer
-    /// could be read neither for its end nor for what a refusal blames, and a session whose
-    /// answers never read as complete never records its account (no switch is seen, a handoff
-    /// is injected again on every turn). Replacing a header the request holds (every line of
-    /// it) never grows its map. For an adapter whose client forwards the client's
-    /// `accept-encoding` and does not decode answers itself, on the upstream request's headers
-    /// before they are sent (the tower layers leave headers as they came: the stack below
-    /// them decodes, or asks for `identity`, as the gateway does).
-    pub fn ask_uncompressed(&self, headers: &mut HeaderMap) {
-        // Every line of it: a second one would still name a coding.
-        if self.reads_answer() && headers.contains_key(http::header::ACCEPT_ENCODING) {
-            headers.insert(
-                http::header::ACCEPT_ENCODING,
-                http::HeaderValue::from_static("identity"),
-            );
-        }
     }
 
     /// The whole held body (as the client sent it, possibly compressed per `headers`): the
